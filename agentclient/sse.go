@@ -1,0 +1,136 @@
+package agentclient
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// DefaultMaxLineBytes bounds one SSE line. Letta sends one compact JSON object
+// per data line; 8 MiB leaves room for large tool returns while keeping a
+// misbehaving peer from growing memory without bound.
+const DefaultMaxLineBytes = 8 << 20
+
+// ErrLineTooLong is returned (wrapped) when an SSE line exceeds the limit.
+var ErrLineTooLong = errors.New("agentclient: SSE line exceeds the maximum length")
+
+// sseFrame is one dispatched server-sent event: the value of its `event:`
+// field ("" when absent) and its data lines joined by '\n'.
+type sseFrame struct {
+	Event string
+	Data  []byte
+}
+
+// sseReader parses the text/event-stream framing: lines ending in "\n" or
+// "\r\n", `field: value` pairs, a blank line dispatching the event. Comment
+// lines (":…"), `id:` and `retry:` are ignored. Data of an event that is not
+// terminated by a blank line before EOF is discarded, as the SSE spec says:
+// a cut stream never yields half a JSON object.
+type sseReader struct {
+	br      *bufio.Reader
+	max     int
+	line    []byte // scratch for lines longer than the bufio buffer
+	event   []byte
+	data    []byte
+	hasData bool
+	// onBytes is called with the number of bytes consumed, before parsing
+	// them, so the caller's stall clock sees every byte (pings included).
+	onBytes func(n int)
+}
+
+func newSSEReader(r io.Reader, max int, onBytes func(int)) *sseReader {
+	if max <= 0 {
+		max = DefaultMaxLineBytes
+	}
+	return &sseReader{br: bufio.NewReaderSize(r, 64<<10), max: max, onBytes: onBytes}
+}
+
+// readLine returns the next line without its terminator. The returned slice
+// is valid until the next call.
+func (s *sseReader) readLine() ([]byte, error) {
+	s.line = s.line[:0]
+	for {
+		chunk, err := s.br.ReadSlice('\n')
+		if len(chunk) > 0 && s.onBytes != nil {
+			s.onBytes(len(chunk))
+		}
+		if err == nil {
+			var line []byte
+			if len(s.line) == 0 {
+				line = chunk
+			} else {
+				s.line = append(s.line, chunk...)
+				line = s.line
+			}
+			if len(line)-1 > s.max {
+				return nil, fmt.Errorf("%w (%d bytes, limit %d)", ErrLineTooLong, len(line)-1, s.max)
+			}
+			line = line[:len(line)-1]
+			if n := len(line); n > 0 && line[n-1] == '\r' {
+				line = line[:n-1]
+			}
+			return line, nil
+		}
+		if errors.Is(err, bufio.ErrBufferFull) {
+			if len(s.line)+len(chunk) > s.max+2 {
+				return nil, fmt.Errorf("%w (more than %d bytes)", ErrLineTooLong, s.max)
+			}
+			s.line = append(s.line, chunk...)
+			continue
+		}
+		// EOF or a read error: a partial line without terminator is dropped.
+		return nil, err
+	}
+}
+
+// Next returns the next complete event. The frame's slices are valid until
+// the next call. At the end of input it returns io.EOF (or the read error).
+func (s *sseReader) Next() (sseFrame, error) {
+	s.event = s.event[:0]
+	s.data = s.data[:0]
+	s.hasData = false
+	hasEvent := false
+	for {
+		line, err := s.readLine()
+		if err != nil {
+			return sseFrame{}, err
+		}
+		if len(line) == 0 {
+			if !s.hasData {
+				// A blank line with no data dispatches nothing (spec);
+				// reset the event name as the spec does.
+				s.event = s.event[:0]
+				hasEvent = false
+				continue
+			}
+			ev := sseFrame{Data: s.data}
+			if hasEvent {
+				ev.Event = string(s.event)
+			}
+			return ev, nil
+		}
+		if line[0] == ':' {
+			continue
+		}
+		field, value := line, []byte(nil)
+		if i := bytes.IndexByte(line, ':'); i >= 0 {
+			field, value = line[:i], line[i+1:]
+			if len(value) > 0 && value[0] == ' ' {
+				value = value[1:]
+			}
+		}
+		switch string(field) {
+		case "data":
+			if s.hasData {
+				s.data = append(s.data, '\n')
+			}
+			s.data = append(s.data, value...)
+			s.hasData = true
+		case "event":
+			s.event = append(s.event[:0], value...)
+			hasEvent = true
+		}
+	}
+}

@@ -1,0 +1,435 @@
+package agentclient
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// SendRequest is one user message to send to an agent.
+type SendRequest struct {
+	AgentID string
+	Text    string
+	// Otid is the turn's idempotency key: a retry of the same turn must
+	// reuse it. Required.
+	Otid     string
+	SenderID string
+	// StreamTokens asks for token deltas (honoured by some providers only).
+	StreamTokens bool
+	// Background makes the run resumable with ResumeStream.
+	Background bool
+	// MaxSteps caps the agent's steps; 0 leaves Letta's default (50).
+	MaxSteps int
+}
+
+func (r SendRequest) validate() error {
+	switch {
+	case r.AgentID == "":
+		return errors.New("agentclient: SendRequest.AgentID is empty")
+	case r.Otid == "":
+		return errors.New("agentclient: SendRequest.Otid is empty: every turn needs its idempotency key")
+	case r.Text == "":
+		return errors.New("agentclient: SendRequest.Text is empty")
+	}
+	return nil
+}
+
+type messageCreate struct {
+	Type     string `json:"type"`
+	Role     string `json:"role"`
+	Content  string `json:"content"`
+	Otid     string `json:"otid"`
+	SenderID string `json:"sender_id,omitempty"`
+}
+
+type sendBody struct {
+	Messages     []messageCreate `json:"messages"`
+	StreamTokens bool            `json:"stream_tokens"`
+	IncludePings bool            `json:"include_pings"`
+	Background   bool            `json:"background"`
+	MaxSteps     int             `json:"max_steps,omitempty"`
+}
+
+func (r SendRequest) body() sendBody {
+	return sendBody{
+		Messages:     []messageCreate{{Type: "message", Role: "user", Content: r.Text, Otid: r.Otid, SenderID: r.SenderID}},
+		StreamTokens: r.StreamTokens, IncludePings: true, Background: r.Background, MaxSteps: r.MaxSteps,
+	}
+}
+
+// Event is one event of a stream, handed to StreamOptions.OnEvent after the
+// StreamState has been updated with it.
+type Event struct {
+	// Message is the decoded message; nil for [DONE] and for frames whose
+	// data was not JSON (then DecodeErr says why).
+	Message Message
+	// Update says what the message changed in the transcript.
+	Update Update
+	// SSEEvent is the frame's `event:` name: "" for data, "error",
+	// "cancelled".
+	SSEEvent string
+	// Done is true for `data: [DONE]`.
+	Done      bool
+	DecodeErr error
+}
+
+// StreamOptions are per-call hooks and overrides.
+type StreamOptions struct {
+	// Clocks override the client's clocks field by field (zero keeps).
+	Clocks Clocks
+	// OnEvent is called for every event, in order, from the reading
+	// goroutine, after the state was updated.
+	OnEvent func(Event)
+	// OnIdle is called when only pings have arrived for ContentIdle (and
+	// again after each further ContentIdle): the agent is still thinking.
+	// It runs on a timer goroutine and must not block.
+	OnIdle func(idle time.Duration)
+}
+
+func (c *Client) clocksFor(o StreamOptions) Clocks {
+	k := c.clocks
+	if o.Clocks.Connect > 0 {
+		k.Connect = o.Clocks.Connect
+	}
+	if o.Clocks.Stall > 0 {
+		k.Stall = o.Clocks.Stall
+	}
+	if o.Clocks.Total > 0 {
+		k.Total = o.Clocks.Total
+	}
+	if o.Clocks.ContentIdle != 0 {
+		k.ContentIdle = o.Clocks.ContentIdle
+	}
+	if o.Clocks.StopGrace > 0 {
+		k.StopGrace = o.Clocks.StopGrace
+	}
+	return k
+}
+
+// SendStream sends one user message and reads the turn's stream to its end,
+// updating st as it goes. It returns nil when the run stopped (st has the
+// stop reason, which may be a failure such as llm_api_error), an *Error when
+// the server refused the request, or a *StreamError when a clock fired, the
+// caller cancelled, or the stream was cut before its stop_reason — then the
+// run may still be going on: continue it, do not send again.
+func (c *Client) SendStream(ctx context.Context, req SendRequest, st *StreamState, opt StreamOptions) error {
+	if err := req.validate(); err != nil {
+		return err
+	}
+	path := "/v1/agents/" + url.PathEscape(req.AgentID) + "/messages/stream"
+	return c.stream(ctx, "send message", path, req.body(), st, opt)
+}
+
+// ResumeRequest resumes the stream of a background run.
+type ResumeRequest struct {
+	RunID string
+	// StartingAfter is the last seq_id already seen (0: from the start).
+	StartingAfter int64
+}
+
+type resumeBody struct {
+	StartingAfter int64   `json:"starting_after"`
+	IncludePings  bool    `json:"include_pings"`
+	PollInterval  float64 `json:"poll_interval"`
+	BatchSize     int     `json:"batch_size"`
+}
+
+// ResumeStream re-attaches to a background run's stream after the given
+// seq_id, with the same parser, state and clocks as SendStream. Letta answers
+// 400 when the run was not started in background mode, 410 when it is too old
+// and 503 when the server has no Redis: fall back to polling then.
+func (c *Client) ResumeStream(ctx context.Context, req ResumeRequest, st *StreamState, opt StreamOptions) error {
+	if req.RunID == "" {
+		return errors.New("agentclient: ResumeRequest.RunID is empty")
+	}
+	st.SetRunID(req.RunID)
+	path := "/v1/runs/" + url.PathEscape(req.RunID) + "/stream"
+	body := resumeBody{StartingAfter: req.StartingAfter, IncludePings: true, PollInterval: 0.1, BatchSize: 100}
+	return c.stream(ctx, "resume stream", path, body, st, opt)
+}
+
+// clockFired is the cancellation cause a watchdog clock leaves.
+type clockFired struct{ clock Clock }
+
+func (c clockFired) Error() string { return string(c.clock) + " timeout" }
+
+// errStopGrace: the body stayed open StopGrace after stop_reason.
+var errStopGrace = errors.New("stream body not closed after stop_reason")
+
+// errDone: [DONE] or an end event was read; the body is closed by us.
+var errDone = errors.New("stream finished")
+
+func (c *Client) stream(ctx context.Context, op, path string, body any, st *StreamState, opt StreamOptions) error {
+	if err := ctx.Err(); err != nil {
+		return &StreamError{Clock: ClockCanceled, State: st.Snapshot(), Err: err}
+	}
+	clocks := c.clocksFor(opt)
+	rctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(errDone)
+
+	start := time.Now()
+	st.begin(start)
+	wd := newWatchdog(st, clocks, cancel, opt.OnIdle, start)
+	defer wd.stop()
+
+	req, err := c.newRequest(rctx, http.MethodPost, path, nil, body)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("Cache-Control", "no-cache")
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return c.streamEnd(ctx, rctx, op, req, st, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return c.apiError(op, req, resp)
+	}
+
+	rd := newSSEReader(resp.Body, c.cfg.MaxLineBytes, wd.onBytes)
+	for {
+		fr, err := rd.Next()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return c.eof(st)
+			}
+			if errors.Is(err, ErrLineTooLong) {
+				return &StreamError{State: st.Snapshot(), Err: err}
+			}
+			return c.streamEnd(ctx, rctx, op, req, st, err)
+		}
+		now := time.Now()
+		ev := Event{SSEEvent: fr.Event}
+		if fr.Event == "" || fr.Event == "message" {
+			if bytes.Equal(bytes.TrimSpace(fr.Data), []byte("[DONE]")) {
+				st.markDone()
+				ev.Done = true
+				if opt.OnEvent != nil {
+					opt.OnEvent(ev)
+				}
+				return c.eof(st)
+			}
+		}
+		m, derr := DecodeMessage(fr.Data)
+		if derr != nil {
+			ev.DecodeErr = derr
+			if opt.OnEvent != nil {
+				opt.OnEvent(ev)
+			}
+			continue
+		}
+		if fr.Event == "error" {
+			if em, ok := m.(*ErrorMessage); ok {
+				em.MessageType = TypeError
+			} else {
+				// An error frame whose data is not an error body.
+				m = &ErrorMessage{Common: *m.Base(), ErrorType: typeInternalServerErr, Message: string(fr.Data)}
+			}
+		}
+		ev.Message = m
+		// Stream chunks append: token deltas join, and in step mode each
+		// id and type arrives once, so appending to nothing sets it.
+		ev.Update = st.Apply(m, false, now)
+		if _, ok := m.(*StopReason); ok {
+			wd.stopReasonAt(now)
+		}
+		if opt.OnEvent != nil {
+			opt.OnEvent(ev)
+		}
+		switch fr.Event {
+		case "error":
+			if st.StopReason() != "" {
+				return nil
+			}
+			em := m.(*ErrorMessage)
+			return &StreamError{InBand: em, State: st.Snapshot()}
+		case "cancelled":
+			if st.StopReason() == "" {
+				st.Apply(&StopReason{Common: Common{MessageType: TypeStopReason}, StopReason: "cancelled"}, true, now)
+			}
+			return nil
+		}
+	}
+}
+
+// eof ends a stream that closed (or sent [DONE]).
+func (c *Client) eof(st *StreamState) error {
+	if st.StopReason() != "" {
+		return nil
+	}
+	return &StreamError{State: st.Snapshot(), Err: io.ErrUnexpectedEOF}
+}
+
+// streamEnd explains why a stream read failed: which clock fired, the
+// caller's cancellation, the stop grace (a success), or a cut connection.
+func (c *Client) streamEnd(parent, rctx context.Context, op string, req *http.Request, st *StreamState, err error) error {
+	cause := context.Cause(rctx)
+	var cf clockFired
+	switch {
+	case errors.Is(cause, errStopGrace):
+		return nil
+	case errors.As(cause, &cf):
+		return &StreamError{Clock: cf.clock, State: st.Snapshot(), Err: cause}
+	case parent.Err() != nil:
+		return &StreamError{Clock: ClockCanceled, State: st.Snapshot(), Err: parent.Err()}
+	}
+	if st.StopReason() != "" {
+		return nil
+	}
+	snap := st.Snapshot()
+	if snap.FirstByte.IsZero() {
+		// Nothing was received: a plain transport failure of the request.
+		return c.transportError(op, req, err)
+	}
+	return &StreamError{State: snap, Err: redactErr{err, c.cfg.APIKey}}
+}
+
+// watchdog runs the three clocks of one read on a single re-armed timer.
+// The read path only stores a timestamp per chunk of bytes.
+type watchdog struct {
+	st     *StreamState
+	clocks Clocks
+	cancel context.CancelCauseFunc
+	onIdle func(time.Duration)
+	start  time.Time
+
+	firstByte atomic.Int64 // unix nanos, 0 until the first body byte
+	stopAt    atomic.Int64 // unix nanos of stop_reason, 0 until then
+
+	mu           sync.Mutex
+	timer        *time.Timer
+	stopped      bool
+	idleNotified time.Time // lastContent value already reported idle
+	idleCount    int
+}
+
+func newWatchdog(st *StreamState, clocks Clocks, cancel context.CancelCauseFunc, onIdle func(time.Duration), start time.Time) *watchdog {
+	w := &watchdog{st: st, clocks: clocks, cancel: cancel, onIdle: onIdle, start: start}
+	w.mu.Lock()
+	w.timer = time.AfterFunc(clocks.Connect, w.fire)
+	w.mu.Unlock()
+	return w
+}
+
+func (w *watchdog) onBytes(int) {
+	now := time.Now().UnixNano()
+	w.st.touch(now)
+	if w.firstByte.Load() == 0 && w.firstByte.CompareAndSwap(0, now) {
+		w.st.markFirstByte(time.Unix(0, now))
+		w.rearm(time.Unix(0, now))
+	}
+}
+
+func (w *watchdog) stopReasonAt(t time.Time) {
+	if w.stopAt.CompareAndSwap(0, t.UnixNano()) {
+		w.rearm(t)
+	}
+}
+
+func (w *watchdog) rearm(now time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stopped {
+		return
+	}
+	if next, ok := w.next(now); ok {
+		w.timer.Reset(next)
+	}
+}
+
+func (w *watchdog) stop() {
+	w.mu.Lock()
+	w.stopped = true
+	w.timer.Stop()
+	w.mu.Unlock()
+}
+
+// next returns how long until the nearest deadline. Call with mu held.
+func (w *watchdog) next(now time.Time) (time.Duration, bool) {
+	fb := w.firstByte.Load()
+	if fb == 0 {
+		return w.start.Add(w.clocks.Connect).Sub(now), true
+	}
+	deadline := time.Unix(0, fb).Add(w.clocks.Total)
+	if lb := w.st.lastByte.Load(); lb != 0 {
+		if d := time.Unix(0, lb).Add(w.clocks.Stall); d.Before(deadline) {
+			deadline = d
+		}
+	}
+	if sa := w.stopAt.Load(); sa != 0 {
+		if d := time.Unix(0, sa).Add(w.clocks.StopGrace); d.Before(deadline) {
+			deadline = d
+		}
+	}
+	if w.onIdle != nil && w.clocks.ContentIdle > 0 && w.stopAt.Load() == 0 {
+		lc := w.st.lastContentAt()
+		if !lc.IsZero() {
+			d := lc.Add(time.Duration(w.idleCountFor(lc)+1) * w.clocks.ContentIdle)
+			if d.Before(deadline) {
+				deadline = d
+			}
+		}
+	}
+	return deadline.Sub(now), true
+}
+
+func (w *watchdog) idleCountFor(lc time.Time) int {
+	if !w.idleNotified.Equal(lc) {
+		return 0
+	}
+	return w.idleCount
+}
+
+func (w *watchdog) fire() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stopped {
+		return
+	}
+	now := time.Now()
+	fb := w.firstByte.Load()
+	if fb == 0 {
+		if !now.Before(w.start.Add(w.clocks.Connect)) {
+			w.stopped = true
+			w.cancel(clockFired{ClockConnect})
+			return
+		}
+	} else {
+		if sa := w.stopAt.Load(); sa != 0 && !now.Before(time.Unix(0, sa).Add(w.clocks.StopGrace)) {
+			w.stopped = true
+			w.cancel(errStopGrace)
+			return
+		}
+		if !now.Before(time.Unix(0, fb).Add(w.clocks.Total)) {
+			w.stopped = true
+			w.cancel(clockFired{ClockTotal})
+			return
+		}
+		if lb := w.st.lastByte.Load(); lb != 0 && !now.Before(time.Unix(0, lb).Add(w.clocks.Stall)) {
+			w.stopped = true
+			w.cancel(clockFired{ClockStall})
+			return
+		}
+		if w.onIdle != nil && w.clocks.ContentIdle > 0 && w.stopAt.Load() == 0 {
+			lc := w.st.lastContentAt()
+			n := w.idleCountFor(lc)
+			if !lc.IsZero() && !now.Before(lc.Add(time.Duration(n+1)*w.clocks.ContentIdle)) {
+				w.idleNotified, w.idleCount = lc, n+1
+				w.onIdle(now.Sub(lc))
+			}
+		}
+	}
+	if next, ok := w.next(now); ok {
+		if next < time.Millisecond {
+			next = time.Millisecond
+		}
+		w.timer.Reset(next)
+	}
+}
