@@ -1,0 +1,287 @@
+package budget
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"time"
+)
+
+// Loop paces one phase that repeats tries until its window closes: the admission search
+// (list the agent's messages until the turn's otid shows up) or the follow (resume the run's
+// stream, then poll the run). Every request timeout, stream limit and sleep it hands out is
+// clamped to what remains of the window, so the phase cannot overrun it, whatever the
+// backoff draws. Config.Simulate drives the same Loop on a virtual clock; that is how the
+// tests prove that TaskTimeout covers the worst case of the code that really runs.
+//
+// Typical use in a follow phase:
+//
+//	l := cfg.FollowLoop(time.Now())
+//	for !l.Done() {
+//		rctx, cancel := l.RequestContext(ctx)
+//		run, err := client.GetRun(rctx, runID)
+//		cancel()
+//		// … stop when the run has ended …
+//		if err := l.Sleep(ctx); err != nil {
+//			return err
+//		}
+//	}
+//
+// A Loop is not safe for concurrent use.
+type Loop struct {
+	Phase          string        // for logs: one of the Phase… constants
+	Deadline       time.Time     // the window closes here
+	RequestTimeout time.Duration // bound of one request, before clamping
+	Backoff        Backoff       // delays between tries, before clamping
+	Now            func() time.Time
+	Rand           func() float64 // uniform draws in [0,1) for the jitter; nil: math/rand/v2
+
+	attempt   int
+	unclamped bool // tests only: hand out unclamped bounds, to show that the clamp is what keeps the budget
+}
+
+// AdmissionLoop returns the Loop of an admission search that starts at start and may last
+// AdmissionGrace.
+func (c Config) AdmissionLoop(start time.Time) *Loop {
+	return c.newLoop(PhaseAdmission, start, c.AdmissionGrace)
+}
+
+// FollowLoop returns the Loop of a follow (resume, then poll) that starts at start and may
+// last ContinuationMax.
+func (c Config) FollowLoop(start time.Time) *Loop {
+	return c.newLoop(PhaseContinuation, start, c.ContinuationMax)
+}
+
+func (c Config) newLoop(phase string, start time.Time, window time.Duration) *Loop {
+	return &Loop{
+		Phase:          phase,
+		Deadline:       start.Add(max(window, 0)),
+		RequestTimeout: c.RequestTimeout,
+		Backoff:        c.Backoff(),
+		Now:            time.Now,
+	}
+}
+
+func (l *Loop) now() time.Time {
+	if l.Now == nil {
+		return time.Now()
+	}
+	return l.Now()
+}
+
+// Remaining returns what is left of the window (never negative).
+func (l *Loop) Remaining() time.Duration {
+	return max(l.Deadline.Sub(l.now()), 0)
+}
+
+// Done reports whether the window has closed.
+func (l *Loop) Done() bool { return l.Remaining() == 0 }
+
+// Clamp bounds d to what remains of the window: use it for anything else the phase waits
+// on, such as a resumed stream.
+func (l *Loop) Clamp(d time.Duration) time.Duration {
+	if l.unclamped && !l.Done() {
+		return max(d, 0)
+	}
+	return clamp(d, l.Remaining())
+}
+
+// NextRequest returns the timeout of the next request: min(RequestTimeout, Remaining()).
+// 0 means the window has closed: don't send.
+func (l *Loop) NextRequest() time.Duration { return l.Clamp(l.RequestTimeout) }
+
+// RequestContext returns ctx bounded by NextRequest, for one HTTP request. When the window
+// has closed the returned context is already done.
+func (l *Loop) RequestContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, l.NextRequest())
+}
+
+// NextSleep draws the next backoff delay, Backoff.Delay(Attempt(), Rand()), advances the
+// attempt, and returns the delay clamped to Remaining().
+func (l *Loop) NextSleep() time.Duration {
+	r := l.Rand
+	if r == nil {
+		r = rand.Float64
+	}
+	d := l.Backoff.Delay(l.attempt, r())
+	if l.attempt < math.MaxInt {
+		l.attempt++
+	}
+	return l.Clamp(d)
+}
+
+// Sleep waits NextSleep, or until ctx is done (then it returns ctx.Err()). It returns at
+// once when the window has closed.
+func (l *Loop) Sleep(ctx context.Context) error {
+	d := l.NextSleep()
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// Attempt returns how many sleeps have been drawn since the start or the last ResetBackoff.
+func (l *Loop) Attempt() int { return l.attempt }
+
+// ResetBackoff starts the delays over from Backoff.Initial, e.g. after a poll saw progress.
+// It does not move the window.
+func (l *Loop) ResetBackoff() { l.attempt = 0 }
+
+// StepKind says what a Step spends its time on.
+type StepKind string
+
+const (
+	StepConnect StepKind = "connect" // a send waiting for the first byte of the response
+	StepStream  StepKind = "stream"  // reading the SSE stream of a send
+	StepRequest StepKind = "request" // one lookup or poll request
+	StepResume  StepKind = "resume"  // a resumed stream of a background run
+	StepSleep   StepKind = "sleep"   // a backoff delay
+	StepDeliver StepKind = "deliver" // writing reply events and the result
+)
+
+// Step is one span of time in a simulated attempt.
+type Step struct {
+	Phase  string        // one of the Phase… constants
+	Kind   StepKind      // what the time is spent on
+	At     time.Duration // when the step starts, from the start of the attempt
+	Length time.Duration
+}
+
+// Trace is a simulated attempt: its steps in order and when the last one ends.
+type Trace struct {
+	Steps []Step
+	Total time.Duration
+}
+
+// PhaseTotal returns the time the trace spends in the named phase.
+func (t Trace) PhaseTotal(phase string) time.Duration {
+	var sum time.Duration
+	for _, s := range t.Steps {
+		if s.Phase == phase {
+			sum += s.Length
+		}
+	}
+	return sum
+}
+
+// WorstCase returns Simulate(r).Total: how long one attempt takes on the worst-case
+// schedule. For a valid Config it is at most TaskTimeout() − SafetyMargin.
+func (c Config) WorstCase(r func() float64) time.Duration { return c.Simulate(r).Total }
+
+// Simulate runs the worst-case schedule of one attempt on a virtual clock, driving the same
+// Loops the continuation uses, and returns what it spent where. r supplies the backoff's
+// random draws in [0,1); nil means WorstDraw, every sleep at its jittered maximum.
+//
+// The schedule: the send waits the full ConnectTimeout and then streams for the full
+// StreamTotal before the stream is lost. (1) Admission search: list the agent's messages
+// (each request takes its whole clamped timeout), sleep, repeat, until AdmissionGrace is
+// spent. (2) Follow: when Resume is on, a resumed stream runs until its own connect and
+// total clocks or the window end; then polls of two requests each (GET run, GET run
+// messages) with backoff sleeps, until ContinuationMax is spent. (3) When the policy allows
+// a resend: send again (connect + stream) and repeat (1) and (2). (4) Delivery takes the
+// whole DeliveryAllowance. This is an upper bound of any real attempt: a real one stops a
+// phase early when it finds what it looks for.
+//
+// Simulate assumes a valid Config (see Validate); it terminates for any Config.
+func (c Config) Simulate(r func() float64) Trace { return c.simulate(r, false) }
+
+func (c Config) simulate(r func() float64, unclamped bool) Trace {
+	if r == nil {
+		r = WorstDraw
+	}
+	epoch := time.Unix(0, 0)
+	s := &simulator{c: c, r: r, start: epoch, now: epoch, unclamped: unclamped}
+	s.send(PhaseConnect, PhaseStream)
+	s.search(PhaseAdmission)
+	s.follow(PhaseContinuation)
+	if c.ResendPolicy.AllowsResend() {
+		s.send(PhaseResendConnect, PhaseResendStream)
+		s.search(PhaseResendAdmission)
+		s.follow(PhaseResendContinuation)
+	}
+	s.spend(PhaseDelivery, StepDeliver, c.DeliveryAllowance)
+	return Trace{Steps: s.steps, Total: s.now.Sub(s.start)}
+}
+
+type simulator struct {
+	c          Config
+	r          func() float64
+	start, now time.Time
+	steps      []Step
+	unclamped  bool
+}
+
+func (s *simulator) clock() time.Time { return s.now }
+
+func (s *simulator) spend(phase string, kind StepKind, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	s.steps = append(s.steps, Step{Phase: phase, Kind: kind, At: s.now.Sub(s.start), Length: d})
+	s.now = s.now.Add(d)
+}
+
+func (s *simulator) loop(l *Loop, phase string) *Loop {
+	l.Phase, l.Now, l.Rand, l.unclamped = phase, s.clock, s.r, s.unclamped
+	return l
+}
+
+func (s *simulator) send(connect, stream string) {
+	s.spend(connect, StepConnect, s.c.ConnectTimeout)
+	s.spend(stream, StepStream, s.c.StreamTotal)
+}
+
+// search: the otid never shows up, so the search runs to the end of its window.
+func (s *simulator) search(phase string) {
+	l := s.loop(s.c.AdmissionLoop(s.now), phase)
+	for !l.Done() {
+		before := s.now
+		s.spend(phase, StepRequest, l.NextRequest())
+		if l.Done() {
+			break
+		}
+		s.spend(phase, StepSleep, l.NextSleep())
+		if !s.now.After(before) { // no progress: only for an invalid Config
+			break
+		}
+	}
+}
+
+// follow: the run never ends, so the follow runs to the end of its window.
+func (s *simulator) follow(phase string) {
+	l := s.loop(s.c.FollowLoop(s.now), phase)
+	if s.c.Resume {
+		s.spend(phase, StepResume, l.Clamp(addSat(s.c.ConnectTimeout, s.c.StreamTotal)))
+	}
+	for !l.Done() {
+		before := s.now
+		for range 2 { // GET /v1/runs/{id}, GET /v1/runs/{id}/messages
+			if l.Done() {
+				break
+			}
+			s.spend(phase, StepRequest, l.NextRequest())
+		}
+		if l.Done() {
+			break
+		}
+		s.spend(phase, StepSleep, l.NextSleep())
+		if !s.now.After(before) {
+			break
+		}
+	}
+}
+
+func addSat(a, b time.Duration) time.Duration {
+	a, b = max(a, 0), max(b, 0)
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
