@@ -315,6 +315,15 @@ type wireMessage struct {
 // back as *UnknownMessage; only malformed JSON is an error.
 func DecodeMessage(data []byte) (Message, error) {
 	var w wireMessage
+	if !fastDecode(data, &w) {
+		return decodeStd(data)
+	}
+	return w.typed(data), nil
+}
+
+// decodeStd is the reference decoder (encoding/json).
+func decodeStd(data []byte) (Message, error) {
+	var w wireMessage
 	if err := json.Unmarshal(data, &w); err != nil {
 		return nil, fmt.Errorf("agentclient: decode message: %w", err)
 	}
@@ -387,7 +396,7 @@ func (w *wireMessage) typed(data []byte) Message {
 	case TypePing:
 		return &Ping{Common: c}
 	case "":
-		if len(w.Error) > 0 || w.Code != "" {
+		if rawString(w.Error) != "" || w.Code != "" {
 			// {"error":"…","code":"INTERNAL_SERVER_ERROR"} after an unhandled
 			// exception, or an LLM error body {"error":{type,message,detail}}.
 			em := &ErrorMessage{Common: c, ErrorType: w.Code, Message: rawString(w.Error)}

@@ -44,7 +44,7 @@ func newSSEReader(r io.Reader, max int, onBytes func(int)) *sseReader {
 	if max <= 0 {
 		max = DefaultMaxLineBytes
 	}
-	return &sseReader{br: bufio.NewReaderSize(r, 64<<10), max: max, onBytes: onBytes}
+	return &sseReader{br: bufio.NewReaderSize(r, 4<<10), max: max, onBytes: onBytes}
 }
 
 // readLine returns the next line without its terminator. The returned slice
@@ -75,7 +75,7 @@ func (s *sseReader) readLine() ([]byte, error) {
 		}
 		if errors.Is(err, bufio.ErrBufferFull) {
 			if len(s.line)+len(chunk) > s.max+2 {
-				return nil, fmt.Errorf("%w (more than %d bytes)", ErrLineTooLong, s.max)
+				return nil, fmt.Errorf("%w (limit %d bytes)", ErrLineTooLong, s.max)
 			}
 			s.line = append(s.line, chunk...)
 			continue

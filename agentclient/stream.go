@@ -194,16 +194,27 @@ func (c *Client) stream(ctx context.Context, op, path string, body any, st *Stre
 	}
 
 	rd := newSSEReader(resp.Body, c.cfg.MaxLineBytes, wd.onBytes)
+	result, readErr := readEvents(rd, st, opt, wd.stopReasonAt)
+	if readErr != nil {
+		return c.streamEnd(ctx, rctx, op, req, st, readErr)
+	}
+	return result
+}
+
+// readEvents is the read path of every stream: frame, decode, update the
+// state, hand the event on. It returns the stream's outcome, or readErr when
+// reading failed (the caller decides which clock or cause that was).
+func readEvents(rd *sseReader, st *StreamState, opt StreamOptions, onStop func(time.Time)) (result, readErr error) {
 	for {
 		fr, err := rd.Next()
 		if err != nil {
 			if errors.Is(err, io.EOF) {
-				return c.eof(st)
+				return eof(st), nil
 			}
 			if errors.Is(err, ErrLineTooLong) {
-				return &StreamError{State: st.Snapshot(), Err: err}
+				return &StreamError{State: st.Snapshot(), Err: err}, nil
 			}
-			return c.streamEnd(ctx, rctx, op, req, st, err)
+			return nil, err
 		}
 		now := time.Now()
 		ev := Event{SSEEvent: fr.Event}
@@ -214,7 +225,7 @@ func (c *Client) stream(ctx context.Context, op, path string, body any, st *Stre
 				if opt.OnEvent != nil {
 					opt.OnEvent(ev)
 				}
-				return c.eof(st)
+				return eof(st), nil
 			}
 		}
 		m, derr := DecodeMessage(fr.Data)
@@ -237,8 +248,8 @@ func (c *Client) stream(ctx context.Context, op, path string, body any, st *Stre
 		// Stream chunks append: token deltas join, and in step mode each
 		// id and type arrives once, so appending to nothing sets it.
 		ev.Update = st.Apply(m, false, now)
-		if _, ok := m.(*StopReason); ok {
-			wd.stopReasonAt(now)
+		if _, ok := m.(*StopReason); ok && onStop != nil {
+			onStop(now)
 		}
 		if opt.OnEvent != nil {
 			opt.OnEvent(ev)
@@ -246,21 +257,20 @@ func (c *Client) stream(ctx context.Context, op, path string, body any, st *Stre
 		switch fr.Event {
 		case "error":
 			if st.StopReason() != "" {
-				return nil
+				return nil, nil
 			}
-			em := m.(*ErrorMessage)
-			return &StreamError{InBand: em, State: st.Snapshot()}
+			return &StreamError{InBand: m.(*ErrorMessage), State: st.Snapshot()}, nil
 		case "cancelled":
 			if st.StopReason() == "" {
 				st.Apply(&StopReason{Common: Common{MessageType: TypeStopReason}, StopReason: "cancelled"}, true, now)
 			}
-			return nil
+			return nil, nil
 		}
 	}
 }
 
 // eof ends a stream that closed (or sent [DONE]).
-func (c *Client) eof(st *StreamState) error {
+func eof(st *StreamState) error {
 	if st.StopReason() != "" {
 		return nil
 	}
