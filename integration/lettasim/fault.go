@@ -1,0 +1,162 @@
+package lettasim
+
+import (
+	"math"
+	"time"
+)
+
+// Forever, as a Fault duration (StallFor, FirstByteDelay, AdmitDelay), means "until the client
+// goes away or the Sim closes".
+const Forever time.Duration = -1
+
+// Fault is what goes wrong with a turn. Set it with Sim.SetFault (it applies to the next turn of
+// that agent, or to the next Times turns, or to every turn if Persistent) or with a [[sim ...]]
+// directive in the message text. Durations are multiplied by Config.TimeScale.
+//
+// The phases of a send, in order, and the fields that act on each:
+//
+//	AdmitDelay                      nothing sent, nothing stored yet
+//	Status429 / Status5xxBeforeStore  answered, nothing stored
+//	-- the user message is stored, the run starts (and from here on always runs to its end) --
+//	Status5xxAfterStore / DropBeforeResponse
+//	FirstByteDelay                  no bytes at all (not even headers)
+//	stream: StallAfter+StallFor, DisconnectAfter   (connection faults; the run is not affected)
+//	run: EndWith after EndAfter steps, UnhandledException
+//	resume: ResumeStatus
+type Fault struct {
+	// Times is how many turns the fault applies to (0 means 1). Persistent: every turn until
+	// SetFault or ClearFault replaces it.
+	Times      int
+	Persistent bool
+
+	// AdmitDelay holds the request before the message is stored (no bytes are sent). A client
+	// that gives up during it leaves nothing behind.
+	AdmitDelay time.Duration
+
+	// Status429 answers 429 {"detail": ...} with a Retry-After header of RetryAfter (scaled,
+	// whole seconds rounded down, default 1s before scaling). Nothing is stored.
+	Status429  bool
+	RetryAfter time.Duration
+
+	// Status5xxBeforeStore answers this status (e.g. 500, 502, 503) before storing anything.
+	Status5xxBeforeStore int
+	// Status5xxAfterStore stores the message and starts the run (which goes on to its end), then
+	// answers this status.
+	Status5xxAfterStore int
+	// DropBeforeResponse stores the message and starts the run, then closes the connection with
+	// no response at all.
+	DropBeforeResponse bool
+
+	// FirstByteDelay: the message is stored and the run is going, but no byte (not even the
+	// response headers) is written for this long.
+	FirstByteDelay time.Duration
+
+	// StallFor != 0 stalls the connection after StallAfter SSE events (0: right after the
+	// response headers): no bytes, no pings, for StallFor (or Forever). The run goes on; after
+	// a finite stall the stream catches up.
+	StallAfter int
+	StallFor   time.Duration
+
+	// DisconnectAfter > 0 cuts the connection abruptly (no terminating chunk: the client sees
+	// an unexpected EOF) after that many SSE events, pings included. The run goes on.
+	DisconnectAfter int
+
+	// EndWith ends the run with this stop reason after EndAfter script steps (negative: after
+	// all of them). Failing reasons (error, llm_api_error, ...) send stop_reason then
+	// "event: error" with an error_message of ErrorType and no [DONE]; "cancelled" sends the
+	// cancelled stop reason then [DONE]; completing reasons (max_steps, ...) end normally.
+	EndWith   string
+	EndAfter  int
+	ErrorType string
+	// UnhandledException ends the run (after EndAfter steps) as failed with stop reason "error",
+	// and the stream with event: error {"error": ..., "code": "INTERNAL_SERVER_ERROR"} only.
+	UnhandledException bool
+
+	// ResumeStatus makes POST /v1/runs/{id}/stream for this turn's run answer this status
+	// (400, 410 or 503) instead of resuming.
+	ResumeStatus int
+}
+
+func (f Fault) isZero() bool {
+	return f.AdmitDelay == 0 && !f.Status429 && f.RetryAfter == 0 && f.Status5xxBeforeStore == 0 &&
+		f.Status5xxAfterStore == 0 && !f.DropBeforeResponse && f.FirstByteDelay == 0 &&
+		f.StallFor == 0 && f.StallAfter == 0 && f.DisconnectAfter == 0 && f.EndWith == "" &&
+		f.EndAfter == 0 && f.ErrorType == "" && !f.UnhandledException && f.ResumeStatus == 0
+}
+
+// ListFault slows or fails the read endpoints of an agent: GET .../agents/{id}/messages,
+// GET /v1/runs/{id}, GET /v1/runs/{id}/messages and GET /v1/runs/?agent_id=. Set it with
+// Sim.SetListFault or the slow_list= / fail_list= directive keys.
+type ListFault struct {
+	// Delay before each answer (scaled by TimeScale).
+	Delay time.Duration
+	// Fail: the next Fail requests answer FailStatus (default 503) {"detail": ...}.
+	Fail       int
+	FailStatus int
+}
+
+type faultSlot struct {
+	f         Fault
+	remaining int // -1: persistent
+}
+
+// stop reasons and the run status they map to (WIRE.md).
+var stopReasonStatus = map[string]string{
+	"end_turn":             "completed",
+	"max_steps":            "completed",
+	"tool_rule":            "completed",
+	"requires_approval":    "completed",
+	"error":                "failed",
+	"llm_api_error":        "failed",
+	"invalid_llm_response": "failed",
+	"invalid_tool_call":    "failed",
+	"no_tool_call":         "failed",
+	"max_tokens_exceeded":  "failed",
+	"context_window_overflow_in_system_prompt": "failed",
+	"insufficient_credits":                     "failed",
+	"cancelled":                                "cancelled",
+}
+
+func validStopReason(s string) bool { _, ok := stopReasonStatus[s]; return ok }
+
+func isFailure(stop string) bool { return stopReasonStatus[stop] == "failed" }
+
+// runStatusFor maps a stop reason to the run status; async runs report completed for anything
+// but cancelled (WIRE.md).
+func runStatusFor(stop string, async bool) string {
+	st := stopReasonStatus[stop]
+	if st == "" {
+		st = "failed"
+	}
+	if async && st == "failed" {
+		return "completed"
+	}
+	return st
+}
+
+func defaultErrorType(stop string) string {
+	switch stop {
+	case "llm_api_error":
+		return "llm_error"
+	case "invalid_llm_response":
+		return "llm_empty_response"
+	case "context_window_overflow_in_system_prompt", "max_tokens_exceeded":
+		return "context_window_exceeded"
+	}
+	return "internal_error"
+}
+
+// scale multiplies a scripted duration by the time scale; Forever and non-positive values pass.
+func scaleDuration(d time.Duration, scale float64) time.Duration {
+	if d <= 0 || scale == 1 {
+		return d
+	}
+	f := float64(d) * scale
+	if f >= math.MaxInt64 {
+		return time.Duration(math.MaxInt64)
+	}
+	if f < 1 {
+		return 1
+	}
+	return time.Duration(f)
+}
