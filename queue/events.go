@@ -1,0 +1,599 @@
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Reply events: the wire format.
+//
+// Every conversation has one Redis Stream of reply events:
+//
+//	<prefix>replies:<integration>:<chat_id>      (default prefix "lettaq:")
+//
+// e.g. "lettaq:replies:telegram:123456". The integration name must not contain
+// ':' (it is validated); the chat id may contain anything, since it is the
+// last component of the key. The stream is capped with XADD MAXLEN ~ N
+// (default 10,000 entries; "~" means Redis may keep slightly more).
+//
+// Each stream entry has these flat fields, all strings, always present:
+//
+//	type        accepted | phase | tool | answer_delta | answer | approval_required | error
+//	task_id     the Asynq task id of the turn
+//	otid        the turn's otid (stable across retries); "" if not known yet
+//	run_id      the Letta run id; "" if not known yet
+//	message_id  the integration's inbound message id this event answers; may be ""
+//	seq         decimal integer: per-turn sequence number, strictly increasing
+//	            across all attempts of the turn (1, 2, 3, ...). Within one turn,
+//	            stream order and seq order agree; a consumer that has shown
+//	            seq N may ignore any event of that turn with seq <= N.
+//	time        RFC 3339 time with nanoseconds, UTC, when the event was written
+//	data        compact JSON object with the type-specific fields below
+//
+// Fields of data (a field that is absent means zero, false or empty; the
+// fields listed per type as "always" are present even when empty):
+//
+//	phase        string   phase: connecting | streaming | thinking | tool_running |
+//	                      recovering | continuing (always); accepted: "queued"
+//	elapsed_ms   integer  phase: milliseconds spent in the turn so far
+//	position     integer  accepted: 0-based place in the conversation's line of
+//	                      waiting turns, 0 = next (always)
+//	text         string   answer_delta: the new text (always); answer: the whole
+//	                      answer (always); error: a human-readable message (always)
+//	narration    bool     answer_delta: true when the text is reasoning/narration,
+//	                      to be shown apart from the answer, never mixed into it
+//	parts        [string] answer: the text split into platform-sized parts, in
+//	                      order; joined they equal text exactly; [] when text is ""
+//	                      (always)
+//	tool         object   tool: the tool call or its result (always);
+//	                      approval_required: the pending tool call (always):
+//	                        name        string
+//	                        call_id     string
+//	                        arguments   string  (the JSON arguments as the agent sent them)
+//	                        status      "call" | "success" | "error"
+//	                        return      string  (the tool's return, at most 2 KiB)
+//	                        truncated   bool    (return was cut to fit)
+//	stop_reason  string   answer, error: Letta's stop reason, when known
+//	permanent    bool     error: true when the turn will not be retried (always)
+//	answered_by  string   answer: when several messages were answered by one turn,
+//	                      the task id of the turn that answered this message
+//
+// Each turn ends with at most one answer (or approval_required, or permanent
+// error) event, even when the turn is retried or recovered: the marker
+// <prefix>answered:<task_id> records that it was written. A consumer may still
+// see progress events (phase, tool, answer_delta) of a retried attempt; they
+// are progress only, and their seq keeps increasing.
+//
+// Reading from any language: XREAD BLOCK 5000 STREAMS <key> <last-id>, start
+// with "0" for the whole history or "$" for new events only, then pass the id
+// of the last entry received.
+
+// Conversation names one chat in one integration.
+type Conversation struct {
+	Integration string `json:"integration"`
+	ChatID      string `json:"chat_id"`
+}
+
+// String returns "integration:chat_id".
+func (c Conversation) String() string { return c.Integration + ":" + c.ChatID }
+
+// Validate reports whether c can name a reply stream: both parts non-empty,
+// and no ':' in Integration (so that keys cannot collide).
+func (c Conversation) Validate() error {
+	switch {
+	case c.Integration == "":
+		return fmt.Errorf("%w: conversation has no integration", ErrInvalidEvent)
+	case strings.ContainsAny(c.Integration, ": \t\r\n"):
+		return fmt.Errorf("%w: integration %q must not contain ':' or whitespace", ErrInvalidEvent, c.Integration)
+	case c.ChatID == "":
+		return fmt.Errorf("%w: conversation %q has no chat id", ErrInvalidEvent, c.Integration)
+	}
+	return nil
+}
+
+// EventType is the kind of a reply event.
+type EventType string
+
+// The reply event types.
+const (
+	// EventAccepted: the message was queued; Phase is "queued", Position the
+	// place in the conversation's line.
+	EventAccepted EventType = "accepted"
+	// EventPhase: what the turn is doing now (see the Phase… constants);
+	// repeated by a Heartbeat so typing indicators stay alive.
+	EventPhase EventType = "phase"
+	// EventTool: a tool call or its result.
+	EventTool EventType = "tool"
+	// EventAnswerDelta: new answer text (or, with Narration, reasoning).
+	EventAnswerDelta EventType = "answer_delta"
+	// EventAnswer: the whole answer, once per turn.
+	EventAnswer EventType = "answer"
+	// EventApprovalRequired: the agent wants to run a tool that needs approval.
+	EventApprovalRequired EventType = "approval_required"
+	// EventError: the turn failed; Permanent says whether it will be retried.
+	EventError EventType = "error"
+)
+
+// Valid reports whether t is one of the known event types.
+func (t EventType) Valid() bool {
+	switch t {
+	case EventAccepted, EventPhase, EventTool, EventAnswerDelta, EventAnswer, EventApprovalRequired, EventError:
+		return true
+	}
+	return false
+}
+
+// Final reports whether t ends a turn for the user (answer,
+// approval_required, error); EmitAnswerOnce writes only these.
+func (t EventType) Final() bool {
+	return t == EventAnswer || t == EventApprovalRequired || t == EventError
+}
+
+// Phases carried by phase (and accepted) events.
+const (
+	PhaseQueued      = "queued"
+	PhaseConnecting  = "connecting"
+	PhaseStreaming   = "streaming"
+	PhaseThinking    = "thinking"
+	PhaseToolRunning = "tool_running"
+	PhaseRecovering  = "recovering"
+	PhaseContinuing  = "continuing"
+)
+
+// Tool statuses carried by ToolEvent.Status.
+const (
+	ToolStatusCall    = "call"
+	ToolStatusSuccess = "success"
+	ToolStatusError   = "error"
+)
+
+// MaxToolReturnBytes is the most of a tool's return that an event carries;
+// Emit cuts longer returns (at a rune boundary) and sets Truncated.
+const MaxToolReturnBytes = 2048
+
+// ErrInvalidEvent is returned (wrapped) when a reply event or its
+// conversation cannot be written.
+var ErrInvalidEvent = errors.New("queue: invalid reply event")
+
+// ToolEvent is a tool call, its result, or a call waiting for approval.
+type ToolEvent struct {
+	Name      string `json:"name,omitempty"`
+	CallID    string `json:"call_id,omitempty"`
+	Arguments string `json:"arguments,omitempty"`
+	Status    string `json:"status,omitempty"`
+	Return    string `json:"return,omitempty"`
+	Truncated bool   `json:"truncated,omitempty"`
+}
+
+// ReplyEvent is one event in a conversation's reply stream. Its JSON form
+// (MarshalJSON) is the stream entry's fields with data as a nested object,
+// plus "id", the stream entry id.
+type ReplyEvent struct {
+	// ID is the stream entry id; set by Emit and Read, ignored on input.
+	ID        string
+	Type      EventType
+	TaskID    string
+	Otid      string
+	RunID     string
+	MessageID string
+	// Seq and Time are assigned by Emit.
+	Seq  int64
+	Time time.Time
+
+	Phase      string
+	Elapsed    time.Duration // sent in whole milliseconds
+	Position   int
+	Text       string
+	Narration  bool
+	Parts      []string
+	Tool       *ToolEvent
+	StopReason string
+	Permanent  bool
+	AnsweredBy string
+}
+
+// RepliesOptions configures Replies. Zero values take the defaults.
+type RepliesOptions struct {
+	// Prefix of every key; default "lettaq:". On Redis Cluster use a hash tag
+	// such as "{lettaq}:" so that the keys one script touches share a slot.
+	Prefix string
+	// MaxLen caps each conversation stream (XADD MAXLEN ~); default 10,000.
+	MaxLen int64
+	// TTL of the per-turn keys (answered marker, seq counter); default 7 days.
+	TTL time.Duration
+	// StreamTTL, when > 0, expires a conversation's stream that long after
+	// its last event. Default 0: streams are only capped by MaxLen.
+	StreamTTL time.Duration
+	// PartLimits gives, per integration, the part size (in runes) used to
+	// fill Parts of an answer that has none; integrations not listed use
+	// SplitMessage's default (4096).
+	PartLimits map[string]int
+	// Now is the clock for event times; default time.Now.
+	Now func() time.Time
+}
+
+// Replies writes and reads the reply streams. It is safe for concurrent use,
+// and any number of Replies (in any number of processes) may write the same
+// streams.
+type Replies struct {
+	rdb  redis.UniversalClient
+	opts RepliesOptions
+}
+
+// NewReplies returns a Replies on rdb.
+func NewReplies(rdb redis.UniversalClient, opts RepliesOptions) *Replies {
+	if opts.Prefix == "" {
+		opts.Prefix = "lettaq:"
+	}
+	if opts.MaxLen <= 0 {
+		opts.MaxLen = 10000
+	}
+	if opts.TTL <= 0 {
+		opts.TTL = 7 * 24 * time.Hour
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Replies{rdb: rdb, opts: opts}
+}
+
+// Key returns the stream key of c (see the wire format above). It does not
+// validate c; Emit and Read do.
+func (r *Replies) Key(c Conversation) string {
+	return r.opts.Prefix + "replies:" + c.Integration + ":" + c.ChatID
+}
+
+func (r *Replies) seqKey(taskID string) string      { return r.opts.Prefix + "seq:" + taskID }
+func (r *Replies) answeredKey(taskID string) string { return r.opts.Prefix + "answered:" + taskID }
+
+// replyEmitScript increments the turn's seq and appends the event in one
+// step, so that stream order and seq order agree across workers. With a
+// third key (the answered marker) it writes nothing when the marker exists,
+// and sets it otherwise.
+//
+// KEYS: stream, seq[, answered]
+// ARGV: maxlen, ttl_ms, stream_ttl_ms, then 5 field/value pairs written
+// before "seq", then the pairs written after it.
+var replyEmitScript = redis.NewScript(`
+local once = #KEYS == 3
+if once and redis.call('EXISTS', KEYS[3]) == 1 then
+  return {0, '', 0}
+end
+local seq = redis.call('INCR', KEYS[2])
+local ttl = tonumber(ARGV[2])
+if ttl > 0 then redis.call('PEXPIRE', KEYS[2], ttl) end
+local args = {KEYS[1], 'MAXLEN', '~', ARGV[1], '*'}
+for i = 4, 13 do args[#args + 1] = ARGV[i] end
+args[#args + 1] = 'seq'
+args[#args + 1] = tostring(seq)
+for i = 14, #ARGV do args[#args + 1] = ARGV[i] end
+local id = redis.call('XADD', unpack(args))
+local sttl = tonumber(ARGV[3])
+if sttl > 0 then redis.call('PEXPIRE', KEYS[1], sttl) end
+if once then
+  if ttl > 0 then
+    redis.call('SET', KEYS[3], id, 'PX', ttl)
+  else
+    redis.call('SET', KEYS[3], id)
+  end
+end
+return {1, id, seq}
+`)
+
+// Emit appends ev to c's stream. It assigns Seq (from the turn's counter,
+// atomically with the append) and Time, and returns the event as written.
+// Type must be valid and TaskID set; a phase event needs Phase, tool and
+// approval_required events need Tool. An answer without Parts gets its text
+// split by SplitMessage. Final events that must be written once per turn go
+// through EmitAnswerOnce instead.
+func (r *Replies) Emit(ctx context.Context, c Conversation, ev ReplyEvent) (ReplyEvent, error) {
+	ev, _, err := r.emit(ctx, c, ev, false)
+	return ev, err
+}
+
+// EmitAnswerOnce appends a final event (answer, approval_required or error;
+// an empty Type means answer) unless one was already written for
+// ev.TaskID: the check, the marker <prefix>answered:<task_id> (kept for
+// TTL), the seq increment and the append are one atomic script. It reports
+// whether the event was written; a retried or recovered attempt gets false
+// and writes nothing.
+func (r *Replies) EmitAnswerOnce(ctx context.Context, c Conversation, ev ReplyEvent) (emitted bool, err error) {
+	if ev.Type == "" {
+		ev.Type = EventAnswer
+	}
+	if !ev.Type.Final() {
+		return false, fmt.Errorf("%w: EmitAnswerOnce needs a final event type, not %q", ErrInvalidEvent, ev.Type)
+	}
+	_, emitted, err = r.emit(ctx, c, ev, true)
+	return emitted, err
+}
+
+// Answered reports whether the final event of taskID's turn was written.
+func (r *Replies) Answered(ctx context.Context, taskID string) (bool, error) {
+	n, err := r.rdb.Exists(ctx, r.answeredKey(taskID)).Result()
+	if err != nil {
+		return false, fmt.Errorf("queue: answered %s: %w", taskID, err)
+	}
+	return n == 1, nil
+}
+
+func (r *Replies) emit(ctx context.Context, c Conversation, ev ReplyEvent, once bool) (ReplyEvent, bool, error) {
+	if err := c.Validate(); err != nil {
+		return ev, false, err
+	}
+	if err := validateReplyEvent(ev); err != nil {
+		return ev, false, err
+	}
+	if ev.Type == EventAnswer && ev.Parts == nil && ev.Text != "" {
+		ev.Parts = SplitMessage(ev.Text, r.opts.PartLimits[c.Integration])
+	}
+	if ev.Tool != nil {
+		t := *ev.Tool
+		if len(t.Return) > MaxToolReturnBytes {
+			t.Return = replyTruncateUTF8(t.Return, MaxToolReturnBytes)
+			t.Truncated = true
+		}
+		ev.Tool = &t
+	}
+	ev.Time = r.opts.Now().UTC()
+	data, err := json.Marshal(replyDataOf(ev))
+	if err != nil {
+		return ev, false, fmt.Errorf("queue: encode reply event: %w", err)
+	}
+	keys := []string{r.Key(c), r.seqKey(ev.TaskID)}
+	if once {
+		keys = append(keys, r.answeredKey(ev.TaskID))
+	}
+	args := []any{
+		r.opts.MaxLen, r.opts.TTL.Milliseconds(), r.opts.StreamTTL.Milliseconds(),
+		"type", string(ev.Type), "task_id", ev.TaskID, "otid", ev.Otid, "run_id", ev.RunID, "message_id", ev.MessageID,
+		"time", ev.Time.Format(time.RFC3339Nano), "data", string(data),
+	}
+	res, err := replyEmitScript.Run(ctx, r.rdb, keys, args...).Slice()
+	if err != nil {
+		return ev, false, fmt.Errorf("queue: emit %s for task %s: %w", ev.Type, ev.TaskID, err)
+	}
+	if len(res) != 3 {
+		return ev, false, fmt.Errorf("queue: emit %s for task %s: unexpected script reply %v", ev.Type, ev.TaskID, res)
+	}
+	if ok, _ := res[0].(int64); ok != 1 {
+		return ev, false, nil
+	}
+	ev.ID, _ = res[1].(string)
+	ev.Seq, _ = res[2].(int64)
+	return ev, true, nil
+}
+
+func validateReplyEvent(ev ReplyEvent) error {
+	if !ev.Type.Valid() {
+		return fmt.Errorf("%w: unknown type %q", ErrInvalidEvent, ev.Type)
+	}
+	if ev.TaskID == "" {
+		return fmt.Errorf("%w: %s event has no task id", ErrInvalidEvent, ev.Type)
+	}
+	switch ev.Type {
+	case EventPhase:
+		if ev.Phase == "" {
+			return fmt.Errorf("%w: phase event has no phase", ErrInvalidEvent)
+		}
+	case EventTool, EventApprovalRequired:
+		if ev.Tool == nil {
+			return fmt.Errorf("%w: %s event has no tool", ErrInvalidEvent, ev.Type)
+		}
+	}
+	return nil
+}
+
+// replyTruncateUTF8 returns the longest prefix of s of at most n bytes that does
+// not end inside a rune.
+func replyTruncateUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	i := n
+	for i > 0 && i > n-utf8.UTFMax && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i]
+}
+
+// replyData is the wire form of the type-specific fields. Pointer fields are
+// the ones that are always present for some types.
+type replyData struct {
+	Phase      string     `json:"phase,omitempty"`
+	ElapsedMS  int64      `json:"elapsed_ms,omitempty"`
+	Position   *int       `json:"position,omitempty"`
+	Text       *string    `json:"text,omitempty"`
+	Narration  bool       `json:"narration,omitempty"`
+	Parts      *[]string  `json:"parts,omitempty"`
+	Tool       *ToolEvent `json:"tool,omitempty"`
+	StopReason string     `json:"stop_reason,omitempty"`
+	Permanent  *bool      `json:"permanent,omitempty"`
+	AnsweredBy string     `json:"answered_by,omitempty"`
+}
+
+func replyDataOf(ev ReplyEvent) replyData {
+	d := replyData{
+		Phase:      ev.Phase,
+		ElapsedMS:  ev.Elapsed.Milliseconds(),
+		Narration:  ev.Narration,
+		Tool:       ev.Tool,
+		StopReason: ev.StopReason,
+		AnsweredBy: ev.AnsweredBy,
+	}
+	if ev.Position != 0 || ev.Type == EventAccepted {
+		p := ev.Position
+		d.Position = &p
+	}
+	if ev.Text != "" || ev.Type == EventAnswerDelta || ev.Type == EventAnswer || ev.Type == EventError {
+		t := ev.Text
+		d.Text = &t
+	}
+	if len(ev.Parts) > 0 || ev.Type == EventAnswer {
+		p := ev.Parts
+		if p == nil {
+			p = []string{}
+		}
+		d.Parts = &p
+	}
+	if ev.Permanent || ev.Type == EventError {
+		p := ev.Permanent
+		d.Permanent = &p
+	}
+	return d
+}
+
+func (d replyData) apply(ev *ReplyEvent) {
+	ev.Phase = d.Phase
+	ev.Elapsed = time.Duration(d.ElapsedMS) * time.Millisecond
+	if d.Position != nil {
+		ev.Position = *d.Position
+	}
+	if d.Text != nil {
+		ev.Text = *d.Text
+	}
+	ev.Narration = d.Narration
+	if d.Parts != nil {
+		ev.Parts = *d.Parts
+	}
+	ev.Tool = d.Tool
+	ev.StopReason = d.StopReason
+	if d.Permanent != nil {
+		ev.Permanent = *d.Permanent
+	}
+	ev.AnsweredBy = d.AnsweredBy
+}
+
+// replyEventFromEntry decodes a stream entry. It is lenient: a field that is
+// missing or malformed is left zero, so that one bad entry (or one written by
+// a newer version) never stops a consumer.
+func replyEventFromEntry(m redis.XMessage) ReplyEvent {
+	str := func(k string) string {
+		s, _ := m.Values[k].(string)
+		return s
+	}
+	ev := ReplyEvent{
+		ID:        m.ID,
+		Type:      EventType(str("type")),
+		TaskID:    str("task_id"),
+		Otid:      str("otid"),
+		RunID:     str("run_id"),
+		MessageID: str("message_id"),
+	}
+	ev.Seq, _ = strconv.ParseInt(str("seq"), 10, 64)
+	ev.Time, _ = time.Parse(time.RFC3339Nano, str("time"))
+	var d replyData
+	if json.Unmarshal([]byte(str("data")), &d) == nil {
+		d.apply(&ev)
+	}
+	return ev
+}
+
+// replyEventJSON is the JSON form of a ReplyEvent: the wire fields, with
+// data as an object and seq as a number.
+type replyEventJSON struct {
+	ID        string    `json:"id,omitempty"`
+	Type      EventType `json:"type"`
+	TaskID    string    `json:"task_id"`
+	Otid      string    `json:"otid"`
+	RunID     string    `json:"run_id"`
+	MessageID string    `json:"message_id"`
+	Seq       int64     `json:"seq"`
+	Time      string    `json:"time"`
+	Data      replyData `json:"data"`
+}
+
+// MarshalJSON encodes e in the same shape as a stream entry (see the wire
+// format), with data as a nested object, seq as a number and the entry id as
+// "id". `enqueue --wait` prints events this way.
+func (e ReplyEvent) MarshalJSON() ([]byte, error) {
+	w := replyEventJSON{
+		ID: e.ID, Type: e.Type, TaskID: e.TaskID, Otid: e.Otid, RunID: e.RunID,
+		MessageID: e.MessageID, Seq: e.Seq, Data: replyDataOf(e),
+	}
+	if !e.Time.IsZero() {
+		w.Time = e.Time.UTC().Format(time.RFC3339Nano)
+	}
+	return json.Marshal(w)
+}
+
+// UnmarshalJSON decodes the form MarshalJSON writes.
+func (e *ReplyEvent) UnmarshalJSON(b []byte) error {
+	var w replyEventJSON
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	*e = ReplyEvent{
+		ID: w.ID, Type: w.Type, TaskID: w.TaskID, Otid: w.Otid, RunID: w.RunID,
+		MessageID: w.MessageID, Seq: w.Seq,
+	}
+	if w.Time != "" {
+		t, err := time.Parse(time.RFC3339Nano, w.Time)
+		if err != nil {
+			return fmt.Errorf("queue: reply event time: %w", err)
+		}
+		e.Time = t
+	}
+	w.Data.apply(e)
+	return nil
+}
+
+// Read returns up to count events (count <= 0: no limit) of c's stream that
+// come after the entry id after, waiting up to block for the first one when
+// there is none yet (block <= 0: do not wait).
+//
+// after is "0" (or "") for the whole retained history, "$" for only events
+// written after Read was called, or the id of the last entry already seen.
+// lastID is the id to pass as after next time: the id of the last event
+// returned, or, when none was, after itself ("$" resolved to the stream's
+// current last id, so that looping on lastID never misses an event).
+// A wait that ends with no event is not an error.
+func (r *Replies) Read(ctx context.Context, c Conversation, after string, count int64, block time.Duration) (events []ReplyEvent, lastID string, err error) {
+	if err := c.Validate(); err != nil {
+		return nil, after, err
+	}
+	key := r.Key(c)
+	switch after {
+	case "", "0":
+		after = "0-0"
+	case "$":
+		last, err := r.rdb.XRevRangeN(ctx, key, "+", "-", 1).Result()
+		if err != nil {
+			return nil, after, fmt.Errorf("queue: read %s: %w", key, err)
+		}
+		after = "0-0"
+		if len(last) == 1 {
+			after = last[0].ID
+		}
+	}
+	args := &redis.XReadArgs{Streams: []string{key, after}, Count: count, Block: -1}
+	if count < 0 {
+		args.Count = 0
+	}
+	if block > 0 {
+		args.Block = max(block, time.Millisecond) // BLOCK 0 would wait forever
+	}
+	res, err := r.rdb.XRead(ctx, args).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, after, nil
+	}
+	if err != nil {
+		return nil, after, fmt.Errorf("queue: read %s: %w", key, err)
+	}
+	lastID = after
+	for _, s := range res {
+		for _, m := range s.Messages {
+			events = append(events, replyEventFromEntry(m))
+			lastID = m.ID
+		}
+	}
+	return events, lastID, nil
+}

@@ -1,0 +1,517 @@
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The turn journal: key layout.
+//
+// With the default prefix "lettaq:" (all keys expire after Retention, which
+// every write refreshes):
+//
+//	lettaq:journal:turn:<task_id>     STRING  the TurnRecord as one JSON value (SET … PX)
+//	lettaq:journal:intents:<task_id>  LIST    one JSON Intent per attempt that meant to
+//	                                          send, oldest first (RPUSH, never rewritten)
+//	lettaq:journal:otid:<otid>        STRING  the task id of the turn with that otid
+//	lettaq:journal:idx:recent         ZSET    every turn: member task id, score = turn
+//	                                          time in Unix ms (EnqueuedAt, else first start,
+//	                                          else time of first save)
+//	lettaq:journal:idx:stalls         ZSET    turns with an attempt whose TimeoutClock != ""
+//	lettaq:journal:idx:retries        ZSET    turns with more than one attempt
+//	lettaq:journal:idx:resends        ZSET    turns with Resends > 0
+//	lettaq:journal:idx:failures       ZSET    turns whose Outcome is "failed"
+//
+// Each index keeps the newest MaxIndex members. An index member whose record
+// has expired is skipped by queries and removed then. On Redis Cluster use a
+// prefix with a hash tag (e.g. "{lettaq}:") so one save touches one slot.
+
+// Turn outcomes (TurnRecord.Outcome and Attempt.Outcome).
+const (
+	OutcomeAnswered         = "answered"
+	OutcomeFailed           = "failed"
+	OutcomeApprovalRequired = "approval_required"
+	OutcomeStillRunning     = "still_running"
+	OutcomeNotAdmitted      = "not_admitted"
+	OutcomeCanceled         = "canceled"
+	// OutcomeRetrying ends an attempt that left the turn to a later attempt.
+	OutcomeRetrying = "retrying"
+	// OutcomeCoalesced: the message was answered by another turn (AnsweredBy).
+	OutcomeCoalesced = "coalesced"
+)
+
+// Which clock ended an attempt (Attempt.TimeoutClock); "" when none did.
+const (
+	TimeoutClockConnect  = "connect"
+	TimeoutClockStall    = "stall"
+	TimeoutClockTotal    = "total"
+	TimeoutClockCanceled = "canceled"
+)
+
+// Resend decisions (Attempt.ResendDecision); "" when the question never came up.
+const (
+	ResendNotNeeded = "not_needed"
+	ResendResent    = "resent"
+	ResendForbidden = "forbidden"
+)
+
+// ErrNotFound is returned (wrapped; test with errors.Is) when the journal has
+// no record of a turn, or it has expired.
+var ErrNotFound = errors.New("queue: turn record not found")
+
+// TurnRecord is what the journal keeps about one turn (one task). Durations
+// are stored as integer nanoseconds (fields named …_ns).
+type TurnRecord struct {
+	TaskID       string       `json:"task_id"`
+	Otid         string       `json:"otid,omitempty"`
+	AgentID      string       `json:"agent_id,omitempty"`
+	RunID        string       `json:"run_id,omitempty"`
+	Conversation Conversation `json:"conversation"`
+	MessageID    string       `json:"message_id,omitempty"`
+	Queue        string       `json:"queue,omitempty"`
+
+	EnqueuedAt     time.Time `json:"enqueued_at,omitzero"`
+	FirstStartedAt time.Time `json:"first_started_at,omitzero"`
+	FinishedAt     time.Time `json:"finished_at,omitzero"`
+	// UpdatedAt is set by Save.
+	UpdatedAt time.Time `json:"updated_at,omitzero"`
+
+	// QueueWait is from enqueue to the turn's first start; Save fills it
+	// when it is zero and both times are known.
+	QueueWait time.Duration `json:"queue_wait_ns,omitempty"`
+	Attempts  []Attempt     `json:"attempts,omitempty"`
+
+	Outcome    string `json:"outcome,omitempty"`
+	Error      string `json:"error,omitempty"`
+	StopReason string `json:"stop_reason,omitempty"`
+	// Latency is from enqueue to the end of the turn; Save fills it when it
+	// is zero and both times are known.
+	Latency time.Duration `json:"latency_ns,omitempty"`
+	// TTFT is from enqueue to the first token of the answer.
+	TTFT  time.Duration `json:"ttft_ns,omitempty"`
+	Usage *Usage        `json:"usage,omitempty"`
+	Tools []ToolSummary `json:"tools,omitempty"`
+	// Warnings are anomalies worth an operator's look, e.g. "tool_call_id X
+	// seen twice", "tool Y unanswered when run was cancelled".
+	Warnings []string `json:"warnings,omitempty"`
+
+	Resends    int    `json:"resends,omitempty"`
+	AnsweredBy string `json:"answered_by,omitempty"`
+	// Merged lists the message ids merged into this turn.
+	Merged []string `json:"merged,omitempty"`
+}
+
+// Attempt is one execution of a turn by a worker.
+type Attempt struct {
+	N      int       `json:"n"`
+	Worker string    `json:"worker,omitempty"`
+	Start  time.Time `json:"start,omitzero"`
+	End    time.Time `json:"end,omitzero"`
+	// Phases the attempt went through, in order.
+	Phases []PhaseMark `json:"phases,omitempty"`
+	// TimeoutClock is the clock that ended the attempt (TimeoutClock…), "" if none.
+	TimeoutClock string `json:"timeout_clock,omitempty"`
+	Polls        int    `json:"polls,omitempty"`
+	Resumes      int    `json:"resumes,omitempty"`
+	// ResendDecision is one of the Resend… constants, or "".
+	ResendDecision string `json:"resend_decision,omitempty"`
+	// SentOtid: the intent to send was recorded before the send.
+	SentOtid bool   `json:"sent_otid,omitempty"`
+	Outcome  string `json:"outcome,omitempty"`
+	Error    string `json:"error,omitempty"`
+}
+
+// PhaseMark is when an attempt entered a phase.
+type PhaseMark struct {
+	Phase string    `json:"phase"`
+	At    time.Time `json:"at"`
+}
+
+// Usage is the token usage of a turn.
+type Usage struct {
+	PromptTokens     int `json:"prompt_tokens,omitempty"`
+	CompletionTokens int `json:"completion_tokens,omitempty"`
+	TotalTokens      int `json:"total_tokens,omitempty"`
+	StepCount        int `json:"step_count,omitempty"`
+}
+
+// ToolSummary is one tool call of a turn.
+type ToolSummary struct {
+	Name     string        `json:"name"`
+	CallID   string        `json:"call_id,omitempty"`
+	Duration time.Duration `json:"duration_ns,omitempty"`
+	Status   string        `json:"status,omitempty"`
+}
+
+// Intent records that an attempt was about to send the turn's message.
+type Intent struct {
+	TaskID  string    `json:"task_id"`
+	Otid    string    `json:"otid"`
+	Attempt int       `json:"attempt"`
+	Worker  string    `json:"worker,omitempty"`
+	At      time.Time `json:"at"`
+}
+
+// Filter selects the turns Recent returns.
+type Filter string
+
+// The filters; each but FilterAll has its own index.
+const (
+	FilterAll      Filter = "all"
+	FilterStalls   Filter = "stalls"
+	FilterRetries  Filter = "retries"
+	FilterResends  Filter = "resends"
+	FilterFailures Filter = "failures"
+)
+
+// ParseFilter parses a filter name ("" means all).
+func ParseFilter(s string) (Filter, error) {
+	switch f := Filter(s); f {
+	case "":
+		return FilterAll, nil
+	case FilterAll, FilterStalls, FilterRetries, FilterResends, FilterFailures:
+		return f, nil
+	}
+	return "", fmt.Errorf("queue: unknown journal filter %q (want all, stalls, retries, resends or failures)", s)
+}
+
+// Match reports whether rec belongs in f.
+func (f Filter) Match(rec *TurnRecord) bool {
+	switch f {
+	case FilterAll, "":
+		return true
+	case FilterStalls:
+		for _, a := range rec.Attempts {
+			if a.TimeoutClock != "" {
+				return true
+			}
+		}
+		return false
+	case FilterRetries:
+		return len(rec.Attempts) > 1
+	case FilterResends:
+		return rec.Resends > 0
+	case FilterFailures:
+		return rec.Outcome == OutcomeFailed
+	}
+	return false
+}
+
+var journalFlagFilters = []Filter{FilterStalls, FilterRetries, FilterResends, FilterFailures}
+
+// JournalOptions configures a Journal. Zero values take the defaults.
+type JournalOptions struct {
+	// Prefix of every key; default "lettaq:".
+	Prefix string
+	// Retention of records, intents and indexes, refreshed on every write;
+	// default 7 days.
+	Retention time.Duration
+	// MaxIndex is how many entries each index keeps; default 100,000.
+	MaxIndex int64
+	// Now is the clock for intents and UpdatedAt; default time.Now.
+	Now func() time.Time
+}
+
+// Journal stores a record of every turn and every attempt, for operators.
+// It is safe for concurrent use.
+type Journal struct {
+	rdb  redis.UniversalClient
+	opts JournalOptions
+}
+
+// NewJournal returns a Journal on rdb.
+func NewJournal(rdb redis.UniversalClient, opts JournalOptions) *Journal {
+	if opts.Prefix == "" {
+		opts.Prefix = "lettaq:"
+	}
+	if opts.Retention <= 0 {
+		opts.Retention = 7 * 24 * time.Hour
+	}
+	if opts.MaxIndex <= 0 {
+		opts.MaxIndex = 100000
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Journal{rdb: rdb, opts: opts}
+}
+
+func (j *Journal) recordKey(taskID string) string {
+	return j.opts.Prefix + "journal:turn:" + taskID
+}
+
+func (j *Journal) intentsKey(taskID string) string {
+	return j.opts.Prefix + "journal:intents:" + taskID
+}
+
+func (j *Journal) otidKey(otid string) string {
+	return j.opts.Prefix + "journal:otid:" + otid
+}
+
+func (j *Journal) indexKey(f Filter) string {
+	if f == "" {
+		f = FilterAll
+	}
+	if f == FilterAll {
+		return j.opts.Prefix + "journal:idx:recent"
+	}
+	return j.opts.Prefix + "journal:idx:" + string(f)
+}
+
+// journalIntentScript appends an intent and returns the intents before it,
+// in one step. KEYS: intents list. ARGV: intent JSON, ttl ms.
+var journalIntentScript = redis.NewScript(`
+local prior = redis.call('LRANGE', KEYS[1], 0, -1)
+redis.call('RPUSH', KEYS[1], ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return prior
+`)
+
+// RecordIntent records, before the send, that attempt (by worker) is about
+// to send taskID's message with otid, and returns the intents recorded
+// before it, oldest first. The append and the read are one atomic script,
+// so of two racing attempts exactly one sees the other's intent. An attempt
+// that gets a non-empty prior must look for the otid in the agent's history
+// before it may send. (Durability across a Redis crash is Redis's: run it
+// with appendonly yes if intents must survive one.)
+func (j *Journal) RecordIntent(ctx context.Context, taskID, otid string, attempt int, worker string) (prior []Intent, err error) {
+	if taskID == "" || otid == "" {
+		return nil, fmt.Errorf("queue: record intent: task id and otid are required (task %q, otid %q)", taskID, otid)
+	}
+	b, err := json.Marshal(Intent{TaskID: taskID, Otid: otid, Attempt: attempt, Worker: worker, At: j.opts.Now().UTC()})
+	if err != nil {
+		return nil, fmt.Errorf("queue: record intent: %w", err)
+	}
+	raw, err := journalIntentScript.Run(ctx, j.rdb, []string{j.intentsKey(taskID)}, string(b), j.opts.Retention.Milliseconds()).StringSlice()
+	if err != nil {
+		return nil, fmt.Errorf("queue: record intent for task %s: %w", taskID, err)
+	}
+	return journalDecodeIntents(taskID, raw)
+}
+
+// Intents returns the intents recorded for taskID, oldest first.
+func (j *Journal) Intents(ctx context.Context, taskID string) ([]Intent, error) {
+	raw, err := j.rdb.LRange(ctx, j.intentsKey(taskID), 0, -1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("queue: intents of task %s: %w", taskID, err)
+	}
+	return journalDecodeIntents(taskID, raw)
+}
+
+func journalDecodeIntents(taskID string, raw []string) ([]Intent, error) {
+	out := make([]Intent, 0, len(raw))
+	for _, s := range raw {
+		var in Intent
+		if err := json.Unmarshal([]byte(s), &in); err != nil {
+			// Never drop an intent silently: an unreadable one still means
+			// something may have been sent.
+			return nil, fmt.Errorf("queue: intents of task %s: bad entry %q: %w", taskID, s, err)
+		}
+		out = append(out, in)
+	}
+	return out, nil
+}
+
+// Save writes rec (replacing any earlier version: last write wins), refreshes
+// its retention and updates the indexes, all in one MULTI/EXEC. rec is not
+// modified; the stored copy gets UpdatedAt, and QueueWait and Latency when
+// they are zero and can be computed.
+func (j *Journal) Save(ctx context.Context, rec *TurnRecord) error {
+	if rec == nil || rec.TaskID == "" {
+		return errors.New("queue: journal save: record has no task id")
+	}
+	now := j.opts.Now()
+	r := *rec
+	r.UpdatedAt = now.UTC()
+	if r.QueueWait == 0 && !r.EnqueuedAt.IsZero() && !r.FirstStartedAt.IsZero() {
+		r.QueueWait = r.FirstStartedAt.Sub(r.EnqueuedAt)
+	}
+	if r.Latency == 0 && !r.EnqueuedAt.IsZero() && !r.FinishedAt.IsZero() {
+		r.Latency = r.FinishedAt.Sub(r.EnqueuedAt)
+	}
+	b, err := json.Marshal(&r)
+	if err != nil {
+		return fmt.Errorf("queue: journal save %s: %w", r.TaskID, err)
+	}
+	at, known := journalTurnTime(&r)
+	score := float64(at.UnixMilli())
+	if !known {
+		score = float64(now.UnixMilli())
+	}
+	ttl := j.opts.Retention
+	keep := j.opts.MaxIndex
+	_, err = j.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Set(ctx, j.recordKey(r.TaskID), b, ttl)
+		if r.Otid != "" {
+			p.Set(ctx, j.otidKey(r.Otid), r.TaskID, ttl)
+		}
+		p.Expire(ctx, j.intentsKey(r.TaskID), ttl)
+		for _, f := range append([]Filter{FilterAll}, journalFlagFilters...) {
+			key := j.indexKey(f)
+			if !f.Match(&r) {
+				p.ZRem(ctx, key, r.TaskID)
+				continue
+			}
+			z := redis.Z{Score: score, Member: r.TaskID}
+			if known {
+				p.ZAdd(ctx, key, z)
+			} else {
+				p.ZAddNX(ctx, key, z) // keep the time of the first save
+			}
+			p.ZRemRangeByRank(ctx, key, 0, -keep-1)
+			p.Expire(ctx, key, ttl)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("queue: journal save %s: %w", r.TaskID, err)
+	}
+	return nil
+}
+
+// journalTurnTime is the time a turn is indexed under.
+func journalTurnTime(r *TurnRecord) (time.Time, bool) {
+	switch {
+	case !r.EnqueuedAt.IsZero():
+		return r.EnqueuedAt, true
+	case !r.FirstStartedAt.IsZero():
+		return r.FirstStartedAt, true
+	case len(r.Attempts) > 0 && !r.Attempts[0].Start.IsZero():
+		return r.Attempts[0].Start, true
+	}
+	return time.Time{}, false
+}
+
+// Get returns the record of taskID, or an error wrapping ErrNotFound.
+func (j *Journal) Get(ctx context.Context, taskID string) (*TurnRecord, error) {
+	b, err := j.rdb.Get(ctx, j.recordKey(taskID)).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("%w: task %s", ErrNotFound, taskID)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("queue: journal get %s: %w", taskID, err)
+	}
+	return journalDecodeRecord(taskID, b)
+}
+
+func journalDecodeRecord(taskID string, b []byte) (*TurnRecord, error) {
+	var rec TurnRecord
+	if err := json.Unmarshal(b, &rec); err != nil {
+		return nil, fmt.Errorf("queue: journal record %s: %w", taskID, err)
+	}
+	return &rec, nil
+}
+
+// ByOtid returns the record of the turn with otid, or an error wrapping
+// ErrNotFound.
+func (j *Journal) ByOtid(ctx context.Context, otid string) (*TurnRecord, error) {
+	taskID, err := j.rdb.Get(ctx, j.otidKey(otid)).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("%w: otid %s", ErrNotFound, otid)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("queue: journal otid %s: %w", otid, err)
+	}
+	rec, err := j.Get(ctx, taskID)
+	if err != nil {
+		return nil, err
+	}
+	if rec.Otid != otid {
+		return nil, fmt.Errorf("%w: otid %s (task %s now has otid %q)", ErrNotFound, otid, taskID, rec.Otid)
+	}
+	return rec, nil
+}
+
+// Recent returns up to limit records (limit <= 0: 100) that match filter,
+// newest turn first. Index entries whose record has expired are skipped and
+// removed from the index.
+func (j *Journal) Recent(ctx context.Context, filter Filter, limit int) ([]*TurnRecord, error) {
+	if filter == "" {
+		filter = FilterAll
+	}
+	if _, err := ParseFilter(string(filter)); err != nil {
+		return nil, err
+	}
+	if limit <= 0 {
+		limit = 100
+	}
+	key := j.indexKey(filter)
+	page := int64(max(limit, 50))
+	var (
+		out   []*TurnRecord
+		stale []any
+	)
+	for start := int64(0); len(out) < limit; start += page {
+		ids, err := j.rdb.ZRevRange(ctx, key, start, start+page-1).Result()
+		if err != nil {
+			return nil, fmt.Errorf("queue: journal recent %s: %w", filter, err)
+		}
+		if len(ids) == 0 {
+			break
+		}
+		keys := make([]string, len(ids))
+		for i, id := range ids {
+			keys[i] = j.recordKey(id)
+		}
+		vals, err := journalMGet(ctx, j.rdb, keys)
+		if err != nil {
+			return nil, fmt.Errorf("queue: journal recent %s: %w", filter, err)
+		}
+		for i, v := range vals {
+			s, ok := v.(string)
+			if !ok {
+				stale = append(stale, ids[i])
+				continue
+			}
+			rec, err := journalDecodeRecord(ids[i], []byte(s))
+			if err != nil {
+				return nil, err
+			}
+			if !filter.Match(rec) {
+				continue
+			}
+			out = append(out, rec)
+			if len(out) == limit {
+				break
+			}
+		}
+		if int64(len(ids)) < page {
+			break
+		}
+	}
+	if len(stale) > 0 {
+		if err := j.rdb.ZRem(ctx, key, stale...).Err(); err != nil {
+			return nil, fmt.Errorf("queue: journal recent %s: remove expired: %w", filter, err)
+		}
+	}
+	return out, nil
+}
+
+// journalMGet reads keys one GET each in a pipeline, which, unlike MGET,
+// also works when the keys live in different cluster slots.
+func journalMGet(ctx context.Context, rdb redis.UniversalClient, keys []string) ([]any, error) {
+	cmds := make([]*redis.StringCmd, len(keys))
+	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, k := range keys {
+			cmds[i] = p.Get(ctx, k)
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, err
+	}
+	out := make([]any, len(keys))
+	for i, c := range cmds {
+		if s, err := c.Result(); err == nil {
+			out[i] = s
+		} else if !errors.Is(err, redis.Nil) {
+			return nil, err
+		}
+	}
+	return out, nil
+}
