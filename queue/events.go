@@ -66,11 +66,12 @@ import (
 //	answered_by  string   answer: when several messages were answered by one turn,
 //	                      the task id of the turn that answered this message
 //
-// Each turn ends with at most one answer (or approval_required, or permanent
-// error) event, even when the turn is retried or recovered: the marker
-// <prefix>answered:<task_id> records that it was written. A consumer may still
-// see progress events (phase, tool, answer_delta) of a retried attempt; they
-// are progress only, and their seq keeps increasing.
+// Each turn ends with at most one final event (answer, approval_required, or
+// error with permanent true), even when the turn is retried or recovered:
+// the worker writes it with one atomic script that first checks, then sets,
+// the marker <prefix>answered:<task_id>. A consumer may still see progress
+// events (phase, tool, answer_delta, error with permanent false) of several
+// attempts; they are progress only, and their seq keeps increasing.
 //
 // Reading from any language: XREAD BLOCK 5000 STREAMS <key> <last-id>, start
 // with "0" for the whole history or "$" for new events only, then pass the id
