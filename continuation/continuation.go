@@ -1,0 +1,469 @@
+package continuation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"time"
+
+	"github.com/lettaq/lettaq/agentclient"
+	"github.com/lettaq/lettaq/budget"
+)
+
+// Outcome is what became of a turn.
+type Outcome int
+
+const (
+	// Completed: the run ended with a completed stop reason (end_turn,
+	// max_steps, tool_rule, requires_approval). The answer is in the state.
+	Completed Outcome = iota + 1
+	// Failed: the run ended with a failure stop reason, or was cancelled.
+	// Decision.Retryable says whether sending the message again could help;
+	// lettaq never does that on its own (it would be a second message).
+	Failed
+	// StillRunning: the budget ran out while the run was alive (or the
+	// message was admitted but its run is not known yet). The next attempt
+	// must follow this run, never send again.
+	StillRunning
+	// NotAdmitted: no run id and no message with the turn's otid in the
+	// agent's history after the admission grace. Only here may the message
+	// be sent again, with the same otid, if policy allows.
+	NotAdmitted
+	// Rejected: the server refused the message with a permanent error
+	// (unknown agent, validation, insufficient credits). Nothing was stored.
+	Rejected
+	// Interrupted: the caller's context ended (shutdown, deadline). The
+	// state keeps what was learned; the next attempt continues from it.
+	Interrupted
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Completed:
+		return "completed"
+	case Failed:
+		return "failed"
+	case StillRunning:
+		return "still_running"
+	case NotAdmitted:
+		return "not_admitted"
+	case Rejected:
+		return "rejected"
+	case Interrupted:
+		return "interrupted"
+	}
+	return "unknown"
+}
+
+// Evidence is what proves that the message was admitted.
+type Evidence string
+
+const (
+	// EvidenceNone: nothing shows the server stored the message.
+	EvidenceNone Evidence = "none"
+	// EvidenceStream: the stream (or an earlier attempt's state) named the run.
+	EvidenceStream Evidence = "stream"
+	// EvidenceHistory: the otid was found in the agent's history.
+	EvidenceHistory Evidence = "history"
+)
+
+// ResendDecision records what the gate decided.
+type ResendDecision string
+
+const (
+	ResendNotNeeded ResendDecision = "not_needed"
+	ResendDone      ResendDecision = "resent"
+	ResendForbidden ResendDecision = "forbidden"
+)
+
+// Decision is the result of running or continuing a turn.
+type Decision struct {
+	Outcome    Outcome
+	RunID      string
+	StopReason string
+	// Retryable (on Failed and Rejected) says whether the same message
+	// could succeed later.
+	Retryable bool
+	Evidence  Evidence
+	Resend    ResendDecision
+	// Reason explains the outcome in one line, for logs and errors.
+	Reason string
+	// Err is the error behind Rejected, Interrupted, or a Failed lookup.
+	Err error
+	// Clock is the stream clock that ended the first read, if any.
+	Clock agentclient.Clock
+	// Sends counts messages sent in this call (0, 1 or 2).
+	Sends            int
+	Lookups, Polls   int
+	Resumes          int
+	ResumeRefused    bool
+	TransientErrors  int
+	SearchedMessages int
+}
+
+// Phase is a step of the turn, reported through Hooks.OnPhase.
+type Phase string
+
+const (
+	PhaseConnecting Phase = "connecting" // sending, no byte yet
+	PhaseStreaming  Phase = "streaming"  // reading the turn's stream
+	PhaseRecovering Phase = "recovering" // stream lost: finding the run
+	PhaseContinuing Phase = "continuing" // following the run (resume or poll)
+	PhaseResending  Phase = "resending"  // not admitted: sending again, same otid
+)
+
+// Hooks observe a turn. All are optional.
+type Hooks struct {
+	// OnEvent receives stream events and polled messages (as Events whose
+	// Update tells what changed), after the state was updated.
+	OnEvent func(agentclient.Event)
+	// OnIdle: only pings for a while; the agent is still thinking.
+	OnIdle func(time.Duration)
+	// OnPhase is told when the turn moves to another phase.
+	OnPhase func(Phase)
+	// BeforeSend runs right before every send (the first and a resend):
+	// journal the intent there. An error aborts the send.
+	BeforeSend func(ctx context.Context, resend bool) error
+}
+
+// Turn is one user message and what is known of earlier attempts.
+type Turn struct {
+	AgentID  string
+	Otid     string
+	Text     string
+	SenderID string
+	// Started is when the turn was first attempted; the history search
+	// does not page back past messages much older than this.
+	Started time.Time
+	// PriorIntent is true when an earlier attempt journaled an intent to
+	// send: the otid is looked for before anything may be sent.
+	PriorIntent bool
+}
+
+// Config configures a Runner.
+type Config struct {
+	Client *agentclient.Client
+	Budget budget.Config
+	Logger *slog.Logger
+	// Rand draws jitter (tests); nil uses math/rand/v2.
+	Rand func() float64
+	// HistoryPageSize for the otid search (default 50).
+	HistoryPageSize int
+	// HistorySlack: how far before Turn.Started the search still looks
+	// (clock skew between worker and server). Default 5 minutes.
+	HistorySlack time.Duration
+}
+
+// Runner runs and continues turns. It is safe for concurrent use.
+type Runner struct {
+	c   *agentclient.Client
+	b   budget.Config
+	log *slog.Logger
+	cfg Config
+}
+
+// New checks the configuration and returns a Runner.
+func New(cfg Config) (*Runner, error) {
+	if cfg.Client == nil {
+		return nil, errors.New("continuation: Config.Client is nil")
+	}
+	if err := cfg.Budget.Validate(); err != nil {
+		return nil, fmt.Errorf("continuation: budget: %w", err)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Rand == nil {
+		cfg.Rand = rand.Float64
+	}
+	if cfg.HistoryPageSize <= 0 {
+		cfg.HistoryPageSize = 50
+	}
+	if cfg.HistorySlack <= 0 {
+		cfg.HistorySlack = 5 * time.Minute
+	}
+	return &Runner{c: cfg.Client, b: cfg.Budget, log: cfg.Logger, cfg: cfg}, nil
+}
+
+// Clocks returns the stream clocks the budget sets.
+func (r *Runner) Clocks() agentclient.Clocks {
+	idle := r.b.ContentIdleNotice
+	if idle == 0 {
+		idle = -1
+	}
+	return agentclient.Clocks{Connect: r.b.ConnectTimeout, Stall: r.b.StallTimeout, Total: r.b.StreamTotal,
+		ContentIdle: idle, StopGrace: r.b.StopGrace}
+}
+
+func (r *Runner) streamOpts(h Hooks) agentclient.StreamOptions {
+	return agentclient.StreamOptions{Clocks: r.Clocks(), OnEvent: h.OnEvent, OnIdle: h.OnIdle}
+}
+
+func phase(h Hooks, p Phase) {
+	if h.OnPhase != nil {
+		h.OnPhase(p)
+	}
+}
+
+// Run drives a turn to a Decision: send and stream it (unless an earlier
+// attempt may have sent it, then look first), continue it when the stream
+// is lost, and send again only when the gate allows it. st is the turn's
+// hoisted state: pass the same one to every call for the same turn.
+func (r *Runner) Run(ctx context.Context, t Turn, st *agentclient.StreamState, h Hooks) Decision {
+	if err := t.validate(); err != nil {
+		return Decision{Outcome: Rejected, Reason: err.Error(), Err: err, Evidence: EvidenceNone}
+	}
+	if t.PriorIntent || st.RunID() != "" {
+		d := r.Continue(ctx, t, st, h)
+		if d.Outcome != NotAdmitted {
+			return d
+		}
+		return r.gate(ctx, t, st, h, d)
+	}
+	d := r.send(ctx, t, st, h, false)
+	if d.Outcome != NotAdmitted {
+		return d
+	}
+	return r.gate(ctx, t, st, h, d)
+}
+
+func (t Turn) validate() error {
+	switch {
+	case t.AgentID == "":
+		return errors.New("continuation: turn has no agent id")
+	case t.Otid == "":
+		return errors.New("continuation: turn has no otid")
+	case t.Text == "":
+		return errors.New("continuation: turn has no text")
+	}
+	return nil
+}
+
+// gate is the only road to a second send. It is reached with a NotAdmitted
+// decision, which is only ever made when the state has no run id and the
+// otid was not found in history after the admission grace.
+func (r *Runner) gate(ctx context.Context, t Turn, st *agentclient.StreamState, h Hooks, prev Decision) Decision {
+	if prev.Outcome != NotAdmitted || prev.Evidence != EvidenceNone || st.RunID() != "" {
+		panic("continuation: gate reached with evidence of admission") // unreachable by construction; tested
+	}
+	if !r.b.ResendPolicy.AllowsResend() {
+		prev.Resend = ResendForbidden
+		prev.Reason = fmt.Sprintf("message with otid %s was not admitted and LETTAQ_RESEND_POLICY=%s forbids sending it again", t.Otid, r.b.ResendPolicy)
+		return prev
+	}
+	phase(h, PhaseResending)
+	d := r.send(ctx, t, st, h, true)
+	d.Resend = ResendDone
+	d.Sends += prev.Sends
+	d.Lookups += prev.Lookups
+	d.Polls += prev.Polls
+	d.TransientErrors += prev.TransientErrors
+	if d.Clock == "" {
+		d.Clock = prev.Clock
+	}
+	return d
+}
+
+// send streams one send of the message and continues it if the stream is
+// lost.
+func (r *Runner) send(ctx context.Context, t Turn, st *agentclient.StreamState, h Hooks, resend bool) Decision {
+	if h.BeforeSend != nil {
+		if err := h.BeforeSend(ctx, resend); err != nil {
+			if ctx.Err() != nil {
+				return Decision{Outcome: Interrupted, Err: err, Reason: "interrupted before send", Evidence: EvidenceNone}
+			}
+			return Decision{Outcome: Failed, Retryable: true, Err: err, Reason: "could not journal the intent to send: " + err.Error(), Evidence: EvidenceNone}
+		}
+	}
+	phase(h, PhaseConnecting)
+	opts := r.streamOpts(h)
+	inner := opts.OnEvent
+	streaming := false
+	opts.OnEvent = func(ev agentclient.Event) {
+		if !streaming {
+			streaming = true
+			phase(h, PhaseStreaming)
+		}
+		if inner != nil {
+			inner(ev)
+		}
+	}
+	req := agentclient.SendRequest{AgentID: t.AgentID, Text: t.Text, Otid: t.Otid, SenderID: t.SenderID,
+		Background: r.b.Background}
+	err := r.c.SendStream(ctx, req, st, opts)
+	d := Decision{Sends: 1}
+	var se *agentclient.StreamError
+	var ae *agentclient.Error
+	switch {
+	case err == nil:
+		d.Evidence = EvidenceStream
+		return r.fromStopReason(d, st.RunID(), st.StopReason(), st)
+	case errors.As(err, &se):
+		if se.Clock == agentclient.ClockCanceled {
+			return Decision{Outcome: Interrupted, Err: err, Reason: "interrupted while streaming", Sends: 1,
+				RunID: st.RunID(), Evidence: evidenceOf(st)}
+		}
+		d.Clock = se.Clock
+		r.log.LogAttrs(ctx, slog.LevelWarn, "stream lost, continuing the run",
+			slog.String("otid", t.Otid), slog.String("run_id", st.RunID()), slog.String("clock", string(se.Clock)),
+			slog.String("error", err.Error()))
+	case errors.As(err, &ae) && agentclient.Classify(err) == agentclient.Permanent:
+		return Decision{Outcome: Rejected, Err: err, Sends: 1, Evidence: EvidenceNone,
+			Reason:    "the agent server refused the message: " + err.Error(),
+			Retryable: ae.StatusCode == http.StatusConflict}
+	case agentclient.Classify(err) == agentclient.Canceled:
+		return Decision{Outcome: Interrupted, Err: err, Reason: "interrupted while sending", Sends: 1, Evidence: evidenceOf(st)}
+	default:
+		// 429, 5xx, connection failures: the message may have been stored
+		// anyway. Look for it before anything else.
+		d.TransientErrors++
+		r.log.LogAttrs(ctx, slog.LevelWarn, "send failed, looking for the otid before any resend",
+			slog.String("otid", t.Otid), slog.String("run_id", st.RunID()), slog.String("error", err.Error()))
+	}
+	c := r.Continue(ctx, t, st, h)
+	c.Sends += d.Sends
+	c.Clock = d.Clock
+	c.TransientErrors += d.TransientErrors
+	return c
+}
+
+func evidenceOf(st *agentclient.StreamState) Evidence {
+	if st.RunID() != "" {
+		return EvidenceStream
+	}
+	return EvidenceNone
+}
+
+// Continue resolves the turn's run (from the state, or by its otid in the
+// agent's history) and follows it until it ends or the budget does. It never
+// sends anything.
+func (r *Runner) Continue(ctx context.Context, t Turn, st *agentclient.StreamState, h Hooks) Decision {
+	phase(h, PhaseRecovering)
+	d := Decision{Evidence: EvidenceNone}
+	runID := st.RunID()
+	if runID != "" {
+		d.Evidence = EvidenceStream
+	} else {
+		found, admitted, err := r.findRun(ctx, t, &d)
+		switch {
+		case ctx.Err() != nil:
+			d.Outcome, d.Err, d.Reason = Interrupted, ctx.Err(), "interrupted while looking for the otid"
+			return d
+		case found != "":
+			runID = found
+			st.SetRunID(found)
+			d.Evidence = EvidenceHistory
+		case admitted:
+			// The message is stored but names no run yet: never resend.
+			d.Evidence = EvidenceHistory
+			d.Outcome = StillRunning
+			d.Reason = "message admitted but its run is not known yet"
+			return d
+		default:
+			d.Outcome = NotAdmitted
+			d.Reason = fmt.Sprintf("no run id and otid %s not in the agent's history after %s", t.Otid, r.b.AdmissionGrace)
+			if err != nil {
+				d.Reason += " (last lookup error: " + err.Error() + ")"
+			}
+			return d
+		}
+	}
+	d.RunID = runID
+	phase(h, PhaseContinuing)
+	return r.follow(ctx, t, st, h, d)
+}
+
+// findRun looks for the user message carrying the turn's otid, newest
+// first, paging back until found or past the turn's start, retrying for up
+// to the admission grace (the server may store the message late).
+func (r *Runner) findRun(ctx context.Context, t Turn, d *Decision) (runID string, admitted bool, lastErr error) {
+	loop := r.b.AdmissionLoop(time.Now())
+	loop.Rand = r.cfg.Rand
+	for {
+		id, found, err := r.searchOnce(ctx, loop, t, d)
+		d.Lookups++
+		if found {
+			return id, true, nil
+		}
+		if err != nil {
+			lastErr = err
+			if agentclient.Classify(err) == agentclient.Permanent && !agentclient.IsNotFound(err) {
+				// The lookup itself is refused (e.g. 401): no evidence either way.
+				r.log.Warn("history lookup refused", "otid", t.Otid, "error", err.Error())
+			}
+			if agentclient.IsNotFound(err) && agentclient.StatusCode(err) == http.StatusNotFound && d.SearchedMessages == 0 {
+				// Unknown agent: the message cannot have been admitted.
+				return "", false, err
+			}
+		}
+		if loop.Done() || ctx.Err() != nil {
+			return "", false, lastErr
+		}
+		if err := sleep(ctx, loop, agentclient.RetryAfter(err)); err != nil {
+			return "", false, err
+		}
+	}
+}
+
+// sleep waits the loop's next backoff, or longer when the server asked for
+// it, never past the loop's window.
+func sleep(ctx context.Context, loop *budget.Loop, retryAfter time.Duration) error {
+	d := loop.NextSleep()
+	if ra := loop.Clamp(retryAfter); ra > d {
+		d = ra
+	}
+	if d <= 0 {
+		return ctx.Err()
+	}
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-tm.C:
+		return nil
+	}
+}
+
+// searchOnce pages back through the agent's history once.
+func (r *Runner) searchOnce(ctx context.Context, loop *budget.Loop, t Turn, d *Decision) (runID string, found bool, err error) {
+	before := ""
+	floor := t.Started.Add(-r.cfg.HistorySlack)
+	for page := 0; ; page++ {
+		if loop.Done() {
+			return "", false, nil
+		}
+		rctx, cancel := loop.RequestContext(ctx)
+		msgs, err := r.c.ListAgentMessages(rctx, t.AgentID, agentclient.ListOptions{Before: before, Limit: r.cfg.HistoryPageSize, Order: "desc"})
+		cancel()
+		if err != nil {
+			return "", false, err
+		}
+		d.SearchedMessages += len(msgs)
+		oldestID, oldest := "", time.Time{}
+		for _, m := range msgs {
+			c := m.Base()
+			if um, ok := m.(*agentclient.UserMessage); ok && um.Otid == t.Otid {
+				return um.RunID, true, nil
+			}
+			// A desc page may come oldest-first: find its oldest by date.
+			if ts, perr := time.Parse(time.RFC3339Nano, c.Date); perr == nil {
+				if oldestID == "" || ts.Before(oldest) {
+					oldestID, oldest = c.ID, ts
+				}
+			} else if oldestID == "" {
+				oldestID = c.ID
+			}
+		}
+		if len(msgs) < r.cfg.HistoryPageSize || oldestID == "" || oldestID == before {
+			return "", false, nil
+		}
+		if !t.Started.IsZero() && !oldest.IsZero() && oldest.Before(floor) {
+			return "", false, nil
+		}
+		before = oldestID
+	}
+}

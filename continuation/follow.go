@@ -1,0 +1,215 @@
+package continuation
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/lettaq/lettaq/agentclient"
+	"github.com/lettaq/lettaq/budget"
+)
+
+// completedReasons end a run successfully (run status completed).
+var completedReasons = map[string]bool{
+	"end_turn": true, "max_steps": true, "tool_rule": true, "requires_approval": true,
+}
+
+// retryableFailures are failure stop reasons that a later, identical request
+// could avoid (transient LLM or server trouble). The rest (invalid tool
+// call, context overflow, credits, cancelled) would fail the same way.
+var retryableFailures = map[string]bool{
+	"error": true, "llm_api_error": true, "invalid_llm_response": true, "no_tool_call": true,
+}
+
+// fromStopReason turns a known stop reason into a decision.
+func (r *Runner) fromStopReason(d Decision, runID, stop string, st *agentclient.StreamState) Decision {
+	d.RunID, d.StopReason = runID, stop
+	switch {
+	case completedReasons[stop]:
+		d.Outcome = Completed
+		d.Reason = "run completed: " + stop
+	case stop == "cancelled":
+		d.Outcome, d.Retryable = Failed, false
+		d.Reason = "run was cancelled"
+	case retryableFailures[stop]:
+		d.Outcome, d.Retryable = Failed, true
+		d.Reason = "run failed: " + stop
+	case stop == "":
+		d.Outcome, d.Retryable = Failed, true
+		d.Reason = "run ended without a stop reason"
+	default:
+		// A stop reason this version does not know: judge by content.
+		if st != nil && st.Answer() != "" {
+			d.Outcome = Completed
+		} else {
+			d.Outcome = Failed
+		}
+		d.Reason = "run stopped: " + stop
+	}
+	if d.Outcome == Failed && st != nil {
+		if e := st.Snapshot().Error; e != nil {
+			d.Reason += " (" + e.ErrorType + ": " + e.Message + ")"
+		}
+	}
+	return d
+}
+
+// stopFromRun maps a finished run to a stop reason, trusting stop_reason
+// over status (async runs report completed for failures too).
+func stopFromRun(run *agentclient.Run) string {
+	if run.StopReason != "" {
+		return run.StopReason
+	}
+	switch run.Status {
+	case agentclient.RunCompleted:
+		return "end_turn"
+	case agentclient.RunCancelled:
+		return "cancelled"
+	case agentclient.RunFailed:
+		return "error"
+	}
+	return ""
+}
+
+// follow resumes the run's stream (background runs, when enabled) or polls
+// it, merging what arrives into st, until the run ends or ContinuationMax.
+func (r *Runner) follow(ctx context.Context, t Turn, st *agentclient.StreamState, h Hooks, d Decision) Decision {
+	loop := r.b.FollowLoop(time.Now())
+	loop.Rand = r.cfg.Rand
+	log := r.log.With(slog.String("otid", t.Otid), slog.String("run_id", d.RunID))
+
+	// The stream may already have ended the run (stop_reason seen, body cut
+	// after): then only the tail of the messages is missing.
+	if stop := st.StopReason(); stop != "" {
+		r.drain(ctx, loop, st, h, d.RunID, &d)
+		return r.fromStopReason(d, d.RunID, stop, st)
+	}
+
+	tryResume := r.b.Resume
+	cursor := st.PollCursor()
+	for {
+		if ctx.Err() != nil {
+			d.Outcome, d.Err, d.Reason = Interrupted, ctx.Err(), "interrupted while following the run"
+			return d
+		}
+		if loop.Done() {
+			d.Outcome = StillRunning
+			d.Reason = "continuation budget (" + r.b.ContinuationMax.String() + ") spent; run still active"
+			return d
+		}
+		rctx, cancel := loop.RequestContext(ctx)
+		run, err := r.c.GetRun(rctx, d.RunID)
+		cancel()
+		d.Polls++
+		if err != nil {
+			if agentclient.Classify(err) == agentclient.Permanent {
+				d.Outcome, d.Err, d.Retryable = Failed, err, false
+				d.Reason = "run cannot be followed: " + err.Error()
+				return d
+			}
+			d.TransientErrors++
+			log.Warn("poll failed, will retry", "error", err.Error())
+			_ = sleep(ctx, loop, agentclient.RetryAfter(err))
+			continue
+		}
+		if run.Active() && tryResume && run.Background {
+			tryResume = false // one resume per follow; polling after that
+			seq, _ := st.LastSeq()
+			d.Resumes++
+			clocks := r.Clocks()
+			clocks.Total = loop.Clamp(r.b.StreamTotal)
+			clocks.Connect = loop.Clamp(r.b.ConnectTimeout)
+			if clocks.Total <= 0 || clocks.Connect <= 0 {
+				continue
+			}
+			opts := r.streamOpts(h)
+			opts.Clocks = clocks
+			err := r.c.ResumeStream(ctx, agentclient.ResumeRequest{RunID: d.RunID, StartingAfter: seq}, st, opts)
+			if err == nil {
+				return r.fromStopReason(d, d.RunID, st.StopReason(), st)
+			}
+			if agentclient.Classify(err) == agentclient.Canceled {
+				continue
+			}
+			switch agentclient.StatusCode(err) {
+			case http.StatusBadRequest, http.StatusGone, http.StatusServiceUnavailable:
+				d.ResumeRefused = true
+			}
+			log.Warn("resume ended without the run's end, polling", "error", err.Error())
+			cursor = st.PollCursor()
+			continue
+		}
+		// Poll the run's new messages (also after it ended: the tail).
+		n, next, perr := r.pollMessages(ctx, loop, st, h, d.RunID, cursor)
+		cursor = next
+		if perr != nil {
+			d.TransientErrors++
+		}
+		if !run.Active() {
+			if perr != nil && !loop.Done() {
+				// The run ended but its tail was not read: try again.
+				_ = sleep(ctx, loop, agentclient.RetryAfter(perr))
+				continue
+			}
+			stop := st.StopReason()
+			if stop == "" {
+				stop = stopFromRun(run)
+			}
+			return r.fromStopReason(d, d.RunID, stop, st)
+		}
+		if n > 0 {
+			loop.ResetBackoff()
+		}
+		_ = sleep(ctx, loop, agentclient.RetryAfter(perr))
+	}
+}
+
+// pollMessages reads the run's messages after cursor, page by page, merging
+// them as complete messages. It returns how many arrived and the new cursor.
+// A cursor the server does not know (404) falls back to the run's start:
+// merging is idempotent, so re-reading costs bytes, never duplicates.
+func (r *Runner) pollMessages(ctx context.Context, loop *budget.Loop, st *agentclient.StreamState, h Hooks, runID, cursor string) (int, string, error) {
+	const page = 100
+	total := 0
+	for {
+		rctx, cancel := loop.RequestContext(ctx)
+		msgs, err := r.c.ListRunMessages(rctx, runID, agentclient.ListOptions{After: cursor, Limit: page, Order: "asc"})
+		cancel()
+		if err != nil && cursor != "" && agentclient.IsNotFound(err) {
+			cursor = ""
+			continue
+		}
+		if err != nil {
+			return total, cursor, err
+		}
+		now := time.Now()
+		for _, m := range msgs {
+			u := st.Apply(m, true, now)
+			if h.OnEvent != nil {
+				h.OnEvent(agentclient.Event{Message: m, Update: u})
+			}
+			if id := m.Base().ID; id != "" {
+				cursor = id
+			}
+		}
+		total += len(msgs)
+		if len(msgs) < page || loop.Done() {
+			return total, cursor, nil
+		}
+	}
+}
+
+// drain reads what the run stored after the stream ended (bounded by the
+// loop), so the transcript is whole.
+func (r *Runner) drain(ctx context.Context, loop *budget.Loop, st *agentclient.StreamState, h Hooks, runID string, d *Decision) {
+	if runID == "" || loop.Done() {
+		return
+	}
+	_, _, err := r.pollMessages(ctx, loop, st, h, runID, st.PollCursor())
+	d.Polls++
+	if err != nil && !errors.Is(err, context.Canceled) {
+		d.TransientErrors++
+	}
+}
