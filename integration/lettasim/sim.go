@@ -340,6 +340,9 @@ func (s *Sim) SeedHistory(agentID string, n int) {
 	for i, r := range a.history {
 		r.pos = i
 	}
+	if len(a.index) == 0 {
+		a.index = make(map[string]*row, n)
+	}
 	for _, r := range ptrs {
 		a.index[r.id] = r
 	}

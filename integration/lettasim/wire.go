@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -17,17 +18,35 @@ import (
 
 // newUUID returns a random (version 4) UUID string. It uses math/rand/v2 instead of crypto/rand:
 // ids only need to be unique, and SeedHistory mints hundreds of thousands of them.
-func newUUID() string {
+func newUUID() string { return newID("") }
+
+// newID returns "<prefix>-<uuid4>", the shape of every Letta id (message-, run-, ping-, agent-,
+// step-); an empty prefix gives the bare UUID. One allocation.
+func newID(prefix string) string {
 	var u uuid.UUID
 	binary.LittleEndian.PutUint64(u[:8], rand.Uint64())
 	binary.LittleEndian.PutUint64(u[8:], rand.Uint64())
 	u[6] = (u[6] & 0x0f) | 0x40
 	u[8] = (u[8] & 0x3f) | 0x80
-	return u.String()
+	var sb strings.Builder
+	n := 36
+	if prefix != "" {
+		n += len(prefix) + 1
+	}
+	sb.Grow(n)
+	if prefix != "" {
+		sb.WriteString(prefix)
+		sb.WriteByte('-')
+	}
+	for i, c := range u {
+		if i == 4 || i == 6 || i == 8 || i == 10 {
+			sb.WriteByte('-')
+		}
+		sb.WriteByte(hexDigits[c>>4])
+		sb.WriteByte(hexDigits[c&0xf])
+	}
+	return sb.String()
 }
-
-// newID returns "<prefix>-<uuid4>", the shape of every Letta id (message-, run-, ping-, agent-, step-).
-func newID(prefix string) string { return prefix + "-" + newUUID() }
 
 // dateLayout is ISO-8601 with microseconds and a numeric offset, as Python's isoformat() writes
 // an aware UTC datetime ("2025-01-02T03:04:05.123456+00:00").

@@ -1,0 +1,5 @@
+//go:build race
+
+package lettasim_test
+
+const raceEnabled = true
