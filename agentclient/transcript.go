@@ -237,7 +237,7 @@ func (t *Transcript) toolReturn(m *ToolReturnMessage, complete bool) Update {
 
 // Answer is the assistant text of the turn: every assistant step, in order,
 // separated by a blank line.
-func (t *Transcript) Answer() string {
+func (t Transcript) Answer() string {
 	var parts []string
 	for _, s := range t.Steps {
 		if s.Kind == StepAssistant && s.Text != "" {
@@ -248,7 +248,7 @@ func (t *Transcript) Answer() string {
 }
 
 // UnansweredToolCalls returns the tool calls that have no tool return.
-func (t *Transcript) UnansweredToolCalls() []Step {
+func (t Transcript) UnansweredToolCalls() []Step {
 	answered := make(map[string]bool)
 	for _, s := range t.Steps {
 		if s.Kind == StepToolReturn && s.ToolCallID != "" {
@@ -265,7 +265,7 @@ func (t *Transcript) UnansweredToolCalls() []Step {
 }
 
 // PendingApprovals returns the approval requests of the turn.
-func (t *Transcript) PendingApprovals() []Step {
+func (t Transcript) PendingApprovals() []Step {
 	var out []Step
 	for _, s := range t.Steps {
 		if s.Kind == StepApprovalRequest {
@@ -276,7 +276,7 @@ func (t *Transcript) PendingApprovals() []Step {
 }
 
 // DuplicateToolCallIDs lists tool_call_ids seen on two different calls.
-func (t *Transcript) DuplicateToolCallIDs() []string {
+func (t Transcript) DuplicateToolCallIDs() []string {
 	return append([]string(nil), t.dupCalls...)
 }
 

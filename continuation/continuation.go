@@ -347,7 +347,7 @@ func (r *Runner) Continue(ctx context.Context, t Turn, st *agentclient.StreamSta
 	if runID != "" {
 		d.Evidence = EvidenceStream
 	} else {
-		found, admitted, err := r.findRun(ctx, t, &d)
+		found, admitted, searched, err := r.findRun(ctx, t, &d)
 		switch {
 		case ctx.Err() != nil:
 			d.Outcome, d.Err, d.Reason = Interrupted, ctx.Err(), "interrupted while looking for the otid"
@@ -361,6 +361,16 @@ func (r *Runner) Continue(ctx context.Context, t Turn, st *agentclient.StreamSta
 			d.Evidence = EvidenceHistory
 			d.Outcome = StillRunning
 			d.Reason = "message admitted but its run is not known yet"
+			return d
+		case !searched:
+			// The history could not be read: no evidence either way, so
+			// no resend. The next attempt looks again.
+			d.Outcome = StillRunning
+			d.Reason = "could not search the agent's history for otid " + t.Otid
+			if err != nil {
+				d.Reason += ": " + err.Error()
+			}
+			d.Err = err
 			return d
 		default:
 			d.Outcome = NotAdmitted
@@ -378,35 +388,39 @@ func (r *Runner) Continue(ctx context.Context, t Turn, st *agentclient.StreamSta
 
 // findRun looks for the user message carrying the turn's otid, newest
 // first, paging back until found or past the turn's start, retrying for up
-// to the admission grace (the server may store the message late).
-func (r *Runner) findRun(ctx context.Context, t Turn, d *Decision) (runID string, admitted bool, lastErr error) {
+// to the admission grace (the server may store the message late). searched
+// reports whether at least one search went through the history without an
+// error: without one, "not found" proves nothing.
+func (r *Runner) findRun(ctx context.Context, t Turn, d *Decision) (runID string, admitted, searched bool, lastErr error) {
 	loop := r.b.AdmissionLoop(time.Now())
 	loop.Rand = r.cfg.Rand
 	for {
 		id, found, err := r.searchOnce(ctx, loop, t, d)
 		d.Lookups++
 		if found {
-			return id, true, nil
+			return id, true, true, nil
 		}
-		if err != nil {
+		switch {
+		case err == nil:
+			searched = true
+		case errors.Is(err, errSearchCut):
+			// The window closed mid-search: that search proves nothing.
+		default:
 			lastErr = err
-			if agentclient.Classify(err) == agentclient.Permanent && !agentclient.IsNotFound(err) {
-				// The lookup itself is refused (e.g. 401): no evidence either way.
-				r.log.Warn("history lookup refused", "otid", t.Otid, "error", err.Error())
-			}
-			if agentclient.IsNotFound(err) && agentclient.StatusCode(err) == http.StatusNotFound && d.SearchedMessages == 0 {
-				// Unknown agent: the message cannot have been admitted.
-				return "", false, err
-			}
+			d.TransientErrors++
+			r.log.Warn("history lookup failed", "otid", t.Otid, "error", err.Error())
 		}
 		if loop.Done() || ctx.Err() != nil {
-			return "", false, lastErr
+			return "", false, searched, lastErr
 		}
 		if err := sleep(ctx, loop, agentclient.RetryAfter(err)); err != nil {
-			return "", false, err
+			return "", false, searched, err
 		}
 	}
 }
+
+// errSearchCut: the admission window closed before a search was complete.
+var errSearchCut = errors.New("admission grace ended mid-search")
 
 // sleep waits the loop's next backoff, or longer when the server asked for
 // it, never past the loop's window.
@@ -434,7 +448,7 @@ func (r *Runner) searchOnce(ctx context.Context, loop *budget.Loop, t Turn, d *D
 	floor := t.Started.Add(-r.cfg.HistorySlack)
 	for page := 0; ; page++ {
 		if loop.Done() {
-			return "", false, nil
+			return "", false, errSearchCut
 		}
 		rctx, cancel := loop.RequestContext(ctx)
 		msgs, err := r.c.ListAgentMessages(rctx, t.AgentID, agentclient.ListOptions{Before: before, Limit: r.cfg.HistoryPageSize, Order: "desc"})
