@@ -1,7 +1,10 @@
 package lettasim
 
 import (
+	"fmt"
 	"math"
+	"reflect"
+	"strings"
 	"time"
 )
 
@@ -75,6 +78,26 @@ type Fault struct {
 	// ResumeStatus makes POST /v1/runs/{id}/stream for this turn's run answer this status
 	// (400, 410 or 503) instead of resuming.
 	ResumeStatus int
+}
+
+// String lists the fields that are set, e.g. "Fault{DisconnectAfter:3 StallFor:60s}".
+func (f Fault) String() string {
+	var b strings.Builder
+	b.WriteString("Fault{")
+	v := reflect.ValueOf(f)
+	n := 0
+	for i := 0; i < v.NumField(); i++ {
+		if v.Field(i).IsZero() {
+			continue
+		}
+		if n > 0 {
+			b.WriteByte(' ')
+		}
+		n++
+		fmt.Fprintf(&b, "%s:%v", v.Type().Field(i).Name, v.Field(i).Interface())
+	}
+	b.WriteByte('}')
+	return b.String()
 }
 
 func (f Fault) isZero() bool {

@@ -312,7 +312,7 @@ func (s *Sim) handleTurn(w http.ResponseWriter, req *http.Request, ep Endpoint) 
 		}
 	}
 	if armed && !f.isZero() {
-		s.logf("lettasim: agent %s otid %s attempt %d: fault %+v", a.id, otid, attempt, f)
+		s.logf("lettasim: agent %s otid %s attempt %d: %v", a.id, otid, attempt, f)
 	}
 	var script Script
 	switch {
@@ -419,6 +419,7 @@ func (s *Sim) startTurn(a *agent, msgs []inMessage, mode turnMode, background bo
 			recs = append(recs, rec)
 		}
 	}
+	r.nInputs = len(r.rows)
 	a.runs = append(a.runs, r)
 	a.mu.Unlock()
 
@@ -448,12 +449,7 @@ func (s *Sim) writeLettaResponse(w http.ResponseWriter, r *run) {
 	}
 	a := r.a
 	a.mu.RLock()
-	var rows []*row
-	for _, rw := range r.rows {
-		if rw.parts[0].typ != ptUser {
-			rows = append(rows, rw)
-		}
-	}
+	rows := r.rows[r.nInputs:]
 	o := beginObj(make([]byte, 0, 1024))
 	o.key("messages")
 	o.buf = appendRows(o.buf, rows)

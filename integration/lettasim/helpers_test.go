@@ -179,7 +179,9 @@ func newServer(t testing.TB, cfg lettasim.Config) *lettasim.Server {
 	if cfg.TimeScale == 0 {
 		cfg.TimeScale = 0.001
 	}
-	cfg.Logf = func(format string, args ...any) { t.Logf(format, args...) }
+	if cfg.Logf == nil {
+		cfg.Logf = func(format string, args ...any) { t.Logf(format, args...) }
+	}
 	srv := lettasim.NewServer(cfg)
 	t.Cleanup(srv.Close)
 	return srv

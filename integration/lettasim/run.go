@@ -38,7 +38,8 @@ type run struct {
 
 	usage usage
 
-	rows []*row // the run's messages, the user message first; guarded by a.mu
+	rows    []*row // the run's messages, the request's first; guarded by a.mu
+	nInputs int    // how many of rows came with the request
 }
 
 type usage struct{ completion, prompt, total, steps int64 }
@@ -544,7 +545,9 @@ func (s *Sim) streamRun(w http.ResponseWriter, req *http.Request, r *run, pos in
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
-	_ = rc.Flush()
+	if !pings {
+		_ = rc.Flush() // with pings, the headers go out with the first ping
+	}
 
 	events := 0
 	stalled := false
