@@ -1,0 +1,579 @@
+// Package app holds what lettaq's commands share: configuration from environment variables and
+// flags, logging, Redis connection options, the worker's HTTP listener (health, metrics,
+// monitor), Prometheus metrics, and dev mode (an in-memory Redis and a Letta simulator).
+//
+// cmd/worker and cmd/enqueue are thin wrappers around RunWorker and RunEnqueue, so that the
+// commands can be tested in-process.
+package app
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/lettaq/lettaq/budget"
+)
+
+// Exit codes shared by the commands.
+const (
+	ExitOK       = 0 // success (enqueue: answered, or enqueued without --wait)
+	ExitFailed   = 1 // the turn failed, or the worker stopped on an error
+	ExitUsage    = 2 // bad input or configuration
+	ExitTimedOut = 3 // enqueue --wait: no final event within --timeout
+)
+
+// Var describes one environment variable a command reads, with the flag that overrides it.
+type Var struct {
+	Name    string // e.g. "LETTAQ_CONCURRENCY"
+	Flag    string // e.g. "concurrency"
+	Default string // as it would be written in the environment
+	Help    string
+	Secret  bool // never print the value: only "set" or "unset"
+	Bool    bool // the flag may be given without a value
+	Budget  bool // one of budget.Vars()
+}
+
+// WorkerConfig is the worker's whole configuration.
+type WorkerConfig struct {
+	RedisURL          string
+	RedisClusterAddrs []string
+	KeyPrefix         string
+	LettaBaseURL      string
+	LettaAPIKey       string
+	Budget            budget.Config
+	Concurrency       int
+	Queues            map[string]int
+	StrictPriority    bool
+	TaskCheckInterval time.Duration
+	ShutdownTimeout   time.Duration
+	HeartbeatInterval time.Duration
+	MaxRetry          int
+	LogFormat         string // auto | json | text
+	LogLevel          string // debug | info | warn | error
+	HTTPAddr          string // "" or "off": no listener
+	HTTPToken         string
+	MonitorWritable   bool
+	WorkerID          string
+	Dev               bool
+	DevRedisAddr      string
+	DevLettaAddr      string
+}
+
+// setting binds one non-budget variable to a WorkerConfig field.
+type setting struct {
+	Var
+	apply func(c *WorkerConfig, raw string) error
+}
+
+func stringSetting(p func(*WorkerConfig) *string) func(*WorkerConfig, string) error {
+	return func(c *WorkerConfig, raw string) error { *p(c) = raw; return nil }
+}
+
+func durSetting(p func(*WorkerConfig) *time.Duration, min time.Duration) func(*WorkerConfig, string) error {
+	return func(c *WorkerConfig, raw string) error {
+		d, err := time.ParseDuration(raw)
+		if err != nil {
+			return fmt.Errorf("not a duration (write e.g. 500ms, 1s, 2m)")
+		}
+		if d < min {
+			return fmt.Errorf("must be at least %v", min)
+		}
+		*p(c) = d
+		return nil
+	}
+}
+
+func intSetting(p func(*WorkerConfig) *int, min int) func(*WorkerConfig, string) error {
+	return func(c *WorkerConfig, raw string) error {
+		n, err := strconv.Atoi(raw)
+		if err != nil {
+			return fmt.Errorf("not an integer")
+		}
+		if n < min {
+			return fmt.Errorf("must be at least %d", min)
+		}
+		*p(c) = n
+		return nil
+	}
+}
+
+func boolSetting(p func(*WorkerConfig) *bool) func(*WorkerConfig, string) error {
+	return func(c *WorkerConfig, raw string) error {
+		b, err := parseBool(raw)
+		if err != nil {
+			return err
+		}
+		*p(c) = b
+		return nil
+	}
+}
+
+func parseBool(raw string) (bool, error) {
+	switch strings.ToLower(strings.TrimSpace(raw)) {
+	case "1", "t", "true", "y", "yes", "on":
+		return true, nil
+	case "0", "f", "false", "n", "no", "off":
+		return false, nil
+	}
+	return false, errors.New("not a boolean (want true or false)")
+}
+
+// Dev mode defaults.
+const (
+	DefaultDevRedisAddr = "127.0.0.1:6380"
+	DefaultDevLettaAddr = "127.0.0.1:8283"
+	DefaultHTTPAddr     = "127.0.0.1:8080"
+	DefaultRedisURL     = "redis://127.0.0.1:6379/0"
+	DefaultQueue        = "lettaq"
+)
+
+var workerSettings = []setting{
+	{Var{Name: "REDIS_URL", Default: DefaultRedisURL,
+		Help: "Redis for the queue, replies and journal: redis://[:password@]host:port/db, rediss:// (TLS), redis-socket://path, redis-sentinel://[:password@]h1:port,h2:port?master=name"},
+		stringSetting(func(c *WorkerConfig) *string { return &c.RedisURL })},
+	{Var{Name: "LETTAQ_REDIS_CLUSTER_ADDRS", Default: "",
+		Help: "comma-separated host:port seeds of a Redis Cluster; when set, REDIS_URL's password and TLS apply to every node and its host and db are ignored (use a hash-tag LETTAQ_KEY_PREFIX)"},
+		func(c *WorkerConfig, raw string) error {
+			c.RedisClusterAddrs = nil
+			for _, a := range strings.Split(raw, ",") {
+				if a = strings.TrimSpace(a); a == "" {
+					continue
+				}
+				if _, _, err := net.SplitHostPort(a); err != nil {
+					return fmt.Errorf("%q is not host:port", a)
+				}
+				c.RedisClusterAddrs = append(c.RedisClusterAddrs, a)
+			}
+			return nil
+		}},
+	{Var{Name: "LETTAQ_KEY_PREFIX", Default: "lettaq:",
+		Help: `prefix of the reply stream and journal keys; on Redis Cluster use a hash tag such as "{lettaq}:"`},
+		func(c *WorkerConfig, raw string) error {
+			if raw == "" {
+				return errors.New("must not be empty")
+			}
+			c.KeyPrefix = raw
+			return nil
+		}},
+	{Var{Name: "LETTA_BASE_URL", Default: "http://localhost:8283",
+		Help: "the Letta server (self-hosted, or https://api.letta.com)"},
+		func(c *WorkerConfig, raw string) error {
+			if !strings.HasPrefix(raw, "http://") && !strings.HasPrefix(raw, "https://") {
+				return errors.New("want http(s)://host[:port]")
+			}
+			c.LettaBaseURL = raw
+			return nil
+		}},
+	{Var{Name: "LETTA_API_KEY", Default: "", Secret: true,
+		Help: "Letta API key, sent as a Bearer token; never logged"},
+		stringSetting(func(c *WorkerConfig) *string { return &c.LettaAPIKey })},
+	{Var{Name: "LETTAQ_CONCURRENCY", Default: "200",
+		Help: "turns one worker runs at once; turns wait on the network, not the CPU, so this is far above the CPU count"},
+		intSetting(func(c *WorkerConfig) *int { return &c.Concurrency }, 1)},
+	{Var{Name: "LETTAQ_QUEUES", Default: DefaultQueue + "=1",
+		Help: `queues to take turns from, with priorities: "name=weight,name=weight" (a bare name has weight 1)`},
+		func(c *WorkerConfig, raw string) error {
+			q, err := ParseQueues(raw)
+			if err != nil {
+				return err
+			}
+			c.Queues = q
+			return nil
+		}},
+	{Var{Name: "LETTAQ_STRICT_PRIORITY", Default: "false", Bool: true,
+		Help: "drain higher-weight queues first instead of sharing by weight"},
+		boolSetting(func(c *WorkerConfig) *bool { return &c.StrictPriority })},
+	{Var{Name: "LETTAQ_TASK_CHECK_INTERVAL", Default: "100ms",
+		Help: "how often an idle worker asks Redis for new turns, which bounds the pickup latency of a message that arrives at an idle worker (about half of it on average); shorter costs more Redis commands per idle worker (10ms: ~100/s per worker)"},
+		durSetting(func(c *WorkerConfig) *time.Duration { return &c.TaskCheckInterval }, 10*time.Millisecond)},
+	{Var{Name: "LETTAQ_SHUTDOWN_TIMEOUT", Default: "60s",
+		Help: "on SIGTERM/SIGINT, how long running turns may take to finish; turns still running then are cancelled and requeued (never sent twice: the next attempt continues the run)"},
+		durSetting(func(c *WorkerConfig) *time.Duration { return &c.ShutdownTimeout }, 0)},
+	{Var{Name: "LETTAQ_HEARTBEAT_INTERVAL", Default: "4s",
+		Help: "how often a running turn repeats its phase event, so typing indicators stay alive"},
+		durSetting(func(c *WorkerConfig) *time.Duration { return &c.HeartbeatInterval }, 100*time.Millisecond)},
+	{Var{Name: "LETTAQ_MAX_RETRY", Default: "5",
+		Help: "attempts after the first for turns this worker enqueues through /enqueue (enqueue's --max-retry for the CLI)"},
+		intSetting(func(c *WorkerConfig) *int { return &c.MaxRetry }, 0)},
+	{Var{Name: "LETTAQ_LOG_FORMAT", Default: "auto",
+		Help: "auto (colored text on a terminal, JSON otherwise), json or text"},
+		func(c *WorkerConfig, raw string) error {
+			switch raw = strings.ToLower(raw); raw {
+			case "auto", "json", "text":
+				c.LogFormat = raw
+				return nil
+			}
+			return errors.New("want auto, json or text")
+		}},
+	{Var{Name: "LETTAQ_LOG_LEVEL", Default: "info", Help: "debug, info, warn or error"},
+		func(c *WorkerConfig, raw string) error {
+			if _, err := ParseLevel(raw); err != nil {
+				return err
+			}
+			c.LogLevel = strings.ToLower(raw)
+			return nil
+		}},
+	{Var{Name: "LETTAQ_HTTP_ADDR", Default: DefaultHTTPAddr,
+		Help: `address of the HTTP listener (/healthz, /readyz, /metrics, /monitor/, /enqueue); "off" disables it; any address but loopback requires LETTAQ_HTTP_TOKEN`},
+		func(c *WorkerConfig, raw string) error {
+			if raw != "off" {
+				if _, _, err := net.SplitHostPort(raw); err != nil {
+					return errors.New(`want host:port (e.g. 127.0.0.1:8080, 0.0.0.0:8080) or "off"`)
+				}
+			}
+			c.HTTPAddr = raw
+			return nil
+		}},
+	{Var{Name: "LETTAQ_HTTP_TOKEN", Default: "", Secret: true,
+		Help: "token for /metrics, /monitor/ and /enqueue: Authorization: Bearer <token>, ?token=<token> (then a cookie), or basic auth with the token as password; required off loopback"},
+		stringSetting(func(c *WorkerConfig) *string { return &c.HTTPToken })},
+	{Var{Name: "LETTAQ_MONITOR_WRITABLE", Default: "false", Bool: true,
+		Help: "let the monitor (asynqmon at /monitor/) delete, run and archive tasks; read-only by default"},
+		boolSetting(func(c *WorkerConfig) *bool { return &c.MonitorWritable })},
+	{Var{Name: "LETTAQ_WORKER_ID", Default: "<hostname>-<pid>",
+		Help: "this worker's name in the journal and logs"},
+		stringSetting(func(c *WorkerConfig) *string { return &c.WorkerID })},
+	{Var{Name: "LETTAQ_DEV", Default: "false", Bool: true,
+		Help: "dev mode: an in-memory Redis and a Letta simulator in this process, short clocks so recovery shows in seconds; nothing else to install"},
+		boolSetting(func(c *WorkerConfig) *bool { return &c.Dev })},
+	{Var{Name: "LETTAQ_DEV_REDIS_ADDR", Default: DefaultDevRedisAddr,
+		Help: "dev mode: where the in-memory Redis listens (enqueue --dev connects here)"},
+		stringSetting(func(c *WorkerConfig) *string { return &c.DevRedisAddr })},
+	{Var{Name: "LETTAQ_DEV_LETTA_ADDR", Default: DefaultDevLettaAddr,
+		Help: "dev mode: where the Letta simulator listens (another free port if taken)"},
+		stringSetting(func(c *WorkerConfig) *string { return &c.DevLettaAddr })},
+}
+
+// flagOf derives a flag name from a variable: LETTAQ_ stripped, lower case, "_" → "-".
+func flagOf(env string) string {
+	return strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(env, "LETTAQ_")), "_", "-")
+}
+
+// WorkerVars lists every environment variable the worker reads, budget included, in the order
+// --help shows them.
+func WorkerVars() []Var {
+	var vs []Var
+	for _, s := range workerSettings {
+		v := s.Var
+		v.Flag = flagOf(v.Name)
+		vs = append(vs, v)
+	}
+	for _, b := range budget.Vars() {
+		vs = append(vs, Var{Name: b.Name, Flag: b.FlagName(), Default: b.Default, Help: b.Help, Budget: true,
+			Bool: b.Default == "true" || b.Default == "false"})
+	}
+	return vs
+}
+
+// DevBudgetDefaults are the budget values dev mode uses for variables not set explicitly: short
+// clocks against a simulator that pings every second, so a long-thinking turn outlives the
+// stream clock and shows the continuation within seconds.
+var DevBudgetDefaults = map[string]string{
+	"LETTAQ_CONNECT_TIMEOUT":     "5s",
+	"LETTAQ_STALL_TIMEOUT":       "4s",
+	"LETTAQ_CONTENT_IDLE_NOTICE": "2s",
+	"LETTAQ_STREAM_TOTAL":        "8s",
+	"LETTAQ_ADMISSION_GRACE":     "5s",
+	"LETTAQ_CONTINUATION_MAX":    "2m",
+	"LETTAQ_POLL_INITIAL":        "500ms",
+	"LETTAQ_POLL_MAX":            "2s",
+	"LETTAQ_REQUEST_TIMEOUT":     "5s",
+	"LETTAQ_BACKGROUND":          "true",
+	"LETTAQ_DELIVERY_ALLOWANCE":  "5s",
+	"LETTAQ_SAFETY_MARGIN":       "5s",
+}
+
+// DevBudget returns the budget dev mode uses when nothing is set.
+func DevBudget() budget.Config {
+	c, err := budget.FromEnv(func(k string) string { return DevBudgetDefaults[k] })
+	if err != nil {
+		panic(err)
+	}
+	return c
+}
+
+// boolFlag is a string flag that may be given without a value (--dev).
+type boolFlag struct{ p *string }
+
+func (b boolFlag) String() string {
+	if b.p == nil {
+		return ""
+	}
+	return *b.p
+}
+func (b boolFlag) Set(s string) error { *b.p = s; return nil }
+func (b boolFlag) IsBoolFlag() bool   { return true }
+
+type strFlag struct{ p *string }
+
+func (s strFlag) String() string {
+	if s.p == nil {
+		return ""
+	}
+	return *s.p
+}
+func (s strFlag) Set(v string) error { *s.p = v; return nil }
+
+// ConfigError is a configuration problem; every message names the variable (and flag).
+type ConfigError struct{ Errs []error }
+
+func (e *ConfigError) Error() string {
+	var b strings.Builder
+	for i, err := range e.Errs {
+		if i > 0 {
+			b.WriteString("\n")
+		}
+		b.WriteString(err.Error())
+	}
+	return b.String()
+}
+
+// errHelp is returned by ParseWorkerConfig when --help was asked for (usage was printed).
+var errHelp = flag.ErrHelp
+
+// lookup reads one variable: the flag's value when the flag was given, else the environment.
+type lookup struct {
+	getenv  func(string) string
+	flagged map[string]string // env name → flag value
+}
+
+func (l lookup) get(name string) (raw string, fromFlag bool) {
+	if v, ok := l.flagged[name]; ok {
+		return strings.TrimSpace(v), true
+	}
+	return strings.TrimSpace(l.getenv(name)), false
+}
+
+// ParseWorkerConfig reads the worker's configuration: each flag overrides its variable, which
+// overrides the default. Errors name the variable (and flag). --help prints usage to out and
+// returns flag.ErrHelp.
+func ParseWorkerConfig(args []string, getenv func(string) string, out io.Writer) (WorkerConfig, error) {
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	vars := WorkerVars()
+	vals := make(map[string]*string, len(vars))
+	for _, v := range vars {
+		p := new(string)
+		vals[v.Name] = p
+		usage := v.Help + " (env " + v.Name + ")"
+		if v.Bool {
+			fs.Var(boolFlag{p}, v.Flag, usage)
+		} else {
+			fs.Var(strFlag{p}, v.Flag, usage)
+		}
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			WriteUsage(out, "worker [flags]", "Runs lettaq turns: takes messages from Redis (Asynq), streams them to Letta agents,\nwrites reply events. Every flag overrides the environment variable named with it.", vars, nil)
+			return WorkerConfig{}, errHelp
+		}
+		return WorkerConfig{}, &ConfigError{Errs: []error{err}}
+	}
+	if fs.NArg() > 0 {
+		return WorkerConfig{}, &ConfigError{Errs: []error{fmt.Errorf("unexpected argument %q (configuration is by flags and environment variables; see --help)", fs.Arg(0))}}
+	}
+	l := lookup{getenv: getenv, flagged: map[string]string{}}
+	fs.Visit(func(f *flag.Flag) {
+		for _, v := range vars {
+			if v.Flag == f.Name {
+				l.flagged[v.Name] = *vals[v.Name]
+			}
+		}
+	})
+	return buildWorkerConfig(l)
+}
+
+func buildWorkerConfig(l lookup) (WorkerConfig, error) {
+	var c WorkerConfig
+	var errs []error
+	for _, s := range workerSettings {
+		raw, fromFlag := l.get(s.Name)
+		if raw == "" {
+			raw = s.Default
+		}
+		if s.Name == "LETTAQ_WORKER_ID" && raw == s.Default {
+			host, _ := os.Hostname()
+			if host == "" {
+				host = "worker"
+			}
+			raw = fmt.Sprintf("%s-%d", host, os.Getpid())
+		}
+		if err := s.apply(&c, raw); err != nil {
+			errs = append(errs, varError(s.Var, raw, fromFlag, err))
+		}
+	}
+	// Budget: flags first, then environment, then (in dev mode) dev defaults, then defaults.
+	getBudget := func(name string) string {
+		raw, _ := l.get(name)
+		if raw == "" && c.Dev {
+			raw = DevBudgetDefaults[name]
+		}
+		return raw
+	}
+	b, err := budget.FromEnv(getBudget)
+	if err != nil {
+		errs = append(errs, annotateBudgetErr(err, l))
+	}
+	c.Budget = b
+	if len(errs) == 0 {
+		if err := c.check(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return WorkerConfig{}, &ConfigError{Errs: errs}
+	}
+	return c, nil
+}
+
+// check applies the rules that span several variables.
+func (c *WorkerConfig) check() error {
+	if c.HTTPAddr != "off" && c.HTTPToken == "" && !IsLoopback(c.HTTPAddr) {
+		return fmt.Errorf("LETTAQ_HTTP_TOKEN (--http-token) is required when LETTAQ_HTTP_ADDR (%s) is not a loopback address: the monitor and metrics must not be open to the network", c.HTTPAddr)
+	}
+	if !c.Dev {
+		if _, err := c.RedisConnOpt(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func varError(v Var, raw string, fromFlag bool, err error) error {
+	v.Flag = flagOf(v.Name)
+	shown := strconv.Quote(raw)
+	if v.Secret {
+		shown = "(secret)"
+	}
+	if fromFlag {
+		return fmt.Errorf("--%s (%s) = %s: %v", v.Flag, v.Name, shown, err)
+	}
+	return fmt.Errorf("%s=%s: %v (flag --%s)", v.Name, shown, err, v.Flag)
+}
+
+// annotateBudgetErr keeps budget's messages (they name the variables) and says which values
+// came from flags.
+func annotateBudgetErr(err error, l lookup) error {
+	msg := err.Error()
+	var flags []string
+	for name := range l.flagged {
+		if strings.Contains(msg, name) {
+			flags = append(flags, "--"+flagOf(name)+" sets "+name)
+		}
+	}
+	if len(flags) == 0 {
+		return err
+	}
+	sort.Strings(flags)
+	return fmt.Errorf("%w\n(%s)", err, strings.Join(flags, "; "))
+}
+
+// ParseQueues parses "name=weight,name" into Asynq's queue map.
+func ParseQueues(raw string) (map[string]int, error) {
+	q := map[string]int{}
+	for _, part := range strings.Split(raw, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		name, w, hasW := strings.Cut(part, "=")
+		name = strings.TrimSpace(name)
+		weight := 1
+		if hasW {
+			n, err := strconv.Atoi(strings.TrimSpace(w))
+			if err != nil || n < 1 {
+				return nil, fmt.Errorf("queue %q: weight %q must be an integer >= 1", name, w)
+			}
+			weight = n
+		}
+		if name == "" || strings.ContainsAny(name, " \t:") {
+			return nil, fmt.Errorf("queue name %q must be non-empty, without spaces or ':'", name)
+		}
+		q[name] = weight
+	}
+	if len(q) == 0 {
+		return nil, errors.New("at least one queue is needed")
+	}
+	return q, nil
+}
+
+// RedisConnOpt returns Asynq's connection options for the configuration (not in dev mode).
+func (c *WorkerConfig) RedisConnOpt() (asynq.RedisConnOpt, error) {
+	return RedisConnOpt(c.RedisURL, c.RedisClusterAddrs)
+}
+
+// RedisConnOpt turns REDIS_URL (and optional cluster seeds) into Asynq's connection options.
+func RedisConnOpt(redisURL string, clusterAddrs []string) (asynq.RedisConnOpt, error) {
+	opt, err := asynq.ParseRedisURI(redisURL)
+	if err != nil {
+		return nil, fmt.Errorf("REDIS_URL=%q: %v", redactURL(redisURL), strings.TrimPrefix(err.Error(), "asynq: "))
+	}
+	if len(clusterAddrs) == 0 {
+		return opt, nil
+	}
+	co := asynq.RedisClusterClientOpt{Addrs: clusterAddrs}
+	if o, ok := opt.(asynq.RedisClientOpt); ok {
+		co.Username, co.Password, co.TLSConfig = o.Username, o.Password, o.TLSConfig
+	}
+	return co, nil
+}
+
+func redactURL(s string) string {
+	if i := strings.Index(s, "://"); i >= 0 {
+		if j := strings.LastIndex(s, "@"); j > i {
+			return s[:i+3] + "xxx@" + s[j+1:]
+		}
+	}
+	return s
+}
+
+// IsLoopback reports whether a listen address only accepts local connections.
+func IsLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// WriteUsage prints a command's usage: synopsis, description, extra lines, then every variable
+// with its flag and default (secrets show as set/unset).
+func WriteUsage(w io.Writer, synopsis, desc string, vars []Var, extra []string) {
+	fmt.Fprintf(w, "Usage: %s\n\n%s\n", synopsis, desc)
+	for _, e := range extra {
+		fmt.Fprintln(w, e)
+	}
+	fmt.Fprintf(w, "\nFlags and environment variables:\n")
+	budgetHeader := false
+	for _, v := range vars {
+		if v.Budget && !budgetHeader {
+			budgetHeader = true
+			fmt.Fprintf(w, "\nTime budget of a turn (the task timeout is computed from these):\n")
+		}
+		def := v.Default
+		if v.Secret {
+			def = "unset"
+		} else if def == "" {
+			def = `""`
+		}
+		fmt.Fprintf(w, "  --%s  (env %s, default %s)\n", v.Flag, v.Name, def)
+		if dev, ok := DevBudgetDefaults[v.Name]; ok && v.Budget {
+			fmt.Fprintf(w, "        %s [dev mode: %s]\n", v.Help, dev)
+		} else {
+			fmt.Fprintf(w, "        %s\n", v.Help)
+		}
+	}
+}

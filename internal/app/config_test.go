@@ -1,0 +1,179 @@
+package app
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/lettaq/lettaq/budget"
+)
+
+func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+func TestWorkerConfigDefaults(t *testing.T) {
+	c, err := ParseWorkerConfig(nil, env(nil), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Concurrency != 200 || c.HTTPAddr != DefaultHTTPAddr || c.LettaBaseURL != "http://localhost:8283" ||
+		c.Queues["lettaq"] != 1 || c.TaskCheckInterval != 100*time.Millisecond || c.LogFormat != "auto" ||
+		c.Budget != budget.Default() || c.MonitorWritable || c.Dev || c.WorkerID == "" {
+		t.Errorf("defaults: %+v", c)
+	}
+}
+
+func TestWorkerConfigFlagOverridesEnv(t *testing.T) {
+	e := env(map[string]string{
+		"LETTAQ_CONCURRENCY": "50", "LETTAQ_STALL_TIMEOUT": "90s", "LETTAQ_QUEUES": "a=3,b",
+		"LETTA_BASE_URL": "http://letta:8283", "LETTAQ_MONITOR_WRITABLE": "true",
+	})
+	c, err := ParseWorkerConfig([]string{"--concurrency=7", "--stall-timeout", "100s", "--monitor-writable=false", "--log-level", "debug"}, e, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Concurrency != 7 || c.Budget.StallTimeout != 100*time.Second || c.MonitorWritable || c.LogLevel != "debug" {
+		t.Errorf("flags did not win: %+v", c)
+	}
+	if c.LettaBaseURL != "http://letta:8283" || c.Queues["a"] != 3 || c.Queues["b"] != 1 {
+		t.Errorf("env ignored: %+v", c)
+	}
+	// Dev mode shrinks the clocks it was not told about, and keeps those it was.
+	c, err = ParseWorkerConfig([]string{"--dev", "--stall-timeout=3s"}, e, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.Dev || c.Budget.StreamTotal != 8*time.Second || c.Budget.StallTimeout != 3*time.Second || !c.Budget.Background {
+		t.Errorf("dev budget = %+v", c.Budget)
+	}
+}
+
+func TestWorkerConfigErrorsNameTheVariable(t *testing.T) {
+	tests := []struct {
+		env  map[string]string
+		args []string
+		want []string
+	}{
+		{map[string]string{"LETTAQ_CONCURRENCY": "lots"}, nil, []string{"LETTAQ_CONCURRENCY", "--concurrency"}},
+		{nil, []string{"--concurrency=0"}, []string{"LETTAQ_CONCURRENCY", "--concurrency"}},
+		{map[string]string{"LETTAQ_STALL_TIMEOUT": "75"}, nil, []string{"LETTAQ_STALL_TIMEOUT", "missing unit"}},
+		{nil, []string{"--stall-timeout=10m"}, []string{"LETTAQ_STALL_TIMEOUT", "LETTAQ_STREAM_TOTAL", "--stall-timeout"}},
+		{map[string]string{"REDIS_URL": "http://x"}, nil, []string{"REDIS_URL"}},
+		{map[string]string{"LETTAQ_QUEUES": "a=x"}, nil, []string{"LETTAQ_QUEUES"}},
+		{map[string]string{"LETTAQ_LOG_FORMAT": "xml"}, nil, []string{"LETTAQ_LOG_FORMAT"}},
+		{map[string]string{"LETTAQ_HTTP_ADDR": "0.0.0.0:8080"}, nil, []string{"LETTAQ_HTTP_TOKEN", "LETTAQ_HTTP_ADDR"}},
+		{map[string]string{"LETTA_BASE_URL": "letta:8283"}, nil, []string{"LETTA_BASE_URL"}},
+		{map[string]string{"LETTAQ_REDIS_CLUSTER_ADDRS": "a,b"}, nil, []string{"LETTAQ_REDIS_CLUSTER_ADDRS"}},
+		{nil, []string{"--no-such-flag"}, []string{"no-such-flag"}},
+	}
+	for _, tt := range tests {
+		_, err := ParseWorkerConfig(tt.args, env(tt.env), nil)
+		var ce *ConfigError
+		if !errors.As(err, &ce) {
+			t.Errorf("%v %v: err = %v, want a ConfigError", tt.env, tt.args, err)
+			continue
+		}
+		for _, w := range tt.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%v %v: error %q does not mention %s", tt.env, tt.args, err, w)
+			}
+		}
+	}
+}
+
+func TestWorkerConfigSecretsNeverShown(t *testing.T) {
+	var out bytes.Buffer
+	_, err := ParseWorkerConfig([]string{"--help"}, env(map[string]string{"LETTA_API_KEY": "sk-secret-123", "LETTAQ_HTTP_TOKEN": "tok-456"}), &out)
+	if !errors.Is(err, errHelp) {
+		t.Fatal(err)
+	}
+	if strings.Contains(out.String(), "sk-secret-123") || strings.Contains(out.String(), "tok-456") {
+		t.Error("--help shows a secret")
+	}
+}
+
+func TestWorkerHelpListsEveryVariable(t *testing.T) {
+	var out bytes.Buffer
+	_, err := ParseWorkerConfig([]string{"--help"}, env(nil), &out)
+	if !errors.Is(err, errHelp) {
+		t.Fatal(err)
+	}
+	help := out.String()
+	for _, v := range WorkerVars() {
+		def := v.Default
+		if v.Secret {
+			def = "unset"
+		} else if def == "" {
+			def = `""`
+		}
+		want := "--" + v.Flag + "  (env " + v.Name + ", default " + def + ")"
+		if !strings.Contains(help, want) {
+			t.Errorf("--help lacks %q", want)
+		}
+	}
+	for _, b := range budget.Vars() {
+		if !strings.Contains(help, b.Name) {
+			t.Errorf("--help lacks budget variable %s", b.Name)
+		}
+	}
+}
+
+// The help's defaults are the truth: parsing an empty environment gives them.
+func TestWorkerHelpDefaultsAreTrue(t *testing.T) {
+	all := map[string]string{}
+	for _, v := range WorkerVars() {
+		if v.Default != "" && !strings.HasPrefix(v.Default, "<") {
+			all[v.Name] = v.Default
+		}
+	}
+	a, err := ParseWorkerConfig(nil, env(all), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := ParseWorkerConfig(nil, env(nil), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.WorkerID, b.WorkerID = "", ""
+	if a.Budget != b.Budget || a.Concurrency != b.Concurrency || a.HTTPAddr != b.HTTPAddr ||
+		a.TaskCheckInterval != b.TaskCheckInterval || a.ShutdownTimeout != b.ShutdownTimeout ||
+		a.RedisURL != b.RedisURL || a.KeyPrefix != b.KeyPrefix || a.MaxRetry != b.MaxRetry ||
+		a.HeartbeatInterval != b.HeartbeatInterval || a.LogLevel != b.LogLevel {
+		t.Errorf("writing the documented defaults changes the config:\n%+v\n%+v", a, b)
+	}
+}
+
+func TestRedisConnOpt(t *testing.T) {
+	o, err := RedisConnOpt("rediss://:pw@redis.example:6380/2", []string{"n1:7000", "n2:7000"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	co, ok := o.(asynq.RedisClusterClientOpt)
+	if !ok || co.Password != "pw" || co.TLSConfig == nil || len(co.Addrs) != 2 {
+		t.Errorf("cluster opt = %#v", o)
+	}
+	o, err = RedisConnOpt("redis-sentinel://:pw@s1:26379,s2:26379?master=mymaster", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fo, ok := o.(asynq.RedisFailoverClientOpt); !ok || fo.MasterName != "mymaster" || len(fo.SentinelAddrs) != 2 {
+		t.Errorf("sentinel opt = %#v", o)
+	}
+	if _, err := RedisConnOpt("redis://:secretpw@host:6379/notanumber", nil); err == nil || strings.Contains(err.Error(), "secretpw") {
+		t.Errorf("bad URL error = %v (must exist and hide the password)", err)
+	}
+}
+
+func TestIsLoopback(t *testing.T) {
+	for addr, want := range map[string]bool{
+		"127.0.0.1:8080": true, "localhost:80": true, "[::1]:8080": true,
+		"0.0.0.0:8080": false, ":8080": false, "10.0.0.1:8080": false, "[::]:1": false, "example.com:80": false,
+	} {
+		if got := IsLoopback(addr); got != want {
+			t.Errorf("IsLoopback(%q) = %v", addr, got)
+		}
+	}
+}

@@ -1,0 +1,87 @@
+package app
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+
+	"github.com/lettaq/lettaq/integration/lettasim"
+)
+
+// Demo agents of dev mode. Any other agent id is created on first use with the quick script.
+const (
+	DemoAgent      = "agent-demo"       // answers at once, token by token
+	DemoAgentTools = "agent-demo-tools" // looks something up with a tool first
+	DemoAgentSlow  = "agent-demo-slow"  // thinks for 20s: longer than dev mode's 8s stream clock
+)
+
+// DevPingInterval is how often the simulator pings a quiet stream in dev mode.
+const DevPingInterval = time.Second
+
+// DemoScripts are the scripts of the demo agents.
+func DemoScripts() map[string]lettasim.Script {
+	quick := lettasim.Script{Tokens: true, Steps: []lettasim.Step{
+		{Kind: lettasim.Reasoning, Text: "The user wrote to me. I will answer.", Delay: 500 * time.Millisecond},
+		{Kind: lettasim.Assistant, Delay: 300 * time.Millisecond},
+	}}
+	tools := lettasim.ToolScript(3*time.Second, "I looked it up: lettaq runs every message exactly once.", "web_search")
+	tools.Tokens = true
+	slow := lettasim.ThinkingScript(20*time.Second, "That took a while: the stream clock fired after 8s, and the worker continued the same run instead of sending your message again.")
+	slow.Tokens = true
+	return map[string]lettasim.Script{DemoAgent: quick, DemoAgentTools: tools, DemoAgentSlow: slow}
+}
+
+// DevEnv is dev mode's embedded infrastructure: an in-memory Redis and a Letta simulator.
+type DevEnv struct {
+	Redis     *miniredis.Miniredis
+	RedisAddr string
+	Sim       *lettasim.Sim
+	LettaURL  string
+	srv       *http.Server
+}
+
+// StartDev starts miniredis on redisAddr (which must be free: enqueue --dev connects there)
+// and the simulator on lettaAddr, or on another free loopback port when that one is taken.
+func StartDev(redisAddr, lettaAddr string) (*DevEnv, error) {
+	if !IsLoopback(redisAddr) {
+		return nil, fmt.Errorf("LETTAQ_DEV_REDIS_ADDR=%q: dev mode listens on loopback only", redisAddr)
+	}
+	if !IsLoopback(lettaAddr) {
+		return nil, fmt.Errorf("LETTAQ_DEV_LETTA_ADDR=%q: dev mode listens on loopback only", lettaAddr)
+	}
+	mr := miniredis.NewMiniRedis()
+	if err := mr.StartAddr(redisAddr); err != nil {
+		return nil, fmt.Errorf("LETTAQ_DEV_REDIS_ADDR=%q: cannot listen (is another dev worker running?): %v", redisAddr, err)
+	}
+	sim := lettasim.New(lettasim.Config{AutoCreateAgents: true, PingInterval: DevPingInterval,
+		DefaultScript: DemoScripts()[DemoAgent]})
+	for id, sc := range DemoScripts() {
+		sim.AddAgent(id, &sc)
+	}
+	ln, err := net.Listen("tcp", lettaAddr)
+	if err != nil {
+		ln, err = net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			mr.Close()
+			return nil, fmt.Errorf("dev mode: cannot listen for the Letta simulator: %v", err)
+		}
+	}
+	srv := &http.Server{Handler: sim, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			_ = err
+		}
+	}()
+	return &DevEnv{Redis: mr, RedisAddr: mr.Addr(), Sim: sim, LettaURL: "http://" + ln.Addr().String(), srv: srv}, nil
+}
+
+// Close stops the simulator (ending its runs) and the in-memory Redis.
+func (d *DevEnv) Close() {
+	d.Sim.Close()
+	_ = d.srv.Close()
+	d.Redis.Close()
+}

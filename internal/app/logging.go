@@ -1,0 +1,52 @@
+package app
+
+import (
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/lmittmann/tint"
+)
+
+// ParseLevel parses debug, info, warn (warning) or error.
+func ParseLevel(s string) (slog.Level, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "debug":
+		return slog.LevelDebug, nil
+	case "info", "":
+		return slog.LevelInfo, nil
+	case "warn", "warning":
+		return slog.LevelWarn, nil
+	case "error":
+		return slog.LevelError, nil
+	}
+	return 0, errors.New("want debug, info, warn or error")
+}
+
+// IsTerminal reports whether w is a character device (a terminal).
+func IsTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// NewLogger returns the one logger of a command: tint's colored text when format is "auto" and
+// w is a terminal (or format is "text"), JSON otherwise.
+func NewLogger(w io.Writer, format, level string) *slog.Logger {
+	lvl, err := ParseLevel(level)
+	if err != nil {
+		lvl = slog.LevelInfo
+	}
+	switch {
+	case format == "text" || (format != "json" && IsTerminal(w)):
+		return slog.New(tint.NewHandler(w, &tint.Options{Level: lvl, TimeFormat: time.TimeOnly, NoColor: !IsTerminal(w)}))
+	default:
+		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lvl}))
+	}
+}

@@ -1,0 +1,229 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+)
+
+// Running is a started worker.
+type Running struct {
+	Config    WorkerConfig
+	HTTPAddr  string // the listener's actual address, "" when off
+	RedisAddr string // dev mode: the in-memory Redis
+	LettaURL  string // the Letta server in use (dev mode: the simulator)
+	Dev       *DevEnv
+	Logger    *slog.Logger
+
+	done  chan struct{}
+	err   error
+	ready atomic.Bool
+}
+
+// Done is closed when the worker has stopped; Err then tells why.
+func (r *Running) Done() <-chan struct{} { return r.done }
+
+// Err is the reason the worker stopped (nil after a clean shutdown).
+func (r *Running) Err() error { <-r.done; return r.err }
+
+// RunWorker is the worker command: it parses args and the environment, runs until SIGTERM or
+// SIGINT (or ctx ends) and returns the exit code.
+func RunWorker(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	cfg, err := ParseWorkerConfig(args, getenv, stdout)
+	if errors.Is(err, errHelp) {
+		return ExitOK
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "worker: configuration error:\n%v\n", err)
+		return ExitUsage
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	logger := NewLogger(stderr, cfg.LogFormat, cfg.LogLevel)
+	r, err := StartWorker(ctx, cfg, logger, stdout)
+	if err != nil {
+		logger.Error("worker did not start", "err", err)
+		var ce *ConfigError
+		if errors.As(err, &ce) {
+			return ExitUsage
+		}
+		return ExitFailed
+	}
+	<-r.Done()
+	if r.err != nil {
+		logger.Error("worker stopped", "err", r.err)
+		return ExitFailed
+	}
+	return ExitOK
+}
+
+// StartWorker starts dev mode's infrastructure (with cfg.Dev), the HTTP listener and the queue
+// worker, and returns at once. The worker stops when ctx ends: it stops taking turns and lets
+// the running ones finish within cfg.ShutdownTimeout. stdout receives dev mode's greeting.
+func StartWorker(ctx context.Context, cfg WorkerConfig, logger *slog.Logger, stdout io.Writer) (*Running, error) {
+	r := &Running{Config: cfg, Logger: logger, done: make(chan struct{}), LettaURL: cfg.LettaBaseURL}
+	var connOpt asynq.RedisConnOpt
+	if cfg.Dev {
+		dev, err := StartDev(cfg.DevRedisAddr, cfg.DevLettaAddr)
+		if err != nil {
+			return nil, &ConfigError{Errs: []error{err}}
+		}
+		r.Dev, r.RedisAddr, r.LettaURL = dev, dev.RedisAddr, dev.LettaURL
+		connOpt = asynq.RedisClientOpt{Addr: dev.RedisAddr}
+	} else {
+		var err error
+		if connOpt, err = cfg.RedisConnOpt(); err != nil {
+			return nil, &ConfigError{Errs: []error{err}}
+		}
+	}
+	cleanup := func() {
+		if r.Dev != nil {
+			r.Dev.Close()
+		}
+	}
+	rdb, ok := connOpt.MakeRedisClient().(redis.UniversalClient)
+	if !ok {
+		cleanup()
+		return nil, fmt.Errorf("unsupported Redis connection %T", connOpt)
+	}
+	logger.Info("lettaq worker starting",
+		"worker_id", cfg.WorkerID,
+		"redis", describeRedis(connOpt),
+		"letta", r.LettaURL,
+		"letta_api_key", setOrUnset(cfg.LettaAPIKey),
+		"concurrency", cfg.Concurrency,
+		"queues", cfg.Queues,
+		"task_check_interval", cfg.TaskCheckInterval,
+		"shutdown_timeout", cfg.ShutdownTimeout,
+		"http", cfg.HTTPAddr,
+		"http_token", setOrUnset(cfg.HTTPToken),
+		"monitor", map[bool]string{true: "writable", false: "read-only"}[cfg.MonitorWritable],
+		"budget", cfg.Budget,
+		"dev", cfg.Dev)
+	for _, w := range cfg.Budget.Warnings() {
+		if cfg.Dev {
+			logger.Debug("budget warning (expected in dev mode)", "warning", w)
+		} else {
+			logger.Warn("budget", "warning", w)
+		}
+	}
+
+	inspector := asynq.NewInspectorFromRedisClient(rdb)
+	metrics := NewMetrics(inspector)
+	q, err := newQueueRunner(cfg, connOpt, rdb, r.LettaURL, metrics, logger)
+	if err != nil {
+		_ = rdb.Close()
+		cleanup()
+		return nil, err
+	}
+
+	var srv *http.Server
+	var closeMon func()
+	if cfg.HTTPAddr != "off" {
+		addr := cfg.HTTPAddr
+		ln, err := net.Listen("tcp", addr)
+		if err != nil && cfg.Dev {
+			ln, err = net.Listen("tcp", "127.0.0.1:0") // dev mode: any free port will do
+		}
+		if err != nil {
+			_ = rdb.Close()
+			cleanup()
+			return nil, &ConfigError{Errs: []error{fmt.Errorf("LETTAQ_HTTP_ADDR=%q: %v", addr, err)}}
+		}
+		var h http.Handler
+		h, closeMon = NewHTTPHandler(HTTPOptions{
+			Token: cfg.HTTPToken, Redis: rdb, RedisConnOpt: connOpt, MonitorWritable: cfg.MonitorWritable,
+			Metrics: metrics, Enqueue: q.enqueueHandler(), Logger: logger,
+			Ready: func() error {
+				if !r.ready.Load() {
+					return errors.New("not taking turns")
+				}
+				return nil
+			},
+		})
+		srv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+		r.HTTPAddr = ln.Addr().String()
+		go func() { _ = srv.Serve(ln) }()
+		logger.Info("http listening", "addr", r.HTTPAddr, "monitor", "http://"+r.HTTPAddr+"/monitor/", "metrics", "http://"+r.HTTPAddr+"/metrics")
+	}
+
+	if cfg.Dev && stdout != nil {
+		printDevGreeting(stdout, r)
+	}
+
+	go func() {
+		defer close(r.done)
+		r.ready.Store(true)
+		r.err = q.run(ctx)
+		r.ready.Store(false)
+		if srv != nil {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = srv.Shutdown(sctx)
+			cancel()
+		}
+		if closeMon != nil {
+			closeMon()
+		}
+		_ = inspector.Close()
+		_ = rdb.Close()
+		cleanup()
+		logger.Info("lettaq worker stopped")
+	}()
+	return r, nil
+}
+
+func setOrUnset(s string) string {
+	if s == "" {
+		return "unset"
+	}
+	return "set"
+}
+
+func describeRedis(o asynq.RedisConnOpt) string {
+	switch o := o.(type) {
+	case asynq.RedisClientOpt:
+		tls := ""
+		if o.TLSConfig != nil {
+			tls = " (TLS)"
+		}
+		return fmt.Sprintf("%s db %d%s", o.Addr, o.DB, tls)
+	case asynq.RedisFailoverClientOpt:
+		return fmt.Sprintf("sentinel master %q via %v", o.MasterName, o.SentinelAddrs)
+	case asynq.RedisClusterClientOpt:
+		return fmt.Sprintf("cluster %v", o.Addrs)
+	}
+	return fmt.Sprintf("%T", o)
+}
+
+func printDevGreeting(w io.Writer, r *Running) {
+	fmt.Fprintf(w, `
+lettaq dev mode: everything runs in this process.
+  Redis (in memory)    %s
+  Letta simulator      %s   (agents: %s, %s, %s; any other id is created on use)
+`, r.RedisAddr, r.LettaURL, DemoAgent, DemoAgentTools, DemoAgentSlow)
+	if r.HTTPAddr != "" {
+		fmt.Fprintf(w, "  Monitor              http://%s/monitor/\n  Metrics              http://%s/metrics\n", r.HTTPAddr, r.HTTPAddr)
+	}
+	fmt.Fprintf(w, `
+In another terminal, try:
+  go run ./cmd/enqueue --dev --wait "hello"                                  # a quick answer
+  go run ./cmd/enqueue --dev --wait --agent %s "what is lettaq?"   # a tool call first
+  go run ./cmd/enqueue --dev --wait --agent %s "think hard"         # outlives the 8s stream clock: watch it recover
+  go run ./cmd/enqueue --dev journal recent                                  # what happened, turn by turn
+Messages may carry simulator directives, e.g. "[[sim think=30s]] hi" or "[[sim disconnect_after=2]] hi".
+Stop with Ctrl-C.
+
+`, DemoAgentTools, DemoAgentSlow)
+}
