@@ -31,7 +31,7 @@ type HTTPOptions struct {
 	// Enqueue, when set, is mounted at /enqueue.
 	Enqueue http.Handler
 	// Ready, when set, must also pass for /readyz (e.g. "the worker is taking tasks").
-	Ready func() error
+	Ready  func() error
 	Logger *slog.Logger
 }
 
