@@ -296,7 +296,7 @@ return {1, id, seq}
 // split by SplitMessage. Final events that must be written once per turn go
 // through EmitAnswerOnce instead.
 func (r *Replies) Emit(ctx context.Context, c Conversation, ev ReplyEvent) (ReplyEvent, error) {
-	ev, _, err := r.emit(ctx, c, ev, false)
+	ev, _, err := r.emit(ctx, c, ev, "")
 	return ev, err
 }
 
@@ -313,7 +313,20 @@ func (r *Replies) EmitAnswerOnce(ctx context.Context, c Conversation, ev ReplyEv
 	if !ev.Type.Final() {
 		return false, fmt.Errorf("%w: EmitAnswerOnce needs a final event type, not %q", ErrInvalidEvent, ev.Type)
 	}
-	_, emitted, err = r.emit(ctx, c, ev, true)
+	_, emitted, err = r.emit(ctx, c, ev, r.answeredKey(ev.TaskID))
+	return emitted, err
+}
+
+// EmitAcceptedOnce appends the accepted event of ev.TaskID's turn unless
+// one was already written (marker <prefix>accepted:<task_id>): the client
+// writes it at enqueue and the worker at the turn's first attempt, and
+// whichever comes first wins.
+func (r *Replies) EmitAcceptedOnce(ctx context.Context, c Conversation, ev ReplyEvent) (emitted bool, err error) {
+	ev.Type = EventAccepted
+	if ev.Phase == "" {
+		ev.Phase = PhaseQueued
+	}
+	_, emitted, err = r.emit(ctx, c, ev, r.opts.Prefix+"accepted:"+ev.TaskID)
 	return emitted, err
 }
 
@@ -326,7 +339,7 @@ func (r *Replies) Answered(ctx context.Context, taskID string) (bool, error) {
 	return n == 1, nil
 }
 
-func (r *Replies) emit(ctx context.Context, c Conversation, ev ReplyEvent, once bool) (ReplyEvent, bool, error) {
+func (r *Replies) emit(ctx context.Context, c Conversation, ev ReplyEvent, marker string) (ReplyEvent, bool, error) {
 	if err := c.Validate(); err != nil {
 		return ev, false, err
 	}
@@ -350,8 +363,8 @@ func (r *Replies) emit(ctx context.Context, c Conversation, ev ReplyEvent, once 
 		return ev, false, fmt.Errorf("queue: encode reply event: %w", err)
 	}
 	keys := []string{r.Key(c), r.seqKey(ev.TaskID)}
-	if once {
-		keys = append(keys, r.answeredKey(ev.TaskID))
+	if marker != "" {
+		keys = append(keys, marker)
 	}
 	args := []any{
 		r.opts.MaxLen, r.opts.TTL.Milliseconds(), r.opts.StreamTTL.Milliseconds(),

@@ -1,0 +1,302 @@
+package integration
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lettaq/lettaq/agentclient"
+	"github.com/lettaq/lettaq/budget"
+	"github.com/lettaq/lettaq/integration/lettasim"
+	"github.com/lettaq/lettaq/internal/testredis"
+	"github.com/lettaq/lettaq/queue"
+)
+
+// simScale multiplies every scripted delay and fault duration of the
+// simulator; use simDur to give a fault a real duration.
+const simScale = 0.01
+
+// simDur converts a real duration into the simulator's scripted time.
+func simDur(d time.Duration) time.Duration { return time.Duration(float64(d) / simScale) }
+
+// testBudget is a budget with short clocks: stall 300ms with pings every
+// 40ms, admission 600ms, continuation 5s. Its TaskTimeout is ~27s.
+func testBudget() budget.Config {
+	b := budget.Default()
+	b.ConnectTimeout = time.Second
+	b.StallTimeout = 300 * time.Millisecond
+	b.ContentIdleNotice = 0
+	b.StreamTotal = 5 * time.Second
+	b.StopGrace = 100 * time.Millisecond
+	b.AdmissionGrace = 600 * time.Millisecond
+	b.ContinuationMax = 5 * time.Second
+	b.PollInitial = 20 * time.Millisecond
+	b.PollMax = 200 * time.Millisecond
+	b.PollJitter = 0.1
+	b.RequestTimeout = time.Second
+	b.Resume = true
+	b.Background = true
+	b.ResendPolicy = budget.ResendIfNotAdmitted
+	b.DeliveryAllowance = time.Second
+	b.SafetyMargin = time.Second
+	return b
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func testLogger(t testing.TB) *slog.Logger {
+	if os.Getenv("LETTAQ_TEST_LOG") == "1" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("test", t.Name())
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// env is one test's world: a Redis (shared, with a queue and key prefix of
+// its own), a simulator, a client, and the reading side of replies and
+// journal.
+type env struct {
+	t       testing.TB
+	redis   *testredis.Server
+	rdb     *redis.Client
+	queue   string
+	prefix  string
+	sim     *lettasim.Server
+	budget  budget.Config
+	client  *queue.Client
+	replies *queue.Replies
+	journal *queue.Journal
+	insp    *asynq.Inspector
+}
+
+type envOpt func(*env, *lettasim.Config)
+
+func newEnv(t testing.TB, opts ...envOpt) *env {
+	t.Helper()
+	srv := testredis.RequireReal(t)
+	e := &env{t: t, redis: srv, queue: "lettaq-test-" + randHex(6), budget: testBudget()}
+	e.prefix = "lettaq-test:" + e.queue + ":"
+	simCfg := lettasim.Config{PingInterval: 40 * time.Millisecond, TimeScale: simScale}
+	for _, o := range opts {
+		o(e, &simCfg)
+	}
+	e.sim = lettasim.NewServer(simCfg)
+	t.Cleanup(e.sim.Close)
+	e.rdb = srv.Client(t)
+	e.replies = queue.NewReplies(e.rdb, queue.RepliesOptions{Prefix: e.prefix})
+	e.journal = queue.NewJournal(e.rdb, queue.JournalOptions{Prefix: e.prefix, Retention: time.Hour})
+	c, err := queue.NewClient(queue.ClientConfig{Redis: e.redisOpt(), Budget: e.budget, Queue: e.queue,
+		Retention: time.Hour, Replies: e.replies})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	e.client = c
+	e.insp = asynq.NewInspector(e.redisOpt())
+	t.Cleanup(func() {
+		_ = e.insp.DeleteQueue(e.queue, true)
+		_ = e.insp.Close()
+		e.cleanKeys()
+	})
+	return e
+}
+
+func withBudget(f func(*budget.Config)) envOpt { return func(e *env, _ *lettasim.Config) { f(&e.budget) } }
+
+func withSim(f func(*lettasim.Config)) envOpt { return func(_ *env, c *lettasim.Config) { f(c) } }
+
+func (e *env) redisOpt() asynq.RedisClientOpt {
+	return asynq.RedisClientOpt{Addr: e.redis.Addr, DB: e.redis.DB}
+}
+
+// cleanKeys deletes this test's reply and journal keys (nothing else).
+func (e *env) cleanKeys() {
+	ctx := context.Background()
+	iter := e.rdb.Scan(ctx, 0, e.prefix+"*", 500).Iterator()
+	var keys []string
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+	}
+	for i := 0; i < len(keys); i += 200 {
+		_ = e.rdb.Del(ctx, keys[i:min(i+200, len(keys))]...).Err()
+	}
+}
+
+func (e *env) workerConfig(id string) queue.WorkerConfig {
+	lc, err := agentclient.New(agentclient.Config{BaseURL: e.sim.URL, RequestTimeout: e.budget.RequestTimeout})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return queue.WorkerConfig{
+		Redis: e.redisOpt(), Letta: lc, Budget: e.budget, Concurrency: 50,
+		Queues: map[string]int{e.queue: 1}, ShutdownTimeout: 3 * time.Second,
+		Logger: testLogger(e.t).With("worker", id), WorkerID: id,
+		RepliesOptions: queue.RepliesOptions{Prefix: e.prefix},
+		JournalOptions: queue.JournalOptions{Prefix: e.prefix, Retention: time.Hour},
+		HeartbeatInterval: 200 * time.Millisecond, DeltaMaxAge: 100 * time.Millisecond,
+		StuckRetryDelay: 200 * time.Millisecond, DelayedTaskCheckInterval: 200 * time.Millisecond,
+		TaskCheckInterval: 50 * time.Millisecond,
+	}
+}
+
+// startWorker runs an in-process worker until the test ends (or stop).
+func (e *env) startWorker(id string, mods ...func(*queue.WorkerConfig)) (stop func()) {
+	e.t.Helper()
+	cfg := e.workerConfig(id)
+	for _, m := range mods {
+		m(&cfg)
+	}
+	w, err := queue.NewWorker(cfg)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					e.t.Errorf("worker %s: %v", id, err)
+				}
+			case <-time.After(30 * time.Second):
+				e.t.Errorf("worker %s did not stop", id)
+			}
+		})
+	}
+	e.t.Cleanup(stop)
+	return stop
+}
+
+func (e *env) conv(name string) queue.Conversation {
+	return queue.Conversation{Integration: "test", ChatID: name + "-" + randHex(3)}
+}
+
+func (e *env) enqueue(m queue.Message) queue.EnqueueResult {
+	e.t.Helper()
+	res, err := e.client.Enqueue(context.Background(), m)
+	if err != nil {
+		e.t.Fatalf("enqueue: %v", err)
+	}
+	return res
+}
+
+// waitFinal reads c's reply stream until the final event of taskID
+// arrives, and returns all events of that task read so far.
+func (e *env) waitFinal(c queue.Conversation, taskID string, timeout time.Duration) (final queue.ReplyEvent, evs []queue.ReplyEvent) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	last := "0"
+	for ctx.Err() == nil {
+		got, next, err := e.replies.Read(ctx, c, last, 100, 200*time.Millisecond)
+		if err != nil && ctx.Err() == nil {
+			e.t.Fatalf("read replies: %v", err)
+		}
+		last = next
+		for _, ev := range got {
+			if ev.TaskID != taskID {
+				continue
+			}
+			evs = append(evs, ev)
+			if ev.Type.Final() && (ev.Type != queue.EventError || ev.Permanent) {
+				return ev, evs
+			}
+		}
+	}
+	e.t.Fatalf("no final event for task %s within %v; events: %s", taskID, timeout, summarize(evs))
+	return
+}
+
+// events returns every event of c's stream (of taskID, or all when "").
+func (e *env) events(c queue.Conversation, taskID string) []queue.ReplyEvent {
+	e.t.Helper()
+	got, _, err := e.replies.Read(context.Background(), c, "0", 0, 0)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var out []queue.ReplyEvent
+	for _, ev := range got {
+		if taskID == "" || ev.TaskID == taskID {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+func countFinal(evs []queue.ReplyEvent) int {
+	n := 0
+	for _, ev := range evs {
+		if ev.Type == queue.EventAnswer || ev.Type == queue.EventApprovalRequired || (ev.Type == queue.EventError && ev.Permanent) {
+			n++
+		}
+	}
+	return n
+}
+
+func summarize(evs []queue.ReplyEvent) string {
+	var b strings.Builder
+	for _, ev := range evs {
+		fmt.Fprintf(&b, "[%d %s", ev.Seq, ev.Type)
+		switch {
+		case ev.Phase != "":
+			fmt.Fprintf(&b, " %s", ev.Phase)
+		case ev.Tool != nil:
+			fmt.Fprintf(&b, " %s/%s", ev.Tool.Name, ev.Tool.Status)
+		case ev.Text != "":
+			s := ev.Text
+			if len(s) > 40 {
+				s = s[:40] + "…"
+			}
+			fmt.Fprintf(&b, " %q", s)
+		}
+		b.WriteString("] ")
+	}
+	return b.String()
+}
+
+// record waits for the journal to show the turn finished, and returns it.
+func (e *env) record(taskID string) *queue.TurnRecord {
+	e.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		rec, err := e.journal.Get(context.Background(), taskID)
+		if err == nil && rec.Outcome != "" {
+			return rec
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("journal of %s: no outcome (rec=%+v, err=%v)", taskID, rec, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func describeAttempts(rec *queue.TurnRecord) string {
+	var b strings.Builder
+	for _, a := range rec.Attempts {
+		var ph []string
+		for _, p := range a.Phases {
+			ph = append(ph, p.Phase)
+		}
+		fmt.Fprintf(&b, "#%d %s clock=%q polls=%d resumes=%d resend=%q outcome=%s err=%q phases=%v; ",
+			a.N, a.Worker, a.TimeoutClock, a.Polls, a.Resumes, a.ResendDecision, a.Outcome, a.Error, ph)
+	}
+	return b.String()
+}

@@ -1,0 +1,187 @@
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/lettaq/lettaq/budget"
+)
+
+// DefaultQueue is the Asynq queue turns go to unless configured otherwise.
+const DefaultQueue = "lettaq"
+
+// DefaultMaxRetry is how many times a turn is retried before it is archived.
+const DefaultMaxRetry = 25
+
+// DefaultRetention is how long a finished task (and its result) is kept.
+const DefaultRetention = 24 * time.Hour
+
+// ClientConfig configures a Client.
+type ClientConfig struct {
+	// Redis is the Asynq connection (e.g. asynq.RedisClientOpt{Addr: …}).
+	Redis asynq.RedisConnOpt
+	// Budget sets the task timeout (Budget.TaskTimeout()); use the same
+	// configuration as the workers. Zero value: budget.Default().
+	Budget budget.Config
+	// Queue, default DefaultQueue.
+	Queue string
+	// MaxRetry, default DefaultMaxRetry; negative means 0 (no retry).
+	MaxRetry int
+	// Retention of finished tasks (their result stays readable), default
+	// DefaultRetention. It is also how long a duplicate delivery of the same
+	// message id is recognised.
+	Retention time.Duration
+	// Replies, when set, receives an accepted event for each new task.
+	Replies *Replies
+	// Now is the clock for EnqueuedAt; default time.Now.
+	Now func() time.Time
+}
+
+// Client enqueues turns. It is safe for concurrent use.
+type Client struct {
+	ac  *asynq.Client
+	cfg ClientConfig
+}
+
+// EnqueueResult says what Enqueue did.
+type EnqueueResult struct {
+	// TaskID is the task of the turn (the existing one for a duplicate).
+	TaskID string `json:"task_id"`
+	// Duplicate is true when a task with this id already existed: the
+	// message was delivered before, and no second turn was made.
+	Duplicate bool `json:"duplicate"`
+	// Queue the task is in.
+	Queue string `json:"queue"`
+	// Otid of the turn.
+	Otid string `json:"otid"`
+}
+
+// NewClient returns a Client. Close it when done.
+func NewClient(cfg ClientConfig) (*Client, error) {
+	if cfg.Redis == nil {
+		return nil, errors.New("queue: ClientConfig.Redis is nil")
+	}
+	if cfg.Budget == (budget.Config{}) {
+		cfg.Budget = budget.Default()
+	}
+	if err := cfg.Budget.Validate(); err != nil {
+		return nil, fmt.Errorf("queue: budget: %w", err)
+	}
+	if cfg.Queue == "" {
+		cfg.Queue = DefaultQueue
+	}
+	if cfg.MaxRetry == 0 {
+		cfg.MaxRetry = DefaultMaxRetry
+	} else if cfg.MaxRetry < 0 {
+		cfg.MaxRetry = 0
+	}
+	if cfg.Retention <= 0 {
+		cfg.Retention = DefaultRetention
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Client{ac: asynq.NewClient(cfg.Redis), cfg: cfg}, nil
+}
+
+// Close closes the connection to Redis.
+func (c *Client) Close() error { return c.ac.Close() }
+
+// TaskOptions returns the Asynq options Enqueue uses for a task with id.
+// A client in another language should set the same (see the package doc).
+func (c *Client) TaskOptions(taskID string) []asynq.Option {
+	return []asynq.Option{
+		asynq.TaskID(taskID),
+		asynq.Queue(c.cfg.Queue),
+		asynq.MaxRetry(c.cfg.MaxRetry),
+		asynq.Timeout(c.cfg.Budget.TaskTimeout()),
+		asynq.Retention(c.cfg.Retention),
+	}
+}
+
+// Enqueue validates m and makes it a task. A message whose MessageID was
+// enqueued before (and whose task is still retained) is not enqueued
+// again: the result names the existing task with Duplicate set. Validation
+// errors are *ValidationError.
+func (c *Client) Enqueue(ctx context.Context, m Message) (EnqueueResult, error) {
+	if m.EnqueuedAt.IsZero() {
+		m.EnqueuedAt = c.cfg.Now().UTC()
+	}
+	b, err := EncodePayload(m)
+	if err != nil {
+		return EnqueueResult{}, err
+	}
+	id := TaskIDFor(m)
+	res := EnqueueResult{TaskID: id, Queue: c.cfg.Queue, Otid: OtidFor(m, id)}
+	_, err = c.ac.EnqueueContext(ctx, asynq.NewTask(TaskType, b), c.TaskOptions(id)...)
+	switch {
+	case errors.Is(err, asynq.ErrTaskIDConflict):
+		res.Duplicate = true
+		return res, nil
+	case err != nil:
+		return EnqueueResult{}, fmt.Errorf("queue: enqueue %s: %w", id, err)
+	}
+	if c.cfg.Replies != nil {
+		// Best effort: the worker writes it at the first attempt otherwise.
+		_, _ = c.cfg.Replies.EmitAcceptedOnce(ctx, m.Conversation, ReplyEvent{
+			TaskID: id, Otid: res.Otid, MessageID: m.MessageID})
+	}
+	return res, nil
+}
+
+// MaxHTTPBodyBytes bounds the body EnqueueHTTPHandler reads.
+const MaxHTTPBodyBytes = MaxTextBytes + 64<<10
+
+// EnqueueHTTPHandler returns a handler that enqueues the payload POSTed as
+// JSON (the Payload format; "v" may be omitted) and answers
+//
+//	202 {"task_id": "…", "duplicate": false, "queue": "lettaq", "otid": "…"}
+//	400 {"error": "…", "field": "text"}        invalid payload
+//	405, 413, 415                              wrong method, body too large, not JSON
+//	500 {"error": "…"}                         Redis trouble: try again
+func EnqueueHTTPHandler(c *Client) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			httpJSON(w, http.StatusMethodNotAllowed, map[string]string{"error": "use POST"})
+			return
+		}
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxHTTPBodyBytes))
+		if err != nil {
+			httpJSON(w, http.StatusRequestEntityTooLarge, map[string]string{"error": "body too large or unreadable: " + err.Error()})
+			return
+		}
+		var p Payload
+		if err := json.Unmarshal(body, &p); err != nil {
+			httpJSON(w, http.StatusBadRequest, map[string]string{"error": "body is not a JSON payload: " + err.Error(), "field": ""})
+			return
+		}
+		if p.V != 0 && p.V != PayloadVersion {
+			httpJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("unknown payload version %d", p.V), "field": "v"})
+			return
+		}
+		res, err := c.Enqueue(r.Context(), p.Message())
+		if ve, ok := IsValidationError(err); ok {
+			httpJSON(w, http.StatusBadRequest, map[string]string{"error": ve.Error(), "field": ve.Field})
+			return
+		}
+		if err != nil {
+			httpJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+			return
+		}
+		httpJSON(w, http.StatusAccepted, res)
+	})
+}
+
+func httpJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

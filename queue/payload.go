@@ -1,0 +1,267 @@
+package queue
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+)
+
+// TaskType is the Asynq task type of a turn.
+const TaskType = "lettaq:turn"
+
+// PayloadVersion is the version of the payload format this package writes
+// and the only one it accepts.
+const PayloadVersion = 1
+
+// Limits checked at enqueue, and again when a task reaches a worker.
+const (
+	// MaxTextBytes bounds Message.Text (64 KiB).
+	MaxTextBytes = 64 << 10
+	// MaxMetadataEntries, MaxMetadataKeyBytes and MaxMetadataValueBytes
+	// bound Message.Metadata; MaxMetadataBytes bounds its keys and values
+	// together.
+	MaxMetadataEntries    = 32
+	MaxMetadataKeyBytes   = 64
+	MaxMetadataValueBytes = 1024
+	MaxMetadataBytes      = 4 << 10
+	// MaxIDBytes bounds agent_id, sender_id, message_id and the two parts
+	// of the conversation.
+	MaxIDBytes = 512
+	// maxTaskIDBytes: a derived task id longer than this is hashed.
+	maxTaskIDBytes = 200
+)
+
+// OtidNamespace is the UUID namespace of derived otids: a turn without an
+// otid of its own gets uuid.NewSHA1(OtidNamespace, []byte(taskID)), the same
+// on every attempt of the task.
+var OtidNamespace = uuid.MustParse("8f4e6c2a-3b1d-5a7e-9c0f-1d2e3f4a5b6c")
+
+// Message is one inbound chat message to turn into an agent turn. It is
+// also the task payload (see Payload for the JSON form).
+type Message struct {
+	// AgentID is the Letta agent that answers. Required.
+	AgentID string
+	// Text is the user's message: non-empty, valid UTF-8, at most
+	// MaxTextBytes.
+	Text string
+	// SenderID is passed to Letta as the message's sender_id. Optional.
+	SenderID string
+	// Conversation names the chat the answer goes to (the reply stream).
+	// Required.
+	Conversation Conversation
+	// MessageID is the integration's own id of the inbound message. When
+	// set, the task id is derived from it, so a webhook delivered twice
+	// makes one task. Optional.
+	MessageID string
+	// Otid is the turn's idempotency key at Letta; it must be a UUID.
+	// Optional: by default it is derived from the task id.
+	Otid string
+	// Metadata is carried to the journal, small (see the Max… limits).
+	Metadata map[string]string
+	// EnqueuedAt defaults to the time of Enqueue.
+	EnqueuedAt time.Time
+}
+
+// Payload is the JSON form of a task's payload, version 1:
+//
+//	{
+//	  "v": 1,                                  required, must be 1
+//	  "agent_id": "agent-…",                   required
+//	  "text": "hello",                         required, ≤ 64 KiB, valid UTF-8
+//	  "sender_id": "user-42",                  optional
+//	  "conversation": {"integration": "telegram", "chat_id": "123"},  required
+//	  "message_id": "9876",                    optional, the integration's id
+//	  "otid": "4c6e…-uuid",                    optional, must be a UUID
+//	  "metadata": {"k": "v"},                  optional, small string map
+//	  "enqueued_at": "2025-01-01T12:00:00Z"    optional, RFC 3339
+//	}
+//
+// Unknown fields are ignored. A task of type TaskType ("lettaq:turn") with
+// this payload may be written by any Asynq client (in any language); see
+// the package documentation for the task layout.
+type Payload struct {
+	V            int               `json:"v"`
+	AgentID      string            `json:"agent_id"`
+	Text         string            `json:"text"`
+	SenderID     string            `json:"sender_id,omitempty"`
+	Conversation Conversation      `json:"conversation"`
+	MessageID    string            `json:"message_id,omitempty"`
+	Otid         string            `json:"otid,omitempty"`
+	Metadata     map[string]string `json:"metadata,omitempty"`
+	EnqueuedAt   time.Time         `json:"enqueued_at,omitzero"`
+}
+
+// Payload returns m's payload.
+func (m Message) Payload() Payload {
+	return Payload{V: PayloadVersion, AgentID: m.AgentID, Text: m.Text, SenderID: m.SenderID,
+		Conversation: m.Conversation, MessageID: m.MessageID, Otid: m.Otid, Metadata: m.Metadata,
+		EnqueuedAt: m.EnqueuedAt}
+}
+
+// Message returns the message of p.
+func (p Payload) Message() Message {
+	return Message{AgentID: p.AgentID, Text: p.Text, SenderID: p.SenderID, Conversation: p.Conversation,
+		MessageID: p.MessageID, Otid: p.Otid, Metadata: p.Metadata, EnqueuedAt: p.EnqueuedAt}
+}
+
+// ValidationError reports a message or payload that cannot become a turn.
+// Field is the payload's JSON field ("text", "conversation.chat_id", …, or
+// "" for the payload as a whole).
+type ValidationError struct {
+	Field   string
+	Problem string
+}
+
+func (e *ValidationError) Error() string {
+	if e.Field == "" {
+		return "lettaq: invalid payload: " + e.Problem
+	}
+	return "lettaq: invalid " + e.Field + ": " + e.Problem
+}
+
+func invalid(field, format string, args ...any) error {
+	return &ValidationError{Field: field, Problem: fmt.Sprintf(format, args...)}
+}
+
+// Validate checks m against the payload rules. The error is a
+// *ValidationError naming the first field at fault.
+func (m Message) Validate() error {
+	if err := checkID("agent_id", m.AgentID, true); err != nil {
+		return err
+	}
+	switch {
+	case m.Text == "":
+		return invalid("text", "must not be empty")
+	case len(m.Text) > MaxTextBytes:
+		return invalid("text", "is %d bytes, more than the limit of %d", len(m.Text), MaxTextBytes)
+	case !utf8.ValidString(m.Text):
+		return invalid("text", "is not valid UTF-8")
+	}
+	if err := checkID("sender_id", m.SenderID, false); err != nil {
+		return err
+	}
+	c := m.Conversation
+	switch {
+	case c.Integration == "":
+		return invalid("conversation.integration", "must not be empty")
+	case strings.ContainsAny(c.Integration, ": \t\r\n"):
+		return invalid("conversation.integration", "%q must not contain ':' or whitespace", c.Integration)
+	}
+	if err := checkID("conversation.integration", c.Integration, true); err != nil {
+		return err
+	}
+	if err := checkID("conversation.chat_id", c.ChatID, true); err != nil {
+		return err
+	}
+	if err := checkID("message_id", m.MessageID, false); err != nil {
+		return err
+	}
+	if m.Otid != "" {
+		if _, err := uuid.Parse(m.Otid); err != nil {
+			return invalid("otid", "%q is not a UUID", m.Otid)
+		}
+	}
+	if len(m.Metadata) > MaxMetadataEntries {
+		return invalid("metadata", "has %d entries, more than %d", len(m.Metadata), MaxMetadataEntries)
+	}
+	total := 0
+	for k, v := range m.Metadata {
+		switch {
+		case k == "" || len(k) > MaxMetadataKeyBytes:
+			return invalid("metadata", "key %q must be 1 to %d bytes", k, MaxMetadataKeyBytes)
+		case len(v) > MaxMetadataValueBytes:
+			return invalid("metadata."+k, "is %d bytes, more than %d", len(v), MaxMetadataValueBytes)
+		case !utf8.ValidString(k) || !utf8.ValidString(v):
+			return invalid("metadata."+k, "is not valid UTF-8")
+		}
+		total += len(k) + len(v)
+	}
+	if total > MaxMetadataBytes {
+		return invalid("metadata", "is %d bytes, more than %d", total, MaxMetadataBytes)
+	}
+	return nil
+}
+
+func checkID(field, v string, required bool) error {
+	switch {
+	case v == "" && required:
+		return invalid(field, "must not be empty")
+	case len(v) > MaxIDBytes:
+		return invalid(field, "is %d bytes, more than %d", len(v), MaxIDBytes)
+	case !utf8.ValidString(v):
+		return invalid(field, "is not valid UTF-8")
+	case strings.ContainsAny(v, "\x00\r\n"):
+		return invalid(field, "must not contain NUL or line breaks")
+	}
+	return nil
+}
+
+// EncodePayload validates m and returns its JSON payload.
+func EncodePayload(m Message) ([]byte, error) {
+	if err := m.Validate(); err != nil {
+		return nil, err
+	}
+	return json.Marshal(m.Payload())
+}
+
+// DecodePayload parses and validates a task payload. On error the returned
+// Message holds whatever could be read (a worker uses its Conversation to
+// report the error), and the error is a *ValidationError.
+func DecodePayload(b []byte) (Message, error) {
+	var p Payload
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if err := dec.Decode(&p); err != nil {
+		// Salvage the conversation, if any, for the error event.
+		var loose struct {
+			Conversation Conversation `json:"conversation"`
+		}
+		_ = json.Unmarshal(b, &loose)
+		return Message{Conversation: loose.Conversation}, invalid("", "not a JSON object of the payload format: %v", err)
+	}
+	m := p.Message()
+	if p.V != PayloadVersion {
+		return m, invalid("v", "unknown payload version %d (this worker reads version %d)", p.V, PayloadVersion)
+	}
+	return m, m.Validate()
+}
+
+// TaskIDFor returns the Asynq task id of m: with a MessageID,
+// "turn:<integration>:<chat_id>:<message_id>" (or "turn:h:<sha256 hex>" of
+// that when longer than 200 bytes), so that the same inbound message makes
+// one task; without one, "turn:" and a random UUID.
+func TaskIDFor(m Message) string {
+	if m.MessageID == "" {
+		return "turn:" + uuid.NewString()
+	}
+	id := "turn:" + m.Conversation.Integration + ":" + m.Conversation.ChatID + ":" + m.MessageID
+	if len(id) > maxTaskIDBytes || strings.ContainsAny(id, " \t\r\n\x00") {
+		sum := sha256.Sum256([]byte(id))
+		return "turn:h:" + hex.EncodeToString(sum[:])
+	}
+	return id
+}
+
+// OtidFor returns the otid of a turn: the message's own when it has one,
+// else one derived from the task id (the same on every attempt).
+func OtidFor(m Message, taskID string) string {
+	if m.Otid != "" {
+		return m.Otid
+	}
+	return uuid.NewSHA1(OtidNamespace, []byte(taskID)).String()
+}
+
+// IsValidationError reports whether err is (or wraps) a *ValidationError,
+// and returns it.
+func IsValidationError(err error) (*ValidationError, bool) {
+	var ve *ValidationError
+	ok := errors.As(err, &ve)
+	return ve, ok
+}

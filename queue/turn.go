@@ -1,0 +1,743 @@
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/lettaq/lettaq/agentclient"
+	"github.com/lettaq/lettaq/continuation"
+)
+
+// TurnResult is what a finished turn writes as its Asynq task result
+// (Inspector.GetTaskInfo(queue, id).Result), as JSON.
+type TurnResult struct {
+	TaskID     string     `json:"task_id"`
+	Otid       string     `json:"otid"`
+	RunID      string     `json:"run_id,omitempty"`
+	Outcome    string     `json:"outcome"`
+	Answer     string     `json:"answer"`
+	StopReason string     `json:"stop_reason,omitempty"`
+	Approval   *ToolEvent `json:"approval,omitempty"`
+	Usage      *Usage     `json:"usage,omitempty"`
+	Attempts   int        `json:"attempts"`
+	// Timings in milliseconds: enqueue → first start, enqueue → first
+	// answer token, enqueue → end, and this attempt's duration.
+	QueueWaitMS int64 `json:"queue_wait_ms"`
+	TTFTMS      int64 `json:"ttft_ms,omitempty"`
+	LatencyMS   int64 `json:"latency_ms"`
+	AttemptMS   int64 `json:"attempt_ms"`
+}
+
+// processTask is the asynq handler of one attempt of one turn.
+func (w *Worker) processTask(ctx context.Context, task *asynq.Task) error {
+	w.inflight.Add(1)
+	defer w.inflight.Done()
+	start := time.Now()
+	taskID, _ := asynq.GetTaskID(ctx)
+	if taskID == "" {
+		taskID = task.ResultWriter().TaskID()
+	}
+	qname, _ := asynq.GetQueueName(ctx)
+	retried, _ := asynq.GetRetryCount(ctx)
+	maxRetry, _ := asynq.GetMaxRetry(ctx)
+	msg, perr := DecodePayload(task.Payload())
+	if perr != nil {
+		return w.rejectPayload(ctx, taskID, qname, msg, perr, start)
+	}
+	t := &turn{w: w, task: task, taskID: taskID, queue: qname, msg: msg, otid: OtidFor(msg, taskID),
+		retried: retried, maxRetry: maxRetry, start: start,
+		log: w.log.With(slog.String("task_id", taskID))}
+	return t.run(ctx)
+}
+
+// deliveryCtx is for writes that must happen even when the attempt's
+// context has ended (the final event, the journal), bounded by the budget's
+// delivery allowance.
+func (w *Worker) deliveryCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), w.cfg.Budget.DeliveryAllowance)
+}
+
+// rejectPayload archives a task whose payload is unusable.
+func (w *Worker) rejectPayload(ctx context.Context, taskID, qname string, msg Message, perr error, start time.Time) error {
+	dctx, cancel := w.deliveryCtx(ctx)
+	defer cancel()
+	w.log.Warn("invalid turn payload, archiving", "task_id", taskID, "error", perr.Error())
+	if msg.Conversation.Validate() == nil {
+		if _, err := w.replies.EmitAnswerOnce(dctx, msg.Conversation, ReplyEvent{Type: EventError, TaskID: taskID,
+			MessageID: msg.MessageID, Text: perr.Error(), Permanent: true}); err != nil {
+			w.log.Warn("could not emit the error event", "task_id", taskID, "error", err.Error())
+		}
+	}
+	now := time.Now()
+	rec := &TurnRecord{TaskID: taskID, AgentID: msg.AgentID, Conversation: msg.Conversation, MessageID: msg.MessageID,
+		Queue: qname, EnqueuedAt: msg.EnqueuedAt, FirstStartedAt: start, FinishedAt: now,
+		Attempts: []Attempt{{N: 1, Worker: w.cfg.WorkerID, Start: start, End: now, Outcome: OutcomeFailed, Error: perr.Error()}},
+		Outcome:  OutcomeFailed, Error: perr.Error()}
+	if err := w.journal.Save(dctx, rec); err != nil {
+		w.log.Warn("could not journal the invalid payload", "task_id", taskID, "error", err.Error())
+	}
+	w.obs.AttemptFinished(qname, "archived", now.Sub(start))
+	w.obs.TurnFinished(qname, OutcomeFailed, 0, 0)
+	return fmt.Errorf("%w: %w", perr, asynq.SkipRetry)
+}
+
+// turn is one attempt of one turn.
+type turn struct {
+	w                 *Worker
+	task              *asynq.Task
+	taskID, queue     string
+	otid              string
+	msg               Message
+	retried, maxRetry int
+	start             time.Time
+	log               *slog.Logger
+
+	bg context.Context // for progress events: not canceled with the attempt
+
+	mu         sync.Mutex // guards rec and att while saving
+	rec        *TurnRecord
+	att        int // index of this attempt in rec.Attempts
+	st         *agentclient.StreamState
+	hb         *Heartbeat
+	deltas     *deltaPump
+	runIDSaved string
+	contPhase  continuation.Phase
+	agentPhase agentclient.Phase
+	firstToken time.Time
+	tools      []*toolTrack
+	toolIdx    map[string]*toolTrack
+}
+
+type toolTrack struct {
+	name, callID string
+	called       time.Time
+	returned     time.Time
+	status       string
+	emittedCall  bool
+	emittedRet   bool
+}
+
+func (t *turn) attempt() *Attempt { return &t.rec.Attempts[t.att] }
+
+func (t *turn) save(ctx context.Context) error {
+	t.mu.Lock()
+	rec := *t.rec
+	rec.Attempts = append([]Attempt(nil), t.rec.Attempts...)
+	t.mu.Unlock()
+	return t.w.journal.Save(ctx, &rec)
+}
+
+func (t *turn) run(ctx context.Context) error {
+	w := t.w
+	t.bg = context.WithoutCancel(ctx)
+	rec, err := w.journal.Get(ctx, t.taskID)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		rec = &TurnRecord{}
+	case err != nil:
+		return t.retryEarly(fmt.Errorf("read the turn journal: %w", err))
+	}
+	answered, err := w.replies.Answered(ctx, t.taskID)
+	if err != nil {
+		return t.retryEarly(err)
+	}
+	if answered || finalOutcome(rec.Outcome) {
+		// An earlier attempt finished the turn (and crashed before Asynq
+		// heard of it): nothing is sent and nothing emitted again.
+		t.log.Info("turn already finished by an earlier attempt", "outcome", rec.Outcome)
+		if rec.Outcome == OutcomeFailed {
+			return fmt.Errorf("lettaq: turn already failed: %s: %w", rec.Error, asynq.SkipRetry)
+		}
+		t.rec = rec
+		t.writeResult(rec.Outcome, "", nil)
+		return nil
+	}
+	if seq := w.cfg.Sequencer; seq != nil {
+		release, err := seq.Acquire(ctx, t.msg.Conversation, t.taskID, t.msg.EnqueuedAt)
+		if err != nil {
+			return t.retryEarly(fmt.Errorf("sequencer: %w", err))
+		}
+		defer release()
+	}
+
+	// The record: create or extend, with this attempt in it.
+	rec.TaskID, rec.Otid, rec.AgentID = t.taskID, t.otid, t.msg.AgentID
+	rec.Conversation, rec.MessageID, rec.Queue = t.msg.Conversation, t.msg.MessageID, t.queue
+	if rec.EnqueuedAt.IsZero() {
+		rec.EnqueuedAt = t.msg.EnqueuedAt
+	}
+	if rec.FirstStartedAt.IsZero() {
+		rec.FirstStartedAt = t.start
+	}
+	rec.Attempts = append(rec.Attempts, Attempt{N: len(rec.Attempts) + 1, Worker: w.cfg.WorkerID, Start: t.start})
+	t.rec, t.att = rec, len(rec.Attempts)-1
+	t.runIDSaved = rec.RunID
+	if err := t.save(ctx); err != nil {
+		return t.retryEarly(err)
+	}
+	var wait time.Duration
+	if !rec.EnqueuedAt.IsZero() {
+		wait = t.start.Sub(rec.EnqueuedAt)
+	}
+	w.obs.TaskStarted(t.queue, t.attempt().N, wait)
+	if t.attempt().N == 1 {
+		if _, err := w.replies.EmitAcceptedOnce(ctx, t.msg.Conversation, ReplyEvent{TaskID: t.taskID, Otid: t.otid,
+			MessageID: t.msg.MessageID}); err != nil {
+			t.log.Debug("accepted event not written", "error", err.Error())
+		}
+	}
+	intents, err := w.journal.Intents(ctx, t.taskID)
+	if err != nil {
+		return t.retryEarly(err)
+	}
+
+	t.st = agentclient.NewStreamState()
+	t.st.SetRunID(rec.RunID)
+	t.toolIdx = make(map[string]*toolTrack)
+	t.hb = NewHeartbeatSince(rec.FirstStartedAt, w.cfg.HeartbeatInterval, func(phase string, elapsed time.Duration) {
+		t.emit(ReplyEvent{Type: EventPhase, Phase: phase, Elapsed: elapsed})
+	})
+	t.deltas = newDeltaPump(w.cfg.DeltaMaxAge, func(text string, narration bool) {
+		t.emit(ReplyEvent{Type: EventAnswerDelta, Text: text, Narration: narration})
+	})
+	turnSpec := continuation.Turn{AgentID: t.msg.AgentID, Otid: t.otid, Text: t.msg.Text, SenderID: t.msg.SenderID,
+		Started: rec.FirstStartedAt, PriorIntent: len(intents) > 0}
+	hooks := continuation.Hooks{
+		OnEvent:    t.onEvent,
+		OnPhase:    t.onPhase,
+		BeforeSend: t.beforeSend,
+	}
+	// The work must leave room for delivery before Asynq's deadline.
+	wctx := ctx
+	if dl, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		wctx, cancel = context.WithDeadline(ctx, dl.Add(-w.cfg.Budget.DeliveryAllowance-w.cfg.Budget.SafetyMargin/2))
+		defer cancel()
+	}
+	d := w.runner.Run(wctx, turnSpec, t.st, hooks)
+	t.hb.Stop()
+	return t.finish(ctx, d)
+}
+
+func finalOutcome(o string) bool {
+	return o == OutcomeAnswered || o == OutcomeFailed || o == OutcomeApprovalRequired
+}
+
+// retryEarly ends an attempt that failed before it could run (Redis
+// trouble, sequencer): Asynq retries with backoff.
+func (t *turn) retryEarly(err error) error {
+	t.log.Warn("turn attempt could not start", "error", err.Error())
+	t.w.obs.AttemptFinished(t.queue, "retry", time.Since(t.start))
+	return fmt.Errorf("lettaq: turn %s: %w", t.taskID, err)
+}
+
+// emit writes a progress event; failures are logged, never fatal.
+func (t *turn) emit(ev ReplyEvent) {
+	ev.TaskID, ev.Otid, ev.MessageID = t.taskID, t.otid, t.msg.MessageID
+	if t.st != nil {
+		ev.RunID = t.st.RunID()
+	}
+	ctx, cancel := context.WithTimeout(t.bg, 5*time.Second)
+	defer cancel()
+	if _, err := t.w.replies.Emit(ctx, t.msg.Conversation, ev); err != nil {
+		t.log.Debug("reply event not written", "type", string(ev.Type), "error", err.Error())
+	}
+}
+
+func (t *turn) mark(phase string) {
+	t.mu.Lock()
+	a := t.attempt()
+	a.Phases = append(a.Phases, PhaseMark{Phase: phase, At: time.Now().UTC()})
+	t.mu.Unlock()
+}
+
+func (t *turn) beforeSend(ctx context.Context, resend bool) error {
+	t.mu.Lock()
+	n := t.attempt().N
+	t.mu.Unlock()
+	prior, err := t.w.journal.RecordIntent(ctx, t.taskID, t.otid, n, t.w.cfg.WorkerID)
+	if err != nil {
+		return err
+	}
+	t.mu.Lock()
+	t.attempt().SentOtid = true
+	t.mu.Unlock()
+	if !resend && len(prior) > 0 {
+		// Another attempt journaled an intent since this one looked: it may
+		// have sent. Do not send; the retry looks for the otid first.
+		return fmt.Errorf("lettaq: attempt %d of task %s found a concurrent intent to send", n, t.taskID)
+	}
+	return nil
+}
+
+// saveRunID journals the run id the first time it is known, so that a
+// crash from here on still leaves it for the next attempt.
+func (t *turn) saveRunID() {
+	id := t.st.RunID()
+	if id == "" || id == t.runIDSaved {
+		return
+	}
+	t.runIDSaved = id
+	t.mu.Lock()
+	t.rec.RunID = id
+	t.mu.Unlock()
+	ctx, cancel := context.WithTimeout(t.bg, 5*time.Second)
+	defer cancel()
+	if err := t.save(ctx); err != nil {
+		t.log.Warn("could not journal the run id", "run_id", id, "error", err.Error())
+	}
+}
+
+func (t *turn) onPhase(p continuation.Phase) {
+	t.contPhase = p
+	t.mark(string(p))
+	switch p {
+	case continuation.PhaseConnecting, continuation.PhaseResending:
+		t.hb.Set(PhaseConnecting)
+	case continuation.PhaseStreaming:
+		t.hb.Set(PhaseStreaming)
+	case continuation.PhaseRecovering:
+		t.hb.Set(PhaseRecovering)
+	case continuation.PhaseContinuing:
+		t.saveRunID()
+		t.hb.Set(PhaseContinuing)
+	}
+}
+
+func replyPhaseOf(p agentclient.Phase) string {
+	switch p {
+	case agentclient.PhaseWaiting, agentclient.PhaseThinking:
+		return PhaseThinking
+	case agentclient.PhaseToolCall:
+		return PhaseToolRunning
+	case agentclient.PhaseAnswering:
+		return PhaseStreaming
+	}
+	return ""
+}
+
+func (t *turn) onEvent(ev agentclient.Event) {
+	t.saveRunID()
+	now := time.Now()
+	if ap := t.st.Phase(); ap != t.agentPhase {
+		t.agentPhase = ap
+		if rp := replyPhaseOf(ap); rp != "" {
+			if ap != agentclient.PhaseWaiting {
+				t.mark(string(ap))
+			}
+			if t.contPhase == continuation.PhaseContinuing && ap == agentclient.PhaseWaiting {
+				rp = PhaseContinuing
+			}
+			t.hb.Set(rp)
+		}
+	}
+	u := ev.Update
+	if u.Step < 0 {
+		return
+	}
+	switch u.Kind {
+	case agentclient.StepAssistant:
+		if u.Delta != "" {
+			if t.firstToken.IsZero() {
+				t.firstToken = now
+			}
+			t.deltas.write(false, u.Delta)
+		}
+	case agentclient.StepReasoning:
+		if u.Delta != "" {
+			t.deltas.write(true, u.Delta)
+		}
+	case agentclient.StepToolCall, agentclient.StepToolReturn:
+		snap := t.st.Snapshot()
+		if u.Step >= len(snap.Transcript.Steps) {
+			return
+		}
+		t.onTool(snap.Transcript.Steps[u.Step], u.Step, now)
+	}
+}
+
+func (t *turn) onTool(s agentclient.Step, idx int, now time.Time) {
+	key := s.ToolCallID
+	if key == "" {
+		key = "step:" + strconv.Itoa(idx)
+	}
+	tt := t.toolIdx[key]
+	if tt == nil {
+		tt = &toolTrack{callID: s.ToolCallID}
+		t.toolIdx[key] = tt
+		t.tools = append(t.tools, tt)
+	}
+	if tt.name == "" {
+		tt.name = s.ToolName
+	}
+	switch s.Kind {
+	case agentclient.StepToolCall:
+		if tt.called.IsZero() {
+			tt.called = now
+		}
+		if !tt.emittedCall && tt.name != "" {
+			tt.emittedCall = true
+			t.emit(ReplyEvent{Type: EventTool, Tool: &ToolEvent{Name: tt.name, CallID: s.ToolCallID,
+				Arguments: s.Arguments, Status: ToolStatusCall}})
+		}
+	case agentclient.StepToolReturn:
+		if tt.emittedRet {
+			return
+		}
+		tt.emittedRet = true
+		tt.returned = now
+		tt.status = s.Status
+		if tt.status == "" {
+			tt.status = ToolStatusSuccess
+		}
+		t.emit(ReplyEvent{Type: EventTool, Tool: &ToolEvent{Name: tt.name, CallID: s.ToolCallID,
+			Status: tt.status, Return: s.ToolReturn}})
+	}
+}
+
+// finish maps the decision to reply events, the journal and Asynq.
+func (t *turn) finish(ctx context.Context, d continuation.Decision) error {
+	w := t.w
+	dctx, cancel := w.deliveryCtx(ctx)
+	defer cancel()
+	now := time.Now()
+	snap := t.st.Snapshot()
+
+	t.mu.Lock()
+	a := t.attempt()
+	a.End = now.UTC()
+	a.Polls, a.Resumes = d.Polls, d.Resumes
+	if d.Clock != "" {
+		a.TimeoutClock = string(d.Clock)
+	}
+	switch d.Resend {
+	case continuation.ResendDone:
+		a.ResendDecision = ResendResent
+		t.rec.Resends++
+	case continuation.ResendForbidden:
+		a.ResendDecision = ResendForbidden
+	case continuation.ResendNotNeeded:
+		a.ResendDecision = ResendNotNeeded
+	}
+	for _, id := range []string{d.RunID, snap.RunID} {
+		if id != "" {
+			t.rec.RunID = id
+			break
+		}
+	}
+	for _, id := range snap.Transcript.DuplicateToolCallIDs() {
+		t.rec.Warnings = appendUnique(t.rec.Warnings, "tool_call_id "+id+" seen on two calls")
+	}
+	if u := snap.Usage; u != nil {
+		t.rec.Usage = &Usage{PromptTokens: int(u.PromptTokens), CompletionTokens: int(u.CompletionTokens),
+			TotalTokens: int(u.TotalTokens), StepCount: int(u.StepCount)}
+	}
+	if len(t.tools) > 0 {
+		t.rec.Tools = t.rec.Tools[:0]
+		for _, tt := range t.tools {
+			ts := ToolSummary{Name: tt.name, CallID: tt.callID, Status: tt.status}
+			if !tt.called.IsZero() && !tt.returned.IsZero() {
+				ts.Duration = tt.returned.Sub(tt.called)
+			}
+			if ts.Status == "" {
+				ts.Status = "unanswered"
+			}
+			t.rec.Tools = append(t.rec.Tools, ts)
+		}
+	}
+	if t.rec.TTFT == 0 && !t.firstToken.IsZero() && !t.rec.EnqueuedAt.IsZero() {
+		t.rec.TTFT = t.firstToken.Sub(t.rec.EnqueuedAt)
+	}
+	t.mu.Unlock()
+
+	switch {
+	case d.Clock == agentclient.ClockConnect || d.Clock == agentclient.ClockStall || d.Clock == agentclient.ClockTotal:
+		w.obs.StreamTimeout(string(d.Clock))
+	}
+	if d.Polls > 0 || d.Resumes > 0 {
+		w.obs.Continuation(d.Polls, d.Resumes)
+	}
+	if d.Resend == continuation.ResendDone || d.Resend == continuation.ResendForbidden {
+		w.obs.Resend(string(a.ResendDecision))
+	}
+	log := t.log.With(slog.String("otid", t.otid), slog.String("run_id", t.rec.RunID), slog.String("outcome", d.Outcome.String()),
+		slog.String("clock", string(d.Clock)), slog.Int("polls", d.Polls), slog.Int("resumes", d.Resumes),
+		slog.String("resend", string(d.Resend)))
+
+	switch d.Outcome {
+	case continuation.Completed:
+		t.deltas.finish(d.StopReason != "requires_approval")
+		if d.StopReason == "requires_approval" {
+			tool := &ToolEvent{Status: ToolStatusCall}
+			if ap := snap.Transcript.PendingApprovals(); len(ap) > 0 {
+				s := ap[len(ap)-1]
+				tool = &ToolEvent{Name: s.ToolName, CallID: s.ToolCallID, Arguments: s.Arguments, Status: ToolStatusCall}
+			}
+			return t.deliver(dctx, log, OutcomeApprovalRequired, ReplyEvent{Type: EventApprovalRequired, Tool: tool,
+				StopReason: d.StopReason}, snap.Answer, tool)
+		}
+		return t.deliver(dctx, log, OutcomeAnswered, ReplyEvent{Type: EventAnswer, Text: snap.Answer,
+			StopReason: d.StopReason}, snap.Answer, nil)
+
+	case continuation.Failed:
+		t.deltas.finish(false)
+		if d.Sends == 0 && d.RunID == "" && snap.RunID == "" && d.Err != nil {
+			// Nothing was sent (the intent could not be journaled): retry.
+			return t.retry(dctx, log, d, 0, d.Reason)
+		}
+		if d.StopReason == "cancelled" {
+			for _, s := range snap.Transcript.UnansweredToolCalls() {
+				t.rec.Warnings = appendUnique(t.rec.Warnings, "tool "+s.ToolName+" ("+s.ToolCallID+") unanswered when the run was cancelled")
+			}
+		}
+		return t.fail(dctx, log, d.Reason, d.StopReason)
+
+	case continuation.Rejected:
+		t.deltas.finish(false)
+		if d.Retryable {
+			return t.retry(dctx, log, d, max(agentclient.RetryAfter(d.Err), time.Second), d.Reason)
+		}
+		return t.fail(dctx, log, d.Reason, "")
+
+	case continuation.StillRunning:
+		t.deltas.finish(false)
+		return t.retry(dctx, log, d, w.cfg.StuckRetryDelay, d.Reason)
+
+	case continuation.NotAdmitted:
+		t.deltas.finish(false)
+		if d.Resend == continuation.ResendForbidden {
+			return t.fail(dctx, log, "message not admitted and policy forbids resend: "+d.Reason, "")
+		}
+		return t.retry(dctx, log, d, 0, d.Reason)
+
+	case continuation.Interrupted:
+		t.deltas.finish(false)
+		cause := context.Cause(ctx)
+		if cause == nil {
+			cause = d.Err
+		}
+		if cause == nil {
+			cause = context.Canceled
+		}
+		return t.retry(dctx, log, d, -1, "interrupted: "+d.Reason+": "+cause.Error(), cause)
+	}
+	t.deltas.finish(false)
+	return t.retry(dctx, log, d, 0, "unexpected outcome "+d.Outcome.String()+": "+d.Reason)
+}
+
+// deliver emits the final event once, writes the result and journals the
+// finished turn.
+func (t *turn) deliver(ctx context.Context, log *slog.Logger, outcome string, ev ReplyEvent, answer string, approval *ToolEvent) error {
+	ev.TaskID, ev.Otid, ev.MessageID, ev.RunID = t.taskID, t.otid, t.msg.MessageID, t.rec.RunID
+	emitted, err := t.w.replies.EmitAnswerOnce(ctx, t.msg.Conversation, ev)
+	if err != nil {
+		// The answer is the whole point: retry; the next attempt finds the
+		// run by its id and polls the answer again.
+		t.mu.Lock()
+		t.attempt().Outcome, t.attempt().Error = OutcomeRetrying, err.Error()
+		t.mu.Unlock()
+		_ = t.save(ctx)
+		log.Warn("could not deliver the answer, retrying", "error", err.Error())
+		t.w.obs.AttemptFinished(t.queue, "retry", time.Since(t.start))
+		return &RetryAfterError{Delay: time.Second, Reason: "deliver the answer", Err: err}
+	}
+	if !emitted {
+		log.Info("final event already written by an earlier attempt")
+	}
+	now := time.Now()
+	t.mu.Lock()
+	t.attempt().Outcome = outcome
+	t.rec.Outcome, t.rec.FinishedAt, t.rec.StopReason, t.rec.Error = outcome, now.UTC(), ev.StopReason, ""
+	t.mu.Unlock()
+	t.writeResult(outcome, answer, approval)
+	if err := t.save(ctx); err != nil {
+		log.Warn("could not journal the finished turn", "error", err.Error())
+	}
+	log.Info("turn finished", "attempt", t.attempt().N, "answer_bytes", len(answer))
+	t.w.obs.AttemptFinished(t.queue, "done", time.Since(t.start))
+	t.w.obs.TurnFinished(t.queue, outcome, t.latency(now), t.rec.TTFT)
+	return nil
+}
+
+func (t *turn) latency(now time.Time) time.Duration {
+	if t.rec.EnqueuedAt.IsZero() {
+		return now.Sub(t.rec.FirstStartedAt)
+	}
+	return now.Sub(t.rec.EnqueuedAt)
+}
+
+func (t *turn) writeResult(outcome, answer string, approval *ToolEvent) {
+	r := TurnResult{TaskID: t.taskID, Otid: t.otid, RunID: t.rec.RunID, Outcome: outcome, Answer: answer,
+		StopReason: t.rec.StopReason, Approval: approval, Usage: t.rec.Usage, Attempts: len(t.rec.Attempts),
+		QueueWaitMS: t.rec.QueueWait.Milliseconds(), TTFTMS: t.rec.TTFT.Milliseconds(),
+		LatencyMS: t.latency(time.Now()).Milliseconds(), AttemptMS: time.Since(t.start).Milliseconds()}
+	if r.QueueWaitMS == 0 && !t.rec.EnqueuedAt.IsZero() && !t.rec.FirstStartedAt.IsZero() {
+		r.QueueWaitMS = t.rec.FirstStartedAt.Sub(t.rec.EnqueuedAt).Milliseconds()
+	}
+	b, err := json.Marshal(r)
+	if err == nil {
+		_, err = t.task.ResultWriter().Write(b)
+	}
+	if err != nil {
+		t.log.Warn("could not write the task result", "error", err.Error())
+	}
+}
+
+// fail ends the turn with a permanent error: one error event, the journal,
+// and SkipRetry so that Asynq archives the task.
+func (t *turn) fail(ctx context.Context, log *slog.Logger, reason, stop string) error {
+	if _, err := t.w.replies.EmitAnswerOnce(ctx, t.msg.Conversation, ReplyEvent{Type: EventError, TaskID: t.taskID,
+		Otid: t.otid, RunID: t.rec.RunID, MessageID: t.msg.MessageID, Text: reason, StopReason: stop, Permanent: true}); err != nil {
+		log.Warn("could not emit the error event", "error", err.Error())
+	}
+	now := time.Now()
+	t.mu.Lock()
+	t.attempt().Outcome, t.attempt().Error = OutcomeFailed, reason
+	t.rec.Outcome, t.rec.Error, t.rec.StopReason, t.rec.FinishedAt = OutcomeFailed, reason, stop, now.UTC()
+	t.mu.Unlock()
+	if err := t.save(ctx); err != nil {
+		log.Warn("could not journal the failed turn", "error", err.Error())
+	}
+	log.Warn("turn failed", "reason", reason)
+	t.w.obs.AttemptFinished(t.queue, "archived", time.Since(t.start))
+	t.w.obs.TurnFinished(t.queue, OutcomeFailed, t.latency(now), t.rec.TTFT)
+	return fmt.Errorf("lettaq: turn failed: %s: %w", reason, asynq.SkipRetry)
+}
+
+// retry ends the attempt and leaves the turn to the next one. delay < 0
+// marks an interruption; 0 lets RetryDelay back off.
+func (t *turn) retry(ctx context.Context, log *slog.Logger, d continuation.Decision, delay time.Duration, reason string, cause ...error) error {
+	if t.retried >= t.maxRetry {
+		return t.fail(ctx, log, fmt.Sprintf("gave up after %d attempts: %s", t.retried+1, reason), d.StopReason)
+	}
+	t.mu.Lock()
+	t.attempt().Outcome, t.attempt().Error = OutcomeRetrying, reason
+	if d.Outcome == continuation.StillRunning {
+		t.attempt().Outcome = OutcomeStillRunning
+	} else if d.Outcome == continuation.NotAdmitted {
+		t.attempt().Outcome = OutcomeNotAdmitted
+	}
+	t.mu.Unlock()
+	if err := t.save(ctx); err != nil {
+		log.Warn("could not journal the attempt", "error", err.Error())
+	}
+	log.Info("turn attempt ends, retrying", "reason", reason)
+	t.w.obs.AttemptFinished(t.queue, "retry", time.Since(t.start))
+	var err error
+	if d.Err != nil {
+		err = d.Err
+	}
+	if len(cause) > 0 {
+		return &InterruptedError{Reason: reason, Err: cause[0]}
+	}
+	return &RetryAfterError{Delay: delay, Reason: reason, Err: err}
+}
+
+func appendUnique(s []string, v string) []string {
+	for _, x := range s {
+		if x == v {
+			return s
+		}
+	}
+	return append(s, v)
+}
+
+// deltaPump turns answer and reasoning text into answer_delta events
+// through two DeltaBuffers, with one timer armed at the earliest deadline.
+// Emits are serialized, so events keep the order of the text.
+type deltaPump struct {
+	mu      sync.Mutex
+	answer  *DeltaBuffer
+	narr    *DeltaBuffer
+	timer   *time.Timer
+	emit    func(text string, narration bool)
+	stopped bool
+}
+
+func newDeltaPump(maxAge time.Duration, emit func(string, bool)) *deltaPump {
+	return &deltaPump{answer: NewDeltaBuffer(maxAge, nil), narr: NewDeltaBuffer(maxAge, nil), emit: emit}
+}
+
+func (p *deltaPump) write(narration bool, s string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopped {
+		return
+	}
+	buf, other := p.answer, p.narr
+	if narration {
+		buf, other = p.narr, p.answer
+	}
+	if rest := other.Flush(); rest != "" {
+		p.emit(rest, !narration) // keep the order when the kind changes
+	}
+	if out, ok := buf.Write(s); ok {
+		p.emit(out, narration)
+	}
+	p.armLocked()
+}
+
+func (p *deltaPump) armLocked() {
+	var at time.Time
+	for _, b := range []*DeltaBuffer{p.narr, p.answer} {
+		if d, ok := b.Deadline(); ok && (at.IsZero() || d.Before(at)) {
+			at = d
+		}
+	}
+	if at.IsZero() {
+		if p.timer != nil {
+			p.timer.Stop()
+		}
+		return
+	}
+	wait := max(time.Until(at), 0)
+	if p.timer == nil {
+		p.timer = time.AfterFunc(wait, p.fire)
+	} else {
+		p.timer.Reset(wait)
+	}
+}
+
+func (p *deltaPump) fire() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopped {
+		return
+	}
+	if out, ok := p.narr.Due(); ok {
+		p.emit(out, true)
+	}
+	if out, ok := p.answer.Due(); ok {
+		p.emit(out, false)
+	}
+	p.armLocked()
+}
+
+// finish stops the timer; with flush, what is buffered is emitted first.
+func (p *deltaPump) finish(flush bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopped {
+		return
+	}
+	p.stopped = true
+	if p.timer != nil {
+		p.timer.Stop()
+	}
+	if flush {
+		if s := p.narr.Flush(); s != "" {
+			p.emit(s, true)
+		}
+		if s := p.answer.Flush(); s != "" {
+			p.emit(s, false)
+		}
+	}
+}

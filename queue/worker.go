@@ -1,0 +1,368 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lettaq/lettaq/agentclient"
+	"github.com/lettaq/lettaq/budget"
+	"github.com/lettaq/lettaq/continuation"
+)
+
+// Observer is told what the worker does, for metrics. Methods are called
+// from handler goroutines and must be fast and safe for concurrent use.
+// Embed NopObserver to implement only some of them.
+type Observer interface {
+	// TaskStarted: an attempt of a turn began. attempt is 1-based;
+	// queueWait is from enqueue to this start.
+	TaskStarted(queue string, attempt int, queueWait time.Duration)
+	// StreamTimeout: a stream clock ("connect", "stall", "total") ended a
+	// read.
+	StreamTimeout(clock string)
+	// Continuation: an attempt followed a lost run with this many polls
+	// and stream resumes.
+	Continuation(polls, resumes int)
+	// Resend: the resend gate decided ("resent" or "forbidden").
+	Resend(decision string)
+	// AttemptFinished: an attempt ended. result is "done" (the turn is
+	// finished), "retry" or "archived".
+	AttemptFinished(queue, result string, duration time.Duration)
+	// TurnFinished: a turn reached its end. outcome is one of the journal
+	// outcomes (answered, approval_required, failed); latency is from
+	// enqueue to the end; ttft from enqueue to the first answer token (0
+	// when none was seen).
+	TurnFinished(queue, outcome string, latency, ttft time.Duration)
+}
+
+// NopObserver observes nothing. Embed it in an Observer.
+type NopObserver struct{}
+
+func (NopObserver) TaskStarted(string, int, time.Duration)                    {}
+func (NopObserver) StreamTimeout(string)                                      {}
+func (NopObserver) Continuation(int, int)                                     {}
+func (NopObserver) Resend(string)                                             {}
+func (NopObserver) AttemptFinished(string, string, time.Duration)             {}
+func (NopObserver) TurnFinished(string, string, time.Duration, time.Duration) {}
+
+// Sequencer orders turns within a conversation (one at a time, in order).
+// The worker calls Acquire before a turn's attempt and the release func it
+// returns after it. An Acquire error ends the attempt and retries the task
+// later (a *RetryAfterError sets when). nil in WorkerConfig: no ordering.
+type Sequencer interface {
+	Acquire(ctx context.Context, c Conversation, taskID string, enqueuedAt time.Time) (release func(), err error)
+}
+
+// WorkerConfig configures a Worker.
+type WorkerConfig struct {
+	// Redis is the Asynq connection; reply events and the journal use the
+	// same Redis.
+	Redis asynq.RedisConnOpt
+	// Letta is the agent client. When nil, one is made from LettaURL and
+	// LettaAPIKey.
+	Letta       *agentclient.Client
+	LettaURL    string
+	LettaAPIKey string
+	// Budget bounds every attempt; zero value: budget.Default().
+	Budget budget.Config
+	// Concurrency: turns in flight at once (default 100).
+	Concurrency int
+	// Queues to work on, with priorities; default {DefaultQueue: 1}.
+	Queues map[string]int
+	// ShutdownTimeout: on shutdown, how long turns in flight may finish;
+	// after that they are interrupted and put back (default 10s).
+	ShutdownTimeout time.Duration
+	// Logger, default slog.Default().
+	Logger *slog.Logger
+	// WorkerID names this worker in the journal (default hostname:pid).
+	WorkerID string
+	// Replies and Journal, when nil, are made on the Asynq Redis with
+	// RepliesOptions and JournalOptions.
+	Replies        *Replies
+	RepliesOptions RepliesOptions
+	Journal        *Journal
+	JournalOptions JournalOptions
+	// ReplyPartLimits sets RepliesOptions.PartLimits (per-integration answer
+	// part size) when Replies is nil.
+	ReplyPartLimits map[string]int
+	// Observer, default NopObserver.
+	Observer Observer
+	// Sequencer, nil: turns are not ordered.
+	Sequencer Sequencer
+	// TaskCheckInterval: how often an idle worker polls Redis for new tasks
+	// (Asynq's TaskCheckInterval; default 100ms, the pickup latency).
+	TaskCheckInterval time.Duration
+	// DelayedTaskCheckInterval: how often retries that are due are moved
+	// back to the queue (default 1s).
+	DelayedTaskCheckInterval time.Duration
+	// HeartbeatInterval repeats the phase event (default 4s).
+	HeartbeatInterval time.Duration
+	// DeltaMaxAge: how long answer text without a newline is held before an
+	// answer_delta (default DefaultDeltaMaxAge).
+	DeltaMaxAge time.Duration
+	// StuckRetryDelay: when to retry a turn whose run was still going when
+	// its attempt's budget ran out (default 1s).
+	StuckRetryDelay time.Duration
+}
+
+// Worker runs turns from the queue.
+type Worker struct {
+	cfg     WorkerConfig
+	log     *slog.Logger
+	client  *agentclient.Client
+	runner  *continuation.Runner
+	replies *Replies
+	journal *Journal
+	obs     Observer
+	rdb     redis.UniversalClient // owned when we made it
+
+	baseCtx    context.Context
+	baseCancel context.CancelCauseFunc
+	runOnce    sync.Once
+	inflight   sync.WaitGroup // handlers, so that shutdown waits for their bookkeeping
+}
+
+// errShutdown is the cause of the handlers' context when the worker shuts
+// down with turns in flight.
+var errShutdown = errors.New("lettaq: worker shutting down")
+
+// NewWorker checks cfg and returns a Worker. It does not connect yet.
+func NewWorker(cfg WorkerConfig) (*Worker, error) {
+	if cfg.Redis == nil {
+		return nil, errors.New("queue: WorkerConfig.Redis is nil")
+	}
+	if cfg.Budget == (budget.Config{}) {
+		cfg.Budget = budget.Default()
+	}
+	if err := cfg.Budget.Validate(); err != nil {
+		return nil, fmt.Errorf("queue: budget: %w", err)
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = 100
+	}
+	if len(cfg.Queues) == 0 {
+		cfg.Queues = map[string]int{DefaultQueue: 1}
+	}
+	if cfg.ShutdownTimeout <= 0 {
+		cfg.ShutdownTimeout = 10 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.WorkerID == "" {
+		h, _ := os.Hostname()
+		cfg.WorkerID = fmt.Sprintf("%s:%d", h, os.Getpid())
+	}
+	if cfg.Observer == nil {
+		cfg.Observer = NopObserver{}
+	}
+	if cfg.TaskCheckInterval <= 0 {
+		cfg.TaskCheckInterval = 100 * time.Millisecond
+	}
+	if cfg.DelayedTaskCheckInterval <= 0 {
+		cfg.DelayedTaskCheckInterval = time.Second
+	}
+	if cfg.HeartbeatInterval <= 0 {
+		cfg.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if cfg.StuckRetryDelay <= 0 {
+		cfg.StuckRetryDelay = time.Second
+	}
+	w := &Worker{cfg: cfg, log: cfg.Logger, obs: cfg.Observer}
+	w.client = cfg.Letta
+	if w.client == nil {
+		c, err := agentclient.New(agentclient.Config{BaseURL: cfg.LettaURL, APIKey: cfg.LettaAPIKey,
+			RequestTimeout: cfg.Budget.RequestTimeout})
+		if err != nil {
+			return nil, fmt.Errorf("queue: letta client: %w", err)
+		}
+		w.client = c
+	}
+	r, err := continuation.New(continuation.Config{Client: w.client, Budget: cfg.Budget, Logger: cfg.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("queue: %w", err)
+	}
+	w.runner = r
+	if cfg.Replies == nil || cfg.Journal == nil {
+		rdb, ok := cfg.Redis.MakeRedisClient().(redis.UniversalClient)
+		if !ok {
+			return nil, errors.New("queue: WorkerConfig.Redis does not make a go-redis v9 client; set Replies and Journal")
+		}
+		w.rdb = rdb
+	}
+	w.replies = cfg.Replies
+	if w.replies == nil {
+		o := cfg.RepliesOptions
+		if o.PartLimits == nil {
+			o.PartLimits = cfg.ReplyPartLimits
+		}
+		w.replies = NewReplies(w.rdb, o)
+	}
+	w.journal = cfg.Journal
+	if w.journal == nil {
+		w.journal = NewJournal(w.rdb, cfg.JournalOptions)
+	}
+	w.baseCtx, w.baseCancel = context.WithCancelCause(context.Background())
+	return w, nil
+}
+
+// Replies returns the reply streams the worker writes.
+func (w *Worker) Replies() *Replies { return w.replies }
+
+// Journal returns the journal the worker writes.
+func (w *Worker) Journal() *Journal { return w.journal }
+
+// Handler returns the asynq.Handler that runs one turn per task (for tests,
+// or to mount on an asynq.ServeMux of your own under TaskType). A task
+// handled this way should be run with RetryDelay and IsFailure.
+func (w *Worker) Handler() asynq.Handler { return asynq.HandlerFunc(w.processTask) }
+
+// ServerConfig returns the asynq.Config Run uses.
+func (w *Worker) ServerConfig() asynq.Config {
+	return asynq.Config{
+		Concurrency:              w.cfg.Concurrency,
+		BaseContext:              func() context.Context { return w.baseCtx },
+		TaskCheckInterval:        w.cfg.TaskCheckInterval,
+		DelayedTaskCheckInterval: w.cfg.DelayedTaskCheckInterval,
+		RetryDelayFunc:           RetryDelay,
+		IsFailure:                IsFailure,
+		Queues:                   w.cfg.Queues,
+		ShutdownTimeout:          w.cfg.ShutdownTimeout,
+		Logger:                   NewAsynqLogger(w.log.With(slog.String("component", "asynq"))),
+		LogLevel:                 asynq.WarnLevel,
+	}
+}
+
+// Run works on the queues until ctx is done, then shuts down gracefully:
+// it stops taking tasks, lets turns in flight finish for ShutdownTimeout,
+// interrupts the rest a little before that (their state is journaled) and
+// Asynq puts them back. Run may be called once.
+func (w *Worker) Run(ctx context.Context) error {
+	err := errors.New("queue: Worker.Run called twice")
+	w.runOnce.Do(func() { err = w.run(ctx) })
+	return err
+}
+
+func (w *Worker) run(ctx context.Context) error {
+	defer w.closeRedis()
+	srv := asynq.NewServer(w.cfg.Redis, w.ServerConfig())
+	mux := asynq.NewServeMux()
+	mux.Handle(TaskType, w.Handler())
+	if err := srv.Start(mux); err != nil {
+		return fmt.Errorf("queue: start worker: %w", err)
+	}
+	w.log.Info("worker started", "worker", w.cfg.WorkerID, "queues", w.cfg.Queues,
+		"concurrency", w.cfg.Concurrency, "task_timeout", w.cfg.Budget.TaskTimeout().String())
+	<-ctx.Done()
+	w.log.Info("worker shutting down", "worker", w.cfg.WorkerID, "timeout", w.cfg.ShutdownTimeout.String())
+	// Interrupt the turns still running shortly before Asynq gives up on
+	// them, so that each journals its state and returns on its own.
+	grace := min(2*time.Second, w.cfg.ShutdownTimeout/4)
+	t := time.AfterFunc(w.cfg.ShutdownTimeout-grace, func() { w.baseCancel(errShutdown) })
+	srv.Shutdown()
+	t.Stop()
+	w.baseCancel(errShutdown)
+	// Asynq stops waiting for a handler once its context is done; wait for
+	// the handlers to journal how they ended.
+	done := make(chan struct{})
+	go func() { w.inflight.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(grace + time.Second):
+		w.log.Warn("worker: turns still finishing after shutdown")
+	}
+	return nil
+}
+
+func (w *Worker) closeRedis() {
+	if w.rdb != nil {
+		_ = w.rdb.Close()
+	}
+}
+
+// RetryAfterError asks for the task to be retried after Delay (RetryDelay
+// reads it).
+type RetryAfterError struct {
+	Delay  time.Duration
+	Reason string
+	Err    error
+}
+
+func (e *RetryAfterError) Error() string {
+	s := e.Reason
+	if s == "" && e.Err != nil {
+		s = e.Err.Error()
+	} else if e.Err != nil {
+		s += ": " + e.Err.Error()
+	}
+	return fmt.Sprintf("%s (retry in %v)", s, e.Delay)
+}
+
+func (e *RetryAfterError) Unwrap() error { return e.Err }
+
+// InterruptedError ends an attempt that was interrupted (worker shutdown,
+// deadline): the turn is not finished, and the next attempt continues it.
+type InterruptedError struct {
+	Reason string
+	Err    error
+}
+
+func (e *InterruptedError) Error() string {
+	return "lettaq: turn interrupted: " + e.Reason
+}
+
+func (e *InterruptedError) Unwrap() error { return e.Err }
+
+// RetryDelay is the asynq.RetryDelayFunc for turns: the delay a
+// *RetryAfterError asks for, a short one after an interruption, else
+// exponential backoff from 1s (doubling per retry, capped at 1 minute,
+// ±20% jitter).
+func RetryDelay(n int, err error, _ *asynq.Task) time.Duration {
+	var ra *RetryAfterError
+	if errors.As(err, &ra) {
+		return max(ra.Delay, 0)
+	}
+	var ie *InterruptedError
+	if errors.As(err, &ie) || errors.Is(err, context.Canceled) {
+		return 100 * time.Millisecond
+	}
+	d := time.Second
+	for i := 0; i < n && d < time.Minute; i++ {
+		d *= 2
+	}
+	d = min(d, time.Minute)
+	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
+}
+
+// IsFailure is the asynq IsFailure predicate for turns: an attempt
+// interrupted by a shutdown (its context canceled) does not count as a
+// failed try.
+func IsFailure(err error) bool {
+	if err == nil {
+		return false
+	}
+	return !errors.Is(err, context.Canceled) && !errors.Is(err, errShutdown)
+}
+
+// asynqLogger adapts slog to asynq.Logger.
+type asynqLogger struct{ l *slog.Logger }
+
+// NewAsynqLogger returns an asynq.Logger that writes to l.
+func NewAsynqLogger(l *slog.Logger) asynq.Logger { return asynqLogger{l} }
+
+func (a asynqLogger) Debug(args ...any) { a.l.Debug(fmt.Sprint(args...)) }
+func (a asynqLogger) Info(args ...any)  { a.l.Info(fmt.Sprint(args...)) }
+func (a asynqLogger) Warn(args ...any)  { a.l.Warn(fmt.Sprint(args...)) }
+func (a asynqLogger) Error(args ...any) { a.l.Error(fmt.Sprint(args...)) }
+func (a asynqLogger) Fatal(args ...any) {
+	a.l.Error(fmt.Sprint(args...), "fatal", true)
+	os.Exit(1)
+}
