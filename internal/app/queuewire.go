@@ -4,23 +4,95 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/lettaq/lettaq/agentclient"
+	"github.com/lettaq/lettaq/queue"
 )
 
-// queueRunner runs the queue worker. (Placeholder until queue.Worker lands.)
+// Metrics is the queue's Observer.
+var _ queue.Observer = (*Metrics)(nil)
+
+// queueRunner is the queue worker plus the client behind /enqueue.
 type queueRunner struct {
-	enqueue http.Handler
+	w      *queue.Worker
+	client *queue.Client
 }
 
 func newQueueRunner(cfg WorkerConfig, connOpt asynq.RedisConnOpt, rdb redis.UniversalClient, lettaURL string, m *Metrics, logger *slog.Logger) (*queueRunner, error) {
-	return &queueRunner{}, nil
+	letta, err := agentclient.New(agentclient.Config{
+		BaseURL: lettaURL, APIKey: cfg.LettaAPIKey, RequestTimeout: cfg.Budget.RequestTimeout,
+		Clocks: agentclient.Clocks{
+			Connect: cfg.Budget.ConnectTimeout, Stall: cfg.Budget.StallTimeout, Total: cfg.Budget.StreamTotal,
+			ContentIdle: contentIdle(cfg.Budget.ContentIdleNotice), StopGrace: cfg.Budget.StopGrace,
+		},
+	})
+	if err != nil {
+		return nil, &ConfigError{Errs: []error{err}}
+	}
+	replies := queue.NewReplies(rdb, queue.RepliesOptions{Prefix: cfg.KeyPrefix})
+	journal := queue.NewJournal(rdb, queue.JournalOptions{Prefix: cfg.KeyPrefix})
+	w, err := queue.NewWorker(queue.WorkerConfig{
+		Redis:             connOpt,
+		Letta:             letta,
+		Budget:            cfg.Budget,
+		Concurrency:       cfg.Concurrency,
+		Queues:            cfg.Queues,
+		ShutdownTimeout:   cfg.ShutdownTimeout,
+		Logger:            logger,
+		WorkerID:          cfg.WorkerID,
+		Replies:           replies,
+		Journal:           journal,
+		Observer:          m,
+		TaskCheckInterval: cfg.TaskCheckInterval,
+		HeartbeatInterval: cfg.HeartbeatInterval,
+	})
+	if err != nil {
+		return nil, err
+	}
+	q := &queueRunner{w: w}
+	// /enqueue puts turns on the worker's first queue by weight.
+	client, err := queue.NewClient(queue.ClientConfig{Redis: connOpt, Budget: cfg.Budget,
+		Queue: firstQueue(cfg.Queues), MaxRetry: maxRetry(cfg.MaxRetry), Replies: replies})
+	if err != nil {
+		return nil, err
+	}
+	q.client = client
+	return q, nil
 }
 
-func (q *queueRunner) enqueueHandler() http.Handler { return q.enqueue }
+// contentIdle maps the budget's "0 disables" to the client's "negative disables".
+func contentIdle(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
+}
+
+func maxRetry(n int) int {
+	if n == 0 {
+		return -1 // queue.ClientConfig: negative means no retry, 0 means its default
+	}
+	return n
+}
+
+// firstQueue is the queue with the highest weight (ties: the first by name).
+func firstQueue(qs map[string]int) string {
+	best, bw := "", -1
+	for name, w := range qs {
+		if w > bw || (w == bw && name < best) {
+			best, bw = name, w
+		}
+	}
+	return best
+}
+
+func (q *queueRunner) enqueueHandler() http.Handler { return queue.EnqueueHTTPHandler(q.client) }
 
 func (q *queueRunner) run(ctx context.Context) error {
-	<-ctx.Done()
-	return nil
+	defer q.client.Close()
+	return q.w.Run(ctx)
 }

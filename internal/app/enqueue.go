@@ -1,0 +1,488 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+	"unicode/utf8"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lettaq/lettaq/budget"
+	"github.com/lettaq/lettaq/queue"
+)
+
+// ExitApproval is enqueue --wait's exit code when the agent asks for a tool approval.
+const ExitApproval = 4
+
+// EnqueueVars lists the environment variables enqueue reads (besides the budget's, which it
+// reads so that the task timeout matches the workers').
+var EnqueueVars = []Var{
+	{Name: "REDIS_URL", Flag: "redis-url", Default: DefaultRedisURL, Help: "Redis of the queue (as the worker's REDIS_URL)"},
+	{Name: "LETTAQ_REDIS_CLUSTER_ADDRS", Flag: "redis-cluster-addrs", Default: "", Help: "Redis Cluster seeds (as the worker's)"},
+	{Name: "LETTAQ_KEY_PREFIX", Flag: "key-prefix", Default: "lettaq:", Help: "prefix of the reply stream and journal keys (as the worker's)"},
+	{Name: "LETTAQ_QUEUE", Flag: "queue", Default: DefaultQueue, Help: "queue to put the turn on"},
+	{Name: "LETTAQ_AGENT_ID", Flag: "agent", Default: "", Help: "the Letta agent that answers (dev mode: " + DemoAgent + ")"},
+	{Name: "LETTAQ_DEV_REDIS_ADDR", Flag: "dev-redis-addr", Default: DefaultDevRedisAddr, Help: "with --dev: the dev worker's in-memory Redis"},
+}
+
+type enqueueOpts struct {
+	redisURL, clusterAddrs, prefix, queueName, agent, devRedis string
+	integration, chat, messageID, sender, otid                 string
+	dev, jsonOut, wait                                         bool
+	timeout                                                    time.Duration
+	maxRetry, limit                                            int
+}
+
+const enqueueSynopsis = `enqueue [flags] TEXT            (or the text on stdin)
+       enqueue [flags] journal [recent|stalls|retries|resends|failures] [--limit N]
+       enqueue [flags] journal show <task-id|otid>`
+
+const enqueueDesc = `Puts one chat message on the lettaq queue as an agent turn; with --wait, follows the
+conversation's reply events until the turn's answer (or error) arrives. "journal" shows what
+the workers recorded about recent turns (a table on a terminal, JSON otherwise or with --json).
+
+Exit codes:
+  0  answered (or, without --wait, enqueued; a duplicate message id also exits 0)
+  1  the turn failed (a permanent error event), or it could not be enqueued (Redis trouble)
+  2  bad input or configuration
+  3  --wait timed out before the turn ended
+  4  the agent asks for approval of a tool call (approval_required)`
+
+// RunEnqueue is the enqueue command. It returns the exit code.
+func RunEnqueue(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("enqueue", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var o enqueueOpts
+	envOr := func(name, def string) string {
+		if v := strings.TrimSpace(getenv(name)); v != "" {
+			return v
+		}
+		return def
+	}
+	fs.StringVar(&o.redisURL, "redis-url", envOr("REDIS_URL", DefaultRedisURL), "")
+	fs.StringVar(&o.clusterAddrs, "redis-cluster-addrs", envOr("LETTAQ_REDIS_CLUSTER_ADDRS", ""), "")
+	fs.StringVar(&o.prefix, "key-prefix", envOr("LETTAQ_KEY_PREFIX", "lettaq:"), "")
+	fs.StringVar(&o.queueName, "queue", envOr("LETTAQ_QUEUE", DefaultQueue), "")
+	fs.StringVar(&o.agent, "agent", envOr("LETTAQ_AGENT_ID", ""), "")
+	fs.StringVar(&o.devRedis, "dev-redis-addr", envOr("LETTAQ_DEV_REDIS_ADDR", DefaultDevRedisAddr), "")
+	fs.StringVar(&o.integration, "integration", "cli", "")
+	fs.StringVar(&o.chat, "chat", "", "")
+	fs.StringVar(&o.messageID, "message-id", "", "")
+	fs.StringVar(&o.sender, "sender", "", "")
+	fs.StringVar(&o.otid, "otid", "", "")
+	fs.BoolVar(&o.dev, "dev", false, "")
+	fs.BoolVar(&o.jsonOut, "json", false, "")
+	fs.BoolVar(&o.wait, "wait", false, "")
+	fs.DurationVar(&o.timeout, "timeout", 10*time.Minute, "")
+	fs.IntVar(&o.maxRetry, "max-retry", 5, "")
+	fs.IntVar(&o.limit, "limit", 20, "")
+	usage := func() {
+		WriteUsage(stdout, enqueueSynopsis, enqueueDesc, EnqueueVars, nil)
+		fmt.Fprint(stdout, `  --integration NAME   the chat integration, part of the conversation (default cli)
+  --chat ID            the chat id, part of the conversation (default: the sender, else "local")
+  --message-id ID      the integration's message id: a message enqueued twice makes one turn
+  --sender ID          passed to Letta as sender_id
+  --otid UUID          the turn's idempotency key at Letta (default: derived from the task id)
+  --max-retry N        retries after the first attempt (default 5)
+  --dev                reach a worker started with --dev (its in-memory Redis, agent `+DemoAgent+`)
+  --wait               follow the turn until its answer: a live phase line and the answer as it
+                       grows on a terminal; plain lines on stderr and the answer on stdout otherwise
+  --timeout D          give up waiting after D (exit 3; the turn goes on) (default 10m)
+  --json               machine output: the enqueue result, then (with --wait) one reply event per line
+  --limit N            journal: how many turns (default 20)
+Time budget: the task timeout is computed from the LETTAQ_* budget variables, as in the worker
+(see worker --help); set them alike.
+`)
+	}
+	// Flags may come before and after the positional arguments.
+	var pos []string
+	rest := args
+	for {
+		if err := fs.Parse(rest); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				usage()
+				return ExitOK
+			}
+			fmt.Fprintf(stderr, "enqueue: %v (see --help)\n", err)
+			return ExitUsage
+		}
+		rest = fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		pos = append(pos, rest[0])
+		rest = rest[1:]
+	}
+
+	connOpt, err := o.connOpt()
+	if err != nil {
+		fmt.Fprintf(stderr, "enqueue: %v\n", err)
+		return ExitUsage
+	}
+	b, err := enqueueBudget(o.dev, getenv)
+	if err != nil {
+		fmt.Fprintf(stderr, "enqueue: configuration error:\n%v\n", err)
+		return ExitUsage
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rdb, ok := connOpt.MakeRedisClient().(redis.UniversalClient)
+	if !ok {
+		fmt.Fprintf(stderr, "enqueue: unsupported Redis connection %T\n", connOpt)
+		return ExitUsage
+	}
+	defer rdb.Close()
+
+	if len(pos) > 0 && pos[0] == "journal" {
+		return runJournal(ctx, o, pos[1:], rdb, stdout, stderr)
+	}
+
+	var text string
+	switch {
+	case len(pos) > 0:
+		text = strings.Join(pos, " ")
+	case stdin != nil && !IsTerminalReader(stdin):
+		data, err := io.ReadAll(io.LimitReader(stdin, queue.MaxTextBytes+1))
+		if err != nil {
+			fmt.Fprintf(stderr, "enqueue: reading stdin: %v\n", err)
+			return ExitUsage
+		}
+		text = strings.TrimRight(string(data), "\r\n")
+	}
+	if strings.TrimSpace(text) == "" {
+		fmt.Fprintf(stderr, "enqueue: no message text: give it as an argument or on stdin (see --help)\n")
+		return ExitUsage
+	}
+	if o.agent == "" && o.dev {
+		o.agent = DemoAgent
+	}
+	if o.agent == "" {
+		fmt.Fprintf(stderr, "enqueue: --agent (or LETTAQ_AGENT_ID) is required\n")
+		return ExitUsage
+	}
+	if o.chat == "" {
+		o.chat = o.sender
+		if o.chat == "" {
+			o.chat = "local"
+		}
+	}
+	conv := queue.Conversation{Integration: o.integration, ChatID: o.chat}
+	msg := queue.Message{AgentID: o.agent, Text: text, SenderID: o.sender, Conversation: conv,
+		MessageID: o.messageID, Otid: o.otid}
+	if err := msg.Validate(); err != nil {
+		fmt.Fprintf(stderr, "enqueue: %v\n", err)
+		return ExitUsage
+	}
+	replies := queue.NewReplies(rdb, queue.RepliesOptions{Prefix: o.prefix})
+	client, err := queue.NewClient(queue.ClientConfig{Redis: connOpt, Budget: b, Queue: o.queueName,
+		MaxRetry: maxRetry(o.maxRetry), Replies: replies})
+	if err != nil {
+		fmt.Fprintf(stderr, "enqueue: %v\n", err)
+		return ExitUsage
+	}
+	defer client.Close()
+
+	// Where the reply stream stands before the enqueue, so that --wait misses nothing.
+	after := "$"
+	if o.wait {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, after, err = replies.Read(rctx, conv, "$", 1, 0)
+		cancel()
+		if err != nil {
+			fmt.Fprintf(stderr, "enqueue: cannot read the reply stream: %v\n", err)
+			return ExitFailed
+		}
+	}
+	ectx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	res, err := client.Enqueue(ectx, msg)
+	cancel()
+	if err != nil {
+		if _, ok := queue.IsValidationError(err); ok {
+			fmt.Fprintf(stderr, "enqueue: %v\n", err)
+			return ExitUsage
+		}
+		fmt.Fprintf(stderr, "enqueue: %v\n", err)
+		return ExitFailed
+	}
+	if o.jsonOut {
+		_ = json.NewEncoder(stdout).Encode(res)
+	} else if !o.wait || !IsTerminal(stdout) {
+		dup := ""
+		if res.Duplicate {
+			dup = " (duplicate: this message id was enqueued before; no second turn)"
+		}
+		fmt.Fprintf(stderrIfWait(o.wait, stdout, stderr), "enqueued task %s otid %s on queue %s%s\n", res.TaskID, res.Otid, res.Queue, dup)
+	}
+	if !o.wait {
+		return ExitOK
+	}
+	if res.Duplicate {
+		after = "0" // its events may be older than our starting point
+	}
+	return follow(ctx, replies, conv, res, after, o, stdout, stderr)
+}
+
+func stderrIfWait(wait bool, stdout, stderr io.Writer) io.Writer {
+	if wait {
+		return stderr
+	}
+	return stdout
+}
+
+// IsTerminalReader reports whether r is a terminal (so there is no piped text to read).
+func IsTerminalReader(r io.Reader) bool {
+	f, ok := r.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+func (o *enqueueOpts) connOpt() (asynq.RedisConnOpt, error) {
+	if o.dev {
+		return asynq.RedisClientOpt{Addr: o.devRedis}, nil
+	}
+	var seeds []string
+	for _, a := range strings.Split(o.clusterAddrs, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			seeds = append(seeds, a)
+		}
+	}
+	return RedisConnOpt(o.redisURL, seeds)
+}
+
+func enqueueBudget(dev bool, getenv func(string) string) (budget.Config, error) {
+	return budget.FromEnv(func(k string) string {
+		if v := strings.TrimSpace(getenv(k)); v != "" {
+			return v
+		}
+		if dev {
+			return DevBudgetDefaults[k]
+		}
+		return ""
+	})
+}
+
+// follow reads the conversation's reply events for res's turn until its final event.
+func follow(ctx context.Context, replies *queue.Replies, conv queue.Conversation, res queue.EnqueueResult, after string, o enqueueOpts, stdout, stderr io.Writer) int {
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	tty := !o.jsonOut && IsTerminal(stdout)
+	v := &viewer{tty: tty, out: stdout, errw: stderr, start: time.Now(), json: o.jsonOut}
+	defer v.clearStatus()
+	var lastSeq int64
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		evs, last, err := replies.Read(ctx, conv, after, 100, 250*time.Millisecond)
+		if ctx.Err() != nil {
+			v.clearStatus()
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				fmt.Fprintf(stderr, "enqueue: no answer within %v; the turn goes on (task %s; see: enqueue journal show %s)\n", o.timeout, res.TaskID, res.TaskID)
+				return ExitTimedOut
+			}
+			return ExitFailed
+		}
+		if err != nil {
+			v.clearStatus()
+			fmt.Fprintf(stderr, "enqueue: reading replies: %v\n", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		after = last
+		for _, ev := range evs {
+			if ev.TaskID != res.TaskID || ev.Seq <= lastSeq {
+				continue
+			}
+			lastSeq = ev.Seq
+			if code, done := v.show(ev); done {
+				return code
+			}
+		}
+		v.redraw()
+	}
+}
+
+// viewer shows a turn's events: on a terminal a live status line and the answer as it grows;
+// otherwise one plain line per event on stderr and the answer on stdout; with json one event
+// per line on stdout.
+type viewer struct {
+	tty, json  bool
+	out, errw  io.Writer
+	start      time.Time
+	status     string // e.g. "thinking"
+	statusAt   time.Time
+	statusLen  int
+	streamed   strings.Builder // answer text shown so far
+	inAnswer   bool
+	lastPhase  string
+	lastDetail string
+}
+
+func (v *viewer) show(ev queue.ReplyEvent) (exit int, done bool) {
+	if v.json {
+		_ = json.NewEncoder(v.out).Encode(ev)
+	}
+	switch ev.Type {
+	case queue.EventAccepted:
+		v.setStatus("queued", fmt.Sprintf("queued (position %d)", ev.Position))
+	case queue.EventPhase:
+		v.setStatus(ev.Phase, phaseText(ev))
+	case queue.EventTool:
+		if ev.Tool != nil {
+			switch ev.Tool.Status {
+			case queue.ToolStatusCall, "":
+				v.setStatus("tool", "using tool "+ev.Tool.Name+"…")
+			default:
+				v.setStatus("tool", "tool "+ev.Tool.Name+": "+ev.Tool.Status)
+			}
+		}
+	case queue.EventAnswerDelta:
+		if ev.Narration {
+			v.setStatus("thinking", "thinking: "+oneLine(ev.Text, 60))
+			break
+		}
+		v.streamed.WriteString(ev.Text)
+		if v.tty {
+			v.clearStatus()
+			v.inAnswer = true
+			fmt.Fprint(v.out, ev.Text)
+		}
+	case queue.EventAnswer:
+		v.finishAnswer(ev.Text)
+		if ev.AnsweredBy != "" && !v.json {
+			fmt.Fprintf(v.errw, "(answered together with task %s)\n", ev.AnsweredBy)
+		}
+		return ExitOK, true
+	case queue.EventApprovalRequired:
+		v.clearStatus()
+		if !v.json {
+			name := ""
+			if ev.Tool != nil {
+				name = ev.Tool.Name + " " + ev.Tool.Arguments
+			}
+			fmt.Fprintf(v.errw, "approval required: the agent wants to run %s\n", name)
+		}
+		return ExitApproval, true
+	case queue.EventError:
+		if ev.Permanent {
+			v.clearStatus()
+			if v.inAnswer {
+				fmt.Fprintln(v.out)
+			}
+			if !v.json {
+				fmt.Fprintf(v.errw, "error: %s\n", ev.Text)
+			}
+			return ExitFailed, true
+		}
+		v.setStatus("retrying", "attempt failed, will retry: "+oneLine(ev.Text, 80))
+	}
+	return 0, false
+}
+
+func phaseText(ev queue.ReplyEvent) string {
+	switch ev.Phase {
+	case queue.PhaseThinking:
+		return "thinking…"
+	case queue.PhaseToolRunning:
+		return "running a tool…"
+	case queue.PhaseRecovering:
+		if ev.RunID != "" {
+			return "recovering: continuing run " + ev.RunID
+		}
+		return "recovering: looking for the turn at Letta"
+	case queue.PhaseContinuing:
+		if ev.RunID != "" {
+			return "recovering: continuing run " + ev.RunID
+		}
+		return "continuing"
+	case queue.PhaseConnecting:
+		return "connecting to the agent…"
+	case queue.PhaseStreaming:
+		return "answering…"
+	}
+	return ev.Phase
+}
+
+func (v *viewer) setStatus(key, text string) {
+	if v.json {
+		return
+	}
+	if !v.tty {
+		if key == v.lastPhase && text == v.lastDetail {
+			return // heartbeats repeat the phase
+		}
+		v.lastPhase, v.lastDetail = key, text
+		fmt.Fprintf(v.errw, "[%5.1fs] %s\n", time.Since(v.start).Seconds(), text)
+		return
+	}
+	if v.status != text {
+		v.status, v.statusAt = text, time.Now()
+	}
+	if !v.inAnswer {
+		v.redraw()
+	}
+}
+
+// redraw rewrites the status line with the time spent in the current phase.
+func (v *viewer) redraw() {
+	if !v.tty || v.inAnswer || v.status == "" {
+		return
+	}
+	line := fmt.Sprintf("%s %ds", v.status, int(time.Since(v.statusAt).Seconds()))
+	fmt.Fprintf(v.out, "\r\033[K\033[2m%s\033[0m", line)
+	v.statusLen = utf8.RuneCountInString(line)
+}
+
+func (v *viewer) clearStatus() {
+	if v.tty && v.statusLen > 0 {
+		fmt.Fprint(v.out, "\r\033[K")
+		v.statusLen = 0
+	}
+}
+
+func (v *viewer) finishAnswer(full string) {
+	if v.json {
+		return
+	}
+	if v.tty {
+		v.clearStatus()
+		shown := v.streamed.String()
+		switch {
+		case shown == full:
+		case strings.HasPrefix(full, shown) && v.inAnswer:
+			fmt.Fprint(v.out, full[len(shown):])
+		default:
+			if v.inAnswer {
+				fmt.Fprintln(v.out)
+			}
+			fmt.Fprint(v.out, full)
+		}
+		fmt.Fprintln(v.out)
+		return
+	}
+	fmt.Fprintln(v.out, full)
+}
+
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if utf8.RuneCountInString(s) > n {
+		r := []rune(s)
+		return string(r[:n]) + "…"
+	}
+	return s
+}

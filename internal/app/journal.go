@@ -1,0 +1,204 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lettaq/lettaq/queue"
+)
+
+// runJournal is "enqueue journal [filter] [--limit N]" and "enqueue journal show <id>".
+func runJournal(ctx context.Context, o enqueueOpts, args []string, rdb redis.UniversalClient, stdout, stderr io.Writer) int {
+	j := queue.NewJournal(rdb, queue.JournalOptions{Prefix: o.prefix})
+	asJSON := o.jsonOut || !IsTerminal(stdout)
+	if len(args) > 0 && args[0] == "show" {
+		if len(args) != 2 {
+			fmt.Fprintln(stderr, "enqueue: usage: enqueue journal show <task-id|otid>")
+			return ExitUsage
+		}
+		rec, err := j.Get(ctx, args[1])
+		if errors.Is(err, queue.ErrNotFound) {
+			rec, err = j.ByOtid(ctx, args[1])
+		}
+		if errors.Is(err, queue.ErrNotFound) {
+			fmt.Fprintf(stderr, "enqueue: no journal record for %q (neither a task id nor an otid, or expired)\n", args[1])
+			return ExitFailed
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "enqueue: %v\n", err)
+			return ExitFailed
+		}
+		if asJSON {
+			enc := json.NewEncoder(stdout)
+			enc.SetIndent("", "  ")
+			_ = enc.Encode(rec)
+			return ExitOK
+		}
+		writeRecord(stdout, rec)
+		return ExitOK
+	}
+	name := ""
+	if len(args) > 0 {
+		name = args[0]
+	}
+	if len(args) > 1 {
+		fmt.Fprintf(stderr, "enqueue: unexpected %q after the journal filter\n", args[1])
+		return ExitUsage
+	}
+	if name == "recent" {
+		name = "all"
+	}
+	f, err := queue.ParseFilter(name)
+	if err != nil {
+		fmt.Fprintf(stderr, "enqueue: %v (or \"recent\", or \"show <id>\")\n", err)
+		return ExitUsage
+	}
+	recs, err := j.Recent(ctx, f, o.limit)
+	if err != nil {
+		fmt.Fprintf(stderr, "enqueue: %v\n", err)
+		return ExitFailed
+	}
+	if asJSON {
+		if recs == nil {
+			recs = []*queue.TurnRecord{}
+		}
+		_ = json.NewEncoder(stdout).Encode(recs)
+		return ExitOK
+	}
+	writeTable(stdout, recs)
+	return ExitOK
+}
+
+func writeTable(w io.Writer, recs []*queue.TurnRecord) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "WHEN\tTASK\tOUTCOME\tATTEMPTS\tCLOCKS\tPOLLS\tRESENDS\tLATENCY\tTTFT\tAGENT\tCONVERSATION")
+	for _, r := range recs {
+		var clocks []string
+		polls := 0
+		for _, a := range r.Attempts {
+			if a.TimeoutClock != "" {
+				clocks = append(clocks, a.TimeoutClock)
+			}
+			polls += a.Polls
+		}
+		when := r.EnqueuedAt
+		if when.IsZero() {
+			when = r.UpdatedAt
+		}
+		outcome := r.Outcome
+		if outcome == "" {
+			outcome = "running"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n",
+			when.Local().Format("01-02 15:04:05"), short(r.TaskID, 28), outcome, len(r.Attempts),
+			dash(strings.Join(clocks, ",")), polls, r.Resends, durStr(r.Latency), durStr(r.TTFT),
+			short(r.AgentID, 24), short(r.Conversation.String(), 28))
+	}
+	_ = tw.Flush()
+	if len(recs) == 0 {
+		fmt.Fprintln(w, "(no turns)")
+	}
+}
+
+func writeRecord(w io.Writer, r *queue.TurnRecord) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	row := func(k, v string) {
+		if v != "" {
+			fmt.Fprintf(tw, "%s\t%s\n", k, v)
+		}
+	}
+	row("task", r.TaskID)
+	row("otid", r.Otid)
+	row("agent", r.AgentID)
+	row("run", r.RunID)
+	row("conversation", r.Conversation.String())
+	row("message id", r.MessageID)
+	row("queue", r.Queue)
+	row("outcome", dash(r.Outcome))
+	row("error", r.Error)
+	row("stop reason", r.StopReason)
+	row("answered by", r.AnsweredBy)
+	row("enqueued", timeStr(r.EnqueuedAt))
+	row("finished", timeStr(r.FinishedAt))
+	row("queue wait", durStr(r.QueueWait))
+	row("ttft", durStr(r.TTFT))
+	row("latency", durStr(r.Latency))
+	row("resends", strconv.Itoa(r.Resends))
+	if r.Usage != nil {
+		row("tokens", fmt.Sprintf("%d prompt + %d completion = %d (%d steps)", r.Usage.PromptTokens, r.Usage.CompletionTokens, r.Usage.TotalTokens, r.Usage.StepCount))
+	}
+	for _, t := range r.Tools {
+		row("tool", fmt.Sprintf("%s %s %s", t.Name, dash(t.Status), durStr(t.Duration)))
+	}
+	for _, m := range r.Warnings {
+		row("warning", m)
+	}
+	_ = tw.Flush()
+	for _, a := range r.Attempts {
+		fmt.Fprintf(w, "\nattempt %d on %s: %s", a.N, dash(a.Worker), dash(a.Outcome))
+		if !a.Start.IsZero() && !a.End.IsZero() {
+			fmt.Fprintf(w, " after %s", durStr(a.End.Sub(a.Start)))
+		}
+		fmt.Fprintln(w)
+		if a.TimeoutClock != "" {
+			fmt.Fprintf(w, "  clock fired: %s\n", a.TimeoutClock)
+		}
+		if a.Polls > 0 || a.Resumes > 0 {
+			fmt.Fprintf(w, "  continuation: %d polls, %d resumes\n", a.Polls, a.Resumes)
+		}
+		if a.ResendDecision != "" {
+			fmt.Fprintf(w, "  resend: %s\n", a.ResendDecision)
+		}
+		if a.Error != "" {
+			fmt.Fprintf(w, "  error: %s\n", a.Error)
+		}
+		var phases []string
+		for _, p := range a.Phases {
+			phases = append(phases, fmt.Sprintf("%s +%s", p.Phase, durStr(p.At.Sub(a.Start))))
+		}
+		if len(phases) > 0 {
+			fmt.Fprintf(w, "  phases: %s\n", strings.Join(phases, " → "))
+		}
+	}
+}
+
+func short(s string, n int) string {
+	if len(s) <= n {
+		return dash(s)
+	}
+	return s[:n-1] + "…"
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func durStr(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return "-"
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	default:
+		return d.Round(100 * time.Millisecond).String()
+	}
+}
+
+func timeStr(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.Local().Format(time.DateTime + ".000")
+}
