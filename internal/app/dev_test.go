@@ -1,0 +1,126 @@
+package app
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// syncBuf is a goroutine-safe writer for the commands' output.
+type syncBuf struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
+func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+// startDevWorker starts a dev-mode worker in-process on free ports.
+func startDevWorker(t *testing.T) *Running {
+	t.Helper()
+	cfg, err := ParseWorkerConfig([]string{"--dev", "--dev-redis-addr=127.0.0.1:0", "--dev-letta-addr=127.0.0.1:0",
+		"--http-addr=127.0.0.1:0", "--shutdown-timeout=5s", "--task-check-interval=20ms"}, env(nil), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var greeting syncBuf
+	r, err := StartWorker(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), &greeting)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-r.Done():
+		case <-time.After(15 * time.Second):
+			t.Error("dev worker did not stop")
+		}
+	})
+	if !strings.Contains(greeting.String(), "go run ./cmd/enqueue --dev --wait") {
+		t.Errorf("greeting lacks the next command:\n%s", greeting.String())
+	}
+	return r
+}
+
+func enqueue(t *testing.T, r *Running, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut syncBuf
+	args = append([]string{"--dev", "--dev-redis-addr=" + r.RedisAddr}, args...)
+	code = RunEnqueue(context.Background(), args, env(nil), strings.NewReader(""), &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func TestDevModeSmoke(t *testing.T) {
+	r := startDevWorker(t)
+
+	// Ready, and the monitor answers (no token needed on loopback).
+	for _, p := range []string{"/readyz", "/monitor/", "/metrics"} {
+		resp, err := http.Get("http://" + r.HTTPAddr + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Errorf("%s = %d", p, resp.StatusCode)
+		}
+	}
+
+	code, out, errOut := enqueue(t, r, "--wait", "--timeout=30s", "hello dev")
+	if code != ExitOK || !strings.Contains(out, "you said: hello dev") {
+		t.Fatalf("enqueue --wait: exit %d\nstdout %q\nstderr %q", code, out, errOut)
+	}
+	if n := len(r.Dev.Sim.UserMessages(DemoAgent)); n != 1 {
+		t.Errorf("agent received %d user messages, want 1", n)
+	}
+
+	// The same message id again: one turn only; --json gives the result.
+	code, out, _ = enqueue(t, r, "--message-id=m1", "--json", "once")
+	if code != ExitOK || !strings.Contains(out, `"duplicate":false`) {
+		t.Errorf("first m1: %d %q", code, out)
+	}
+	code, out, _ = enqueue(t, r, "--message-id=m1", "--json", "--wait", "--timeout=30s", "once")
+	if code != ExitOK || !strings.Contains(out, `"duplicate":true`) || !strings.Contains(out, `"type":"answer"`) {
+		t.Errorf("duplicate m1: %d %q", code, out)
+	}
+
+	// Exit codes.
+	if code, _, errOut := enqueue(t, r, "--wait", "--timeout=30s", "--agent=agent-approver", "[[sim approval=send_email]] mail it"); code != ExitApproval {
+		t.Errorf("approval: exit %d, stderr %q", code, errOut)
+	}
+	if code, _, errOut := enqueue(t, r, "--wait", "--timeout=500ms", "[[sim think=30s]] slow"); code != ExitTimedOut || !strings.Contains(errOut, "no answer within") {
+		t.Errorf("timeout: exit %d, stderr %q", code, errOut)
+	}
+	if code, _, errOut := enqueue(t, r, "--wait", "--timeout=30s", "--max-retry=0", "--agent=agent-broken", "[[sim status=500 times=always]] fail"); code != ExitFailed {
+		t.Errorf("failure: exit %d, stderr %q", code, errOut)
+	}
+	if code, _, _ := enqueue(t, r); code != ExitUsage {
+		t.Errorf("no text: exit %d", code)
+	}
+	if code, _, _ := enqueue(t, r, "--timeout=soon", "x"); code != ExitUsage {
+		t.Errorf("bad flag: exit %d", code)
+	}
+	if code, _, _ := enqueue(t, r, "--otid=not-a-uuid", "x"); code != ExitUsage {
+		t.Errorf("bad otid: exit %d", code)
+	}
+
+	// The journal knows the turns.
+	code, out, errOut = enqueue(t, r, "journal", "recent", "--limit", "3")
+	if code != ExitOK || !strings.Contains(out, `"outcome"`) {
+		t.Errorf("journal recent: %d %q %q", code, out, errOut)
+	}
+	code, _, _ = enqueue(t, r, "journal", "nonsense")
+	if code != ExitUsage {
+		t.Errorf("journal nonsense: exit %d", code)
+	}
+	code, _, _ = enqueue(t, r, "journal", "show", "no-such-task")
+	if code != ExitFailed {
+		t.Errorf("journal show missing: exit %d", code)
+	}
+}
