@@ -1,0 +1,157 @@
+// Package ordering runs the turns of one conversation one at a time, in the
+// order their messages were enqueued, across any number of worker
+// processes; different conversations run in parallel.
+//
+// # The bug it prevents
+//
+// A chat user sends a second message while the agent still answers the
+// first. With a plain queue both turns run at once on the same Letta agent:
+// the answers interleave in its history, or the reply to message 1 arrives
+// as the answer to message 2. Per conversation key, ordering guarantees:
+//
+//   - at most one turn holds the key at any moment (a lease-backed lock);
+//   - turns start in enqueue order (a FIFO line: only the head may run);
+//   - a turn that is still running at the agent when its attempt ends
+//     (Release with done=false) keeps its place at the head, so no later
+//     message overtakes it;
+//   - a worker killed while holding a key blocks it at most for the lease
+//     (Config.Lease, default 30s); the killed task stays head and, once
+//     Asynq recovers it, re-acquires and finishes. Order holds.
+//
+// # Conversation keys
+//
+// A key names what must be serialised. KeyFor(ScopeConversation, …) (the
+// default) is agent + integration + chat; ScopeAgent (AgentKey) serialises
+// everything one agent does, for an agent shared by many chats (it has one
+// message history). Keys are escaped so that parts cannot run into each
+// other and never contain braces.
+//
+// # Key layout
+//
+// With Config.Prefix P (default "lettaq:ord:"), for a conversation key K:
+//
+//	P line:{K}            ZSET   member task id, score = order (see below)
+//	P lock:{K}            HASH   task, token (one per Acquire), holder; PX lease
+//	P merged:{K}:<task>   STRING head task id the task was merged into; PX MergedTTL
+//	P group:{K}:<head>    LIST   the tasks merged into head, in order; PX MergedTTL
+//
+// Every key of one conversation carries the hash tag {K}, so all of them
+// live in one Redis Cluster slot and every script is single-slot (the
+// prefix must not contain braces; New rejects it). There is no global key:
+// the design's global INCR counter is replaced by a per-line score,
+// max(join time in ms × 1000, highest score + 1): strictly increasing
+// within a line (the order), no cross-slot key, nothing that grows
+// forever, and floor(score/1000) is the join time (used by the dead-head
+// grace). Scores stay below 2^53, so they are exact.
+//
+// All mutations are Lua scripts (atomic): join, acquire (merged check, auto
+// join, head check, lock check, lock set), dead-head removal (only if it is
+// still head and the lock is free), compare-and-extend, release
+// (compare-and-delete, optional removal from the line, new head), take
+// followers.
+//
+// # The lease
+//
+// Acquire sets the lock with a fresh token and starts one goroutine that
+// extends it every Config.RenewEvery (Lease/3) only while the lock still
+// holds that token. If the extension finds another token or no lock, or
+// Redis stays unreachable for a whole lease, Lease.Lost is closed (and
+// Lease.Context cancelled with ErrLeaseLost): the turn must stop, someone
+// else may run the key. Release stops and waits for the goroutine (no
+// leak), deletes the lock only if it is still ours, and is idempotent.
+//
+// Re-acquire by the same task: Acquire succeeds when the lock is held by
+// an earlier attempt of the same task id (Asynq recovered it from a dead
+// worker, or the previous attempt returned without releasing). It takes
+// the lock over with a new token, so the earlier attempt, if it is in fact
+// still alive (a partitioned worker), loses its renewal and sees Lost
+// instead of silently running side by side. (Refinement: the lock compares
+// tokens, not task ids, for exactly this reason.)
+//
+// # Dead heads
+//
+// A head that will never run (deleted, archived, completed without a
+// Release because Redis blinked) would block its key forever. When a task
+// is not the head and the lock is free, Acquire asks alive(head) (backed by
+// asynq's Inspector: InspectorAlive) and removes a dead head, re-checking
+// up to Config.MaxSkips times. It never asks while the lock is held (a
+// running head is alive), and an error from alive counts as alive (never
+// drop a turn on a hunch). Refinement: a head that joined less than
+// Config.DeadHeadGrace (5s) ago is never judged dead, because a client
+// that calls Join just before its Enqueue reaches Redis would otherwise
+// have its fresh task removed as "not found".
+//
+// # Auto-join (decided: on by default)
+//
+// A task that reaches Acquire without having joined (enqueued before
+// ordering was enabled, or by a client that died between Enqueue and Join,
+// or a head removed as dead by mistake) joins the line at the tail inside
+// the acquire script. Without it such a task would wait forever, since no
+// one would ever let it be head. Its place is then "when it first ran",
+// which is the best order known for it. Config.NoAutoJoin turns this off
+// (Acquire returns ErrNotJoined) for callers that would rather run such a
+// task unordered or fail it.
+//
+// A merged task (below) never auto-joins: Acquire checks its merged marker
+// first and returns *MergedError.
+//
+// # Coalescing
+//
+// Off unless the caller uses it. The head's turn, holding its lease, may
+// call TakeFollowers to take the tasks queued right behind it (messages
+// that arrived while the key was busy) out of the line and send their
+// texts with its own as one user message. Each taken task gets a merged
+// marker; when Asynq runs it later, Acquire (or MergedInto) reports the
+// head, and the handler ends at once, successfully, with "answered by
+// <head>". A retried attempt of the head calls MergedFollowers to rebuild
+// the same merged message. (Refinement: MergedInto takes the key too, so
+// that the marker lives in the conversation's slot and the acquire script
+// can check it atomically.) If the head fails for good, the merged
+// messages fail with it; the caller reports that on their reply streams.
+//
+// # Asynq integration
+//
+// Client (enqueue side), per message:
+//
+//	info, err := client.Enqueue(task, asynq.TaskID(id), asynq.MaxRetry(n>0), …)
+//	_, err = seq.Join(ctx, key, id) // also on ErrTaskIDConflict (idempotent)
+//
+// Enqueue then Join: the task exists in Asynq before it can be a head, so
+// alive never sees it missing; if the client dies in between, auto-join
+// places it. (Join then Enqueue works too, thanks to the grace; call
+// Remove if the Enqueue fails.)
+//
+// Server:
+//
+//	asynq.Config{
+//		IsFailure:                ordering.IsFailure,  // and-ed with your own
+//		RetryDelayFunc:           ordering.RetryDelay, // put-back 200ms..1s, else default
+//		DelayedTaskCheckInterval: time.Second,         // default 5s delays put-backs
+//	}
+//
+// Handler, per task:
+//
+//	lease, err := seq.Acquire(ctx, key, id, workerID, ordering.InspectorAlive(insp, queue))
+//	if ordering.IsMerged(err) { return nil }   // answered by the head
+//	if err != nil { return err }               // NotYourTurn: put back, no retry used
+//	ctx, cancel := lease.Context(ctx)          // stop the turn if the lease is lost
+//	defer cancel()
+//	… optional: followers, _ := seq.TakeFollowers(ctx, key, id, max) …
+//	… run the turn …
+//	next, _ := lease.Release(context.WithoutCancel(ctx), done)
+//	if done { _ = seq.Wake(ctx, insp, queue, key, next) } // wake the next turn now
+//
+// done is true when the turn ended for good: answered, failed permanently,
+// or on its last retry (it will be archived); false when it will be
+// retried (still running at the agent, interrupted, transient error): then
+// it keeps the head and the key waits for its retry.
+//
+// Asynq archives a task whose retries are used up even on an error that is
+// not a failure, so tasks under ordering need MaxRetry ≥ 1; a NotYourTurn
+// never increments Retried. An archived head is removed by the dead-head
+// check. Wake matters: a waiting task sits in Asynq's retry set, which is
+// forwarded only every DelayedTaskCheckInterval; Wake moves the next head
+// to pending at once (Inspector.RunTask), and, if its put-back has not
+// landed yet (still active), waits for it briefly. It never runs an
+// archived task.
+package ordering

@@ -1,0 +1,332 @@
+package ordering
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+)
+
+// Defaults of Config.
+const (
+	DefaultPrefix        = "lettaq:ord:"
+	DefaultLease         = 30 * time.Second
+	DefaultMergedTTL     = 24 * time.Hour
+	DefaultDeadHeadGrace = 5 * time.Second
+	DefaultMaxSkips      = 16
+)
+
+// Config configures a Sequencer. The zero value is usable.
+type Config struct {
+	// Prefix of every key, default DefaultPrefix. It must not contain '{'
+	// or '}': the keys' hash tag is the conversation key.
+	Prefix string
+	// Lease of the lock, default DefaultLease: a worker that dies holding a
+	// key blocks it for at most this long. The lease is renewed every
+	// RenewEvery while the turn runs.
+	Lease time.Duration
+	// RenewEvery, default Lease/3.
+	RenewEvery time.Duration
+	// MergedTTL: how long the merged markers of TakeFollowers live, default
+	// DefaultMergedTTL (keep it ≥ the tasks' retention and retry horizon).
+	MergedTTL time.Duration
+	// DeadHeadGrace: a head that joined less than this long ago is never
+	// judged dead (a client may Join just before its Enqueue reaches
+	// Redis), default DefaultDeadHeadGrace. Negative: no grace.
+	DeadHeadGrace time.Duration
+	// MaxSkips bounds how many dead heads one Acquire removes, default
+	// DefaultMaxSkips.
+	MaxSkips int
+	// NoAutoJoin: Acquire of a task not in the line returns ErrNotJoined
+	// instead of joining it at the tail.
+	NoAutoJoin bool
+	// Now is the clock for join times, default time.Now.
+	Now func() time.Time
+}
+
+// Sequencer keeps one FIFO line and one lease-backed lock per conversation
+// key in Redis. It is safe for concurrent use, and any number of processes
+// may share the same keys.
+type Sequencer struct {
+	rdb    redis.UniversalClient
+	cfg    Config
+	prefix string
+}
+
+// AliveFunc reports whether a task can still run (see InspectorAlive). A
+// task that is not alive and heads a line with a free lock is removed.
+type AliveFunc func(ctx context.Context, taskID string) (bool, error)
+
+// New returns a Sequencer on rdb (not owned: the caller closes it).
+func New(rdb redis.UniversalClient, cfg Config) (*Sequencer, error) {
+	if rdb == nil {
+		return nil, errors.New("ordering: nil Redis client")
+	}
+	if cfg.Prefix == "" {
+		cfg.Prefix = DefaultPrefix
+	}
+	if strings.ContainsAny(cfg.Prefix, "{}") {
+		return nil, fmt.Errorf("ordering: Prefix %q must not contain '{' or '}'", cfg.Prefix)
+	}
+	if cfg.Lease <= 0 {
+		cfg.Lease = DefaultLease
+	}
+	if cfg.Lease < 3*time.Millisecond {
+		return nil, fmt.Errorf("ordering: Lease %v is too short", cfg.Lease)
+	}
+	if cfg.RenewEvery <= 0 {
+		cfg.RenewEvery = cfg.Lease / 3
+	}
+	if cfg.RenewEvery >= cfg.Lease {
+		return nil, fmt.Errorf("ordering: RenewEvery %v must be shorter than Lease %v", cfg.RenewEvery, cfg.Lease)
+	}
+	if cfg.MergedTTL <= 0 {
+		cfg.MergedTTL = DefaultMergedTTL
+	}
+	if cfg.DeadHeadGrace == 0 {
+		cfg.DeadHeadGrace = DefaultDeadHeadGrace
+	}
+	if cfg.MaxSkips <= 0 {
+		cfg.MaxSkips = DefaultMaxSkips
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Sequencer{rdb: rdb, cfg: cfg, prefix: cfg.Prefix}, nil
+}
+
+// Config returns the configuration in use (defaults filled in).
+func (s *Sequencer) Config() Config { return s.cfg }
+
+func checkKey(key string) error {
+	if !validKey(key) {
+		return fmt.Errorf("%w: %q", ErrInvalidKey, key)
+	}
+	return nil
+}
+
+func (s *Sequencer) nowMs() string { return strconv.FormatInt(s.cfg.Now().UnixMilli(), 10) }
+
+// Join puts taskID at the tail of key's line, at enqueue time, and returns
+// its 0-based position (0: it runs next). Joining again (a duplicate
+// enqueue, a retried client) keeps the original place and returns the
+// current position.
+func (s *Sequencer) Join(ctx context.Context, key, taskID string) (int, error) {
+	if err := checkKey(key); err != nil {
+		return 0, err
+	}
+	pos, err := joinLua.Run(ctx, s.rdb, []string{s.lineKey(key)}, taskID, s.nowMs()).Int()
+	if err != nil {
+		return 0, fmt.Errorf("ordering: join %s on %q: %w", taskID, key, err)
+	}
+	return pos, nil
+}
+
+// Acquire lets taskID run its turn: it succeeds only when taskID heads
+// key's line and the lock is free or held by an earlier attempt of taskID
+// itself (a recovered or retried attempt takes the lock over; the earlier
+// attempt's lease then reports Lost). The lease is renewed in the
+// background until Release.
+//
+// Otherwise it returns a *NotYourTurnError. When the head is not running
+// (lock free) and alive (may be nil) says it will never run, the head is
+// removed and the check repeated, up to Config.MaxSkips times. An error of
+// alive counts as "alive".
+//
+// A task that merged into an earlier turn gets a *MergedError. A task that
+// is not in the line joins it at the tail (unless Config.NoAutoJoin).
+// holder names the worker, for operators.
+func (s *Sequencer) Acquire(ctx context.Context, key, taskID, holder string, alive AliveFunc) (*Lease, error) {
+	if err := checkKey(key); err != nil {
+		return nil, err
+	}
+	token := uuid.NewString()
+	autojoin := "1"
+	if s.cfg.NoAutoJoin {
+		autojoin = "0"
+	}
+	keys := []string{s.lineKey(key), s.lockKey(key), s.mergedKey(key, taskID)}
+	leaseMs := strconv.FormatInt(s.cfg.Lease.Milliseconds(), 10)
+	for skips := 0; ; skips++ {
+		res, err := acquireLua.Run(ctx, s.rdb, keys, taskID, token, holder, leaseMs, s.nowMs(), autojoin).Slice()
+		if err != nil {
+			return nil, fmt.Errorf("ordering: acquire %s on %q: %w", taskID, key, err)
+		}
+		switch str(res, 0) {
+		case "ok":
+			return s.newLease(key, taskID, holder, token), nil
+		case "merged":
+			return nil, &MergedError{Key: key, TaskID: taskID, Into: str(res, 1)}
+		case "notjoined":
+			return nil, fmt.Errorf("%w: %s on %q", ErrNotJoined, taskID, key)
+		case "wait":
+		default:
+			return nil, fmt.Errorf("ordering: acquire %s on %q: unexpected reply %v", taskID, key, res)
+		}
+		pos, _ := res[1].(int64)
+		head, held := str(res, 2), str(res, 3)
+		nyt := &NotYourTurnError{Key: key, Position: int(pos), Head: head, HeadHeld: held != ""}
+		if held != "" || head == taskID || alive == nil || skips >= s.cfg.MaxSkips {
+			return nil, nyt
+		}
+		if s.cfg.DeadHeadGrace > 0 {
+			score, _ := strconv.ParseFloat(str(res, 4), 64)
+			joined := time.UnixMilli(int64(score / 1000))
+			if s.cfg.Now().Sub(joined) < s.cfg.DeadHeadGrace {
+				return nil, nyt
+			}
+		}
+		ok, err := alive(ctx, head)
+		if err != nil || ok {
+			return nil, nyt
+		}
+		if err := removeDeadLua.Run(ctx, s.rdb, []string{s.lineKey(key), s.lockKey(key)}, head).Err(); err != nil {
+			return nil, fmt.Errorf("ordering: remove dead head %s on %q: %w", head, key, err)
+		}
+	}
+}
+
+func str(res []any, i int) string {
+	if i >= len(res) {
+		return ""
+	}
+	switch v := res[i].(type) {
+	case string:
+		return v
+	case int64:
+		return strconv.FormatInt(v, 10)
+	}
+	return ""
+}
+
+// Remove takes taskID out of key's line (a task deleted or cancelled by an
+// operator, an enqueue that failed after Join). A turn of taskID that is
+// running keeps the lock until it releases it or its lease ends.
+func (s *Sequencer) Remove(ctx context.Context, key, taskID string) error {
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	if err := s.rdb.ZRem(ctx, s.lineKey(key), taskID).Err(); err != nil {
+		return fmt.Errorf("ordering: remove %s on %q: %w", taskID, key, err)
+	}
+	return nil
+}
+
+// Position returns taskID's 0-based place in key's line, -1 when it is not
+// in the line.
+func (s *Sequencer) Position(ctx context.Context, key, taskID string) (int, error) {
+	if err := checkKey(key); err != nil {
+		return 0, err
+	}
+	n, err := s.rdb.ZRank(ctx, s.lineKey(key), taskID).Result()
+	if errors.Is(err, redis.Nil) {
+		return -1, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("ordering: position %s on %q: %w", taskID, key, err)
+	}
+	return int(n), nil
+}
+
+// Head returns the task that runs next (or is running) on key, "" when the
+// line is empty.
+func (s *Sequencer) Head(ctx context.Context, key string) (string, error) {
+	if err := checkKey(key); err != nil {
+		return "", err
+	}
+	h, err := s.rdb.ZRange(ctx, s.lineKey(key), 0, 0).Result()
+	if err != nil {
+		return "", fmt.Errorf("ordering: head of %q: %w", key, err)
+	}
+	if len(h) == 0 {
+		return "", nil
+	}
+	return h[0], nil
+}
+
+// Len returns how many tasks are in key's line (the running one included).
+func (s *Sequencer) Len(ctx context.Context, key string) (int, error) {
+	if err := checkKey(key); err != nil {
+		return 0, err
+	}
+	n, err := s.rdb.ZCard(ctx, s.lineKey(key)).Result()
+	if err != nil {
+		return 0, fmt.Errorf("ordering: len of %q: %w", key, err)
+	}
+	return int(n), nil
+}
+
+// Holder returns the task holding key's lock and the holder it gave to
+// Acquire, "" when the lock is free.
+func (s *Sequencer) Holder(ctx context.Context, key string) (taskID, holder string, err error) {
+	if err := checkKey(key); err != nil {
+		return "", "", err
+	}
+	v, err := s.rdb.HMGet(ctx, s.lockKey(key), "task", "holder").Result()
+	if err != nil {
+		return "", "", fmt.Errorf("ordering: holder of %q: %w", key, err)
+	}
+	taskID, _ = v[0].(string)
+	holder, _ = v[1].(string)
+	return taskID, holder, nil
+}
+
+// TakeFollowers removes from key's line up to max tasks queued right behind
+// headTaskID (messages that arrived while the key was busy) and marks each
+// as merged into headTaskID, so that the head's turn sends their texts with
+// its own, as one user message. It returns them in line order. headTaskID
+// must be the head (ErrNotHead otherwise); call it while holding its lease.
+// max ≤ 0 takes nothing.
+func (s *Sequencer) TakeFollowers(ctx context.Context, key, headTaskID string, max int) ([]string, error) {
+	if err := checkKey(key); err != nil {
+		return nil, err
+	}
+	res, err := takeLua.Run(ctx, s.rdb, []string{s.lineKey(key), s.groupKey(key, headTaskID)},
+		headTaskID, max, s.cfg.MergedTTL.Milliseconds(), s.mergedPrefix(key)).Slice()
+	if err != nil {
+		return nil, fmt.Errorf("ordering: take followers of %s on %q: %w", headTaskID, key, err)
+	}
+	if str(res, 0) == "nothead" {
+		return nil, fmt.Errorf("%w: %s on %q (head is %q)", ErrNotHead, headTaskID, key, str(res, 1))
+	}
+	out := make([]string, 0, len(res)-1)
+	for i := 1; i < len(res); i++ {
+		out = append(out, str(res, i))
+	}
+	return out, nil
+}
+
+// MergedFollowers returns every task TakeFollowers has merged into
+// headTaskID so far, in order: a retried attempt of the head rebuilds the
+// same merged message from it.
+func (s *Sequencer) MergedFollowers(ctx context.Context, key, headTaskID string) ([]string, error) {
+	if err := checkKey(key); err != nil {
+		return nil, err
+	}
+	v, err := s.rdb.LRange(ctx, s.groupKey(key, headTaskID), 0, -1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("ordering: merged followers of %s on %q: %w", headTaskID, key, err)
+	}
+	return v, nil
+}
+
+// MergedInto reports whether taskID was merged into another turn, and
+// which. Acquire reports the same as a *MergedError.
+func (s *Sequencer) MergedInto(ctx context.Context, key, taskID string) (headTaskID string, ok bool, err error) {
+	if err := checkKey(key); err != nil {
+		return "", false, err
+	}
+	v, err := s.rdb.Get(ctx, s.mergedKey(key, taskID)).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("ordering: merged %s on %q: %w", taskID, key, err)
+	}
+	return v, true, nil
+}

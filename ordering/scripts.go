@@ -1,0 +1,114 @@
+package ordering
+
+import "github.com/redis/go-redis/v9"
+
+// Every mutation is one Lua script, so that it is atomic on the server.
+// All KEYS of one call share the hash tag {<key>}, so the scripts run on
+// Redis Cluster too (the merged:… keys that TakeFollowers builds inside the
+// script carry the same tag, so they live in the same slot).
+//
+// Scores: a member's score is max(nowMs*1000, highest score in the line + 1).
+// It is strictly increasing within a line (the order), and floor(score/1000)
+// is the member's join time in ms (used only for the dead-head grace).
+// Scores stay below 2^53, so they are exact doubles; they are formatted with
+// %.0f because Lua's default number formatting (%.14g) would round them.
+
+// joinLua: KEYS[1]=line; ARGV[1]=task, ARGV[2]=nowMs. Returns the 0-based
+// position.
+var joinLua = redis.NewScript(`
+local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not s then
+  local sc = tonumber(ARGV[2]) * 1000
+  local top = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+  if top[2] and tonumber(top[2]) >= sc then sc = tonumber(top[2]) + 1 end
+  redis.call('ZADD', KEYS[1], 'NX', string.format('%.0f', sc), ARGV[1])
+end
+return redis.call('ZRANK', KEYS[1], ARGV[1])
+`)
+
+// acquireLua: KEYS[1]=line, KEYS[2]=lock, KEYS[3]=merged marker of task;
+// ARGV[1]=task, ARGV[2]=token, ARGV[3]=holder, ARGV[4]=leaseMs,
+// ARGV[5]=nowMs, ARGV[6]=autojoin ("1"/"0").
+// Returns one of:
+//
+//	{'merged', headTask}
+//	{'notjoined'}
+//	{'wait', position, head, lockTask (empty when free), headScore}
+//	{'ok', previousToken (empty when the lock was free), joined ('1' when auto-joined)}
+var acquireLua = redis.NewScript(`
+local into = redis.call('GET', KEYS[3])
+if into then return {'merged', into} end
+local joined = '0'
+if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+  if ARGV[6] ~= '1' then return {'notjoined'} end
+  local sc = tonumber(ARGV[5]) * 1000
+  local top = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+  if top[2] and tonumber(top[2]) >= sc then sc = tonumber(top[2]) + 1 end
+  redis.call('ZADD', KEYS[1], 'NX', string.format('%.0f', sc), ARGV[1])
+  joined = '1'
+end
+local h = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+local held = redis.call('HGET', KEYS[2], 'task') or ''
+if h[1] ~= ARGV[1] then
+  return {'wait', redis.call('ZRANK', KEYS[1], ARGV[1]), h[1], held, h[2]}
+end
+if held ~= '' and held ~= ARGV[1] then
+  return {'wait', 0, h[1], held, h[2]}
+end
+local prev = redis.call('HGET', KEYS[2], 'token') or ''
+redis.call('HSET', KEYS[2], 'task', ARGV[1], 'token', ARGV[2], 'holder', ARGV[3])
+redis.call('PEXPIRE', KEYS[2], ARGV[4])
+return {'ok', prev, joined}
+`)
+
+// removeDeadLua: KEYS[1]=line, KEYS[2]=lock; ARGV[1]=head. Removes head
+// only if it is still the head and the lock is free. Returns 1 if removed.
+var removeDeadLua = redis.NewScript(`
+local h = redis.call('ZRANGE', KEYS[1], 0, 0)
+if h[1] ~= ARGV[1] then return 0 end
+if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
+return redis.call('ZREM', KEYS[1], ARGV[1])
+`)
+
+// extendLua: KEYS[1]=lock; ARGV[1]=token, ARGV[2]=leaseMs. Returns 1 if
+// extended (still ours), 0 otherwise.
+var extendLua = redis.NewScript(`
+if redis.call('HGET', KEYS[1], 'token') == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
+`)
+
+// releaseLua: KEYS[1]=line, KEYS[2]=lock; ARGV[1]=task, ARGV[2]=token,
+// ARGV[3]=done ("1"/"0"). Returns {head (empty string when empty), held ('1' if the
+// lock was still ours)}.
+var releaseLua = redis.NewScript(`
+local ours = '0'
+if redis.call('HGET', KEYS[2], 'token') == ARGV[2] then
+  redis.call('DEL', KEYS[2])
+  ours = '1'
+end
+if ARGV[3] == '1' then redis.call('ZREM', KEYS[1], ARGV[1]) end
+local h = redis.call('ZRANGE', KEYS[1], 0, 0)
+return {h[1] or '', ours}
+`)
+
+// takeLua: KEYS[1]=line, KEYS[2]=group list of head; ARGV[1]=head,
+// ARGV[2]=max, ARGV[3]=ttlMs, ARGV[4]=merged key prefix (ends with ':').
+// Returns {'nothead', head} or {'ok', follower...}.
+var takeLua = redis.NewScript(`
+local h = redis.call('ZRANGE', KEYS[1], 0, 0)
+if h[1] ~= ARGV[1] then return {'nothead', h[1] or ''} end
+local n = tonumber(ARGV[2])
+if n <= 0 then return {'ok'} end
+local f = redis.call('ZRANGE', KEYS[1], 1, n)
+if #f == 0 then return {'ok'} end
+for _, t in ipairs(f) do
+  redis.call('ZREM', KEYS[1], t)
+  redis.call('SET', ARGV[4] .. t, ARGV[1], 'PX', ARGV[3])
+  redis.call('RPUSH', KEYS[2], t)
+end
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+return {'ok', unpack(f)}
+`)
