@@ -577,3 +577,17 @@ func WriteUsage(w io.Writer, synopsis, desc string, vars []Var, extra []string) 
 		}
 	}
 }
+
+// VarsTable renders vars as a Markdown table (variable, flag, default, meaning) for README.md.
+func VarsTable(vars []Var) string {
+	var b strings.Builder
+	b.WriteString("| variable | flag | default | meaning |\n|---|---|---|---|\n")
+	for _, v := range vars {
+		def := "`" + v.Default + "`"
+		if v.Default == "" {
+			def = "(unset)"
+		}
+		fmt.Fprintf(&b, "| `%s` | `--%s` | %s | %s |\n", v.Name, v.Flag, def, strings.ReplaceAll(v.Help, "|", "\\|"))
+	}
+	return b.String()
+}

@@ -1,0 +1,14 @@
+# lettaq worker (and the enqueue CLI) in a small image.
+FROM golang:1.26 AS build
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN go mod download
+COPY . .
+RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/worker ./cmd/worker \
+ && CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/enqueue ./cmd/enqueue
+
+FROM gcr.io/distroless/static-debian12:nonroot
+COPY --from=build /out/worker /out/enqueue /usr/local/bin/
+EXPOSE 8080
+STOPSIGNAL SIGTERM
+ENTRYPOINT ["/usr/local/bin/worker"]

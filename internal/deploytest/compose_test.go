@@ -1,0 +1,158 @@
+// Package deploytest checks the deployment files against the code: docker-compose.yaml may
+// only set variables the worker reads, the Dockerfile builds the commands that exist, and the
+// README documents every variable.
+package deploytest
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"testing"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/lettaq/lettaq/internal/app"
+)
+
+func repoFile(t *testing.T, name string) []byte {
+	t.Helper()
+	_, here, _, _ := runtime.Caller(0)
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(here), "..", "..", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+type compose struct {
+	Services map[string]struct {
+		Image       string            `yaml:"image"`
+		Build       any               `yaml:"build"`
+		Command     []string          `yaml:"command"`
+		Environment map[string]string `yaml:"environment"`
+		Ports       []string          `yaml:"ports"`
+		Expose      []string          `yaml:"expose"`
+		Profiles    []string          `yaml:"profiles"`
+		StopGrace   string            `yaml:"stop_grace_period"`
+	} `yaml:"services"`
+}
+
+func workerVars() map[string]app.Var {
+	m := map[string]app.Var{}
+	for _, v := range app.WorkerVars() {
+		m[v.Name] = v
+	}
+	return m
+}
+
+func TestComposeMatchesWorker(t *testing.T) {
+	var c compose
+	if err := yaml.Unmarshal(repoFile(t, "docker-compose.yaml"), &c); err != nil {
+		t.Fatal(err)
+	}
+	redis, ok := c.Services["redis"]
+	if !ok || !strings.HasPrefix(redis.Image, "redis:7") {
+		t.Fatalf("redis service: %+v", redis)
+	}
+	cmd := strings.Join(redis.Command, " ")
+	for _, want := range []string{"--appendonly yes", "--maxmemory-policy noeviction"} {
+		if !strings.Contains(cmd, want) {
+			t.Errorf("redis command %q lacks %q", cmd, want)
+		}
+	}
+	w, ok := c.Services["worker"]
+	if !ok || w.Build == nil {
+		t.Fatalf("worker service must be built from the Dockerfile: %+v", w)
+	}
+	if len(w.Ports) != 0 {
+		t.Errorf("worker publishes host ports %v: --scale worker=N would collide", w.Ports)
+	}
+	known := workerVars()
+	for name, val := range w.Environment {
+		if _, ok := known[name]; !ok {
+			t.Errorf("compose sets %s, which the worker does not read", name)
+		}
+		_ = val
+	}
+	// The values, with compose's ${VAR:-default} and ${VAR:?message} filled in, are valid.
+	subst := regexp.MustCompile(`\$\{[A-Z_]+(:-([^}]*)|:\?[^}]*)\}`)
+	resolved := map[string]string{}
+	for name, val := range w.Environment {
+		resolved[name] = subst.ReplaceAllStringFunc(val, func(m string) string {
+			if sm := subst.FindStringSubmatch(m); strings.HasPrefix(sm[1], ":-") {
+				return sm[2]
+			}
+			return "a-token"
+		})
+	}
+	if _, err := app.ParseWorkerConfig(nil, func(k string) string { return resolved[k] }, nil); err != nil {
+		t.Errorf("the worker rejects compose's environment: %v", err)
+	}
+	addr := w.Environment["LETTAQ_HTTP_ADDR"]
+	if app.IsLoopback(addr) {
+		t.Errorf("LETTAQ_HTTP_ADDR %q is loopback: unreachable from outside the container", addr)
+	}
+	if !strings.Contains(w.Environment["LETTAQ_HTTP_TOKEN"], ":?") {
+		t.Errorf("LETTAQ_HTTP_TOKEN must be required (${VAR:?…}) since the listener is not on loopback")
+	}
+	if !strings.Contains(w.Environment["LETTA_BASE_URL"], "http://letta:8283") {
+		t.Errorf("LETTA_BASE_URL default should be http://letta:8283: %q", w.Environment["LETTA_BASE_URL"])
+	}
+	if w.Environment["REDIS_URL"] != "redis://redis:6379/0" {
+		t.Errorf("REDIS_URL = %q", w.Environment["REDIS_URL"])
+	}
+	// The listener's port is the one exposed.
+	if _, port, _ := strings.Cut(addr, ":"); len(w.Expose) != 1 || w.Expose[0] != port {
+		t.Errorf("expose %v does not match LETTAQ_HTTP_ADDR %q", w.Expose, addr)
+	}
+	if w.StopGrace == "" {
+		t.Error("worker needs a stop_grace_period longer than LETTAQ_SHUTDOWN_TIMEOUT")
+	}
+	letta, ok := c.Services["letta"]
+	if !ok || !strings.HasPrefix(letta.Image, "letta/letta") || len(letta.Profiles) == 0 {
+		t.Errorf("letta service should be letta/letta behind a profile: %+v", letta)
+	}
+}
+
+func TestDockerfileBuildsTheCommands(t *testing.T) {
+	df := string(repoFile(t, "Dockerfile"))
+	for _, cmd := range []string{"./cmd/worker", "./cmd/enqueue"} {
+		if !strings.Contains(df, cmd) {
+			t.Errorf("Dockerfile does not build %s", cmd)
+		}
+	}
+}
+
+// Every variable the worker (and enqueue) reads is in the README, with its default.
+func TestReadmeListsEveryVariable(t *testing.T) {
+	readme := string(repoFile(t, "README.md"))
+	for _, v := range append(app.WorkerVars(), app.EnqueueVars...) {
+		def := v.Default
+		if v.Secret || def == "" {
+			def = ""
+		}
+		row := regexp.MustCompile("(?m)^\\| `" + regexp.QuoteMeta(v.Name) + "`[^\n]*\\|")
+		line := row.FindString(readme)
+		if line == "" {
+			t.Errorf("README.md has no table row for %s", v.Name)
+			continue
+		}
+		if def != "" && !strings.Contains(line, "`"+def+"`") {
+			t.Errorf("README.md row for %s does not give its default `%s`: %s", v.Name, def, line)
+		}
+	}
+	if !strings.Contains(readme, "go vet ./... && go test -race ./...") {
+		t.Error("README.md lost the test command that .ci/run runs")
+	}
+}
+
+// TestGenerateReadmeTable prints the configuration tables for README.md:
+// go test ./internal/deploytest -run TestGenerateReadmeTable -v
+func TestGenerateReadmeTable(t *testing.T) {
+	if os.Getenv("LETTAQ_PRINT_TABLE") == "" {
+		t.Skip("set LETTAQ_PRINT_TABLE=1 to print")
+	}
+	t.Log("\n" + app.VarsTable(app.WorkerVars()))
+}
