@@ -115,7 +115,9 @@ func newEnv(t testing.TB, opts ...envOpt) *env {
 	return e
 }
 
-func withBudget(f func(*budget.Config)) envOpt { return func(e *env, _ *lettasim.Config) { f(&e.budget) } }
+func withBudget(f func(*budget.Config)) envOpt {
+	return func(e *env, _ *lettasim.Config) { f(&e.budget) }
+}
 
 func withSim(f func(*lettasim.Config)) envOpt { return func(_ *env, c *lettasim.Config) { f(c) } }
 
@@ -145,8 +147,8 @@ func (e *env) workerConfig(id string) queue.WorkerConfig {
 		Redis: e.redisOpt(), Letta: lc, Budget: e.budget, Concurrency: 50,
 		Queues: map[string]int{e.queue: 1}, ShutdownTimeout: 3 * time.Second,
 		Logger: testLogger(e.t).With("worker", id), WorkerID: id,
-		RepliesOptions: queue.RepliesOptions{Prefix: e.prefix},
-		JournalOptions: queue.JournalOptions{Prefix: e.prefix, Retention: time.Hour},
+		RepliesOptions:    queue.RepliesOptions{Prefix: e.prefix},
+		JournalOptions:    queue.JournalOptions{Prefix: e.prefix, Retention: time.Hour},
 		HeartbeatInterval: 200 * time.Millisecond, DeltaMaxAge: 100 * time.Millisecond,
 		StuckRetryDelay: 200 * time.Millisecond, DelayedTaskCheckInterval: 200 * time.Millisecond,
 		TaskCheckInterval: 50 * time.Millisecond,

@@ -307,8 +307,21 @@ func (t *turn) onPhase(p continuation.Phase) {
 	case continuation.PhaseRecovering:
 		t.hb.Set(PhaseRecovering)
 	case continuation.PhaseContinuing:
-		t.saveRunID()
 		t.hb.Set(PhaseContinuing)
+	}
+	switch p {
+	case continuation.PhaseRecovering, continuation.PhaseContinuing, continuation.PhaseResending:
+		// Journal the way the attempt took (and the run id, once known), so
+		// that a crash from here on leaves both.
+		if id := t.st.RunID(); id != "" && id != t.runIDSaved {
+			t.saveRunID()
+			return
+		}
+		ctx, cancel := context.WithTimeout(t.bg, 5*time.Second)
+		defer cancel()
+		if err := t.save(ctx); err != nil {
+			t.log.Warn("could not journal the phase", "phase", string(p), "error", err.Error())
+		}
 	}
 }
 

@@ -1,0 +1,104 @@
+// Package queue makes every inbound chat message one durable agent turn: an
+// Asynq task that a Worker runs against a Letta agent, with progress and the
+// answer written to a Redis Stream per conversation, and a journal of every
+// attempt.
+//
+// # The flow
+//
+//		integration ──Client.Enqueue──▶ Asynq task "lettaq:turn" ──▶ Worker ──▶ continuation.Runner ──▶ Letta
+//		     ▲                                                          │
+//		     └──────── reply events (Replies: XREAD the stream) ◀───────┘   journal (Journal)
+//
+//	 1. Client.Enqueue validates the Message (typed *ValidationError naming the
+//	    field), derives the task id from the integration's message id
+//	    ("turn:<integration>:<chat_id>:<message_id>", hashed when longer than
+//	    200 bytes) so that a webhook delivered twice makes one task (the second
+//	    Enqueue returns the same id with Duplicate set), and enqueues with
+//	    Timeout(budget.TaskTimeout()), MaxRetry, Queue and Retention. It writes
+//	    the accepted event. EnqueueHTTPHandler does the same over HTTP.
+//	 2. The Worker's handler, on every attempt: reads the journal record (the
+//	    run id an earlier attempt learned, whether it journaled an intent to
+//	    send); derives the otid (the payload's, else
+//	    uuid.NewSHA1(OtidNamespace, task id): the same on every attempt,
+//	    whether the task was retried, recovered after a crash, or put back at
+//	    shutdown); journals the intent to send *before* the send; and runs the
+//	    turn with continuation.Runner: send, stream, continue the run after a
+//	    lost stream, and resend (same otid) only when there is no evidence the
+//	    message was admitted and the policy allows it. The run id is journaled
+//	    as soon as the stream names it, so a crash mid-stream still leaves it.
+//	 3. The Decision is mapped to reply events, the journal and Asynq (below).
+//
+// # Guarantees
+//
+//   - One user message per turn at the agent: the otid is stable, the intent
+//     is journaled before every send, and an attempt that finds an earlier
+//     intent looks for the otid in the agent's history before it may send.
+//   - At most one final event per turn (answer, approval_required, or error
+//     with permanent true), written with Replies.EmitAnswerOnce; and at least
+//     one, unless Redis itself is gone: every path that ends the task
+//     (success, permanent failure, last retry) writes it first.
+//   - The handler returns before Asynq's deadline: the work runs under a
+//     context that ends DeliveryAllowance + SafetyMargin/2 before it, and
+//     the budget sizes the task timeout for the worst case.
+//   - Bad input is archived at once (asynq.SkipRetry) with the reason as
+//     the task's last error, nothing is sent to the agent, and an error event
+//     is written when the conversation can be read from the payload.
+//
+// # Error mapping
+//
+//	continuation outcome                      reply event (final)        journal outcome     Asynq
+//	Completed                                 answer                     answered            nil (result written)
+//	Completed, stop requires_approval         approval_required          approval_required   nil (result written)
+//	Failed (run failed or was cancelled)      error, permanent           failed              SkipRetry → archived
+//	Failed before anything was sent           –                          retrying            error → retry (backoff)
+//	Rejected (404 agent, 4xx)                 error, permanent           failed              SkipRetry → archived
+//	Rejected, retryable (409 busy)            –                          retrying            *RetryAfterError (Retry-After, ≥1s)
+//	StillRunning (budget spent, run alive)    –                          still_running       *RetryAfterError (StuckRetryDelay)
+//	NotAdmitted, resend forbidden             error, permanent           failed              SkipRetry → archived
+//	NotAdmitted after a resend                –                          not_admitted        error → retry; next attempt looks first
+//	Interrupted (shutdown, deadline)          –                          retrying            *InterruptedError → retry in 100ms
+//	invalid payload                           error, permanent (if readable) failed          SkipRetry → archived
+//	any retry on the last allowed attempt     error, permanent           failed              SkipRetry → archived
+//
+// RetryDelay is the asynq.RetryDelayFunc that honours *RetryAfterError and
+// otherwise backs off exponentially (1s doubling, capped at 1 minute);
+// IsFailure keeps a shutdown interruption from counting as a failed try.
+// Run configures both.
+//
+// # Reply events
+//
+// The events of a turn, in order: accepted (at enqueue, or at the first
+// attempt if the client did not write it), phase (connecting, streaming,
+// thinking, tool_running, recovering, continuing; repeated every
+// HeartbeatInterval so typing indicators stay alive), tool (status call when
+// the call has its name, then success or error with the return),
+// answer_delta (line-buffered; reasoning with narration true), and one final
+// event. Each carries task_id, otid, run_id and message_id. The wire format
+// is documented at the top of events.go (see Replies); read it with XREAD
+// from any language, or with Replies.Read.
+//
+// # Journal
+//
+// Journal keeps, per turn (key <prefix>journal:turn:<task_id>): the outcome,
+// latency, time to first token, queue wait, token usage, a per-tool summary
+// (name, duration from call to return, status), warnings (duplicate tool
+// call ids; tool calls left unanswered by a cancelled run), resends; and per
+// attempt: worker, start and end, the phase timeline, which clock fired
+// (connect, stall, total), polls and resumes, the resend decision, outcome
+// and error. Query it with Journal.Get, ByOtid or Recent (filters: stalls,
+// retries, resends, failures).
+//
+// # Tasks from other languages
+//
+// A turn is an Asynq task of type "lettaq:turn" whose payload is the JSON of
+// Payload (version 1). Enqueue it with task id TaskIDFor's rule, queue
+// "lettaq" (or the workers' queue), max retry 25, timeout = the workers'
+// budget TaskTimeout in whole seconds, and retention 24h; or simply POST the
+// payload to the HTTP handler that cmd/worker mounts (EnqueueHTTPHandler).
+//
+// # Ordering
+//
+// WorkerConfig.Sequencer is the seam for running one turn at a time per
+// conversation, in order: it is acquired before an attempt and released
+// after it. nil (the default) means no ordering.
+package queue

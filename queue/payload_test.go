@@ -1,0 +1,176 @@
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/lettaq/lettaq/internal/testredis"
+)
+
+func validMessage() Message {
+	return Message{AgentID: "agent-1", Text: "hi", Conversation: Conversation{Integration: "telegram", ChatID: "42"}}
+}
+
+func TestMessageValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name, field string
+		mod         func(*Message)
+	}{
+		{"ok", "", func(*Message) {}},
+		{"no agent", "agent_id", func(m *Message) { m.AgentID = "" }},
+		{"empty text", "text", func(m *Message) { m.Text = "" }},
+		{"big text", "text", func(m *Message) { m.Text = strings.Repeat("a", MaxTextBytes+1) }},
+		{"max text", "", func(m *Message) { m.Text = strings.Repeat("a", MaxTextBytes) }},
+		{"bad utf8", "text", func(m *Message) { m.Text = "a\xc3" }},
+		{"no integration", "conversation.integration", func(m *Message) { m.Conversation.Integration = "" }},
+		{"colon", "conversation.integration", func(m *Message) { m.Conversation.Integration = "a:b" }},
+		{"no chat", "conversation.chat_id", func(m *Message) { m.Conversation.ChatID = "" }},
+		{"chat newline", "conversation.chat_id", func(m *Message) { m.Conversation.ChatID = "a\nb" }},
+		{"long message id", "message_id", func(m *Message) { m.MessageID = strings.Repeat("x", MaxIDBytes+1) }},
+		{"bad otid", "otid", func(m *Message) { m.Otid = "123" }},
+		{"good otid", "", func(m *Message) { m.Otid = "4c6e3f2a-1b2c-4d5e-8f90-123456789abc" }},
+		{"metadata value", "metadata.k", func(m *Message) { m.Metadata = map[string]string{"k": strings.Repeat("v", MaxMetadataValueBytes+1)} }},
+		{"metadata key", "metadata", func(m *Message) { m.Metadata = map[string]string{strings.Repeat("k", 65): "v"} }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := validMessage()
+			tc.mod(&m)
+			err := m.Validate()
+			if tc.field == "" {
+				if err != nil {
+					t.Fatalf("unexpected %v", err)
+				}
+				return
+			}
+			ve, ok := IsValidationError(err)
+			if !ok || ve.Field != tc.field || !strings.Contains(err.Error(), tc.field) {
+				t.Fatalf("got %v, want field %s", err, tc.field)
+			}
+		})
+	}
+}
+
+func TestPayloadRoundTrip(t *testing.T) {
+	m := validMessage()
+	m.MessageID, m.SenderID, m.Metadata = "m1", "u1", map[string]string{"k": "v"}
+	m.EnqueuedAt = time.Date(2025, 1, 2, 3, 4, 5, 6, time.UTC)
+	b, err := EncodePayload(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw map[string]any
+	_ = json.Unmarshal(b, &raw)
+	if raw["v"] != float64(1) || raw["agent_id"] != "agent-1" || raw["message_id"] != "m1" {
+		t.Fatalf("payload %s", b)
+	}
+	got, err := DecodePayload(b)
+	if err != nil || got.Text != m.Text || got.Conversation != m.Conversation || !got.EnqueuedAt.Equal(m.EnqueuedAt) || got.Metadata["k"] != "v" {
+		t.Fatalf("decoded %+v %v", got, err)
+	}
+	for _, tc := range []struct{ payload, field string }{
+		{`{`, ""},
+		{`{"v":2,"agent_id":"a","text":"t","conversation":{"integration":"x","chat_id":"1"}}`, "v"},
+		{`{"v":1,"text":"t","conversation":{"integration":"x","chat_id":"1"}}`, "agent_id"},
+	} {
+		m, err := DecodePayload([]byte(tc.payload))
+		ve, ok := IsValidationError(err)
+		if !ok || ve.Field != tc.field {
+			t.Errorf("%s: %v", tc.payload, err)
+		}
+		if tc.field != "" && m.Conversation.ChatID != "1" {
+			t.Errorf("%s: conversation not salvaged: %+v", tc.payload, m)
+		}
+	}
+}
+
+func TestTaskIDAndOtid(t *testing.T) {
+	m := validMessage()
+	if a, b := TaskIDFor(m), TaskIDFor(m); a == b || !strings.HasPrefix(a, "turn:") {
+		t.Fatalf("without message id: %q %q", a, b)
+	}
+	m.MessageID = "99"
+	if id := TaskIDFor(m); id != "turn:telegram:42:99" {
+		t.Fatalf("id %q", id)
+	}
+	m.MessageID = strings.Repeat("x", 300)
+	id := TaskIDFor(m)
+	if len(id) > 100 || id != TaskIDFor(m) || !strings.HasPrefix(id, "turn:h:") {
+		t.Fatalf("long id %q", id)
+	}
+	o1, o2 := OtidFor(m, "turn:a"), OtidFor(m, "turn:a")
+	if o1 != o2 || o1 == OtidFor(m, "turn:b") {
+		t.Fatalf("otids %s %s", o1, o2)
+	}
+	m.Otid = "4c6e3f2a-1b2c-4d5e-8f90-123456789abc"
+	if OtidFor(m, "turn:a") != m.Otid {
+		t.Fatal("own otid not kept")
+	}
+}
+
+func TestRetryDelayAndIsFailure(t *testing.T) {
+	if d := RetryDelay(3, &RetryAfterError{Delay: 7 * time.Second}, nil); d != 7*time.Second {
+		t.Fatalf("retry after: %v", d)
+	}
+	if d := RetryDelay(3, &InterruptedError{Err: context.Canceled}, nil); d != 100*time.Millisecond {
+		t.Fatalf("interrupted: %v", d)
+	}
+	for n, want := range map[int]time.Duration{0: time.Second, 2: 4 * time.Second, 20: time.Minute} {
+		d := RetryDelay(n, errors.New("x"), nil)
+		if d < want*8/10 || d > want*12/10 {
+			t.Errorf("n=%d: %v, want ~%v", n, d, want)
+		}
+	}
+	if IsFailure(&InterruptedError{Err: errShutdown}) || IsFailure(context.Canceled) || !IsFailure(errors.New("x")) || IsFailure(nil) {
+		t.Fatal("IsFailure")
+	}
+}
+
+func TestEnqueueHTTPHandler(t *testing.T) {
+	srv := testredis.RequireReal(t)
+	q := "lettaq-unit-http-" + time.Now().Format("150405.000000")
+	c, err := NewClient(ClientConfig{Redis: asynq.RedisClientOpt{Addr: srv.Addr, DB: srv.DB}, Queue: q})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	insp := asynq.NewInspector(asynq.RedisClientOpt{Addr: srv.Addr, DB: srv.DB})
+	defer func() { _ = insp.DeleteQueue(q, true); _ = insp.Close() }()
+	h := EnqueueHTTPHandler(c)
+	post := func(body string) (int, map[string]any) {
+		rr := httptest.NewRecorder()
+		h.ServeHTTP(rr, httptest.NewRequest(http.MethodPost, "/enqueue", strings.NewReader(body)))
+		var out map[string]any
+		_ = json.Unmarshal(rr.Body.Bytes(), &out)
+		return rr.Code, out
+	}
+	body := `{"agent_id":"a","text":"hi","conversation":{"integration":"web","chat_id":"c1"},"message_id":"m1"}`
+	code, out := post(body)
+	if code != http.StatusAccepted || out["task_id"] != "turn:web:c1:m1" || out["duplicate"] != false {
+		t.Fatalf("%d %v", code, out)
+	}
+	code, out = post(body)
+	if code != http.StatusAccepted || out["duplicate"] != true {
+		t.Fatalf("dup: %d %v", code, out)
+	}
+	code, out = post(`{"agent_id":"a","text":"","conversation":{"integration":"web","chat_id":"c1"}}`)
+	if code != http.StatusBadRequest || out["field"] != "text" {
+		t.Fatalf("invalid: %d %v", code, out)
+	}
+	info, err := insp.GetTaskInfo(q, "turn:web:c1:m1")
+	if err != nil || info.Type != TaskType || info.MaxRetry != DefaultMaxRetry || info.Timeout < time.Minute {
+		t.Fatalf("task %+v %v", info, err)
+	}
+	rr := httptest.NewRecorder()
+	h.ServeHTTP(rr, httptest.NewRequest(http.MethodGet, "/enqueue", nil))
+	if rr.Code != http.StatusMethodNotAllowed {
+		t.Fatalf("GET: %d", rr.Code)
+	}
+}
