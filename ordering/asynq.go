@@ -16,14 +16,14 @@ const (
 )
 
 // IsFailure is an asynq.Config.IsFailure predicate: a *NotYourTurnError
-// (the task is put back to wait for its turn) and a *MergedError are not
-// failures, so they do not use up a retry. Anything else but nil is.
+// (the task is put back to wait for its turn), a *MergedError and ErrDone
+// are not failures, so they do not use up a retry. Anything else but nil is.
 // Compose it with another predicate by and-ing them.
 func IsFailure(err error) bool {
 	if err == nil {
 		return false
 	}
-	return !IsNotYourTurn(err) && !IsMerged(err)
+	return !IsNotYourTurn(err) && !IsMerged(err) && !errors.Is(err, ErrDone)
 }
 
 // RetryDelay is an asynq.RetryDelayFunc: a *NotYourTurnError is retried

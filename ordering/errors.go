@@ -60,6 +60,9 @@ var (
 	// ErrNotJoined: Acquire of a task that is not in its key's line, with
 	// Config.NoAutoJoin set.
 	ErrNotJoined = errors.New("ordering: task is not in the line")
+	// ErrDone: Acquire of a task whose turn already finished (Release with
+	// done): a duplicate delivery. The handler should end successfully.
+	ErrDone = errors.New("ordering: task already finished its turn")
 	// ErrNotHead: TakeFollowers called for a task that is not the head.
 	ErrNotHead = errors.New("ordering: task is not the head of the line")
 	// ErrLeaseLost is the cause of a Lease's Context when its lock was lost.

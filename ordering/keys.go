@@ -67,6 +67,9 @@ func (s *Sequencer) mergedPrefix(key string) string {
 	return s.prefix + "merged:{" + key + "}:"
 }
 func (s *Sequencer) mergedKey(key, task string) string { return s.mergedPrefix(key) + task }
+func (s *Sequencer) doneKey(key, task string) string {
+	return s.prefix + "done:{" + key + "}:" + task
+}
 func (s *Sequencer) groupKey(key, head string) string {
 	return s.prefix + "group:{" + key + "}:" + head
 }

@@ -106,8 +106,9 @@ func (l *Lease) Release(ctx context.Context, done bool) (next string, err error)
 	if done {
 		d = "1"
 	}
-	res, err := releaseLua.Run(ctx, l.s.rdb, []string{l.s.lineKey(l.key), l.s.lockKey(l.key)},
-		l.taskID, l.token, d).Slice()
+	res, err := releaseLua.Run(ctx, l.s.rdb,
+		[]string{l.s.lineKey(l.key), l.s.lockKey(l.key), l.s.doneKey(l.key, l.taskID)},
+		l.taskID, l.token, d, l.s.cfg.DoneTTL.Milliseconds()).Slice()
 	if err != nil {
 		return "", fmt.Errorf("ordering: release %s on %q: %w", l.taskID, l.key, err)
 	}

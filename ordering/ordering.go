@@ -35,6 +35,10 @@ type Config struct {
 	// MergedTTL: how long the merged markers of TakeFollowers live, default
 	// DefaultMergedTTL (keep it ≥ the tasks' retention and retry horizon).
 	MergedTTL time.Duration
+	// DoneTTL: how long a finished task is remembered, so that a duplicate
+	// delivery or a late Join does not put it back in the line (Acquire
+	// returns ErrDone), default DefaultMergedTTL.
+	DoneTTL time.Duration
 	// DeadHeadGrace: a head that joined less than this long ago is never
 	// judged dead (a client may Join just before its Enqueue reaches
 	// Redis), default DefaultDeadHeadGrace. Negative: no grace.
@@ -88,6 +92,9 @@ func New(rdb redis.UniversalClient, cfg Config) (*Sequencer, error) {
 	if cfg.MergedTTL <= 0 {
 		cfg.MergedTTL = DefaultMergedTTL
 	}
+	if cfg.DoneTTL <= 0 {
+		cfg.DoneTTL = DefaultMergedTTL
+	}
 	if cfg.DeadHeadGrace == 0 {
 		cfg.DeadHeadGrace = DefaultDeadHeadGrace
 	}
@@ -115,12 +122,13 @@ func (s *Sequencer) nowMs() string { return strconv.FormatInt(s.cfg.Now().UnixMi
 // Join puts taskID at the tail of key's line, at enqueue time, and returns
 // its 0-based position (0: it runs next). Joining again (a duplicate
 // enqueue, a retried client) keeps the original place and returns the
-// current position.
+// current position. A task whose turn already finished (Release with done,
+// within Config.DoneTTL) does not join again: Join returns -1.
 func (s *Sequencer) Join(ctx context.Context, key, taskID string) (int, error) {
 	if err := checkKey(key); err != nil {
 		return 0, err
 	}
-	pos, err := joinLua.Run(ctx, s.rdb, []string{s.lineKey(key)}, taskID, s.nowMs()).Int()
+	pos, err := joinLua.Run(ctx, s.rdb, []string{s.lineKey(key), s.doneKey(key, taskID)}, taskID, s.nowMs()).Int()
 	if err != nil {
 		return 0, fmt.Errorf("ordering: join %s on %q: %w", taskID, key, err)
 	}
@@ -138,8 +146,9 @@ func (s *Sequencer) Join(ctx context.Context, key, taskID string) (int, error) {
 // removed and the check repeated, up to Config.MaxSkips times. An error of
 // alive counts as "alive".
 //
-// A task that merged into an earlier turn gets a *MergedError. A task that
-// is not in the line joins it at the tail (unless Config.NoAutoJoin).
+// A task that merged into an earlier turn gets a *MergedError, one whose
+// turn already finished gets ErrDone (a duplicate delivery). A task that is
+// not in the line joins it at the tail (unless Config.NoAutoJoin).
 // holder names the worker, for operators.
 func (s *Sequencer) Acquire(ctx context.Context, key, taskID, holder string, alive AliveFunc) (*Lease, error) {
 	if err := checkKey(key); err != nil {
@@ -150,7 +159,7 @@ func (s *Sequencer) Acquire(ctx context.Context, key, taskID, holder string, ali
 	if s.cfg.NoAutoJoin {
 		autojoin = "0"
 	}
-	keys := []string{s.lineKey(key), s.lockKey(key), s.mergedKey(key, taskID)}
+	keys := []string{s.lineKey(key), s.lockKey(key), s.mergedKey(key, taskID), s.doneKey(key, taskID)}
 	leaseMs := strconv.FormatInt(s.cfg.Lease.Milliseconds(), 10)
 	for skips := 0; ; skips++ {
 		res, err := acquireLua.Run(ctx, s.rdb, keys, taskID, token, holder, leaseMs, s.nowMs(), autojoin).Slice()
@@ -162,6 +171,8 @@ func (s *Sequencer) Acquire(ctx context.Context, key, taskID, holder string, ali
 			return s.newLease(key, taskID, holder, token), nil
 		case "merged":
 			return nil, &MergedError{Key: key, TaskID: taskID, Into: str(res, 1)}
+		case "done":
+			return nil, fmt.Errorf("%w: %s on %q", ErrDone, taskID, key)
 		case "notjoined":
 			return nil, fmt.Errorf("%w: %s on %q", ErrNotJoined, taskID, key)
 		case "wait":

@@ -206,6 +206,17 @@ func TestAcquireOnlyHeadAndExclusive(t *testing.T) {
 		if n := must[int](t)(s.Len(ctx, key)); n != 0 {
 			t.Fatalf("Len = %d", n)
 		}
+		// A duplicate delivery of a finished task does not run again, and
+		// a late Join does not put it back in the line.
+		if _, err := s.Acquire(ctx, key, "a", "w", nil); !errors.Is(err, ordering.ErrDone) || ordering.IsFailure(err) {
+			t.Fatalf("Acquire(finished) = %v", err)
+		}
+		if pos := must[int](t)(s.Join(ctx, key, "b")); pos != -1 {
+			t.Fatalf("Join(finished) = %d, want -1", pos)
+		}
+		if n := must[int](t)(s.Len(ctx, key)); n != 0 {
+			t.Fatalf("Len = %d", n)
+		}
 	})
 }
 

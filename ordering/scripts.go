@@ -13,9 +13,10 @@ import "github.com/redis/go-redis/v9"
 // Scores stay below 2^53, so they are exact doubles; they are formatted with
 // %.0f because Lua's default number formatting (%.14g) would round them.
 
-// joinLua: KEYS[1]=line; ARGV[1]=task, ARGV[2]=nowMs. Returns the 0-based
-// position.
+// joinLua: KEYS[1]=line, KEYS[2]=done marker of task; ARGV[1]=task,
+// ARGV[2]=nowMs. Returns the 0-based position, -1 if the task is done.
 var joinLua = redis.NewScript(`
+if redis.call('EXISTS', KEYS[2]) == 1 then return -1 end
 local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not s then
   local sc = tonumber(ARGV[2]) * 1000
@@ -26,18 +27,21 @@ end
 return redis.call('ZRANK', KEYS[1], ARGV[1])
 `)
 
-// acquireLua: KEYS[1]=line, KEYS[2]=lock, KEYS[3]=merged marker of task;
+// acquireLua: KEYS[1]=line, KEYS[2]=lock, KEYS[3]=merged marker of task,
+// KEYS[4]=done marker of task;
 // ARGV[1]=task, ARGV[2]=token, ARGV[3]=holder, ARGV[4]=leaseMs,
 // ARGV[5]=nowMs, ARGV[6]=autojoin ("1"/"0").
 // Returns one of:
 //
 //	{'merged', headTask}
+//	{'done'}
 //	{'notjoined'}
 //	{'wait', position, head, lockTask (empty when free), headScore}
 //	{'ok', previousToken (empty when the lock was free), joined ('1' when auto-joined)}
 var acquireLua = redis.NewScript(`
 local into = redis.call('GET', KEYS[3])
 if into then return {'merged', into} end
+if redis.call('EXISTS', KEYS[4]) == 1 then return {'done'} end
 local joined = '0'
 if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
   if ARGV[6] ~= '1' then return {'notjoined'} end
@@ -80,8 +84,8 @@ end
 return 0
 `)
 
-// releaseLua: KEYS[1]=line, KEYS[2]=lock; ARGV[1]=task, ARGV[2]=token,
-// ARGV[3]=done ("1"/"0"). Returns {head (empty string when empty), held ('1' if the
+// releaseLua: KEYS[1]=line, KEYS[2]=lock, KEYS[3]=done marker of task;
+// ARGV[1]=task, ARGV[2]=token, ARGV[3]=done ("1"/"0"), ARGV[4]=done ttl ms. Returns {head (empty string when empty), held ('1' if the
 // lock was still ours)}.
 var releaseLua = redis.NewScript(`
 local ours = '0'
@@ -89,7 +93,10 @@ if redis.call('HGET', KEYS[2], 'token') == ARGV[2] then
   redis.call('DEL', KEYS[2])
   ours = '1'
 end
-if ARGV[3] == '1' then redis.call('ZREM', KEYS[1], ARGV[1]) end
+if ARGV[3] == '1' then
+  redis.call('ZREM', KEYS[1], ARGV[1])
+  redis.call('SET', KEYS[3], '1', 'PX', ARGV[4])
+end
 local h = redis.call('ZRANGE', KEYS[1], 0, 0)
 return {h[1] or '', ours}
 `)
