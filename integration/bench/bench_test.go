@@ -1,0 +1,50 @@
+package main
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lettaq/lettaq/internal/testredis"
+)
+
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == "-serve-sim" {
+		serveSim(os.Args[2:])
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// TestBenchSmall runs every measurement at a small size (the full run is by hand: see the
+// README's performance section). It needs a real Redis.
+func TestBenchSmall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	srv, ok := testredis.Real(t)
+	if !ok {
+		t.Skip("no real Redis")
+	}
+	c := Config{RedisURL: srv.URL(), Latency: 20, Throughput: 200, Concurrent: envInt("LETTAQ_BENCH_CONCURRENT", 100),
+		Think: 2 * time.Second, Ping: 200 * time.Millisecond, CheckInterval: 10 * time.Millisecond, Workers: 50}
+	r, err := Run(context.Background(), c, testWriter{t})
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := r.Table()
+	t.Log("\n" + table)
+	if r.Answered != int64(c.Concurrent) || r.UserMessages != c.Concurrent || r.DuplicateOtids != 0 || r.Failed != 0 {
+		t.Errorf("concurrency run: %d answered, %d user messages, %d duplicate otids, %d failed; want %d, %d, 0, 0",
+			r.Answered, r.UserMessages, r.DuplicateOtids, r.Failed, c.Concurrent, c.Concurrent)
+	}
+	if r.TurnsPerSec <= 0 || r.NoopPerSec <= 0 || !strings.Contains(table, "request reaches Letta") {
+		t.Errorf("incomplete results:\n%s", table)
+	}
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) { w.t.Log(strings.TrimRight(string(p), "\n")); return len(p), nil }

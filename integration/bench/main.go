@@ -1,0 +1,601 @@
+// Command bench measures lettaq against a real Redis and the Letta simulator, and prints one
+// table:
+//
+//   - queue overhead: from enqueue to the request reaching Letta, and to the first
+//     answer_delta event, against calling the simulator directly with agentclient (p50, p99);
+//   - throughput: turns per second with instant agent turns, against a bare Asynq no-op handler
+//     on the same Redis;
+//   - concurrency: one worker holding many simultaneous turns whose agent thinks for a while
+//     with pings flowing (the simulator runs in a child process, so the worker's memory is
+//     measured alone): peak RSS, bytes per in-flight turn, and every turn answered once.
+//
+// Run it with:
+//
+//	go run ./integration/bench                      # full size: 10,000 concurrent turns
+//	go run ./integration/bench -concurrent 500      # a quick run
+//
+// Redis is REDIS_URL (default redis://127.0.0.1:6379/0); the benchmark uses its own queue
+// names and key prefixes and removes nothing else.
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lettaq/lettaq/agentclient"
+	"github.com/lettaq/lettaq/budget"
+	"github.com/lettaq/lettaq/integration/lettasim"
+	"github.com/lettaq/lettaq/queue"
+)
+
+// Config sizes a run.
+type Config struct {
+	RedisURL      string
+	Latency       int           // sequential turns per latency measurement
+	Throughput    int           // turns in the throughput measurement
+	Concurrent    int           // simultaneous turns in the concurrency measurement (0 skips)
+	Think         time.Duration // how long each concurrent turn thinks
+	Ping          time.Duration // the simulator's ping interval in the concurrency run
+	CheckInterval time.Duration // the worker's task check interval (pickup latency at idle)
+	Workers       int           // concurrency of the worker in the throughput run
+}
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "-serve-sim" {
+		serveSim(os.Args[2:])
+		return
+	}
+	var c Config
+	flag.StringVar(&c.RedisURL, "redis", envOr("REDIS_URL", "redis://127.0.0.1:6379/0"), "Redis (env REDIS_URL)")
+	flag.IntVar(&c.Latency, "latency", 300, "sequential turns for the overhead measurement")
+	flag.IntVar(&c.Throughput, "throughput", 5000, "turns for the throughput measurement")
+	flag.IntVar(&c.Concurrent, "concurrent", envInt("LETTAQ_BENCH_CONCURRENT", 10000), "simultaneous turns (env LETTAQ_BENCH_CONCURRENT; 0 skips)")
+	flag.DurationVar(&c.Think, "think", 30*time.Second, "how long each concurrent turn thinks")
+	flag.DurationVar(&c.Ping, "ping", time.Second, "the simulator's ping interval during the concurrency run")
+	flag.DurationVar(&c.CheckInterval, "check-interval", 10*time.Millisecond, "the worker's LETTAQ_TASK_CHECK_INTERVAL")
+	flag.IntVar(&c.Workers, "workers", 200, "the worker's concurrency in the throughput run")
+	flag.Parse()
+	raiseFileLimit()
+	res, err := Run(context.Background(), c, os.Stderr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+	fmt.Print(res.Table())
+}
+
+func envOr(k, d string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return d
+}
+
+func envInt(k string, d int) int {
+	if n, err := strconv.Atoi(os.Getenv(k)); err == nil {
+		return n
+	}
+	return d
+}
+
+// raiseFileLimit lifts the soft limit on open files to the hard one: every in-flight turn
+// holds a socket (and the simulator the other end).
+func raiseFileLimit() (uint64, error) {
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
+		return 0, err
+	}
+	rl.Cur = rl.Max
+	err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &rl)
+	return rl.Cur, err
+}
+
+// Results of a run.
+type Results struct {
+	Config Config
+	// Overhead
+	QueueReach, DirectReach []time.Duration
+	QueueFirst, DirectFirst []time.Duration
+	// Throughput
+	TurnsPerSec, NoopPerSec float64
+	// Concurrency
+	Concurrent       int
+	PeakRSS, BaseRSS uint64
+	PeakInFlight     int64
+	Answered         int64
+	UserMessages     int
+	DuplicateOtids   int
+	ConcurrentTime   time.Duration
+	Failed           int64
+	FileLimit        uint64
+}
+
+func pct(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	i := int(p*float64(len(s))+0.5) - 1
+	return s[min(max(i, 0), len(s)-1)]
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)) }
+
+// Table renders the results as Markdown.
+func (r *Results) Table() string {
+	var b strings.Builder
+	c := r.Config
+	fmt.Fprintf(&b, "lettaq benchmark: %s, %d CPUs, Go %s, task check interval %v\n\n", c.RedisURL, runtime.NumCPU(), runtime.Version(), c.CheckInterval)
+	b.WriteString("| measure | lettaq | direct / bare Asynq | lettaq adds |\n|---|---|---|---|\n")
+	row := func(name string, q, d []time.Duration, p float64) {
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", name, ms(pct(q, p)), ms(pct(d, p)), ms(pct(q, p)-pct(d, p)))
+	}
+	if len(r.QueueReach) > 0 {
+		row(fmt.Sprintf("request reaches Letta, p50 (%d turns, idle)", len(r.QueueReach)), r.QueueReach, r.DirectReach, 0.5)
+		row("request reaches Letta, p99", r.QueueReach, r.DirectReach, 0.99)
+		row("first answer text (answer_delta event), p50", r.QueueFirst, r.DirectFirst, 0.5)
+		row("first answer text (answer_delta event), p99", r.QueueFirst, r.DirectFirst, 0.99)
+	}
+	if r.TurnsPerSec > 0 {
+		fmt.Fprintf(&b, "| throughput, instant turns (%d turns, concurrency %d) | %.0f turns/s | %.0f tasks/s (no-op handler) | ratio %.2f |\n",
+			c.Throughput, c.Workers, r.TurnsPerSec, r.NoopPerSec, r.TurnsPerSec/r.NoopPerSec)
+	}
+	if r.Concurrent > 0 {
+		per := int64(0)
+		if r.PeakInFlight > 0 && r.PeakRSS > r.BaseRSS {
+			per = int64(r.PeakRSS-r.BaseRSS) / r.PeakInFlight
+		}
+		fmt.Fprintf(&b, "| concurrency: %d turns thinking %v (pings every %v) | peak %d in flight, all done in %.1fs | | |\n",
+			r.Concurrent, c.Think, c.Ping, r.PeakInFlight, r.ConcurrentTime.Seconds())
+		fmt.Fprintf(&b, "| worker peak RSS | %.0f MB (idle %.0f MB) | | %d bytes per in-flight turn |\n",
+			float64(r.PeakRSS)/(1<<20), float64(r.BaseRSS)/(1<<20), per)
+		fmt.Fprintf(&b, "| answered / user messages at Letta / duplicate otids / failed | %d / %d / %d / %d | | |\n",
+			r.Answered, r.UserMessages, r.DuplicateOtids, r.Failed)
+	}
+	return b.String()
+}
+
+// counter is a queue.Observer that counts finished turns and in-flight attempts.
+type counter struct {
+	queue.NopObserver
+	answered, failed, inFlight, peak atomic.Int64
+	done                             chan struct{}
+	want                             int64
+	once                             sync.Once
+}
+
+func newCounter(want int) *counter { return &counter{done: make(chan struct{}), want: int64(want)} }
+
+func (c *counter) TaskStarted(string, int, time.Duration) {
+	n := c.inFlight.Add(1)
+	for {
+		p := c.peak.Load()
+		if n <= p || c.peak.CompareAndSwap(p, n) {
+			break
+		}
+	}
+}
+func (c *counter) AttemptFinished(string, string, time.Duration) { c.inFlight.Add(-1) }
+func (c *counter) TurnFinished(_ string, outcome string, _, _ time.Duration) {
+	if outcome == queue.OutcomeAnswered {
+		c.answered.Add(1)
+	} else {
+		c.failed.Add(1)
+	}
+	if c.answered.Load()+c.failed.Load() >= c.want {
+		c.once.Do(func() { close(c.done) })
+	}
+}
+
+// Run runs every measurement and returns the results; log receives progress.
+func Run(ctx context.Context, c Config, log io.Writer) (*Results, error) {
+	opt, err := asynq.ParseRedisURI(c.RedisURL)
+	if err != nil {
+		return nil, err
+	}
+	rco, ok := opt.(asynq.RedisClientOpt)
+	if !ok {
+		return nil, fmt.Errorf("the benchmark wants a plain redis:// URL")
+	}
+	rco.PoolSize = 256
+	rdb := redis.NewClient(&redis.Options{Addr: rco.Addr, DB: rco.DB, Password: rco.Password})
+	defer rdb.Close()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		return nil, fmt.Errorf("redis at %s: %w", rco.Addr, err)
+	}
+	r := &Results{Config: c}
+	r.FileLimit, _ = raiseFileLimit()
+	run := strings.ReplaceAll(uuid.NewString()[:8], "-", "")
+	if c.Latency > 0 {
+		fmt.Fprintf(log, "overhead: %d sequential turns through the queue, %d direct…\n", c.Latency, c.Latency)
+		if err := overhead(ctx, c, rco, rdb, run, r); err != nil {
+			return nil, fmt.Errorf("overhead: %w", err)
+		}
+	}
+	if c.Throughput > 0 {
+		fmt.Fprintf(log, "throughput: %d instant turns, then %d no-op tasks…\n", c.Throughput, c.Throughput)
+		if err := throughput(ctx, c, rco, rdb, run, r); err != nil {
+			return nil, fmt.Errorf("throughput: %w", err)
+		}
+	}
+	if c.Concurrent > 0 {
+		fmt.Fprintf(log, "concurrency: %d turns thinking %v (file limit %d)…\n", c.Concurrent, c.Think, r.FileLimit)
+		if err := concurrency(ctx, c, rco, run, r, log); err != nil {
+			return nil, fmt.Errorf("concurrency: %w", err)
+		}
+	}
+	return r, nil
+}
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func newWorker(c Config, rco asynq.RedisClientOpt, lettaURL, qname, prefix string, concurrency int, obs queue.Observer) (*queue.Worker, error) {
+	return queue.NewWorker(queue.WorkerConfig{
+		Redis: rco, LettaURL: lettaURL, Budget: budget.Default(), Concurrency: concurrency,
+		Queues: map[string]int{qname: 1}, ShutdownTimeout: 5 * time.Second, Logger: quiet,
+		WorkerID: "bench", RepliesOptions: queue.RepliesOptions{Prefix: prefix}, JournalOptions: queue.JournalOptions{Prefix: prefix},
+		Observer: obs, TaskCheckInterval: c.CheckInterval,
+	})
+}
+
+func startWorker(ctx context.Context, w *queue.Worker) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { _ = w.Run(ctx); close(done) }()
+	return func() { cancel(); <-done }
+}
+
+func overhead(ctx context.Context, c Config, rco asynq.RedisClientOpt, rdb *redis.Client, run string, r *Results) error {
+	sim := lettasim.NewServer(lettasim.Config{AutoCreateAgents: true, DefaultScript: lettasim.QuickScript("ok")})
+	defer sim.Close()
+	qname, prefix := "bench-lat-"+run, "lettaq-bench-"+run+":"
+	w, err := newWorker(c, rco, sim.URL, qname, prefix, 10, nil)
+	if err != nil {
+		return err
+	}
+	stop := startWorker(ctx, w)
+	defer stop()
+	client, err := queue.NewClient(queue.ClientConfig{Redis: rco, Queue: qname})
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	replies := queue.NewReplies(rdb, queue.RepliesOptions{Prefix: prefix})
+	time.Sleep(200 * time.Millisecond) // the worker's first poll
+	for i := range c.Latency {
+		conv := queue.Conversation{Integration: "bench", ChatID: fmt.Sprintf("lat-%s-%d", run, i)}
+		t0 := time.Now()
+		res, err := client.Enqueue(ctx, queue.Message{AgentID: "agent-bench", Text: "hi", Conversation: conv})
+		if err != nil {
+			return err
+		}
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		rec, err := sim.WaitOtid(wctx, res.Otid)
+		if err != nil {
+			cancel()
+			return fmt.Errorf("turn %d never reached the simulator: %w", i, err)
+		}
+		r.QueueReach = append(r.QueueReach, rec.At.Sub(t0))
+		after := "0"
+		var first time.Time
+		for first.IsZero() {
+			evs, last, err := replies.Read(wctx, conv, after, 100, time.Second)
+			if err != nil {
+				cancel()
+				return err
+			}
+			after = last
+			for _, ev := range evs {
+				if (ev.Type == queue.EventAnswerDelta && !ev.Narration) || ev.Type == queue.EventAnswer {
+					first = ev.Time
+					break
+				}
+			}
+		}
+		// Let the turn end before the next one, so every turn meets an idle worker.
+		for {
+			done, err := replies.Answered(wctx, res.TaskID)
+			if err != nil || done {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		cancel()
+		r.QueueFirst = append(r.QueueFirst, first.Sub(t0))
+		time.Sleep(time.Duration(i%7) * time.Millisecond) // do not phase-lock with the poll interval
+	}
+	// Direct: agentclient straight to the simulator.
+	ac, err := agentclient.New(agentclient.Config{BaseURL: sim.URL})
+	if err != nil {
+		return err
+	}
+	for range c.Latency {
+		otid := uuid.NewString()
+		var first time.Time
+		t0 := time.Now()
+		err := ac.SendStream(ctx, agentclient.SendRequest{AgentID: "agent-bench", Text: "hi", Otid: otid}, agentclient.NewStreamState(),
+			agentclient.StreamOptions{OnEvent: func(ev agentclient.Event) {
+				if _, ok := ev.Message.(*agentclient.AssistantMessage); ok && first.IsZero() {
+					first = time.Now()
+				}
+			}})
+		if err != nil {
+			return err
+		}
+		rec, err := sim.WaitOtid(ctx, otid)
+		if err != nil {
+			return err
+		}
+		r.DirectReach = append(r.DirectReach, rec.At.Sub(t0))
+		r.DirectFirst = append(r.DirectFirst, first.Sub(t0))
+	}
+	return nil
+}
+
+func throughput(ctx context.Context, c Config, rco asynq.RedisClientOpt, rdb *redis.Client, run string, r *Results) error {
+	sim := lettasim.NewServer(lettasim.Config{AutoCreateAgents: true, DefaultScript: lettasim.QuickScript("ok")})
+	defer sim.Close()
+	qname, prefix := "bench-tp-"+run, "lettaq-bench-"+run+":"
+	cnt := newCounter(c.Throughput)
+	w, err := newWorker(c, rco, sim.URL, qname, prefix, c.Workers, cnt)
+	if err != nil {
+		return err
+	}
+	client, err := queue.NewClient(queue.ClientConfig{Redis: rco, Queue: qname})
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	stop := startWorker(ctx, w)
+	t0 := time.Now()
+	if err := parallel(c.Throughput, func(i int) error {
+		_, err := client.Enqueue(ctx, queue.Message{AgentID: fmt.Sprintf("agent-tp-%d", i%64), Text: "hi",
+			Conversation: queue.Conversation{Integration: "bench", ChatID: fmt.Sprintf("tp-%s-%d", run, i)}})
+		return err
+	}); err != nil {
+		stop()
+		return err
+	}
+	select {
+	case <-cnt.done:
+	case <-time.After(5 * time.Minute):
+		stop()
+		return fmt.Errorf("only %d of %d turns finished", cnt.answered.Load(), c.Throughput)
+	}
+	r.TurnsPerSec = float64(c.Throughput) / time.Since(t0).Seconds()
+	stop()
+
+	// The same number of bare Asynq tasks with a no-op handler.
+	nq := "bench-noop-" + run
+	var n atomic.Int64
+	all := make(chan struct{})
+	srv := asynq.NewServer(rco, asynq.Config{Concurrency: c.Workers, Queues: map[string]int{nq: 1},
+		TaskCheckInterval: c.CheckInterval, Logger: queue.NewAsynqLogger(quiet), LogLevel: asynq.ErrorLevel})
+	if err := srv.Start(asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
+		if n.Add(1) == int64(c.Throughput) {
+			close(all)
+		}
+		return nil
+	})); err != nil {
+		return err
+	}
+	defer srv.Shutdown()
+	ac := asynq.NewClient(rco)
+	defer ac.Close()
+	t0 = time.Now()
+	if err := parallel(c.Throughput, func(i int) error {
+		_, err := ac.EnqueueContext(ctx, asynq.NewTask("noop", []byte(`{"i":1}`)), asynq.Queue(nq),
+			asynq.TaskID(fmt.Sprintf("noop-%s-%d", run, i)), asynq.Retention(time.Hour))
+		return err
+	}); err != nil {
+		return err
+	}
+	select {
+	case <-all:
+	case <-time.After(5 * time.Minute):
+		return fmt.Errorf("only %d no-op tasks ran", n.Load())
+	}
+	r.NoopPerSec = float64(c.Throughput) / time.Since(t0).Seconds()
+	return nil
+}
+
+// parallel runs f(0..n-1) on 32 goroutines.
+func parallel(n int, f func(i int) error) error {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var first error
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				if err := f(i); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return first
+}
+
+// simStats is what the child simulator reports when its stdin closes.
+type simStats struct {
+	UserMessages   int `json:"user_messages"`
+	DuplicateOtids int `json:"duplicate_otids"`
+}
+
+// serveSim is the child process: a simulator whose agents think for -think, pinging every
+// -ping. It prints its URL, then its stats when stdin closes.
+func serveSim(args []string) {
+	fs := flag.NewFlagSet("sim", flag.ExitOnError)
+	think := fs.Duration("think", 30*time.Second, "")
+	ping := fs.Duration("ping", time.Second, "")
+	agents := fs.Int("agents", 1, "")
+	_ = fs.Parse(args)
+	raiseFileLimit()
+	sc := lettasim.ThinkingScript(*think, "done thinking")
+	sim := lettasim.NewServer(lettasim.Config{AutoCreateAgents: true, PingInterval: *ping, DefaultScript: sc})
+	fmt.Println(sim.URL)
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	var st simStats
+	seen := map[string]int{}
+	for i := range *agents {
+		for _, m := range sim.UserMessages(fmt.Sprintf("agent-c-%d", i)) {
+			st.UserMessages++
+			seen[m.Otid]++
+		}
+	}
+	for _, n := range seen {
+		if n > 1 {
+			st.DuplicateOtids++
+		}
+	}
+	_ = json.NewEncoder(os.Stdout).Encode(st)
+	sim.Close()
+}
+
+func rss() (cur, peak uint64) {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0, 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 2 {
+			n, _ := strconv.ParseUint(f[1], 10, 64)
+			switch f[0] {
+			case "VmRSS:":
+				cur = n << 10
+			case "VmHWM:":
+				peak = n << 10
+			}
+		}
+	}
+	return cur, peak
+}
+
+func concurrency(ctx context.Context, c Config, rco asynq.RedisClientOpt, run string, r *Results, log io.Writer) error {
+	const agents = 100
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, exe, "-serve-sim", "-think", c.Think.String(), "-ping", c.Ping.String(), "-agents", strconv.Itoa(agents))
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	sc := bufio.NewScanner(stdout)
+	if !sc.Scan() {
+		return fmt.Errorf("simulator child printed no URL")
+	}
+	simURL := strings.TrimSpace(sc.Text())
+
+	qname, prefix := "bench-conc-"+run, "lettaq-bench-"+run+":"
+	cnt := newCounter(c.Concurrent)
+	w, err := newWorker(c, rco, simURL, qname, prefix, c.Concurrent, cnt)
+	if err != nil {
+		return err
+	}
+	stop := startWorker(ctx, w)
+	defer stop()
+	client, err := queue.NewClient(queue.ClientConfig{Redis: rco, Queue: qname})
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	time.Sleep(500 * time.Millisecond)
+	runtime.GC()
+	r.BaseRSS, _ = rss()
+	r.Concurrent = c.Concurrent
+	var peak atomic.Uint64
+	sampling := make(chan struct{})
+	go func() {
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-sampling:
+				return
+			case <-t.C:
+				cur, _ := rss()
+				if cur > peak.Load() {
+					peak.Store(cur)
+				}
+			}
+		}
+	}()
+	t0 := time.Now()
+	if err := parallel(c.Concurrent, func(i int) error {
+		_, err := client.Enqueue(ctx, queue.Message{AgentID: fmt.Sprintf("agent-c-%d", i%agents), Text: "think about it",
+			Conversation: queue.Conversation{Integration: "bench", ChatID: fmt.Sprintf("c-%s-%d", run, i)}})
+		return err
+	}); err != nil {
+		close(sampling)
+		return err
+	}
+	fmt.Fprintf(log, "  enqueued %d in %.1fs\n", c.Concurrent, time.Since(t0).Seconds())
+	progress := time.NewTicker(5 * time.Second)
+	defer progress.Stop()
+wait:
+	for {
+		select {
+		case <-cnt.done:
+			break wait
+		case <-progress.C:
+			cur, _ := rss()
+			fmt.Fprintf(log, "  %.0fs: %d in flight (peak %d), %d answered, %d failed, RSS %.0f MB\n", time.Since(t0).Seconds(),
+				cnt.inFlight.Load(), cnt.peak.Load(), cnt.answered.Load(), cnt.failed.Load(), float64(cur)/(1<<20))
+		case <-time.After(c.Think + 10*time.Minute):
+			break wait
+		}
+	}
+	r.ConcurrentTime = time.Since(t0)
+	close(sampling)
+	r.PeakRSS = peak.Load()
+	r.PeakInFlight = cnt.peak.Load()
+	r.Answered = cnt.answered.Load()
+	r.Failed = cnt.failed.Load()
+	_ = stdin.Close()
+	if sc.Scan() {
+		var st simStats
+		if err := json.Unmarshal(sc.Bytes(), &st); err == nil {
+			r.UserMessages, r.DuplicateOtids = st.UserMessages, st.DuplicateOtids
+		}
+	}
+	return nil
+}
