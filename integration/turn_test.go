@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -203,10 +204,41 @@ func runFaultCases(t *testing.T, e *env, cases []faultCase) {
 	}
 }
 
+// countingObserver counts what the workers report.
+type countingObserver struct {
+	queue.NopObserver
+	mu       sync.Mutex
+	counts   map[string]int
+	outcomes map[string]int
+}
+
+func newCountingObserver() *countingObserver {
+	return &countingObserver{counts: map[string]int{}, outcomes: map[string]int{}}
+}
+
+func (o *countingObserver) add(k string) { o.mu.Lock(); o.counts[k]++; o.mu.Unlock() }
+func (o *countingObserver) get(k string) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.counts[k]
+}
+func (o *countingObserver) TaskStarted(string, int, time.Duration) { o.add("started") }
+func (o *countingObserver) StreamTimeout(clock string)             { o.add("timeout:" + clock) }
+func (o *countingObserver) Continuation(polls, resumes int)        { o.add("continuation") }
+func (o *countingObserver) Resend(d string)                        { o.add("resend:" + d) }
+func (o *countingObserver) TurnFinished(_, outcome string, _, _ time.Duration) {
+	o.add("finished")
+	o.mu.Lock()
+	o.outcomes[outcome]++
+	o.mu.Unlock()
+}
+
 func TestFaultsThroughWorker(t *testing.T) {
 	e := newEnv(t)
-	e.startWorker("w1")
-	e.startWorker("w2")
+	obs := newCountingObserver()
+	withObs := func(c *queue.WorkerConfig) { c.Observer = obs }
+	e.startWorker("w1", withObs)
+	e.startWorker("w2", withObs)
 	long := &lettasim.Script{Steps: []lettasim.Step{
 		{Kind: lettasim.Reasoning, Text: "Thinking hard."},
 		{Kind: lettasim.Reasoning, Text: "Still thinking.", Delay: simDur(400 * time.Millisecond)},
@@ -251,7 +283,16 @@ func TestFaultsThroughWorker(t *testing.T) {
 		}}, fault: &lettasim.Fault{StallAfter: 1, StallFor: lettasim.Forever},
 			final: queue.EventAnswer, stored: 1, clock: "stall", outcome: queue.OutcomeAnswered},
 	}
-	runFaultCases(t, e, cases)
+	t.Run("cases", func(t *testing.T) { runFaultCases(t, e, cases) })
+	if got := obs.get("finished"); got != len(cases) {
+		t.Errorf("observer: %d turns finished, want %d", got, len(cases))
+	}
+	for _, k := range []string{"timeout:stall", "timeout:connect", "resend:resent", "continuation"} {
+		if obs.get(k) == 0 {
+			t.Errorf("observer never saw %s: %v", k, obs.counts)
+		}
+	}
+	t.Logf("observer: %v outcomes %v", obs.counts, obs.outcomes)
 }
 
 func TestFaultsResendForbidden(t *testing.T) {
