@@ -98,6 +98,13 @@ func TestConformance(t *testing.T) {
 		t.Fatalf("sync send %d %s", st, data)
 	}
 	conform(t, "LettaResponse", data)
+	var lr struct{ Messages []map[string]any }
+	_ = json.Unmarshal(data, &lr)
+	for _, m := range lr.Messages {
+		if mt := m["message_type"]; mt == "user_message" || mt == "system_message" {
+			t.Errorf("LettaResponse repeats the request's %s", mt)
+		}
+	}
 
 	// Lists.
 	listed := map[string]bool{}

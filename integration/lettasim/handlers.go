@@ -552,7 +552,7 @@ func (s *Sim) handleListMessages(w http.ResponseWriter, req *http.Request) {
 		if c.id == "" {
 			continue
 		}
-		rw := a.index[c.id]
+		rw := a.lookup(c.id)
 		if rw == nil {
 			a.mu.RUnlock()
 			writeDetail(w, http.StatusNotFound, "NOT_FOUND: Message with ID "+c.id+" not found")
@@ -611,8 +611,8 @@ func (s *Sim) handleRunMessages(w http.ResponseWriter, req *http.Request) {
 		if c.id == "" {
 			continue
 		}
-		rw := a.index[c.id]
-		if rw == nil || rw.runID != r.id || rw.runPos < 0 {
+		rw := a.lookup(c.id)
+		if rw == nil || rw.seed != nil || rw.runID != r.id || rw.runPos < 0 {
 			a.mu.RUnlock()
 			writeDetail(w, http.StatusNotFound, "NOT_FOUND: Message with ID "+c.id+" not found in run "+r.id)
 			return

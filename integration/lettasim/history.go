@@ -1,6 +1,8 @@
 package lettasim
 
 import (
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -40,6 +42,73 @@ type row struct {
 	pos    int // index in agent.history
 	runPos int // index in run.rows; -1 when the row belongs to no live run (seeded)
 	parts  []part
+
+	// A seeded row (SeedHistory) stores only its batch and index; full() makes the rest.
+	seed    *seedBatch
+	seedIdx int
+}
+
+// seedBatch is one SeedHistory call. Its rows are virtual: ids, otids, run ids and texts are
+// derived from the batch's random tags and the row's index when a page is encoded, so seeding
+// 100,000 messages is two allocations, and a seeded id is found by parsing it, not by a map.
+type seedBatch struct {
+	msgTag, otidTag, runTag string // "xxxxxxxx-xxxx-4xxx-8xxx-": a uuid4 minus its last 12 digits
+	start                   time.Time
+	rows                    []row
+}
+
+func newSeedBatch(n int) *seedBatch {
+	tag := func() string { return newUUID()[:24] }
+	return &seedBatch{msgTag: tag(), otidTag: tag(), runTag: tag(),
+		start: time.Now().Add(-time.Duration(n+1) * time.Second), rows: make([]row, n)}
+}
+
+func seedID(prefix, tag string, i int) string {
+	h := strconv.FormatInt(int64(i), 16)
+	return prefix + tag + strings.Repeat("0", 12-len(h)) + h
+}
+
+// find returns the row of a seeded message id, or nil.
+func (b *seedBatch) find(id string) *row {
+	rest, ok := strings.CutPrefix(id, "message-")
+	if !ok {
+		return nil
+	}
+	rest, ok = strings.CutPrefix(rest, b.msgTag)
+	if !ok || len(rest) != 12 {
+		return nil
+	}
+	i, err := strconv.ParseInt(rest, 16, 64)
+	if err != nil || i < 0 || i >= int64(len(b.rows)) {
+		return nil
+	}
+	return &b.rows[i]
+}
+
+// full returns the row with all its fields: r itself, or for a seeded row a materialised copy.
+func (r *row) full() *row {
+	b := r.seed
+	if b == nil {
+		return r
+	}
+	i := r.seedIdx
+	m := &row{
+		id:     seedID("message-", b.msgTag, i),
+		date:   b.start.Add(time.Duration(i) * time.Second),
+		runID:  seedID("run-", b.runTag, i/2),
+		pos:    r.pos,
+		runPos: -1,
+	}
+	p := part{otid: seedID("", b.otidTag, i)}
+	if i%2 == 0 {
+		p.typ = ptUser
+		p.text = "seeded question " + strconv.Itoa(i/2)
+	} else {
+		p.typ = ptAssistant
+		p.text = "seeded answer " + strconv.Itoa(i/2)
+	}
+	m.parts = []part{p}
+	return m
 }
 
 type part struct {
@@ -169,6 +238,7 @@ func appendRows(b []byte, rows []*row) []byte {
 	b = append(b, '[')
 	first := true
 	for _, r := range rows {
+		r = r.full()
 		for i := range r.parts {
 			if !first {
 				b = append(b, ',')
@@ -242,6 +312,7 @@ type Message struct {
 }
 
 func (r *row) messages(out []Message) []Message {
+	r = r.full()
 	for i := range r.parts {
 		p := &r.parts[i]
 		out = append(out, Message{

@@ -3,6 +3,7 @@ package lettasim_test
 import (
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"testing"
 	"time"
 
@@ -66,6 +67,12 @@ func TestHistory100kPagination(t *testing.T) {
 	}
 
 	first := list(t, srv, base+"?order=asc&limit=10")
+	uuid4 := regexp.MustCompile(`^message-[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
+	for _, it := range append(first, newest...) {
+		if !uuid4.MatchString(it.ID) || it.RunID == "" || it.Otid == "" {
+			t.Fatalf("seeded or live message with a bad id, run_id or otid: %+v", it)
+		}
+	}
 	if got := contents(first); got[0] != "seeded question 0" || got[9] != "seeded answer 4" {
 		t.Fatalf("oldest page %v", got)
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 	"sync"
 	"time"
 )
@@ -72,7 +71,8 @@ type agent struct {
 	mu       sync.RWMutex
 	script   *Script
 	history  []*row
-	index    map[string]*row
+	index    map[string]*row // live rows; seeded ones are found through seeds
+	seeds    []*seedBatch
 	received []Received
 	runs     []*run
 	fault    *faultSlot
@@ -210,7 +210,9 @@ func (s *Sim) addAgent(id, name string, script *Script) *agent {
 	return a
 }
 
-// SetScript replaces an agent's script (nil: the default script) for its next turns.
+// SetScript replaces an agent's script (nil: the default script) for its next turns. Like the
+// other setters (SetFault, ClearFault, SetListFault, SeedHistory) it panics on an unknown agent:
+// that is a bug in the test.
 func (s *Sim) SetScript(agentID string, script *Script) {
 	if script != nil {
 		if err := script.validate(); err != nil {
@@ -302,37 +304,19 @@ func (a *agent) takeFault() (Fault, bool) {
 
 // SeedHistory puts n old messages (alternating user and assistant rows, each pair sharing a
 // made-up run id, dated one second apart in the past) before the agent's existing history.
-// It is cheap: 100,000 messages take a few tens of milliseconds.
+// It is cheap: seeded rows are virtual (their ids and texts are made when a page is encoded),
+// so 100,000 messages take milliseconds.
 func (s *Sim) SeedHistory(agentID string, n int) {
 	a := s.mustAgent(agentID)
 	if n <= 0 {
 		return
 	}
-	start := time.Now().Add(-time.Duration(n+1) * time.Second)
-	rows := make([]row, n)
-	parts := make([]part, n)
-	ptrs := make([]*row, 0, n)
-	var runID string
-	for i := range rows {
-		r := &rows[i]
-		p := &parts[i]
-		if i%2 == 0 {
-			runID = newID("run")
-			p.typ = ptUser
-			p.otid = newUUID()
-			p.text = "seeded question " + strconv.Itoa(i/2)
-		} else {
-			p.typ = ptAssistant
-			p.otid = newUUID()
-			p.text = "seeded answer " + strconv.Itoa(i/2)
-			r.stepID = ""
-		}
-		r.id = newID("message")
-		r.date = start.Add(time.Duration(i) * time.Second)
-		r.runID = runID
-		r.runPos = -1
-		r.parts = parts[i : i+1 : i+1]
-		ptrs = append(ptrs, r)
+	b := newSeedBatch(n)
+	ptrs := make([]*row, n, n+len(a.history))
+	for i := range b.rows {
+		r := &b.rows[i]
+		r.seed, r.seedIdx, r.runPos = b, i, -1
+		ptrs[i] = r
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -340,12 +324,20 @@ func (s *Sim) SeedHistory(agentID string, n int) {
 	for i, r := range a.history {
 		r.pos = i
 	}
-	if len(a.index) == 0 {
-		a.index = make(map[string]*row, n)
+	a.seeds = append(a.seeds, b)
+}
+
+// lookup finds a stored row by message id (a.mu held).
+func (a *agent) lookup(id string) *row {
+	if r := a.index[id]; r != nil {
+		return r
 	}
-	for _, r := range ptrs {
-		a.index[r.id] = r
+	for _, b := range a.seeds {
+		if r := b.find(id); r != nil {
+			return r
+		}
 	}
+	return nil
 }
 
 // UserMessages returns every user message the agent received and stored, oldest first.

@@ -337,7 +337,7 @@ func TestPingsWhileThinking(t *testing.T) {
 	srv := newServer(t, lettasim.Config{PingInterval: 5 * time.Millisecond})
 	agent := srv.CreateAgent("pings", &lettasim.Script{Steps: []lettasim.Step{
 		{Kind: lettasim.Reasoning, Text: "hmm"},
-		{Kind: lettasim.Assistant, Text: "done", Delay: 60 * time.Second}, // 60ms at scale 0.001
+		{Kind: lettasim.Assistant, Text: "done", Delay: 100 * time.Second}, // 100ms at scale 0.001
 	}})
 	_, evs, err := streamTurn(t, srv, agent, turnReq{Text: "think", Background: true})
 	if err != nil {

@@ -1,0 +1,141 @@
+// Package lettasim is a Letta-compatible server in a box, for tests, benchmarks and a
+// worker's dev mode. Like net/http/httptest, it is a real HTTP server on loopback: point any
+// Letta client at Server.URL.
+//
+// It speaks the slice of Letta's REST API that a chat worker uses, with the behaviour described
+// in shared/letta/WIRE.md and the JSON shapes of shared/letta/openapi-subset.json (its tests
+// validate every object it emits against that schema). It deliberately imports nothing else from
+// lettaq: it encodes what Letta does, not what our client expects.
+//
+// # Starting it
+//
+//	srv := lettasim.NewServer(lettasim.Config{TimeScale: 0.001}) // a "3 minute" turn takes 180ms
+//	defer srv.Close()
+//	agent := srv.CreateAgent("support-bot", nil) // "agent-<uuid4>", default script
+//	// base URL for the client under test: srv.URL (http://127.0.0.1:<port>)
+//
+// New returns the bare http.Handler (a *Sim) to mount elsewhere; Close it to end the runs in
+// flight. Config.APIKey turns on bearer-token checks, Config.PingInterval sets the keep-alive
+// interval (20s by default, like Letta), Config.AutoCreateAgents accepts any agent id (dev mode).
+//
+// Endpoints (also under the /latest/ alias): POST /v1/agents/{id}/messages/stream;
+// POST /v1/agents/{id}/messages (streaming true or false, with Letta's User-Agent trap);
+// POST /v1/agents/{id}/messages/async; POST /v1/agents/{id}/messages/cancel;
+// GET /v1/agents/{id}/messages; GET /v1/runs/{run_id}; GET /v1/runs/{run_id}/messages;
+// POST /v1/runs/{run_id}/stream (resume); GET /v1/runs/; GET and POST /v1/agents/;
+// GET /v1/agents/{id}; GET /v1/health/.
+//
+// # How a turn runs
+//
+// A send request is validated (422 on a bad body), then the user message is stored with the
+// client's otid (one is minted if absent) and the run_id of the run it starts. The run executes
+// its script in its own goroutine, independent of the HTTP request: a client that goes away
+// never stops it, only the cancel endpoint (or Close) does. Each stream, the original one or a
+// resume, subscribes to the run's log of SSE chunks, so resuming from a seq_id is a replay of
+// the log from there. Messages land in the agent's history when their step ends, each with its
+// run_id; a model step's reasoning and content share one id and differ in otid; a tool return
+// has an id of its own and pairs by tool_call_id.
+//
+// Streams are framed as Letta frames them: data: <compact JSON>, a first ping carrying run_id,
+// the messages, stop_reason, usage_statistics, data: [DONE]; pings after every PingInterval
+// without data; seq_id numbering (1, 2, 3, ...) in background streams and null in foreground
+// ones; a failing run sends stop_reason then event: error and no [DONE]; a cancelled one sends
+// {"message_type": "stop_reason", "stop_reason": "cancelled"} (with spaces) then [DONE].
+//
+// # Scripts
+//
+// A Script is the list of Steps a turn emits: Reasoning, ToolCall, ToolReturn, Assistant,
+// ApprovalRequest. Each step may wait Delay first (scaled by TimeScale; pings flow meanwhile,
+// which is how a turn "thinks"). An empty Assistant text answers "you said: <user text>".
+// Script.Tokens (or stream_tokens:true in the request) sends text as deltas sharing one id.
+//
+//	srv.CreateAgent("researcher", &lettasim.Script{Steps: []lettasim.Step{
+//		{Kind: lettasim.Reasoning, Text: "Let me search.", Delay: 3 * time.Minute},
+//		{Kind: lettasim.ToolCall, ToolName: "web_search", Arguments: `{"query": "letta"}`},
+//		{Kind: lettasim.ToolReturn, Text: "3 results", Delay: 10 * time.Second},
+//		{Kind: lettasim.Reasoning, Text: "Found it."},
+//		{Kind: lettasim.Assistant, Text: "Here is what I found."},
+//	}})
+//
+// QuickScript, ThinkingScript and ToolScript build common shapes. The default script is one
+// reasoning step and one echoing answer.
+//
+// # Directives
+//
+// Tests and demos without Go access pick behaviour with a directive anywhere in the user's
+// text. Several blocks merge; the echoed answer leaves them out.
+//
+//	[[sim think=180s tool=web_search disconnect_after=3 stall=60s]] what's new?
+//
+// Grammar: "[[sim" then space-separated key=value items then "]]". A value is a bare word or
+// a double-quoted string (\" and \\ escape); a bare key means key=true. Durations are Go
+// durations (250ms, 180s, 1.5m) or plain seconds (3, 0.5), scaled by TimeScale; "forever" where
+// noted. Booleans: true/false, 1/0, yes/no, on/off. An unknown key or a bad value answers 422
+// with a detail that names it.
+//
+// Script keys (any of them replaces the agent's script for this turn):
+//
+//	think=D              delay before the first reasoning step (pings only meanwhile)
+//	reasoning="text"     the first reasoning text
+//	tool=a,b             call these tools in turn (reasoning+call, return, ...), then answer
+//	tool_delay=D         how long each tool runs (delay before each tool return)
+//	tool_status=error    tool returns report status error
+//	answer="text"        the final answer (default "you said: <text>")
+//	answer_delay=D       delay before the answer
+//	tokens               token mode (deltas sharing one id)
+//	approval=tool        end with an approval request for tool (stop reason requires_approval)
+//	stop=reason          stop reason after a complete script (default end_turn)
+//
+// Fault keys (see Fault for what each does):
+//
+//	admit_delay=D|forever       AdmitDelay
+//	status=429|5xx              Status429 / Status5xxBeforeStore (nothing stored)
+//	retry_after=D               RetryAfter (the 429's Retry-After)
+//	status_after_store=5xx      Status5xxAfterStore (stored, run goes on)
+//	drop                        DropBeforeResponse
+//	first_byte=D|forever        FirstByteDelay
+//	stall=D|forever             StallFor, after stall_after=K events (default 0: right after headers)
+//	disconnect_after=K          DisconnectAfter
+//	end=reason                  EndWith, after end_after=N|all steps (default 0), error_type=T
+//	exception                   UnhandledException
+//	resume=400|410|503          ResumeStatus
+//	slow_list=D fail_list=N     set the agent's ListFault (read endpoints)
+//	times=N|always              apply the faults to the first N attempts (default 1)
+//
+// Directive faults count attempts per otid: a client that retries a turn with the same otid,
+// as it must, meets the fault only on its first try (or first N tries), so a transient failure
+// stays transient. A request without an otid gets a fresh one, hence the fault every time.
+//
+// # Faults from Go
+//
+// SetFault arms a Fault for an agent's next turn (Times turns, or every turn if Persistent);
+// it wins over a directive. SetListFault slows or fails the read endpoints (list messages, get
+// run, run messages, list runs). The phases, in order:
+//
+//	AdmitDelay → Status429 / Status5xxBeforeStore → [message stored, run started] →
+//	Status5xxAfterStore / DropBeforeResponse → FirstByteDelay → stream (StallAfter/StallFor,
+//	DisconnectAfter) ; the run: EndWith after EndAfter steps, UnhandledException ;
+//	resumes of the run: ResumeStatus
+//
+// Connection faults (stall, disconnect, first byte) never touch the run: it goes on and its
+// messages land in history, which is what a client's continuation logic must find. A
+// disconnect panics with http.ErrAbortHandler, so mount the Sim behind a server that
+// recovers it (any net/http server does), not an httptest.ResponseRecorder.
+//
+// # Assertions
+//
+//	srv.CountOtid(otid)            stored user messages with this otid: 1 per turn, always
+//	srv.WaitOtid(ctx, otid)        wait until it is stored (returns its RunID)
+//	srv.WaitRunDone(ctx, runID)    wait for a run's end; srv.WaitIdle(ctx) for all of them
+//	srv.UserMessages(agent)        Otid, Text, RunID, SenderID, At of each received message
+//	srv.Runs(agent), srv.Run(id)   ID, Status, StopReason, Background, Otid, times, TTFT
+//	srv.History(agent)             every stored message
+//	srv.Requests()                 per-endpoint requests, response bytes and errors
+//	srv.SeedHistory(agent, n)      n old messages (100,000 in ~0.1s) to make lists realistic
+//
+// List cursors are indexed (message id → position), so after=<id> costs the same on an agent
+// with 100,000 messages as on an empty one, and GET /v1/runs/{id}/messages?after=<last id>
+// returns only what is new. Cursors follow the sort order, as Letta documents: with order=desc,
+// after=X means older than X. Pages never split a message id (a page counts stored rows, and a
+// reasoning+answer row lists as two messages).
+package lettasim
