@@ -246,7 +246,7 @@ func TestStallThenCatchUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if gap := time.Since(t0); gap < 100*time.Millisecond {
+	if gap := time.Since(t0); gap < 60*time.Millisecond { // ~2ms without the stall
 		t.Fatalf("gap %v: want a ~120ms stall with no pings although PingInterval is 2ms", gap)
 	}
 	// The run finished during the stall: the connection was stuck, not the run.
