@@ -9,16 +9,17 @@ import (
 	"github.com/hibiken/asynq"
 )
 
-// Default put-back delays of RetryDelay.
+// Defaults of RetryPolicy.
 const (
 	DefaultRetryMin = 200 * time.Millisecond
 	DefaultRetryMax = time.Second
+	DefaultRetryCap = 10 * time.Second
 )
 
 // IsFailure is an asynq.Config.IsFailure predicate: a *NotYourTurnError
 // (the task is put back to wait for its turn), a *MergedError and ErrDone
-// are not failures, so they do not use up a retry. Anything else but nil is.
-// Compose it with another predicate by and-ing them.
+// are not failures, so they do not use up a retry. Anything else but nil
+// is. Compose it with another predicate by and-ing them.
 func IsFailure(err error) bool {
 	if err == nil {
 		return false
@@ -26,37 +27,60 @@ func IsFailure(err error) bool {
 	return !IsNotYourTurn(err) && !IsMerged(err) && !errors.Is(err, ErrDone)
 }
 
-// RetryDelay is an asynq.RetryDelayFunc: a *NotYourTurnError is retried
-// after a jittered DefaultRetryMin..DefaultRetryMax; anything else after
-// asynq.DefaultRetryDelayFunc.
-func RetryDelay(n int, err error, t *asynq.Task) time.Duration {
-	return retryDelay(n, err, t, DefaultRetryMin, DefaultRetryMax, asynq.DefaultRetryDelayFunc)
+// RetryPolicy sets the put-back delay of a task that was not its turn.
+// The next in line (position ≤ 1) waits uniform [Min, Max]; a task at
+// position k waits k times that, at most Cap. Waiting tasks are woken
+// through Wake by the turn before them as soon as it ends, so the delay is
+// only the safety net; scaling it by position keeps a long line from
+// churning through the queue (and keeps the woken task from landing behind
+// hundreds of put-backs in Asynq's pending list).
+type RetryPolicy struct {
+	Min, Max, Cap time.Duration
+	// Fallback for every other error, default asynq.DefaultRetryDelayFunc.
+	Fallback asynq.RetryDelayFunc
 }
 
-// RetryDelayFunc returns a RetryDelay with a put-back delay uniform in
-// [min, max] and fallback (asynq.DefaultRetryDelayFunc when nil) for other
-// errors.
-func RetryDelayFunc(min, max time.Duration, fallback asynq.RetryDelayFunc) asynq.RetryDelayFunc {
-	if fallback == nil {
-		fallback = asynq.DefaultRetryDelayFunc
+// Func returns the asynq.RetryDelayFunc of p (zero fields: defaults).
+func (p RetryPolicy) Func() asynq.RetryDelayFunc {
+	if p.Min <= 0 {
+		p.Min = DefaultRetryMin
 	}
-	if max < min {
-		max = min
+	if p.Max <= 0 {
+		p.Max = max(DefaultRetryMax, p.Min)
 	}
-	return func(n int, err error, t *asynq.Task) time.Duration {
-		return retryDelay(n, err, t, min, max, fallback)
+	if p.Max < p.Min {
+		p.Max = p.Min
 	}
+	if p.Cap <= 0 {
+		p.Cap = max(DefaultRetryCap, p.Max)
+	}
+	if p.Fallback == nil {
+		p.Fallback = asynq.DefaultRetryDelayFunc
+	}
+	return p.delay
 }
 
-func retryDelay(n int, err error, t *asynq.Task, lo, hi time.Duration, fallback asynq.RetryDelayFunc) time.Duration {
-	if !IsNotYourTurn(err) {
-		return fallback(n, err, t)
+func (p RetryPolicy) delay(n int, err error, t *asynq.Task) time.Duration {
+	var nyt *NotYourTurnError
+	if !errors.As(err, &nyt) {
+		return p.Fallback(n, err, t)
 	}
-	if hi <= lo {
-		return lo
+	d := p.Min + rand.N(p.Max-p.Min+1)
+	if k := nyt.Position; k > 1 {
+		if d > p.Cap/time.Duration(k) {
+			return p.Cap - rand.N(p.Cap/10+1)
+		}
+		d *= time.Duration(k)
 	}
-	return lo + rand.N(hi-lo+1)
+	return min(d, p.Cap)
 }
+
+// RetryDelay is an asynq.RetryDelayFunc with the default RetryPolicy: a
+// *NotYourTurnError is retried after a jittered 200ms..1s times its
+// position (at most 10s); anything else after asynq.DefaultRetryDelayFunc.
+func RetryDelay(n int, err error, t *asynq.Task) time.Duration { return defaultRetry(n, err, t) }
+
+var defaultRetry = RetryPolicy{}.Func()
 
 // InspectorAlive returns an AliveFunc backed by insp for tasks of queue: a
 // task that is not found (deleted, or its retention ended), completed or

@@ -114,7 +114,7 @@ func raceWorkers(t *testing.T, s *ordering.Sequencer, tasks map[string][]string,
 
 // checkSerial asserts that, per key, holds start in join order and never
 // overlap.
-func checkSerial(t *testing.T, holds []hold) {
+func checkSerial(t testing.TB, holds []hold) {
 	t.Helper()
 	last := map[string]hold{}
 	for _, h := range holds {
@@ -192,8 +192,8 @@ func TestConcurrentKeysRunInParallel(t *testing.T) {
 	if peak < 4 {
 		t.Fatalf("peak %d simultaneous turns across %d keys: keys do not run in parallel", peak, keys)
 	}
-	if wall > serial/4 {
-		t.Fatalf("wall %v is not well below (1/4 of) serial %v", wall, serial)
+	if wall > serial/2 {
+		t.Fatalf("wall %v is not well below (1/2 of) serial %v", wall, serial)
 	}
 }
 
