@@ -469,10 +469,9 @@ func (s *Sim) writeLettaResponse(w http.ResponseWriter, r *run) {
 // --- reading ---
 
 type listParams struct {
-	limit             int
-	desc              bool
-	after, before     string
-	hasAfter, hasBefo bool
+	limit         int
+	desc          bool
+	after, before string
 }
 
 func parseListParams(w http.ResponseWriter, q url.Values, defLimit int, defDesc bool) (listParams, bool) {
