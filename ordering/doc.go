@@ -34,6 +34,7 @@
 //	P lock:{K}            HASH   task, token (one per Acquire), holder; PX lease
 //	P merged:{K}:<task>   STRING head task id the task was merged into; PX MergedTTL
 //	P group:{K}:<head>    LIST   the tasks merged into head, in order; PX MergedTTL
+//	P done:{K}:<task>     STRING "1": the task's turn finished; PX DoneTTL
 //
 // Every key of one conversation carries the hash tag {K}, so all of them
 // live in one Redis Cluster slot and every script is single-slot (the
@@ -93,7 +94,14 @@
 // task unordered or fail it.
 //
 // A merged task (below) never auto-joins: Acquire checks its merged marker
-// first and returns *MergedError.
+// first and returns *MergedError. Nor does a finished one (refinement):
+// Release(done) leaves a done marker (Config.DoneTTL, 24h), so that a
+// duplicate delivery of a finished task (Asynq is at-least-once: a worker
+// that dies between the handler's return and the ack gets its task
+// recovered and run again) gets ErrDone instead of joining the tail and
+// running a second turn, and a late or retried Join of it returns -1. The
+// concurrency test found this: without the marker, a finished task picked
+// again re-joined and ran twice.
 //
 // # Coalescing
 //
@@ -125,14 +133,16 @@
 //
 //	asynq.Config{
 //		IsFailure:                ordering.IsFailure,  // and-ed with your own
-//		RetryDelayFunc:           ordering.RetryDelay, // put-back 200ms..1s, else default
+//		RetryDelayFunc:           ordering.RetryDelay, // put-back, see RetryPolicy
 //		DelayedTaskCheckInterval: time.Second,         // default 5s delays put-backs
 //	}
 //
 // Handler, per task:
 //
 //	lease, err := seq.Acquire(ctx, key, id, workerID, ordering.InspectorAlive(insp, queue))
-//	if ordering.IsMerged(err) { return nil }   // answered by the head
+//	if ordering.IsMerged(err) || errors.Is(err, ordering.ErrDone) {
+//		return nil                         // answered by the head / already done
+//	}
 //	if err != nil { return err }               // NotYourTurn: put back, no retry used
 //	ctx, cancel := lease.Context(ctx)          // stop the turn if the lease is lost
 //	defer cancel()
@@ -154,4 +164,24 @@
 // to pending at once (Inspector.RunTask), and, if its put-back has not
 // landed yet (still active), waits for it briefly. It never runs an
 // archived task.
+//
+// # Put-back delays (refinement)
+//
+// A flat 200ms..1s put-back makes a long line churn: every waiting task
+// comes back to the pending list every second, and the task Wake moved to
+// pending lands behind all of them. RetryPolicy scales the delay by the
+// position in the NotYourTurnError (position k waits k × 200ms..1s, capped
+// at 10s); the next in line still polls every 200ms..1s as a safety net,
+// and the rest are reached through the Wake chain. On one hot key with
+// 1000 queued no-op turns this took throughput from ~10 to ~43 turns/s
+// and put-backs from ~16 to ~1.8 per turn.
+//
+// # Cost
+//
+// An ordered turn costs three extra round trips (acquire, release, and the
+// GetTaskInfo of Wake; RunTask when the next task was parked) plus one
+// renewal every Lease/3. A hot key runs one turn at a time by design: its
+// rate is bounded by the turn plus Asynq's pickup latency (about
+// TaskCheckInterval after Wake), e.g. ~43 no-op turns/s at 20ms, which is
+// noise next to a Letta turn of seconds.
 package ordering
