@@ -442,16 +442,19 @@ func sleep(ctx context.Context, loop *budget.Loop, retryAfter time.Duration) err
 	}
 }
 
-// searchOnce pages back through the agent's history once.
+// searchOnce pages back through the agent's history once, newest first.
+// Cursors follow the sort order (OpenAPI: "messages that come after this
+// message ID in the specified sort order"), so with order=desc the next,
+// older page is the one after the oldest message seen.
 func (r *Runner) searchOnce(ctx context.Context, loop *budget.Loop, t Turn, d *Decision) (runID string, found bool, err error) {
-	before := ""
+	cursor := ""
 	floor := t.Started.Add(-r.cfg.HistorySlack)
 	for page := 0; ; page++ {
 		if loop.Done() {
 			return "", false, errSearchCut
 		}
 		rctx, cancel := loop.RequestContext(ctx)
-		msgs, err := r.c.ListAgentMessages(rctx, t.AgentID, agentclient.ListOptions{Before: before, Limit: r.cfg.HistoryPageSize, Order: "desc"})
+		msgs, err := r.c.ListAgentMessages(rctx, t.AgentID, agentclient.ListOptions{After: cursor, Limit: r.cfg.HistoryPageSize, Order: "desc"})
 		cancel()
 		if err != nil {
 			return "", false, err
@@ -472,12 +475,12 @@ func (r *Runner) searchOnce(ctx context.Context, loop *budget.Loop, t Turn, d *D
 				oldestID = c.ID
 			}
 		}
-		if len(msgs) < r.cfg.HistoryPageSize || oldestID == "" || oldestID == before {
+		if len(msgs) == 0 || oldestID == "" || oldestID == cursor {
 			return "", false, nil
 		}
 		if !t.Started.IsZero() && !oldest.IsZero() && oldest.Before(floor) {
 			return "", false, nil
 		}
-		before = oldestID
+		cursor = oldestID
 	}
 }

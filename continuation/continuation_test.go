@@ -414,3 +414,35 @@ func TestGateDecisionTable(t *testing.T) {
 		})
 	}
 }
+
+// TestOtidFoundBeyondTheFirstPage: later turns pushed the message with the
+// otid several pages back; the search pages back (cursor in sort order)
+// and finds it, so nothing is resent.
+func TestOtidFoundBeyondTheFirstPage(t *testing.T) {
+	e := newEnv(t, nil)
+	r, err := continuation.New(continuation.Config{Client: e.client, Budget: e.b, HistoryPageSize: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := e.turn("the one we look for")
+	if d := r.Run(context.Background(), first, agentclient.NewStreamState(), continuation.Hooks{}); d.Outcome != continuation.Completed {
+		t.Fatalf("setup: %+v", d)
+	}
+	for i := 0; i < 4; i++ { // 4 more turns: 12 newer messages
+		if d := r.Run(context.Background(), e.turn("later"), agentclient.NewStreamState(), continuation.Hooks{}); d.Outcome != continuation.Completed {
+			t.Fatalf("setup: %+v", d)
+		}
+	}
+	// A new attempt of the first turn that knows nothing but its otid.
+	first.PriorIntent = true
+	d := r.Run(context.Background(), first, agentclient.NewStreamState(), continuation.Hooks{})
+	if d.Outcome != continuation.Completed || d.Evidence != continuation.EvidenceHistory || d.Sends != 0 {
+		t.Fatalf("decision %+v", d)
+	}
+	if n := e.sim.CountOtid(first.Otid); n != 1 {
+		t.Fatalf("otid stored %d times", n)
+	}
+	if d.SearchedMessages <= 2 {
+		t.Errorf("found on the first page (%d messages read): the test does not exercise paging", d.SearchedMessages)
+	}
+}
