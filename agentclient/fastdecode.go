@@ -17,36 +17,7 @@ import (
 func fastDecode(b []byte, w *wireMessage) bool {
 	s := fscan{b: b}
 	s.ws()
-	if !s.eat('{') {
-		return false
-	}
-	s.ws()
-	if s.eat('}') {
-		return s.end()
-	}
-	for {
-		s.ws()
-		key, ok := s.plainString()
-		if !ok {
-			return false
-		}
-		s.ws()
-		if !s.eat(':') {
-			return false
-		}
-		s.ws()
-		if !s.field(key, w) {
-			return false
-		}
-		s.ws()
-		if s.eat(',') {
-			continue
-		}
-		if s.eat('}') {
-			return s.end()
-		}
-		return false
-	}
+	return s.object(func(key string) bool { return s.field(key, w) }) && s.end()
 }
 
 type fscan struct {

@@ -112,8 +112,12 @@ func (l *Loop) NextSleep() time.Duration {
 
 // Sleep waits NextSleep, or until ctx is done (then it returns ctx.Err()). It returns at
 // once when the window has closed.
-func (l *Loop) Sleep(ctx context.Context) error {
-	d := l.NextSleep()
+func (l *Loop) Sleep(ctx context.Context) error { return l.SleepAtLeast(ctx, 0) }
+
+// SleepAtLeast is Sleep, but waits at least min (clamped to the window) when
+// that is longer than the backoff: for a server's Retry-After.
+func (l *Loop) SleepAtLeast(ctx context.Context, min time.Duration) error {
+	d := max(l.NextSleep(), l.Clamp(min))
 	if d <= 0 {
 		return ctx.Err()
 	}

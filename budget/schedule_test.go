@@ -368,3 +368,24 @@ func TestLoopRealClock(t *testing.T) {
 		t.Error("RequestContext after the window should be done already")
 	}
 }
+
+func TestLoopSleepAtLeast(t *testing.T) {
+	c := Default()
+	c.PollInitial, c.PollMax, c.PollJitter = time.Millisecond, time.Millisecond, 0
+	l := c.FollowLoop(time.Now())
+	start := time.Now()
+	if err := l.SleepAtLeast(context.Background(), 30*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d < 30*time.Millisecond {
+		t.Errorf("slept %v, want at least the 30ms asked for (backoff is 1ms)", d)
+	}
+	// Clamped to the window: a Retry-After longer than what is left.
+	l = c.FollowLoop(time.Now())
+	l.Deadline = time.Now().Add(20 * time.Millisecond)
+	start = time.Now()
+	_ = l.SleepAtLeast(context.Background(), time.Hour)
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("slept %v past the window", d)
+	}
+}

@@ -423,23 +423,9 @@ func (r *Runner) findRun(ctx context.Context, t Turn, d *Decision) (runID string
 var errSearchCut = errors.New("admission grace ended mid-search")
 
 // sleep waits the loop's next backoff, or longer when the server asked for
-// it, never past the loop's window.
+// it (Retry-After), never past the loop's window.
 func sleep(ctx context.Context, loop *budget.Loop, retryAfter time.Duration) error {
-	d := loop.NextSleep()
-	if ra := loop.Clamp(retryAfter); ra > d {
-		d = ra
-	}
-	if d <= 0 {
-		return ctx.Err()
-	}
-	tm := time.NewTimer(d)
-	defer tm.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-tm.C:
-		return nil
-	}
+	return loop.SleepAtLeast(ctx, retryAfter)
 }
 
 // searchOnce pages back through the agent's history once, newest first.
