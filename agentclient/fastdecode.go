@@ -426,6 +426,20 @@ func (s *fscan) nested(dst any) bool {
 	return ok && json.Unmarshal(v, dst) == nil
 }
 
+// flex reads a flexText: strings here, anything else via encoding/json.
+func (s *fscan) flex(dst *flexText) bool {
+	if s.peek() == '"' {
+		v, ok := s.str()
+		*dst = flexText(v)
+		return ok
+	}
+	if s.null() {
+		*dst = "" // as flexText.UnmarshalJSON("null")
+		return true
+	}
+	return s.nested(dst)
+}
+
 func (s *fscan) raw(dst *json.RawMessage) bool {
 	v, ok := s.value()
 	if !ok || !json.Valid(v) {
@@ -489,7 +503,7 @@ func (s *fscan) field(key string, w *wireMessage) bool {
 	case "tool_calls":
 		return s.toolCalls(&w.ToolCalls)
 	case "tool_return":
-		return s.raw(&w.ToolReturn)
+		return s.flex(&w.ToolReturn)
 	case "status":
 		return s.strField(&w.Status)
 	case "tool_call_id":
@@ -508,7 +522,7 @@ func (s *fscan) field(key string, w *wireMessage) bool {
 	case "message":
 		return s.strField(&w.Message)
 	case "detail":
-		return s.raw(&w.Detail)
+		return s.flex(&w.Detail)
 	case "error":
 		return s.raw(&w.Error)
 	case "code":

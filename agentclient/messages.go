@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 )
 
 // Message types as Letta names them in `message_type`.
@@ -285,7 +286,7 @@ type wireMessage struct {
 	ToolCall  *ToolCall `json:"tool_call"`
 	ToolCalls ToolCalls `json:"tool_calls"`
 	// tool return
-	ToolReturn  json.RawMessage  `json:"tool_return"`
+	ToolReturn  flexText         `json:"tool_return"`
 	Status      string           `json:"status"`
 	ToolCallID  string           `json:"tool_call_id"`
 	Stdout      []string         `json:"stdout"`
@@ -294,7 +295,7 @@ type wireMessage struct {
 	// error_message, and the bare exception body
 	ErrorType string          `json:"error_type"`
 	Message   string          `json:"message"`
-	Detail    json.RawMessage `json:"detail"`
+	Detail    flexText        `json:"detail"`
 	Error     json.RawMessage `json:"error"`
 	Code      string          `json:"code"`
 	// stop_reason
@@ -314,12 +315,18 @@ type wireMessage struct {
 // DecodeMessage decodes one JSON message object. Unknown message types come
 // back as *UnknownMessage; only malformed JSON is an error.
 func DecodeMessage(data []byte) (Message, error) {
-	var w wireMessage
-	if !fastDecode(data, &w) {
+	w := wirePool.Get().(*wireMessage)
+	defer wirePool.Put(w)
+	*w = wireMessage{}
+	if !fastDecode(data, w) {
 		return decodeStd(data)
 	}
 	return w.typed(data), nil
 }
+
+// wirePool recycles the decode scratch: typed copies out of it, sharing
+// only slices that the scratch drops on reset.
+var wirePool = sync.Pool{New: func() any { return new(wireMessage) }}
 
 // decodeStd is the reference decoder (encoding/json).
 func decodeStd(data []byte) (Message, error) {
@@ -348,6 +355,16 @@ func rawString(b json.RawMessage) string {
 		}
 	}
 	return string(b)
+}
+
+// flexText is a field Letta sends as a string, a list of text parts, or
+// (rarely) another JSON value, kept as its text.
+type flexText string
+
+// UnmarshalJSON decodes like rawString.
+func (f *flexText) UnmarshalJSON(b []byte) error {
+	*f = flexText(rawString(b))
+	return nil
 }
 
 func deref(p *int64) int64 {
@@ -382,10 +399,10 @@ func (w *wireMessage) typed(data []byte) Message {
 	case TypeApprovalResponse:
 		return &ApprovalResponseMessage{Common: c, Raw: append(json.RawMessage(nil), data...)}
 	case TypeToolReturn:
-		return &ToolReturnMessage{Common: c, ToolReturn: rawString(w.ToolReturn), Status: w.Status,
+		return &ToolReturnMessage{Common: c, ToolReturn: string(w.ToolReturn), Status: w.Status,
 			ToolCallID: w.ToolCallID, Stdout: w.Stdout, Stderr: w.Stderr, ToolReturns: w.ToolReturns}
 	case TypeError:
-		return &ErrorMessage{Common: c, ErrorType: w.ErrorType, Message: w.Message, Detail: rawString(w.Detail)}
+		return &ErrorMessage{Common: c, ErrorType: w.ErrorType, Message: w.Message, Detail: string(w.Detail)}
 	case TypeStopReason:
 		return &StopReason{Common: c, StopReason: w.StopReason}
 	case TypeUsage:
