@@ -20,6 +20,7 @@ import (
 	"github.com/lettaq/lettaq/budget"
 	"github.com/lettaq/lettaq/integration/lettasim"
 	"github.com/lettaq/lettaq/internal/testredis"
+	"github.com/lettaq/lettaq/ordering"
 	"github.com/lettaq/lettaq/queue"
 )
 
@@ -100,7 +101,7 @@ func newEnv(t testing.TB, opts ...envOpt) *env {
 	e.replies = queue.NewReplies(e.rdb, queue.RepliesOptions{Prefix: e.prefix})
 	e.journal = queue.NewJournal(e.rdb, queue.JournalOptions{Prefix: e.prefix, Retention: time.Hour})
 	c, err := queue.NewClient(queue.ClientConfig{Redis: e.redisOpt(), Budget: e.budget, Queue: e.queue,
-		Retention: time.Hour, Replies: e.replies})
+		Retention: time.Hour, Replies: e.replies, Ordering: e.ordering()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,6 +139,11 @@ func (e *env) cleanKeys() {
 	}
 }
 
+// ordering is the test's ordering configuration: keys under its prefix.
+func (e *env) ordering() queue.Ordering {
+	return queue.Ordering{Config: ordering.Config{Prefix: e.prefix + "ord:"}}
+}
+
 func (e *env) workerConfig(id string) queue.WorkerConfig {
 	lc, err := agentclient.New(agentclient.Config{BaseURL: e.sim.URL, RequestTimeout: e.budget.RequestTimeout})
 	if err != nil {
@@ -152,6 +158,7 @@ func (e *env) workerConfig(id string) queue.WorkerConfig {
 		HeartbeatInterval: 200 * time.Millisecond, DeltaMaxAge: 100 * time.Millisecond,
 		StuckRetryDelay: 200 * time.Millisecond, DelayedTaskCheckInterval: 200 * time.Millisecond,
 		TaskCheckInterval: 50 * time.Millisecond,
+		Ordering:          e.ordering(),
 	}
 }
 

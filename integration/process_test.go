@@ -18,6 +18,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/lettaq/lettaq/agentclient"
+	"github.com/lettaq/lettaq/ordering"
 	"github.com/lettaq/lettaq/queue"
 )
 
@@ -32,6 +33,11 @@ const (
 	envPrefix  = "LETTAQ_E2E_PREFIX"
 	envLetta   = "LETTAQ_E2E_LETTA_URL"
 	envID      = "LETTAQ_E2E_WORKER_ID"
+	// Optional: the ordering lease, coalesced integrations (comma list),
+	// "off" to disable ordering.
+	envOrderLease = "LETTAQ_E2E_ORDERING_LEASE"
+	envCoalesce   = "LETTAQ_E2E_COALESCE"
+	envOrdering   = "LETTAQ_E2E_ORDERING"
 )
 
 func TestMain(m *testing.M) {
@@ -53,6 +59,18 @@ func childWorker() int {
 		return 2
 	}
 	prefix := os.Getenv(envPrefix)
+	ord := queue.Ordering{Off: os.Getenv(envOrdering) == "off", Config: ordering.Config{Prefix: prefix + "ord:"}}
+	if v := os.Getenv(envOrderLease); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			log.Error("ordering lease", "error", err)
+			return 2
+		}
+		ord.Config.Lease = d
+	}
+	if v := os.Getenv(envCoalesce); v != "" {
+		ord.Coalesce = strings.Split(v, ",")
+	}
 	w, err := queue.NewWorker(queue.WorkerConfig{
 		Redis: asynq.RedisClientOpt{Addr: os.Getenv(envRedis), DB: db}, Letta: lc, Budget: b, Concurrency: 50,
 		Queues: map[string]int{os.Getenv(envQueue): 1}, ShutdownTimeout: 2 * time.Second, Logger: log,
@@ -62,6 +80,7 @@ func childWorker() int {
 		HeartbeatInterval: 200 * time.Millisecond, DeltaMaxAge: 100 * time.Millisecond,
 		StuckRetryDelay: 200 * time.Millisecond, DelayedTaskCheckInterval: 200 * time.Millisecond,
 		TaskCheckInterval: 50 * time.Millisecond,
+		Ordering:          ord,
 	})
 	if err != nil {
 		log.Error("worker config", "error", err)
@@ -103,11 +122,12 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// spawnWorker starts a worker process and waits until it runs.
-func (e *env) spawnWorker(id string) *proc {
+// spawnWorker starts a worker process and waits until it runs. extraEnv
+// adds variables (envOrderLease, envCoalesce, envOrdering).
+func (e *env) spawnWorker(id string, extraEnv ...string) *proc {
 	e.t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), envChild+"=1", envRedis+"="+e.redis.Addr, fmt.Sprintf("%s=%d", envRedisDB, e.redis.DB),
+	cmd.Env = append(append(os.Environ(), extraEnv...), envChild+"=1", envRedis+"="+e.redis.Addr, fmt.Sprintf("%s=%d", envRedisDB, e.redis.DB),
 		envQueue+"="+e.queue, envPrefix+"="+e.prefix, envLetta+"="+e.sim.URL, envID+"="+id)
 	p := &proc{id: id, cmd: cmd, out: &syncBuffer{}, done: make(chan struct{})}
 	cmd.Stderr = p.out
@@ -244,24 +264,59 @@ func TestProcessKilledMidStreamAndMidContinuation(t *testing.T) {
 	e := newEnv(t)
 	// B runs from the start but is paused (SIGSTOP) while A picks up the
 	// turns, so that A holds both when it dies, whatever the machine's load.
-	b := e.spawnWorker("B")
+	//
+	// Under ordering (lease 2s here) the killed turn's conversation must be
+	// free again within the lease, and a message queued behind it must
+	// still wait until the killed turn is recovered and finished. The two
+	// killed turns are in two conversations, so that A holds both.
+	lease := envOrderLease + "=2s"
+	b := e.spawnWorker("B", lease)
 	b.signal(syscall.SIGSTOP)
-	a := e.spawnWorker("A")
+	a := e.spawnWorker("A", lease)
 	agent := e.sim.CreateAgent("kill", nil)
-	c := e.conv("kill")
+	agent2 := e.sim.CreateAgent("kill-cont", nil)
+	c, c2 := e.conv("kill"), e.conv("kill-cont")
 	// Mid-stream: a turn that streams (pings, then reasoning) for 5s.
 	stream := e.enqueue(queue.Message{AgentID: agent, Conversation: c, MessageID: "k-stream",
 		Text: fmt.Sprintf("[[sim think=%s answer=stream-survived]] one", simDur(5*time.Second))})
 	// Mid-continuation: the stream stalls at once and resume is refused,
 	// so the attempt polls the run, which takes 5s.
-	cont := e.enqueue(queue.Message{AgentID: agent, Conversation: c, MessageID: "k-cont",
+	cont := e.enqueue(queue.Message{AgentID: agent2, Conversation: c2, MessageID: "k-cont",
 		Text: fmt.Sprintf("[[sim think=%s answer=cont-survived stall=forever stall_after=1 resume=410]] two", simDur(5*time.Second))})
 	e.waitAttempt(stream.TaskID, 1, "streaming")
 	e.waitAttempt(cont.TaskID, 1, "continuing")
+	// Behind the killed turn in its conversation.
+	after := e.enqueue(queue.Message{AgentID: agent, Conversation: c, MessageID: "k-after",
+		Text: "[[sim answer=after-answered]] after"})
+	if after.Position != 1 {
+		t.Errorf("k-after: position %d, want 1", after.Position)
+	}
+	seq, err := ordering.New(e.rdb, ordering.Config{Prefix: e.prefix + "ord:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := ordering.ConversationKey(agent, c.Integration, c.ChatID)
+	if held, _, _ := seq.Holder(context.Background(), key); held != stream.TaskID {
+		t.Fatalf("the key is held by %q, want the streaming turn %s", held, stream.TaskID)
+	}
 	b.signal(syscall.SIGCONT) // running when A dies
 	t0 := time.Now()
 	a.signal(syscall.SIGKILL)
 	a.wait(t, 10*time.Second)
+	for {
+		held, _, err := seq.Holder(context.Background(), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if held == "" {
+			t.Logf("the killed turn's conversation is free %v after SIGKILL (lease 2s)", time.Since(t0).Round(time.Millisecond))
+			break
+		}
+		if time.Since(t0) > 3*time.Second {
+			t.Fatalf("the key is still held by %s %v after SIGKILL (lease 2s)", held, time.Since(t0))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	// Asynq recovers a task once its lease (30s, extended every 5s) expired
 	// 30s ago, checking every minute from a server's start: a worker that
 	// starts now checks at ~+62s.
@@ -269,9 +324,10 @@ func TestProcessKilledMidStreamAndMidContinuation(t *testing.T) {
 	e.spawnWorker("C") // its first recovery check after the start is at ~+62s
 	for _, tc := range []struct {
 		res    queue.EnqueueResult
+		conv   queue.Conversation
 		answer string
-	}{{stream, "stream-survived"}, {cont, "cont-survived"}} {
-		final, evs := e.waitFinal(c, tc.res.TaskID, 150*time.Second)
+	}{{stream, c, "stream-survived"}, {cont, c2, "cont-survived"}} {
+		final, evs := e.waitFinal(tc.conv, tc.res.TaskID, 150*time.Second)
 		if final.Type != queue.EventAnswer || final.Text != tc.answer {
 			t.Fatalf("final %+v; %s", final, summarize(evs))
 		}
@@ -285,8 +341,17 @@ func TestProcessKilledMidStreamAndMidContinuation(t *testing.T) {
 		}
 		t.Logf("%s answered %v after SIGKILL: %s", tc.answer, time.Since(t0).Round(time.Millisecond), describeAttempts(rec))
 	}
+	if final, evs := e.waitFinal(c, after.TaskID, 30*time.Second); final.Type != queue.EventAnswer || final.Text != "after-answered" {
+		t.Fatalf("k-after: final %+v; %s", final, summarize(evs))
+	}
+	// Order held: the recovered turn reached the agent first and finished
+	// before the next one started.
+	if got := e.sim.UserMessages(agent); len(got) != 2 || got[0].Otid != stream.Otid || got[1].Otid != after.Otid {
+		t.Fatalf("the agent received %+v, want k-stream then k-after", got)
+	}
+	checkSerialRuns(t, e.sim, agent, 2)
 	time.Sleep(300 * time.Millisecond)
-	if n := countFinal(e.events(c, "")); n != 2 {
+	if n := countFinal(e.events(c, "")) + countFinal(e.events(c2, "")); n != 3 {
 		t.Fatalf("%d final events", n)
 	}
 }

@@ -10,8 +10,10 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/lettaq/lettaq/budget"
+	"github.com/lettaq/lettaq/ordering"
 )
 
 // DefaultQueue is the Asynq queue turns go to unless configured otherwise.
@@ -42,12 +44,18 @@ type ClientConfig struct {
 	Replies *Replies
 	// Now is the clock for EnqueuedAt; default time.Now.
 	Now func() time.Time
+	// Ordering: each new turn joins its conversation's line right after it
+	// is enqueued (on by default; Off, Scope and Config.Prefix must match
+	// the workers'). Coalesce is a worker setting and is ignored here.
+	Ordering Ordering
 }
 
 // Client enqueues turns. It is safe for concurrent use.
 type Client struct {
 	ac  *asynq.Client
 	cfg ClientConfig
+	seq *ordering.Sequencer   // nil: no ordering
+	rdb redis.UniversalClient // owned by the sequencer we made
 }
 
 // EnqueueResult says what Enqueue did.
@@ -61,6 +69,9 @@ type EnqueueResult struct {
 	Queue string `json:"queue"`
 	// Otid of the turn.
 	Otid string `json:"otid"`
+	// Position is the turn's 0-based place in its conversation's line (0:
+	// it runs next), under ordering; -1 when the turn already finished.
+	Position int `json:"position"`
 }
 
 // NewClient returns a Client. Close it when done.
@@ -82,17 +93,37 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	} else if cfg.MaxRetry < 0 {
 		cfg.MaxRetry = 0
 	}
+	if !cfg.Ordering.Off && cfg.MaxRetry < 1 {
+		// Asynq archives a task whose retries are used up even when it was
+		// only put back to wait for its turn.
+		cfg.MaxRetry = 1
+	}
 	if cfg.Retention <= 0 {
 		cfg.Retention = DefaultRetention
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Client{ac: asynq.NewClient(cfg.Redis), cfg: cfg}, nil
+	c := &Client{cfg: cfg}
+	if !cfg.Ordering.Off {
+		seq, rdb, err := cfg.Ordering.newSequencer(cfg.Redis)
+		if err != nil {
+			return nil, err
+		}
+		c.seq, c.rdb = seq, rdb
+	}
+	c.ac = asynq.NewClient(cfg.Redis)
+	return c, nil
 }
 
 // Close closes the connection to Redis.
-func (c *Client) Close() error { return c.ac.Close() }
+func (c *Client) Close() error {
+	err := c.ac.Close()
+	if c.rdb != nil {
+		err = errors.Join(err, c.rdb.Close())
+	}
+	return err
+}
 
 // TaskOptions returns the Asynq options Enqueue uses for a task with id.
 // A client in another language should set the same (see the package doc).
@@ -110,6 +141,12 @@ func (c *Client) TaskOptions(taskID string) []asynq.Option {
 // enqueued before (and whose task is still retained) is not enqueued
 // again: the result names the existing task with Duplicate set. Validation
 // errors are *ValidationError.
+//
+// Under ordering, the task then joins its conversation's line (a duplicate
+// joins again: that is idempotent and keeps its place), and the accepted
+// event carries its position. If the join fails, Enqueue returns the error
+// although the task exists: enqueue again (it is then a duplicate, and
+// joins); a task that never joined joins when a worker first takes it.
 func (c *Client) Enqueue(ctx context.Context, m Message) (EnqueueResult, error) {
 	if m.EnqueuedAt.IsZero() {
 		m.EnqueuedAt = c.cfg.Now().UTC()
@@ -124,14 +161,20 @@ func (c *Client) Enqueue(ctx context.Context, m Message) (EnqueueResult, error) 
 	switch {
 	case errors.Is(err, asynq.ErrTaskIDConflict):
 		res.Duplicate = true
-		return res, nil
 	case err != nil:
 		return EnqueueResult{}, fmt.Errorf("queue: enqueue %s: %w", id, err)
 	}
-	if c.cfg.Replies != nil {
+	if c.seq != nil {
+		pos, err := c.seq.Join(ctx, c.cfg.Ordering.Key(m), id)
+		if err != nil {
+			return res, fmt.Errorf("queue: enqueued %s but could not join its conversation's line: %w", id, err)
+		}
+		res.Position = pos
+	}
+	if c.cfg.Replies != nil && !res.Duplicate {
 		// Best effort: the worker writes it at the first attempt otherwise.
 		_, _ = c.cfg.Replies.EmitAcceptedOnce(ctx, m.Conversation, ReplyEvent{
-			TaskID: id, Otid: res.Otid, MessageID: m.MessageID})
+			TaskID: id, Otid: res.Otid, MessageID: m.MessageID, Position: max(res.Position, 0)})
 	}
 	return res, nil
 }

@@ -59,11 +59,13 @@
 //	Interrupted (shutdown, deadline)          –                          retrying            *InterruptedError → retry in 100ms
 //	invalid payload                           error, permanent (if readable) failed          SkipRetry → archived
 //	any retry on the last allowed attempt     error, permanent           failed              SkipRetry → archived
+//	not its turn (ordering)                   –                          –                   put back (no retry used)
+//	merged into another turn (coalescing)     by the answering turn      coalesced           nil
 //
 // RetryDelay is the asynq.RetryDelayFunc that honours *RetryAfterError and
 // otherwise backs off exponentially (1s doubling, capped at 1 minute);
 // IsFailure keeps a shutdown interruption from counting as a failed try.
-// Run configures both.
+// Run configures both (with ordering's put-back, see ServerConfig).
 //
 // # Reply events
 //
@@ -98,7 +100,27 @@
 //
 // # Ordering
 //
-// WorkerConfig.Sequencer is the seam for running one turn at a time per
-// conversation, in order: it is acquired before an attempt and released
-// after it. nil (the default) means no ordering.
+// WorkerConfig.Ordering and ClientConfig.Ordering (on by default) run the
+// turns of one conversation one at a time, in enqueue order, across all
+// workers (package ordering): Client.Enqueue joins the turn to its key's
+// line after the enqueue (also for a duplicate: idempotent) and reports its
+// Position, also in the accepted event. The handler acquires the key before
+// the attempt (a turn that is not next is put back without using a retry:
+// ServerConfig's IsFailure and RetryDelayFunc know it), runs the attempt
+// under the lease (a lost lease interrupts it), and releases it after:
+// done when the turn ended (answered, failed, archived), so the next one is
+// woken at once; not done when it will be retried, so it keeps its place.
+// The key is Ordering.Key: agent + integration + chat, or the agent alone
+// with ordering.ScopeAgent. The journal's QueueWait includes the wait for
+// the key.
+//
+// Coalescing (Ordering.Coalesce, per integration, off by default): the turn
+// that gets the key takes the tasks waiting right behind it and sends their
+// texts with its own as one user message (texts in order, separated by a
+// blank line, "sender: " before each when the senders differ; a retried
+// attempt rebuilds the same text). Each merged task ends at once with
+// journal outcome "coalesced" and AnsweredBy naming the turn; when the turn
+// ends it writes each merged message's final event: an answer with
+// answered_by and no text (the text is in the turn's own answer, which
+// carries answered_by too), or a permanent error if the turn failed.
 package queue

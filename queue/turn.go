@@ -28,6 +28,11 @@ type TurnResult struct {
 	Approval   *ToolEvent `json:"approval,omitempty"`
 	Usage      *Usage     `json:"usage,omitempty"`
 	Attempts   int        `json:"attempts"`
+	// AnsweredBy: for a message merged into another turn (outcome
+	// coalesced), that turn's task id.
+	AnsweredBy string `json:"answered_by,omitempty"`
+	// Merged: the task ids merged into this turn.
+	Merged []string `json:"merged,omitempty"`
 	// Timings in milliseconds: enqueue → first start, enqueue → first
 	// answer token, enqueue → end, and this attempt's duration.
 	QueueWaitMS int64 `json:"queue_wait_ms"`
@@ -55,7 +60,22 @@ func (w *Worker) processTask(ctx context.Context, task *asynq.Task) error {
 	t := &turn{w: w, task: task, taskID: taskID, queue: qname, msg: msg, otid: OtidFor(msg, taskID),
 		retried: retried, maxRetry: maxRetry, start: start,
 		log: w.log.With(slog.String("task_id", taskID))}
-	return t.run(ctx)
+	if w.ord == nil {
+		return t.run(ctx)
+	}
+	t.key = w.ord.cfg.Key(msg)
+	lease, err, end := t.acquire(ctx)
+	if end {
+		return err
+	}
+	// The wait for the conversation counts as queue wait: the attempt
+	// starts when it holds the key.
+	t.start = time.Now()
+	lctx, cancel := lease.Context(ctx)
+	err = t.run(lctx)
+	cancel()
+	t.release(ctx, lease, err)
+	return err
 }
 
 // deliveryCtx is for writes that must happen even when the attempt's
@@ -99,6 +119,10 @@ type turn struct {
 	retried, maxRetry int
 	start             time.Time
 	log               *slog.Logger
+
+	key          string     // ordering key ("" without ordering)
+	followers    []follower // messages merged into this turn
+	newFollowers []string   // taken by this attempt
 
 	bg context.Context // for progress events: not canceled with the attempt
 
@@ -149,7 +173,7 @@ func (t *turn) run(ctx context.Context) error {
 	if err != nil {
 		return t.retryEarly(err)
 	}
-	if answered || finalOutcome(rec.Outcome) {
+	if answered || finalOutcome(rec.Outcome) || rec.Outcome == OutcomeCoalesced {
 		// An earlier attempt finished the turn (and crashed before Asynq
 		// heard of it): nothing is sent and nothing emitted again.
 		t.log.Info("turn already finished by an earlier attempt", "outcome", rec.Outcome)
@@ -159,13 +183,6 @@ func (t *turn) run(ctx context.Context) error {
 		t.rec = rec
 		t.writeResult(rec.Outcome, "", nil)
 		return nil
-	}
-	if seq := w.cfg.Sequencer; seq != nil {
-		release, err := seq.Acquire(ctx, t.msg.Conversation, t.taskID, t.msg.EnqueuedAt)
-		if err != nil {
-			return t.retryEarly(fmt.Errorf("sequencer: %w", err))
-		}
-		defer release()
 	}
 
 	// The record: create or extend, with this attempt in it.
@@ -198,6 +215,20 @@ func (t *turn) run(ctx context.Context) error {
 	if err != nil {
 		return t.retryEarly(err)
 	}
+	if err := t.takeFollowers(ctx, len(intents) == 0); err != nil {
+		return t.retryEarly(err)
+	}
+	text := t.msg.Text
+	if len(t.followers) > 0 {
+		text = mergeText(t.msg, t.followers)
+		t.mu.Lock()
+		rec.Merged = rec.Merged[:0]
+		for _, f := range t.followers {
+			rec.Merged = append(rec.Merged, f.msg.MessageID)
+		}
+		t.mu.Unlock()
+		t.log.Info("messages merged into this turn", "merged", len(t.followers))
+	}
 
 	t.st = agentclient.NewStreamState()
 	t.st.SetRunID(rec.RunID)
@@ -208,7 +239,7 @@ func (t *turn) run(ctx context.Context) error {
 	t.deltas = newDeltaPump(w.cfg.DeltaMaxAge, func(text string, narration bool) {
 		t.emit(ReplyEvent{Type: EventAnswerDelta, Text: text, Narration: narration})
 	})
-	turnSpec := continuation.Turn{AgentID: t.msg.AgentID, Otid: t.otid, Text: t.msg.Text, SenderID: t.msg.SenderID,
+	turnSpec := continuation.Turn{AgentID: t.msg.AgentID, Otid: t.otid, Text: text, SenderID: t.msg.SenderID,
 		Started: rec.FirstStartedAt, PriorIntent: len(intents) > 0}
 	hooks := continuation.Hooks{
 		OnEvent:    t.onEvent,
@@ -550,6 +581,9 @@ func (t *turn) finish(ctx context.Context, d continuation.Decision) error {
 // finished turn.
 func (t *turn) deliver(ctx context.Context, log *slog.Logger, outcome string, ev ReplyEvent, answer string, approval *ToolEvent) error {
 	ev.TaskID, ev.Otid, ev.MessageID, ev.RunID = t.taskID, t.otid, t.msg.MessageID, t.rec.RunID
+	if len(t.followers) > 0 {
+		ev.AnsweredBy = t.taskID
+	}
 	emitted, err := t.w.replies.EmitAnswerOnce(ctx, t.msg.Conversation, ev)
 	if err != nil {
 		// The answer is the whole point: retry; the next attempt finds the
@@ -565,6 +599,7 @@ func (t *turn) deliver(ctx context.Context, log *slog.Logger, outcome string, ev
 	if !emitted {
 		log.Info("final event already written by an earlier attempt")
 	}
+	t.finishFollowers(ctx, ev)
 	now := time.Now()
 	t.mu.Lock()
 	t.attempt().Outcome = outcome
@@ -591,7 +626,11 @@ func (t *turn) writeResult(outcome, answer string, approval *ToolEvent) {
 	r := TurnResult{TaskID: t.taskID, Otid: t.otid, RunID: t.rec.RunID, Outcome: outcome, Answer: answer,
 		StopReason: t.rec.StopReason, Approval: approval, Usage: t.rec.Usage, Attempts: len(t.rec.Attempts),
 		QueueWaitMS: t.rec.QueueWait.Milliseconds(), TTFTMS: t.rec.TTFT.Milliseconds(),
-		LatencyMS: t.latency(time.Now()).Milliseconds(), AttemptMS: time.Since(t.start).Milliseconds()}
+		LatencyMS: t.latency(time.Now()).Milliseconds(), AttemptMS: time.Since(t.start).Milliseconds(),
+		AnsweredBy: t.rec.AnsweredBy}
+	for _, f := range t.followers {
+		r.Merged = append(r.Merged, f.taskID)
+	}
 	if r.QueueWaitMS == 0 && !t.rec.EnqueuedAt.IsZero() && !t.rec.FirstStartedAt.IsZero() {
 		r.QueueWaitMS = t.rec.FirstStartedAt.Sub(t.rec.EnqueuedAt).Milliseconds()
 	}
@@ -607,10 +646,15 @@ func (t *turn) writeResult(outcome, answer string, approval *ToolEvent) {
 // fail ends the turn with a permanent error: one error event, the journal,
 // and SkipRetry so that Asynq archives the task.
 func (t *turn) fail(ctx context.Context, log *slog.Logger, reason, stop string) error {
-	if _, err := t.w.replies.EmitAnswerOnce(ctx, t.msg.Conversation, ReplyEvent{Type: EventError, TaskID: t.taskID,
-		Otid: t.otid, RunID: t.rec.RunID, MessageID: t.msg.MessageID, Text: reason, StopReason: stop, Permanent: true}); err != nil {
+	ev := ReplyEvent{Type: EventError, TaskID: t.taskID,
+		Otid: t.otid, RunID: t.rec.RunID, MessageID: t.msg.MessageID, Text: reason, StopReason: stop, Permanent: true}
+	if len(t.followers) > 0 {
+		ev.AnsweredBy = t.taskID
+	}
+	if _, err := t.w.replies.EmitAnswerOnce(ctx, t.msg.Conversation, ev); err != nil {
 		log.Warn("could not emit the error event", "error", err.Error())
 	}
+	t.finishFollowers(ctx, ev)
 	now := time.Now()
 	t.mu.Lock()
 	t.attempt().Outcome, t.attempt().Error = OutcomeFailed, reason

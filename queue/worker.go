@@ -16,6 +16,7 @@ import (
 	"github.com/lettaq/lettaq/agentclient"
 	"github.com/lettaq/lettaq/budget"
 	"github.com/lettaq/lettaq/continuation"
+	"github.com/lettaq/lettaq/ordering"
 )
 
 // Observer is told what the worker does, for metrics. Methods are called
@@ -53,14 +54,6 @@ func (NopObserver) Resend(string)                                             {}
 func (NopObserver) AttemptFinished(string, string, time.Duration)             {}
 func (NopObserver) TurnFinished(string, string, time.Duration, time.Duration) {}
 
-// Sequencer orders turns within a conversation (one at a time, in order).
-// The worker calls Acquire before a turn's attempt and the release func it
-// returns after it. An Acquire error ends the attempt and retries the task
-// later (a *RetryAfterError sets when). nil in WorkerConfig: no ordering.
-type Sequencer interface {
-	Acquire(ctx context.Context, c Conversation, taskID string, enqueuedAt time.Time) (release func(), err error)
-}
-
 // WorkerConfig configures a Worker.
 type WorkerConfig struct {
 	// Redis is the Asynq connection; reply events and the journal use the
@@ -95,13 +88,15 @@ type WorkerConfig struct {
 	ReplyPartLimits map[string]int
 	// Observer, default NopObserver.
 	Observer Observer
-	// Sequencer, nil: turns are not ordered.
-	Sequencer Sequencer
+	// Ordering: one turn at a time per conversation, in enqueue order (on
+	// by default; see Ordering and package ordering).
+	Ordering Ordering
 	// TaskCheckInterval: how often an idle worker polls Redis for new tasks
 	// (Asynq's TaskCheckInterval; default 100ms, the pickup latency).
 	TaskCheckInterval time.Duration
 	// DelayedTaskCheckInterval: how often retries that are due are moved
-	// back to the queue (default 1s).
+	// back to the queue (default 1s; at most 1s under ordering, where
+	// waiting turns are put back as retries).
 	DelayedTaskCheckInterval time.Duration
 	// HeartbeatInterval repeats the phase event (default 4s).
 	HeartbeatInterval time.Duration
@@ -123,6 +118,7 @@ type Worker struct {
 	journal *Journal
 	obs     Observer
 	rdb     redis.UniversalClient // owned when we made it
+	ord     *orderer              // nil: no ordering
 
 	baseCtx    context.Context
 	baseCancel context.CancelCauseFunc
@@ -176,6 +172,15 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	if cfg.StuckRetryDelay <= 0 {
 		cfg.StuckRetryDelay = time.Second
 	}
+	if !cfg.Ordering.Off && cfg.DelayedTaskCheckInterval > time.Second {
+		cfg.DelayedTaskCheckInterval = time.Second
+	}
+	if cfg.Ordering.MaxCoalesce <= 0 {
+		cfg.Ordering.MaxCoalesce = DefaultMaxCoalesce
+	}
+	if len(cfg.Ordering.Coalesce) > 0 && !cfg.Ordering.Off && cfg.Ordering.Scope != ordering.ScopeConversation {
+		return nil, errors.New("queue: Ordering.Coalesce needs the conversation scope (an agent's line mixes chats)")
+	}
 	w := &Worker{cfg: cfg, log: cfg.Logger, obs: cfg.Observer}
 	w.client = cfg.Letta
 	if w.client == nil {
@@ -210,6 +215,14 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	if w.journal == nil {
 		w.journal = NewJournal(w.rdb, cfg.JournalOptions)
 	}
+	if !cfg.Ordering.Off {
+		seq, rdb, err := cfg.Ordering.newSequencer(cfg.Redis)
+		if err != nil {
+			w.closeRedis()
+			return nil, err
+		}
+		w.ord = &orderer{cfg: cfg.Ordering, seq: seq, rdb: rdb, insp: asynq.NewInspector(cfg.Redis)}
+	}
 	w.baseCtx, w.baseCancel = context.WithCancelCause(context.Background())
 	return w, nil
 }
@@ -222,18 +235,26 @@ func (w *Worker) Journal() *Journal { return w.journal }
 
 // Handler returns the asynq.Handler that runs one turn per task (for tests,
 // or to mount on an asynq.ServeMux of your own under TaskType). A task
-// handled this way should be run with RetryDelay and IsFailure.
+// handled this way should be run with ServerConfig's RetryDelayFunc and
+// IsFailure.
 func (w *Worker) Handler() asynq.Handler { return asynq.HandlerFunc(w.processTask) }
 
-// ServerConfig returns the asynq.Config Run uses.
+// ServerConfig returns the asynq.Config Run uses. Under ordering, its
+// IsFailure and RetryDelayFunc also know the put-back of a turn that
+// waits for its conversation (ordering.IsFailure, ordering.RetryPolicy).
 func (w *Worker) ServerConfig() asynq.Config {
+	retry, isFailure := asynq.RetryDelayFunc(RetryDelay), IsFailure
+	if w.ord != nil {
+		retry = ordering.RetryPolicy{Fallback: RetryDelay}.Func()
+		isFailure = func(err error) bool { return IsFailure(err) && ordering.IsFailure(err) }
+	}
 	return asynq.Config{
 		Concurrency:              w.cfg.Concurrency,
 		BaseContext:              func() context.Context { return w.baseCtx },
 		TaskCheckInterval:        w.cfg.TaskCheckInterval,
 		DelayedTaskCheckInterval: w.cfg.DelayedTaskCheckInterval,
-		RetryDelayFunc:           RetryDelay,
-		IsFailure:                IsFailure,
+		RetryDelayFunc:           retry,
+		IsFailure:                isFailure,
 		Queues:                   w.cfg.Queues,
 		ShutdownTimeout:          w.cfg.ShutdownTimeout,
 		Logger:                   NewAsynqLogger(w.log.With(slog.String("component", "asynq"))),
@@ -283,6 +304,7 @@ func (w *Worker) run(ctx context.Context) error {
 }
 
 func (w *Worker) closeRedis() {
+	w.ord.close()
 	if w.rdb != nil {
 		_ = w.rdb.Close()
 	}

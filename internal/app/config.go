@@ -57,9 +57,12 @@ type WorkerConfig struct {
 	ShutdownTimeout   time.Duration
 	HeartbeatInterval time.Duration
 	MaxRetry          int
-	LogFormat         string // auto | json | text
-	LogLevel          string // debug | info | warn | error
-	HTTPAddr          string // "" or "off": no listener
+	Ordering          string        // conversation | agent | off
+	OrderingLease     time.Duration // lease of a conversation's lock
+	Coalesce          []string      // integrations whose waiting messages are merged
+	LogFormat         string        // auto | json | text
+	LogLevel          string        // debug | info | warn | error
+	HTTPAddr          string        // "" or "off": no listener
 	HTTPToken         string
 	MonitorWritable   bool
 	WorkerID          string
@@ -201,7 +204,31 @@ var workerSettings = []setting{
 	{Var{Name: "LETTAQ_HEARTBEAT_INTERVAL", Default: "4s",
 		Help: "how often a running turn repeats its phase event, so typing indicators stay alive"},
 		durSetting(func(c *WorkerConfig) *time.Duration { return &c.HeartbeatInterval }, 100*time.Millisecond)},
-	{Var{Name: "LETTAQ_MAX_RETRY", Default: "5",
+	{Var{Name: "LETTAQ_ORDERING", Default: "conversation",
+		Help: "one turn at a time, in arrival order, per conversation (agent + integration + chat), per agent (\"agent\": for an agent shared by many chats), or \"off\"; enqueue must use the same"},
+		func(c *WorkerConfig, raw string) error {
+			switch raw = strings.ToLower(strings.TrimSpace(raw)); raw {
+			case "conversation", "agent", "off":
+				c.Ordering = raw
+				return nil
+			}
+			return errors.New("want conversation, agent or off")
+		}},
+	{Var{Name: "LETTAQ_ORDERING_LEASE", Default: "30s",
+		Help: "lease of a conversation's lock, renewed while its turn runs: a worker that dies holding a conversation blocks it at most this long"},
+		durSetting(func(c *WorkerConfig) *time.Duration { return &c.OrderingLease }, 100*time.Millisecond)},
+	{Var{Name: "LETTAQ_COALESCE", Default: "",
+		Help: "comma-separated integrations (e.g. telegram,slack) whose messages that arrive while their conversation is busy are sent together as the next turn's one user message; needs LETTAQ_ORDERING=conversation"},
+		func(c *WorkerConfig, raw string) error {
+			c.Coalesce = nil
+			for _, n := range strings.Split(raw, ",") {
+				if n = strings.TrimSpace(n); n != "" {
+					c.Coalesce = append(c.Coalesce, n)
+				}
+			}
+			return nil
+		}},
+	{Var{Name: "LETTAQ_MAX_RETRY", Default: "25",
 		Help: "attempts after the first for turns this worker enqueues through /enqueue (enqueue's --max-retry for the CLI)"},
 		intSetting(func(c *WorkerConfig) *int { return &c.MaxRetry }, 0)},
 	{Var{Name: "LETTAQ_LOG_FORMAT", Default: "auto",

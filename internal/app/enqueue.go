@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -33,10 +34,13 @@ var EnqueueVars = []Var{
 	{Name: "LETTAQ_QUEUE", Flag: "queue", Default: DefaultQueue, Help: "queue to put the turn on"},
 	{Name: "LETTAQ_AGENT_ID", Flag: "agent", Default: "", Help: "the Letta agent that answers (dev mode: " + DemoAgent + ")"},
 	{Name: "LETTAQ_DEV_REDIS_ADDR", Flag: "dev-redis-addr", Default: DefaultDevRedisAddr, Help: "with --dev: the dev worker's in-memory Redis"},
+	{Name: "LETTAQ_ORDERING", Flag: "ordering", Default: "conversation", Help: "conversation, agent or off (as the worker's): the turn joins its line"},
+	{Name: "LETTAQ_MAX_RETRY", Flag: "max-retry", Default: "25", Help: "retries after the first attempt"},
 }
 
 type enqueueOpts struct {
 	redisURL, clusterAddrs, prefix, queueName, agent, devRedis string
+	ordering                                                   string
 	integration, chat, messageID, sender, otid                 string
 	dev, jsonOut, wait                                         bool
 	timeout                                                    time.Duration
@@ -84,7 +88,13 @@ func RunEnqueue(ctx context.Context, args []string, getenv func(string) string, 
 	fs.BoolVar(&o.jsonOut, "json", false, "")
 	fs.BoolVar(&o.wait, "wait", false, "")
 	fs.DurationVar(&o.timeout, "timeout", 10*time.Minute, "")
-	fs.IntVar(&o.maxRetry, "max-retry", 5, "")
+	fs.StringVar(&o.ordering, "ordering", envOr("LETTAQ_ORDERING", "conversation"), "")
+	defRetry, err := strconv.Atoi(envOr("LETTAQ_MAX_RETRY", strconv.Itoa(queue.DefaultMaxRetry)))
+	if err != nil {
+		fmt.Fprintf(stderr, "enqueue: LETTAQ_MAX_RETRY: not an integer\n")
+		return ExitUsage
+	}
+	fs.IntVar(&o.maxRetry, "max-retry", defRetry, "")
 	fs.IntVar(&o.limit, "limit", 20, "")
 	usage := func() {
 		WriteUsage(stdout, enqueueSynopsis, enqueueDesc, EnqueueVars, nil)
@@ -93,7 +103,6 @@ func RunEnqueue(ctx context.Context, args []string, getenv func(string) string, 
   --message-id ID      the integration's message id: a message enqueued twice makes one turn
   --sender ID          passed to Letta as sender_id
   --otid UUID          the turn's idempotency key at Letta (default: derived from the task id)
-  --max-retry N        retries after the first attempt (default 5)
   --dev                reach a worker started with --dev (its in-memory Redis, agent `+DemoAgent+`)
   --wait               follow the turn until its answer: a live phase line and the answer as it
                        grows on a terminal; plain lines on stderr and the answer on stdout otherwise
@@ -184,8 +193,14 @@ Time budget: the task timeout is computed from the LETTAQ_* budget variables, as
 		return ExitUsage
 	}
 	replies := queue.NewReplies(rdb, queue.RepliesOptions{Prefix: o.prefix})
+	switch o.ordering = strings.ToLower(o.ordering); o.ordering {
+	case "conversation", "agent", "off":
+	default:
+		fmt.Fprintf(stderr, "enqueue: --ordering: want conversation, agent or off\n")
+		return ExitUsage
+	}
 	client, err := queue.NewClient(queue.ClientConfig{Redis: connOpt, Budget: b, Queue: o.queueName,
-		MaxRetry: maxRetry(o.maxRetry), Replies: replies})
+		MaxRetry: maxRetry(o.maxRetry), Replies: replies, Ordering: queueOrdering(o.ordering, o.prefix)})
 	if err != nil {
 		fmt.Fprintf(stderr, "enqueue: %v\n", err)
 		return ExitUsage

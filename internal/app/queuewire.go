@@ -2,14 +2,17 @@ package app
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lettaq/lettaq/agentclient"
+	"github.com/lettaq/lettaq/ordering"
 	"github.com/lettaq/lettaq/queue"
 )
 
@@ -33,6 +36,12 @@ func newQueueRunner(cfg WorkerConfig, connOpt asynq.RedisConnOpt, rdb redis.Univ
 	if err != nil {
 		return nil, &ConfigError{Errs: []error{err}}
 	}
+	ord := queueOrdering(cfg.Ordering, cfg.KeyPrefix)
+	ord.Config.Lease = cfg.OrderingLease
+	ord.Coalesce = cfg.Coalesce
+	if len(ord.Coalesce) > 0 && cfg.Ordering != "conversation" {
+		return nil, &ConfigError{Errs: []error{errors.New("LETTAQ_COALESCE needs LETTAQ_ORDERING=conversation")}}
+	}
 	replies := queue.NewReplies(rdb, queue.RepliesOptions{Prefix: cfg.KeyPrefix})
 	journal := queue.NewJournal(rdb, queue.JournalOptions{Prefix: cfg.KeyPrefix})
 	w, err := queue.NewWorker(queue.WorkerConfig{
@@ -49,6 +58,7 @@ func newQueueRunner(cfg WorkerConfig, connOpt asynq.RedisConnOpt, rdb redis.Univ
 		Observer:          m,
 		TaskCheckInterval: cfg.TaskCheckInterval,
 		HeartbeatInterval: cfg.HeartbeatInterval,
+		Ordering:          ord,
 	})
 	if err != nil {
 		return nil, err
@@ -56,12 +66,27 @@ func newQueueRunner(cfg WorkerConfig, connOpt asynq.RedisConnOpt, rdb redis.Univ
 	q := &queueRunner{w: w}
 	// /enqueue puts turns on the worker's first queue by weight.
 	client, err := queue.NewClient(queue.ClientConfig{Redis: connOpt, Budget: cfg.Budget,
-		Queue: firstQueue(cfg.Queues), MaxRetry: maxRetry(cfg.MaxRetry), Replies: replies})
+		Queue: firstQueue(cfg.Queues), MaxRetry: maxRetry(cfg.MaxRetry), Replies: replies, Ordering: ord})
 	if err != nil {
 		return nil, err
 	}
 	q.client = client
 	return q, nil
+}
+
+// queueOrdering maps LETTAQ_ORDERING (conversation, agent, off; "" is
+// conversation) to the queue's setting, with the ordering keys under the
+// key prefix (its braces dropped: the ordering keys carry their own hash
+// tag).
+func queueOrdering(mode, keyPrefix string) queue.Ordering {
+	o := queue.Ordering{Config: ordering.Config{Prefix: strings.NewReplacer("{", "", "}", "").Replace(keyPrefix) + "ord:"}}
+	switch mode {
+	case "off":
+		o.Off = true
+	case "agent":
+		o.Scope = ordering.ScopeAgent
+	}
+	return o
 }
 
 // contentIdle maps the budget's "0 disables" to the client's "negative disables".

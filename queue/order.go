@@ -1,0 +1,262 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lettaq/lettaq/ordering"
+)
+
+// DefaultMaxCoalesce bounds how many waiting messages one turn takes in
+// (Ordering.MaxCoalesce).
+const DefaultMaxCoalesce = 20
+
+// Ordering configures one turn at a time per conversation, in enqueue
+// order (package ordering). The zero value is the default: on, one line
+// per conversation (agent + integration + chat), keys under
+// ordering.DefaultPrefix, no coalescing. Client and workers must agree on
+// Off, Scope and Config.Prefix.
+type Ordering struct {
+	// Off: turns run as soon as a worker takes them, concurrently within a
+	// conversation.
+	Off bool
+	// Scope: ordering.ScopeConversation (default) or ordering.ScopeAgent
+	// (one line per agent, for an agent shared by many chats).
+	Scope ordering.Scope
+	// Sequencer, when nil, is made on the connection's Redis with Config.
+	Sequencer *ordering.Sequencer
+	Config    ordering.Config
+	// Coalesce (workers only) names the integrations whose waiting
+	// messages are merged: when a turn gets its conversation, the messages
+	// queued right behind it (they arrived while the previous turn ran) are
+	// sent with it as one user message. Requires ScopeConversation.
+	Coalesce []string
+	// MaxCoalesce bounds the messages merged into one turn (default
+	// DefaultMaxCoalesce).
+	MaxCoalesce int
+}
+
+// Key returns the ordering key of m under o's scope.
+func (o Ordering) Key(m Message) string {
+	return ordering.KeyFor(o.Scope, m.AgentID, m.Conversation.Integration, m.Conversation.ChatID)
+}
+
+// coalesces reports whether messages of integration are merged.
+func (o Ordering) coalesces(integration string) bool {
+	return slices.Contains(o.Coalesce, integration)
+}
+
+// newSequencer returns o.Sequencer or one made on conn's Redis (then
+// owned: the returned client must be closed).
+func (o Ordering) newSequencer(conn asynq.RedisConnOpt) (*ordering.Sequencer, redis.UniversalClient, error) {
+	if o.Sequencer != nil {
+		return o.Sequencer, nil, nil
+	}
+	rdb, ok := conn.MakeRedisClient().(redis.UniversalClient)
+	if !ok {
+		return nil, nil, errors.New("queue: the Redis option does not make a go-redis v9 client; set Ordering.Sequencer")
+	}
+	s, err := ordering.New(rdb, o.Config)
+	if err != nil {
+		_ = rdb.Close()
+		return nil, nil, fmt.Errorf("queue: ordering: %w", err)
+	}
+	return s, rdb, nil
+}
+
+// orderer is the worker's side of ordering.
+type orderer struct {
+	cfg  Ordering
+	seq  *ordering.Sequencer
+	insp *asynq.Inspector
+	rdb  redis.UniversalClient // owned when made here
+}
+
+func (o *orderer) close() {
+	if o == nil {
+		return
+	}
+	_ = o.insp.Close()
+	if o.rdb != nil {
+		_ = o.rdb.Close()
+	}
+}
+
+// follower is a message merged into the turn (coalescing).
+type follower struct {
+	taskID string
+	msg    Message
+}
+
+// mergeText is the one user message of a turn that took followers: the
+// texts in order, separated by a blank line, each prefixed with its sender
+// ("sender: text") when the senders differ.
+func mergeText(head Message, fs []follower) string {
+	msgs := []Message{head}
+	for _, f := range fs {
+		msgs = append(msgs, f.msg)
+	}
+	differ := false
+	for _, m := range msgs[1:] {
+		if m.SenderID != head.SenderID {
+			differ = true
+		}
+	}
+	var b strings.Builder
+	for i, m := range msgs {
+		if i > 0 {
+			b.WriteString("\n\n")
+		}
+		if differ && m.SenderID != "" {
+			b.WriteString(m.SenderID + ": ")
+		}
+		b.WriteString(m.Text)
+	}
+	return b.String()
+}
+
+// acquire runs the ordering part of an attempt before the turn: it returns
+// a lease, or the error the handler returns (done is set when the handler
+// should end now with err, which may be nil).
+func (t *turn) acquire(ctx context.Context) (lease *ordering.Lease, err error, done bool) {
+	o := t.w.ord
+	lease, err = o.seq.Acquire(ctx, t.key, t.taskID, t.w.cfg.WorkerID, ordering.InspectorAlive(o.insp, t.queue))
+	var me *ordering.MergedError
+	switch {
+	case err == nil:
+		return lease, nil, false
+	case errors.As(err, &me):
+		return nil, t.coalesced(ctx, me.Into), true
+	case errors.Is(err, ordering.ErrDone):
+		t.log.Info("turn already finished (duplicate delivery)")
+		return nil, nil, true
+	case ordering.IsNotYourTurn(err):
+		// Put back: not a failure, no retry used (ordering.IsFailure).
+		return nil, err, true
+	}
+	return nil, t.retryEarly(fmt.Errorf("ordering: %w", err)), true
+}
+
+// coalesced ends a task whose message was merged into the turn of head:
+// the journal says so (outcome coalesced, AnsweredBy); the final reply
+// event of the message is written by head's turn when it ends (an answer
+// with answered_by and no text, or a permanent error).
+func (t *turn) coalesced(ctx context.Context, head string) error {
+	dctx, cancel := t.w.deliveryCtx(ctx)
+	defer cancel()
+	rec, err := t.w.journal.Get(dctx, t.taskID)
+	if err != nil {
+		rec = &TurnRecord{}
+	}
+	now := time.Now()
+	rec.TaskID, rec.Otid, rec.AgentID = t.taskID, t.otid, t.msg.AgentID
+	rec.Conversation, rec.MessageID, rec.Queue = t.msg.Conversation, t.msg.MessageID, t.queue
+	if rec.EnqueuedAt.IsZero() {
+		rec.EnqueuedAt = t.msg.EnqueuedAt
+	}
+	if rec.FirstStartedAt.IsZero() {
+		rec.FirstStartedAt = t.start
+	}
+	if rec.Outcome != OutcomeCoalesced {
+		rec.Attempts = append(rec.Attempts, Attempt{N: len(rec.Attempts) + 1, Worker: t.w.cfg.WorkerID,
+			Start: t.start, End: now.UTC(), Outcome: OutcomeCoalesced})
+	}
+	rec.Outcome, rec.AnsweredBy, rec.FinishedAt = OutcomeCoalesced, head, now.UTC()
+	t.rec = rec
+	if err := t.w.journal.Save(dctx, rec); err != nil {
+		t.log.Warn("could not journal the coalesced turn", "error", err.Error())
+	}
+	t.writeResult(OutcomeCoalesced, "", nil)
+	t.log.Info("message merged into an earlier turn", "answered_by", head)
+	t.w.obs.AttemptFinished(t.queue, "done", time.Since(t.start))
+	t.w.obs.TurnFinished(t.queue, OutcomeCoalesced, t.latency(now), 0)
+	return nil
+}
+
+// takeFollowers sets t.followers: the messages merged into this turn by an
+// earlier attempt, or, on a first send (no intent journaled yet), those
+// waiting right behind it now.
+func (t *turn) takeFollowers(ctx context.Context, firstSend bool) error {
+	o := t.w.ord
+	if o == nil || !o.cfg.coalesces(t.msg.Conversation.Integration) {
+		return nil
+	}
+	ids, err := o.seq.MergedFollowers(ctx, t.key, t.taskID)
+	if err != nil {
+		return err
+	}
+	if len(ids) == 0 && firstSend {
+		if ids, err = o.seq.TakeFollowers(ctx, t.key, t.taskID, o.cfg.MaxCoalesce); err != nil {
+			return err
+		}
+		t.newFollowers = ids
+	}
+	t.followers = t.followers[:0]
+	for _, id := range ids {
+		info, err := o.insp.GetTaskInfo(t.queue, id)
+		if err != nil {
+			if errors.Is(err, asynq.ErrTaskNotFound) {
+				t.log.Warn("merged message's task is gone: its text is left out", "merged_task", id)
+				continue
+			}
+			return fmt.Errorf("load merged task %s: %w", id, err)
+		}
+		m, err := DecodePayload(info.Payload)
+		if err != nil {
+			t.log.Warn("merged message's payload is invalid: its text is left out", "merged_task", id, "error", err.Error())
+			continue
+		}
+		t.followers = append(t.followers, follower{taskID: id, msg: m})
+	}
+	return nil
+}
+
+// finishFollowers writes the final event of every merged message: ev's
+// kind, naming this turn in answered_by (an answer carries no text: the
+// text is in this turn's answer).
+func (t *turn) finishFollowers(ctx context.Context, ev ReplyEvent) {
+	for _, f := range t.followers {
+		fe := ReplyEvent{Type: ev.Type, TaskID: f.taskID, Otid: t.otid, RunID: ev.RunID, MessageID: f.msg.MessageID,
+			StopReason: ev.StopReason, Permanent: ev.Permanent, AnsweredBy: t.taskID, Tool: ev.Tool}
+		if ev.Type == EventError {
+			fe.Text = "the turn this message was merged into failed: " + ev.Text
+		}
+		if _, err := t.w.replies.EmitAnswerOnce(ctx, f.msg.Conversation, fe); err != nil {
+			t.log.Warn("could not emit the merged message's final event", "merged_task", f.taskID, "error", err.Error())
+		}
+	}
+}
+
+// release ends the ordered attempt: the key is freed; when the turn is
+// over it leaves the line and the next one (and merged tasks put back to
+// wait) are woken.
+func (t *turn) release(ctx context.Context, lease *ordering.Lease, err error) {
+	o := t.w.ord
+	done := err == nil || errors.Is(err, asynq.SkipRetry)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	next, rerr := lease.Release(rctx, done)
+	if rerr != nil {
+		t.log.Warn("could not release the conversation", "key", t.key, "error", rerr.Error())
+		return
+	}
+	if !done {
+		return
+	}
+	if next != "" {
+		if err := o.seq.Wake(rctx, o.insp, t.queue, t.key, next); err != nil {
+			t.log.Debug("could not wake the next turn", "next", next, "error", err.Error())
+		}
+	}
+	for _, id := range t.newFollowers {
+		// Merged tasks wait in the retry set: let them end now.
+		_ = o.seq.Wake(rctx, o.insp, t.queue, t.key, id)
+	}
+}
