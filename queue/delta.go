@@ -123,14 +123,11 @@ type Heartbeat struct {
 	emit     func(phase string, elapsed time.Duration)
 	start    time.Time
 
-	emitMu   sync.Mutex // held while emitting; guards phase, lastEmit and stopped
+	emitMu   sync.Mutex // held while emitting; guards phase, lastEmit, stopped and timer
 	phase    string
 	lastEmit time.Time
 	stopped  bool
-
-	done     chan struct{}
-	exited   chan struct{}
-	stopOnce sync.Once
+	timer    *time.Timer // re-armed after each beat; no goroutine while waiting
 }
 
 // NewHeartbeat starts a heartbeat; elapsed is measured from now. interval
@@ -146,14 +143,10 @@ func NewHeartbeatSince(start time.Time, interval time.Duration, emit func(phase 
 	if interval <= 0 {
 		interval = DefaultHeartbeatInterval
 	}
-	h := &Heartbeat{
-		interval: interval,
-		emit:     emit,
-		start:    start,
-		done:     make(chan struct{}),
-		exited:   make(chan struct{}),
-	}
-	go h.loop()
+	h := &Heartbeat{interval: interval, emit: emit, start: start}
+	h.emitMu.Lock()
+	h.timer = time.AfterFunc(interval, h.tick)
+	h.emitMu.Unlock()
 	return h
 }
 
@@ -185,38 +178,30 @@ func (h *Heartbeat) Phase() string {
 	return h.phase
 }
 
-// Stop ends the heartbeat. When it returns, the goroutine has exited and no
-// emit is running or will run. Stop may be called any number of times.
+// Stop ends the heartbeat. When it returns, no emit is running or will run.
+// Stop may be called any number of times.
 func (h *Heartbeat) Stop() {
-	h.stopOnce.Do(func() {
-		h.emitMu.Lock()
-		h.stopped = true
-		h.emitMu.Unlock()
-		close(h.done)
-	})
-	<-h.exited
+	h.emitMu.Lock()
+	defer h.emitMu.Unlock()
+	h.stopped = true
+	h.timer.Stop()
 }
 
-func (h *Heartbeat) loop() {
-	defer close(h.exited)
-	t := time.NewTimer(h.interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-h.done:
-			return
-		case <-t.C:
-			next := h.interval
-			h.emitMu.Lock()
-			if !h.stopped && h.phase != "" {
-				if wait := h.interval - time.Since(h.lastEmit); wait > 0 {
-					next = wait // a Set emitted since: keep the beat from it
-				} else {
-					h.emitLocked()
-				}
-			}
-			h.emitMu.Unlock()
-			t.Reset(next)
+// tick runs on the timer: it emits when a beat is due and re-arms. A
+// Heartbeat holds a timer, not a goroutine, while a turn waits.
+func (h *Heartbeat) tick() {
+	h.emitMu.Lock()
+	defer h.emitMu.Unlock()
+	if h.stopped {
+		return
+	}
+	next := h.interval
+	if h.phase != "" {
+		if wait := h.interval - time.Since(h.lastEmit); wait > 0 {
+			next = wait // a Set emitted since: keep the beat from it
+		} else {
+			h.emitLocked()
 		}
 	}
+	h.timer.Reset(next)
 }
