@@ -53,13 +53,13 @@
 //
 // # The lease
 //
-// Acquire sets the lock with a fresh token and starts one goroutine that
-// extends it every Config.RenewEvery (Lease/3) only while the lock still
-// holds that token. If the extension finds another token or no lock, or
+// Acquire sets the lock with a fresh token and arms a timer that extends it
+// every Config.RenewEvery (Lease/3) only while the lock still holds that
+// token; between renewals a lease costs a timer, not a goroutine. If the extension finds another token or no lock, or
 // Redis stays unreachable for a whole lease, Lease.Lost is closed (and
 // Lease.Context cancelled with ErrLeaseLost): the turn must stop, someone
-// else may run the key. Release stops and waits for the goroutine (no
-// leak), deletes the lock only if it is still ours, and is idempotent.
+// else may run the key. Release stops the timer and waits for a renewal in
+// flight (no leak), deletes the lock only if it is still ours, and is idempotent.
 //
 // Re-acquire by the same task: Acquire succeeds when the lock is held by
 // an earlier attempt of the same task id (Asynq recovered it from a dead
