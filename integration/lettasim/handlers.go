@@ -543,21 +543,17 @@ func (s *Sim) handleListMessages(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	a.mu.RLock()
-	afterPos, beforePos := -1, -1
-	for _, c := range []struct {
-		id  string
-		pos *int
-	}{{p.after, &afterPos}, {p.before, &beforePos}} {
-		if c.id == "" {
-			continue
-		}
-		rw := a.lookup(c.id)
+	afterPos, beforePos, missing := cursorPositions(p, func(id string) (int, bool) {
+		rw := a.lookup(id)
 		if rw == nil {
-			a.mu.RUnlock()
-			writeDetail(w, http.StatusNotFound, "NOT_FOUND: Message with ID "+c.id+" not found")
-			return
+			return 0, false
 		}
-		*c.pos = rw.pos
+		return rw.pos, true
+	})
+	if missing != "" {
+		a.mu.RUnlock()
+		writeDetail(w, http.StatusNotFound, "NOT_FOUND: Message with ID "+missing+" not found")
+		return
 	}
 	rows := page(a.history, afterPos, beforePos, p.limit, p.desc)
 	if p.desc && s.cfg.DescPagesOldestFirst {
@@ -566,6 +562,27 @@ func (s *Sim) handleListMessages(w http.ResponseWriter, req *http.Request) {
 	b := appendRows(make([]byte, 0, 600*len(rows)+2), rows)
 	a.mu.RUnlock()
 	writeJSON(w, http.StatusOK, b)
+}
+
+// cursorPositions resolves the after/before message ids of a list request
+// to positions (-1 when absent). missing names the first id that pos does
+// not know: the request answers 404 then.
+func cursorPositions(p listParams, pos func(id string) (int, bool)) (after, before int, missing string) {
+	after, before = -1, -1
+	for _, c := range []struct {
+		id  string
+		dst *int
+	}{{p.after, &after}, {p.before, &before}} {
+		if c.id == "" {
+			continue
+		}
+		n, ok := pos(c.id)
+		if !ok {
+			return -1, -1, c.id
+		}
+		*c.dst = n
+	}
+	return after, before, ""
 }
 
 func reverse[T any](s []T) {
@@ -602,21 +619,17 @@ func (s *Sim) handleRunMessages(w http.ResponseWriter, req *http.Request) {
 	}
 	a := r.a
 	a.mu.RLock()
-	afterPos, beforePos := -1, -1
-	for _, c := range []struct {
-		id  string
-		pos *int
-	}{{p.after, &afterPos}, {p.before, &beforePos}} {
-		if c.id == "" {
-			continue
-		}
-		rw := a.lookup(c.id)
+	afterPos, beforePos, missing := cursorPositions(p, func(id string) (int, bool) {
+		rw := a.lookup(id)
 		if rw == nil || rw.seed != nil || rw.runID != r.id || rw.runPos < 0 {
-			a.mu.RUnlock()
-			writeDetail(w, http.StatusNotFound, "NOT_FOUND: Message with ID "+c.id+" not found in run "+r.id)
-			return
+			return 0, false
 		}
-		*c.pos = rw.runPos
+		return rw.runPos, true
+	})
+	if missing != "" {
+		a.mu.RUnlock()
+		writeDetail(w, http.StatusNotFound, "NOT_FOUND: Message with ID "+missing+" not found in run "+r.id)
+		return
 	}
 	rows := page(r.rows, afterPos, beforePos, p.limit, p.desc)
 	b := appendRows(make([]byte, 0, 600*len(rows)+2), rows)
