@@ -29,6 +29,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
@@ -57,6 +58,10 @@ type Config struct {
 	Ping          time.Duration // the simulator's ping interval in the concurrency run
 	CheckInterval time.Duration // the worker's task check interval (pickup latency at idle)
 	Workers       int           // concurrency of the worker in the throughput run
+	// HeapProfile, when set, is where a heap profile is written once all
+	// Concurrent turns are in flight (a goroutine profile goes beside it, with
+	// ".goroutine" appended): what an in-flight turn costs, by allocation site.
+	HeapProfile string
 }
 
 func main() {
@@ -73,6 +78,7 @@ func main() {
 	flag.DurationVar(&c.Ping, "ping", time.Second, "the simulator's ping interval during the concurrency run")
 	flag.DurationVar(&c.CheckInterval, "check-interval", 10*time.Millisecond, "the worker's LETTAQ_TASK_CHECK_INTERVAL")
 	flag.IntVar(&c.Workers, "workers", 200, "the worker's concurrency in the throughput run")
+	flag.StringVar(&c.HeapProfile, "heapprofile", "", "write a heap profile (and FILE.goroutine) when all concurrent turns are in flight")
 	flag.Parse()
 	raiseFileLimit()
 	res, err := Run(context.Background(), c, os.Stderr)
@@ -556,6 +562,10 @@ func concurrency(ctx context.Context, c Config, rco asynq.RedisClientOpt, run st
 				if cur > peak.Load() {
 					peak.Store(cur)
 				}
+				if c.HeapProfile != "" && cnt.inFlight.Load() == int64(c.Concurrent) {
+					writeProfiles(c.HeapProfile, log)
+					c.HeapProfile = ""
+				}
 			}
 		}
 	}()
@@ -598,4 +608,22 @@ wait:
 		}
 	}
 	return nil
+}
+
+// writeProfiles writes the heap profile (after a GC, so it shows what is
+// live) and a goroutine profile beside it.
+func writeProfiles(path string, log io.Writer) {
+	runtime.GC()
+	for _, p := range []struct{ name, file string }{{"heap", path}, {"goroutine", path + ".goroutine"}} {
+		f, err := os.Create(p.file)
+		if err != nil {
+			fmt.Fprintf(log, "  profile: %v\n", err)
+			return
+		}
+		if err := pprof.Lookup(p.name).WriteTo(f, 0); err != nil {
+			fmt.Fprintf(log, "  profile: %v\n", err)
+		}
+		_ = f.Close()
+	}
+	fmt.Fprintf(log, "  wrote %s and %s.goroutine (%d goroutines)\n", path, path, runtime.NumGoroutine())
 }
