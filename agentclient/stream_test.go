@@ -356,12 +356,17 @@ func TestCancelMidStreamKeepsState(t *testing.T) {
 	st := NewStreamState()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- c.SendStream(ctx, sendReq(), st, StreamOptions{}) }()
+	applied := make(chan struct{})
+	var once sync.Once
+	opts := StreamOptions{OnEvent: func(e Event) {
+		// OnEvent runs after the state was updated with the event.
+		if _, ok := e.Message.(*AssistantMessage); ok {
+			once.Do(func() { close(applied) })
+		}
+	}}
+	go func() { done <- c.SendStream(ctx, sendReq(), st, opts) }()
 	<-sent
-	// Wait until the reader has applied the partial answer, then cancel.
-	for st.Answer() == "" {
-		time.Sleep(time.Millisecond)
-	}
+	<-applied // the reader has applied the partial answer: cancel now
 	cancel()
 	err := <-done
 	var se *StreamError
