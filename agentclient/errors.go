@@ -124,18 +124,16 @@ func Classify(err error) Class {
 }
 
 // IsNotFound reports a 404 (agent, run or cursor not found).
-func IsNotFound(err error) bool { return statusOf(err) == http.StatusNotFound }
+func IsNotFound(err error) bool { return StatusCode(err) == http.StatusNotFound }
 
-func statusOf(err error) int {
+// StatusCode returns the HTTP status of an *Error in err's chain, or 0.
+func StatusCode(err error) int {
 	var ae *Error
 	if errors.As(err, &ae) {
 		return ae.StatusCode
 	}
 	return 0
 }
-
-// StatusCode returns the HTTP status of an *Error in err's chain, or 0.
-func StatusCode(err error) int { return statusOf(err) }
 
 // RetryAfter returns the server's Retry-After carried by err, or 0.
 func RetryAfter(err error) time.Duration {

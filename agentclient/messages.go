@@ -23,7 +23,6 @@ const (
 	TypeStopReason        = "stop_reason"
 	TypeUsage             = "usage_statistics"
 	TypePing              = "ping"
-	TypeUnknown           = "" // UnknownMessage reports the wire's own type
 	typeInternalServerErr = "internal_server_error"
 )
 

@@ -349,9 +349,7 @@ func (w *watchdog) rearm(now time.Time) {
 	if w.stopped {
 		return
 	}
-	if next, ok := w.next(now); ok {
-		w.timer.Reset(next)
-	}
+	w.timer.Reset(w.next(now))
 }
 
 func (w *watchdog) stop() {
@@ -362,10 +360,10 @@ func (w *watchdog) stop() {
 }
 
 // next returns how long until the nearest deadline. Call with mu held.
-func (w *watchdog) next(now time.Time) (time.Duration, bool) {
+func (w *watchdog) next(now time.Time) time.Duration {
 	fb := w.firstByte.Load()
 	if fb == 0 {
-		return w.start.Add(w.clocks.Connect).Sub(now), true
+		return w.start.Add(w.clocks.Connect).Sub(now)
 	}
 	deadline := time.Unix(0, fb).Add(w.clocks.Total)
 	if lb := w.st.lastByte.Load(); lb != 0 {
@@ -387,7 +385,7 @@ func (w *watchdog) next(now time.Time) (time.Duration, bool) {
 			}
 		}
 	}
-	return deadline.Sub(now), true
+	return deadline.Sub(now)
 }
 
 func (w *watchdog) idleCountFor(lc time.Time) int {
@@ -436,10 +434,5 @@ func (w *watchdog) fire() {
 			}
 		}
 	}
-	if next, ok := w.next(now); ok {
-		if next < time.Millisecond {
-			next = time.Millisecond
-		}
-		w.timer.Reset(next)
-	}
+	w.timer.Reset(max(w.next(now), time.Millisecond))
 }

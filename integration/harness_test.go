@@ -281,6 +281,25 @@ func summarize(evs []queue.ReplyEvent) string {
 	return b.String()
 }
 
+// settled waits until the test's queue holds no task that Asynq could still
+// run (nothing pending, active, scheduled, retrying or aggregating). After
+// that no attempt is left to write a late event, so a count of final events
+// is final: the signal for "no second answer", instead of a sleep.
+func (e *env) settled() {
+	e.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		qi, err := e.insp.GetQueueInfo(e.queue)
+		if err == nil && qi.Pending+qi.Active+qi.Scheduled+qi.Retry+qi.Aggregating == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("queue %s did not settle: %+v (err %v)", e.queue, qi, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // record waits for the journal to show the turn finished, and returns it.
 func (e *env) record(taskID string) *queue.TurnRecord {
 	e.t.Helper()

@@ -112,7 +112,7 @@ func TestTwoWorkers200MixedTurns(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	took := time.Since(t0)
-	time.Sleep(500 * time.Millisecond) // room for a late duplicate to show
+	e.settled() // no attempt left that could write a late duplicate
 	got = finals()
 	kinds := map[queue.EventType]int{}
 	retried := 0

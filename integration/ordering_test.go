@@ -228,7 +228,7 @@ func coalesceCase(t *testing.T, coalesce bool) {
 		}
 	}
 	checkSerialRuns(t, e.sim, agent, 2)
-	time.Sleep(300 * time.Millisecond)
+	e.settled()
 	if n := countFinal(e.events(c, "")); n != 4 {
 		t.Errorf("%d final events, want 4", n)
 	}

@@ -242,7 +242,7 @@ func TestProcessGracefulShutdownMidTurn(t *testing.T) {
 		t.Fatalf("final %+v; %s", final, summarize(evs))
 	}
 	rec := e.record(res.TaskID)
-	time.Sleep(300 * time.Millisecond)
+	e.settled()
 	if n := countFinal(e.events(c, res.TaskID)); n != 1 {
 		t.Fatalf("%d final events", n)
 	}
@@ -350,7 +350,7 @@ func TestProcessKilledMidStreamAndMidContinuation(t *testing.T) {
 		t.Fatalf("the agent received %+v, want k-stream then k-after", got)
 	}
 	checkSerialRuns(t, e.sim, agent, 2)
-	time.Sleep(300 * time.Millisecond)
+	e.settled()
 	if n := countFinal(e.events(c, "")) + countFinal(e.events(c2, "")); n != 3 {
 		t.Fatalf("%d final events", n)
 	}

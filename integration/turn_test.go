@@ -115,7 +115,7 @@ func TestDuplicateMessageIDOneTurn(t *testing.T) {
 	if r3 := e.enqueue(m); !r3.Duplicate {
 		t.Fatalf("late duplicate %+v", r3)
 	}
-	time.Sleep(500 * time.Millisecond)
+	e.settled()
 	evs := e.events(c, "")
 	if n := countFinal(evs); n != 1 {
 		t.Fatalf("%d final events: %s", n, summarize(evs))
@@ -169,8 +169,8 @@ func runFaultCases(t *testing.T, e *env, cases []faultCase) {
 			final, evs := e.waitFinal(c, res.TaskID, 60*time.Second)
 			took := time.Since(t0)
 			rec := e.record(res.TaskID)
-			// Late events would show here: give a retry the time to misbehave.
-			time.Sleep(300 * time.Millisecond)
+			// Late events would show here, once no attempt is left.
+			e.settled()
 			all := e.events(c, res.TaskID)
 			if n := countFinal(all); n != 1 {
 				t.Errorf("%d final events: %s", n, summarize(all))

@@ -264,6 +264,21 @@ func newWorker(c Config, rco asynq.RedisClientOpt, lettaURL, qname, prefix strin
 	})
 }
 
+// startQueue starts a worker on its own queue and a client for that queue;
+// stop closes the client and shuts the worker down.
+func startQueue(ctx context.Context, c Config, rco asynq.RedisClientOpt, lettaURL, qname, prefix string, concurrency int, obs queue.Observer) (client *queue.Client, stop func(), err error) {
+	w, err := newWorker(c, rco, lettaURL, qname, prefix, concurrency, obs)
+	if err != nil {
+		return nil, nil, err
+	}
+	client, err = queue.NewClient(queue.ClientConfig{Redis: rco, Queue: qname})
+	if err != nil {
+		return nil, nil, err
+	}
+	stopWorker := startWorker(ctx, w)
+	return client, func() { _ = client.Close(); stopWorker() }, nil
+}
+
 func startWorker(ctx context.Context, w *queue.Worker) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -275,59 +290,56 @@ func overhead(ctx context.Context, c Config, rco asynq.RedisClientOpt, rdb *redi
 	sim := lettasim.NewServer(lettasim.Config{AutoCreateAgents: true, DefaultScript: lettasim.QuickScript("ok")})
 	defer sim.Close()
 	qname, prefix := "bench-lat-"+run, "lettaq-bench-"+run+":"
-	w, err := newWorker(c, rco, sim.URL, qname, prefix, 10, nil)
+	client, stop, err := startQueue(ctx, c, rco, sim.URL, qname, prefix, 10, nil)
 	if err != nil {
 		return err
 	}
-	stop := startWorker(ctx, w)
 	defer stop()
-	client, err := queue.NewClient(queue.ClientConfig{Redis: rco, Queue: qname})
-	if err != nil {
-		return err
-	}
-	defer client.Close()
 	replies := queue.NewReplies(rdb, queue.RepliesOptions{Prefix: prefix})
-	time.Sleep(200 * time.Millisecond) // the worker's first poll
-	for i := range c.Latency {
+	// one runs a turn through the queue and times it: to the request reaching
+	// the simulator, and to the first answer text. It returns when the
+	// turn's final event is in the stream, so every turn meets an idle worker.
+	one := func(i int) (reach, first time.Duration, err error) {
 		conv := queue.Conversation{Integration: "bench", ChatID: fmt.Sprintf("lat-%s-%d", run, i)}
 		t0 := time.Now()
 		res, err := client.Enqueue(ctx, queue.Message{AgentID: "agent-bench", Text: "hi", Conversation: conv})
 		if err != nil {
-			return err
+			return 0, 0, err
 		}
 		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
 		rec, err := sim.WaitOtid(wctx, res.Otid)
 		if err != nil {
-			cancel()
-			return fmt.Errorf("turn %d never reached the simulator: %w", i, err)
+			return 0, 0, fmt.Errorf("turn %d never reached the simulator: %w", i, err)
 		}
-		r.QueueReach = append(r.QueueReach, rec.At.Sub(t0))
-		after := "0"
-		var first time.Time
-		for first.IsZero() {
+		after, final := "0", false
+		var firstAt time.Time
+		for !final {
 			evs, last, err := replies.Read(wctx, conv, after, 100, time.Second)
 			if err != nil {
-				cancel()
-				return err
+				return 0, 0, err
 			}
 			after = last
 			for _, ev := range evs {
-				if (ev.Type == queue.EventAnswerDelta && !ev.Narration) || ev.Type == queue.EventAnswer {
-					first = ev.Time
-					break
+				if firstAt.IsZero() && ((ev.Type == queue.EventAnswerDelta && !ev.Narration) || ev.Type == queue.EventAnswer) {
+					firstAt = ev.Time
 				}
+				final = final || ev.Type.Final()
 			}
 		}
-		// Let the turn end before the next one, so every turn meets an idle worker.
-		for {
-			done, err := replies.Answered(wctx, res.TaskID)
-			if err != nil || done {
-				break
-			}
-			time.Sleep(time.Millisecond)
+		return rec.At.Sub(t0), firstAt.Sub(t0), nil
+	}
+	// A warm-up turn, not measured: the worker is polling and connected.
+	if _, _, err := one(-1); err != nil {
+		return err
+	}
+	for i := range c.Latency {
+		reach, first, err := one(i)
+		if err != nil {
+			return err
 		}
-		cancel()
-		r.QueueFirst = append(r.QueueFirst, first.Sub(t0))
+		r.QueueReach = append(r.QueueReach, reach)
+		r.QueueFirst = append(r.QueueFirst, first)
 		time.Sleep(time.Duration(i%7) * time.Millisecond) // do not phase-lock with the poll interval
 	}
 	// Direct: agentclient straight to the simulator.
@@ -363,16 +375,10 @@ func throughput(ctx context.Context, c Config, rco asynq.RedisClientOpt, rdb *re
 	defer sim.Close()
 	qname, prefix := "bench-tp-"+run, "lettaq-bench-"+run+":"
 	cnt := newCounter(c.Throughput)
-	w, err := newWorker(c, rco, sim.URL, qname, prefix, c.Workers, cnt)
+	client, stop, err := startQueue(ctx, c, rco, sim.URL, qname, prefix, c.Workers, cnt)
 	if err != nil {
 		return err
 	}
-	client, err := queue.NewClient(queue.ClientConfig{Redis: rco, Queue: qname})
-	if err != nil {
-		return err
-	}
-	defer client.Close()
-	stop := startWorker(ctx, w)
 	t0 := time.Now()
 	if err := parallel(c.Throughput, func(i int) error {
 		_, err := client.Enqueue(ctx, queue.Message{AgentID: fmt.Sprintf("agent-tp-%d", i%64), Text: "hi",
@@ -533,17 +539,11 @@ func concurrency(ctx context.Context, c Config, rco asynq.RedisClientOpt, run st
 
 	qname, prefix := "bench-conc-"+run, "lettaq-bench-"+run+":"
 	cnt := newCounter(c.Concurrent)
-	w, err := newWorker(c, rco, simURL, qname, prefix, c.Concurrent, cnt)
+	client, stop, err := startQueue(ctx, c, rco, simURL, qname, prefix, c.Concurrent, cnt)
 	if err != nil {
 		return err
 	}
-	stop := startWorker(ctx, w)
 	defer stop()
-	client, err := queue.NewClient(queue.ClientConfig{Redis: rco, Queue: qname})
-	if err != nil {
-		return err
-	}
-	defer client.Close()
 	time.Sleep(500 * time.Millisecond)
 	runtime.GC()
 	r.BaseRSS, _ = rss()

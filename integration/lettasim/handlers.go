@@ -763,23 +763,25 @@ func (s *Sim) handleResume(w http.ResponseWriter, req *http.Request) {
 		writeValidation(w, "starting_after must be >= 0", "body", "starting_after")
 		return
 	}
-	switch st := r.resumeStatus; {
-	case st == http.StatusGone:
+	// A scripted refusal (Fault.ResumeStatus) answers exactly as a real one.
+	st := r.resumeStatus
+	switch {
+	case st != 0:
+	case !r.background:
+		st = http.StatusBadRequest
+	case time.Since(r.created) > s.cfg.ResumeMaxAge:
+		st = http.StatusGone
+	}
+	switch st {
+	case 0:
+	case http.StatusGone:
 		writeDetail(w, st, "Run "+r.id+" was created more than 3 hours ago, and is now expired.")
 		return
-	case st == http.StatusBadRequest:
+	case http.StatusBadRequest:
 		writeDetail(w, st, "Run "+r.id+" was not created in background mode, so it cannot be retrieved.")
 		return
-	case st != 0:
+	default:
 		writeDetail(w, st, "Background streaming requires Redis to be running.")
-		return
-	}
-	if !r.background {
-		writeDetail(w, http.StatusBadRequest, "Run "+r.id+" was not created in background mode, so it cannot be retrieved.")
-		return
-	}
-	if time.Since(r.created) > s.cfg.ResumeMaxAge {
-		writeDetail(w, http.StatusGone, "Run "+r.id+" was created more than 3 hours ago, and is now expired.")
 		return
 	}
 	pings := body.IncludePings == nil || *body.IncludePings
