@@ -87,6 +87,9 @@ type Config struct {
 	RequestTimeout time.Duration
 	// MaxLineBytes bounds one SSE line. Default DefaultMaxLineBytes.
 	MaxLineBytes int
+	// StreamTransport: how streams reach the server. Default
+	// StreamDedicated (a connection per stream, no goroutine of its own).
+	StreamTransport StreamTransport
 }
 
 // Client talks to one Letta server. It is safe for concurrent use.
@@ -94,6 +97,7 @@ type Client struct {
 	base   *url.URL
 	cfg    Config
 	hc     *http.Client
+	sc     *streamConns // nil: streams go through hc
 	clocks Clocks
 }
 
@@ -136,11 +140,26 @@ func New(cfg Config) (*Client, error) {
 	if cfg.MaxLineBytes <= 0 {
 		cfg.MaxLineBytes = DefaultMaxLineBytes
 	}
+	mode, err := ParseStreamTransport(string(cfg.StreamTransport))
+	if err != nil {
+		return nil, fmt.Errorf("agentclient: %w", err)
+	}
+	cfg.StreamTransport = mode
 	hc := cfg.HTTPClient
 	if hc == nil {
 		hc = &http.Client{Transport: NewTransport()}
 	}
-	return &Client{base: u, cfg: cfg, hc: hc, clocks: cfg.Clocks.withDefaults()}, nil
+	return &Client{base: u, cfg: cfg, hc: hc, sc: newStreamConns(u, hc, mode), clocks: cfg.Clocks.withDefaults()}, nil
+}
+
+// StreamTransport reports how this client's streams reach the server:
+// StreamNetHTTP when StreamDedicated was asked for but cannot be used (a
+// custom RoundTripper, a proxy).
+func (c *Client) StreamTransport() StreamTransport {
+	if c.sc == nil {
+		return StreamNetHTTP
+	}
+	return StreamDedicated
 }
 
 // Clocks returns the client's default stream clocks.
@@ -190,6 +209,11 @@ func (c *Client) newRequest(ctx context.Context, method, path string, query url.
 func (c *Client) apiError(op string, req *http.Request, resp *http.Response) *Error {
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	detail, runID := parseErrorBody(body)
+	if loc := resp.Header.Get("Location"); resp.StatusCode >= 300 && resp.StatusCode < 400 && loc != "" {
+		// Streams are not redirected: a POST must not silently become a GET
+		// or go elsewhere. Say where the server points.
+		detail = "redirected to " + redactURL(loc) + ": set the Letta base URL to the address that answers"
+	}
 	return &Error{
 		Op: op, Method: req.Method, Path: req.URL.Path, StatusCode: resp.StatusCode,
 		Detail: c.redact(detail), RunID: runID,

@@ -40,11 +40,20 @@ type sseReader struct {
 	onBytes func(n int)
 }
 
+// sseBufferSize is the reader's buffer: a stream holds it for as long as the
+// agent thinks, so it is sized for the common event (pings and most messages
+// are a few hundred bytes); longer lines are assembled in a scratch buffer.
+const sseBufferSize = 1 << 10
+
+// scratchKeep bounds the scratch buffers a stream keeps between events: one
+// large tool return must not pin its size for the rest of the turn.
+const scratchKeep = 16 << 10
+
 func newSSEReader(r io.Reader, max int, onBytes func(int)) *sseReader {
 	if max <= 0 {
 		max = DefaultMaxLineBytes
 	}
-	return &sseReader{br: bufio.NewReaderSize(r, 4<<10), max: max, onBytes: onBytes}
+	return &sseReader{br: bufio.NewReaderSize(r, sseBufferSize), max: max, onBytes: onBytes}
 }
 
 // readLine returns the next line without its terminator. The returned slice
@@ -88,6 +97,12 @@ func (s *sseReader) readLine() ([]byte, error) {
 // Next returns the next complete event. The frame's slices are valid until
 // the next call. At the end of input it returns io.EOF (or the read error).
 func (s *sseReader) Next() (sseFrame, error) {
+	if cap(s.data) > scratchKeep {
+		s.data = nil
+	}
+	if cap(s.line) > scratchKeep {
+		s.line = nil
+	}
 	s.event = s.event[:0]
 	s.data = s.data[:0]
 	s.hasData = false

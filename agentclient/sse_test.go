@@ -102,3 +102,18 @@ func TestSSECountsEveryByte(t *testing.T) {
 		t.Fatalf("onBytes saw %d bytes, want %d", n, len(in))
 	}
 }
+
+// A large event does not pin its buffers for the rest of the stream.
+func TestSSEReleasesLargeScratch(t *testing.T) {
+	big := strings.Repeat("x", 100<<10)
+	rd := newSSEReader(strings.NewReader("data: "+big+"\n\ndata: small\n\n"), 0, nil)
+	if fr, err := rd.Next(); err != nil || len(fr.Data) != len(big) {
+		t.Fatalf("big event: %v", err)
+	}
+	if fr, err := rd.Next(); err != nil || string(fr.Data) != "small" {
+		t.Fatalf("small event: %q %v", fr.Data, err)
+	}
+	if cap(rd.line) > scratchKeep || cap(rd.data) > scratchKeep {
+		t.Fatalf("scratch kept after a large event: line %d, data %d bytes", cap(rd.line), cap(rd.data))
+	}
+}

@@ -184,7 +184,12 @@ func (c *Client) stream(ctx context.Context, op, path string, body any, st *Stre
 	}
 	req.Header.Set("Accept", "text/event-stream")
 	req.Header.Set("Cache-Control", "no-cache")
-	resp, err := c.hc.Do(req)
+	var resp *http.Response
+	if c.sc != nil {
+		resp, err = c.sc.roundTrip(req)
+	} else {
+		resp, err = c.hc.Do(req)
+	}
 	if err != nil {
 		return c.streamEnd(ctx, rctx, op, req, st, err)
 	}

@@ -59,11 +59,12 @@ type WorkerConfig struct {
 	// Redis is the Asynq connection; reply events and the journal use the
 	// same Redis.
 	Redis asynq.RedisConnOpt
-	// Letta is the agent client. When nil, one is made from LettaURL and
-	// LettaAPIKey.
-	Letta       *agentclient.Client
-	LettaURL    string
-	LettaAPIKey string
+	// Letta is the agent client. When nil, one is made from LettaURL,
+	// LettaAPIKey and StreamTransport.
+	Letta           *agentclient.Client
+	LettaURL        string
+	LettaAPIKey     string
+	StreamTransport agentclient.StreamTransport
 	// Budget bounds every attempt; zero value: budget.Default().
 	Budget budget.Config
 	// Concurrency: turns in flight at once (default 100).
@@ -185,7 +186,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	w.client = cfg.Letta
 	if w.client == nil {
 		c, err := agentclient.New(agentclient.Config{BaseURL: cfg.LettaURL, APIKey: cfg.LettaAPIKey,
-			RequestTimeout: cfg.Budget.RequestTimeout})
+			RequestTimeout: cfg.Budget.RequestTimeout, StreamTransport: cfg.StreamTransport})
 		if err != nil {
 			return nil, fmt.Errorf("queue: letta client: %w", err)
 		}

@@ -62,6 +62,8 @@ type Config struct {
 	// Concurrent turns are in flight (a goroutine profile goes beside it, with
 	// ".goroutine" appended): what an in-flight turn costs, by allocation site.
 	HeapProfile string
+	// StreamTransport of the worker's agent client.
+	StreamTransport agentclient.StreamTransport
 }
 
 func main() {
@@ -79,7 +81,13 @@ func main() {
 	flag.DurationVar(&c.CheckInterval, "check-interval", 10*time.Millisecond, "the worker's LETTAQ_TASK_CHECK_INTERVAL")
 	flag.IntVar(&c.Workers, "workers", 200, "the worker's concurrency in the throughput run")
 	flag.StringVar(&c.HeapProfile, "heapprofile", "", "write a heap profile (and FILE.goroutine) when all concurrent turns are in flight")
+	st := flag.String("stream-transport", string(agentclient.StreamDedicated), `the worker's LETTA_STREAM_TRANSPORT: "dedicated" or "net/http"`)
 	flag.Parse()
+	var err error
+	if c.StreamTransport, err = agentclient.ParseStreamTransport(*st); err != nil {
+		fmt.Fprintln(os.Stderr, "bench: -stream-transport:", err)
+		os.Exit(2)
+	}
 	raiseFileLimit()
 	res, err := Run(context.Background(), c, os.Stderr)
 	if err != nil {
@@ -133,6 +141,14 @@ type Results struct {
 	ConcurrentTime   time.Duration
 	Failed           int64
 	FileLimit        uint64
+	// What one in-flight turn holds, measured after a GC once all Concurrent
+	// turns are in flight: live heap, goroutine stacks, goroutines.
+	HeapPerTurn, StackPerTurn uint64
+	GoroutinesPerTurn         float64
+	// AllocPerTurnSecond is what a thinking turn allocates per second (it
+	// receives one ping a second): the garbage that makes the heap grow
+	// between collections. Measured over 5 s with every turn in flight.
+	AllocPerTurnSecond uint64
 }
 
 func pct(ds []time.Duration, p float64) time.Duration {
@@ -151,7 +167,7 @@ func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float
 func (r *Results) Table() string {
 	var b strings.Builder
 	c := r.Config
-	fmt.Fprintf(&b, "lettaq benchmark: %s, %d CPUs, Go %s, task check interval %v\n\n", c.RedisURL, runtime.NumCPU(), runtime.Version(), c.CheckInterval)
+	fmt.Fprintf(&b, "lettaq benchmark: %s, %d CPUs, Go %s, task check interval %v, streams %s\n\n", c.RedisURL, runtime.NumCPU(), runtime.Version(), c.CheckInterval, c.StreamTransport)
 	b.WriteString("| measure | lettaq | direct / bare Asynq | lettaq adds |\n|---|---|---|---|\n")
 	row := func(name string, q, d []time.Duration, p float64) {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", name, ms(pct(q, p)), ms(pct(d, p)), ms(pct(q, p)-pct(d, p)))
@@ -175,6 +191,13 @@ func (r *Results) Table() string {
 			r.Concurrent, c.Think, c.Ping, r.PeakInFlight, r.ConcurrentTime.Seconds())
 		fmt.Fprintf(&b, "| worker peak RSS | %.0f MB (idle %.0f MB) | | %d bytes per in-flight turn |\n",
 			float64(r.PeakRSS)/(1<<20), float64(r.BaseRSS)/(1<<20), per)
+		if r.HeapPerTurn > 0 {
+			fmt.Fprintf(&b, "| one in-flight turn holds (after a GC) | %d bytes live heap, %d bytes of stacks, %.1f goroutines | | |\n",
+				r.HeapPerTurn, r.StackPerTurn, r.GoroutinesPerTurn)
+		}
+		if r.AllocPerTurnSecond > 0 {
+			fmt.Fprintf(&b, "| a thinking turn allocates | %d bytes per second | | |\n", r.AllocPerTurnSecond)
+		}
 		fmt.Fprintf(&b, "| answered / user messages at Letta / duplicate otids / failed | %d / %d / %d / %d | | |\n",
 			r.Answered, r.UserMessages, r.DuplicateOtids, r.Failed)
 	}
@@ -260,7 +283,7 @@ func newWorker(c Config, rco asynq.RedisClientOpt, lettaURL, qname, prefix strin
 		Redis: rco, LettaURL: lettaURL, Budget: budget.Default(), Concurrency: concurrency,
 		Queues: map[string]int{qname: 1}, ShutdownTimeout: 5 * time.Second, Logger: quiet,
 		WorkerID: "bench", RepliesOptions: queue.RepliesOptions{Prefix: prefix}, JournalOptions: queue.JournalOptions{Prefix: prefix},
-		Observer: obs, TaskCheckInterval: c.CheckInterval,
+		Observer: obs, TaskCheckInterval: c.CheckInterval, StreamTransport: c.StreamTransport,
 	})
 }
 
@@ -547,10 +570,17 @@ func concurrency(ctx context.Context, c Config, rco asynq.RedisClientOpt, run st
 	time.Sleep(500 * time.Millisecond)
 	runtime.GC()
 	r.BaseRSS, _ = rss()
+	var base runtime.MemStats
+	runtime.ReadMemStats(&base)
+	baseG := runtime.NumGoroutine()
 	r.Concurrent = c.Concurrent
 	var peak atomic.Uint64
-	sampling := make(chan struct{})
+	measured := false
+	var measuredAt time.Time
+	var allocAt uint64
+	sampling, samplerDone := make(chan struct{}), make(chan struct{})
 	go func() {
+		defer close(samplerDone)
 		t := time.NewTicker(100 * time.Millisecond)
 		defer t.Stop()
 		for {
@@ -562,9 +592,25 @@ func concurrency(ctx context.Context, c Config, rco asynq.RedisClientOpt, run st
 				if cur > peak.Load() {
 					peak.Store(cur)
 				}
-				if c.HeapProfile != "" && cnt.inFlight.Load() == int64(c.Concurrent) {
-					writeProfiles(c.HeapProfile, log)
-					c.HeapProfile = ""
+				if !measured && cnt.inFlight.Load() == int64(c.Concurrent) {
+					measured = true
+					// Every turn is in flight: what each one holds.
+					runtime.GC()
+					var m runtime.MemStats
+					runtime.ReadMemStats(&m)
+					n := uint64(c.Concurrent)
+					r.HeapPerTurn = sub(m.HeapAlloc, base.HeapAlloc) / n
+					r.StackPerTurn = sub(m.StackInuse, base.StackInuse) / n
+					r.GoroutinesPerTurn = float64(runtime.NumGoroutine()-baseG) / float64(n)
+					if c.HeapProfile != "" {
+						writeProfiles(c.HeapProfile, log)
+					}
+					measuredAt, allocAt = time.Now(), m.TotalAlloc
+				}
+				if measured && r.AllocPerTurnSecond == 0 && time.Since(measuredAt) >= 5*time.Second && cnt.inFlight.Load() == int64(c.Concurrent) {
+					var m runtime.MemStats
+					runtime.ReadMemStats(&m)
+					r.AllocPerTurnSecond = uint64(float64(m.TotalAlloc-allocAt) / float64(c.Concurrent) / time.Since(measuredAt).Seconds())
 				}
 			}
 		}
@@ -576,6 +622,7 @@ func concurrency(ctx context.Context, c Config, rco asynq.RedisClientOpt, run st
 		return err
 	}); err != nil {
 		close(sampling)
+		<-samplerDone
 		return err
 	}
 	fmt.Fprintf(log, "  enqueued %d in %.1fs\n", c.Concurrent, time.Since(t0).Seconds())
@@ -596,6 +643,7 @@ wait:
 	}
 	r.ConcurrentTime = time.Since(t0)
 	close(sampling)
+	<-samplerDone
 	r.PeakRSS = peak.Load()
 	r.PeakInFlight = cnt.peak.Load()
 	r.Answered = cnt.answered.Load()
@@ -608,6 +656,13 @@ wait:
 		}
 	}
 	return nil
+}
+
+func sub(a, b uint64) uint64 {
+	if a < b {
+		return 0
+	}
+	return a - b
 }
 
 // writeProfiles writes the heap profile (after a GC, so it shows what is

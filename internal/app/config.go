@@ -18,6 +18,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lettaq/lettaq/agentclient"
+
 	"github.com/hibiken/asynq"
 
 	"github.com/lettaq/lettaq/budget"
@@ -49,6 +51,7 @@ type WorkerConfig struct {
 	KeyPrefix         string
 	LettaBaseURL      string
 	LettaAPIKey       string
+	StreamTransport   agentclient.StreamTransport
 	Budget            budget.Config
 	Concurrency       int
 	Queues            map[string]int
@@ -179,6 +182,16 @@ var workerSettings = []setting{
 	{Var{Name: "LETTA_API_KEY", Default: "", Secret: true,
 		Help: "Letta API key, sent as a Bearer token; never logged"},
 		stringSetting(func(c *WorkerConfig) *string { return &c.LettaAPIKey })},
+	{Var{Name: "LETTA_STREAM_TRANSPORT", Default: string(agentclient.StreamDedicated),
+		Help: `how agent streams reach Letta: "dedicated" (a connection per stream, read on the turn's own goroutine: ~20 KiB less per in-flight turn; falls back to net/http behind an HTTP proxy) or "net/http" (the shared pool, which negotiates HTTP/2 over TLS)`},
+		func(c *WorkerConfig, raw string) error {
+			st, err := agentclient.ParseStreamTransport(raw)
+			if err != nil {
+				return errors.New(strings.TrimPrefix(err.Error(), "stream transport "))
+			}
+			c.StreamTransport = st
+			return nil
+		}},
 	{Var{Name: "LETTAQ_CONCURRENCY", Default: "200",
 		Help: "turns one worker runs at once; turns wait on the network, not the CPU, so this is far above the CPU count"},
 		intSetting(func(c *WorkerConfig) *int { return &c.Concurrency }, 1)},

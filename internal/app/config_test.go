@@ -9,6 +9,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/lettaq/lettaq/agentclient"
 	"github.com/lettaq/lettaq/budget"
 )
 
@@ -21,7 +22,7 @@ func TestWorkerConfigDefaults(t *testing.T) {
 	}
 	if c.Concurrency != 200 || c.HTTPAddr != DefaultHTTPAddr || c.LettaBaseURL != "http://localhost:8283" ||
 		c.Queues["lettaq"] != 1 || c.TaskCheckInterval != 100*time.Millisecond || c.LogFormat != "auto" ||
-		c.Budget != budget.Default() || c.MonitorWritable || c.Dev || c.WorkerID == "" {
+		c.Budget != budget.Default() || c.MonitorWritable || c.Dev || c.WorkerID == "" || c.StreamTransport != agentclient.StreamDedicated {
 		t.Errorf("defaults: %+v", c)
 	}
 }
@@ -66,6 +67,7 @@ func TestWorkerConfigErrorsNameTheVariable(t *testing.T) {
 		{map[string]string{"LETTAQ_LOG_FORMAT": "xml"}, nil, []string{"LETTAQ_LOG_FORMAT"}},
 		{map[string]string{"LETTAQ_HTTP_ADDR": "0.0.0.0:8080"}, nil, []string{"LETTAQ_HTTP_TOKEN", "LETTAQ_HTTP_ADDR"}},
 		{map[string]string{"LETTA_BASE_URL": "letta:8283"}, nil, []string{"LETTA_BASE_URL"}},
+		{map[string]string{"LETTA_STREAM_TRANSPORT": "h2"}, nil, []string{"LETTA_STREAM_TRANSPORT", `"h2"`, "dedicated", "net/http"}},
 		{map[string]string{"LETTAQ_REDIS_CLUSTER_ADDRS": "a,b"}, nil, []string{"LETTAQ_REDIS_CLUSTER_ADDRS"}},
 		{nil, []string{"--no-such-flag"}, []string{"no-such-flag"}},
 	}

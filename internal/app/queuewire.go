@@ -27,7 +27,7 @@ type queueRunner struct {
 
 func newQueueRunner(cfg WorkerConfig, connOpt asynq.RedisConnOpt, rdb redis.UniversalClient, lettaURL string, m *Metrics, logger *slog.Logger) (*queueRunner, error) {
 	letta, err := agentclient.New(agentclient.Config{
-		BaseURL: lettaURL, APIKey: cfg.LettaAPIKey, RequestTimeout: cfg.Budget.RequestTimeout,
+		BaseURL: lettaURL, APIKey: cfg.LettaAPIKey, RequestTimeout: cfg.Budget.RequestTimeout, StreamTransport: cfg.StreamTransport,
 		Clocks: agentclient.Clocks{
 			Connect: cfg.Budget.ConnectTimeout, Stall: cfg.Budget.StallTimeout, Total: cfg.Budget.StreamTotal,
 			ContentIdle: contentIdle(cfg.Budget.ContentIdleNotice), StopGrace: cfg.Budget.StopGrace,

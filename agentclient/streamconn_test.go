@@ -1,0 +1,254 @@
+package agentclient
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"runtime/pprof"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// goroutinesIn counts the goroutines whose stack mentions fn.
+func goroutinesIn(t *testing.T, fn string) int {
+	t.Helper()
+	var b strings.Builder
+	if err := pprof.Lookup("goroutine").WriteTo(&b, 2); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, g := range strings.Split(b.String(), "\n\n") {
+		if strings.Contains(g, fn) {
+			n++
+		}
+	}
+	return n
+}
+
+// An open dedicated stream is read on the caller's goroutine: net/http runs
+// no connection goroutines for it. Through net/http it runs two per stream;
+// that difference is what the dedicated transport is for.
+func TestDedicatedStreamsRunNoConnectionGoroutines(t *testing.T) {
+	const streams = 8
+	for _, tc := range []struct {
+		tr      StreamTransport
+		atLeast int // persistConn goroutines while the streams are open
+		atMost  int
+	}{
+		{StreamDedicated, 0, 0},
+		{StreamNetHTTP, 2 * streams, 1 << 20},
+	} {
+		t.Run(strings.ReplaceAll(string(tc.tr), "/", ""), func(t *testing.T) {
+			leakCheck(t)
+			release := releaseOnCleanup(t)
+			rs := newRaw(t, func(w http.ResponseWriter, r *http.Request) {
+				startSSE(w)
+				sse(w, data(fxPing))
+				block(r, release)
+			})
+			c := newClient(t, tc.tr, rs.URL, Clocks{ContentIdle: -1})
+			ctx, cancel := context.WithCancel(context.Background())
+			var started, done sync.WaitGroup
+			for range streams {
+				started.Add(1)
+				done.Add(1)
+				go func() {
+					defer done.Done()
+					var once sync.Once
+					_ = c.SendStream(ctx, sendReq(), NewStreamState(), StreamOptions{OnEvent: func(Event) { once.Do(started.Done) }})
+				}()
+			}
+			started.Wait() // every stream has its first event and is now blocked reading
+			n := goroutinesIn(t, "net/http.(*persistConn)")
+			cancel()
+			done.Wait()
+			if n < tc.atLeast || n > tc.atMost {
+				t.Fatalf("%d streams open over %s: %d net/http connection goroutines, want %d..%d", streams, tc.tr, n, tc.atLeast, tc.atMost)
+			}
+		})
+	}
+}
+
+// What the dedicated transport puts on the wire is a plain HTTP/1.1 request
+// that asks the server to close the connection after the response.
+func TestDedicatedStreamRequest(t *testing.T) {
+	leakCheck(t)
+	reqs := make(chan *http.Request, 1)
+	rs := newRaw(t, func(w http.ResponseWriter, r *http.Request) {
+		reqs <- r
+		startSSE(w)
+		sse(w, data(fxAssistant), data(fxStop), data("[DONE]"))
+	})
+	c := newClient(t, StreamDedicated, rs.URL+"/prefix", Clocks{})
+	st := NewStreamState()
+	if err := c.SendStream(context.Background(), sendReq(), st, StreamOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if st.Answer() == "" {
+		t.Fatal("no answer read")
+	}
+	got := <-reqs
+	if got.Method != http.MethodPost || got.URL.Path != "/prefix/v1/agents/agent-1/messages/stream" || got.ProtoMajor != 1 || !got.Close {
+		t.Errorf("request: %s %s %s close=%v", got.Method, got.URL.Path, got.Proto, got.Close)
+	}
+	h := rs.headers[0]
+	for k, want := range map[string]string{"Authorization": "Bearer sk-secret-key-123", "Content-Type": "application/json",
+		"Accept": "text/event-stream", "User-Agent": DefaultUserAgent} {
+		if h.Get(k) != want {
+			t.Errorf("header %s = %q, want %q", k, h.Get(k), want)
+		}
+	}
+	if msgs, _ := rs.bodies[0]["messages"].([]any); len(msgs) != 1 {
+		t.Errorf("body: %v", rs.bodies[0])
+	}
+}
+
+// Over TLS the dedicated transport uses the HTTP client's TLS settings (here
+// the test server's root) and speaks HTTP/1.1.
+func TestDedicatedStreamOverTLS(t *testing.T) {
+	leakCheck(t)
+	protos := make(chan string, 1)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		protos <- r.Proto
+		startSSE(w)
+		sse(w, data(fxAssistant), data(fxStop))
+	}))
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the untrusted handshake below is expected
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	hc := srv.Client()
+	t.Cleanup(hc.CloseIdleConnections)
+	c, err := New(Config{BaseURL: srv.URL, HTTPClient: hc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.StreamTransport() != StreamDedicated {
+		t.Fatalf("stream transport %q", c.StreamTransport())
+	}
+	st := NewStreamState()
+	if err := c.SendStream(context.Background(), sendReq(), st, StreamOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if proto := <-protos; proto != "HTTP/1.1" || st.Answer() == "" {
+		t.Fatalf("proto %q, answer %q", proto, st.Answer())
+	}
+
+	// Without the test root the handshake fails, as a transport error.
+	c2, _ := New(Config{BaseURL: srv.URL})
+	err = c2.SendStream(context.Background(), sendReq(), NewStreamState(), StreamOptions{})
+	var ae *Error
+	if !errors.As(err, &ae) || ae.StatusCode != 0 || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("untrusted server: %v", err)
+	}
+}
+
+type countingRT struct{ n int }
+
+func (c *countingRT) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.n++
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// A proxy or a custom RoundTripper keeps streams on net/http.
+func TestDedicatedFallsBackToNetHTTP(t *testing.T) {
+	proxied := NewTransport()
+	proxied.Proxy = http.ProxyURL(&url.URL{Scheme: "http", Host: "proxy.invalid:3128"})
+	for name, hc := range map[string]*http.Client{
+		"proxy":        {Transport: proxied},
+		"roundtripper": {Transport: &countingRT{}},
+	} {
+		c, err := New(Config{BaseURL: "http://letta.example:8283", HTTPClient: hc})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.StreamTransport() != StreamNetHTTP {
+			t.Errorf("%s: streams over %q, want net/http", name, c.StreamTransport())
+		}
+	}
+	// A proxy that does not apply to the host (NO_PROXY) does not.
+	direct := NewTransport()
+	direct.Proxy = func(*http.Request) (*url.URL, error) { return nil, nil }
+	c, _ := New(Config{BaseURL: "http://letta.example:8283", HTTPClient: &http.Client{Transport: direct}})
+	if c.StreamTransport() != StreamDedicated {
+		t.Errorf("no proxy for the host: streams over %q", c.StreamTransport())
+	}
+	if _, err := New(Config{StreamTransport: "h3"}); err == nil || !strings.Contains(err.Error(), `"h3"`) {
+		t.Errorf("unknown stream transport accepted: %v", err)
+	}
+
+	// The custom RoundTripper does see the stream.
+	leakCheck(t)
+	rs := newRaw(t, func(w http.ResponseWriter, r *http.Request) {
+		startSSE(w)
+		sse(w, data(fxAssistant), data(fxStop))
+	})
+	rt := &countingRT{}
+	c, _ = New(Config{BaseURL: rs.URL, HTTPClient: &http.Client{Transport: rt}})
+	if err := c.SendStream(context.Background(), sendReq(), NewStreamState(), StreamOptions{}); err != nil || rt.n != 1 {
+		t.Fatalf("err %v, round trips %d", err, rt.n)
+	}
+	http.DefaultTransport.(*http.Transport).CloseIdleConnections()
+}
+
+// Informational answers before the response are skipped; a redirect is not
+// followed (a POST must not turn into a GET or go elsewhere) and says where
+// it points.
+func TestDedicatedInformationalAndRedirect(t *testing.T) {
+	eachTransport(t, func(t *testing.T, tr StreamTransport) {
+		leakCheck(t)
+		rs := newRaw(t, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Link", "</x>; rel=preload")
+			w.WriteHeader(http.StatusEarlyHints)
+			startSSE(w)
+			sse(w, data(fxAssistant), data(fxStop))
+		}, func(w http.ResponseWriter, r *http.Request) {
+			http.Redirect(w, r, "https://letta.example/v1/agents/agent-1/messages/stream", http.StatusPermanentRedirect)
+		})
+		c := newClient(t, tr, rs.URL, Clocks{})
+		st := NewStreamState()
+		if err := c.SendStream(context.Background(), sendReq(), st, StreamOptions{}); err != nil || st.Answer() == "" {
+			t.Fatalf("after 103: err %v, answer %q", err, st.Answer())
+		}
+		if tr == StreamNetHTTP {
+			return // net/http follows redirects; only the dedicated transport is checked
+		}
+		err := c.SendStream(context.Background(), sendReq(), NewStreamState(), StreamOptions{})
+		var ae *Error
+		if !errors.As(err, &ae) || ae.StatusCode != http.StatusPermanentRedirect || Classify(err) != Permanent ||
+			!strings.Contains(err.Error(), "redirected to https://letta.example/") {
+			t.Fatalf("redirect: %v", err)
+		}
+	})
+}
+
+// Cancelling while the server has not answered closes the connection (the
+// server sees it) and reports the cancellation, not a transport failure.
+func TestDedicatedCancelBeforeHeaders(t *testing.T) {
+	leakCheck(t)
+	gone := make(chan struct{})
+	arrived := make(chan struct{})
+	rs := newRaw(t, func(w http.ResponseWriter, r *http.Request) {
+		close(arrived)
+		<-r.Context().Done()
+		close(gone)
+	})
+	c := newClient(t, StreamDedicated, rs.URL, Clocks{})
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { <-arrived; cancel() }()
+	err := c.SendStream(ctx, sendReq(), NewStreamState(), StreamOptions{})
+	var se *StreamError
+	if !errors.As(err, &se) || se.Clock != ClockCanceled || Classify(err) != Canceled {
+		t.Fatalf("err = %v", err)
+	}
+	select {
+	case <-gone:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the server never saw the connection close")
+	}
+}
