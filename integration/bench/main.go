@@ -28,7 +28,9 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"math"
 	"runtime"
+	"runtime/debug"
 	"runtime/pprof"
 	"sort"
 	"strconv"
@@ -167,7 +169,7 @@ func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float
 func (r *Results) Table() string {
 	var b strings.Builder
 	c := r.Config
-	fmt.Fprintf(&b, "lettaq benchmark: %s, %d CPUs, Go %s, task check interval %v, streams %s\n\n", c.RedisURL, runtime.NumCPU(), runtime.Version(), c.CheckInterval, c.StreamTransport)
+	fmt.Fprintf(&b, "lettaq benchmark: %s, %d CPUs, Go %s, task check interval %v, streams %s, %s\n\n", c.RedisURL, runtime.NumCPU(), runtime.Version(), c.CheckInterval, c.StreamTransport, gcSettings())
 	b.WriteString("| measure | lettaq | direct / bare Asynq | lettaq adds |\n|---|---|---|---|\n")
 	row := func(name string, q, d []time.Duration, p float64) {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", name, ms(pct(q, p)), ms(pct(d, p)), ms(pct(q, p)-pct(d, p)))
@@ -550,6 +552,12 @@ func concurrency(ctx context.Context, c Config, rco asynq.RedisClientOpt, run st
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
 	cmd.Stderr = os.Stderr
+	// The simulator is not what is measured: no memory limit of the worker's for it.
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "GOMEMLIMIT=") && !strings.HasPrefix(kv, "GOGC=") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
 	if err := cmd.Start(); err != nil {
 		return err
 	}
@@ -656,6 +664,19 @@ wait:
 		}
 	}
 	return nil
+}
+
+// gcSettings describes the GC's pacing: GOGC and the memory limit.
+func gcSettings() string {
+	gogc := os.Getenv("GOGC")
+	if gogc == "" {
+		gogc = "100"
+	}
+	limit := "none"
+	if l := debug.SetMemoryLimit(-1); l != math.MaxInt64 {
+		limit = fmt.Sprintf("%d MiB", l>>20)
+	}
+	return "GOGC " + gogc + ", GOMEMLIMIT " + limit
 }
 
 func sub(a, b uint64) uint64 {

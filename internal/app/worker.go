@@ -52,6 +52,9 @@ func RunWorker(ctx context.Context, args []string, getenv func(string) string, s
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	logger := NewLogger(stderr, cfg.LogFormat, cfg.LogLevel)
+	if limit, from := applyMemoryLimit(getenv); from != "" {
+		logger.Info("GC memory limit", "bytes", limit, "from", from)
+	}
 	r, err := StartWorker(ctx, cfg, logger, stdout)
 	if err != nil {
 		logger.Error("worker did not start", "err", err)
