@@ -75,8 +75,10 @@ func TestOrderingOneConversationTwoProcesses(t *testing.T) {
 		mark := fmt.Sprintf("m%02d", i)
 		r := e.enqueue(queue.Message{AgentID: agent, Conversation: c, MessageID: mark,
 			Text: fmt.Sprintf("[[sim think=%s answer=a%02d]] %s", think, i, mark)})
-		// Earlier turns may have finished meanwhile.
-		if r.Position < 0 || r.Position > i {
+		// Earlier turns may have finished meanwhile, and this one too: a
+		// worker can take, run and finish it between the task's enqueue and
+		// the client's join (-1: done).
+		if r.Position < -1 || r.Position > i {
 			t.Errorf("message %d: position %d at enqueue", i, r.Position)
 		}
 		res = append(res, r)
@@ -88,7 +90,7 @@ func TestOrderingOneConversationTwoProcesses(t *testing.T) {
 		if final.Type != queue.EventAnswer || final.Text != fmt.Sprintf("a%02d", i) || final.MessageID != marks[i] {
 			t.Fatalf("message %d: final %s %q for message %q; %s", i, final.Type, final.Text, final.MessageID, summarize(evs))
 		}
-		if evs[0].Type == queue.EventAccepted && evs[0].Position != r.Position {
+		if evs[0].Type == queue.EventAccepted && r.Position >= 0 && evs[0].Position != r.Position {
 			t.Errorf("message %d: accepted at position %d, enqueue said %d", i, evs[0].Position, r.Position)
 		}
 	}
