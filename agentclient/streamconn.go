@@ -87,6 +87,11 @@ func newStreamConns(base *url.URL, hc *http.Client, mode StreamTransport) *strea
 			cfg.ServerName = base.Hostname()
 		}
 		cfg.NextProtos = []string{"http/1.1"}
+		if cfg.ClientSessionCache == nil {
+			// A connection per stream: resume TLS sessions rather than
+			// pay a full handshake for every turn.
+			cfg.ClientSessionCache = tls.NewLRUClientSessionCache(64)
+		}
 		sc.tls = cfg
 	}
 	return sc

@@ -113,9 +113,11 @@ func TestDedicatedStreamRequest(t *testing.T) {
 // the test server's root) and speaks HTTP/1.1.
 func TestDedicatedStreamOverTLS(t *testing.T) {
 	leakCheck(t)
-	protos := make(chan string, 1)
+	protos := make(chan string, 2)
+	resumed := make(chan bool, 2)
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		protos <- r.Proto
+		resumed <- r.TLS.DidResume
 		startSSE(w)
 		sse(w, data(fxAssistant), data(fxStop))
 	}))
@@ -137,6 +139,14 @@ func TestDedicatedStreamOverTLS(t *testing.T) {
 	}
 	if proto := <-protos; proto != "HTTP/1.1" || st.Answer() == "" {
 		t.Fatalf("proto %q, answer %q", proto, st.Answer())
+	}
+	// The next stream is a new connection that resumes the TLS session.
+	if err := c.SendStream(context.Background(), sendReq(), NewStreamState(), StreamOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	<-protos
+	if first, second := <-resumed, <-resumed; first || !second {
+		t.Errorf("TLS resumption: first stream resumed %v, second %v; want false, true", first, second)
 	}
 
 	// Without the test root the handshake fails, as a transport error.

@@ -254,6 +254,9 @@ func Run(ctx context.Context, c Config, log io.Writer) (*Results, error) {
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		return nil, fmt.Errorf("redis at %s: %w", rco.Addr, err)
 	}
+	if c.StreamTransport == "" {
+		c.StreamTransport = agentclient.StreamDedicated
+	}
 	r := &Results{Config: c}
 	r.FileLimit, _ = raiseFileLimit()
 	run := strings.ReplaceAll(uuid.NewString()[:8], "-", "")
