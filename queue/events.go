@@ -213,9 +213,9 @@ type RepliesOptions struct {
 	// StreamTTL, when > 0, expires a conversation's stream that long after
 	// its last event. Default 0: streams are only capped by MaxLen.
 	StreamTTL time.Duration
-	// PartLimits gives, per integration, the part size (in runes) used to
-	// fill Parts of an answer that has none; integrations not listed use
-	// SplitMessage's default (4096).
+	// PartLimits gives, per integration, the part size (in UTF-16 code
+	// units, as Telegram counts) used to fill Parts of an answer that has
+	// none; integrations not listed use SplitMessage's default (4096).
 	PartLimits map[string]int
 	// Now is the clock for event times; default time.Now.
 	Now func() time.Time

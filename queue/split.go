@@ -10,8 +10,11 @@ import (
 // Telegram's limit for a message's text.
 const DefaultSplitLimit = 4096
 
-// SplitMessage cuts text into parts of at most limit runes (limit <= 0:
-// DefaultSplitLimit), for platforms that cap a message's length.
+// SplitMessage cuts text into parts of at most limit UTF-16 code units
+// (limit <= 0: DefaultSplitLimit), for platforms that cap a message's length.
+// Telegram and every JavaScript client count length in UTF-16 code units, in
+// which a character outside the Basic Multilingual Plane (most emoji) counts
+// two; a part within the limit in those units is within it in runes too.
 //
 // It cuts after the last paragraph break ("\n\n") that fits, else after the
 // last line break, else after the last whitespace (not a no-break space, nor
@@ -23,9 +26,10 @@ const DefaultSplitLimit = 4096
 //
 //	strings.Join(SplitMessage(text, limit), "") == text
 //
-// Every part is non-empty. Empty text gives no parts (nil); a text of at
-// most limit runes gives one part, itself. Invalid UTF-8 bytes count as one
-// rune each and are kept as they are.
+// Every part is non-empty, and longer than limit only when it is a single
+// rune of two units and limit is 1. Empty text gives no parts (nil); a text
+// of at most limit units gives one part, itself. Invalid UTF-8 bytes count
+// as one unit each and are kept as they are.
 func SplitMessage(text string, limit int) []string {
 	if limit <= 0 {
 		limit = DefaultSplitLimit
@@ -44,17 +48,37 @@ func SplitMessage(text string, limit int) []string {
 	return parts
 }
 
-// splitPrefixEnd returns the byte length of the first n runes of s, and
-// whether that is all of s.
+// splitPrefixEnd returns the byte length of the longest prefix of s that is
+// at most n UTF-16 code units (at least one rune), and whether that is all
+// of s.
 func splitPrefixEnd(s string, n int) (end int, whole bool) {
-	for i := 0; i < n; i++ {
-		if end >= len(s) {
-			return end, true
+	units := 0
+	for end < len(s) {
+		r, size := utf8.DecodeRuneInString(s[end:])
+		u := 1
+		if r > 0xffff {
+			u = 2
 		}
-		_, size := utf8.DecodeRuneInString(s[end:])
+		if units+u > n && end > 0 {
+			return end, false
+		}
+		units += u
 		end += size
 	}
-	return end, end >= len(s)
+	return end, true
+}
+
+// utf16Len is the length of s in UTF-16 code units (an invalid byte counts
+// one).
+func utf16Len(s string) int {
+	n := 0
+	for _, r := range s {
+		n++
+		if r > 0xffff {
+			n++
+		}
+	}
+	return n
 }
 
 // splitCut picks where to cut text within its first end bytes (0 < cut <= end).

@@ -30,11 +30,13 @@ func TestSplitMessage(t *testing.T) {
 		{"no-break space is not a break", "ab\u00a0cd", 4, []string{"ab\u00a0c", "d"}},
 		{"crlf kept together", "abc\r\ndef", 4, []string{"abc", "\r\n", "def"}},
 		{"combining mark stays", "abce\u0301f", 4, []string{"abc", "e\u0301f"}},
-		{"flags stay whole", "x" + flag + flag, 4, []string{"x" + flag, flag}},
-		{"flag parity", flag + flag + flag, 3, []string{flag, flag, flag}},
-		{"zwj sequence stays", "ab" + family, 6, []string{"ab", family}},
-		{"skin tone stays", "abc👍🏽", 4, []string{"abc", "👍🏽"}},
-		{"cluster longer than limit", family, 2, []string{"👨\u200d", "👩\u200d", "👧"}},
+		{"flags stay whole", "x" + flag + flag, 6, []string{"x" + flag, flag}},
+		{"flag parity", flag + flag + flag, 6, []string{flag, flag, flag}},
+		{"zwj sequence stays", "ab" + family, 8, []string{"ab", family}},
+		{"skin tone stays", "abc👍🏽", 5, []string{"abc", "👍🏽"}},
+		{"cluster longer than limit", family, 3, []string{"👨\u200d", "👩\u200d", "👧"}},
+		{"emoji count two units, as Telegram counts", "😀😀😀", 4, []string{"😀😀", "😀"}},
+		{"an emoji alone may exceed a limit of one", "😀a", 1, []string{"😀", "a"}},
 		{"default limit", strings.Repeat("a", 5000), 0, []string{strings.Repeat("a", 4096), strings.Repeat("a", 904)}},
 		{"separator at the end of the part", "aaaa bbbb", 5, []string{"aaaa ", "bbbb"}},
 		{"leading newline", "\n" + strings.Repeat("a", 6), 4, []string{"\n", "aaaa", "aa"}},
@@ -67,8 +69,8 @@ func splitCheck(t *testing.T, text string, limit int, parts []string) {
 		if p == "" {
 			t.Fatalf("part %d is empty: %q", i, parts)
 		}
-		if n := utf8.RuneCountInString(p); n > limit {
-			t.Fatalf("part %d has %d runes, limit %d", i, n, limit)
+		if n := utf16Len(p); n > limit && utf8.RuneCountInString(p) > 1 {
+			t.Fatalf("part %d has %d UTF-16 units, limit %d", i, n, limit)
 		}
 		if utf8.ValidString(text) && !utf8.ValidString(p) {
 			t.Fatalf("part %d cut inside a rune: %q", i, p)
