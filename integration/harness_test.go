@@ -82,6 +82,7 @@ type env struct {
 	replies *queue.Replies
 	journal *queue.Journal
 	insp    *asynq.Inspector
+	scope   ordering.Scope // ordering scope; "" is the conversation
 }
 
 type envOpt func(*env, *lettasim.Config)
@@ -141,7 +142,7 @@ func (e *env) cleanKeys() {
 
 // ordering is the test's ordering configuration: keys under its prefix.
 func (e *env) ordering() queue.Ordering {
-	return queue.Ordering{Config: ordering.Config{Prefix: e.prefix + "ord:"}}
+	return queue.Ordering{Scope: e.scope, Config: ordering.Config{Prefix: e.prefix + "ord:"}}
 }
 
 func (e *env) workerConfig(id string) queue.WorkerConfig {

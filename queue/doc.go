@@ -62,6 +62,12 @@
 //	not its turn (ordering)                   –                          –                   put back (no retry used)
 //	merged into another turn (coalescing)     by the answering turn      coalesced           nil
 //
+// A Rejected send was refused by the server with a 4xx before anything was
+// stored, so the attempt withdraws its intent (Journal.RecordRefusal): the
+// retry of a 409 "conversation busy" sends at once, under any resend
+// policy, instead of looking for an otid that cannot be there. A 5xx, a 429
+// or a cut connection never withdraws an intent.
+//
 // RetryDelay is the asynq.RetryDelayFunc that honours *RetryAfterError and
 // otherwise backs off exponentially (1s doubling, capped at 1 minute);
 // IsFailure keeps a shutdown interruption from counting as a failed try.

@@ -149,12 +149,37 @@ type ToolSummary struct {
 }
 
 // Intent records that an attempt was about to send the turn's message.
+// An entry with Refused set withdraws that attempt's latest intent: the
+// server answered its send with a definitive refusal (a 4xx such as 409
+// "conversation busy"), so nothing was stored.
 type Intent struct {
 	TaskID  string    `json:"task_id"`
 	Otid    string    `json:"otid"`
 	Attempt int       `json:"attempt"`
 	Worker  string    `json:"worker,omitempty"`
 	At      time.Time `json:"at"`
+	Refused bool      `json:"refused,omitempty"`
+}
+
+// LiveIntents returns the intents that may have led to a stored message:
+// each refusal removes the latest earlier intent of the same attempt, and
+// is itself dropped. Anything else (a 5xx, a cut connection, a crash) keeps
+// the intent live.
+func LiveIntents(intents []Intent) []Intent {
+	out := make([]Intent, 0, len(intents))
+	for _, in := range intents {
+		if !in.Refused {
+			out = append(out, in)
+			continue
+		}
+		for i := len(out) - 1; i >= 0; i-- {
+			if out[i].Attempt == in.Attempt {
+				out = append(out[:i], out[i+1:]...)
+				break
+			}
+		}
+	}
+	return out
 }
 
 // Filter selects the turns Recent returns.
@@ -292,6 +317,21 @@ func (j *Journal) RecordIntent(ctx context.Context, taskID, otid string, attempt
 		return nil, fmt.Errorf("queue: record intent for task %s: %w", taskID, err)
 	}
 	return journalDecodeIntents(taskID, raw)
+}
+
+// RecordRefusal withdraws attempt's latest intent: its send was refused by
+// the server before anything was stored (see Intent). Only a definitive
+// refusal may be recorded: a later attempt then sends without first
+// looking for the otid.
+func (j *Journal) RecordRefusal(ctx context.Context, taskID, otid string, attempt int, worker string) error {
+	b, err := json.Marshal(Intent{TaskID: taskID, Otid: otid, Attempt: attempt, Worker: worker, At: j.opts.Now().UTC(), Refused: true})
+	if err != nil {
+		return fmt.Errorf("queue: record refusal: %w", err)
+	}
+	if err := journalIntentScript.Run(ctx, j.rdb, []string{j.intentsKey(taskID)}, string(b), j.opts.Retention.Milliseconds()).Err(); err != nil {
+		return fmt.Errorf("queue: record refusal for task %s: %w", taskID, err)
+	}
+	return nil
 }
 
 // Intents returns the intents recorded for taskID, oldest first.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"sort"
 	"sync"
 	"testing"
@@ -438,4 +439,36 @@ func TestJournalSaveConcurrent(t *testing.T) {
 			t.Fatalf("record has %d attempts but retries index has %v", len(got.Attempts), rjIDs(retries))
 		}
 	})
+}
+
+func TestLiveIntents(t *testing.T) {
+	in := func(n int) Intent { return Intent{Attempt: n} }
+	refused := func(n int) Intent { return Intent{Attempt: n, Refused: true} }
+	cases := []struct {
+		name string
+		all  []Intent
+		live []int // attempts of the live intents
+	}{
+		{"none", nil, nil},
+		{"one live", []Intent{in(1)}, []int{1}},
+		{"refused", []Intent{in(1), refused(1)}, nil},
+		{"refused, then a live one", []Intent{in(1), refused(1), in(2)}, []int{2}},
+		{"a refusal withdraws only its attempt's latest intent", []Intent{in(1), in(1), refused(1)}, []int{1}},
+		{"a refusal of another attempt withdraws nothing", []Intent{in(1), refused(2)}, []int{1}},
+		{"interleaved attempts", []Intent{in(1), in(2), refused(1)}, []int{2}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var got []int
+			for _, l := range LiveIntents(c.all) {
+				if l.Refused {
+					t.Fatalf("a refusal is live: %+v", l)
+				}
+				got = append(got, l.Attempt)
+			}
+			if !slices.Equal(got, c.live) {
+				t.Fatalf("live attempts %v, want %v", got, c.live)
+			}
+		})
+	}
 }

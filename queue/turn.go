@@ -215,6 +215,7 @@ func (t *turn) run(ctx context.Context) error {
 	if err != nil {
 		return t.retryEarly(err)
 	}
+	intents = LiveIntents(intents)
 	if err := t.takeFollowers(ctx, len(intents) == 0); err != nil {
 		return t.retryEarly(err)
 	}
@@ -298,6 +299,7 @@ func (t *turn) beforeSend(ctx context.Context, resend bool) error {
 	if err != nil {
 		return err
 	}
+	prior = LiveIntents(prior)
 	t.mu.Lock()
 	t.attempt().SentOtid = true
 	t.mu.Unlock()
@@ -546,6 +548,16 @@ func (t *turn) finish(ctx context.Context, d continuation.Decision) error {
 
 	case continuation.Rejected:
 		t.deltas.finish(false)
+		if st := agentclient.StatusCode(d.Err); st >= 400 && st < 500 && d.Sends > 0 {
+			// Refused before anything was stored: the next attempt need not
+			// look for the otid, and may send under any resend policy.
+			t.mu.Lock()
+			n := t.attempt().N
+			t.mu.Unlock()
+			if err := w.journal.RecordRefusal(dctx, t.taskID, t.otid, n, w.cfg.WorkerID); err != nil {
+				log.Warn("could not journal the refusal; the next attempt looks for the otid first", "error", err.Error())
+			}
+		}
 		if d.Retryable {
 			return t.retry(dctx, log, d, max(agentclient.RetryAfter(d.Err), time.Second), d.Reason)
 		}

@@ -278,6 +278,9 @@ func (d *directive) apply(key, v string, sp *scriptSpec) error {
 		default:
 			err = fmt.Errorf("lettasim directive: status=%q must be 429 or 5xx", v)
 		}
+	case "busy":
+		fault()
+		f.Busy, err = parseBool(key, v)
 	case "retry_after":
 		fault()
 		f.RetryAfter, err = parseDur(key, v, false)

@@ -16,7 +16,8 @@
 //
 // New returns the bare http.Handler (a *Sim) to mount elsewhere; Close it to end the runs in
 // flight. Config.APIKey turns on bearer-token checks, Config.PingInterval sets the keep-alive
-// interval (20s by default, like Letta), Config.AutoCreateAgents accepts any agent id (dev mode).
+// interval (20s by default, like Letta), Config.AutoCreateAgents accepts any agent id (dev mode),
+// Config.OneRunPerAgent answers 409 "conversation busy" to a send while the agent is running.
 //
 // Endpoints (also under the /latest/ alias): POST /v1/agents/{id}/messages/stream;
 // POST /v1/agents/{id}/messages (streaming true or false, with Letta's User-Agent trap);
@@ -91,6 +92,7 @@
 //	admit_delay=D|forever       AdmitDelay
 //	status=429|5xx              Status429 / Status5xxBeforeStore (nothing stored)
 //	retry_after=D               RetryAfter (the 429's Retry-After)
+//	busy                        Busy: 409 "conversation busy" naming a run (nothing stored)
 //	status_after_store=5xx      Status5xxAfterStore (stored, run goes on)
 //	drop                        DropBeforeResponse
 //	first_byte=D|forever        FirstByteDelay
@@ -112,7 +114,7 @@
 // it wins over a directive. SetListFault slows or fails the read endpoints (list messages, get
 // run, run messages, list runs). The phases, in order:
 //
-//	AdmitDelay → Status429 / Status5xxBeforeStore → [message stored, run started] →
+//	AdmitDelay → Status429 / Busy / Status5xxBeforeStore → [message stored, run started] →
 //	Status5xxAfterStore / DropBeforeResponse → FirstByteDelay → stream (StallAfter/StallFor,
 //	DisconnectAfter) ; the run: EndWith after EndAfter steps, UnhandledException ;
 //	resumes of the run: ResumeStatus

@@ -2,6 +2,7 @@ package lettasim_test
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
@@ -556,5 +557,80 @@ func TestPingOnlyLimit(t *testing.T) {
 	}
 	if !srv.Cancel(testCtx(t), runID) {
 		t.Fatal("cancel")
+	}
+}
+
+// busyBody checks a 409 "conversation busy" body and returns the run it names.
+func busyBody(t *testing.T, data []byte) string {
+	t.Helper()
+	var m struct {
+		Detail struct {
+			Message string `json:"message"`
+			RunID   string `json:"run_id"`
+		} `json:"detail"`
+	}
+	if err := json.Unmarshal(data, &m); err != nil || !strings.HasPrefix(m.Detail.Message, "CONVERSATION_BUSY") ||
+		!strings.HasPrefix(m.Detail.RunID, "run-") {
+		t.Fatalf(`busy body must be {"detail": {"message": "CONVERSATION_BUSY: …", "run_id": "run-…"}}: %s (%v)`, data, err)
+	}
+	return m.Detail.RunID
+}
+
+// With OneRunPerAgent a send while the agent runs is refused with 409 naming the running run,
+// and nothing is stored; once the run ends the same message goes through. Other agents are
+// not affected.
+func TestOneRunPerAgentBusy(t *testing.T) {
+	srv := newServer(t, lettasim.Config{OneRunPerAgent: true})
+	agent := srv.CreateAgent("busy", slowAnswer(50*time.Second))
+	other := srv.CreateAgent("free", nil)
+	first := do(t, srv, "POST", "/v1/agents/"+agent+"/messages/stream", turnReq{Text: "first", Otid: "otid-first"}.body(), nil)
+	defer first.Body.Close()
+	if first.StatusCode != 200 {
+		t.Fatalf("first send: %d", first.StatusCode)
+	}
+	runID := srv.Runs(agent)[0].ID
+	path := "/v1/agents/" + agent + "/messages/stream"
+	st, _, data := call(t, srv, "POST", path, turnReq{Text: "second", Otid: "otid-second"}.body())
+	if st != http.StatusConflict {
+		t.Fatalf("second send while running: status %d: %s", st, data)
+	}
+	if got := busyBody(t, data); got != runID {
+		t.Fatalf("busy names %q, want the running %q", got, runID)
+	}
+	if srv.CountOtid("otid-second") != 0 || len(srv.Runs(agent)) != 1 {
+		t.Fatal("a busy answer stored something")
+	}
+	if _, _, err := streamTurn(t, srv, other, turnReq{Text: "elsewhere", Otid: "otid-other"}); err != nil {
+		t.Fatalf("another agent is not busy: %v", err)
+	}
+	if err := srv.WaitRunDone(testCtx(t), runID); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := streamTurn(t, srv, agent, turnReq{Text: "second", Otid: "otid-second"}); err != nil {
+		t.Fatal(err)
+	}
+	if srv.CountOtid("otid-second") != 1 {
+		t.Fatal("want the retried message stored once")
+	}
+}
+
+// The busy directive refuses the first attempt of an otid with 409, storing nothing.
+func TestBusyDirective(t *testing.T) {
+	srv := newServer(t, lettasim.Config{})
+	agent := srv.CreateAgent("busy-directive", nil)
+	path := "/v1/agents/" + agent + "/messages/stream"
+	st, _, data := call(t, srv, "POST", path, turnReq{Text: "[[sim busy]] hi", Otid: "otid-busy"}.body())
+	if st != http.StatusConflict {
+		t.Fatalf("status %d: %s", st, data)
+	}
+	busyBody(t, data)
+	if srv.CountOtid("otid-busy") != 0 {
+		t.Fatal("a busy answer stored something")
+	}
+	if _, _, err := streamTurn(t, srv, agent, turnReq{Text: "[[sim busy]] hi", Otid: "otid-busy"}); err != nil {
+		t.Fatal(err)
+	}
+	if srv.CountOtid("otid-busy") != 1 {
+		t.Fatal("want the second attempt stored once")
 	}
 }

@@ -342,12 +342,32 @@ func (s *Sim) handleTurn(w http.ResponseWriter, req *http.Request, ep Endpoint) 
 		writeDetail(w, http.StatusTooManyRequests, "RATE_LIMIT_EXCEEDED: simulated rate limit, retry later")
 		return
 	}
+	if f.Busy {
+		id := a.lastRun()
+		if id == "" {
+			id = newID("run")
+		}
+		writeBusy(w, id)
+		return
+	}
 	if f.Status5xxBeforeStore != 0 {
 		writeDetail(w, statusCode5xx(f.Status5xxBeforeStore), "INTERNAL_SERVER_ERROR: simulated failure before the message was stored")
 		return
 	}
 
-	r := s.startTurn(a, msgs, mode, body.Background, f, script, script.Tokens || body.StreamTokens, maxSteps, dir.stripped)
+	var r *run
+	if s.cfg.OneRunPerAgent {
+		a.sendMu.Lock()
+		if id := a.activeRun(); id != "" {
+			a.sendMu.Unlock()
+			writeBusy(w, id)
+			return
+		}
+		r = s.startTurn(a, msgs, mode, body.Background, f, script, script.Tokens || body.StreamTokens, maxSteps, dir.stripped)
+		a.sendMu.Unlock()
+	} else {
+		r = s.startTurn(a, msgs, mode, body.Background, f, script, script.Tokens || body.StreamTokens, maxSteps, dir.stripped)
+	}
 	if r == nil {
 		writeDetail(w, http.StatusServiceUnavailable, "lettasim is closed")
 		return
@@ -377,6 +397,17 @@ func (s *Sim) handleTurn(w http.ResponseWriter, req *http.Request, ep Endpoint) 
 		}
 		s.writeLettaResponse(w, r)
 	}
+}
+
+// writeBusy answers 409 "conversation busy" with the run that holds the agent.
+func writeBusy(w http.ResponseWriter, runID string) {
+	o := beginObj(nil)
+	o.key("detail")
+	d := beginObj(o.buf)
+	d.str("message", "CONVERSATION_BUSY: the agent is processing run "+runID+"; retry when it has finished")
+	d.str("run_id", runID)
+	o.buf = d.end()
+	writeJSON(w, http.StatusConflict, o.end())
 }
 
 func statusCode5xx(n int) int {

@@ -37,6 +37,11 @@ type Config struct {
 	// AutoCreateAgents creates an agent (with the default script) the first time an unknown
 	// agent id is used, instead of answering 404. Handy for a worker's dev mode.
 	AutoCreateAgents bool
+	// OneRunPerAgent answers a send to an agent that has a run in progress with 409
+	// {"detail": {"message": "CONVERSATION_BUSY: ...", "run_id": <the running run>}} and stores
+	// nothing, as a Letta server does for a busy conversation. Off by default: runs of one
+	// agent may overlap.
+	OneRunPerAgent bool
 }
 
 // Sim is a Letta-compatible server in a box: an http.Handler with agents, scripted turns,
@@ -78,6 +83,31 @@ type agent struct {
 	fault    *faultSlot
 	list     ListFault
 	attempts map[string]int // otid -> send attempts seen (directive faults apply to the first few)
+	sendMu   sync.Mutex     // with OneRunPerAgent: the busy check and the run's start are one step
+}
+
+// activeRun returns the id of a run of a that has not ended, or "".
+func (a *agent) activeRun() string {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	for i := len(a.runs) - 1; i >= 0; i-- {
+		select {
+		case <-a.runs[i].done:
+		default:
+			return a.runs[i].id
+		}
+	}
+	return ""
+}
+
+// lastRun returns the id of a's newest run, or "".
+func (a *agent) lastRun() string {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	if len(a.runs) == 0 {
+		return ""
+	}
+	return a.runs[len(a.runs)-1].id
 }
 
 // Received is a user message the Sim received and stored.
