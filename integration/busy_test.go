@@ -87,4 +87,3 @@ func TestBusyAgentSharedByChats(t *testing.T) {
 		})
 	}
 }
-
