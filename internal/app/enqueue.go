@@ -417,18 +417,18 @@ func phaseText(ev queue.ReplyEvent) string {
 		return "running a tool…"
 	case queue.PhaseRecovering:
 		if ev.RunID != "" {
-			return "recovering: continuing run " + ev.RunID
+			return "recovering: stream lost, run " + ev.RunID + " goes on"
 		}
-		return "recovering: looking for the turn at Letta"
+		return "recovering: stream lost, looking for the turn at Letta"
 	case queue.PhaseContinuing:
 		if ev.RunID != "" {
 			return "recovering: continuing run " + ev.RunID
 		}
-		return "continuing"
+		return "recovering: continuing"
 	case queue.PhaseConnecting:
 		return "connecting to the agent…"
 	case queue.PhaseStreaming:
-		return "answering…"
+		return "streaming…"
 	}
 	return ev.Phase
 }
