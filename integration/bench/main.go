@@ -13,7 +13,12 @@
 //
 //	go run ./integration/bench                      # full size: 10,000 concurrent turns
 //	go run ./integration/bench -concurrent 500      # a quick run
+//	GOMEMLIMIT=450MiB go run ./integration/bench -latency 0 -throughput 0 -think 90s
+//	                                                # the worker under a GC memory limit
+//	go run ./integration/bench -stream-transport net/http   # streams through net/http's pool
 //
+// The table's heading names the GC settings (GOGC, GOMEMLIMIT; the simulator child runs
+// without them) and the stream transport.
 // Redis is REDIS_URL (default redis://127.0.0.1:6379/0); the benchmark uses its own queue
 // names and key prefixes and removes nothing else.
 package main
