@@ -117,6 +117,9 @@ const (
 
 // Hooks observe a turn. All are optional.
 type Hooks struct {
+	// Logger, when set, is the turn's logger (the queue's carries the task
+	// id); the Runner's otherwise.
+	Logger *slog.Logger
 	// OnEvent receives stream events and polled messages (as Events whose
 	// Update tells what changed), after the state was updated.
 	OnEvent func(agentclient.Event)
@@ -186,6 +189,14 @@ func New(cfg Config) (*Runner, error) {
 		cfg.HistorySlack = 5 * time.Minute
 	}
 	return &Runner{c: cfg.Client, b: cfg.Budget, log: cfg.Logger, cfg: cfg}, nil
+}
+
+// logFor is the logger for lines about the turn of h.
+func (r *Runner) logFor(h Hooks) *slog.Logger {
+	if h.Logger != nil {
+		return h.Logger
+	}
+	return r.log
 }
 
 // Clocks returns the stream clocks the budget sets.
@@ -307,7 +318,7 @@ func (r *Runner) send(ctx context.Context, t Turn, st *agentclient.StreamState, 
 				RunID: st.RunID(), Evidence: evidenceOf(st)}
 		}
 		d.Clock = se.Clock
-		r.log.LogAttrs(ctx, slog.LevelWarn, "stream lost, continuing the run",
+		r.logFor(h).LogAttrs(ctx, slog.LevelWarn, "stream lost, continuing the run",
 			slog.String("otid", t.Otid), slog.String("run_id", st.RunID()), slog.String("clock", string(se.Clock)),
 			slog.String("error", err.Error()))
 	case errors.As(err, &ae) && agentclient.Classify(err) == agentclient.Permanent:
@@ -320,7 +331,7 @@ func (r *Runner) send(ctx context.Context, t Turn, st *agentclient.StreamState, 
 		// 429, 5xx, connection failures: the message may have been stored
 		// anyway. Look for it before anything else.
 		d.TransientErrors++
-		r.log.LogAttrs(ctx, slog.LevelWarn, "send failed, looking for the otid before any resend",
+		r.logFor(h).LogAttrs(ctx, slog.LevelWarn, "send failed, looking for the otid before any resend",
 			slog.String("otid", t.Otid), slog.String("run_id", st.RunID()), slog.String("error", err.Error()))
 	}
 	c := r.Continue(ctx, t, st, h)
@@ -347,7 +358,7 @@ func (r *Runner) Continue(ctx context.Context, t Turn, st *agentclient.StreamSta
 	if runID != "" {
 		d.Evidence = EvidenceStream
 	} else {
-		found, admitted, searched, err := r.findRun(ctx, t, &d)
+		found, admitted, searched, err := r.findRun(ctx, r.logFor(h), t, &d)
 		switch {
 		case ctx.Err() != nil:
 			d.Outcome, d.Err, d.Reason = Interrupted, ctx.Err(), "interrupted while looking for the otid"
@@ -391,7 +402,7 @@ func (r *Runner) Continue(ctx context.Context, t Turn, st *agentclient.StreamSta
 // to the admission grace (the server may store the message late). searched
 // reports whether at least one search went through the history without an
 // error: without one, "not found" proves nothing.
-func (r *Runner) findRun(ctx context.Context, t Turn, d *Decision) (runID string, admitted, searched bool, lastErr error) {
+func (r *Runner) findRun(ctx context.Context, log *slog.Logger, t Turn, d *Decision) (runID string, admitted, searched bool, lastErr error) {
 	loop := r.b.AdmissionLoop(time.Now())
 	loop.Rand = r.cfg.Rand
 	for {
@@ -408,7 +419,7 @@ func (r *Runner) findRun(ctx context.Context, t Turn, d *Decision) (runID string
 		default:
 			lastErr = err
 			d.TransientErrors++
-			r.log.Warn("history lookup failed", "otid", t.Otid, "error", err.Error())
+			log.Warn("history lookup failed", "otid", t.Otid, "error", err.Error())
 		}
 		if loop.Done() || ctx.Err() != nil {
 			return "", false, searched, lastErr

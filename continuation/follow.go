@@ -78,7 +78,7 @@ func stopFromRun(run *agentclient.Run) string {
 func (r *Runner) follow(ctx context.Context, t Turn, st *agentclient.StreamState, h Hooks, d Decision) Decision {
 	loop := r.b.FollowLoop(time.Now())
 	loop.Rand = r.cfg.Rand
-	log := r.log.With(slog.String("otid", t.Otid), slog.String("run_id", d.RunID))
+	log := r.logFor(h).With(slog.String("otid", t.Otid), slog.String("run_id", d.RunID))
 
 	// The stream may already have ended the run (stop_reason seen, body cut
 	// after): then only the tail of the messages is missing.

@@ -57,9 +57,9 @@ func (w *Worker) processTask(ctx context.Context, task *asynq.Task) error {
 	if perr != nil {
 		return w.rejectPayload(ctx, taskID, qname, msg, perr, start)
 	}
-	t := &turn{w: w, task: task, taskID: taskID, queue: qname, msg: msg, otid: OtidFor(msg, taskID),
-		retried: retried, maxRetry: maxRetry, start: start,
-		log: w.log.With(slog.String("task_id", taskID))}
+	ids := &turnIDs{taskID: taskID, otid: OtidFor(msg, taskID)}
+	t := &turn{w: w, task: task, taskID: taskID, queue: qname, msg: msg, otid: ids.otid,
+		retried: retried, maxRetry: maxRetry, start: start, ids: ids, log: newTurnLogger(w.log, ids)}
 	if w.ord == nil {
 		return t.run(ctx)
 	}
@@ -118,7 +118,8 @@ type turn struct {
 	msg               Message
 	retried, maxRetry int
 	start             time.Time
-	log               *slog.Logger
+	log               *slog.Logger // every line carries task_id, otid and the run_id known then
+	ids               *turnIDs
 
 	key          string     // ordering key ("" without ordering)
 	followers    []follower // messages merged into this turn
@@ -197,6 +198,7 @@ func (t *turn) run(ctx context.Context) error {
 	rec.Attempts = append(rec.Attempts, Attempt{N: len(rec.Attempts) + 1, Worker: w.cfg.WorkerID, Start: t.start})
 	t.rec, t.att = rec, len(rec.Attempts)-1
 	t.runIDSaved = rec.RunID
+	t.ids.setRunID(rec.RunID)
 	if err := t.save(ctx); err != nil {
 		return t.retryEarly(err)
 	}
@@ -243,6 +245,7 @@ func (t *turn) run(ctx context.Context) error {
 	turnSpec := continuation.Turn{AgentID: t.msg.AgentID, Otid: t.otid, Text: text, SenderID: t.msg.SenderID,
 		Started: rec.FirstStartedAt, PriorIntent: len(intents) > 0}
 	hooks := continuation.Hooks{
+		Logger:     t.log,
 		OnEvent:    t.onEvent,
 		OnPhase:    t.onPhase,
 		BeforeSend: t.beforeSend,
@@ -319,6 +322,7 @@ func (t *turn) saveRunID() {
 		return
 	}
 	t.runIDSaved = id
+	t.ids.setRunID(id)
 	t.mu.Lock()
 	t.rec.RunID = id
 	t.mu.Unlock()
