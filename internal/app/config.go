@@ -147,7 +147,7 @@ var workerSettings = []setting{
 		Help: "Redis for the queue, replies and journal: redis://[:password@]host:port/db, rediss:// (TLS), redis-socket://path, redis-sentinel://[:password@]h1:port,h2:port?master=name"},
 		stringSetting(func(c *WorkerConfig) *string { return &c.RedisURL })},
 	{Var{Name: "LETTAQ_REDIS_CLUSTER_ADDRS", Default: "",
-		Help: "comma-separated host:port seeds of a Redis Cluster; when set, REDIS_URL's password and TLS apply to every node and its host and db are ignored (use a hash-tag LETTAQ_KEY_PREFIX)"},
+		Help: "comma-separated host:port seeds of a Redis Cluster; when set, REDIS_URL's password and TLS apply to every node and its host and db are ignored; LETTAQ_KEY_PREFIX must then contain a hash tag such as {lettaq}:"},
 		func(c *WorkerConfig, raw string) error {
 			c.RedisClusterAddrs = nil
 			for _, a := range strings.Split(raw, ",") {
@@ -162,7 +162,7 @@ var workerSettings = []setting{
 			return nil
 		}},
 	{Var{Name: "LETTAQ_KEY_PREFIX", Default: "lettaq:",
-		Help: `prefix of the reply stream and journal keys; on Redis Cluster use a hash tag such as "{lettaq}:"`},
+		Help: `prefix of the reply stream and journal keys; with LETTAQ_REDIS_CLUSTER_ADDRS it must contain a hash tag such as "{lettaq}:" (checked at start: the keys of one turn must share a slot)`},
 		func(c *WorkerConfig, raw string) error {
 			if raw == "" {
 				return errors.New("must not be empty")
@@ -484,8 +484,39 @@ func (c *WorkerConfig) check() error {
 		if _, err := c.RedisConnOpt(); err != nil {
 			return err
 		}
+		if err := checkClusterKeyPrefix(c.KeyPrefix, c.RedisClusterAddrs); err != nil {
+			return err
+		}
 	}
 	return nil
+}
+
+// hashTag returns the hash tag of a key prefix as Redis Cluster reads it: the text between the
+// first '{' and the first '}' after it, when that text is not empty. Every key that starts
+// with such a prefix hashes to the tag's slot; without one, each key hashes as a whole.
+func hashTag(prefix string) string {
+	i := strings.IndexByte(prefix, '{')
+	if i < 0 {
+		return ""
+	}
+	j := strings.IndexByte(prefix[i+1:], '}')
+	if j <= 0 {
+		return ""
+	}
+	return prefix[i+1 : i+1+j]
+}
+
+// checkClusterKeyPrefix refuses a key prefix without a hash tag on Redis Cluster (clusterAddrs
+// set): lettaq's reply, journal and intent scripts and the journal's MULTI each touch several
+// keys under the prefix, which Redis Cluster runs only when they share a slot (CROSSSLOT
+// otherwise, on every turn).
+func checkClusterKeyPrefix(prefix string, clusterAddrs []string) error {
+	if len(clusterAddrs) == 0 || hashTag(prefix) != "" {
+		return nil
+	}
+	return fmt.Errorf("LETTAQ_KEY_PREFIX=%q (flag --key-prefix) has no hash tag, but LETTAQ_REDIS_CLUSTER_ADDRS is set: "+
+		"on Redis Cluster every turn's reply and journal writes touch several keys at once and would fail with CROSSSLOT; "+
+		"use a prefix with a non-empty hash tag, such as \"{lettaq}:\" (the same on every worker, enqueue and reader)", prefix)
 }
 
 func varError(v Var, raw string, fromFlag bool, err error) error {

@@ -2,7 +2,10 @@ package app
 
 import (
 	"bytes"
+	"context"
 	"errors"
+	"io"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -69,6 +72,12 @@ func TestWorkerConfigErrorsNameTheVariable(t *testing.T) {
 		{map[string]string{"LETTA_BASE_URL": "letta:8283"}, nil, []string{"LETTA_BASE_URL"}},
 		{map[string]string{"LETTA_STREAM_TRANSPORT": "h2"}, nil, []string{"LETTA_STREAM_TRANSPORT", `"h2"`, "dedicated", "net/http"}},
 		{map[string]string{"LETTAQ_REDIS_CLUSTER_ADDRS": "a,b"}, nil, []string{"LETTAQ_REDIS_CLUSTER_ADDRS"}},
+		// On Redis Cluster the keys of one turn must share a slot: the prefix needs a hash tag.
+		{map[string]string{"LETTAQ_REDIS_CLUSTER_ADDRS": "n1:7000,n2:7000"}, nil,
+			[]string{"LETTAQ_KEY_PREFIX", `"lettaq:"`, "--key-prefix", "hash tag", "CROSSSLOT", "{lettaq}:"}},
+		{map[string]string{"LETTAQ_REDIS_CLUSTER_ADDRS": "n1:7000", "LETTAQ_KEY_PREFIX": "{}lettaq:"}, nil,
+			[]string{"LETTAQ_KEY_PREFIX", "hash tag", "CROSSSLOT"}},
+		{nil, []string{"--redis-cluster-addrs=n1:7000", "--key-prefix={lettaq:"}, []string{"LETTAQ_KEY_PREFIX", "hash tag"}},
 		{nil, []string{"--no-such-flag"}, []string{"no-such-flag"}},
 	}
 	for _, tt := range tests {
@@ -177,5 +186,65 @@ func TestIsLoopback(t *testing.T) {
 		if got := IsLoopback(addr); got != want {
 			t.Errorf("IsLoopback(%q) = %v", addr, got)
 		}
+	}
+}
+
+func TestHashTag(t *testing.T) {
+	for prefix, want := range map[string]string{
+		"{lettaq}:":      "lettaq",
+		"app:{lq}:":      "lq",
+		"{a}{b}:":        "a",
+		"lettaq:":        "",
+		"{}lettaq:":      "", // Redis hashes the whole key when the first {} is empty
+		"{}{lettaq}:":    "",
+		"{lettaq:":       "", // closed, if ever, somewhere in the rest of the key
+		"lettaq}:{":      "",
+		"}{lettaq}:":     "lettaq",
+		"x{lettaq}{y}:z": "lettaq",
+	} {
+		if got := hashTag(prefix); got != want {
+			t.Errorf("hashTag(%q) = %q, want %q", prefix, got, want)
+		}
+	}
+}
+
+// A hash-tagged prefix is accepted on a cluster; without a cluster any prefix will do.
+func TestClusterKeyPrefixAccepted(t *testing.T) {
+	for _, e := range []map[string]string{
+		{"LETTAQ_REDIS_CLUSTER_ADDRS": "n1:7000,n2:7000", "LETTAQ_KEY_PREFIX": "{lettaq}:"},
+		{"LETTAQ_REDIS_CLUSTER_ADDRS": "n1:7000", "LETTAQ_KEY_PREFIX": "prod:{lq}:"},
+		{"LETTAQ_KEY_PREFIX": "lettaq:"},
+		{"LETTAQ_REDIS_CLUSTER_ADDRS": "n1:7000", "LETTAQ_DEV": "true"}, // dev mode uses its own Redis
+	} {
+		if _, err := ParseWorkerConfig(nil, env(e), nil); err != nil {
+			t.Errorf("%v: %v", e, err)
+		}
+	}
+}
+
+// StartWorker and enqueue refuse the same configuration before they connect to anything.
+func TestClusterKeyPrefixRefusedAtStart(t *testing.T) {
+	cfg, err := ParseWorkerConfig(nil, env(nil), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.RedisClusterAddrs = []string{"127.0.0.1:1", "127.0.0.1:2"}
+	_, err = StartWorker(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), io.Discard)
+	var ce *ConfigError
+	if !errors.As(err, &ce) || !strings.Contains(err.Error(), "LETTAQ_KEY_PREFIX") || !strings.Contains(err.Error(), "CROSSSLOT") {
+		t.Errorf("StartWorker: %v, want a ConfigError about LETTAQ_KEY_PREFIX", err)
+	}
+
+	var out, errOut bytes.Buffer
+	code := RunEnqueue(context.Background(), []string{"--agent", "agent-1", "hello"},
+		env(map[string]string{"LETTAQ_REDIS_CLUSTER_ADDRS": "127.0.0.1:1,127.0.0.1:2", "LETTAQ_KEY_PREFIX": "lettaq:"}),
+		nil, &out, &errOut)
+	if code != ExitUsage || !strings.Contains(errOut.String(), "LETTAQ_KEY_PREFIX") || !strings.Contains(errOut.String(), "hash tag") {
+		t.Errorf("enqueue: exit %d, stderr %q; want %d naming LETTAQ_KEY_PREFIX", code, errOut.String(), ExitUsage)
+	}
+	code = RunEnqueue(context.Background(), []string{"--key-prefix", "{lettaq}:", "--agent", "agent-1", "hello"},
+		env(map[string]string{"LETTAQ_REDIS_CLUSTER_ADDRS": "127.0.0.1:1"}), nil, &out, &errOut)
+	if code == ExitUsage {
+		t.Errorf("enqueue with a hash-tagged prefix: exit %d (usage), stderr %q", code, errOut.String())
 	}
 }

@@ -30,7 +30,7 @@ const ExitApproval = 4
 var EnqueueVars = []Var{
 	{Name: "REDIS_URL", Flag: "redis-url", Default: DefaultRedisURL, Help: "Redis of the queue (as the worker's REDIS_URL)"},
 	{Name: "LETTAQ_REDIS_CLUSTER_ADDRS", Flag: "redis-cluster-addrs", Default: "", Help: "Redis Cluster seeds (as the worker's)"},
-	{Name: "LETTAQ_KEY_PREFIX", Flag: "key-prefix", Default: "lettaq:", Help: "prefix of the reply stream and journal keys (as the worker's)"},
+	{Name: "LETTAQ_KEY_PREFIX", Flag: "key-prefix", Default: "lettaq:", Help: "prefix of the reply stream and journal keys (as the worker's; on Redis Cluster it must contain a hash tag such as {lettaq}:)"},
 	{Name: "LETTAQ_QUEUE", Flag: "queue", Default: DefaultQueue, Help: "queue to put the turn on"},
 	{Name: "LETTAQ_AGENT_ID", Flag: "agent", Default: "", Help: "the Letta agent that answers (dev mode: " + DemoAgent + ")"},
 	{Name: "LETTAQ_DEV_REDIS_ADDR", Flag: "dev-redis-addr", Default: DefaultDevRedisAddr, Help: "with --dev: the dev worker's in-memory Redis"},
@@ -137,6 +137,12 @@ Time budget: the task timeout is computed from the LETTAQ_* budget variables, as
 	if err != nil {
 		fmt.Fprintf(stderr, "enqueue: %v\n", err)
 		return ExitUsage
+	}
+	if co, ok := connOpt.(asynq.RedisClusterClientOpt); ok {
+		if err := checkClusterKeyPrefix(o.prefix, co.Addrs); err != nil {
+			fmt.Fprintf(stderr, "enqueue: configuration error:\n%v\n", err)
+			return ExitUsage
+		}
 	}
 	b, err := enqueueBudget(o.dev, getenv)
 	if err != nil {

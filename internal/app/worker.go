@@ -90,6 +90,9 @@ func StartWorker(ctx context.Context, cfg WorkerConfig, logger *slog.Logger, std
 		if connOpt, err = cfg.RedisConnOpt(); err != nil {
 			return nil, &ConfigError{Errs: []error{err}}
 		}
+		if err := checkClusterKeyPrefix(cfg.KeyPrefix, cfg.RedisClusterAddrs); err != nil {
+			return nil, &ConfigError{Errs: []error{err}}
+		}
 	}
 	cleanup := func() {
 		if r.Dev != nil {
