@@ -197,6 +197,16 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		return nil, fmt.Errorf("queue: %w", err)
 	}
 	w.runner = r
+	if cfg.Replies == nil {
+		if err := checkClusterPrefix(cfg.Redis, "reply", cfg.RepliesOptions.Prefix); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Journal == nil {
+		if err := checkClusterPrefix(cfg.Redis, "journal", cfg.JournalOptions.Prefix); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.Replies == nil || cfg.Journal == nil {
 		rdb, ok := cfg.Redis.MakeRedisClient().(redis.UniversalClient)
 		if !ok {

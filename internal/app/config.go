@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/lettaq/lettaq/agentclient"
+	"github.com/lettaq/lettaq/queue"
 
 	"github.com/hibiken/asynq"
 
@@ -491,27 +492,12 @@ func (c *WorkerConfig) check() error {
 	return nil
 }
 
-// hashTag returns the hash tag of a key prefix as Redis Cluster reads it: the text between the
-// first '{' and the first '}' after it, when that text is not empty. Every key that starts
-// with such a prefix hashes to the tag's slot; without one, each key hashes as a whole.
-func hashTag(prefix string) string {
-	i := strings.IndexByte(prefix, '{')
-	if i < 0 {
-		return ""
-	}
-	j := strings.IndexByte(prefix[i+1:], '}')
-	if j <= 0 {
-		return ""
-	}
-	return prefix[i+1 : i+1+j]
-}
-
 // checkClusterKeyPrefix refuses a key prefix without a hash tag on Redis Cluster (clusterAddrs
 // set): lettaq's reply, journal and intent scripts and the journal's MULTI each touch several
 // keys under the prefix, which Redis Cluster runs only when they share a slot (CROSSSLOT
 // otherwise, on every turn).
 func checkClusterKeyPrefix(prefix string, clusterAddrs []string) error {
-	if len(clusterAddrs) == 0 || hashTag(prefix) != "" {
+	if len(clusterAddrs) == 0 || queue.KeyHashTag(prefix) != "" {
 		return nil
 	}
 	return fmt.Errorf("LETTAQ_KEY_PREFIX=%q (flag --key-prefix) has no hash tag, but LETTAQ_REDIS_CLUSTER_ADDRS is set: "+

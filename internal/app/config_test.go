@@ -13,6 +13,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/lettaq/lettaq/agentclient"
+	"github.com/lettaq/lettaq/queue"
 	"github.com/lettaq/lettaq/budget"
 )
 
@@ -202,8 +203,8 @@ func TestHashTag(t *testing.T) {
 		"}{lettaq}:":     "lettaq",
 		"x{lettaq}{y}:z": "lettaq",
 	} {
-		if got := hashTag(prefix); got != want {
-			t.Errorf("hashTag(%q) = %q, want %q", prefix, got, want)
+		if got := queue.KeyHashTag(prefix); got != want {
+			t.Errorf("KeyHashTag(%q) = %q, want %q", prefix, got, want)
 		}
 	}
 }
