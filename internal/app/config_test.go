@@ -13,8 +13,8 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/lettaq/lettaq/agentclient"
-	"github.com/lettaq/lettaq/queue"
 	"github.com/lettaq/lettaq/budget"
+	"github.com/lettaq/lettaq/queue"
 )
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
