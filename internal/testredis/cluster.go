@@ -24,10 +24,11 @@ type Cluster struct {
 	// Addrs are the nodes' host:port, usable as cluster seeds.
 	Addrs []string
 
-	nodes []*clusterNode
+	nodes []*node
 }
 
-type clusterNode struct {
+// node is one redis-server process on loopback.
+type node struct {
 	addr string
 	dir  string
 	cmd  *exec.Cmd
@@ -36,7 +37,8 @@ type clusterNode struct {
 }
 
 // clusterStartTimeout bounds each stage of StartCluster: a node answering
-// PING, redis-cli --cluster create, and the cluster reaching state ok.
+// PING, redis-cli --cluster create, and the cluster reaching state ok. It
+// also bounds how long any node started here may take to answer PING.
 const clusterStartTimeout = 30 * time.Second
 
 // StartCluster starts nodes redis-server processes with cluster mode on,
@@ -95,14 +97,14 @@ func lookTool(t testing.TB, name string) string {
 		if Required() {
 			t.Fatalf("testredis: LETTAQ_REQUIRE_REDIS=1 but %s is not on PATH: %v", name, err)
 		}
-		t.Skipf("testredis: %s is not on PATH (needed for a Redis Cluster)", name)
+		t.Skipf("testredis: %s is not on PATH (needed to start a Redis of the test's own)", name)
 	}
 	return p
 }
 
 // startClusterNode starts one node on a free port, retrying with other
 // ports when the one picked was taken meanwhile.
-func startClusterNode(server, dir string) (*clusterNode, error) {
+func startClusterNode(server, dir string) (*node, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -112,31 +114,44 @@ func startClusterNode(server, dir string) (*clusterNode, error) {
 		if err != nil {
 			return nil, err
 		}
-		n := &clusterNode{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: dir,
-			out: &lockedBuffer{}, done: make(chan struct{})}
-		n.cmd = exec.Command(server,
-			"--port", strconv.Itoa(port),
-			"--bind", "127.0.0.1",
+		var n *node
+		n, lastErr = startNode(server, port, dir,
 			"--cluster-enabled", "yes",
 			"--cluster-config-file", filepath.Join(dir, "nodes.conf"),
-			"--dir", dir,
 			"--save", "",
 			"--appendonly", "no",
-			"--daemonize", "no",
 		)
-		n.cmd.Stdout, n.cmd.Stderr = n.out, n.out
-		if err := n.cmd.Start(); err != nil {
-			return nil, fmt.Errorf("start %s: %w", server, err)
-		}
-		go func() { _ = n.cmd.Wait(); close(n.done) }()
-		if lastErr = n.waitPing(); lastErr == nil {
+		if lastErr == nil {
 			return n, nil
 		}
-		n.kill()
 		// A fresh nodes.conf for the next try: the old one names the old port.
 		_ = os.Remove(filepath.Join(dir, "nodes.conf"))
 	}
 	return nil, lastErr
+}
+
+// startNode starts redis-server on 127.0.0.1:port with dir as its working
+// directory and the extra arguments, and returns once it answers PING. A
+// node that does not is killed.
+func startNode(server string, port int, dir string, args ...string) (*node, error) {
+	n := &node{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: dir,
+		out: &lockedBuffer{}, done: make(chan struct{})}
+	n.cmd = exec.Command(server, append([]string{
+		"--port", strconv.Itoa(port),
+		"--bind", "127.0.0.1",
+		"--dir", dir,
+		"--daemonize", "no",
+	}, args...)...)
+	n.cmd.Stdout, n.cmd.Stderr = n.out, n.out
+	if err := n.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", server, err)
+	}
+	go func() { _ = n.cmd.Wait(); close(n.done) }()
+	if err := n.waitPing(); err != nil {
+		n.kill()
+		return nil, fmt.Errorf("%w\n%s", err, n.out.String())
+	}
+	return n, nil
 }
 
 // freeClusterPort returns a loopback port that is free, and whose cluster
@@ -164,7 +179,7 @@ func freeClusterPort() (int, error) {
 }
 
 // waitPing polls the node until it answers PING, it exits, or the time is up.
-func (n *clusterNode) waitPing() error {
+func (n *node) waitPing() error {
 	rc := redis.NewClient(&redis.Options{Addr: n.addr, MaxRetries: -1, DialTimeout: time.Second})
 	defer rc.Close()
 	return poll(clusterStartTimeout, func(ctx context.Context) (bool, error) {
@@ -247,7 +262,7 @@ func poll(timeout time.Duration, f func(ctx context.Context) (bool, error)) erro
 	}
 }
 
-func (n *clusterNode) kill() {
+func (n *node) kill() {
 	_ = n.cmd.Process.Kill()
 	<-n.done
 }
