@@ -37,6 +37,12 @@
 //     with permanent true), written with Replies.EmitAnswerOnce; and at least
 //     one, unless Redis itself is gone: every path that ends the task
 //     (success, permanent failure, last retry) writes it first.
+//   - A Redis outage strands no turn: an attempt that saw a Redis read or
+//     write fail ends (releases its conversation, returns to Asynq) only once
+//     Redis answers again, on the worker's connection and on Asynq's, or its
+//     task context ends. Asynq v0.26 records an attempt's end with one write
+//     that it never really retries; a task whose end was lost stays active
+//     until Asynq's lease recovery, 1 to 2 minutes later.
 //   - The handler returns before Asynq's deadline: the work runs under a
 //     context that ends DeliveryAllowance + SafetyMargin/2 before it, and
 //     the budget sizes the task timeout for the worst case.

@@ -171,6 +171,7 @@ func (t *turn) coalesced(ctx context.Context, head string) error {
 	rec.Outcome, rec.AnsweredBy, rec.FinishedAt = OutcomeCoalesced, head, now.UTC()
 	t.rec = rec
 	if err := t.w.journal.Save(dctx, rec); err != nil {
+		t.redisFailed()
 		t.log.Warn("could not journal the coalesced turn", "error", err.Error())
 	}
 	t.writeResult(OutcomeCoalesced, "", nil)
@@ -229,6 +230,7 @@ func (t *turn) finishFollowers(ctx context.Context, ev ReplyEvent) {
 			fe.Text = "the turn this message was merged into failed: " + ev.Text
 		}
 		if _, err := t.w.replies.EmitAnswerOnce(ctx, f.msg.Conversation, fe); err != nil {
+			t.redisFailed()
 			t.log.Warn("could not emit the merged message's final event", "merged_task", f.taskID, "error", err.Error())
 		}
 	}
@@ -244,6 +246,7 @@ func (t *turn) release(ctx context.Context, lease *ordering.Lease, err error) {
 	defer cancel()
 	next, rerr := lease.Release(rctx, done)
 	if rerr != nil {
+		t.redisFailed()
 		t.log.Warn("could not release the conversation", "key", t.key, "error", rerr.Error())
 		return
 	}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -60,6 +61,9 @@ func (w *Worker) processTask(ctx context.Context, task *asynq.Task) error {
 	ids := &turnIDs{taskID: taskID, otid: OtidFor(msg, taskID)}
 	t := &turn{w: w, task: task, taskID: taskID, queue: qname, msg: msg, otid: ids.otid,
 		retried: retried, maxRetry: maxRetry, start: start, ids: ids, log: newTurnLogger(w.log, ids)}
+	// An attempt that saw Redis fail ends only once Redis answers again, so
+	// that Asynq can record how it ended (see Worker.awaitRedis).
+	defer t.awaitRedis(ctx)
 	if w.ord == nil {
 		return t.run(ctx)
 	}
@@ -74,8 +78,29 @@ func (w *Worker) processTask(ctx context.Context, task *asynq.Task) error {
 	lctx, cancel := lease.Context(ctx)
 	err = t.run(lctx)
 	cancel()
+	t.awaitRedis(ctx) // the release too must reach Redis
 	t.release(ctx, lease, err)
 	return err
+}
+
+// redisFailed notes that a Redis read or write of this attempt failed.
+func (t *turn) redisFailed() { t.redisTrouble.Store(true) }
+
+// awaitRedis waits for Redis (Worker.awaitRedis) when a Redis read or write
+// of this attempt failed since the last wait.
+func (t *turn) awaitRedis(ctx context.Context) {
+	if !t.redisTrouble.Swap(false) {
+		return
+	}
+	t0 := time.Now()
+	t.w.awaitRedis(ctx)
+	waited := time.Since(t0).Round(time.Millisecond).String()
+	if ctx.Err() != nil {
+		t.log.Warn("the attempt ends before Redis answers again; Asynq may only recover the task when its lease expires",
+			"waited", waited, "error", context.Cause(ctx).Error())
+		return
+	}
+	t.log.Info("Redis answers again; the attempt ends", "waited", waited)
 }
 
 // deliveryCtx is for writes that must happen even when the attempt's
@@ -121,6 +146,8 @@ type turn struct {
 	log               *slog.Logger // every line carries task_id, otid and the run_id known then
 	ids               *turnIDs
 
+	redisTrouble atomic.Bool // a Redis read or write failed: see awaitRedis
+
 	key          string     // ordering key ("" without ordering)
 	followers    []follower // messages merged into this turn
 	newFollowers []string   // taken by this attempt
@@ -157,7 +184,11 @@ func (t *turn) save(ctx context.Context) error {
 	rec := *t.rec
 	rec.Attempts = append([]Attempt(nil), t.rec.Attempts...)
 	t.mu.Unlock()
-	return t.w.journal.Save(ctx, &rec)
+	err := t.w.journal.Save(ctx, &rec)
+	if err != nil {
+		t.redisFailed()
+	}
+	return err
 }
 
 func (t *turn) run(ctx context.Context) error {
@@ -210,6 +241,7 @@ func (t *turn) run(ctx context.Context) error {
 	if t.attempt().N == 1 {
 		if _, err := w.replies.EmitAcceptedOnce(ctx, t.msg.Conversation, ReplyEvent{TaskID: t.taskID, Otid: t.otid,
 			MessageID: t.msg.MessageID}); err != nil {
+			t.redisFailed()
 			t.log.Debug("accepted event not written", "error", err.Error())
 		}
 	}
@@ -269,6 +301,7 @@ func finalOutcome(o string) bool {
 // retryEarly ends an attempt that failed before it could run (Redis
 // trouble, sequencer): Asynq retries with backoff.
 func (t *turn) retryEarly(err error) error {
+	t.redisFailed()
 	t.log.Warn("turn attempt could not start", "error", err.Error())
 	t.w.obs.AttemptFinished(t.queue, "retry", time.Since(t.start))
 	return fmt.Errorf("lettaq: turn %s: %w", t.taskID, err)
@@ -283,6 +316,7 @@ func (t *turn) emit(ev ReplyEvent) {
 	ctx, cancel := context.WithTimeout(t.bg, 5*time.Second)
 	defer cancel()
 	if _, err := t.w.replies.Emit(ctx, t.msg.Conversation, ev); err != nil {
+		t.redisFailed()
 		t.log.Debug("reply event not written", "type", string(ev.Type), "error", err.Error())
 	}
 }
@@ -559,6 +593,7 @@ func (t *turn) finish(ctx context.Context, d continuation.Decision) error {
 			n := t.attempt().N
 			t.mu.Unlock()
 			if err := w.journal.RecordRefusal(dctx, t.taskID, t.otid, n, w.cfg.WorkerID); err != nil {
+				t.redisFailed()
 				log.Warn("could not journal the refusal; the next attempt looks for the otid first", "error", err.Error())
 			}
 		}
@@ -604,6 +639,7 @@ func (t *turn) deliver(ctx context.Context, log *slog.Logger, outcome string, ev
 	if err != nil {
 		// The answer is the whole point: retry; the next attempt finds the
 		// run by its id and polls the answer again.
+		t.redisFailed()
 		t.mu.Lock()
 		t.attempt().Outcome, t.attempt().Error = OutcomeRetrying, err.Error()
 		t.mu.Unlock()
@@ -655,6 +691,7 @@ func (t *turn) writeResult(outcome, answer string, approval *ToolEvent) {
 		_, err = t.task.ResultWriter().Write(b)
 	}
 	if err != nil {
+		t.redisFailed()
 		t.log.Warn("could not write the task result", "error", err.Error())
 	}
 }
@@ -668,6 +705,7 @@ func (t *turn) fail(ctx context.Context, log *slog.Logger, reason, stop string) 
 		ev.AnsweredBy = t.taskID
 	}
 	if _, err := t.w.replies.EmitAnswerOnce(ctx, t.msg.Conversation, ev); err != nil {
+		t.redisFailed()
 		log.Warn("could not emit the error event", "error", err.Error())
 	}
 	t.finishFollowers(ctx, ev)

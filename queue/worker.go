@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -124,7 +125,8 @@ type Worker struct {
 	baseCtx    context.Context
 	baseCancel context.CancelCauseFunc
 	runOnce    sync.Once
-	inflight   sync.WaitGroup // handlers, so that shutdown waits for their bookkeeping
+	inflight   sync.WaitGroup               // handlers, so that shutdown waits for their bookkeeping
+	srv        atomic.Pointer[asynq.Server] // set by Run: its Ping uses Asynq's own connection
 }
 
 // errShutdown is the cause of the handlers' context when the worker shuts
@@ -286,6 +288,7 @@ func (w *Worker) Run(ctx context.Context) error {
 func (w *Worker) run(ctx context.Context) error {
 	defer w.closeRedis()
 	srv := asynq.NewServer(w.cfg.Redis, w.ServerConfig())
+	w.srv.Store(srv)
 	mux := asynq.NewServeMux()
 	mux.Handle(TaskType, w.Handler())
 	if err := srv.Start(mux); err != nil {
@@ -312,6 +315,44 @@ func (w *Worker) run(ctx context.Context) error {
 		w.log.Warn("worker: turns still finishing after shutdown")
 	}
 	return nil
+}
+
+// awaitRedis returns once Redis answers again, or when ctx (the attempt's
+// task context: its deadline, a lost Asynq lease, a shutdown) is done. An
+// attempt that saw a Redis write fail calls it before it releases its
+// conversation and hands its result to Asynq: Asynq v0.26 records how an
+// attempt ended (done, retry, archive) with one write, and when that write
+// fails its syncer retries it with a context that is already cancelled, so
+// the task stays active until its lease expires and Asynq's recoverer takes
+// it back, 60 to 120 s later (and under ordering its conversation waits as
+// long). Redis must answer on the worker's own connection first (a PING
+// bounded by a context), then on Asynq's (Server.Ping, which takes no
+// context and so is only tried once Redis is reachable): go-redis fails
+// every dial on a connection pool at once for up to a second after many
+// failed dials, each pool on its own.
+func (w *Worker) awaitRedis(ctx context.Context) {
+	backoff := 50 * time.Millisecond
+	for {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		err := w.replies.rdb.Ping(pctx).Err()
+		cancel()
+		if err == nil {
+			if srv := w.srv.Load(); srv != nil {
+				err = srv.Ping()
+			}
+			if err == nil {
+				return
+			}
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		backoff = min(2*backoff, 500*time.Millisecond)
+	}
 }
 
 func (w *Worker) closeRedis() {
