@@ -89,13 +89,16 @@ type envOpt func(*env, *lettasim.Config)
 
 func newEnv(t testing.TB, opts ...envOpt) *env {
 	t.Helper()
-	srv := testredis.RequireReal(t)
-	e := &env{t: t, redis: srv, queue: "lettaq-test-" + randHex(6), budget: testBudget()}
+	e := &env{t: t, queue: "lettaq-test-" + randHex(6), budget: testBudget()}
 	e.prefix = "lettaq-test:" + e.queue + ":"
 	simCfg := lettasim.Config{PingInterval: 40 * time.Millisecond, TimeScale: simScale}
 	for _, o := range opts {
 		o(e, &simCfg)
 	}
+	if e.redis == nil {
+		e.redis = testredis.RequireReal(t)
+	}
+	srv := e.redis
 	e.sim = lettasim.NewServer(simCfg)
 	t.Cleanup(e.sim.Close)
 	e.rdb = srv.Client(t)
@@ -119,6 +122,11 @@ func newEnv(t testing.TB, opts ...envOpt) *env {
 
 func withBudget(f func(*budget.Config)) envOpt {
 	return func(e *env, _ *lettasim.Config) { f(&e.budget) }
+}
+
+// withRedis puts the env on srv instead of the shared Redis.
+func withRedis(srv *testredis.Server) envOpt {
+	return func(e *env, _ *lettasim.Config) { e.redis = srv }
 }
 
 func withSim(f func(*lettasim.Config)) envOpt { return func(_ *env, c *lettasim.Config) { f(c) } }
