@@ -91,6 +91,14 @@
 // is documented at the top of events.go (see Replies); read it with XREAD
 // from any language, or with Replies.Read.
 //
+// Progress events (phase, tool, answer_delta) are written in order off the
+// goroutine that reads the agent's stream, so a slow or restarting Redis
+// never holds the read (and never fires its stall clock); the final event
+// waits until they are written (for at most half of the delivery
+// allowance). While Redis is down at most 256 wait per turn: phase events
+// are dropped first, and what is still waiting when the attempt ends is
+// dropped (logged with the count).
+//
 // # Journal
 //
 // Journal keeps, per turn (key <prefix>journal:turn:<task_id>): the outcome,

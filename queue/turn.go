@@ -61,6 +61,9 @@ func (w *Worker) processTask(ctx context.Context, task *asynq.Task) error {
 	ids := &turnIDs{taskID: taskID, otid: OtidFor(msg, taskID)}
 	t := &turn{w: w, task: task, taskID: taskID, queue: qname, msg: msg, otid: ids.otid,
 		retried: retried, maxRetry: maxRetry, start: start, ids: ids, log: newTurnLogger(w.log, ids)}
+	t.bg = context.WithoutCancel(ctx)
+	t.progress = newProgress(t.emitNow)
+	defer t.closeProgress()
 	// An attempt that saw Redis fail ends only once Redis answers again, so
 	// that Asynq can record how it ended (see Worker.awaitRedis).
 	defer t.awaitRedis(ctx)
@@ -81,6 +84,29 @@ func (w *Worker) processTask(ctx context.Context, task *asynq.Task) error {
 	t.awaitRedis(ctx) // the release too must reach Redis
 	t.release(ctx, lease, err)
 	return err
+}
+
+// endProgress lets the attempt's waiting progress events be written (for at
+// most half of what is left of ctx: the final event and the journal keep
+// the rest), then drops what is left: the attempt's end follows its
+// progress. With Redis answering, nothing waits here.
+func (t *turn) endProgress(ctx context.Context) {
+	fctx := ctx
+	if dl, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		fctx, cancel = context.WithTimeout(ctx, time.Until(dl)/2)
+		defer cancel()
+	}
+	t.progress.flush(fctx)
+	t.progress.close()
+}
+
+// closeProgress ends the attempt's progress events: what could not be
+// written by now is dropped, so nothing of the attempt follows its end.
+func (t *turn) closeProgress() {
+	if n := t.progress.close(); n > 0 {
+		t.log.Warn("progress events dropped while Redis was slow or down", "dropped", n)
+	}
 }
 
 // redisFailed notes that a Redis read or write of this attempt failed.
@@ -145,6 +171,7 @@ type turn struct {
 	start             time.Time
 	log               *slog.Logger // every line carries task_id, otid and the run_id known then
 	ids               *turnIDs
+	progress          *progress // progress events, written off the stream's reader
 
 	redisTrouble atomic.Bool // a Redis read or write failed: see awaitRedis
 
@@ -307,12 +334,17 @@ func (t *turn) retryEarly(err error) error {
 	return fmt.Errorf("lettaq: turn %s: %w", t.taskID, err)
 }
 
-// emit writes a progress event; failures are logged, never fatal.
+// emit queues a progress event (see progress): it never waits on Redis.
 func (t *turn) emit(ev ReplyEvent) {
 	ev.TaskID, ev.Otid, ev.MessageID = t.taskID, t.otid, t.msg.MessageID
 	if t.st != nil {
 		ev.RunID = t.st.RunID()
 	}
+	t.progress.push(ev)
+}
+
+// emitNow writes a progress event; failures are logged, never fatal.
+func (t *turn) emitNow(ev ReplyEvent) {
 	ctx, cancel := context.WithTimeout(t.bg, 5*time.Second)
 	defer cancel()
 	if _, err := t.w.replies.Emit(ctx, t.msg.Conversation, ev); err != nil {
@@ -631,6 +663,7 @@ func (t *turn) finish(ctx context.Context, d continuation.Decision) error {
 // deliver emits the final event once, writes the result and journals the
 // finished turn.
 func (t *turn) deliver(ctx context.Context, log *slog.Logger, outcome string, ev ReplyEvent, answer string, approval *ToolEvent) error {
+	t.endProgress(ctx) // the attempt's progress precedes its final event
 	ev.TaskID, ev.Otid, ev.MessageID, ev.RunID = t.taskID, t.otid, t.msg.MessageID, t.rec.RunID
 	if len(t.followers) > 0 {
 		ev.AnsweredBy = t.taskID
@@ -699,6 +732,7 @@ func (t *turn) writeResult(outcome, answer string, approval *ToolEvent) {
 // fail ends the turn with a permanent error: one error event, the journal,
 // and SkipRetry so that Asynq archives the task.
 func (t *turn) fail(ctx context.Context, log *slog.Logger, reason, stop string) error {
+	t.endProgress(ctx)
 	ev := ReplyEvent{Type: EventError, TaskID: t.taskID,
 		Otid: t.otid, RunID: t.rec.RunID, MessageID: t.msg.MessageID, Text: reason, StopReason: stop, Permanent: true}
 	if len(t.followers) > 0 {
@@ -726,6 +760,7 @@ func (t *turn) fail(ctx context.Context, log *slog.Logger, reason, stop string) 
 // retry ends the attempt and leaves the turn to the next one. delay < 0
 // marks an interruption; 0 lets RetryDelay back off.
 func (t *turn) retry(ctx context.Context, log *slog.Logger, d continuation.Decision, delay time.Duration, reason string, cause ...error) error {
+	t.endProgress(ctx)
 	if t.retried >= t.maxRetry {
 		return t.fail(ctx, log, fmt.Sprintf("gave up after %d attempts: %s", t.retried+1, reason), d.StopReason)
 	}
