@@ -47,11 +47,11 @@ func TestClusterTurns(t *testing.T) {
 	b := testBudget()
 	replies := queue.NewReplies(rdb, queue.RepliesOptions{Prefix: clusterPrefix})
 	journal := queue.NewJournal(rdb, queue.JournalOptions{Prefix: clusterPrefix})
-	// The worker keeps the ordering lines under the key prefix without its
-	// braces (each line carries its conversation as hash tag). A client with
-	// another prefix would join other lines: the enqueue command below (the
-	// worker's own wiring) checks that this one joins the same.
-	ord := queue.Ordering{Config: ordering.Config{Prefix: "lettaq:ord:"}}
+	// The worker keeps the ordering lines under queue.OrderingPrefix of the
+	// key prefix (each line carries its conversation as hash tag). A client
+	// with another prefix would join other lines: the enqueue command below
+	// (the worker's own wiring) checks that this one joins the same.
+	ord := queue.Ordering{Config: ordering.Config{Prefix: queue.OrderingPrefix(clusterPrefix)}}
 	client, err := queue.NewClient(queue.ClientConfig{Redis: connOpt, Budget: b, Queue: queueName,
 		Replies: replies, Ordering: ord})
 	if err != nil {

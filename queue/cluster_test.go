@@ -45,3 +45,13 @@ func TestNewWorkerRefusesUntaggedPrefixOnCluster(t *testing.T) {
 		t.Fatalf("NewWorker on a cluster with the default prefix: %v", err)
 	}
 }
+
+func TestOrderingPrefix(t *testing.T) {
+	for in, want := range map[string]string{
+		"": "lettaq:ord:", "lettaq:": "lettaq:ord:", "{lettaq}:": "lettaq:ord:", "{app}:x:": "app:x:ord:", "myapp:": "myapp:ord:",
+	} {
+		if got := OrderingPrefix(in); got != want {
+			t.Errorf("OrderingPrefix(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

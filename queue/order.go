@@ -43,6 +43,18 @@ type Ordering struct {
 	MaxCoalesce int
 }
 
+// OrderingPrefix is the ordering key prefix that goes with a reply and
+// journal key prefix (LETTAQ_KEY_PREFIX): its hash-tag braces removed (the
+// ordering package tags each conversation's keys itself), then "ord:".
+// "lettaq:" and "{lettaq}:" both give ordering.DefaultPrefix. A Go client
+// must use the same prefix as the workers, or its messages join another line.
+func OrderingPrefix(keyPrefix string) string {
+	if keyPrefix == "" {
+		keyPrefix = "lettaq:"
+	}
+	return strings.NewReplacer("{", "", "}", "").Replace(keyPrefix) + "ord:"
+}
+
 // Key returns the ordering key of m under o's scope.
 func (o Ordering) Key(m Message) string {
 	return ordering.KeyFor(o.Scope, m.AgentID, m.Conversation.Integration, m.Conversation.ChatID)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -79,7 +78,7 @@ func newQueueRunner(cfg WorkerConfig, connOpt asynq.RedisConnOpt, rdb redis.Univ
 // key prefix (its braces dropped: the ordering keys carry their own hash
 // tag).
 func queueOrdering(mode, keyPrefix string) queue.Ordering {
-	o := queue.Ordering{Config: ordering.Config{Prefix: strings.NewReplacer("{", "", "}", "").Replace(keyPrefix) + "ord:"}}
+	o := queue.Ordering{Config: ordering.Config{Prefix: queue.OrderingPrefix(keyPrefix)}}
 	switch mode {
 	case "off":
 		o.Off = true
