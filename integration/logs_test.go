@@ -1,39 +1,20 @@
 package integration
 
 import (
-	"bytes"
 	"encoding/json"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/lettaq/lettaq/queue"
 )
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // Every log line about a turn carries its task id, its otid and, once the run is known, its
 // run id: here a turn whose stream is cut, so the continuation logs too.
 func TestEveryTurnLogLineCarriesItsIDs(t *testing.T) {
 	e := newEnv(t)
-	var out lockedBuffer
+	var out syncBuffer
 	stop := e.startWorker("A", func(c *queue.WorkerConfig) {
 		c.Logger = slog.New(slog.NewJSONHandler(&out, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	})

@@ -328,7 +328,12 @@ func (j *Journal) RecordRefusal(ctx context.Context, taskID, otid string, attemp
 	if err != nil {
 		return fmt.Errorf("queue: record refusal: %w", err)
 	}
-	if err := journalIntentScript.Run(ctx, j.rdb, []string{j.intentsKey(taskID)}, string(b), j.opts.Retention.Milliseconds()).Err(); err != nil {
+	key := j.intentsKey(taskID)
+	if _, err := j.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.RPush(ctx, key, b)
+		p.PExpire(ctx, key, j.opts.Retention)
+		return nil
+	}); err != nil {
 		return fmt.Errorf("queue: record refusal for task %s: %w", taskID, err)
 	}
 	return nil

@@ -187,7 +187,6 @@ type turn struct {
 	st         *agentclient.StreamState
 	hb         *Heartbeat
 	deltas     *deltaPump
-	runIDSaved string
 	contPhase  continuation.Phase
 	agentPhase agentclient.Phase
 	firstToken time.Time
@@ -255,8 +254,7 @@ func (t *turn) run(ctx context.Context) error {
 	}
 	rec.Attempts = append(rec.Attempts, Attempt{N: len(rec.Attempts) + 1, Worker: w.cfg.WorkerID, Start: t.start})
 	t.rec, t.att = rec, len(rec.Attempts)-1
-	t.runIDSaved = rec.RunID
-	t.ids.setRunID(rec.RunID)
+	t.ids.setRunID(rec.RunID) // the run id the journal has
 	if err := t.save(ctx); err != nil {
 		return t.retryEarly(err)
 	}
@@ -384,10 +382,9 @@ func (t *turn) beforeSend(ctx context.Context, resend bool) error {
 // crash from here on still leaves it for the next attempt.
 func (t *turn) saveRunID() {
 	id := t.st.RunID()
-	if id == "" || id == t.runIDSaved {
+	if id == "" || id == t.ids.currentRunID() {
 		return
 	}
-	t.runIDSaved = id
 	t.ids.setRunID(id)
 	t.mu.Lock()
 	t.rec.RunID = id
@@ -416,7 +413,7 @@ func (t *turn) onPhase(p continuation.Phase) {
 	case continuation.PhaseRecovering, continuation.PhaseContinuing, continuation.PhaseResending:
 		// Journal the way the attempt took (and the run id, once known), so
 		// that a crash from here on leaves both.
-		if id := t.st.RunID(); id != "" && id != t.runIDSaved {
+		if id := t.st.RunID(); id != "" && id != t.ids.currentRunID() {
 			t.saveRunID()
 			return
 		}
@@ -546,6 +543,7 @@ func (t *turn) finish(ctx context.Context, d continuation.Decision) error {
 	for _, id := range []string{d.RunID, snap.RunID} {
 		if id != "" {
 			t.rec.RunID = id
+			t.ids.setRunID(id)
 			break
 		}
 	}

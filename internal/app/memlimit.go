@@ -23,11 +23,12 @@ const noCgroupLimit = 1 << 60
 // memoryLimit decides the GC's memory limit. It returns the limit (0 for none), and where it
 // came from: "GOMEMLIMIT", the cgroup file it was read from, or "".
 func memoryLimit(getenv func(string) string, root string) (int64, string) {
-	if v := getenv("GOMEMLIMIT"); v != "" && v != "off" {
-		return debug.SetMemoryLimit(-1), "GOMEMLIMIT"
-	}
-	if getenv("GOMEMLIMIT") == "off" {
+	switch v := getenv("GOMEMLIMIT"); v {
+	case "":
+	case "off":
 		return 0, ""
+	default:
+		return debug.SetMemoryLimit(-1), "GOMEMLIMIT"
 	}
 	limit, file := cgroupMemoryLimit(root)
 	if limit <= 0 {
