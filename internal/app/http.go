@@ -1,9 +1,7 @@
 package app
 
 import (
-	"context"
 	"crypto/subtle"
-	"encoding/json"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -20,7 +18,8 @@ type HTTPOptions struct {
 	// Token protects /metrics, /monitor/ and /enqueue when set ("" leaves them open, which
 	// the worker allows only on loopback).
 	Token string
-	// Redis answers /readyz (PING).
+	// Redis answers /readyz: PINGed every second in the background, /readyz answers from the
+	// last result.
 	Redis redis.UniversalClient
 	// RedisConnOpt is what the monitor connects with; nil leaves /monitor/ out.
 	RedisConnOpt asynq.RedisConnOpt
@@ -33,6 +32,8 @@ type HTTPOptions struct {
 	// Ready, when set, must also pass for /readyz (e.g. "the worker is taking tasks").
 	Ready  func() error
 	Logger *slog.Logger
+
+	probe *redisProbe // tests: the probe behind /readyz instead of one made on Redis
 }
 
 const tokenCookie = "lettaq_token"
@@ -41,7 +42,8 @@ const tokenCookie = "lettaq_token"
 // connections:
 //
 //	/healthz    200 while the process runs (no auth)
-//	/readyz     200 when Redis answers PING (no auth), 503 otherwise
+//	/readyz     200 {"status":"ready"} when the last PING of Redis (every 1 s, 3 s timeout) answered and Ready
+//	            passes, 503 {"status":"not ready"} otherwise (no auth); ?verbose=1 (auth) says why
 //	/metrics    Prometheus (auth)
 //	/monitor/   asynqmon (auth; read-only unless MonitorWritable)
 //	/enqueue    the queue's HTTP enqueue endpoint, when provided (auth)
@@ -51,35 +53,21 @@ func NewHTTPHandler(o HTTPOptions) (http.Handler, func()) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
-		status := map[string]string{"redis": "ok"}
-		code := http.StatusOK
-		if o.Redis == nil {
-			status["redis"], code = "not configured", http.StatusServiceUnavailable
-		} else if err := o.Redis.Ping(ctx).Err(); err != nil {
-			status["redis"], code = err.Error(), http.StatusServiceUnavailable
-		}
-		if o.Ready != nil {
-			if err := o.Ready(); err != nil {
-				status["worker"], code = err.Error(), http.StatusServiceUnavailable
-			} else {
-				status["worker"] = "ok"
-			}
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(code)
-		_ = json.NewEncoder(w).Encode(status)
-	})
 	closer := func() {}
 	auth := requireToken(o.Token)
+	probe := o.probe
+	if probe == nil && o.Redis != nil {
+		probe = newRedisProbe(o.Redis, time.Second, 3*time.Second, o.Logger)
+		closer = probe.Close
+	}
+	mux.Handle("GET /readyz", readyzHandler(probe, o.Ready, auth))
 	if o.Metrics != nil {
 		mux.Handle("GET /metrics", auth(promhttp.HandlerFor(o.Metrics.Registry, promhttp.HandlerOpts{})))
 	}
 	if o.RedisConnOpt != nil {
 		mon := asynqmon.New(asynqmon.Options{RootPath: "/monitor", RedisConnOpt: o.RedisConnOpt, ReadOnly: !o.MonitorWritable})
-		closer = func() { _ = mon.Close() }
+		closeProbe := closer
+		closer = func() { _ = mon.Close(); closeProbe() }
 		mux.Handle("/monitor/", auth(mon))
 		mux.Handle("GET /monitor", http.RedirectHandler("/monitor/", http.StatusMovedPermanently))
 	}

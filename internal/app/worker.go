@@ -52,6 +52,7 @@ func RunWorker(ctx context.Context, args []string, getenv func(string) string, s
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	logger := NewLogger(stderr, cfg.LogFormat, cfg.LogLevel)
+	SetRedisLogger(logger, slog.LevelWarn) // go-redis's own lines into the same log, not plain text
 	if limit, from := applyMemoryLimit(getenv); from != "" {
 		logger.Info("GC memory limit", "bytes", limit, "from", from)
 	}
@@ -171,9 +172,14 @@ func StartWorker(ctx context.Context, cfg WorkerConfig, logger *slog.Logger, std
 
 	go func() {
 		defer close(r.done)
-		r.ready.Store(true)
-		r.err = q.run(ctx)
-		r.ready.Store(false)
+		// Not ready (/readyz 503) and no "worker started" until Redis answers.
+		if err := waitForRedis(ctx, rdb, redisAddr(connOpt), logger); err != nil {
+			q.close()
+		} else {
+			r.ready.Store(true)
+			r.err = q.run(ctx)
+			r.ready.Store(false)
+		}
 		if srv != nil {
 			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			_ = srv.Shutdown(sctx)
