@@ -1,0 +1,135 @@
+package app
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/lettaq/lettaq/queue"
+)
+
+// scrapeWaiting reads lettaq_turns_waiting{queue="lettaq"} from the worker's /metrics.
+func scrapeWaiting(t *testing.T, r *Running) int {
+	t.Helper()
+	resp, err := http.Get("http://" + r.HTTPAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	m := regexp.MustCompile(`(?m)^lettaq_turns_waiting\{queue="lettaq"\} (\d+)$`).FindSubmatch(b)
+	if m == nil {
+		t.Fatalf("no lettaq_turns_waiting in /metrics:\n%s", b)
+	}
+	n, _ := strconv.Atoi(string(m[1]))
+	return n
+}
+
+// TestWaitingTurnsAreScheduledNotRetried: three messages to one chat while the first runs. The
+// two behind it wait as scheduled tasks (never in the retry state with an ordering error), are
+// woken in order as the turn ahead ends, none uses a retry, and lettaq_turns_waiting shows them.
+func TestWaitingTurnsAreScheduledNotRetried(t *testing.T) {
+	r := startDevWorker(t)
+	insp := asynq.NewInspector(asynq.RedisClientOpt{Addr: r.RedisAddr})
+	defer insp.Close()
+
+	// Watch every state the tasks go through, from before the first enqueue to the end.
+	var mu sync.Mutex
+	var ids []string
+	seen := map[string][]string{}
+	stop, watched := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(watched)
+		for {
+			mu.Lock()
+			for _, id := range ids {
+				if info, err := insp.GetTaskInfo(queue.DefaultQueue, id); err == nil {
+					st := info.State.String()
+					if info.LastErr != "" {
+						st += " (" + info.LastErr + ")"
+					}
+					if s := seen[id]; len(s) == 0 || s[len(s)-1] != st {
+						seen[id] = append(s, st)
+					}
+				}
+			}
+			mu.Unlock()
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond): // sampling rate of the watcher, not a wait
+			}
+		}
+	}()
+
+	texts := []string{"[[sim think=1500ms]] w1", "w2", "w3"}
+	for i, text := range texts {
+		code, out, errOut := enqueue(t, r, "--chat=waiting", "--message-id=w"+strconv.Itoa(i+1), "--json", text)
+		var res queue.EnqueueResult
+		if code != ExitOK || json.Unmarshal([]byte(out), &res) != nil {
+			t.Fatalf("enqueue %d: exit %d %q %q", i+1, code, out, errOut)
+		}
+		if res.Position != i {
+			t.Errorf("message %d at position %d, want %d", i+1, res.Position, i)
+		}
+		mu.Lock()
+		ids = append(ids, res.TaskID)
+		mu.Unlock()
+	}
+	for _, id := range ids[1:] {
+		info, err := insp.GetTaskInfo(queue.DefaultQueue, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.State != asynq.TaskStateScheduled || info.LastErr != "" {
+			t.Errorf("waiting task %s: %v %q, want scheduled without an error", id, info.State, info.LastErr)
+		}
+	}
+	if n := scrapeWaiting(t, r); n != 2 {
+		t.Errorf("lettaq_turns_waiting = %d while two turns wait, want 2", n)
+	}
+
+	// The last one's answer (enqueue again: a duplicate, followed to its answer).
+	if code, out, errOut := enqueue(t, r, "--chat=waiting", "--message-id=w3", "--wait", "--timeout=60s", "w3"); code != ExitOK || !strings.Contains(out, "you said: w3") {
+		t.Fatalf("w3: exit %d %q %q", code, out, errOut)
+	}
+	for _, id := range ids {
+		info, err := insp.GetTaskInfo(queue.DefaultQueue, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.State != asynq.TaskStateCompleted || info.Retried != 0 {
+			t.Errorf("task %s: %v retried %d, want completed, retried 0", id, info.State, info.Retried)
+		}
+	}
+	close(stop)
+	<-watched
+	for id, states := range seen {
+		for _, s := range states {
+			if strings.HasPrefix(s, "retry") || strings.Contains(s, "not your turn") {
+				t.Errorf("task %s went through %v", id, states)
+				break
+			}
+		}
+	}
+	t.Logf("states: %v", seen)
+
+	var got []string
+	for _, m := range r.Dev.Sim.UserMessages(DemoAgent) {
+		got = append(got, m.Text[strings.LastIndexByte(m.Text, ' ')+1:])
+	}
+	if strings.Join(got, ",") != "w1,w2,w3" {
+		t.Errorf("the agent received %v, want w1,w2,w3", got)
+	}
+	if n := scrapeWaiting(t, r); n != 0 {
+		t.Errorf("lettaq_turns_waiting = %d once all answered, want 0", n)
+	}
+}
