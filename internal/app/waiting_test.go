@@ -109,6 +109,10 @@ func TestWaitingTurnsAreScheduledNotRetried(t *testing.T) {
 		if info.State != asynq.TaskStateCompleted || info.Retried != 0 {
 			t.Errorf("task %s: %v retried %d, want completed, retried 0", id, info.State, info.Retried)
 		}
+		// The monitor shows the result raw: a line for people comes first.
+		if res := string(info.Result); !strings.HasPrefix(res, `{"summary":"answered in `) || !strings.Contains(res, "you said: w") {
+			t.Errorf("task %s result %s", id, res)
+		}
 	}
 	close(stop)
 	<-watched
