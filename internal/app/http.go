@@ -68,7 +68,7 @@ func NewHTTPHandler(o HTTPOptions) (http.Handler, func()) {
 		mon := asynqmon.New(asynqmon.Options{RootPath: "/monitor", RedisConnOpt: o.RedisConnOpt, ReadOnly: !o.MonitorWritable})
 		closeProbe := closer
 		closer = func() { _ = mon.Close(); closeProbe() }
-		mux.Handle("/monitor/", auth(mon))
+		mux.Handle("/monitor/", auth(monitorPages(mon, !o.MonitorWritable)))
 		mux.Handle("GET /monitor", http.RedirectHandler("/monitor/", http.StatusMovedPermanently))
 	}
 	if o.Enqueue != nil {
