@@ -188,14 +188,15 @@ func TestWorkerWaitsForRedis(t *testing.T) {
 	lw := newLogWatch()
 	logger := slog.New(slog.NewJSONHandler(lw, nil))
 	SetRedisLogger(logger, slog.LevelWarn)
-	secondWait, started := lw.on("waiting for Redis: not taking turns until it answers"), lw.on("worker started")
+	firstWait, started := lw.on("waiting for Redis: not taking turns until it answers"), lw.on("worker started")
+	probeOK := lw.on("Redis answers again: ready") // /readyz's background PING
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	r, err := StartWorker(ctx, cfg, logger, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitCh(t, secondWait, "a wait line")
+	waitCh(t, firstWait, "a wait line")
 	if code, body := get(t, http.DefaultClient, "http://"+r.HTTPAddr+"/readyz", nil); code != http.StatusServiceUnavailable {
 		t.Errorf("/readyz while waiting for Redis = %d %q", code, body)
 	}
@@ -211,6 +212,7 @@ func TestWorkerWaitsForRedis(t *testing.T) {
 	}
 	defer mr.Close()
 	waitCh(t, started, "worker started")
+	waitCh(t, probeOK, "the readiness probe to see Redis")
 	if code, body := get(t, http.DefaultClient, "http://"+r.HTTPAddr+"/readyz", nil); code != http.StatusOK {
 		t.Errorf("/readyz once Redis answers = %d %q", code, body)
 	}
