@@ -29,6 +29,8 @@ type HTTPOptions struct {
 	Metrics *Metrics
 	// Enqueue, when set, is mounted at /enqueue.
 	Enqueue http.Handler
+	// Turns, when set, is mounted at /turns/{id} (auth): lettaq's view of one turn.
+	Turns http.Handler
 	// Ready, when set, must also pass for /readyz (e.g. "the worker is taking tasks").
 	Ready  func() error
 	Logger *slog.Logger
@@ -47,6 +49,7 @@ const tokenCookie = "lettaq_token"
 //	/metrics    Prometheus (auth)
 //	/monitor/   asynqmon (auth; read-only unless MonitorWritable)
 //	/enqueue    the queue's HTTP enqueue endpoint, when provided (auth)
+//	/turns/{id} a turn: summary, Asynq state, result and journal record (auth)
 func NewHTTPHandler(o HTTPOptions) (http.Handler, func()) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -73,6 +76,9 @@ func NewHTTPHandler(o HTTPOptions) (http.Handler, func()) {
 	}
 	if o.Enqueue != nil {
 		mux.Handle("/enqueue", auth(o.Enqueue))
+	}
+	if o.Turns != nil {
+		mux.Handle("GET /turns/{id...}", auth(o.Turns))
 	}
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")

@@ -35,7 +35,8 @@ func scrapeWaiting(t *testing.T, r *Running) int {
 
 // TestWaitingTurnsAreScheduledNotRetried: three messages to one chat while the first runs. The
 // two behind it wait as scheduled tasks (never in the retry state with an ordering error), are
-// woken in order as the turn ahead ends, none uses a retry, and lettaq_turns_waiting shows them.
+// woken in order as the turn ahead ends, none uses a retry, and lettaq_turns_waiting shows them;
+// /turns/{id} says a turn waits, and once it ended shows its summary, result and journal.
 func TestWaitingTurnsAreScheduledNotRetried(t *testing.T) {
 	r := startDevWorker(t)
 	insp := asynq.NewInspector(asynq.RedisClientOpt{Addr: r.RedisAddr})
@@ -96,6 +97,9 @@ func TestWaitingTurnsAreScheduledNotRetried(t *testing.T) {
 	if n := scrapeWaiting(t, r); n != 2 {
 		t.Errorf("lettaq_turns_waiting = %d while two turns wait, want 2", n)
 	}
+	if v := getTurn(t, r, ids[2], http.StatusOK); v.State != "scheduled" || !strings.HasPrefix(v.Summary, "waiting for the turn ahead") {
+		t.Errorf("/turns/%s while it waits: %+v", ids[2], v)
+	}
 
 	// The last one's answer (enqueue again: a duplicate, followed to its answer).
 	if code, out, errOut := enqueue(t, r, "--chat=waiting", "--message-id=w3", "--wait", "--timeout=60s", "w3"); code != ExitOK || !strings.Contains(out, "you said: w3") {
@@ -136,4 +140,26 @@ func TestWaitingTurnsAreScheduledNotRetried(t *testing.T) {
 	if n := scrapeWaiting(t, r); n != 0 {
 		t.Errorf("lettaq_turns_waiting = %d once all answered, want 0", n)
 	}
+	v := getTurn(t, r, ids[0], http.StatusOK)
+	var res queue.TurnResult
+	if err := json.Unmarshal(v.Result, &res); err != nil || res.Answer != "you said: w1" || v.State != "completed" ||
+		!strings.HasPrefix(v.Summary, "answered in ") || v.Journal == nil || v.Journal.Outcome != queue.OutcomeAnswered {
+		t.Errorf("/turns/%s once answered: %+v (%v)", ids[0], v, err)
+	}
+	getTurn(t, r, "turn:cli:waiting:nope", http.StatusNotFound)
+}
+
+// getTurn reads GET /turns/{id} of the worker's listener, expecting code.
+func getTurn(t *testing.T, r *Running, id string, code int) turnView {
+	t.Helper()
+	resp, err := http.Get("http://" + r.HTTPAddr + "/turns/" + id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var v turnView
+	if resp.StatusCode != code || json.NewDecoder(resp.Body).Decode(&v) != nil {
+		t.Fatalf("/turns/%s = %d, want %d", id, resp.StatusCode, code)
+	}
+	return v
 }

@@ -153,6 +153,7 @@ func StartWorker(ctx context.Context, cfg WorkerConfig, logger *slog.Logger, std
 		h, closeMon = NewHTTPHandler(HTTPOptions{
 			Token: cfg.HTTPToken, Redis: rdb, RedisConnOpt: connOpt, MonitorWritable: cfg.MonitorWritable,
 			Metrics: metrics, Enqueue: q.enqueueHandler(), Logger: logger,
+			Turns: turnsHandler(inspector, q.w.Journal(), queueNames(cfg.Queues)),
 			Ready: func() error {
 				if !r.ready.Load() {
 					return errors.New("not taking turns")
