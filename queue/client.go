@@ -189,6 +189,7 @@ const MaxHTTPBodyBytes = MaxTextBytes + 64<<10
 //
 //	202 {"task_id": "…", "duplicate": false, "queue": "lettaq", "otid": "…"}
 //	400 {"error": "…", "field": "text"}        invalid payload
+//	400 {"error": "…"}                         body unreadable (e.g. too slow)
 //	405, 413                                   wrong method, body too large
 //	415 {"error": "…"}                         Content-Type is not application/json
 //	500 {"error": "…"}                         Redis trouble: try again
@@ -208,8 +209,13 @@ func EnqueueHTTPHandler(c *Client) http.Handler {
 			return
 		}
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxHTTPBodyBytes))
-		if err != nil {
-			httpJSON(w, http.StatusRequestEntityTooLarge, map[string]string{"error": "body too large or unreadable: " + err.Error()})
+		var tooLarge *http.MaxBytesError
+		switch {
+		case errors.As(err, &tooLarge):
+			httpJSON(w, http.StatusRequestEntityTooLarge, map[string]string{"error": fmt.Sprintf("body larger than %d bytes", MaxHTTPBodyBytes)})
+			return
+		case err != nil: // e.g. the listener's body timeout
+			httpJSON(w, http.StatusBadRequest, map[string]string{"error": "body unreadable: " + err.Error()})
 			return
 		}
 		p, err := decodePayloadJSON(body, true)

@@ -3,6 +3,8 @@ package queue
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -310,5 +312,30 @@ func TestEnqueueHTTPHandlerRefusesNonJSONAndNamesFields(t *testing.T) {
 	}
 	if code, out := post("application/json", `{"agent_id":"a","text":"hi","conversation":{"integration":"web","chat_id":"\u001b]0;x\u0007"}}`); code != http.StatusBadRequest || out["field"] != "conversation.chat_id" {
 		t.Errorf("chat_id with ESC: %d %v", code, out)
+	}
+}
+
+type failingBody struct{}
+
+func (failingBody) Read([]byte) (int, error) { return 0, errors.New("i/o timeout") }
+
+// TestEnqueueHTTPHandlerBodyErrors: a body over the limit is 413; one that cannot be read
+// (the listener's body timeout) is 400, not "too large".
+func TestEnqueueHTTPHandlerBodyErrors(t *testing.T) {
+	h := EnqueueHTTPHandler(nil) // neither reaches the client
+	for _, tc := range []struct {
+		body io.Reader
+		want int
+	}{
+		{strings.NewReader(`{"text":"` + strings.Repeat("a", MaxHTTPBodyBytes) + `"}`), http.StatusRequestEntityTooLarge},
+		{failingBody{}, http.StatusBadRequest},
+	} {
+		rr := httptest.NewRecorder()
+		req := httptest.NewRequest(http.MethodPost, "/enqueue", tc.body)
+		req.Header.Set("Content-Type", "application/json")
+		h.ServeHTTP(rr, req)
+		if rr.Code != tc.want {
+			t.Errorf("%T: %d %s, want %d", tc.body, rr.Code, rr.Body.String(), tc.want)
+		}
 	}
 }
