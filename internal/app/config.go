@@ -414,7 +414,7 @@ func ParseWorkerConfig(args []string, getenv func(string) string, out io.Writer)
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			WriteUsage(out, "worker [flags]", "Runs lettaq turns: takes messages from Redis (Asynq), streams them to Letta agents,\nwrites reply events. Every flag overrides the environment variable named with it.", vars, nil)
+			WriteUsage(out, "worker [flags]\n       worker healthcheck [--timeout D]    (GET this worker's /readyz: exit 0 ready, 1 not; see worker healthcheck --help)", "Runs lettaq turns: takes messages from Redis (Asynq), streams them to Letta agents,\nwrites reply events. Every flag overrides the environment variable named with it.", vars, nil)
 			return WorkerConfig{}, errHelp
 		}
 		return WorkerConfig{}, &ConfigError{Errs: []error{err}}
@@ -479,7 +479,8 @@ func buildWorkerConfig(l lookup) (WorkerConfig, error) {
 // check applies the rules that span several variables.
 func (c *WorkerConfig) check() error {
 	if c.HTTPAddr != "off" && c.HTTPToken == "" && !IsLoopback(c.HTTPAddr) {
-		return fmt.Errorf("LETTAQ_HTTP_TOKEN (--http-token) is required when LETTAQ_HTTP_ADDR (%s) is not a loopback address: the monitor and metrics must not be open to the network", c.HTTPAddr)
+		return fmt.Errorf("LETTAQ_HTTP_TOKEN (--http-token) is required when LETTAQ_HTTP_ADDR (%s) is not a loopback address: the monitor and metrics must not be open to the network; "+
+			"make one with openssl rand -hex 16 (with docker compose: in .env next to docker-compose.yaml, see .env.example)", c.HTTPAddr)
 	}
 	if !c.Dev {
 		if _, err := c.RedisConnOpt(); err != nil {

@@ -41,6 +41,9 @@ func (r *Running) Err() error { <-r.done; return r.err }
 // RunWorker is the worker command: it parses args and the environment, runs until SIGTERM or
 // SIGINT (or ctx ends) and returns the exit code.
 func RunWorker(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "healthcheck" {
+		return RunHealthcheck(ctx, args[1:], getenv, stdout, stderr)
+	}
 	cfg, err := ParseWorkerConfig(args, getenv, stdout)
 	if errors.Is(err, errHelp) {
 		return ExitOK
