@@ -152,9 +152,10 @@ func StartWorker(ctx context.Context, cfg WorkerConfig, logger *slog.Logger, std
 			return nil, &ConfigError{Errs: []error{fmt.Errorf("LETTAQ_HTTP_ADDR=%q: %v", addr, err)}}
 		}
 		var h http.Handler
+		budgetInfo := NewBudgetInfo(cfg)
 		h, closeMon = NewHTTPHandler(HTTPOptions{
 			Token: cfg.HTTPToken, Redis: rdb, RedisConnOpt: connOpt, MonitorWritable: cfg.MonitorWritable,
-			Metrics: metrics, Enqueue: q.enqueueHandler(), Logger: logger,
+			Metrics: metrics, Enqueue: q.enqueueHandler(), Logger: logger, Budget: &budgetInfo,
 			Ready: func() error {
 				if !r.ready.Load() {
 					return errors.New("not taking turns")

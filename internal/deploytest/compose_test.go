@@ -162,4 +162,5 @@ func TestGenerateReadmeTable(t *testing.T) {
 		t.Skip("set LETTAQ_PRINT_TABLE=1 to print")
 	}
 	t.Log("\n" + app.VarsTable(app.WorkerVars()))
+	t.Log("\n" + defaultBudgetJSON(t))
 }
