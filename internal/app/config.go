@@ -87,9 +87,9 @@ func stringSetting(p func(*WorkerConfig) *string) func(*WorkerConfig, string) er
 
 func durSetting(p func(*WorkerConfig) *time.Duration, min time.Duration) func(*WorkerConfig, string) error {
 	return func(c *WorkerConfig, raw string) error {
-		d, err := time.ParseDuration(raw)
+		d, err := parseDurationArg(raw)
 		if err != nil {
-			return fmt.Errorf("not a duration (write e.g. 500ms, 1s, 2m)")
+			return err
 		}
 		if d < min {
 			return fmt.Errorf("must be at least %v", min)

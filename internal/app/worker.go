@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -49,12 +50,15 @@ func RunWorker(ctx context.Context, args []string, getenv func(string) string, s
 		return ExitOK
 	}
 	if err != nil {
+		// A misspelled variable may be why the configuration is wrong: say so first.
+		warnUnknownVars(NewLogger(stderr, strings.ToLower(getenv("LETTAQ_LOG_FORMAT")), "info"), getenv)
 		fmt.Fprintf(stderr, "worker: configuration error:\n%v\n", err)
 		return ExitUsage
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	logger := NewLogger(stderr, cfg.LogFormat, cfg.LogLevel)
+	warnUnknownVars(logger, getenv)
 	if limit, from := applyMemoryLimit(getenv); from != "" {
 		logger.Info("GC memory limit", "bytes", limit, "from", from)
 	}
