@@ -55,7 +55,7 @@ const enqueueDesc = `Puts one chat message on the lettaq queue as an agent turn;
 conversation's reply events until the turn's answer (or error) arrives. "journal" shows what
 the workers recorded about recent turns (a table on a terminal, JSON otherwise or with --json).
 
-Exit codes:
+Exit codes (of the built command: go run exits 1 for any failure):
   0  answered (or, without --wait, enqueued; a duplicate message id also exits 0)
   1  the turn failed (a permanent error event), or it could not be enqueued (Redis trouble)
   2  bad input or configuration
