@@ -154,16 +154,20 @@ func TestReadyzDuringAnOutage(t *testing.T) {
 	ts := httptest.NewServer(h)
 	defer ts.Close()
 	waitCh(t, notReady, "the probe's first PING")
+	var slowest time.Duration
 	for i := range 5 {
 		start := time.Now()
 		code, body := get(t, ts.Client(), ts.URL+"/readyz", nil)
-		if took := time.Since(start); took > 250*time.Millisecond {
+		took := time.Since(start)
+		slowest = max(slowest, took)
+		if took > 250*time.Millisecond {
 			t.Errorf("/readyz #%d took %v during the outage", i, took)
 		}
 		if code != http.StatusServiceUnavailable || body != `{"status":"not ready"}`+"\n" {
 			t.Errorf("/readyz = %d %q", code, body)
 		}
 	}
+	t.Logf("slowest /readyz of 5 during the outage: %v", slowest)
 	if code, _ := get(t, ts.Client(), ts.URL+"/readyz?verbose=1", nil); code != http.StatusUnauthorized {
 		t.Errorf("/readyz?verbose=1 without the token = %d", code)
 	}
