@@ -155,7 +155,7 @@ func TestConversationIDValidation(t *testing.T) {
 		{"POST", convPath("conv-nope"), turnReq{Text: "x"}.body(), 422},
 		{"POST", convPath("agent-demo"), turnReq{Text: "x"}.body(), 422},
 		{"POST", convPath(unknownConv), turnReq{Text: "x"}.body(), 404},
-		{"POST", convPath("default"), turnReq{Text: "x"}.body(), 422},                                            // no agent_id
+		{"POST", convPath("default"), turnReq{Text: "x"}.body(), 422},                                                  // no agent_id
 		{"POST", convPath("default"), turnReq{Text: "x", Extra: map[string]any{"agent_id": "agent-demo"}}.body(), 422}, // malformed
 		{"GET", "/v1/conversations/default/messages", nil, 422},
 		{"GET", "/v1/conversations/" + conv + "X/messages", nil, 422},

@@ -9,23 +9,23 @@ import (
 type Endpoint int
 
 const (
-	EndpointOther        Endpoint = iota // unknown paths
-	EndpointStream                       // POST /v1/agents/{id}/messages/stream
-	EndpointSend                         // POST /v1/agents/{id}/messages (streaming or not)
-	EndpointAsync                        // POST /v1/agents/{id}/messages/async
-	EndpointCancel                       // POST /v1/agents/{id}/messages/cancel
-	EndpointListMessages                 // GET  /v1/agents/{id}/messages
-	EndpointGetRun                       // GET  /v1/runs/{run_id}
-	EndpointRunMessages                  // GET  /v1/runs/{run_id}/messages
-	EndpointResume                       // POST /v1/runs/{run_id}/stream
-	EndpointListRuns                     // GET  /v1/runs/
-	EndpointAgent                        // GET /v1/agents/{id}, GET/POST /v1/agents/
-	EndpointHealth                       // GET  /v1/health/
-	EndpointConversations                // POST/GET /v1/conversations/, GET /v1/conversations/{id}
-	EndpointConvSend                     // POST /v1/conversations/{id}/messages
-	EndpointConvMessages                 // GET  /v1/conversations/{id}/messages
-	EndpointConvResume                   // POST /v1/conversations/{id}/stream
-	EndpointConvCancel                   // POST /v1/conversations/{id}/cancel
+	EndpointOther         Endpoint = iota // unknown paths
+	EndpointStream                        // POST /v1/agents/{id}/messages/stream
+	EndpointSend                          // POST /v1/agents/{id}/messages (streaming or not)
+	EndpointAsync                         // POST /v1/agents/{id}/messages/async
+	EndpointCancel                        // POST /v1/agents/{id}/messages/cancel
+	EndpointListMessages                  // GET  /v1/agents/{id}/messages
+	EndpointGetRun                        // GET  /v1/runs/{run_id}
+	EndpointRunMessages                   // GET  /v1/runs/{run_id}/messages
+	EndpointResume                        // POST /v1/runs/{run_id}/stream
+	EndpointListRuns                      // GET  /v1/runs/
+	EndpointAgent                         // GET /v1/agents/{id}, GET/POST /v1/agents/
+	EndpointHealth                        // GET  /v1/health/
+	EndpointConversations                 // POST/GET /v1/conversations/, GET /v1/conversations/{id}
+	EndpointConvSend                      // POST /v1/conversations/{id}/messages
+	EndpointConvMessages                  // GET  /v1/conversations/{id}/messages
+	EndpointConvResume                    // POST /v1/conversations/{id}/stream
+	EndpointConvCancel                    // POST /v1/conversations/{id}/cancel
 	numEndpoints
 )
 
