@@ -388,6 +388,16 @@ func (t *turn) emit(r *row, p *part) {
 	t.outTokens += len(strings.Fields(p.text)) + len(strings.Fields(p.args))
 	t.markFirstContent()
 	var frames [][]byte
+	if d := t.script.TokenDelay; t.tokens && d > 0 && (p.typ == ptReasoning || p.typ == ptAssistant) {
+		words := splitChunks(p.text, len(strings.Fields(p.text)))
+		for i, c := range words {
+			if i > 0 && !t.wait(d) {
+				return // cancelled: the steps loop ends the run
+			}
+			t.r.push(false, t.frame(r, p, &delta{text: c}))
+		}
+		return
+	}
 	if t.tokens && p.typ != ptToolReturn {
 		switch p.typ {
 		case ptReasoning, ptAssistant:
