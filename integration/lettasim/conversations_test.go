@@ -251,8 +251,8 @@ func TestConversationLockTTL(t *testing.T) {
 	srv := newServer(t, lettasim.Config{TimeScale: 0.001, SecondChance: time.Hour}) // TTL 300s = 300ms
 	agent := srv.CreateAgent("ttl", nil)
 	conv := srv.CreateConversation(agent, "")
+	locked := time.Now() // before the lock is taken: the TTL runs from a later instant
 	holder := holdLock(t, srv, conv, turnReq{Text: "long"})
-	locked := time.Now()
 	st, _, data := call(t, srv, "POST", convPath(conv), turnReq{Text: "refused"}.body())
 	busyRunID(t, st, data)
 	// A background send waits in its second chance until the TTL frees the lock, then runs.

@@ -34,9 +34,9 @@ type Config struct {
 	// DescPagesOldestFirst emulates a quirk WIRE.md warns about: a list with order=desc picks the
 	// newest rows but returns them oldest-first.
 	DescPagesOldestFirst bool
-	// AutoCreateAgents creates an agent (with the default script) the first time an unknown
-	// (well-formed: agent-<uuid4>)
-	// agent id is used, instead of answering 404. Handy for a worker's dev mode.
+	// AutoCreateAgents creates an agent (with the default script) the first time an unknown but
+	// well-formed agent id (agent-<uuid4>) is used, instead of answering 404. Handy for a
+	// worker's dev mode.
 	AutoCreateAgents bool
 	// OneRunPerAgent answers a send to an agent that has a run in progress with 409
 	// {"detail": {"message": "CONVERSATION_BUSY: ...", "run_id": <the running run>}} and stores
