@@ -671,3 +671,46 @@ func TestTokenDelay(t *testing.T) {
 		t.Fatalf("run %+v", run)
 	}
 }
+
+// The agent endpoints keep no lock and map no otids: a background resend with the same otid
+// starts a second run and stores a second message, where the conversation endpoint replays.
+func TestAgentEndpointsDoNotDedupe(t *testing.T) {
+	srv := newServer(t, lettasim.Config{})
+	agent := srv.CreateAgent("old way", nil)
+	tr := turnReq{Text: "twice", Otid: "otid-agent", Background: true}
+	_, first, err := streamTurn(t, srv, agent, tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, again, err := streamTurn(t, srv, agent, tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first[0].str("run_id") == again[0].str("run_id") || srv.CountOtid("otid-agent") != 2 {
+		t.Fatalf("agent endpoint deduplicated: %d stored", srv.CountOtid("otid-agent"))
+	}
+	// The same through the agent's default thread: one run, one message.
+	tr.Otid = "otid-default"
+	tr.Extra = map[string]any{"agent_id": agent}
+	a, b := convStream(t, srv, "default", tr), convStream(t, srv, "default", tr)
+	if a[0].str("run_id") != b[0].str("run_id") || srv.CountOtid("otid-default") != 1 {
+		t.Fatalf("default thread stored %d", srv.CountOtid("otid-default"))
+	}
+}
+
+// A Busy fault on a conversation send answers in the conversation's busy form, storing nothing.
+func TestConversationBusyFault(t *testing.T) {
+	srv := newServer(t, lettasim.Config{})
+	agent := srv.CreateAgent("busy", nil)
+	conv := srv.CreateConversation(agent, "")
+	st, _, data := call(t, srv, "POST", convPath(conv), turnReq{Text: "[[sim busy]] hi", Otid: "otid-busy"}.body())
+	busyRunID(t, st, data)
+	if srv.CountOtid("otid-busy") != 0 || srv.Conflicts() != 1 {
+		t.Fatalf("stored %d, conflicts %d", srv.CountOtid("otid-busy"), srv.Conflicts())
+	}
+	// The retry (same otid) passes: directive faults hit the first attempt only.
+	convStream(t, srv, conv, turnReq{Text: "[[sim busy]] hi", Otid: "otid-busy"})
+	if srv.CountOtid("otid-busy") != 1 {
+		t.Fatal("the retry was not stored")
+	}
+}
