@@ -714,3 +714,25 @@ func TestConversationBusyFault(t *testing.T) {
 		t.Fatal("the retry was not stored")
 	}
 }
+
+// A PendingApproval fault answers 409 "waiting for approval" on both kinds of endpoint, never
+// the busy form, and stores nothing.
+func TestPendingApprovalFault(t *testing.T) {
+	srv := newServer(t, lettasim.Config{})
+	agent := srv.CreateAgent("approval", nil)
+	conv := srv.CreateConversation(agent, "")
+	for _, path := range []string{convPath(conv), "/v1/agents/" + agent + "/messages/stream"} {
+		st, _, data := call(t, srv, "POST", path, turnReq{Text: "[[sim pending_approval]] hi"}.body())
+		if st != 409 || !strings.Contains(detail(t, data), "waiting for approval on a tool call") {
+			t.Fatalf("%s: %d %s", path, st, data)
+		}
+	}
+	srv.SetFault(agent, lettasim.Fault{PendingApproval: true})
+	st, _, data := call(t, srv, "POST", convPath(conv), turnReq{Text: "hi"}.body())
+	if st != 409 || strings.Contains(string(data), "run_id") {
+		t.Fatalf("%d %s", st, data)
+	}
+	if len(srv.UserMessages(agent)) != 0 || srv.Conflicts() != 0 {
+		t.Fatal("a refused send was stored or counted as busy")
+	}
+}

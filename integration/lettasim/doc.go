@@ -137,6 +137,7 @@
 //	retry_after=D               RetryAfter (the 429's Retry-After)
 //	busy                        Busy: 409 "conversation busy" naming a run (nothing stored)
 //	busy_form=hosted|detail     the form of this send's 409 on a locked conversation
+//	pending_approval            PendingApproval: 409 "waiting for approval on a tool call" (nothing stored)
 //	status_after_store=5xx      Status5xxAfterStore (stored, run goes on)
 //	drop                        DropBeforeResponse
 //	first_byte=D|forever        FirstByteDelay
@@ -158,7 +159,7 @@
 // it wins over a directive. SetListFault slows or fails the read endpoints (list messages, get
 // run, run messages, list runs). The phases, in order:
 //
-//	AdmitDelay → Status429 / Busy / Status5xxBeforeStore → [message stored, run started] →
+//	AdmitDelay → Status429 / PendingApproval / Busy / Status5xxBeforeStore → [message stored, run started] →
 //	Status5xxAfterStore / DropBeforeResponse → FirstByteDelay → stream (StallAfter/StallFor,
 //	DisconnectAfter) ; the run: EndWith after EndAfter steps, UnhandledException ;
 //	resumes of the run: ResumeStatus

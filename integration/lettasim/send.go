@@ -108,6 +108,11 @@ func (s *Sim) admitSend(w http.ResponseWriter, req *http.Request, p *sendPlan) b
 		writeDetail(w, http.StatusTooManyRequests, "RATE_LIMIT_EXCEEDED: simulated rate limit, retry later")
 		return false
 	}
+	if f.PendingApproval {
+		writeDetail(w, http.StatusConflict, "CONFLICT: Cannot send a new message: The agent is waiting for approval on a tool call. "+
+			"Please approve or deny the pending request before continuing.")
+		return false
+	}
 	if f.Status5xxBeforeStore != 0 {
 		writeDetail(w, statusCode5xx(f.Status5xxBeforeStore), "INTERNAL_SERVER_ERROR: simulated failure before the message was stored")
 		return false
