@@ -428,7 +428,8 @@ func (a *agent) lookup(id string) *row {
 	return nil
 }
 
-// UserMessages returns every user message the agent received and stored, oldest first.
+// UserMessages returns every user message the agent received and stored, oldest first, from
+// every thread (Received.ConversationID tells which; ConversationUserMessages gives one).
 func (s *Sim) UserMessages(agentID string) []Received {
 	a := s.getAgent(agentID)
 	if a == nil {
