@@ -246,17 +246,21 @@ func TestConversationHostedBusyConfig(t *testing.T) {
 }
 
 // The lock's TTL is never extended: a run longer than LockTTL stops blocking sends. A background
-// send's second chance wakes when the lock expires, so the test measures it without sleeping.
+// send racing a (foreground) holder of its own otid waits in its second chance, which wakes when
+// the lock expires: the test measures the TTL without sleeping.
 func TestConversationLockTTL(t *testing.T) {
 	srv := newServer(t, lettasim.Config{TimeScale: 0.001, SecondChance: time.Hour}) // TTL 300s = 300ms
 	agent := srv.CreateAgent("ttl", nil)
 	conv := srv.CreateConversation(agent, "")
 	locked := time.Now() // before the lock is taken: the TTL runs from a later instant
-	holder := holdLock(t, srv, conv, turnReq{Text: "long"})
-	st, _, data := call(t, srv, "POST", convPath(conv), turnReq{Text: "refused"}.body())
-	busyRunID(t, st, data)
-	// A background send waits in its second chance until the TTL frees the lock, then runs.
-	evs := convStream(t, srv, conv, turnReq{Text: "after the ttl", Background: true})
+	holder := holdLock(t, srv, conv, turnReq{Text: "long", Otid: "otid-ttl"})
+	st, _, data := call(t, srv, "POST", convPath(conv), turnReq{Text: "refused", Background: true}.body())
+	busyRunID(t, st, data) // another otid: busy at once, no second chance
+	if time.Since(locked) > time.Second {
+		t.Fatal("a send of another otid waited for a second chance")
+	}
+	// A background send of the holder's otid waits until the TTL frees the lock, then runs.
+	evs := convStream(t, srv, conv, turnReq{Text: "after the ttl", Otid: "otid-ttl", Background: true})
 	if waited := time.Since(locked); waited < 300*time.Millisecond {
 		t.Fatalf("the send ran %v after the lock was taken, before the 300ms TTL", waited)
 	}

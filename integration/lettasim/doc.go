@@ -54,10 +54,11 @@
 //   - Background map: a background send maps each of its otids, and a hash of all of them, to
 //     its run for Config.OtidMapTTL (3h, scaled). A send that matches answers 200 with that
 //     run's stream replayed from the start: no new run, no second stored message. A background
-//     send that finds the lock held waits Config.SecondChance (1.75s, scaled) for the lock to
-//     free or its otids to be mapped before the 409 (Config.RegisterLag delays the mapping, to
-//     make that race happen). Foreground sends map nothing: a same-otid resend gets 409 while
-//     the first run holds the lock and starts a new run after it.
+//     send that loses the race to a holder sent with the same otid waits Config.SecondChance
+//     (1.75s, scaled) for its otids to be mapped or the lock to free before the 409
+//     (Config.RegisterLag delays the mapping, to make that race happen); any other send to a
+//     locked thread gets the 409 at once. Foreground sends map nothing: a same-otid resend gets
+//     409 while the first run holds the lock and starts a new run after it.
 //   - Resume: by run_id; else by otid through the map (404 "No run found for otid=…"); else the
 //     newest active run of the thread (400 "No active runs found"); 400 for a foreground run;
 //     410 for a run created more than Config.ResumeMaxAge ago.

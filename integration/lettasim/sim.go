@@ -51,8 +51,9 @@ type Config struct {
 	LockTTL time.Duration
 	// OtidMapTTL is how long a background send's otids map to its run; default 3h.
 	OtidMapTTL time.Duration
-	// SecondChance is how long a background send that finds the lock held waits for the lock to
-	// free or for its otids to be mapped before it answers 409; default 1.75s. Negative: none.
+	// SecondChance is how long a background send that loses the race to a lock holder sent with
+	// the same otid waits for its otids to be mapped (then it replays the holder's run) or the
+	// lock to free, before it answers 409; default 1.75s. Negative: none.
 	SecondChance time.Duration
 	// RegisterLag delays the mapping of a background send's otids after its run took the lock
 	// (default 0: at once). It opens the window in which a same-otid resend loses the race to
