@@ -198,6 +198,9 @@ Time budget: the task timeout is computed from the LETTAQ_* budget variables, as
 		fmt.Fprintf(stderr, "enqueue: --agent (or LETTAQ_AGENT_ID) is required\n")
 		return ExitUsage
 	}
+	if !checkEnqueueRedis(ctx, rdb, &o, connOpt, stderr) {
+		return ExitNoRedis
+	}
 	id, badName, err := resolveAgentArg(ctx, o, rdb)
 	if err != nil {
 		fmt.Fprintf(stderr, "enqueue: %v\n", err)
@@ -219,9 +222,6 @@ Time budget: the task timeout is computed from the LETTAQ_* budget variables, as
 	if err := msg.Validate(); err != nil {
 		fmt.Fprintf(stderr, "enqueue: %v\n", err)
 		return ExitUsage
-	}
-	if !checkEnqueueRedis(ctx, rdb, &o, connOpt, stderr) {
-		return ExitNoRedis
 	}
 	replies := queue.NewReplies(rdb, queue.RepliesOptions{Prefix: o.prefix})
 	switch o.ordering = strings.ToLower(o.ordering); o.ordering {

@@ -131,7 +131,7 @@ func TestWaitingTurnsAreScheduledNotRetried(t *testing.T) {
 	t.Logf("states: %v", seen)
 
 	var got []string
-	for _, m := range r.Dev.Sim.UserMessages(DemoAgent) {
+	for _, m := range r.Dev.Sim.UserMessages(r.Dev.Agents[DemoAgent]) {
 		got = append(got, m.Text[strings.LastIndexByte(m.Text, ' ')+1:])
 	}
 	if strings.Join(got, ",") != "w1,w2,w3" {
