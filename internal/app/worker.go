@@ -81,7 +81,8 @@ func RunWorker(ctx context.Context, args []string, getenv func(string) string, s
 }
 
 // StartWorker starts dev mode's infrastructure (with cfg.Dev), the HTTP listener and the queue
-// worker, and returns at once. The worker stops when ctx ends: it stops taking turns and lets
+// worker, and returns at once (within a second when Redis does not answer: the worker then
+// waits for it in the background, not ready meanwhile). The worker stops when ctx ends: it stops taking turns and lets
 // the running ones finish within cfg.ShutdownTimeout. stdout receives dev mode's greeting.
 func StartWorker(ctx context.Context, cfg WorkerConfig, logger *slog.Logger, stdout io.Writer) (*Running, error) {
 	r := &Running{Config: cfg, Logger: logger, done: make(chan struct{}), LettaURL: cfg.LettaBaseURL}
@@ -179,15 +180,23 @@ func StartWorker(ctx context.Context, cfg WorkerConfig, logger *slog.Logger, std
 		printDevGreeting(stdout, r)
 	}
 
+	// Not ready (/readyz 503) and no "worker started" until Redis answers: a Redis that answers
+	// now makes the worker ready before StartWorker returns; else it is waited for below.
+	pctx, cancel := context.WithTimeout(ctx, time.Second)
+	r.ready.Store(rdb.Ping(pctx).Err() == nil)
+	cancel()
 	go func() {
 		defer close(r.done)
-		// Not ready (/readyz 503) and no "worker started" until Redis answers.
-		if err := waitForRedis(ctx, rdb, redisAddr(connOpt), logger); err != nil {
-			q.close()
-		} else {
+		up := r.ready.Load()
+		if !up {
+			up = waitForRedis(ctx, rdb, redisAddr(connOpt), logger) == nil
+		}
+		if up {
 			r.ready.Store(true)
 			r.err = q.run(ctx)
 			r.ready.Store(false)
+		} else {
+			q.close() // stopped while waiting for Redis
 		}
 		if srv != nil {
 			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
