@@ -93,13 +93,17 @@ const (
 // waitForRedis returns nil once rdb answers PING, or ctx's error. It waits without a bound (a
 // worker started before its Redis, as in a compose file, just waits), writing one warning per
 // backoff step (500 ms doubling to 30 s) that names the address and the error.
-func waitForRedis(ctx context.Context, rdb redis.UniversalClient, addr string, logger *slog.Logger) error {
+// firstErr, when not nil, is the error of a PING just made: it counts as the first attempt.
+func waitForRedis(ctx context.Context, rdb redis.UniversalClient, addr string, logger *slog.Logger, firstErr error) error {
 	delay := redisWaitFirst
 	start := time.Now()
 	for attempt := 1; ; attempt++ {
-		pctx, cancel := context.WithTimeout(ctx, redisPingWait)
-		err := rdb.Ping(pctx).Err()
-		cancel()
+		err := firstErr
+		if attempt > 1 || err == nil {
+			pctx, cancel := context.WithTimeout(ctx, redisPingWait)
+			err = rdb.Ping(pctx).Err()
+			cancel()
+		}
 		if err == nil {
 			if attempt > 1 {
 				logger.Info("Redis answers", "redis", addr, "waited", time.Since(start).Round(time.Millisecond).String())

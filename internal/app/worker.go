@@ -81,8 +81,8 @@ func RunWorker(ctx context.Context, args []string, getenv func(string) string, s
 }
 
 // StartWorker starts dev mode's infrastructure (with cfg.Dev), the HTTP listener and the queue
-// worker, and returns at once (within a second when Redis does not answer: the worker then
-// waits for it in the background, not ready meanwhile). The worker stops when ctx ends: it stops taking turns and lets
+// worker, and returns at once (within redisPingWait, 2 s, when Redis does not answer: the
+// worker then waits for it in the background, not ready meanwhile). The worker stops when ctx ends: it stops taking turns and lets
 // the running ones finish within cfg.ShutdownTimeout. stdout receives dev mode's greeting.
 func StartWorker(ctx context.Context, cfg WorkerConfig, logger *slog.Logger, stdout io.Writer) (*Running, error) {
 	r := &Running{Config: cfg, Logger: logger, done: make(chan struct{}), LettaURL: cfg.LettaBaseURL}
@@ -182,14 +182,15 @@ func StartWorker(ctx context.Context, cfg WorkerConfig, logger *slog.Logger, std
 
 	// Not ready (/readyz 503) and no "worker started" until Redis answers: a Redis that answers
 	// now makes the worker ready before StartWorker returns; else it is waited for below.
-	pctx, cancel := context.WithTimeout(ctx, time.Second)
-	r.ready.Store(rdb.Ping(pctx).Err() == nil)
+	pctx, cancel := context.WithTimeout(ctx, redisPingWait)
+	pingErr := rdb.Ping(pctx).Err()
 	cancel()
+	r.ready.Store(pingErr == nil)
 	go func() {
 		defer close(r.done)
-		up := r.ready.Load()
+		up := pingErr == nil
 		if !up {
-			up = waitForRedis(ctx, rdb, redisAddr(connOpt), logger) == nil
+			up = waitForRedis(ctx, rdb, redisAddr(connOpt), logger, pingErr) == nil
 		}
 		if up {
 			r.ready.Store(true)
