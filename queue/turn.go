@@ -440,6 +440,16 @@ func replyPhaseOf(p agentclient.Phase) string {
 func (t *turn) onEvent(ev agentclient.Event) {
 	t.saveRunID()
 	now := time.Now()
+	u := ev.Update
+	// Events leave in the order things happened at the agent: text said before a tool
+	// call or a phase change is flushed before it, and a tool's call or return comes
+	// before the phase it leads to.
+	if u.Step >= 0 && (u.Kind == agentclient.StepToolCall || u.Kind == agentclient.StepToolReturn) {
+		snap := t.st.Snapshot()
+		if u.Step < len(snap.Transcript.Steps) {
+			t.onTool(snap.Transcript.Steps[u.Step], u.Step, now)
+		}
+	}
 	if ap := t.st.Phase(); ap != t.agentPhase {
 		t.agentPhase = ap
 		if rp := replyPhaseOf(ap); rp != "" {
@@ -449,10 +459,10 @@ func (t *turn) onEvent(ev agentclient.Event) {
 			if t.contPhase == continuation.PhaseContinuing && ap == agentclient.PhaseWaiting {
 				rp = PhaseContinuing
 			}
+			t.deltas.flush()
 			t.hb.Set(rp)
 		}
 	}
-	u := ev.Update
 	if u.Step < 0 {
 		return
 	}
@@ -468,12 +478,6 @@ func (t *turn) onEvent(ev agentclient.Event) {
 		if u.Delta != "" {
 			t.deltas.write(true, u.Delta)
 		}
-	case agentclient.StepToolCall, agentclient.StepToolReturn:
-		snap := t.st.Snapshot()
-		if u.Step >= len(snap.Transcript.Steps) {
-			return
-		}
-		t.onTool(snap.Transcript.Steps[u.Step], u.Step, now)
 	}
 }
 
@@ -498,6 +502,7 @@ func (t *turn) onTool(s agentclient.Step, idx int, now time.Time) {
 		}
 		if !tt.emittedCall && tt.name != "" {
 			tt.emittedCall = true
+			t.deltas.flush() // what the agent said before the call comes first
 			t.emit(ReplyEvent{Type: EventTool, Tool: &ToolEvent{Name: tt.name, CallID: s.ToolCallID,
 				Arguments: s.Arguments, Status: ToolStatusCall}})
 		}
@@ -861,6 +866,22 @@ func (p *deltaPump) fire() {
 	}
 	if out, ok := p.answer.Due(); ok {
 		p.emit(out, false)
+	}
+	p.armLocked()
+}
+
+// flush emits what is buffered now (before an event that must follow it).
+func (p *deltaPump) flush() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopped {
+		return
+	}
+	if s := p.narr.Flush(); s != "" {
+		p.emit(s, true)
+	}
+	if s := p.answer.Flush(); s != "" {
+		p.emit(s, false)
 	}
 	p.armLocked()
 }
