@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/lettaq/lettaq/agentclient"
@@ -50,10 +51,34 @@ func (r *Runner) fromStopReason(d Decision, runID, stop string, st *agentclient.
 	}
 	if d.Outcome == Failed && st != nil {
 		if e := st.Snapshot().Error; e != nil {
-			d.Reason += " (" + e.ErrorType + ": " + e.Message + ")"
+			d.Reason = failureText(d.Reason, stop, e.ErrorType, e.Message)
 		}
 	}
 	return d
+}
+
+// failureText is reason with the run's error, each fact said once: the error's message, its
+// type unless the message names it, and the stop reason unless it is the generic "error" or
+// the text names it already. A stop "error" with an internal_error "simulated error
+// (internal_error)" reads "run failed: simulated error (internal_error)", not "run failed:
+// error (internal_error: simulated error (internal_error))".
+func failureText(reason, stop, errType, msg string) string {
+	msg = strings.TrimSpace(msg)
+	if errType != "" && !strings.Contains(msg, errType) {
+		if msg == "" {
+			msg = errType
+		} else {
+			msg = errType + ": " + msg
+		}
+	}
+	if msg == "" {
+		return reason
+	}
+	text := strings.TrimSuffix(reason, ": "+stop) + ": " + msg
+	if stop != "" && stop != "error" && !strings.Contains(text, stop) {
+		text += " (stop reason " + stop + ")"
+	}
+	return text
 }
 
 // stopFromRun maps a finished run to a stop reason, trusting stop_reason

@@ -587,7 +587,9 @@ func (t *turn) finish(ctx context.Context, d continuation.Decision) error {
 	if d.Resend == continuation.ResendDone || d.Resend == continuation.ResendForbidden {
 		w.obs.Resend(string(a.ResendDecision))
 	}
-	log := t.log.With(slog.String("otid", t.otid), slog.String("run_id", t.rec.RunID), slog.String("outcome", d.Outcome.String()),
+	// "outcome" on the lines below is the journal's word for how the attempt ended
+	// (answered, failed, retrying, …), set where it is decided.
+	log := t.log.With(slog.String("otid", t.otid), slog.String("run_id", t.rec.RunID),
 		slog.String("clock", string(d.Clock)), slog.Int("polls", d.Polls), slog.Int("resumes", d.Resumes),
 		slog.String("resend", string(d.Resend)))
 
@@ -680,7 +682,7 @@ func (t *turn) deliver(ctx context.Context, log *slog.Logger, outcome string, ev
 		t.attempt().Outcome, t.attempt().Error = OutcomeRetrying, err.Error()
 		t.mu.Unlock()
 		_ = t.save(ctx)
-		log.Warn("could not deliver the answer, retrying", "error", err.Error())
+		log.Warn("could not deliver the answer, retrying", "outcome", OutcomeRetrying, "error", err.Error())
 		t.w.obs.AttemptFinished(t.queue, "retry", time.Since(t.start))
 		return &RetryAfterError{Delay: time.Second, Reason: "deliver the answer", Err: err}
 	}
@@ -697,7 +699,7 @@ func (t *turn) deliver(ctx context.Context, log *slog.Logger, outcome string, ev
 	if err := t.save(ctx); err != nil {
 		log.Warn("could not journal the finished turn", "error", err.Error())
 	}
-	log.Info("turn finished", "attempt", t.attempt().N, "answer_bytes", len(answer))
+	log.Info("turn finished", "outcome", outcome, "attempt", t.attempt().N, "answer_bytes", len(answer))
 	t.w.obs.AttemptFinished(t.queue, "done", time.Since(t.start))
 	t.w.obs.TurnFinished(t.queue, outcome, t.latency(now), t.rec.TTFT)
 	return nil
@@ -754,7 +756,10 @@ func (t *turn) fail(ctx context.Context, log *slog.Logger, reason, stop string) 
 	if err := t.save(ctx); err != nil {
 		log.Warn("could not journal the failed turn", "error", err.Error())
 	}
-	log.Warn("turn failed", "reason", reason)
+	if stop != "" {
+		log = log.With("stop_reason", stop)
+	}
+	log.Warn("turn failed", "outcome", OutcomeFailed, "reason", reason)
 	t.w.obs.AttemptFinished(t.queue, "archived", time.Since(t.start))
 	t.w.obs.TurnFinished(t.queue, OutcomeFailed, t.latency(now), t.rec.TTFT)
 	return fmt.Errorf("lettaq: turn failed: %s: %w", reason, asynq.SkipRetry)
@@ -774,11 +779,12 @@ func (t *turn) retry(ctx context.Context, log *slog.Logger, d continuation.Decis
 	} else if d.Outcome == continuation.NotAdmitted {
 		t.attempt().Outcome = OutcomeNotAdmitted
 	}
+	outcome := t.attempt().Outcome
 	t.mu.Unlock()
 	if err := t.save(ctx); err != nil {
 		log.Warn("could not journal the attempt", "error", err.Error())
 	}
-	log.Info("turn attempt ends, retrying", "reason", reason)
+	log.Info("turn attempt ends, retrying", "outcome", outcome, "reason", reason)
 	t.w.obs.AttemptFinished(t.queue, "retry", time.Since(t.start))
 	var err error
 	if d.Err != nil {

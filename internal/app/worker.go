@@ -16,6 +16,8 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/lettaq/lettaq/queue"
 )
 
 // Running is a started worker.
@@ -110,7 +112,7 @@ func StartWorker(ctx context.Context, cfg WorkerConfig, logger *slog.Logger, std
 		"letta", r.LettaURL,
 		"letta_api_key", setOrUnset(cfg.LettaAPIKey),
 		"concurrency", cfg.Concurrency,
-		"queues", cfg.Queues,
+		"queues", queue.QueuesString(cfg.Queues),
 		"task_check_interval", cfg.TaskCheckInterval,
 		"shutdown_timeout", cfg.ShutdownTimeout,
 		"http", cfg.HTTPAddr,
