@@ -47,7 +47,7 @@ type enqueueOpts struct {
 
 const enqueueSynopsis = `enqueue [flags] TEXT            (or the text on stdin)
        enqueue [flags] journal [recent|stalls|retries|resends|failures] [--limit N]
-       enqueue [flags] journal show <task-id|otid>`
+       enqueue [flags] journal show <task-id|otid|the beginning of one>`
 
 const enqueueDesc = `Puts one chat message on the lettaq queue as an agent turn; with --wait, follows the
 conversation's reply events until the turn's answer (or error) arrives. "journal" shows what
@@ -103,8 +103,9 @@ func RunEnqueue(ctx context.Context, args []string, getenv func(string) string, 
   --sender ID          passed to Letta as sender_id
   --otid UUID          the turn's idempotency key at Letta (default: derived from the task id)
   --dev                reach a worker started with --dev (its in-memory Redis, agent `+DemoAgent+`)
-  --wait               follow the turn until its answer: a live phase line and the answer as it
-                       grows on a terminal; plain lines on stderr and the answer on stdout otherwise
+  --wait               follow the turn until its answer: a live status line (time in the step, the
+                       turn's total) and the answer as it grows on a terminal; plain lines on stderr
+                       and the answer on stdout otherwise
   --timeout D          give up waiting after D (exit 3; the turn goes on) (default 10m)
   --json               machine output: the enqueue result, then (with --wait) one reply event per line
   --limit N            journal: how many turns (default 20)

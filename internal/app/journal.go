@@ -21,7 +21,7 @@ func runJournal(ctx context.Context, o enqueueOpts, args []string, rdb redis.Uni
 	asJSON := o.jsonOut || !IsTerminal(stdout)
 	if len(args) > 0 && args[0] == "show" {
 		if len(args) != 2 {
-			fmt.Fprintln(stderr, "enqueue: usage: enqueue journal show <task-id|otid>")
+			fmt.Fprintln(stderr, "enqueue: usage: enqueue journal show <task-id|otid|the beginning of one>")
 			return ExitUsage
 		}
 		rec, err := j.Lookup(ctx, args[1])
