@@ -455,9 +455,11 @@ func (a asynqLogger) Info(args ...any)  { a.l.Info(fmt.Sprint(args...)) }
 func (a asynqLogger) Warn(args ...any) {
 	msg := fmt.Sprint(args...)
 	if id, ok := strings.CutPrefix(msg, "Retry exhausted for task id="); ok {
-		if a.permanent != nil && a.permanent.take(id) {
-			a.l.Info("task archived: its error is permanent, so it was not retried", "task_id", id)
-			return
+		if a.permanent != nil {
+			if attrs, ok := a.permanent.take(id); ok {
+				a.l.Info("task archived: its error is permanent, so it was not retried", attrs...)
+				return
+			}
 		}
 		a.l.Warn("task archived: its retries are used up", "task_id", id)
 		return
@@ -465,34 +467,39 @@ func (a asynqLogger) Warn(args ...any) {
 	a.l.Warn(msg)
 }
 
-// permanentSet holds the ids of tasks that failed permanently until Asynq logs their
-// archiving (right after, on the same goroutine). It forgets everything past 10,000 ids.
-type permanentSet struct {
-	mu  sync.Mutex
-	ids map[string]struct{}
-}
-
-func (p *permanentSet) add(id string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.ids == nil || len(p.ids) >= 10000 {
-		p.ids = map[string]struct{}{}
-	}
-	p.ids[id] = struct{}{}
-}
-
-func (p *permanentSet) take(id string) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	_, ok := p.ids[id]
-	delete(p.ids, id)
-	return ok
-}
-
 func (a asynqLogger) Error(args ...any) { a.l.Error(fmt.Sprint(args...)) }
 func (a asynqLogger) Fatal(args ...any) {
 	a.l.Error(fmt.Sprint(args...), "fatal", true)
 	os.Exit(1)
+}
+
+// permanentSet holds the ids of tasks that failed permanently, with the ids of their turn
+// (otid, run_id) when known, until Asynq logs their archiving (right after, on the same
+// goroutine). It forgets everything past 10,000 tasks.
+type permanentSet struct {
+	mu  sync.Mutex
+	ids map[string][]any
+}
+
+// add notes a task id; a turn's attrs given before or after are kept.
+func (p *permanentSet) add(id string, attrs ...any) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ids == nil || len(p.ids) >= 10000 {
+		p.ids = map[string][]any{}
+	}
+	if len(attrs) > 0 || p.ids[id] == nil {
+		p.ids[id] = append([]any{"task_id", id}, attrs...)
+	}
+}
+
+// take returns the log attrs of id (task_id first) and forgets it.
+func (p *permanentSet) take(id string) ([]any, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	attrs, ok := p.ids[id]
+	delete(p.ids, id)
+	return attrs, ok
 }
 
 // QueuesString writes queue weights as LETTAQ_QUEUES takes them ("critical=6,lettaq=1"),
