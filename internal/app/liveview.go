@@ -75,7 +75,7 @@ func (v *viewer) show(ev queue.ReplyEvent) (exit int, done bool) {
 		default:
 			text := "tool " + ev.Tool.Name + ": " + ev.Tool.Status
 			if t, ok := v.toolReturned(ev.Tool); ok {
-				text += fmt.Sprintf(" after %.1fs", v.now().Sub(t.since).Seconds())
+				text += fmt.Sprintf(" (took %.1fs)", v.now().Sub(t.since).Seconds())
 			}
 			if t, ok := v.runningTool(); ok {
 				v.setStatus("tool", toolText(t), t.since) // another call still runs

@@ -42,14 +42,14 @@ func TestLiveViewKeepsTheToolLine(t *testing.T) {
 		{time.Second, narrEv("Still looking."), "using tool web_search… 1s · 3s in all"},
 		{1500 * time.Millisecond, phaseEv(queue.PhaseThinking), "using tool web_search… 3s · 4s in all"},
 		{4 * time.Second, phaseEv(queue.PhaseToolRunning), "using tool web_search… 7s · 8s in all"}, // a heartbeat
-		{500 * time.Millisecond, toolEv("web_search", "call-1", queue.ToolStatusSuccess), "tool web_search: success after 7.5s 0s · 9s in all"},
+		{500 * time.Millisecond, toolEv("web_search", "call-1", queue.ToolStatusSuccess), "tool web_search: success (took 7.5s) 0s · 9s in all"},
 		{time.Second, phaseEv(queue.PhaseThinking), "thinking… 0s · 10s in all"},
 		{2 * time.Second, phaseEv(queue.PhaseThinking), "thinking… 2s · 12s in all"}, // the heartbeat does not restart the clock
 		// A lost stream says more than a running tool; the tool's line comes back after.
 		{0, toolEv("fetch", "call-2", queue.ToolStatusCall), "using tool fetch… 0s · 12s in all"},
 		{time.Second, phaseEv(queue.PhaseRecovering), "recovering: stream lost, looking for the turn at Letta 0s · 13s in all"},
 		{time.Second, phaseEv(queue.PhaseToolRunning), "using tool fetch… 2s · 14s in all"},
-		{0, toolEv("fetch", "call-2", queue.ToolStatusError), "tool fetch: error after 2.0s 0s · 14s in all"},
+		{0, toolEv("fetch", "call-2", queue.ToolStatusError), "tool fetch: error (took 2.0s) 0s · 14s in all"},
 	}
 	for i, s := range steps {
 		c.add(s.after)
@@ -90,7 +90,7 @@ func TestLiveViewPlainLines(t *testing.T) {
 	}
 	v.show(queue.ReplyEvent{Type: queue.EventAnswer, Text: "done \x1b[2J"})
 	want := "[  0.0s] thinking…\n[  0.0s] thinking: I should look this up.\n[  1.0s] using tool web_search…\n" +
-		"[  6.0s] tool web_search: success after 5.0s\n[  6.0s] thinking…\n"
+		"[  6.0s] tool web_search: success (took 5.0s)\n[  6.0s] thinking…\n"
 	if errw.String() != want {
 		t.Errorf("stderr:\n%s\nwant:\n%s", errw.String(), want)
 	}
