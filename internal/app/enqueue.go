@@ -243,7 +243,8 @@ Time budget: the task timeout is computed from the LETTAQ_* budget variables, as
 		if res.Duplicate {
 			dup = " (duplicate: this message id was enqueued before; no second turn)"
 		}
-		fmt.Fprintf(stderrIfWait(o.wait, stdout, stderr), "enqueued task %s otid %s on queue %s%s\n", res.TaskID, res.Otid, res.Queue, dup)
+		fmt.Fprint(stderrIfWait(o.wait, stdout, stderr), termSafe(fmt.Sprintf("enqueued task %s otid %s on queue %s%s\n",
+			res.TaskID, res.Otid, res.Queue, dup), true))
 	}
 	if !o.wait {
 		return ExitOK
