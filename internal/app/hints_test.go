@@ -228,3 +228,21 @@ func TestTerminalInjectionEscaped(t *testing.T) {
 	}
 	assertNoInjection(t, "stderr", errOut.String())
 }
+
+// A hint repeats the non-default connection settings, quoted for a shell, and never a
+// Redis password.
+func TestHintCarriesSettings(t *testing.T) {
+	o := enqueueOpts{redisURL: "redis://:s3cret@redis.internal:6390/2", clusterAddrs: "", prefix: "{a b}:", devRedis: DefaultDevRedisAddr}
+	got := o.commandLine("enqueue", "journal", "show", "turn:x y")
+	want := `enqueue --redis-url=redis://xxx@redis.internal:6390/2 --key-prefix='{a b}:' journal show 'turn:x y'`
+	if got != want {
+		t.Errorf("hint %q, want %q", got, want)
+	}
+	if w := shellWords(t, got); len(w) != 6 || w[2] != "--key-prefix={a b}:" || w[5] != "turn:x y" {
+		t.Errorf("the hint splits into %q", w)
+	}
+	o = enqueueOpts{redisURL: DefaultRedisURL, prefix: "lettaq:", devRedis: DefaultDevRedisAddr}
+	if got := o.commandLine("enqueue", "journal", "recent"); got != "enqueue journal recent" {
+		t.Errorf("defaults: hint %q", got)
+	}
+}
