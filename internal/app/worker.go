@@ -227,7 +227,7 @@ func printDevGreeting(w io.Writer, r *Running) {
 	fmt.Fprintf(w, `
 lettaq dev mode: everything runs in this process.
   Redis (in memory)    %s
-  Letta simulator      %s   (agents: %s, %s, %s; any other id is created on use)
+  Letta simulator      %s   (agents by name: %s, %s, %s; see GET /v1/agents/)
 `, r.RedisAddr, r.LettaURL, DemoAgent, DemoAgentTools, DemoAgentSlow)
 	if r.HTTPAddr != "" {
 		fmt.Fprintf(w, "  Monitor              http://%s/monitor/\n  Metrics              http://%s/metrics\n", r.HTTPAddr, r.HTTPAddr)
