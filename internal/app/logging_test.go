@@ -94,7 +94,8 @@ func TestWorkerLogLinesJSON(t *testing.T) {
 		t.Fatalf("answered turn: exit %d %q", code, errOut)
 	}
 	finished := sink.waitFor(t, `"turn finished"`)
-	code, _, errOut := enqueue(t, r, "--wait", "--timeout=30s", "--agent=agent-fails", "[[sim stop=error]] fail")
+	r.Dev.Sim.CreateAgent("fails", nil)
+	code, _, errOut := enqueue(t, r, "--wait", "--timeout=30s", "--agent=fails", "[[sim stop=error]] fail")
 	if code != ExitFailed {
 		t.Fatalf("failing turn: exit %d %q", code, errOut)
 	}
