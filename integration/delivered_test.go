@@ -114,4 +114,3 @@ func TestDeliveredAnswerFinishesTheTurn(t *testing.T) {
 		t.Fatalf("otid stored %d times", n)
 	}
 }
-

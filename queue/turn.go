@@ -173,7 +173,7 @@ type turn struct {
 	ids               *turnIDs
 	progress          *progress // progress events, written off the stream's reader
 
-	redisTrouble atomic.Bool // a Redis read or write failed: see awaitRedis
+	redisTrouble atomic.Bool  // a Redis read or write failed: see awaitRedis
 	replyBytes   atomic.Int64 // progress text written to the reply stream (see replyAllowed)
 
 	key          string     // ordering key ("" without ordering)
