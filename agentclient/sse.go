@@ -30,11 +30,11 @@ type sseFrame struct {
 type sseReader struct {
 	br       *bufio.Reader
 	max      int
-	maxEvent int // bound of an event's data lines joined
-	line    []byte // scratch for lines longer than the bufio buffer
-	event   []byte
-	data    []byte
-	hasData bool
+	maxEvent int    // bound of an event's data lines joined
+	line     []byte // scratch for lines longer than the bufio buffer
+	event    []byte
+	data     []byte
+	hasData  bool
 	// onBytes is called with the number of bytes consumed, before parsing
 	// them, so the caller's stall clock sees every byte (pings included).
 	onBytes func(n int)
