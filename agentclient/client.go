@@ -275,17 +275,22 @@ func (c *Client) doJSON(ctx context.Context, op, method, path string, query url.
 		return c.apiError(op, req, resp)
 	}
 	lb := &limitedBody{r: resp.Body, n: c.cfg.MaxResponseBytes}
+	var b []byte
 	if out == nil {
 		_, err = io.Copy(io.Discard, lb)
 	} else {
-		err = json.NewDecoder(lb).Decode(out)
+		b, err = readBounded(lb, resp.ContentLength, c.cfg.MaxResponseBytes)
 	}
 	switch {
 	case lb.over:
 		return &ProtocolError{Op: op, Method: req.Method, Path: req.URL.Path, Err: ErrResponseTooLarge,
 			Limit: c.cfg.MaxResponseBytes, LimitName: "MaxResponseBytes"}
-	case err != nil && out != nil:
-		return c.transportError(op, req, fmt.Errorf("decode response: %w", err))
+	case err != nil:
+		return c.transportError(op, req, fmt.Errorf("read response: %w", err))
+	case out != nil:
+		if err := json.Unmarshal(b, out); err != nil {
+			return c.transportError(op, req, fmt.Errorf("decode response: %w", err))
+		}
 	}
 	return nil
 }

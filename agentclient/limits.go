@@ -207,3 +207,33 @@ func noRedirects(hc *http.Client) *http.Client {
 	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	return &c
 }
+
+// readBounded reads r (a limitedBody of limit bytes) to its end into one
+// buffer that never grows past limit (json.Decoder's doubling would hold
+// twice the limit), sized up front by a Content-Length within the limit.
+func readBounded(r io.Reader, contentLength int64, limit int) ([]byte, error) {
+	size := 4 << 10
+	if contentLength >= 0 && contentLength < int64(limit) {
+		size = int(contentLength) + 1
+	}
+	b := make([]byte, 0, min(size, limit+1))
+	for {
+		if len(b) == cap(b) {
+			nc := min(max(2*cap(b), 4<<10), limit+1)
+			if nc <= cap(b) {
+				nc = cap(b) + 1 // only the one byte that tells the body is longer
+			}
+			nb := make([]byte, len(b), nc)
+			copy(nb, b)
+			b = nb
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if errors.Is(err, io.EOF) {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+	}
+}
