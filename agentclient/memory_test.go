@@ -158,4 +158,3 @@ func TestHostileLettaMemoryBounded(t *testing.T) {
 		}
 	}
 }
-
