@@ -338,7 +338,8 @@ func (t *turn) retryEarly(err error) error {
 
 // emit queues a progress event (see progress): it never waits on Redis.
 func (t *turn) emit(ev ReplyEvent) {
-	if !t.replyAllowed(ev) {
+	ev, ok := t.replyBudget(ev)
+	if !ok {
 		return
 	}
 	ev.TaskID, ev.Otid, ev.MessageID = t.taskID, t.otid, t.msg.MessageID
