@@ -14,7 +14,7 @@ import (
 // warning), and the final answer still carries the whole answer.
 func TestReplyStreamBound(t *testing.T) {
 	e := newEnv(t)
-	answer := strings.Repeat("word ", 8<<10) // 40 KiB, streamed as 8 deltas
+	answer := strings.Repeat(strings.Repeat("word ", 199)+"word\n", 40) // 40 KiB of lines, streamed as 8 deltas
 	agent := e.sim.CreateAgent("big", &lettasim.Script{Tokens: true, Steps: []lettasim.Step{
 		{Kind: lettasim.Assistant, Text: answer},
 	}})
