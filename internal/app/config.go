@@ -70,6 +70,8 @@ type WorkerConfig struct {
 	HTTPAddr          string        // "" or "off": no listener
 	HTTPToken         string
 	MonitorWritable   bool
+	HTTPIdleTimeout   time.Duration // a keep-alive connection idle this long is closed
+	HTTPBodyTimeout   time.Duration // a request body must arrive within this
 	WorkerID          string
 	Dev               bool
 	DevRedisAddr      string
@@ -333,11 +335,17 @@ var workerSettings = []setting{
 			return nil
 		}},
 	{Var{Name: "LETTAQ_HTTP_TOKEN", Default: "", Secret: true,
-		Help: "token for /metrics, /monitor/ and /enqueue: Authorization: Bearer <token>, ?token=<token> (then a cookie), or basic auth with the token as password; required off loopback"},
+		Help: "token for /metrics, /monitor/ and /enqueue: Authorization: Bearer <token> or basic auth with the token as password; the monitor also takes it once as /monitor/?token=<token> (then a session cookie); required off loopback"},
 		stringSetting(func(c *WorkerConfig) *string { return &c.HTTPToken })},
 	{Var{Name: "LETTAQ_MONITOR_WRITABLE", Default: "false", Bool: true,
 		Help: "let the monitor (asynqmon at /monitor/) delete, run and archive tasks; read-only by default"},
 		boolSetting(func(c *WorkerConfig) *bool { return &c.MonitorWritable })},
+	{Var{Name: "LETTAQ_HTTP_IDLE_TIMEOUT", Default: "60s",
+		Help: "the HTTP listener closes a keep-alive connection that has waited this long for its next request"},
+		durSetting(func(c *WorkerConfig) *time.Duration { return &c.HTTPIdleTimeout }, time.Millisecond)},
+	{Var{Name: "LETTAQ_HTTP_BODY_TIMEOUT", Default: "30s",
+		Help: "the HTTP listener drops a request whose body has not fully arrived this long after its headers (which must arrive within 10s); answers may take longer"},
+		durSetting(func(c *WorkerConfig) *time.Duration { return &c.HTTPBodyTimeout }, time.Millisecond)},
 	{Var{Name: "LETTAQ_WORKER_ID", Default: "<hostname>-<pid>",
 		Help: "this worker's name in the journal and logs"},
 		stringSetting(func(c *WorkerConfig) *string { return &c.WorkerID })},

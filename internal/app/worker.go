@@ -159,7 +159,7 @@ func StartWorker(ctx context.Context, cfg WorkerConfig, logger *slog.Logger, std
 				return nil
 			},
 		})
-		srv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+		srv = NewHTTPServer(h, HTTPServerOptions{IdleTimeout: cfg.HTTPIdleTimeout, BodyTimeout: cfg.HTTPBodyTimeout})
 		r.HTTPAddr = ln.Addr().String()
 		go func() { _ = srv.Serve(ln) }()
 		logger.Info("http listening", "addr", r.HTTPAddr, "monitor", "http://"+r.HTTPAddr+"/monitor/", "metrics", "http://"+r.HTTPAddr+"/metrics")
