@@ -11,6 +11,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/lettaq/lettaq/agentclient"
+	"github.com/lettaq/lettaq/budget"
 	"github.com/lettaq/lettaq/integration/lettasim"
 	"github.com/lettaq/lettaq/queue"
 )
@@ -58,7 +59,9 @@ func TestReplyStreamBound(t *testing.T) {
 // permanent error event and a journal error that name the violation, and
 // the task is archived — no lookup, no resend.
 func TestOverlongLineFailsTheTurnOnce(t *testing.T) {
-	e := newEnv(t)
+	// A stall clock long enough that a loaded machine writing 9 MiB under
+	// -race never fires it: this test is about the line, not the clock.
+	e := newEnv(t, withBudget(func(b *budget.Config) { b.StallTimeout = 3 * time.Second }))
 	var sends, others atomic.Int32
 	chunk := []byte(strings.Repeat("x", 1<<20))
 	fake := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
