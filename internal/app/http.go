@@ -28,6 +28,8 @@ type HTTPOptions struct {
 	Metrics *Metrics
 	// Enqueue, when set, is mounted at /enqueue.
 	Enqueue http.Handler
+	// Budget, when set, is served at /budget: the task options producers must use.
+	Budget *BudgetInfo
 	// Ready, when set, must also pass for /readyz (e.g. "the worker is taking tasks").
 	Ready  func() error
 	Logger *slog.Logger
@@ -42,6 +44,7 @@ type HTTPOptions struct {
 //	/metrics    Prometheus (auth)
 //	/monitor/   asynqmon (auth; read-only unless MonitorWritable)
 //	/enqueue    the queue's HTTP enqueue endpoint, when provided (auth)
+//	/budget     the task timeout and task options producers must use, when provided (auth)
 func NewHTTPHandler(o HTTPOptions) (http.Handler, func()) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -87,9 +90,13 @@ func NewHTTPHandler(o HTTPOptions) (http.Handler, func()) {
 	if o.Enqueue != nil {
 		mux.Handle("/enqueue", auth(o.Enqueue))
 	}
+	if o.Budget != nil {
+		mux.Handle("GET /budget", auth(budgetHandler(*o.Budget)))
+	}
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		_, _ = w.Write([]byte("lettaq worker: /healthz /readyz /metrics /monitor/" + map[bool]string{true: " /enqueue", false: ""}[o.Enqueue != nil] + "\n"))
+		_, _ = w.Write([]byte("lettaq worker: /healthz /readyz /metrics /monitor/" + map[bool]string{true: " /enqueue", false: ""}[o.Enqueue != nil] +
+			map[bool]string{true: " /budget", false: ""}[o.Budget != nil] + "\n"))
 	})
 	return refuseCrossOrigin(mux), closer
 }
