@@ -27,6 +27,11 @@ var retryableFailures = map[string]bool{
 // fromStopReason turns a known stop reason into a decision.
 func (r *Runner) fromStopReason(d Decision, runID, stop string, st *agentclient.StreamState) Decision {
 	d.RunID, d.StopReason = runID, stop
+	if st != nil {
+		if err := st.LimitErr(); err != nil {
+			return protocolFailed(d, err, st)
+		}
+	}
 	switch {
 	case completedReasons[stop]:
 		d.Outcome = Completed
@@ -155,6 +160,9 @@ func (r *Runner) follow(ctx context.Context, t Turn, st *agentclient.StreamState
 			if err == nil {
 				return r.fromStopReason(d, d.RunID, st.StopReason(), st)
 			}
+			if agentclient.IsProtocolError(err) {
+				return protocolFailed(d, err, st)
+			}
 			if agentclient.Classify(err) == agentclient.Canceled {
 				continue
 			}
@@ -169,6 +177,9 @@ func (r *Runner) follow(ctx context.Context, t Turn, st *agentclient.StreamState
 		// Poll the run's new messages (also after it ended: the tail).
 		n, next, perr := r.pollMessages(ctx, loop, st, h, d.RunID, cursor)
 		cursor = next
+		if pe := protocolErr(perr, st); pe != nil {
+			return protocolFailed(d, pe, st)
+		}
 		if perr != nil {
 			d.TransientErrors++
 		}
@@ -210,6 +221,7 @@ func (r *Runner) pollMessages(ctx context.Context, loop *budget.Loop, st *agentc
 			return total, cursor, err
 		}
 		now := time.Now()
+		st.SetTranscriptLimit(r.c.Limits().Transcript)
 		for _, m := range msgs {
 			u := st.Apply(m, true, now)
 			if h.OnEvent != nil {

@@ -173,7 +173,8 @@ type turn struct {
 	ids               *turnIDs
 	progress          *progress // progress events, written off the stream's reader
 
-	redisTrouble atomic.Bool // a Redis read or write failed: see awaitRedis
+	redisTrouble atomic.Bool  // a Redis read or write failed: see awaitRedis
+	replyBytes   atomic.Int64 // progress text written to the reply stream (see replyAllowed)
 
 	key          string     // ordering key ("" without ordering)
 	followers    []follower // messages merged into this turn
@@ -230,6 +231,9 @@ func (t *turn) run(ctx context.Context) error {
 	answered, err := w.replies.Answered(ctx, t.taskID)
 	if err != nil {
 		return t.retryEarly(err)
+	}
+	if answered && !finalOutcome(rec.Outcome) && rec.Outcome != OutcomeCoalesced && rec.TaskID != "" {
+		return t.finishDelivered(ctx, rec)
 	}
 	if answered || finalOutcome(rec.Outcome) || rec.Outcome == OutcomeCoalesced {
 		// An earlier attempt finished the turn (and crashed before Asynq
@@ -334,6 +338,10 @@ func (t *turn) retryEarly(err error) error {
 
 // emit queues a progress event (see progress): it never waits on Redis.
 func (t *turn) emit(ev ReplyEvent) {
+	ev, ok := t.replyBudget(ev)
+	if !ok {
+		return
+	}
 	ev.TaskID, ev.Otid, ev.MessageID = t.taskID, t.otid, t.msg.MessageID
 	if t.st != nil {
 		ev.RunID = t.st.RunID()
@@ -610,7 +618,7 @@ func (t *turn) finish(ctx context.Context, d continuation.Decision) error {
 
 	case continuation.Failed:
 		t.deltas.finish(false)
-		if d.Sends == 0 && d.RunID == "" && snap.RunID == "" && d.Err != nil {
+		if d.Sends == 0 && d.RunID == "" && snap.RunID == "" && d.Err != nil && !agentclient.IsProtocolError(d.Err) {
 			// Nothing was sent (the intent could not be journaled): retry.
 			return t.retry(dctx, log, d, 0, d.Reason)
 		}

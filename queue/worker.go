@@ -111,6 +111,11 @@ type WorkerConfig struct {
 	// StuckRetryDelay: when to retry a turn whose run was still going when
 	// its attempt's budget ran out (default 1s).
 	StuckRetryDelay time.Duration
+	// MaxReplyBytes bounds the text (answer deltas, tool arguments and
+	// returns) one attempt of a turn writes to its reply stream as progress
+	// events; past it, progress text is dropped (the final event still
+	// carries the whole answer). Default DefaultMaxReplyBytes.
+	MaxReplyBytes int
 }
 
 // Worker runs turns from the queue.
@@ -178,6 +183,9 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	}
 	if cfg.StuckRetryDelay <= 0 {
 		cfg.StuckRetryDelay = time.Second
+	}
+	if cfg.MaxReplyBytes <= 0 {
+		cfg.MaxReplyBytes = DefaultMaxReplyBytes
 	}
 	if !cfg.Ordering.Off && cfg.DelayedTaskCheckInterval > time.Second {
 		cfg.DelayedTaskCheckInterval = time.Second
