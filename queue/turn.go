@@ -299,8 +299,13 @@ func (t *turn) run(ctx context.Context) error {
 	t.deltas = newDeltaPump(w.cfg.DeltaMaxAge, func(text string, narration bool) {
 		t.emit(ReplyEvent{Type: EventAnswerDelta, Text: text, Narration: narration})
 	})
+	convID, err := t.resolveThread(ctx)
+	if err != nil {
+		t.hb.Stop()
+		return t.threadFailed(ctx, err)
+	}
 	turnSpec := continuation.Turn{AgentID: t.msg.AgentID, Otid: t.otid, Text: text, SenderID: t.msg.SenderID,
-		Started: rec.FirstStartedAt, PriorIntent: len(intents) > 0}
+		ConversationID: convID, Started: rec.FirstStartedAt, PriorIntent: len(intents) > 0}
 	hooks := continuation.Hooks{
 		Logger:     t.log,
 		OnEvent:    t.onEvent,
@@ -642,6 +647,10 @@ func (t *turn) finish(ctx context.Context, d continuation.Decision) error {
 			return t.fail(dctx, log, "message not admitted and policy forbids resend: "+d.Reason, "")
 		}
 		return t.retry(dctx, log, d, 0, d.Reason)
+
+	case continuation.Busy:
+		t.deltas.finish(false)
+		return t.busy(dctx, d)
 
 	case continuation.Interrupted:
 		t.deltas.finish(false)

@@ -108,6 +108,9 @@ type WorkerConfig struct {
 	// StuckRetryDelay: when to retry a turn whose run was still going when
 	// its attempt's budget ran out (default 1s).
 	StuckRetryDelay time.Duration
+	// ThreadMode: which Letta thread a chat talks to (default
+	// ThreadConversation; see thread.go).
+	ThreadMode ThreadMode
 }
 
 // Worker runs turns from the queue.
@@ -121,6 +124,7 @@ type Worker struct {
 	obs     Observer
 	rdb     redis.UniversalClient // owned when we made it
 	ord     *orderer              // nil: no ordering
+	threads *threads
 
 	baseCtx    context.Context
 	baseCancel context.CancelCauseFunc
@@ -236,6 +240,13 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		}
 		w.ord = &orderer{cfg: cfg.Ordering, seq: seq, rdb: rdb, insp: asynq.NewInspector(cfg.Redis)}
 	}
+	mode, err := ParseThreadMode(string(cfg.ThreadMode))
+	if err != nil {
+		w.closeRedis()
+		return nil, fmt.Errorf("queue: %w", err)
+	}
+	w.cfg.ThreadMode = mode
+	w.threads = &threads{mode: mode, rdb: w.replies.rdb, prefix: w.replies.opts.Prefix, client: w.client, lock: w.ord == nil}
 	w.baseCtx, w.baseCancel = context.WithCancelCause(context.Background())
 	return w, nil
 }
@@ -404,6 +415,10 @@ func RetryDelay(n int, err error, _ *asynq.Task) time.Duration {
 	if errors.As(err, &ra) {
 		return max(ra.Delay, 0)
 	}
+	var be *BusyError
+	if errors.As(err, &be) {
+		return max(be.Delay, 0)
+	}
 	var ie *InterruptedError
 	if errors.As(err, &ie) || errors.Is(err, context.Canceled) {
 		return 100 * time.Millisecond
@@ -422,6 +437,10 @@ func RetryDelay(n int, err error, _ *asynq.Task) time.Duration {
 func IsFailure(err error) bool {
 	if err == nil {
 		return false
+	}
+	var be *BusyError
+	if errors.As(err, &be) {
+		return false // the thread was busy: the turn only waits
 	}
 	return !errors.Is(err, context.Canceled) && !errors.Is(err, errShutdown)
 }
