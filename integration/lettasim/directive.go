@@ -15,6 +15,7 @@ type directive struct {
 	times    int        // 0: every attempt
 	list     *ListFault // set on the agent when the fault applies
 	stripped string     // the text without the directives
+	busyForm string     // "hosted" or "detail": the form of a 409 busy answer to this send
 }
 
 const directiveOpen = "[[sim"
@@ -278,6 +279,11 @@ func (d *directive) apply(key, v string, sp *scriptSpec) error {
 		default:
 			err = fmt.Errorf("lettasim directive: status=%q must be 429 or 5xx", v)
 		}
+	case "busy_form":
+		if v != "hosted" && v != "detail" {
+			return fmt.Errorf("lettasim directive: busy_form=%q must be hosted or detail", v)
+		}
+		d.busyForm = v
 	case "busy":
 		fault()
 		f.Busy, err = parseBool(key, v)

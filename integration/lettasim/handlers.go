@@ -11,7 +11,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"time"
 )
 
 func (s *Sim) routes() {
@@ -35,6 +34,7 @@ func (s *Sim) routes() {
 		s.handle(mux, "POST "+p+"/runs/{run_id}/stream", EndpointResume, true, s.handleResume)
 		s.handle(mux, "GET "+p+"/runs/{$}", EndpointListRuns, true, s.handleListRuns)
 		s.handle(mux, "GET "+p+"/runs", EndpointListRuns, true, s.handleListRuns)
+		s.conversationRoutes(mux, p)
 		s.handle(mux, "GET "+p+"/health/{$}", EndpointHealth, false, s.handleHealth)
 		s.handle(mux, "GET "+p+"/health", EndpointHealth, false, s.handleHealth)
 	}
@@ -90,6 +90,9 @@ func writeValidation(w http.ResponseWriter, msg string, loc ...string) {
 
 func (s *Sim) agentOr404(w http.ResponseWriter, req *http.Request) *agent {
 	id := req.PathValue("agent_id")
+	if !validPathID(w, "agent_id", id, agentIDPattern) {
+		return nil
+	}
 	a := s.agent(id)
 	if a == nil {
 		writeDetail(w, http.StatusNotFound, "NOT_FOUND: Agent with ID "+id+" not found")
@@ -107,6 +110,7 @@ type sendBody struct {
 	IncludePings *bool           `json:"include_pings"`
 	Background   bool            `json:"background"`
 	MaxSteps     *int            `json:"max_steps"`
+	AgentID      *string         `json:"agent_id"` // conversation endpoints: the agent of "default"
 }
 
 type messageCreate struct {
@@ -271,132 +275,34 @@ func (s *Sim) handleTurn(w http.ResponseWriter, req *http.Request, ep Endpoint) 
 	case EndpointAsync:
 		mode = modeAsync
 	}
-	msgs, err := parseMessages(&body)
-	if err != nil {
-		writeValidation(w, err.Error())
+	p, ok := s.planSend(w, a, &body, mode)
+	if !ok || !s.admitSend(w, req, p) {
 		return
 	}
-	maxSteps := 50
-	if body.MaxSteps != nil {
-		if *body.MaxSteps < 1 {
-			writeValidation(w, "max_steps must be at least 1", "body", "max_steps")
-			return
-		}
-		maxSteps = *body.MaxSteps
-	}
-	var userTexts []string
-	for _, m := range msgs {
-		if m.typ == ptUser {
-			userTexts = append(userTexts, m.text)
-		}
-	}
-	dir, err := parseDirectives(strings.Join(userTexts, "\n"))
-	if err != nil {
-		writeDetail(w, http.StatusUnprocessableEntity, err.Error())
-		return
-	}
-
-	// Which fault applies to this attempt.
-	otid := msgs[0].otid
-	a.mu.Lock()
-	a.attempts[otid]++
-	attempt := a.attempts[otid]
-	a.mu.Unlock()
-	f, armed := a.takeFault()
-	if !armed && dir.hasFault && (dir.times == 0 || attempt <= dir.times) {
-		f, armed = dir.fault, true
-		if dir.list != nil {
-			a.mu.Lock()
-			a.list = *dir.list
-			a.mu.Unlock()
-		}
-	}
-	if armed && !f.isZero() {
-		s.logf("lettasim: agent %s otid %s attempt %d: %v", a.id, otid, attempt, f)
-	}
-	var script Script
-	switch {
-	case dir.script != nil:
-		script = *dir.script
-	default:
-		a.mu.RLock()
-		sc := a.script
-		a.mu.RUnlock()
-		if sc != nil {
-			script = *sc
-		} else {
-			script = s.cfg.DefaultScript
-		}
-	}
-
-	ctx := req.Context()
-	if f.AdmitDelay != 0 && !s.sleep(ctx, s.scaled(f.AdmitDelay)) {
-		return
-	}
-	if f.Status429 {
-		ra := f.RetryAfter
-		if ra <= 0 {
-			ra = time.Second
-		}
-		w.Header().Set("Retry-After", strconv.FormatInt(int64(s.scaled(ra)/time.Second), 10))
-		writeDetail(w, http.StatusTooManyRequests, "RATE_LIMIT_EXCEEDED: simulated rate limit, retry later")
-		return
-	}
-	if f.Busy {
+	if p.f.Busy {
 		id := a.lastRun()
 		if id == "" {
 			id = newID("run")
 		}
+		s.stats.conflicts.Add(1)
 		writeBusy(w, id)
 		return
 	}
-	if f.Status5xxBeforeStore != 0 {
-		writeDetail(w, statusCode5xx(f.Status5xxBeforeStore), "INTERNAL_SERVER_ERROR: simulated failure before the message was stored")
-		return
-	}
-
 	var r *run
 	if s.cfg.OneRunPerAgent {
 		a.sendMu.Lock()
 		if id := a.activeRun(); id != "" {
 			a.sendMu.Unlock()
+			s.stats.conflicts.Add(1)
 			writeBusy(w, id)
 			return
 		}
-		r = s.startTurn(a, msgs, mode, body.Background, f, script, script.Tokens || body.StreamTokens, maxSteps, dir.stripped)
+		r = s.startTurn(p, nil)
 		a.sendMu.Unlock()
 	} else {
-		r = s.startTurn(a, msgs, mode, body.Background, f, script, script.Tokens || body.StreamTokens, maxSteps, dir.stripped)
+		r = s.startTurn(p, nil)
 	}
-	if r == nil {
-		writeDetail(w, http.StatusServiceUnavailable, "lettasim is closed")
-		return
-	}
-	if f.Status5xxAfterStore != 0 {
-		writeDetail(w, statusCode5xx(f.Status5xxAfterStore), "INTERNAL_SERVER_ERROR: simulated failure after the message was stored")
-		return
-	}
-	if f.DropBeforeResponse {
-		panic(http.ErrAbortHandler)
-	}
-	switch mode {
-	case modeStream:
-		pings := body.IncludePings == nil || *body.IncludePings
-		s.streamRun(w, req, r, 0, pings, s.connFaultOf(f))
-	case modeAsync:
-		if f.FirstByteDelay != 0 && !s.sleep(ctx, s.scaled(f.FirstByteDelay)) {
-			return
-		}
-		writeJSON(w, http.StatusOK, r.appendJSON(nil))
-	case modeSync:
-		if f.FirstByteDelay != 0 && !s.sleep(ctx, s.scaled(f.FirstByteDelay)) {
-			return
-		}
-		if !s.waitDone(ctx, r) {
-			return
-		}
-		s.writeLettaResponse(w, r)
-	}
+	s.respondSend(w, req, p, r)
 }
 
 // writeBusy answers 409 "conversation busy" with the run that holds the agent.
@@ -415,86 +321,6 @@ func statusCode5xx(n int) int {
 		return 500
 	}
 	return n
-}
-
-// startTurn stores the messages, registers the run and starts its goroutine. nil if closed.
-func (s *Sim) startTurn(a *agent, msgs []inMessage, mode turnMode, background bool, f Fault,
-	script Script, tokens bool, maxSteps int, echo string) *run {
-	r := newRun(a, background && mode == modeStream, mode == modeAsync, msgs[0].otid)
-	r.resumeStatus = f.ResumeStatus
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil
-	}
-	s.runs[r.id] = r
-	s.runOrder = append(s.runOrder, r)
-	s.wg.Add(1)
-	s.mu.Unlock()
-
-	now := time.Now()
-	var recs []Received
-	a.mu.Lock()
-	for _, m := range msgs {
-		rw := &row{id: newID("message"), date: now, runID: r.id, parts: []part{{
-			typ: m.typ, otid: m.otid, senderID: m.senderID, text: m.text, asParts: m.asParts,
-		}}}
-		rw.pos = len(a.history)
-		a.history = append(a.history, rw)
-		a.index[rw.id] = rw
-		rw.runPos = len(r.rows)
-		r.rows = append(r.rows, rw)
-		if m.typ == ptUser {
-			rec := Received{MessageID: rw.id, Otid: m.otid, Text: m.text, RunID: r.id, SenderID: m.senderID, At: now}
-			a.received = append(a.received, rec)
-			recs = append(recs, rec)
-		}
-	}
-	r.nInputs = len(r.rows)
-	a.runs = append(a.runs, r)
-	a.mu.Unlock()
-
-	if len(recs) > 0 {
-		s.otidMu.Lock()
-		for _, rec := range recs {
-			s.otids[rec.Otid] = append(s.otids[rec.Otid], rec)
-		}
-		close(s.userSig)
-		s.userSig = make(chan struct{})
-		s.otidMu.Unlock()
-	}
-
-	t := &turn{s: s, r: r, a: a, script: script, tokens: tokens, maxSteps: maxSteps, fault: f, echo: echo}
-	go t.exec()
-	return r
-}
-
-// writeLettaResponse answers a non-streaming send once its run has ended.
-func (s *Sim) writeLettaResponse(w http.ResponseWriter, r *run) {
-	r.mu.Lock()
-	stop, status, usage := r.stopReason, r.status, r.usage
-	r.mu.Unlock()
-	if status == "failed" {
-		writeDetail(w, http.StatusInternalServerError, "INTERNAL_SERVER_ERROR: run "+r.id+" failed with stop reason "+stop)
-		return
-	}
-	a := r.a
-	a.mu.RLock()
-	rows := r.rows[r.nInputs:]
-	o := beginObj(make([]byte, 0, 1024))
-	o.key("messages")
-	o.buf = appendRows(o.buf, rows)
-	a.mu.RUnlock()
-	o.key("stop_reason")
-	sr := beginObj(o.buf)
-	sr.str("message_type", "stop_reason")
-	sr.str("stop_reason", stop)
-	o.buf = sr.end()
-	o.key("usage")
-	o.buf = appendUsage(o.buf, r.id, usage, -1)
-	o.null("logprobs")
-	o.null("turns")
-	writeJSON(w, http.StatusOK, o.end())
 }
 
 // --- reading ---
@@ -566,8 +392,20 @@ func (s *Sim) applyListFault(w http.ResponseWriter, req *http.Request, a *agent)
 
 func (s *Sim) handleListMessages(w http.ResponseWriter, req *http.Request) {
 	a := s.agentOr404(w, req)
-	if a == nil || !s.applyListFault(w, req, a) {
+	if a == nil {
 		return
+	}
+	s.listThread(w, req, a, nil)
+}
+
+// listThread answers a message list of one thread: a conversation's rows, or (th nil or the
+// default thread) the agent's history.
+func (s *Sim) listThread(w http.ResponseWriter, req *http.Request, a *agent, th *thread) {
+	if !s.applyListFault(w, req, a) {
+		return
+	}
+	if th != nil && th.isDefault() {
+		th = nil
 	}
 	p, ok := parseListParams(w, req.URL.Query(), 100, true)
 	if !ok {
@@ -576,7 +414,7 @@ func (s *Sim) handleListMessages(w http.ResponseWriter, req *http.Request) {
 	a.mu.RLock()
 	afterPos, beforePos, missing := cursorPositions(p, func(id string) (int, bool) {
 		rw := a.lookup(id)
-		if rw == nil {
+		if rw == nil || rw.conv != th {
 			return 0, false
 		}
 		return rw.pos, true
@@ -586,7 +424,11 @@ func (s *Sim) handleListMessages(w http.ResponseWriter, req *http.Request) {
 		writeDetail(w, http.StatusNotFound, "NOT_FOUND: Message with ID "+missing+" not found")
 		return
 	}
-	rows := page(a.history, afterPos, beforePos, p.limit, p.desc)
+	all := a.history
+	if th != nil {
+		all = th.rows
+	}
+	rows := page(all, afterPos, beforePos, p.limit, p.desc)
 	if p.desc && s.cfg.DescPagesOldestFirst {
 		reverse(rows)
 	}
@@ -695,6 +537,7 @@ func (s *Sim) handleListRuns(w http.ResponseWriter, req *http.Request) {
 		}
 	}
 	active := q.Get("active") == "true"
+	convFilter := q.Get("conversation_id")
 	bgFilter := q.Get("background")
 	stopFilter := q.Get("stop_reason")
 
@@ -727,6 +570,9 @@ func (s *Sim) handleListRuns(w http.ResponseWriter, req *http.Request) {
 			continue
 		}
 		if stopFilter != "" && in.StopReason != stopFilter {
+			continue
+		}
+		if convFilter != "" && in.ConversationID != convFilter {
 			continue
 		}
 		sel = append(sel, snap{r, in})
@@ -794,33 +640,8 @@ func (s *Sim) handleResume(w http.ResponseWriter, req *http.Request) {
 		writeValidation(w, "starting_after must be >= 0", "body", "starting_after")
 		return
 	}
-	// A scripted refusal (Fault.ResumeStatus) answers exactly as a real one.
-	st := r.resumeStatus
-	switch {
-	case st != 0:
-	case !r.background:
-		st = http.StatusBadRequest
-	case time.Since(r.created) > s.cfg.ResumeMaxAge:
-		st = http.StatusGone
-	}
-	switch st {
-	case 0:
-	case http.StatusGone:
-		writeDetail(w, st, "Run "+r.id+" was created more than 3 hours ago, and is now expired.")
-		return
-	case http.StatusBadRequest:
-		writeDetail(w, st, "Run "+r.id+" was not created in background mode, so it cannot be retrieved.")
-		return
-	default:
-		writeDetail(w, st, "Background streaming requires Redis to be running.")
-		return
-	}
 	pings := body.IncludePings == nil || *body.IncludePings
-	pos := int(after)
-	if int64(pos) != after {
-		pos = int(^uint(0) >> 1)
-	}
-	s.streamRun(w, req, r, pos, pings, connFault{})
+	s.resumeRun(w, req, r, after, pings)
 }
 
 func (s *Sim) handleCancel(w http.ResponseWriter, req *http.Request) {

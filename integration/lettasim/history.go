@@ -39,8 +39,9 @@ type row struct {
 	date   time.Time
 	stepID string
 	runID  string
-	pos    int // index in agent.history
-	runPos int // index in run.rows; -1 when the row belongs to no live run (seeded)
+	pos    int     // index in agent.history, or in conv.rows
+	runPos int     // index in run.rows; -1 when the row belongs to no live run (seeded)
+	conv   *thread // the conversation whose rows hold it; nil: the agent's history
 	parts  []part
 
 	// A seeded row (SeedHistory) stores only its batch and index; full() makes the rest.

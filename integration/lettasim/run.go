@@ -20,6 +20,8 @@ type run struct {
 	otid         string
 	created      time.Time
 	resumeStatus int
+	th           *thread // the thread whose conversation endpoint started it; nil: agent endpoints
+	maxChunks    int     // background runs keep at most ~this many chunks (0: all)
 
 	cancelOnce sync.Once
 	cancelCh   chan struct{}
@@ -31,7 +33,8 @@ type run struct {
 	started    time.Time
 	ended      time.Time
 	ttft       time.Duration
-	log        [][]byte // SSE frames; log[i] is the chunk with seq_id i+1
+	log        [][]byte // SSE frames; log[i] is the chunk with seq_id trimmed+i+1
+	trimmed    int      // chunks dropped from the head of log (MaxStreamChunks)
 	finished   bool
 	notify     chan struct{} // closed when log grows or the run finishes, if waiting is set
 	waiting    bool
@@ -86,7 +89,7 @@ func (r *run) info() RunInfo {
 	return RunInfo{
 		ID: r.id, AgentID: r.a.id, Otid: r.otid, Status: r.status, StopReason: r.stopReason,
 		Background: r.background, Async: r.async, Created: r.created, Started: r.started,
-		Ended: r.ended, TTFT: r.ttft, Chunks: len(r.log),
+		Ended: r.ended, TTFT: r.ttft, Chunks: r.trimmed + len(r.log), ConversationID: r.th.publicID(),
 	}
 }
 
@@ -94,6 +97,11 @@ func (r *run) info() RunInfo {
 func (r *run) push(final bool, frames ...[]byte) {
 	r.mu.Lock()
 	r.log = append(r.log, frames...)
+	if max := r.maxChunks; max > 0 && len(r.log) > max+max/4 {
+		drop := len(r.log) - max
+		r.log = append(make([][]byte, 0, max+max/4+1), r.log[drop:]...)
+		r.trimmed += drop
+	}
 	if final {
 		r.finished = true
 	}
@@ -109,20 +117,24 @@ func (r *run) push(final bool, frames ...[]byte) {
 	}
 }
 
-// snapshot returns the frames from pos on, whether the run has finished (then the frames are
-// all there is), and a channel closed when there is more.
-func (r *run) snapshot(pos int) ([][]byte, bool, <-chan struct{}) {
+// snapshot returns the frames from pos on (from the oldest chunk kept, start, when pos was
+// trimmed), whether the run has finished (then the frames are all there is), and a channel
+// closed when there is more.
+func (r *run) snapshot(pos int) (frames [][]byte, start int, finished bool, more <-chan struct{}) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var frames [][]byte
-	if pos < len(r.log) {
-		frames = r.log[pos:len(r.log):len(r.log)]
+	if pos < r.trimmed {
+		pos = r.trimmed
+	}
+	start = pos
+	if i := pos - r.trimmed; i < len(r.log) {
+		frames = r.log[i:len(r.log):len(r.log)]
 	}
 	if r.finished {
-		return frames, true, nil
+		return frames, start, true, nil
 	}
 	r.waiting = true
-	return frames, false, r.notify
+	return frames, start, false, r.notify
 }
 
 // appendRunJSON writes a Run object, fields in schema order.
@@ -135,7 +147,11 @@ func (r *run) appendJSON(b []byte) []byte {
 	o.date("created_at", r.created)
 	o.dateOrNull("completed_at", r.ended)
 	o.str("agent_id", r.a.id)
-	o.null("conversation_id")
+	if r.th != nil && !r.th.isDefault() {
+		o.str("conversation_id", r.th.id)
+	} else {
+		o.null("conversation_id")
+	}
 	o.null("base_template_id")
 	o.boolean("background", r.background)
 	o.null("metadata")
@@ -346,9 +362,7 @@ func (t *turn) commitPending() {
 func (t *turn) commit(r *row) {
 	a := t.a
 	a.mu.Lock()
-	r.pos = len(a.history)
-	a.history = append(a.history, r)
-	a.index[r.id] = r
+	storeRow(a, t.r.th, r)
 	r.runPos = len(t.r.rows)
 	t.r.rows = append(t.r.rows, r)
 	a.mu.Unlock()
@@ -493,6 +507,9 @@ func (t *turn) finish(stop string, exception bool) {
 	r.mu.Unlock()
 	r.push(true, frames...)
 	close(r.done)
+	if r.th != nil {
+		r.th.runEnded(r)
+	}
 	t.s.logf("lettasim: run %s of agent %s ended: %s", r.id, t.a.id, stop)
 }
 
@@ -603,7 +620,8 @@ func (s *Sim) streamRun(w http.ResponseWriter, req *http.Request, r *run, pos in
 		tick = timer.C
 	}
 	for {
-		frames, finished, more := r.snapshot(pos)
+		frames, start, finished, more := r.snapshot(pos)
+		pos = start
 		for _, fr := range frames {
 			if !write(fr) {
 				return

@@ -42,6 +42,30 @@ type Config struct {
 	// nothing, as a Letta server does for a busy conversation. Off by default: runs of one
 	// agent may overlap.
 	OneRunPerAgent bool
+
+	// The conversation endpoints (see conversations.go). Durations here are scaled by TimeScale.
+
+	// LockTTL is how long a run holds its conversation's lock at most (the lock is never
+	// extended: a longer run stops blocking sends); default 300s like Letta.
+	LockTTL time.Duration
+	// OtidMapTTL is how long a background send's otids map to its run; default 3h.
+	OtidMapTTL time.Duration
+	// SecondChance is how long a background send that finds the lock held waits for the lock to
+	// free or for its otids to be mapped before it answers 409; default 1.75s. Negative: none.
+	SecondChance time.Duration
+	// RegisterLag delays the mapping of a background send's otids after its run took the lock
+	// (default 0: at once). It opens the window in which a same-otid resend loses the race to
+	// the lock holder, so tests can show the second chance.
+	RegisterLag time.Duration
+	// MaxStreamChunks is how many chunks of a background run's stream are kept; older ones are
+	// trimmed (approximately: trimming starts 25% above it), so a resume from 0 of a very long
+	// run starts at the oldest chunk kept. Default 10,000 like Letta; negative: no limit.
+	MaxStreamChunks int
+	// HostedBusy answers a busy conversation in the form Letta's hosted service has been seen
+	// using, {"error": "Conversation … is busy with another active run."} (no run_id), instead
+	// of the server's {"detail": "CONFLICT: …", "run_id": …}. A send's [[sim busy_form=hosted]]
+	// or busy_form=detail picks the form of the 409 that send gets.
+	HostedBusy bool
 }
 
 // Sim is a Letta-compatible server in a box: an http.Handler with agents, scripted turns,
@@ -59,6 +83,11 @@ type Sim struct {
 	runs       map[string]*run
 	runOrder   []*run
 	globalList ListFault
+	convs      map[string]*thread
+	convOrder  []*thread
+
+	lockTTL, otidTTL, secondChance, registerLag time.Duration
+	maxChunks                                   int
 
 	otidMu  sync.Mutex
 	otids   map[string][]Received
@@ -84,6 +113,7 @@ type agent struct {
 	list     ListFault
 	attempts map[string]int // otid -> send attempts seen (directive faults apply to the first few)
 	sendMu   sync.Mutex     // with OneRunPerAgent: the busy check and the run's start are one step
+	def      *thread        // the default thread: its lock and otid map (its rows are history)
 }
 
 // activeRun returns the id of a run of a that has not ended, or "".
@@ -118,6 +148,9 @@ type Received struct {
 	RunID     string
 	SenderID  string
 	At        time.Time
+	// ConversationID is the thread it was sent to: "conv-…", "default" (the agent's default
+	// thread through the conversation endpoints), or "" (the agent endpoints).
+	ConversationID string
 }
 
 // New returns a Sim. It starts no goroutine until a turn runs; call Close to end runs in flight.
@@ -149,9 +182,27 @@ func New(cfg Config) *Sim {
 		runs:    make(map[string]*run),
 		otids:   make(map[string][]Received),
 		userSig: make(chan struct{}),
+		convs:   make(map[string]*thread),
 	}
 	if s.scale <= 0 {
 		s.scale = 1
+	}
+	def := func(d, v time.Duration) time.Duration {
+		if d == 0 {
+			d = v
+		}
+		if d < 0 {
+			return 0
+		}
+		return s.scaled(d)
+	}
+	s.lockTTL = def(cfg.LockTTL, 300*time.Second)
+	s.otidTTL = def(cfg.OtidMapTTL, 3*time.Hour)
+	s.secondChance = def(cfg.SecondChance, 1750*time.Millisecond)
+	s.registerLag = def(cfg.RegisterLag, 0)
+	s.maxChunks = cfg.MaxStreamChunks
+	if s.maxChunks == 0 {
+		s.maxChunks = 10000
 	}
 	s.routes()
 	return s
@@ -210,8 +261,13 @@ func (s *Sim) CreateAgent(name string, script *Script) string {
 	return id
 }
 
-// AddAgent adds an agent with a fixed id (any string), or replaces the script of an existing one.
+// AddAgent adds an agent with a fixed id, or replaces the script of an existing one. The id must
+// have Letta's shape, "agent-<uuid4>" (AddAgent panics otherwise: the endpoints would answer 422
+// for it).
 func (s *Sim) AddAgent(id string, script *Script) {
+	if !ValidAgentID(id) {
+		panic(fmt.Sprintf("lettasim: AddAgent: %q is not an agent id (agent-<uuid4>)", id))
+	}
 	s.addAgent(id, id, script)
 }
 
@@ -235,6 +291,7 @@ func (s *Sim) addAgent(id, name string, script *Script) *agent {
 		index:    make(map[string]*row),
 		attempts: make(map[string]int),
 	}
+	a.def = newThread(a, "", "")
 	s.agents[id] = a
 	s.agentOrder = append(s.agentOrder, a)
 	return a
@@ -442,6 +499,9 @@ type RunInfo struct {
 	Ended      time.Time // zero while running
 	TTFT       time.Duration
 	Chunks     int // stream chunks logged so far (the seq_id of the last one, in background mode)
+	// ConversationID: "conv-…", "default" (the default thread through the conversation
+	// endpoints), or "" (the agent endpoints).
+	ConversationID string
 }
 
 // Runs returns the agent's runs, oldest first.

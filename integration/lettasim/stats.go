@@ -9,24 +9,30 @@ import (
 type Endpoint int
 
 const (
-	EndpointOther        Endpoint = iota // unknown paths
-	EndpointStream                       // POST /v1/agents/{id}/messages/stream
-	EndpointSend                         // POST /v1/agents/{id}/messages (streaming or not)
-	EndpointAsync                        // POST /v1/agents/{id}/messages/async
-	EndpointCancel                       // POST /v1/agents/{id}/messages/cancel
-	EndpointListMessages                 // GET  /v1/agents/{id}/messages
-	EndpointGetRun                       // GET  /v1/runs/{run_id}
-	EndpointRunMessages                  // GET  /v1/runs/{run_id}/messages
-	EndpointResume                       // POST /v1/runs/{run_id}/stream
-	EndpointListRuns                     // GET  /v1/runs/
-	EndpointAgent                        // GET /v1/agents/{id}, GET/POST /v1/agents/
-	EndpointHealth                       // GET  /v1/health/
+	EndpointOther         Endpoint = iota // unknown paths
+	EndpointStream                        // POST /v1/agents/{id}/messages/stream
+	EndpointSend                          // POST /v1/agents/{id}/messages (streaming or not)
+	EndpointAsync                         // POST /v1/agents/{id}/messages/async
+	EndpointCancel                        // POST /v1/agents/{id}/messages/cancel
+	EndpointListMessages                  // GET  /v1/agents/{id}/messages
+	EndpointGetRun                        // GET  /v1/runs/{run_id}
+	EndpointRunMessages                   // GET  /v1/runs/{run_id}/messages
+	EndpointResume                        // POST /v1/runs/{run_id}/stream
+	EndpointListRuns                      // GET  /v1/runs/
+	EndpointAgent                         // GET /v1/agents/{id}, GET/POST /v1/agents/
+	EndpointHealth                        // GET  /v1/health/
+	EndpointConversations                 // POST/GET /v1/conversations/, GET /v1/conversations/{id}
+	EndpointConvSend                      // POST /v1/conversations/{id}/messages
+	EndpointConvMessages                  // GET  /v1/conversations/{id}/messages
+	EndpointConvResume                    // POST /v1/conversations/{id}/stream
+	EndpointConvCancel                    // POST /v1/conversations/{id}/cancel
 	numEndpoints
 )
 
 var endpointNames = [numEndpoints]string{
 	"other", "stream", "send", "async", "cancel", "list_messages", "get_run", "run_messages",
-	"resume", "list_runs", "agent", "health",
+	"resume", "list_runs", "agent", "health", "conversations", "conv_send", "conv_messages",
+	"conv_resume", "conv_cancel",
 }
 
 func (e Endpoint) String() string {
@@ -54,7 +60,10 @@ func (r RequestStats) Get(e Endpoint) EndpointStats { return r.ByEndpoint[e] }
 
 type counters struct{ requests, bytes, errors atomic.Int64 }
 
-type stats struct{ eps [numEndpoints]counters }
+type stats struct {
+	eps       [numEndpoints]counters
+	conflicts atomic.Int64 // 409 busy answers
+}
 
 // Requests returns the request counters: per endpoint, requests, response bytes and errors.
 // Benchmarks use it for "bytes and requests per poll".
@@ -73,6 +82,10 @@ func (s *Sim) Requests() RequestStats {
 	}
 	return out
 }
+
+// Conflicts returns how many 409 "busy" answers the Sim has given: a locked conversation, or
+// an agent with OneRunPerAgent or a Busy fault.
+func (s *Sim) Conflicts() int64 { return s.stats.conflicts.Load() }
 
 // ResetRequests zeroes the request counters.
 func (s *Sim) ResetRequests() {

@@ -180,11 +180,24 @@ func TestValidationErrors(t *testing.T) {
 	if st != 404 || !strings.Contains(detail(t, data), "not found") {
 		t.Fatalf("unknown agent: %d %s", st, data)
 	}
-	st, _, data = call(t, srv, "GET", "/v1/agents/agent-nope", nil)
+	st, _, data = call(t, srv, "GET", "/v1/agents/agent-00000000-0000-4000-8000-000000000000", nil)
 	if st != 404 {
 		t.Fatalf("unknown agent GET: %d", st)
 	}
 	detail(t, data)
+	// A malformed agent id is refused by the path pattern, as Letta refuses it: 422.
+	for _, p := range []string{"/v1/agents/agent-nope", "/v1/agents/agent-demo/messages", "/v1/agents/agent-demo/messages/stream"} {
+		method := "GET"
+		var body any
+		if strings.HasSuffix(p, "stream") {
+			method, body = "POST", turnReq{Text: "x"}.body()
+		}
+		st, _, data = call(t, srv, method, p, body)
+		if st != 422 {
+			t.Fatalf("%s %s: %d %s", method, p, st, data)
+		}
+		conform(t, "HTTPValidationError", data)
+	}
 	st, _, data = call(t, srv, "GET", "/v1/nothing-here", nil)
 	if st != 404 {
 		t.Fatalf("unknown route: %d", st)
