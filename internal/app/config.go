@@ -65,9 +65,9 @@ type WorkerConfig struct {
 	OrderingLease     time.Duration // lease of a conversation's lock
 	Coalesce          []string      // integrations whose waiting messages are merged
 	ThreadMode        queue.ThreadMode
-	LogFormat         string        // auto | json | text
-	LogLevel          string        // debug | info | warn | error
-	HTTPAddr          string        // "" or "off": no listener
+	LogFormat         string // auto | json | text
+	LogLevel          string // debug | info | warn | error
+	HTTPAddr          string // "" or "off": no listener
 	HTTPToken         string
 	MonitorWritable   bool
 	WorkerID          string
