@@ -321,7 +321,7 @@ func TestTransientListErrorsDoNotEndContinuation(t *testing.T) {
 func TestUnknownAgentIsRejected(t *testing.T) {
 	e := newEnv(t, nil)
 	tu := e.turn("x")
-	tu.AgentID = "agent-does-not-exist"
+	tu.AgentID = "agent-00000000-0000-4000-8000-000000000000" // well-formed, unknown: 404
 	d := e.run(t, tu, agentclient.NewStreamState(), 0)
 	if d.Outcome != continuation.Rejected || agentclient.StatusCode(d.Err) != 404 || d.Retryable {
 		t.Fatalf("decision %+v", d)

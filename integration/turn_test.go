@@ -330,7 +330,7 @@ func TestBadPayloadsArchived(t *testing.T) {
 		{"unknown-version", `{"v":7,"agent_id":"` + known + `","text":"x","conversation":` + string(convJSON) + `}`, "unknown payload version", true},
 		{"missing-agent", `{"v":1,"text":"hi","conversation":` + string(convJSON) + `}`, "agent_id", true},
 		{"oversized-text", `{"v":1,"agent_id":"` + known + `","text":"` + strings.Repeat("x", queue.MaxTextBytes+1) + `","conversation":` + string(convJSON) + `}`, "more than the limit", true},
-		{"unknown-agent", `{"v":1,"agent_id":"agent-does-not-exist","text":"hi","conversation":` + string(convJSON) + `}`, "404", true},
+		{"unknown-agent", `{"v":1,"agent_id":"agent-00000000-0000-4000-8000-000000000000","text":"hi","conversation":` + string(convJSON) + `}`, "404", true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -2,7 +2,7 @@
 // for the answer, and shows the turn journal.
 //
 //	go run ./cmd/enqueue --dev --wait "hello"
-//	echo "hello" | go run ./cmd/enqueue --agent agent-123 --chat 42 --wait
+//	echo "hello" | go run ./cmd/enqueue --agent support-bot --chat 42 --wait   # an agent name or id
 //	go run ./cmd/enqueue journal stalls --limit 10
 //	go run ./cmd/enqueue journal show <task-id|otid>
 //

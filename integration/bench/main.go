@@ -319,6 +319,12 @@ func startWorker(ctx context.Context, w *queue.Worker) (stop func()) {
 	return func() { cancel(); <-done }
 }
 
+// benchAgent is a fixed, Letta-shaped agent id ("agent-<uuid4>") that the simulator creates on
+// first use (AutoCreateAgents): the sim subprocess and the enqueuer agree on it without talking.
+func benchAgent(kind, i int) string {
+	return fmt.Sprintf("agent-%08x-0000-4000-8000-%012x", kind, i)
+}
+
 func overhead(ctx context.Context, c Config, rco asynq.RedisClientOpt, rdb *redis.Client, run string, r *Results) error {
 	sim := lettasim.NewServer(lettasim.Config{AutoCreateAgents: true, DefaultScript: lettasim.QuickScript("ok")})
 	defer sim.Close()
@@ -335,7 +341,7 @@ func overhead(ctx context.Context, c Config, rco asynq.RedisClientOpt, rdb *redi
 	one := func(i int) (reach, first time.Duration, err error) {
 		conv := queue.Conversation{Integration: "bench", ChatID: fmt.Sprintf("lat-%s-%d", run, i)}
 		t0 := time.Now()
-		res, err := client.Enqueue(ctx, queue.Message{AgentID: "agent-bench", Text: "hi", Conversation: conv})
+		res, err := client.Enqueue(ctx, queue.Message{AgentID: benchAgent(1, 0), Text: "hi", Conversation: conv})
 		if err != nil {
 			return 0, 0, err
 		}
@@ -384,7 +390,7 @@ func overhead(ctx context.Context, c Config, rco asynq.RedisClientOpt, rdb *redi
 		otid := uuid.NewString()
 		var first time.Time
 		t0 := time.Now()
-		err := ac.SendStream(ctx, agentclient.SendRequest{AgentID: "agent-bench", Text: "hi", Otid: otid}, agentclient.NewStreamState(),
+		err := ac.SendStream(ctx, agentclient.SendRequest{AgentID: benchAgent(1, 0), Text: "hi", Otid: otid}, agentclient.NewStreamState(),
 			agentclient.StreamOptions{OnEvent: func(ev agentclient.Event) {
 				if _, ok := ev.Message.(*agentclient.AssistantMessage); ok && first.IsZero() {
 					first = time.Now()
@@ -414,7 +420,7 @@ func throughput(ctx context.Context, c Config, rco asynq.RedisClientOpt, rdb *re
 	}
 	t0 := time.Now()
 	if err := parallel(c.Throughput, func(i int) error {
-		_, err := client.Enqueue(ctx, queue.Message{AgentID: fmt.Sprintf("agent-tp-%d", i%64), Text: "hi",
+		_, err := client.Enqueue(ctx, queue.Message{AgentID: benchAgent(2, i%64), Text: "hi",
 			Conversation: queue.Conversation{Integration: "bench", ChatID: fmt.Sprintf("tp-%s-%d", run, i)}})
 		return err
 	}); err != nil {
@@ -516,7 +522,7 @@ func serveSim(args []string) {
 	var st simStats
 	seen := map[string]int{}
 	for i := range *agents {
-		for _, m := range sim.UserMessages(fmt.Sprintf("agent-c-%d", i)) {
+		for _, m := range sim.UserMessages(benchAgent(3, i)) {
 			st.UserMessages++
 			seen[m.Otid]++
 		}
@@ -633,7 +639,7 @@ func concurrency(ctx context.Context, c Config, rco asynq.RedisClientOpt, run st
 	}()
 	t0 := time.Now()
 	if err := parallel(c.Concurrent, func(i int) error {
-		_, err := client.Enqueue(ctx, queue.Message{AgentID: fmt.Sprintf("agent-c-%d", i%agents), Text: "think about it",
+		_, err := client.Enqueue(ctx, queue.Message{AgentID: benchAgent(3, i%agents), Text: "think about it",
 			Conversation: queue.Conversation{Integration: "bench", ChatID: fmt.Sprintf("c-%s-%d", run, i)}})
 		return err
 	}); err != nil {

@@ -633,3 +633,41 @@ func TestConversationNonStreaming(t *testing.T) {
 		t.Fatalf("%s", data)
 	}
 }
+
+// Script.TokenDelay streams a text one word per chunk, TokenDelay (scaled) apart.
+func TestTokenDelay(t *testing.T) {
+	srv := newServer(t, lettasim.Config{TimeScale: 0.01})
+	agent := srv.CreateAgent("typist", &lettasim.Script{Tokens: true, TokenDelay: time.Second, Steps: []lettasim.Step{
+		{Kind: lettasim.Assistant, Text: "one two three four five"},
+	}})
+	start := time.Now()
+	_, evs, err := streamTurn(t, srv, agent, turnReq{Text: "type"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var chunks []string
+	for _, e := range evs {
+		if e.typ() == "assistant_message" {
+			chunks = append(chunks, e.str("content"))
+		}
+	}
+	if !eqStrings(chunks, []string{"one ", "two ", "three ", "four ", "five"}) {
+		t.Fatalf("chunks %q", chunks)
+	}
+	if took := time.Since(start); took < 40*time.Millisecond {
+		t.Fatalf("5 words in %v: want 4 gaps of 10ms", took)
+	}
+	// Cancelled mid-sentence, the run ends cancelled.
+	srv.SetScript(agent, &lettasim.Script{Tokens: true, TokenDelay: time.Hour, Steps: []lettasim.Step{
+		{Kind: lettasim.Assistant, Text: "one two three"},
+	}})
+	resp := do(t, srv, "POST", "/v1/agents/"+agent+"/messages/stream", turnReq{Text: "slow"}.body(), nil)
+	defer resp.Body.Close()
+	sse := newSSE(t, resp.Body)
+	ev, _ := sse.next()
+	runID := ev.str("run_id")
+	srv.Cancel(testCtx(t), runID)
+	if run, _ := srv.Run(runID); run.StopReason != "cancelled" {
+		t.Fatalf("run %+v", run)
+	}
+}

@@ -16,15 +16,58 @@
 //
 // New returns the bare http.Handler (a *Sim) to mount elsewhere; Close it to end the runs in
 // flight. Config.APIKey turns on bearer-token checks, Config.PingInterval sets the keep-alive
-// interval (20s by default, like Letta), Config.AutoCreateAgents accepts any agent id (dev mode),
+// interval (20s by default, like Letta), Config.AutoCreateAgents accepts any well-formed agent id (dev mode),
 // Config.OneRunPerAgent answers 409 "conversation busy" to a send while the agent is running.
 //
 // Endpoints (also under the /latest/ alias): POST /v1/agents/{id}/messages/stream;
 // POST /v1/agents/{id}/messages (streaming true or false, with Letta's User-Agent trap);
 // POST /v1/agents/{id}/messages/async; POST /v1/agents/{id}/messages/cancel;
 // GET /v1/agents/{id}/messages; GET /v1/runs/{run_id}; GET /v1/runs/{run_id}/messages;
-// POST /v1/runs/{run_id}/stream (resume); GET /v1/runs/; GET and POST /v1/agents/;
-// GET /v1/agents/{id}; GET /v1/health/.
+// POST /v1/runs/{run_id}/stream (resume); GET /v1/runs/ (filters agent_id, statuses, active,
+// background, stop_reason, conversation_id); GET and POST /v1/agents/ (GET filters by name);
+// GET /v1/agents/{id}; GET /v1/health/; and the conversation endpoints below.
+//
+// Ids have Letta's shapes: agent-<uuid4>, conv-<uuid4>, run-<uuid4>, message-<uuid4>. A path
+// parameter that does not match the schema's pattern answers 422 (string_pattern_mismatch), as
+// a real server does: "agent-demo" is refused, not "not found". AddAgent panics on such an id.
+//
+// # Conversations
+//
+// POST /v1/conversations/?agent_id= (body CreateConversation; summary kept), GET
+// /v1/conversations/ (agent_id, limit, after, order, order_by, summary_search: a
+// case-insensitive substring of the summary), GET /v1/conversations/{id}; and per thread (a
+// conv-<uuid4>, "default" with agent_id in the body or query, or an agent id: the agent's
+// default thread, whose messages are the agent's history): POST …/messages (send: streaming
+// true by default, background, include_pings, stream_tokens, max_steps), POST …/stream
+// (resume), GET …/messages (history, cursors as the agent list), POST …/cancel.
+//
+// The conversation endpoints behave as WIRE.md says a Letta server does; the agent endpoints
+// keep no lock and map no otids, so tests can show the difference:
+//
+//   - Lock: one run at a time per thread, held from the send until the run ends or
+//     Config.LockTTL (300s, scaled) has passed since it was taken, whichever is first; never
+//     extended. A send while locked answers 409 {"detail": "CONFLICT: Cannot send a new message:
+//     Another request (run_id=run-…) is currently being processed for this conversation. Please
+//     wait for it to complete.", "run_id": "run-…"}, or with Config.HostedBusy (or the send's
+//     [[sim busy_form=hosted]]) the hosted form {"error": "Conversation … is busy with another
+//     active run."}. Sim.Conflicts counts them.
+//   - Background map: a background send maps each of its otids, and a hash of all of them, to
+//     its run for Config.OtidMapTTL (3h, scaled). A send that matches answers 200 with that
+//     run's stream replayed from the start: no new run, no second stored message. A background
+//     send that finds the lock held waits Config.SecondChance (1.75s, scaled) for the lock to
+//     free or its otids to be mapped before the 409 (Config.RegisterLag delays the mapping, to
+//     make that race happen). Foreground sends map nothing: a same-otid resend gets 409 while
+//     the first run holds the lock and starts a new run after it.
+//   - Resume: by run_id; else by otid through the map (404 "No run found for otid=…"); else the
+//     newest active run of the thread (400 "No active runs found"); 400 for a foreground run;
+//     410 for a run created more than Config.ResumeMaxAge ago.
+//   - Trimming: a background run's stream keeps about Config.MaxStreamChunks chunks (10,000);
+//     a resume from 0 of a longer run starts at the oldest chunk kept.
+//   - Cancel: 409 NO_ACTIVE_RUNS_TO_CANCEL when nothing runs; a cancelled run frees the lock.
+//
+// From Go: CreateConversation, Conversations, ConversationUserMessages (per thread, in order,
+// with otids and run ids), ConversationHistory, ConversationRuns, AllRuns (RunInfo carries
+// ConversationID, Started and Ended: overlap of turns is measurable), Conflicts.
 //
 // # How a turn runs
 //
@@ -83,7 +126,7 @@
 //	tool_status=error    tool returns report status error
 //	answer="text"        the final answer (default "you said: <text>")
 //	answer_delay=D       delay before the answer
-//	tokens               token mode (deltas sharing one id)
+//	tokens               token mode (deltas sharing one id; Script.TokenDelay paces them)
 //	approval=tool        end with an approval request for tool (stop reason requires_approval)
 //	stop=reason          stop reason after a complete script (default end_turn)
 //
@@ -93,6 +136,7 @@
 //	status=429|5xx              Status429 / Status5xxBeforeStore (nothing stored)
 //	retry_after=D               RetryAfter (the 429's Retry-After)
 //	busy                        Busy: 409 "conversation busy" naming a run (nothing stored)
+//	busy_form=hosted|detail     the form of this send's 409 on a locked conversation
 //	status_after_store=5xx      Status5xxAfterStore (stored, run goes on)
 //	drop                        DropBeforeResponse
 //	first_byte=D|forever        FirstByteDelay

@@ -117,3 +117,32 @@ func ExampleSim_SetFault() {
 	// reasoning_message The user wrote to me. I will answer.
 	// assistant_message you said: hi
 }
+
+// Send to a conversation: its own thread of the agent, locked one run at a time. A background
+// send is idempotent: the same otid again replays the run instead of starting another.
+func ExampleSim_CreateConversation() {
+	srv := lettasim.NewServer(lettasim.Config{TimeScale: 0.001})
+	defer srv.Close()
+	agent := srv.CreateAgent("demo", nil)
+	conv := srv.CreateConversation(agent, "telegram:42") // or POST /v1/conversations/?agent_id=
+
+	body := `{"messages":[{"role":"user","content":"hello","otid":"0b7c3a52-5d0e-4b8e-9a51-3f1c2d4e5f60"}],"background":true}`
+	for range 2 {
+		resp, err := srv.Client().Post(srv.URL+"/v1/conversations/"+conv+"/messages", "application/json", strings.NewReader(body))
+		if err != nil {
+			panic(err)
+		}
+		printStream(resp.Body)
+		resp.Body.Close()
+	}
+	msgs := srv.ConversationUserMessages(conv)
+	fmt.Println("stored:", len(msgs), msgs[0].Text, "runs:", len(srv.ConversationRuns(conv)))
+	// Output:
+	// assistant: you said: hello
+	// stop: end_turn
+	// [DONE]
+	// assistant: you said: hello
+	// stop: end_turn
+	// [DONE]
+	// stored: 1 hello runs: 1
+}

@@ -265,7 +265,9 @@ func (t *turn) steps() (stop string, exception bool) {
 			t.pending = t.newModelRow()
 			p := part{typ: ptReasoning, otid: newUUID(), text: st.Text}
 			t.pending.parts = append(t.pending.parts, p)
-			t.emit(t.pending, &t.pending.parts[len(t.pending.parts)-1])
+			if !t.emit(t.pending, &t.pending.parts[len(t.pending.parts)-1]) {
+				return "cancelled", false
+			}
 		case ToolCall, ApprovalRequest, Assistant:
 			r := t.pending
 			t.pending = nil
@@ -300,7 +302,10 @@ func (t *turn) steps() (stop string, exception bool) {
 				t.callID, t.callName, t.callStep = p.callID, p.toolName, r.stepID
 			}
 			r.parts = append(r.parts, p)
-			t.emit(r, &r.parts[len(r.parts)-1])
+			if !t.emit(r, &r.parts[len(r.parts)-1]) {
+				t.commit(r)
+				return "cancelled", false
+			}
 			t.commit(r)
 			if st.Kind == ApprovalRequest {
 				return "requires_approval", false
@@ -383,11 +388,22 @@ func dataFrame(payload []byte) []byte {
 	return append(b, '\n', '\n')
 }
 
-// emit streams one part: one frame, or in token mode several delta frames sharing its id.
-func (t *turn) emit(r *row, p *part) {
+// emit streams one part: one frame, or in token mode several delta frames sharing its id. It
+// reports false when the run was cancelled while a paced text was going out.
+func (t *turn) emit(r *row, p *part) bool {
 	t.outTokens += len(strings.Fields(p.text)) + len(strings.Fields(p.args))
 	t.markFirstContent()
 	var frames [][]byte
+	if d := t.script.TokenDelay; t.tokens && d > 0 && (p.typ == ptReasoning || p.typ == ptAssistant) {
+		words := splitChunks(p.text, len(strings.Fields(p.text)))
+		for i, c := range words {
+			if i > 0 && !t.wait(d) {
+				return false
+			}
+			t.r.push(false, t.frame(r, p, &delta{text: c}))
+		}
+		return true
+	}
 	if t.tokens && p.typ != ptToolReturn {
 		switch p.typ {
 		case ptReasoning, ptAssistant:
@@ -404,6 +420,7 @@ func (t *turn) emit(r *row, p *part) {
 		frames = append(frames, t.frame(r, p, nil))
 	}
 	t.r.push(false, frames...)
+	return true
 }
 
 func (t *turn) frame(r *row, p *part, d *delta) []byte {

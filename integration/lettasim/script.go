@@ -62,6 +62,10 @@ type Script struct {
 	// turns it on for that turn): the text of reasoning, assistant and tool-call messages is sent
 	// as several delta chunks that share one id.
 	Tokens bool
+	// TokenDelay paces token mode like a model typing: each reasoning and assistant text goes
+	// out one word per chunk, TokenDelay (scaled by TimeScale) apart. 0: a text goes out at once
+	// in a few chunks.
+	TokenDelay time.Duration
 	// StopReason ends a turn that ran all its steps; default "end_turn".
 	StopReason string
 }

@@ -35,6 +35,7 @@ type Config struct {
 	// newest rows but returns them oldest-first.
 	DescPagesOldestFirst bool
 	// AutoCreateAgents creates an agent (with the default script) the first time an unknown
+	// (well-formed: agent-<uuid4>)
 	// agent id is used, instead of answering 404. Handy for a worker's dev mode.
 	AutoCreateAgents bool
 	// OneRunPerAgent answers a send to an agent that has a run in progress with 409

@@ -12,12 +12,23 @@ import (
 	"github.com/lettaq/lettaq/integration/lettasim"
 )
 
-// Demo agents of dev mode. Any other agent id is created on first use with the quick script.
+// Names of dev mode's demo agents. Their ids are minted at start ("agent-<uuid4>", as Letta's);
+// GET /v1/agents/?name= finds them, and enqueue --agent takes a name. Any other well-formed
+// agent id is created on first use with the quick script.
 const (
-	DemoAgent      = "agent-demo"       // answers at once, token by token
-	DemoAgentTools = "agent-demo-tools" // looks something up with a tool first
-	DemoAgentSlow  = "agent-demo-slow"  // thinks for 20s: longer than dev mode's 8s stream clock
+	DemoAgent      = "demo"       // answers at once, token by token
+	DemoAgentTools = "demo-tools" // looks something up with a tool first
+	DemoAgentSlow  = "demo-slow"  // thinks for 20s: longer than dev mode's 8s stream clock
 )
+
+// DevLettaURLKey is the key of the dev worker's in-memory Redis that holds the simulator's base
+// URL, so that enqueue --dev can resolve agent names even when the simulator had to take
+// another port than LETTAQ_DEV_LETTA_ADDR.
+const DevLettaURLKey = "lettaq:dev:letta-url"
+
+// DevTokenDelay is how long a demo agent takes per streamed token (a chunk of a few words), so
+// the live view shows the answer growing at a human pace.
+const DevTokenDelay = 30 * time.Millisecond
 
 // DevPingInterval is how often the simulator pings a quiet stream in dev mode.
 const DevPingInterval = time.Second
@@ -32,6 +43,7 @@ func DemoScripts() map[string]lettasim.Script {
 	tools.Tokens = true
 	slow := lettasim.ThinkingScript(20*time.Second, "That took a while: the stream clock fired after 8s, and the worker continued the same run instead of sending your message again.")
 	slow.Tokens = true
+	quick.TokenDelay, tools.TokenDelay, slow.TokenDelay = DevTokenDelay, DevTokenDelay, DevTokenDelay
 	return map[string]lettasim.Script{DemoAgent: quick, DemoAgentTools: tools, DemoAgentSlow: slow}
 }
 
@@ -41,7 +53,9 @@ type DevEnv struct {
 	RedisAddr string
 	Sim       *lettasim.Sim
 	LettaURL  string
-	srv       *http.Server
+	// Agents maps the demo agents' names to their ids.
+	Agents map[string]string
+	srv    *http.Server
 }
 
 // StartDev starts miniredis on redisAddr (which must be free: enqueue --dev connects there)
@@ -59,8 +73,10 @@ func StartDev(redisAddr, lettaAddr string) (*DevEnv, error) {
 	}
 	sim := lettasim.New(lettasim.Config{AutoCreateAgents: true, PingInterval: DevPingInterval,
 		DefaultScript: DemoScripts()[DemoAgent]})
-	for id, sc := range DemoScripts() {
-		sim.AddAgent(id, &sc)
+	agents := map[string]string{}
+	for _, name := range []string{DemoAgent, DemoAgentTools, DemoAgentSlow} {
+		sc := DemoScripts()[name]
+		agents[name] = sim.CreateAgent(name, &sc)
 	}
 	ln, err := net.Listen("tcp", lettaAddr)
 	if err != nil {
@@ -76,7 +92,12 @@ func StartDev(redisAddr, lettaAddr string) (*DevEnv, error) {
 			_ = err
 		}
 	}()
-	return &DevEnv{Redis: mr, RedisAddr: mr.Addr(), Sim: sim, LettaURL: "http://" + ln.Addr().String(), srv: srv}, nil
+	d := &DevEnv{Redis: mr, RedisAddr: mr.Addr(), Sim: sim, LettaURL: "http://" + ln.Addr().String(), Agents: agents, srv: srv}
+	if err := mr.Set(DevLettaURLKey, d.LettaURL); err != nil {
+		d.Close()
+		return nil, fmt.Errorf("dev mode: %v", err)
+	}
+	return d, nil
 }
 
 // Close stops the simulator (ending its runs) and the in-memory Redis.

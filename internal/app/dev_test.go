@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
@@ -9,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/lettaq/lettaq/agentclient"
 )
 
 // syncBuf is a goroutine-safe writer for the commands' output.
@@ -76,7 +79,7 @@ func TestDevModeSmoke(t *testing.T) {
 	if code != ExitOK || !strings.Contains(out, "you said: hello dev") {
 		t.Fatalf("enqueue --wait: exit %d\nstdout %q\nstderr %q", code, out, errOut)
 	}
-	if n := len(r.Dev.Sim.UserMessages(DemoAgent)); n != 1 {
+	if n := len(r.Dev.Sim.UserMessages(r.Dev.Agents[DemoAgent])); n != 1 {
 		t.Errorf("agent received %d user messages, want 1", n)
 	}
 
@@ -91,13 +94,15 @@ func TestDevModeSmoke(t *testing.T) {
 	}
 
 	// Exit codes.
-	if code, _, errOut := enqueue(t, r, "--wait", "--timeout=30s", "--agent=agent-approver", "[[sim approval=send_email]] mail it"); code != ExitApproval {
+	r.Dev.Sim.CreateAgent("approver", nil)
+	broken := r.Dev.Sim.CreateAgent("broken", nil)
+	if code, _, errOut := enqueue(t, r, "--wait", "--timeout=30s", "--agent=approver", "[[sim approval=send_email]] mail it"); code != ExitApproval {
 		t.Errorf("approval: exit %d, stderr %q", code, errOut)
 	}
 	if code, _, errOut := enqueue(t, r, "--wait", "--timeout=500ms", "[[sim think=30s]] slow"); code != ExitTimedOut || !strings.Contains(errOut, "no answer within") {
 		t.Errorf("timeout: exit %d, stderr %q", code, errOut)
 	}
-	if code, _, errOut := enqueue(t, r, "--wait", "--timeout=30s", "--max-retry=0", "--agent=agent-broken", "[[sim status=500 times=always]] fail"); code != ExitFailed {
+	if code, _, errOut := enqueue(t, r, "--wait", "--timeout=30s", "--max-retry=0", "--agent="+broken, "[[sim status=500 times=always]] fail"); code != ExitFailed {
 		t.Errorf("failure: exit %d, stderr %q", code, errOut)
 	}
 	if code, _, _ := enqueue(t, r); code != ExitUsage {
@@ -122,5 +127,54 @@ func TestDevModeSmoke(t *testing.T) {
 	code, _, _ = enqueue(t, r, "journal", "show", "no-such-task")
 	if code != ExitFailed {
 		t.Errorf("journal show missing: exit %d", code)
+	}
+}
+
+// Dev mode's demo agents have Letta-shaped ids and names; enqueue --agent takes a name (looked
+// up through GET /v1/agents/?name=) or an id, and refuses a name that is not exactly one agent.
+func TestDevAgentsByName(t *testing.T) {
+	r := startDevWorker(t)
+	resp, err := http.Get(r.LettaURL + "/v1/agents/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var agents []struct{ ID, Name string }
+	err = json.NewDecoder(resp.Body).Decode(&agents)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]string{}
+	for _, a := range agents {
+		if !agentclient.IsAgentID(a.ID) {
+			t.Errorf("agent %q has id %q", a.Name, a.ID)
+		}
+		names[a.Name] = a.ID
+	}
+	for _, n := range []string{DemoAgent, DemoAgentTools, DemoAgentSlow} {
+		if names[n] == "" || names[n] != r.Dev.Agents[n] {
+			t.Errorf("no demo agent %q listed: %v", n, names)
+		}
+	}
+
+	code, out, errOut := enqueue(t, r, "--wait", "--timeout=30s", "--agent", DemoAgentTools, "look it up")
+	if code != ExitOK || !strings.Contains(out, "I looked it up") {
+		t.Fatalf("--agent %s: exit %d %q %q", DemoAgentTools, code, out, errOut)
+	}
+	if n := len(r.Dev.Sim.UserMessages(names[DemoAgentTools])); n != 1 {
+		t.Errorf("%s received %d messages", DemoAgentTools, n)
+	}
+	// An id works as it is.
+	if code, out, errOut := enqueue(t, r, "--wait", "--timeout=30s", "--agent", names[DemoAgent], "by id"); code != ExitOK || !strings.Contains(out, "you said: by id") {
+		t.Fatalf("--agent <id>: exit %d %q %q", code, out, errOut)
+	}
+	// A name of no agent, or of two, is bad input that says what is wrong.
+	r.Dev.Sim.CreateAgent("twin", nil)
+	r.Dev.Sim.CreateAgent("twin", nil)
+	for name, want := range map[string]string{"nobody": `no agent is named "nobody"`, "twin": `2 agents are named "twin"`} {
+		code, _, errOut := enqueue(t, r, "--agent", name, "hi")
+		if code != ExitUsage || !strings.Contains(errOut, want) {
+			t.Errorf("--agent %s: exit %d, stderr %q", name, code, errOut)
+		}
 	}
 }

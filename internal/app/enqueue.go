@@ -32,7 +32,9 @@ var EnqueueVars = []Var{
 	{Name: "LETTAQ_REDIS_CLUSTER_ADDRS", Flag: "redis-cluster-addrs", Default: "", Help: "Redis Cluster seeds (as the worker's)"},
 	{Name: "LETTAQ_KEY_PREFIX", Flag: "key-prefix", Default: "lettaq:", Help: "prefix of the reply stream and journal keys (as the worker's; on Redis Cluster it must contain a hash tag such as {lettaq}:)"},
 	{Name: "LETTAQ_QUEUE", Flag: "queue", Default: DefaultQueue, Help: "queue to put the turn on"},
-	{Name: "LETTAQ_AGENT_ID", Flag: "agent", Default: "", Help: "the Letta agent that answers (dev mode: " + DemoAgent + ")"},
+	{Name: "LETTAQ_AGENT_ID", Flag: "agent", Default: "", Help: "the Letta agent that answers: its id, or its name (looked up at Letta; dev mode: " + DemoAgent + ")"},
+	{Name: "LETTA_BASE_URL", Flag: "letta-base-url", Default: "http://localhost:8283", Help: "the Letta server, asked only to resolve an agent name (as the worker's)"},
+	{Name: "LETTA_API_KEY", Flag: "letta-api-key", Default: "", Secret: true, Help: "Letta API key, for resolving an agent name (as the worker's)"},
 	{Name: "LETTAQ_DEV_REDIS_ADDR", Flag: "dev-redis-addr", Default: DefaultDevRedisAddr, Help: "with --dev: the dev worker's in-memory Redis"},
 	{Name: "LETTAQ_ORDERING", Flag: "ordering", Default: "conversation", Help: "conversation, agent or off (as the worker's): the turn joins its line"},
 	{Name: "LETTAQ_MAX_RETRY", Flag: "max-retry", Default: "25", Help: "retries after the first attempt"},
@@ -40,6 +42,7 @@ var EnqueueVars = []Var{
 
 type enqueueOpts struct {
 	redisURL, clusterAddrs, prefix, queueName, agent, devRedis string
+	lettaURL, lettaKey                                         string
 	ordering                                                   string
 	integration, chat, messageID, sender, otid                 string
 	dev, jsonOut, wait                                         bool
@@ -78,6 +81,8 @@ func RunEnqueue(ctx context.Context, args []string, getenv func(string) string, 
 	fs.StringVar(&o.prefix, "key-prefix", envOr("LETTAQ_KEY_PREFIX", "lettaq:"), "")
 	fs.StringVar(&o.queueName, "queue", envOr("LETTAQ_QUEUE", DefaultQueue), "")
 	fs.StringVar(&o.agent, "agent", envOr("LETTAQ_AGENT_ID", ""), "")
+	fs.StringVar(&o.lettaURL, "letta-base-url", envOr("LETTA_BASE_URL", "http://localhost:8283"), "")
+	fs.StringVar(&o.lettaKey, "letta-api-key", envOr("LETTA_API_KEY", ""), "")
 	fs.StringVar(&o.devRedis, "dev-redis-addr", envOr("LETTAQ_DEV_REDIS_ADDR", DefaultDevRedisAddr), "")
 	fs.StringVar(&o.integration, "integration", "cli", "")
 	fs.StringVar(&o.chat, "chat", "", "")
@@ -185,6 +190,15 @@ Time budget: the task timeout is computed from the LETTAQ_* budget variables, as
 		fmt.Fprintf(stderr, "enqueue: --agent (or LETTAQ_AGENT_ID) is required\n")
 		return ExitUsage
 	}
+	id, badName, err := resolveAgentArg(ctx, o, rdb)
+	if err != nil {
+		fmt.Fprintf(stderr, "enqueue: %v\n", err)
+		if badName {
+			return ExitUsage
+		}
+		return ExitFailed
+	}
+	o.agent = id
 	if o.chat == "" {
 		o.chat = o.sender
 		if o.chat == "" {

@@ -217,7 +217,7 @@ func printDevGreeting(w io.Writer, r *Running) {
 	fmt.Fprintf(w, `
 lettaq dev mode: everything runs in this process.
   Redis (in memory)    %s
-  Letta simulator      %s   (agents: %s, %s, %s; any other id is created on use)
+  Letta simulator      %s   (agents by name: %s, %s, %s; see GET /v1/agents/)
 `, r.RedisAddr, r.LettaURL, DemoAgent, DemoAgentTools, DemoAgentSlow)
 	if r.HTTPAddr != "" {
 		fmt.Fprintf(w, "  Monitor              http://%s/monitor/\n  Metrics              http://%s/metrics\n", r.HTTPAddr, r.HTTPAddr)
@@ -225,8 +225,8 @@ lettaq dev mode: everything runs in this process.
 	fmt.Fprintf(w, `
 In another terminal, try:
   go run ./cmd/enqueue --dev --wait "hello"                                  # a quick answer
-  go run ./cmd/enqueue --dev --wait --agent %s "what is lettaq?"   # a tool call first
-  go run ./cmd/enqueue --dev --wait --agent %s "think hard"         # outlives the 8s stream clock: watch it recover
+  go run ./cmd/enqueue --dev --wait --agent %s "what is lettaq?"         # a tool call first
+  go run ./cmd/enqueue --dev --wait --agent %s "think hard"               # outlives the 8s stream clock: watch it recover
   go run ./cmd/enqueue --dev journal recent                                  # what happened, turn by turn
 Messages may carry simulator directives, e.g. "[[sim think=30s]] hi" or "[[sim disconnect_after=2]] hi".
 Stop with Ctrl-C.
