@@ -295,3 +295,56 @@ func TestFaultsLostJournal(t *testing.T) {
 		t.Errorf("agent mode stored no duplicate with a lost journal: the matrix does not exercise the server's replay")
 	}
 }
+
+// Default mode with ordering per chat: the chats' turns meet on the agent's
+// one thread, and Letta refuses all but one with 409 busy. Those turns are
+// put back and answered later: no failure counted (Asynq's retry count
+// stays 0), no resend, one user message each.
+func TestDefaultModeBusyThreadPutsTurnsBack(t *testing.T) {
+	e := newEnv(t, withThreadMode(queue.ThreadDefault))
+	e.startWorker("w1")
+	agent := e.sim.CreateAgent("busy-default", nil)
+	const chats = 3
+	var convs []queue.Conversation
+	var res []queue.EnqueueResult
+	for i := range chats {
+		c := e.conv(fmt.Sprintf("chat%d", i))
+		convs = append(convs, c)
+		res = append(res, e.enqueue(queue.Message{AgentID: agent, Conversation: c, MessageID: "m",
+			Text: fmt.Sprintf("[[sim think=%s answer=a%d]] from chat %d", simDur(400*time.Millisecond), i, i)}))
+	}
+	busy := 0
+	for i, r := range res {
+		final, evs := e.waitFinal(convs[i], r.TaskID, 60*time.Second)
+		if final.Type != queue.EventAnswer || final.Text != fmt.Sprintf("a%d", i) {
+			t.Fatalf("chat %d: final %s %q; %s", i, final.Type, final.Text, summarize(evs))
+		}
+		if n := e.sim.CountOtid(r.Otid); n != 1 {
+			t.Errorf("chat %d: otid stored %d times", i, n)
+		}
+		rec := e.record(r.TaskID)
+		for _, a := range rec.Attempts {
+			if a.Outcome == queue.OutcomeBusy {
+				busy++
+			}
+			if a.ResendDecision != "" && a.ResendDecision != queue.ResendNotNeeded {
+				t.Errorf("chat %d attempt %d: resend decision %q after busy", i, a.N, a.ResendDecision)
+			}
+		}
+	}
+	e.settled()
+	for _, r := range res {
+		info, err := e.insp.GetTaskInfo(e.queue, r.TaskID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Retried != 0 {
+			t.Errorf("task %s: Asynq counted %d failed tries; a busy thread is no failure", r.TaskID, info.Retried)
+		}
+	}
+	checkSerialRuns(t, e.sim, agent, chats)
+	if busy == 0 || e.sim.Conflicts() == 0 {
+		t.Fatalf("no busy attempt (%d) or 409 (%d): the test proves nothing", busy, e.sim.Conflicts())
+	}
+	t.Logf("%d busy attempts, %d 409s", busy, e.sim.Conflicts())
+}

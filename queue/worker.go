@@ -36,7 +36,8 @@ type Observer interface {
 	// Resend: the resend gate decided ("resent" or "forbidden").
 	Resend(decision string)
 	// AttemptFinished: an attempt ended. result is "done" (the turn is
-	// finished), "retry" or "archived".
+	// finished), "retry", "busy" (put back: the Letta thread was busy)
+	// or "archived".
 	AttemptFinished(queue, result string, duration time.Duration)
 	// TurnFinished: a turn reached its end. outcome is one of the journal
 	// outcomes (answered, approval_required, failed); latency is from
