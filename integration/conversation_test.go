@@ -348,3 +348,19 @@ func TestDefaultModeBusyThreadPutsTurnsBack(t *testing.T) {
 	}
 	t.Logf("%d busy attempts, %d 409s", busy, e.sim.Conflicts())
 }
+
+// An agent Letta does not know fails the turn at once in conversation mode
+// too (the conversation cannot be made), saying why; nothing is retried.
+func TestConversationModeUnknownAgent(t *testing.T) {
+	e := newEnv(t, withThreadMode(queue.ThreadConversation))
+	e.startWorker("w1")
+	c := e.conv("unknown")
+	res := e.enqueue(queue.Message{AgentID: "agent-00000000-0000-4000-8000-000000000000", Conversation: c, MessageID: "m", Text: "hi"})
+	final, evs := e.waitFinal(c, res.TaskID, 20*time.Second)
+	if final.Type != queue.EventError || !final.Permanent || !strings.Contains(final.Text, "Letta conversation") || !strings.Contains(final.Text, "404") {
+		t.Fatalf("final %+v; %s", final, summarize(evs))
+	}
+	if rec := e.record(res.TaskID); len(rec.Attempts) != 1 {
+		t.Fatalf("%d attempts: %s", len(rec.Attempts), describeAttempts(rec))
+	}
+}

@@ -220,10 +220,12 @@ func (t *turn) resolveThread(ctx context.Context) (string, error) {
 // threadFailed ends an attempt whose thread could not be resolved: a
 // permanent Letta refusal (unknown agent) fails the turn, the rest retries.
 func (t *turn) threadFailed(ctx context.Context, err error) error {
+	reason := "could not resolve the agent's Letta conversation: " + err.Error()
+	if ctx.Err() != nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return t.finish(ctx, continuation.Decision{Outcome: continuation.Interrupted, Err: err, Reason: reason})
+	}
 	retryable := agentclient.Classify(err) != agentclient.Permanent
-	d := continuation.Decision{Outcome: continuation.Rejected, Err: err, Retryable: retryable,
-		Reason: "could not resolve the agent's Letta conversation: " + err.Error()}
-	return t.finish(ctx, d)
+	return t.finish(ctx, continuation.Decision{Outcome: continuation.Rejected, Err: err, Retryable: retryable, Reason: reason})
 }
 
 // OutcomeBusy ends an attempt refused because the agent's thread was busy

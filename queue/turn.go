@@ -299,13 +299,8 @@ func (t *turn) run(ctx context.Context) error {
 	t.deltas = newDeltaPump(w.cfg.DeltaMaxAge, func(text string, narration bool) {
 		t.emit(ReplyEvent{Type: EventAnswerDelta, Text: text, Narration: narration})
 	})
-	convID, err := t.resolveThread(ctx)
-	if err != nil {
-		t.hb.Stop()
-		return t.threadFailed(ctx, err)
-	}
 	turnSpec := continuation.Turn{AgentID: t.msg.AgentID, Otid: t.otid, Text: text, SenderID: t.msg.SenderID,
-		ConversationID: convID, Started: rec.FirstStartedAt, PriorIntent: len(intents) > 0}
+		Started: rec.FirstStartedAt, PriorIntent: len(intents) > 0}
 	hooks := continuation.Hooks{
 		Logger:     t.log,
 		OnEvent:    t.onEvent,
@@ -319,6 +314,12 @@ func (t *turn) run(ctx context.Context) error {
 		wctx, cancel = context.WithDeadline(ctx, dl.Add(-w.cfg.Budget.DeliveryAllowance-w.cfg.Budget.SafetyMargin/2))
 		defer cancel()
 	}
+	convID, err := t.resolveThread(wctx)
+	if err != nil {
+		t.hb.Stop()
+		return t.threadFailed(ctx, err)
+	}
+	turnSpec.ConversationID = convID
 	d := w.runner.Run(wctx, turnSpec, t.st, hooks)
 	t.hb.Stop()
 	return t.finish(ctx, d)
