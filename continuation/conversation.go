@@ -125,6 +125,17 @@ func (r *Runner) resumeByOtid(ctx context.Context, t Turn, st *agentclient.Strea
 	}
 	opts := r.streamOpts(h)
 	opts.Clocks = clocks
+	// The stream's first event names the run: from there the turn follows it.
+	inner, found := opts.OnEvent, false
+	opts.OnEvent = func(ev agentclient.Event) {
+		if !found && st.RunID() != "" {
+			found = true
+			phase(h, PhaseContinuing)
+		}
+		if inner != nil {
+			inner(ev)
+		}
+	}
 	seq, _ := st.LastSeq()
 	d.Resumes++
 	err := r.c.ResumeConversationStream(ctx, agentclient.ConversationResumeRequest{ConversationID: t.ConversationID,
