@@ -1,5 +1,6 @@
 # lettaq worker (and the enqueue CLI) in a small image.
-FROM golang:1.26 AS build
+# The tag matches go.mod's go line: the image's GOTOOLCHAIN=local refuses an older Go.
+FROM golang:1.26.8 AS build
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download

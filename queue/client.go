@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -187,7 +189,9 @@ const MaxHTTPBodyBytes = MaxTextBytes + 64<<10
 //
 //	202 {"task_id": "…", "duplicate": false, "queue": "lettaq", "otid": "…"}
 //	400 {"error": "…", "field": "text"}        invalid payload
-//	405, 413, 415                              wrong method, body too large, not JSON
+//	400 {"error": "…"}                         body unreadable (e.g. too slow)
+//	405, 413                                   wrong method, body too large
+//	415 {"error": "…"}                         Content-Type is not application/json
 //	500 {"error": "…"}                         Redis trouble: try again
 func EnqueueHTTPHandler(c *Client) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -196,14 +200,27 @@ func EnqueueHTTPHandler(c *Client) http.Handler {
 			httpJSON(w, http.StatusMethodNotAllowed, map[string]string{"error": "use POST"})
 			return
 		}
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxHTTPBodyBytes))
-		if err != nil {
-			httpJSON(w, http.StatusRequestEntityTooLarge, map[string]string{"error": "body too large or unreadable: " + err.Error()})
+		if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+			// A browser sends text/plain, form and multipart bodies across sites
+			// without asking first (no CORS preflight); application/json it does not.
+			w.Header().Set("Accept", "application/json")
+			httpJSON(w, http.StatusUnsupportedMediaType, map[string]string{
+				"error": "Content-Type must be application/json, not " + strconv.Quote(r.Header.Get("Content-Type"))})
 			return
 		}
-		var p Payload
-		if err := json.Unmarshal(body, &p); err != nil {
-			httpJSON(w, http.StatusBadRequest, map[string]string{"error": "body is not a JSON payload: " + err.Error(), "field": ""})
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxHTTPBodyBytes))
+		var tooLarge *http.MaxBytesError
+		switch {
+		case errors.As(err, &tooLarge):
+			httpJSON(w, http.StatusRequestEntityTooLarge, map[string]string{"error": fmt.Sprintf("body larger than %d bytes", MaxHTTPBodyBytes)})
+			return
+		case err != nil: // e.g. the listener's body timeout
+			httpJSON(w, http.StatusBadRequest, map[string]string{"error": "body unreadable: " + err.Error()})
+			return
+		}
+		p, err := decodePayloadJSON(body, true)
+		if ve, ok := IsValidationError(err); ok {
+			httpJSON(w, http.StatusBadRequest, map[string]string{"error": ve.Error(), "field": ve.Field})
 			return
 		}
 		if p.V != 0 && p.V != PayloadVersion {

@@ -11,8 +11,9 @@
 //
 //	 1. Client.Enqueue validates the Message (typed *ValidationError naming the
 //	    field), derives the task id from the integration's message id
-//	    ("turn:<integration>:<chat_id>:<message_id>", hashed when longer than
-//	    200 bytes) so that a webhook delivered twice makes one task (the second
+//	    ("turn:<integration>:<chat_id>:<message_id>", '%' and ':' in each part
+//	    percent-encoded, hashed when longer than 200 bytes; see TaskIDFor) so
+//	    that a webhook delivered twice makes one task (the second
 //	    Enqueue returns the same id with Duplicate set), and enqueues with
 //	    Timeout(budget.TaskTimeout()), MaxRetry, Queue and Retention. It writes
 //	    the accepted event. EnqueueHTTPHandler does the same over HTTP.

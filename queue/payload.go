@@ -1,7 +1,6 @@
 package queue
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -174,6 +173,9 @@ func (m Message) Validate() error {
 	if err := checkID("message_id", m.MessageID, false); err != nil {
 		return err
 	}
+	if err := checkID("otid", m.Otid, false); err != nil {
+		return err
+	}
 	if m.Otid != "" {
 		if _, err := uuid.Parse(m.Otid); err != nil {
 			return invalid("otid", "%q is not a UUID", m.Otid)
@@ -212,11 +214,17 @@ func checkID(field, v string, required bool) error {
 		return invalid(field, "is %d bytes, more than %d", len(v), MaxIDBytes)
 	case !utf8.ValidString(v):
 		return invalid(field, "is not valid UTF-8")
-	case strings.ContainsAny(v, "\x00\r\n"):
-		return invalid(field, "must not contain NUL or line breaks")
+	}
+	for i, r := range v {
+		if isControl(r) {
+			return invalid(field, "holds the control character %U at byte %d (ids must not contain C0, C1 or DEL characters, such as ESC, tab or line breaks)", r, i)
+		}
 	}
 	return nil
 }
+
+// isControl reports whether r is a C0 or C1 control character or DEL.
+func isControl(r rune) bool { return r < 0x20 || r == 0x7f || (r >= 0x80 && r <= 0x9f) }
 
 // EncodePayload validates m and returns its JSON payload.
 func EncodePayload(m Message) ([]byte, error) {
@@ -230,37 +238,43 @@ func EncodePayload(m Message) ([]byte, error) {
 // Message holds whatever could be read (a worker uses its Conversation to
 // report the error), and the error is a *ValidationError.
 func DecodePayload(b []byte) (Message, error) {
-	var p Payload
-	dec := json.NewDecoder(bytes.NewReader(b))
-	if err := dec.Decode(&p); err != nil {
-		// Salvage the conversation, if any, for the error event.
-		var loose struct {
-			Conversation Conversation `json:"conversation"`
-		}
-		_ = json.Unmarshal(b, &loose)
-		return Message{Conversation: loose.Conversation}, invalid("", "not a JSON object of the payload format: %v", err)
-	}
+	p, err := decodePayloadJSON(b, false)
 	m := p.Message()
+	if err != nil {
+		return m, err
+	}
 	if p.V != PayloadVersion {
 		return m, invalid("v", "unknown payload version %d (this worker reads version %d)", p.V, PayloadVersion)
 	}
 	return m, m.Validate()
 }
 
-// TaskIDFor returns the Asynq task id of m: with a MessageID,
-// "turn:<integration>:<chat_id>:<message_id>" (or "turn:h:<sha256 hex>" of
-// that when longer than 200 bytes), so that the same inbound message makes
-// one task; without one, "turn:" and a random UUID.
+// TaskIDFor returns the Asynq task id of m. With a MessageID it is
+// "turn:<integration>:<chat_id>:<message_id>", so that the same inbound
+// message makes one task, each part with '%' and ':' percent-encoded ("%25",
+// "%3A") so that distinct parts never make the same id (chat "1:2" + message
+// "3" is "turn:web:1%3A2:3", chat "1" + message "2:3" is
+// "turn:web:1:2%3A3"); parts without '%' or ':' read as written. An id
+// longer than 200 bytes, or holding a space, becomes "turn:h:<sha256 hex>" of
+// the encoded id. Without a MessageID: "turn:" and a random UUID.
 func TaskIDFor(m Message) string {
 	if m.MessageID == "" {
 		return "turn:" + uuid.NewString()
 	}
-	id := "turn:" + m.Conversation.Integration + ":" + m.Conversation.ChatID + ":" + m.MessageID
+	id := "turn:" + escapeIDPart(m.Conversation.Integration) + ":" + escapeIDPart(m.Conversation.ChatID) + ":" + escapeIDPart(m.MessageID)
 	if len(id) > maxTaskIDBytes || strings.ContainsAny(id, " \t\r\n\x00") {
 		sum := sha256.Sum256([]byte(id))
 		return "turn:h:" + hex.EncodeToString(sum[:])
 	}
 	return id
+}
+
+// escapeIDPart percent-encodes '%' and ':' in one part of a task id.
+func escapeIDPart(s string) string {
+	if !strings.ContainsAny(s, "%:") {
+		return s
+	}
+	return strings.NewReplacer("%", "%25", ":", "%3A").Replace(s)
 }
 
 // OtidFor returns the otid of a turn: the message's own when it has one,

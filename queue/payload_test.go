@@ -146,7 +146,9 @@ func TestEnqueueHTTPHandler(t *testing.T) {
 	h := EnqueueHTTPHandler(c)
 	post := func(body string) (int, map[string]any) {
 		rr := httptest.NewRecorder()
-		h.ServeHTTP(rr, httptest.NewRequest(http.MethodPost, "/enqueue", strings.NewReader(body)))
+		req := httptest.NewRequest(http.MethodPost, "/enqueue", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		h.ServeHTTP(rr, req)
 		var out map[string]any
 		_ = json.Unmarshal(rr.Body.Bytes(), &out)
 		return rr.Code, out

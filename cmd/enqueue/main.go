@@ -7,7 +7,8 @@
 //	go run ./cmd/enqueue journal show <task-id|otid>
 //
 // Exit codes: 0 answered (or enqueued, without --wait), 1 the turn failed, 2 bad input or
-// configuration, 3 --wait timed out, 4 the agent asks for a tool approval. See --help.
+// configuration, 3 --wait timed out, 4 the agent asks for a tool approval. See --help. Scripts
+// need the built command (go build -o bin/ ./cmd/...): go run turns every non-zero exit into 1.
 package main
 
 import (

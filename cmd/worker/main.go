@@ -4,9 +4,12 @@
 //
 //	go run ./cmd/worker --dev     # everything in one process: in-memory Redis, Letta simulator
 //	go run ./cmd/worker --help    # every flag and environment variable, with its default
+//	worker healthcheck            # GET this worker's /readyz (for Docker's healthcheck)
 //
 // Exit codes: 0 after a clean shutdown (SIGTERM/SIGINT), 1 when the worker failed, 2 for bad
-// configuration.
+// configuration. `worker healthcheck` exits 0 when the worker is ready, 1 otherwise. Build the
+// command (go build -o bin/ ./cmd/...) when the exit code matters: go run turns every non-zero
+// exit into 1.
 package main
 
 import (

@@ -70,6 +70,8 @@ type WorkerConfig struct {
 	HTTPAddr          string // "" or "off": no listener
 	HTTPToken         string
 	MonitorWritable   bool
+	HTTPIdleTimeout   time.Duration // a keep-alive connection idle this long is closed
+	HTTPBodyTimeout   time.Duration // a request body must arrive within this
 	WorkerID          string
 	Dev               bool
 	DevRedisAddr      string
@@ -88,9 +90,9 @@ func stringSetting(p func(*WorkerConfig) *string) func(*WorkerConfig, string) er
 
 func durSetting(p func(*WorkerConfig) *time.Duration, min time.Duration) func(*WorkerConfig, string) error {
 	return func(c *WorkerConfig, raw string) error {
-		d, err := time.ParseDuration(raw)
+		d, err := parseDurationArg(raw)
 		if err != nil {
-			return fmt.Errorf("not a duration (write e.g. 500ms, 1s, 2m)")
+			return err
 		}
 		if d < min {
 			return fmt.Errorf("must be at least %v", min)
@@ -286,11 +288,17 @@ var workerSettings = []setting{
 			return nil
 		}},
 	{Var{Name: "LETTAQ_HTTP_TOKEN", Default: "", Secret: true,
-		Help: "token for /metrics, /monitor/ and /enqueue: Authorization: Bearer <token>, ?token=<token> (then a cookie), or basic auth with the token as password; required off loopback"},
+		Help: "token for /metrics, /monitor/ and /enqueue: Authorization: Bearer <token> or basic auth with the token as password; the monitor also takes it once as /monitor/?token=<token> (then a session cookie); required off loopback"},
 		stringSetting(func(c *WorkerConfig) *string { return &c.HTTPToken })},
 	{Var{Name: "LETTAQ_MONITOR_WRITABLE", Default: "false", Bool: true,
 		Help: "let the monitor (asynqmon at /monitor/) delete, run and archive tasks; read-only by default"},
 		boolSetting(func(c *WorkerConfig) *bool { return &c.MonitorWritable })},
+	{Var{Name: "LETTAQ_HTTP_IDLE_TIMEOUT", Default: "60s",
+		Help: "the HTTP listener closes a keep-alive connection that has waited this long for its next request"},
+		durSetting(func(c *WorkerConfig) *time.Duration { return &c.HTTPIdleTimeout }, time.Millisecond)},
+	{Var{Name: "LETTAQ_HTTP_BODY_TIMEOUT", Default: "30s",
+		Help: "the HTTP listener drops a request whose body has not fully arrived this long after its headers (which must arrive within 10s); answers may take longer"},
+		durSetting(func(c *WorkerConfig) *time.Duration { return &c.HTTPBodyTimeout }, time.Millisecond)},
 	{Var{Name: "LETTAQ_WORKER_ID", Default: "<hostname>-<pid>",
 		Help: "this worker's name in the journal and logs"},
 		stringSetting(func(c *WorkerConfig) *string { return &c.WorkerID })},
@@ -423,16 +431,7 @@ func ParseWorkerConfig(args []string, getenv func(string) string, out io.Writer)
 			fs.Var(strFlag{p}, v.Flag, usage)
 		}
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			WriteUsage(out, "worker [flags]", "Runs lettaq turns: takes messages from Redis (Asynq), streams them to Letta agents,\nwrites reply events. Every flag overrides the environment variable named with it.", vars, nil)
-			return WorkerConfig{}, errHelp
-		}
-		return WorkerConfig{}, &ConfigError{Errs: []error{err}}
-	}
-	if fs.NArg() > 0 {
-		return WorkerConfig{}, &ConfigError{Errs: []error{fmt.Errorf("unexpected argument %q (configuration is by flags and environment variables; see --help)", fs.Arg(0))}}
-	}
+	err := fs.Parse(args)
 	l := lookup{getenv: getenv, flagged: map[string]string{}}
 	fs.Visit(func(f *flag.Flag) {
 		for _, v := range vars {
@@ -441,7 +440,45 @@ func ParseWorkerConfig(args []string, getenv func(string) string, out io.Writer)
 			}
 		}
 	})
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			WriteUsage(out, "worker [flags]\n       worker healthcheck [--timeout D]    (GET this worker's /readyz: exit 0 ready, 1 not; see worker healthcheck --help)", "Runs lettaq turns: takes messages from Redis (Asynq), streams them to Letta agents,\nwrites reply events. Every flag overrides the environment variable named with it.", vars, helpTaskTimeout(l))
+			return WorkerConfig{}, errHelp
+		}
+		return WorkerConfig{}, &ConfigError{Errs: []error{err}}
+	}
+	if fs.NArg() > 0 {
+		return WorkerConfig{}, &ConfigError{Errs: []error{fmt.Errorf("unexpected argument %q (configuration is by flags and environment variables; see --help)", fs.Arg(0))}}
+	}
 	return buildWorkerConfig(l)
+}
+
+// helpTaskTimeout is --help's statement of the task timeout for the configuration given so far
+// (environment and the flags before --help), which producers in other languages must use.
+func helpTaskTimeout(l lookup) []string {
+	dev := false
+	if raw, _ := l.get("LETTAQ_DEV"); raw != "" {
+		dev, _ = parseBool(raw)
+	}
+	b, err := budget.FromEnv(func(name string) string {
+		raw, _ := l.get(name)
+		if raw == "" && dev {
+			raw = DevBudgetDefaults[name]
+		}
+		return raw
+	})
+	if err != nil {
+		return []string{"", "Task timeout: not computable, the budget is invalid:", err.Error()}
+	}
+	mode := "with this configuration"
+	if dev {
+		mode = "in dev mode with this configuration"
+	}
+	return []string{"",
+		fmt.Sprintf("Task timeout %s: %ds (%s), computed from the time budget below:", mode, int64(b.TaskTimeout()/time.Second), b.TaskTimeout()),
+		"  " + BudgetFormula(b),
+		"Producers in other languages give their Asynq tasks this timeout; a running worker answers",
+		"it (and the other task options) at GET /budget."}
 }
 
 func buildWorkerConfig(l lookup) (WorkerConfig, error) {
@@ -490,7 +527,8 @@ func buildWorkerConfig(l lookup) (WorkerConfig, error) {
 // check applies the rules that span several variables.
 func (c *WorkerConfig) check() error {
 	if c.HTTPAddr != "off" && c.HTTPToken == "" && !IsLoopback(c.HTTPAddr) {
-		return fmt.Errorf("LETTAQ_HTTP_TOKEN (--http-token) is required when LETTAQ_HTTP_ADDR (%s) is not a loopback address: the monitor and metrics must not be open to the network", c.HTTPAddr)
+		return fmt.Errorf("LETTAQ_HTTP_TOKEN (--http-token) is required when LETTAQ_HTTP_ADDR (%s) is not a loopback address: the monitor and metrics must not be open to the network; "+
+			"make one with openssl rand -hex 16 (with docker compose: in .env next to docker-compose.yaml, see .env.example)", c.HTTPAddr)
 	}
 	if !c.Dev {
 		if _, err := c.RedisConnOpt(); err != nil {

@@ -58,7 +58,7 @@ const enqueueDesc = `Puts one chat message on the lettaq queue as an agent turn;
 conversation's reply events until the turn's answer (or error) arrives. "journal" shows what
 the workers recorded about recent turns (a table on a terminal, JSON otherwise or with --json).
 
-Exit codes:
+Exit codes (of the built command: go run exits 1 for any failure):
   0  answered (or, without --wait, enqueued; a duplicate message id also exits 0)
   1  the turn failed (a permanent error event), or it could not be enqueued (Redis trouble)
   2  bad input or configuration
@@ -92,15 +92,16 @@ func RunEnqueue(ctx context.Context, args []string, getenv func(string) string, 
 	fs.BoolVar(&o.dev, "dev", false, "")
 	fs.BoolVar(&o.jsonOut, "json", false, "")
 	fs.BoolVar(&o.wait, "wait", false, "")
-	fs.DurationVar(&o.timeout, "timeout", 10*time.Minute, "")
+	o.timeout = 10 * time.Minute
+	fs.Var(durationValue{&o.timeout}, "timeout", "")
 	fs.StringVar(&o.ordering, "ordering", envOr("LETTAQ_ORDERING", "conversation"), "")
-	defRetry, err := strconv.Atoi(envOr("LETTAQ_MAX_RETRY", strconv.Itoa(queue.DefaultMaxRetry)))
-	if err != nil {
-		fmt.Fprintf(stderr, "enqueue: LETTAQ_MAX_RETRY: not an integer\n")
+	if err := (intValue{&o.maxRetry}).Set(envOr("LETTAQ_MAX_RETRY", strconv.Itoa(queue.DefaultMaxRetry))); err != nil {
+		fmt.Fprintf(stderr, "enqueue: LETTAQ_MAX_RETRY=%q: %v\n", getenv("LETTAQ_MAX_RETRY"), err)
 		return ExitUsage
 	}
-	fs.IntVar(&o.maxRetry, "max-retry", defRetry, "")
-	fs.IntVar(&o.limit, "limit", 20, "")
+	fs.Var(intValue{&o.maxRetry}, "max-retry", "")
+	o.limit = 20
+	fs.Var(intValue{&o.limit}, "limit", "")
 	usage := func() {
 		WriteUsage(stdout, enqueueSynopsis, enqueueDesc, EnqueueVars, nil)
 		fmt.Fprint(stdout, `  --integration NAME   the chat integration, part of the conversation (default cli)
@@ -127,7 +128,7 @@ Time budget: the task timeout is computed from the LETTAQ_* budget variables, as
 				usage()
 				return ExitOK
 			}
-			fmt.Fprintf(stderr, "enqueue: %v (see --help)\n", err)
+			fmt.Fprintf(stderr, "enqueue: %v (see --help)\n", flagError(err))
 			return ExitUsage
 		}
 		rest = fs.Args()
@@ -137,6 +138,7 @@ Time budget: the task timeout is computed from the LETTAQ_* budget variables, as
 		pos = append(pos, rest[0])
 		rest = rest[1:]
 	}
+	warnUnknownVars(NewLogger(stderr, strings.ToLower(getenv("LETTAQ_LOG_FORMAT")), "info"), getenv)
 
 	connOpt, err := o.connOpt()
 	if err != nil {

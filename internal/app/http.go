@@ -2,11 +2,9 @@ package app
 
 import (
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"log/slog"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -30,21 +28,23 @@ type HTTPOptions struct {
 	Metrics *Metrics
 	// Enqueue, when set, is mounted at /enqueue.
 	Enqueue http.Handler
+	// Budget, when set, is served at /budget: the task options producers must use.
+	Budget *BudgetInfo
 	// Ready, when set, must also pass for /readyz (e.g. "the worker is taking tasks").
 	Ready  func() error
 	Logger *slog.Logger
 }
 
-const tokenCookie = "lettaq_token"
-
 // NewHTTPHandler returns the listener's routes and a func that closes the monitor's Redis
-// connections:
+// connections. State-changing requests from another origin's page are refused on every path
+// (see refuseCrossOrigin):
 //
 //	/healthz    200 while the process runs (no auth)
 //	/readyz     200 when Redis answers PING (no auth), 503 otherwise
 //	/metrics    Prometheus (auth)
 //	/monitor/   asynqmon (auth; read-only unless MonitorWritable)
 //	/enqueue    the queue's HTTP enqueue endpoint, when provided (auth)
+//	/budget     the task timeout and task options producers must use, when provided (auth)
 func NewHTTPHandler(o HTTPOptions) (http.Handler, func()) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -81,58 +81,22 @@ func NewHTTPHandler(o HTTPOptions) (http.Handler, func()) {
 		mon := asynqmon.New(asynqmon.Options{RootPath: "/monitor", RedisConnOpt: o.RedisConnOpt, ReadOnly: !o.MonitorWritable})
 		closer = func() { _ = mon.Close() }
 		mux.Handle("/monitor/", auth(mon))
-		mux.Handle("GET /monitor", http.RedirectHandler("/monitor/", http.StatusMovedPermanently))
+		mux.HandleFunc("GET /monitor", func(w http.ResponseWriter, r *http.Request) {
+			u := *r.URL // keep the query (?token=)
+			u.Path = "/monitor/"
+			http.Redirect(w, r, u.RequestURI(), http.StatusMovedPermanently)
+		})
 	}
 	if o.Enqueue != nil {
 		mux.Handle("/enqueue", auth(o.Enqueue))
 	}
+	if o.Budget != nil {
+		mux.Handle("GET /budget", auth(budgetHandler(*o.Budget)))
+	}
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		_, _ = w.Write([]byte("lettaq worker: /healthz /readyz /metrics /monitor/" + map[bool]string{true: " /enqueue", false: ""}[o.Enqueue != nil] + "\n"))
+		_, _ = w.Write([]byte("lettaq worker: /healthz /readyz /metrics /monitor/" + map[bool]string{true: " /enqueue", false: ""}[o.Enqueue != nil] +
+			map[bool]string{true: " /budget", false: ""}[o.Budget != nil] + "\n"))
 	})
-	return mux, closer
-}
-
-// requireToken accepts the token as "Authorization: Bearer <token>", as the password of basic
-// auth (any user name: browsers ask for it), or as ?token=<token>, which also sets a cookie
-// so the monitor's own requests pass. An empty token lets everything through.
-func requireToken(token string) func(http.Handler) http.Handler {
-	return func(next http.Handler) http.Handler {
-		if token == "" {
-			return next
-		}
-		want := []byte(token)
-		ok := func(got string) bool { return got != "" && subtle.ConstantTimeCompare([]byte(got), want) == 1 }
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if h := r.Header.Get("Authorization"); strings.HasPrefix(h, "Bearer ") && ok(strings.TrimPrefix(h, "Bearer ")) {
-				next.ServeHTTP(w, r)
-				return
-			}
-			if _, pw, has := r.BasicAuth(); has && ok(pw) {
-				next.ServeHTTP(w, r)
-				return
-			}
-			if c, err := r.Cookie(tokenCookie); err == nil && ok(c.Value) {
-				next.ServeHTTP(w, r)
-				return
-			}
-			if q := r.URL.Query().Get("token"); ok(q) {
-				http.SetCookie(w, &http.Cookie{Name: tokenCookie, Value: token, Path: "/", HttpOnly: true,
-					SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
-				if r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/monitor") {
-					// Drop the token from the address bar.
-					u := *r.URL
-					qs := u.Query()
-					qs.Del("token")
-					u.RawQuery = qs.Encode()
-					http.Redirect(w, r, u.RequestURI(), http.StatusFound)
-					return
-				}
-				next.ServeHTTP(w, r)
-				return
-			}
-			w.Header().Set("WWW-Authenticate", `Basic realm="lettaq", charset="UTF-8"`)
-			http.Error(w, "unauthorized: send the LETTAQ_HTTP_TOKEN as a Bearer token, as the basic-auth password, or as ?token=", http.StatusUnauthorized)
-		})
-	}
+	return refuseCrossOrigin(mux), closer
 }

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -41,17 +42,23 @@ func (r *Running) Err() error { <-r.done; return r.err }
 // RunWorker is the worker command: it parses args and the environment, runs until SIGTERM or
 // SIGINT (or ctx ends) and returns the exit code.
 func RunWorker(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "healthcheck" {
+		return RunHealthcheck(ctx, args[1:], getenv, stdout, stderr)
+	}
 	cfg, err := ParseWorkerConfig(args, getenv, stdout)
 	if errors.Is(err, errHelp) {
 		return ExitOK
 	}
 	if err != nil {
+		// A misspelled variable may be why the configuration is wrong: say so first.
+		warnUnknownVars(NewLogger(stderr, strings.ToLower(getenv("LETTAQ_LOG_FORMAT")), "info"), getenv)
 		fmt.Fprintf(stderr, "worker: configuration error:\n%v\n", err)
 		return ExitUsage
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	logger := NewLogger(stderr, cfg.LogFormat, cfg.LogLevel)
+	warnUnknownVars(logger, getenv)
 	if limit, from := applyMemoryLimit(getenv); from != "" {
 		logger.Info("GC memory limit", "bytes", limit, "from", from)
 	}
@@ -149,9 +156,10 @@ func StartWorker(ctx context.Context, cfg WorkerConfig, logger *slog.Logger, std
 			return nil, &ConfigError{Errs: []error{fmt.Errorf("LETTAQ_HTTP_ADDR=%q: %v", addr, err)}}
 		}
 		var h http.Handler
+		budgetInfo := NewBudgetInfo(cfg)
 		h, closeMon = NewHTTPHandler(HTTPOptions{
 			Token: cfg.HTTPToken, Redis: rdb, RedisConnOpt: connOpt, MonitorWritable: cfg.MonitorWritable,
-			Metrics: metrics, Enqueue: q.enqueueHandler(), Logger: logger,
+			Metrics: metrics, Enqueue: q.enqueueHandler(), Logger: logger, Budget: &budgetInfo,
 			Ready: func() error {
 				if !r.ready.Load() {
 					return errors.New("not taking turns")
@@ -159,7 +167,7 @@ func StartWorker(ctx context.Context, cfg WorkerConfig, logger *slog.Logger, std
 				return nil
 			},
 		})
-		srv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+		srv = NewHTTPServer(h, HTTPServerOptions{IdleTimeout: cfg.HTTPIdleTimeout, BodyTimeout: cfg.HTTPBodyTimeout})
 		r.HTTPAddr = ln.Addr().String()
 		go func() { _ = srv.Serve(ln) }()
 		logger.Info("http listening", "addr", r.HTTPAddr, "monitor", "http://"+r.HTTPAddr+"/monitor/", "metrics", "http://"+r.HTTPAddr+"/metrics")

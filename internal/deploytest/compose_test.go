@@ -36,6 +36,11 @@ type compose struct {
 		Expose      []string          `yaml:"expose"`
 		Profiles    []string          `yaml:"profiles"`
 		StopGrace   string            `yaml:"stop_grace_period"`
+		MemLimit    string            `yaml:"mem_limit"`
+		Healthcheck struct {
+			Test    []string `yaml:"test"`
+			Timeout string   `yaml:"timeout"`
+		} `yaml:"healthcheck"`
 	} `yaml:"services"`
 }
 
@@ -76,26 +81,28 @@ func TestComposeMatchesWorker(t *testing.T) {
 		}
 		_ = val
 	}
-	// The values, with compose's ${VAR:-default} and ${VAR:?message} filled in, are valid.
-	subst := regexp.MustCompile(`\$\{[A-Z_]+(:-([^}]*)|:\?[^}]*)\}`)
-	resolved := map[string]string{}
-	for name, val := range w.Environment {
-		resolved[name] = subst.ReplaceAllStringFunc(val, func(m string) string {
-			if sm := subst.FindStringSubmatch(m); strings.HasPrefix(sm[1], ":-") {
-				return sm[2]
-			}
-			return "a-token"
-		})
+	// The values, with compose's ${VAR:-default} filled in (the variables unset), are what the
+	// worker gets: valid, except that it refuses to start without a token.
+	resolved := resolveCompose(t, w.Environment, nil)
+	_, err := app.ParseWorkerConfig(nil, func(k string) string { return resolved[k] }, nil)
+	if err == nil || !strings.Contains(err.Error(), "LETTAQ_HTTP_TOKEN") || !strings.Contains(err.Error(), ".env.example") {
+		t.Errorf("without LETTAQ_HTTP_TOKEN the worker must refuse to start naming it; got %v", err)
 	}
-	if _, err := app.ParseWorkerConfig(nil, func(k string) string { return resolved[k] }, nil); err != nil {
+	withToken := resolveCompose(t, w.Environment, map[string]string{"LETTAQ_HTTP_TOKEN": "a-token"})
+	if _, err := app.ParseWorkerConfig(nil, func(k string) string { return withToken[k] }, nil); err != nil {
 		t.Errorf("the worker rejects compose's environment: %v", err)
 	}
 	addr := w.Environment["LETTAQ_HTTP_ADDR"]
 	if app.IsLoopback(addr) {
 		t.Errorf("LETTAQ_HTTP_ADDR %q is loopback: unreachable from outside the container", addr)
 	}
-	if !strings.Contains(w.Environment["LETTAQ_HTTP_TOKEN"], ":?") {
-		t.Errorf("LETTAQ_HTTP_TOKEN must be required (${VAR:?…}) since the listener is not on loopback")
+	if !strings.Contains(w.Environment["LETTAQ_HTTP_TOKEN"], "${LETTAQ_HTTP_TOKEN") {
+		t.Errorf("LETTAQ_HTTP_TOKEN must come from the environment or .env: %q", w.Environment["LETTAQ_HTTP_TOKEN"])
+	}
+	if w.MemLimit == "" {
+		t.Error("worker has no mem_limit (README recommends one: the worker sets its GC limit from it)")
+	} else if !regexp.MustCompile(`^[1-9][0-9]*(b|k|kb|m|mb|g|gb)$`).MatchString(strings.ToLower(w.MemLimit)) {
+		t.Errorf("mem_limit %q is not a compose byte size", w.MemLimit)
 	}
 	if !strings.Contains(w.Environment["LETTA_BASE_URL"], "http://letta:8283") {
 		t.Errorf("LETTA_BASE_URL default should be http://letta:8283: %q", w.Environment["LETTA_BASE_URL"])
@@ -155,4 +162,5 @@ func TestGenerateReadmeTable(t *testing.T) {
 		t.Skip("set LETTAQ_PRINT_TABLE=1 to print")
 	}
 	t.Log("\n" + app.VarsTable(app.WorkerVars()))
+	t.Log("\n" + defaultBudgetJSON(t))
 }

@@ -1,0 +1,137 @@
+package app
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/lettaq/lettaq/budget"
+	"github.com/lettaq/lettaq/queue"
+)
+
+// BudgetInfo is what GET /budget answers: what a producer in another language needs to write a
+// turn task that the workers run as they would their own (see README, "Enqueueing from another
+// language").
+type BudgetInfo struct {
+	TaskType           string         `json:"task_type"`            // "lettaq:turn"
+	PayloadVersion     int            `json:"payload_version"`      // the payload's "v"
+	TaskTimeoutSeconds int64          `json:"task_timeout_seconds"` // the Asynq task timeout, whole seconds
+	TaskTimeout        string         `json:"task_timeout"`         // the same, e.g. "32m40s"
+	Formula            string         `json:"formula"`              // how it adds up, e.g. "2 × (connect 30s + …) + …"
+	ResendPolicy       string         `json:"resend_policy"`        // whether the four phases count twice
+	Phases             []PhaseInfo    `json:"phases"`               // the parts, in order
+	MaxRetry           int            `json:"max_retry"`            // LETTAQ_MAX_RETRY
+	RetentionSeconds   int64          `json:"retention_seconds"`    // how long a finished task is kept
+	Queues             map[string]int `json:"queues"`               // LETTAQ_QUEUES, with weights
+	EnqueueQueue       string         `json:"enqueue_queue"`        // the queue /enqueue uses (highest weight)
+	KeyPrefix          string         `json:"key_prefix"`           // LETTAQ_KEY_PREFIX
+	Ordering           string         `json:"ordering"`             // conversation, agent or off
+	OrderingPrefix     string         `json:"ordering_prefix"`      // where the ordering lines live
+}
+
+// PhaseInfo is one part of the task timeout.
+type PhaseInfo struct {
+	Name    string  `json:"name"`    // e.g. "connect", "resend-stream", "safety-margin"
+	Seconds float64 `json:"seconds"` // its maximum
+	Var     string  `json:"var"`     // the variable that sets it
+}
+
+// NewBudgetInfo describes cfg's task options for producers.
+func NewBudgetInfo(cfg WorkerConfig) BudgetInfo {
+	b := cfg.Budget
+	info := BudgetInfo{
+		TaskType:           queue.TaskType,
+		PayloadVersion:     queue.PayloadVersion,
+		TaskTimeoutSeconds: int64(b.TaskTimeout() / time.Second),
+		TaskTimeout:        b.TaskTimeout().String(),
+		Formula:            BudgetFormula(b),
+		ResendPolicy:       string(b.ResendPolicy),
+		MaxRetry:           cfg.MaxRetry,
+		RetentionSeconds:   int64(queue.DefaultRetention / time.Second),
+		Queues:             cfg.Queues,
+		EnqueueQueue:       firstQueue(cfg.Queues),
+		KeyPrefix:          cfg.KeyPrefix,
+		Ordering:           cfg.Ordering,
+		OrderingPrefix:     queue.OrderingPrefix(cfg.KeyPrefix),
+	}
+	for _, p := range b.Phases() {
+		info.Phases = append(info.Phases, PhaseInfo{Name: p.Name, Seconds: p.Max.Seconds(), Var: p.Var})
+	}
+	return info
+}
+
+// budgetHandler answers GET /budget.
+func budgetHandler(info BudgetInfo) http.Handler {
+	body, err := json.Marshal(info)
+	if err != nil {
+		panic(err) // plain data: cannot fail
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(append(body, '\n'))
+	})
+}
+
+var phaseLabel = map[string]string{
+	budget.PhaseConnect:      "connect",
+	budget.PhaseStream:       "stream",
+	budget.PhaseAdmission:    "admission",
+	budget.PhaseContinuation: "continuation",
+	budget.PhaseDelivery:     "delivery",
+	budget.PhaseSafetyMargin: "safety margin",
+}
+
+// BudgetFormula writes how c's task timeout adds up, e.g.
+//
+//	task timeout = 2 × (connect 30s + stream 5m + admission 30s + continuation 10m) + delivery 10s + safety margin 30s = 1960s (32m40s)
+//
+// (the four phases count twice when the resend policy allows one resend). README.md states it
+// for the defaults; --help and GET /budget for the configuration in use.
+func BudgetFormula(c budget.Config) string {
+	var attempt, rest []string
+	for _, p := range c.Phases() {
+		label, ok := phaseLabel[p.Name]
+		if !ok {
+			continue // the resend repeats of the attempt's phases
+		}
+		term := label + " " + shortDuration(p.Max)
+		if p.Name == budget.PhaseDelivery || p.Name == budget.PhaseSafetyMargin {
+			rest = append(rest, term)
+		} else {
+			attempt = append(attempt, term)
+		}
+	}
+	sum := strings.Join(attempt, " + ")
+	if c.ResendPolicy.AllowsResend() {
+		sum = "2 × (" + sum + ")"
+	}
+	sum = strings.Join(append([]string{sum}, rest...), " + ")
+	var exact time.Duration
+	for _, p := range c.Phases() {
+		exact += p.Max
+	}
+	rounded := ""
+	if exact != c.TaskTimeout() {
+		rounded = ", rounded up to whole seconds,"
+	}
+	tt := c.TaskTimeout()
+	return fmt.Sprintf("task timeout = %s%s = %ds (%s)", sum, rounded, int64(tt/time.Second), tt)
+}
+
+// shortDuration writes whole hours, minutes or seconds in one unit ("5m", "75s"), as the
+// budget variables' defaults are written, and anything else as time.Duration does.
+func shortDuration(d time.Duration) string {
+	switch {
+	case d == 0:
+		return "0s"
+	case d%time.Hour == 0:
+		return fmt.Sprintf("%dh", d/time.Hour)
+	case d%time.Minute == 0:
+		return fmt.Sprintf("%dm", d/time.Minute)
+	case d%time.Second == 0:
+		return fmt.Sprintf("%ds", d/time.Second)
+	}
+	return d.String()
+}

@@ -1,0 +1,82 @@
+package app
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// durationValue is a flag.Value for a duration whose errors say how to write one (the flag
+// package's own answers only "parse error").
+type durationValue struct{ p *time.Duration }
+
+func (d durationValue) String() string {
+	if d.p == nil {
+		return ""
+	}
+	return d.p.String()
+}
+
+func (d durationValue) Set(s string) error {
+	v, err := parseDurationArg(s)
+	if err != nil {
+		return err
+	}
+	*d.p = v
+	return nil
+}
+
+// parseDurationArg parses a duration given on the command line or in the environment; its
+// error says how to write one ("5" lacks a unit: 5s).
+func parseDurationArg(s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	d, err := time.ParseDuration(s)
+	if err == nil {
+		return d, nil
+	}
+	if _, nerr := strconv.ParseFloat(s, 64); nerr == nil {
+		return 0, fmt.Errorf("write a duration with a unit, e.g. %ss or %sm", s, s)
+	}
+	return 0, errors.New("write a duration with a unit, e.g. 500ms, 5s or 2m")
+}
+
+// intValue is a flag.Value for an integer whose errors say what was expected.
+type intValue struct{ p *int }
+
+func (v intValue) String() string {
+	if v.p == nil {
+		return ""
+	}
+	return strconv.Itoa(*v.p)
+}
+
+func (v intValue) Set(s string) error {
+	n, err := strconv.Atoi(strings.TrimSpace(s))
+	if err != nil {
+		return errors.New("write a whole number, e.g. 10")
+	}
+	*v.p = n
+	return nil
+}
+
+var flagValueErr = regexp.MustCompile(`^invalid (?:boolean )?value ("(?:[^"\\]|\\.)*") for (?:flag )?-(\S+): (.*)$`)
+
+// flagError rewrites the flag package's `invalid value "5" for flag -timeout: …` as
+// `--timeout "5": …`, naming the flag the way the help writes it.
+func flagError(err error) error {
+	if err == nil {
+		return nil
+	}
+	m := flagValueErr.FindStringSubmatch(err.Error())
+	if m == nil {
+		return err
+	}
+	reason := m[3]
+	if reason == "parse error" { // strconv's, for a flag.Bool
+		reason = "want true or false"
+	}
+	return fmt.Errorf("--%s %s: %s", m[2], m[1], reason)
+}

@@ -1,0 +1,182 @@
+package queue
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Reading a payload from JSON. encoding/json quietly rewrites invalid UTF-8
+// (and unpaired surrogate escapes such as "\ud800") to U+FFFD, so a chat id
+// of invalid bytes would name another chat's reply stream; and its type
+// errors need their field named. decodePayloadJSON does both.
+
+// decodePayloadJSON parses b as a Payload. whole: b must be one JSON value
+// (the HTTP body); otherwise the first value is read (task payloads, as
+// before). On error the Payload holds what could be read, without a
+// Conversation whose strings were rewritten, and the error is a
+// *ValidationError naming the field.
+func decodePayloadJSON(b []byte, whole bool) (Payload, error) {
+	decode := func(v any) error {
+		if whole {
+			return json.Unmarshal(b, v)
+		}
+		return json.NewDecoder(bytes.NewReader(b)).Decode(v)
+	}
+	var p Payload
+	if err := decode(&p); err != nil {
+		// Salvage the conversation, if any, for the error event.
+		var loose struct {
+			Conversation Conversation `json:"conversation"`
+		}
+		_ = decode(&loose)
+		p = Payload{Conversation: loose.Conversation}
+		var raw rawPayloadStrings
+		_ = decode(&raw)
+		if raw.conversationFault() != "" {
+			p.Conversation = Conversation{}
+		}
+		return p, jsonError(err)
+	}
+	var raw rawPayloadStrings
+	_ = decode(&raw) // cannot fail where decoding p did not
+	if field := raw.fault(); field != "" {
+		if raw.conversationFault() != "" {
+			p.Conversation = Conversation{}
+		}
+		return p, invalid(field, "is not valid UTF-8 (or holds an unpaired surrogate escape)")
+	}
+	return p, nil
+}
+
+// rawPayloadStrings holds the payload's strings as written.
+type rawPayloadStrings struct {
+	AgentID      json.RawMessage `json:"agent_id"`
+	Text         json.RawMessage `json:"text"`
+	SenderID     json.RawMessage `json:"sender_id"`
+	Conversation struct {
+		Integration json.RawMessage `json:"integration"`
+		ChatID      json.RawMessage `json:"chat_id"`
+	} `json:"conversation"`
+	MessageID json.RawMessage `json:"message_id"`
+	Otid      json.RawMessage `json:"otid"`
+}
+
+// fault returns the first field whose string is not valid UTF-8, or "".
+func (r *rawPayloadStrings) fault() string {
+	for _, f := range []struct {
+		name string
+		raw  json.RawMessage
+	}{{"agent_id", r.AgentID}, {"text", r.Text}, {"sender_id", r.SenderID}} {
+		if !validJSONString(f.raw) {
+			return f.name
+		}
+	}
+	if f := r.conversationFault(); f != "" {
+		return f
+	}
+	if !validJSONString(r.MessageID) {
+		return "message_id"
+	}
+	if !validJSONString(r.Otid) {
+		return "otid"
+	}
+	return ""
+}
+
+func (r *rawPayloadStrings) conversationFault() string {
+	switch {
+	case !validJSONString(r.Conversation.Integration):
+		return "conversation.integration"
+	case !validJSONString(r.Conversation.ChatID):
+		return "conversation.chat_id"
+	}
+	return ""
+}
+
+// validJSONString reports whether raw, a JSON value, is not a string that
+// decodes with replacement: its bytes are valid UTF-8 and every \u escape
+// of a surrogate is one of a pair. Non-strings pass (their type is checked
+// by the decoder).
+func validJSONString(raw json.RawMessage) bool {
+	if len(raw) == 0 || raw[0] != '"' {
+		return true
+	}
+	if !utf8.Valid(raw) {
+		return false
+	}
+	hex4 := func(i int) (rune, bool) {
+		if i+6 > len(raw) || raw[i] != '\\' || raw[i+1] != 'u' {
+			return 0, false
+		}
+		n, err := strconv.ParseUint(string(raw[i+2:i+6]), 16, 32)
+		return rune(n), err == nil
+	}
+	for i := 1; i < len(raw)-1; i++ {
+		if raw[i] != '\\' {
+			continue
+		}
+		if raw[i+1] != 'u' {
+			i++ // a one-character escape
+			continue
+		}
+		r, ok := hex4(i)
+		if !ok {
+			return false
+		}
+		switch {
+		case r >= 0xD800 && r < 0xDC00: // high surrogate: a low one must follow
+			lo, ok := hex4(i + 6)
+			if !ok || lo < 0xDC00 || lo > 0xDFFF {
+				return false
+			}
+			i += 11
+		case r >= 0xDC00 && r <= 0xDFFF:
+			return false
+		default:
+			i += 5
+		}
+	}
+	return true
+}
+
+// jsonError turns a decoding error into a *ValidationError naming the field.
+func jsonError(err error) error {
+	var te *json.UnmarshalTypeError
+	var pe *time.ParseError
+	switch {
+	case errors.As(err, &te):
+		want := jsonKind(te.Type)
+		if te.Field == "" {
+			return invalid("", "the payload must be %s, not a JSON %s", want, te.Value)
+		}
+		return invalid(te.Field, "must be %s, not a JSON %s", want, te.Value)
+	case errors.As(err, &pe):
+		return invalid("enqueued_at", "is not an RFC 3339 time: %q", pe.Value)
+	}
+	return invalid("", "not a JSON object of the payload format: %v", err)
+}
+
+func jsonKind(t reflect.Type) string {
+	if t == nil {
+		return "another type"
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a JSON string"
+	case reflect.Int, reflect.Int64, reflect.Int32, reflect.Uint, reflect.Uint64, reflect.Uint32, reflect.Float64:
+		return "a JSON number"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Struct, reflect.Map:
+		return "a JSON object"
+	case reflect.Slice, reflect.Array:
+		return "a JSON array"
+	}
+	return "a JSON " + strings.ToLower(t.Kind().String())
+}
