@@ -22,7 +22,8 @@ const DefaultMaxCoalesce = 20
 // order (package ordering). The zero value is the default: on, one line
 // per conversation (agent + integration + chat), keys under
 // ordering.DefaultPrefix, no coalescing. Client and workers must agree on
-// Off, Scope and Config.Prefix.
+// Off, Scope and Config.Prefix (a client under ordering schedules a turn
+// queued behind another, and only workers under ordering wake it).
 type Ordering struct {
 	// Off: turns run as soon as a worker takes them, concurrently within a
 	// conversation.
