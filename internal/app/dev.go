@@ -30,6 +30,11 @@ const DevLettaURLKey = "lettaq:dev:letta-url"
 // the live view shows the answer growing at a human pace.
 const DevTokenDelay = 30 * time.Millisecond
 
+// DevDeltaMaxAge is how long a dev worker holds answer text before an answer_delta event
+// (queue.WorkerConfig.DeltaMaxAge; the default, a second, would send a demo answer, which
+// streams in under a second, as one delta, and nobody would see it grow).
+const DevDeltaMaxAge = 100 * time.Millisecond
+
 // DevPingInterval is how often the simulator pings a quiet stream in dev mode.
 const DevPingInterval = time.Second
 

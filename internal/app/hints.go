@@ -25,6 +25,21 @@ var enqueueCommand = func() string {
 	return shQuote(a)
 }()
 
+// greetingEnqueue is how the dev worker's greeting names the enqueue command, given how the
+// worker was invoked (os.Args[0]): "go run ./cmd/enqueue" under go run, else the enqueue built
+// beside it (bin/worker → bin/enqueue, ./worker → ./enqueue; worker found on PATH → enqueue).
+func greetingEnqueue(workerArg0 string) string {
+	a := filepath.ToSlash(workerArg0)
+	if a == "" || strings.Contains(a, "/go-build") {
+		return "go run ./cmd/enqueue"
+	}
+	i := strings.LastIndexByte(a, '/')
+	if i < 0 {
+		return "enqueue"
+	}
+	return shQuote(a[:i+1] + "enqueue")
+}
+
 // hint returns the command line that runs enqueue with o's connection settings and args.
 func (o *enqueueOpts) hint(args ...string) string {
 	return o.commandLine(enqueueCommand, args...)

@@ -61,6 +61,7 @@ func newQueueRunner(cfg WorkerConfig, connOpt asynq.RedisConnOpt, rdb redis.Univ
 		Ordering:          ord,
 		ThreadMode:        cfg.ThreadMode,
 		MaxReplyBytes:     cfg.Limits.Reply,
+		DeltaMaxAge:       deltaMaxAge(cfg.Dev),
 	})
 	if err != nil {
 		return nil, err
@@ -92,6 +93,15 @@ func queueOrdering(mode, keyPrefix string) queue.Ordering {
 		o.Scope = ordering.ScopeAgent
 	}
 	return o
+}
+
+// deltaMaxAge is how long answer text waits for an answer_delta: the queue's default, or
+// DevDeltaMaxAge in dev mode, so the demo agents' answers visibly grow.
+func deltaMaxAge(dev bool) time.Duration {
+	if dev {
+		return DevDeltaMaxAge
+	}
+	return 0
 }
 
 // contentIdle maps the budget's "0 disables" to the client's "negative disables".

@@ -260,5 +260,5 @@ In another terminal, try:
 Messages may carry simulator directives, e.g. "[[sim think=30s]] hi" or "[[sim disconnect_after=2]] hi".
 Stop with Ctrl-C.
 
-`, o.commandLine("go run ./cmd/enqueue"), DemoAgentTools, DemoAgentSlow)
+`, o.commandLine(greetingEnqueue(os.Args[0])), DemoAgentTools, DemoAgentSlow)
 }
