@@ -9,7 +9,11 @@ import (
 
 // readOnlyBanner is shown at the top of every monitor page when the monitor is read-only
 // (asynqmon then just leaves its buttons out, which looks like a broken page).
-const readOnlyBanner = `<div id="lettaq-read-only" style="position:sticky;top:0;z-index:2000;background:#fff3cd;color:#664d03;` +
+// It sits in the page's flow above asynqmon's root, which it makes the containing block of
+// asynqmon's absolutely placed header, so the banner pushes the header down instead of covering
+// its menu button and title.
+const readOnlyBanner = `<style>#root{position:relative}</style>` +
+	`<div id="lettaq-read-only" style="background:#fff3cd;color:#664d03;` +
 	`border-bottom:1px solid #ffe69c;font:14px/1.4 system-ui,sans-serif;padding:6px 16px;text-align:center">` +
 	`<b>Read-only monitor.</b> It shows queues and tasks but cannot run, retry, delete, archive or pause them ` +
 	`(lettaq worker: LETTAQ_MONITOR_WRITABLE=false). A turn's Result starts with a one-line "summary".</div>`

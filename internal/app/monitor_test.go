@@ -20,9 +20,19 @@ func TestMonitorSaysItIsReadOnly(t *testing.T) {
 		ts := httptest.NewServer(h)
 		for _, page := range []string{"/monitor/", "/monitor/queues/lettaq"} {
 			code, body := get(t, ts.Client(), ts.URL+page, nil)
-			banner := strings.Contains(body, `<body><div id="lettaq-read-only"`) && strings.Contains(body, "Read-only monitor.")
+			banner := strings.Contains(body, `<div id="lettaq-read-only"`) && strings.Contains(body, "Read-only monitor.")
 			if code != 200 || banner == writable || !strings.Contains(body, `<div id="root">`) {
 				t.Errorf("writable %v: %s = %d, banner %v", writable, page, code, banner)
+			}
+			// The banner must not cover asynqmon's header (absolutely placed at the top of
+			// its containing block, which holds its menu button and title): the banner stays
+			// in the flow, not stuck or fixed over the page, and #root contains the header.
+			if banner {
+				div := body[strings.Index(body, `<div id="lettaq-read-only"`):]
+				div = div[:strings.Index(div, ">")]
+				if strings.Contains(div, "position:") || !strings.Contains(body, "#root{position:relative}") {
+					t.Errorf("%s: the banner covers asynqmon's header: %s", page, div)
+				}
 			}
 		}
 		// The API is untouched.
