@@ -25,7 +25,10 @@ func checkEnqueueRedis(ctx context.Context, rdb redis.UniversalClient, o *enqueu
 	}
 	addr := redisAddr(connOpt)
 	if o.dev {
-		fmt.Fprintf(stderr, "enqueue: no Redis at %s (is the dev worker running? start it with `worker --dev`, or `go run ./cmd/worker --dev` in a clone): %v\n", addr, err)
+		// The dev worker must listen where this enqueue looks: the same dev Redis address
+		// and key prefix, which o.commandLine repeats when not the default.
+		fmt.Fprintf(stderr, "enqueue: no Redis at %s (is the dev worker running? start it with `%s`, or `%s` in a clone): %v\n",
+			addr, o.commandLine("worker"), o.commandLine("go run ./cmd/worker"), err)
 	} else {
 		fmt.Fprintf(stderr, "enqueue: no Redis at %s (is REDIS_URL / --redis-url the workers' Redis, and is it running?): %v\n", addr, err)
 	}
