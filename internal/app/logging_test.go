@@ -141,7 +141,8 @@ func TestWorkerLogLinesJSON(t *testing.T) {
 		}
 	}
 	start := lines[0]
-	if start["msg"] != "lettaq worker starting" || start["task_check_interval"] != "20ms" || start["shutdown_timeout"] != "5s" || start["queues"] != "lettaq=1" {
+	if start["msg"] != "lettaq worker starting" || start["task_check_interval"] != "20ms" || start["shutdown_timeout"] != "5s" || start["queues"] != "lettaq=1" ||
+		start["thread_mode"] != "conversation" || start["ordering"] != "conversation" {
 		t.Errorf("start line %v", start)
 	}
 

@@ -122,6 +122,8 @@ func StartWorker(ctx context.Context, cfg WorkerConfig, logger *slog.Logger, std
 		"letta_api_key", setOrUnset(cfg.LettaAPIKey),
 		"concurrency", cfg.Concurrency,
 		"queues", queue.QueuesString(cfg.Queues),
+		"thread_mode", string(cfg.ThreadMode),
+		"ordering", cfg.Ordering,
 		"task_check_interval", cfg.TaskCheckInterval,
 		"shutdown_timeout", cfg.ShutdownTimeout,
 		"http", cfg.HTTPAddr,
