@@ -27,11 +27,12 @@ type turnView struct {
 	Journal *queue.TurnRecord `json:"journal,omitempty"`
 }
 
-// turnsHandler answers GET /turns/{id} with a turnView (404 when neither Asynq nor the journal
-// knows the task), looking for the task in queues.
+// turnsHandler answers GET /turns/{id} with a turnView, looking for the task in queues. id is
+// a task id, an otid or the unique beginning of either (409 naming the turns when several
+// share it; 404 when neither Asynq nor the journal knows the turn).
 func turnsHandler(insp *asynq.Inspector, journal *queue.Journal, queues []string) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id := r.PathValue("id")
+	var serve func(w http.ResponseWriter, r *http.Request, id string, whole bool)
+	serve = func(w http.ResponseWriter, r *http.Request, id string, whole bool) {
 		v := turnView{TaskID: id}
 		var info *asynq.TaskInfo
 		for _, q := range queues {
@@ -55,6 +56,23 @@ func turnsHandler(insp *asynq.Inspector, journal *queue.Journal, queues []string
 			v.Journal = rec
 		}
 		if info == nil && v.Journal == nil {
+			if !whole {
+				// An otid or the beginning of an id (as the monitor's ID column and the
+				// journal table cut them), as enqueue journal show takes it.
+				rec, err := journal.Lookup(r.Context(), id)
+				var amb *queue.AmbiguousError
+				switch {
+				case errors.As(err, &amb):
+					httpJSONError(w, http.StatusConflict, amb.Error())
+					return
+				case err == nil:
+					serve(w, r, rec.TaskID, true)
+					return
+				case !errors.Is(err, queue.ErrNotFound):
+					httpJSONError(w, http.StatusInternalServerError, "read the journal: "+err.Error())
+					return
+				}
+			}
 			httpJSONError(w, http.StatusNotFound, "no task or journal record "+id)
 			return
 		}
@@ -76,6 +94,9 @@ func turnsHandler(insp *asynq.Inspector, journal *queue.Journal, queues []string
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(v)
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		serve(w, r, r.PathValue("id"), false)
 	})
 }
 

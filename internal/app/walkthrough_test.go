@@ -2,6 +2,7 @@ package app
 
 import (
 	"encoding/json"
+	"net/http"
 	"strings"
 	"testing"
 )
@@ -53,4 +54,34 @@ func TestGreetingNamesEnqueueBesideWorker(t *testing.T) {
 			t.Errorf("greetingEnqueue(%q) = %q, want %q", arg0, got, want)
 		}
 	}
+}
+
+// /turns/ takes what enqueue journal show takes: a task id, an otid, or the unique beginning
+// of either (the monitor's ID column shows "turn:14e5a25f"), so an id copied from the monitor
+// or the journal table finds its turn.
+func TestTurnsTakesPrefixes(t *testing.T) {
+	r := startDevWorker(t)
+	type res struct {
+		TaskID string `json:"task_id"`
+		Otid   string `json:"otid"`
+	}
+	var turns []res
+	for _, text := range []string{"one", "two"} {
+		code, out, errOut := enqueue(t, r, "--wait", "--timeout=30s", "--json", text)
+		if code != ExitOK {
+			t.Fatalf("enqueue %s: exit %d %q", text, code, errOut)
+		}
+		var x res
+		if err := json.Unmarshal([]byte(strings.SplitN(out, "\n", 2)[0]), &x); err != nil || x.TaskID == "" {
+			t.Fatalf("enqueue result %q: %v", out, err)
+		}
+		turns = append(turns, x)
+	}
+	for _, id := range []string{turns[0].TaskID[:len("turn:")+8], turns[0].TaskID[:len("turn:")+8] + "…", turns[0].Otid, turns[0].Otid[:8]} {
+		if v := getTurn(t, r, id, http.StatusOK); v.TaskID != turns[0].TaskID || v.State != "completed" || v.Journal == nil {
+			t.Errorf("/turns/%s: %+v, want the turn %s", id, v, turns[0].TaskID)
+		}
+	}
+	getTurn(t, r, "turn:", http.StatusConflict) // both turns' ids begin so
+	getTurn(t, r, "turn:zzzz", http.StatusNotFound)
 }
