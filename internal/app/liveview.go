@@ -28,6 +28,7 @@ type viewer struct {
 	statusLen  int
 	tools      []runningTool // called, not yet returned, oldest first
 	streamed   strings.Builder
+	narration  strings.Builder // the narration shown since the last other event: it comes in pieces
 	inAnswer   bool
 	lastPhase  string
 	lastDetail string
@@ -52,6 +53,11 @@ func newViewer(tty, jsonOut bool, out, errw io.Writer, now func() time.Time) *vi
 func (v *viewer) show(ev queue.ReplyEvent) (exit int, done bool) {
 	if v.json {
 		_ = writeJSON(v.out, ev, false)
+	}
+	// Narration streams in pieces: the status line shows it whole, until something else
+	// happens (a heartbeat's "thinking" does not end it).
+	if !(ev.Type == queue.EventAnswerDelta && ev.Narration) && !(ev.Type == queue.EventPhase && ev.Phase == queue.PhaseThinking) {
+		v.narration.Reset()
 	}
 	switch ev.Type {
 	case queue.EventAccepted:
@@ -88,7 +94,8 @@ func (v *viewer) show(ev queue.ReplyEvent) (exit int, done bool) {
 			if _, ok := v.runningTool(); ok && v.tty {
 				break // the tool still runs: its line stays
 			}
-			v.setStatus("thinking", "thinking: "+oneLine(ev.Text, 60), time.Time{})
+			v.narration.WriteString(ev.Text)
+			v.setStatus("thinking", "thinking: "+oneLineTail(v.narration.String(), 60), time.Time{})
 			break
 		}
 		v.tools = nil
@@ -254,6 +261,15 @@ func (v *viewer) finishAnswer(full string) {
 	}
 	// Not a terminal: the answer is data for whatever reads stdout, as the agent wrote it.
 	fmt.Fprintln(v.out, full)
+}
+
+// oneLineTail is oneLine keeping the end: the latest n runes of growing text.
+func oneLineTail(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > n {
+		return "…" + string(r[len(r)-n:])
+	}
+	return s
 }
 
 func oneLine(s string, n int) string {

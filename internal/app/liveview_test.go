@@ -67,6 +67,32 @@ func TestLiveViewKeepsTheToolLine(t *testing.T) {
 	}
 }
 
+// Narration that arrives in pieces (token streaming) shows whole on the status line, growing,
+// its latest words kept when it is long; a tool call starts a new one.
+func TestLiveViewNarrationInPieces(t *testing.T) {
+	c := newFakeClock()
+	var out, errw bytes.Buffer
+	v := newViewer(true, false, &out, &errw, c.now)
+	for _, s := range []struct {
+		ev   queue.ReplyEvent
+		want string
+	}{
+		{narrEv("The user wrote to "), "thinking: The user wrote to 0s · 0s in all"},
+		{narrEv("me. I will answer."), "thinking: The user wrote to me. I will answer. 0s · 0s in all"},
+		{phaseEv(queue.PhaseThinking), "thinking… 0s · 0s in all"}, // a heartbeat
+		{narrEv(" Then I will look up the weather for the mountains this weekend."),
+			"thinking: …n I will look up the weather for the mountains this weekend. 0s · 0s in all"},
+		{toolEv("web_search", "c1", queue.ToolStatusCall), "using tool web_search… 0s · 0s in all"},
+		{toolEv("web_search", "c1", queue.ToolStatusSuccess), "tool web_search: success (took 0.0s) 0s · 0s in all"},
+		{narrEv("Found it."), "thinking: Found it. 0s · 0s in all"},
+	} {
+		v.show(s.ev)
+		if got := v.statusLine(); got != s.want {
+			t.Errorf("after %q: status %q, want %q", s.ev.Text, got, s.want)
+		}
+	}
+}
+
 // Off a terminal, one line per change on stderr, in the order things happen: the heartbeat's
 // phases do not repeat the running tool, the total time leads each line.
 func TestLiveViewPlainLines(t *testing.T) {
