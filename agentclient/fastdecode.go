@@ -172,11 +172,17 @@ func (s *fscan) plainRaw() ([]byte, bool) {
 // escaped decodes a string whose escapes are all single-character ones,
 // into s.buf: the result is valid until the next call.
 func (s *fscan) escaped() ([]byte, bool) {
+	out, ok := s.unescape(s.buf[:0])
+	s.buf = out[:0]
+	return out, ok
+}
+
+// unescape appends the string's decoded bytes to out; it returns out (to
+// keep its capacity) even when it fails.
+func (s *fscan) unescape(out []byte) ([]byte, bool) {
 	if !s.eat('"') {
-		return nil, false
+		return out, false
 	}
-	out := s.buf[:0]
-	defer func() { s.buf = out[:0] }()
 	ascii := true
 	for s.i < len(s.b) {
 		c := s.b[s.i]
@@ -184,14 +190,14 @@ func (s *fscan) escaped() ([]byte, bool) {
 		case c == '"':
 			s.i++
 			if !ascii && !utf8.Valid(out) {
-				return nil, false
+				return out, false
 			}
 			return out, true
 		case c < 0x20:
-			return nil, false
+			return out, false
 		case c == '\\':
 			if s.i+1 >= len(s.b) {
-				return nil, false
+				return out, false
 			}
 			var r byte
 			switch s.b[s.i+1] {
@@ -212,7 +218,7 @@ func (s *fscan) escaped() ([]byte, bool) {
 			case 't':
 				r = '\t'
 			default:
-				return nil, false
+				return out, false
 			}
 			out = append(out, r)
 			s.i += 2
@@ -223,7 +229,7 @@ func (s *fscan) escaped() ([]byte, bool) {
 		out = append(out, c)
 		s.i++
 	}
-	return nil, false
+	return out, false
 }
 
 // object walks an object's members, calling member with each key; member
