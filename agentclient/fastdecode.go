@@ -2,8 +2,8 @@ package agentclient
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
-	"hash/maphash"
 	"strconv"
 	"sync"
 	"unicode/utf8"
@@ -50,7 +50,7 @@ type fscan struct {
 	w wireMessage // DecodeMessage's scratch
 }
 
-var scanPool = sync.Pool{New: func() any { return &fscan{tab: internTable{seed: maphash.MakeSeed()}} }}
+var scanPool = sync.Pool{New: func() any { return new(fscan) }}
 
 func getScan() *fscan { return scanPool.Get().(*fscan) }
 
@@ -77,21 +77,21 @@ func (s *fscan) release() {
 	scanPool.Put(s)
 }
 
-// internSlots and internMax size the intern table: a direct-mapped cache of
-// short strings (ids, dates, names, types), per pooled scanner. Longer
-// strings (reasoning, answers, tool returns) are allocated as they come.
+// internSets and internMax size the intern table: a two-way set-associative
+// cache of short strings (ids, dates, names, types), per pooled scanner.
+// Longer strings (reasoning, answers, tool returns) are allocated as they
+// come.
 const (
-	internSlots = 256
-	internMax   = 96
+	internSets = 128
+	internMax  = 96
 )
 
 // internTable returns one string for equal byte sequences it has seen. A
-// collision just replaces the slot: the cache saves allocations, never
+// miss evicts the set's older entry: the cache saves allocations, never
 // changes a value. The strings are immutable, so sharing them across
 // messages and streams is safe.
 type internTable struct {
-	seed  maphash.Seed
-	slots [internSlots]string
+	slots [2 * internSets]string // set i is slots[2i] (newer), slots[2i+1]
 }
 
 func (t *internTable) get(b []byte) string {
@@ -101,13 +101,35 @@ func (t *internTable) get(b []byte) string {
 	if len(b) > internMax {
 		return string(b)
 	}
-	slot := &t.slots[maphash.Bytes(t.seed, b)%internSlots]
-	if *slot == string(b) {
-		return *slot
+	set := t.slots[2*(internHash(b)%internSets):][:2]
+	if set[0] == string(b) {
+		return set[0]
+	}
+	if set[1] == string(b) {
+		set[0], set[1] = set[1], set[0]
+		return set[0]
 	}
 	v := string(b)
-	*slot = v
+	set[0], set[1] = v, set[0]
 	return v
+}
+
+// internHash mixes b eight bytes at a time. It is deterministic (a test can
+// count allocations); a peer that makes strings collide only costs
+// allocations.
+func internHash(b []byte) uint64 {
+	const m = 0x9e3779b97f4a7c15
+	h := uint64(len(b)) * m
+	for ; len(b) >= 8; b = b[8:] {
+		h = (h ^ binary.LittleEndian.Uint64(b)) * m
+		h ^= h >> 29
+	}
+	var w uint64
+	for i, c := range b {
+		w |= uint64(c) << (8 * i)
+	}
+	h = (h ^ w) * m
+	return h ^ h>>32
 }
 
 func (s *fscan) ws() {
