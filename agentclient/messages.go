@@ -320,8 +320,7 @@ type wireMessage struct {
 // strings are immutable), so it may be kept for as long as wanted.
 func DecodeMessage(data []byte) (Message, error) {
 	s := getScan()
-	defer s.release()
-	s.w = wireMessage{}
+	defer s.release() // after typed: release zeroes s.w
 	if !s.decode(data, &s.w) {
 		return decodeStd(data)
 	}
