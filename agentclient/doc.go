@@ -46,9 +46,20 @@
 // id of a 409 busy answer); stream ends without a stop reason are
 // *StreamError (the clock, the in-band error, a snapshot of the state);
 // protocol violations are *ProtocolError. Classify sorts any error into
-// Retryable (429, 5xx, 409 with Retry-After, transport failures, stream
-// errors), Permanent (400, 401, 402, 403, 404, 410, 422, 409 without
-// Retry-After, 3xx, protocol errors) and Canceled. The API key is sent only
+// Retryable (429, 5xx, 409 busy, other 409s with Retry-After, transport
+// failures, stream errors), Permanent (400, 401, 402, 403, 404, 410, 422,
+// 409 pending approval, other 409s without Retry-After, 3xx, protocol
+// errors) and Canceled. IsBusy, BusyRunID and IsPendingApproval tell the
+// 409s apart by their text, in both forms Letta sends (conflict.go).
+//
+// # Conversations
+//
+// SendStream with SendRequest.ConversationID sends to a Letta conversation
+// (conv-… or "default"), the locked, deduplicating way to send;
+// ResumeConversationStream re-attaches by run id, otid or the newest active
+// run; CreateConversation, ListConversations (summary_search),
+// GetConversation, ListConversationMessages and CancelConversation cover the
+// rest (conversations.go). The API key is sent only
 // in the Authorization header and never appears in an error's text.
 //
 // A 5xx on a send does not prove that the message was not stored; a stream

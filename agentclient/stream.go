@@ -26,6 +26,13 @@ type SendRequest struct {
 	Background bool
 	// MaxSteps caps the agent's steps; 0 leaves Letta's default (50).
 	MaxSteps int
+	// ConversationID, when set, sends to that conversation of the agent
+	// ("default" or conv-<uuid4>, see conversations.go) instead of the
+	// agent's deprecated, unlocked endpoint.
+	ConversationID string
+	// NoPings asks the server not to send keep-alive pings (on by default:
+	// the stall clock relies on them).
+	NoPings bool
 }
 
 func (r SendRequest) validate() error {
@@ -59,7 +66,7 @@ type sendBody struct {
 func (r SendRequest) body() sendBody {
 	return sendBody{
 		Messages:     []messageCreate{{Type: "message", Role: "user", Content: r.Text, Otid: r.Otid, SenderID: r.SenderID}},
-		StreamTokens: r.StreamTokens, IncludePings: true, Background: r.Background, MaxSteps: r.MaxSteps,
+		StreamTokens: r.StreamTokens, IncludePings: !r.NoPings, Background: r.Background, MaxSteps: r.MaxSteps,
 	}
 }
 
@@ -122,6 +129,9 @@ func (c *Client) clocksFor(o StreamOptions) Clocks {
 func (c *Client) SendStream(ctx context.Context, req SendRequest, st *StreamState, opt StreamOptions) error {
 	if err := req.validate(); err != nil {
 		return err
+	}
+	if req.ConversationID != "" {
+		return c.sendConversation(ctx, req, st, opt)
 	}
 	path := "/v1/agents/" + url.PathEscape(req.AgentID) + "/messages/stream"
 	return c.stream(ctx, "send message", path, req.body(), st, opt)

@@ -108,6 +108,11 @@ func stopFromRun(run *agentclient.Run) string {
 func (r *Runner) follow(ctx context.Context, t Turn, st *agentclient.StreamState, h Hooks, d Decision) Decision {
 	loop := r.b.FollowLoop(time.Now())
 	loop.Rand = r.cfg.Rand
+	return r.followWithin(ctx, t, st, h, d, loop)
+}
+
+// followWithin is follow within a window already opened.
+func (r *Runner) followWithin(ctx context.Context, t Turn, st *agentclient.StreamState, h Hooks, d Decision, loop *budget.Loop) Decision {
 	log := r.logFor(h).With(slog.String("otid", t.Otid), slog.String("run_id", d.RunID))
 
 	// The stream may already have ended the run (stop_reason seen, body cut
@@ -156,7 +161,7 @@ func (r *Runner) follow(ctx context.Context, t Turn, st *agentclient.StreamState
 			}
 			opts := r.streamOpts(h)
 			opts.Clocks = clocks
-			err := r.c.ResumeStream(ctx, agentclient.ResumeRequest{RunID: d.RunID, StartingAfter: seq}, st, opts)
+			err := r.resume(ctx, t, d.RunID, seq, st, opts)
 			if err == nil {
 				return r.fromStopReason(d, d.RunID, st.StopReason(), st)
 			}

@@ -318,6 +318,12 @@ func (t *turn) run(ctx context.Context) error {
 		wctx, cancel = context.WithDeadline(ctx, dl.Add(-w.cfg.Budget.DeliveryAllowance-w.cfg.Budget.SafetyMargin/2))
 		defer cancel()
 	}
+	convID, err := t.resolveThread(wctx)
+	if err != nil {
+		t.hb.Stop()
+		return t.threadFailed(ctx, err)
+	}
+	turnSpec.ConversationID = convID
 	d := w.runner.Run(wctx, turnSpec, t.st, hooks)
 	t.hb.Stop()
 	return t.finish(ctx, d)
@@ -657,6 +663,10 @@ func (t *turn) finish(ctx context.Context, d continuation.Decision) error {
 			return t.fail(dctx, log, "message not admitted and policy forbids resend: "+d.Reason, "")
 		}
 		return t.retry(dctx, log, d, 0, d.Reason)
+
+	case continuation.Busy:
+		t.deltas.finish(false)
+		return t.busy(dctx, d)
 
 	case continuation.Interrupted:
 		t.deltas.finish(false)

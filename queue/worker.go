@@ -39,7 +39,8 @@ type Observer interface {
 	// Resend: the resend gate decided ("resent" or "forbidden").
 	Resend(decision string)
 	// AttemptFinished: an attempt ended. result is "done" (the turn is
-	// finished), "retry" or "archived".
+	// finished), "retry", "busy" (put back: the Letta thread was busy)
+	// or "archived".
 	AttemptFinished(queue, result string, duration time.Duration)
 	// TurnFinished: a turn reached its end. outcome is one of the journal
 	// outcomes (answered, approval_required, failed); latency is from
@@ -111,6 +112,9 @@ type WorkerConfig struct {
 	// StuckRetryDelay: when to retry a turn whose run was still going when
 	// its attempt's budget ran out (default 1s).
 	StuckRetryDelay time.Duration
+	// ThreadMode: which Letta thread a chat talks to (default
+	// ThreadConversation; see thread.go).
+	ThreadMode ThreadMode
 	// MaxReplyBytes bounds the text (answer deltas, tool arguments and
 	// returns) one attempt of a turn writes to its reply stream as progress
 	// events; past it, progress text is dropped (the final event still
@@ -129,6 +133,7 @@ type Worker struct {
 	obs     Observer
 	rdb     redis.UniversalClient // owned when we made it
 	ord     *orderer              // nil: no ordering
+	threads *threads
 
 	baseCtx    context.Context
 	baseCancel context.CancelCauseFunc
@@ -248,6 +253,13 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		}
 		w.ord = &orderer{cfg: cfg.Ordering, seq: seq, rdb: rdb, insp: asynq.NewInspector(cfg.Redis)}
 	}
+	mode, err := ParseThreadMode(string(cfg.ThreadMode))
+	if err != nil {
+		w.closeRedis()
+		return nil, fmt.Errorf("queue: %w", err)
+	}
+	w.cfg.ThreadMode = mode
+	w.threads = &threads{mode: mode, rdb: w.replies.rdb, prefix: w.replies.opts.Prefix, client: w.client, lock: w.ord == nil}
 	w.baseCtx, w.baseCancel = context.WithCancelCause(context.Background())
 	return w, nil
 }
@@ -421,6 +433,10 @@ func RetryDelay(n int, err error, _ *asynq.Task) time.Duration {
 	if errors.As(err, &ra) {
 		return max(ra.Delay, 0)
 	}
+	var be *BusyError
+	if errors.As(err, &be) {
+		return max(be.Delay, 0)
+	}
 	var ie *InterruptedError
 	if errors.As(err, &ie) || errors.Is(err, context.Canceled) {
 		return 100 * time.Millisecond
@@ -439,6 +455,10 @@ func RetryDelay(n int, err error, _ *asynq.Task) time.Duration {
 func IsFailure(err error) bool {
 	if err == nil {
 		return false
+	}
+	var be *BusyError
+	if errors.As(err, &be) {
+		return false // the thread was busy: the turn only waits
 	}
 	return !errors.Is(err, context.Canceled) && !errors.Is(err, errShutdown)
 }

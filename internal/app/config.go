@@ -65,9 +65,10 @@ type WorkerConfig struct {
 	Ordering          string        // conversation | agent | off
 	OrderingLease     time.Duration // lease of a conversation's lock
 	Coalesce          []string      // integrations whose waiting messages are merged
-	LogFormat         string        // auto | json | text
-	LogLevel          string        // debug | info | warn | error
-	HTTPAddr          string        // "" or "off": no listener
+	ThreadMode        queue.ThreadMode
+	LogFormat         string // auto | json | text
+	LogLevel          string // debug | info | warn | error
+	HTTPAddr          string // "" or "off": no listener
 	HTTPToken         string
 	MonitorWritable   bool
 	HTTPIdleTimeout   time.Duration // a keep-alive connection idle this long is closed
@@ -300,6 +301,16 @@ var workerSettings = []setting{
 					c.Coalesce = append(c.Coalesce, n)
 				}
 			}
+			return nil
+		}},
+	{Var{Name: "LETTAQ_THREAD_MODE", Default: string(queue.ThreadConversation),
+		Help: `which Letta thread a chat talks to: "conversation" (each chat, i.e. agent + integration + chat id, gets a Letta conversation of its own, created on first use and kept in Redis; chats of one agent run in parallel, locked and deduplicated by Letta), "default" (all chats share the agent's default thread through the conversation endpoints: one run at a time; use LETTAQ_ORDERING=agent) or "agent" (the deprecated agent endpoints, no server lock or deduplication: the journal gate alone guards against duplicates)`},
+		func(c *WorkerConfig, raw string) error {
+			m, err := queue.ParseThreadMode(raw)
+			if err != nil {
+				return errors.New("want conversation, default or agent")
+			}
+			c.ThreadMode = m
 			return nil
 		}},
 	{Var{Name: "LETTAQ_MAX_RETRY", Default: "25",

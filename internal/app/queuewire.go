@@ -59,10 +59,14 @@ func newQueueRunner(cfg WorkerConfig, connOpt asynq.RedisConnOpt, rdb redis.Univ
 		TaskCheckInterval: cfg.TaskCheckInterval,
 		HeartbeatInterval: cfg.HeartbeatInterval,
 		Ordering:          ord,
+		ThreadMode:        cfg.ThreadMode,
 		MaxReplyBytes:     cfg.Limits.Reply,
 	})
 	if err != nil {
 		return nil, err
+	}
+	if cfg.ThreadMode == queue.ThreadDefault && cfg.Ordering == "conversation" {
+		logger.Warn("LETTAQ_THREAD_MODE=default with LETTAQ_ORDERING=conversation: the chats of an agent share its one thread, which takes one run at a time; their turns will wait on each other as busy (set LETTAQ_ORDERING=agent)")
 	}
 	q := &queueRunner{w: w}
 	// /enqueue puts turns on the worker's first queue by weight.
