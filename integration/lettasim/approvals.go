@@ -448,3 +448,21 @@ func (s *Sim) ApprovalMessages(agentID string) []Received {
 	defer a.mu.RUnlock()
 	return append([]Received(nil), a.approvals...)
 }
+
+// SendAttempts returns how many send requests (of any agent, any endpoint) carried otid as
+// their first message's otid and passed validation, whether they were then stored, replayed,
+// or refused (a fault, 409 busy or pending approval, 400 for an approval that answers nothing).
+// CountOtid counts what was stored; this counts what was sent: an approval a client sends
+// twice is stored once (the second is refused or replayed) but counted here twice.
+func (s *Sim) SendAttempts(otid string) int {
+	s.mu.RLock()
+	agents := append([]*agent(nil), s.agentOrder...)
+	s.mu.RUnlock()
+	n := 0
+	for _, a := range agents {
+		a.mu.RLock()
+		n += a.attempts[otid]
+		a.mu.RUnlock()
+	}
+	return n
+}

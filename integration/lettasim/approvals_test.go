@@ -392,14 +392,46 @@ func TestApprovalNothingPending(t *testing.T) {
 	if st, _, data := tp.send(t, srv, ans); st != 400 || !strings.Contains(detail(t, data), "No tool call is currently awaiting approval") {
 		t.Fatalf("resend: %d %s", st, data)
 	}
-	if n := srv.CountOtid("otid-once"); n != 1 {
-		t.Fatalf("CountOtid %d", n)
+	if n, sent := srv.CountOtid("otid-once"), srv.SendAttempts("otid-once"); n != 1 || sent != 2 {
+		t.Fatalf("CountOtid %d, SendAttempts %d", n, sent)
 	}
 	// The message must be alone in its request.
 	body := turnReq{Text: "hi"}.body()
 	body["messages"] = append(body["messages"].([]any), map[string]any{"type": "approval", "approvals": answers(calls, true, "")})
 	if st, _, data := call(t, srv, "POST", tp.path, body); st != 422 || !strings.Contains(string(data), "only message") {
 		t.Fatalf("mixed: %d %s", st, data)
+	}
+}
+
+// The deprecated single-call form (approve, approval_request_id: the request's message id or
+// its tool call id) answers a one-call request.
+func TestApprovalLegacyForm(t *testing.T) {
+	srv := newServer(t, lettasim.Config{})
+	agent := srv.CreateAgent("approval", nil)
+	tp := threadPath{name: "agent", path: "/v1/agents/" + agent + "/messages/stream"}
+	legacy := func(id string, approve bool) map[string]any {
+		return map[string]any{"messages": []any{map[string]any{"type": "approval", "approve": approve,
+			"approval_request_id": id, "reason": "legacy"}}}
+	}
+	for i, approve := range []bool{true, false} {
+		evs := tp.mustSend(t, srv, turnReq{Text: "[[sim approval=x]] go"})
+		id := requestedCalls(t, evs)[0].ID
+		if i == 0 {
+			id = evs[1].str("id") // the approval request's message id
+		}
+		if st, _, data := call(t, srv, "POST", tp.path, legacy("message-unknown", approve)); st != 400 || !strings.Contains(detail(t, data), "Invalid tool call IDs") {
+			t.Fatalf("unknown id: %d %s", st, data)
+		}
+		body := legacy(id, approve)
+		conformBody(t, "LettaStreamingRequest", body)
+		st, _, data := call(t, srv, "POST", tp.path, body)
+		if st != 200 {
+			t.Fatalf("%d %s", st, data)
+		}
+		am := srv.ApprovalMessages(agent)
+		if got := am[len(am)-1].Approvals; len(got) != 1 || got[0].Approve != approve || got[0].Reason != "legacy" {
+			t.Fatalf("%+v", got)
+		}
 	}
 }
 
@@ -447,6 +479,9 @@ func TestApprovalBackgroundDedupe(t *testing.T) {
 	b := withoutPings(convStream(t, srv, conv, ans))
 	if a[0].str("run_id") == "" || a[0].str("run_id") != b[0].str("run_id") || !eqStrings(types(a), types(b)) {
 		t.Fatalf("resend did not replay: %v %v", types(a), types(b))
+	}
+	if srv.SendAttempts("otid-bg-approve") != 2 {
+		t.Fatalf("SendAttempts %d", srv.SendAttempts("otid-bg-approve"))
 	}
 	if n := srv.CountOtid("otid-bg-approve"); n != 1 || len(srv.ApprovalMessages(agent)) != 1 {
 		t.Fatalf("CountOtid %d, %d approval messages", n, len(srv.ApprovalMessages(agent)))
