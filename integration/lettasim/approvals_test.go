@@ -539,3 +539,58 @@ func pendingIn(evs []event) []lettasim.ToolCallInfo {
 	}
 	return nil
 }
+
+// An approval sent without streaming gets a LettaResponse with the run's messages; an async
+// one a Run, whose messages hold the answer.
+func TestApprovalSyncAndAsync(t *testing.T) {
+	srv := newServer(t, lettasim.Config{})
+	agent := srv.CreateAgent("approval", nil)
+	tp := threadPath{name: "agent", path: "/v1/agents/" + agent + "/messages/stream"}
+	calls := requestedCalls(t, tp.mustSend(t, srv, turnReq{Text: "[[sim approval=x answer=ok]] go"}))
+	st, _, data := call(t, srv, "POST", "/v1/agents/"+agent+"/messages", turnReq{Approvals: answers(calls, true, "")}.body())
+	if st != 200 {
+		t.Fatalf("sync %d %s", st, data)
+	}
+	conform(t, "LettaResponse", data)
+	var lr struct {
+		Messages []struct {
+			MessageType string `json:"message_type"`
+			Content     any
+		}
+		StopReason struct {
+			StopReason string `json:"stop_reason"`
+		} `json:"stop_reason"`
+	}
+	_ = json.Unmarshal(data, &lr)
+	var got []string
+	for _, m := range lr.Messages {
+		got = append(got, m.MessageType)
+	}
+	if !eqStrings(got, []string{"tool_return_message", "reasoning_message", "assistant_message"}) || lr.StopReason.StopReason != "end_turn" {
+		t.Fatalf("sync answer %v %s", got, lr.StopReason.StopReason)
+	}
+
+	ctx := testCtx(t)
+	if st, _, data := call(t, srv, "POST", "/v1/agents/"+agent+"/messages/async", turnReq{Text: "[[sim approval=y]] go"}.body()); st != 200 {
+		t.Fatalf("async %d %s", st, data)
+	}
+	p, err := srv.WaitPendingApproval(ctx, agent, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _, data = call(t, srv, "POST", "/v1/agents/"+agent+"/messages/async",
+		turnReq{Approvals: answers([]lettasim.ToolCallInfo{p.Calls[0]}, true, "")}.body())
+	if st != 200 {
+		t.Fatalf("async approval %d %s", st, data)
+	}
+	conform(t, "Run", data)
+	var run struct{ ID string }
+	_ = json.Unmarshal(data, &run)
+	if err := srv.WaitRunDone(ctx, run.ID); err != nil {
+		t.Fatal(err)
+	}
+	msgs := conformMessages(t, getJSON(t, srv, "/v1/runs/"+run.ID+"/messages", nil))
+	if len(msgs) == 0 || msgs[0]["message_type"] != "approval_response_message" {
+		t.Fatalf("run messages %v", msgs)
+	}
+}
