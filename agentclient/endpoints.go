@@ -200,6 +200,9 @@ func (c *Client) SendAsync(ctx context.Context, req SendRequest) (*Run, error) {
 	if err := req.validate(); err != nil {
 		return nil, err
 	}
+	if req.ConversationID != "" {
+		return nil, errors.New("agentclient: SendAsync: conversations take streaming sends (SendStream with Background)")
+	}
 	var w runWire
 	if err := c.doJSON(ctx, "send async", http.MethodPost, "/v1/agents/"+url.PathEscape(req.AgentID)+"/messages/async", nil, req.body(), &w); err != nil {
 		return nil, err

@@ -54,8 +54,9 @@ func (e *Error) Error() string {
 func (e *Error) Unwrap() error { return e.Err }
 
 // Retryable reports whether the same request may succeed later: 429, 5xx,
-// 409 with Retry-After, and transport failures. 400, 401, 402, 403, 404,
-// 410, 422 and 409 without Retry-After are permanent.
+// 409 busy (IsBusy), other 409s with Retry-After, and transport failures.
+// 400, 401, 402, 403, 404, 410, 422, 409 pending approval and other 409s
+// without Retry-After are permanent.
 func (e *Error) Retryable() bool {
 	switch {
 	case e.StatusCode == 0:
@@ -63,6 +64,12 @@ func (e *Error) Retryable() bool {
 	case e.StatusCode == http.StatusTooManyRequests:
 		return true
 	case e.StatusCode == http.StatusConflict:
+		switch e.Conflict() {
+		case ConflictBusy:
+			return true // the lock frees when its run ends
+		case ConflictPendingApproval:
+			return false // until the approval is answered
+		}
 		return e.RetryAfter > 0
 	case e.StatusCode >= 500:
 		return true
@@ -98,12 +105,15 @@ func (c Class) String() string {
 
 // Classify sorts any error from this package. Stream errors (clocks, cut
 // streams) are retryable: the turn may still be going on at the server.
+// Protocol errors (a limit passed, a body that is not SSE) are permanent.
 func Classify(err error) Class {
 	var ae *Error
 	var se *StreamError
 	switch {
 	case err == nil:
 		return Retryable
+	case IsProtocolError(err):
+		return Permanent
 	case errors.As(err, &se):
 		if se.Clock == ClockCanceled {
 			return Canceled

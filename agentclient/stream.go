@@ -26,6 +26,13 @@ type SendRequest struct {
 	Background bool
 	// MaxSteps caps the agent's steps; 0 leaves Letta's default (50).
 	MaxSteps int
+	// ConversationID, when set, sends to that conversation of the agent
+	// ("default" or conv-<uuid4>, see conversations.go) instead of the
+	// agent's deprecated, unlocked endpoint.
+	ConversationID string
+	// NoPings asks the server not to send keep-alive pings (on by default:
+	// the stall clock relies on them).
+	NoPings bool
 }
 
 func (r SendRequest) validate() error {
@@ -59,7 +66,7 @@ type sendBody struct {
 func (r SendRequest) body() sendBody {
 	return sendBody{
 		Messages:     []messageCreate{{Type: "message", Role: "user", Content: r.Text, Otid: r.Otid, SenderID: r.SenderID}},
-		StreamTokens: r.StreamTokens, IncludePings: true, Background: r.Background, MaxSteps: r.MaxSteps,
+		StreamTokens: r.StreamTokens, IncludePings: !r.NoPings, Background: r.Background, MaxSteps: r.MaxSteps,
 	}
 }
 
@@ -121,6 +128,9 @@ func (c *Client) clocksFor(o StreamOptions) Clocks {
 func (c *Client) SendStream(ctx context.Context, req SendRequest, st *StreamState, opt StreamOptions) error {
 	if err := req.validate(); err != nil {
 		return err
+	}
+	if req.ConversationID != "" {
+		return c.sendConversation(ctx, req, st, opt)
 	}
 	path := "/v1/agents/" + url.PathEscape(req.AgentID) + "/messages/stream"
 	return c.stream(ctx, "send message", path, req.body(), st, opt)
@@ -198,8 +208,15 @@ func (c *Client) stream(ctx context.Context, op, path string, body any, st *Stre
 		return c.apiError(op, req, resp)
 	}
 
-	rd := newSSEReader(resp.Body, c.cfg.MaxLineBytes, wd.onBytes)
+	if err := checkEventStream(resp); err != nil {
+		return c.protocolError(op, req, err)
+	}
+	st.limit(c.cfg.MaxTranscriptBytes)
+	rd := newSSEReader(resp.Body, c.cfg.MaxLineBytes, c.cfg.MaxEventBytes, wd.onBytes)
 	result, readErr := readEvents(rd, st, opt, wd.stopReasonAt)
+	if pe := (*ProtocolError)(nil); errors.As(result, &pe) || errors.As(readErr, &pe) {
+		return c.protocolError(op, req, pe)
+	}
 	if readErr != nil {
 		return c.streamEnd(ctx, rctx, op, req, st, readErr)
 	}
@@ -216,8 +233,9 @@ func readEvents(rd *sseReader, st *StreamState, opt StreamOptions, onStop func(t
 			if errors.Is(err, io.EOF) {
 				return eof(st), nil
 			}
-			if errors.Is(err, ErrLineTooLong) {
-				return &StreamError{State: st.Snapshot(), Err: err}, nil
+			var pe *ProtocolError
+			if errors.As(err, &pe) {
+				return pe, nil
 			}
 			return nil, err
 		}
@@ -253,6 +271,9 @@ func readEvents(rd *sseReader, st *StreamState, opt StreamOptions, onStop func(t
 		// Stream chunks append: token deltas join, and in step mode each
 		// id and type arrives once, so appending to nothing sets it.
 		ev.Update = st.Apply(m, false, now)
+		if pe := st.LimitErr(); pe != nil {
+			return pe, nil
+		}
 		if _, ok := m.(*StopReason); ok && onStop != nil {
 			onStop(now)
 		}

@@ -38,6 +38,11 @@ const (
 	// Interrupted: the caller's context ended (shutdown, deadline). The
 	// state keeps what was learned; the next attempt continues from it.
 	Interrupted
+	// Busy: the thread is held by another run (a busy 409 that does not
+	// name a run of this turn's otid). Nothing was stored. Retry later
+	// (after the error's Retry-After, else a backoff); it is no failure of
+	// the turn and no resend: the next send is the first the server saw.
+	Busy
 )
 
 func (o Outcome) String() string {
@@ -54,6 +59,8 @@ func (o Outcome) String() string {
 		return "rejected"
 	case Interrupted:
 		return "interrupted"
+	case Busy:
+		return "busy"
 	}
 	return "unknown"
 }
@@ -138,6 +145,11 @@ type Turn struct {
 	Otid     string
 	Text     string
 	SenderID string
+	// ConversationID, when set, is the Letta conversation the turn is sent
+	// to ("default" or conv-…): sends are background (deduplicated by otid
+	// at the server), resumes and history go through the conversation.
+	// Empty: the agent endpoints.
+	ConversationID string
 	// Started is when the turn was first attempted; the history search
 	// does not page back past messages much older than this.
 	Started time.Time
@@ -249,6 +261,8 @@ func (t Turn) validate() error {
 		return errors.New("continuation: turn has no otid")
 	case t.Text == "":
 		return errors.New("continuation: turn has no text")
+	case t.ConversationID != "" && !agentclient.ValidConversationID(t.ConversationID):
+		return fmt.Errorf("continuation: conversation id %q: want %q or conv-<uuid4>", t.ConversationID, agentclient.DefaultConversation)
 	}
 	return nil
 }
@@ -302,9 +316,10 @@ func (r *Runner) send(ctx context.Context, t Turn, st *agentclient.StreamState, 
 			inner(ev)
 		}
 	}
-	req := agentclient.SendRequest{AgentID: t.AgentID, Text: t.Text, Otid: t.Otid, SenderID: t.SenderID,
-		Background: r.b.Background}
-	err := r.c.SendStream(ctx, req, st, opts)
+	err := r.c.SendStream(ctx, r.sendRequest(t), st, opts)
+	if cd, ok := r.conflict(ctx, t, st, h, err); ok {
+		return cd
+	}
 	d := Decision{Sends: 1}
 	var se *agentclient.StreamError
 	var ae *agentclient.Error
@@ -312,6 +327,8 @@ func (r *Runner) send(ctx context.Context, t Turn, st *agentclient.StreamState, 
 	case err == nil:
 		d.Evidence = EvidenceStream
 		return r.fromStopReason(d, st.RunID(), st.StopReason(), st)
+	case agentclient.IsProtocolError(err):
+		return protocolFailed(d, err, st)
 	case errors.As(err, &se):
 		if se.Clock == agentclient.ClockCanceled {
 			return Decision{Outcome: Interrupted, Err: err, Reason: "interrupted while streaming", Sends: 1,
@@ -355,11 +372,22 @@ func (r *Runner) Continue(ctx context.Context, t Turn, st *agentclient.StreamSta
 	phase(h, PhaseRecovering)
 	d := Decision{Evidence: EvidenceNone}
 	runID := st.RunID()
+	var loop *budget.Loop // the follow's window, when a resume by otid opened it
+	if runID == "" && t.ConversationID != "" {
+		loop = r.b.FollowLoop(time.Now())
+		loop.Rand = r.cfg.Rand
+		if dd, done := r.resumeByOtid(ctx, t, st, h, &d, loop); done {
+			return dd
+		}
+		runID = st.RunID()
+	}
 	if runID != "" {
 		d.Evidence = EvidenceStream
 	} else {
 		found, admitted, searched, err := r.findRun(ctx, r.logFor(h), t, &d)
 		switch {
+		case agentclient.IsProtocolError(err):
+			return protocolFailed(d, err, st)
 		case ctx.Err() != nil:
 			d.Outcome, d.Err, d.Reason = Interrupted, ctx.Err(), "interrupted while looking for the otid"
 			return d
@@ -394,6 +422,9 @@ func (r *Runner) Continue(ctx context.Context, t Turn, st *agentclient.StreamSta
 	}
 	d.RunID = runID
 	phase(h, PhaseContinuing)
+	if loop != nil {
+		return r.followWithin(ctx, t, st, h, d, loop)
+	}
 	return r.follow(ctx, t, st, h, d)
 }
 
@@ -412,6 +443,8 @@ func (r *Runner) findRun(ctx context.Context, log *slog.Logger, t Turn, d *Decis
 			return id, true, true, nil
 		}
 		switch {
+		case agentclient.IsProtocolError(err):
+			return "", false, searched, err
 		case err == nil:
 			searched = true
 		case errors.Is(err, errSearchCut):
@@ -451,7 +484,7 @@ func (r *Runner) searchOnce(ctx context.Context, loop *budget.Loop, t Turn, d *D
 			return "", false, errSearchCut
 		}
 		rctx, cancel := loop.RequestContext(ctx)
-		msgs, err := r.c.ListAgentMessages(rctx, t.AgentID, agentclient.ListOptions{After: cursor, Limit: r.cfg.HistoryPageSize, Order: "desc"})
+		msgs, err := r.listHistory(rctx, t, agentclient.ListOptions{After: cursor, Limit: r.cfg.HistoryPageSize, Order: "desc"})
 		cancel()
 		if err != nil {
 			return "", false, err

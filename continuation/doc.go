@@ -10,10 +10,12 @@
 //     agentclient.SendStream, keeping what the stream taught in the caller's
 //     agentclient.StreamState;
 //  2. when the stream ends without a stop reason, resolves the run: from the
-//     state (the run id came with the first ping), or by finding the user
-//     message with the turn's otid in the agent's history, newest first,
-//     retrying for up to the admission grace because the server may store it
-//     late;
+//     state (the run id came with the first ping), for a turn sent to a
+//     Letta conversation (Turn.ConversationID) by asking the conversation's
+//     stream endpoint for the otid's run, or by finding the user message
+//     with the turn's otid in the thread's history (the conversation's, or
+//     the agent's), newest first, retrying for up to the admission grace
+//     because the server may store it late;
 //  3. follows the run: resumes its stream from the last seq_id when it is a
 //     background run (and LETTAQ_RESUME is on), otherwise, or when resume is
 //     refused (400, 410, 503) or stalls, polls the run and its messages after
@@ -21,6 +23,13 @@
 //     the length of the history; merges what arrives into the same transcript
 //     without duplicating steps;
 //  4. decides.
+//
+// A conversation send is always background: Letta maps its otid to its run
+// for 3 h and answers a resend with that run's stream instead of starting
+// another, a second line of defence behind the gate. A conversation takes
+// one run at a time: a 409 busy naming a run with the turn's otid is followed
+// as the turn's own run; one naming another run is the Busy outcome (retry
+// later, no resend); a 409 pending approval is Rejected, not retryable.
 //
 // Every request and sleep is paced by budget.Loop, whose windows the task's
 // Asynq timeout is computed from (budget.Config.TaskTimeout), so a decision is

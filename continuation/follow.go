@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/lettaq/lettaq/agentclient"
@@ -26,6 +27,11 @@ var retryableFailures = map[string]bool{
 // fromStopReason turns a known stop reason into a decision.
 func (r *Runner) fromStopReason(d Decision, runID, stop string, st *agentclient.StreamState) Decision {
 	d.RunID, d.StopReason = runID, stop
+	if st != nil {
+		if err := st.LimitErr(); err != nil {
+			return protocolFailed(d, err, st)
+		}
+	}
 	switch {
 	case completedReasons[stop]:
 		d.Outcome = Completed
@@ -50,10 +56,34 @@ func (r *Runner) fromStopReason(d Decision, runID, stop string, st *agentclient.
 	}
 	if d.Outcome == Failed && st != nil {
 		if e := st.Snapshot().Error; e != nil {
-			d.Reason += " (" + e.ErrorType + ": " + e.Message + ")"
+			d.Reason = failureText(d.Reason, stop, e.ErrorType, e.Message)
 		}
 	}
 	return d
+}
+
+// failureText is reason with the run's error, each fact said once: the error's message, its
+// type unless the message names it, and the stop reason unless it is the generic "error" or
+// the text names it already. A stop "error" with an internal_error "simulated error
+// (internal_error)" reads "run failed: simulated error (internal_error)", not "run failed:
+// error (internal_error: simulated error (internal_error))".
+func failureText(reason, stop, errType, msg string) string {
+	msg = strings.TrimSpace(msg)
+	if errType != "" && !strings.Contains(msg, errType) {
+		if msg == "" {
+			msg = errType
+		} else {
+			msg = errType + ": " + msg
+		}
+	}
+	if msg == "" {
+		return reason
+	}
+	text := strings.TrimSuffix(reason, ": "+stop) + ": " + msg
+	if stop != "" && stop != "error" && !strings.Contains(text, stop) {
+		text += " (stop reason " + stop + ")"
+	}
+	return text
 }
 
 // stopFromRun maps a finished run to a stop reason, trusting stop_reason
@@ -78,6 +108,11 @@ func stopFromRun(run *agentclient.Run) string {
 func (r *Runner) follow(ctx context.Context, t Turn, st *agentclient.StreamState, h Hooks, d Decision) Decision {
 	loop := r.b.FollowLoop(time.Now())
 	loop.Rand = r.cfg.Rand
+	return r.followWithin(ctx, t, st, h, d, loop)
+}
+
+// followWithin is follow within a window already opened.
+func (r *Runner) followWithin(ctx context.Context, t Turn, st *agentclient.StreamState, h Hooks, d Decision, loop *budget.Loop) Decision {
 	log := r.logFor(h).With(slog.String("otid", t.Otid), slog.String("run_id", d.RunID))
 
 	// The stream may already have ended the run (stop_reason seen, body cut
@@ -126,9 +161,12 @@ func (r *Runner) follow(ctx context.Context, t Turn, st *agentclient.StreamState
 			}
 			opts := r.streamOpts(h)
 			opts.Clocks = clocks
-			err := r.c.ResumeStream(ctx, agentclient.ResumeRequest{RunID: d.RunID, StartingAfter: seq}, st, opts)
+			err := r.resume(ctx, t, d.RunID, seq, st, opts)
 			if err == nil {
 				return r.fromStopReason(d, d.RunID, st.StopReason(), st)
+			}
+			if agentclient.IsProtocolError(err) {
+				return protocolFailed(d, err, st)
 			}
 			if agentclient.Classify(err) == agentclient.Canceled {
 				continue
@@ -144,6 +182,9 @@ func (r *Runner) follow(ctx context.Context, t Turn, st *agentclient.StreamState
 		// Poll the run's new messages (also after it ended: the tail).
 		n, next, perr := r.pollMessages(ctx, loop, st, h, d.RunID, cursor)
 		cursor = next
+		if pe := protocolErr(perr, st); pe != nil {
+			return protocolFailed(d, pe, st)
+		}
 		if perr != nil {
 			d.TransientErrors++
 		}
@@ -185,6 +226,7 @@ func (r *Runner) pollMessages(ctx context.Context, loop *budget.Loop, st *agentc
 			return total, cursor, err
 		}
 		now := time.Now()
+		st.SetTranscriptLimit(r.c.Limits().Transcript)
 		for _, m := range msgs {
 			u := st.Apply(m, true, now)
 			if h.OnEvent != nil {

@@ -250,6 +250,13 @@ func TestClusterTurns(t *testing.T) {
 	for k := range convs {
 		checkOrder(t, sim, agents[k], marks[k])
 		checkSerialRuns(t, sim, agents[k], per)
+		// The default thread mode: each chat in a Letta conversation of its
+		// own, its id kept under the hash-tagged prefix.
+		got := sim.Conversations(agents[k])
+		id, err := rdb.Get(context.Background(), queue.ThreadKey(clusterPrefix, agents[k], cs[k])).Result()
+		if len(got) != 1 || err != nil || id != got[0].ID || len(sim.ConversationUserMessages(id)) != per {
+			t.Errorf("chat %d: conversations %+v, thread key %q (%v)", k, got, id, err)
+		}
 	}
 	// Coalescing across the cluster (script keys built inside takeLua).
 	if got := sim.UserMessages(coalAgent); len(got) != 2 || got[1].Text != "second\n\nthird" {

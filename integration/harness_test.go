@@ -83,6 +83,24 @@ type env struct {
 	journal *queue.Journal
 	insp    *asynq.Inspector
 	scope   ordering.Scope // ordering scope; "" is the conversation
+	// threadMode of the workers; "" is queue.ThreadAgent (the tests
+	// written for the agent endpoints), withThreadMode sets another.
+	threadMode queue.ThreadMode
+	// lettaURL, when set, is where the workers reach Letta instead of the
+	// simulator's own URL (a front that rewrites some answers).
+	lettaURL string
+}
+
+// withThreadMode sets the workers' thread mode.
+func withThreadMode(m queue.ThreadMode) envOpt {
+	return func(e *env, _ *lettasim.Config) { e.threadMode = m }
+}
+
+func (e *env) mode() queue.ThreadMode {
+	if e.threadMode == "" {
+		return queue.ThreadAgent
+	}
+	return e.threadMode
 }
 
 type envOpt func(*env, *lettasim.Config)
@@ -154,7 +172,11 @@ func (e *env) ordering() queue.Ordering {
 }
 
 func (e *env) workerConfig(id string) queue.WorkerConfig {
-	lc, err := agentclient.New(agentclient.Config{BaseURL: e.sim.URL, RequestTimeout: e.budget.RequestTimeout})
+	url := e.sim.URL
+	if e.lettaURL != "" {
+		url = e.lettaURL
+	}
+	lc, err := agentclient.New(agentclient.Config{BaseURL: url, RequestTimeout: e.budget.RequestTimeout})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -168,6 +190,7 @@ func (e *env) workerConfig(id string) queue.WorkerConfig {
 		StuckRetryDelay: 200 * time.Millisecond, DelayedTaskCheckInterval: 200 * time.Millisecond,
 		TaskCheckInterval: 50 * time.Millisecond,
 		Ordering:          e.ordering(),
+		ThreadMode:        e.mode(),
 	}
 }
 

@@ -38,6 +38,9 @@ const (
 	envOrderLease = "LETTAQ_E2E_ORDERING_LEASE"
 	envCoalesce   = "LETTAQ_E2E_COALESCE"
 	envOrdering   = "LETTAQ_E2E_ORDERING"
+	// envThreadMode: the worker's thread mode (default agent); "agent" as
+	// the ordering scope with envOrdering=agent.
+	envThreadMode = "LETTAQ_E2E_THREAD_MODE"
 )
 
 func TestMain(m *testing.M) {
@@ -60,6 +63,13 @@ func childWorker() int {
 	}
 	prefix := os.Getenv(envPrefix)
 	ord := queue.Ordering{Off: os.Getenv(envOrdering) == "off", Config: ordering.Config{Prefix: prefix + "ord:"}}
+	if os.Getenv(envOrdering) == "agent" {
+		ord.Scope = ordering.ScopeAgent
+	}
+	mode := queue.ThreadMode(os.Getenv(envThreadMode))
+	if mode == "" {
+		mode = queue.ThreadAgent
+	}
 	if v := os.Getenv(envOrderLease); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil {
@@ -81,6 +91,7 @@ func childWorker() int {
 		StuckRetryDelay: 200 * time.Millisecond, DelayedTaskCheckInterval: 200 * time.Millisecond,
 		TaskCheckInterval: 50 * time.Millisecond,
 		Ordering:          ord,
+		ThreadMode:        mode,
 	})
 	if err != nil {
 		log.Error("worker config", "error", err)

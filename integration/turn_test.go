@@ -239,6 +239,22 @@ func TestFaultsThroughWorker(t *testing.T) {
 	withObs := func(c *queue.WorkerConfig) { c.Observer = obs }
 	e.startWorker("w1", withObs)
 	e.startWorker("w2", withObs)
+	cases := faultMatrix()
+	t.Run("cases", func(t *testing.T) { runFaultCases(t, e, cases) })
+	if got := obs.get("finished"); got != len(cases) {
+		t.Errorf("observer: %d turns finished, want %d", got, len(cases))
+	}
+	for _, k := range []string{"timeout:stall", "timeout:connect", "resend:resent", "continuation"} {
+		if obs.get(k) == 0 {
+			t.Errorf("observer never saw %s: %v", k, obs.counts)
+		}
+	}
+	t.Logf("observer: %v outcomes %v", obs.counts, obs.outcomes)
+}
+
+// faultMatrix is the fault matrix every thread mode runs: each case on an
+// agent of its own.
+func faultMatrix() []faultCase {
 	long := &lettasim.Script{Steps: []lettasim.Step{
 		{Kind: lettasim.Reasoning, Text: "Thinking hard."},
 		{Kind: lettasim.Reasoning, Text: "Still thinking.", Delay: simDur(400 * time.Millisecond)},
@@ -249,7 +265,7 @@ func TestFaultsThroughWorker(t *testing.T) {
 		{Kind: lettasim.Reasoning, Text: "I need permission."},
 		{Kind: lettasim.ApprovalRequest, ToolName: "delete_files", Arguments: `{"path":"/"}`},
 	}}
-	cases := []faultCase{
+	return []faultCase{
 		{name: "stall-run-continues", script: long, fault: &lettasim.Fault{StallAfter: 2, StallFor: lettasim.Forever},
 			final: queue.EventAnswer, stored: 1, clock: "stall", outcome: queue.OutcomeAnswered},
 		{name: "disconnect-mid-tool-call", script: &tools, fault: &lettasim.Fault{DisconnectAfter: 4},
@@ -283,16 +299,6 @@ func TestFaultsThroughWorker(t *testing.T) {
 		}}, fault: &lettasim.Fault{StallAfter: 1, StallFor: lettasim.Forever},
 			final: queue.EventAnswer, stored: 1, clock: "stall", outcome: queue.OutcomeAnswered},
 	}
-	t.Run("cases", func(t *testing.T) { runFaultCases(t, e, cases) })
-	if got := obs.get("finished"); got != len(cases) {
-		t.Errorf("observer: %d turns finished, want %d", got, len(cases))
-	}
-	for _, k := range []string{"timeout:stall", "timeout:connect", "resend:resent", "continuation"} {
-		if obs.get(k) == 0 {
-			t.Errorf("observer never saw %s: %v", k, obs.counts)
-		}
-	}
-	t.Logf("observer: %v outcomes %v", obs.counts, obs.outcomes)
 }
 
 func TestFaultsResendForbidden(t *testing.T) {

@@ -33,7 +33,9 @@
 //
 //   - One user message per turn at the agent: the otid is stable, the intent
 //     is journaled before every send, and an attempt that finds an earlier
-//     intent looks for the otid in the agent's history before it may send.
+//     intent looks for the otid in the thread's history before it may send;
+//     on a Letta conversation (ThreadMode) the server also replays a
+//     background send whose otid it has seen, for 3 hours.
 //   - At most one final event per turn (answer, approval_required, or error
 //     with permanent true), written with Replies.EmitAnswerOnce; and at least
 //     one, unless Redis itself is gone: every path that ends the task
@@ -59,7 +61,9 @@
 //	Failed (run failed or was cancelled)      error, permanent           failed              SkipRetry → archived
 //	Failed before anything was sent           –                          retrying            error → retry (backoff)
 //	Rejected (404 agent, 4xx)                 error, permanent           failed              SkipRetry → archived
-//	Rejected, retryable (409 busy)            –                          retrying            *RetryAfterError (Retry-After, ≥1s)
+//	Rejected, retryable (409 other)           –                          retrying            *RetryAfterError (Retry-After, ≥1s)
+//	Rejected, 409 pending approval            error, permanent           failed              SkipRetry → archived
+//	Busy (409 busy, another run)              –                          busy                *BusyError: put back (no retry used), Retry-After or 1s…16s
 //	StillRunning (budget spent, run alive)    –                          still_running       *RetryAfterError (StuckRetryDelay)
 //	NotAdmitted, resend forbidden             error, permanent           failed              SkipRetry → archived
 //	NotAdmitted after a resend                –                          not_admitted        error → retry; next attempt looks first
@@ -70,8 +74,8 @@
 //	merged into another turn (coalescing)     by the answering turn      coalesced           nil
 //
 // A Rejected send was refused by the server with a 4xx before anything was
-// stored, so the attempt withdraws its intent (Journal.RecordRefusal): the
-// retry of a 409 "conversation busy" sends at once, under any resend
+// stored, so the attempt withdraws its intent (Journal.RecordRefusal), as a
+// Busy one does: the retry of a 409 "conversation busy" sends at once, under any resend
 // policy, instead of looking for an otid that cannot be there. A 5xx, a 429
 // or a cut connection never withdraws an intent.
 //

@@ -74,6 +74,11 @@ type TurnRecord struct {
 	Conversation Conversation `json:"conversation"`
 	MessageID    string       `json:"message_id,omitempty"`
 	Queue        string       `json:"queue,omitempty"`
+	// ThreadMode is the Letta thread the turn used: "conversation",
+	// "default", "agent", or "explicit" (named by the payload); and
+	// LettaConversationID the conversation ("" for the agent endpoints).
+	ThreadMode          string `json:"thread_mode,omitempty"`
+	LettaConversationID string `json:"letta_conversation_id,omitempty"`
 
 	EnqueuedAt     time.Time `json:"enqueued_at,omitzero"`
 	FirstStartedAt time.Time `json:"first_started_at,omitzero"`

@@ -11,6 +11,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/uuid"
+
+	"github.com/lettaq/lettaq/agentclient"
 )
 
 // TaskType is the Asynq task type of a turn.
@@ -65,6 +67,10 @@ type Message struct {
 	Otid string
 	// Metadata is carried to the journal, small (see the Max… limits).
 	Metadata map[string]string
+	// LettaConversationID names the Letta conversation to send to
+	// ("default" or conv-<uuid4>), for integrations that manage their own;
+	// it overrides the worker's thread mode. Optional.
+	LettaConversationID string
 	// EnqueuedAt defaults to the time of Enqueue.
 	EnqueuedAt time.Time
 }
@@ -80,6 +86,7 @@ type Message struct {
 //	  "message_id": "9876",                    optional, the integration's id
 //	  "otid": "4c6e…-uuid",                    optional, must be a UUID
 //	  "metadata": {"k": "v"},                  optional, small string map
+//	  "letta_conversation_id": "conv-…",       optional, "default" or conv-<uuid4>
 //	  "enqueued_at": "2025-01-01T12:00:00Z"    optional, RFC 3339
 //	}
 //
@@ -96,19 +103,22 @@ type Payload struct {
 	Otid         string            `json:"otid,omitempty"`
 	Metadata     map[string]string `json:"metadata,omitempty"`
 	EnqueuedAt   time.Time         `json:"enqueued_at,omitzero"`
+	// LettaConversationID: see Message.
+	LettaConversationID string `json:"letta_conversation_id,omitempty"`
 }
 
 // Payload returns m's payload.
 func (m Message) Payload() Payload {
 	return Payload{V: PayloadVersion, AgentID: m.AgentID, Text: m.Text, SenderID: m.SenderID,
 		Conversation: m.Conversation, MessageID: m.MessageID, Otid: m.Otid, Metadata: m.Metadata,
-		EnqueuedAt: m.EnqueuedAt}
+		EnqueuedAt: m.EnqueuedAt, LettaConversationID: m.LettaConversationID}
 }
 
 // Message returns the message of p.
 func (p Payload) Message() Message {
 	return Message{AgentID: p.AgentID, Text: p.Text, SenderID: p.SenderID, Conversation: p.Conversation,
-		MessageID: p.MessageID, Otid: p.Otid, Metadata: p.Metadata, EnqueuedAt: p.EnqueuedAt}
+		MessageID: p.MessageID, Otid: p.Otid, Metadata: p.Metadata, EnqueuedAt: p.EnqueuedAt,
+		LettaConversationID: p.LettaConversationID}
 }
 
 // ValidationError reports a message or payload that cannot become a turn.
@@ -170,6 +180,10 @@ func (m Message) Validate() error {
 		if _, err := uuid.Parse(m.Otid); err != nil {
 			return invalid("otid", "%q is not a UUID", m.Otid)
 		}
+	}
+	if m.LettaConversationID != "" && !agentclient.ValidConversationID(m.LettaConversationID) {
+		return invalid("letta_conversation_id", "%q is not a Letta conversation id (want %q or conv-<uuid4>)",
+			m.LettaConversationID, agentclient.DefaultConversation)
 	}
 	if len(m.Metadata) > MaxMetadataEntries {
 		return invalid("metadata", "has %d entries, more than %d", len(m.Metadata), MaxMetadataEntries)

@@ -7,6 +7,9 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,7 +39,8 @@ type Observer interface {
 	// Resend: the resend gate decided ("resent" or "forbidden").
 	Resend(decision string)
 	// AttemptFinished: an attempt ended. result is "done" (the turn is
-	// finished), "retry" or "archived".
+	// finished), "retry", "busy" (put back: the Letta thread was busy)
+	// or "archived".
 	AttemptFinished(queue, result string, duration time.Duration)
 	// TurnFinished: a turn reached its end. outcome is one of the journal
 	// outcomes (answered, approval_required, failed); latency is from
@@ -108,6 +112,14 @@ type WorkerConfig struct {
 	// StuckRetryDelay: when to retry a turn whose run was still going when
 	// its attempt's budget ran out (default 1s).
 	StuckRetryDelay time.Duration
+	// ThreadMode: which Letta thread a chat talks to (default
+	// ThreadConversation; see thread.go).
+	ThreadMode ThreadMode
+	// MaxReplyBytes bounds the text (answer deltas, tool arguments and
+	// returns) one attempt of a turn writes to its reply stream as progress
+	// events; past it, progress text is dropped (the final event still
+	// carries the whole answer). Default DefaultMaxReplyBytes.
+	MaxReplyBytes int
 }
 
 // Worker runs turns from the queue.
@@ -121,12 +133,14 @@ type Worker struct {
 	obs     Observer
 	rdb     redis.UniversalClient // owned when we made it
 	ord     *orderer              // nil: no ordering
+	threads *threads
 
 	baseCtx    context.Context
 	baseCancel context.CancelCauseFunc
 	runOnce    sync.Once
 	inflight   sync.WaitGroup               // handlers, so that shutdown waits for their bookkeeping
 	srv        atomic.Pointer[asynq.Server] // set by Run: its Ping uses Asynq's own connection
+	permanent  permanentSet                 // tasks whose handler's error was permanent, until Asynq logs their archiving
 }
 
 // errShutdown is the cause of the handlers' context when the worker shuts
@@ -174,6 +188,9 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	}
 	if cfg.StuckRetryDelay <= 0 {
 		cfg.StuckRetryDelay = time.Second
+	}
+	if cfg.MaxReplyBytes <= 0 {
+		cfg.MaxReplyBytes = DefaultMaxReplyBytes
 	}
 	if !cfg.Ordering.Off && cfg.DelayedTaskCheckInterval > time.Second {
 		cfg.DelayedTaskCheckInterval = time.Second
@@ -236,6 +253,13 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		}
 		w.ord = &orderer{cfg: cfg.Ordering, seq: seq, rdb: rdb, insp: asynq.NewInspector(cfg.Redis)}
 	}
+	mode, err := ParseThreadMode(string(cfg.ThreadMode))
+	if err != nil {
+		w.closeRedis()
+		return nil, fmt.Errorf("queue: %w", err)
+	}
+	w.cfg.ThreadMode = mode
+	w.threads = &threads{mode: mode, rdb: w.replies.rdb, prefix: w.replies.opts.Prefix, client: w.client, lock: w.ord == nil}
 	w.baseCtx, w.baseCancel = context.WithCancelCause(context.Background())
 	return w, nil
 }
@@ -270,8 +294,13 @@ func (w *Worker) ServerConfig() asynq.Config {
 		IsFailure:                isFailure,
 		Queues:                   w.cfg.Queues,
 		ShutdownTimeout:          w.cfg.ShutdownTimeout,
-		Logger:                   NewAsynqLogger(w.log.With(slog.String("component", "asynq"))),
+		Logger:                   newAsynqLogger(w.log.With(slog.String("component", "asynq")), &w.permanent),
 		LogLevel:                 asynq.WarnLevel,
+		ErrorHandler: asynq.ErrorHandlerFunc(func(ctx context.Context, _ *asynq.Task, err error) {
+			if id, ok := asynq.GetTaskID(ctx); ok && errors.Is(err, asynq.SkipRetry) {
+				w.permanent.add(id)
+			}
+		}),
 	}
 }
 
@@ -294,7 +323,7 @@ func (w *Worker) run(ctx context.Context) error {
 	if err := srv.Start(mux); err != nil {
 		return fmt.Errorf("queue: start worker: %w", err)
 	}
-	w.log.Info("worker started", "worker", w.cfg.WorkerID, "queues", w.cfg.Queues,
+	w.log.Info("worker started", "worker", w.cfg.WorkerID, "queues", QueuesString(w.cfg.Queues),
 		"concurrency", w.cfg.Concurrency, "task_timeout", w.cfg.Budget.TaskTimeout().String())
 	<-ctx.Done()
 	w.log.Info("worker shutting down", "worker", w.cfg.WorkerID, "timeout", w.cfg.ShutdownTimeout.String())
@@ -404,6 +433,10 @@ func RetryDelay(n int, err error, _ *asynq.Task) time.Duration {
 	if errors.As(err, &ra) {
 		return max(ra.Delay, 0)
 	}
+	var be *BusyError
+	if errors.As(err, &be) {
+		return max(be.Delay, 0)
+	}
 	var ie *InterruptedError
 	if errors.As(err, &ie) || errors.Is(err, context.Canceled) {
 		return 100 * time.Millisecond
@@ -423,20 +456,95 @@ func IsFailure(err error) bool {
 	if err == nil {
 		return false
 	}
+	var be *BusyError
+	if errors.As(err, &be) {
+		return false // the thread was busy: the turn only waits
+	}
 	return !errors.Is(err, context.Canceled) && !errors.Is(err, errShutdown)
 }
 
-// asynqLogger adapts slog to asynq.Logger.
-type asynqLogger struct{ l *slog.Logger }
+// asynqLogger adapts slog to asynq.Logger. Asynq logs "Retry exhausted for task id=…" when
+// it archives a task, also one whose handler returned a permanent error (SkipRetry) and was
+// never retried; lettaq's line says which it was instead.
+type asynqLogger struct {
+	l         *slog.Logger
+	permanent *permanentSet
+}
 
 // NewAsynqLogger returns an asynq.Logger that writes to l.
-func NewAsynqLogger(l *slog.Logger) asynq.Logger { return asynqLogger{l} }
+func NewAsynqLogger(l *slog.Logger) asynq.Logger { return asynqLogger{l: l} }
+
+func newAsynqLogger(l *slog.Logger, permanent *permanentSet) asynq.Logger {
+	return asynqLogger{l: l, permanent: permanent}
+}
 
 func (a asynqLogger) Debug(args ...any) { a.l.Debug(fmt.Sprint(args...)) }
 func (a asynqLogger) Info(args ...any)  { a.l.Info(fmt.Sprint(args...)) }
-func (a asynqLogger) Warn(args ...any)  { a.l.Warn(fmt.Sprint(args...)) }
+func (a asynqLogger) Warn(args ...any) {
+	msg := fmt.Sprint(args...)
+	if id, ok := strings.CutPrefix(msg, "Retry exhausted for task id="); ok {
+		if a.permanent != nil {
+			if attrs, ok := a.permanent.take(id); ok {
+				a.l.Info("task archived: its error is permanent, so it was not retried", attrs...)
+				return
+			}
+		}
+		a.l.Warn("task archived: its retries are used up", "task_id", id)
+		return
+	}
+	a.l.Warn(msg)
+}
+
 func (a asynqLogger) Error(args ...any) { a.l.Error(fmt.Sprint(args...)) }
 func (a asynqLogger) Fatal(args ...any) {
 	a.l.Error(fmt.Sprint(args...), "fatal", true)
 	os.Exit(1)
+}
+
+// permanentSet holds the ids of tasks that failed permanently, with the ids of their turn
+// (otid, run_id) when known, until Asynq logs their archiving (right after, on the same
+// goroutine). It forgets everything past 10,000 tasks.
+type permanentSet struct {
+	mu  sync.Mutex
+	ids map[string][]any
+}
+
+// add notes a task id; a turn's attrs given before or after are kept.
+func (p *permanentSet) add(id string, attrs ...any) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ids == nil || len(p.ids) >= 10000 {
+		p.ids = map[string][]any{}
+	}
+	if len(attrs) > 0 || p.ids[id] == nil {
+		p.ids[id] = append([]any{"task_id", id}, attrs...)
+	}
+}
+
+// take returns the log attrs of id (task_id first) and forgets it.
+func (p *permanentSet) take(id string) ([]any, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	attrs, ok := p.ids[id]
+	delete(p.ids, id)
+	return attrs, ok
+}
+
+// QueuesString writes queue weights as LETTAQ_QUEUES takes them ("critical=6,lettaq=1"),
+// highest weight first, for logs.
+func QueuesString(q map[string]int) string {
+	names := make([]string, 0, len(q))
+	for n := range q {
+		names = append(names, n)
+	}
+	sort.Slice(names, func(i, j int) bool {
+		if q[names[i]] != q[names[j]] {
+			return q[names[i]] > q[names[j]]
+		}
+		return names[i] < names[j]
+	})
+	for i, n := range names {
+		names[i] = n + "=" + strconv.Itoa(q[n])
+	}
+	return strings.Join(names, ",")
 }

@@ -294,6 +294,8 @@ func newWorker(c Config, rco asynq.RedisClientOpt, lettaURL, qname, prefix strin
 		Queues: map[string]int{qname: 1}, ShutdownTimeout: 5 * time.Second, Logger: quiet,
 		WorkerID: "bench", RepliesOptions: queue.RepliesOptions{Prefix: prefix}, JournalOptions: queue.JournalOptions{Prefix: prefix},
 		Observer: obs, TaskCheckInterval: c.CheckInterval, StreamTransport: c.StreamTransport,
+		// The figures in the README were measured on the agent endpoints.
+		ThreadMode: queue.ThreadAgent,
 	})
 }
 

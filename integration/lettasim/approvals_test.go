@@ -155,6 +155,12 @@ func TestApprovalPendingBlocks(t *testing.T) {
 	a, b := createConv(t, srv, agent), createConv(t, srv, agent)
 	convStream(t, srv, a, turnReq{Text: "[[sim approval=x]] go"})
 	convStream(t, srv, b, turnReq{Text: "unrelated"})
+	convStream(t, srv, "default", turnReq{Text: "[[sim approval=y]] go", Extra: map[string]any{"agent_id": agent}})
+	all := srv.PendingApprovals(agent)
+	if len(all) != 2 || all[0].ConversationID != "default" || all[0].Calls[0].Name != "y" ||
+		all[1].ConversationID != a || all[1].Calls[0].Name != "x" {
+		t.Fatalf("PendingApprovals %+v", all)
+	}
 }
 
 // An approved call runs: the approval's own run streams the approval_response_message, the

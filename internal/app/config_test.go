@@ -26,7 +26,8 @@ func TestWorkerConfigDefaults(t *testing.T) {
 	}
 	if c.Concurrency != 200 || c.HTTPAddr != DefaultHTTPAddr || c.LettaBaseURL != "http://localhost:8283" ||
 		c.Queues["lettaq"] != 1 || c.TaskCheckInterval != 100*time.Millisecond || c.LogFormat != "auto" ||
-		c.Budget != budget.Default() || c.MonitorWritable || c.Dev || c.WorkerID == "" || c.StreamTransport != agentclient.StreamDedicated {
+		c.Budget != budget.Default() || c.MonitorWritable || c.Dev || c.WorkerID == "" || c.StreamTransport != agentclient.StreamDedicated ||
+		c.ThreadMode != queue.ThreadConversation {
 		t.Errorf("defaults: %+v", c)
 	}
 }
@@ -80,6 +81,7 @@ func TestWorkerConfigErrorsNameTheVariable(t *testing.T) {
 			[]string{"LETTAQ_KEY_PREFIX", "hash tag", "CROSSSLOT"}},
 		{nil, []string{"--redis-cluster-addrs=n1:7000", "--key-prefix={lettaq:"}, []string{"LETTAQ_KEY_PREFIX", "hash tag"}},
 		{nil, []string{"--no-such-flag"}, []string{"no-such-flag"}},
+		{map[string]string{"LETTAQ_THREAD_MODE": "thread"}, nil, []string{"LETTAQ_THREAD_MODE", "--thread-mode", "conversation, default or agent"}},
 	}
 	for _, tt := range tests {
 		_, err := ParseWorkerConfig(tt.args, env(tt.env), nil)
@@ -247,5 +249,18 @@ func TestClusterKeyPrefixRefusedAtStart(t *testing.T) {
 		env(map[string]string{"LETTAQ_REDIS_CLUSTER_ADDRS": "127.0.0.1:1"}), nil, &out, &errOut)
 	if code == ExitUsage {
 		t.Errorf("enqueue with a hash-tagged prefix: exit %d (usage), stderr %q", code, errOut.String())
+	}
+}
+
+func TestWorkerConfigThreadMode(t *testing.T) {
+	for raw, want := range map[string]queue.ThreadMode{"conversation": queue.ThreadConversation, "Default": queue.ThreadDefault, "agent": queue.ThreadAgent} {
+		c, err := ParseWorkerConfig(nil, env(map[string]string{"LETTAQ_THREAD_MODE": raw}), nil)
+		if err != nil || c.ThreadMode != want {
+			t.Errorf("LETTAQ_THREAD_MODE=%s: %q %v", raw, c.ThreadMode, err)
+		}
+	}
+	c, err := ParseWorkerConfig([]string{"--thread-mode=agent"}, env(map[string]string{"LETTAQ_THREAD_MODE": "default"}), nil)
+	if err != nil || c.ThreadMode != queue.ThreadAgent {
+		t.Errorf("flag: %q %v", c.ThreadMode, err)
 	}
 }

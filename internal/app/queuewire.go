@@ -27,6 +27,7 @@ type queueRunner struct {
 func newQueueRunner(cfg WorkerConfig, connOpt asynq.RedisConnOpt, rdb redis.UniversalClient, lettaURL string, m *Metrics, logger *slog.Logger) (*queueRunner, error) {
 	letta, err := agentclient.New(agentclient.Config{
 		BaseURL: lettaURL, APIKey: cfg.LettaAPIKey, RequestTimeout: cfg.Budget.RequestTimeout, StreamTransport: cfg.StreamTransport,
+		MaxEventBytes: cfg.Limits.Event, MaxResponseBytes: cfg.Limits.Response, MaxTranscriptBytes: cfg.Limits.Transcript,
 		Clocks: agentclient.Clocks{
 			Connect: cfg.Budget.ConnectTimeout, Stall: cfg.Budget.StallTimeout, Total: cfg.Budget.StreamTotal,
 			ContentIdle: contentIdle(cfg.Budget.ContentIdleNotice), StopGrace: cfg.Budget.StopGrace,
@@ -58,9 +59,14 @@ func newQueueRunner(cfg WorkerConfig, connOpt asynq.RedisConnOpt, rdb redis.Univ
 		TaskCheckInterval: cfg.TaskCheckInterval,
 		HeartbeatInterval: cfg.HeartbeatInterval,
 		Ordering:          ord,
+		ThreadMode:        cfg.ThreadMode,
+		MaxReplyBytes:     cfg.Limits.Reply,
 	})
 	if err != nil {
 		return nil, err
+	}
+	if cfg.ThreadMode == queue.ThreadDefault && cfg.Ordering == "conversation" {
+		logger.Warn("LETTAQ_THREAD_MODE=default with LETTAQ_ORDERING=conversation: the chats of an agent share its one thread, which takes one run at a time; their turns will wait on each other as busy (set LETTAQ_ORDERING=agent)")
 	}
 	q := &queueRunner{w: w}
 	// /enqueue puts turns on the worker's first queue by weight.

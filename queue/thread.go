@@ -1,0 +1,289 @@
+package queue
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lettaq/lettaq/agentclient"
+	"github.com/lettaq/lettaq/continuation"
+)
+
+// ThreadMode says which Letta message thread a lettaq conversation (agent +
+// integration + chat) talks to.
+type ThreadMode string
+
+const (
+	// ThreadConversation (the default): each lettaq conversation has a
+	// Letta conversation of its own, created on its first turn and kept in
+	// Redis. Its turns are locked and deduplicated by the server; chats of
+	// one agent run in parallel, all sharing the agent's memory.
+	ThreadConversation ThreadMode = "conversation"
+	// ThreadDefault: every chat of an agent talks to the agent's default
+	// thread through the conversation endpoints (locked, deduplicated):
+	// one run at a time per agent. Pair it with ordering scope agent.
+	ThreadDefault ThreadMode = "default"
+	// ThreadAgent: the agent endpoints (POST /v1/agents/{id}/messages/
+	// stream), deprecated by Letta, without lock or deduplication: lettaq's
+	// journal gate is the only guard against a second message.
+	ThreadAgent ThreadMode = "agent"
+)
+
+// ParseThreadMode parses a thread mode ("" is ThreadConversation).
+func ParseThreadMode(s string) (ThreadMode, error) {
+	switch m := ThreadMode(strings.ToLower(strings.TrimSpace(s))); m {
+	case "":
+		return ThreadConversation, nil
+	case ThreadConversation, ThreadDefault, ThreadAgent:
+		return m, nil
+	}
+	return "", fmt.Errorf("unknown thread mode %q (want conversation, default or agent)", s)
+}
+
+// ThreadSummary is the summary lettaq gives the Letta conversation it
+// creates for a lettaq conversation: "lettaq:" and a stable hash of the
+// agent, integration and chat id. Found again with summary_search, it lets
+// a worker that crashed between creating the conversation and storing its
+// id use that conversation instead of making a second one.
+func ThreadSummary(agentID string, c Conversation) string {
+	return "lettaq:" + threadHash(agentID, c)
+}
+
+func threadHash(agentID string, c Conversation) string {
+	h := sha256.New()
+	for _, p := range []string{agentID, c.Integration, c.ChatID} {
+		h.Write([]byte(p))
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil))[:32]
+}
+
+// ThreadKey is the Redis key (under the key prefix) that keeps the Letta
+// conversation id of a lettaq conversation. It never expires.
+func ThreadKey(prefix, agentID string, c Conversation) string {
+	if prefix == "" {
+		prefix = "lettaq:"
+	}
+	return prefix + "thread:" + threadHash(agentID, c)
+}
+
+// threadLockTTL bounds the short lock that serialises the creation of a
+// conversation's thread when ordering is off.
+const threadLockTTL = 10 * time.Second
+
+// threads resolves the Letta conversation of a turn.
+type threads struct {
+	mode   ThreadMode
+	rdb    redis.UniversalClient
+	prefix string
+	client *agentclient.Client
+	// lock: serialise creation with a Redis lock (ordering off: nothing
+	// else keeps two turns of one chat apart).
+	lock bool
+}
+
+// resolve returns the Letta conversation id for the turn of m ("" for the
+// agent endpoints). A conversation named in the payload wins.
+func (th *threads) resolve(ctx context.Context, m Message) (string, error) {
+	if m.LettaConversationID != "" {
+		return m.LettaConversationID, nil
+	}
+	switch th.mode {
+	case ThreadAgent:
+		return "", nil
+	case ThreadDefault:
+		return agentclient.DefaultConversation, nil
+	}
+	key := ThreadKey(th.prefix, m.AgentID, m.Conversation)
+	if id, err := th.rdb.Get(ctx, key).Result(); err == nil && id != "" {
+		return id, nil
+	} else if err != nil && !errors.Is(err, redis.Nil) {
+		return "", fmt.Errorf("read the thread of the conversation: %w", err)
+	}
+	if th.lock {
+		unlock, err := th.acquire(ctx, key+":lock")
+		if err != nil {
+			return "", err
+		}
+		defer unlock()
+		if id, err := th.rdb.Get(ctx, key).Result(); err == nil && id != "" {
+			return id, nil
+		}
+	}
+	id, err := th.findOrCreate(ctx, m)
+	if err != nil {
+		return "", err
+	}
+	if err := th.rdb.Set(ctx, key, id, 0).Err(); err != nil {
+		// The conversation exists and carries its tag: the next attempt
+		// finds it again with summary_search.
+		return "", fmt.Errorf("store the thread of the conversation: %w", err)
+	}
+	return id, nil
+}
+
+// findOrCreate returns the conversation tagged with the chat's summary (the
+// oldest, should there be several), creating it when there is none.
+func (th *threads) findOrCreate(ctx context.Context, m Message) (string, error) {
+	tag := ThreadSummary(m.AgentID, m.Conversation)
+	found, err := th.client.ListConversations(ctx, agentclient.ListConversationsOptions{AgentID: m.AgentID,
+		SummarySearch: tag, Limit: 50, Order: "asc"})
+	if err != nil {
+		return "", fmt.Errorf("look for the chat's Letta conversation: %w", err)
+	}
+	var mine []*agentclient.Conversation
+	for _, c := range found {
+		if c.Summary == tag && agentclient.ValidConversationID(c.ID) {
+			mine = append(mine, c)
+		}
+	}
+	if len(mine) > 0 {
+		sort.SliceStable(mine, func(i, j int) bool { return mine[i].CreatedAt.Before(mine[j].CreatedAt) })
+		return mine[0].ID, nil
+	}
+	c, err := th.client.CreateConversation(ctx, m.AgentID, agentclient.CreateConversationRequest{Summary: tag})
+	if err != nil {
+		return "", fmt.Errorf("create the chat's Letta conversation: %w", err)
+	}
+	if !agentclient.ValidConversationID(c.ID) || c.ID == agentclient.DefaultConversation {
+		return "", fmt.Errorf("create the chat's Letta conversation: the server answered id %q, not conv-<uuid4>", c.ID)
+	}
+	return c.ID, nil
+}
+
+// unlockScript deletes the lock only when it still holds our token.
+var unlockScript = redis.NewScript(`if redis.call("GET", KEYS[1]) == ARGV[1] then return redis.call("DEL", KEYS[1]) end return 0`)
+
+// acquire takes a short Redis lock, waiting for it (bounded by ctx).
+func (th *threads) acquire(ctx context.Context, key string) (func(), error) {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	token := hex.EncodeToString(b[:])
+	wait := 20 * time.Millisecond
+	for {
+		ok, err := th.rdb.SetNX(ctx, key, token, threadLockTTL).Result()
+		if err != nil {
+			return nil, fmt.Errorf("lock the thread of the conversation: %w", err)
+		}
+		if ok {
+			return func() {
+				uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+				defer cancel()
+				_ = unlockScript.Run(uctx, th.rdb, []string{key}, token).Err()
+			}, nil
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("lock the thread of the conversation: %w", ctx.Err())
+		case <-t.C:
+		}
+		wait = min(2*wait, 500*time.Millisecond)
+	}
+}
+
+// resolveThread sets the turn's Letta conversation: the one an earlier
+// attempt journaled (a turn stays on the thread it was sent to), else the
+// one the mode gives. It journals the choice with the attempt's next save.
+func (t *turn) resolveThread(ctx context.Context) (string, error) {
+	t.mu.Lock()
+	prev, mode := t.rec.LettaConversationID, t.rec.ThreadMode
+	t.mu.Unlock()
+	if mode != "" && (prev != "" || ThreadMode(mode) == ThreadAgent) && t.msg.LettaConversationID == "" {
+		return prev, nil
+	}
+	rctx, cancel := context.WithTimeout(ctx, t.w.cfg.Budget.ThreadResolution()) // a phase of the task timeout
+	defer cancel()
+	id, err := t.w.threads.resolve(rctx, t.msg)
+	if err != nil {
+		return "", err
+	}
+	mode = string(t.w.threads.mode)
+	if t.msg.LettaConversationID != "" {
+		mode = "explicit"
+	}
+	t.mu.Lock()
+	t.rec.ThreadMode, t.rec.LettaConversationID = mode, id
+	t.mu.Unlock()
+	return id, nil
+}
+
+// threadFailed ends an attempt whose thread could not be resolved: a
+// permanent Letta refusal (unknown agent) fails the turn, the rest retries.
+func (t *turn) threadFailed(ctx context.Context, err error) error {
+	reason := "could not resolve the agent's Letta conversation: " + err.Error()
+	if ctx.Err() != nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return t.finish(ctx, continuation.Decision{Outcome: continuation.Interrupted, Err: err, Reason: reason})
+	}
+	retryable := agentclient.Classify(err) != agentclient.Permanent
+	return t.finish(ctx, continuation.Decision{Outcome: continuation.Rejected, Err: err, Retryable: retryable, Reason: reason})
+}
+
+// OutcomeBusy ends an attempt refused because the agent's thread was busy
+// with another run (Attempt.Outcome).
+const OutcomeBusy = "busy"
+
+// BusyError puts a turn back while its Letta thread is busy with another
+// run: no failure (IsFailure says false, so Asynq does not count a retry),
+// retried after Delay (RetryDelay reads it).
+type BusyError struct {
+	Delay  time.Duration
+	Reason string
+	Err    error
+}
+
+func (e *BusyError) Error() string {
+	return fmt.Sprintf("lettaq: %s (retry in %v)", e.Reason, e.Delay)
+}
+
+func (e *BusyError) Unwrap() error { return e.Err }
+
+// busyRetry is the delay before a turn refused as busy tries again: the
+// server's Retry-After, else a backoff of 1 s doubling per busy attempt in
+// a row, up to 16 s.
+func busyRetry(retryAfter time.Duration, busyInARow int) time.Duration {
+	if retryAfter > 0 {
+		return retryAfter
+	}
+	d := time.Second
+	for i := 1; i < busyInARow && d < 16*time.Second; i++ {
+		d *= 2
+	}
+	return min(d, 16*time.Second)
+}
+
+// busy ends an attempt refused because the thread is busy with another
+// run: the turn is put back (not a failure, not a resend).
+func (t *turn) busy(ctx context.Context, d continuation.Decision) error {
+	t.endProgress(ctx)
+	t.mu.Lock()
+	n := 0
+	for i := len(t.rec.Attempts) - 2; i >= 0 && t.rec.Attempts[i].Outcome == OutcomeBusy; i-- {
+		n++
+	}
+	delay := busyRetry(agentclient.RetryAfter(d.Err), n+1)
+	t.attempt().Outcome, t.attempt().Error = OutcomeBusy, d.Reason
+	attempt := t.attempt().N
+	t.mu.Unlock()
+	// The refused send stored nothing: the next attempt sends without
+	// searching for the otid first.
+	if err := t.w.journal.RecordRefusal(ctx, t.taskID, t.otid, attempt, t.w.cfg.WorkerID); err != nil {
+		t.redisFailed()
+		t.log.Warn("could not journal the refusal; the next attempt looks for the otid first", "error", err.Error())
+	}
+	if err := t.save(ctx); err != nil {
+		t.log.Warn("could not journal the attempt", "error", err.Error())
+	}
+	t.log.Info("the agent's thread is busy with another run; the turn waits", "reason", d.Reason, "retry_in", delay.String())
+	t.w.obs.AttemptFinished(t.queue, "busy", time.Since(t.start))
+	return &BusyError{Delay: delay, Reason: d.Reason, Err: d.Err}
+}
