@@ -600,3 +600,35 @@ func TestApprovalSyncAndAsync(t *testing.T) {
 		t.Fatalf("run messages %v", msgs)
 	}
 }
+
+// With approval=, tool_delay is how long the approved call runs: the answer's run is still
+// going meanwhile (so a client can lose its stream in the middle of an approval turn).
+func TestApprovalToolDelay(t *testing.T) {
+	srv := newServer(t, lettasim.Config{TimeScale: 0.001})
+	agent := srv.CreateAgent("approval", nil)
+	conv := createConv(t, srv, agent)
+	calls := requestedCalls(t, convStream(t, srv, conv, turnReq{Text: "[[sim approval=x tool_delay=100h]] go"}))
+	body := turnReq{Otid: "otid-slow-approve", Background: true, Approvals: answers(calls, true, "")}.body()
+	resp := do(t, srv, "POST", convPath(conv), body, nil)
+	defer resp.Body.Close()
+	sse := newSSE(t, resp.Body)
+	var runID string
+	for {
+		ev, err := sse.next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.typ() == "ping" && runID == "" {
+			runID = ev.str("run_id")
+		}
+		if ev.typ() == "tool_return_message" {
+			break
+		}
+	}
+	if info, _ := srv.Run(runID); info.Status != "running" || info.Otid != "otid-slow-approve" {
+		t.Fatalf("run %+v", info)
+	}
+	if !srv.Cancel(testCtx(t), runID) {
+		t.Fatal("not in flight")
+	}
+}

@@ -172,7 +172,8 @@
 //	think=D              delay before the first reasoning step (pings only meanwhile)
 //	reasoning="text"     the first reasoning text
 //	tool=a,b             call these tools in turn (reasoning+call, return, ...), then answer
-//	tool_delay=D         how long each tool runs (delay before each tool return)
+//	tool_delay=D         how long each tool runs (delay before each tool return; with approval=,
+//	                     how long an approved call runs before the model goes on)
 //	tool_status=error    tool returns report status error
 //	answer="text"        the final answer (default "you said: <text>")
 //	answer_delay=D       delay before the answer
