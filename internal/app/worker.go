@@ -246,8 +246,8 @@ func printDevGreeting(w io.Writer, r *Running) {
 	fmt.Fprintf(w, `
 lettaq dev mode: everything runs in this process.
   Redis (in memory)    %s
-  Letta simulator      %s   (agents by name: %s, %s, %s; see GET /v1/agents/)
-`, r.RedisAddr, r.LettaURL, DemoAgent, DemoAgentTools, DemoAgentSlow)
+  Letta simulator      %s   (agents by name: %s; see GET /v1/agents/)
+`, r.RedisAddr, r.LettaURL, strings.Join(DemoAgentNames, ", "))
 	if r.HTTPAddr != "" {
 		fmt.Fprintf(w, "  Monitor              http://%s/monitor/\n  Metrics              http://%s/metrics\n", r.HTTPAddr, r.HTTPAddr)
 	}
@@ -258,9 +258,10 @@ In another terminal, try:
   %[1]s --wait "hello"                                  # a quick answer
   %[1]s --wait --agent %[2]s "what is lettaq?"   # a tool call first
   %[1]s --wait --agent %[3]s "think hard"         # outlives the 8s stream clock: watch it recover
+  %[1]s --wait --agent %[4]s "email the team" # asks approval for a tool call (exit 4)
   %[1]s journal recent                                  # what happened, turn by turn
 Messages may carry simulator directives, e.g. "[[sim think=30s]] hi" or "[[sim disconnect_after=2]] hi".
 Stop with Ctrl-C.
 
-`, o.commandLine(greetingEnqueue(os.Args[0])), DemoAgentTools, DemoAgentSlow)
+`, o.commandLine(greetingEnqueue(os.Args[0])), DemoAgentTools, DemoAgentSlow, DemoAgentApproval)
 }
