@@ -242,15 +242,17 @@ func (s *Sim) handleConvSend(w http.ResponseWriter, req *http.Request) {
 		mode = modeSync
 	}
 	p, ok := s.planSend(w, th.a, &body, mode)
-	if !ok || !s.admitSend(w, req, p) {
+	if !ok {
 		return
 	}
-	if p.f.Busy {
+	busy := func() {
 		id := th.a.lastRun()
 		if id == "" {
 			id = newID("run")
 		}
 		s.writeConvBusy(w, th, id, p.dir.busyForm)
+	}
+	if !s.admitSend(w, req, p, busy) {
 		return
 	}
 	res := s.acquire(req.Context().Done(), th, p)

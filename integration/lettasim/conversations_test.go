@@ -246,17 +246,21 @@ func TestConversationHostedBusyConfig(t *testing.T) {
 }
 
 // The lock's TTL is never extended: a run longer than LockTTL stops blocking sends. A background
-// send's second chance wakes when the lock expires, so the test measures it without sleeping.
+// send racing a (foreground) holder of its own otid waits in its second chance, which wakes when
+// the lock expires: the test measures the TTL without sleeping.
 func TestConversationLockTTL(t *testing.T) {
 	srv := newServer(t, lettasim.Config{TimeScale: 0.001, SecondChance: time.Hour}) // TTL 300s = 300ms
 	agent := srv.CreateAgent("ttl", nil)
 	conv := srv.CreateConversation(agent, "")
-	holder := holdLock(t, srv, conv, turnReq{Text: "long"})
-	locked := time.Now()
-	st, _, data := call(t, srv, "POST", convPath(conv), turnReq{Text: "refused"}.body())
-	busyRunID(t, st, data)
-	// A background send waits in its second chance until the TTL frees the lock, then runs.
-	evs := convStream(t, srv, conv, turnReq{Text: "after the ttl", Background: true})
+	locked := time.Now() // before the lock is taken: the TTL runs from a later instant
+	holder := holdLock(t, srv, conv, turnReq{Text: "long", Otid: "otid-ttl"})
+	st, _, data := call(t, srv, "POST", convPath(conv), turnReq{Text: "refused", Background: true}.body())
+	busyRunID(t, st, data) // another otid: busy at once, no second chance
+	if time.Since(locked) > time.Second {
+		t.Fatal("a send of another otid waited for a second chance")
+	}
+	// A background send of the holder's otid waits until the TTL frees the lock, then runs.
+	evs := convStream(t, srv, conv, turnReq{Text: "after the ttl", Otid: "otid-ttl", Background: true})
 	if waited := time.Since(locked); waited < 300*time.Millisecond {
 		t.Fatalf("the send ran %v after the lock was taken, before the 300ms TTL", waited)
 	}
@@ -669,5 +673,70 @@ func TestTokenDelay(t *testing.T) {
 	srv.Cancel(testCtx(t), runID)
 	if run, _ := srv.Run(runID); run.StopReason != "cancelled" {
 		t.Fatalf("run %+v", run)
+	}
+}
+
+// The agent endpoints keep no lock and map no otids: a background resend with the same otid
+// starts a second run and stores a second message, where the conversation endpoint replays.
+func TestAgentEndpointsDoNotDedupe(t *testing.T) {
+	srv := newServer(t, lettasim.Config{})
+	agent := srv.CreateAgent("old way", nil)
+	tr := turnReq{Text: "twice", Otid: "otid-agent", Background: true}
+	_, first, err := streamTurn(t, srv, agent, tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, again, err := streamTurn(t, srv, agent, tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first[0].str("run_id") == again[0].str("run_id") || srv.CountOtid("otid-agent") != 2 {
+		t.Fatalf("agent endpoint deduplicated: %d stored", srv.CountOtid("otid-agent"))
+	}
+	// The same through the agent's default thread: one run, one message.
+	tr.Otid = "otid-default"
+	tr.Extra = map[string]any{"agent_id": agent}
+	a, b := convStream(t, srv, "default", tr), convStream(t, srv, "default", tr)
+	if a[0].str("run_id") != b[0].str("run_id") || srv.CountOtid("otid-default") != 1 {
+		t.Fatalf("default thread stored %d", srv.CountOtid("otid-default"))
+	}
+}
+
+// A Busy fault on a conversation send answers in the conversation's busy form, storing nothing.
+func TestConversationBusyFault(t *testing.T) {
+	srv := newServer(t, lettasim.Config{})
+	agent := srv.CreateAgent("busy", nil)
+	conv := srv.CreateConversation(agent, "")
+	st, _, data := call(t, srv, "POST", convPath(conv), turnReq{Text: "[[sim busy]] hi", Otid: "otid-busy"}.body())
+	busyRunID(t, st, data)
+	if srv.CountOtid("otid-busy") != 0 || srv.Conflicts() != 1 {
+		t.Fatalf("stored %d, conflicts %d", srv.CountOtid("otid-busy"), srv.Conflicts())
+	}
+	// The retry (same otid) passes: directive faults hit the first attempt only.
+	convStream(t, srv, conv, turnReq{Text: "[[sim busy]] hi", Otid: "otid-busy"})
+	if srv.CountOtid("otid-busy") != 1 {
+		t.Fatal("the retry was not stored")
+	}
+}
+
+// A PendingApproval fault answers 409 "waiting for approval" on both kinds of endpoint, never
+// the busy form, and stores nothing.
+func TestPendingApprovalFault(t *testing.T) {
+	srv := newServer(t, lettasim.Config{})
+	agent := srv.CreateAgent("approval", nil)
+	conv := srv.CreateConversation(agent, "")
+	for _, path := range []string{convPath(conv), "/v1/agents/" + agent + "/messages/stream"} {
+		st, _, data := call(t, srv, "POST", path, turnReq{Text: "[[sim pending_approval]] hi"}.body())
+		if st != 409 || !strings.Contains(detail(t, data), "waiting for approval on a tool call") {
+			t.Fatalf("%s: %d %s", path, st, data)
+		}
+	}
+	srv.SetFault(agent, lettasim.Fault{PendingApproval: true})
+	st, _, data := call(t, srv, "POST", convPath(conv), turnReq{Text: "hi"}.body())
+	if st != 409 || strings.Contains(string(data), "run_id") {
+		t.Fatalf("%d %s", st, data)
+	}
+	if len(srv.UserMessages(agent)) != 0 || srv.Conflicts() != 0 {
+		t.Fatal("a refused send was stored or counted as busy")
 	}
 }

@@ -28,6 +28,7 @@ type thread struct {
 	mu       sync.Mutex
 	holder   *run      // the run holding the lock (it may have ended or outlived the TTL)
 	lockedAt time.Time // never extended
+	holdKeys []string  // otidKeys of the holder's request
 	otidRuns map[string]otidEntry
 	changed  chan struct{} // closed and replaced when the lock is released or the map grows
 }
@@ -122,6 +123,17 @@ func otidKeys(msgs []inMessage) []string {
 	return append(keys, "#"+hex.EncodeToString(sum[:]))
 }
 
+func overlap(a, b []string) bool {
+	for _, x := range a {
+		for _, y := range b {
+			if x == y {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // acquireResult is what a conversation send gets from the thread.
 type acquireResult struct {
 	run    *run   // the new run, or the run replayed
@@ -131,15 +143,13 @@ type acquireResult struct {
 }
 
 // acquire takes the thread's lock for a send and starts its run, or finds the run a background
-// send duplicates, or names the holder that refuses it. A background send that finds the lock
-// held gets a second chance: it waits up to Config.SecondChance (scaled) for the lock to free
-// or for its otids to be mapped (the holder may be this very turn, still registering).
+// send duplicates, or names the holder that refuses it. A background send that loses the race
+// to a holder sent with one of its otids gets a second chance: it waits up to
+// Config.SecondChance (scaled) for its otids to be mapped (the holder is this very turn, still
+// registering) or the lock to free. Any other send finds a held lock busy at once.
 func (s *Sim) acquire(done <-chan struct{}, th *thread, p *sendPlan) acquireResult {
 	bg := p.background()
-	var keys []string
-	if bg {
-		keys = otidKeys(p.msgs)
-	}
+	keys := otidKeys(p.msgs)
 	var deadline time.Time
 	th.mu.Lock()
 	for {
@@ -157,7 +167,7 @@ func (s *Sim) acquire(done <-chan struct{}, th *thread, p *sendPlan) acquireResu
 				th.mu.Unlock()
 				return acquireResult{gone: true}
 			}
-			th.holder, th.lockedAt = r, now
+			th.holder, th.lockedAt, th.holdKeys = r, now, keys
 			if bg {
 				if s.registerLag <= 0 {
 					th.register(r, keys, now, s.otidTTL)
@@ -172,7 +182,7 @@ func (s *Sim) acquire(done <-chan struct{}, th *thread, p *sendPlan) acquireResu
 			th.mu.Unlock()
 			return acquireResult{run: r}
 		}
-		if !bg {
+		if !bg || !overlap(keys, th.holdKeys) {
 			th.mu.Unlock()
 			return acquireResult{busy: h.id}
 		}

@@ -279,6 +279,9 @@ func (d *directive) apply(key, v string, sp *scriptSpec) error {
 		default:
 			err = fmt.Errorf("lettasim directive: status=%q must be 429 or 5xx", v)
 		}
+	case "pending_approval":
+		fault()
+		f.PendingApproval, err = parseBool(key, v)
 	case "busy_form":
 		if v != "hosted" && v != "detail" {
 			return fmt.Errorf("lettasim directive: busy_form=%q must be hosted or detail", v)

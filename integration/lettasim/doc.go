@@ -54,10 +54,11 @@
 //   - Background map: a background send maps each of its otids, and a hash of all of them, to
 //     its run for Config.OtidMapTTL (3h, scaled). A send that matches answers 200 with that
 //     run's stream replayed from the start: no new run, no second stored message. A background
-//     send that finds the lock held waits Config.SecondChance (1.75s, scaled) for the lock to
-//     free or its otids to be mapped before the 409 (Config.RegisterLag delays the mapping, to
-//     make that race happen). Foreground sends map nothing: a same-otid resend gets 409 while
-//     the first run holds the lock and starts a new run after it.
+//     send that loses the race to a holder sent with the same otid waits Config.SecondChance
+//     (1.75s, scaled) for its otids to be mapped or the lock to free before the 409
+//     (Config.RegisterLag delays the mapping, to make that race happen); any other send to a
+//     locked thread gets the 409 at once. Foreground sends map nothing: a same-otid resend gets
+//     409 while the first run holds the lock and starts a new run after it.
 //   - Resume: by run_id; else by otid through the map (404 "No run found for otid=…"); else the
 //     newest active run of the thread (400 "No active runs found"); 400 for a foreground run;
 //     410 for a run created more than Config.ResumeMaxAge ago.
@@ -137,6 +138,7 @@
 //	retry_after=D               RetryAfter (the 429's Retry-After)
 //	busy                        Busy: 409 "conversation busy" naming a run (nothing stored)
 //	busy_form=hosted|detail     the form of this send's 409 on a locked conversation
+//	pending_approval            PendingApproval: 409 "waiting for approval on a tool call" (nothing stored)
 //	status_after_store=5xx      Status5xxAfterStore (stored, run goes on)
 //	drop                        DropBeforeResponse
 //	first_byte=D|forever        FirstByteDelay
@@ -158,7 +160,7 @@
 // it wins over a directive. SetListFault slows or fails the read endpoints (list messages, get
 // run, run messages, list runs). The phases, in order:
 //
-//	AdmitDelay → Status429 / Busy / Status5xxBeforeStore → [message stored, run started] →
+//	AdmitDelay → Status429 / PendingApproval / Busy / Status5xxBeforeStore → [message stored, run started] →
 //	Status5xxAfterStore / DropBeforeResponse → FirstByteDelay → stream (StallAfter/StallFor,
 //	DisconnectAfter) ; the run: EndWith after EndAfter steps, UnhandledException ;
 //	resumes of the run: ResumeStatus

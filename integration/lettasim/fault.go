@@ -19,7 +19,7 @@ const Forever time.Duration = -1
 // The phases of a send, in order, and the fields that act on each:
 //
 //	AdmitDelay                      nothing sent, nothing stored yet
-//	Status429 / Busy / Status5xxBeforeStore  answered, nothing stored
+//	Status429 / Busy / PendingApproval / Status5xxBeforeStore  answered, nothing stored
 //	-- the user message is stored, the run starts (and from here on always runs to its end) --
 //	Status5xxAfterStore / DropBeforeResponse
 //	FirstByteDelay                  no bytes at all (not even headers)
@@ -44,6 +44,11 @@ type Fault struct {
 	// Busy answers 409 "conversation busy" naming a run (the agent's newest, or a made-up id
 	// when it has none), as Config.OneRunPerAgent does for a real overlap. Nothing is stored.
 	Busy bool
+
+	// PendingApproval answers 409 as a thread waiting for a tool call's approval does
+	// ({"detail": "CONFLICT: Cannot send a new message: The agent is waiting for approval on a
+	// tool call. …"}), on the agent and the conversation endpoints alike. Nothing is stored.
+	PendingApproval bool
 
 	// Status5xxBeforeStore answers this status (e.g. 500, 502, 503) before storing anything.
 	Status5xxBeforeStore int
@@ -105,7 +110,7 @@ func (f Fault) String() string {
 }
 
 func (f Fault) isZero() bool {
-	return f.AdmitDelay == 0 && !f.Status429 && !f.Busy && f.RetryAfter == 0 && f.Status5xxBeforeStore == 0 &&
+	return f.AdmitDelay == 0 && !f.Status429 && !f.Busy && !f.PendingApproval && f.RetryAfter == 0 && f.Status5xxBeforeStore == 0 &&
 		f.Status5xxAfterStore == 0 && !f.DropBeforeResponse && f.FirstByteDelay == 0 &&
 		f.StallFor == 0 && f.StallAfter == 0 && f.DisconnectAfter == 0 && f.EndWith == "" &&
 		f.EndAfter == 0 && f.ErrorType == "" && !f.UnhandledException && f.ResumeStatus == 0

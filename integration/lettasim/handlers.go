@@ -276,16 +276,18 @@ func (s *Sim) handleTurn(w http.ResponseWriter, req *http.Request, ep Endpoint) 
 		mode = modeAsync
 	}
 	p, ok := s.planSend(w, a, &body, mode)
-	if !ok || !s.admitSend(w, req, p) {
+	if !ok {
 		return
 	}
-	if p.f.Busy {
+	busy := func() {
 		id := a.lastRun()
 		if id == "" {
 			id = newID("run")
 		}
 		s.stats.conflicts.Add(1)
 		writeBusy(w, id)
+	}
+	if !s.admitSend(w, req, p, busy) {
 		return
 	}
 	var r *run

@@ -91,10 +91,10 @@ func (s *Sim) planSend(w http.ResponseWriter, a *agent, body *sendBody, mode tur
 	return p, true
 }
 
-// admitSend plays the fault phases before anything is stored: AdmitDelay, 429, 5xx. It reports
-// false when it has answered (or the client went away). Fault.Busy is the caller's: its body
-// depends on the endpoint.
-func (s *Sim) admitSend(w http.ResponseWriter, req *http.Request, p *sendPlan) bool {
+// admitSend plays the fault phases before anything is stored: AdmitDelay, 429, pending
+// approval, busy (answered by busy: its body depends on the endpoint), 5xx. It reports false
+// when it has answered (or the client went away).
+func (s *Sim) admitSend(w http.ResponseWriter, req *http.Request, p *sendPlan, busy func()) bool {
 	f := p.f
 	if f.AdmitDelay != 0 && !s.sleep(req.Context(), s.scaled(f.AdmitDelay)) {
 		return false
@@ -106,6 +106,15 @@ func (s *Sim) admitSend(w http.ResponseWriter, req *http.Request, p *sendPlan) b
 		}
 		w.Header().Set("Retry-After", strconv.FormatInt(int64(s.scaled(ra)/time.Second), 10))
 		writeDetail(w, http.StatusTooManyRequests, "RATE_LIMIT_EXCEEDED: simulated rate limit, retry later")
+		return false
+	}
+	if f.PendingApproval {
+		writeDetail(w, http.StatusConflict, "CONFLICT: Cannot send a new message: The agent is waiting for approval on a tool call. "+
+			"Please approve or deny the pending request before continuing.")
+		return false
+	}
+	if f.Busy {
+		busy()
 		return false
 	}
 	if f.Status5xxBeforeStore != 0 {

@@ -34,9 +34,9 @@ type Config struct {
 	// DescPagesOldestFirst emulates a quirk WIRE.md warns about: a list with order=desc picks the
 	// newest rows but returns them oldest-first.
 	DescPagesOldestFirst bool
-	// AutoCreateAgents creates an agent (with the default script) the first time an unknown
-	// (well-formed: agent-<uuid4>)
-	// agent id is used, instead of answering 404. Handy for a worker's dev mode.
+	// AutoCreateAgents creates an agent (with the default script) the first time an unknown but
+	// well-formed agent id (agent-<uuid4>) is used, instead of answering 404. Handy for a
+	// worker's dev mode.
 	AutoCreateAgents bool
 	// OneRunPerAgent answers a send to an agent that has a run in progress with 409
 	// {"detail": {"message": "CONVERSATION_BUSY: ...", "run_id": <the running run>}} and stores
@@ -51,8 +51,9 @@ type Config struct {
 	LockTTL time.Duration
 	// OtidMapTTL is how long a background send's otids map to its run; default 3h.
 	OtidMapTTL time.Duration
-	// SecondChance is how long a background send that finds the lock held waits for the lock to
-	// free or for its otids to be mapped before it answers 409; default 1.75s. Negative: none.
+	// SecondChance is how long a background send that loses the race to a lock holder sent with
+	// the same otid waits for its otids to be mapped (then it replays the holder's run) or the
+	// lock to free, before it answers 409; default 1.75s. Negative: none.
 	SecondChance time.Duration
 	// RegisterLag delays the mapping of a background send's otids after its run took the lock
 	// (default 0: at once). It opens the window in which a same-otid resend loses the race to
@@ -428,7 +429,8 @@ func (a *agent) lookup(id string) *row {
 	return nil
 }
 
-// UserMessages returns every user message the agent received and stored, oldest first.
+// UserMessages returns every user message the agent received and stored, oldest first, from
+// every thread (Received.ConversationID tells which; ConversationUserMessages gives one).
 func (s *Sim) UserMessages(agentID string) []Received {
 	a := s.getAgent(agentID)
 	if a == nil {
