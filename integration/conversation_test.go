@@ -364,3 +364,23 @@ func TestConversationModeUnknownAgent(t *testing.T) {
 		t.Fatalf("%d attempts: %s", len(rec.Attempts), describeAttempts(rec))
 	}
 }
+
+// The simulator's own pending-approval refusal, on both endpoint kinds.
+func TestPendingApprovalFromSimulator(t *testing.T) {
+	for _, mode := range []queue.ThreadMode{queue.ThreadConversation, queue.ThreadDefault, queue.ThreadAgent} {
+		t.Run(string(mode), func(t *testing.T) {
+			e := newEnv(t, withThreadMode(mode))
+			e.startWorker("w1")
+			agent := e.sim.CreateAgent("pending", nil)
+			c := e.conv("pending")
+			res := e.enqueue(queue.Message{AgentID: agent, Conversation: c, MessageID: "m", Text: "[[sim pending_approval]] hi"})
+			final, evs := e.waitFinal(c, res.TaskID, 20*time.Second)
+			if final.Type != queue.EventError || !final.Permanent || !strings.Contains(final.Text, "waiting for approval of a tool call") {
+				t.Fatalf("final %+v; %s", final, summarize(evs))
+			}
+			if rec := e.record(res.TaskID); len(rec.Attempts) != 1 {
+				t.Fatalf("%d attempts: %s", len(rec.Attempts), describeAttempts(rec))
+			}
+		})
+	}
+}
