@@ -39,7 +39,7 @@ func approvalClient(t *testing.T) (*Client, *Replies, *PendingApproval, string) 
 	})
 	p := &PendingApproval{RequestTaskID: "turn:web:chat-1:m1", Otid: "0d6f6a3c-3f0c-5b2e-8a8e-6a3f3c2b1a00", RunID: "run-1",
 		AgentID: "agent-1", Conversation: Conversation{Integration: "web", ChatID: "chat-1"}, Queue: q,
-		Calls: []ToolEvent{{Name: "delete_file", CallID: "call-1", Arguments: `{"path":"a"}`}, {Name: "delete_file", CallID: "call-2", Arguments: `{"path":"b"}`}},
+		Calls:       []ToolEvent{{Name: "delete_file", CallID: "call-1", Arguments: `{"path":"a"}`}, {Name: "delete_file", CallID: "call-2", Arguments: `{"path":"b"}`}},
 		RequestedAt: time.Now().UTC(), ExpiresAt: time.Now().Add(time.Hour).UTC()}
 	if err := newApprovals(replies).save(context.Background(), p); err != nil {
 		t.Fatal(err)
