@@ -492,3 +492,16 @@ func (c *Client) replaceScheduled(queueName, id string) bool {
 	}
 	return insp.DeleteTask(queueName, id) == nil
 }
+
+// ApprovalConversation returns the chat of the approval request named by
+// its task id or otid (whose reply stream carries the answer's events).
+func (c *Client) ApprovalConversation(ctx context.Context, request string) (Conversation, error) {
+	if c.cfg.Replies == nil {
+		return Conversation{}, errors.New("queue: ApprovalConversation needs ClientConfig.Replies")
+	}
+	p, err := newApprovals(c.cfg.Replies).get(ctx, request)
+	if err != nil {
+		return Conversation{}, err
+	}
+	return p.Conversation, nil
+}

@@ -59,6 +59,8 @@ func newQueueRunner(cfg WorkerConfig, connOpt asynq.RedisConnOpt, rdb redis.Univ
 		HeartbeatInterval: cfg.HeartbeatInterval,
 		Ordering:          ord,
 		ThreadMode:        cfg.ThreadMode,
+		ApprovalPolicy:    cfg.ApprovalPolicy,
+		ApprovalTimeout:   cfg.ApprovalTimeout,
 	})
 	if err != nil {
 		return nil, err
