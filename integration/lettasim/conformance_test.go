@@ -70,6 +70,17 @@ func TestConformance(t *testing.T) {
 			seen[e.typ()] = true
 		}
 		runIDs = append(runIDs, evs[0].str("run_id"))
+		if calls := pendingIn(evs); calls != nil {
+			// The thread waits for the answer: answer it (its stream conforms too).
+			_, got, err := streamTurn(t, srv, agent, turnReq{Approvals: answers(calls, true, "")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range got {
+				conformEvent(t, e)
+				seen[e.typ()] = true
+			}
+		}
 		if s.req.Background {
 			// The resumed stream conforms too.
 			st, got, err, _ := resume(t, srv, evs[0].str("run_id"), `{"starting_after": 1}`)
@@ -82,7 +93,7 @@ func TestConformance(t *testing.T) {
 		}
 	}
 	for _, typ := range []string{"ping", "reasoning_message", "assistant_message", "tool_call_message",
-		"tool_return_message", "approval_request_message", "stop_reason", "usage_statistics", "[DONE]",
+		"tool_return_message", "approval_request_message", "approval_response_message", "stop_reason", "usage_statistics", "[DONE]",
 		"error:error_message", "error:INTERNAL_SERVER_ERROR"} {
 		if !seen[typ] {
 			t.Errorf("no %s event was checked", typ)
@@ -112,7 +123,7 @@ func TestConformance(t *testing.T) {
 		listed[m["message_type"].(string)] = true
 	}
 	for _, typ := range []string{"user_message", "system_message", "reasoning_message", "assistant_message",
-		"tool_call_message", "tool_return_message", "approval_request_message"} {
+		"tool_call_message", "tool_return_message", "approval_request_message", "approval_response_message"} {
 		if !listed[typ] {
 			t.Errorf("no listed %s was checked", typ)
 		}

@@ -261,6 +261,8 @@ func (s *Sim) handleConvSend(w http.ResponseWriter, req *http.Request) {
 		if res.run == nil && req.Context().Err() == nil {
 			writeDetail(w, http.StatusServiceUnavailable, "lettasim is closed")
 		}
+	case res.refused != nil:
+		res.refused.write(w)
 	case res.busy != "":
 		s.writeConvBusy(w, th, res.busy, p.dir.busyForm)
 	case res.replay:

@@ -72,6 +72,14 @@ func TestConversationConformance(t *testing.T) {
 			seen[e.typ()] = true
 		}
 		runIDs = append(runIDs, evs[0].str("run_id"))
+		if calls := pendingIn(evs); calls != nil {
+			ans := turnReq{Approvals: answers(calls, false, "no"), Extra: tr.Extra}
+			conformBody(t, "ConversationMessageRequest", ans.body())
+			for _, e := range convStream(t, srv, id, ans) {
+				conformEvent(t, e)
+				seen[e.typ()] = true
+			}
+		}
 		if tr.Background {
 			// The replay of a same-otid resend and a resume conform too.
 			if tr.Otid != "" {
@@ -91,7 +99,7 @@ func TestConversationConformance(t *testing.T) {
 		}
 	}
 	for _, typ := range []string{"ping", "reasoning_message", "assistant_message", "tool_call_message",
-		"tool_return_message", "approval_request_message", "stop_reason", "usage_statistics", "[DONE]",
+		"tool_return_message", "approval_request_message", "approval_response_message", "stop_reason", "usage_statistics", "[DONE]",
 		"error:error_message", "error:INTERNAL_SERVER_ERROR"} {
 		if !seen[typ] {
 			t.Errorf("no %s event was checked", typ)
@@ -133,7 +141,7 @@ func TestConversationConformance(t *testing.T) {
 			t.Fatalf("run of the conversation says conversation_id %v", runs[i]["conversation_id"])
 		}
 	}
-	if len(runs) != len(runIDs) { // the default thread's run is not the conversation's; sync adds one
+	if len(runs) != len(runIDs)+1 { // the default thread's run is not the conversation's; sync and the approval add one each
 		t.Fatalf("runs of the conversation: %d, want %d", len(runs), len(runIDs))
 	}
 

@@ -24,6 +24,7 @@ type thread struct {
 	received      []Received
 	runs          []*run // runs started through the conversation endpoints
 	lastMessageAt time.Time
+	pending       *pendingApproval // the approval request the thread waits on (approvals.go)
 
 	mu       sync.Mutex
 	holder   *run      // the run holding the lock (it may have ended or outlived the TTL)
@@ -140,6 +141,8 @@ type acquireResult struct {
 	replay bool   // run is an existing background run whose otids match the request
 	busy   string // the lock holder's run id when the send is refused (409)
 	gone   bool   // the client went away or the Sim closed while waiting
+	// refused: the thread's approval state refused the send (409 pending, 400 bad approval)
+	refused *refusal
 }
 
 // acquire takes the thread's lock for a send and starts its run, or finds the run a background
@@ -162,7 +165,11 @@ func (s *Sim) acquire(done <-chan struct{}, th *thread, p *sendPlan) acquireResu
 		}
 		h := th.lockHolder(now, s.lockTTL)
 		if h == nil {
-			r := s.startTurn(p, th)
+			r, ref := s.startTurn(p, th)
+			if ref != nil {
+				th.mu.Unlock()
+				return acquireResult{refused: ref}
+			}
 			if r == nil {
 				th.mu.Unlock()
 				return acquireResult{gone: true}

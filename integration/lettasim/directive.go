@@ -62,6 +62,9 @@ func parseDirectives(text string) (directive, error) {
 	if !found {
 		d.stripped = text
 	}
+	if len(spec.then) > 0 && len(spec.approval) == 0 {
+		return d, fmt.Errorf("lettasim directive: then_approval needs approval= (the first request)")
+	}
 	if spec.set {
 		sc := spec.build()
 		d.script = &sc
@@ -133,8 +136,30 @@ type scriptSpec struct {
 	answer      string
 	answerDelay time.Duration
 	tokens      bool
-	approval    string
+	approval    []string // one approval request for these calls
+	then        []string // after it is approved, a second request for these
 	stop        string
+}
+
+// approvalStep is one ApprovalRequest step for the named tools (called in one model step).
+func approvalStep(names []string, delay time.Duration) Step {
+	st := Step{Kind: ApprovalRequest, ToolName: names[0], Delay: delay}
+	if len(names) > 1 {
+		for _, n := range names {
+			st.Calls = append(st.Calls, Call{Name: n})
+		}
+	}
+	return st
+}
+
+func splitList(v string) []string {
+	var out []string
+	for _, t := range strings.Split(v, ",") {
+		if t = strings.TrimSpace(t); t != "" {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 func (sp *scriptSpec) build() Script {
@@ -155,8 +180,15 @@ func (sp *scriptSpec) build() Script {
 	if len(sp.tools) > 0 {
 		steps = append(steps, Step{Kind: Reasoning, Text: "I have what I need."})
 	}
-	if sp.approval != "" {
-		steps = append(steps, Step{Kind: ApprovalRequest, ToolName: sp.approval, Delay: sp.answerDelay})
+	if len(sp.approval) > 0 {
+		// The run ends with the request; the rest is what the run of an approving answer does.
+		steps = append(steps, approvalStep(sp.approval, sp.answerDelay))
+		if len(sp.then) > 0 {
+			steps = append(steps, Step{Kind: Reasoning, Text: "That worked. One more thing needs approval."},
+				approvalStep(sp.then, 0))
+		}
+		steps = append(steps, Step{Kind: Reasoning, Text: "The tool ran."},
+			Step{Kind: Assistant, Text: sp.answer})
 	} else {
 		steps = append(steps, Step{Kind: Assistant, Text: sp.answer, Delay: sp.answerDelay})
 	}
@@ -209,11 +241,7 @@ func (d *directive) apply(key, v string, sp *scriptSpec) error {
 		sp.reasoning = v
 	case "tool", "tools":
 		sp.set = true
-		for _, t := range strings.Split(v, ",") {
-			if t = strings.TrimSpace(t); t != "" {
-				sp.tools = append(sp.tools, t)
-			}
-		}
+		sp.tools = append(sp.tools, splitList(v)...)
 	case "tool_delay":
 		sp.set = true
 		sp.toolDelay, err = parseDur(key, v, false)
@@ -232,9 +260,17 @@ func (d *directive) apply(key, v string, sp *scriptSpec) error {
 	case "tokens":
 		sp.set = true
 		sp.tokens, err = parseBool(key, v)
-	case "approval":
+	case "approval", "then_approval":
 		sp.set = true
-		sp.approval = v
+		names := splitList(v)
+		if len(names) == 0 || v == "true" {
+			return fmt.Errorf("lettasim directive: %s=%q must name one or more tools (a,b)", key, v)
+		}
+		if key == "approval" {
+			sp.approval = names
+		} else {
+			sp.then = names
+		}
 	case "stop":
 		sp.set = true
 		if !validStopReason(v) {

@@ -70,6 +70,52 @@
 // with otids and run ids), ConversationHistory, ConversationRuns, AllRuns (RunInfo carries
 // ConversationID, Started and Ended: overlap of turns is measurable), Conflicts.
 //
+// # Approvals
+//
+// An ApprovalRequest step (or the approval= directive) ends its run with an
+// approval_request_message naming one or more tool calls (Step.Calls: parallel calls of one
+// model step) and stop reason requires_approval. Its thread then waits: a conversation, or the
+// agent's default thread, which "default" and the agent endpoints share. Until it is answered:
+//
+//   - A user message to the thread answers 409 {"detail": "CONFLICT: Cannot send a new message:
+//     The agent is waiting for approval on a tool call. …"} and nothing is stored (the
+//     PendingApproval fault answers the same without a pending request).
+//   - The answer is a message of its own, sent like any other (same endpoints, streaming,
+//     background otid map and replay, its own otid and run): {"type": "approval", "otid": …,
+//     "approvals": [{"type": "approval", "tool_call_id": …, "approve": true|false, "reason": …}
+//     | {"type": "tool", "tool_call_id": …, "tool_return": …, "status": "success"|"error"}]},
+//     or the ToolReturnCreate form {"type": "tool_return", "tool_returns": […]}, or the
+//     deprecated {"approve": …, "approval_request_id": …} for a single call. It must be the only
+//     message of its request (422) and answer exactly the pending calls, once each: else 400
+//     "Invalid tool call IDs. Expected '['call_…', …]', but received '[…]'." With nothing
+//     pending: 400 "Cannot process approval response: No tool call is currently awaiting
+//     approval. …". A refused answer stores nothing and leaves the request pending.
+//   - Its run streams (and stores) the approval_response_message, then a tool_return_message
+//     per call in the request's order: the simulated result of an approved call, a client's
+//     own return, or status error "Error: request to call tool denied. User reason: …" for a
+//     denied one. Then the model goes on: if any call was denied, it answers "I did not run
+//     <tools>: the request was denied: <reasons>."; else it runs the script's steps after the
+//     ApprovalRequest (another ApprovalRequest among them asks again), or, when there are none,
+//     answers "Done: <tools> ran.".
+//
+// From Go: PendingApproval(agent, conversationID) and WaitPendingApproval (RequestID, RunID,
+// Calls with ids and names), ApprovalMessages(agent) (Received.Approvals: the answers), and
+// CountOtid / WaitOtid, which count approval messages as they count user messages. History's
+// Message has ToolCalls and Approvals.
+//
+// # Images
+//
+// A user message's content may hold image parts next to text: {"type": "image", "source":
+// {"type": "url", "url": …} | {"type": "base64", "media_type": "image/png", "data": …} |
+// {"type": "letta", "file_id": …}}. A part that misses a required field is a 422. A base64
+// image whose media type is not image/png, jpeg, gif or webp, or whose data is not base64, is
+// a 400 naming the field. The server "fetches" each URL by Config.ImageFetch's rule (default:
+// an http(s) URL with a host, unless the host is under the reserved .invalid domain; the Sim
+// never touches the network): a failure is a 400 "INVALID_ARGUMENT: Failed to fetch image from
+// <url>: <why>" (Letta's LettaImageFetchError), and nothing is stored. Accepted images are
+// stored and listed back as content parts, counted in Received.Images and Message.Images, and
+// the echoed answer mentions them ("you said: look (and 1 image)").
+//
 // # How a turn runs
 //
 // A send request is validated (422 on a bad body), then the user message is stored with the
@@ -128,7 +174,10 @@
 //	answer="text"        the final answer (default "you said: <text>")
 //	answer_delay=D       delay before the answer
 //	tokens               token mode (deltas sharing one id; Script.TokenDelay paces them)
-//	approval=tool        end with an approval request for tool (stop reason requires_approval)
+//	approval=a,b         end with one approval request for these tools (stop reason
+//	                     requires_approval); once approved, the run of the answer goes on to
+//	                     the answer (a denial gets an answer about the denial)
+//	then_approval=c,d    after approval= is approved, ask approval again for these tools
 //	stop=reason          stop reason after a complete script (default end_turn)
 //
 // Fault keys (see Fault for what each does):
@@ -172,10 +221,12 @@
 //
 // # Assertions
 //
-//	srv.CountOtid(otid)            stored user messages with this otid: 1 per turn, always
+//	srv.CountOtid(otid)            stored user (or approval) messages with this otid: 1 per turn, always
 //	srv.WaitOtid(ctx, otid)        wait until it is stored (returns its RunID)
 //	srv.WaitRunDone(ctx, runID)    wait for a run's end; srv.WaitIdle(ctx) for all of them
-//	srv.UserMessages(agent)        Otid, Text, RunID, SenderID, At of each received message
+//	srv.UserMessages(agent)        Otid, Text, RunID, SenderID, At, Images of each received message
+//	srv.ApprovalMessages(agent)    each accepted approval message, with its answers
+//	srv.PendingApproval(agent, c)  the approval request a thread waits on (tool call ids, names)
 //	srv.Runs(agent), srv.Run(id)   ID, Status, StopReason, Background, Otid, times, TTFT
 //	srv.History(agent)             every stored message
 //	srv.Requests()                 per-endpoint requests, response bytes and errors

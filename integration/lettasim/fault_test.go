@@ -400,6 +400,10 @@ func TestApprovalAndMaxSteps(t *testing.T) {
 	for _, e := range evs {
 		conformEvent(t, e)
 	}
+	// The thread waits for the answer (approvals_test.go); answer it.
+	if _, _, err := streamTurn(t, srv, agent, turnReq{Approvals: answers(requestedCalls(t, evs), true, "")}); err != nil {
+		t.Fatal(err)
+	}
 	// max_steps in the request bounds the model steps.
 	_, evs, err = streamTurn(t, srv, agent, turnReq{Text: "[[sim tool=a,b,c]]", Extra: map[string]any{"max_steps": 2}})
 	if err != nil {
@@ -410,7 +414,7 @@ func TestApprovalAndMaxSteps(t *testing.T) {
 	if stop.str("stop_reason") != "max_steps" {
 		t.Fatalf("%v", types(evs))
 	}
-	if info := srv.Runs(agent)[1]; info.Status != "completed" || info.StopReason != "max_steps" {
+	if info := srv.Runs(agent)[2]; info.Status != "completed" || info.StopReason != "max_steps" {
 		t.Fatalf("%+v", info)
 	}
 }

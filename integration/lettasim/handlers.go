@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"crypto/subtle"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -113,116 +111,6 @@ type sendBody struct {
 	AgentID      *string         `json:"agent_id"` // conversation endpoints: the agent of "default"
 }
 
-type messageCreate struct {
-	Type     *string         `json:"type"`
-	Role     string          `json:"role"`
-	Content  json.RawMessage `json:"content"`
-	Otid     string          `json:"otid"`
-	SenderID string          `json:"sender_id"`
-}
-
-type inMessage struct {
-	typ      partType
-	text     string
-	asParts  bool
-	otid     string
-	senderID string
-}
-
-func isNull(raw json.RawMessage) bool {
-	t := bytes.TrimSpace(raw)
-	return len(t) == 0 || bytes.Equal(t, []byte("null"))
-}
-
-// parseContent reads a string or a list of content parts (text parts are joined; image parts
-// are accepted and ignored).
-func parseContent(raw json.RawMessage) (string, bool, error) {
-	t := bytes.TrimSpace(raw)
-	if len(t) == 0 {
-		return "", false, errors.New("content is required")
-	}
-	switch t[0] {
-	case '"':
-		var s string
-		err := json.Unmarshal(t, &s)
-		return s, false, err
-	case '[':
-		var items []struct {
-			Type string  `json:"type"`
-			Text *string `json:"text"`
-		}
-		if err := json.Unmarshal(t, &items); err != nil {
-			return "", false, err
-		}
-		var texts []string
-		for i, it := range items {
-			switch it.Type {
-			case "text":
-				if it.Text == nil {
-					return "", false, fmt.Errorf("content[%d]: text is required", i)
-				}
-				texts = append(texts, *it.Text)
-			case "image":
-			default:
-				return "", false, fmt.Errorf("content[%d]: unsupported content type %q", i, it.Type)
-			}
-		}
-		return strings.Join(texts, "\n"), true, nil
-	}
-	return "", false, errors.New("content must be a string or a list of content parts")
-}
-
-func parseMessages(b *sendBody) ([]inMessage, error) {
-	hasMsgs, hasInput := !isNull(b.Messages), !isNull(b.Input)
-	if hasMsgs == hasInput {
-		return nil, errors.New("Value error, exactly one of 'messages' or 'input' must be provided")
-	}
-	if hasInput {
-		text, parts, err := parseContent(b.Input)
-		if err != nil {
-			return nil, fmt.Errorf("input: %v", err)
-		}
-		return []inMessage{{typ: ptUser, text: text, asParts: parts, otid: newUUID()}}, nil
-	}
-	var ms []messageCreate
-	if err := json.Unmarshal(b.Messages, &ms); err != nil {
-		return nil, fmt.Errorf("messages: %v", err)
-	}
-	if len(ms) == 0 {
-		return nil, errors.New("messages: at least one message is required")
-	}
-	out := make([]inMessage, 0, len(ms))
-	for i, m := range ms {
-		if m.Type != nil && *m.Type != "message" {
-			return nil, fmt.Errorf("messages[%d]: type %q is not supported by lettasim", i, *m.Type)
-		}
-		var typ partType
-		switch m.Role {
-		case "user":
-			typ = ptUser
-		case "system":
-			typ = ptSystem
-		case "assistant":
-			typ = ptAssistant
-		default:
-			return nil, fmt.Errorf("messages[%d]: role must be user, system or assistant", i)
-		}
-		text, parts, err := parseContent(m.Content)
-		if err != nil {
-			return nil, fmt.Errorf("messages[%d]: %v", i, err)
-		}
-		if typ != ptUser {
-			parts = false
-		}
-		otid := m.Otid
-		if otid == "" {
-			otid = newUUID()
-		}
-		out = append(out, inMessage{typ: typ, text: text, asParts: parts, otid: otid, senderID: m.SenderID})
-	}
-	return out, nil
-}
-
 // userAgentAllowed is Letta's check for POST /messages with streaming=true.
 func userAgentAllowed(h http.Header) bool {
 	if h.Get("X-Stainless-Package-Version") != "" {
@@ -291,6 +179,7 @@ func (s *Sim) handleTurn(w http.ResponseWriter, req *http.Request, ep Endpoint) 
 		return
 	}
 	var r *run
+	var ref *refusal
 	if s.cfg.OneRunPerAgent {
 		a.sendMu.Lock()
 		if id := a.activeRun(); id != "" {
@@ -299,10 +188,14 @@ func (s *Sim) handleTurn(w http.ResponseWriter, req *http.Request, ep Endpoint) 
 			writeBusy(w, id)
 			return
 		}
-		r = s.startTurn(p, nil)
+		r, ref = s.startTurn(p, nil)
 		a.sendMu.Unlock()
 	} else {
-		r = s.startTurn(p, nil)
+		r, ref = s.startTurn(p, nil)
+	}
+	if ref != nil {
+		ref.write(w)
+		return
 	}
 	s.respondSend(w, req, p, r)
 }

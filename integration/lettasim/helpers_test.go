@@ -200,7 +200,11 @@ type turnReq struct {
 	StreamTokens bool
 	NoPings      bool
 	Parts        bool // send content as a list of text parts
-	Extra        map[string]any
+	// Approvals, when set, sends an approval message with these items instead of a user
+	// message (Text is unused).
+	Approvals []any
+	Images    []any // image parts appended to the content (a list of parts then)
+	Extra     map[string]any
 }
 
 func (tr turnReq) body() map[string]any {
@@ -208,7 +212,13 @@ func (tr turnReq) body() map[string]any {
 	if tr.Parts {
 		content = []map[string]any{{"type": "text", "text": tr.Text}}
 	}
+	if len(tr.Images) > 0 {
+		content = append([]any{map[string]any{"type": "text", "text": tr.Text}}, tr.Images...)
+	}
 	msg := map[string]any{"type": "message", "role": "user", "content": content, "sender_id": "user-test"}
+	if tr.Approvals != nil {
+		msg = map[string]any{"type": "approval", "approvals": tr.Approvals}
+	}
 	if tr.Otid != "" {
 		msg["otid"] = tr.Otid
 	}

@@ -1,6 +1,7 @@
 package lettasim
 
 import (
+	"encoding/json"
 	"strconv"
 	"strings"
 	"time"
@@ -16,16 +17,18 @@ const (
 	ptToolReturn
 	ptAssistant
 	ptApprovalRequest
+	ptApprovalResponse
 )
 
 var partTypeNames = [...]string{
-	ptUser:            "user_message",
-	ptSystem:          "system_message",
-	ptReasoning:       "reasoning_message",
-	ptToolCall:        "tool_call_message",
-	ptToolReturn:      "tool_return_message",
-	ptAssistant:       "assistant_message",
-	ptApprovalRequest: "approval_request_message",
+	ptUser:             "user_message",
+	ptSystem:           "system_message",
+	ptReasoning:        "reasoning_message",
+	ptToolCall:         "tool_call_message",
+	ptToolReturn:       "tool_return_message",
+	ptAssistant:        "assistant_message",
+	ptApprovalRequest:  "approval_request_message",
+	ptApprovalResponse: "approval_response_message",
 }
 
 func (t partType) String() string { return partTypeNames[t] }
@@ -122,6 +125,10 @@ type part struct {
 	args     string
 	callID   string
 	status   string // tool return: success | error
+
+	calls   []ToolCallInfo    // an approval request's calls (the first is toolName, args, callID)
+	answers []ApprovalAnswer  // an approval response's answers
+	images  []json.RawMessage // a user message's image parts
 }
 
 // delta is the payload of one token-mode chunk.
@@ -129,6 +136,7 @@ type delta struct {
 	text             string // reasoning or content delta
 	name, args       string // tool call delta: empty keys are dropped
 	hasName, hasArgs bool
+	callID           string // the call a delta belongs to, when not the part's first
 }
 
 // appendPart appends one LettaMessage object. seq < 0 writes seq_id null. A non-nil d writes a
@@ -154,11 +162,20 @@ func appendPart(b []byte, r *row, p *part, seq int64, d *delta) []byte {
 		o.key("content")
 		if p.asParts {
 			o.buf = append(o.buf, '[')
-			t := beginObj(o.buf)
-			t.str("type", "text")
-			t.str("text", p.text)
-			t.null("signature")
-			o.buf = append(t.end(), ']')
+			if p.text != "" || len(p.images) == 0 {
+				t := beginObj(o.buf)
+				t.str("type", "text")
+				t.str("text", p.text)
+				t.null("signature")
+				o.buf = t.end()
+			}
+			for i, img := range p.images {
+				if i > 0 || p.text != "" {
+					o.buf = append(o.buf, ',')
+				}
+				o.buf = append(o.buf, img...)
+			}
+			o.buf = append(o.buf, ']')
 		} else {
 			o.buf = appendString(o.buf, p.text)
 		}
@@ -189,9 +206,27 @@ func appendPart(b []byte, r *row, p *part, seq int64, d *delta) []byte {
 			o.buf = appendToolCall(o.buf, p)
 			o.key("tool_calls")
 			o.buf = append(o.buf, '[')
-			o.buf = appendToolCall(o.buf, p)
+			if len(p.calls) == 0 {
+				o.buf = appendToolCall(o.buf, p)
+			}
+			for i, c := range p.calls {
+				if i > 0 {
+					o.buf = append(o.buf, ',')
+				}
+				t := beginObj(o.buf)
+				t.str("name", c.Name)
+				t.str("arguments", c.Arguments)
+				t.str("tool_call_id", c.ID)
+				o.buf = t.end()
+			}
 			o.buf = append(o.buf, ']')
 		}
+	case ptApprovalResponse:
+		o.key("approvals")
+		o.buf = appendApprovals(o.buf, p.answers)
+		o.null("approve")
+		o.null("approval_request_id")
+		o.null("reason")
 	case ptToolReturn:
 		o.str("tool_return", p.text)
 		o.str("status", p.status)
@@ -230,7 +265,11 @@ func appendToolCallDelta(b []byte, p *part, d *delta) []byte {
 	if d.hasArgs {
 		t.str("arguments", d.args)
 	}
-	t.str("tool_call_id", p.callID)
+	if d.callID != "" {
+		t.str("tool_call_id", d.callID)
+	} else {
+		t.str("tool_call_id", p.callID)
+	}
 	return t.end()
 }
 
@@ -310,6 +349,11 @@ type Message struct {
 	Text                            string
 	ToolName, Arguments, ToolCallID string
 	Status                          string
+	// ToolCalls are an approval request's calls; Approvals an approval response's answers;
+	// Images the number of image parts of a user message.
+	ToolCalls []ToolCallInfo
+	Approvals []ApprovalAnswer
+	Images    int
 }
 
 func (r *row) messages(out []Message) []Message {
@@ -320,6 +364,8 @@ func (r *row) messages(out []Message) []Message {
 			ID: r.id, Type: p.typ.String(), Date: r.date, Otid: p.otid, SenderID: p.senderID,
 			StepID: r.stepID, RunID: r.runID, Text: p.text, ToolName: p.toolName,
 			Arguments: p.args, ToolCallID: p.callID, Status: p.status,
+			ToolCalls: append([]ToolCallInfo(nil), p.calls...), Approvals: append([]ApprovalAnswer(nil), p.answers...),
+			Images: len(p.images),
 		})
 	}
 	return out

@@ -184,6 +184,7 @@ type turn struct {
 	maxSteps int
 	fault    Fault
 	echo     string
+	approval *approvalTurn // an approval message's run: the answers to report first
 
 	seq        int64 // seq_id of the last frame (background runs)
 	pending    *row  // a model step whose reasoning is out but whose content is not yet
@@ -249,6 +250,9 @@ func (t *turn) steps() (stop string, exception bool) {
 		}
 		return f.EndWith, false
 	}
+	if !t.emitAnswers() {
+		return "cancelled", false
+	}
 	for i, st := range steps {
 		if i == endAt {
 			return endReason()
@@ -298,7 +302,24 @@ func (t *turn) steps() (stop string, exception bool) {
 				if p.args == "" {
 					p.args = string(appendObj1(nil, "query", t.echo))
 				}
-				p.callID = "call_" + strings.ReplaceAll(newUUID(), "-", "")[:24]
+				p.callID = newCallID()
+				if st.Kind == ApprovalRequest {
+					p.calls = []ToolCallInfo{{ID: p.callID, Name: p.toolName, Arguments: p.args}}
+					for j, c := range st.Calls {
+						ci := ToolCallInfo{ID: newCallID(), Name: c.Name, Arguments: c.Arguments}
+						if ci.Name == "" {
+							ci.Name = "send_message"
+						}
+						if ci.Arguments == "" {
+							ci.Arguments = string(appendObj1(nil, "query", t.echo))
+						}
+						if j == 0 {
+							p.calls = p.calls[:0]
+							p.toolName, p.args, p.callID = ci.Name, ci.Arguments, ci.ID
+						}
+						p.calls = append(p.calls, ci)
+					}
+				}
 				t.callID, t.callName, t.callStep = p.callID, p.toolName, r.stepID
 			}
 			r.parts = append(r.parts, p)
@@ -308,6 +329,7 @@ func (t *turn) steps() (stop string, exception bool) {
 			}
 			t.commit(r)
 			if st.Kind == ApprovalRequest {
+				t.setPending(r, &r.parts[len(r.parts)-1], steps[i+1:])
 				return "requires_approval", false
 			}
 		case ToolReturn:
@@ -321,7 +343,7 @@ func (t *turn) steps() (stop string, exception bool) {
 				p.toolName = t.callName
 			}
 			if p.callID == "" {
-				p.callID = "call_" + strings.ReplaceAll(newUUID(), "-", "")[:24]
+				p.callID = newCallID()
 			}
 			if p.text == "" {
 				p.text = string(appendObj1(nil, "result", "simulated result of "+p.toolName))
@@ -343,6 +365,9 @@ func (t *turn) steps() (stop string, exception bool) {
 	}
 	return "end_turn", false
 }
+
+// newCallID mints a tool call id in the shape model providers use (call_ and 24 hex digits).
+func newCallID() string { return "call_" + strings.ReplaceAll(newUUID(), "-", "")[:24] }
 
 func appendObj1(b []byte, k, v string) []byte {
 	o := beginObj(b)
@@ -411,9 +436,15 @@ func (t *turn) emit(r *row, p *part) bool {
 				frames = append(frames, t.frame(r, p, &delta{text: c}))
 			}
 		case ptToolCall, ptApprovalRequest:
-			frames = append(frames, t.frame(r, p, &delta{name: p.toolName, hasName: true}))
-			for _, c := range splitChunks(p.args, 3) {
-				frames = append(frames, t.frame(r, p, &delta{args: c, hasArgs: true}))
+			calls := p.calls
+			if len(calls) == 0 {
+				calls = []ToolCallInfo{{ID: p.callID, Name: p.toolName, Arguments: p.args}}
+			}
+			for _, c := range calls {
+				frames = append(frames, t.frame(r, p, &delta{name: c.Name, hasName: true, callID: c.ID}))
+				for _, a := range splitChunks(c.Arguments, 3) {
+					frames = append(frames, t.frame(r, p, &delta{args: a, hasArgs: true, callID: c.ID}))
+				}
 			}
 		}
 	} else {

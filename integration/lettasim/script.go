@@ -19,8 +19,10 @@ const (
 	ToolReturn
 	// Assistant emits an assistant_message. An empty Text answers "you said: <user text>".
 	Assistant
-	// ApprovalRequest emits an approval_request_message and ends the run with stop reason
-	// requires_approval (the steps after it are not run).
+	// ApprovalRequest emits an approval_request_message (ToolName, Arguments, or several Calls)
+	// and ends the run with stop reason requires_approval. The thread then waits for an approval
+	// message; the steps after this one are what the run of an approving answer does next (see
+	// approvals.go).
 	ApprovalRequest
 )
 
@@ -50,10 +52,18 @@ type Step struct {
 	ToolName, Arguments string
 	// Status of a ToolReturn: "success" (default) or "error".
 	Status string
+	// Calls, on an ApprovalRequest, asks approval for several tool calls made in one step
+	// (parallel tool calls): one approval_request_message names them all (tool_call is the
+	// first), and one approval message must answer them all. Empty: the one call ToolName,
+	// Arguments.
+	Calls []Call
 	// Delay before this step, multiplied by Config.TimeScale. Pings flow meanwhile, so a long
 	// Delay is a turn that is "thinking".
 	Delay time.Duration
 }
+
+// Call is one tool call of an ApprovalRequest step (Arguments empty: {"query": "<user text>"}).
+type Call struct{ Name, Arguments string }
 
 // Script is what an agent does with one turn.
 type Script struct {
@@ -136,5 +146,8 @@ func cloneScript(sc *Script) *Script {
 	}
 	c := *sc
 	c.Steps = append([]Step(nil), sc.Steps...)
+	for i := range c.Steps {
+		c.Steps[i].Calls = append([]Call(nil), c.Steps[i].Calls...)
+	}
 	return &c
 }

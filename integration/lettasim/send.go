@@ -1,6 +1,8 @@
 package lettasim
 
 import (
+	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -32,7 +34,15 @@ func (p *sendPlan) background() bool { return p.body.Background && p.mode == mod
 // (422) when it reports false.
 func (s *Sim) planSend(w http.ResponseWriter, a *agent, body *sendBody, mode turnMode) (*sendPlan, bool) {
 	msgs, err := parseMessages(body)
-	if err != nil {
+	if err == nil {
+		err = s.fetchImages(msgs)
+	}
+	var br *badRequest
+	switch {
+	case errors.As(err, &br):
+		writeDetail(w, http.StatusBadRequest, br.detail)
+		return nil, false
+	case err != nil:
 		writeValidation(w, err.Error())
 		return nil, false
 	}
@@ -45,15 +55,24 @@ func (s *Sim) planSend(w http.ResponseWriter, a *agent, body *sendBody, mode tur
 		p.maxSteps = *body.MaxSteps
 	}
 	var userTexts []string
+	images := 0
 	for _, m := range msgs {
 		if m.typ == ptUser {
 			userTexts = append(userTexts, m.text)
+			images += len(m.images)
 		}
 	}
 	p.dir, err = parseDirectives(strings.Join(userTexts, "\n"))
 	if err != nil {
 		writeDetail(w, http.StatusUnprocessableEntity, err.Error())
 		return nil, false
+	}
+	switch images {
+	case 0:
+	case 1:
+		p.dir.stripped += " (and 1 image)"
+	default:
+		p.dir.stripped += fmt.Sprintf(" (and %d images)", images)
 	}
 
 	// Which fault applies to this attempt.
@@ -160,9 +179,15 @@ func (s *Sim) respondSend(w http.ResponseWriter, req *http.Request, p *sendPlan,
 }
 
 // startTurn stores the messages (in the agent's own thread when th is nil or the agent's
-// default thread, else in th), registers the run and starts its goroutine. nil if closed.
-func (s *Sim) startTurn(p *sendPlan, th *thread) *run {
+// default thread, else in th), registers the run and starts its goroutine. nil if closed. It
+// stores nothing and returns a refusal when the thread's approval state refuses the send
+// (approvals.go).
+func (s *Sim) startTurn(p *sendPlan, th *thread) (*run, *refusal) {
 	a := p.a
+	appr, ref := s.checkApproval(p, th)
+	if ref != nil {
+		return nil, ref
+	}
 	r := newRun(a, p.background(), p.mode == modeAsync, p.otid)
 	r.resumeStatus = p.f.ResumeStatus
 	r.th = th
@@ -172,7 +197,7 @@ func (s *Sim) startTurn(p *sendPlan, th *thread) *run {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return nil
+		return nil, nil
 	}
 	s.runs[r.id] = r
 	s.runOrder = append(s.runOrder, r)
@@ -185,17 +210,24 @@ func (s *Sim) startTurn(p *sendPlan, th *thread) *run {
 	for _, m := range p.msgs {
 		rw := &row{id: newID("message"), date: now, runID: r.id, parts: []part{{
 			typ: m.typ, otid: m.otid, senderID: m.senderID, text: m.text, asParts: m.asParts,
+			images: m.images, answers: m.answers,
 		}}}
 		storeRow(a, th, rw)
 		rw.runPos = len(r.rows)
 		r.rows = append(r.rows, rw)
-		if m.typ == ptUser {
+		switch m.typ {
+		case ptUser:
 			rec := Received{MessageID: rw.id, Otid: m.otid, Text: m.text, RunID: r.id, SenderID: m.senderID,
-				At: now, ConversationID: th.publicID()}
+				At: now, ConversationID: th.publicID(), Images: len(m.images)}
 			a.received = append(a.received, rec)
 			if th != nil {
 				th.received = append(th.received, rec)
 			}
+			recs = append(recs, rec)
+		case ptApprovalResponse:
+			rec := Received{MessageID: rw.id, Otid: m.otid, RunID: r.id, At: now, ConversationID: th.publicID(),
+				Approvals: append([]ApprovalAnswer(nil), m.answers...)}
+			a.approvals = append(a.approvals, rec)
 			recs = append(recs, rec)
 		}
 	}
@@ -219,8 +251,12 @@ func (s *Sim) startTurn(p *sendPlan, th *thread) *run {
 
 	t := &turn{s: s, r: r, a: a, script: p.script, tokens: p.script.Tokens || p.body.StreamTokens,
 		maxSteps: p.maxSteps, fault: p.f, echo: p.dir.stripped}
+	if appr != nil {
+		t.approval, t.script, t.echo = appr, appr.script, appr.echo
+		t.tokens = appr.tokens || appr.script.Tokens || p.body.StreamTokens
+	}
 	go t.exec()
-	return r
+	return r, nil
 }
 
 // storeRow appends a row to its thread (a.mu held): a conversation's own rows, or the agent's

@@ -68,6 +68,11 @@ type Config struct {
 	// of the server's {"detail": "CONFLICT: …", "run_id": …}. A send's [[sim busy_form=hosted]]
 	// or busy_form=detail picks the form of the 409 that send gets.
 	HostedBusy bool
+	// ImageFetch decides whether the server can fetch an image URL of a user message (nil: any
+	// http(s) URL with a host, except hosts under the reserved .invalid domain). An error is a
+	// 400 "Failed to fetch image from <url>: <error>", as Letta's LettaImageFetchError, and
+	// nothing is stored. The Sim never touches the network.
+	ImageFetch func(url string) error
 }
 
 // Sim is a Letta-compatible server in a box: an http.Handler with agents, scripted turns,
@@ -94,6 +99,7 @@ type Sim struct {
 	otidMu  sync.Mutex
 	otids   map[string][]Received
 	userSig chan struct{} // closed and replaced whenever a user message is stored
+	pendSig chan struct{} // closed and replaced whenever a thread starts waiting on an approval
 
 	wg    sync.WaitGroup // run goroutines
 	stats stats
@@ -104,18 +110,19 @@ type agent struct {
 	name    string
 	created time.Time
 
-	mu       sync.RWMutex
-	script   *Script
-	history  []*row
-	index    map[string]*row // live rows; seeded ones are found through seeds
-	seeds    []*seedBatch
-	received []Received
-	runs     []*run
-	fault    *faultSlot
-	list     ListFault
-	attempts map[string]int // otid -> send attempts seen (directive faults apply to the first few)
-	sendMu   sync.Mutex     // with OneRunPerAgent: the busy check and the run's start are one step
-	def      *thread        // the default thread: its lock and otid map (its rows are history)
+	mu        sync.RWMutex
+	script    *Script
+	history   []*row
+	index     map[string]*row // live rows; seeded ones are found through seeds
+	seeds     []*seedBatch
+	received  []Received
+	approvals []Received // approval messages
+	runs      []*run
+	fault     *faultSlot
+	list      ListFault
+	attempts  map[string]int // otid -> send attempts seen (directive faults apply to the first few)
+	sendMu    sync.Mutex     // with OneRunPerAgent: the busy check and the run's start are one step
+	def       *thread        // the default thread: its lock and otid map (its rows are history)
 }
 
 // activeRun returns the id of a run of a that has not ended, or "".
@@ -142,7 +149,7 @@ func (a *agent) lastRun() string {
 	return a.runs[len(a.runs)-1].id
 }
 
-// Received is a user message the Sim received and stored.
+// Received is a user message (or an approval message) the Sim received and stored.
 type Received struct {
 	MessageID string
 	Otid      string
@@ -153,6 +160,10 @@ type Received struct {
 	// ConversationID is the thread it was sent to: "conv-…", "default" (the agent's default
 	// thread through the conversation endpoints), or "" (the agent endpoints).
 	ConversationID string
+	// Images counts the image parts of a user message's content.
+	Images int
+	// Approvals holds an approval message's answers (nil for a user message).
+	Approvals []ApprovalAnswer
 }
 
 // New returns a Sim. It starts no goroutine until a turn runs; call Close to end runs in flight.
@@ -184,6 +195,7 @@ func New(cfg Config) *Sim {
 		runs:    make(map[string]*run),
 		otids:   make(map[string][]Received),
 		userSig: make(chan struct{}),
+		pendSig: make(chan struct{}),
 		convs:   make(map[string]*thread),
 	}
 	if s.scale <= 0 {
@@ -462,15 +474,16 @@ func (s *Sim) getAgent(id string) *agent {
 	return s.agents[id]
 }
 
-// CountOtid returns how many stored user messages (of any agent) carry otid. A correct client
-// makes this exactly 1 per turn, whatever the faults.
+// CountOtid returns how many stored user messages and approval messages (of any agent) carry
+// otid. A correct client makes this exactly 1 per turn, whatever the faults.
 func (s *Sim) CountOtid(otid string) int {
 	s.otidMu.Lock()
 	defer s.otidMu.Unlock()
 	return len(s.otids[otid])
 }
 
-// WaitOtid waits until a user message with otid is stored, and returns the first one.
+// WaitOtid waits until a user message (or approval message) with otid is stored, and returns
+// the first one.
 func (s *Sim) WaitOtid(ctx context.Context, otid string) (Received, error) {
 	for {
 		s.otidMu.Lock()

@@ -19,7 +19,13 @@ const (
 	DemoAgent      = "demo"       // answers at once, token by token
 	DemoAgentTools = "demo-tools" // looks something up with a tool first
 	DemoAgentSlow  = "demo-slow"  // thinks for 20s: longer than dev mode's 8s stream clock
+	// DemoAgentApproval asks approval to run send_email, then answers once the call is approved
+	// (or says it did not send it, when denied).
+	DemoAgentApproval = "demo-approval"
 )
+
+// DemoAgentNames lists the demo agents, in the order dev mode presents them.
+var DemoAgentNames = []string{DemoAgent, DemoAgentTools, DemoAgentSlow, DemoAgentApproval}
 
 // DevLettaURLKey is the key of the dev worker's in-memory Redis that holds the simulator's base
 // URL, so that enqueue --dev can resolve agent names even when the simulator had to take
@@ -43,8 +49,17 @@ func DemoScripts() map[string]lettasim.Script {
 	tools.Tokens = true
 	slow := lettasim.ThinkingScript(20*time.Second, "That took a while: the stream clock fired after 8s, and the worker continued the same run instead of sending your message again.")
 	slow.Tokens = true
-	quick.TokenDelay, tools.TokenDelay, slow.TokenDelay = DevTokenDelay, DevTokenDelay, DevTokenDelay
-	return map[string]lettasim.Script{DemoAgent: quick, DemoAgentTools: tools, DemoAgentSlow: slow}
+	// The run ends at the approval request; the steps after it are what the run of an approving
+	// answer does (a denial makes the simulator's model answer that it did not send it).
+	approval := lettasim.Script{Tokens: true, Steps: []lettasim.Step{
+		{Kind: lettasim.Reasoning, Text: "I should email the team about this. That needs the user's approval.", Delay: 500 * time.Millisecond},
+		{Kind: lettasim.ApprovalRequest, ToolName: "send_email",
+			Arguments: `{"to": "team@example.com", "subject": "A note from the demo agent"}`},
+		{Kind: lettasim.Reasoning, Text: "The email went out.", Delay: 500 * time.Millisecond},
+		{Kind: lettasim.Assistant, Text: "Done: I emailed the team at team@example.com."},
+	}}
+	quick.TokenDelay, tools.TokenDelay, slow.TokenDelay, approval.TokenDelay = DevTokenDelay, DevTokenDelay, DevTokenDelay, DevTokenDelay
+	return map[string]lettasim.Script{DemoAgent: quick, DemoAgentTools: tools, DemoAgentSlow: slow, DemoAgentApproval: approval}
 }
 
 // DevEnv is dev mode's embedded infrastructure: an in-memory Redis and a Letta simulator.
@@ -74,7 +89,7 @@ func StartDev(redisAddr, lettaAddr string) (*DevEnv, error) {
 	sim := lettasim.New(lettasim.Config{AutoCreateAgents: true, PingInterval: DevPingInterval,
 		DefaultScript: DemoScripts()[DemoAgent]})
 	agents := map[string]string{}
-	for _, name := range []string{DemoAgent, DemoAgentTools, DemoAgentSlow} {
+	for _, name := range DemoAgentNames {
 		sc := DemoScripts()[name]
 		agents[name] = sim.CreateAgent(name, &sc)
 	}

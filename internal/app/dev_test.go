@@ -151,7 +151,7 @@ func TestDevAgentsByName(t *testing.T) {
 		}
 		names[a.Name] = a.ID
 	}
-	for _, n := range []string{DemoAgent, DemoAgentTools, DemoAgentSlow} {
+	for _, n := range DemoAgentNames {
 		if names[n] == "" || names[n] != r.Dev.Agents[n] {
 			t.Errorf("no demo agent %q listed: %v", n, names)
 		}

@@ -225,8 +225,8 @@ func printDevGreeting(w io.Writer, r *Running) {
 	fmt.Fprintf(w, `
 lettaq dev mode: everything runs in this process.
   Redis (in memory)    %s
-  Letta simulator      %s   (agents by name: %s, %s, %s; see GET /v1/agents/)
-`, r.RedisAddr, r.LettaURL, DemoAgent, DemoAgentTools, DemoAgentSlow)
+  Letta simulator      %s   (agents by name: %s; see GET /v1/agents/)
+`, r.RedisAddr, r.LettaURL, strings.Join(DemoAgentNames, ", "))
 	if r.HTTPAddr != "" {
 		fmt.Fprintf(w, "  Monitor              http://%s/monitor/\n  Metrics              http://%s/metrics\n", r.HTTPAddr, r.HTTPAddr)
 	}
@@ -235,9 +235,10 @@ In another terminal, try:
   go run ./cmd/enqueue --dev --wait "hello"                                  # a quick answer
   go run ./cmd/enqueue --dev --wait --agent %s "what is lettaq?"         # a tool call first
   go run ./cmd/enqueue --dev --wait --agent %s "think hard"               # outlives the 8s stream clock: watch it recover
+  go run ./cmd/enqueue --dev --wait --agent %s "email the team"       # asks approval for a tool call (exit 4)
   go run ./cmd/enqueue --dev journal recent                                  # what happened, turn by turn
 Messages may carry simulator directives, e.g. "[[sim think=30s]] hi" or "[[sim disconnect_after=2]] hi".
 Stop with Ctrl-C.
 
-`, DemoAgentTools, DemoAgentSlow)
+`, DemoAgentTools, DemoAgentSlow, DemoAgentApproval)
 }
