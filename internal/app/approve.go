@@ -107,3 +107,18 @@ func (o enqueueOpts) answer(ctx context.Context, verb string, args []string, con
 	defer client.Close()
 	return runAnswer(ctx, o, verb, args, client, replies, stdout, stderr)
 }
+
+// showApproval tells what the agent wants to run and how to answer.
+func showApproval(w io.Writer, ev queue.ReplyEvent) {
+	var calls []queue.ToolEvent
+	if ev.Approval != nil {
+		calls = ev.Approval.Calls
+	} else if ev.Tool != nil {
+		calls = []queue.ToolEvent{*ev.Tool}
+	}
+	fmt.Fprintf(w, "approval required: the agent wants to run:\n")
+	for _, c := range calls {
+		fmt.Fprintf(w, "  %s %s (call %s)\n", c.Name, c.Arguments, c.CallID)
+	}
+	fmt.Fprintf(w, "answer with: enqueue approve %s   (or: enqueue deny %s --reason TEXT)\n", ev.TaskID, ev.TaskID)
+}
