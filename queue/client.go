@@ -193,6 +193,9 @@ const MaxHTTPBodyBytes = MaxTextBytes + 64<<10
 //	405, 413                                   wrong method, body too large
 //	415 {"error": "…"}                         Content-Type is not application/json
 //	500 {"error": "…"}                         Redis trouble: try again
+//
+// A body with "answer" is the answer to an approval request (see
+// answerHTTP): same answers, and 404 when the request is unknown.
 func EnqueueHTTPHandler(c *Client) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
@@ -216,6 +219,9 @@ func EnqueueHTTPHandler(c *Client) http.Handler {
 			return
 		case err != nil: // e.g. the listener's body timeout
 			httpJSON(w, http.StatusBadRequest, map[string]string{"error": "body unreadable: " + err.Error()})
+			return
+		}
+		if answerHTTP(c, w, r, body) {
 			return
 		}
 		p, err := decodePayloadJSON(body, true)
