@@ -1,6 +1,8 @@
 package app
 
 import (
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 )
@@ -29,6 +31,17 @@ func TestEnqueueApproveDev(t *testing.T) {
 	}
 	if n := len(r.Dev.Sim.ApprovalMessages(r.Dev.Agents[DemoAgentApproval])); n != 1 {
 		t.Errorf("%d approval messages at the simulator, want 1", n)
+	}
+	resp, err := http.Get("http://" + r.HTTPAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`lettaq_approvals_total{event="requested"} 1`, `lettaq_approvals_total{event="answered"} 1`, "lettaq_approval_wait_seconds_count 1"} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("metrics lack %s", want)
+		}
 	}
 	if code, _, errOut := enqueue(t, r, "deny", "turn:no-such-task"); code != ExitUsage || !strings.Contains(errOut, "no approval request") {
 		t.Errorf("unknown request: exit %d %q", code, errOut)
