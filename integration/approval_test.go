@@ -114,8 +114,12 @@ func TestApprovalApproveAndDeny(t *testing.T) {
 	}
 	e.oneMessagePerOtid(c, req, ans, req2, den)
 	rec := e.record(ans.TaskID)
-	if rec.Outcome != queue.OutcomeAnswered {
+	if rec.Outcome != queue.OutcomeAnswered || rec.Approval == nil || rec.Approval.RequestTaskID != req.TaskID || rec.Approval.Cause != queue.AnswerByUser {
 		t.Errorf("answer journal %+v", rec)
+	}
+	ra := e.record(req.TaskID).Approval
+	if ra == nil || ra.AnsweredBy != ans.TaskID || ra.Decision != "approved" || ra.Waited <= 0 || len(ra.Calls) != 1 || ra.RequestedAt.IsZero() {
+		t.Errorf("request journal %+v", ra)
 	}
 }
 
@@ -264,6 +268,10 @@ func TestApprovalExpires(t *testing.T) {
 		t.Fatalf("expiry: %+v; %s", final, summarize(evs))
 	}
 	exp.Otid = final.Otid
+	e.settled()
+	if ra := e.record(req.TaskID).Approval; ra == nil || ra.Cause != queue.AnswerExpired || ra.Decision != "denied" || ra.Waited < time.Second {
+		t.Errorf("request journal %+v", ra)
+	}
 	if late, err := e.client.Approve(context.Background(), req.TaskID, ""); err != nil || !late.Duplicate {
 		t.Errorf("an answer after the expiry: %+v %v", late, err)
 	}

@@ -102,6 +102,9 @@ func (t *turn) requestApproval(ctx context.Context, log *slog.Logger, calls []To
 			return nil, fmt.Errorf("schedule the approval's expiry: %w", err)
 		}
 	}
+	t.mu.Lock()
+	t.rec.Approval = approvalRecordOf(p)
+	t.mu.Unlock()
 	log.Info("approval requested", "calls", len(calls), "expires_at", p.ExpiresAt.Format(time.RFC3339))
 	t.w.observeApproval("requested", 0)
 	return &ApprovalEvent{RequestTaskID: t.taskID, Calls: calls, ExpiresAt: p.ExpiresAt}, nil
@@ -151,10 +154,14 @@ func (t *turn) answered(ctx context.Context, log *slog.Logger) {
 		log.Warn("could not record the answer of the approval request", "request_task_id", a.RequestTaskID, "error", err.Error())
 		return
 	}
-	waited := t.msg.EnqueuedAt.Sub(p.RequestedAt)
-	if waited < 0 {
-		waited = 0
-	}
+	ar := approvalRecordOf(p)
+	// The human's wait ends when the answer came (was enqueued).
+	waited := max(t.msg.EnqueuedAt.Sub(p.RequestedAt), 0)
+	ar.Waited = waited
+	t.mu.Lock()
+	t.rec.Approval = ar
+	t.mu.Unlock()
+	t.journalAnswer(ctx, p.RequestTaskID, ar)
 	event := "answered"
 	if a.Cause == AnswerExpired {
 		event = "expired"
@@ -224,4 +231,44 @@ func (t *turn) imageRejected(d continuation.Decision, reason string) string {
 		return "the server could not use the message's images (" + urls + "): " + reason
 	}
 	return reason
+}
+
+// ApprovalRecord is what the journal keeps of an approval (TurnRecord.Approval).
+type ApprovalRecord struct {
+	RequestTaskID string    `json:"request_task_id"`
+	Calls         []string  `json:"calls,omitempty"` // "name (call id)"
+	RequestedAt   time.Time `json:"requested_at,omitzero"`
+	ExpiresAt     time.Time `json:"expires_at,omitzero"`
+	AnsweredBy    string    `json:"answered_by,omitempty"`
+	AnsweredAt    time.Time `json:"answered_at,omitzero"`
+	// Decision: approved, denied or mixed; Cause: user, expired, moved_on.
+	Decision string `json:"decision,omitempty"`
+	Cause    string `json:"cause,omitempty"`
+	// Waited is the time the request waited for its answer (a human).
+	Waited time.Duration `json:"waited_ns,omitempty"`
+}
+
+func approvalRecordOf(p *PendingApproval) *ApprovalRecord {
+	r := &ApprovalRecord{RequestTaskID: p.RequestTaskID, RequestedAt: p.RequestedAt, ExpiresAt: p.ExpiresAt,
+		AnsweredBy: p.AnsweredBy, AnsweredAt: p.AnsweredAt, Decision: p.Decision, Cause: p.Cause}
+	for _, c := range p.Calls {
+		r.Calls = append(r.Calls, c.Name+" ("+c.CallID+")")
+	}
+	if !p.AnsweredAt.IsZero() {
+		r.Waited = max(p.AnsweredAt.Sub(p.RequestedAt), 0)
+	}
+	return r
+}
+
+// journalAnswer writes the answer into the requesting turn's journal.
+func (t *turn) journalAnswer(ctx context.Context, requestTaskID string, ar *ApprovalRecord) {
+	rec, err := t.w.journal.Get(ctx, requestTaskID)
+	if err != nil {
+		t.log.Debug("no journal of the requesting turn", "request_task_id", requestTaskID, "error", err.Error())
+		return
+	}
+	rec.Approval = ar
+	if err := t.w.journal.Save(ctx, rec); err != nil {
+		t.log.Warn("could not journal the answer on the requesting turn", "request_task_id", requestTaskID, "error", err.Error())
+	}
 }
