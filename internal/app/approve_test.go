@@ -1,10 +1,14 @@
 package app
 
 import (
+	"encoding/base64"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
+
+	"github.com/lettaq/lettaq/queue"
 )
 
 // enqueue --wait on demo-approval exits 4 naming the task to answer;
@@ -48,5 +52,35 @@ func TestEnqueueApproveDev(t *testing.T) {
 	}
 	if code, _, _ := enqueue(t, r, "approve"); code != ExitUsage {
 		t.Errorf("no task id: exit %d", code)
+	}
+}
+
+// --image takes a URL or @file (base64 with the media type of its
+// extension); a file that is not an image is refused naming it.
+func TestImageFlag(t *testing.T) {
+	dir := t.TempDir()
+	png := dir + "/a.png"
+	if err := os.WriteFile(png, []byte("\x89PNG\r\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	txt := dir + "/a.txt"
+	_ = os.WriteFile(txt, []byte("x"), 0o600)
+	var got []queue.Image
+	v := imagesValue{&got}
+	if err := v.Set("https://example.test/a.jpg"); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Set("@" + png); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].URL != "https://example.test/a.jpg" || got[1].MediaType != "image/png" ||
+		got[1].Data != base64.StdEncoding.EncodeToString([]byte("\x89PNG\r\n")) {
+		t.Fatalf("images %+v", got)
+	}
+	if err := v.Set("@" + txt); err == nil || !strings.Contains(err.Error(), "a.txt") {
+		t.Errorf("a text file: %v", err)
+	}
+	if err := v.Set("@" + dir + "/missing.png"); err == nil {
+		t.Error("a missing file was taken")
 	}
 }
