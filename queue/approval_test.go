@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -215,4 +216,21 @@ func TestEnqueueHTTPHandlerAnswers(t *testing.T) {
 	if code, body := post(`{"answer": {"request": "` + p.RequestTaskID + `", "approve": true}}`); code != 202 || !strings.Contains(body, `"duplicate":true`) {
 		t.Errorf("pressed twice: %d %s", code, body)
 	}
+}
+
+// A message with base64 images up to the limits fits the enqueue
+// endpoint's body.
+func TestEnqueueHTTPHandlerTakesImages(t *testing.T) {
+	c, _, p, _ := approvalClient(t)
+	data := base64.StdEncoding.EncodeToString(make([]byte, MaxImageBytes))
+	body := `{"agent_id": "agent-1", "text": "` + strings.Repeat("a", MaxTextBytes) + `", "conversation": {"integration": "web", "chat_id": "img"},
+		"images": [{"media_type": "image/png", "data": "` + data + `"}, {"media_type": "image/png", "data": "` + data + `"}]}`
+	req := httptest.NewRequest(http.MethodPost, "/enqueue", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	rec := httptest.NewRecorder()
+	EnqueueHTTPHandler(c).ServeHTTP(rec, req)
+	if rec.Code != 202 {
+		t.Fatalf("%d %s", rec.Code, rec.Body.String())
+	}
+	_ = p
 }

@@ -181,8 +181,9 @@ func (c *Client) Enqueue(ctx context.Context, m Message) (EnqueueResult, error) 
 	return res, nil
 }
 
-// MaxHTTPBodyBytes bounds the body EnqueueHTTPHandler reads.
-const MaxHTTPBodyBytes = MaxTextBytes + 64<<10
+// MaxHTTPBodyBytes bounds the body EnqueueHTTPHandler reads: the text, the
+// images' base64 data, and room for the rest.
+const MaxHTTPBodyBytes = MaxTextBytes + MaxImagesBytes/3*4 + 64<<10
 
 // EnqueueHTTPHandler returns a handler that enqueues the payload POSTed as
 // JSON (the Payload format; "v" may be omitted) and answers

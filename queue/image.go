@@ -64,18 +64,21 @@ func checkImages(images []Image) error {
 			if !imageMediaTypes[im.MediaType] {
 				return invalid(f+".media_type", "%q is not one of image/png, image/jpeg, image/gif, image/webp", im.MediaType)
 			}
-			n := base64.StdEncoding.DecodedLen(len(im.Data))
-			if n > MaxImageBytes {
-				return invalid(f+".data", "is about %d bytes, more than the limit of %d", n, MaxImageBytes)
+			if base64.StdEncoding.DecodedLen(len(im.Data)) > MaxImageBytes+2 {
+				return invalid(f+".data", "is about %d bytes, more than the limit of %d", base64.StdEncoding.DecodedLen(len(im.Data)), MaxImageBytes)
 			}
-			if _, err := base64.StdEncoding.DecodeString(im.Data); err != nil {
+			raw, err := base64.StdEncoding.DecodeString(im.Data)
+			if err != nil {
 				return invalid(f+".data", "is not base64: %v", err)
 			}
-			total += n
+			if len(raw) > MaxImageBytes {
+				return invalid(f+".data", "is %d bytes, more than the limit of %d", len(raw), MaxImageBytes)
+			}
+			total += len(raw)
 		}
 	}
 	if total > MaxImagesBytes {
-		return invalid("images", "hold about %d bytes of data, more than the limit of %d", total, MaxImagesBytes)
+		return invalid("images", "hold %d bytes of data, more than the limit of %d", total, MaxImagesBytes)
 	}
 	return nil
 }
