@@ -39,7 +39,7 @@ func BenchmarkStreamParseDecode(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		rd := newSSEReader(bytes.NewReader(in), 0, nil)
+		rd := newSSEReader(bytes.NewReader(in), 0, 0, nil)
 		st := NewStreamState()
 		if res, err := readEvents(rd, st, StreamOptions{}, nil); res != nil || err != nil {
 			b.Fatal(res, err)
@@ -48,7 +48,7 @@ func BenchmarkStreamParseDecode(b *testing.B) {
 	b.StopTimer()
 	b.ReportMetric(float64(b.N*events)/b.Elapsed().Seconds(), "events/s")
 	b.ReportMetric(float64(testing.AllocsPerRun(1, func() {
-		_, _ = readEvents(newSSEReader(bytes.NewReader(in), 0, nil), NewStreamState(), StreamOptions{}, nil)
+		_, _ = readEvents(newSSEReader(bytes.NewReader(in), 0, 0, nil), NewStreamState(), StreamOptions{}, nil)
 	}))/float64(events), "allocs/event")
 	b.ReportMetric(0, "ns/op")
 }

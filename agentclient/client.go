@@ -85,8 +85,18 @@ type Config struct {
 	Clocks Clocks
 	// RequestTimeout bounds each non-streaming call. Default 15s.
 	RequestTimeout time.Duration
-	// MaxLineBytes bounds one SSE line. Default DefaultMaxLineBytes.
+	// MaxLineBytes bounds one SSE line. Default DefaultMaxLineBytes (at
+	// most MaxEventBytes).
 	MaxLineBytes int
+	// MaxEventBytes bounds one SSE event (its data lines joined). Default
+	// DefaultMaxEventBytes.
+	MaxEventBytes int
+	// MaxResponseBytes bounds the body of every non-streaming answer.
+	// Default DefaultMaxResponseBytes.
+	MaxResponseBytes int
+	// MaxTranscriptBytes bounds the text a turn's StreamState accumulates.
+	// Default DefaultMaxTranscriptBytes.
+	MaxTranscriptBytes int
 	// StreamTransport: how streams reach the server. Default
 	// StreamDedicated (a connection per stream, no goroutine of its own).
 	StreamTransport StreamTransport
@@ -137,18 +147,13 @@ func New(cfg Config) (*Client, error) {
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = 15 * time.Second
 	}
-	if cfg.MaxLineBytes <= 0 {
-		cfg.MaxLineBytes = DefaultMaxLineBytes
-	}
+	cfg.limitDefaults()
 	mode, err := ParseStreamTransport(string(cfg.StreamTransport))
 	if err != nil {
 		return nil, fmt.Errorf("agentclient: %w", err)
 	}
 	cfg.StreamTransport = mode
-	hc := cfg.HTTPClient
-	if hc == nil {
-		hc = &http.Client{Transport: NewTransport()}
-	}
+	hc := noRedirects(cfg.HTTPClient)
 	return &Client{base: u, cfg: cfg, hc: hc, sc: newStreamConns(u, hc, mode), clocks: cfg.Clocks.withDefaults()}, nil
 }
 
@@ -269,12 +274,23 @@ func (c *Client) doJSON(ctx context.Context, op, method, path string, query url.
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		return c.apiError(op, req, resp)
 	}
+	lb := &limitedBody{r: resp.Body, n: c.cfg.MaxResponseBytes}
+	var b []byte
 	if out == nil {
-		_, _ = io.Copy(io.Discard, resp.Body)
-		return nil
+		_, err = io.Copy(io.Discard, lb)
+	} else {
+		b, err = readBounded(lb, resp.ContentLength, c.cfg.MaxResponseBytes)
 	}
-	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-		return c.transportError(op, req, fmt.Errorf("decode response: %w", err))
+	switch {
+	case lb.over:
+		return &ProtocolError{Op: op, Method: req.Method, Path: req.URL.Path, Err: ErrResponseTooLarge,
+			Limit: c.cfg.MaxResponseBytes, LimitName: "MaxResponseBytes"}
+	case err != nil:
+		return c.transportError(op, req, fmt.Errorf("read response: %w", err))
+	case out != nil:
+		if err := json.Unmarshal(b, out); err != nil {
+			return c.transportError(op, req, fmt.Errorf("decode response: %w", err))
+		}
 	}
 	return nil
 }

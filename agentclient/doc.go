@@ -4,7 +4,17 @@
 // idempotency key for a turn) and reads the turn's server-sent events, the
 // way the server really frames them: `data:` lines, `event: error` with and
 // without a message_type, `event: cancelled`, `data: [DONE]`, EOF, CRLF line
-// ends and lines split across reads, each line bounded (8 MiB by default).
+// ends and lines split across reads.
+//
+// # Bounded memory
+//
+// Every byte from the server is bounded: one SSE line (MaxLineBytes, 8 MiB),
+// one event's data lines joined (MaxEventBytes, 16 MiB), the body of every
+// non-streaming answer (MaxResponseBytes, 8 MiB) and the text a StreamState
+// accumulates (MaxTranscriptBytes, 8 MiB). Passing one, or answering a
+// stream with a body that is not text/event-stream, is a *ProtocolError
+// naming the violation and the limit. No call follows a redirect: the API
+// key never goes to another origin.
 //
 // # State hoisted outside the read
 //
@@ -34,12 +44,13 @@
 //
 // HTTP failures are *Error (status, Letta's detail text, Retry-After, the run
 // id of a 409 busy answer); stream ends without a stop reason are
-// *StreamError (the clock, the in-band error, a snapshot of the state).
-// Classify sorts any error into Retryable (429, 5xx, 409 busy, other 409s
-// with Retry-After, transport failures, stream errors), Permanent (400, 401,
-// 402, 403, 404, 410, 422, 409 pending approval, other 409s without
-// Retry-After) and Canceled. IsBusy, BusyRunID and IsPendingApproval tell
-// the 409s apart by their text, in both forms Letta sends (conflict.go).
+// *StreamError (the clock, the in-band error, a snapshot of the state);
+// protocol violations are *ProtocolError. Classify sorts any error into
+// Retryable (429, 5xx, 409 busy, other 409s with Retry-After, transport
+// failures, stream errors), Permanent (400, 401, 402, 403, 404, 410, 422,
+// 409 pending approval, other 409s without Retry-After, 3xx, protocol
+// errors) and Canceled. IsBusy, BusyRunID and IsPendingApproval tell the
+// 409s apart by their text, in both forms Letta sends (conflict.go).
 //
 // # Conversations
 //

@@ -105,12 +105,15 @@ func (c Class) String() string {
 
 // Classify sorts any error from this package. Stream errors (clocks, cut
 // streams) are retryable: the turn may still be going on at the server.
+// Protocol errors (a limit passed, a body that is not SSE) are permanent.
 func Classify(err error) Class {
 	var ae *Error
 	var se *StreamError
 	switch {
 	case err == nil:
 		return Retryable
+	case IsProtocolError(err):
+		return Permanent
 	case errors.As(err, &se):
 		if se.Clock == ClockCanceled {
 			return Canceled

@@ -26,7 +26,7 @@ func FuzzSSEStream(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {
-		rd := newSSEReader(bytes.NewReader(in), 4096, nil)
+		rd := newSSEReader(bytes.NewReader(in), 4096, 0, nil)
 		st := NewStreamState()
 		_, readErr := readEvents(rd, st, StreamOptions{OnEvent: func(e Event) {
 			if e.Message != nil {

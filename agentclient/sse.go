@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
-	"fmt"
 	"io"
 )
 
@@ -14,7 +13,7 @@ import (
 const DefaultMaxLineBytes = 8 << 20
 
 // ErrLineTooLong is returned (wrapped) when an SSE line exceeds the limit.
-var ErrLineTooLong = errors.New("agentclient: SSE line exceeds the maximum length")
+var ErrLineTooLong = errors.New("agentclient: SSE line too long")
 
 // sseFrame is one dispatched server-sent event: the value of its `event:`
 // field ("" when absent) and its data lines joined by '\n'.
@@ -29,12 +28,13 @@ type sseFrame struct {
 // terminated by a blank line before EOF is discarded, as the SSE spec says:
 // a cut stream never yields half a JSON object.
 type sseReader struct {
-	br      *bufio.Reader
-	max     int
-	line    []byte // scratch for lines longer than the bufio buffer
-	event   []byte
-	data    []byte
-	hasData bool
+	br       *bufio.Reader
+	max      int
+	maxEvent int    // bound of an event's data lines joined
+	line     []byte // scratch for lines longer than the bufio buffer
+	event    []byte
+	data     []byte
+	hasData  bool
 	// onBytes is called with the number of bytes consumed, before parsing
 	// them, so the caller's stall clock sees every byte (pings included).
 	onBytes func(n int)
@@ -49,11 +49,18 @@ const sseBufferSize = 1 << 10
 // large tool return must not pin its size for the rest of the turn.
 const scratchKeep = 16 << 10
 
-func newSSEReader(r io.Reader, max int, onBytes func(int)) *sseReader {
+func newSSEReader(r io.Reader, max, maxEvent int, onBytes func(int)) *sseReader {
 	if max <= 0 {
 		max = DefaultMaxLineBytes
 	}
-	return &sseReader{br: bufio.NewReaderSize(r, sseBufferSize), max: max, onBytes: onBytes}
+	if maxEvent <= 0 {
+		maxEvent = DefaultMaxEventBytes
+	}
+	return &sseReader{br: bufio.NewReaderSize(r, sseBufferSize), max: max, maxEvent: maxEvent, onBytes: onBytes}
+}
+
+func (s *sseReader) lineTooLong() error {
+	return overLimit(ErrLineTooLong, s.max, "MaxLineBytes")
 }
 
 // readLine returns the next line without its terminator. The returned slice
@@ -70,11 +77,14 @@ func (s *sseReader) readLine() ([]byte, error) {
 			if len(s.line) == 0 {
 				line = chunk
 			} else {
-				s.line = append(s.line, chunk...)
+				if len(s.line)+len(chunk)-1 > s.max {
+					return nil, s.lineTooLong()
+				}
+				s.line = appendBounded(s.line, chunk, s.max+2)
 				line = s.line
 			}
 			if len(line)-1 > s.max {
-				return nil, fmt.Errorf("%w (%d bytes, limit %d)", ErrLineTooLong, len(line)-1, s.max)
+				return nil, s.lineTooLong()
 			}
 			line = line[:len(line)-1]
 			if n := len(line); n > 0 && line[n-1] == '\r' {
@@ -84,9 +94,9 @@ func (s *sseReader) readLine() ([]byte, error) {
 		}
 		if errors.Is(err, bufio.ErrBufferFull) {
 			if len(s.line)+len(chunk) > s.max+2 {
-				return nil, fmt.Errorf("%w (limit %d bytes)", ErrLineTooLong, s.max)
+				return nil, s.lineTooLong()
 			}
-			s.line = append(s.line, chunk...)
+			s.line = appendBounded(s.line, chunk, s.max+2)
 			continue
 		}
 		// EOF or a read error: a partial line without terminator is dropped.
@@ -138,10 +148,17 @@ func (s *sseReader) Next() (sseFrame, error) {
 		}
 		switch string(field) {
 		case "data":
+			n := len(s.data) + len(value)
 			if s.hasData {
-				s.data = append(s.data, '\n')
+				n++
 			}
-			s.data = append(s.data, value...)
+			if n > s.maxEvent {
+				return sseFrame{}, overLimit(ErrEventTooLong, s.maxEvent, "MaxEventBytes")
+			}
+			if s.hasData {
+				s.data = appendBounded(s.data, []byte{'\n'}, s.maxEvent)
+			}
+			s.data = appendBounded(s.data, value, s.maxEvent)
 			s.hasData = true
 		case "event":
 			s.event = append(s.event[:0], value...)

@@ -10,7 +10,7 @@ import (
 
 func readFrames(t *testing.T, r io.Reader, max int) ([]sseFrame, error) {
 	t.Helper()
-	rd := newSSEReader(r, max, nil)
+	rd := newSSEReader(r, max, 0, nil)
 	var out []sseFrame
 	for {
 		f, err := rd.Next()
@@ -92,7 +92,7 @@ func TestSSELongLines(t *testing.T) {
 func TestSSECountsEveryByte(t *testing.T) {
 	in := "data: {\"message_type\":\"ping\"}\n\ndata: [DONE]\n\n"
 	n := 0
-	rd := newSSEReader(iotest.OneByteReader(strings.NewReader(in)), 0, func(k int) { n += k })
+	rd := newSSEReader(iotest.OneByteReader(strings.NewReader(in)), 0, 0, func(k int) { n += k })
 	for {
 		if _, err := rd.Next(); err != nil {
 			break
@@ -106,7 +106,7 @@ func TestSSECountsEveryByte(t *testing.T) {
 // A large event does not pin its buffers for the rest of the stream.
 func TestSSEReleasesLargeScratch(t *testing.T) {
 	big := strings.Repeat("x", 100<<10)
-	rd := newSSEReader(strings.NewReader("data: "+big+"\n\ndata: small\n\n"), 0, nil)
+	rd := newSSEReader(strings.NewReader("data: "+big+"\n\ndata: small\n\n"), 0, 0, nil)
 	if fr, err := rd.Next(); err != nil || len(fr.Data) != len(big) {
 		t.Fatalf("big event: %v", err)
 	}

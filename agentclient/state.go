@@ -42,6 +42,8 @@ type StreamState struct {
 	events       int
 	pings        int
 	done         bool // [DONE] seen
+	maxText      int  // transcript bound (0: DefaultMaxTranscriptBytes)
+	overLimit    *ProtocolError
 
 	lastByte atomic.Int64 // unix nanos; written per read, without the lock
 }
@@ -227,6 +229,9 @@ func (s *StreamState) Apply(m Message, complete bool, now time.Time) Update {
 	if c.SeqID != nil && (!s.hasSeq || *c.SeqID > s.lastSeq) {
 		s.lastSeq, s.hasSeq = *c.SeqID, true
 	}
+	if s.overLimit != nil {
+		return Update{Step: -1}
+	}
 	switch m := m.(type) {
 	case *Ping:
 		s.pings++
@@ -251,6 +256,10 @@ func (s *StreamState) Apply(m Message, complete bool, now time.Time) Update {
 		}
 	}
 	u := s.tr.Apply(m, complete)
+	if max := s.maxTranscript(); s.tr.size > max {
+		s.overLimit = overLimit(ErrTranscriptTooLarge, max, "MaxTranscriptBytes")
+		return Update{Step: -1}
+	}
 	if u.Step >= 0 {
 		if s.firstContent.IsZero() {
 			s.firstContent = now
@@ -280,4 +289,34 @@ func (s *StreamState) lastContentAt() time.Time {
 		return s.firstByte
 	}
 	return s.lastContent
+}
+
+func (s *StreamState) maxTranscript() int {
+	if s.maxText > 0 {
+		return s.maxText
+	}
+	return DefaultMaxTranscriptBytes
+}
+
+// SetTranscriptLimit bounds the text the state accumulates (reasoning,
+// tool calls and returns, answers); n <= 0 keeps the current bound
+// (DefaultMaxTranscriptBytes unless set). Streams set their client's
+// MaxTranscriptBytes; set it for a state fed by polls only.
+func (s *StreamState) SetTranscriptLimit(n int) { s.limit(n) }
+
+func (s *StreamState) limit(n int) {
+	if n <= 0 {
+		return
+	}
+	s.mu.Lock()
+	s.maxText = n
+	s.mu.Unlock()
+}
+
+// LimitErr returns the *ProtocolError of a transcript that passed its
+// bound, nil while it has not. From then on Apply ignores every message.
+func (s *StreamState) LimitErr() *ProtocolError {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.overLimit
 }

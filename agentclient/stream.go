@@ -212,8 +212,15 @@ func (c *Client) stream(ctx context.Context, op, path string, body any, st *Stre
 		return c.apiError(op, req, resp)
 	}
 
-	rd := newSSEReader(resp.Body, c.cfg.MaxLineBytes, wd.onBytes)
+	if err := checkEventStream(resp); err != nil {
+		return c.protocolError(op, req, err)
+	}
+	st.limit(c.cfg.MaxTranscriptBytes)
+	rd := newSSEReader(resp.Body, c.cfg.MaxLineBytes, c.cfg.MaxEventBytes, wd.onBytes)
 	result, readErr := readEvents(rd, st, opt, wd.stopReasonAt)
+	if pe := (*ProtocolError)(nil); errors.As(result, &pe) || errors.As(readErr, &pe) {
+		return c.protocolError(op, req, pe)
+	}
 	if readErr != nil {
 		return c.streamEnd(ctx, rctx, op, req, st, readErr)
 	}
@@ -230,8 +237,9 @@ func readEvents(rd *sseReader, st *StreamState, opt StreamOptions, onStop func(t
 			if errors.Is(err, io.EOF) {
 				return eof(st), nil
 			}
-			if errors.Is(err, ErrLineTooLong) {
-				return &StreamError{State: st.Snapshot(), Err: err}, nil
+			var pe *ProtocolError
+			if errors.As(err, &pe) {
+				return pe, nil
 			}
 			return nil, err
 		}
@@ -267,6 +275,9 @@ func readEvents(rd *sseReader, st *StreamState, opt StreamOptions, onStop func(t
 		// Stream chunks append: token deltas join, and in step mode each
 		// id and type arrives once, so appending to nothing sets it.
 		ev.Update = st.Apply(m, false, now)
+		if pe := st.LimitErr(); pe != nil {
+			return pe, nil
+		}
 		if _, ok := m.(*StopReason); ok && onStop != nil {
 			onStop(now)
 		}

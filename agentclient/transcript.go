@@ -75,6 +75,7 @@ type Transcript struct {
 	lastCall   map[string]int // message id → last tool call step, for deltas without tool_call_id
 	calls      map[string]int // tool_call_id → tool call step
 	dupCalls   []string
+	size       int // bytes of text held by Steps (see merge)
 }
 
 func (t *Transcript) find(k stepKey) (int, bool) {
@@ -91,6 +92,17 @@ func (t *Transcript) add(k stepKey, s Step) int {
 	t.index[k] = i
 	return i
 }
+
+// merge is mergeText keeping the transcript's size.
+func (t *Transcript) merge(dst *string, src string, complete bool) (delta string, rewrote bool) {
+	before := len(*dst)
+	delta, rewrote = mergeText(dst, src, complete)
+	t.size += len(*dst) - before
+	return delta, rewrote
+}
+
+// Size is the number of bytes of text the transcript holds.
+func (t *Transcript) Size() int { return t.size }
 
 // mergeText appends (delta) or replaces (complete) and reports what changed.
 func mergeText(dst *string, src string, complete bool) (delta string, rewrote bool) {
@@ -126,8 +138,10 @@ func (t *Transcript) Apply(m Message, complete bool) Update {
 	case *ToolReturnMessage:
 		return t.toolReturn(m, complete)
 	case *ErrorMessage:
+		text := errorText(m)
+		t.size += len(text)
 		i := t.add(stepKey{id: m.ID + "\x00err" + fmt.Sprint(len(t.Steps)), kind: StepError},
-			Step{Kind: StepError, MessageID: m.ID, RunID: m.RunID, Text: errorText(m)})
+			Step{Kind: StepError, MessageID: m.ID, RunID: m.RunID, Text: text})
 		return Update{Step: i, Kind: StepError, New: true}
 	case *StopReason:
 		if m.StopReason != "" {
@@ -154,7 +168,7 @@ func (t *Transcript) text(id, runID string, kind StepKind, text string, complete
 	if !ok {
 		i = t.add(k, Step{Kind: kind, MessageID: id, RunID: runID})
 	}
-	d, rw := mergeText(&t.Steps[i].Text, text, complete)
+	d, rw := t.merge(&t.Steps[i].Text, text, complete)
 	return Update{Step: i, Kind: kind, New: !ok, Delta: d, Rewrote: rw}
 }
 
@@ -203,7 +217,7 @@ func (t *Transcript) toolCalls(id, runID string, kind StepKind, calls []ToolCall
 		if c.Name != "" && (complete || s.ToolName == "") {
 			s.ToolName = c.Name
 		}
-		mergeText(&s.Arguments, c.Arguments, complete)
+		t.merge(&s.Arguments, c.Arguments, complete)
 		t.lastCall[id+string(kind)] = i
 		u.Step = i
 	}
@@ -225,7 +239,7 @@ func (t *Transcript) toolReturn(m *ToolReturnMessage, complete bool) Update {
 	if status != "" {
 		s.Status = status
 	}
-	mergeText(&s.ToolReturn, ret, complete)
+	t.merge(&s.ToolReturn, ret, complete)
 	if s.ToolName == "" {
 		s.ToolName = m.Name
 		if j, found := t.calls[callID]; found && t.Steps[j].ToolName != "" {
@@ -282,7 +296,7 @@ func (t Transcript) DuplicateToolCallIDs() []string {
 
 // Clone returns a deep copy that shares nothing with t.
 func (t *Transcript) Clone() Transcript {
-	c := Transcript{StopReason: t.StopReason}
+	c := Transcript{StopReason: t.StopReason, size: t.size}
 	c.Steps = append([]Step(nil), t.Steps...)
 	if t.Usage != nil {
 		u := *t.Usage

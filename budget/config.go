@@ -209,6 +209,7 @@ func (c Config) Warnings() []string {
 
 // Phase names, as used by Phases and by Step.Phase.
 const (
+	PhaseThread             = "thread"
 	PhaseConnect            = "connect"
 	PhaseStream             = "stream"
 	PhaseAdmission          = "admission"
@@ -229,11 +230,18 @@ type Phase struct {
 	Var  string        // the environment variable that sets Max
 }
 
-// Phases lists, in order, the phases whose maxima TaskTimeout adds up: connect, stream,
-// admission, continuation; the same four again (prefixed "resend-") when the resend policy
-// allows one resend; then delivery and the safety margin.
+// ThreadResolution is the longest an attempt may take to find or create the chat's Letta
+// conversation before it sends (thread mode conversation): one list request and one create
+// request, each bounded by RequestTimeout.
+func (c Config) ThreadResolution() time.Duration { return 2 * c.RequestTimeout }
+
+// Phases lists, in order, the phases whose maxima TaskTimeout adds up: thread (finding or
+// creating the chat's Letta conversation); connect, stream, admission, continuation; the same
+// four again (prefixed "resend-") when the resend policy allows one resend; then delivery and
+// the safety margin.
 func (c Config) Phases() []Phase {
 	ps := []Phase{
+		{PhaseThread, c.ThreadResolution(), "LETTAQ_REQUEST_TIMEOUT"},
 		{PhaseConnect, c.ConnectTimeout, "LETTAQ_CONNECT_TIMEOUT"},
 		{PhaseStream, c.StreamTotal, "LETTAQ_STREAM_TOTAL"},
 		{PhaseAdmission, c.AdmissionGrace, "LETTAQ_ADMISSION_GRACE"},

@@ -92,7 +92,7 @@ func TestValidateRules(t *testing.T) {
 		{"sum overflows", func(c *Config) {
 			c.ContinuationMax = math.MaxInt64 / 2
 			c.StopGrace = 0
-		}, []string{"LETTAQ_CONNECT_TIMEOUT", "LETTAQ_STREAM_TOTAL", "LETTAQ_ADMISSION_GRACE", "LETTAQ_CONTINUATION_MAX", "LETTAQ_DELIVERY_ALLOWANCE", "LETTAQ_SAFETY_MARGIN"}, "add up past"},
+		}, []string{"LETTAQ_REQUEST_TIMEOUT", "LETTAQ_CONNECT_TIMEOUT", "LETTAQ_STREAM_TOTAL", "LETTAQ_ADMISSION_GRACE", "LETTAQ_CONTINUATION_MAX", "LETTAQ_DELIVERY_ALLOWANCE", "LETTAQ_SAFETY_MARGIN"}, "add up past"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -175,12 +175,13 @@ func ruleErrors(err error) []*RuleError {
 
 func TestTaskTimeoutDefaults(t *testing.T) {
 	c := Default()
-	want := 2*(30*time.Second+5*time.Minute+30*time.Second+10*time.Minute) + 10*time.Second + 30*time.Second
-	if got := c.TaskTimeout(); got != want || got != 32*time.Minute+40*time.Second {
+	// thread (2 × request 15s) + 2 × (connect + stream + admission + continuation) + delivery + margin
+	want := 2*15*time.Second + 2*(30*time.Second+5*time.Minute+30*time.Second+10*time.Minute) + 10*time.Second + 30*time.Second
+	if got := c.TaskTimeout(); got != want || got != 33*time.Minute+10*time.Second {
 		t.Errorf("TaskTimeout() = %v, want %v", got, want)
 	}
 	c.ResendPolicy = ResendNever
-	if got, want := c.TaskTimeout(), 30*time.Second+5*time.Minute+30*time.Second+10*time.Minute+40*time.Second; got != want {
+	if got, want := c.TaskTimeout(), 30*time.Second+30*time.Second+5*time.Minute+30*time.Second+10*time.Minute+40*time.Second; got != want {
 		t.Errorf("TaskTimeout() with ResendNever = %v, want %v", got, want)
 	}
 }
@@ -242,7 +243,7 @@ func TestPhases(t *testing.T) {
 			t.Errorf("phase %s has Var %q", p.Name, p.Var)
 		}
 	}
-	want := []string{PhaseConnect, PhaseStream, PhaseAdmission, PhaseContinuation,
+	want := []string{PhaseThread, PhaseConnect, PhaseStream, PhaseAdmission, PhaseContinuation,
 		PhaseResendConnect, PhaseResendStream, PhaseResendAdmission, PhaseResendContinuation,
 		PhaseDelivery, PhaseSafetyMargin}
 	if !slices.Equal(names, want) {
@@ -252,8 +253,8 @@ func TestPhases(t *testing.T) {
 		t.Errorf("sum of phases %v != TaskTimeout %v", sum, c.TaskTimeout())
 	}
 	c.ResendPolicy = ResendNever
-	if n := len(c.Phases()); n != 6 {
-		t.Errorf("with ResendNever: %d phases, want 6", n)
+	if n := len(c.Phases()); n != 7 {
+		t.Errorf("with ResendNever: %d phases, want 7", n)
 	}
 }
 
@@ -296,7 +297,7 @@ func TestLogValue(t *testing.T) {
 	out := buf.String()
 	for _, want := range []string{"budget.connect=30s", "budget.stall=75s", "budget.stream_total=5m",
 		"budget.poll.initial=1s", "budget.poll.multiplier=2", "budget.poll.jitter=0.2", "budget.resume=true",
-		"budget.resend=if-not-admitted", "budget.task_timeout=1960s"} {
+		"budget.resend=if-not-admitted", "budget.task_timeout=1990s"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("log line lacks %q:\n%s", want, out)
 		}

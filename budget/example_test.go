@@ -23,9 +23,9 @@ func ExampleConfig_TaskTimeout() {
 	cfg.SafetyMargin = 1200 * time.Millisecond // rounded up to whole seconds for Asynq
 	fmt.Println(cfg.TaskTimeout())
 	// Output:
-	// 32m40s
-	// 16m40s
-	// 16m12s
+	// 33m10s
+	// 17m10s
+	// 16m42s
 }
 
 func ExampleConfig_Phases() {
@@ -36,13 +36,14 @@ func ExampleConfig_Phases() {
 	}
 	fmt.Printf("%-14s %6v\n", "task timeout", cfg.TaskTimeout())
 	// Output:
+	// thread            30s  LETTAQ_REQUEST_TIMEOUT
 	// connect           30s  LETTAQ_CONNECT_TIMEOUT
 	// stream           5m0s  LETTAQ_STREAM_TOTAL
 	// admission         30s  LETTAQ_ADMISSION_GRACE
 	// continuation    10m0s  LETTAQ_CONTINUATION_MAX
 	// delivery          10s  LETTAQ_DELIVERY_ALLOWANCE
 	// safety-margin     30s  LETTAQ_SAFETY_MARGIN
-	// task timeout   16m40s
+	// task timeout   17m10s
 }
 
 func ExampleFromEnv() {
@@ -89,7 +90,7 @@ func ExampleConfig_Simulate() {
 	fmt.Println(tr.Total, "of", cfg.TaskTimeout()-cfg.SafetyMargin)
 	fmt.Println(tr.PhaseTotal(budget.PhaseAdmission), tr.PhaseTotal(budget.PhaseContinuation))
 	// Output:
-	// 32m10s of 32m10s
+	// 32m40s of 32m40s
 	// 30s 10m0s
 }
 

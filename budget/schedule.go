@@ -142,6 +142,7 @@ func (l *Loop) ResetBackoff() { l.attempt = 0 }
 type StepKind string
 
 const (
+	StepThread  StepKind = "thread"  // finding or creating the chat's Letta conversation
 	StepConnect StepKind = "connect" // a send waiting for the first byte of the response
 	StepStream  StepKind = "stream"  // reading the SSE stream of a send
 	StepRequest StepKind = "request" // one lookup or poll request
@@ -183,7 +184,8 @@ func (c Config) WorstCase(r func() float64) time.Duration { return c.Simulate(r)
 // Loops the continuation uses, and returns what it spent where. r supplies the backoff's
 // random draws in [0,1); nil means WorstDraw, every sleep at its jittered maximum.
 //
-// The schedule: the send waits the full ConnectTimeout and then streams for the full
+// The schedule: finding or creating the chat's Letta conversation takes ThreadResolution
+// (two requests at their whole RequestTimeout); the send waits the full ConnectTimeout and then streams for the full
 // StreamTotal before the stream is lost. (1) Admission search: list the agent's messages
 // (each request takes its whole clamped timeout), sleep, repeat, until AdmissionGrace is
 // spent. (2) Follow: when Resume is on, a resumed stream runs until its own connect and
@@ -202,6 +204,7 @@ func (c Config) simulate(r func() float64, unclamped bool) Trace {
 	}
 	epoch := time.Unix(0, 0)
 	s := &simulator{c: c, r: r, start: epoch, now: epoch, unclamped: unclamped}
+	s.spend(PhaseThread, StepThread, c.ThreadResolution())
 	s.send(PhaseConnect, PhaseStream)
 	s.search(PhaseAdmission)
 	s.follow(PhaseContinuation)

@@ -209,7 +209,7 @@ func TestResendNeedsItsPhases(t *testing.T) {
 func TestSimulateDefaults(t *testing.T) {
 	c := Default()
 	tr := c.Simulate(nil)
-	if want := 32*time.Minute + 10*time.Second; tr.Total != want {
+	if want := 32*time.Minute + 40*time.Second; tr.Total != want {
 		t.Errorf("Simulate(nil).Total = %v, want %v", tr.Total, want)
 	}
 	for phase, want := range map[string]time.Duration{
@@ -230,9 +230,10 @@ func TestSimulateDefaults(t *testing.T) {
 		}
 	}
 	want := []Step{
-		{PhaseAdmission, StepRequest, 5*time.Minute + 30*time.Second, 15 * time.Second},
-		{PhaseAdmission, StepSleep, 5*time.Minute + 45*time.Second, 1200 * time.Millisecond},
-		{PhaseAdmission, StepRequest, 5*time.Minute + 46*time.Second + 200*time.Millisecond, 13*time.Second + 800*time.Millisecond},
+		// after the thread (30s), connect (30s) and stream (5m)
+		{PhaseAdmission, StepRequest, 6 * time.Minute, 15 * time.Second},
+		{PhaseAdmission, StepSleep, 6*time.Minute + 15*time.Second, 1200 * time.Millisecond},
+		{PhaseAdmission, StepRequest, 6*time.Minute + 16*time.Second + 200*time.Millisecond, 13*time.Second + 800*time.Millisecond},
 	}
 	if len(adm) != len(want) {
 		t.Fatalf("admission steps %+v, want %+v", adm, want)

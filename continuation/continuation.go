@@ -345,6 +345,8 @@ func (r *Runner) send(ctx context.Context, t Turn, st *agentclient.StreamState, 
 	case err == nil:
 		d.Evidence = EvidenceStream
 		return r.fromStopReason(d, st.RunID(), st.StopReason(), st)
+	case agentclient.IsProtocolError(err):
+		return protocolFailed(d, err, st)
 	case errors.As(err, &se):
 		if se.Clock == agentclient.ClockCanceled {
 			return Decision{Outcome: Interrupted, Err: err, Reason: "interrupted while streaming", Sends: 1,
@@ -402,6 +404,8 @@ func (r *Runner) Continue(ctx context.Context, t Turn, st *agentclient.StreamSta
 	} else {
 		found, admitted, searched, err := r.findRun(ctx, r.logFor(h), t, &d)
 		switch {
+		case agentclient.IsProtocolError(err):
+			return protocolFailed(d, err, st)
 		case ctx.Err() != nil:
 			d.Outcome, d.Err, d.Reason = Interrupted, ctx.Err(), "interrupted while looking for the otid"
 			return d
@@ -457,6 +461,8 @@ func (r *Runner) findRun(ctx context.Context, log *slog.Logger, t Turn, d *Decis
 			return id, true, true, nil
 		}
 		switch {
+		case agentclient.IsProtocolError(err):
+			return "", false, searched, err
 		case err == nil:
 			searched = true
 		case errors.Is(err, errSearchCut):

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/lettaq/lettaq/agentclient"
@@ -26,6 +27,11 @@ var retryableFailures = map[string]bool{
 // fromStopReason turns a known stop reason into a decision.
 func (r *Runner) fromStopReason(d Decision, runID, stop string, st *agentclient.StreamState) Decision {
 	d.RunID, d.StopReason = runID, stop
+	if st != nil {
+		if err := st.LimitErr(); err != nil {
+			return protocolFailed(d, err, st)
+		}
+	}
 	switch {
 	case completedReasons[stop]:
 		d.Outcome = Completed
@@ -50,10 +56,34 @@ func (r *Runner) fromStopReason(d Decision, runID, stop string, st *agentclient.
 	}
 	if d.Outcome == Failed && st != nil {
 		if e := st.Snapshot().Error; e != nil {
-			d.Reason += " (" + e.ErrorType + ": " + e.Message + ")"
+			d.Reason = failureText(d.Reason, stop, e.ErrorType, e.Message)
 		}
 	}
 	return d
+}
+
+// failureText is reason with the run's error, each fact said once: the error's message, its
+// type unless the message names it, and the stop reason unless it is the generic "error" or
+// the text names it already. A stop "error" with an internal_error "simulated error
+// (internal_error)" reads "run failed: simulated error (internal_error)", not "run failed:
+// error (internal_error: simulated error (internal_error))".
+func failureText(reason, stop, errType, msg string) string {
+	msg = strings.TrimSpace(msg)
+	if errType != "" && !strings.Contains(msg, errType) {
+		if msg == "" {
+			msg = errType
+		} else {
+			msg = errType + ": " + msg
+		}
+	}
+	if msg == "" {
+		return reason
+	}
+	text := strings.TrimSuffix(reason, ": "+stop) + ": " + msg
+	if stop != "" && stop != "error" && !strings.Contains(text, stop) {
+		text += " (stop reason " + stop + ")"
+	}
+	return text
 }
 
 // stopFromRun maps a finished run to a stop reason, trusting stop_reason
@@ -135,6 +165,9 @@ func (r *Runner) followWithin(ctx context.Context, t Turn, st *agentclient.Strea
 			if err == nil {
 				return r.fromStopReason(d, d.RunID, st.StopReason(), st)
 			}
+			if agentclient.IsProtocolError(err) {
+				return protocolFailed(d, err, st)
+			}
 			if agentclient.Classify(err) == agentclient.Canceled {
 				continue
 			}
@@ -149,6 +182,9 @@ func (r *Runner) followWithin(ctx context.Context, t Turn, st *agentclient.Strea
 		// Poll the run's new messages (also after it ended: the tail).
 		n, next, perr := r.pollMessages(ctx, loop, st, h, d.RunID, cursor)
 		cursor = next
+		if pe := protocolErr(perr, st); pe != nil {
+			return protocolFailed(d, pe, st)
+		}
 		if perr != nil {
 			d.TransientErrors++
 		}
@@ -190,6 +226,7 @@ func (r *Runner) pollMessages(ctx context.Context, loop *budget.Loop, st *agentc
 			return total, cursor, err
 		}
 		now := time.Now()
+		st.SetTranscriptLimit(r.c.Limits().Transcript)
 		for _, m := range msgs {
 			u := st.Apply(m, true, now)
 			if h.OnEvent != nil {

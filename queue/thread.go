@@ -201,7 +201,7 @@ func (t *turn) resolveThread(ctx context.Context) (string, error) {
 	if mode != "" && (prev != "" || ThreadMode(mode) == ThreadAgent) && t.msg.LettaConversationID == "" {
 		return prev, nil
 	}
-	rctx, cancel := context.WithTimeout(ctx, 2*t.w.cfg.Budget.RequestTimeout)
+	rctx, cancel := context.WithTimeout(ctx, t.w.cfg.Budget.ThreadResolution()) // a phase of the task timeout
 	defer cancel()
 	id, err := t.w.threads.resolve(rctx, t.msg)
 	if err != nil {

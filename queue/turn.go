@@ -180,7 +180,8 @@ type turn struct {
 	ids               *turnIDs
 	progress          *progress // progress events, written off the stream's reader
 
-	redisTrouble atomic.Bool // a Redis read or write failed: see awaitRedis
+	redisTrouble atomic.Bool  // a Redis read or write failed: see awaitRedis
+	replyBytes   atomic.Int64 // progress text written to the reply stream (see replyAllowed)
 
 	key          string     // ordering key ("" without ordering)
 	followers    []follower // messages merged into this turn
@@ -237,6 +238,9 @@ func (t *turn) run(ctx context.Context) error {
 	answered, err := w.replies.Answered(ctx, t.taskID)
 	if err != nil {
 		return t.retryEarly(err)
+	}
+	if answered && !finalOutcome(rec.Outcome) && rec.Outcome != OutcomeCoalesced && rec.TaskID != "" {
+		return t.finishDelivered(ctx, rec)
 	}
 	if answered || finalOutcome(rec.Outcome) || rec.Outcome == OutcomeCoalesced {
 		// An earlier attempt finished the turn (and crashed before Asynq
@@ -359,6 +363,10 @@ func (t *turn) retryEarly(err error) error {
 
 // emit queues a progress event (see progress): it never waits on Redis.
 func (t *turn) emit(ev ReplyEvent) {
+	ev, ok := t.replyBudget(ev)
+	if !ok {
+		return
+	}
 	ev.TaskID, ev.Otid, ev.MessageID = t.taskID, t.otid, t.msg.MessageID
 	if t.st != nil {
 		ev.RunID = t.st.RunID()
@@ -465,6 +473,16 @@ func replyPhaseOf(p agentclient.Phase) string {
 func (t *turn) onEvent(ev agentclient.Event) {
 	t.saveRunID()
 	now := time.Now()
+	u := ev.Update
+	// Events leave in the order things happened at the agent: text said before a tool
+	// call or a phase change is flushed before it, and a tool's call or return comes
+	// before the phase it leads to.
+	if u.Step >= 0 && (u.Kind == agentclient.StepToolCall || u.Kind == agentclient.StepToolReturn) {
+		snap := t.st.Snapshot()
+		if u.Step < len(snap.Transcript.Steps) {
+			t.onTool(snap.Transcript.Steps[u.Step], u.Step, now)
+		}
+	}
 	if ap := t.st.Phase(); ap != t.agentPhase {
 		t.agentPhase = ap
 		if rp := replyPhaseOf(ap); rp != "" {
@@ -474,10 +492,10 @@ func (t *turn) onEvent(ev agentclient.Event) {
 			if t.contPhase == continuation.PhaseContinuing && ap == agentclient.PhaseWaiting {
 				rp = PhaseContinuing
 			}
+			t.deltas.flush()
 			t.hb.Set(rp)
 		}
 	}
-	u := ev.Update
 	if u.Step < 0 {
 		return
 	}
@@ -493,12 +511,6 @@ func (t *turn) onEvent(ev agentclient.Event) {
 		if u.Delta != "" {
 			t.deltas.write(true, u.Delta)
 		}
-	case agentclient.StepToolCall, agentclient.StepToolReturn:
-		snap := t.st.Snapshot()
-		if u.Step >= len(snap.Transcript.Steps) {
-			return
-		}
-		t.onTool(snap.Transcript.Steps[u.Step], u.Step, now)
 	}
 }
 
@@ -523,6 +535,7 @@ func (t *turn) onTool(s agentclient.Step, idx int, now time.Time) {
 		}
 		if !tt.emittedCall && tt.name != "" {
 			tt.emittedCall = true
+			t.deltas.flush() // what the agent said before the call comes first
 			t.emit(ReplyEvent{Type: EventTool, Tool: &ToolEvent{Name: tt.name, CallID: s.ToolCallID,
 				Arguments: s.Arguments, Status: ToolStatusCall}})
 		}
@@ -607,7 +620,9 @@ func (t *turn) finish(ctx context.Context, d continuation.Decision) error {
 	if d.Resend == continuation.ResendDone || d.Resend == continuation.ResendForbidden {
 		w.obs.Resend(string(a.ResendDecision))
 	}
-	log := t.log.With(slog.String("otid", t.otid), slog.String("run_id", t.rec.RunID), slog.String("outcome", d.Outcome.String()),
+	// "outcome" on the lines below is the journal's word for how the attempt ended
+	// (answered, failed, retrying, …), set where it is decided.
+	log := t.log.With(slog.String("otid", t.otid), slog.String("run_id", t.rec.RunID),
 		slog.String("clock", string(d.Clock)), slog.Int("polls", d.Polls), slog.Int("resumes", d.Resumes),
 		slog.String("resend", string(d.Resend)))
 
@@ -632,7 +647,7 @@ func (t *turn) finish(ctx context.Context, d continuation.Decision) error {
 
 	case continuation.Failed:
 		t.deltas.finish(false)
-		if d.Sends == 0 && d.RunID == "" && snap.RunID == "" && d.Err != nil {
+		if d.Sends == 0 && d.RunID == "" && snap.RunID == "" && d.Err != nil && !agentclient.IsProtocolError(d.Err) {
 			// Nothing was sent (the intent could not be journaled): retry.
 			return t.retry(dctx, log, d, 0, d.Reason)
 		}
@@ -708,7 +723,7 @@ func (t *turn) deliver(ctx context.Context, log *slog.Logger, outcome string, ev
 		t.attempt().Outcome, t.attempt().Error = OutcomeRetrying, err.Error()
 		t.mu.Unlock()
 		_ = t.save(ctx)
-		log.Warn("could not deliver the answer, retrying", "error", err.Error())
+		log.Warn("could not deliver the answer, retrying", "outcome", OutcomeRetrying, "error", err.Error())
 		t.w.obs.AttemptFinished(t.queue, "retry", time.Since(t.start))
 		return &RetryAfterError{Delay: time.Second, Reason: "deliver the answer", Err: err}
 	}
@@ -726,7 +741,7 @@ func (t *turn) deliver(ctx context.Context, log *slog.Logger, outcome string, ev
 	if err := t.save(ctx); err != nil {
 		log.Warn("could not journal the finished turn", "error", err.Error())
 	}
-	log.Info("turn finished", "attempt", t.attempt().N, "answer_bytes", len(answer))
+	log.Info("turn finished", "outcome", outcome, "attempt", t.attempt().N, "answer_bytes", len(answer))
 	t.w.obs.AttemptFinished(t.queue, "done", time.Since(t.start))
 	t.w.obs.TurnFinished(t.queue, outcome, t.latency(now), t.rec.TTFT)
 	return nil
@@ -784,7 +799,11 @@ func (t *turn) fail(ctx context.Context, log *slog.Logger, reason, stop string) 
 	if err := t.save(ctx); err != nil {
 		log.Warn("could not journal the failed turn", "error", err.Error())
 	}
-	log.Warn("turn failed", "reason", reason)
+	if stop != "" {
+		log = log.With("stop_reason", stop)
+	}
+	log.Warn("turn failed", "outcome", OutcomeFailed, "reason", reason)
+	t.w.permanent.add(t.taskID, "otid", t.otid, "run_id", t.rec.RunID) // for the archiving's log line
 	t.w.obs.AttemptFinished(t.queue, "archived", time.Since(t.start))
 	t.w.obs.TurnFinished(t.queue, OutcomeFailed, t.latency(now), t.rec.TTFT)
 	return fmt.Errorf("lettaq: turn failed: %s: %w", reason, asynq.SkipRetry)
@@ -804,11 +823,12 @@ func (t *turn) retry(ctx context.Context, log *slog.Logger, d continuation.Decis
 	} else if d.Outcome == continuation.NotAdmitted {
 		t.attempt().Outcome = OutcomeNotAdmitted
 	}
+	outcome := t.attempt().Outcome
 	t.mu.Unlock()
 	if err := t.save(ctx); err != nil {
 		log.Warn("could not journal the attempt", "error", err.Error())
 	}
-	log.Info("turn attempt ends, retrying", "reason", reason)
+	log.Info("turn attempt ends, retrying", "outcome", outcome, "reason", reason)
 	t.w.obs.AttemptFinished(t.queue, "retry", time.Since(t.start))
 	var err error
 	if d.Err != nil {
@@ -896,6 +916,22 @@ func (p *deltaPump) fire() {
 	}
 	if out, ok := p.answer.Due(); ok {
 		p.emit(out, false)
+	}
+	p.armLocked()
+}
+
+// flush emits what is buffered now (before an event that must follow it).
+func (p *deltaPump) flush() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopped {
+		return
+	}
+	if s := p.narr.Flush(); s != "" {
+		p.emit(s, true)
+	}
+	if s := p.answer.Flush(); s != "" {
+		p.emit(s, false)
 	}
 	p.armLocked()
 }

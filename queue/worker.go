@@ -7,6 +7,9 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -118,6 +121,11 @@ type WorkerConfig struct {
 	// ApprovalTimeout: an unanswered approval request is denied this long
 	// after it was made (default DefaultApprovalTimeout).
 	ApprovalTimeout time.Duration
+	// MaxReplyBytes bounds the text (answer deltas, tool arguments and
+	// returns) one attempt of a turn writes to its reply stream as progress
+	// events; past it, progress text is dropped (the final event still
+	// carries the whole answer). Default DefaultMaxReplyBytes.
+	MaxReplyBytes int
 }
 
 // Worker runs turns from the queue.
@@ -140,6 +148,7 @@ type Worker struct {
 	runOnce    sync.Once
 	inflight   sync.WaitGroup               // handlers, so that shutdown waits for their bookkeeping
 	srv        atomic.Pointer[asynq.Server] // set by Run: its Ping uses Asynq's own connection
+	permanent  permanentSet                 // tasks whose handler's error was permanent, until Asynq logs their archiving
 }
 
 // errShutdown is the cause of the handlers' context when the worker shuts
@@ -187,6 +196,9 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	}
 	if cfg.StuckRetryDelay <= 0 {
 		cfg.StuckRetryDelay = time.Second
+	}
+	if cfg.MaxReplyBytes <= 0 {
+		cfg.MaxReplyBytes = DefaultMaxReplyBytes
 	}
 	if !cfg.Ordering.Off && cfg.DelayedTaskCheckInterval > time.Second {
 		cfg.DelayedTaskCheckInterval = time.Second
@@ -300,8 +312,13 @@ func (w *Worker) ServerConfig() asynq.Config {
 		IsFailure:                isFailure,
 		Queues:                   w.cfg.Queues,
 		ShutdownTimeout:          w.cfg.ShutdownTimeout,
-		Logger:                   NewAsynqLogger(w.log.With(slog.String("component", "asynq"))),
+		Logger:                   newAsynqLogger(w.log.With(slog.String("component", "asynq")), &w.permanent),
 		LogLevel:                 asynq.WarnLevel,
+		ErrorHandler: asynq.ErrorHandlerFunc(func(ctx context.Context, _ *asynq.Task, err error) {
+			if id, ok := asynq.GetTaskID(ctx); ok && errors.Is(err, asynq.SkipRetry) {
+				w.permanent.add(id)
+			}
+		}),
 	}
 }
 
@@ -324,7 +341,7 @@ func (w *Worker) run(ctx context.Context) error {
 	if err := srv.Start(mux); err != nil {
 		return fmt.Errorf("queue: start worker: %w", err)
 	}
-	w.log.Info("worker started", "worker", w.cfg.WorkerID, "queues", w.cfg.Queues,
+	w.log.Info("worker started", "worker", w.cfg.WorkerID, "queues", QueuesString(w.cfg.Queues),
 		"concurrency", w.cfg.Concurrency, "task_timeout", w.cfg.Budget.TaskTimeout().String())
 	<-ctx.Done()
 	w.log.Info("worker shutting down", "worker", w.cfg.WorkerID, "timeout", w.cfg.ShutdownTimeout.String())
@@ -467,17 +484,88 @@ func IsFailure(err error) bool {
 	return !errors.Is(err, context.Canceled) && !errors.Is(err, errShutdown)
 }
 
-// asynqLogger adapts slog to asynq.Logger.
-type asynqLogger struct{ l *slog.Logger }
+// asynqLogger adapts slog to asynq.Logger. Asynq logs "Retry exhausted for task id=…" when
+// it archives a task, also one whose handler returned a permanent error (SkipRetry) and was
+// never retried; lettaq's line says which it was instead.
+type asynqLogger struct {
+	l         *slog.Logger
+	permanent *permanentSet
+}
 
 // NewAsynqLogger returns an asynq.Logger that writes to l.
-func NewAsynqLogger(l *slog.Logger) asynq.Logger { return asynqLogger{l} }
+func NewAsynqLogger(l *slog.Logger) asynq.Logger { return asynqLogger{l: l} }
+
+func newAsynqLogger(l *slog.Logger, permanent *permanentSet) asynq.Logger {
+	return asynqLogger{l: l, permanent: permanent}
+}
 
 func (a asynqLogger) Debug(args ...any) { a.l.Debug(fmt.Sprint(args...)) }
 func (a asynqLogger) Info(args ...any)  { a.l.Info(fmt.Sprint(args...)) }
-func (a asynqLogger) Warn(args ...any)  { a.l.Warn(fmt.Sprint(args...)) }
+func (a asynqLogger) Warn(args ...any) {
+	msg := fmt.Sprint(args...)
+	if id, ok := strings.CutPrefix(msg, "Retry exhausted for task id="); ok {
+		if a.permanent != nil {
+			if attrs, ok := a.permanent.take(id); ok {
+				a.l.Info("task archived: its error is permanent, so it was not retried", attrs...)
+				return
+			}
+		}
+		a.l.Warn("task archived: its retries are used up", "task_id", id)
+		return
+	}
+	a.l.Warn(msg)
+}
+
 func (a asynqLogger) Error(args ...any) { a.l.Error(fmt.Sprint(args...)) }
 func (a asynqLogger) Fatal(args ...any) {
 	a.l.Error(fmt.Sprint(args...), "fatal", true)
 	os.Exit(1)
+}
+
+// permanentSet holds the ids of tasks that failed permanently, with the ids of their turn
+// (otid, run_id) when known, until Asynq logs their archiving (right after, on the same
+// goroutine). It forgets everything past 10,000 tasks.
+type permanentSet struct {
+	mu  sync.Mutex
+	ids map[string][]any
+}
+
+// add notes a task id; a turn's attrs given before or after are kept.
+func (p *permanentSet) add(id string, attrs ...any) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ids == nil || len(p.ids) >= 10000 {
+		p.ids = map[string][]any{}
+	}
+	if len(attrs) > 0 || p.ids[id] == nil {
+		p.ids[id] = append([]any{"task_id", id}, attrs...)
+	}
+}
+
+// take returns the log attrs of id (task_id first) and forgets it.
+func (p *permanentSet) take(id string) ([]any, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	attrs, ok := p.ids[id]
+	delete(p.ids, id)
+	return attrs, ok
+}
+
+// QueuesString writes queue weights as LETTAQ_QUEUES takes them ("critical=6,lettaq=1"),
+// highest weight first, for logs.
+func QueuesString(q map[string]int) string {
+	names := make([]string, 0, len(q))
+	for n := range q {
+		names = append(names, n)
+	}
+	sort.Slice(names, func(i, j int) bool {
+		if q[names[i]] != q[names[j]] {
+			return q[names[i]] > q[names[j]]
+		}
+		return names[i] < names[j]
+	})
+	for i, n := range names {
+		names[i] = n + "=" + strconv.Itoa(q[n])
+	}
+	return strings.Join(names, ",")
 }

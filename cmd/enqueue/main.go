@@ -4,7 +4,7 @@
 //	go run ./cmd/enqueue --dev --wait "hello"
 //	echo "hello" | go run ./cmd/enqueue --agent support-bot --chat 42 --wait   # an agent name or id
 //	go run ./cmd/enqueue journal stalls --limit 10
-//	go run ./cmd/enqueue journal show <task-id|otid>
+//	go run ./cmd/enqueue journal show <task-id|otid|the beginning of one>
 //
 // Exit codes: 0 answered (or enqueued, without --wait), 1 the turn failed, 2 bad input or
 // configuration, 3 --wait timed out, 4 the agent asks for a tool approval. See --help. Scripts

@@ -75,6 +75,7 @@ func budgetHandler(info BudgetInfo) http.Handler {
 }
 
 var phaseLabel = map[string]string{
+	budget.PhaseThread:       "thread",
 	budget.PhaseConnect:      "connect",
 	budget.PhaseStream:       "stream",
 	budget.PhaseAdmission:    "admission",
@@ -85,21 +86,24 @@ var phaseLabel = map[string]string{
 
 // BudgetFormula writes how c's task timeout adds up, e.g.
 //
-//	task timeout = 2 × (connect 30s + stream 5m + admission 30s + continuation 10m) + delivery 10s + safety margin 30s = 1960s (32m40s)
+//	task timeout = thread 30s + 2 × (connect 30s + stream 5m + admission 30s + continuation 10m) + delivery 10s + safety margin 30s = 1990s (33m10s)
 //
 // (the four phases count twice when the resend policy allows one resend). README.md states it
 // for the defaults; --help and GET /budget for the configuration in use.
 func BudgetFormula(c budget.Config) string {
-	var attempt, rest []string
+	var before, attempt, rest []string
 	for _, p := range c.Phases() {
 		label, ok := phaseLabel[p.Name]
 		if !ok {
 			continue // the resend repeats of the attempt's phases
 		}
 		term := label + " " + shortDuration(p.Max)
-		if p.Name == budget.PhaseDelivery || p.Name == budget.PhaseSafetyMargin {
+		switch p.Name {
+		case budget.PhaseThread:
+			before = append(before, term)
+		case budget.PhaseDelivery, budget.PhaseSafetyMargin:
 			rest = append(rest, term)
-		} else {
+		default:
 			attempt = append(attempt, term)
 		}
 	}
@@ -107,7 +111,7 @@ func BudgetFormula(c budget.Config) string {
 	if c.ResendPolicy.AllowsResend() {
 		sum = "2 × (" + sum + ")"
 	}
-	sum = strings.Join(append([]string{sum}, rest...), " + ")
+	sum = strings.Join(append(append(before, sum), rest...), " + ")
 	var exact time.Duration
 	for _, p := range c.Phases() {
 		exact += p.Max

@@ -22,7 +22,7 @@ import (
 // evalFormula adds up a BudgetFormula's terms, independently of how it was written.
 func evalFormula(t *testing.T, f string) (sum time.Duration, stated int64) {
 	t.Helper()
-	m := regexp.MustCompile(`^task timeout = (2 × \((.*?)\)|(.*?))((?: \+ [a-z ]+ \S+)*)(?:, rounded up to whole seconds,)? = (\d+)s \((\S+)\)$`).FindStringSubmatch(f)
+	m := regexp.MustCompile(`^task timeout = ((?:[a-z ]+ \S+ \+ )*)(2 × \((.*?)\)|(.*?))((?: \+ [a-z ]+ \S+)*)(?:, rounded up to whole seconds,)? = (\d+)s \((\S+)\)$`).FindStringSubmatch(f)
 	if m == nil {
 		t.Fatalf("formula %q does not read as task timeout = … = Ns (…)", f)
 	}
@@ -39,15 +39,16 @@ func evalFormula(t *testing.T, f string) (sum time.Duration, stated int64) {
 		}
 		return d
 	}
-	if m[2] != "" {
-		sum = 2 * terms(m[2])
+	sum = terms(strings.TrimSuffix(m[1], " + "))
+	if m[3] != "" {
+		sum += 2 * terms(m[3])
 	} else {
-		sum = terms(m[3])
+		sum += terms(m[4])
 	}
-	sum += terms(m[4])
-	stated, _ = strconv.ParseInt(m[5], 10, 64)
-	if d, err := time.ParseDuration(m[6]); err != nil || d != time.Duration(stated)*time.Second {
-		t.Errorf("formula %q: %q is not %ds", f, m[6], stated)
+	sum += terms(m[5])
+	stated, _ = strconv.ParseInt(m[6], 10, 64)
+	if d, err := time.ParseDuration(m[7]); err != nil || d != time.Duration(stated)*time.Second {
+		t.Errorf("formula %q: %q is not %ds", f, m[7], stated)
 	}
 	return sum, stated
 }
@@ -146,7 +147,7 @@ func TestBudgetEndpoint(t *testing.T) {
 		t.Fatalf("%v: %s", err, body)
 	}
 	b := cfg.Budget
-	if got.TaskTimeoutSeconds != int64(b.TaskTimeout()/time.Second) || got.TaskTimeoutSeconds != 2*(30+300+30+1200)+10+30 {
+	if got.TaskTimeoutSeconds != int64(b.TaskTimeout()/time.Second) || got.TaskTimeoutSeconds != 2*15+2*(30+300+30+1200)+10+30 {
 		t.Errorf("task_timeout_seconds = %d, want %v", got.TaskTimeoutSeconds, b.TaskTimeout())
 	}
 	if d, err := time.ParseDuration(got.TaskTimeout); err != nil || d != b.TaskTimeout() {

@@ -53,6 +53,7 @@ type WorkerConfig struct {
 	LettaBaseURL      string
 	LettaAPIKey       string
 	StreamTransport   agentclient.StreamTransport
+	Limits            Limits
 	Budget            budget.Config
 	Concurrency       int
 	Queues            map[string]int
@@ -102,6 +103,51 @@ func durSetting(p func(*WorkerConfig) *time.Duration, min time.Duration) func(*W
 		*p(c) = d
 		return nil
 	}
+}
+
+// Limits bound the bytes a worker takes from Letta and writes to one reply
+// stream (LETTAQ_MAX_*_BYTES).
+type Limits struct {
+	Event, Response, Transcript, Reply int
+}
+
+// byteSetting reads a size: bytes, or a number with KiB, MiB or GiB.
+func byteSetting(p func(*WorkerConfig) *int) func(*WorkerConfig, string) error {
+	return func(c *WorkerConfig, raw string) error {
+		n, err := ParseBytes(raw)
+		if err != nil {
+			return err
+		}
+		*p(c) = n
+		return nil
+	}
+}
+
+// ParseBytes reads a size: a number of bytes, or a number followed by KiB,
+// MiB or GiB (e.g. 512KiB, 16MiB). It must be at least 1KiB.
+func ParseBytes(raw string) (int, error) {
+	s := strings.TrimSpace(raw)
+	mult := 1
+	for _, u := range []struct {
+		suffix string
+		mult   int
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}} {
+		if strings.HasSuffix(s, u.suffix) {
+			s, mult = strings.TrimSpace(strings.TrimSuffix(s, u.suffix)), u.mult
+			break
+		}
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return 0, errors.New("not a size (write e.g. 8388608, 512KiB, 16MiB, 1GiB)")
+	}
+	if n > (1<<40)/mult {
+		return 0, errors.New("too large (at most 1024GiB)")
+	}
+	if n*mult < 1<<10 {
+		return 0, errors.New("must be at least 1KiB")
+	}
+	return n * mult, nil
 }
 
 func intSetting(p func(*WorkerConfig) *int, min int) func(*WorkerConfig, string) error {
@@ -198,6 +244,18 @@ var workerSettings = []setting{
 			c.StreamTransport = st
 			return nil
 		}},
+	{Var{Name: "LETTAQ_MAX_EVENT_BYTES", Default: "16MiB",
+		Help: "the largest SSE event (its data lines joined) accepted from Letta; a larger one fails the turn with a permanent error naming the limit (one SSE line may be 8MiB at most, or this if smaller)"},
+		byteSetting(func(c *WorkerConfig) *int { return &c.Limits.Event })},
+	{Var{Name: "LETTAQ_MAX_RESPONSE_BYTES", Default: "8MiB",
+		Help: "the largest body of a non-streaming Letta answer (a run, a page of messages); a larger one fails the turn with a permanent error naming the limit"},
+		byteSetting(func(c *WorkerConfig) *int { return &c.Limits.Response })},
+	{Var{Name: "LETTAQ_MAX_TRANSCRIPT_BYTES", Default: "8MiB",
+		Help: "the most text one turn accumulates from Letta (reasoning, tool calls and returns, the answer); past it the turn fails with a permanent error naming the limit"},
+		byteSetting(func(c *WorkerConfig) *int { return &c.Limits.Transcript })},
+	{Var{Name: "LETTAQ_MAX_REPLY_BYTES", Default: "4MiB",
+		Help: "the most progress text (answer deltas, tool arguments and returns) one attempt of a turn writes to its reply stream; past it progress text is dropped, with a warning, and the final answer event still carries the whole answer"},
+		byteSetting(func(c *WorkerConfig) *int { return &c.Limits.Reply })},
 	{Var{Name: "LETTAQ_CONCURRENCY", Default: "200",
 		Help: "turns one worker runs at once; turns wait on the network, not the CPU, so this is far above the CPU count"},
 		intSetting(func(c *WorkerConfig) *int { return &c.Concurrency }, 1)},

@@ -26,8 +26,15 @@ func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(
 // startDevWorker starts a dev-mode worker in-process on free ports.
 func startDevWorker(t *testing.T) *Running {
 	t.Helper()
-	cfg, err := ParseWorkerConfig([]string{"--dev", "--dev-redis-addr=127.0.0.1:0", "--dev-letta-addr=127.0.0.1:0",
-		"--http-addr=127.0.0.1:0", "--shutdown-timeout=5s", "--task-check-interval=20ms"}, env(nil), nil)
+	r, _ := startDevWorkerWith(t)
+	return r
+}
+
+// startDevWorkerWith starts a dev-mode worker with extra flags and returns its greeting.
+func startDevWorkerWith(t *testing.T, extra ...string) (*Running, string) {
+	t.Helper()
+	cfg, err := ParseWorkerConfig(append([]string{"--dev", "--dev-redis-addr=127.0.0.1:0", "--dev-letta-addr=127.0.0.1:0",
+		"--http-addr=127.0.0.1:0", "--shutdown-timeout=5s", "--task-check-interval=20ms"}, extra...), env(nil), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,10 +53,10 @@ func startDevWorker(t *testing.T) *Running {
 			t.Error("dev worker did not stop")
 		}
 	})
-	if !strings.Contains(greeting.String(), "go run ./cmd/enqueue --dev --wait") {
+	if !strings.Contains(greeting.String(), "go run ./cmd/enqueue --dev") || !strings.Contains(greeting.String(), " --wait ") {
 		t.Errorf("greeting lacks the next command:\n%s", greeting.String())
 	}
-	return r
+	return r, greeting.String()
 }
 
 func enqueue(t *testing.T, r *Running, args ...string) (code int, stdout, stderr string) {

@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -13,7 +12,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-	"unicode/utf8"
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
@@ -54,7 +52,7 @@ type enqueueOpts struct {
 
 const enqueueSynopsis = `enqueue [flags] TEXT            (or the text on stdin)
        enqueue [flags] journal [recent|stalls|retries|resends|failures] [--limit N]
-       enqueue [flags] journal show <task-id|otid>
+       enqueue [flags] journal show <task-id|otid|the beginning of one>
        enqueue [flags] approve|deny <task-id|otid> [--reason TEXT]`
 
 const enqueueDesc = `Puts one chat message on the lettaq queue as an agent turn; with --wait, follows the
@@ -70,6 +68,7 @@ Exit codes (of the built command: go run exits 1 for any failure):
 
 // RunEnqueue is the enqueue command. It returns the exit code.
 func RunEnqueue(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) int {
+	stderr = termWriter{stderr} // everything on stderr is for a person: no control characters
 	fs := flag.NewFlagSet("enqueue", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	var o enqueueOpts
@@ -121,8 +120,9 @@ approve|deny answers every pending tool call of the approval request of the turn
 task id or otid (printed by --wait, and in the approval_required event): a turn of its own,
 ahead of the chat's waiting messages; with --wait it is followed like a message.
   --dev                reach a worker started with --dev (its in-memory Redis, agent `+DemoAgent+`)
-  --wait               follow the turn until its answer: a live phase line and the answer as it
-                       grows on a terminal; plain lines on stderr and the answer on stdout otherwise
+  --wait               follow the turn until its answer: a live status line (time in the step, the
+                       turn's total) and the answer as it grows on a terminal; plain lines on stderr
+                       and the answer on stdout otherwise
   --timeout D          give up waiting after D (exit 3; the turn goes on) (default 10m)
   --json               machine output: the enqueue result, then (with --wait) one reply event per line
   --limit N            journal: how many turns (default 20)
@@ -271,13 +271,15 @@ Time budget: the task timeout is computed from the LETTAQ_* budget variables, as
 		return ExitFailed
 	}
 	if o.jsonOut {
-		_ = json.NewEncoder(stdout).Encode(res)
-	} else if !o.wait || !IsTerminal(stdout) {
+		_ = writeJSON(stdout, res, false)
+	} else {
+		// Always, also before a live view on a terminal: the ids are what journal show takes.
 		dup := ""
 		if res.Duplicate {
 			dup = " (duplicate: this message id was enqueued before; no second turn)"
 		}
-		fmt.Fprintf(stderrIfWait(o.wait, stdout, stderr), "enqueued task %s otid %s on queue %s%s\n", res.TaskID, res.Otid, res.Queue, dup)
+		fmt.Fprint(stderrIfWait(o.wait, stdout, stderr), termSafe(fmt.Sprintf("enqueued task %s otid %s on queue %s%s\n",
+			res.TaskID, res.Otid, res.Queue, dup), true))
 	}
 	if !o.wait {
 		return ExitOK
@@ -335,7 +337,7 @@ func follow(ctx context.Context, replies *queue.Replies, conv queue.Conversation
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 	tty := !o.jsonOut && IsTerminal(stdout)
-	v := &viewer{tty: tty, out: stdout, errw: stderr, start: time.Now(), json: o.jsonOut}
+	v := newViewer(tty, o.jsonOut, stdout, stderr, nil)
 	defer v.clearStatus()
 	var lastSeq int64
 	tick := time.NewTicker(250 * time.Millisecond)
@@ -345,7 +347,8 @@ func follow(ctx context.Context, replies *queue.Replies, conv queue.Conversation
 		if ctx.Err() != nil {
 			v.clearStatus()
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				fmt.Fprintf(stderr, "enqueue: no answer within %v; the turn goes on (task %s; see: enqueue journal show %s)\n", o.timeout, res.TaskID, res.TaskID)
+				fmt.Fprintf(stderr, "enqueue: no answer within %v; the turn goes on (task %s). Its record:\n  %s\n",
+					o.timeout, res.TaskID, o.hint("journal", "show", res.TaskID))
 				return ExitTimedOut
 			}
 			return ExitFailed
@@ -371,170 +374,4 @@ func follow(ctx context.Context, replies *queue.Replies, conv queue.Conversation
 		}
 		v.redraw()
 	}
-}
-
-// viewer shows a turn's events: on a terminal a live status line and the answer as it grows;
-// otherwise one plain line per event on stderr and the answer on stdout; with json one event
-// per line on stdout.
-type viewer struct {
-	tty, json  bool
-	out, errw  io.Writer
-	start      time.Time
-	status     string // e.g. "thinking"
-	statusAt   time.Time
-	statusLen  int
-	streamed   strings.Builder // answer text shown so far
-	inAnswer   bool
-	lastPhase  string
-	lastDetail string
-}
-
-func (v *viewer) show(ev queue.ReplyEvent) (exit int, done bool) {
-	if v.json {
-		_ = json.NewEncoder(v.out).Encode(ev)
-	}
-	switch ev.Type {
-	case queue.EventAccepted:
-		v.setStatus("queued", fmt.Sprintf("queued (position %d)", ev.Position))
-	case queue.EventPhase:
-		v.setStatus(ev.Phase, phaseText(ev))
-	case queue.EventTool:
-		if ev.Tool != nil {
-			switch ev.Tool.Status {
-			case queue.ToolStatusCall, "":
-				v.setStatus("tool", "using tool "+ev.Tool.Name+"…")
-			default:
-				v.setStatus("tool", "tool "+ev.Tool.Name+": "+ev.Tool.Status)
-			}
-		}
-	case queue.EventAnswerDelta:
-		if ev.Narration {
-			v.setStatus("thinking", "thinking: "+oneLine(ev.Text, 60))
-			break
-		}
-		v.streamed.WriteString(ev.Text)
-		if v.tty {
-			v.clearStatus()
-			v.inAnswer = true
-			fmt.Fprint(v.out, ev.Text)
-		}
-	case queue.EventAnswer:
-		v.finishAnswer(ev.Text)
-		if ev.AnsweredBy != "" && !v.json {
-			fmt.Fprintf(v.errw, "(answered together with task %s)\n", ev.AnsweredBy)
-		}
-		return ExitOK, true
-	case queue.EventApprovalRequired:
-		v.clearStatus()
-		if !v.json {
-			showApproval(v.errw, ev)
-		}
-		return ExitApproval, true
-	case queue.EventError:
-		if ev.Permanent {
-			v.clearStatus()
-			if v.inAnswer {
-				fmt.Fprintln(v.out)
-			}
-			if !v.json {
-				fmt.Fprintf(v.errw, "error: %s\n", ev.Text)
-			}
-			return ExitFailed, true
-		}
-		v.setStatus("retrying", "attempt failed, will retry: "+oneLine(ev.Text, 80))
-	}
-	return 0, false
-}
-
-func phaseText(ev queue.ReplyEvent) string {
-	switch ev.Phase {
-	case queue.PhaseThinking:
-		return "thinking…"
-	case queue.PhaseToolRunning:
-		return "running a tool…"
-	case queue.PhaseRecovering:
-		if ev.RunID != "" {
-			return "recovering: stream lost, run " + ev.RunID + " goes on"
-		}
-		return "recovering: stream lost, looking for the turn at Letta"
-	case queue.PhaseContinuing:
-		if ev.RunID != "" {
-			return "recovering: continuing run " + ev.RunID
-		}
-		return "recovering: continuing"
-	case queue.PhaseConnecting:
-		return "connecting to the agent…"
-	case queue.PhaseStreaming:
-		return "streaming…"
-	}
-	return ev.Phase
-}
-
-func (v *viewer) setStatus(key, text string) {
-	if v.json {
-		return
-	}
-	if !v.tty {
-		if key == v.lastPhase && text == v.lastDetail {
-			return // heartbeats repeat the phase
-		}
-		v.lastPhase, v.lastDetail = key, text
-		fmt.Fprintf(v.errw, "[%5.1fs] %s\n", time.Since(v.start).Seconds(), text)
-		return
-	}
-	if v.status != text {
-		v.status, v.statusAt = text, time.Now()
-	}
-	if !v.inAnswer {
-		v.redraw()
-	}
-}
-
-// redraw rewrites the status line with the time spent in the current phase.
-func (v *viewer) redraw() {
-	if !v.tty || v.inAnswer || v.status == "" {
-		return
-	}
-	line := fmt.Sprintf("%s %ds", v.status, int(time.Since(v.statusAt).Seconds()))
-	fmt.Fprintf(v.out, "\r\033[K\033[2m%s\033[0m", line)
-	v.statusLen = utf8.RuneCountInString(line)
-}
-
-func (v *viewer) clearStatus() {
-	if v.tty && v.statusLen > 0 {
-		fmt.Fprint(v.out, "\r\033[K")
-		v.statusLen = 0
-	}
-}
-
-func (v *viewer) finishAnswer(full string) {
-	if v.json {
-		return
-	}
-	if v.tty {
-		v.clearStatus()
-		shown := v.streamed.String()
-		switch {
-		case shown == full:
-		case strings.HasPrefix(full, shown) && v.inAnswer:
-			fmt.Fprint(v.out, full[len(shown):])
-		default:
-			if v.inAnswer {
-				fmt.Fprintln(v.out)
-			}
-			fmt.Fprint(v.out, full)
-		}
-		fmt.Fprintln(v.out)
-		return
-	}
-	fmt.Fprintln(v.out, full)
-}
-
-func oneLine(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if utf8.RuneCountInString(s) > n {
-		r := []rune(s)
-		return string(r[:n]) + "…"
-	}
-	return s
 }

@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -22,15 +21,18 @@ func runJournal(ctx context.Context, o enqueueOpts, args []string, rdb redis.Uni
 	asJSON := o.jsonOut || !IsTerminal(stdout)
 	if len(args) > 0 && args[0] == "show" {
 		if len(args) != 2 {
-			fmt.Fprintln(stderr, "enqueue: usage: enqueue journal show <task-id|otid>")
+			fmt.Fprintln(stderr, "enqueue: usage: enqueue journal show <task-id|otid|the beginning of one>")
 			return ExitUsage
 		}
-		rec, err := j.Get(ctx, args[1])
-		if errors.Is(err, queue.ErrNotFound) {
-			rec, err = j.ByOtid(ctx, args[1])
+		rec, err := j.Lookup(ctx, args[1])
+		var amb *queue.AmbiguousError
+		if errors.As(err, &amb) {
+			fmt.Fprintf(stderr, "enqueue: journal show: %v\n", err)
+			return ExitUsage
 		}
 		if errors.Is(err, queue.ErrNotFound) {
-			fmt.Fprintf(stderr, "enqueue: no journal record for %q (neither a task id nor an otid, or expired)\n", args[1])
+			fmt.Fprintf(stderr, "enqueue: journal show: no turn has the task id or otid %q, nor one beginning with it (or its record expired). Recent turns:\n  %s\n",
+				args[1], o.hint("journal", "recent"))
 			return ExitFailed
 		}
 		if err != nil {
@@ -38,9 +40,7 @@ func runJournal(ctx context.Context, o enqueueOpts, args []string, rdb redis.Uni
 			return ExitFailed
 		}
 		if asJSON {
-			enc := json.NewEncoder(stdout)
-			enc.SetIndent("", "  ")
-			_ = enc.Encode(rec)
+			_ = writeJSON(stdout, rec, true)
 			return ExitOK
 		}
 		writeRecord(stdout, rec)
@@ -71,7 +71,7 @@ func runJournal(ctx context.Context, o enqueueOpts, args []string, rdb redis.Uni
 		if recs == nil {
 			recs = []*queue.TurnRecord{}
 		}
-		_ = json.NewEncoder(stdout).Encode(recs)
+		_ = writeJSON(stdout, recs, false)
 		return ExitOK
 	}
 	writeTable(stdout, recs)
@@ -99,9 +99,9 @@ func writeTable(w io.Writer, recs []*queue.TurnRecord) {
 			outcome = "running"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n",
-			when.Local().Format("01-02 15:04:05"), short(r.TaskID, 28), outcome, len(r.Attempts),
-			dash(strings.Join(clocks, ",")), polls, r.Resends, durStr(r.Latency), durStr(r.TTFT),
-			short(r.AgentID, 24), short(r.Conversation.String(), 28))
+			when.Local().Format("01-02 15:04:05"), cell(r.TaskID), cell(outcome), len(r.Attempts),
+			cell(strings.Join(clocks, ",")), polls, r.Resends, durStr(r.Latency), durStr(r.TTFT),
+			cell(r.AgentID), cell(r.Conversation.String()))
 	}
 	_ = tw.Flush()
 	if len(recs) == 0 {
@@ -113,7 +113,7 @@ func writeRecord(w io.Writer, r *queue.TurnRecord) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	row := func(k, v string) {
 		if v != "" {
-			fmt.Fprintf(tw, "%s\t%s\n", k, v)
+			fmt.Fprintf(tw, "%s\t%s\n", k, cell(v))
 		}
 	}
 	row("task", r.TaskID)
@@ -144,38 +144,37 @@ func writeRecord(w io.Writer, r *queue.TurnRecord) {
 	}
 	_ = tw.Flush()
 	for _, a := range r.Attempts {
-		fmt.Fprintf(w, "\nattempt %d on %s: %s", a.N, dash(a.Worker), dash(a.Outcome))
+		fmt.Fprintf(w, "\nattempt %d on %s: %s", a.N, cell(a.Worker), cell(a.Outcome))
 		if !a.Start.IsZero() && !a.End.IsZero() {
 			fmt.Fprintf(w, " after %s", durStr(a.End.Sub(a.Start)))
 		}
 		fmt.Fprintln(w)
 		if a.TimeoutClock != "" {
-			fmt.Fprintf(w, "  clock fired: %s\n", a.TimeoutClock)
+			fmt.Fprintf(w, "  clock fired: %s\n", cell(a.TimeoutClock))
 		}
 		if a.Polls > 0 || a.Resumes > 0 {
 			fmt.Fprintf(w, "  continuation: %d polls, %d resumes\n", a.Polls, a.Resumes)
 		}
 		if a.ResendDecision != "" {
-			fmt.Fprintf(w, "  resend: %s\n", a.ResendDecision)
+			fmt.Fprintf(w, "  resend: %s\n", cell(a.ResendDecision))
 		}
 		if a.Error != "" {
-			fmt.Fprintf(w, "  error: %s\n", a.Error)
+			fmt.Fprintf(w, "  error: %s\n", cell(a.Error))
 		}
 		var phases []string
 		for _, p := range a.Phases {
 			phases = append(phases, fmt.Sprintf("%s +%s", p.Phase, durStr(p.At.Sub(a.Start))))
 		}
 		if len(phases) > 0 {
-			fmt.Fprintf(w, "  phases: %s\n", strings.Join(phases, " → "))
+			fmt.Fprintf(w, "  phases: %s\n", cell(strings.Join(phases, " → ")))
 		}
 	}
 }
 
-func short(s string, n int) string {
-	if len(s) <= n {
-		return dash(s)
-	}
-	return s[:n-1] + "…"
+// cell is a table cell or record value: whole (ids are never cut, so that journal show
+// takes them as printed), "-" when empty, with control characters escaped.
+func cell(s string) string {
+	return dash(termSafe(s, false))
 }
 
 func dash(s string) string {

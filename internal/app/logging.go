@@ -45,8 +45,19 @@ func NewLogger(w io.Writer, format, level string) *slog.Logger {
 	}
 	switch {
 	case format == "text" || (format != "json" && IsTerminal(w)):
-		return slog.New(tint.NewHandler(w, &tint.Options{Level: lvl, TimeFormat: time.TimeOnly, NoColor: !IsTerminal(w)}))
+		return slog.New(tint.NewHandler(w, &tint.Options{Level: lvl, TimeFormat: time.TimeOnly, NoColor: !IsTerminal(w),
+			ReplaceAttr: logAttr}))
 	default:
-		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lvl}))
+		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lvl, ReplaceAttr: logAttr}))
 	}
+}
+
+// logAttr writes every duration one way, as Go's duration text ("100ms", "4m46s"): the
+// way lettaq's settings are written, and the way lines that format a duration themselves
+// write it. Without it slog's JSON handler writes a time.Duration as integer nanoseconds.
+func logAttr(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
 }

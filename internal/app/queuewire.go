@@ -27,6 +27,7 @@ type queueRunner struct {
 func newQueueRunner(cfg WorkerConfig, connOpt asynq.RedisConnOpt, rdb redis.UniversalClient, lettaURL string, m *Metrics, logger *slog.Logger) (*queueRunner, error) {
 	letta, err := agentclient.New(agentclient.Config{
 		BaseURL: lettaURL, APIKey: cfg.LettaAPIKey, RequestTimeout: cfg.Budget.RequestTimeout, StreamTransport: cfg.StreamTransport,
+		MaxEventBytes: cfg.Limits.Event, MaxResponseBytes: cfg.Limits.Response, MaxTranscriptBytes: cfg.Limits.Transcript,
 		Clocks: agentclient.Clocks{
 			Connect: cfg.Budget.ConnectTimeout, Stall: cfg.Budget.StallTimeout, Total: cfg.Budget.StreamTotal,
 			ContentIdle: contentIdle(cfg.Budget.ContentIdleNotice), StopGrace: cfg.Budget.StopGrace,
@@ -61,6 +62,7 @@ func newQueueRunner(cfg WorkerConfig, connOpt asynq.RedisConnOpt, rdb redis.Univ
 		ThreadMode:        cfg.ThreadMode,
 		ApprovalPolicy:    cfg.ApprovalPolicy,
 		ApprovalTimeout:   cfg.ApprovalTimeout,
+		MaxReplyBytes:     cfg.Limits.Reply,
 	})
 	if err != nil {
 		return nil, err

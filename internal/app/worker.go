@@ -17,6 +17,8 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/lettaq/lettaq/queue"
 )
 
 // Running is a started worker.
@@ -117,7 +119,7 @@ func StartWorker(ctx context.Context, cfg WorkerConfig, logger *slog.Logger, std
 		"letta", r.LettaURL,
 		"letta_api_key", setOrUnset(cfg.LettaAPIKey),
 		"concurrency", cfg.Concurrency,
-		"queues", cfg.Queues,
+		"queues", queue.QueuesString(cfg.Queues),
 		"task_check_interval", cfg.TaskCheckInterval,
 		"shutdown_timeout", cfg.ShutdownTimeout,
 		"http", cfg.HTTPAddr,
@@ -230,15 +232,17 @@ lettaq dev mode: everything runs in this process.
 	if r.HTTPAddr != "" {
 		fmt.Fprintf(w, "  Monitor              http://%s/monitor/\n  Metrics              http://%s/metrics\n", r.HTTPAddr, r.HTTPAddr)
 	}
+	// The commands must reach this worker as printed: its Redis address and key prefix.
+	o := enqueueOpts{dev: true, devRedis: r.RedisAddr, prefix: r.Config.KeyPrefix}
 	fmt.Fprintf(w, `
 In another terminal, try:
-  go run ./cmd/enqueue --dev --wait "hello"                                  # a quick answer
-  go run ./cmd/enqueue --dev --wait --agent %s "what is lettaq?"         # a tool call first
-  go run ./cmd/enqueue --dev --wait --agent %s "think hard"               # outlives the 8s stream clock: watch it recover
-  go run ./cmd/enqueue --dev --wait --agent %s "email the team"       # asks approval for a tool call (exit 4)
-  go run ./cmd/enqueue --dev journal recent                                  # what happened, turn by turn
+  %[1]s --wait "hello"                                  # a quick answer
+  %[1]s --wait --agent %[2]s "what is lettaq?"   # a tool call first
+  %[1]s --wait --agent %[3]s "think hard"         # outlives the 8s stream clock: watch it recover
+  %[1]s --wait --agent %[4]s "email the team"  # asks approval for a tool call (exit 4)
+  %[1]s journal recent                                  # what happened, turn by turn
 Messages may carry simulator directives, e.g. "[[sim think=30s]] hi" or "[[sim disconnect_after=2]] hi".
 Stop with Ctrl-C.
 
-`, DemoAgentTools, DemoAgentSlow, DemoAgentApproval)
+`, o.commandLine("go run ./cmd/enqueue"), DemoAgentTools, DemoAgentSlow, DemoAgentApproval)
 }

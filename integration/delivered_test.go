@@ -1,0 +1,116 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lettaq/lettaq/integration/lettasim"
+	"github.com/lettaq/lettaq/queue"
+)
+
+// lateFinalHook lets the first write of a final event (the emit script with
+// the answered marker) reach Redis, then reports a timeout: the write
+// outlasted the delivery allowance but completed.
+type lateFinalHook struct {
+	marker string
+	fired  atomic.Bool
+}
+
+func (h *lateFinalHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *lateFinalHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h *lateFinalHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if err != nil || (cmd.Name() != "evalsha" && cmd.Name() != "eval") {
+			return err
+		}
+		for _, a := range cmd.Args() {
+			if s, ok := a.(string); ok && strings.HasPrefix(s, h.marker) && h.fired.CompareAndSwap(false, true) {
+				cmd.SetErr(context.DeadlineExceeded)
+				return context.DeadlineExceeded
+			}
+		}
+		return err
+	}
+}
+
+type turnCounter struct {
+	queue.NopObserver
+	mu    sync.Mutex
+	turns map[string]int
+}
+
+func (o *turnCounter) TurnFinished(_, outcome string, _, _ time.Duration) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.turns[outcome]++
+}
+
+// TestDeliveredAnswerFinishesTheTurn: the answer event reached the reply
+// stream but its attempt heard a timeout. The next attempt must not leave
+// the turn looking unfinished: the journal gets outcome and finished_at,
+// the task its result (the answer, taken from the final event), and the
+// metrics count the turn once.
+func TestDeliveredAnswerFinishesTheTurn(t *testing.T) {
+	e := newEnv(t)
+	agent := e.sim.CreateAgent("late", &lettasim.Script{Steps: []lettasim.Step{
+		{Kind: lettasim.Assistant, Text: "Delivered, late."},
+	}})
+	hook := &lateFinalHook{marker: e.prefix + "answered:"}
+	rdb := redis.NewClient(&redis.Options{Addr: e.redis.Addr, DB: e.redis.DB})
+	rdb.AddHook(hook)
+	t.Cleanup(func() { _ = rdb.Close() })
+	obs := &turnCounter{turns: map[string]int{}}
+	e.startWorker("w1", func(c *queue.WorkerConfig) {
+		c.Replies = queue.NewReplies(rdb, queue.RepliesOptions{Prefix: e.prefix})
+		c.Journal = queue.NewJournal(rdb, queue.JournalOptions{Prefix: e.prefix, Retention: time.Hour})
+		c.Observer = obs
+	})
+	c := e.conv("late")
+	res := e.enqueue(queue.Message{AgentID: agent, Text: "hi", Conversation: c, MessageID: "m1"})
+	final, _ := e.waitFinal(c, res.TaskID, 20*time.Second)
+	if final.Type != queue.EventAnswer || final.Text != "Delivered, late." {
+		t.Fatalf("final %+v", final)
+	}
+	e.settled()
+	if !hook.fired.Load() {
+		t.Fatal("the final write was never intercepted")
+	}
+	rec := e.record(res.TaskID)
+	if rec.Outcome != queue.OutcomeAnswered || rec.FinishedAt.IsZero() || len(rec.Attempts) != 2 ||
+		rec.Attempts[1].Outcome != queue.OutcomeAnswered {
+		t.Fatalf("journal outcome %q finished_at %v; %s", rec.Outcome, rec.FinishedAt, describeAttempts(rec))
+	}
+	info, err := e.insp.GetTaskInfo(e.queue, res.TaskID)
+	if err != nil || info.State != asynq.TaskStateCompleted {
+		t.Fatalf("task info %+v: %v", info, err)
+	}
+	var tr queue.TurnResult
+	if err := json.Unmarshal(info.Result, &tr); err != nil {
+		t.Fatalf("result %q: %v", info.Result, err)
+	}
+	if tr.Outcome != queue.OutcomeAnswered || tr.Answer != "Delivered, late." || tr.RunID == "" {
+		t.Fatalf("result %+v", tr)
+	}
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	if len(obs.turns) != 1 || obs.turns[queue.OutcomeAnswered] != 1 {
+		t.Fatalf("turns counted %v, want answered once", obs.turns)
+	}
+	if n := countFinal(e.events(c, res.TaskID)); n != 1 {
+		t.Fatalf("%d final events", n)
+	}
+	if n := e.sim.CountOtid(res.Otid); n != 1 {
+		t.Fatalf("otid stored %d times", n)
+	}
+}

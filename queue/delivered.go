@@ -1,0 +1,100 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+)
+
+// FinalEvent returns the final event written for taskID's turn in c's
+// stream (the one the answered marker points at). found is false when no
+// final event was written, or when the stream no longer holds it (trimmed
+// by MaxLen or expired).
+func (r *Replies) FinalEvent(ctx context.Context, c Conversation, taskID string) (ev ReplyEvent, found bool, err error) {
+	if err := c.Validate(); err != nil {
+		return ev, false, err
+	}
+	id, err := r.rdb.Get(ctx, r.answeredKey(taskID)).Result()
+	if errors.Is(err, redis.Nil) {
+		return ev, false, nil
+	}
+	if err != nil {
+		return ev, false, fmt.Errorf("queue: final event of %s: %w", taskID, err)
+	}
+	msgs, err := r.rdb.XRange(ctx, r.Key(c), id, id).Result()
+	if err != nil {
+		return ev, false, fmt.Errorf("queue: final event of %s: %w", taskID, err)
+	}
+	if len(msgs) == 0 {
+		return ev, false, nil
+	}
+	return replyEventFromEntry(msgs[0]), true, nil
+}
+
+// finishDelivered finishes a turn whose final event reached the reply
+// stream although the attempt that wrote it did not hear so (the write
+// outlasted the delivery allowance, or the worker died right after it):
+// the journal gets its outcome and finished_at, the task its result, and
+// the metrics count the turn, once — a later attempt finds the outcome
+// journaled and does nothing. Nothing is sent or emitted again.
+func (t *turn) finishDelivered(ctx context.Context, rec *TurnRecord) error {
+	w := t.w
+	ev, found, err := w.replies.FinalEvent(ctx, t.msg.Conversation, t.taskID)
+	if err != nil {
+		return t.retryEarly(err)
+	}
+	outcome, answer, reason := OutcomeAnswered, "", ""
+	var approval *ToolEvent
+	switch {
+	case !found:
+		rec.Warnings = appendUnique(rec.Warnings, "final event written but no longer in the reply stream: outcome taken as answered")
+	case ev.Type == EventError:
+		outcome, reason = OutcomeFailed, ev.Text
+	case ev.Type == EventApprovalRequired:
+		outcome, approval, answer = OutcomeApprovalRequired, ev.Tool, ev.Text
+	default:
+		answer = ev.Text
+	}
+	now := time.Now()
+	t.mu.Lock()
+	rec.Attempts = append(rec.Attempts, Attempt{N: len(rec.Attempts) + 1, Worker: w.cfg.WorkerID, Start: t.start,
+		End: now.UTC(), Outcome: outcome, Error: reason})
+	t.rec, t.att = rec, len(rec.Attempts)-1
+	rec.Outcome, rec.Error, rec.FinishedAt = outcome, reason, now.UTC()
+	if found {
+		rec.StopReason = ev.StopReason
+		if rec.RunID == "" {
+			rec.RunID = ev.RunID
+		}
+	}
+	t.mu.Unlock()
+	t.ids.setRunID(rec.RunID)
+	if err := t.save(ctx); err != nil {
+		return t.retryEarly(err)
+	}
+	if found {
+		// Merged messages get their final events too, if that attempt
+		// could not write them.
+		if err := t.takeFollowers(ctx, false); err != nil {
+			t.log.Warn("could not load the merged messages of a delivered turn", "error", err.Error())
+		} else {
+			t.finishFollowers(ctx, ev)
+		}
+	}
+	t.log.Info("final event was delivered by an earlier attempt; turn finished", "outcome", outcome,
+		"attempt", len(rec.Attempts), "answer_bytes", len(answer))
+	if outcome == OutcomeFailed {
+		w.obs.AttemptFinished(t.queue, "archived", time.Since(t.start))
+		w.obs.TurnFinished(t.queue, outcome, t.latency(now), rec.TTFT)
+		t.writeResult(outcome, "", nil)
+		return fmt.Errorf("lettaq: turn failed: %s: %w", reason, asynq.SkipRetry)
+	}
+	t.writeResult(outcome, answer, approval)
+	w.obs.AttemptFinished(t.queue, "done", time.Since(t.start))
+	w.obs.TurnFinished(t.queue, outcome, t.latency(now), rec.TTFT)
+	return nil
+}
