@@ -50,6 +50,17 @@ func TestTwoWorkers200MixedTurns(t *testing.T) {
 		agentIDs = append(agentIDs, e.sim.CreateAgent(fmt.Sprintf("load-%d", i), nil))
 		convs = append(convs, e.conv(fmt.Sprintf("load-%d", i)))
 	}
+	// A turn that ends asking approval leaves its thread waiting (a later message gets 409
+	// until the approval is answered, as at Letta), and this test answers none: each such turn
+	// gets an agent and a conversation of its own.
+	own := map[int]int{} // turn -> index in agentIDs and convs
+	for i := range turns {
+		if mixes[i%len(mixes)].want == queue.EventApprovalRequired {
+			own[i] = len(agentIDs)
+			agentIDs = append(agentIDs, e.sim.CreateAgent(fmt.Sprintf("load-approval-%d", i), nil))
+			convs = append(convs, e.conv(fmt.Sprintf("load-approval-%d", i)))
+		}
+	}
 	type sent struct {
 		res  queue.EnqueueResult
 		want queue.EventType
@@ -68,6 +79,9 @@ func TestTwoWorkers200MixedTurns(t *testing.T) {
 				text = "[[sim " + m.directive + "]] " + text
 			}
 			k := i % agents
+			if j, ok := own[i]; ok {
+				k = j
+			}
 			res, err := e.client.Enqueue(context.Background(), queue.Message{AgentID: agentIDs[k], Text: text,
 				Conversation: convs[k], MessageID: fmt.Sprintf("load-%d", i)})
 			if err != nil {

@@ -48,6 +48,9 @@ type Pending struct {
 	RunID     string // the run that asked
 	Calls     []ToolCallInfo
 	Since     time.Time
+	// ConversationID is the waiting thread: "conv-…", or "default" for the agent's default
+	// thread (which the agent endpoints share).
+	ConversationID string
 }
 
 // pendingApproval is a thread's unanswered approval request and what the model does next.
@@ -309,12 +312,16 @@ func pyList(ids []string) string {
 func (t *turn) setPending(rw *row, p *part, rest []Step) {
 	calls := p.calls
 	pend := &pendingApproval{
-		Pending: Pending{RequestID: rw.id, RunID: t.r.id, Calls: append([]ToolCallInfo(nil), calls...), Since: time.Now()},
-		rest:    Script{Steps: append([]Step(nil), rest...), Tokens: t.script.Tokens, TokenDelay: t.script.TokenDelay, StopReason: t.script.StopReason},
-		echo:    t.echo,
-		tokens:  t.tokens,
+		Pending: Pending{RequestID: rw.id, RunID: t.r.id, Calls: append([]ToolCallInfo(nil), calls...), Since: time.Now(),
+			ConversationID: "default"},
+		rest:   Script{Steps: append([]Step(nil), rest...), Tokens: t.script.Tokens, TokenDelay: t.script.TokenDelay, StopReason: t.script.StopReason},
+		echo:   t.echo,
+		tokens: t.tokens,
 	}
 	pt := pendingThread(t.a, t.r.th)
+	if !pt.isDefault() {
+		pend.ConversationID = pt.id
+	}
 	t.a.mu.Lock()
 	pt.pending = pend
 	t.a.mu.Unlock()
@@ -418,6 +425,34 @@ func (s *Sim) PendingApproval(agentID, conversationID string) (Pending, bool) {
 	return p, true
 }
 
+// PendingApprovals returns the approval requests the agent's threads wait on, its default
+// thread's first, then its conversations' in creation order.
+func (s *Sim) PendingApprovals(agentID string) []Pending {
+	a := s.getAgent(agentID)
+	if a == nil {
+		return nil
+	}
+	s.mu.RLock()
+	threads := []*thread{a.def}
+	for _, th := range s.convOrder {
+		if th.a == a {
+			threads = append(threads, th)
+		}
+	}
+	s.mu.RUnlock()
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	var out []Pending
+	for _, th := range threads {
+		if th.pending != nil {
+			p := th.pending.Pending
+			p.Calls = append([]ToolCallInfo(nil), p.Calls...)
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // WaitPendingApproval waits until the thread (as PendingApproval names it) waits on an
 // approval request, and returns it.
 func (s *Sim) WaitPendingApproval(ctx context.Context, agentID, conversationID string) (Pending, error) {
@@ -447,4 +482,22 @@ func (s *Sim) ApprovalMessages(agentID string) []Received {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
 	return append([]Received(nil), a.approvals...)
+}
+
+// SendAttempts returns how many send requests (of any agent, any endpoint) carried otid as
+// their first message's otid and passed validation, whether they were then stored, replayed,
+// or refused (a fault, 409 busy or pending approval, 400 for an approval that answers nothing).
+// CountOtid counts what was stored; this counts what was sent: an approval a client sends
+// twice is stored once (the second is refused or replayed) but counted here twice.
+func (s *Sim) SendAttempts(otid string) int {
+	s.mu.RLock()
+	agents := append([]*agent(nil), s.agentOrder...)
+	s.mu.RUnlock()
+	n := 0
+	for _, a := range agents {
+		a.mu.RLock()
+		n += a.attempts[otid]
+		a.mu.RUnlock()
+	}
+	return n
 }

@@ -155,6 +155,12 @@ func TestApprovalPendingBlocks(t *testing.T) {
 	a, b := createConv(t, srv, agent), createConv(t, srv, agent)
 	convStream(t, srv, a, turnReq{Text: "[[sim approval=x]] go"})
 	convStream(t, srv, b, turnReq{Text: "unrelated"})
+	convStream(t, srv, "default", turnReq{Text: "[[sim approval=y]] go", Extra: map[string]any{"agent_id": agent}})
+	all := srv.PendingApprovals(agent)
+	if len(all) != 2 || all[0].ConversationID != "default" || all[0].Calls[0].Name != "y" ||
+		all[1].ConversationID != a || all[1].Calls[0].Name != "x" {
+		t.Fatalf("PendingApprovals %+v", all)
+	}
 }
 
 // An approved call runs: the approval's own run streams the approval_response_message, the
@@ -392,14 +398,46 @@ func TestApprovalNothingPending(t *testing.T) {
 	if st, _, data := tp.send(t, srv, ans); st != 400 || !strings.Contains(detail(t, data), "No tool call is currently awaiting approval") {
 		t.Fatalf("resend: %d %s", st, data)
 	}
-	if n := srv.CountOtid("otid-once"); n != 1 {
-		t.Fatalf("CountOtid %d", n)
+	if n, sent := srv.CountOtid("otid-once"), srv.SendAttempts("otid-once"); n != 1 || sent != 2 {
+		t.Fatalf("CountOtid %d, SendAttempts %d", n, sent)
 	}
 	// The message must be alone in its request.
 	body := turnReq{Text: "hi"}.body()
 	body["messages"] = append(body["messages"].([]any), map[string]any{"type": "approval", "approvals": answers(calls, true, "")})
 	if st, _, data := call(t, srv, "POST", tp.path, body); st != 422 || !strings.Contains(string(data), "only message") {
 		t.Fatalf("mixed: %d %s", st, data)
+	}
+}
+
+// The deprecated single-call form (approve, approval_request_id: the request's message id or
+// its tool call id) answers a one-call request.
+func TestApprovalLegacyForm(t *testing.T) {
+	srv := newServer(t, lettasim.Config{})
+	agent := srv.CreateAgent("approval", nil)
+	tp := threadPath{name: "agent", path: "/v1/agents/" + agent + "/messages/stream"}
+	legacy := func(id string, approve bool) map[string]any {
+		return map[string]any{"messages": []any{map[string]any{"type": "approval", "approve": approve,
+			"approval_request_id": id, "reason": "legacy"}}}
+	}
+	for i, approve := range []bool{true, false} {
+		evs := tp.mustSend(t, srv, turnReq{Text: "[[sim approval=x]] go"})
+		id := requestedCalls(t, evs)[0].ID
+		if i == 0 {
+			id = evs[1].str("id") // the approval request's message id
+		}
+		if st, _, data := call(t, srv, "POST", tp.path, legacy("message-unknown", approve)); st != 400 || !strings.Contains(detail(t, data), "Invalid tool call IDs") {
+			t.Fatalf("unknown id: %d %s", st, data)
+		}
+		body := legacy(id, approve)
+		conformBody(t, "LettaStreamingRequest", body)
+		st, _, data := call(t, srv, "POST", tp.path, body)
+		if st != 200 {
+			t.Fatalf("%d %s", st, data)
+		}
+		am := srv.ApprovalMessages(agent)
+		if got := am[len(am)-1].Approvals; len(got) != 1 || got[0].Approve != approve || got[0].Reason != "legacy" {
+			t.Fatalf("%+v", got)
+		}
 	}
 }
 
@@ -447,6 +485,9 @@ func TestApprovalBackgroundDedupe(t *testing.T) {
 	b := withoutPings(convStream(t, srv, conv, ans))
 	if a[0].str("run_id") == "" || a[0].str("run_id") != b[0].str("run_id") || !eqStrings(types(a), types(b)) {
 		t.Fatalf("resend did not replay: %v %v", types(a), types(b))
+	}
+	if srv.SendAttempts("otid-bg-approve") != 2 {
+		t.Fatalf("SendAttempts %d", srv.SendAttempts("otid-bg-approve"))
 	}
 	if n := srv.CountOtid("otid-bg-approve"); n != 1 || len(srv.ApprovalMessages(agent)) != 1 {
 		t.Fatalf("CountOtid %d, %d approval messages", n, len(srv.ApprovalMessages(agent)))
@@ -503,4 +544,91 @@ func pendingIn(evs []event) []lettasim.ToolCallInfo {
 		}
 	}
 	return nil
+}
+
+// An approval sent without streaming gets a LettaResponse with the run's messages; an async
+// one a Run, whose messages hold the answer.
+func TestApprovalSyncAndAsync(t *testing.T) {
+	srv := newServer(t, lettasim.Config{})
+	agent := srv.CreateAgent("approval", nil)
+	tp := threadPath{name: "agent", path: "/v1/agents/" + agent + "/messages/stream"}
+	calls := requestedCalls(t, tp.mustSend(t, srv, turnReq{Text: "[[sim approval=x answer=ok]] go"}))
+	st, _, data := call(t, srv, "POST", "/v1/agents/"+agent+"/messages", turnReq{Approvals: answers(calls, true, "")}.body())
+	if st != 200 {
+		t.Fatalf("sync %d %s", st, data)
+	}
+	conform(t, "LettaResponse", data)
+	var lr struct {
+		Messages []struct {
+			MessageType string `json:"message_type"`
+			Content     any
+		}
+		StopReason struct {
+			StopReason string `json:"stop_reason"`
+		} `json:"stop_reason"`
+	}
+	_ = json.Unmarshal(data, &lr)
+	var got []string
+	for _, m := range lr.Messages {
+		got = append(got, m.MessageType)
+	}
+	if !eqStrings(got, []string{"tool_return_message", "reasoning_message", "assistant_message"}) || lr.StopReason.StopReason != "end_turn" {
+		t.Fatalf("sync answer %v %s", got, lr.StopReason.StopReason)
+	}
+
+	ctx := testCtx(t)
+	if st, _, data := call(t, srv, "POST", "/v1/agents/"+agent+"/messages/async", turnReq{Text: "[[sim approval=y]] go"}.body()); st != 200 {
+		t.Fatalf("async %d %s", st, data)
+	}
+	p, err := srv.WaitPendingApproval(ctx, agent, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _, data = call(t, srv, "POST", "/v1/agents/"+agent+"/messages/async",
+		turnReq{Approvals: answers([]lettasim.ToolCallInfo{p.Calls[0]}, true, "")}.body())
+	if st != 200 {
+		t.Fatalf("async approval %d %s", st, data)
+	}
+	conform(t, "Run", data)
+	var run struct{ ID string }
+	_ = json.Unmarshal(data, &run)
+	if err := srv.WaitRunDone(ctx, run.ID); err != nil {
+		t.Fatal(err)
+	}
+	msgs := conformMessages(t, getJSON(t, srv, "/v1/runs/"+run.ID+"/messages", nil))
+	if len(msgs) == 0 || msgs[0]["message_type"] != "approval_response_message" {
+		t.Fatalf("run messages %v", msgs)
+	}
+}
+
+// With approval=, tool_delay is how long the approved call runs: the answer's run is still
+// going meanwhile (so a client can lose its stream in the middle of an approval turn).
+func TestApprovalToolDelay(t *testing.T) {
+	srv := newServer(t, lettasim.Config{TimeScale: 0.001})
+	agent := srv.CreateAgent("approval", nil)
+	conv := createConv(t, srv, agent)
+	calls := requestedCalls(t, convStream(t, srv, conv, turnReq{Text: "[[sim approval=x tool_delay=100h]] go"}))
+	body := turnReq{Otid: "otid-slow-approve", Background: true, Approvals: answers(calls, true, "")}.body()
+	resp := do(t, srv, "POST", convPath(conv), body, nil)
+	defer resp.Body.Close()
+	sse := newSSE(t, resp.Body)
+	var runID string
+	for {
+		ev, err := sse.next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.typ() == "ping" && runID == "" {
+			runID = ev.str("run_id")
+		}
+		if ev.typ() == "tool_return_message" {
+			break
+		}
+	}
+	if info, _ := srv.Run(runID); info.Status != "running" || info.Otid != "otid-slow-approve" {
+		t.Fatalf("run %+v", info)
+	}
+	if !srv.Cancel(testCtx(t), runID) {
+		t.Fatal("not in flight")
+	}
 }

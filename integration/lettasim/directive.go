@@ -183,12 +183,14 @@ func (sp *scriptSpec) build() Script {
 	if len(sp.approval) > 0 {
 		// The run ends with the request; the rest is what the run of an approving answer does.
 		steps = append(steps, approvalStep(sp.approval, sp.answerDelay))
+		// An approved tool runs tool_delay before the model goes on.
 		if len(sp.then) > 0 {
-			steps = append(steps, Step{Kind: Reasoning, Text: "That worked. One more thing needs approval."},
-				approvalStep(sp.then, 0))
+			steps = append(steps, Step{Kind: Reasoning, Text: "That worked. One more thing needs approval.", Delay: sp.toolDelay},
+				approvalStep(sp.then, 0), Step{Kind: Reasoning, Text: "The tool ran.", Delay: sp.toolDelay})
+		} else {
+			steps = append(steps, Step{Kind: Reasoning, Text: "The tool ran.", Delay: sp.toolDelay})
 		}
-		steps = append(steps, Step{Kind: Reasoning, Text: "The tool ran."},
-			Step{Kind: Assistant, Text: sp.answer})
+		steps = append(steps, Step{Kind: Assistant, Text: sp.answer})
 	} else {
 		steps = append(steps, Step{Kind: Assistant, Text: sp.answer, Delay: sp.answerDelay})
 	}

@@ -98,10 +98,13 @@
 //     ApprovalRequest (another ApprovalRequest among them asks again), or, when there are none,
 //     answers "Done: <tools> ran.".
 //
-// From Go: PendingApproval(agent, conversationID) and WaitPendingApproval (RequestID, RunID,
-// Calls with ids and names), ApprovalMessages(agent) (Received.Approvals: the answers), and
-// CountOtid / WaitOtid, which count approval messages as they count user messages. History's
-// Message has ToolCalls and Approvals.
+// From Go: PendingApproval(agent, conversationID), PendingApprovals(agent) (every waiting
+// thread of the agent) and WaitPendingApproval give the request (RequestID, RunID,
+// ConversationID, Calls with ids, names and arguments); ApprovalMessages(agent) the accepted
+// answers (Received.Approvals); CountOtid / WaitOtid count and wait for approval messages as
+// for user messages (stored: 1 per turn), SendAttempts counts the sends of an otid, stored or
+// refused (an approval sent twice is stored once but sent twice). History's Message has
+// ToolCalls and Approvals.
 //
 // # Images
 //
@@ -169,7 +172,8 @@
 //	think=D              delay before the first reasoning step (pings only meanwhile)
 //	reasoning="text"     the first reasoning text
 //	tool=a,b             call these tools in turn (reasoning+call, return, ...), then answer
-//	tool_delay=D         how long each tool runs (delay before each tool return)
+//	tool_delay=D         how long each tool runs (delay before each tool return; with approval=,
+//	                     how long an approved call runs before the model goes on)
 //	tool_status=error    tool returns report status error
 //	answer="text"        the final answer (default "you said: <text>")
 //	answer_delay=D       delay before the answer
@@ -227,6 +231,8 @@
 //	srv.UserMessages(agent)        Otid, Text, RunID, SenderID, At, Images of each received message
 //	srv.ApprovalMessages(agent)    each accepted approval message, with its answers
 //	srv.PendingApproval(agent, c)  the approval request a thread waits on (tool call ids, names)
+//	srv.PendingApprovals(agent)    every waiting thread of the agent
+//	srv.SendAttempts(otid)         send requests carrying otid, stored, replayed or refused
 //	srv.Runs(agent), srv.Run(id)   ID, Status, StopReason, Background, Otid, times, TTFT
 //	srv.History(agent)             every stored message
 //	srv.Requests()                 per-endpoint requests, response bytes and errors

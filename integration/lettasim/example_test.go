@@ -37,6 +37,11 @@ func printStream(r io.Reader) {
 			fmt.Println("assistant:", m.Content)
 		case "tool_call_message":
 			fmt.Println("tool call:", m.ToolCall.Name)
+		case "approval_request_message":
+			fmt.Println("approval asked:", m.ToolCall.Name)
+		case "approval_response_message":
+			fmt.Println("approval answered")
+
 		case "stop_reason":
 			fmt.Println("stop:", m.StopReason)
 		}
@@ -145,4 +150,48 @@ func ExampleSim_CreateConversation() {
 	// stop: end_turn
 	// [DONE]
 	// stored: 1 hello runs: 1
+}
+
+// A tool call that needs approval: the thread waits (a new message gets 409) until an approval
+// message answers every pending call; the answer's run goes on.
+func Example_approval() {
+	srv := lettasim.NewServer(lettasim.Config{TimeScale: 0.001})
+	defer srv.Close()
+	agent := srv.CreateAgent("assistant", &lettasim.Script{Steps: []lettasim.Step{
+		{Kind: lettasim.Reasoning, Text: "I need to send an email."},
+		{Kind: lettasim.ApprovalRequest, ToolName: "send_email", Arguments: `{"to": "bob@example.com"}`},
+		// What the run of an approving answer does next:
+		{Kind: lettasim.Reasoning, Text: "Sent."},
+		{Kind: lettasim.Assistant, Text: "I emailed Bob."},
+	}})
+	conv := srv.CreateConversation(agent, "")
+	send := func(body string) int {
+		resp, err := srv.Client().Post(srv.URL+"/v1/conversations/"+conv+"/messages", "application/json", strings.NewReader(body))
+		if err != nil {
+			panic(err)
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode == 200 {
+			printStream(resp.Body)
+		}
+		return resp.StatusCode
+	}
+	send(`{"messages":[{"role":"user","content":"email bob"}]}`)
+	p, _ := srv.PendingApproval(agent, conv)
+	fmt.Println("pending:", p.Calls[0].Name)
+	fmt.Println("new message:", send(`{"messages":[{"role":"user","content":"hello?"}]}`))
+	send(`{"messages":[{"type":"approval","otid":"answer-1","approvals":[{"type":"approval","tool_call_id":"` +
+		p.Calls[0].ID + `","approve":true}]}]}`)
+	fmt.Println("stored answers:", srv.CountOtid("answer-1"))
+	// Output:
+	// approval asked: send_email
+	// stop: requires_approval
+	// [DONE]
+	// pending: send_email
+	// new message: 409
+	// approval answered
+	// assistant: I emailed Bob.
+	// stop: end_turn
+	// [DONE]
+	// stored answers: 1
 }

@@ -171,6 +171,13 @@ func TestDevAgentsByName(t *testing.T) {
 	if n := len(r.Dev.Sim.UserMessages(names[DemoAgentTools])); n != 1 {
 		t.Errorf("%s received %d messages", DemoAgentTools, n)
 	}
+	// demo-approval asks approval for a tool call: exit 4, and its thread waits at the simulator.
+	if code, out, errOut := enqueue(t, r, "--wait", "--timeout=30s", "--agent", DemoAgentApproval, "email the team"); code != ExitApproval {
+		t.Fatalf("--agent %s: exit %d %q %q", DemoAgentApproval, code, out, errOut)
+	}
+	if p := r.Dev.Sim.PendingApprovals(names[DemoAgentApproval]); len(p) != 1 || p[0].Calls[0].Name != "send_email" {
+		t.Errorf("%s: pending %+v", DemoAgentApproval, p)
+	}
 	// An id works as it is.
 	if code, out, errOut := enqueue(t, r, "--wait", "--timeout=30s", "--agent", names[DemoAgent], "by id"); code != ExitOK || !strings.Contains(out, "you said: by id") {
 		t.Fatalf("--agent <id>: exit %d %q %q", code, out, errOut)

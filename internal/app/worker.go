@@ -239,7 +239,7 @@ In another terminal, try:
   %[1]s --wait "hello"                                  # a quick answer
   %[1]s --wait --agent %[2]s "what is lettaq?"   # a tool call first
   %[1]s --wait --agent %[3]s "think hard"         # outlives the 8s stream clock: watch it recover
-  %[1]s --wait --agent %[4]s "email the team"  # asks approval for a tool call (exit 4)
+  %[1]s --wait --agent %[4]s "email the team" # asks approval for a tool call (exit 4)
   %[1]s journal recent                                  # what happened, turn by turn
 Messages may carry simulator directives, e.g. "[[sim think=30s]] hi" or "[[sim disconnect_after=2]] hi".
 Stop with Ctrl-C.
