@@ -127,7 +127,7 @@ func (t *turn) answerTurn(ctx context.Context) (approvals []agentclient.Approval
 	for _, d := range a.Decisions {
 		approvals = append(approvals, agentclient.ApprovalAnswer{ToolCallID: d.ToolCallID, Approve: d.Approve, Reason: d.Reason})
 	}
-	if t.attempt().N == 1 && t.w.ord != nil {
+	if t.attempt().N == 1 {
 		t.log.Info("answering approval request", "request_task_id", p.RequestTaskID, "decision", a.summary(), "cause", a.Cause)
 	}
 	return approvals, nil, false
