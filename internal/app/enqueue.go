@@ -58,6 +58,9 @@ const enqueueSynopsis = `enqueue [flags] TEXT            (or the text on stdin)
 const enqueueDesc = `Puts one chat message on the lettaq queue as an agent turn; with --wait, follows the
 conversation's reply events until the turn's answer (or error) arrives. "journal" shows what
 the workers recorded about recent turns (a table on a terminal, JSON otherwise or with --json).
+"approve"/"deny" answer every pending tool call of the approval request of the turn named by
+its task id or otid (printed by --wait, and in the approval_required event): a turn of its
+own, ahead of the chat's waiting messages; with --wait it is followed like a message.
 
 Exit codes (of the built command: go run exits 1 for any failure):
   0  answered (or, without --wait, enqueued; a duplicate message id also exits 0)
@@ -116,9 +119,6 @@ func RunEnqueue(ctx context.Context, args []string, getenv func(string) string, 
   --image URL|@FILE    an image sent with the text (repeatable): an http(s) URL, or a local
                        .png/.jpg/.gif/.webp file sent as base64
   --reason TEXT        approve|deny: the reason told to the agent
-approve|deny answers every pending tool call of the approval request of the turn named by its
-task id or otid (printed by --wait, and in the approval_required event): a turn of its own,
-ahead of the chat's waiting messages; with --wait it is followed like a message.
   --dev                reach a worker started with --dev (its in-memory Redis, agent `+DemoAgent+`)
   --wait               follow the turn until its answer: a live status line (time in the step, the
                        turn's total) and the answer as it grows on a terminal; plain lines on stderr
