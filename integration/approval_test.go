@@ -351,3 +351,31 @@ func (e *env) finalOf(c queue.Conversation, taskID string) queue.ReplyEvent {
 	e.t.Fatalf("no final event of %s", taskID)
 	return queue.ReplyEvent{}
 }
+
+// On the agent's default thread (thread mode default), which every chat of
+// the agent shares, a pending approval asked in one chat holds the
+// messages of another chat too (policy wait) until it is answered.
+func TestApprovalBlocksTheSharedThread(t *testing.T) {
+	e := newEnv(t, withThreadMode(queue.ThreadDefault))
+	e.startWorker("w1")
+	e.startWorker("w2")
+	agent := e.sim.CreateAgent("appr-shared", nil)
+	a, b := e.conv("a"), e.conv("b")
+	req, _ := e.requestApproval(agent, a, "m1", "delete_file")
+	msg := e.enqueue(queue.Message{AgentID: agent, Conversation: b, MessageID: "m1", Text: "hello from b"})
+	e.waitEvent(b, msg.TaskID, func(ev queue.ReplyEvent) bool {
+		return ev.Type == queue.EventPhase && ev.Phase == queue.PhaseAwaitingApproval && ev.Approval.RequestTaskID == req.TaskID
+	})
+	ans, err := e.client.Approve(context.Background(), req.TaskID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if final, evs := e.waitFinal(b, msg.TaskID, 20*time.Second); final.Type != queue.EventAnswer || final.Text != "you said: hello from b" {
+		t.Fatalf("chat b: %+v; %s", final, summarize(evs))
+	}
+	if final, _ := e.waitFinal(a, ans.TaskID, 20*time.Second); final.Type != queue.EventAnswer {
+		t.Fatalf("the answer: %+v", final)
+	}
+	e.oneMessagePerOtid(a, req, ans)
+	e.oneMessagePerOtid(b, msg)
+}

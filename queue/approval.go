@@ -37,7 +37,13 @@ import (
 //
 //	<prefix>approval:req:<task_id>               the PendingApproval, JSON
 //	<prefix>approval:otid:<otid>                 task id of the requesting turn
-//	<prefix>approval:pending:<agent>:<int>:<chat> task id of the chat's unanswered request
+//	<prefix>approval:pending:<agent>:<scope>      task id of the thread's unanswered request
+//
+// The scope is the Letta thread a request blocks: the chat's own
+// conversation ("chat:<integration>:<chat_id>", thread mode conversation),
+// a conversation the payload names ("conv:<id>"), or the agent's default
+// thread, which every chat of the agent shares ("agent", thread modes
+// default and agent): a message of any chat of the agent then meets it.
 //
 // A message that reaches the head of its line while its chat has an
 // unanswered request follows the ApprovalPolicy; an unanswered request is
@@ -167,6 +173,9 @@ type PendingApproval struct {
 	Conversation        Conversation `json:"conversation"`
 	LettaConversationID string       `json:"letta_conversation_id,omitempty"`
 	Queue               string       `json:"queue,omitempty"`
+	// Scope names the Letta thread the request blocks (see approvalScope):
+	// "chat:<integration>:<chat>", "conv:<id>" or "agent".
+	Scope string `json:"scope"`
 	// Calls are every tool call waiting for an answer; all are answered in
 	// one message.
 	Calls       []ToolEvent `json:"calls"`
@@ -221,8 +230,8 @@ func newApprovals(r *Replies) *approvals {
 
 func (a *approvals) reqKey(taskID string) string { return a.prefix + "approval:req:" + taskID }
 func (a *approvals) otidKey(otid string) string  { return a.prefix + "approval:otid:" + otid }
-func (a *approvals) pendingKey(agentID string, c Conversation) string {
-	return a.prefix + "approval:pending:" + agentID + ":" + c.String()
+func (a *approvals) pendingKey(agentID, scope string) string {
+	return a.prefix + "approval:pending:" + agentID + ":" + scope
 }
 
 func (a *approvals) keyTTL(p *PendingApproval) time.Duration {
@@ -243,7 +252,7 @@ func (a *approvals) save(ctx context.Context, p *PendingApproval) error {
 	_, err = a.rdb.TxPipelined(ctx, func(pl redis.Pipeliner) error {
 		pl.Set(ctx, a.reqKey(p.RequestTaskID), b, ttl)
 		pl.Set(ctx, a.otidKey(p.Otid), p.RequestTaskID, ttl)
-		pl.Set(ctx, a.pendingKey(p.AgentID, p.Conversation), p.RequestTaskID, ttl)
+		pl.Set(ctx, a.pendingKey(p.AgentID, p.Scope), p.RequestTaskID, ttl)
 		return nil
 	})
 	return err
@@ -275,9 +284,9 @@ func (a *approvals) get(ctx context.Context, ref string) (*PendingApproval, erro
 	return &p, nil
 }
 
-// pendingFor returns the chat's unanswered request, or nil.
-func (a *approvals) pendingFor(ctx context.Context, agentID string, c Conversation) (*PendingApproval, error) {
-	id, err := a.rdb.Get(ctx, a.pendingKey(agentID, c)).Result()
+// pendingFor returns the unanswered request of the thread scope names, or nil.
+func (a *approvals) pendingFor(ctx context.Context, agentID, scope string) (*PendingApproval, error) {
+	id, err := a.rdb.Get(ctx, a.pendingKey(agentID, scope)).Result()
 	if errors.Is(err, redis.Nil) {
 		return nil, nil
 	}
@@ -310,7 +319,7 @@ func (a *approvals) answered(ctx context.Context, p *PendingApproval, answerTask
 	if err := a.rdb.Set(ctx, a.reqKey(p.RequestTaskID), b, a.ttl).Err(); err != nil {
 		return err
 	}
-	return clearPendingLua.Run(ctx, a.rdb, []string{a.pendingKey(p.AgentID, p.Conversation)}, p.RequestTaskID).Err()
+	return clearPendingLua.Run(ctx, a.rdb, []string{a.pendingKey(p.AgentID, p.Scope)}, p.RequestTaskID).Err()
 }
 
 // ApprovalReply is an answer to an approval request, for

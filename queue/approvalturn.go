@@ -63,6 +63,18 @@ func (w *Worker) observeApproval(event string, waited time.Duration) {
 	}
 }
 
+// approvalScope names the Letta thread m talks to, which a pending
+// approval blocks (see PendingApproval.Scope).
+func (w *Worker) approvalScope(m Message) string {
+	switch {
+	case m.LettaConversationID != "" && m.LettaConversationID != agentclient.DefaultConversation:
+		return "conv:" + m.LettaConversationID
+	case m.LettaConversationID == "" && w.cfg.ThreadMode == ThreadConversation:
+		return "chat:" + m.Conversation.String()
+	}
+	return "agent"
+}
+
 // approvalCalls lists every pending call of the turn's approval request.
 func approvalCalls(tr agentclient.Transcript) []ToolEvent {
 	var calls []ToolEvent
@@ -84,6 +96,7 @@ func (t *turn) requestApproval(ctx context.Context, log *slog.Logger, calls []To
 	now := time.Now()
 	p := &PendingApproval{RequestTaskID: t.taskID, Otid: t.otid, RunID: t.rec.RunID, AgentID: t.msg.AgentID,
 		Conversation: t.msg.Conversation, LettaConversationID: t.msg.LettaConversationID, Queue: t.queue,
+		Scope: t.w.approvalScope(t.msg),
 		Calls: calls, RequestedAt: now.UTC(), ExpiresAt: now.Add(t.w.cfg.ApprovalTimeout).UTC()}
 	if old, err := t.w.approvals.get(ctx, t.taskID); err == nil {
 		p.RequestedAt, p.ExpiresAt = old.RequestedAt, old.ExpiresAt // a retried delivery keeps the first
@@ -174,7 +187,7 @@ func (t *turn) answered(ctx context.Context, log *slog.Logger) {
 // approvalGate meets the chat's unanswered approval request, if any, before
 // a message turn sends. end is true when the attempt ends here.
 func (t *turn) approvalGate(ctx context.Context) (err error, end bool) {
-	p, err := t.w.approvals.pendingFor(ctx, t.msg.AgentID, t.msg.Conversation)
+	p, err := t.w.approvals.pendingFor(ctx, t.msg.AgentID, t.w.approvalScope(t.msg))
 	if err != nil {
 		return t.retryEarly(err), true
 	}
