@@ -491,14 +491,17 @@ func answerAccepted(m Message, id, otid string, pos int) ReplyEvent {
 		Approval: &ApprovalEvent{RequestTaskID: a.RequestTaskID, Decision: a.summary(), Cause: a.Cause, Reason: reason}}
 }
 
-// replaceScheduled deletes the task id of queue if it is still scheduled
-// (an expiry that has not run), and reports whether it did.
+// replaceScheduled deletes the task id of queue if it is the expiry and
+// still scheduled (not run yet), and reports whether it did.
 func (c *Client) replaceScheduled(queueName, id string) bool {
 	insp := asynq.NewInspector(c.cfg.Redis)
 	defer insp.Close()
 	info, err := insp.GetTaskInfo(queueName, id)
 	if err != nil || info.State != asynq.TaskStateScheduled {
 		return false
+	}
+	if m, err := DecodePayload(info.Payload); err != nil || m.Approval == nil || m.Approval.Cause != AnswerExpired {
+		return false // an answer waiting for its turn: the first answer stays
 	}
 	return insp.DeleteTask(queueName, id) == nil
 }
