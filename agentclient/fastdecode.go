@@ -2,8 +2,10 @@ package agentclient
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"strconv"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -14,15 +16,120 @@ import (
 // (escapes it cannot copy, case-folded keys, type mismatches, malformed
 // input) makes it return false, and the caller decodes with encoding/json,
 // which is the reference: a differential fuzz test holds the two equal.
+//
+// Allocation: the scanner and its scratch come from a pool; the strings it
+// returns go through an intern table, so the values every event repeats
+// (run id, message type, dates, step and message ids, tool call ids) are
+// allocated once. Everything w ends up holding is freshly allocated or an
+// interned (immutable) string: nothing in w points into the pooled scratch,
+// so a Message built from w stays valid after the next decode.
 func fastDecode(b []byte, w *wireMessage) bool {
-	s := fscan{b: b}
+	s := getScan()
+	defer s.release()
+	return s.decode(b, w)
+}
+
+// decode fills w from b; s must come from getScan.
+func (s *fscan) decode(b []byte, w *wireMessage) bool {
+	s.b, s.i = b, 0
 	s.ws()
-	return s.object(func(key string) bool { return s.field(key, w) }) && s.end()
+	return s.object(func(key []byte) bool { return s.field(key, w) }) && s.end()
 }
 
 type fscan struct {
 	b []byte
 	i int
+
+	// Scratch reused across decodes; never handed out (see fastDecode).
+	buf   []byte           // a string's bytes while its escapes are decoded
+	strs  []string         // a string list being read
+	calls []ToolCall       // a tool_calls list being read
+	rets  []ToolReturnItem // a tool_returns list being read
+	tab   internTable
+
+	w wireMessage // DecodeMessage's scratch
+}
+
+var scanPool = sync.Pool{New: func() any { return new(fscan) }}
+
+func getScan() *fscan { return scanPool.Get().(*fscan) }
+
+// release returns s to the pool, keeping no reference to the input nor a
+// scratch buffer one large event grew.
+func (s *fscan) release() {
+	s.b, s.i = nil, 0
+	if cap(s.buf) > scratchKeep {
+		s.buf = nil
+	}
+	if cap(s.strs) > 64 {
+		s.strs = nil
+	}
+	if cap(s.calls) > 64 {
+		s.calls = nil
+	}
+	if cap(s.rets) > 64 {
+		s.rets = nil
+	}
+	clear(s.strs[:cap(s.strs)])
+	clear(s.calls[:cap(s.calls)])
+	clear(s.rets[:cap(s.rets)])
+	s.w = wireMessage{}
+	scanPool.Put(s)
+}
+
+// internSets and internMax size the intern table: a two-way set-associative
+// cache of short strings (ids, dates, names, types), per pooled scanner.
+// Longer strings (reasoning, answers, tool returns) are allocated as they
+// come.
+const (
+	internSets = 128
+	internMax  = 96
+)
+
+// internTable returns one string for equal byte sequences it has seen. A
+// miss evicts the set's older entry: the cache saves allocations, never
+// changes a value. The strings are immutable, so sharing them across
+// messages and streams is safe.
+type internTable struct {
+	slots [2 * internSets]string // set i is slots[2i] (newer), slots[2i+1]
+}
+
+func (t *internTable) get(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	if len(b) > internMax {
+		return string(b)
+	}
+	set := t.slots[2*(internHash(b)%internSets):][:2]
+	if set[0] == string(b) {
+		return set[0]
+	}
+	if set[1] == string(b) {
+		set[0], set[1] = set[1], set[0]
+		return set[0]
+	}
+	v := string(b)
+	set[0], set[1] = v, set[0]
+	return v
+}
+
+// internHash mixes b eight bytes at a time. It is deterministic (a test can
+// count allocations); a peer that makes strings collide only costs
+// allocations.
+func internHash(b []byte) uint64 {
+	const m = 0x9e3779b97f4a7c15
+	h := uint64(len(b)) * m
+	for ; len(b) >= 8; b = b[8:] {
+		h = (h ^ binary.LittleEndian.Uint64(b)) * m
+		h ^= h >> 29
+	}
+	var w uint64
+	for i, c := range b {
+		w |= uint64(c) << (8 * i)
+	}
+	h = (h ^ w) * m
+	return h ^ h>>32
 }
 
 func (s *fscan) ws() {
@@ -84,12 +191,20 @@ func (s *fscan) plainRaw() ([]byte, bool) {
 	return nil, false
 }
 
-// escaped decodes a string whose escapes are all single-character ones.
-func (s *fscan) escaped() (string, bool) {
+// escaped decodes a string whose escapes are all single-character ones,
+// into s.buf: the result is valid until the next call.
+func (s *fscan) escaped() ([]byte, bool) {
+	out, ok := s.unescape(s.buf[:0])
+	s.buf = out[:0]
+	return out, ok
+}
+
+// unescape appends the string's decoded bytes to out; it returns out (to
+// keep its capacity) even when it fails.
+func (s *fscan) unescape(out []byte) ([]byte, bool) {
 	if !s.eat('"') {
-		return "", false
+		return out, false
 	}
-	out := make([]byte, 0, 64)
 	ascii := true
 	for s.i < len(s.b) {
 		c := s.b[s.i]
@@ -97,14 +212,14 @@ func (s *fscan) escaped() (string, bool) {
 		case c == '"':
 			s.i++
 			if !ascii && !utf8.Valid(out) {
-				return "", false
+				return out, false
 			}
-			return string(out), true
+			return out, true
 		case c < 0x20:
-			return "", false
+			return out, false
 		case c == '\\':
 			if s.i+1 >= len(s.b) {
-				return "", false
+				return out, false
 			}
 			var r byte
 			switch s.b[s.i+1] {
@@ -125,7 +240,7 @@ func (s *fscan) escaped() (string, bool) {
 			case 't':
 				r = '\t'
 			default:
-				return "", false
+				return out, false
 			}
 			out = append(out, r)
 			s.i += 2
@@ -136,12 +251,12 @@ func (s *fscan) escaped() (string, bool) {
 		out = append(out, c)
 		s.i++
 	}
-	return "", false
+	return out, false
 }
 
 // object walks an object's members, calling member with each key; member
 // must consume the value.
-func (s *fscan) object(member func(key string) bool) bool {
+func (s *fscan) object(member func(key []byte) bool) bool {
 	if !s.eat('{') {
 		return false
 	}
@@ -151,7 +266,7 @@ func (s *fscan) object(member func(key string) bool) bool {
 	}
 	for {
 		s.ws()
-		key, ok := s.plainString()
+		key, ok := s.plainRaw()
 		if !ok {
 			return false
 		}
@@ -194,7 +309,7 @@ func (s *fscan) array(elem func() bool) bool {
 }
 
 // skipUnknown skips the value of a key encoding/json would ignore.
-func (s *fscan) skipUnknown(key string) bool {
+func (s *fscan) skipUnknown(key []byte) bool {
 	for i := 0; i < len(key); i++ {
 		if c := key[i]; c >= 0x80 || (c >= 'A' && c <= 'Z') {
 			return false
@@ -205,8 +320,8 @@ func (s *fscan) skipUnknown(key string) bool {
 }
 
 func (s *fscan) toolCall(tc *ToolCall) bool {
-	return s.object(func(key string) bool {
-		switch key {
+	return s.object(func(key []byte) bool {
+		switch string(key) {
 		case "name":
 			return s.strField(&tc.Name)
 		case "arguments":
@@ -231,17 +346,18 @@ func (s *fscan) toolCalls(dst *ToolCalls) bool {
 		*dst = ToolCalls{one}
 		return true
 	case s.peek() == '[':
-		list := ToolCalls{}
+		// Collected in scratch, then copied out at its size: the message
+		// keeps the copy, the scratch is reused.
+		s.calls = s.calls[:0]
 		ok := s.array(func() bool {
-			var one ToolCall
-			if !s.toolCall(&one) {
-				return false
-			}
-			list = append(list, one)
-			return true
+			s.calls = append(s.calls, ToolCall{})
+			return s.toolCall(&s.calls[len(s.calls)-1])
 		})
-		*dst = list
-		return ok
+		if !ok {
+			return false
+		}
+		*dst = append(make(ToolCalls, 0, len(s.calls)), s.calls...)
+		return true
 	}
 	return false
 }
@@ -251,11 +367,12 @@ func (s *fscan) toolReturns(dst *[]ToolReturnItem) bool {
 		*dst = nil
 		return true
 	}
-	list := []ToolReturnItem{}
+	s.rets = s.rets[:0]
 	ok := s.array(func() bool {
-		var it ToolReturnItem
-		ok := s.object(func(key string) bool {
-			switch key {
+		s.rets = append(s.rets, ToolReturnItem{})
+		it := &s.rets[len(s.rets)-1]
+		return s.object(func(key []byte) bool {
+			switch string(key) {
 			case "tool_return":
 				if s.peek() == '"' {
 					v, ok := s.str()
@@ -268,34 +385,58 @@ func (s *fscan) toolReturns(dst *[]ToolReturnItem) bool {
 			case "tool_call_id":
 				return s.strField(&it.ToolCallID)
 			case "stdout":
-				return s.nested(&it.Stdout)
+				return s.strList(&it.Stdout)
 			case "stderr":
-				return s.nested(&it.Stderr)
+				return s.strList(&it.Stderr)
 			}
 			return s.skipUnknown(key)
 		})
-		list = append(list, it)
-		return ok
 	})
-	*dst = list
-	return ok
+	if !ok {
+		return false
+	}
+	*dst = append(make([]ToolReturnItem, 0, len(s.rets)), s.rets...)
+	return true
 }
 
-func (s *fscan) plainString() (string, bool) {
-	raw, ok := s.plainRaw()
-	return string(raw), ok
+// strList reads a list of strings (or null) into a fresh slice. Anything
+// else in the list (null elements, numbers) is left to encoding/json.
+func (s *fscan) strList(dst *[]string) bool {
+	if s.null() {
+		*dst = nil
+		return true
+	}
+	if s.peek() != '[' {
+		return s.nested(dst)
+	}
+	save := s.i
+	s.strs = s.strs[:0]
+	ok := s.array(func() bool {
+		if s.peek() != '"' {
+			return false
+		}
+		v, ok := s.str()
+		s.strs = append(s.strs, v)
+		return ok
+	})
+	if !ok {
+		s.i = save
+		return s.nested(dst)
+	}
+	*dst = append(make([]string, 0, len(s.strs)), s.strs...)
+	return true
 }
 
 // str reads a string value. Simple escapes are decoded here; \u escapes
-// and invalid UTF-8 are left to encoding/json.
+// and invalid UTF-8 are left to encoding/json. Short strings are interned.
 func (s *fscan) str() (string, bool) {
 	save := s.i
 	if raw, ok := s.plainRaw(); ok {
-		return string(raw), true
+		return s.tab.get(raw), true
 	}
 	s.i = save
-	if v, ok := s.escaped(); ok {
-		return v, true
+	if raw, ok := s.escaped(); ok {
+		return s.tab.get(raw), true
 	}
 	s.i = save
 	v, ok := s.value()
@@ -449,8 +590,8 @@ func (s *fscan) raw(dst *json.RawMessage) bool {
 	return true
 }
 
-func (s *fscan) field(key string, w *wireMessage) bool {
-	switch key {
+func (s *fscan) field(key []byte, w *wireMessage) bool {
+	switch string(key) {
 	case "id":
 		return s.strField(&w.ID)
 	case "date":
@@ -498,7 +639,8 @@ func (s *fscan) field(key string, w *wireMessage) bool {
 		if w.ToolCall != nil {
 			return false // a repeated key merges in encoding/json: leave it to it
 		}
-		w.ToolCall = &ToolCall{}
+		w.tc = ToolCall{}
+		w.ToolCall = &w.tc // typed copies it out
 		return s.toolCall(w.ToolCall)
 	case "tool_calls":
 		return s.toolCalls(&w.ToolCalls)
@@ -509,9 +651,9 @@ func (s *fscan) field(key string, w *wireMessage) bool {
 	case "tool_call_id":
 		return s.strField(&w.ToolCallID)
 	case "stdout":
-		return s.nested(&w.Stdout)
+		return s.strList(&w.Stdout)
 	case "stderr":
-		return s.nested(&w.Stderr)
+		return s.strList(&w.Stderr)
 	case "tool_returns":
 		if w.ToolReturns != nil {
 			return false // a repeated key merges in encoding/json
@@ -538,7 +680,7 @@ func (s *fscan) field(key string, w *wireMessage) bool {
 	case "step_count":
 		return s.intField(&w.StepCount)
 	case "run_ids":
-		return s.nested(&w.RunIDs)
+		return s.strList(&w.RunIDs)
 	case "cached_input_tokens":
 		return s.intPtrField(&w.CachedInputTokens)
 	case "cache_write_tokens":

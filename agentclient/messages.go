@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"sync"
 )
 
 // Message types as Letta names them in `message_type`.
@@ -309,23 +308,24 @@ type wireMessage struct {
 	CacheWriteTokens  *int64   `json:"cache_write_tokens"`
 	ReasoningTokens   *int64   `json:"reasoning_tokens"`
 	ContextTokens     *int64   `json:"context_tokens"`
+
+	tc ToolCall // fastDecode's ToolCall target (ToolCall points here)
 }
 
 // DecodeMessage decodes one JSON message object. Unknown message types come
 // back as *UnknownMessage; only malformed JSON is an error.
+//
+// The returned Message is the caller's: it shares nothing with the
+// decoder's pooled scratch (its strings are either new or interned, and
+// strings are immutable), so it may be kept for as long as wanted.
 func DecodeMessage(data []byte) (Message, error) {
-	w := wirePool.Get().(*wireMessage)
-	defer wirePool.Put(w)
-	*w = wireMessage{}
-	if !fastDecode(data, w) {
+	s := getScan()
+	defer s.release() // after typed: release zeroes s.w
+	if !s.decode(data, &s.w) {
 		return decodeStd(data)
 	}
-	return w.typed(data), nil
+	return s.w.typed(data), nil
 }
-
-// wirePool recycles the decode scratch: typed copies out of it, sharing
-// only slices that the scratch drops on reset.
-var wirePool = sync.Pool{New: func() any { return new(wireMessage) }}
 
 // decodeStd is the reference decoder (encoding/json).
 func decodeStd(data []byte) (Message, error) {

@@ -132,7 +132,7 @@ func (s *sseReader) Next() (sseFrame, error) {
 			}
 			ev := sseFrame{Data: s.data}
 			if hasEvent {
-				ev.Event = string(s.event)
+				ev.Event = eventName(s.event)
 			}
 			return ev, nil
 		}
@@ -165,4 +165,18 @@ func (s *sseReader) Next() (sseFrame, error) {
 			hasEvent = true
 		}
 	}
+}
+
+// eventName returns the frame's event name, without allocating for the
+// names Letta sends.
+func eventName(b []byte) string {
+	switch string(b) {
+	case "message":
+		return "message"
+	case "error":
+		return "error"
+	case "cancelled":
+		return "cancelled"
+	}
+	return string(b)
 }

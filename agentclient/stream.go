@@ -78,7 +78,8 @@ func (r SendRequest) body() sendBody {
 // StreamState has been updated with it.
 type Event struct {
 	// Message is the decoded message; nil for [DONE] and for frames whose
-	// data was not JSON (then DecodeErr says why).
+	// data was not JSON (then DecodeErr says why). It is the receiver's to
+	// keep: the decoder reuses its scratch, never a Message it handed on.
 	Message Message
 	// Update says what the message changed in the transcript.
 	Update Update

@@ -72,8 +72,8 @@ type Transcript struct {
 	StopReason string
 	Usage      *Usage
 	index      map[stepKey]int
-	lastCall   map[string]int // message id → last tool call step, for deltas without tool_call_id
-	calls      map[string]int // tool_call_id → tool call step
+	lastCall   map[stepKey]int // message id and kind (no call) → last tool call step, for deltas without tool_call_id
+	calls      map[string]int  // tool_call_id → tool call step
 	dupCalls   []string
 	size       int // bytes of text held by Steps (see merge)
 }
@@ -176,13 +176,13 @@ func (t *Transcript) toolCalls(id, runID string, kind StepKind, calls []ToolCall
 	u := Update{Step: -1, Kind: kind}
 	if len(calls) == 0 {
 		// A terminator chunk with nothing in it: keep what we have.
-		if i, ok := t.lastCall[id+string(kind)]; ok {
+		if i, ok := t.lastCall[stepKey{id: id, kind: kind}]; ok {
 			u.Step = i
 		}
 		return u
 	}
 	if t.lastCall == nil {
-		t.lastCall = make(map[string]int)
+		t.lastCall = make(map[stepKey]int)
 		t.calls = make(map[string]int)
 	}
 	for _, c := range calls {
@@ -192,13 +192,13 @@ func (t *Transcript) toolCalls(id, runID string, kind StepKind, calls []ToolCall
 			i, ok = t.find(stepKey{id: id, kind: kind, call: c.ToolCallID})
 			if !ok {
 				// A delta that first came without tool_call_id, now named.
-				if j, had := t.lastCall[id+string(kind)]; had && t.Steps[j].ToolCallID == "" {
+				if j, had := t.lastCall[stepKey{id: id, kind: kind}]; had && t.Steps[j].ToolCallID == "" {
 					i, ok = j, true
 					t.index[stepKey{id: id, kind: kind, call: c.ToolCallID}] = j
 				}
 			}
 		} else {
-			i, ok = t.lastCall[id+string(kind)]
+			i, ok = t.lastCall[stepKey{id: id, kind: kind}]
 		}
 		if !ok {
 			i = t.add(stepKey{id: id, kind: kind, call: c.ToolCallID}, Step{Kind: kind, MessageID: id, RunID: runID})
@@ -218,7 +218,7 @@ func (t *Transcript) toolCalls(id, runID string, kind StepKind, calls []ToolCall
 			s.ToolName = c.Name
 		}
 		t.merge(&s.Arguments, c.Arguments, complete)
-		t.lastCall[id+string(kind)] = i
+		t.lastCall[stepKey{id: id, kind: kind}] = i
 		u.Step = i
 	}
 	return u
@@ -309,7 +309,7 @@ func (t *Transcript) Clone() Transcript {
 		}
 	}
 	if t.lastCall != nil {
-		c.lastCall = make(map[string]int, len(t.lastCall))
+		c.lastCall = make(map[stepKey]int, len(t.lastCall))
 		for k, v := range t.lastCall {
 			c.lastCall[k] = v
 		}

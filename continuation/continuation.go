@@ -294,7 +294,7 @@ func (r *Runner) gate(ctx context.Context, t Turn, st *agentclient.StreamState, 
 	}
 	if !r.b.ResendPolicy.AllowsResend() {
 		prev.Resend = ResendForbidden
-		prev.Reason = fmt.Sprintf("message with otid %s was not admitted and LETTAQ_RESEND_POLICY=%s forbids sending it again", t.Otid, r.b.ResendPolicy)
+		prev.Reason = fmt.Sprintf("%s: message with otid %s not admitted, and LETTAQ_RESEND_POLICY=%s forbids sending it again", prev.Reason, t.Otid, r.b.ResendPolicy)
 		return prev
 	}
 	phase(h, PhaseResending)
@@ -339,6 +339,7 @@ func (r *Runner) send(ctx context.Context, t Turn, st *agentclient.StreamState, 
 		return cd
 	}
 	d := Decision{Sends: 1}
+	var sendErr error // a transient refusal of the send
 	var se *agentclient.StreamError
 	var ae *agentclient.Error
 	switch {
@@ -366,10 +367,15 @@ func (r *Runner) send(ctx context.Context, t Turn, st *agentclient.StreamState, 
 		// 429, 5xx, connection failures: the message may have been stored
 		// anyway. Look for it before anything else.
 		d.TransientErrors++
+		sendErr = err
 		r.logFor(h).LogAttrs(ctx, slog.LevelWarn, "send failed, looking for the otid before any resend",
 			slog.String("otid", t.Otid), slog.String("run_id", st.RunID()), slog.String("error", err.Error()))
 	}
 	c := r.Continue(ctx, t, st, h)
+	if sendErr != nil && c.Outcome != Completed {
+		// Name the cause first: what the lookup found only follows from it.
+		c.Reason = "send failed: " + sendErr.Error() + "; then " + c.Reason
+	}
 	c.Sends += d.Sends
 	c.Clock = d.Clock
 	c.TransientErrors += d.TransientErrors

@@ -2,6 +2,7 @@ package continuation_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -184,6 +185,12 @@ func TestServerErrorBeforeStore(t *testing.T) {
 		}
 		if d.Reason == "" {
 			t.Error("a forbidden resend must say why")
+		}
+		// The cause comes first (the monitor shows it as the task's last
+		// error), then what the lookup found.
+		if !strings.HasPrefix(d.Reason, "send failed: ") || !strings.Contains(d.Reason, "503") ||
+			!strings.Contains(d.Reason, "; then no run id and otid") {
+			t.Errorf("reason %q does not name the 503 first", d.Reason)
 		}
 	})
 	t.Run("429 is looked for, then resent", func(t *testing.T) {

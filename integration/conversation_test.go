@@ -99,10 +99,9 @@ func TestConversationFoundAgainAfterCrash(t *testing.T) {
 }
 
 func TestConversationCreatedOnceWithoutOrdering(t *testing.T) {
-	e := newEnv(t, withThreadMode(queue.ThreadConversation))
-	off := func(c *queue.WorkerConfig) { c.Ordering.Off = true }
-	e.startWorker("w1", off)
-	e.startWorker("w2", off)
+	e := newEnv(t, withThreadMode(queue.ThreadConversation), withoutOrdering())
+	e.startWorker("w1")
+	e.startWorker("w2")
 	agent := e.sim.CreateAgent("race", nil)
 	c := e.conv("race")
 	var res []queue.EnqueueResult

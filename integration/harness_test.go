@@ -83,6 +83,8 @@ type env struct {
 	journal *queue.Journal
 	insp    *asynq.Inspector
 	scope   ordering.Scope // ordering scope; "" is the conversation
+	// unordered: the client and workers run without ordering (withoutOrdering).
+	unordered bool
 	// threadMode of the workers; "" is queue.ThreadAgent (the tests
 	// written for the agent endpoints), withThreadMode sets another.
 	threadMode queue.ThreadMode
@@ -90,6 +92,11 @@ type env struct {
 	// simulator's own URL (a front that rewrites some answers).
 	lettaURL string
 }
+
+// withoutOrdering turns ordering off for the client and the workers (they must agree: a client
+// under ordering enqueues a turn queued behind another as a scheduled task that only a worker
+// under ordering wakes).
+func withoutOrdering() envOpt { return func(e *env, _ *lettasim.Config) { e.unordered = true } }
 
 // withThreadMode sets the workers' thread mode.
 func withThreadMode(m queue.ThreadMode) envOpt {
@@ -168,7 +175,7 @@ func (e *env) cleanKeys() {
 
 // ordering is the test's ordering configuration: keys under its prefix.
 func (e *env) ordering() queue.Ordering {
-	return queue.Ordering{Scope: e.scope, Config: ordering.Config{Prefix: e.prefix + "ord:"}}
+	return queue.Ordering{Off: e.unordered, Scope: e.scope, Config: ordering.Config{Prefix: e.prefix + "ord:"}}
 }
 
 func (e *env) workerConfig(id string) queue.WorkerConfig {

@@ -90,12 +90,13 @@ func runRedisRestart(t *testing.T, think, outage time.Duration, answerDuringOuta
 		t.Fatalf("turn A never reached the agent: %v", err)
 	}
 	// Q is queued behind A: it must survive the restart and run after A.
-	// Redis stops once a worker has seen Q and put it back to wait for A.
+	// It waits as a scheduled task (woken by A's end); Redis stops once it
+	// is there.
 	q := e.enqueue(msg(agent, conv, "Q", 100*time.Millisecond))
 	if q.Position != 1 {
 		t.Errorf("Q joined its line at position %d, want 1 (behind A)", q.Position)
 	}
-	waitState(t, e, q.TaskID, asynq.TaskStateRetry, 10*time.Second)
+	waitState(t, e, q.TaskID, asynq.TaskStateScheduled, 10*time.Second)
 
 	// The outage. Nothing can be enqueued meanwhile (a client cannot reach
 	// Redis either); the worker goes on streaming A from the agent.

@@ -54,10 +54,11 @@ type ClientConfig struct {
 
 // Client enqueues turns. It is safe for concurrent use.
 type Client struct {
-	ac  *asynq.Client
-	cfg ClientConfig
-	seq *ordering.Sequencer   // nil: no ordering
-	rdb redis.UniversalClient // owned by the sequencer we made
+	ac   *asynq.Client
+	cfg  ClientConfig
+	seq  *ordering.Sequencer   // nil: no ordering
+	rdb  redis.UniversalClient // owned by the sequencer we made
+	insp *asynq.Inspector      // under ordering: wakes a waiting turn
 }
 
 // EnqueueResult says what Enqueue did.
@@ -113,6 +114,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 			return nil, err
 		}
 		c.seq, c.rdb = seq, rdb
+		c.insp = asynq.NewInspector(cfg.Redis)
 	}
 	c.ac = asynq.NewClient(cfg.Redis)
 	return c, nil
@@ -121,6 +123,9 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 // Close closes the connection to Redis.
 func (c *Client) Close() error {
 	err := c.ac.Close()
+	if c.insp != nil {
+		err = errors.Join(err, c.insp.Close())
+	}
 	if c.rdb != nil {
 		err = errors.Join(err, c.rdb.Close())
 	}
@@ -144,11 +149,14 @@ func (c *Client) TaskOptions(taskID string) []asynq.Option {
 // again: the result names the existing task with Duplicate set. Validation
 // errors are *ValidationError.
 //
-// Under ordering, the task then joins its conversation's line (a duplicate
-// joins again: that is idempotent and keeps its place), and the accepted
-// event carries its position. If the join fails, Enqueue returns the error
-// although the task exists: enqueue again (it is then a duplicate, and
-// joins); a task that never joined joins when a worker first takes it.
+// Under ordering, the task first joins its conversation's line (a
+// duplicate joins again: that is idempotent and keeps its place), and the
+// accepted event carries its position. A turn with turns ahead of it is
+// enqueued as a scheduled task (Asynq's Scheduled state: waiting, not
+// failed): the turn ahead of it, when it ends, moves it to pending
+// (ordering.Sequencer.Wake); its process-at time (Ordering.WaitCheck ×
+// position) is only the safety net. If the enqueue fails, the task leaves
+// the line again; if the join fails, nothing is enqueued.
 func (c *Client) Enqueue(ctx context.Context, m Message) (EnqueueResult, error) {
 	if m.EnqueuedAt.IsZero() {
 		m.EnqueuedAt = c.cfg.Now().UTC()
@@ -159,19 +167,35 @@ func (c *Client) Enqueue(ctx context.Context, m Message) (EnqueueResult, error) 
 	}
 	id := TaskIDFor(m)
 	res := EnqueueResult{TaskID: id, Queue: c.cfg.Queue, Otid: OtidFor(m, id)}
-	_, err = c.ac.EnqueueContext(ctx, asynq.NewTask(TaskType, b), c.TaskOptions(id)...)
+	opts := c.TaskOptions(id)
+	var key string
+	if c.seq != nil {
+		key = c.cfg.Ordering.Key(m)
+		pos, err := c.seq.Join(ctx, key, id)
+		if err != nil {
+			return EnqueueResult{}, fmt.Errorf("queue: could not join %s to its conversation's line (nothing enqueued): %w", id, err)
+		}
+		res.Position = pos
+		if pos > 0 {
+			opts = append(opts, asynq.ProcessIn(c.cfg.Ordering.waitCheck(pos)))
+		}
+	}
+	_, err = c.ac.EnqueueContext(ctx, asynq.NewTask(TaskType, b), opts...)
 	switch {
 	case errors.Is(err, asynq.ErrTaskIDConflict):
 		res.Duplicate = true
 	case err != nil:
+		if c.seq != nil {
+			_ = c.seq.Remove(context.WithoutCancel(ctx), key, id)
+		}
 		return EnqueueResult{}, fmt.Errorf("queue: enqueue %s: %w", id, err)
 	}
-	if c.seq != nil {
-		pos, err := c.seq.Join(ctx, c.cfg.Ordering.Key(m), id)
-		if err != nil {
-			return res, fmt.Errorf("queue: enqueued %s but could not join its conversation's line: %w", id, err)
+	if c.seq != nil && res.Position > 0 && !res.Duplicate {
+		// The turns ahead may all have ended between the join and the
+		// enqueue (the last one found no task to wake): then run it now.
+		if pos, err := c.seq.Position(ctx, key, id); err == nil && pos == 0 {
+			_ = c.insp.RunTask(c.cfg.Queue, id)
 		}
-		res.Position = pos
 	}
 	if c.cfg.Replies != nil && !res.Duplicate {
 		// Best effort: the worker writes it at the first attempt otherwise.

@@ -133,10 +133,13 @@
 // WorkerConfig.Ordering and ClientConfig.Ordering (on by default) run the
 // turns of one conversation one at a time, in enqueue order, across all
 // workers (package ordering): Client.Enqueue joins the turn to its key's
-// line after the enqueue (also for a duplicate: idempotent) and reports its
-// Position, also in the accepted event. The handler acquires the key before
-// the attempt (a turn that is not next is put back without using a retry:
-// ServerConfig's IsFailure and RetryDelayFunc know it), runs the attempt
+// line before the enqueue (also for a duplicate: idempotent) and reports its
+// Position, also in the accepted event; a turn with turns ahead of it is
+// enqueued as a scheduled task (Ordering.WaitCheck × position ahead, only
+// a safety net), which the turn ahead moves to pending when it ends. The
+// handler acquires the key before the attempt (a turn taken before its
+// turn is put back without using a retry: ServerConfig's IsFailure and
+// RetryDelayFunc know it), runs the attempt
 // under the lease (a lost lease interrupts it), and releases it after:
 // done when the turn ended (answered, failed, archived), so the next one is
 // woken at once; not done when it will be retried, so it keeps its place.

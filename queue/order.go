@@ -22,7 +22,8 @@ const DefaultMaxCoalesce = 20
 // order (package ordering). The zero value is the default: on, one line
 // per conversation (agent + integration + chat), keys under
 // ordering.DefaultPrefix, no coalescing. Client and workers must agree on
-// Off, Scope and Config.Prefix.
+// Off, Scope and Config.Prefix (a client under ordering schedules a turn
+// queued behind another, and only workers under ordering wake it).
 type Ordering struct {
 	// Off: turns run as soon as a worker takes them, concurrently within a
 	// conversation.
@@ -41,6 +42,24 @@ type Ordering struct {
 	// MaxCoalesce bounds the messages merged into one turn (default
 	// DefaultMaxCoalesce).
 	MaxCoalesce int
+	// WaitCheck (clients only) is the safety net of a turn that waits for
+	// its conversation: Client.Enqueue makes a turn at position k a task
+	// scheduled WaitCheck × k ahead (at most 10 × WaitCheck), and the turn
+	// ahead of it moves it to pending as soon as it ends. Default
+	// DefaultWaitCheck.
+	WaitCheck time.Duration
+}
+
+// DefaultWaitCheck is Ordering.WaitCheck's default.
+const DefaultWaitCheck = time.Minute
+
+// waitCheck is the process-in delay of a turn enqueued at position pos.
+func (o Ordering) waitCheck(pos int) time.Duration {
+	d := o.WaitCheck
+	if d <= 0 {
+		d = DefaultWaitCheck
+	}
+	return d * time.Duration(min(max(pos, 1), 10))
 }
 
 // OrderingPrefix is the ordering key prefix that goes with a reply and
@@ -271,7 +290,7 @@ func (t *turn) release(ctx context.Context, lease *ordering.Lease, err error) {
 		}
 	}
 	for _, id := range t.newFollowers {
-		// Merged tasks wait in the retry set: let them end now.
+		// Merged tasks wait (scheduled, or put back): let them end now.
 		_ = o.seq.Wake(rctx, o.insp, t.queue, t.key, id)
 	}
 }

@@ -20,6 +20,9 @@ import (
 // TurnResult is what a finished turn writes as its Asynq task result
 // (Inspector.GetTaskInfo(queue, id).Result), as JSON.
 type TurnResult struct {
+	// Summary is one line for people (the monitor shows the result raw):
+	// outcome, time, attempts, the answer's start.
+	Summary    string     `json:"summary"`
 	TaskID     string     `json:"task_id"`
 	Otid       string     `json:"otid"`
 	RunID      string     `json:"run_id,omitempty"`
@@ -766,6 +769,7 @@ func (t *turn) writeResult(outcome, answer string, approval *ToolEvent) {
 	if r.QueueWaitMS == 0 && !t.rec.EnqueuedAt.IsZero() && !t.rec.FirstStartedAt.IsZero() {
 		r.QueueWaitMS = t.rec.FirstStartedAt.Sub(t.rec.EnqueuedAt).Milliseconds()
 	}
+	r.Summary = r.summary()
 	b, err := json.Marshal(r)
 	if err == nil {
 		_, err = t.task.ResultWriter().Write(b)

@@ -332,6 +332,27 @@ func (t *turn) setPending(rw *row, p *part, rest []Step) {
 	s.otidMu.Unlock()
 }
 
+// approvalCalls sets the calls of an approval request part p: p's own call, or the step's
+// Calls (parallel calls; p's tool_call is then the first of them).
+func (t *turn) approvalCalls(p *part, calls []Call) {
+	if len(calls) == 0 {
+		p.calls = []ToolCallInfo{{ID: p.callID, Name: p.toolName, Arguments: p.args}}
+		return
+	}
+	p.calls = make([]ToolCallInfo, 0, len(calls))
+	for _, c := range calls {
+		ci := ToolCallInfo{ID: newCallID(), Name: c.Name, Arguments: c.Arguments}
+		if ci.Name == "" {
+			ci.Name = "send_message"
+		}
+		if ci.Arguments == "" {
+			ci.Arguments = string(appendObj1(nil, "query", t.echo))
+		}
+		p.calls = append(p.calls, ci)
+	}
+	p.toolName, p.args, p.callID = p.calls[0].Name, p.calls[0].Arguments, p.calls[0].ID
+}
+
 // deniedReturn is the tool return a denied call reports to the model.
 func deniedReturn(reason string) string {
 	if reason == "" {

@@ -632,3 +632,30 @@ func TestApprovalToolDelay(t *testing.T) {
 		t.Fatal("not in flight")
 	}
 }
+
+// A Go script's ApprovalRequest with Calls names each call with its arguments; the calls'
+// returns come back in the request's order.
+func TestApprovalScriptCalls(t *testing.T) {
+	srv := newServer(t, lettasim.Config{})
+	agent := srv.CreateAgent("approval", &lettasim.Script{Steps: []lettasim.Step{
+		{Kind: lettasim.Reasoning, Text: "Two things."},
+		{Kind: lettasim.ApprovalRequest, Calls: []lettasim.Call{{Name: "a", Arguments: `{"n": 1}`}, {Name: "b"}}},
+		{Kind: lettasim.Assistant, Text: "both done"},
+	}})
+	tp := threadPath{name: "agent", path: "/v1/agents/" + agent + "/messages/stream"}
+	evs := tp.mustSend(t, srv, turnReq{Text: "go"})
+	calls := requestedCalls(t, evs)
+	p, _ := srv.PendingApproval(agent, "")
+	if len(calls) != 2 || calls[0].Arguments != `{"n": 1}` || calls[1].Arguments != `{"query":"go"}` ||
+		p.Calls[0] != calls[0] || p.Calls[1] != calls[1] || p.ConversationID != "default" {
+		t.Fatalf("calls %+v pending %+v", calls, p)
+	}
+	if tc := evs[1].field("tool_call").(map[string]any); tc["tool_call_id"] != calls[0].ID || tc["name"] != "a" {
+		t.Fatalf("tool_call is not the first call: %v", tc)
+	}
+	evs = tp.mustSend(t, srv, turnReq{Approvals: []any{answers(calls[1:], true, "")[0], answers(calls[:1], true, "")[0]}})
+	rets := byType(evs, "tool_return_message")
+	if len(rets) != 2 || rets[0].str("name") != "a" || rets[1].str("name") != "b" || byType(evs, "assistant_message")[0].str("content") != "both done" {
+		t.Fatalf("%v", types(evs))
+	}
+}

@@ -304,21 +304,7 @@ func (t *turn) steps() (stop string, exception bool) {
 				}
 				p.callID = newCallID()
 				if st.Kind == ApprovalRequest {
-					p.calls = []ToolCallInfo{{ID: p.callID, Name: p.toolName, Arguments: p.args}}
-					for j, c := range st.Calls {
-						ci := ToolCallInfo{ID: newCallID(), Name: c.Name, Arguments: c.Arguments}
-						if ci.Name == "" {
-							ci.Name = "send_message"
-						}
-						if ci.Arguments == "" {
-							ci.Arguments = string(appendObj1(nil, "query", t.echo))
-						}
-						if j == 0 {
-							p.calls = p.calls[:0]
-							p.toolName, p.args, p.callID = ci.Name, ci.Arguments, ci.ID
-						}
-						p.calls = append(p.calls, ci)
-					}
+					t.approvalCalls(&p, st.Calls)
 				}
 				t.callID, t.callName, t.callStep = p.callID, p.toolName, r.stepID
 			}

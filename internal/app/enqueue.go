@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strconv"
@@ -67,7 +68,8 @@ Exit codes (of the built command: go run exits 1 for any failure):
   1  the turn failed (a permanent error event), or it could not be enqueued (Redis trouble)
   2  bad input or configuration
   3  --wait timed out before the turn ended
-  4  the agent asks for approval of a tool call (approval_required)`
+  4  the agent asks for approval of a tool call (approval_required)
+  5  no Redis at the address (dev mode: no worker --dev running; else check REDIS_URL)`
 
 // RunEnqueue is the enqueue command. It returns the exit code.
 func RunEnqueue(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) int {
@@ -175,8 +177,12 @@ Time budget: the task timeout is computed from the LETTAQ_* budget variables, as
 		return ExitUsage
 	}
 	defer rdb.Close()
+	SetRedisLogger(NewLogger(stderr, "auto", "warn"), slog.LevelDebug) // go-redis's own lines: hidden
 
 	if len(pos) > 0 && pos[0] == "journal" {
+		if !checkEnqueueRedis(ctx, rdb, &o, connOpt, stderr) {
+			return ExitNoRedis
+		}
 		return runJournal(ctx, o, pos[1:], rdb, stdout, stderr)
 	}
 
@@ -210,6 +216,9 @@ Time budget: the task timeout is computed from the LETTAQ_* budget variables, as
 	if o.agent == "" {
 		fmt.Fprintf(stderr, "enqueue: --agent (or LETTAQ_AGENT_ID) is required\n")
 		return ExitUsage
+	}
+	if !checkEnqueueRedis(ctx, rdb, &o, connOpt, stderr) {
+		return ExitNoRedis
 	}
 	id, badName, err := resolveAgentArg(ctx, o, rdb)
 	if err != nil {

@@ -69,7 +69,11 @@ func RunHealthcheck(ctx context.Context, args []string, getenv func(string) stri
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+target+"/readyz", nil)
+	path := "/readyz"
+	if *token != "" {
+		path += "?verbose=1" // with the token, /readyz also says why
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+target+path, nil)
 	if err != nil {
 		fmt.Fprintf(stderr, "worker healthcheck: %v\n", err)
 		return HealthUnhealthy

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
@@ -25,7 +26,9 @@ func TestHealthcheckAgainstReadyz(t *testing.T) {
 	mr := miniredis.RunT(t)
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer rdb.Close()
-	h, closeMon := NewHTTPHandler(HTTPOptions{Token: "tok", Redis: rdb})
+	probe := newRedisProbe(rdb, 20*time.Millisecond, time.Second, nil)
+	defer probe.Close()
+	h, closeMon := NewHTTPHandler(HTTPOptions{Token: "tok", Redis: rdb, probe: probe})
 	defer closeMon()
 	ts := httptest.NewServer(h)
 	defer ts.Close()
@@ -35,6 +38,8 @@ func TestHealthcheckAgainstReadyz(t *testing.T) {
 		t.Errorf("ready worker: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 	mr.Close()
+	<-probe.Next() // the PING in flight may have started before the close
+	<-probe.Next()
 	if code, _, errOut := healthcheck(t, e); code != HealthUnhealthy || !strings.Contains(errOut, "503") {
 		t.Errorf("Redis down: exit %d, stderr %q; want 1 naming the 503", code, errOut)
 	}

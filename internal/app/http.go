@@ -1,8 +1,6 @@
 package app
 
 import (
-	"context"
-	"encoding/json"
 	"log/slog"
 	"net/http"
 	"time"
@@ -18,7 +16,8 @@ type HTTPOptions struct {
 	// Token protects /metrics, /monitor/ and /enqueue when set ("" leaves them open, which
 	// the worker allows only on loopback).
 	Token string
-	// Redis answers /readyz (PING).
+	// Redis answers /readyz: PINGed every second in the background, /readyz answers from the
+	// last result.
 	Redis redis.UniversalClient
 	// RedisConnOpt is what the monitor connects with; nil leaves /monitor/ out.
 	RedisConnOpt asynq.RedisConnOpt
@@ -30,9 +29,13 @@ type HTTPOptions struct {
 	Enqueue http.Handler
 	// Budget, when set, is served at /budget: the task options producers must use.
 	Budget *BudgetInfo
+	// Turns, when set, is mounted at /turns/{id} (auth): lettaq's view of one turn.
+	Turns http.Handler
 	// Ready, when set, must also pass for /readyz (e.g. "the worker is taking tasks").
 	Ready  func() error
 	Logger *slog.Logger
+
+	probe *redisProbe // tests: the probe behind /readyz instead of one made on Redis
 }
 
 // NewHTTPHandler returns the listener's routes and a func that closes the monitor's Redis
@@ -40,47 +43,35 @@ type HTTPOptions struct {
 // (see refuseCrossOrigin):
 //
 //	/healthz    200 while the process runs (no auth)
-//	/readyz     200 when Redis answers PING (no auth), 503 otherwise
+//	/readyz     200 {"status":"ready"} when the last PING of Redis (every 1 s, 3 s timeout) answered and Ready
+//	            passes, 503 {"status":"not ready"} otherwise (no auth); ?verbose=1 (auth) says why
 //	/metrics    Prometheus (auth)
 //	/monitor/   asynqmon (auth; read-only unless MonitorWritable)
 //	/enqueue    the queue's HTTP enqueue endpoint, when provided (auth)
 //	/budget     the task timeout and task options producers must use, when provided (auth)
+//	/turns/{id} a turn: summary, Asynq state, result and journal record (auth)
 func NewHTTPHandler(o HTTPOptions) (http.Handler, func()) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
-		status := map[string]string{"redis": "ok"}
-		code := http.StatusOK
-		if o.Redis == nil {
-			status["redis"], code = "not configured", http.StatusServiceUnavailable
-		} else if err := o.Redis.Ping(ctx).Err(); err != nil {
-			status["redis"], code = err.Error(), http.StatusServiceUnavailable
-		}
-		if o.Ready != nil {
-			if err := o.Ready(); err != nil {
-				status["worker"], code = err.Error(), http.StatusServiceUnavailable
-			} else {
-				status["worker"] = "ok"
-			}
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(code)
-		_ = json.NewEncoder(w).Encode(status)
-	})
 	closer := func() {}
 	auth := requireToken(o.Token)
+	probe := o.probe
+	if probe == nil && o.Redis != nil {
+		probe = newRedisProbe(o.Redis, time.Second, 3*time.Second, o.Logger)
+		closer = probe.Close
+	}
+	mux.Handle("GET /readyz", readyzHandler(probe, o.Ready, auth))
 	if o.Metrics != nil {
 		mux.Handle("GET /metrics", auth(promhttp.HandlerFor(o.Metrics.Registry, promhttp.HandlerOpts{})))
 	}
 	if o.RedisConnOpt != nil {
 		mon := asynqmon.New(asynqmon.Options{RootPath: "/monitor", RedisConnOpt: o.RedisConnOpt, ReadOnly: !o.MonitorWritable})
-		closer = func() { _ = mon.Close() }
-		mux.Handle("/monitor/", auth(mon))
+		closeProbe := closer
+		closer = func() { _ = mon.Close(); closeProbe() }
+		mux.Handle("/monitor/", auth(monitorPages(mon, !o.MonitorWritable)))
 		mux.HandleFunc("GET /monitor", func(w http.ResponseWriter, r *http.Request) {
 			u := *r.URL // keep the query (?token=)
 			u.Path = "/monitor/"
@@ -92,6 +83,9 @@ func NewHTTPHandler(o HTTPOptions) (http.Handler, func()) {
 	}
 	if o.Budget != nil {
 		mux.Handle("GET /budget", auth(budgetHandler(*o.Budget)))
+	}
+	if o.Turns != nil {
+		mux.Handle("GET /turns/{id...}", auth(o.Turns))
 	}
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")

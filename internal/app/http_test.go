@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/hibiken/asynq"
@@ -33,7 +34,9 @@ func TestHTTPHealthReadyAndAuth(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer rdb.Close()
 	connOpt := asynq.RedisClientOpt{Addr: mr.Addr()}
-	h, closeMon := NewHTTPHandler(HTTPOptions{Token: "s3cret", Redis: rdb, RedisConnOpt: connOpt,
+	probe := newRedisProbe(rdb, 20*time.Millisecond, time.Second, nil)
+	defer probe.Close()
+	h, closeMon := NewHTTPHandler(HTTPOptions{Token: "s3cret", Redis: rdb, RedisConnOpt: connOpt, probe: probe,
 		Metrics: NewMetrics(asynq.NewInspectorFromRedisClient(rdb)),
 		Enqueue: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(202) })})
 	defer closeMon()
@@ -45,8 +48,11 @@ func TestHTTPHealthReadyAndAuth(t *testing.T) {
 	if code, body := get(t, c, ts.URL+"/healthz", nil); code != 200 || body != "ok\n" {
 		t.Errorf("/healthz = %d %q", code, body)
 	}
-	if code, body := get(t, c, ts.URL+"/readyz", nil); code != 200 || !strings.Contains(body, `"redis":"ok"`) {
+	if code, body := get(t, c, ts.URL+"/readyz", nil); code != 200 || body != `{"status":"ready"}`+"\n" {
 		t.Errorf("/readyz = %d %q", code, body)
+	}
+	if code, body := get(t, c, ts.URL+"/readyz?verbose=1", map[string]string{"Authorization": "Bearer s3cret"}); code != 200 || !strings.Contains(body, `"redis":"ok"`) {
+		t.Errorf("/readyz?verbose=1 = %d %q", code, body)
 	}
 	for _, p := range []string{"/metrics", "/monitor/", "/monitor/api/queues", "/enqueue"} {
 		if code, _ := get(t, c, ts.URL+p, nil); code != http.StatusUnauthorized {
@@ -98,8 +104,10 @@ func TestHTTPHealthReadyAndAuth(t *testing.T) {
 
 	// Redis down: not ready, still healthy.
 	mr.Close()
-	if code, _ := get(t, c, ts.URL+"/readyz", nil); code != http.StatusServiceUnavailable {
-		t.Errorf("/readyz with Redis down = %d", code)
+	<-probe.Next() // the PING in flight may have started before the close
+	<-probe.Next()
+	if code, body := get(t, c, ts.URL+"/readyz", nil); code != http.StatusServiceUnavailable || body != `{"status":"not ready"}`+"\n" {
+		t.Errorf("/readyz with Redis down = %d %q", code, body)
 	}
 	if code, _ := get(t, c, ts.URL+"/healthz", nil); code != 200 {
 		t.Errorf("/healthz with Redis down = %d", code)

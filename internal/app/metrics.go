@@ -1,6 +1,7 @@
 package app
 
 import (
+	"strings"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -165,12 +166,14 @@ var (
 		"Tasks failed, all time.", []string{"queue"}, nil)
 	descPaused = prometheus.NewDesc("asynq_queue_paused_total",
 		"1 when the queue is paused.", []string{"queue"}, nil)
+	descWaiting = prometheus.NewDesc("lettaq_turns_waiting",
+		"Turns waiting for their conversation's turn ahead to end: scheduled tasks (how a turn queued behind another waits) plus tasks put back by the ordering safety net.", []string{"queue"}, nil)
 	descScrapeErr = prometheus.NewDesc("lettaq_queue_scrape_errors",
 		"1 when reading the queues from Redis failed during this scrape.", nil, nil)
 )
 
 func (q *queueCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descTasks, descSize, descLatency, descMemory, descProcessed, descFailed, descPaused, descScrapeErr} {
+	for _, d := range []*prometheus.Desc{descTasks, descSize, descLatency, descMemory, descProcessed, descFailed, descPaused, descWaiting, descScrapeErr} {
 		ch <- d
 	}
 }
@@ -203,6 +206,27 @@ func (q *queueCollector) Collect(ch chan<- prometheus.Metric) {
 			paused = 1
 		}
 		ch <- prometheus.MustNewConstMetric(descPaused, prometheus.GaugeValue, paused, name)
+		putBack, err := q.putBack(name, info.Retry)
+		if err != nil {
+			failed = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descWaiting, prometheus.GaugeValue, float64(info.Scheduled+putBack), name)
 	}
 	ch <- prometheus.MustNewConstMetric(descScrapeErr, prometheus.GaugeValue, failed)
+}
+
+// putBack counts the retry tasks of queue that only wait for their turn (an ordering put-back,
+// not a failure); it reads at most the first 500.
+func (q *queueCollector) putBack(queue string, retry int) (int, error) {
+	if retry == 0 {
+		return 0, nil
+	}
+	tasks, err := q.inspector.ListRetryTasks(queue, asynq.PageSize(500))
+	n := 0
+	for _, t := range tasks {
+		if strings.Contains(t.LastErr, "ordering: not your turn") {
+			n++
+		}
+	}
+	return n, err
 }

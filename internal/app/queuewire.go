@@ -124,6 +124,9 @@ func firstQueue(qs map[string]int) string {
 
 func (q *queueRunner) enqueueHandler() http.Handler { return queue.EnqueueHTTPHandler(q.client) }
 
+// close releases what run would have (the worker stopped before it ran).
+func (q *queueRunner) close() { _ = q.client.Close() }
+
 func (q *queueRunner) run(ctx context.Context) error {
 	defer q.client.Close()
 	return q.w.Run(ctx)

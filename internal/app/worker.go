@@ -60,6 +60,7 @@ func RunWorker(ctx context.Context, args []string, getenv func(string) string, s
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	logger := NewLogger(stderr, cfg.LogFormat, cfg.LogLevel)
+	SetRedisLogger(logger, slog.LevelWarn) // go-redis's own lines into the same log, not plain text
 	warnUnknownVars(logger, getenv)
 	if limit, from := applyMemoryLimit(getenv); from != "" {
 		logger.Info("GC memory limit", "bytes", limit, "from", from)
@@ -82,7 +83,8 @@ func RunWorker(ctx context.Context, args []string, getenv func(string) string, s
 }
 
 // StartWorker starts dev mode's infrastructure (with cfg.Dev), the HTTP listener and the queue
-// worker, and returns at once. The worker stops when ctx ends: it stops taking turns and lets
+// worker, and returns at once (within redisPingWait, 2 s, when Redis does not answer: the
+// worker then waits for it in the background, not ready meanwhile). The worker stops when ctx ends: it stops taking turns and lets
 // the running ones finish within cfg.ShutdownTimeout. stdout receives dev mode's greeting.
 func StartWorker(ctx context.Context, cfg WorkerConfig, logger *slog.Logger, stdout io.Writer) (*Running, error) {
 	r := &Running{Config: cfg, Logger: logger, done: make(chan struct{}), LettaURL: cfg.LettaBaseURL}
@@ -162,6 +164,7 @@ func StartWorker(ctx context.Context, cfg WorkerConfig, logger *slog.Logger, std
 		h, closeMon = NewHTTPHandler(HTTPOptions{
 			Token: cfg.HTTPToken, Redis: rdb, RedisConnOpt: connOpt, MonitorWritable: cfg.MonitorWritable,
 			Metrics: metrics, Enqueue: q.enqueueHandler(), Logger: logger, Budget: &budgetInfo,
+			Turns: turnsHandler(inspector, q.w.Journal(), queueNames(cfg.Queues)),
 			Ready: func() error {
 				if !r.ready.Load() {
 					return errors.New("not taking turns")
@@ -179,11 +182,25 @@ func StartWorker(ctx context.Context, cfg WorkerConfig, logger *slog.Logger, std
 		printDevGreeting(stdout, r)
 	}
 
+	// Not ready (/readyz 503) and no "worker started" until Redis answers: a Redis that answers
+	// now makes the worker ready before StartWorker returns; else it is waited for below.
+	pctx, cancel := context.WithTimeout(ctx, redisPingWait)
+	pingErr := rdb.Ping(pctx).Err()
+	cancel()
+	r.ready.Store(pingErr == nil)
 	go func() {
 		defer close(r.done)
-		r.ready.Store(true)
-		r.err = q.run(ctx)
-		r.ready.Store(false)
+		up := pingErr == nil
+		if !up {
+			up = waitForRedis(ctx, rdb, redisAddr(connOpt), logger, pingErr) == nil
+		}
+		if up {
+			r.ready.Store(true)
+			r.err = q.run(ctx)
+			r.ready.Store(false)
+		} else {
+			q.close() // stopped while waiting for Redis
+		}
 		if srv != nil {
 			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			_ = srv.Shutdown(sctx)

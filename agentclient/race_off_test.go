@@ -1,0 +1,5 @@
+//go:build !race
+
+package agentclient
+
+const raceEnabled = false
