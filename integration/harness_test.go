@@ -352,7 +352,7 @@ func (e *env) scheduledExpiries(scheduled int) int {
 	}
 	n := 0
 	for _, ti := range tasks {
-		if strings.HasPrefix(ti.ID, "answer:") {
+		if m, err := queue.DecodePayload(ti.Payload); err == nil && m.Approval != nil && m.Approval.Cause == queue.AnswerExpired {
 			n++
 		}
 	}
