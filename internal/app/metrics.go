@@ -26,6 +26,8 @@ type Metrics struct {
 	turnDuration prometheus.Histogram
 	attemptDur   prometheus.Histogram
 	queueWait    prometheus.Histogram
+	approvals    *prometheus.CounterVec
+	humanWait    prometheus.Histogram
 }
 
 // turnBuckets cover a quick answer (~1s) up to a long agent turn (minutes).
@@ -73,14 +75,33 @@ func NewMetrics(inspector *asynq.Inspector) *Metrics {
 		queueWait: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "lettaq_queue_wait_seconds", Help: "From enqueue to the start of an attempt.", Buckets: turnBuckets,
 		}),
+		approvals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lettaq_approvals_total", Help: "Approval requests by event (requested; answered by a person or a policy; expired: denied when nobody answered).",
+		}, []string{"event"}),
+		humanWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "lettaq_approval_wait_seconds", Help: "From an approval request to its answer (or expiry): time waiting for a human.",
+			Buckets: []float64{1, 5, 15, 30, 60, 300, 900, 3600, 4 * 3600, 24 * 3600},
+		}),
 	}
-	reg.MustRegister(m.turns, m.attempts, m.started, m.timeouts, m.polls, m.resumes, m.resends, m.inFlight,
+	reg.MustRegister(m.approvals, m.humanWait, m.turns, m.attempts, m.started, m.timeouts, m.polls, m.resumes, m.resends, m.inFlight,
 		m.ttft, m.turnDuration, m.attemptDur, m.queueWait,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if inspector != nil {
 		reg.MustRegister(&queueCollector{inspector: inspector})
 	}
 	return m
+}
+
+var _ interface {
+	Approval(string, time.Duration)
+} = (*Metrics)(nil)
+
+// Approval implements queue.ApprovalObserver.
+func (m *Metrics) Approval(event string, waited time.Duration) {
+	m.approvals.WithLabelValues(event).Inc()
+	if event != "requested" {
+		m.humanWait.Observe(waited.Seconds())
+	}
 }
 
 // TaskStarted implements queue.Observer.
