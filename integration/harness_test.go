@@ -352,7 +352,7 @@ func (e *env) scheduledExpiries(scheduled int) int {
 	}
 	n := 0
 	for _, ti := range tasks {
-		if m, err := queue.DecodePayload(ti.Payload); err == nil && m.Approval != nil && m.Approval.Cause == queue.AnswerExpired {
+		if queue.IsApprovalExpiry(ti.Payload) {
 			n++
 		}
 	}

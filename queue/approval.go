@@ -568,3 +568,11 @@ func answerHTTP(c *Client, w http.ResponseWriter, r *http.Request, body []byte) 
 	}
 	return true
 }
+
+// IsApprovalExpiry reports whether a task's payload is the scheduled expiry
+// of an unanswered approval request (an answer turn with cause
+// AnswerExpired): a pending approval, not a turn waiting for its line.
+func IsApprovalExpiry(payload []byte) bool {
+	m, err := DecodePayload(payload)
+	return err == nil && m.Approval != nil && m.Approval.Cause == AnswerExpired
+}

@@ -25,9 +25,16 @@ func TestEnqueueApproveDev(t *testing.T) {
 		t.Fatalf("no answer command in %q", errOut)
 	}
 	taskID := strings.Fields(errOut[i+len("enqueue approve "):])[0]
+	// The pending request's scheduled expiry is a pending approval, not a turn waiting in line.
+	if w, p := scrapeWaiting(t, r), scrapeQueueGauge(t, r, "lettaq_approvals_pending"); w != 0 || p != 1 {
+		t.Errorf("while the approval is pending: lettaq_turns_waiting %d, lettaq_approvals_pending %d; want 0 and 1", w, p)
+	}
 	code, out, errOut := enqueue(t, r, "approve", "--wait", "--timeout=30s", taskID)
 	if code != ExitOK || !strings.Contains(out, "Done: I emailed the team") {
 		t.Fatalf("approve: exit %d\nstdout %q\nstderr %q", code, out, errOut)
+	}
+	if p := scrapeQueueGauge(t, r, "lettaq_approvals_pending"); p != 0 {
+		t.Errorf("once answered: lettaq_approvals_pending %d, want 0", p)
 	}
 	code, out, errOut = enqueue(t, r, "deny", "--reason", "too late", taskID)
 	if code != ExitOK || !strings.Contains(out, "answered before") {
