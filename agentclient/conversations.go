@@ -142,18 +142,18 @@ func (c *Client) GetConversation(ctx context.Context, id string) (*Conversation,
 
 // conversationSendBody is ConversationMessageRequest as lettaq sends it.
 type conversationSendBody struct {
-	Messages     []messageCreate `json:"messages"`
-	Streaming    bool            `json:"streaming"`
-	StreamTokens bool            `json:"stream_tokens"`
-	IncludePings bool            `json:"include_pings"`
-	Background   bool            `json:"background"`
-	MaxSteps     int             `json:"max_steps,omitempty"`
-	AgentID      string          `json:"agent_id,omitempty"`
+	Messages     []any  `json:"messages"`
+	Streaming    bool   `json:"streaming"`
+	StreamTokens bool   `json:"stream_tokens"`
+	IncludePings bool   `json:"include_pings"`
+	Background   bool   `json:"background"`
+	MaxSteps     int    `json:"max_steps,omitempty"`
+	AgentID      string `json:"agent_id,omitempty"`
 }
 
 func (r SendRequest) conversationBody() conversationSendBody {
 	b := conversationSendBody{
-		Messages:  []messageCreate{{Type: "message", Role: "user", Content: r.Text, Otid: r.Otid, SenderID: r.SenderID}},
+		Messages:  r.messages(),
 		Streaming: true, StreamTokens: r.StreamTokens, IncludePings: !r.NoPings, Background: r.Background,
 		MaxSteps: r.MaxSteps,
 	}

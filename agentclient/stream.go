@@ -33,6 +33,12 @@ type SendRequest struct {
 	// NoPings asks the server not to send keep-alive pings (on by default:
 	// the stall clock relies on them).
 	NoPings bool
+	// Images are sent as content parts next to Text (see input.go).
+	Images []Image
+	// Approvals, when set, make the request Letta's approval message (it
+	// answers every pending call of the step) instead of a user message;
+	// Text and Images are then empty.
+	Approvals []ApprovalAnswer
 }
 
 func (r SendRequest) validate() error {
@@ -41,31 +47,29 @@ func (r SendRequest) validate() error {
 		return errors.New("agentclient: SendRequest.AgentID is empty")
 	case r.Otid == "":
 		return errors.New("agentclient: SendRequest.Otid is empty: every turn needs its idempotency key")
-	case r.Text == "":
-		return errors.New("agentclient: SendRequest.Text is empty")
 	}
-	return nil
+	return r.validateInput()
 }
 
 type messageCreate struct {
 	Type     string `json:"type"`
 	Role     string `json:"role"`
-	Content  string `json:"content"`
+	Content  any    `json:"content"` // a string, or []contentPart
 	Otid     string `json:"otid"`
 	SenderID string `json:"sender_id,omitempty"`
 }
 
 type sendBody struct {
-	Messages     []messageCreate `json:"messages"`
-	StreamTokens bool            `json:"stream_tokens"`
-	IncludePings bool            `json:"include_pings"`
-	Background   bool            `json:"background"`
-	MaxSteps     int             `json:"max_steps,omitempty"`
+	Messages     []any `json:"messages"`
+	StreamTokens bool  `json:"stream_tokens"`
+	IncludePings bool  `json:"include_pings"`
+	Background   bool  `json:"background"`
+	MaxSteps     int   `json:"max_steps,omitempty"`
 }
 
 func (r SendRequest) body() sendBody {
 	return sendBody{
-		Messages:     []messageCreate{{Type: "message", Role: "user", Content: r.Text, Otid: r.Otid, SenderID: r.SenderID}},
+		Messages:     r.messages(),
 		StreamTokens: r.StreamTokens, IncludePings: !r.NoPings, Background: r.Background, MaxSteps: r.MaxSteps,
 	}
 }

@@ -328,32 +328,32 @@ func clamp(d, limit time.Duration) time.Duration {
 // as short strings ("75s", "5m"), plus the resulting task_timeout.
 func (c Config) LogValue() slog.Value {
 	return slog.GroupValue(
-		slog.String("connect", formatDuration(c.ConnectTimeout)),
-		slog.String("stall", formatDuration(c.StallTimeout)),
-		slog.String("content_idle", formatDuration(c.ContentIdleNotice)),
-		slog.String("stream_total", formatDuration(c.StreamTotal)),
-		slog.String("stop_grace", formatDuration(c.StopGrace)),
-		slog.String("admission_grace", formatDuration(c.AdmissionGrace)),
-		slog.String("continuation_max", formatDuration(c.ContinuationMax)),
+		slog.String("connect", FormatDuration(c.ConnectTimeout)),
+		slog.String("stall", FormatDuration(c.StallTimeout)),
+		slog.String("content_idle", FormatDuration(c.ContentIdleNotice)),
+		slog.String("stream_total", FormatDuration(c.StreamTotal)),
+		slog.String("stop_grace", FormatDuration(c.StopGrace)),
+		slog.String("admission_grace", FormatDuration(c.AdmissionGrace)),
+		slog.String("continuation_max", FormatDuration(c.ContinuationMax)),
 		slog.Group("poll",
-			slog.String("initial", formatDuration(c.PollInitial)),
-			slog.String("max", formatDuration(c.PollMax)),
+			slog.String("initial", FormatDuration(c.PollInitial)),
+			slog.String("max", FormatDuration(c.PollMax)),
 			slog.Float64("multiplier", c.PollMultiplier),
 			slog.Float64("jitter", c.PollJitter),
 		),
-		slog.String("request", formatDuration(c.RequestTimeout)),
+		slog.String("request", FormatDuration(c.RequestTimeout)),
 		slog.Bool("resume", c.Resume),
 		slog.Bool("background", c.Background),
 		slog.String("resend", string(c.ResendPolicy)),
-		slog.String("delivery", formatDuration(c.DeliveryAllowance)),
-		slog.String("margin", formatDuration(c.SafetyMargin)),
-		slog.String("task_timeout", formatDuration(c.TaskTimeout())),
+		slog.String("delivery", FormatDuration(c.DeliveryAllowance)),
+		slog.String("margin", FormatDuration(c.SafetyMargin)),
+		slog.String("task_timeout", FormatDuration(c.TaskTimeout())),
 	)
 }
 
-// formatDuration writes whole hours, minutes or seconds in one unit ("2h", "5m", "75s") and
+// FormatDuration writes whole hours, minutes or seconds in one unit ("2h", "5m", "75s") and
 // anything else as time.Duration does. The result always parses with time.ParseDuration.
-func formatDuration(d time.Duration) string {
+func FormatDuration(d time.Duration) string {
 	switch {
 	case d == 0:
 		return "0s"

@@ -309,9 +309,9 @@ func TestFormatDuration(t *testing.T) {
 		0: "0s", 75 * time.Second: "75s", 5 * time.Minute: "5m", 2 * time.Hour: "2h",
 		1500 * time.Millisecond: "1.5s", 90 * time.Minute: "90m", -time.Second: "-1s",
 	} {
-		got := formatDuration(d)
+		got := FormatDuration(d)
 		if got != want {
-			t.Errorf("formatDuration(%v) = %q, want %q", d, got, want)
+			t.Errorf("FormatDuration(%v) = %q, want %q", d, got, want)
 		}
 		if back, err := time.ParseDuration(got); err != nil || back != d {
 			t.Errorf("ParseDuration(%q) = %v, %v; want %v", got, back, err, d)

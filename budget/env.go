@@ -93,7 +93,7 @@ var settings = []setting{
 func (s setting) format(c *Config) string {
 	switch {
 	case s.dur != nil:
-		return formatDuration(*s.dur(c))
+		return FormatDuration(*s.dur(c))
 	case s.flt != nil:
 		return strconv.FormatFloat(*s.flt(c), 'g', -1, 64)
 	case s.bln != nil:

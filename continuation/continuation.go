@@ -156,6 +156,24 @@ type Turn struct {
 	// PriorIntent is true when an earlier attempt journaled an intent to
 	// send: the otid is looked for before anything may be sent.
 	PriorIntent bool
+	// Images go with Text as content parts.
+	Images []agentclient.Image
+	// Approvals, when set, make the turn the answer to an approval request
+	// (Text and Images empty): sent, followed and found in history by its
+	// otid like a message.
+	Approvals []agentclient.ApprovalAnswer
+}
+
+// carriesOtid reports whether m is the turn's own message in history: its
+// user message, or its approval answer.
+func carriesOtid(m agentclient.Message, otid string) bool {
+	switch m := m.(type) {
+	case *agentclient.UserMessage:
+		return m.Otid == otid
+	case *agentclient.ApprovalResponseMessage:
+		return m.Otid == otid
+	}
+	return false
 }
 
 // Config configures a Runner.
@@ -259,7 +277,7 @@ func (t Turn) validate() error {
 		return errors.New("continuation: turn has no agent id")
 	case t.Otid == "":
 		return errors.New("continuation: turn has no otid")
-	case t.Text == "":
+	case t.Text == "" && len(t.Images) == 0 && len(t.Approvals) == 0:
 		return errors.New("continuation: turn has no text")
 	case t.ConversationID != "" && !agentclient.ValidConversationID(t.ConversationID):
 		return fmt.Errorf("continuation: conversation id %q: want %q or conv-<uuid4>", t.ConversationID, agentclient.DefaultConversation)
@@ -499,8 +517,8 @@ func (r *Runner) searchOnce(ctx context.Context, loop *budget.Loop, t Turn, d *D
 		oldestID, oldest := "", time.Time{}
 		for _, m := range msgs {
 			c := m.Base()
-			if um, ok := m.(*agentclient.UserMessage); ok && um.Otid == t.Otid {
-				return um.RunID, true, nil
+			if carriesOtid(m, t.Otid) {
+				return c.RunID, true, nil
 			}
 			// A desc page may come oldest-first: find its oldest by date.
 			if ts, perr := time.Parse(time.RFC3339Nano, c.Date); perr == nil {

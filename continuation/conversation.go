@@ -25,7 +25,7 @@ const pendingApprovalReason = "the agent is waiting for approval of a tool call;
 // sendRequest is the request of one send of t.
 func (r *Runner) sendRequest(t Turn) agentclient.SendRequest {
 	return agentclient.SendRequest{AgentID: t.AgentID, Text: t.Text, Otid: t.Otid, SenderID: t.SenderID,
-		ConversationID: t.ConversationID,
+		ConversationID: t.ConversationID, Images: t.Images, Approvals: t.Approvals,
 		// A conversation send is always background: its otid is then mapped
 		// to its run for 3 h, so that a resend replays the run instead of
 		// starting another, and the run can be resumed by otid.
@@ -84,7 +84,7 @@ func (r *Runner) runCarriesOtid(ctx context.Context, loop *budget.Loop, runID, o
 		return false, err
 	}
 	for _, m := range msgs {
-		if um, ok := m.(*agentclient.UserMessage); ok && um.Otid == otid {
+		if carriesOtid(m, otid) {
 			return true, nil
 		}
 	}

@@ -174,8 +174,10 @@ func pendingApprovalFront(t *testing.T, e *env) {
 	e.lettaURL = front.URL
 }
 
-// A pending approval refuses every new message with 409: the turn ends at
-// once with a permanent error saying so, after one attempt (not 25).
+// A pending approval lettaq did not record (asked through another client:
+// here its record is deleted) refuses every new message with 409: the turn
+// ends at once with a permanent error saying so, after one attempt (not
+// 25). An approval lettaq knows of is met before the send (approval_test.go).
 func TestPendingApprovalEndsTheTurn(t *testing.T) {
 	for _, mode := range []queue.ThreadMode{queue.ThreadConversation, queue.ThreadAgent} {
 		t.Run(string(mode), func(t *testing.T) {
@@ -190,6 +192,11 @@ func TestPendingApprovalEndsTheTurn(t *testing.T) {
 			if final, evs := e.waitFinal(c, r1.TaskID, 20*time.Second); final.Type != queue.EventApprovalRequired {
 				t.Fatalf("first turn: %+v; %s", final, summarize(evs))
 			}
+			keys, err := e.rdb.Keys(context.Background(), e.prefix+"approval:pending:*").Result()
+			if err != nil || len(keys) != 1 {
+				t.Fatalf("pending approval keys %v %v", keys, err)
+			}
+			e.rdb.Del(context.Background(), keys...)
 			r2 := e.enqueue(queue.Message{AgentID: agent, Conversation: c, MessageID: "m2", Text: "hello?"})
 			final, evs := e.waitFinal(c, r2.TaskID, 20*time.Second)
 			if final.Type != queue.EventError || !final.Permanent || !strings.Contains(final.Text, "waiting for approval of a tool call") {

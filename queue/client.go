@@ -205,8 +205,9 @@ func (c *Client) Enqueue(ctx context.Context, m Message) (EnqueueResult, error) 
 	return res, nil
 }
 
-// MaxHTTPBodyBytes bounds the body EnqueueHTTPHandler reads.
-const MaxHTTPBodyBytes = MaxTextBytes + 64<<10
+// MaxHTTPBodyBytes bounds the body EnqueueHTTPHandler reads: the text, the
+// images' base64 data, and room for the rest.
+const MaxHTTPBodyBytes = MaxTextBytes + MaxImagesBytes/3*4 + 64<<10
 
 // EnqueueHTTPHandler returns a handler that enqueues the payload POSTed as
 // JSON (the Payload format; "v" may be omitted) and answers
@@ -217,6 +218,9 @@ const MaxHTTPBodyBytes = MaxTextBytes + 64<<10
 //	405, 413                                   wrong method, body too large
 //	415 {"error": "…"}                         Content-Type is not application/json
 //	500 {"error": "…"}                         Redis trouble: try again
+//
+// A body with "answer" is the answer to an approval request (see
+// answerHTTP): same answers, and 404 when the request is unknown.
 func EnqueueHTTPHandler(c *Client) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
@@ -240,6 +244,9 @@ func EnqueueHTTPHandler(c *Client) http.Handler {
 			return
 		case err != nil: // e.g. the listener's body timeout
 			httpJSON(w, http.StatusBadRequest, map[string]string{"error": "body unreadable: " + err.Error()})
+			return
+		}
+		if answerHTTP(c, w, r, body) {
 			return
 		}
 		p, err := decodePayloadJSON(body, true)

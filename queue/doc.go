@@ -72,6 +72,11 @@
 //	any retry on the last allowed attempt     error, permanent           failed              SkipRetry → archived
 //	not its turn (ordering)                   –                          –                   put back (no retry used)
 //	merged into another turn (coalescing)     by the answering turn      coalesced           nil
+//	message, its chat's approval unanswered   phase awaiting_approval    awaiting_approval   *BusyError: put back (policy wait, deny)
+//	  (ApprovalPolicy error)                  error, permanent           failed              SkipRetry → archived
+//
+// An approval answer (Message.Approval, made by Client.AnswerApproval) is a
+// turn like a message: the same table applies to it (see approval.go).
 //
 // A Rejected send was refused by the server with a 4xx before anything was
 // stored, so the attempt withdraws its intent (Journal.RecordRefusal), as a

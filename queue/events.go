@@ -65,6 +65,14 @@ import (
 //	permanent    bool     error: true when the turn will not be retried (always)
 //	answered_by  string   answer: when several messages were answered by one turn,
 //	                      the task id of the turn that answered this message
+//	approval     object   approval_required: the request (always):
+//	                        request_task_id  string  the task id to answer (this turn's)
+//	                        calls            [tool]  every pending call (name, call_id,
+//	                                                 arguments); all are answered together
+//	                        expires_at       string  RFC 3339: denied automatically then
+//	                      accepted of an answer turn: the answer:
+//	                        request_task_id, decision (approved | denied | mixed),
+//	                        cause (user | expired | moved_on), reason
 //
 // Each turn ends with at most one final event (answer, approval_required, or
 // error with permanent true), even when the turn is retried or recovered:
@@ -199,6 +207,9 @@ type ReplyEvent struct {
 	StopReason string
 	Permanent  bool
 	AnsweredBy string
+	// Approval: the request (approval_required) or the answer (accepted
+	// event of an answer turn); see approval.go.
+	Approval *ApprovalEvent
 }
 
 // RepliesOptions configures Replies. Zero values take the defaults.
@@ -422,16 +433,17 @@ func replyTruncateUTF8(s string, n int) string {
 // replyData is the wire form of the type-specific fields. Pointer fields are
 // the ones that are always present for some types.
 type replyData struct {
-	Phase      string     `json:"phase,omitempty"`
-	ElapsedMS  int64      `json:"elapsed_ms,omitempty"`
-	Position   *int       `json:"position,omitempty"`
-	Text       *string    `json:"text,omitempty"`
-	Narration  bool       `json:"narration,omitempty"`
-	Parts      *[]string  `json:"parts,omitempty"`
-	Tool       *ToolEvent `json:"tool,omitempty"`
-	StopReason string     `json:"stop_reason,omitempty"`
-	Permanent  *bool      `json:"permanent,omitempty"`
-	AnsweredBy string     `json:"answered_by,omitempty"`
+	Phase      string         `json:"phase,omitempty"`
+	ElapsedMS  int64          `json:"elapsed_ms,omitempty"`
+	Position   *int           `json:"position,omitempty"`
+	Text       *string        `json:"text,omitempty"`
+	Narration  bool           `json:"narration,omitempty"`
+	Parts      *[]string      `json:"parts,omitempty"`
+	Tool       *ToolEvent     `json:"tool,omitempty"`
+	StopReason string         `json:"stop_reason,omitempty"`
+	Permanent  *bool          `json:"permanent,omitempty"`
+	AnsweredBy string         `json:"answered_by,omitempty"`
+	Approval   *ApprovalEvent `json:"approval,omitempty"`
 }
 
 func replyDataOf(ev ReplyEvent) replyData {
@@ -442,6 +454,7 @@ func replyDataOf(ev ReplyEvent) replyData {
 		Tool:       ev.Tool,
 		StopReason: ev.StopReason,
 		AnsweredBy: ev.AnsweredBy,
+		Approval:   ev.Approval,
 	}
 	if ev.Position != 0 || ev.Type == EventAccepted {
 		p := ev.Position
@@ -484,6 +497,7 @@ func (d replyData) apply(ev *ReplyEvent) {
 		ev.Permanent = *d.Permanent
 	}
 	ev.AnsweredBy = d.AnsweredBy
+	ev.Approval = d.Approval
 }
 
 // replyEventFromEntry decodes a stream entry. It is lenient: a field that is

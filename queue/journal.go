@@ -105,6 +105,10 @@ type TurnRecord struct {
 	// seen twice", "tool Y unanswered when run was cancelled".
 	Warnings []string `json:"warnings,omitempty"`
 
+	// Approval: on a turn that asked for approval, the request and (once
+	// answered or expired) its answer; on an answer turn, what it answered.
+	Approval *ApprovalRecord `json:"approval,omitempty"`
+
 	Resends    int    `json:"resends,omitempty"`
 	AnsweredBy string `json:"answered_by,omitempty"`
 	// Merged lists the message ids merged into this turn.

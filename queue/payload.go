@@ -73,6 +73,12 @@ type Message struct {
 	LettaConversationID string
 	// EnqueuedAt defaults to the time of Enqueue.
 	EnqueuedAt time.Time
+	// Images go to the agent next to Text (see image.go). Optional.
+	Images []Image
+	// Approval, when set, makes the turn the answer to an approval request
+	// (see approval.go): it carries no Text or Images. Made by
+	// Client.AnswerApproval.
+	Approval *Answer
 }
 
 // Payload is the JSON form of a task's payload, version 1:
@@ -80,14 +86,18 @@ type Message struct {
 //	{
 //	  "v": 1,                                  required, must be 1
 //	  "agent_id": "agent-…",                   required
-//	  "text": "hello",                         required, ≤ 64 KiB, valid UTF-8
+//	  "text": "hello",                         required (unless images or approval), ≤ 64 KiB, valid UTF-8
 //	  "sender_id": "user-42",                  optional
 //	  "conversation": {"integration": "telegram", "chat_id": "123"},  required
 //	  "message_id": "9876",                    optional, the integration's id
 //	  "otid": "4c6e…-uuid",                    optional, must be a UUID
 //	  "metadata": {"k": "v"},                  optional, small string map
 //	  "letta_conversation_id": "conv-…",       optional, "default" or conv-<uuid4>
-//	  "enqueued_at": "2025-01-01T12:00:00Z"    optional, RFC 3339
+//	  "enqueued_at": "2025-01-01T12:00:00Z",   optional, RFC 3339
+//	  "images": [{"url": "https://…"}, {"media_type": "image/png", "data": "<base64>"}],
+//	                                           optional, see image.go for the limits
+//	  "approval": {…}                          an approval answer turn (see Answer);
+//	                                           made by Client.AnswerApproval
 //	}
 //
 // Unknown fields are ignored. A task of type TaskType ("lettaq:turn") with
@@ -104,21 +114,23 @@ type Payload struct {
 	Metadata     map[string]string `json:"metadata,omitempty"`
 	EnqueuedAt   time.Time         `json:"enqueued_at,omitzero"`
 	// LettaConversationID: see Message.
-	LettaConversationID string `json:"letta_conversation_id,omitempty"`
+	LettaConversationID string  `json:"letta_conversation_id,omitempty"`
+	Images              []Image `json:"images,omitempty"`
+	Approval            *Answer `json:"approval,omitempty"`
 }
 
 // Payload returns m's payload.
 func (m Message) Payload() Payload {
 	return Payload{V: PayloadVersion, AgentID: m.AgentID, Text: m.Text, SenderID: m.SenderID,
 		Conversation: m.Conversation, MessageID: m.MessageID, Otid: m.Otid, Metadata: m.Metadata,
-		EnqueuedAt: m.EnqueuedAt, LettaConversationID: m.LettaConversationID}
+		EnqueuedAt: m.EnqueuedAt, LettaConversationID: m.LettaConversationID, Images: m.Images, Approval: m.Approval}
 }
 
 // Message returns the message of p.
 func (p Payload) Message() Message {
 	return Message{AgentID: p.AgentID, Text: p.Text, SenderID: p.SenderID, Conversation: p.Conversation,
 		MessageID: p.MessageID, Otid: p.Otid, Metadata: p.Metadata, EnqueuedAt: p.EnqueuedAt,
-		LettaConversationID: p.LettaConversationID}
+		LettaConversationID: p.LettaConversationID, Images: p.Images, Approval: p.Approval}
 }
 
 // ValidationError reports a message or payload that cannot become a turn.
@@ -147,12 +159,19 @@ func (m Message) Validate() error {
 		return err
 	}
 	switch {
-	case m.Text == "":
+	case m.Approval != nil:
+		if err := m.Approval.validate(m); err != nil {
+			return err
+		}
+	case m.Text == "" && len(m.Images) == 0:
 		return invalid("text", "must not be empty")
 	case len(m.Text) > MaxTextBytes:
 		return invalid("text", "is %d bytes, more than the limit of %d", len(m.Text), MaxTextBytes)
 	case !utf8.ValidString(m.Text):
 		return invalid("text", "is not valid UTF-8")
+	}
+	if err := checkImages(m.Images); err != nil {
+		return err
 	}
 	if err := checkID("sender_id", m.SenderID, false); err != nil {
 		return err

@@ -74,6 +74,13 @@ func (w *Worker) processTask(ctx context.Context, task *asynq.Task) error {
 		return t.run(ctx)
 	}
 	t.key = w.ord.cfg.Key(msg)
+	if msg.Approval != nil {
+		// An answer goes before the messages that wait for it (an expiry
+		// joins only now, when it is due).
+		if _, err := w.ord.seq.JoinFront(ctx, t.key, taskID); err != nil {
+			return t.retryEarly(err)
+		}
+	}
 	lease, err, end := t.acquire(ctx)
 	if end {
 		return err
@@ -271,18 +278,30 @@ func (t *turn) run(ctx context.Context) error {
 	}
 	w.obs.TaskStarted(t.queue, t.attempt().N, wait)
 	if t.attempt().N == 1 {
-		if _, err := w.replies.EmitAcceptedOnce(ctx, t.msg.Conversation, ReplyEvent{TaskID: t.taskID, Otid: t.otid,
-			MessageID: t.msg.MessageID}); err != nil {
+		acc := ReplyEvent{TaskID: t.taskID, Otid: t.otid, MessageID: t.msg.MessageID}
+		if t.msg.Approval != nil {
+			acc = answerAccepted(t.msg, t.taskID, t.otid, 0)
+		}
+		if _, err := w.replies.EmitAcceptedOnce(ctx, t.msg.Conversation, acc); err != nil {
 			t.redisFailed()
 			t.log.Debug("accepted event not written", "error", err.Error())
 		}
+	}
+	var approvals []agentclient.ApprovalAnswer
+	if t.msg.Approval != nil {
+		var end bool
+		if approvals, err, end = t.answerTurn(ctx); end {
+			return err
+		}
+	} else if err, end := t.approvalGate(ctx); end {
+		return err
 	}
 	intents, err := w.journal.Intents(ctx, t.taskID)
 	if err != nil {
 		return t.retryEarly(err)
 	}
 	intents = LiveIntents(intents)
-	if err := t.takeFollowers(ctx, len(intents) == 0); err != nil {
+	if err := t.takeFollowers(ctx, len(intents) == 0 && t.msg.Approval == nil); err != nil {
 		return t.retryEarly(err)
 	}
 	text := t.msg.Text
@@ -307,7 +326,7 @@ func (t *turn) run(ctx context.Context) error {
 		t.emit(ReplyEvent{Type: EventAnswerDelta, Text: text, Narration: narration})
 	})
 	turnSpec := continuation.Turn{AgentID: t.msg.AgentID, Otid: t.otid, Text: text, SenderID: t.msg.SenderID,
-		Started: rec.FirstStartedAt, PriorIntent: len(intents) > 0}
+		Started: rec.FirstStartedAt, PriorIntent: len(intents) > 0, Images: lettaImages(t.msg.Images), Approvals: approvals}
 	hooks := continuation.Hooks{
 		Logger:     t.log,
 		OnEvent:    t.onEvent,
@@ -615,12 +634,16 @@ func (t *turn) finish(ctx context.Context, d continuation.Decision) error {
 		t.deltas.finish(d.StopReason != "requires_approval")
 		if d.StopReason == "requires_approval" {
 			tool := &ToolEvent{Status: ToolStatusCall}
-			if ap := snap.Transcript.PendingApprovals(); len(ap) > 0 {
-				s := ap[len(ap)-1]
-				tool = &ToolEvent{Name: s.ToolName, CallID: s.ToolCallID, Arguments: s.Arguments, Status: ToolStatusCall}
+			calls := approvalCalls(snap.Transcript)
+			if len(calls) > 0 {
+				tool = &calls[len(calls)-1]
+			}
+			ae, err := t.requestApproval(dctx, log, calls)
+			if err != nil {
+				return t.retry(dctx, log, d, time.Second, "record the approval request: "+err.Error())
 			}
 			return t.deliver(dctx, log, OutcomeApprovalRequired, ReplyEvent{Type: EventApprovalRequired, Tool: tool,
-				StopReason: d.StopReason}, snap.Answer, tool)
+				StopReason: d.StopReason, Approval: ae}, snap.Answer, tool)
 		}
 		return t.deliver(dctx, log, OutcomeAnswered, ReplyEvent{Type: EventAnswer, Text: snap.Answer,
 			StopReason: d.StopReason}, snap.Answer, nil)
@@ -654,7 +677,7 @@ func (t *turn) finish(ctx context.Context, d continuation.Decision) error {
 		if d.Retryable {
 			return t.retry(dctx, log, d, max(agentclient.RetryAfter(d.Err), time.Second), d.Reason)
 		}
-		return t.fail(dctx, log, d.Reason, "")
+		return t.fail(dctx, log, t.imageRejected(d, d.Reason), "")
 
 	case continuation.StillRunning:
 		t.deltas.finish(false)
@@ -711,6 +734,7 @@ func (t *turn) deliver(ctx context.Context, log *slog.Logger, outcome string, ev
 		log.Info("final event already written by an earlier attempt")
 	}
 	t.finishFollowers(ctx, ev)
+	t.answered(ctx, log)
 	now := time.Now()
 	t.mu.Lock()
 	t.attempt().Outcome = outcome
@@ -770,6 +794,7 @@ func (t *turn) fail(ctx context.Context, log *slog.Logger, reason, stop string) 
 		log.Warn("could not emit the error event", "error", err.Error())
 	}
 	t.finishFollowers(ctx, ev)
+	t.answered(ctx, log)
 	now := time.Now()
 	t.mu.Lock()
 	t.attempt().Outcome, t.attempt().Error = OutcomeFailed, reason

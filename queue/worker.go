@@ -115,6 +115,12 @@ type WorkerConfig struct {
 	// ThreadMode: which Letta thread a chat talks to (default
 	// ThreadConversation; see thread.go).
 	ThreadMode ThreadMode
+	// ApprovalPolicy: what a message does while its chat's approval
+	// request is unanswered (default ApprovalWait; see approval.go).
+	ApprovalPolicy ApprovalPolicy
+	// ApprovalTimeout: an unanswered approval request is denied this long
+	// after it was made (default DefaultApprovalTimeout).
+	ApprovalTimeout time.Duration
 	// MaxReplyBytes bounds the text (answer deltas, tool arguments and
 	// returns) one attempt of a turn writes to its reply stream as progress
 	// events; past it, progress text is dropped (the final event still
@@ -124,16 +130,18 @@ type WorkerConfig struct {
 
 // Worker runs turns from the queue.
 type Worker struct {
-	cfg     WorkerConfig
-	log     *slog.Logger
-	client  *agentclient.Client
-	runner  *continuation.Runner
-	replies *Replies
-	journal *Journal
-	obs     Observer
-	rdb     redis.UniversalClient // owned when we made it
-	ord     *orderer              // nil: no ordering
-	threads *threads
+	cfg       WorkerConfig
+	log       *slog.Logger
+	client    *agentclient.Client
+	runner    *continuation.Runner
+	replies   *Replies
+	journal   *Journal
+	obs       Observer
+	rdb       redis.UniversalClient // owned when we made it
+	ord       *orderer              // nil: no ordering
+	threads   *threads
+	approvals *approvals
+	answerer  answerer
 
 	baseCtx    context.Context
 	baseCancel context.CancelCauseFunc
@@ -259,6 +267,16 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		return nil, fmt.Errorf("queue: %w", err)
 	}
 	w.cfg.ThreadMode = mode
+	pol, err := ParseApprovalPolicy(string(cfg.ApprovalPolicy))
+	if err != nil {
+		w.closeRedis()
+		return nil, fmt.Errorf("queue: %w", err)
+	}
+	w.cfg.ApprovalPolicy = pol
+	if w.cfg.ApprovalTimeout <= 0 {
+		w.cfg.ApprovalTimeout = DefaultApprovalTimeout
+	}
+	w.approvals = newApprovals(w.replies)
 	w.threads = &threads{mode: mode, rdb: w.replies.rdb, prefix: w.replies.opts.Prefix, client: w.client, lock: w.ord == nil}
 	w.baseCtx, w.baseCancel = context.WithCancelCause(context.Background())
 	return w, nil
@@ -385,6 +403,9 @@ func (w *Worker) awaitRedis(ctx context.Context) {
 }
 
 func (w *Worker) closeRedis() {
+	if w.answerer.c != nil {
+		_ = w.answerer.c.Close()
+	}
 	w.ord.close()
 	if w.rdb != nil {
 		_ = w.rdb.Close()

@@ -402,16 +402,5 @@ func (s *Sim) handleConvCancel(w http.ResponseWriter, req *http.Request) {
 		writeDetail(w, http.StatusConflict, "NO_ACTIVE_RUNS_TO_CANCEL: No active runs to cancel for conversation "+th.name())
 		return
 	}
-	result := map[string]string{}
-	for _, r := range targets {
-		r.requestCancel()
-	}
-	for _, r := range targets {
-		if !s.waitDone(req.Context(), r) {
-			return
-		}
-		result[r.id] = "cancelled"
-	}
-	b, _ := json.Marshal(result)
-	writeJSON(w, http.StatusOK, b)
+	s.cancelRuns(w, req, targets, map[string]string{})
 }

@@ -581,6 +581,12 @@ func (s *Sim) handleCancel(w http.ResponseWriter, req *http.Request) {
 		writeDetail(w, http.StatusConflict, "CONFLICT: No active runs to cancel for agent "+a.id)
 		return
 	}
+	s.cancelRuns(w, req, targets, result)
+}
+
+// cancelRuns cancels targets, waits for each to end, and answers result with each of them
+// "cancelled" (result may already hold "failed" entries).
+func (s *Sim) cancelRuns(w http.ResponseWriter, req *http.Request, targets []*run, result map[string]string) {
 	for _, r := range targets {
 		r.requestCancel()
 	}

@@ -42,21 +42,5 @@ func validPathID(w http.ResponseWriter, name, id, pattern string) bool {
 
 // writeValidationTyped is writeValidation with the error's type.
 func writeValidationTyped(w http.ResponseWriter, typ, msg string, loc ...string) {
-	o := beginObj(nil)
-	o.key("detail")
-	o.buf = append(o.buf, '[')
-	e := beginObj(o.buf)
-	e.key("loc")
-	e.buf = append(e.buf, '[')
-	for i, l := range loc {
-		if i > 0 {
-			e.buf = append(e.buf, ',')
-		}
-		e.buf = appendString(e.buf, l)
-	}
-	e.buf = append(e.buf, ']')
-	e.str("msg", msg)
-	e.str("type", typ)
-	o.buf = append(e.end(), ']')
-	writeJSON(w, http.StatusUnprocessableEntity, o.end())
+	writeJSON(w, http.StatusUnprocessableEntity, appendValidationTyped(nil, loc, msg, typ))
 }

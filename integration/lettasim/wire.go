@@ -198,6 +198,12 @@ func appendDetail(b []byte, msg string) []byte {
 
 // appendValidation is a FastAPI-style 422 body (HTTPValidationError).
 func appendValidation(b []byte, loc []string, msg string) []byte {
+	return appendValidationTyped(b, loc, msg, "value_error")
+}
+
+// appendValidationTyped is appendValidation with the error's type (e.g.
+// "string_pattern_mismatch", "missing").
+func appendValidationTyped(b []byte, loc []string, msg, typ string) []byte {
 	o := beginObj(b)
 	o.key("detail")
 	o.buf = append(o.buf, '[')
@@ -212,7 +218,7 @@ func appendValidation(b []byte, loc []string, msg string) []byte {
 	}
 	e.buf = append(e.buf, ']')
 	e.str("msg", msg)
-	e.str("type", "value_error")
+	e.str("type", typ)
 	o.buf = append(e.end(), ']')
 	return o.end()
 }

@@ -97,7 +97,7 @@ func BudgetFormula(c budget.Config) string {
 		if !ok {
 			continue // the resend repeats of the attempt's phases
 		}
-		term := label + " " + shortDuration(p.Max)
+		term := label + " " + budget.FormatDuration(p.Max)
 		switch p.Name {
 		case budget.PhaseThread:
 			before = append(before, term)
@@ -122,20 +122,4 @@ func BudgetFormula(c budget.Config) string {
 	}
 	tt := c.TaskTimeout()
 	return fmt.Sprintf("task timeout = %s%s = %ds (%s)", sum, rounded, int64(tt/time.Second), tt)
-}
-
-// shortDuration writes whole hours, minutes or seconds in one unit ("5m", "75s"), as the
-// budget variables' defaults are written, and anything else as time.Duration does.
-func shortDuration(d time.Duration) string {
-	switch {
-	case d == 0:
-		return "0s"
-	case d%time.Hour == 0:
-		return fmt.Sprintf("%dh", d/time.Hour)
-	case d%time.Minute == 0:
-		return fmt.Sprintf("%dm", d/time.Minute)
-	case d%time.Second == 0:
-		return fmt.Sprintf("%ds", d/time.Second)
-	}
-	return d.String()
 }

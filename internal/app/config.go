@@ -66,6 +66,8 @@ type WorkerConfig struct {
 	OrderingLease     time.Duration // lease of a conversation's lock
 	Coalesce          []string      // integrations whose waiting messages are merged
 	ThreadMode        queue.ThreadMode
+	ApprovalPolicy    queue.ApprovalPolicy
+	ApprovalTimeout   time.Duration
 	LogFormat         string // auto | json | text
 	LogLevel          string // debug | info | warn | error
 	HTTPAddr          string // "" or "off": no listener
@@ -313,6 +315,19 @@ var workerSettings = []setting{
 			c.ThreadMode = m
 			return nil
 		}},
+	{Var{Name: "LETTAQ_APPROVAL_POLICY", Default: string(queue.ApprovalWait),
+		Help: `what a chat message does while the agent waits for the answer to an approval request of that chat: "wait" (it waits in its line until the request is answered or expires), "deny" (lettaq denies the pending tool calls, telling the agent the user moved on, then sends the message) or "error" (the message fails with an error event)`},
+		func(c *WorkerConfig, raw string) error {
+			p, err := queue.ParseApprovalPolicy(raw)
+			if err != nil {
+				return errors.New("want wait, deny or error")
+			}
+			c.ApprovalPolicy = p
+			return nil
+		}},
+	{Var{Name: "LETTAQ_APPROVAL_TIMEOUT", Default: "24h",
+		Help: "an approval request nobody answers is denied automatically this long after it was made, with a reason the agent is told, so that no chat stays blocked"},
+		durSetting(func(c *WorkerConfig) *time.Duration { return &c.ApprovalTimeout }, time.Second)},
 	{Var{Name: "LETTAQ_MAX_RETRY", Default: "25",
 		Help: "attempts after the first for turns this worker enqueues through /enqueue (enqueue's --max-retry for the CLI)"},
 		intSetting(func(c *WorkerConfig) *int { return &c.MaxRetry }, 0)},

@@ -44,6 +44,8 @@ type enqueueOpts struct {
 	lettaURL, lettaKey                                         string
 	ordering                                                   string
 	integration, chat, messageID, sender, otid                 string
+	reason                                                     string
+	images                                                     []queue.Image
 	dev, jsonOut, wait                                         bool
 	timeout                                                    time.Duration
 	maxRetry, limit                                            int
@@ -51,11 +53,15 @@ type enqueueOpts struct {
 
 const enqueueSynopsis = `enqueue [flags] TEXT            (or the text on stdin)
        enqueue [flags] journal [recent|stalls|retries|resends|failures] [--limit N]
-       enqueue [flags] journal show <task-id|otid|the beginning of one>`
+       enqueue [flags] journal show <task-id|otid|the beginning of one>
+       enqueue [flags] approve|deny <task-id|otid> [--reason TEXT]`
 
 const enqueueDesc = `Puts one chat message on the lettaq queue as an agent turn; with --wait, follows the
 conversation's reply events until the turn's answer (or error) arrives. "journal" shows what
 the workers recorded about recent turns (a table on a terminal, JSON otherwise or with --json).
+"approve"/"deny" answer every pending tool call of the approval request of the turn named by
+its task id or otid (printed by --wait, and in the approval_required event): a turn of its
+own, ahead of the chat's waiting messages; with --wait it is followed like a message.
 
 Exit codes (of the built command: go run exits 1 for any failure):
   0  answered (or, without --wait, enqueued; a duplicate message id also exits 0)
@@ -90,6 +96,8 @@ func RunEnqueue(ctx context.Context, args []string, getenv func(string) string, 
 	fs.StringVar(&o.messageID, "message-id", "", "")
 	fs.StringVar(&o.sender, "sender", "", "")
 	fs.StringVar(&o.otid, "otid", "", "")
+	fs.StringVar(&o.reason, "reason", "", "")
+	fs.Var(imagesValue{&o.images}, "image", "")
 	fs.BoolVar(&o.dev, "dev", false, "")
 	fs.BoolVar(&o.jsonOut, "json", false, "")
 	fs.BoolVar(&o.wait, "wait", false, "")
@@ -110,6 +118,9 @@ func RunEnqueue(ctx context.Context, args []string, getenv func(string) string, 
   --message-id ID      the integration's message id: a message enqueued twice makes one turn
   --sender ID          passed to Letta as sender_id
   --otid UUID          the turn's idempotency key at Letta (default: derived from the task id)
+  --image URL|@FILE    an image sent with the text (repeatable): an http(s) URL, or a local
+                       .png/.jpg/.gif/.webp file sent as base64
+  --reason TEXT        approve|deny: the reason told to the agent
   --dev                reach a worker started with --dev (its in-memory Redis, agent `+DemoAgent+`)
   --wait               follow the turn until its answer: a live status line (time in the step, the
                        turn's total) and the answer as it grows on a terminal; plain lines on stderr
@@ -175,8 +186,13 @@ Time budget: the task timeout is computed from the LETTAQ_* budget variables, as
 		return runJournal(ctx, o, pos[1:], rdb, stdout, stderr)
 	}
 
+	answerVerb := ""
+	if len(pos) > 0 && (pos[0] == "approve" || pos[0] == "deny") {
+		answerVerb, pos = pos[0], pos[1:]
+	}
 	var text string
 	switch {
+	case answerVerb != "":
 	case len(pos) > 0:
 		text = strings.Join(pos, " ")
 	case stdin != nil && !IsTerminalReader(stdin):
@@ -187,7 +203,10 @@ Time budget: the task timeout is computed from the LETTAQ_* budget variables, as
 		}
 		text = strings.TrimRight(string(data), "\r\n")
 	}
-	if strings.TrimSpace(text) == "" {
+	if answerVerb != "" {
+		return o.answer(ctx, answerVerb, pos, connOpt, b, rdb, stdout, stderr)
+	}
+	if strings.TrimSpace(text) == "" && len(o.images) == 0 {
 		fmt.Fprintf(stderr, "enqueue: no message text: give it as an argument or on stdin (see --help)\n")
 		return ExitUsage
 	}
@@ -218,7 +237,7 @@ Time budget: the task timeout is computed from the LETTAQ_* budget variables, as
 	}
 	conv := queue.Conversation{Integration: o.integration, ChatID: o.chat}
 	msg := queue.Message{AgentID: o.agent, Text: text, SenderID: o.sender, Conversation: conv,
-		MessageID: o.messageID, Otid: o.otid}
+		MessageID: o.messageID, Otid: o.otid, Images: o.images}
 	if err := msg.Validate(); err != nil {
 		fmt.Fprintf(stderr, "enqueue: %v\n", err)
 		return ExitUsage

@@ -114,11 +114,7 @@ func (v *viewer) show(ev queue.ReplyEvent) (exit int, done bool) {
 	case queue.EventApprovalRequired:
 		v.clearStatus()
 		if !v.json {
-			name := ""
-			if ev.Tool != nil {
-				name = ev.Tool.Name + " " + ev.Tool.Arguments
-			}
-			fmt.Fprintf(v.errw, "approval required: the agent wants to run %s\n", name)
+			showApproval(v.errw, ev)
 		}
 		return ExitApproval, true
 	case queue.EventError:

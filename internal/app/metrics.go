@@ -7,6 +7,8 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	lqueue "github.com/lettaq/lettaq/queue"
 )
 
 // Metrics is the worker's Prometheus registry: turn metrics (it is the queue's Observer) and
@@ -26,6 +28,8 @@ type Metrics struct {
 	turnDuration prometheus.Histogram
 	attemptDur   prometheus.Histogram
 	queueWait    prometheus.Histogram
+	approvals    *prometheus.CounterVec
+	humanWait    prometheus.Histogram
 }
 
 // turnBuckets cover a quick answer (~1s) up to a long agent turn (minutes).
@@ -73,14 +77,33 @@ func NewMetrics(inspector *asynq.Inspector) *Metrics {
 		queueWait: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "lettaq_queue_wait_seconds", Help: "From enqueue to the start of an attempt.", Buckets: turnBuckets,
 		}),
+		approvals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lettaq_approvals_total", Help: "Approval requests by event (requested; answered by a person or a policy; expired: denied when nobody answered).",
+		}, []string{"event"}),
+		humanWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "lettaq_approval_wait_seconds", Help: "From an approval request to its answer (or expiry): time waiting for a human.",
+			Buckets: []float64{1, 5, 15, 30, 60, 300, 900, 3600, 4 * 3600, 24 * 3600},
+		}),
 	}
-	reg.MustRegister(m.turns, m.attempts, m.started, m.timeouts, m.polls, m.resumes, m.resends, m.inFlight,
+	reg.MustRegister(m.approvals, m.humanWait, m.turns, m.attempts, m.started, m.timeouts, m.polls, m.resumes, m.resends, m.inFlight,
 		m.ttft, m.turnDuration, m.attemptDur, m.queueWait,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if inspector != nil {
 		reg.MustRegister(&queueCollector{inspector: inspector})
 	}
 	return m
+}
+
+var _ interface {
+	Approval(string, time.Duration)
+} = (*Metrics)(nil)
+
+// Approval implements queue.ApprovalObserver.
+func (m *Metrics) Approval(event string, waited time.Duration) {
+	m.approvals.WithLabelValues(event).Inc()
+	if event != "requested" {
+		m.humanWait.Observe(waited.Seconds())
+	}
 }
 
 // TaskStarted implements queue.Observer.
@@ -146,13 +169,15 @@ var (
 	descPaused = prometheus.NewDesc("asynq_queue_paused_total",
 		"1 when the queue is paused.", []string{"queue"}, nil)
 	descWaiting = prometheus.NewDesc("lettaq_turns_waiting",
-		"Turns waiting for their conversation's turn ahead to end: scheduled tasks (how a turn queued behind another waits) plus tasks put back by the ordering safety net.", []string{"queue"}, nil)
+		"Turns waiting for their conversation's turn ahead to end: scheduled tasks (how a turn queued behind another waits) plus tasks put back by the ordering safety net; approval expiries are not counted.", []string{"queue"}, nil)
+	descApprovalsPending = prometheus.NewDesc("lettaq_approvals_pending",
+		"Approval requests waiting for a human: the scheduled expiries of unanswered requests.", []string{"queue"}, nil)
 	descScrapeErr = prometheus.NewDesc("lettaq_queue_scrape_errors",
 		"1 when reading the queues from Redis failed during this scrape.", nil, nil)
 )
 
 func (q *queueCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descTasks, descSize, descLatency, descMemory, descProcessed, descFailed, descPaused, descWaiting, descScrapeErr} {
+	for _, d := range []*prometheus.Desc{descTasks, descSize, descLatency, descMemory, descProcessed, descFailed, descPaused, descWaiting, descApprovalsPending, descScrapeErr} {
 		ch <- d
 	}
 }
@@ -189,9 +214,30 @@ func (q *queueCollector) Collect(ch chan<- prometheus.Metric) {
 		if err != nil {
 			failed = 1
 		}
-		ch <- prometheus.MustNewConstMetric(descWaiting, prometheus.GaugeValue, float64(info.Scheduled+putBack), name)
+		expiries, err := q.expiries(name, info.Scheduled)
+		if err != nil {
+			failed = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descWaiting, prometheus.GaugeValue, float64(info.Scheduled-expiries+putBack), name)
+		ch <- prometheus.MustNewConstMetric(descApprovalsPending, prometheus.GaugeValue, float64(expiries), name)
 	}
 	ch <- prometheus.MustNewConstMetric(descScrapeErr, prometheus.GaugeValue, failed)
+}
+
+// expiries counts the scheduled tasks of queue that are approval expiries (a pending approval,
+// not a waiting turn); it reads at most the first 500.
+func (q *queueCollector) expiries(queue string, scheduled int) (int, error) {
+	if scheduled == 0 {
+		return 0, nil
+	}
+	tasks, err := q.inspector.ListScheduledTasks(queue, asynq.PageSize(500))
+	n := 0
+	for _, t := range tasks {
+		if lqueue.IsApprovalExpiry(t.Payload) {
+			n++
+		}
+	}
+	return n, err
 }
 
 // putBack counts the retry tasks of queue that only wait for their turn (an ordering put-back,

@@ -60,6 +60,8 @@ func newQueueRunner(cfg WorkerConfig, connOpt asynq.RedisConnOpt, rdb redis.Univ
 		HeartbeatInterval: cfg.HeartbeatInterval,
 		Ordering:          ord,
 		ThreadMode:        cfg.ThreadMode,
+		ApprovalPolicy:    cfg.ApprovalPolicy,
+		ApprovalTimeout:   cfg.ApprovalTimeout,
 		MaxReplyBytes:     cfg.Limits.Reply,
 		DeltaMaxAge:       deltaMaxAge(cfg.Dev),
 	})

@@ -19,15 +19,21 @@ import (
 // scrapeWaiting reads lettaq_turns_waiting{queue="lettaq"} from the worker's /metrics.
 func scrapeWaiting(t *testing.T, r *Running) int {
 	t.Helper()
+	return scrapeQueueGauge(t, r, "lettaq_turns_waiting")
+}
+
+// scrapeQueueGauge reads name{queue="lettaq"} from the worker's /metrics.
+func scrapeQueueGauge(t *testing.T, r *Running, name string) int {
+	t.Helper()
 	resp, err := http.Get("http://" + r.HTTPAddr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	m := regexp.MustCompile(`(?m)^lettaq_turns_waiting\{queue="lettaq"\} (\d+)$`).FindSubmatch(b)
+	m := regexp.MustCompile(`(?m)^` + name + `\{queue="lettaq"\} (\d+)$`).FindSubmatch(b)
 	if m == nil {
-		t.Fatalf("no lettaq_turns_waiting in /metrics:\n%s", b)
+		t.Fatalf("no %s in /metrics:\n%s", name, b)
 	}
 	n, _ := strconv.Atoi(string(m[1]))
 	return n

@@ -1,0 +1,236 @@
+package queue
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/lettaq/lettaq/internal/testredis"
+	"github.com/lettaq/lettaq/ordering"
+)
+
+// approvalClient is a Client with ordering and replies under a prefix of
+// the test's own, and the pending approval req of two calls.
+func approvalClient(t *testing.T) (*Client, *Replies, *PendingApproval, string) {
+	srv := testredis.RequireReal(t)
+	q := "lettaq-unit-appr-" + time.Now().Format("150405.000000")
+	prefix := "lettaq-unit:" + q + ":"
+	rdb := srv.Client(t)
+	replies := NewReplies(rdb, RepliesOptions{Prefix: prefix})
+	ord := Ordering{Config: ordering.Config{Prefix: prefix + "ord:"}}
+	c, err := NewClient(ClientConfig{Redis: asynq.RedisClientOpt{Addr: srv.Addr, DB: srv.DB}, Queue: q, Ordering: ord, Replies: replies})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx := context.Background()
+		insp := asynq.NewInspector(asynq.RedisClientOpt{Addr: srv.Addr, DB: srv.DB})
+		_ = insp.DeleteQueue(q, true)
+		_ = insp.Close()
+		_ = c.Close()
+		iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+		for iter.Next(ctx) {
+			rdb.Del(ctx, iter.Val())
+		}
+	})
+	p := &PendingApproval{RequestTaskID: "turn:web:chat-1:m1", Otid: "0d6f6a3c-3f0c-5b2e-8a8e-6a3f3c2b1a00", RunID: "run-1",
+		AgentID: "agent-1", Conversation: Conversation{Integration: "web", ChatID: "chat-1"}, Queue: q,
+		Calls:       []ToolEvent{{Name: "delete_file", CallID: "call-1", Arguments: `{"path":"a"}`}, {Name: "delete_file", CallID: "call-2", Arguments: `{"path":"b"}`}},
+		RequestedAt: time.Now().UTC(), ExpiresAt: time.Now().Add(time.Hour).UTC()}
+	if err := newApprovals(replies).save(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	return c, replies, p, q
+}
+
+// A partial answer is refused at enqueue naming the missing call ids; a
+// call that is not pending is refused naming it; nothing is enqueued.
+func TestAnswerApprovalRefusesPartialAnswers(t *testing.T) {
+	c, _, p, _ := approvalClient(t)
+	ctx := context.Background()
+	_, err := c.AnswerApproval(ctx, ApprovalReply{Request: p.RequestTaskID, Decisions: []Decision{{ToolCallID: "call-1", Approve: true}}})
+	ve, ok := IsValidationError(err)
+	if !ok || ve.Field != "approval.decisions" || !strings.Contains(err.Error(), "call-2") || strings.Contains(err.Error(), "call-1,") {
+		t.Fatalf("partial answer: %v, want a validation error naming call-2", err)
+	}
+	_, err = c.AnswerApproval(ctx, ApprovalReply{Request: p.RequestTaskID, Decisions: []Decision{
+		{ToolCallID: "call-1"}, {ToolCallID: "call-2"}, {ToolCallID: "call-9"}}})
+	if ve, ok := IsValidationError(err); !ok || !strings.Contains(ve.Error(), "call-9") {
+		t.Fatalf("unknown call: %v", err)
+	}
+	if _, err := c.AnswerApproval(ctx, ApprovalReply{Request: "turn:nope"}); !errors.Is(err, ErrNoApproval) {
+		t.Fatalf("unknown request: %v, want ErrNoApproval", err)
+	}
+}
+
+// The answer is one task per request (pressed twice: a duplicate), found by
+// task id or otid, put at the front of the chat's line, its accepted event
+// saying what was answered; every pending call is answered.
+func TestAnswerApprovalOneTaskAtTheFront(t *testing.T) {
+	c, replies, p, q := approvalClient(t)
+	ctx := context.Background()
+	waiting, err := c.Enqueue(ctx, Message{AgentID: p.AgentID, Text: "later", Conversation: p.Conversation, MessageID: "m2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Deny(ctx, p.Otid, "not today")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.TaskID != AnswerTaskID(p.RequestTaskID) || res.Duplicate || res.Position != 0 {
+		t.Fatalf("answer %+v, want task %s at position 0", res, AnswerTaskID(p.RequestTaskID))
+	}
+	if pos, _ := c.seq.Position(ctx, c.cfg.Ordering.Key(Message{AgentID: p.AgentID, Conversation: p.Conversation}), waiting.TaskID); pos != 1 {
+		t.Errorf("the waiting message is at %d, want 1 (behind the answer)", pos)
+	}
+	again, err := c.Approve(ctx, p.RequestTaskID, "")
+	if err != nil || !again.Duplicate || again.TaskID != res.TaskID {
+		t.Fatalf("second press: %+v %v, want a duplicate of %s", again, err, res.TaskID)
+	}
+	insp := asynq.NewInspector(c.cfg.Redis)
+	defer insp.Close()
+	info, err := insp.GetTaskInfo(q, res.TaskID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := DecodePayload(info.Payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := m.Approval
+	if a == nil || len(a.Decisions) != 2 || a.Decisions[0].Approve || a.Decisions[1].Reason != "not today" || a.Cause != AnswerByUser {
+		t.Fatalf("payload %+v", a)
+	}
+	evs, _, err := replies.Read(ctx, p.Conversation, "0", 10, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got *ApprovalEvent
+	for _, ev := range evs {
+		if ev.TaskID == res.TaskID && ev.Type == EventAccepted {
+			got = ev.Approval
+		}
+	}
+	if got == nil || got.Decision != "denied" || got.RequestTaskID != p.RequestTaskID || got.Reason != "not today" {
+		t.Fatalf("accepted event approval %+v", got)
+	}
+}
+
+// An answer replaces the scheduled expiry of the same request; an expiry
+// that already ran makes a later answer a duplicate.
+func TestAnswerApprovalReplacesScheduledExpiry(t *testing.T) {
+	c, _, p, q := approvalClient(t)
+	ctx := context.Background()
+	exp, err := c.AnswerApproval(ctx, ApprovalReply{Request: p.RequestTaskID, Reason: "expired", cause: AnswerExpired, processAt: p.ExpiresAt})
+	if err != nil || exp.Duplicate {
+		t.Fatalf("expiry: %+v %v", exp, err)
+	}
+	insp := asynq.NewInspector(c.cfg.Redis)
+	defer insp.Close()
+	if info, err := insp.GetTaskInfo(q, exp.TaskID); err != nil || info.State != asynq.TaskStateScheduled {
+		t.Fatalf("expiry task %v %v, want scheduled", info, err)
+	}
+	res, err := c.Approve(ctx, p.RequestTaskID, "")
+	if err != nil || res.Duplicate {
+		t.Fatalf("answer before the expiry: %+v %v", res, err)
+	}
+	info, err := insp.GetTaskInfo(q, res.TaskID)
+	if err != nil || info.State != asynq.TaskStatePending {
+		t.Fatalf("answer task %v %v, want pending", info, err)
+	}
+	m, _ := DecodePayload(info.Payload)
+	if m.Approval.Cause != AnswerByUser || !m.Approval.Decisions[0].Approve {
+		t.Fatalf("the expiry was not replaced: %+v", m.Approval)
+	}
+}
+
+func TestApprovalAndImagePayloadValidation(t *testing.T) {
+	conv := Conversation{Integration: "web", ChatID: "c"}
+	ans := &Answer{RequestTaskID: "turn:x", Decisions: []Decision{{ToolCallID: "call-1", Approve: true}}}
+	big := strings.Repeat("A", MaxImageBytes*4/3+8)
+	for field, m := range map[string]Message{
+		"text":                               {AgentID: "a", Text: "hi", Conversation: conv, Approval: ans},
+		"approval.decisions":                 {AgentID: "a", Conversation: conv, Approval: &Answer{RequestTaskID: "turn:x"}},
+		"approval.request_task_id":           {AgentID: "a", Conversation: conv, Approval: &Answer{Decisions: ans.Decisions}},
+		"approval.decisions[1].tool_call_id": {AgentID: "a", Conversation: conv, Approval: &Answer{RequestTaskID: "r", Decisions: []Decision{{ToolCallID: "c"}, {ToolCallID: "c"}}}},
+		"images":                             {AgentID: "a", Text: "t", Conversation: conv, Images: make([]Image, MaxImages+1)},
+		"images[0].url":                      {AgentID: "a", Text: "t", Conversation: conv, Images: []Image{{URL: "file:///etc/passwd"}}},
+		"images[1].media_type":               {AgentID: "a", Conversation: conv, Images: []Image{{URL: "https://x.test/a.png"}, {MediaType: "text/html", Data: "QQ=="}}},
+		"images[0].data":                     {AgentID: "a", Conversation: conv, Images: []Image{{MediaType: "image/png", Data: big}}},
+	} {
+		err := m.Validate()
+		if ve, ok := IsValidationError(err); !ok || ve.Field != field {
+			t.Errorf("%s: got %v", field, err)
+		}
+	}
+	for _, m := range []Message{
+		{AgentID: "a", Conversation: conv, Approval: ans},
+		{AgentID: "a", Conversation: conv, Images: []Image{{URL: "https://x.test/a.png"}}},
+		{AgentID: "a", Text: "t", Conversation: conv, Images: []Image{{MediaType: "image/png", Data: "iVBORw0KGgo="}}},
+	} {
+		b, err := EncodePayload(m)
+		if err != nil {
+			t.Errorf("%+v: %v", m, err)
+			continue
+		}
+		back, err := DecodePayload(b)
+		if err != nil || len(back.Images) != len(m.Images) || (m.Approval != nil) != (back.Approval != nil) {
+			t.Errorf("round trip %s: %+v %v", b, back, err)
+		}
+	}
+}
+
+// The enqueue endpoint takes an answer as {"answer": …}: 202 with the
+// answer's task, 400 naming a missing call, 404 for an unknown request.
+func TestEnqueueHTTPHandlerAnswers(t *testing.T) {
+	c, _, p, _ := approvalClient(t)
+	h := EnqueueHTTPHandler(c)
+	post := func(body string) (int, string) {
+		req := httptest.NewRequest(http.MethodPost, "/enqueue", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec.Code, rec.Body.String()
+	}
+	if code, body := post(`{"answer": {"request": "` + p.RequestTaskID + `", "decisions": [{"tool_call_id": "call-1", "approve": true}]}}`); code != 400 ||
+		!strings.Contains(body, "call-2") || !strings.Contains(body, `"field":"approval.decisions"`) {
+		t.Errorf("partial: %d %s", code, body)
+	}
+	if code, body := post(`{"answer": {"request": "turn:nope", "approve": true}}`); code != 404 || !strings.Contains(body, `"field":"answer.request"`) {
+		t.Errorf("unknown: %d %s", code, body)
+	}
+	if code, body := post(`{"answer": {"request": "", "approve": true}}`); code != 400 {
+		t.Errorf("empty request: %d %s", code, body)
+	}
+	code, body := post(`{"answer": {"request": "` + p.Otid + `", "approve": false, "reason": "no"}, "message_id": "cb-1"}`)
+	if code != 202 || !strings.Contains(body, `"task_id":"`+AnswerTaskID(p.RequestTaskID)+`"`) || !strings.Contains(body, `"duplicate":false`) {
+		t.Errorf("answer: %d %s", code, body)
+	}
+	if code, body := post(`{"answer": {"request": "` + p.RequestTaskID + `", "approve": true}}`); code != 202 || !strings.Contains(body, `"duplicate":true`) {
+		t.Errorf("pressed twice: %d %s", code, body)
+	}
+}
+
+// A message with base64 images up to the limits fits the enqueue
+// endpoint's body.
+func TestEnqueueHTTPHandlerTakesImages(t *testing.T) {
+	c, _, p, _ := approvalClient(t)
+	data := base64.StdEncoding.EncodeToString(make([]byte, MaxImageBytes))
+	body := `{"agent_id": "agent-1", "text": "` + strings.Repeat("a", MaxTextBytes) + `", "conversation": {"integration": "web", "chat_id": "img"},
+		"images": [{"media_type": "image/png", "data": "` + data + `"}, {"media_type": "image/png", "data": "` + data + `"}]}`
+	req := httptest.NewRequest(http.MethodPost, "/enqueue", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	rec := httptest.NewRecorder()
+	EnqueueHTTPHandler(c).ServeHTTP(rec, req)
+	if rec.Code != 202 {
+		t.Fatalf("%d %s", rec.Code, rec.Body.String())
+	}
+	_ = p
+}

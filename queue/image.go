@@ -1,0 +1,104 @@
+package queue
+
+import (
+	"encoding/base64"
+	"fmt"
+	"net/url"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/lettaq/lettaq/agentclient"
+)
+
+// Images of a message: a URL the server fetches, or base64 data with its
+// media type. They go to Letta as the message's image content parts, after
+// the text part (WIRE.md "Message content"). An image the server cannot
+// fetch is a permanent 400: the turn fails at once, its error event names
+// the URL, and the message is never sent again.
+
+// Limits on Message.Images, checked at enqueue.
+const (
+	// MaxImages bounds the images of one message.
+	MaxImages = 4
+	// MaxImageURLBytes bounds one image URL.
+	MaxImageURLBytes = 2048
+	// MaxImageBytes bounds one image's decoded data (1 MiB).
+	MaxImageBytes = 1 << 20
+	// MaxImagesBytes bounds the decoded data of all images of a message.
+	MaxImagesBytes = 2 << 20
+)
+
+// Image is one image of a message: URL, or Data (base64, standard
+// encoding) with MediaType.
+type Image struct {
+	URL       string `json:"url,omitempty"`
+	MediaType string `json:"media_type,omitempty"`
+	Data      string `json:"data,omitempty"`
+}
+
+// imageMediaTypes are the media types a base64 image may have.
+var imageMediaTypes = map[string]bool{"image/png": true, "image/jpeg": true, "image/gif": true, "image/webp": true}
+
+// checkImages validates images; the error names the field ("images[1].url").
+func checkImages(images []Image) error {
+	if len(images) > MaxImages {
+		return invalid("images", "has %d images, more than the limit of %d", len(images), MaxImages)
+	}
+	total := 0
+	for i, im := range images {
+		f := fmt.Sprintf("images[%d]", i)
+		switch {
+		case im.URL != "" && (im.Data != "" || im.MediaType != ""):
+			return invalid(f, "has a url and data: give one")
+		case im.URL != "":
+			if len(im.URL) > MaxImageURLBytes {
+				return invalid(f+".url", "is %d bytes, more than the limit of %d", len(im.URL), MaxImageURLBytes)
+			}
+			u, err := url.Parse(im.URL)
+			if err != nil || !utf8.ValidString(im.URL) || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				return invalid(f+".url", "%q is not an http(s) URL", im.URL)
+			}
+		case im.Data == "":
+			return invalid(f, "has neither url nor data")
+		default:
+			if !imageMediaTypes[im.MediaType] {
+				return invalid(f+".media_type", "%q is not one of image/png, image/jpeg, image/gif, image/webp", im.MediaType)
+			}
+			if base64.StdEncoding.DecodedLen(len(im.Data)) > MaxImageBytes+2 {
+				return invalid(f+".data", "is about %d bytes, more than the limit of %d", base64.StdEncoding.DecodedLen(len(im.Data)), MaxImageBytes)
+			}
+			raw, err := base64.StdEncoding.DecodeString(im.Data)
+			if err != nil {
+				return invalid(f+".data", "is not base64: %v", err)
+			}
+			if len(raw) > MaxImageBytes {
+				return invalid(f+".data", "is %d bytes, more than the limit of %d", len(raw), MaxImageBytes)
+			}
+			total += len(raw)
+		}
+	}
+	if total > MaxImagesBytes {
+		return invalid("images", "hold %d bytes of data, more than the limit of %d", total, MaxImagesBytes)
+	}
+	return nil
+}
+
+// letta returns the images as agentclient sends them.
+func lettaImages(images []Image) []agentclient.Image {
+	var out []agentclient.Image
+	for _, im := range images {
+		out = append(out, agentclient.Image{URL: im.URL, MediaType: im.MediaType, Data: im.Data})
+	}
+	return out
+}
+
+// imageURLs lists the message's image URLs, for an error that names them.
+func imageURLs(images []Image) string {
+	var urls []string
+	for _, im := range images {
+		if im.URL != "" {
+			urls = append(urls, im.URL)
+		}
+	}
+	return strings.Join(urls, ", ")
+}
