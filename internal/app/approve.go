@@ -108,8 +108,12 @@ func (o enqueueOpts) answer(ctx context.Context, verb string, args []string, con
 	return runAnswer(ctx, o, verb, args, client, replies, stdout, stderr)
 }
 
-// showApproval tells what the agent wants to run and how to answer.
-func showApproval(w io.Writer, ev queue.ReplyEvent) {
+// showApproval tells what the agent wants to run and how to answer: hint (nil: a bare
+// "enqueue …") writes the commands, runnable as printed.
+func showApproval(w io.Writer, ev queue.ReplyEvent, hint func(args ...string) string) {
+	if hint == nil {
+		hint = func(args ...string) string { return "enqueue " + strings.Join(args, " ") }
+	}
 	var calls []queue.ToolEvent
 	if ev.Approval != nil {
 		calls = ev.Approval.Calls
@@ -120,5 +124,5 @@ func showApproval(w io.Writer, ev queue.ReplyEvent) {
 	for _, c := range calls {
 		fmt.Fprintf(w, "  %s %s (call %s)\n", c.Name, c.Arguments, c.CallID)
 	}
-	fmt.Fprintf(w, "answer with: enqueue approve %s   (or: enqueue deny %s --reason TEXT)\n", ev.TaskID, ev.TaskID)
+	fmt.Fprintf(w, "answer with:\n  %s\nor:\n  %s\n", hint("approve", "--wait", ev.TaskID), hint("deny", "--wait", "--reason", "not now", ev.TaskID))
 }

@@ -20,18 +20,19 @@ func TestEnqueueApproveDev(t *testing.T) {
 	if code != ExitApproval || !strings.Contains(errOut, "send_email") {
 		t.Fatalf("enqueue: exit %d, stderr %q", code, errOut)
 	}
-	i := strings.Index(errOut, "enqueue approve ")
-	if i < 0 {
+	approveCmd := lineAfter(t, errOut, "answer with:")
+	if !strings.Contains(approveCmd, " approve --wait turn:") {
 		t.Fatalf("no answer command in %q", errOut)
 	}
-	taskID := strings.Fields(errOut[i+len("enqueue approve "):])[0]
+	taskID := strings.Fields(approveCmd)[len(strings.Fields(approveCmd))-1]
 	// The pending request's scheduled expiry is a pending approval, not a turn waiting in line.
 	if w, p := scrapeWaiting(t, r), scrapeQueueGauge(t, r, "lettaq_approvals_pending"); w != 0 || p != 1 {
 		t.Errorf("while the approval is pending: lettaq_turns_waiting %d, lettaq_approvals_pending %d; want 0 and 1", w, p)
 	}
-	code, out, errOut := enqueue(t, r, "approve", "--wait", "--timeout=30s", taskID)
+	// The printed command runs as printed (the dev worker's Redis address included).
+	code, out, errOut := runHint(t, approveCmd)
 	if code != ExitOK || !strings.Contains(out, "Done: I emailed the team") {
-		t.Fatalf("approve: exit %d\nstdout %q\nstderr %q", code, out, errOut)
+		t.Fatalf("approve as printed (%s): exit %d\nstdout %q\nstderr %q", approveCmd, code, out, errOut)
 	}
 	if p := scrapeQueueGauge(t, r, "lettaq_approvals_pending"); p != 0 {
 		t.Errorf("once answered: lettaq_approvals_pending %d, want 0", p)

@@ -347,6 +347,7 @@ func follow(ctx context.Context, replies *queue.Replies, conv queue.Conversation
 	defer cancel()
 	tty := !o.jsonOut && IsTerminal(stdout)
 	v := newViewer(tty, o.jsonOut, stdout, stderr, nil)
+	v.hint = o.hint
 	defer v.clearStatus()
 	var lastSeq int64
 	tick := time.NewTicker(250 * time.Millisecond)

@@ -32,6 +32,9 @@ type viewer struct {
 	inAnswer   bool
 	lastPhase  string
 	lastDetail string
+	// hint writes an enqueue command line runnable as printed (the user's connection
+	// flags included); nil writes a bare "enqueue …".
+	hint func(args ...string) string
 }
 
 type runningTool struct {
@@ -114,7 +117,7 @@ func (v *viewer) show(ev queue.ReplyEvent) (exit int, done bool) {
 	case queue.EventApprovalRequired:
 		v.clearStatus()
 		if !v.json {
-			showApproval(v.errw, ev)
+			showApproval(v.errw, ev, v.hint)
 		}
 		return ExitApproval, true
 	case queue.EventError:
@@ -179,6 +182,8 @@ func phaseText(ev queue.ReplyEvent) string {
 		return "connecting to the agent…"
 	case queue.PhaseStreaming:
 		return "streaming…"
+	case queue.PhaseAwaitingApproval:
+		return "waiting: the agent's approval request in this conversation is not answered yet"
 	}
 	return ev.Phase
 }
