@@ -96,16 +96,32 @@ func (v imagesValue) Set(s string) error {
 
 // answer is enqueue approve|deny: the client as for a message, then runAnswer.
 func (o enqueueOpts) answer(ctx context.Context, verb string, args []string, connOpt asynq.RedisConnOpt, b budget.Config, rdb redis.UniversalClient, stdout, stderr io.Writer) int {
+	client, replies, code := o.newClient(connOpt, b, rdb, stderr)
+	if client == nil {
+		return code
+	}
+	defer client.Close()
+	return runAnswer(ctx, o, verb, args, client, replies, stdout, stderr)
+}
+
+// newClient is the queue client (and the reply streams it writes the accepted event to) for a
+// message or an answer, with o's queue, retries and ordering; on a bad setting it says why on
+// stderr and returns nil and the exit code.
+func (o *enqueueOpts) newClient(connOpt asynq.RedisConnOpt, b budget.Config, rdb redis.UniversalClient, stderr io.Writer) (*queue.Client, *queue.Replies, int) {
+	switch o.ordering = strings.ToLower(o.ordering); o.ordering {
+	case "conversation", "agent", "off":
+	default:
+		fmt.Fprintf(stderr, "enqueue: --ordering: want conversation, agent or off\n")
+		return nil, nil, ExitUsage
+	}
 	replies := queue.NewReplies(rdb, queue.RepliesOptions{Prefix: o.prefix})
-	o.ordering = strings.ToLower(o.ordering)
 	client, err := queue.NewClient(queue.ClientConfig{Redis: connOpt, Budget: b, Queue: o.queueName,
 		MaxRetry: maxRetry(o.maxRetry), Replies: replies, Ordering: queueOrdering(o.ordering, o.prefix)})
 	if err != nil {
 		fmt.Fprintf(stderr, "enqueue: %v\n", err)
-		return ExitUsage
+		return nil, nil, ExitUsage
 	}
-	defer client.Close()
-	return runAnswer(ctx, o, verb, args, client, replies, stdout, stderr)
+	return client, replies, ExitOK
 }
 
 // showApproval tells what the agent wants to run and how to answer: hint (nil: a bare

@@ -242,18 +242,9 @@ Time budget: the task timeout is computed from the LETTAQ_* budget variables, as
 		fmt.Fprintf(stderr, "enqueue: %v\n", err)
 		return ExitUsage
 	}
-	replies := queue.NewReplies(rdb, queue.RepliesOptions{Prefix: o.prefix})
-	switch o.ordering = strings.ToLower(o.ordering); o.ordering {
-	case "conversation", "agent", "off":
-	default:
-		fmt.Fprintf(stderr, "enqueue: --ordering: want conversation, agent or off\n")
-		return ExitUsage
-	}
-	client, err := queue.NewClient(queue.ClientConfig{Redis: connOpt, Budget: b, Queue: o.queueName,
-		MaxRetry: maxRetry(o.maxRetry), Replies: replies, Ordering: queueOrdering(o.ordering, o.prefix)})
-	if err != nil {
-		fmt.Fprintf(stderr, "enqueue: %v\n", err)
-		return ExitUsage
+	client, replies, code := o.newClient(connOpt, b, rdb, stderr)
+	if client == nil {
+		return code
 	}
 	defer client.Close()
 
