@@ -75,9 +75,10 @@ func ThreadKey(prefix, agentID string, c Conversation) string {
 	return prefix + "thread:" + threadHash(agentID, c)
 }
 
-// threadLockTTL bounds the short lock that serialises the creation of a
-// conversation's thread when ordering is off.
-const threadLockTTL = 10 * time.Second
+// threadLockSlack is added to the thread phase (the longest a holder may
+// resolve a thread) for the lock's expiry: a holder never loses the lock
+// while it may still create.
+const threadLockSlack = 5 * time.Second
 
 // threads resolves the Letta conversation of a turn.
 type threads struct {
@@ -86,8 +87,9 @@ type threads struct {
 	prefix string
 	client *agentclient.Client
 	// lock: serialise creation with a Redis lock (ordering off: nothing
-	// else keeps two turns of one chat apart).
-	lock bool
+	// else keeps two turns of one chat apart), held at most lockTTL.
+	lock    bool
+	lockTTL time.Duration
 }
 
 // resolve returns the Letta conversation id for the turn of m ("" for the
@@ -169,7 +171,7 @@ func (th *threads) acquire(ctx context.Context, key string) (func(), error) {
 	token := hex.EncodeToString(b[:])
 	wait := 20 * time.Millisecond
 	for {
-		ok, err := th.rdb.SetNX(ctx, key, token, threadLockTTL).Result()
+		ok, err := th.rdb.SetNX(ctx, key, token, th.lockTTL).Result()
 		if err != nil {
 			return nil, fmt.Errorf("lock the thread of the conversation: %w", err)
 		}

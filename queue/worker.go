@@ -277,7 +277,8 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		w.cfg.ApprovalTimeout = DefaultApprovalTimeout
 	}
 	w.approvals = newApprovals(w.replies)
-	w.threads = &threads{mode: mode, rdb: w.replies.rdb, prefix: w.replies.opts.Prefix, client: w.client, lock: w.ord == nil}
+	w.threads = &threads{mode: mode, rdb: w.replies.rdb, prefix: w.replies.opts.Prefix, client: w.client, lock: w.ord == nil,
+		lockTTL: w.cfg.Budget.ThreadResolution() + threadLockSlack}
 	w.baseCtx, w.baseCancel = context.WithCancelCause(context.Background())
 	return w, nil
 }
