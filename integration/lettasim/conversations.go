@@ -314,11 +314,10 @@ func (s *Sim) handleConvResume(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	var body struct {
-		AgentID       *string `json:"agent_id"`
-		RunID         *string `json:"run_id"`
-		Otid          *string `json:"otid"`
-		StartingAfter *int64  `json:"starting_after"`
-		IncludePings  *bool   `json:"include_pings"`
+		AgentID *string `json:"agent_id"`
+		RunID   *string `json:"run_id"`
+		Otid    *string `json:"otid"`
+		retrieveStreamRequest
 	}
 	if len(bytes.TrimSpace(raw)) > 0 {
 		if err := json.Unmarshal(raw, &body); err != nil {
@@ -336,12 +335,8 @@ func (s *Sim) handleConvResume(w http.ResponseWriter, req *http.Request) {
 	if th == nil {
 		return
 	}
-	var after int64
-	if body.StartingAfter != nil {
-		after = *body.StartingAfter
-	}
-	if after < 0 {
-		writeValidation(w, "starting_after must be >= 0", "body", "starting_after")
+	after, pings, ok := body.position(w)
+	if !ok {
 		return
 	}
 	r, st, msg := s.findRun(th, str(body.RunID), str(body.Otid))
@@ -349,7 +344,6 @@ func (s *Sim) handleConvResume(w http.ResponseWriter, req *http.Request) {
 		writeDetail(w, st, msg)
 		return
 	}
-	pings := body.IncludePings == nil || *body.IncludePings
 	s.resumeRun(w, req, r, after, pings)
 }
 

@@ -509,6 +509,19 @@ type retrieveStreamRequest struct {
 	IncludePings  *bool  `json:"include_pings"`
 }
 
+// position reads starting_after (default 0) and include_pings (default true); a negative
+// starting_after answers 422 and ok is false.
+func (b retrieveStreamRequest) position(w http.ResponseWriter) (after int64, pings, ok bool) {
+	if b.StartingAfter != nil {
+		after = *b.StartingAfter
+	}
+	if after < 0 {
+		writeValidation(w, "starting_after must be >= 0", "body", "starting_after")
+		return 0, false, false
+	}
+	return after, b.IncludePings == nil || *b.IncludePings, true
+}
+
 func (s *Sim) handleResume(w http.ResponseWriter, req *http.Request) {
 	r := s.runOr404(w, req)
 	if r == nil {
@@ -527,15 +540,10 @@ func (s *Sim) handleResume(w http.ResponseWriter, req *http.Request) {
 		writeValidation(w, "JSON decode error: "+err.Error())
 		return
 	}
-	var after int64
-	if body.StartingAfter != nil {
-		after = *body.StartingAfter
-	}
-	if after < 0 {
-		writeValidation(w, "starting_after must be >= 0", "body", "starting_after")
+	after, pings, ok := body.position(w)
+	if !ok {
 		return
 	}
-	pings := body.IncludePings == nil || *body.IncludePings
 	s.resumeRun(w, req, r, after, pings)
 }
 
