@@ -71,6 +71,15 @@ type Config struct {
 	HeapProfile string
 	// StreamTransport of the worker's agent client.
 	StreamTransport agentclient.StreamTransport
+	// ThreadMode of the worker (default agent: the figures in the README
+	// were measured on the agent endpoints).
+	ThreadMode queue.ThreadMode
+	// CPUProfile, when set, is where a CPU profile of the throughput run's
+	// lettaq part is written.
+	CPUProfile string
+	// TraceRedis prints, after the throughput and concurrency runs, what the
+	// round trips to Redis were, by command (scripts by their first key).
+	TraceRedis bool
 }
 
 func main() {
@@ -89,8 +98,15 @@ func main() {
 	flag.IntVar(&c.Workers, "workers", 200, "the worker's concurrency in the throughput run")
 	flag.StringVar(&c.HeapProfile, "heapprofile", "", "write a heap profile (and FILE.goroutine) when all concurrent turns are in flight")
 	st := flag.String("stream-transport", string(agentclient.StreamDedicated), `the worker's LETTA_STREAM_TRANSPORT: "dedicated" or "net/http"`)
+	tm := flag.String("thread-mode", string(queue.ThreadAgent), `the worker's LETTAQ_THREAD_MODE: "agent", "conversation" or "default"`)
+	flag.StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of the throughput run (lettaq's turns) to this file")
+	flag.BoolVar(&c.TraceRedis, "trace-redis", false, "print the Redis round trips of a turn by command")
 	flag.Parse()
 	var err error
+	if c.ThreadMode, err = queue.ParseThreadMode(*tm); err != nil {
+		fmt.Fprintln(os.Stderr, "bench: -thread-mode:", err)
+		os.Exit(2)
+	}
 	if c.StreamTransport, err = agentclient.ParseStreamTransport(*st); err != nil {
 		fmt.Fprintln(os.Stderr, "bench: -stream-transport:", err)
 		os.Exit(2)
@@ -138,6 +154,12 @@ type Results struct {
 	QueueFirst, DirectFirst []time.Duration
 	// Throughput
 	TurnsPerSec, NoopPerSec float64
+	// Redis round trips and commands per turn / per no-op task, from enqueue
+	// to done (client and worker; polling while the run lasts included).
+	TurnTrips, TurnCmds, NoopTrips, NoopCmds float64
+	// ThinkCmdsPerMin: Redis commands per minute per thinking turn (the
+	// worker, every turn in flight); ThinkTripsPerMin the round trips.
+	ThinkCmdsPerMin, ThinkTripsPerMin float64
 	// Concurrency
 	Concurrent       int
 	PeakRSS, BaseRSS uint64
@@ -174,7 +196,7 @@ func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float
 func (r *Results) Table() string {
 	var b strings.Builder
 	c := r.Config
-	fmt.Fprintf(&b, "lettaq benchmark: %s, %d CPUs, Go %s, task check interval %v, streams %s, %s\n\n", c.RedisURL, runtime.NumCPU(), runtime.Version(), c.CheckInterval, c.StreamTransport, gcSettings())
+	fmt.Fprintf(&b, "lettaq benchmark: %s, %d CPUs, Go %s, task check interval %v, thread mode %s, streams %s, %s\n\n", c.RedisURL, runtime.NumCPU(), runtime.Version(), c.CheckInterval, c.ThreadMode, c.StreamTransport, gcSettings())
 	b.WriteString("| measure | lettaq | direct / bare Asynq | lettaq adds |\n|---|---|---|---|\n")
 	row := func(name string, q, d []time.Duration, p float64) {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", name, ms(pct(q, p)), ms(pct(d, p)), ms(pct(q, p)-pct(d, p)))
@@ -188,6 +210,8 @@ func (r *Results) Table() string {
 	if r.TurnsPerSec > 0 {
 		fmt.Fprintf(&b, "| throughput, instant turns (%d turns, concurrency %d) | %.0f turns/s | %.0f tasks/s (no-op handler) | ratio %.2f |\n",
 			c.Throughput, c.Workers, r.TurnsPerSec, r.NoopPerSec, r.TurnsPerSec/r.NoopPerSec)
+		fmt.Fprintf(&b, "| Redis round trips (commands) per instant turn, enqueue to done | %.1f (%.1f) | %.1f (%.1f) per no-op task | %.1f (%.1f) |\n",
+			r.TurnTrips, r.TurnCmds, r.NoopTrips, r.NoopCmds, r.TurnTrips-r.NoopTrips, r.TurnCmds-r.NoopCmds)
 	}
 	if r.Concurrent > 0 {
 		per := int64(0)
@@ -201,6 +225,9 @@ func (r *Results) Table() string {
 		if r.HeapPerTurn > 0 {
 			fmt.Fprintf(&b, "| one in-flight turn holds (after a GC) | %d bytes live heap, %d bytes of stacks, %.1f goroutines | | |\n",
 				r.HeapPerTurn, r.StackPerTurn, r.GoroutinesPerTurn)
+		}
+		if r.ThinkCmdsPerMin > 0 {
+			fmt.Fprintf(&b, "| Redis commands (round trips) per minute per thinking turn | %.1f (%.1f) | | |\n", r.ThinkCmdsPerMin, r.ThinkTripsPerMin)
 		}
 		if r.AllocPerTurnSecond > 0 {
 			fmt.Fprintf(&b, "| a thinking turn allocates | %d bytes per second | | |\n", r.AllocPerTurnSecond)
@@ -262,6 +289,9 @@ func Run(ctx context.Context, c Config, log io.Writer) (*Results, error) {
 	if c.StreamTransport == "" {
 		c.StreamTransport = agentclient.StreamDedicated
 	}
+	if c.ThreadMode == "" {
+		c.ThreadMode = queue.ThreadAgent
+	}
 	r := &Results{Config: c}
 	r.FileLimit, _ = raiseFileLimit()
 	run := strings.ReplaceAll(uuid.NewString()[:8], "-", "")
@@ -273,7 +303,7 @@ func Run(ctx context.Context, c Config, log io.Writer) (*Results, error) {
 	}
 	if c.Throughput > 0 {
 		fmt.Fprintf(log, "throughput: %d instant turns, then %d no-op tasks…\n", c.Throughput, c.Throughput)
-		if err := throughput(ctx, c, rco, rdb, run, r); err != nil {
+		if err := throughput(ctx, c, rco, rdb, run, r, log); err != nil {
 			return nil, fmt.Errorf("throughput: %w", err)
 		}
 	}
@@ -288,20 +318,19 @@ func Run(ctx context.Context, c Config, log io.Writer) (*Results, error) {
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-func newWorker(c Config, rco asynq.RedisClientOpt, lettaURL, qname, prefix string, concurrency int, obs queue.Observer) (*queue.Worker, error) {
+func newWorker(c Config, rco asynq.RedisConnOpt, lettaURL, qname, prefix string, concurrency int, obs queue.Observer) (*queue.Worker, error) {
 	return queue.NewWorker(queue.WorkerConfig{
 		Redis: rco, LettaURL: lettaURL, Budget: budget.Default(), Concurrency: concurrency,
 		Queues: map[string]int{qname: 1}, ShutdownTimeout: 5 * time.Second, Logger: quiet,
 		WorkerID: "bench", RepliesOptions: queue.RepliesOptions{Prefix: prefix}, JournalOptions: queue.JournalOptions{Prefix: prefix},
 		Observer: obs, TaskCheckInterval: c.CheckInterval, StreamTransport: c.StreamTransport,
-		// The figures in the README were measured on the agent endpoints.
-		ThreadMode: queue.ThreadAgent,
+		ThreadMode: c.ThreadMode,
 	})
 }
 
 // startQueue starts a worker on its own queue and a client for that queue;
 // stop closes the client and shuts the worker down.
-func startQueue(ctx context.Context, c Config, rco asynq.RedisClientOpt, lettaURL, qname, prefix string, concurrency int, obs queue.Observer) (client *queue.Client, stop func(), err error) {
+func startQueue(ctx context.Context, c Config, rco asynq.RedisConnOpt, lettaURL, qname, prefix string, concurrency int, obs queue.Observer) (client *queue.Client, stop func(), err error) {
 	w, err := newWorker(c, rco, lettaURL, qname, prefix, concurrency, obs)
 	if err != nil {
 		return nil, nil, err
@@ -411,14 +440,29 @@ func overhead(ctx context.Context, c Config, rco asynq.RedisClientOpt, rdb *redi
 	return nil
 }
 
-func throughput(ctx context.Context, c Config, rco asynq.RedisClientOpt, rdb *redis.Client, run string, r *Results) error {
+func throughput(ctx context.Context, c Config, rco asynq.RedisClientOpt, rdb *redis.Client, run string, r *Results, log io.Writer) error {
 	sim := lettasim.NewServer(lettasim.Config{AutoCreateAgents: true, DefaultScript: lettasim.QuickScript("ok")})
 	defer sim.Close()
 	qname, prefix := "bench-tp-"+run, "lettaq-bench-"+run+":"
 	cnt := newCounter(c.Throughput)
-	client, stop, err := startQueue(ctx, c, rco, sim.URL, qname, prefix, c.Workers, cnt)
+	rc := &redisCounter{}
+	client, stop, err := startQueue(ctx, c, countingOpt{rco, rc}, sim.URL, qname, prefix, c.Workers, cnt)
 	if err != nil {
 		return err
+	}
+	rc.trace.Store(c.TraceRedis)
+	trips0, cmds0 := rc.snapshot()
+	if c.CPUProfile != "" {
+		f, err := os.Create(c.CPUProfile)
+		if err != nil {
+			stop()
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			stop()
+			return err
+		}
 	}
 	t0 := time.Now()
 	if err := parallel(c.Throughput, func(i int) error {
@@ -436,13 +480,22 @@ func throughput(ctx context.Context, c Config, rco asynq.RedisClientOpt, rdb *re
 		return fmt.Errorf("only %d of %d turns finished", cnt.answered.Load(), c.Throughput)
 	}
 	r.TurnsPerSec = float64(c.Throughput) / time.Since(t0).Seconds()
+	trips1, cmds1 := rc.snapshot()
+	if c.CPUProfile != "" {
+		pprof.StopCPUProfile()
+	}
+	r.TurnTrips, r.TurnCmds = float64(trips1-trips0)/float64(c.Throughput), float64(cmds1-cmds0)/float64(c.Throughput)
 	stop()
+	if c.TraceRedis {
+		printTrace(log, "an instant turn's", rc.names(), float64(c.Throughput))
+	}
 
 	// The same number of bare Asynq tasks with a no-op handler.
 	nq := "bench-noop-" + run
 	var n atomic.Int64
 	all := make(chan struct{})
-	srv := asynq.NewServer(rco, asynq.Config{Concurrency: c.Workers, Queues: map[string]int{nq: 1},
+	nc := &redisCounter{}
+	srv := asynq.NewServer(countingOpt{rco, nc}, asynq.Config{Concurrency: c.Workers, Queues: map[string]int{nq: 1},
 		TaskCheckInterval: c.CheckInterval, Logger: queue.NewAsynqLogger(quiet), LogLevel: asynq.ErrorLevel})
 	if err := srv.Start(asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
 		if n.Add(1) == int64(c.Throughput) {
@@ -453,8 +506,10 @@ func throughput(ctx context.Context, c Config, rco asynq.RedisClientOpt, rdb *re
 		return err
 	}
 	defer srv.Shutdown()
-	ac := asynq.NewClient(rco)
+	ac := asynq.NewClient(countingOpt{rco, nc})
 	defer ac.Close()
+	nc.trace.Store(c.TraceRedis)
+	trips0, cmds0 = nc.snapshot()
 	t0 = time.Now()
 	if err := parallel(c.Throughput, func(i int) error {
 		_, err := ac.EnqueueContext(ctx, asynq.NewTask("noop", []byte(`{"i":1}`)), asynq.Queue(nq),
@@ -469,6 +524,11 @@ func throughput(ctx context.Context, c Config, rco asynq.RedisClientOpt, rdb *re
 		return fmt.Errorf("only %d no-op tasks ran", n.Load())
 	}
 	r.NoopPerSec = float64(c.Throughput) / time.Since(t0).Seconds()
+	trips1, cmds1 = nc.snapshot()
+	r.NoopTrips, r.NoopCmds = float64(trips1-trips0)/float64(c.Throughput), float64(cmds1-cmds0)/float64(c.Throughput)
+	if c.TraceRedis {
+		printTrace(log, "a no-op task's", nc.names(), float64(c.Throughput))
+	}
 	return nil
 }
 
@@ -586,7 +646,8 @@ func concurrency(ctx context.Context, c Config, rco asynq.RedisClientOpt, run st
 
 	qname, prefix := "bench-conc-"+run, "lettaq-bench-"+run+":"
 	cnt := newCounter(c.Concurrent)
-	client, stop, err := startQueue(ctx, c, rco, simURL, qname, prefix, c.Concurrent, cnt)
+	rc := &redisCounter{}
+	client, stop, err := startQueue(ctx, c, countingOpt{rco, rc}, simURL, qname, prefix, c.Concurrent, cnt)
 	if err != nil {
 		return err
 	}
@@ -602,6 +663,7 @@ func concurrency(ctx context.Context, c Config, rco asynq.RedisClientOpt, run st
 	measured := false
 	var measuredAt time.Time
 	var allocAt uint64
+	var tripsAt, cmdsAt int64
 	sampling, samplerDone := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(samplerDone)
@@ -630,6 +692,19 @@ func concurrency(ctx context.Context, c Config, rco asynq.RedisClientOpt, run st
 						writeProfiles(c.HeapProfile, log)
 					}
 					measuredAt, allocAt = time.Now(), m.TotalAlloc
+					tripsAt, cmdsAt = rc.snapshot()
+					rc.trace.Store(c.TraceRedis)
+				}
+				// Redis per thinking turn: over half the think time (at most 30 s)
+				// with every turn in flight.
+				if measured && r.ThinkCmdsPerMin == 0 && time.Since(measuredAt) >= min(c.Think/2, 30*time.Second) && cnt.inFlight.Load() == int64(c.Concurrent) {
+					trips, cmds := rc.snapshot()
+					perMin := float64(c.Concurrent) * time.Since(measuredAt).Minutes()
+					r.ThinkCmdsPerMin, r.ThinkTripsPerMin = float64(cmds-cmdsAt)/perMin, float64(trips-tripsAt)/perMin
+					rc.trace.Store(false)
+					if c.TraceRedis {
+						printTrace(log, "a thinking turn's (per minute)", rc.names(), perMin)
+					}
 				}
 				if measured && r.AllocPerTurnSecond == 0 && time.Since(measuredAt) >= 5*time.Second && cnt.inFlight.Load() == int64(c.Concurrent) {
 					var m runtime.MemStats
@@ -718,4 +793,12 @@ func writeProfiles(path string, log io.Writer) {
 		_ = f.Close()
 	}
 	fmt.Fprintf(log, "  wrote %s and %s.goroutine (%d goroutines)\n", path, path, runtime.NumGoroutine())
+}
+
+// printTrace writes the traced round trips, per unit (turns, or turn-minutes).
+func printTrace(log io.Writer, what string, names []nameCount, per float64) {
+	fmt.Fprintf(log, "  %s Redis round trips:\n", what)
+	for _, n := range names {
+		fmt.Fprintf(log, "    %6.2f  %s\n", float64(n.n)/per, n.name)
+	}
 }
