@@ -287,7 +287,13 @@ func (a *approvals) get(ctx context.Context, ref string) (*PendingApproval, erro
 // pendingFor returns the unanswered request of the thread scope names, or nil.
 func (a *approvals) pendingFor(ctx context.Context, agentID, scope string) (*PendingApproval, error) {
 	id, err := a.rdb.Get(ctx, a.pendingKey(agentID, scope)).Result()
-	if errors.Is(err, redis.Nil) {
+	return a.pendingOf(ctx, id, err)
+}
+
+// pendingOf is pendingFor once the pending key was read (id and err of its
+// GET).
+func (a *approvals) pendingOf(ctx context.Context, id string, err error) (*PendingApproval, error) {
+	if errors.Is(err, redis.Nil) || (err == nil && id == "") {
 		return nil, nil
 	}
 	if err != nil {

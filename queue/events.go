@@ -265,6 +265,7 @@ func (r *Replies) Key(c Conversation) string {
 
 func (r *Replies) seqKey(taskID string) string      { return r.opts.Prefix + "seq:" + taskID }
 func (r *Replies) answeredKey(taskID string) string { return r.opts.Prefix + "answered:" + taskID }
+func (r *Replies) acceptedKey(taskID string) string { return r.opts.Prefix + "accepted:" + taskID }
 
 // replyEmitScript increments the turn's seq and appends the event in one
 // step, so that stream order and seq order agree across workers. With a
@@ -337,7 +338,7 @@ func (r *Replies) EmitAcceptedOnce(ctx context.Context, c Conversation, ev Reply
 	if ev.Phase == "" {
 		ev.Phase = PhaseQueued
 	}
-	_, emitted, err = r.emit(ctx, c, ev, r.opts.Prefix+"accepted:"+ev.TaskID)
+	_, emitted, err = r.emit(ctx, c, ev, r.acceptedKey(ev.TaskID))
 	return emitted, err
 }
 
@@ -351,11 +352,34 @@ func (r *Replies) Answered(ctx context.Context, taskID string) (bool, error) {
 }
 
 func (r *Replies) emit(ctx context.Context, c Conversation, ev ReplyEvent, marker string) (ReplyEvent, bool, error) {
-	if err := c.Validate(); err != nil {
+	ev, keys, args, err := r.prepare(c, ev, marker)
+	if err != nil {
 		return ev, false, err
 	}
+	res, err := replyEmitScript.Run(ctx, r.rdb, keys, args...).Slice()
+	if err != nil {
+		return ev, false, fmt.Errorf("queue: emit %s for task %s: %w", ev.Type, ev.TaskID, err)
+	}
+	if len(res) != 3 {
+		return ev, false, fmt.Errorf("queue: emit %s for task %s: unexpected script reply %v", ev.Type, ev.TaskID, res)
+	}
+	if ok, _ := res[0].(int64); ok != 1 {
+		return ev, false, nil
+	}
+	ev.ID, _ = res[1].(string)
+	ev.Seq, _ = res[2].(int64)
+	return ev, true, nil
+}
+
+// prepare validates ev, completes it (Parts, truncated tool return, Time)
+// and encodes it for replyEmitScript: keys stream, seq[, marker], args
+// maxlen, ttl, stream ttl, then the entry's field/value pairs.
+func (r *Replies) prepare(c Conversation, ev ReplyEvent, marker string) (ReplyEvent, []string, []any, error) {
+	if err := c.Validate(); err != nil {
+		return ev, nil, nil, err
+	}
 	if err := validateReplyEvent(ev); err != nil {
-		return ev, false, err
+		return ev, nil, nil, err
 	}
 	if ev.Type == EventAnswer && ev.Parts == nil && ev.Text != "" {
 		ev.Parts = SplitMessage(ev.Text, r.opts.PartLimits[c.Integration])
@@ -371,7 +395,7 @@ func (r *Replies) emit(ctx context.Context, c Conversation, ev ReplyEvent, marke
 	ev.Time = r.opts.Now().UTC()
 	data, err := json.Marshal(replyDataOf(ev))
 	if err != nil {
-		return ev, false, fmt.Errorf("queue: encode reply event: %w", err)
+		return ev, nil, nil, fmt.Errorf("queue: encode reply event: %w", err)
 	}
 	keys := []string{r.Key(c), r.seqKey(ev.TaskID)}
 	if marker != "" {
@@ -382,19 +406,97 @@ func (r *Replies) emit(ctx context.Context, c Conversation, ev ReplyEvent, marke
 		"type", string(ev.Type), "task_id", ev.TaskID, "otid", ev.Otid, "run_id", ev.RunID, "message_id", ev.MessageID,
 		"time", ev.Time.Format(time.RFC3339Nano), "data", string(data),
 	}
-	res, err := replyEmitScript.Run(ctx, r.rdb, keys, args...).Slice()
+	return ev, keys, args, nil
+}
+
+// replyEmitManyScript is replyEmitScript for several events (of any turns
+// and conversations) in one call, in order. The seq key's expiry is set
+// when the counter is created.
+//
+// KEYS: per event: stream, seq[, answered or accepted marker]
+// ARGV: maxlen, ttl_ms, stream_ttl_ms, then per event: "1" when it has a
+// marker (written once) else "0", then its 14 field/value strings (the 5
+// pairs before "seq", then the 2 after).
+// Returns per event: written (1/0), entry id, seq.
+var replyEmitManyScript = redis.NewScript(`
+local maxlen = ARGV[1]
+local ttl = tonumber(ARGV[2])
+local sttl = tonumber(ARGV[3])
+local out = {}
+local k, a = 1, 4
+while a <= #ARGV do
+  local once = ARGV[a] == '1'
+  local stream, seqk = KEYS[k], KEYS[k + 1]
+  local marker = nil
+  if once then marker = KEYS[k + 2]; k = k + 3 else k = k + 2 end
+  if once and redis.call('EXISTS', marker) == 1 then
+    out[#out + 1] = 0; out[#out + 1] = ''; out[#out + 1] = 0
+  else
+    local seq = redis.call('INCR', seqk)
+    if ttl > 0 and seq == 1 then redis.call('PEXPIRE', seqk, ttl) end
+    local args = {stream, 'MAXLEN', '~', maxlen, '*'}
+    for i = a + 1, a + 10 do args[#args + 1] = ARGV[i] end
+    args[#args + 1] = 'seq'
+    args[#args + 1] = tostring(seq)
+    for i = a + 11, a + 14 do args[#args + 1] = ARGV[i] end
+    local id = redis.call('XADD', unpack(args))
+    if sttl > 0 then redis.call('PEXPIRE', stream, sttl) end
+    if once then
+      if ttl > 0 then redis.call('SET', marker, id, 'PX', ttl) else redis.call('SET', marker, id) end
+    end
+    out[#out + 1] = 1; out[#out + 1] = id; out[#out + 1] = seq
+  end
+  a = a + 15
+end
+return out
+`)
+
+// preparedEvent is an event encoded for replyEmitManyScript, and where its
+// result goes.
+type preparedEvent struct {
+	ev   ReplyEvent
+	keys []string // stream, seq[, marker]
+	args []any    // the 14 field/value strings
+	// written and ev's ID and Seq are set once the script ran.
+	written bool
+}
+
+// prepareMany encodes ev (see prepare) for emitManyOp.
+func (r *Replies) prepareMany(c Conversation, ev ReplyEvent, marker string) (*preparedEvent, error) {
+	ev, keys, args, err := r.prepare(c, ev, marker)
 	if err != nil {
-		return ev, false, fmt.Errorf("queue: emit %s for task %s: %w", ev.Type, ev.TaskID, err)
+		return nil, err
 	}
-	if len(res) != 3 {
-		return ev, false, fmt.Errorf("queue: emit %s for task %s: unexpected script reply %v", ev.Type, ev.TaskID, res)
+	return &preparedEvent{ev: ev, keys: keys, args: args[3:]}, nil
+}
+
+// emitManyOp writes evs in one call of replyEmitManyScript.
+func (r *Replies) emitManyOp(evs []*preparedEvent) pipelineOp {
+	var keys []string
+	args := []any{r.opts.MaxLen, r.opts.TTL.Milliseconds(), r.opts.StreamTTL.Milliseconds()}
+	for _, pe := range evs {
+		keys = append(keys, pe.keys...)
+		args = append(args, boolArg(len(pe.keys) == 3))
+		args = append(args, pe.args...)
 	}
-	if ok, _ := res[0].(int64); ok != 1 {
-		return ev, false, nil
-	}
-	ev.ID, _ = res[1].(string)
-	ev.Seq, _ = res[2].(int64)
-	return ev, true, nil
+	return scriptOp(replyEmitManyScript, keys, args, func(c *redis.Cmd) error {
+		res, err := c.Slice()
+		if err != nil {
+			return fmt.Errorf("queue: emit %d events: %w", len(evs), err)
+		}
+		if len(res) != 3*len(evs) {
+			return fmt.Errorf("queue: emit %d events: unexpected script reply of %d values", len(evs), len(res))
+		}
+		for i, pe := range evs {
+			ok, _ := res[3*i].(int64)
+			pe.written = ok == 1
+			if pe.written {
+				pe.ev.ID, _ = res[3*i+1].(string)
+				pe.ev.Seq, _ = res[3*i+2].(int64)
+			}
+		}
+		return nil
+	})
 }
 
 func validateReplyEvent(ev ReplyEvent) error {

@@ -328,6 +328,26 @@ func (j *Journal) RecordIntent(ctx context.Context, taskID, otid string, attempt
 	return journalDecodeIntents(taskID, raw)
 }
 
+// intentOp is RecordIntent as a pipeline op: prior gets the intents
+// recorded before this one.
+func (j *Journal) intentOp(taskID, otid string, attempt int, worker string, prior *[]Intent) (pipelineOp, error) {
+	if taskID == "" || otid == "" {
+		return nil, fmt.Errorf("queue: record intent: task id and otid are required (task %q, otid %q)", taskID, otid)
+	}
+	b, err := json.Marshal(Intent{TaskID: taskID, Otid: otid, Attempt: attempt, Worker: worker, At: j.opts.Now().UTC()})
+	if err != nil {
+		return nil, fmt.Errorf("queue: record intent: %w", err)
+	}
+	return scriptOp(journalIntentScript, []string{j.intentsKey(taskID)}, []any{string(b), j.opts.Retention.Milliseconds()}, func(c *redis.Cmd) error {
+		raw, err := c.StringSlice()
+		if err != nil {
+			return fmt.Errorf("queue: record intent for task %s: %w", taskID, err)
+		}
+		*prior, err = journalDecodeIntents(taskID, raw)
+		return err
+	}), nil
+}
+
 // RecordRefusal withdraws attempt's latest intent: its send was refused by
 // the server before anything was stored (see Intent). Only a definitive
 // refusal may be recorded: a later attempt then sends without first
@@ -371,13 +391,67 @@ func journalDecodeIntents(taskID string, raw []string) ([]Intent, error) {
 	return out, nil
 }
 
+// journalSaveScript writes a record, its otid key and its index entries,
+// and refreshes the retention of the record's keys, in one command.
+// KEYS: record, otid, intents, then the index keys. ARGV: record JSON, task
+// id, otid ("" for none), ttl ms, score, known ("1": ZADD, else ZADD NX:
+// keep the time of the first save), keep (index length), then one flag per
+// index key ("1": the record belongs in it, else it leaves it).
+var journalSaveScript = redis.NewScript(`
+local ttl = ARGV[4]
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ttl)
+if ARGV[3] ~= '' then redis.call('SET', KEYS[2], ARGV[2], 'PX', ttl) end
+redis.call('PEXPIRE', KEYS[3], ttl)
+local keep = tonumber(ARGV[7])
+for i = 4, #KEYS do
+  if ARGV[i + 4] == '1' then
+    if ARGV[6] == '1' then
+      redis.call('ZADD', KEYS[i], ARGV[5], ARGV[2])
+    else
+      redis.call('ZADD', KEYS[i], 'NX', ARGV[5], ARGV[2])
+    end
+    redis.call('ZREMRANGEBYRANK', KEYS[i], 0, -keep - 1)
+    redis.call('PEXPIRE', KEYS[i], ttl)
+  else
+    redis.call('ZREM', KEYS[i], ARGV[2])
+  end
+end
+return 1
+`)
+
 // Save writes rec (replacing any earlier version: last write wins), refreshes
-// its retention and updates the indexes, all in one MULTI/EXEC. rec is not
-// modified; the stored copy gets UpdatedAt, and QueueWait and Latency when
-// they are zero and can be computed.
+// its retention and updates the indexes, all in one script (one command).
+// rec is not modified; the stored copy gets UpdatedAt, and QueueWait and
+// Latency when they are zero and can be computed.
 func (j *Journal) Save(ctx context.Context, rec *TurnRecord) error {
+	keys, args, err := j.saveArgs(rec)
+	if err != nil {
+		return err
+	}
+	if err := journalSaveScript.Run(ctx, j.rdb, keys, args...).Err(); err != nil {
+		return fmt.Errorf("queue: journal save %s: %w", rec.TaskID, err)
+	}
+	return nil
+}
+
+// saveOp is Save as a pipeline op (see pipelineOp).
+func (j *Journal) saveOp(rec *TurnRecord) (pipelineOp, error) {
+	keys, args, err := j.saveArgs(rec)
+	if err != nil {
+		return nil, err
+	}
+	return scriptOp(journalSaveScript, keys, args, func(c *redis.Cmd) error {
+		if err := c.Err(); err != nil {
+			return fmt.Errorf("queue: journal save %s: %w", rec.TaskID, err)
+		}
+		return nil
+	}), nil
+}
+
+// saveArgs encodes rec for journalSaveScript.
+func (j *Journal) saveArgs(rec *TurnRecord) (keys []string, args []any, err error) {
 	if rec == nil || rec.TaskID == "" {
-		return errors.New("queue: journal save: record has no task id")
+		return nil, nil, errors.New("queue: journal save: record has no task id")
 	}
 	now := j.opts.Now()
 	r := *rec
@@ -390,42 +464,30 @@ func (j *Journal) Save(ctx context.Context, rec *TurnRecord) error {
 	}
 	b, err := json.Marshal(&r)
 	if err != nil {
-		return fmt.Errorf("queue: journal save %s: %w", r.TaskID, err)
+		return nil, nil, fmt.Errorf("queue: journal save %s: %w", r.TaskID, err)
 	}
 	at, known := journalTurnTime(&r)
-	score := float64(at.UnixMilli())
+	score := at.UnixMilli()
 	if !known {
-		score = float64(now.UnixMilli())
+		score = now.UnixMilli()
 	}
-	ttl := j.opts.Retention
-	keep := j.opts.MaxIndex
-	_, err = j.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.Set(ctx, j.recordKey(r.TaskID), b, ttl)
-		if r.Otid != "" {
-			p.Set(ctx, j.otidKey(r.Otid), r.TaskID, ttl)
-		}
-		p.Expire(ctx, j.intentsKey(r.TaskID), ttl)
-		for _, f := range append([]Filter{FilterAll}, journalFlagFilters...) {
-			key := j.indexKey(f)
-			if !f.Match(&r) {
-				p.ZRem(ctx, key, r.TaskID)
-				continue
-			}
-			z := redis.Z{Score: score, Member: r.TaskID}
-			if known {
-				p.ZAdd(ctx, key, z)
-			} else {
-				p.ZAddNX(ctx, key, z) // keep the time of the first save
-			}
-			p.ZRemRangeByRank(ctx, key, 0, -keep-1)
-			p.Expire(ctx, key, ttl)
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("queue: journal save %s: %w", r.TaskID, err)
+	filters := append([]Filter{FilterAll}, journalFlagFilters...)
+	keys = make([]string, 0, 3+len(filters))
+	keys = append(keys, j.recordKey(r.TaskID), j.otidKey(r.Otid), j.intentsKey(r.TaskID))
+	args = make([]any, 0, 7+len(filters))
+	args = append(args, b, r.TaskID, r.Otid, j.opts.Retention.Milliseconds(), score, boolArg(known), j.opts.MaxIndex)
+	for _, f := range filters {
+		keys = append(keys, j.indexKey(f))
+		args = append(args, boolArg(f.Match(&r)))
 	}
-	return nil
+	return keys, args, nil
+}
+
+func boolArg(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
 }
 
 // journalTurnTime is the time a turn is indexed under.

@@ -2,101 +2,348 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // progressMax bounds the progress events a turn keeps waiting for Redis.
 const progressMax = 256
 
-// progress writes a turn's progress events (phase, answer_delta, tool) in
-// the order they were made, but off the goroutine that made them: the
-// stream's reader never waits on Redis, so a slow or restarting Redis cannot
-// starve the read and fire its stall clock. A goroutine runs only while
-// events are waiting; a thinking turn holds none.
+// writerMaxItems bounds the items one round trip of the writer carries
+// (a turn's waiting items are never split between two).
+const writerMaxItems = 1024
+
+// writerMaxEvents bounds the events of one script call.
+const writerMaxEvents = 256
+
+// writerTimeout bounds one round trip of the writer.
+const writerTimeout = 5 * time.Second
+
+// writer writes the reply events and the other writes its turns queue
+// (journal saves, intents) for a whole worker: one goroutine, running only
+// while something waits, takes everything the turns have queued and writes
+// it in one pipeline, the events of all turns in one script call. A turn's
+// writes keep their order; turns are independent. So a thinking turn's
+// heartbeat shares its round trip and its command with every other beat
+// due then, and an instant turn's progress rides with its neighbours'.
+type writer struct {
+	rdb     redis.UniversalClient
+	replies *Replies
+	// exec runs a round trip's ops (runOps; tests replace it).
+	exec func(ctx context.Context, ops []pipelineOp) []error
+
+	mu      sync.Mutex
+	ready   []*progress // turns with queued items, in the order they became ready
+	running bool
+}
+
+func newWriter(rdb redis.UniversalClient, replies *Replies) *writer {
+	wr := &writer{rdb: rdb, replies: replies}
+	wr.exec = func(ctx context.Context, ops []pipelineOp) []error { return runOps(ctx, wr.rdb, ops) }
+	return wr
+}
+
+// progress is one attempt's queue at the writer: its progress events
+// (phase, answer_delta, tool), written in the order they were made and off
+// the goroutine that made them (the stream's reader never waits on Redis,
+// so a slow or restarting Redis cannot starve the read and fire its stall
+// clock), and the writes the turn needs done before it goes on (do).
 //
 // When progressMax events are waiting (Redis is down), a new phase event is
 // dropped (heartbeats repeat it); any other event drops the oldest waiting
-// phase event, else the oldest event. The final event is not written here:
-// the turn flushes progress first, then writes it itself, then closes
-// progress, so nothing of the attempt follows its final event.
+// phase event, else the oldest event. The final event goes through do
+// after everything queued before it, and the turn then closes progress, so
+// nothing of the attempt follows its final event.
 type progress struct {
-	write func(ReplyEvent) // the synchronous write
+	wr     *writer
+	conv   Conversation
+	failed func(error) // a queued write failed (nobody waits for it)
 
-	mu      sync.Mutex
-	queue   []ReplyEvent
-	running chan struct{} // closed when the running drain ends; nil when none runs
-	closed  bool
-	dropped int
+	// guarded by wr.mu
+	queue    []progressItem
+	ready    bool
+	closed   bool
+	noEvents bool // endEvents: the final event is written
+	dropped  int
 }
 
-func newProgress(write func(ReplyEvent)) *progress { return &progress{write: write} }
+// progressItem is an event, or other writes (op), or neither (a bare
+// barrier: flush).
+type progressItem struct {
+	ev  *preparedEvent
+	op  pipelineOp
+	bar *barrier // set when the pusher waits for this item
+}
 
-// push queues ev for writing.
+// barrier is what a do call waits for: its last item's batch ran.
+type barrier struct {
+	done chan error // buffered: the writer never blocks on a caller that gave up
+	err  error      // the first error of the call's items
+	n    int        // items not yet written
+}
+
+func (wr *writer) newProgress(c Conversation, failed func(error)) *progress {
+	return &progress{wr: wr, conv: c, failed: failed}
+}
+
+// push queues ev for writing; it never waits on Redis.
 func (p *progress) push(ev ReplyEvent) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
+	pe, err := p.wr.replies.prepareMany(p.conv, ev, "")
+	if err != nil {
+		p.failed(err)
+		return
+	}
+	p.wr.mu.Lock()
+	defer p.wr.mu.Unlock()
+	if p.closed || p.noEvents {
 		p.dropped++
 		return
 	}
-	if len(p.queue) >= progressMax {
+	if n := p.waitingEvents(); n >= progressMax {
 		p.dropped++
 		if ev.Type == EventPhase {
 			return
 		}
-		i := 0
-		for j, q := range p.queue {
-			if q.Type == EventPhase {
-				i = j
-				break
-			}
-		}
-		p.queue = append(p.queue[:i], p.queue[i+1:]...)
+		p.dropOne()
 	}
-	p.queue = append(p.queue, ev)
-	if p.running == nil {
-		p.running = make(chan struct{})
-		go p.drain(p.running)
-	}
+	p.queue = append(p.queue, progressItem{ev: pe})
+	p.scheduleLocked()
 }
 
-func (p *progress) drain(done chan struct{}) {
-	defer close(done)
-	for {
-		p.mu.Lock()
-		if len(p.queue) == 0 || p.closed {
-			p.queue = nil
-			p.running = nil
-			p.mu.Unlock()
-			return
-		}
-		ev := p.queue[0]
-		p.queue = p.queue[1:]
-		p.mu.Unlock()
-		p.write(ev)
-	}
-}
-
-// flush waits until every queued event is written, or ctx ends.
-func (p *progress) flush(ctx context.Context) {
-	p.mu.Lock()
-	done := p.running
-	p.mu.Unlock()
-	if done == nil {
+// pushOnce queues an event written once per marker key (accepted).
+func (p *progress) pushOnce(ev ReplyEvent, marker string) {
+	pe, err := p.wr.replies.prepareMany(p.conv, ev, marker)
+	if err != nil {
+		p.failed(err)
 		return
 	}
-	select {
-	case <-done:
-	case <-ctx.Done():
+	p.wr.mu.Lock()
+	defer p.wr.mu.Unlock()
+	if p.closed {
+		p.dropped++
+		return
+	}
+	p.queue = append(p.queue, progressItem{ev: pe})
+	p.scheduleLocked()
+}
+
+// pushOp queues other writes (an intermediate journal save): written with
+// the attempt's next round trip; a failure goes to failed.
+func (p *progress) pushOp(op pipelineOp) {
+	p.wr.mu.Lock()
+	defer p.wr.mu.Unlock()
+	if p.closed {
+		return
+	}
+	p.queue = append(p.queue, progressItem{op: op})
+	p.scheduleLocked()
+}
+
+// endEvents refuses further events (they are dropped): the attempt's final
+// event is written, or its progress is over. Writes through do still go.
+func (p *progress) endEvents() {
+	p.wr.mu.Lock()
+	p.noEvents = true
+	p.wr.mu.Unlock()
+}
+
+func (p *progress) waitingEvents() int {
+	n := 0
+	for _, it := range p.queue {
+		if it.ev != nil && it.bar == nil {
+			n++
+		}
+	}
+	return n
+}
+
+// dropOne drops the oldest waiting phase event, else the oldest event that
+// nobody waits for.
+func (p *progress) dropOne() {
+	first := -1
+	for j, it := range p.queue {
+		if it.ev == nil || it.bar != nil {
+			continue
+		}
+		if it.ev.ev.Type == EventPhase {
+			first = j
+			break
+		}
+		if first < 0 {
+			first = j
+		}
+	}
+	if first >= 0 {
+		p.queue = append(p.queue[:first], p.queue[first+1:]...)
 	}
 }
 
-// close drops what is still waiting and refuses new events. It returns the
+func (p *progress) scheduleLocked() {
+	if !p.ready {
+		p.ready = true
+		p.wr.ready = append(p.wr.ready, p)
+	}
+	if !p.wr.running {
+		p.wr.running = true
+		go p.wr.loop()
+	}
+}
+
+// do writes evs (events written once, per their marker key, when they have
+// one) and ops after everything queued before them, and returns when they
+// are written (the first error among them) or ctx ends. evs get their ID,
+// Seq and written flag.
+func (p *progress) do(ctx context.Context, evs []*preparedEvent, ops ...pipelineOp) error {
+	b := &barrier{done: make(chan error, 1)}
+	p.wr.mu.Lock()
+	if p.closed {
+		p.wr.mu.Unlock()
+		return errors.New("queue: the attempt's writes are closed")
+	}
+	for _, pe := range evs {
+		p.queue = append(p.queue, progressItem{ev: pe, bar: b})
+	}
+	for _, op := range ops {
+		p.queue = append(p.queue, progressItem{op: op, bar: b})
+	}
+	if len(evs)+len(ops) == 0 {
+		p.queue = append(p.queue, progressItem{bar: b})
+	}
+	b.n = max(len(evs)+len(ops), 1)
+	p.scheduleLocked()
+	p.wr.mu.Unlock()
+	select {
+	case err := <-b.done:
+		return err
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+// flush waits until every queued item is written, or ctx ends.
+func (p *progress) flush(ctx context.Context) { _ = p.do(ctx, nil) }
+
+// close drops what is still waiting and refuses new items. It returns the
 // number of events dropped over the progress's life.
 func (p *progress) close() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	p.wr.mu.Lock()
+	defer p.wr.mu.Unlock()
 	p.closed = true
+	p.dropped += p.waitingEvents()
 	p.queue = nil
 	return p.dropped
+}
+
+// taken is what the writer took of one turn for a round trip.
+type taken struct {
+	p     *progress
+	items []progressItem
+	errs  []error
+}
+
+func (wr *writer) loop() {
+	for {
+		wr.mu.Lock()
+		if len(wr.ready) == 0 {
+			wr.ready = nil
+			wr.running = false
+			wr.mu.Unlock()
+			return
+		}
+		var batch []taken
+		n, k := 0, 0
+		for ; k < len(wr.ready) && n < writerMaxItems; k++ {
+			p := wr.ready[k]
+			wr.ready[k] = nil
+			p.ready = false
+			if len(p.queue) == 0 {
+				continue
+			}
+			batch = append(batch, taken{p: p, items: p.queue, errs: make([]error, len(p.queue))})
+			n += len(p.queue)
+			p.queue = nil
+		}
+		wr.ready = wr.ready[k:]
+		wr.mu.Unlock()
+		wr.write(batch)
+	}
+}
+
+// write runs one round trip for batch. The ops are built in rounds so that
+// each turn's items keep their order: a round is one script call with the
+// events at the front of every turn's remaining items, then the other ops
+// that follow them.
+func (wr *writer) write(batch []taken) {
+	type ref struct{ t, i int }
+	var ops []pipelineOp
+	var covers [][]ref
+	pos := make([]int, len(batch))
+	for {
+		moved := false
+		var evs []*preparedEvent
+		var refs []ref
+		for t := range batch {
+			for pos[t] < len(batch[t].items) && batch[t].items[pos[t]].ev != nil {
+				evs = append(evs, batch[t].items[pos[t]].ev)
+				refs = append(refs, ref{t, pos[t]})
+				pos[t]++
+			}
+		}
+		for len(evs) > 0 {
+			m := min(len(evs), writerMaxEvents)
+			ops = append(ops, wr.replies.emitManyOp(evs[:m]))
+			covers = append(covers, refs[:m])
+			evs, refs = evs[m:], refs[m:]
+			moved = true
+		}
+		for t := range batch {
+			for pos[t] < len(batch[t].items) && batch[t].items[pos[t]].ev == nil {
+				if op := batch[t].items[pos[t]].op; op != nil {
+					ops = append(ops, op)
+					covers = append(covers, []ref{{t, pos[t]}})
+				}
+				pos[t]++
+				moved = true
+			}
+		}
+		if !moved {
+			break
+		}
+	}
+	if len(ops) > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), writerTimeout)
+		errs := wr.exec(ctx, ops)
+		cancel()
+		for k, err := range errs {
+			if err != nil {
+				for _, r := range covers[k] {
+					batch[r.t].errs[r.i] = err
+				}
+			}
+		}
+	}
+	for _, tk := range batch {
+		var lost error
+		for i, it := range tk.items {
+			err := tk.errs[i]
+			if it.bar == nil {
+				if err != nil && lost == nil {
+					lost = err
+				}
+				continue
+			}
+			if err != nil && it.bar.err == nil {
+				it.bar.err = err
+			}
+			if it.bar.n--; it.bar.n == 0 {
+				it.bar.done <- it.bar.err
+			}
+		}
+		if lost != nil {
+			tk.p.failed(lost)
+		}
+	}
 }

@@ -3,109 +3,304 @@ package queue
 import (
 	"context"
 	"fmt"
-	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 )
+
+// gatedWriter is a writer on b whose round trips wait for gate (Redis slow or down) and are
+// counted.
+func gatedWriter(b rjBackend, gate chan struct{}) (*writer, *Replies, *atomic.Int64) {
+	r := NewReplies(b.rdb, RepliesOptions{Prefix: b.prefix})
+	wr := newWriter(b.rdb, r)
+	var trips atomic.Int64
+	wr.exec = func(ctx context.Context, ops []pipelineOp) []error {
+		if gate != nil {
+			<-gate
+		}
+		trips.Add(1)
+		return runOps(ctx, b.rdb, ops)
+	}
+	return wr, r, &trips
+}
+
+// ignoreMiniredis ignores miniredis's server side of the test's connections.
+var ignoreMiniredis = []goleak.Option{
+	goleak.IgnoreAnyFunction("github.com/alicebob/miniredis/v2/server.(*Server).servePeer"),
+	goleak.IgnoreAnyFunction("github.com/alicebob/miniredis/v2/server.(*Server).servePeer.func2"),
+}
+
+// waitTaken returns once the writer took what p queued.
+func waitTaken(wr *writer, p *progress) {
+	for {
+		wr.mu.Lock()
+		taken := len(p.queue) == 0
+		wr.mu.Unlock()
+		if taken {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func streamTexts(t *testing.T, r *Replies, c Conversation) []string {
+	t.Helper()
+	evs, _, err := r.Read(context.Background(), c, "0", 10000, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, ev := range evs {
+		out = append(out, ev.Text)
+	}
+	return out
+}
 
 // A write that blocks (Redis slow or down) never blocks the producer; events are written in
 // order; flush waits for them; close drops the rest and leaves no goroutine behind.
 func TestProgressWritesInOrderOffTheProducer(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	gate := make(chan struct{})
-	var mu sync.Mutex
-	var got []string
-	p := newProgress(func(ev ReplyEvent) {
-		<-gate
-		mu.Lock()
-		got = append(got, ev.Text)
-		mu.Unlock()
-	})
-	pushed := make(chan struct{})
-	go func() {
-		for i := range 10 {
-			p.push(ReplyEvent{Type: EventAnswerDelta, Text: fmt.Sprint(i)})
+	rjEach(t, func(t *testing.T, b rjBackend) {
+		defer goleak.VerifyNone(t, append(ignoreMiniredis, goleak.IgnoreCurrent())...)
+		gate := make(chan struct{})
+		wr, r, _ := gatedWriter(b, gate)
+		conv := Conversation{Integration: "test", ChatID: "order"}
+		var failed atomic.Int64
+		p := wr.newProgress(conv, func(error) { failed.Add(1) })
+		pushed := make(chan struct{})
+		go func() {
+			for i := range 10 {
+				p.push(ReplyEvent{Type: EventAnswerDelta, TaskID: "t1", Text: fmt.Sprint(i)})
+			}
+			close(pushed)
+		}()
+		select {
+		case <-pushed:
+		case <-time.After(5 * time.Second):
+			t.Fatal("push blocked on a blocked write")
 		}
-		close(pushed)
-	}()
-	select {
-	case <-pushed:
-	case <-time.After(5 * time.Second):
-		t.Fatal("push blocked on a blocked write")
-	}
-	close(gate)
-	p.flush(context.Background())
-	mu.Lock()
-	if fmt.Sprint(got) != "[0 1 2 3 4 5 6 7 8 9]" {
-		t.Fatalf("written %v", got)
-	}
-	mu.Unlock()
-	p.push(ReplyEvent{Type: EventAnswerDelta, Text: "10"})
-	p.flush(context.Background())
-	if n := p.close(); n != 0 {
-		t.Fatalf("dropped %d", n)
-	}
-	p.push(ReplyEvent{Type: EventAnswerDelta, Text: "after close"})
-	p.flush(context.Background())
-	mu.Lock()
-	defer mu.Unlock()
-	if len(got) != 11 {
-		t.Fatalf("written after close: %v", got)
-	}
+		close(gate)
+		p.flush(context.Background())
+		if got := fmt.Sprint(streamTexts(t, r, conv)); got != "[0 1 2 3 4 5 6 7 8 9]" {
+			t.Fatalf("written %v", got)
+		}
+		p.push(ReplyEvent{Type: EventAnswerDelta, TaskID: "t1", Text: "10"})
+		p.flush(context.Background())
+		if n := p.close(); n != 0 {
+			t.Fatalf("dropped %d", n)
+		}
+		p.push(ReplyEvent{Type: EventAnswerDelta, TaskID: "t1", Text: "after close"})
+		p.flush(context.Background())
+		if got := streamTexts(t, r, conv); len(got) != 11 || failed.Load() != 0 {
+			t.Fatalf("written after close: %v (failed %d)", got, failed.Load())
+		}
+	})
 }
 
 // While Redis is down the waiting events are bounded: phase events go first, the rest keep
 // their order.
 func TestProgressBoundDropsPhasesFirst(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	gate := make(chan struct{})
-	var got []ReplyEvent
-	var mu sync.Mutex
-	p := newProgress(func(ev ReplyEvent) {
-		<-gate
-		mu.Lock()
-		got = append(got, ev)
-		mu.Unlock()
+	rjEach(t, func(t *testing.T, b rjBackend) {
+		defer goleak.VerifyNone(t, append(ignoreMiniredis, goleak.IgnoreCurrent())...)
+		gate := make(chan struct{})
+		wr, r, _ := gatedWriter(b, gate)
+		conv := Conversation{Integration: "test", ChatID: "bound"}
+		p := wr.newProgress(conv, func(error) {})
+		// The first event is taken by the writer and blocks in its round trip; the rest wait.
+		p.push(ReplyEvent{Type: EventPhase, TaskID: "t1", Phase: PhaseThinking})
+		waitTaken(wr, p)
+		for i := range progressMax + 50 {
+			if i%2 == 0 {
+				p.push(ReplyEvent{Type: EventPhase, TaskID: "t1", Phase: PhaseThinking})
+			} else {
+				p.push(ReplyEvent{Type: EventAnswerDelta, TaskID: "t1", Text: fmt.Sprint(i)})
+			}
+		}
+		wr.mu.Lock()
+		waiting := len(p.queue)
+		wr.mu.Unlock()
+		if waiting > progressMax {
+			t.Fatalf("%d events waiting, bound %d", waiting, progressMax)
+		}
+		close(gate)
+		p.flush(context.Background())
+		dropped := p.close()
+		evs, _, err := r.Read(context.Background(), conv, "0", 10000, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		deltas, last := 0, -1
+		for _, ev := range evs {
+			if ev.Type != EventAnswerDelta {
+				continue
+			}
+			var n int
+			fmt.Sscan(ev.Text, &n)
+			if n <= last {
+				t.Fatalf("deltas out of order: %d after %d", n, last)
+			}
+			last = n
+			deltas++
+		}
+		if deltas != (progressMax+50)/2 {
+			t.Errorf("%d of %d deltas written: phases must be dropped before any delta", deltas, (progressMax+50)/2)
+		}
+		if dropped == 0 || len(evs)+dropped != progressMax+51 {
+			t.Errorf("written %d + dropped %d != pushed %d", len(evs), dropped, progressMax+51)
+		}
 	})
-	// The first event is taken by the drain and blocks in write; the rest wait.
-	p.push(ReplyEvent{Type: EventPhase, Phase: PhaseThinking})
-	for i := range progressMax + 50 {
-		if i%2 == 0 {
-			p.push(ReplyEvent{Type: EventPhase, Phase: PhaseThinking})
-		} else {
-			p.push(ReplyEvent{Type: EventAnswerDelta, Text: fmt.Sprint(i)})
+}
+
+// The writer serves many turns: what they queue while a round trip runs goes in the next one,
+// every turn's events in order, their seq numbers per turn, a barrier's ops after the events
+// queued before it, and a once-event written once.
+func TestWriterBatchesTurnsInOrder(t *testing.T) {
+	rjEach(t, func(t *testing.T, b rjBackend) {
+		defer goleak.VerifyNone(t, append(ignoreMiniredis, goleak.IgnoreCurrent())...)
+		gate := make(chan struct{})
+		wr, r, trips := gatedWriter(b, gate)
+		const turns, each = 50, 6
+		ps := make([]*progress, turns)
+		for i := range ps {
+			ps[i] = wr.newProgress(Conversation{Integration: "test", ChatID: fmt.Sprint("c", i%5)}, func(err error) { t.Error(err) })
 		}
-	}
-	p.mu.Lock()
-	waiting := len(p.queue)
-	p.mu.Unlock()
-	if waiting > progressMax {
-		t.Fatalf("%d events waiting, bound %d", waiting, progressMax)
-	}
-	close(gate)
-	p.flush(context.Background())
-	dropped := p.close()
-	mu.Lock()
-	defer mu.Unlock()
-	deltas, last := 0, -1
-	for _, ev := range got {
-		if ev.Type != EventAnswerDelta {
-			continue
+		// A first round trip blocks on the gate; everything pushed meanwhile waits.
+		ps[0].push(ReplyEvent{Type: EventPhase, TaskID: "task0", Phase: PhaseThinking})
+		waitTaken(wr, ps[0])
+		for i, p := range ps {
+			for k := range each {
+				p.push(ReplyEvent{Type: EventAnswerDelta, TaskID: fmt.Sprint("task", i), Text: fmt.Sprint(i, ".", k)})
+			}
 		}
-		var n int
-		fmt.Sscan(ev.Text, &n)
-		if n <= last {
-			t.Fatalf("deltas out of order: %d after %d", n, last)
+		done := make(chan error, turns)
+		for i, p := range ps {
+			go func() {
+				key := b.prefix + "barrier:" + fmt.Sprint(i)
+				op := func(ctx context.Context, pl redis.Pipeliner, _ bool) func() error {
+					c := pl.Set(ctx, key, "1", time.Minute)
+					return c.Err
+				}
+				pe, err := r.prepareMany(p.conv, ReplyEvent{Type: EventAnswer, TaskID: fmt.Sprint("task", i), Text: "final"}, r.answeredKey(fmt.Sprint("task", i)))
+				if err != nil {
+					done <- err
+					return
+				}
+				if err := p.do(context.Background(), []*preparedEvent{pe}, op); err != nil {
+					done <- err
+					return
+				}
+				want := int64(each + 1) // the deltas, then this
+				if i == 0 {
+					want++ // and the first phase event
+				}
+				if !pe.written || pe.ev.Seq != want {
+					done <- fmt.Errorf("turn %d: final written %v seq %d", i, pe.written, pe.ev.Seq)
+					return
+				}
+				done <- nil
+			}()
 		}
-		last = n
-		deltas++
-	}
-	if deltas != (progressMax+50)/2 {
-		t.Errorf("%d of %d deltas written: phases must be dropped before any delta", deltas, (progressMax+50)/2)
-	}
-	if dropped == 0 || len(got)+dropped != progressMax+51 {
-		t.Errorf("written %d + dropped %d != pushed %d", len(got), dropped, progressMax+51)
-	}
+		// Let every barrier queue before the gate opens.
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+			wr.mu.Lock()
+			n := 0
+			for _, p := range ps {
+				n += len(p.queue)
+			}
+			wr.mu.Unlock()
+			if n == turns*(each+2) {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		close(gate)
+		for range turns {
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := trips.Load(); n != 2 {
+			t.Errorf("%d round trips for %d turns, want 2 (the blocked one, then all the rest)", n, turns)
+		}
+		for c := range 5 {
+			conv := Conversation{Integration: "test", ChatID: fmt.Sprint("c", c)}
+			evs, _, err := r.Read(context.Background(), conv, "0", 10000, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			next := map[string]int{}
+			for _, ev := range evs {
+				k := next[ev.TaskID]
+				switch {
+				case ev.Type == EventAnswer:
+					if k != each {
+						t.Fatalf("%s: final after %d deltas", ev.TaskID, k)
+					}
+					next[ev.TaskID] = -1
+				case ev.Type == EventAnswerDelta:
+					if k < 0 || ev.Text != fmt.Sprint(ev.TaskID[len("task"):], ".", k) {
+						t.Fatalf("%s: delta %q at %d", ev.TaskID, ev.Text, k)
+					}
+					next[ev.TaskID] = k + 1
+				}
+			}
+			for id, k := range next {
+				if k != -1 {
+					t.Errorf("%s: no final event (at %d)", id, k)
+				}
+			}
+		}
+		for i := range turns {
+			if n, _ := b.rdb.Exists(context.Background(), b.prefix+"barrier:"+fmt.Sprint(i)).Result(); n != 1 {
+				t.Errorf("barrier op of turn %d not run", i)
+			}
+		}
+		// Written once: a second final for the same task is refused.
+		pe, _ := r.prepareMany(ps[1].conv, ReplyEvent{Type: EventAnswer, TaskID: "task1", Text: "again"}, r.answeredKey("task1"))
+		if err := ps[1].do(context.Background(), []*preparedEvent{pe}); err != nil || pe.written {
+			t.Errorf("second final: written %v, err %v", pe.written, err)
+		}
+		for _, p := range ps {
+			p.close()
+		}
+	})
+}
+
+// A script Redis does not have (SCRIPT FLUSH, a restarted Redis) is sent again as EVAL, in
+// order.
+func TestRunOpsAfterScriptFlush(t *testing.T) {
+	rjEach(t, func(t *testing.T, b rjBackend) {
+		r := NewReplies(b.rdb, RepliesOptions{Prefix: b.prefix})
+		j := NewJournal(b.rdb, JournalOptions{Prefix: b.prefix})
+		ctx := context.Background()
+		if err := b.rdb.ScriptFlush(ctx).Err(); err != nil {
+			t.Skip("SCRIPT FLUSH:", err)
+		}
+		conv := Conversation{Integration: "test", ChatID: "flush"}
+		var evs []*preparedEvent
+		for i := range 3 {
+			pe, err := r.prepareMany(conv, ReplyEvent{Type: EventAnswerDelta, TaskID: "t", Text: fmt.Sprint(i)}, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			evs = append(evs, pe)
+		}
+		save, err := j.saveOp(&TurnRecord{TaskID: "t", Otid: "o"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, err := range runOps(ctx, b.rdb, []pipelineOp{r.emitManyOp(evs[:2]), save, r.emitManyOp(evs[2:])}) {
+			if err != nil {
+				t.Fatalf("op %d: %v", i, err)
+			}
+		}
+		if got := fmt.Sprint(streamTexts(t, r, conv)); got != "[0 1 2]" {
+			t.Errorf("stream %s", got)
+		}
+		if rec, err := j.Get(ctx, "t"); err != nil || rec.Otid != "o" {
+			t.Errorf("journal: %v %v", rec, err)
+		}
+	})
 }

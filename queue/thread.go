@@ -95,6 +95,12 @@ type threads struct {
 // resolve returns the Letta conversation id for the turn of m ("" for the
 // agent endpoints). A conversation named in the payload wins.
 func (th *threads) resolve(ctx context.Context, m Message) (string, error) {
+	return th.resolveKnown(ctx, m, "")
+}
+
+// resolveKnown is resolve when the thread key was read already: known is
+// the conversation id it held ("" when none).
+func (th *threads) resolveKnown(ctx context.Context, m Message, known string) (string, error) {
 	if m.LettaConversationID != "" {
 		return m.LettaConversationID, nil
 	}
@@ -105,6 +111,9 @@ func (th *threads) resolve(ctx context.Context, m Message) (string, error) {
 		return agentclient.DefaultConversation, nil
 	}
 	key := ThreadKey(th.prefix, m.AgentID, m.Conversation)
+	if known != "" {
+		return known, nil
+	}
 	if id, err := th.rdb.Get(ctx, key).Result(); err == nil && id != "" {
 		return id, nil
 	} else if err != nil && !errors.Is(err, redis.Nil) {
@@ -205,7 +214,7 @@ func (t *turn) resolveThread(ctx context.Context) (string, error) {
 	}
 	rctx, cancel := context.WithTimeout(ctx, t.w.cfg.Budget.ThreadResolution()) // a phase of the task timeout
 	defer cancel()
-	id, err := t.w.threads.resolve(rctx, t.msg)
+	id, err := t.w.threads.resolveKnown(rctx, t.msg, t.pre.thread)
 	if err != nil {
 		return "", err
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/lettaq/lettaq/agentclient"
 	"github.com/lettaq/lettaq/continuation"
@@ -65,7 +66,7 @@ func (w *Worker) processTask(ctx context.Context, task *asynq.Task) error {
 	t := &turn{w: w, task: task, taskID: taskID, queue: qname, msg: msg, otid: ids.otid,
 		retried: retried, maxRetry: maxRetry, start: start, ids: ids, log: newTurnLogger(w.log, ids)}
 	t.bg = context.WithoutCancel(ctx)
-	t.progress = newProgress(t.emitNow)
+	t.progress = w.writer.newProgress(msg.Conversation, t.writeFailed)
 	defer t.closeProgress()
 	// An attempt that saw Redis fail ends only once Redis answers again, so
 	// that Asynq can record how it ended (see Worker.awaitRedis).
@@ -108,7 +109,14 @@ func (t *turn) endProgress(ctx context.Context) {
 		defer cancel()
 	}
 	t.progress.flush(fctx)
-	t.progress.close()
+	t.progress.endEvents()
+}
+
+// writeFailed is told of a queued write that failed (a progress event, an
+// intermediate journal save): logged, never fatal.
+func (t *turn) writeFailed(err error) {
+	t.redisFailed()
+	t.log.Debug("a queued write did not reach Redis", "error", err.Error())
 }
 
 // closeProgress ends the attempt's progress events: what could not be
@@ -186,6 +194,8 @@ type turn struct {
 	redisTrouble atomic.Bool  // a Redis read or write failed: see awaitRedis
 	replyBytes   atomic.Int64 // progress text written to the reply stream (see replyAllowed)
 
+	pre startReads // read before the attempt runs
+
 	key          string     // ordering key ("" without ordering)
 	followers    []follower // messages merged into this turn
 	newFollowers []string   // taken by this attempt
@@ -216,29 +226,130 @@ type toolTrack struct {
 
 func (t *turn) attempt() *Attempt { return &t.rec.Attempts[t.att] }
 
-func (t *turn) save(ctx context.Context) error {
-	t.mu.Lock()
-	rec := *t.rec
-	rec.Attempts = append([]Attempt(nil), t.rec.Attempts...)
-	t.mu.Unlock()
-	err := t.w.journal.Save(ctx, &rec)
+// save journals the record after everything the attempt queued before (and
+// runs more with it), and waits for it.
+func (t *turn) save(ctx context.Context, more ...pipelineOp) error {
+	if !t.w.oneRedis() {
+		t.progress.flush(ctx)
+		rec := t.recCopy()
+		err := t.w.journal.Save(ctx, &rec)
+		if err == nil {
+			err = t.progress.do(ctx, nil, more...)
+		}
+		if err != nil {
+			t.redisFailed()
+		}
+		return err
+	}
+	op, err := t.saveOp()
+	if err == nil {
+		err = t.progress.do(ctx, nil, append([]pipelineOp{op}, more...)...)
+	}
 	if err != nil {
 		t.redisFailed()
 	}
 	return err
 }
 
+// saveLater queues a journal save of the record as it is now: it is
+// written with the attempt's next writes (at the latest before its send,
+// see beforeSend), and a failure is only logged.
+func (t *turn) saveLater() {
+	if !t.w.oneRedis() {
+		ctx, cancel := context.WithTimeout(t.bg, writerTimeout)
+		defer cancel()
+		if err := t.save(ctx); err != nil {
+			t.writeFailed(err)
+		}
+		return
+	}
+	op, err := t.saveOp()
+	if err != nil {
+		t.writeFailed(err)
+		return
+	}
+	t.progress.pushOp(op)
+}
+
+func (t *turn) saveOp() (pipelineOp, error) {
+	rec := t.recCopy()
+	return t.w.journal.saveOp(&rec)
+}
+
+func (t *turn) recCopy() TurnRecord {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	rec := *t.rec
+	rec.Attempts = append([]Attempt(nil), t.rec.Attempts...)
+	return rec
+}
+
+// startReads is what an attempt reads from Redis before it runs, with the
+// journal record, the answered marker and the intents, in one round trip.
+type startReads struct {
+	pending    string // the chat's pending approval request ("" none)
+	pendingErr error
+	thread     string // the chat's Letta conversation id ("" none, or not read)
+}
+
+// readStart reads the attempt's record, whether its final event was
+// written, its intents, and what approvalGate and resolveThread need.
+func (t *turn) readStart(ctx context.Context) (rec *TurnRecord, answered bool, intents []Intent, err error) {
+	w := t.w
+	jp := w.journal.rdb.Pipeline()
+	rp := jp
+	if w.replies.rdb != w.journal.rdb {
+		rp = w.replies.rdb.Pipeline()
+	}
+	recCmd := jp.Get(ctx, w.journal.recordKey(t.taskID))
+	intCmd := jp.LRange(ctx, w.journal.intentsKey(t.taskID), 0, -1)
+	ansCmd := rp.Exists(ctx, w.replies.answeredKey(t.taskID))
+	var pendCmd, thrCmd *redis.StringCmd
+	if t.msg.Approval == nil {
+		pendCmd = rp.Get(ctx, w.approvals.pendingKey(t.msg.AgentID, w.approvalScope(t.msg)))
+	}
+	if w.threads.mode == ThreadConversation && t.msg.LettaConversationID == "" {
+		thrCmd = rp.Get(ctx, ThreadKey(w.threads.prefix, t.msg.AgentID, t.msg.Conversation))
+	}
+	_, _ = jp.Exec(ctx)
+	if rp != jp {
+		_, _ = rp.Exec(ctx)
+	}
+	b, err := recCmd.Bytes()
+	switch {
+	case errors.Is(err, redis.Nil):
+		rec = &TurnRecord{}
+	case err != nil:
+		return nil, false, nil, fmt.Errorf("read the turn journal: queue: journal get %s: %w", t.taskID, err)
+	default:
+		if rec, err = journalDecodeRecord(t.taskID, b); err != nil {
+			return nil, false, nil, fmt.Errorf("read the turn journal: %w", err)
+		}
+	}
+	n, err := ansCmd.Result()
+	if err != nil {
+		return nil, false, nil, fmt.Errorf("queue: answered %s: %w", t.taskID, err)
+	}
+	raw, err := intCmd.Result()
+	if err == nil {
+		intents, err = journalDecodeIntents(t.taskID, raw)
+	}
+	if err != nil {
+		return nil, false, nil, fmt.Errorf("queue: intents of task %s: %w", t.taskID, err)
+	}
+	if pendCmd != nil {
+		t.pre.pending, t.pre.pendingErr = pendCmd.Result()
+	}
+	if thrCmd != nil {
+		t.pre.thread, _ = thrCmd.Result() // on an error, resolveThread reads it again
+	}
+	return rec, n == 1, intents, nil
+}
+
 func (t *turn) run(ctx context.Context) error {
 	w := t.w
 	t.bg = context.WithoutCancel(ctx)
-	rec, err := w.journal.Get(ctx, t.taskID)
-	switch {
-	case errors.Is(err, ErrNotFound):
-		rec = &TurnRecord{}
-	case err != nil:
-		return t.retryEarly(fmt.Errorf("read the turn journal: %w", err))
-	}
-	answered, err := w.replies.Answered(ctx, t.taskID)
+	rec, answered, intents, err := t.readStart(ctx)
 	if err != nil {
 		return t.retryEarly(err)
 	}
@@ -269,9 +380,7 @@ func (t *turn) run(ctx context.Context) error {
 	rec.Attempts = append(rec.Attempts, Attempt{N: len(rec.Attempts) + 1, Worker: w.cfg.WorkerID, Start: t.start})
 	t.rec, t.att = rec, len(rec.Attempts)-1
 	t.ids.setRunID(rec.RunID) // the run id the journal has
-	if err := t.save(ctx); err != nil {
-		return t.retryEarly(err)
-	}
+	t.saveLater()
 	var wait time.Duration
 	if !rec.EnqueuedAt.IsZero() {
 		wait = t.start.Sub(rec.EnqueuedAt)
@@ -282,10 +391,11 @@ func (t *turn) run(ctx context.Context) error {
 		if t.msg.Approval != nil {
 			acc = answerAccepted(t.msg, t.taskID, t.otid, 0)
 		}
-		if _, err := w.replies.EmitAcceptedOnce(ctx, t.msg.Conversation, acc); err != nil {
-			t.redisFailed()
-			t.log.Debug("accepted event not written", "error", err.Error())
+		acc.Type = EventAccepted
+		if acc.Phase == "" {
+			acc.Phase = PhaseQueued
 		}
+		t.progress.pushOnce(acc, w.replies.acceptedKey(t.taskID))
 	}
 	var approvals []agentclient.ApprovalAnswer
 	if t.msg.Approval != nil {
@@ -295,10 +405,6 @@ func (t *turn) run(ctx context.Context) error {
 		}
 	} else if err, end := t.approvalGate(ctx); end {
 		return err
-	}
-	intents, err := w.journal.Intents(ctx, t.taskID)
-	if err != nil {
-		return t.retryEarly(err)
 	}
 	intents = LiveIntents(intents)
 	if err := t.takeFollowers(ctx, len(intents) == 0 && t.msg.Approval == nil); err != nil {
@@ -377,16 +483,6 @@ func (t *turn) emit(ev ReplyEvent) {
 	t.progress.push(ev)
 }
 
-// emitNow writes a progress event; failures are logged, never fatal.
-func (t *turn) emitNow(ev ReplyEvent) {
-	ctx, cancel := context.WithTimeout(t.bg, 5*time.Second)
-	defer cancel()
-	if _, err := t.w.replies.Emit(ctx, t.msg.Conversation, ev); err != nil {
-		t.redisFailed()
-		t.log.Debug("reply event not written", "type", string(ev.Type), "error", err.Error())
-	}
-}
-
 func (t *turn) mark(phase string) {
 	t.mu.Lock()
 	a := t.attempt()
@@ -398,9 +494,23 @@ func (t *turn) beforeSend(ctx context.Context, resend bool) error {
 	t.mu.Lock()
 	n := t.attempt().N
 	t.mu.Unlock()
-	prior, err := t.w.journal.RecordIntent(ctx, t.taskID, t.otid, n, t.w.cfg.WorkerID)
-	if err != nil {
-		return err
+	// The intent goes with everything the attempt queued before it (its
+	// journal record, the accepted event, progress): one round trip.
+	var prior []Intent
+	if t.w.oneRedis() {
+		op, err := t.w.journal.intentOp(t.taskID, t.otid, n, t.w.cfg.WorkerID, &prior)
+		if err != nil {
+			return err
+		}
+		if err := t.progress.do(ctx, nil, op); err != nil {
+			return err
+		}
+	} else {
+		t.progress.flush(ctx)
+		var err error
+		if prior, err = t.w.journal.RecordIntent(ctx, t.taskID, t.otid, n, t.w.cfg.WorkerID); err != nil {
+			return err
+		}
 	}
 	prior = LiveIntents(prior)
 	t.mu.Lock()
@@ -425,11 +535,7 @@ func (t *turn) saveRunID() {
 	t.mu.Lock()
 	t.rec.RunID = id
 	t.mu.Unlock()
-	ctx, cancel := context.WithTimeout(t.bg, 5*time.Second)
-	defer cancel()
-	if err := t.save(ctx); err != nil {
-		t.log.Warn("could not journal the run id", "run_id", id, "error", err.Error())
-	}
+	t.saveLater() // off the stream's reader, with the next progress events
 }
 
 func (t *turn) onPhase(p continuation.Phase) {
@@ -712,12 +818,11 @@ func (t *turn) finish(ctx context.Context, d continuation.Decision) error {
 // deliver emits the final event once, writes the result and journals the
 // finished turn.
 func (t *turn) deliver(ctx context.Context, log *slog.Logger, outcome string, ev ReplyEvent, answer string, approval *ToolEvent) error {
-	t.endProgress(ctx) // the attempt's progress precedes its final event
 	ev.TaskID, ev.Otid, ev.MessageID, ev.RunID = t.taskID, t.otid, t.msg.MessageID, t.rec.RunID
 	if len(t.followers) > 0 {
 		ev.AnsweredBy = t.taskID
 	}
-	emitted, err := t.w.replies.EmitAnswerOnce(ctx, t.msg.Conversation, ev)
+	emitted, err := t.finalEvent(ctx, ev) // after the attempt's progress, in one round trip
 	if err != nil {
 		// The answer is the whole point: retry; the next attempt finds the
 		// run by its id and polls the answer again.
@@ -740,8 +845,7 @@ func (t *turn) deliver(ctx context.Context, log *slog.Logger, outcome string, ev
 	t.attempt().Outcome = outcome
 	t.rec.Outcome, t.rec.FinishedAt, t.rec.StopReason, t.rec.Error = outcome, now.UTC(), ev.StopReason, ""
 	t.mu.Unlock()
-	t.writeResult(outcome, answer, approval)
-	if err := t.save(ctx); err != nil {
+	if err := t.save(ctx, t.resultOps(outcome, answer, approval)...); err != nil {
 		log.Warn("could not journal the finished turn", "error", err.Error())
 	}
 	log.Info("turn finished", "outcome", outcome, "attempt", t.attempt().N, "answer_bytes", len(answer))
@@ -757,7 +861,76 @@ func (t *turn) latency(now time.Time) time.Duration {
 	return now.Sub(t.rec.EnqueuedAt)
 }
 
+// finalEvent writes the attempt's final event once per turn (see
+// Replies.EmitAnswerOnce) after its progress, in one round trip; no
+// progress event of the attempt follows it.
+func (t *turn) finalEvent(ctx context.Context, ev ReplyEvent) (emitted bool, err error) {
+	if ev.Type == "" {
+		ev.Type = EventAnswer
+	}
+	defer t.progress.endEvents()
+	pe, err := t.w.replies.prepareMany(t.msg.Conversation, ev, t.w.replies.answeredKey(ev.TaskID))
+	if err != nil {
+		return false, err
+	}
+	if err := t.progress.do(ctx, []*preparedEvent{pe}); err != nil {
+		return false, fmt.Errorf("queue: emit %s for task %s: %w", ev.Type, ev.TaskID, err)
+	}
+	return pe.written, nil
+}
+
+// resultOps write the task's result (see writeResult) with the journal
+// save they go with, when the worker made its Redis client from Asynq's
+// connection (so Asynq's task hash is on it); else the result is written
+// through Asynq now.
+func (t *turn) resultOps(outcome, answer string, approval *ToolEvent) []pipelineOp {
+	if t.w.rdb == nil || t.w.replies.rdb != t.w.rdb {
+		t.writeResult(outcome, answer, approval)
+		return nil
+	}
+	b, err := t.resultJSON(outcome, answer, approval)
+	if err != nil {
+		t.log.Warn("could not write the task result", "error", err.Error())
+		return nil
+	}
+	key := asynqTaskKey(t.queue, t.taskID)
+	return []pipelineOp{scriptOp(writeResultScript, []string{key}, []any{b}, func(c *redis.Cmd) error {
+		err := c.Err()
+		if isNoScript(err) {
+			return err // runOps sends it again
+		}
+		if err != nil {
+			t.redisFailed()
+			t.log.Warn("could not write the task result", "error", err.Error())
+		}
+		return nil // the result is a summary: its loss does not fail the save
+	})}
+}
+
+// writeResultScript is Asynq's ResultWriter.Write (HSET of the task hash's
+// "result") for a task that still exists.
+var writeResultScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], 'result', ARGV[1])
+return 1
+`)
+
+// asynqTaskKey is the key of Asynq's hash of a task (asynq v0.26,
+// internal/base.TaskKey).
+func asynqTaskKey(qname, taskID string) string { return "asynq:{" + qname + "}:t:" + taskID }
+
 func (t *turn) writeResult(outcome, answer string, approval *ToolEvent) {
+	b, err := t.resultJSON(outcome, answer, approval)
+	if err == nil {
+		_, err = t.task.ResultWriter().Write(b)
+	}
+	if err != nil {
+		t.redisFailed()
+		t.log.Warn("could not write the task result", "error", err.Error())
+	}
+}
+
+func (t *turn) resultJSON(outcome, answer string, approval *ToolEvent) ([]byte, error) {
 	r := TurnResult{TaskID: t.taskID, Otid: t.otid, RunID: t.rec.RunID, Outcome: outcome, Answer: answer,
 		StopReason: t.rec.StopReason, Approval: approval, Usage: t.rec.Usage, Attempts: len(t.rec.Attempts),
 		QueueWaitMS: t.rec.QueueWait.Milliseconds(), TTFTMS: t.rec.TTFT.Milliseconds(),
@@ -770,26 +943,18 @@ func (t *turn) writeResult(outcome, answer string, approval *ToolEvent) {
 		r.QueueWaitMS = t.rec.FirstStartedAt.Sub(t.rec.EnqueuedAt).Milliseconds()
 	}
 	r.Summary = r.summary()
-	b, err := json.Marshal(r)
-	if err == nil {
-		_, err = t.task.ResultWriter().Write(b)
-	}
-	if err != nil {
-		t.redisFailed()
-		t.log.Warn("could not write the task result", "error", err.Error())
-	}
+	return json.Marshal(r)
 }
 
 // fail ends the turn with a permanent error: one error event, the journal,
 // and SkipRetry so that Asynq archives the task.
 func (t *turn) fail(ctx context.Context, log *slog.Logger, reason, stop string) error {
-	t.endProgress(ctx)
 	ev := ReplyEvent{Type: EventError, TaskID: t.taskID,
 		Otid: t.otid, RunID: t.rec.RunID, MessageID: t.msg.MessageID, Text: reason, StopReason: stop, Permanent: true}
 	if len(t.followers) > 0 {
 		ev.AnsweredBy = t.taskID
 	}
-	if _, err := t.w.replies.EmitAnswerOnce(ctx, t.msg.Conversation, ev); err != nil {
+	if _, err := t.finalEvent(ctx, ev); err != nil {
 		t.redisFailed()
 		log.Warn("could not emit the error event", "error", err.Error())
 	}

@@ -142,6 +142,7 @@ type Worker struct {
 	threads   *threads
 	approvals *approvals
 	answerer  answerer
+	writer    *writer // the turns' progress events and queued writes
 
 	baseCtx    context.Context
 	baseCancel context.CancelCauseFunc
@@ -277,11 +278,16 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		w.cfg.ApprovalTimeout = DefaultApprovalTimeout
 	}
 	w.approvals = newApprovals(w.replies)
+	w.writer = newWriter(w.replies.rdb, w.replies)
 	w.threads = &threads{mode: mode, rdb: w.replies.rdb, prefix: w.replies.opts.Prefix, client: w.client, lock: w.ord == nil,
 		lockTTL: w.cfg.Budget.ThreadResolution() + threadLockSlack}
 	w.baseCtx, w.baseCancel = context.WithCancelCause(context.Background())
 	return w, nil
 }
+
+// oneRedis reports whether the journal and the reply streams are on one
+// client, so that their writes can share a round trip (the writer's).
+func (w *Worker) oneRedis() bool { return w.journal.rdb == w.replies.rdb }
 
 // Replies returns the reply streams the worker writes.
 func (w *Worker) Replies() *Replies { return w.replies }
