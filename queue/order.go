@@ -271,7 +271,6 @@ func (t *turn) finishFollowers(ctx context.Context, ev ReplyEvent) {
 // over it leaves the line and the next one (and merged tasks put back to
 // wait) are woken.
 func (t *turn) release(ctx context.Context, lease *ordering.Lease, err error) {
-	o := t.w.ord
 	done := err == nil || errors.Is(err, asynq.SkipRetry)
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
@@ -284,6 +283,15 @@ func (t *turn) release(ctx context.Context, lease *ordering.Lease, err error) {
 	if !done {
 		return
 	}
+	t.wake(ctx, next)
+}
+
+// wake moves the turn now at the head of the line (next) and the merged
+// tasks of this turn to pending, once the finished turn left the line.
+func (t *turn) wake(ctx context.Context, next string) {
+	o := t.w.ord
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
 	if next != "" {
 		if err := o.seq.Wake(rctx, o.insp, t.queue, t.key, next); err != nil {
 			t.log.Debug("could not wake the next turn", "next", next, "error", err.Error())
@@ -293,4 +301,27 @@ func (t *turn) release(ctx context.Context, lease *ordering.Lease, err error) {
 		// Merged tasks wait (scheduled, or put back): let them end now.
 		_ = o.seq.Wake(rctx, o.insp, t.queue, t.key, id)
 	}
+}
+
+// releaseOps release the conversation of a finished turn with its last
+// writes (the journal's finished record): one round trip. They are used
+// when the ordering keys are on the writer's Redis (the worker made both
+// clients from Asynq's connection). If the release does not happen there,
+// processTask releases as usual (releasing twice is harmless).
+func (t *turn) releaseOps() []pipelineOp {
+	o := t.w.ord
+	if t.lease == nil || o.rdb == nil || t.w.rdb == nil || t.w.replies.rdb != t.w.rdb {
+		return nil
+	}
+	s, keys, args, next := t.lease.ReleaseScript(true)
+	return []pipelineOp{scriptOp(s, keys, args, func(c *redis.Cmd) error {
+		n, err := next(c)
+		if isNoScript(err) {
+			return err // runOps sends it again
+		}
+		if err == nil {
+			t.released, t.next = true, n
+		}
+		return nil
+	})}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/lettaq/lettaq/agentclient"
 	"github.com/lettaq/lettaq/continuation"
+	"github.com/lettaq/lettaq/ordering"
 )
 
 // TurnResult is what a finished turn writes as its Asynq task result
@@ -90,10 +91,15 @@ func (w *Worker) processTask(ctx context.Context, task *asynq.Task) error {
 	// starts when it holds the key.
 	t.start = time.Now()
 	lctx, cancel := lease.Context(ctx)
+	t.lease = lease
 	err = t.run(lctx)
 	cancel()
 	t.awaitRedis(ctx) // the release too must reach Redis
-	t.release(ctx, lease, err)
+	if t.released {
+		t.wake(ctx, t.next) // released with the turn's last writes
+	} else {
+		t.release(ctx, lease, err)
+	}
 	return err
 }
 
@@ -196,9 +202,12 @@ type turn struct {
 
 	pre startReads // read before the attempt runs
 
-	key          string     // ordering key ("" without ordering)
-	followers    []follower // messages merged into this turn
-	newFollowers []string   // taken by this attempt
+	key          string          // ordering key ("" without ordering)
+	lease        *ordering.Lease // held while the attempt runs (nil without ordering)
+	released     bool            // the lease was released with the turn's last writes (releaseOps)
+	next         string          // then: the head of the line after the release
+	followers    []follower      // messages merged into this turn
+	newFollowers []string        // taken by this attempt
 
 	bg context.Context // for progress events: not canceled with the attempt
 
@@ -845,7 +854,7 @@ func (t *turn) deliver(ctx context.Context, log *slog.Logger, outcome string, ev
 	t.attempt().Outcome = outcome
 	t.rec.Outcome, t.rec.FinishedAt, t.rec.StopReason, t.rec.Error = outcome, now.UTC(), ev.StopReason, ""
 	t.mu.Unlock()
-	if err := t.save(ctx, t.resultOps(outcome, answer, approval)...); err != nil {
+	if err := t.save(ctx, append(t.resultOps(outcome, answer, approval), t.releaseOps()...)...); err != nil {
 		log.Warn("could not journal the finished turn", "error", err.Error())
 	}
 	log.Info("turn finished", "outcome", outcome, "attempt", t.attempt().N, "answer_bytes", len(answer))
@@ -965,7 +974,7 @@ func (t *turn) fail(ctx context.Context, log *slog.Logger, reason, stop string) 
 	t.attempt().Outcome, t.attempt().Error = OutcomeFailed, reason
 	t.rec.Outcome, t.rec.Error, t.rec.StopReason, t.rec.FinishedAt = OutcomeFailed, reason, stop, now.UTC()
 	t.mu.Unlock()
-	if err := t.save(ctx); err != nil {
+	if err := t.save(ctx, t.releaseOps()...); err != nil {
 		log.Warn("could not journal the failed turn", "error", err.Error())
 	}
 	if stop != "" {
