@@ -60,6 +60,7 @@ type Sequencer struct {
 	rdb    redis.UniversalClient
 	cfg    Config
 	prefix string
+	renew  renewer // renews the leases held through this Sequencer
 }
 
 // AliveFunc reports whether a task can still run (see InspectorAlive). A
@@ -104,7 +105,9 @@ func New(rdb redis.UniversalClient, cfg Config) (*Sequencer, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Sequencer{rdb: rdb, cfg: cfg, prefix: cfg.Prefix}, nil
+	s := &Sequencer{rdb: rdb, cfg: cfg, prefix: cfg.Prefix}
+	s.renew.init(s)
+	return s, nil
 }
 
 // Config returns the configuration in use (defaults filled in).
