@@ -14,9 +14,13 @@
 //   - a turn that is still running at the agent when its attempt ends
 //     (Release with done=false) keeps its place at the head, so no later
 //     message overtakes it;
-//   - a worker killed while holding a key blocks it at most for the lease
-//     (Config.Lease, default 30s); the killed task stays head and, once
-//     Asynq recovers it, re-acquires and finishes. Order holds.
+//   - a worker killed while holding a key leaves its task at the head: once
+//     Asynq recovers it (its own lease, 30s, plus the recoverer's 30s
+//     margin: a minute or two), it re-acquires the key at once (a takeover,
+//     below) and finishes. Order holds. The lock itself lives at most a
+//     lease (Config.Lease, default 1m) past the last renewal, which bounds
+//     how long a head that finished without releasing (Redis failed at that
+//     moment) blocks the key before the dead-head check removes it.
 //
 // # Conversation keys
 //
@@ -53,13 +57,29 @@
 //
 // # The lease
 //
-// Acquire sets the lock with a fresh token and arms a timer that extends it
-// every Config.RenewEvery (Lease/3) only while the lock still holds that
-// token; between renewals a lease costs a timer, not a goroutine. If the extension finds another token or no lock, or
-// Redis stays unreachable for a whole lease, Lease.Lost is closed (and
-// Lease.Context cancelled with ErrLeaseLost): the turn must stop, someone
-// else may run the key. Release stops the timer and waits for a renewal in
-// flight (no leak), deletes the lock only if it is still ours, and is idempotent.
+// Acquire sets the lock with a fresh token, PX Config.Lease, and the
+// Sequencer extends it every Config.RenewEvery (Lease/3) only while the lock
+// still holds that token. A Sequencer renews all the leases it holds
+// together: one timer, and one round trip per renewal tick that extends
+// every lock due (on a single Redis one script over many locks; on Redis
+// Cluster a pipeline of one-lock scripts, one round trip per node). Leases
+// due within RenewEvery/2 of each other share a tick, so a worker makes
+// about two renewal round trips per RenewEvery however many turns it runs;
+// with no lease held nothing runs. If the extension finds another token or
+// no lock, or Redis stays unreachable for a whole lease, Lease.Lost is
+// closed (and Lease.Context cancelled with ErrLeaseLost): the turn must
+// stop, someone else may run the key. Release takes the lease out of the
+// renewal and waits for a renewal in flight that includes it (no leak),
+// deletes the lock only if it is still ours, and is idempotent.
+//
+// The default lease, one minute, is longer than Asynq's own (30s) on
+// purpose: the lock does not decide when a killed worker's turn runs again
+// (Asynq's recovery does, and the recovered attempt takes the lock over by
+// task id), a worker cut off from Redis has its handler cancelled by Asynq
+// after 30s anyway, and a longer lease halves the extensions (one per lock
+// every 20s). What it lengthens: a head that finished but could not
+// release blocks its key up to a minute, and an attempt taken over is told
+// (Lost) at its next renewal, up to 20s later.
 //
 // Re-acquire by the same task: Acquire succeeds when the lock is held by
 // an earlier attempt of the same task id (Asynq recovered it from a dead
@@ -179,9 +199,12 @@
 // # Cost
 //
 // An ordered turn costs three extra round trips (acquire, release, and the
-// GetTaskInfo of Wake; RunTask when the next task was parked) plus one
-// renewal every Lease/3. A hot key runs one turn at a time by design: its
-// rate is bounded by the turn plus Asynq's pickup latency (about
-// TaskCheckInterval after Wake), e.g. ~43 no-op turns/s at 20ms, which is
-// noise next to a Letta turn of seconds.
+// GetTaskInfo of Wake; RunTask when the next task was parked). Renewals
+// cost one round trip per tick per Sequencer (worker), not per turn: 3 to 6
+// a minute with the default lease, whether it holds one turn or 10,000
+// (then one script extends 500 locks, 20 scripts in one pipeline). A hot
+// key runs one turn at a time by design: its rate is bounded by the turn
+// plus Asynq's pickup latency (about TaskCheckInterval after Wake), e.g.
+// ~43 no-op turns/s at 20ms, which is noise next to a Letta turn of
+// seconds.
 package ordering

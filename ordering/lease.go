@@ -3,42 +3,34 @@ package ordering
 import (
 	"context"
 	"fmt"
-	"strconv"
-	"sync"
 	"time"
 )
 
-// Lease is a held turn: the lock of one key, renewed every RenewEvery by a
-// re-armed timer (no goroutine waits between renewals) until Release. If
-// renewal fails (the lock was taken over or expired while Redis was
-// unreachable), Lost is closed: the turn must stop.
+// Lease is a held turn: the lock of one key, renewed until Release by its
+// Sequencer together with every other lease it holds (see renewer: one
+// round trip per renewal tick, whatever the number of leases; no goroutine
+// per lease). If renewal fails (the lock was taken over or expired, or
+// Redis stayed unreachable for a whole lease), Lost is closed: the turn
+// must stop.
 type Lease struct {
 	s                          *Sequencer
 	key, taskID, holder, token string
+	lock                       string // the lock's Redis key
 
 	lostCtx  context.Context // done when the lease is lost
 	markLost context.CancelFunc
 
-	renewCtx    context.Context // cancelled by Release: aborts a renewal in flight
-	cancelRenew context.CancelFunc
-
-	mu       sync.Mutex // guards timer and stopped; inflight.Add happens under it
-	timer    *time.Timer
-	stopped  bool
-	inflight sync.WaitGroup
-	lastOK   time.Time
-	leaseMs  string
-	stopOnce sync.Once
+	// Renewal state, guarded by s.renew.mu.
+	due     time.Time // when the lock should be extended next
+	lastOK  time.Time // when the last successful extension (or the acquire) was sent
+	stopped bool      // released, or lost: no longer renewed
+	round   *round    // the renewal in flight that includes this lease, if any
 }
 
 func (s *Sequencer) newLease(key, taskID, holder, token string) *Lease {
-	l := &Lease{s: s, key: key, taskID: taskID, holder: holder, token: token,
-		lastOK: time.Now(), leaseMs: strconv.FormatInt(s.cfg.Lease.Milliseconds(), 10)}
+	l := &Lease{s: s, key: key, taskID: taskID, holder: holder, token: token, lock: s.lockKey(key)}
 	l.lostCtx, l.markLost = context.WithCancel(context.Background())
-	l.renewCtx, l.cancelRenew = context.WithCancel(context.Background())
-	l.mu.Lock()
-	l.timer = time.AfterFunc(s.cfg.RenewEvery, l.renew)
-	l.mu.Unlock()
+	s.renew.add(l, time.Now())
 	return l
 }
 
@@ -62,53 +54,11 @@ func (l *Lease) Context(parent context.Context) (context.Context, context.Cancel
 	return ctx, func() { stop(); cancel(context.Canceled) }
 }
 
-// renew runs on the timer: one compare-and-extend, then re-arm.
-func (l *Lease) renew() {
-	l.mu.Lock()
-	if l.stopped {
-		l.mu.Unlock()
-		return
-	}
-	l.inflight.Add(1)
-	l.mu.Unlock()
-	defer l.inflight.Done()
-
-	every := l.s.cfg.RenewEvery
-	cctx, cancel := context.WithTimeout(l.renewCtx, every)
-	n, err := extendLua.Run(cctx, l.s.rdb, []string{l.s.lockKey(l.key)}, l.token, l.leaseMs).Int()
-	cancel()
-	switch {
-	case l.renewCtx.Err() != nil:
-		return
-	case err == nil && n == 1:
-		l.lastOK = time.Now()
-	case err == nil:
-		// Someone else holds the lock, or it expired.
-		l.markLost()
-		return
-	case time.Since(l.lastOK) >= l.s.cfg.Lease:
-		// Redis unreachable for a whole lease: the lock may be gone.
-		l.markLost()
-		return
-	}
-	l.mu.Lock()
-	if !l.stopped {
-		l.timer.Reset(every)
-	}
-	l.mu.Unlock()
-}
-
-// stopRenewal stops the timer and waits for a renewal in flight.
-func (l *Lease) stopRenewal() {
-	l.stopOnce.Do(func() {
-		l.mu.Lock()
-		l.stopped = true
-		l.timer.Stop()
-		l.mu.Unlock()
-		l.cancelRenew()
-		l.inflight.Wait()
-	})
-}
+// stopRenewal takes the lease out of its Sequencer's renewal and waits for
+// a renewal in flight that includes it (at most its timeout,
+// Config.RenewEvery; it is cut short when every lease in it is released).
+// After it returns, nothing renews the lock and Lost no longer fires.
+func (l *Lease) stopRenewal() { l.s.renew.remove(l) }
 
 // Release ends the turn: it stops the renewal (and waits for one in
 // flight), deletes the lock if it is still ours, and, when done (the
@@ -125,7 +75,7 @@ func (l *Lease) Release(ctx context.Context, done bool) (next string, err error)
 		d = "1"
 	}
 	res, err := releaseLua.Run(ctx, l.s.rdb,
-		[]string{l.s.lineKey(l.key), l.s.lockKey(l.key), l.s.doneKey(l.key, l.taskID)},
+		[]string{l.s.lineKey(l.key), l.lock, l.s.doneKey(l.key, l.taskID)},
 		l.taskID, l.token, d, l.s.cfg.DoneTTL.Milliseconds()).Slice()
 	if err != nil {
 		return "", fmt.Errorf("ordering: release %s on %q: %w", l.taskID, l.key, err)

@@ -15,7 +15,7 @@ import (
 // Defaults of Config.
 const (
 	DefaultPrefix        = "lettaq:ord:"
-	DefaultLease         = 30 * time.Second
+	DefaultLease         = time.Minute
 	DefaultMergedTTL     = 24 * time.Hour
 	DefaultDeadHeadGrace = 5 * time.Second
 	DefaultMaxSkips      = 16
@@ -26,9 +26,11 @@ type Config struct {
 	// Prefix of every key, default DefaultPrefix. It must not contain '{'
 	// or '}': the keys' hash tag is the conversation key.
 	Prefix string
-	// Lease of the lock, default DefaultLease: a worker that dies holding a
-	// key blocks it for at most this long. The lease is renewed every
-	// RenewEvery while the turn runs.
+	// Lease of the lock, default DefaultLease: the lock of a worker that
+	// dies holding a key lives at most this long past its last renewal
+	// (its task keeps the head, and takes the lock over when Asynq
+	// recovers it). The lease is renewed every RenewEvery while the turn
+	// runs; Lost fires when Redis stays unreachable this long.
 	Lease time.Duration
 	// RenewEvery, default Lease/3.
 	RenewEvery time.Duration
@@ -60,6 +62,7 @@ type Sequencer struct {
 	rdb    redis.UniversalClient
 	cfg    Config
 	prefix string
+	renew  renewer // renews the leases held through this Sequencer
 }
 
 // AliveFunc reports whether a task can still run (see InspectorAlive). A
@@ -104,7 +107,9 @@ func New(rdb redis.UniversalClient, cfg Config) (*Sequencer, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Sequencer{rdb: rdb, cfg: cfg, prefix: cfg.Prefix}, nil
+	s := &Sequencer{rdb: rdb, cfg: cfg, prefix: cfg.Prefix}
+	s.renew.init(s)
+	return s, nil
 }
 
 // Config returns the configuration in use (defaults filled in).

@@ -5,7 +5,9 @@ import "github.com/redis/go-redis/v9"
 // Every mutation is one Lua script, so that it is atomic on the server.
 // All KEYS of one call share the hash tag {<key>}, so the scripts run on
 // Redis Cluster too (the merged:… keys that TakeFollowers builds inside the
-// script carry the same tag, so they live in the same slot).
+// script carry the same tag, so they live in the same slot). The one
+// exception, extendManyLua, renews many conversations' locks at once and is
+// used only on a single Redis (see renewer.extend).
 //
 // Scores: a member's score is max(nowMs*1000, highest score in the line + 1).
 // It is strictly increasing within a line (the order), and floor(score/1000)
@@ -82,6 +84,24 @@ if redis.call('HGET', KEYS[1], 'token') == ARGV[1] then
   return 1
 end
 return 0
+`)
+
+// extendManyLua: KEYS = locks of different conversations; ARGV[1]=leaseMs,
+// ARGV[1+i]=token of KEYS[i]. Extends each lock that still holds its token
+// and returns, per key, 1 if extended (still ours), 0 otherwise. Its keys
+// live in different slots: it runs on a single Redis only (renewer.extend
+// uses extendLua per key elsewhere).
+var extendManyLua = redis.NewScript(`
+local out = {}
+for i, k in ipairs(KEYS) do
+  if redis.call('HGET', k, 'token') == ARGV[i + 1] then
+    redis.call('PEXPIRE', k, ARGV[1])
+    out[i] = 1
+  else
+    out[i] = 0
+  end
+end
+return out
 `)
 
 // releaseLua: KEYS[1]=line, KEYS[2]=lock, KEYS[3]=done marker of task;

@@ -291,8 +291,8 @@ var workerSettings = []setting{
 			}
 			return errors.New("want conversation, agent or off")
 		}},
-	{Var{Name: "LETTAQ_ORDERING_LEASE", Default: "30s",
-		Help: "lease of a conversation's lock, renewed while its turn runs: a worker that dies holding a conversation blocks it at most this long"},
+	{Var{Name: "LETTAQ_ORDERING_LEASE", Default: "60s",
+		Help: "lease of a conversation's lock, renewed every third of it while its turn runs; a turn whose worker cannot reach Redis this long stops (a killed worker's turn keeps its place and runs again when Asynq recovers it)"},
 		durSetting(func(c *WorkerConfig) *time.Duration { return &c.OrderingLease }, 100*time.Millisecond)},
 	{Var{Name: "LETTAQ_COALESCE", Default: "",
 		Help: "comma-separated integrations (e.g. telegram,slack) whose messages that arrive while their conversation is busy are sent together as the next turn's one user message; needs LETTAQ_ORDERING=conversation"},
