@@ -22,6 +22,12 @@ const writerMaxEvents = 256
 // writerTimeout bounds one round trip of the writer.
 const writerTimeout = 5 * time.Second
 
+// lazyWindow is how long a lazy event (a heartbeat: the phase again) may
+// wait for company: the heartbeats of all thinking turns due within it go
+// in one round trip and one command. With DefaultHeartbeatInterval (4 s) a
+// typing indicator is refreshed within 4.25 s, inside the ~5 s it lasts.
+const lazyWindow = 250 * time.Millisecond
+
 // writer writes the reply events and the other writes its turns queue
 // (journal saves, intents) for a whole worker: one goroutine, running only
 // while something waits, takes everything the turns have queued and writes
@@ -35,9 +41,10 @@ type writer struct {
 	// exec runs a round trip's ops (runOps; tests replace it).
 	exec func(ctx context.Context, ops []pipelineOp) []error
 
-	mu      sync.Mutex
-	ready   []*progress // turns with queued items, in the order they became ready
-	running bool
+	mu        sync.Mutex
+	ready     []*progress // turns with queued items, in the order they became ready
+	running   bool
+	lazyTimer *time.Timer // armed while only lazy items wait
 }
 
 func newWriter(rdb redis.UniversalClient, replies *Replies) *writer {
@@ -90,7 +97,13 @@ func (wr *writer) newProgress(c Conversation, failed func(error)) *progress {
 }
 
 // push queues ev for writing; it never waits on Redis.
-func (p *progress) push(ev ReplyEvent) {
+func (p *progress) push(ev ReplyEvent) { p.pushEvent(ev, false) }
+
+// pushLazy queues ev to be written within lazyWindow, with whatever else
+// is due then (see lazyWindow).
+func (p *progress) pushLazy(ev ReplyEvent) { p.pushEvent(ev, true) }
+
+func (p *progress) pushEvent(ev ReplyEvent, lazy bool) {
 	pe, err := p.wr.replies.prepareMany(p.conv, ev, "")
 	if err != nil {
 		p.failed(err)
@@ -110,6 +123,10 @@ func (p *progress) push(ev ReplyEvent) {
 		p.dropOne()
 	}
 	p.queue = append(p.queue, progressItem{ev: pe})
+	if lazy {
+		p.scheduleLazyLocked()
+		return
+	}
 	p.scheduleLocked()
 }
 
@@ -182,13 +199,37 @@ func (p *progress) dropOne() {
 }
 
 func (p *progress) scheduleLocked() {
+	p.readyLocked()
+	if !p.wr.running {
+		p.wr.running = true
+		go p.wr.loop()
+	}
+}
+
+// scheduleLazyLocked has the writer run within lazyWindow (or with the
+// next item that cannot wait).
+func (p *progress) scheduleLazyLocked() {
+	p.readyLocked()
+	if !p.wr.running && p.wr.lazyTimer == nil {
+		p.wr.lazyTimer = time.AfterFunc(lazyWindow, p.wr.kick)
+	}
+}
+
+func (p *progress) readyLocked() {
 	if !p.ready {
 		p.ready = true
 		p.wr.ready = append(p.wr.ready, p)
 	}
-	if !p.wr.running {
-		p.wr.running = true
-		go p.wr.loop()
+}
+
+// kick runs the writer for the lazy items that waited.
+func (wr *writer) kick() {
+	wr.mu.Lock()
+	defer wr.mu.Unlock()
+	wr.lazyTimer = nil
+	if !wr.running && len(wr.ready) > 0 {
+		wr.running = true
+		go wr.loop()
 	}
 }
 

@@ -304,3 +304,50 @@ func TestRunOpsAfterScriptFlush(t *testing.T) {
 		}
 	})
 }
+
+// Lazy events (heartbeats) wait up to lazyWindow so that those of many turns share a round trip;
+// an event that cannot wait takes the waiting lazy ones along at once.
+func TestLazyEventsShareARoundTrip(t *testing.T) {
+	rjEach(t, func(t *testing.T, b rjBackend) {
+		defer goleak.VerifyNone(t, append(ignoreMiniredis, goleak.IgnoreCurrent())...)
+		wr, r, trips := gatedWriter(b, nil)
+		ps := make([]*progress, 20)
+		for i := range ps {
+			ps[i] = wr.newProgress(Conversation{Integration: "test", ChatID: fmt.Sprint("lazy", i)}, func(err error) { t.Error(err) })
+		}
+		start := time.Now()
+		for i, p := range ps {
+			p.pushLazy(ReplyEvent{Type: EventPhase, TaskID: fmt.Sprint("t", i), Phase: PhaseThinking})
+		}
+		// A flush of a turn that queued nothing else does not wait for the window...
+		for i, p := range ps {
+			p.flush(context.Background())
+			if got := streamTexts(t, r, p.conv); len(got) != 1 {
+				t.Fatalf("turn %d: %d events after flush", i, len(got))
+			}
+		}
+		if n := trips.Load(); n != 1 {
+			t.Errorf("20 lazy events in %d round trips, want 1", n)
+		}
+		if d := time.Since(start); d >= lazyWindow {
+			t.Errorf("flush waited %v for the lazy window", d)
+		}
+		// ...and lazy events alone are written within it, together.
+		for i, p := range ps {
+			p.pushLazy(ReplyEvent{Type: EventPhase, TaskID: fmt.Sprint("t", i), Phase: PhaseThinking})
+		}
+		deadline := time.Now().Add(10 * lazyWindow)
+		for trips.Load() < 2 && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if n := trips.Load(); n != 2 {
+			t.Fatalf("second lazy round: %d round trips in all, want 2", n)
+		}
+		for _, p := range ps {
+			if got := streamTexts(t, r, p.conv); len(got) != 2 {
+				t.Fatalf("%d events, want 2", len(got))
+			}
+			p.close()
+		}
+	})
+}

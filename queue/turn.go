@@ -434,8 +434,16 @@ func (t *turn) run(ctx context.Context) error {
 	t.st = agentclient.NewStreamState()
 	t.st.SetRunID(rec.RunID)
 	t.toolIdx = make(map[string]*toolTrack)
+	var beat string // the phase last emitted (emits never overlap)
 	t.hb = NewHeartbeatSince(rec.FirstStartedAt, w.cfg.HeartbeatInterval, func(phase string, elapsed time.Duration) {
-		t.emit(ReplyEvent{Type: EventPhase, Phase: phase, Elapsed: elapsed})
+		ev := ReplyEvent{Type: EventPhase, Phase: phase, Elapsed: elapsed}
+		if phase == beat {
+			// A repeat: it goes with the other turns' beats (lazyWindow).
+			t.emitLazy(ev)
+			return
+		}
+		beat = phase
+		t.emit(ev)
 	})
 	t.deltas = newDeltaPump(w.cfg.DeltaMaxAge, func(text string, narration bool) {
 		t.emit(ReplyEvent{Type: EventAnswerDelta, Text: text, Narration: narration})
@@ -480,7 +488,12 @@ func (t *turn) retryEarly(err error) error {
 }
 
 // emit queues a progress event (see progress): it never waits on Redis.
-func (t *turn) emit(ev ReplyEvent) {
+func (t *turn) emit(ev ReplyEvent) { t.emitEvent(ev, false) }
+
+// emitLazy is emit for an event that may wait lazyWindow for company.
+func (t *turn) emitLazy(ev ReplyEvent) { t.emitEvent(ev, true) }
+
+func (t *turn) emitEvent(ev ReplyEvent, lazy bool) {
 	ev, ok := t.replyBudget(ev)
 	if !ok {
 		return
@@ -488,6 +501,10 @@ func (t *turn) emit(ev ReplyEvent) {
 	ev.TaskID, ev.Otid, ev.MessageID = t.taskID, t.otid, t.msg.MessageID
 	if t.st != nil {
 		ev.RunID = t.st.RunID()
+	}
+	if lazy {
+		t.progress.pushLazy(ev)
+		return
 	}
 	t.progress.push(ev)
 }
