@@ -26,19 +26,39 @@ type lateFinalHook struct {
 
 func (h *lateFinalHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h *lateFinalHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		if err != nil {
+			return err
+		}
+		for _, cmd := range cmds {
+			if h.final(cmd) {
+				return context.DeadlineExceeded
+			}
+		}
+		return nil
+	}
+}
+
+// final reports whether cmd wrote the final event (a script with the answered marker among its
+// keys); the first time, it also makes cmd report a timeout.
+func (h *lateFinalHook) final(cmd redis.Cmder) bool {
+	if cmd.Err() != nil || (cmd.Name() != "evalsha" && cmd.Name() != "eval") {
+		return false
+	}
+	for _, a := range cmd.Args() {
+		if s, ok := a.(string); ok && strings.HasPrefix(s, h.marker) && h.fired.CompareAndSwap(false, true) {
+			cmd.SetErr(context.DeadlineExceeded)
+			return true
+		}
+	}
+	return false
 }
 func (h *lateFinalHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
-		if err != nil || (cmd.Name() != "evalsha" && cmd.Name() != "eval") {
-			return err
-		}
-		for _, a := range cmd.Args() {
-			if s, ok := a.(string); ok && strings.HasPrefix(s, h.marker) && h.fired.CompareAndSwap(false, true) {
-				cmd.SetErr(context.DeadlineExceeded)
-				return context.DeadlineExceeded
-			}
+		if err == nil && h.final(cmd) {
+			return context.DeadlineExceeded
 		}
 		return err
 	}

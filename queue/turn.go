@@ -265,9 +265,12 @@ func (t *turn) save(ctx context.Context, more ...pipelineOp) error {
 // see beforeSend), and a failure is only logged.
 func (t *turn) saveLater() {
 	if !t.w.oneRedis() {
+		// The journal has a client of its own: a direct write (it does
+		// not wait for the reply streams).
 		ctx, cancel := context.WithTimeout(t.bg, writerTimeout)
 		defer cancel()
-		if err := t.save(ctx); err != nil {
+		rec := t.recCopy()
+		if err := t.w.journal.Save(ctx, &rec); err != nil {
 			t.writeFailed(err)
 		}
 		return
@@ -532,7 +535,6 @@ func (t *turn) beforeSend(ctx context.Context, resend bool) error {
 			return err
 		}
 	} else {
-		t.progress.flush(ctx)
 		var err error
 		if prior, err = t.w.journal.RecordIntent(ctx, t.taskID, t.otid, n, t.w.cfg.WorkerID); err != nil {
 			return err
