@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -132,5 +133,105 @@ func TestDeliveredAnswerFinishesTheTurn(t *testing.T) {
 	}
 	if n := e.sim.CountOtid(res.Otid); n != 1 {
 		t.Fatalf("otid stored %d times", n)
+	}
+}
+
+// lostFinalHook drops the write of a final event (the emit script with the answered marker)
+// from the pipeline that carries it, lets the rest of that pipeline through (the journal's
+// finished record), and fails the next pipeline (the attempt's retry save): a Redis that
+// refused one command and then went away. The next attempt must still deliver the answer.
+type lostFinalHook struct {
+	marker string
+	state  atomic.Int32 // 0 waiting, 1 dropped the final write, 2 failed the save after it
+}
+
+func (h *lostFinalHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *lostFinalHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *lostFinalHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if h.state.CompareAndSwap(1, 2) {
+			for _, c := range cmds {
+				c.SetErr(errRedisGone)
+			}
+			return errRedisGone
+		}
+		if h.state.Load() != 0 {
+			return next(ctx, cmds)
+		}
+		keep := cmds[:0:0]
+		var dropped redis.Cmder
+		for _, c := range cmds {
+			if dropped == nil && carriesKey(c, h.marker) {
+				dropped = c
+				continue
+			}
+			keep = append(keep, c)
+		}
+		if dropped == nil {
+			return next(ctx, cmds)
+		}
+		h.state.Store(1)
+		err := next(ctx, keep)
+		dropped.SetErr(errRedisGone)
+		if err == nil {
+			err = errRedisGone
+		}
+		return err
+	}
+}
+
+var errRedisGone = errors.New("test: connection reset by peer")
+
+func carriesKey(c redis.Cmder, prefix string) bool {
+	if c.Name() != "evalsha" && c.Name() != "eval" {
+		return false
+	}
+	for _, a := range c.Args() {
+		if s, ok := a.(string); ok && strings.HasPrefix(s, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestJournaledFinishedWithoutFinalEventGoesOn: the round trip that writes a turn's final event
+// also journals it finished; when the event's write is lost but the record's is not (and the
+// attempt cannot journal its retry either), the next attempt must not take the turn for
+// finished: it finds the run and delivers the answer, once.
+func TestJournaledFinishedWithoutFinalEventGoesOn(t *testing.T) {
+	e := newEnv(t)
+	agent := e.sim.CreateAgent("lost-final", &lettasim.Script{Steps: []lettasim.Step{
+		{Kind: lettasim.Assistant, Text: "Here at last."},
+	}})
+	hook := &lostFinalHook{marker: e.prefix + "answered:"}
+	rdb := redis.NewClient(&redis.Options{Addr: e.redis.Addr, DB: e.redis.DB})
+	rdb.AddHook(hook)
+	t.Cleanup(func() { _ = rdb.Close() })
+	e.startWorker("w1", func(c *queue.WorkerConfig) {
+		c.Replies = queue.NewReplies(rdb, queue.RepliesOptions{Prefix: e.prefix})
+		c.Journal = queue.NewJournal(rdb, queue.JournalOptions{Prefix: e.prefix, Retention: time.Hour})
+	})
+	c := e.conv("lost-final")
+	res := e.enqueue(queue.Message{AgentID: agent, Text: "hi", Conversation: c, MessageID: "m1"})
+	final, _ := e.waitFinal(c, res.TaskID, 30*time.Second)
+	if final.Type != queue.EventAnswer || final.Text != "Here at last." {
+		t.Fatalf("final %+v", final)
+	}
+	e.settled()
+	if hook.state.Load() != 2 {
+		t.Fatalf("the hook did not drop the final write and fail the save after it (state %d)", hook.state.Load())
+	}
+	finals := 0
+	for _, ev := range e.events(c, res.TaskID) {
+		if ev.Type.Final() {
+			finals++
+		}
+	}
+	rec := e.record(res.TaskID)
+	if finals != 1 || rec.Outcome != queue.OutcomeAnswered || len(rec.Attempts) != 2 {
+		t.Fatalf("%d final events, journal outcome %q; %s", finals, rec.Outcome, describeAttempts(rec))
+	}
+	if n := len(e.sim.UserMessages(agent)); n != 1 {
+		t.Fatalf("%d user messages at Letta, want 1", n)
 	}
 }

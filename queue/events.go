@@ -459,6 +459,9 @@ type preparedEvent struct {
 	args []any    // the 14 field/value strings
 	// written and ev's ID and Seq are set once the script ran.
 	written bool
+	// err: for an event a caller waits for (progress.do), how its round
+	// trip ended (read it only when do did not return errNotWaited).
+	err error
 }
 
 // prepareMany encodes ev (see prepare) for emitManyOp.

@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -260,9 +261,13 @@ func (p *progress) do(ctx context.Context, evs []*preparedEvent, ops ...pipeline
 	case err := <-b.done:
 		return err
 	case <-ctx.Done():
-		return context.Cause(ctx)
+		return fmt.Errorf("%w: %w", errNotWaited, context.Cause(ctx))
 	}
 }
+
+// errNotWaited: do returned before the writes were done (its context
+// ended); they may still happen, and their events' results must not be read.
+var errNotWaited = errors.New("queue: stopped waiting for the writes")
 
 // flush waits until every queued item is written, or ctx ends.
 func (p *progress) flush(ctx context.Context) { _ = p.do(ctx, nil) }
@@ -375,6 +380,9 @@ func (wr *writer) write(batch []taken) {
 					lost = err
 				}
 				continue
+			}
+			if it.ev != nil {
+				it.ev.err = err
 			}
 			if err != nil && it.bar.err == nil {
 				it.bar.err = err

@@ -365,6 +365,12 @@ func (t *turn) run(ctx context.Context) error {
 	if err != nil {
 		return t.retryEarly(err)
 	}
+	if !answered && (rec.Outcome == OutcomeAnswered || rec.Outcome == OutcomeApprovalRequired) {
+		// Journaled finished in the round trip that was to write the final
+		// event, which did not happen (deliverAtOnce): the turn goes on.
+		t.log.Warn("the journal says the turn finished but its final event was never written: continuing the turn", "outcome", rec.Outcome)
+		rec.Outcome, rec.FinishedAt = "", time.Time{}
+	}
 	if answered && !finalOutcome(rec.Outcome) && rec.Outcome != OutcomeCoalesced && rec.TaskID != "" {
 		return t.finishDelivered(ctx, rec)
 	}
@@ -850,36 +856,91 @@ func (t *turn) deliver(ctx context.Context, log *slog.Logger, outcome string, ev
 	if len(t.followers) > 0 {
 		ev.AnsweredBy = t.taskID
 	}
+	if len(t.followers) == 0 && t.msg.Approval == nil && t.w.oneRedis() {
+		return t.deliverAtOnce(ctx, log, outcome, ev, answer, approval)
+	}
 	emitted, err := t.finalEvent(ctx, ev) // after the attempt's progress, in one round trip
 	if err != nil {
-		// The answer is the whole point: retry; the next attempt finds the
-		// run by its id and polls the answer again.
-		t.redisFailed()
-		t.mu.Lock()
-		t.attempt().Outcome, t.attempt().Error = OutcomeRetrying, err.Error()
-		t.mu.Unlock()
-		_ = t.save(ctx)
-		log.Warn("could not deliver the answer, retrying", "outcome", OutcomeRetrying, "error", err.Error())
-		t.w.obs.AttemptFinished(t.queue, "retry", time.Since(t.start))
-		return &RetryAfterError{Delay: time.Second, Reason: "deliver the answer", Err: err}
+		return t.undelivered(ctx, log, err)
 	}
 	if !emitted {
 		log.Info("final event already written by an earlier attempt")
 	}
 	t.finishFollowers(ctx, ev)
 	t.answered(ctx, log)
-	now := time.Now()
-	t.mu.Lock()
-	t.attempt().Outcome = outcome
-	t.rec.Outcome, t.rec.FinishedAt, t.rec.StopReason, t.rec.Error = outcome, now.UTC(), ev.StopReason, ""
-	t.mu.Unlock()
+	now := t.finished(outcome, ev.StopReason)
 	if err := t.save(ctx, append(t.resultOps(outcome, answer, approval), t.releaseOps()...)...); err != nil {
 		log.Warn("could not journal the finished turn", "error", err.Error())
 	}
+	return t.delivered(log, outcome, answer, now)
+}
+
+// deliverAtOnce is deliver for a turn with no merged messages and no
+// approval answer: its progress, final event, finished record, result and
+// release go in one round trip, the final event first. If the event is not
+// written the attempt retries (and journals that); a record saying
+// answered without the event's marker is not taken for finished by the
+// next attempt (see run).
+func (t *turn) deliverAtOnce(ctx context.Context, log *slog.Logger, outcome string, ev ReplyEvent, answer string, approval *ToolEvent) error {
+	defer t.progress.endEvents()
+	pe, err := t.w.replies.prepareMany(t.msg.Conversation, ev, t.w.replies.answeredKey(ev.TaskID))
+	if err != nil {
+		return t.undelivered(ctx, log, err)
+	}
+	now := t.finished(outcome, ev.StopReason)
+	save, err := t.saveOp()
+	if err != nil {
+		return t.undelivered(ctx, log, err)
+	}
+	ops := append(append([]pipelineOp{save}, t.resultOps(outcome, answer, approval)...), t.releaseOps()...)
+	err = t.progress.do(ctx, []*preparedEvent{pe}, ops...)
+	switch {
+	case errors.Is(err, errNotWaited): // pe is not ours to read
+		return t.undelivered(ctx, log, fmt.Errorf("queue: emit %s for task %s: %w", ev.Type, ev.TaskID, err))
+	case pe.err != nil:
+		return t.undelivered(ctx, log, fmt.Errorf("queue: emit %s for task %s: %w", ev.Type, ev.TaskID, pe.err))
+	case err != nil:
+		t.redisFailed()
+		log.Warn("could not journal the finished turn", "error", err.Error())
+	}
+	if !pe.written {
+		log.Info("final event already written by an earlier attempt")
+	}
+	return t.delivered(log, outcome, answer, now)
+}
+
+// finished marks the record finished with outcome.
+func (t *turn) finished(outcome, stopReason string) time.Time {
+	now := time.Now()
+	t.mu.Lock()
+	t.attempt().Outcome = outcome
+	t.rec.Outcome, t.rec.FinishedAt, t.rec.StopReason, t.rec.Error = outcome, now.UTC(), stopReason, ""
+	t.mu.Unlock()
+	return now
+}
+
+func (t *turn) delivered(log *slog.Logger, outcome, answer string, now time.Time) error {
 	log.Info("turn finished", "outcome", outcome, "attempt", t.attempt().N, "answer_bytes", len(answer))
 	t.w.obs.AttemptFinished(t.queue, "done", time.Since(t.start))
 	t.w.obs.TurnFinished(t.queue, outcome, t.latency(now), t.rec.TTFT)
 	return nil
+}
+
+// undelivered ends an attempt whose final event could not be written.
+func (t *turn) undelivered(ctx context.Context, log *slog.Logger, err error) error {
+	{
+		// The answer is the whole point: retry; the next attempt finds the
+		// run by its id and polls the answer again.
+		t.redisFailed()
+		t.mu.Lock()
+		t.attempt().Outcome, t.attempt().Error = OutcomeRetrying, err.Error()
+		t.rec.Outcome, t.rec.FinishedAt, t.rec.StopReason = "", time.Time{}, ""
+		t.mu.Unlock()
+		_ = t.save(ctx)
+		log.Warn("could not deliver the answer, retrying", "outcome", OutcomeRetrying, "error", err.Error())
+		t.w.obs.AttemptFinished(t.queue, "retry", time.Since(t.start))
+		return &RetryAfterError{Delay: time.Second, Reason: "deliver the answer", Err: err}
+	}
 }
 
 func (t *turn) latency(now time.Time) time.Duration {
