@@ -145,7 +145,7 @@ type lostFinalHook struct {
 	state  atomic.Int32 // 0 waiting, 1 dropped the final write, 2 failed the save after it
 }
 
-func (h *lostFinalHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *lostFinalHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
 func (h *lostFinalHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
 func (h *lostFinalHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
