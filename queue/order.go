@@ -320,7 +320,9 @@ func (t *turn) releaseOps() []pipelineOp {
 			return err // runOps sends it again
 		}
 		if err == nil {
+			t.mu.Lock() // the writer's goroutine: processTask may have stopped waiting
 			t.released, t.next = true, n
+			t.mu.Unlock()
 		}
 		return nil
 	})}

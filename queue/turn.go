@@ -95,8 +95,11 @@ func (w *Worker) processTask(ctx context.Context, task *asynq.Task) error {
 	err = t.run(lctx)
 	cancel()
 	t.awaitRedis(ctx) // the release too must reach Redis
-	if t.released {
-		t.wake(ctx, t.next) // released with the turn's last writes
+	t.mu.Lock()
+	released, next := t.released, t.next
+	t.mu.Unlock()
+	if released {
+		t.wake(ctx, next) // released with the turn's last writes
 	} else {
 		t.release(ctx, lease, err)
 	}
@@ -204,8 +207,8 @@ type turn struct {
 
 	key          string          // ordering key ("" without ordering)
 	lease        *ordering.Lease // held while the attempt runs (nil without ordering)
-	released     bool            // the lease was released with the turn's last writes (releaseOps)
-	next         string          // then: the head of the line after the release
+	released     bool            // the lease was released with the turn's last writes (releaseOps; guarded by mu)
+	next         string          // then: the head of the line after the release (guarded by mu)
 	followers    []follower      // messages merged into this turn
 	newFollowers []string        // taken by this attempt
 
