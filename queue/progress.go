@@ -81,9 +81,10 @@ type progress struct {
 // progressItem is an event, or other writes (op), or neither (a bare
 // barrier: flush).
 type progressItem struct {
-	ev  *preparedEvent
-	op  pipelineOp
-	bar *barrier // set when the pusher waits for this item
+	ev   *preparedEvent
+	op   pipelineOp
+	bar  *barrier // set when the pusher waits for this item
+	save bool     // op is a journal save of the whole record (pushSave)
 }
 
 // barrier is what a do call waits for: its last item's batch ran.
@@ -148,16 +149,37 @@ func (p *progress) pushOnce(ev ReplyEvent, marker string) {
 	p.scheduleLocked()
 }
 
-// pushOp queues other writes (an intermediate journal save): written with
-// the attempt's next round trip; a failure goes to failed.
-func (p *progress) pushOp(op pipelineOp) {
+// pushSave queues a journal save of the whole record: written with the
+// attempt's next round trip (it replaces a save still waiting: the newer
+// record has everything the older one had); a failure goes to failed.
+func (p *progress) pushSave(op pipelineOp) {
 	p.wr.mu.Lock()
 	defer p.wr.mu.Unlock()
 	if p.closed {
 		return
 	}
-	p.queue = append(p.queue, progressItem{op: op})
+	p.dropSavesLocked()
+	p.queue = append(p.queue, progressItem{op: op, save: true})
 	p.scheduleLocked()
+}
+
+// dropQueuedSaves drops the journal saves still waiting: the caller is
+// about to write a newer record.
+func (p *progress) dropQueuedSaves() {
+	p.wr.mu.Lock()
+	p.dropSavesLocked()
+	p.wr.mu.Unlock()
+}
+
+func (p *progress) dropSavesLocked() {
+	q := p.queue[:0]
+	for _, it := range p.queue {
+		if !it.save || it.bar != nil {
+			q = append(q, it)
+		}
+	}
+	clear(p.queue[len(q):])
+	p.queue = q
 }
 
 // endEvents refuses further events (they are dropped): the attempt's final

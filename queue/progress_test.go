@@ -351,3 +351,55 @@ func TestLazyEventsShareARoundTrip(t *testing.T) {
 		}
 	})
 }
+
+// A journal save still waiting is replaced by a newer one (the newer record has everything),
+// and dropped when the turn writes a newer record itself.
+func TestQueuedSavesAreReplaced(t *testing.T) {
+	rjEach(t, func(t *testing.T, b rjBackend) {
+		gate := make(chan struct{})
+		wr, _, _ := gatedWriter(b, gate)
+		j := NewJournal(b.rdb, JournalOptions{Prefix: b.prefix})
+		p := wr.newProgress(Conversation{Integration: "test", ChatID: "saves"}, func(err error) { t.Error(err) })
+		p.push(ReplyEvent{Type: EventPhase, TaskID: "t", Phase: PhaseThinking})
+		waitTaken(wr, p) // the writer blocks on the gate; what follows waits
+		saves := 0
+		for i := range 3 {
+			op, err := j.saveOp(&TurnRecord{TaskID: "t", Otid: "o", RunID: fmt.Sprint("run-", i)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.pushSave(op)
+		}
+		wr.mu.Lock()
+		for _, it := range p.queue {
+			if it.save {
+				saves++
+			}
+		}
+		wr.mu.Unlock()
+		if saves != 1 {
+			t.Fatalf("%d saves waiting, want 1 (the newest)", saves)
+		}
+		close(gate)
+		p.flush(context.Background())
+		if rec, err := j.Get(context.Background(), "t"); err != nil || rec.RunID != "run-2" {
+			t.Fatalf("journal %+v %v, want run-2", rec, err)
+		}
+		p.close()
+		// Dropped before the writer takes it: never written.
+		gate2 := make(chan struct{})
+		wr2, _, _ := gatedWriter(b, gate2)
+		p2 := wr2.newProgress(Conversation{Integration: "test", ChatID: "saves"}, func(err error) { t.Error(err) })
+		p2.push(ReplyEvent{Type: EventPhase, TaskID: "t", Phase: PhaseThinking})
+		waitTaken(wr2, p2)
+		op, _ := j.saveOp(&TurnRecord{TaskID: "t", Otid: "o", RunID: "run-3"})
+		p2.pushSave(op)
+		p2.dropQueuedSaves()
+		close(gate2)
+		p2.flush(context.Background())
+		if rec, err := j.Get(context.Background(), "t"); err != nil || rec.RunID != "run-2" {
+			t.Fatalf("journal %+v %v: the dropped save was written", rec, err)
+		}
+		p2.close()
+	})
+}

@@ -255,6 +255,7 @@ func (t *turn) save(ctx context.Context, more ...pipelineOp) error {
 	}
 	op, err := t.saveOp()
 	if err == nil {
+		t.progress.dropQueuedSaves() // this record is newer
 		err = t.progress.do(ctx, nil, append([]pipelineOp{op}, more...)...)
 	}
 	if err != nil {
@@ -283,7 +284,7 @@ func (t *turn) saveLater() {
 		t.writeFailed(err)
 		return
 	}
-	t.progress.pushOp(op)
+	t.progress.pushSave(op)
 }
 
 func (t *turn) saveOp() (pipelineOp, error) {
@@ -896,6 +897,7 @@ func (t *turn) deliverAtOnce(ctx context.Context, log *slog.Logger, outcome stri
 		return t.undelivered(ctx, log, err)
 	}
 	ops := append(append([]pipelineOp{save}, t.resultOps(outcome, answer, approval)...), t.releaseOps()...)
+	t.progress.dropQueuedSaves() // this record is newer
 	err = t.progress.do(ctx, []*preparedEvent{pe}, ops...)
 	switch {
 	case errors.Is(err, errNotWaited): // pe is not ours to read
