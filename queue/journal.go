@@ -395,16 +395,27 @@ func journalDecodeIntents(taskID string, raw []string) ([]Intent, error) {
 // and refreshes the retention of the record's keys, in one command.
 // KEYS: record, otid, intents, then the index keys. ARGV: record JSON, task
 // id, otid ("" for none), ttl ms, score, known ("1": ZADD, else ZADD NX:
-// keep the time of the first save), keep (index length), then one flag per
-// index key ("1": the record belongs in it, else it leaves it).
+// keep the time of the first save), keep (index length), keep finished
+// ("1": write nothing over a record whose outcome is final), then one flag
+// per index key ("1": the record belongs in it, else it leaves it).
+// Returns 1, or 0 when a finished record was kept.
 var journalSaveScript = redis.NewScript(`
+if ARGV[8] == '1' then
+  local cur = redis.call('GET', KEYS[1])
+  if cur then
+    local ok, r = pcall(cjson.decode, cur)
+    if ok and type(r) == 'table' and (r.outcome == 'answered' or r.outcome == 'failed' or r.outcome == 'approval_required') then
+      return 0
+    end
+  end
+end
 local ttl = ARGV[4]
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ttl)
 if ARGV[3] ~= '' then redis.call('SET', KEYS[2], ARGV[2], 'PX', ttl) end
 redis.call('PEXPIRE', KEYS[3], ttl)
 local keep = tonumber(ARGV[7])
 for i = 4, #KEYS do
-  if ARGV[i + 4] == '1' then
+  if ARGV[i + 5] == '1' then
     if ARGV[6] == '1' then
       redis.call('ZADD', KEYS[i], ARGV[5], ARGV[2])
     else
@@ -424,7 +435,7 @@ return 1
 // rec is not modified; the stored copy gets UpdatedAt, and QueueWait and
 // Latency when they are zero and can be computed.
 func (j *Journal) Save(ctx context.Context, rec *TurnRecord) error {
-	keys, args, err := j.saveArgs(rec)
+	keys, args, err := j.saveArgs(rec, false)
 	if err != nil {
 		return err
 	}
@@ -434,9 +445,12 @@ func (j *Journal) Save(ctx context.Context, rec *TurnRecord) error {
 	return nil
 }
 
-// saveOp is Save as a pipeline op (see pipelineOp).
-func (j *Journal) saveOp(rec *TurnRecord) (pipelineOp, error) {
-	keys, args, err := j.saveArgs(rec)
+// saveOp is Save as a pipeline op (see pipelineOp). With keepFinished it
+// writes nothing over a record whose outcome is final (answered, failed,
+// approval_required): an attempt that does not know whether its finish
+// reached Redis journals its retry that way.
+func (j *Journal) saveOp(rec *TurnRecord, keepFinished bool) (pipelineOp, error) {
+	keys, args, err := j.saveArgs(rec, keepFinished)
 	if err != nil {
 		return nil, err
 	}
@@ -449,7 +463,7 @@ func (j *Journal) saveOp(rec *TurnRecord) (pipelineOp, error) {
 }
 
 // saveArgs encodes rec for journalSaveScript.
-func (j *Journal) saveArgs(rec *TurnRecord) (keys []string, args []any, err error) {
+func (j *Journal) saveArgs(rec *TurnRecord, keepFinished bool) (keys []string, args []any, err error) {
 	if rec == nil || rec.TaskID == "" {
 		return nil, nil, errors.New("queue: journal save: record has no task id")
 	}
@@ -475,7 +489,7 @@ func (j *Journal) saveArgs(rec *TurnRecord) (keys []string, args []any, err erro
 	keys = make([]string, 0, 3+len(filters))
 	keys = append(keys, j.recordKey(r.TaskID), j.otidKey(r.Otid), j.intentsKey(r.TaskID))
 	args = make([]any, 0, 7+len(filters))
-	args = append(args, b, r.TaskID, r.Otid, j.opts.Retention.Milliseconds(), score, boolArg(known), j.opts.MaxIndex)
+	args = append(args, b, r.TaskID, r.Otid, j.opts.Retention.Milliseconds(), score, boolArg(known), j.opts.MaxIndex, boolArg(keepFinished))
 	for _, f := range filters {
 		keys = append(keys, j.indexKey(f))
 		args = append(args, boolArg(f.Match(&r)))

@@ -287,7 +287,7 @@ func TestRunOpsAfterScriptFlush(t *testing.T) {
 			}
 			evs = append(evs, pe)
 		}
-		save, err := j.saveOp(&TurnRecord{TaskID: "t", Otid: "o"})
+		save, err := j.saveOp(&TurnRecord{TaskID: "t", Otid: "o"}, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -364,7 +364,7 @@ func TestQueuedSavesAreReplaced(t *testing.T) {
 		waitTaken(wr, p) // the writer blocks on the gate; what follows waits
 		saves := 0
 		for i := range 3 {
-			op, err := j.saveOp(&TurnRecord{TaskID: "t", Otid: "o", RunID: fmt.Sprint("run-", i)})
+			op, err := j.saveOp(&TurnRecord{TaskID: "t", Otid: "o", RunID: fmt.Sprint("run-", i)}, false)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -392,7 +392,7 @@ func TestQueuedSavesAreReplaced(t *testing.T) {
 		p2 := wr2.newProgress(Conversation{Integration: "test", ChatID: "saves"}, func(err error) { t.Error(err) })
 		p2.push(ReplyEvent{Type: EventPhase, TaskID: "t", Phase: PhaseThinking})
 		waitTaken(wr2, p2)
-		op, _ := j.saveOp(&TurnRecord{TaskID: "t", Otid: "o", RunID: "run-3"})
+		op, _ := j.saveOp(&TurnRecord{TaskID: "t", Otid: "o", RunID: "run-3"}, false)
 		p2.pushSave(op)
 		p2.dropQueuedSaves()
 		close(gate2)
@@ -401,5 +401,35 @@ func TestQueuedSavesAreReplaced(t *testing.T) {
 			t.Fatalf("journal %+v %v: the dropped save was written", rec, err)
 		}
 		p2.close()
+	})
+}
+
+// A save that keeps finished records writes nothing over an answered one (an attempt that does
+// not know whether its finish reached Redis journals its retry that way); it writes over the rest.
+func TestSaveKeepsFinishedRecords(t *testing.T) {
+	rjEach(t, func(t *testing.T, b rjBackend) {
+		ctx := context.Background()
+		j := NewJournal(b.rdb, JournalOptions{Prefix: b.prefix})
+		run := func(rec *TurnRecord) {
+			op, err := j.saveOp(rec, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if errs := runOps(ctx, b.rdb, []pipelineOp{op}); errs[0] != nil {
+				t.Fatal(errs[0])
+			}
+		}
+		run(&TurnRecord{TaskID: "t", Otid: "o", Outcome: ""})
+		run(&TurnRecord{TaskID: "t", Otid: "o", Outcome: "", Error: "second"})
+		if rec, _ := j.Get(ctx, "t"); rec.Error != "second" {
+			t.Fatalf("an unfinished record was kept: %+v", rec)
+		}
+		if err := j.Save(ctx, &TurnRecord{TaskID: "t", Otid: "o", Outcome: OutcomeAnswered}); err != nil {
+			t.Fatal(err)
+		}
+		run(&TurnRecord{TaskID: "t", Otid: "o", Outcome: "", Error: "retrying"})
+		if rec, _ := j.Get(ctx, "t"); rec.Outcome != OutcomeAnswered {
+			t.Fatalf("the finished record was overwritten: %+v", rec)
+		}
 	})
 }

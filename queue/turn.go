@@ -289,7 +289,7 @@ func (t *turn) saveLater() {
 
 func (t *turn) saveOp() (pipelineOp, error) {
 	rec := t.recCopy()
-	return t.w.journal.saveOp(&rec)
+	return t.w.journal.saveOp(&rec, false)
 }
 
 func (t *turn) recCopy() TurnRecord {
@@ -941,7 +941,17 @@ func (t *turn) undelivered(ctx context.Context, log *slog.Logger, err error) err
 		t.attempt().Outcome, t.attempt().Error = OutcomeRetrying, err.Error()
 		t.rec.Outcome, t.rec.FinishedAt, t.rec.StopReason = "", time.Time{}, ""
 		t.mu.Unlock()
-		_ = t.save(ctx)
+		// Whether this attempt's finish reached Redis is not known (it may
+		// still, late): never write the retry over a finished record.
+		if t.w.oneRedis() {
+			rec := t.recCopy()
+			if op, err := t.w.journal.saveOp(&rec, true); err == nil {
+				t.progress.dropQueuedSaves()
+				_ = t.progress.do(ctx, nil, op)
+			}
+		} else {
+			_ = t.save(ctx)
+		}
 		log.Warn("could not deliver the answer, retrying", "outcome", OutcomeRetrying, "error", err.Error())
 		t.w.obs.AttemptFinished(t.queue, "retry", time.Since(t.start))
 		return &RetryAfterError{Delay: time.Second, Reason: "deliver the answer", Err: err}
