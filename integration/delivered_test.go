@@ -78,8 +78,8 @@ func (o *turnCounter) TurnFinished(_, outcome string, _, _ time.Duration) {
 }
 
 // TestDeliveredAnswerFinishesTheTurn: the answer event reached the reply
-// stream but its attempt heard a timeout. The next attempt must not leave
-// the turn looking unfinished: the journal gets outcome and finished_at,
+// stream but its attempt heard a timeout. The turn must not be left looking
+// unfinished: the journal gets outcome and finished_at,
 // the task its result (the answer, taken from the final event), and the
 // metrics count the turn once.
 func TestDeliveredAnswerFinishesTheTurn(t *testing.T) {
@@ -107,9 +107,11 @@ func TestDeliveredAnswerFinishesTheTurn(t *testing.T) {
 	if !hook.fired.Load() {
 		t.Fatal("the final write was never intercepted")
 	}
+	// The attempt that heard the timeout finds its event written (one attempt), or the next
+	// attempt finishes the turn from it (two): either way the journal says answered.
 	rec := e.record(res.TaskID)
-	if rec.Outcome != queue.OutcomeAnswered || rec.FinishedAt.IsZero() || len(rec.Attempts) != 2 ||
-		rec.Attempts[1].Outcome != queue.OutcomeAnswered {
+	if rec.Outcome != queue.OutcomeAnswered || rec.FinishedAt.IsZero() || len(rec.Attempts) == 0 ||
+		rec.Attempts[len(rec.Attempts)-1].Outcome != queue.OutcomeAnswered {
 		t.Fatalf("journal outcome %q finished_at %v; %s", rec.Outcome, rec.FinishedAt, describeAttempts(rec))
 	}
 	info, err := e.insp.GetTaskInfo(e.queue, res.TaskID)

@@ -903,7 +903,15 @@ func (t *turn) deliverAtOnce(ctx context.Context, log *slog.Logger, outcome stri
 	case errors.Is(err, errNotWaited): // pe is not ours to read
 		return t.undelivered(ctx, log, fmt.Errorf("queue: emit %s for task %s: %w", ev.Type, ev.TaskID, err))
 	case pe.err != nil:
-		return t.undelivered(ctx, log, fmt.Errorf("queue: emit %s for task %s: %w", ev.Type, ev.TaskID, pe.err))
+		// The write may have happened all the same (a reply lost on the
+		// way back): the answered marker says.
+		if ok, aerr := t.w.replies.Answered(ctx, t.taskID); aerr != nil || !ok {
+			return t.undelivered(ctx, log, fmt.Errorf("queue: emit %s for task %s: %w", ev.Type, ev.TaskID, pe.err))
+		}
+		log.Info("the final event was written though its write reported an error", "error", pe.err.Error())
+		if err != nil && !errors.Is(err, pe.err) {
+			log.Warn("could not journal the finished turn", "error", err.Error())
+		}
 	case err != nil:
 		t.redisFailed()
 		log.Warn("could not journal the finished turn", "error", err.Error())
