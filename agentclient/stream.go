@@ -43,7 +43,7 @@ type SendRequest struct {
 	Approvals []ApprovalAnswer
 }
 
-func (r SendRequest) validate() error {
+func (r *SendRequest) validate() error {
 	switch {
 	case r.AgentID == "":
 		return errors.New("agentclient: SendRequest.AgentID is empty")
@@ -133,14 +133,30 @@ func (c *Client) clocksFor(o StreamOptions) Clocks {
 // caller cancelled, or the stream was cut before its stop_reason — then the
 // run may still be going on: continue it, do not send again.
 func (c *Client) SendStream(ctx context.Context, req SendRequest, st *StreamState, opt StreamOptions) error {
-	if err := req.validate(); err != nil {
+	path, body, err := req.target()
+	if err != nil {
 		return err
 	}
-	if req.ConversationID != "" {
-		return c.sendConversation(ctx, req, st, opt)
+	return c.stream(ctx, "send message", path, body, st, opt)
+}
+
+// target is where the request goes and what it sends. With a
+// ConversationID: POST /v1/conversations/{id}/messages with streaming on.
+// The conversation takes one run at a time: a send while another run holds
+// it is a busy 409 (IsBusy). With Background set, a send whose otid the
+// server has seen (for 3 h) answers with that run's stream, replayed from
+// the start, instead of starting another run.
+func (r *SendRequest) target() (path string, body any, err error) {
+	if err := r.validate(); err != nil {
+		return "", nil, err
 	}
-	path := "/v1/agents/" + url.PathEscape(req.AgentID) + "/messages/stream"
-	return c.stream(ctx, "send message", path, req.body(), st, opt)
+	if r.ConversationID != "" {
+		if err := checkConversationID("SendRequest.ConversationID", r.ConversationID); err != nil {
+			return "", nil, err
+		}
+		return "/v1/conversations/" + url.PathEscape(r.ConversationID) + "/messages", r.conversationBody(), nil
+	}
+	return "/v1/agents/" + url.PathEscape(r.AgentID) + "/messages/stream", r.body(), nil
 }
 
 // ResumeRequest resumes the stream of a background run.
@@ -185,9 +201,6 @@ var errStopGrace = errors.New("stream body not closed after stop_reason")
 // the stream (the request, its context, the response head, their buffers)
 // is let go by open, and the frames on the read path are kept small.
 func (c *Client) stream(ctx context.Context, op, path string, body any, st *StreamState, opt StreamOptions) error {
-	if err := ctx.Err(); err != nil {
-		return &StreamError{Clock: ClockCanceled, State: st.Snapshot(), Err: err}
-	}
 	s, err := c.open(ctx, op, path, body, st, opt)
 	if s == nil {
 		return err
@@ -215,6 +228,9 @@ type openStream struct {
 // context, a transport failure, an answer other than 2xx, a body that is
 // not a stream.
 func (c *Client) open(ctx context.Context, op, path string, body any, st *StreamState, opt StreamOptions) (*openStream, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, &StreamError{Clock: ClockCanceled, State: st.Snapshot(), Err: err}
+	}
 	s := &openStream{c: c, op: op, path: c.base.Path + path}
 	start := time.Now()
 	st.begin(start)
@@ -298,7 +314,10 @@ func (s *openStream) reading(parent context.Context, conn net.Conn, resp *http.R
 // before its read began (failed reports the clock).
 var errWatchdog = errors.New("stream ended by its watchdog")
 
-// close lets go of everything the stream holds.
+// close lets go of everything the stream holds. (Not inlined: stream's
+// frame stays small.)
+//
+//go:noinline
 func (s *openStream) close() {
 	if s.unhook != nil {
 		s.unhook()
@@ -316,7 +335,10 @@ func (s *openStream) close() {
 	s.rd.close()
 }
 
-// end turns what the read found into the stream's result.
+// end turns what the read found into the stream's result. (Not inlined:
+// stream's frame stays small.)
+//
+//go:noinline
 func (s *openStream) end(parent context.Context, st *StreamState, result, readErr error) error {
 	if pe := (*ProtocolError)(nil); errors.As(result, &pe) || errors.As(readErr, &pe) {
 		return s.c.protocolError(s.op, http.MethodPost, s.path, pe)
