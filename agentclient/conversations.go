@@ -212,7 +212,7 @@ func (c *Client) ResumeConversationStream(ctx context.Context, req ConversationR
 		body.AgentID = req.AgentID
 	}
 	path := "/v1/conversations/" + url.PathEscape(req.ConversationID) + "/stream"
-	return c.stream(ctx, "resume conversation stream", path, body, st, opt)
+	return c.stream(ctx, "resume conversation stream", path, body, st, &opt)
 }
 
 // ListConversationMessages lists a conversation's history

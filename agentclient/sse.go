@@ -232,45 +232,42 @@ func (s *sseReader) fill() error {
 	return nil
 }
 
-// readLine returns the bounds in buf of the next line, without its
-// terminator. They are valid until the next call.
-func (s *sseReader) readLine() (start, end int, err error) {
-	for {
-		if i := bytes.IndexByte(s.buf[s.r+s.seen:s.w], '\n'); i >= 0 {
-			start, end = s.r, s.r+s.seen+i
-			s.r, s.seen = end+1, 0
-			if end-start > s.max {
-				return 0, 0, s.lineTooLong()
-			}
-			if end > start && s.buf[end-1] == '\r' {
-				end--
-			}
-			return start, end, nil
-		}
-		s.seen = s.w - s.r
-		if s.seen > s.max+1 { // the line and a CR already pass the bound
-			return 0, 0, s.lineTooLong()
-		}
-		if err := s.fill(); err != nil { // at EOF a partial line is dropped
-			return 0, 0, err
-		}
+// more reads more bytes when buf[r:w] holds no complete line. At EOF a
+// partial line is dropped.
+func (s *sseReader) more() error {
+	s.seen = s.w - s.r
+	if s.seen > s.max+1 { // the line and a CR already pass the bound
+		return s.lineTooLong()
 	}
+	return s.fill()
 }
 
 // Next returns the next complete event. The frame's slices are valid until
 // the next call. At the end of input it returns io.EOF (or the read error).
+// (It finds lines itself, and reads through more and fill: the frames a
+// stream waits under stay few and small.)
 func (s *sseReader) Next() (sseFrame, error) {
 	if cap(s.data) > scratchKeep {
 		s.data = nil
 	}
 	s.data, s.ds, s.hasData, s.event = s.data[:0], -1, false, ""
 	for {
-		a, b, err := s.readLine()
-		if err != nil {
-			return sseFrame{}, err
+		i := bytes.IndexByte(s.buf[s.r+s.seen:s.w], '\n')
+		if i < 0 {
+			if err := s.more(); err != nil {
+				return sseFrame{}, err
+			}
+			continue
 		}
-		line := s.buf[a:b]
-		if len(line) == 0 {
+		a, b := s.r, s.r+s.seen+i
+		s.r, s.seen = b+1, 0
+		if b-a > s.max {
+			return sseFrame{}, s.lineTooLong()
+		}
+		if b > a && s.buf[b-1] == '\r' {
+			b--
+		}
+		if a == b {
 			if !s.hasData {
 				// A blank line with no data dispatches nothing (spec);
 				// reset the event name as the spec does.
@@ -283,26 +280,34 @@ func (s *sseReader) Next() (sseFrame, error) {
 			}
 			return fr, nil
 		}
-		if line[0] == ':' {
-			continue
-		}
-		field, value := line, []byte(nil)
-		vs := b
-		if i := bytes.IndexByte(line, ':'); i >= 0 {
-			field, value, vs = line[:i], line[i+1:], a+i+1
-			if len(value) > 0 && value[0] == ' ' {
-				value, vs = value[1:], vs+1
-			}
-		}
-		switch string(field) {
-		case "data":
-			if err := s.addData(value, vs); err != nil {
-				return sseFrame{}, err
-			}
-		case "event":
-			s.event = eventName(value)
+		if err := s.field(a, b); err != nil {
+			return sseFrame{}, err
 		}
 	}
+}
+
+// field takes in the line buf[a:b]: a data or event field (others, and
+// comments, are ignored).
+func (s *sseReader) field(a, b int) error {
+	line := s.buf[a:b]
+	if line[0] == ':' {
+		return nil
+	}
+	field, value := line, []byte(nil)
+	vs := b
+	if i := bytes.IndexByte(line, ':'); i >= 0 {
+		field, value, vs = line[:i], line[i+1:], a+i+1
+		if len(value) > 0 && value[0] == ' ' {
+			value, vs = value[1:], vs+1
+		}
+	}
+	switch string(field) {
+	case "data":
+		return s.addData(value, vs)
+	case "event":
+		s.event = eventName(value)
+	}
+	return nil
 }
 
 // addData adds a data line, buf[vs:vs+len(value)], to the event.

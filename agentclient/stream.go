@@ -137,7 +137,7 @@ func (c *Client) SendStream(ctx context.Context, req SendRequest, st *StreamStat
 	if err != nil {
 		return err
 	}
-	return c.stream(ctx, "send message", path, body, st, opt)
+	return c.stream(ctx, "send message", path, body, st, &opt)
 }
 
 // target is where the request goes and what it sends. With a
@@ -184,7 +184,7 @@ func (c *Client) ResumeStream(ctx context.Context, req ResumeRequest, st *Stream
 	st.SetRunID(req.RunID)
 	path := "/v1/runs/" + url.PathEscape(req.RunID) + "/stream"
 	body := resumeBody{StartingAfter: req.StartingAfter, IncludePings: true, PollInterval: 0.1, BatchSize: 100}
-	return c.stream(ctx, "resume stream", path, body, st, opt)
+	return c.stream(ctx, "resume stream", path, body, st, &opt)
 }
 
 // clockFired is the cause a watchdog clock leaves.
@@ -200,7 +200,7 @@ var errStopGrace = errors.New("stream body not closed after stop_reason")
 // is what a thinking turn costs: everything that is only needed to open
 // the stream (the request, its context, the response head, their buffers)
 // is let go by open, and the frames on the read path are kept small.
-func (c *Client) stream(ctx context.Context, op, path string, body any, st *StreamState, opt StreamOptions) error {
+func (c *Client) stream(ctx context.Context, op, path string, body any, st *StreamState, opt *StreamOptions) error {
 	s, err := c.open(ctx, op, path, body, st, opt)
 	if s == nil {
 		return err
@@ -227,7 +227,7 @@ type openStream struct {
 // stream ready to read, or nil and the error: a clock, the caller's
 // context, a transport failure, an answer other than 2xx, a body that is
 // not a stream.
-func (c *Client) open(ctx context.Context, op, path string, body any, st *StreamState, opt StreamOptions) (*openStream, error) {
+func (c *Client) open(ctx context.Context, op, path string, body any, st *StreamState, opt *StreamOptions) (*openStream, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, &StreamError{Clock: ClockCanceled, State: st.Snapshot(), Err: err}
 	}
@@ -236,7 +236,7 @@ func (c *Client) open(ctx context.Context, op, path string, body any, st *Stream
 	st.begin(start)
 	rctx, cancel := context.WithCancel(ctx)
 	s.cancel = cancel
-	s.wd.begin(st, c.clocksFor(opt), cancel, opt.OnIdle, start)
+	s.wd.begin(st, c.clocksFor(*opt), cancel, opt.OnIdle, start)
 	req, err := c.newRequest(rctx, http.MethodPost, path, nil, body)
 	if err != nil {
 		s.close()

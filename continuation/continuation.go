@@ -354,7 +354,10 @@ func notSent(ctx context.Context, err error, d *Decision) {
 func (r *Runner) stream(ctx context.Context, t *Turn, st *agentclient.StreamState, h *Hooks) error {
 	phase(*h, PhaseConnecting)
 	sp := &streamPhase{h: h}
-	return r.c.SendStream(ctx, r.sendRequest(t), st, agentclient.StreamOptions{Clocks: r.Clocks(), OnEvent: sp.onEvent, OnIdle: h.OnIdle})
+	opts := agentclient.StreamOptions{Clocks: r.Clocks(), OnEvent: sp.onEvent, OnIdle: h.OnIdle}
+	return r.c.SendStream(ctx, agentclient.SendRequest{AgentID: t.AgentID, Text: t.Text, Otid: t.Otid, SenderID: t.SenderID,
+		ConversationID: t.ConversationID, Images: t.Images, Approvals: t.Approvals,
+		Background: r.b.Background || t.ConversationID != ""}, st, opts)
 }
 
 // streamPhase passes a send's events on, telling the turn it is streaming
