@@ -41,14 +41,14 @@ func BenchmarkStreamParseDecode(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		rd := newSSEReader(bytes.NewReader(in), 0, 0, nil)
 		st := NewStreamState()
-		if res, err := readEvents(rd, st, StreamOptions{}, nil); res != nil || err != nil {
+		if res, err := readEvents(rd, st, nil, nil); res != nil || err != nil {
 			b.Fatal(res, err)
 		}
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(b.N*events)/b.Elapsed().Seconds(), "events/s")
 	b.ReportMetric(float64(testing.AllocsPerRun(20, func() {
-		_, _ = readEvents(newSSEReader(bytes.NewReader(in), 0, 0, nil), NewStreamState(), StreamOptions{}, nil)
+		_, _ = readEvents(newSSEReader(bytes.NewReader(in), 0, 0, nil), NewStreamState(), nil, nil)
 	}))/float64(events), "allocs/event")
 	b.ReportMetric(0, "ns/op")
 }

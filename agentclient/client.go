@@ -211,7 +211,7 @@ func (c *Client) newRequest(ctx context.Context, method, path string, query url.
 }
 
 // apiError turns a non-2xx response into an *Error (reading at most 64 KiB).
-func (c *Client) apiError(op string, req *http.Request, resp *http.Response) *Error {
+func (c *Client) apiError(op, method, path string, resp *http.Response) *Error {
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	detail, runID := parseErrorBody(body)
 	if loc := resp.Header.Get("Location"); resp.StatusCode >= 300 && resp.StatusCode < 400 && loc != "" {
@@ -220,19 +220,19 @@ func (c *Client) apiError(op string, req *http.Request, resp *http.Response) *Er
 		detail = "redirected to " + redactURL(loc) + ": set the Letta base URL to the address that answers"
 	}
 	return &Error{
-		Op: op, Method: req.Method, Path: req.URL.Path, StatusCode: resp.StatusCode,
+		Op: op, Method: method, Path: path, StatusCode: resp.StatusCode,
 		Detail: c.redact(detail), RunID: runID,
 		RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()),
 	}
 }
 
-func (c *Client) transportError(op string, req *http.Request, err error) *Error {
+func (c *Client) transportError(op, method, path string, err error) *Error {
 	// url.Error repeats the URL; keep only the cause, and never the key.
 	var ue *url.Error
 	if errors.As(err, &ue) {
 		err = ue.Err
 	}
-	return &Error{Op: op, Method: req.Method, Path: req.URL.Path, Err: redactErr{err, c.cfg.APIKey}}
+	return &Error{Op: op, Method: method, Path: path, Err: redactErr{err, c.cfg.APIKey}}
 }
 
 func (c *Client) redact(s string) string {
@@ -268,11 +268,11 @@ func (c *Client) doJSON(ctx context.Context, op, method, path string, query url.
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return c.transportError(op, req, err)
+		return c.transportError(op, req.Method, req.URL.Path, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return c.apiError(op, req, resp)
+		return c.apiError(op, req.Method, req.URL.Path, resp)
 	}
 	lb := &limitedBody{r: resp.Body, n: c.cfg.MaxResponseBytes}
 	var b []byte
@@ -286,10 +286,10 @@ func (c *Client) doJSON(ctx context.Context, op, method, path string, query url.
 		return &ProtocolError{Op: op, Method: req.Method, Path: req.URL.Path, Err: ErrResponseTooLarge,
 			Limit: c.cfg.MaxResponseBytes, LimitName: "MaxResponseBytes"}
 	case err != nil:
-		return c.transportError(op, req, fmt.Errorf("read response: %w", err))
+		return c.transportError(op, req.Method, req.URL.Path, fmt.Errorf("read response: %w", err))
 	case out != nil:
 		if err := json.Unmarshal(b, out); err != nil {
-			return c.transportError(op, req, fmt.Errorf("decode response: %w", err))
+			return c.transportError(op, req.Method, req.URL.Path, fmt.Errorf("decode response: %w", err))
 		}
 	}
 	return nil

@@ -163,20 +163,6 @@ func (r SendRequest) conversationBody() conversationSendBody {
 	return b
 }
 
-// sendConversation is SendStream for a request with a ConversationID:
-// POST /v1/conversations/{id}/messages with streaming on. The conversation
-// takes one run at a time: a send while another run holds it is a busy
-// 409 (IsBusy). With Background set, a send whose otid the server has seen
-// (for 3 h) answers with that run's stream, replayed from the start,
-// instead of starting another run.
-func (c *Client) sendConversation(ctx context.Context, req SendRequest, st *StreamState, opt StreamOptions) error {
-	if err := checkConversationID("SendRequest.ConversationID", req.ConversationID); err != nil {
-		return err
-	}
-	path := "/v1/conversations/" + url.PathEscape(req.ConversationID) + "/messages"
-	return c.stream(ctx, "send message", path, req.conversationBody(), st, opt)
-}
-
 // ConversationResumeRequest re-attaches to a run of a conversation: by
 // RunID; else by Otid (the server's otid map of background sends, kept 3 h:
 // an unknown otid is a 404, IsNotFound); else the conversation's newest
@@ -226,7 +212,7 @@ func (c *Client) ResumeConversationStream(ctx context.Context, req ConversationR
 		body.AgentID = req.AgentID
 	}
 	path := "/v1/conversations/" + url.PathEscape(req.ConversationID) + "/stream"
-	return c.stream(ctx, "resume conversation stream", path, body, st, opt)
+	return c.stream(ctx, "resume conversation stream", path, body, st, &opt)
 }
 
 // ListConversationMessages lists a conversation's history

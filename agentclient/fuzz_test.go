@@ -28,11 +28,11 @@ func FuzzSSEStream(f *testing.F) {
 	f.Fuzz(func(t *testing.T, in []byte) {
 		rd := newSSEReader(bytes.NewReader(in), 4096, 0, nil)
 		st := NewStreamState()
-		_, readErr := readEvents(rd, st, StreamOptions{OnEvent: func(e Event) {
+		_, readErr := readEvents(rd, st, func(e Event) {
 			if e.Message != nil {
 				_ = e.Message.Base()
 			}
-		}}, nil)
+		}, nil)
 		if readErr != nil && !errors.Is(readErr, io.EOF) {
 			t.Fatalf("read error from a bytes.Reader: %v", readErr)
 		}

@@ -52,7 +52,7 @@ func TestSendRequestInputValidation(t *testing.T) {
 			t.Errorf("%s: validated", name)
 		}
 	}
-	if err := (SendRequest{AgentID: testAgent, Otid: testOtid, Images: []Image{{URL: "u"}}}).validate(); err != nil {
+	if err := (&SendRequest{AgentID: testAgent, Otid: testOtid, Images: []Image{{URL: "u"}}}).validate(); err != nil {
 		t.Errorf("an image alone: %v", err)
 	}
 }

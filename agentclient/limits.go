@@ -121,7 +121,7 @@ func overLimit(err error, limit int, name string) *ProtocolError {
 }
 
 // protocolError names the request in a violation found while reading it.
-func (c *Client) protocolError(op string, req *http.Request, err error) *ProtocolError {
+func (c *Client) protocolError(op, method, path string, err error) *ProtocolError {
 	var pe *ProtocolError
 	if errors.As(err, &pe) {
 		cp := *pe
@@ -129,7 +129,7 @@ func (c *Client) protocolError(op string, req *http.Request, err error) *Protoco
 	} else {
 		pe = &ProtocolError{Err: err}
 	}
-	pe.Op, pe.Method, pe.Path = op, req.Method, req.URL.Path
+	pe.Op, pe.Method, pe.Path = op, method, path
 	return pe
 }
 

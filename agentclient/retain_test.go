@@ -69,9 +69,9 @@ func TestKeptMessagesStayIntact(t *testing.T) {
 			}
 			for r := 0; r < rounds; r++ {
 				kp := kept{frames: frames, st: NewStreamState()}
-				_, _ = readEvents(newSSEReader(bytes.NewReader(stream.Bytes()), 0, 0, nil), kp.st, StreamOptions{OnEvent: func(e Event) {
+				_, _ = readEvents(newSSEReader(bytes.NewReader(stream.Bytes()), 0, 0, nil), kp.st, func(e Event) {
 					kp.msgs = append(kp.msgs, e.Message)
-				}}, nil)
+				}, nil)
 				results[k] = append(results[k], kp)
 			}
 		}()

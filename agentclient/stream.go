@@ -1,10 +1,12 @@
 package agentclient
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"sync"
@@ -41,7 +43,7 @@ type SendRequest struct {
 	Approvals []ApprovalAnswer
 }
 
-func (r SendRequest) validate() error {
+func (r *SendRequest) validate() error {
 	switch {
 	case r.AgentID == "":
 		return errors.New("agentclient: SendRequest.AgentID is empty")
@@ -131,14 +133,30 @@ func (c *Client) clocksFor(o StreamOptions) Clocks {
 // caller cancelled, or the stream was cut before its stop_reason — then the
 // run may still be going on: continue it, do not send again.
 func (c *Client) SendStream(ctx context.Context, req SendRequest, st *StreamState, opt StreamOptions) error {
-	if err := req.validate(); err != nil {
+	path, body, err := req.target()
+	if err != nil {
 		return err
 	}
-	if req.ConversationID != "" {
-		return c.sendConversation(ctx, req, st, opt)
+	return c.stream(ctx, "send message", path, body, st, &opt)
+}
+
+// target is where the request goes and what it sends. With a
+// ConversationID: POST /v1/conversations/{id}/messages with streaming on.
+// The conversation takes one run at a time: a send while another run holds
+// it is a busy 409 (IsBusy). With Background set, a send whose otid the
+// server has seen (for 3 h) answers with that run's stream, replayed from
+// the start, instead of starting another run.
+func (r *SendRequest) target() (path string, body any, err error) {
+	if err := r.validate(); err != nil {
+		return "", nil, err
 	}
-	path := "/v1/agents/" + url.PathEscape(req.AgentID) + "/messages/stream"
-	return c.stream(ctx, "send message", path, req.body(), st, opt)
+	if r.ConversationID != "" {
+		if err := checkConversationID("SendRequest.ConversationID", r.ConversationID); err != nil {
+			return "", nil, err
+		}
+		return "/v1/conversations/" + url.PathEscape(r.ConversationID) + "/messages", r.conversationBody(), nil
+	}
+	return "/v1/agents/" + url.PathEscape(r.AgentID) + "/messages/stream", r.body(), nil
 }
 
 // ResumeRequest resumes the stream of a background run.
@@ -166,10 +184,10 @@ func (c *Client) ResumeStream(ctx context.Context, req ResumeRequest, st *Stream
 	st.SetRunID(req.RunID)
 	path := "/v1/runs/" + url.PathEscape(req.RunID) + "/stream"
 	body := resumeBody{StartingAfter: req.StartingAfter, IncludePings: true, PollInterval: 0.1, BatchSize: 100}
-	return c.stream(ctx, "resume stream", path, body, st, opt)
+	return c.stream(ctx, "resume stream", path, body, st, &opt)
 }
 
-// clockFired is the cancellation cause a watchdog clock leaves.
+// clockFired is the cause a watchdog clock leaves.
 type clockFired struct{ clock Clock }
 
 func (c clockFired) Error() string { return string(c.clock) + " timeout" }
@@ -177,127 +195,246 @@ func (c clockFired) Error() string { return string(c.clock) + " timeout" }
 // errStopGrace: the body stayed open StopGrace after stop_reason.
 var errStopGrace = errors.New("stream body not closed after stop_reason")
 
-// errDone: [DONE] or an end event was read; the body is closed by us.
-var errDone = errors.New("stream finished")
-
-func (c *Client) stream(ctx context.Context, op, path string, body any, st *StreamState, opt StreamOptions) error {
-	if err := ctx.Err(); err != nil {
-		return &StreamError{Clock: ClockCanceled, State: st.Snapshot(), Err: err}
+// stream sends one streaming request and reads its stream. The goroutine
+// spends the turn blocked under this call, so what it holds while it waits
+// is what a thinking turn costs: everything that is only needed to open
+// the stream (the request, its context, the response head, their buffers)
+// is let go by open, and the frames on the read path are kept small.
+func (c *Client) stream(ctx context.Context, op, path string, body any, st *StreamState, opt *StreamOptions) error {
+	s, err := c.open(ctx, op, path, body, st, opt)
+	if s == nil {
+		return err
 	}
-	clocks := c.clocksFor(opt)
-	rctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(errDone)
+	defer s.close()
+	result, readErr := readEvents(&s.rd, st, opt.OnEvent, s.wd.stopReasonAt)
+	return s.end(ctx, st, result, readErr)
+}
 
+// openStream is one stream from its request on: what a read holds, in one
+// allocation.
+type openStream struct {
+	c        *Client
+	op, path string // for errors: the call and the request's path (method POST)
+	wd       watchdog
+	rd       sseReader
+	cancel   context.CancelFunc // the request's context
+	conn     net.Conn           // a dedicated stream's connection
+	body     io.ReadCloser      // a net/http stream's body
+	unhook   func() bool        // stops the hook that closes conn when the caller's context ends
+}
+
+// open sends the request and reads the response head. It returns the
+// stream ready to read, or nil and the error: a clock, the caller's
+// context, a transport failure, an answer other than 2xx, a body that is
+// not a stream.
+func (c *Client) open(ctx context.Context, op, path string, body any, st *StreamState, opt *StreamOptions) (*openStream, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, &StreamError{Clock: ClockCanceled, State: st.Snapshot(), Err: err}
+	}
+	s := &openStream{c: c, op: op, path: c.base.Path + path}
 	start := time.Now()
 	st.begin(start)
-	wd := newWatchdog(st, clocks, cancel, opt.OnIdle, start)
-	defer wd.stop()
-
+	rctx, cancel := context.WithCancel(ctx)
+	s.cancel = cancel
+	s.wd.begin(st, c.clocksFor(*opt), cancel, opt.OnIdle, start)
 	req, err := c.newRequest(rctx, http.MethodPost, path, nil, body)
 	if err != nil {
-		return err
+		s.close()
+		return nil, err
 	}
 	req.Header.Set("Accept", "text/event-stream")
 	req.Header.Set("Cache-Control", "no-cache")
 	var resp *http.Response
-	if c.sc != nil {
-		resp, err = c.sc.roundTrip(req)
+	if c.sc == nil {
+		if resp, err = c.hc.Do(req); err == nil {
+			s.body = resp.Body
+			err = s.head(resp)
+			s.rd.init(readerSource{resp.Body}, bodyDecoder{}, c.cfg.MaxLineBytes, c.cfg.MaxEventBytes, s.wd.onBytes)
+		}
 	} else {
-		resp, err = c.hc.Do(req)
+		var conn net.Conn
+		var br *bufio.Reader
+		if conn, resp, br, err = c.sc.roundTrip(req); err == nil {
+			s.conn = conn
+			if err = s.head(resp); err == nil {
+				err = s.reading(ctx, conn, resp, br)
+			}
+			br.Reset(nil)
+			headReaders.Put(br)
+		}
 	}
 	if err != nil {
-		return c.streamEnd(ctx, rctx, op, req, st, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return c.apiError(op, req, resp)
-	}
-
-	if err := checkEventStream(resp); err != nil {
-		return c.protocolError(op, req, err)
+		var ae *Error
+		var pe *ProtocolError
+		if !errors.As(err, &ae) && !errors.As(err, &pe) { // not the server's answer refused by head
+			err = s.failed(ctx, st, err)
+		}
+		s.close()
+		return nil, err
 	}
 	st.limit(c.cfg.MaxTranscriptBytes)
-	rd := newSSEReader(resp.Body, c.cfg.MaxLineBytes, c.cfg.MaxEventBytes, wd.onBytes)
-	result, readErr := readEvents(rd, st, opt, wd.stopReasonAt)
+	return s, nil
+}
+
+// head checks the response head: a 2xx event stream.
+func (s *openStream) head(resp *http.Response) error {
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return s.c.apiError(s.op, http.MethodPost, s.path, resp)
+	}
+	if err := checkEventStream(resp); err != nil {
+		return s.c.protocolError(s.op, http.MethodPost, s.path, err)
+	}
+	return nil
+}
+
+// reading readies a dedicated stream's read: the body bytes that came with
+// the head go to the reader, the request's context is let go (from now on
+// a clock, or the end of the caller's context, closes the connection), and
+// nothing of the request or the response head is kept.
+func (s *openStream) reading(parent context.Context, conn net.Conn, resp *http.Response, br *bufio.Reader) error {
+	var src byteSource = readerSource{conn}
+	if rs := newRawSource(conn); rs != nil {
+		src = rs
+	}
+	s.rd.init(src, bodyFramingOf(resp), s.c.cfg.MaxLineBytes, s.c.cfg.MaxEventBytes, s.wd.onBytes)
+	b, _ := br.Peek(br.Buffered())
+	if err := s.rd.prime(b); err != nil {
+		return err
+	}
+	if !s.wd.reading(conn) {
+		return errWatchdog // a clock fired first
+	}
+	s.cancel()
+	s.cancel = nil
+	s.unhook = context.AfterFunc(parent, s.wd.parentDone)
+	return nil
+}
+
+// errWatchdog stands for the read error of a stream the watchdog ended
+// before its read began (failed reports the clock).
+var errWatchdog = errors.New("stream ended by its watchdog")
+
+// close lets go of everything the stream holds. (Not inlined: stream's
+// frame stays small.)
+//
+//go:noinline
+func (s *openStream) close() {
+	if s.unhook != nil {
+		s.unhook()
+	}
+	s.wd.stop()
+	if s.conn != nil {
+		_ = s.conn.Close()
+	}
+	if s.body != nil {
+		_ = s.body.Close()
+	}
+	if s.cancel != nil {
+		s.cancel()
+	}
+	s.rd.close()
+}
+
+// end turns what the read found into the stream's result. (Not inlined:
+// stream's frame stays small.)
+//
+//go:noinline
+func (s *openStream) end(parent context.Context, st *StreamState, result, readErr error) error {
 	if pe := (*ProtocolError)(nil); errors.As(result, &pe) || errors.As(readErr, &pe) {
-		return c.protocolError(op, req, pe)
+		return s.c.protocolError(s.op, http.MethodPost, s.path, pe)
 	}
 	if readErr != nil {
-		return c.streamEnd(ctx, rctx, op, req, st, readErr)
+		return s.failed(parent, st, readErr)
 	}
 	return result
 }
 
 // readEvents is the read path of every stream: frame, decode, update the
 // state, hand the event on. It returns the stream's outcome, or readErr when
-// reading failed (the caller decides which clock or cause that was).
-func readEvents(rd *sseReader, st *StreamState, opt StreamOptions, onStop func(time.Time)) (result, readErr error) {
+// reading failed (the caller decides which clock or cause that was). It
+// blocks in rd.Next for as long as the agent thinks, so its frame is kept
+// small: each frame is handled by handleFrame.
+func readEvents(rd *sseReader, st *StreamState, onEvent func(Event), onStop func(time.Time)) (result, readErr error) {
 	for {
 		fr, err := rd.Next()
 		if err != nil {
-			if errors.Is(err, io.EOF) {
-				return eof(st), nil
-			}
-			var pe *ProtocolError
-			if errors.As(err, &pe) {
-				return pe, nil
-			}
-			return nil, err
+			return readEnd(st, err)
 		}
-		now := time.Now()
-		ev := Event{SSEEvent: fr.Event}
-		if fr.Event == "" || fr.Event == "message" {
-			if bytes.Equal(bytes.TrimSpace(fr.Data), []byte("[DONE]")) {
-				st.markDone()
-				ev.Done = true
-				if opt.OnEvent != nil {
-					opt.OnEvent(ev)
-				}
-				return eof(st), nil
-			}
-		}
-		m, derr := DecodeMessage(fr.Data)
-		if derr != nil {
-			ev.DecodeErr = derr
-			if opt.OnEvent != nil {
-				opt.OnEvent(ev)
-			}
-			continue
-		}
-		if fr.Event == "error" {
-			if em, ok := m.(*ErrorMessage); ok {
-				em.MessageType = TypeError
-			} else {
-				// An error frame whose data is not an error body.
-				m = &ErrorMessage{Common: *m.Base(), ErrorType: typeInternalServerErr, Message: string(fr.Data)}
-			}
-		}
-		ev.Message = m
-		// Stream chunks append: token deltas join, and in step mode each
-		// id and type arrives once, so appending to nothing sets it.
-		ev.Update = st.Apply(m, false, now)
-		if pe := st.LimitErr(); pe != nil {
-			return pe, nil
-		}
-		if _, ok := m.(*StopReason); ok && onStop != nil {
-			onStop(now)
-		}
-		if opt.OnEvent != nil {
-			opt.OnEvent(ev)
-		}
-		switch fr.Event {
-		case "error":
-			if st.StopReason() != "" {
-				return nil, nil
-			}
-			return &StreamError{InBand: m.(*ErrorMessage), State: st.Snapshot()}, nil
-		case "cancelled":
-			if st.StopReason() == "" {
-				st.Apply(&StopReason{Common: Common{MessageType: TypeStopReason}, StopReason: "cancelled"}, true, now)
-			}
-			return nil, nil
+		if done, result := handleFrame(fr, st, onEvent, onStop); done {
+			return result, nil
 		}
 	}
+}
+
+// readEnd is the end of a read: EOF, a limit passed, or a read error.
+func readEnd(st *StreamState, err error) (result, readErr error) {
+	if errors.Is(err, io.EOF) {
+		return eof(st), nil
+	}
+	var pe *ProtocolError
+	if errors.As(err, &pe) {
+		return pe, nil
+	}
+	return nil, err
+}
+
+// handleFrame decodes one frame, updates the state and hands the event on.
+// done says the stream is over, with its result.
+func handleFrame(fr sseFrame, st *StreamState, onEvent func(Event), onStop func(time.Time)) (done bool, result error) {
+	now := time.Now()
+	ev := Event{SSEEvent: fr.Event}
+	if fr.Event == "" || fr.Event == "message" {
+		if bytes.Equal(bytes.TrimSpace(fr.Data), []byte("[DONE]")) {
+			st.markDone()
+			ev.Done = true
+			if onEvent != nil {
+				onEvent(ev)
+			}
+			return true, eof(st)
+		}
+	}
+	m, derr := DecodeMessage(fr.Data)
+	if derr != nil {
+		ev.DecodeErr = derr
+		if onEvent != nil {
+			onEvent(ev)
+		}
+		return false, nil
+	}
+	if fr.Event == "error" {
+		if em, ok := m.(*ErrorMessage); ok {
+			em.MessageType = TypeError
+		} else {
+			// An error frame whose data is not an error body.
+			m = &ErrorMessage{Common: *m.Base(), ErrorType: typeInternalServerErr, Message: string(fr.Data)}
+		}
+	}
+	ev.Message = m
+	// Stream chunks append: token deltas join, and in step mode each
+	// id and type arrives once, so appending to nothing sets it.
+	ev.Update = st.Apply(m, false, now)
+	if pe := st.LimitErr(); pe != nil {
+		return true, pe
+	}
+	if _, ok := m.(*StopReason); ok && onStop != nil {
+		onStop(now)
+	}
+	if onEvent != nil {
+		onEvent(ev)
+	}
+	switch fr.Event {
+	case "error":
+		if st.StopReason() != "" {
+			return true, nil
+		}
+		return true, &StreamError{InBand: m.(*ErrorMessage), State: st.Snapshot()}
+	case "cancelled":
+		if st.StopReason() == "" {
+			st.Apply(&StopReason{Common: Common{MessageType: TypeStopReason}, StopReason: "cancelled"}, true, now)
+		}
+		return true, nil
+	}
+	return false, nil
 }
 
 // eof ends a stream that closed (or sent [DONE]).
@@ -308,10 +445,10 @@ func eof(st *StreamState) error {
 	return &StreamError{State: st.Snapshot(), Err: io.ErrUnexpectedEOF}
 }
 
-// streamEnd explains why a stream read failed: which clock fired, the
-// caller's cancellation, the stop grace (a success), or a cut connection.
-func (c *Client) streamEnd(parent, rctx context.Context, op string, req *http.Request, st *StreamState, err error) error {
-	cause := context.Cause(rctx)
+// failed explains why a stream failed: which clock fired, the caller's
+// cancellation, the stop grace (a success), or a cut connection.
+func (s *openStream) failed(parent context.Context, st *StreamState, err error) error {
+	cause := s.wd.cause()
 	var cf clockFired
 	switch {
 	case errors.Is(cause, errStopGrace):
@@ -327,17 +464,18 @@ func (c *Client) streamEnd(parent, rctx context.Context, op string, req *http.Re
 	snap := st.Snapshot()
 	if snap.FirstByte.IsZero() {
 		// Nothing was received: a plain transport failure of the request.
-		return c.transportError(op, req, err)
+		return s.c.transportError(s.op, http.MethodPost, s.path, err)
 	}
-	return &StreamError{State: snap, Err: redactErr{err, c.cfg.APIKey}}
+	return &StreamError{State: snap, Err: redactErr{err, s.c.cfg.APIKey}}
 }
 
 // watchdog runs the three clocks of one read on a single re-armed timer.
-// The read path only stores a timestamp per chunk of bytes.
+// The read path only stores a timestamp per chunk of bytes. When a clock
+// fires it ends the read: before the response head by cancelling the
+// request's context, after it by closing the connection.
 type watchdog struct {
 	st     *StreamState
 	clocks Clocks
-	cancel context.CancelCauseFunc
 	onIdle func(time.Duration)
 	start  time.Time
 
@@ -347,16 +485,58 @@ type watchdog struct {
 	mu           sync.Mutex
 	timer        *time.Timer
 	stopped      bool
-	idleNotified time.Time // lastContent value already reported idle
+	cancel       context.CancelFunc // ends the request (until reading)
+	conn         net.Conn           // closed to end the read (from reading on)
+	why          error              // why the watchdog ended the read: clockFired, errStopGrace, nil
+	idleNotified time.Time          // lastContent value already reported idle
 	idleCount    int
 }
 
-func newWatchdog(st *StreamState, clocks Clocks, cancel context.CancelCauseFunc, onIdle func(time.Duration), start time.Time) *watchdog {
-	w := &watchdog{st: st, clocks: clocks, cancel: cancel, onIdle: onIdle, start: start}
+func (w *watchdog) begin(st *StreamState, clocks Clocks, cancel context.CancelFunc, onIdle func(time.Duration), start time.Time) {
+	w.st, w.clocks, w.cancel, w.onIdle, w.start = st, clocks, cancel, onIdle, start
 	w.mu.Lock()
 	w.timer = time.AfterFunc(clocks.Connect, w.fire)
 	w.mu.Unlock()
-	return w
+}
+
+// reading hands the watchdog the connection to close from now on. It
+// reports false when a clock fired already (the caller closes conn).
+func (w *watchdog) reading(conn net.Conn) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stopped {
+		return false
+	}
+	w.conn, w.cancel = conn, nil
+	return true
+}
+
+// parentDone ends the read when the caller's context ends.
+func (w *watchdog) parentDone() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.stopped {
+		w.endLocked(nil)
+	}
+}
+
+// endLocked ends the read for why. Call with mu held.
+func (w *watchdog) endLocked(why error) {
+	w.stopped, w.why = true, why
+	if w.cancel != nil {
+		w.cancel()
+	}
+	if w.conn != nil {
+		_ = w.conn.Close()
+	}
+}
+
+// cause is why the watchdog ended the read, nil if it did not (or the
+// caller's context ended).
+func (w *watchdog) cause() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.why
 }
 
 func (w *watchdog) onBytes(int) {
@@ -386,7 +566,9 @@ func (w *watchdog) rearm(now time.Time) {
 func (w *watchdog) stop() {
 	w.mu.Lock()
 	w.stopped = true
-	w.timer.Stop()
+	if w.timer != nil {
+		w.timer.Stop()
+	}
 	w.mu.Unlock()
 }
 
@@ -436,24 +618,20 @@ func (w *watchdog) fire() {
 	fb := w.firstByte.Load()
 	if fb == 0 {
 		if !now.Before(w.start.Add(w.clocks.Connect)) {
-			w.stopped = true
-			w.cancel(clockFired{ClockConnect})
+			w.endLocked(clockFired{ClockConnect})
 			return
 		}
 	} else {
 		if sa := w.stopAt.Load(); sa != 0 && !now.Before(time.Unix(0, sa).Add(w.clocks.StopGrace)) {
-			w.stopped = true
-			w.cancel(errStopGrace)
+			w.endLocked(errStopGrace)
 			return
 		}
 		if !now.Before(time.Unix(0, fb).Add(w.clocks.Total)) {
-			w.stopped = true
-			w.cancel(clockFired{ClockTotal})
+			w.endLocked(clockFired{ClockTotal})
 			return
 		}
 		if lb := w.st.lastByte.Load(); lb != 0 && !now.Before(time.Unix(0, lb).Add(w.clocks.Stall)) {
-			w.stopped = true
-			w.cancel(clockFired{ClockStall})
+			w.endLocked(clockFired{ClockStall})
 			return
 		}
 		if w.onIdle != nil && w.clocks.ContentIdle > 0 && w.stopAt.Load() == 0 {

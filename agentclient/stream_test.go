@@ -509,7 +509,7 @@ func TestNewValidatesConfig(t *testing.T) {
 	if err == nil || strings.Contains(err.Error(), "hunter2") {
 		t.Errorf("credentials in URL: %v", err)
 	}
-	if err := (SendRequest{AgentID: "a", Text: "t"}).validate(); err == nil || !strings.Contains(err.Error(), "Otid") {
+	if err := (&SendRequest{AgentID: "a", Text: "t"}).validate(); err == nil || !strings.Contains(err.Error(), "Otid") {
 		t.Errorf("missing otid: %v", err)
 	}
 }

@@ -1,14 +1,18 @@
 package agentclient
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -260,5 +264,91 @@ func TestDedicatedCancelBeforeHeaders(t *testing.T) {
 	case <-gone:
 	case <-time.After(5 * time.Second):
 		t.Fatal("the server never saw the connection close")
+	}
+}
+
+// rawHTTP serves each connection the bytes of one response, written in
+// pieces of n bytes (the request is read first).
+func rawHTTP(t *testing.T, resp string, n int) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { _ = ln.Close(); wg.Wait() })
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
+					return
+				}
+				for b := []byte(resp); len(b) > 0; {
+					k := min(n, len(b))
+					if _, err := c.Write(b[:k]); err != nil {
+						return
+					}
+					b = b[k:]
+				}
+			}()
+		}
+	}()
+	return "http://" + ln.Addr().String()
+}
+
+// A dedicated stream reads the body itself: chunked, by Content-Length, or
+// until the connection closes, whatever the pieces it arrives in.
+func TestDedicatedStreamBodyFramings(t *testing.T) {
+	body := data(fxPing) + data(fxAssistant) + data(fxStop) + data("[DONE]")
+	var chunked strings.Builder
+	for b := body; len(b) > 0; {
+		k := min(37, len(b))
+		fmt.Fprintf(&chunked, "%x;ext=1\r\n%s\r\n", k, b[:k])
+		b = b[k:]
+	}
+	chunked.WriteString("0\r\n\r\n")
+	head := "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+	for name, resp := range map[string]string{
+		"chunked":        head + "Transfer-Encoding: chunked\r\n\r\n" + chunked.String(),
+		"content-length": head + "Content-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body + "trailing junk",
+		"until close":    head + "Connection: close\r\n\r\n" + body,
+	} {
+		for _, n := range []int{1, 5, 4096} {
+			t.Run(fmt.Sprintf("%s/%d", name, n), func(t *testing.T) {
+				leakCheck(t)
+				c := newClient(t, StreamDedicated, rawHTTP(t, resp, n), Clocks{})
+				st := NewStreamState()
+				if err := c.SendStream(context.Background(), sendReq(), st, StreamOptions{}); err != nil {
+					t.Fatal(err)
+				}
+				if s := st.Snapshot(); s.Answer != "Here you go" || s.StopReason != "end_turn" || !s.Done || s.Pings != 1 {
+					t.Fatalf("answer %q, stop %q, done %v, pings %d", s.Answer, s.StopReason, s.Done, s.Pings)
+				}
+			})
+		}
+	}
+	// A chunked body cut before its last chunk, and a malformed one, are
+	// cut streams, as they are over net/http.
+	for name, resp := range map[string]string{
+		"cut":       head + "Transfer-Encoding: chunked\r\n\r\n" + strings.TrimSuffix(chunked.String(), "0\r\n\r\n")[:60],
+		"malformed": head + "Transfer-Encoding: chunked\r\n\r\n" + "5\nhello\r\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			leakCheck(t)
+			c := newClient(t, StreamDedicated, rawHTTP(t, resp, 7), Clocks{})
+			err := c.SendStream(context.Background(), sendReq(), NewStreamState(), StreamOptions{})
+			if Classify(err) != Retryable || IsProtocolError(err) {
+				t.Fatalf("err = %v", err)
+			}
+		})
 	}
 }

@@ -253,25 +253,48 @@ func phase(h Hooks, p Phase) {
 // attempt may have sent it, then look first), continue it when the stream
 // is lost, and send again only when the gate allows it. st is the turn's
 // hoisted state: pass the same one to every call for the same turn.
-func (r *Runner) Run(ctx context.Context, t Turn, st *agentclient.StreamState, h Hooks) Decision {
-	if err := t.validate(); err != nil {
-		return Decision{Outcome: Rejected, Reason: err.Error(), Err: err, Evidence: EvidenceNone}
-	}
-	if t.PriorIntent || st.RunID() != "" {
-		d := r.Continue(ctx, t, st, h)
-		if d.Outcome != NotAdmitted {
-			return d
-		}
-		return r.gate(ctx, t, st, h, d)
-	}
-	d := r.send(ctx, t, st, h, false)
-	if d.Outcome != NotAdmitted {
-		return d
-	}
-	return r.gate(ctx, t, st, h, d)
+//
+// The caller's goroutine waits under Run for as long as the agent thinks,
+// and the Go runtime only halves a goroutine's stack when less than a
+// quarter of it is in use. So the path down to the stream's read (run,
+// send, stream) passes pointers and keeps its frames small; the rest of
+// the work happens in functions that have returned by then.
+func (r *Runner) Run(ctx context.Context, t Turn, st *agentclient.StreamState, h Hooks) (d Decision) {
+	r.RunTurn(ctx, &t, st, &h, &d)
+	return d
 }
 
-func (t Turn) validate() error {
+// RunTurn is Run for a caller that itself waits under it (a queue handler):
+// the turn and hooks go by pointer and the decision is written to d, so
+// the caller's frame holds no copies of them. Then a thinking turn's
+// goroutine can block shallow enough for the runtime to halve its stack
+// (it does when less than a quarter is in use): the path from here to the
+// stream's read takes about 2.3 KB of stack.
+func (r *Runner) RunTurn(ctx context.Context, t *Turn, st *agentclient.StreamState, h *Hooks, d *Decision) {
+	if t.PriorIntent || st.RunID() != "" || t.validate() != nil {
+		r.lookFirst(ctx, t, st, h, d)
+		return
+	}
+	r.send(ctx, t, st, h, false, d)
+	if d.Outcome == NotAdmitted {
+		r.gate(ctx, t, st, h, d)
+	}
+}
+
+// lookFirst runs a turn that must not be sent before its otid is looked
+// for (or that is not valid).
+func (r *Runner) lookFirst(ctx context.Context, t *Turn, st *agentclient.StreamState, h *Hooks, d *Decision) {
+	if err := t.validate(); err != nil {
+		*d = Decision{Outcome: Rejected, Reason: err.Error(), Err: err, Evidence: EvidenceNone}
+		return
+	}
+	*d = r.Continue(ctx, *t, st, *h)
+	if d.Outcome == NotAdmitted {
+		r.gate(ctx, t, st, h, d)
+	}
+}
+
+func (t *Turn) validate() error {
 	switch {
 	case t.AgentID == "":
 		return errors.New("continuation: turn has no agent id")
@@ -286,19 +309,21 @@ func (t Turn) validate() error {
 }
 
 // gate is the only road to a second send. It is reached with a NotAdmitted
-// decision, which is only ever made when the state has no run id and the
-// otid was not found in history after the admission grace.
-func (r *Runner) gate(ctx context.Context, t Turn, st *agentclient.StreamState, h Hooks, prev Decision) Decision {
+// decision d, which is only ever made when the state has no run id and the
+// otid was not found in history after the admission grace; it replaces d.
+func (r *Runner) gate(ctx context.Context, t *Turn, st *agentclient.StreamState, h *Hooks, d *Decision) {
+	prev := *d
 	if prev.Outcome != NotAdmitted || prev.Evidence != EvidenceNone || st.RunID() != "" {
 		panic("continuation: gate reached with evidence of admission") // unreachable by construction; tested
 	}
 	if !r.b.ResendPolicy.AllowsResend() {
-		prev.Resend = ResendForbidden
-		prev.Reason = fmt.Sprintf("%s: message with otid %s not admitted, and LETTAQ_RESEND_POLICY=%s forbids sending it again", prev.Reason, t.Otid, r.b.ResendPolicy)
-		return prev
+		d.Resend = ResendForbidden
+		d.Reason = fmt.Sprintf("%s: message with otid %s not admitted, and LETTAQ_RESEND_POLICY=%s forbids sending it again", prev.Reason, t.Otid, r.b.ResendPolicy)
+		return
 	}
-	phase(h, PhaseResending)
-	d := r.send(ctx, t, st, h, true)
+	phase(*h, PhaseResending)
+	*d = Decision{}
+	r.send(ctx, t, st, h, true, d)
 	d.Resend = ResendDone
 	d.Sends += prev.Sends
 	d.Lookups += prev.Lookups
@@ -307,36 +332,63 @@ func (r *Runner) gate(ctx context.Context, t Turn, st *agentclient.StreamState, 
 	if d.Clock == "" {
 		d.Clock = prev.Clock
 	}
-	return d
 }
 
 // send streams one send of the message and continues it if the stream is
-// lost.
-func (r *Runner) send(ctx context.Context, t Turn, st *agentclient.StreamState, h Hooks, resend bool) Decision {
+// lost; d is its decision.
+func (r *Runner) send(ctx context.Context, t *Turn, st *agentclient.StreamState, h *Hooks, resend bool, d *Decision) {
 	if h.BeforeSend != nil {
 		if err := h.BeforeSend(ctx, resend); err != nil {
-			if ctx.Err() != nil {
-				return Decision{Outcome: Interrupted, Err: err, Reason: "interrupted before send", Evidence: EvidenceNone}
-			}
-			return Decision{Outcome: Failed, Retryable: true, Err: err, Reason: "could not journal the intent to send: " + err.Error(), Evidence: EvidenceNone}
+			notSent(ctx, err, d)
+			return
 		}
 	}
-	phase(h, PhaseConnecting)
-	opts := r.streamOpts(h)
-	inner := opts.OnEvent
-	streaming := false
-	opts.OnEvent = func(ev agentclient.Event) {
-		if !streaming {
-			streaming = true
-			phase(h, PhaseStreaming)
-		}
-		if inner != nil {
-			inner(ev)
-		}
+	err := r.stream(ctx, t, st, h)
+	r.sent(ctx, t, st, h, err, d)
+}
+
+// notSent is the decision of a send whose intent could not be journaled.
+func notSent(ctx context.Context, err error, d *Decision) {
+	if ctx.Err() != nil {
+		*d = Decision{Outcome: Interrupted, Err: err, Reason: "interrupted before send", Evidence: EvidenceNone}
+		return
 	}
-	err := r.c.SendStream(ctx, r.sendRequest(t), st, opts)
-	if cd, ok := r.conflict(ctx, t, st, h, err); ok {
-		return cd
+	*d = Decision{Outcome: Failed, Retryable: true, Err: err, Reason: "could not journal the intent to send: " + err.Error(), Evidence: EvidenceNone}
+}
+
+// stream sends the message and reads its stream.
+func (r *Runner) stream(ctx context.Context, t *Turn, st *agentclient.StreamState, h *Hooks) error {
+	phase(*h, PhaseConnecting)
+	sp := &streamPhase{h: h}
+	opts := agentclient.StreamOptions{Clocks: r.Clocks(), OnEvent: sp.onEvent, OnIdle: h.OnIdle}
+	return r.c.SendStream(ctx, agentclient.SendRequest{AgentID: t.AgentID, Text: t.Text, Otid: t.Otid, SenderID: t.SenderID,
+		ConversationID: t.ConversationID, Images: t.Images, Approvals: t.Approvals,
+		Background: r.b.Background || t.ConversationID != ""}, st, opts)
+}
+
+// streamPhase passes a send's events on, telling the turn it is streaming
+// at the first.
+type streamPhase struct {
+	h         *Hooks
+	streaming bool
+}
+
+func (sp *streamPhase) onEvent(ev agentclient.Event) {
+	if !sp.streaming {
+		sp.streaming = true
+		phase(*sp.h, PhaseStreaming)
+	}
+	if sp.h.OnEvent != nil {
+		sp.h.OnEvent(ev)
+	}
+}
+
+// sent decides what the send's outcome, err, means; when the stream was
+// lost it continues the run.
+func (r *Runner) sent(ctx context.Context, t *Turn, st *agentclient.StreamState, h *Hooks, err error, out *Decision) {
+	if cd, ok := r.conflict(ctx, *t, st, *h, err); ok {
+		*out = cd
+		return
 	}
 	d := Decision{Sends: 1}
 	var sendErr error // a transient refusal of the send
@@ -345,33 +397,38 @@ func (r *Runner) send(ctx context.Context, t Turn, st *agentclient.StreamState, 
 	switch {
 	case err == nil:
 		d.Evidence = EvidenceStream
-		return r.fromStopReason(d, st.RunID(), st.StopReason(), st)
+		*out = r.fromStopReason(d, st.RunID(), st.StopReason(), st)
+		return
 	case agentclient.IsProtocolError(err):
-		return protocolFailed(d, err, st)
+		*out = protocolFailed(d, err, st)
+		return
 	case errors.As(err, &se):
 		if se.Clock == agentclient.ClockCanceled {
-			return Decision{Outcome: Interrupted, Err: err, Reason: "interrupted while streaming", Sends: 1,
+			*out = Decision{Outcome: Interrupted, Err: err, Reason: "interrupted while streaming", Sends: 1,
 				RunID: st.RunID(), Evidence: evidenceOf(st)}
+			return
 		}
 		d.Clock = se.Clock
-		r.logFor(h).LogAttrs(ctx, slog.LevelWarn, "stream lost, continuing the run",
+		r.logFor(*h).LogAttrs(ctx, slog.LevelWarn, "stream lost, continuing the run",
 			slog.String("otid", t.Otid), slog.String("run_id", st.RunID()), slog.String("clock", string(se.Clock)),
 			slog.String("error", err.Error()))
 	case errors.As(err, &ae) && agentclient.Classify(err) == agentclient.Permanent:
-		return Decision{Outcome: Rejected, Err: err, Sends: 1, Evidence: EvidenceNone,
+		*out = Decision{Outcome: Rejected, Err: err, Sends: 1, Evidence: EvidenceNone,
 			Reason:    "the agent server refused the message: " + err.Error(),
 			Retryable: ae.StatusCode == http.StatusConflict}
+		return
 	case agentclient.Classify(err) == agentclient.Canceled:
-		return Decision{Outcome: Interrupted, Err: err, Reason: "interrupted while sending", Sends: 1, Evidence: evidenceOf(st)}
+		*out = Decision{Outcome: Interrupted, Err: err, Reason: "interrupted while sending", Sends: 1, Evidence: evidenceOf(st)}
+		return
 	default:
 		// 429, 5xx, connection failures: the message may have been stored
 		// anyway. Look for it before anything else.
 		d.TransientErrors++
 		sendErr = err
-		r.logFor(h).LogAttrs(ctx, slog.LevelWarn, "send failed, looking for the otid before any resend",
+		r.logFor(*h).LogAttrs(ctx, slog.LevelWarn, "send failed, looking for the otid before any resend",
 			slog.String("otid", t.Otid), slog.String("run_id", st.RunID()), slog.String("error", err.Error()))
 	}
-	c := r.Continue(ctx, t, st, h)
+	c := r.Continue(ctx, *t, st, *h)
 	if sendErr != nil && c.Outcome != Completed {
 		// Name the cause first: what the lookup found only follows from it.
 		c.Reason = "send failed: " + sendErr.Error() + "; then " + c.Reason
@@ -379,7 +436,7 @@ func (r *Runner) send(ctx context.Context, t Turn, st *agentclient.StreamState, 
 	c.Sends += d.Sends
 	c.Clock = d.Clock
 	c.TransientErrors += d.TransientErrors
-	return c
+	*out = c
 }
 
 func evidenceOf(st *agentclient.StreamState) Evidence {

@@ -453,3 +453,25 @@ func TestOtidFoundBeyondTheFirstPage(t *testing.T) {
 		t.Errorf("found on the first page (%d messages read): the test does not exercise paging", d.SearchedMessages)
 	}
 }
+
+// RunTurn is Run on pointers: the same turn, the same decision.
+func TestRunTurn(t *testing.T) {
+	qs := lettasim.QuickScript("hello there")
+	e := newEnv(t, &qs)
+	tu := e.turn("hi")
+	st := agentclient.NewStreamState()
+	var d continuation.Decision
+	phases := 0
+	e.runner.RunTurn(context.Background(), &tu, st, &continuation.Hooks{OnPhase: func(continuation.Phase) { phases++ }}, &d)
+	if d.Outcome != continuation.Completed || d.Sends != 1 || st.Answer() != "hello there" || phases == 0 {
+		t.Fatalf("decision %+v, answer %q, %d phases", d, st.Answer(), phases)
+	}
+	if n := e.sim.CountOtid(tu.Otid); n != 1 {
+		t.Fatalf("%d user messages with the otid", n)
+	}
+	var bad continuation.Decision
+	e.runner.RunTurn(context.Background(), &continuation.Turn{AgentID: e.agent}, agentclient.NewStreamState(), &continuation.Hooks{}, &bad)
+	if bad.Outcome != continuation.Rejected {
+		t.Fatalf("invalid turn: %+v", bad)
+	}
+}

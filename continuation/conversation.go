@@ -23,7 +23,7 @@ import (
 const pendingApprovalReason = "the agent is waiting for approval of a tool call; answer the pending approval request before sending new messages"
 
 // sendRequest is the request of one send of t.
-func (r *Runner) sendRequest(t Turn) agentclient.SendRequest {
+func (r *Runner) sendRequest(t *Turn) agentclient.SendRequest {
 	return agentclient.SendRequest{AgentID: t.AgentID, Text: t.Text, Otid: t.Otid, SenderID: t.SenderID,
 		ConversationID: t.ConversationID, Images: t.Images, Approvals: t.Approvals,
 		// A conversation send is always background: its otid is then mapped

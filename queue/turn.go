@@ -1132,18 +1132,37 @@ func appendUnique(s []string, v string) []string {
 
 // deltaPump turns answer and reasoning text into answer_delta events
 // through two DeltaBuffers, with one timer armed at the earliest deadline.
-// Emits are serialized, so events keep the order of the text.
+// Emits are serialized, so events keep the order of the text. The buffers
+// and the timer are made when text first comes: a turn that only thinks
+// holds neither.
 type deltaPump struct {
 	mu      sync.Mutex
-	answer  *DeltaBuffer
-	narr    *DeltaBuffer
+	maxAge  time.Duration
+	answer  *DeltaBuffer // nil until answer text comes
+	narr    *DeltaBuffer // nil until reasoning text comes
 	timer   *time.Timer
 	emit    func(text string, narration bool)
 	stopped bool
 }
 
 func newDeltaPump(maxAge time.Duration, emit func(string, bool)) *deltaPump {
-	return &deltaPump{answer: NewDeltaBuffer(maxAge, nil), narr: NewDeltaBuffer(maxAge, nil), emit: emit}
+	return &deltaPump{maxAge: maxAge, emit: emit}
+}
+
+// flushBuf empties b (nil: nothing buffered).
+func flushBuf(b *DeltaBuffer) string {
+	if b == nil {
+		return ""
+	}
+	return b.Flush()
+}
+
+// dueBuf is b.Due (nil: nothing due).
+func dueBuf(b *DeltaBuffer) (string, bool) {
+	if b == nil {
+		return "", false
+	}
+	return b.Due()
 }
 
 func (p *deltaPump) write(narration bool, s string) {
@@ -1152,11 +1171,16 @@ func (p *deltaPump) write(narration bool, s string) {
 	if p.stopped {
 		return
 	}
+	if p.answer == nil && !narration {
+		p.answer = NewDeltaBuffer(p.maxAge, nil)
+	} else if p.narr == nil && narration {
+		p.narr = NewDeltaBuffer(p.maxAge, nil)
+	}
 	buf, other := p.answer, p.narr
 	if narration {
 		buf, other = p.narr, p.answer
 	}
-	if rest := other.Flush(); rest != "" {
+	if rest := flushBuf(other); rest != "" {
 		p.emit(rest, !narration) // keep the order when the kind changes
 	}
 	if out, ok := buf.Write(s); ok {
@@ -1168,6 +1192,9 @@ func (p *deltaPump) write(narration bool, s string) {
 func (p *deltaPump) armLocked() {
 	var at time.Time
 	for _, b := range []*DeltaBuffer{p.narr, p.answer} {
+		if b == nil {
+			continue
+		}
 		if d, ok := b.Deadline(); ok && (at.IsZero() || d.Before(at)) {
 			at = d
 		}
@@ -1192,10 +1219,10 @@ func (p *deltaPump) fire() {
 	if p.stopped {
 		return
 	}
-	if out, ok := p.narr.Due(); ok {
+	if out, ok := dueBuf(p.narr); ok {
 		p.emit(out, true)
 	}
-	if out, ok := p.answer.Due(); ok {
+	if out, ok := dueBuf(p.answer); ok {
 		p.emit(out, false)
 	}
 	p.armLocked()
@@ -1208,10 +1235,10 @@ func (p *deltaPump) flush() {
 	if p.stopped {
 		return
 	}
-	if s := p.narr.Flush(); s != "" {
+	if s := flushBuf(p.narr); s != "" {
 		p.emit(s, true)
 	}
-	if s := p.answer.Flush(); s != "" {
+	if s := flushBuf(p.answer); s != "" {
 		p.emit(s, false)
 	}
 	p.armLocked()
@@ -1229,10 +1256,10 @@ func (p *deltaPump) finish(flush bool) {
 		p.timer.Stop()
 	}
 	if flush {
-		if s := p.narr.Flush(); s != "" {
+		if s := flushBuf(p.narr); s != "" {
 			p.emit(s, true)
 		}
-		if s := p.answer.Flush(); s != "" {
+		if s := flushBuf(p.answer); s != "" {
 			p.emit(s, false)
 		}
 	}

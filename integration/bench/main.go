@@ -16,6 +16,9 @@
 //	GOMEMLIMIT=450MiB go run ./integration/bench -latency 0 -throughput 0 -think 90s
 //	                                                # the worker under a GC memory limit
 //	go run ./integration/bench -stream-transport net/http   # streams through net/http's pool
+//	GODEBUG=memprofilerate=512 go run ./integration/bench -latency 0 -throughput 0 -concurrent 3000 \
+//	    -heapprofile /tmp/turn.heap      # a heap profile fine enough to count bytes per turn
+//	                                     # (go tool pprof -sample_index=inuse_space -traces …)
 //
 // The table's heading names the GC settings (GOGC, GOMEMLIMIT; the simulator child runs
 // without them) and the stream transport.

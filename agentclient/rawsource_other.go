@@ -1,0 +1,11 @@
+//go:build !unix
+
+package agentclient
+
+import "net"
+
+// rawSource is unix-only: elsewhere a dedicated stream reads its
+// connection with a buffer of its own (readerSource).
+type rawSource struct{ byteSource }
+
+func newRawSource(net.Conn) *rawSource { return nil }
