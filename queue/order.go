@@ -322,7 +322,13 @@ func (t *turn) releaseOps() []pipelineOp {
 		if err == nil {
 			t.mu.Lock() // the writer's goroutine: processTask may have stopped waiting
 			t.released, t.next = true, n
+			late := t.releaseSeen
 			t.mu.Unlock()
+			if late {
+				// processTask went on without this release (it stopped
+				// waiting for these writes): the next turn is woken here.
+				go t.wake(context.Background(), n)
+			}
 		}
 		return nil
 	})}

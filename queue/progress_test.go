@@ -21,7 +21,7 @@ func gatedWriter(b rjBackend, gate chan struct{}) (*writer, *Replies, *atomic.In
 		if gate != nil {
 			<-gate
 		}
-		trips.Add(1)
+		defer trips.Add(1) // counted once written
 		return runOps(ctx, b.rdb, ops)
 	}
 	return wr, r, &trips

@@ -97,6 +97,7 @@ func (w *Worker) processTask(ctx context.Context, task *asynq.Task) error {
 	t.awaitRedis(ctx) // the release too must reach Redis
 	t.mu.Lock()
 	released, next := t.released, t.next
+	t.releaseSeen = true
 	t.mu.Unlock()
 	if released {
 		t.wake(ctx, next) // released with the turn's last writes
@@ -209,6 +210,7 @@ type turn struct {
 	lease        *ordering.Lease // held while the attempt runs (nil without ordering)
 	released     bool            // the lease was released with the turn's last writes (releaseOps; guarded by mu)
 	next         string          // then: the head of the line after the release (guarded by mu)
+	releaseSeen  bool            // processTask read released: a later release wakes the next turn itself (guarded by mu)
 	followers    []follower      // messages merged into this turn
 	newFollowers []string        // taken by this attempt
 
