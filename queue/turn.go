@@ -943,29 +943,27 @@ func (t *turn) delivered(log *slog.Logger, outcome, answer string, now time.Time
 
 // undelivered ends an attempt whose final event could not be written.
 func (t *turn) undelivered(ctx context.Context, log *slog.Logger, err error) error {
-	{
-		// The answer is the whole point: retry; the next attempt finds the
-		// run by its id and polls the answer again.
-		t.redisFailed()
-		t.mu.Lock()
-		t.attempt().Outcome, t.attempt().Error = OutcomeRetrying, err.Error()
-		t.rec.Outcome, t.rec.FinishedAt, t.rec.StopReason = "", time.Time{}, ""
-		t.mu.Unlock()
-		// Whether this attempt's finish reached Redis is not known (it may
-		// still, late): never write the retry over a finished record.
-		if t.w.oneRedis() {
-			rec := t.recCopy()
-			if op, err := t.w.journal.saveOp(&rec, true); err == nil {
-				t.progress.dropQueuedSaves()
-				_ = t.progress.do(ctx, nil, op)
-			}
-		} else {
-			_ = t.save(ctx)
+	// The answer is the whole point: retry; the next attempt finds the
+	// run by its id and polls the answer again.
+	t.redisFailed()
+	t.mu.Lock()
+	t.attempt().Outcome, t.attempt().Error = OutcomeRetrying, err.Error()
+	t.rec.Outcome, t.rec.FinishedAt, t.rec.StopReason = "", time.Time{}, ""
+	t.mu.Unlock()
+	// Whether this attempt's finish reached Redis is not known (it may
+	// still, late): never write the retry over a finished record.
+	if t.w.oneRedis() {
+		rec := t.recCopy()
+		if op, err := t.w.journal.saveOp(&rec, true); err == nil {
+			t.progress.dropQueuedSaves()
+			_ = t.progress.do(ctx, nil, op)
 		}
-		log.Warn("could not deliver the answer, retrying", "outcome", OutcomeRetrying, "error", err.Error())
-		t.w.obs.AttemptFinished(t.queue, "retry", time.Since(t.start))
-		return &RetryAfterError{Delay: time.Second, Reason: "deliver the answer", Err: err}
+	} else {
+		_ = t.save(ctx)
 	}
+	log.Warn("could not deliver the answer, retrying", "outcome", OutcomeRetrying, "error", err.Error())
+	t.w.obs.AttemptFinished(t.queue, "retry", time.Since(t.start))
+	return &RetryAfterError{Delay: time.Second, Reason: "deliver the answer", Err: err}
 }
 
 func (t *turn) latency(now time.Time) time.Duration {
