@@ -117,7 +117,10 @@ func heapPeak(f func()) (peak, total uint64) {
 // *ProtocolError naming the limit. The peak is sampled HeapAlloc, which
 // counts garbage not yet collected: with GOGC=100 Go lets garbage reach the
 // live heap's size, so the bound asserted is twice the limits that apply,
-// plus 8 MiB of slack. Today's code, fed the same, grew by gigabytes.
+// plus 16 MiB of slack (the 300 MiB run body's peak swings between 16 and
+// 23 MiB from run to run with the GC's timing; 8 MiB of slack failed it
+// about one run in fifteen). Code without the limits, fed the same, grew
+// by gigabytes.
 func TestHostileLettaMemoryBounded(t *testing.T) {
 	srv, written := hostileLetta(t)
 	c, err := New(Config{BaseURL: srv.URL, RequestTimeout: 30 * time.Second})
@@ -125,7 +128,7 @@ func TestHostileLettaMemoryBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	lim := c.Limits()
-	const slack = 8 << 20
+	const slack = 16 << 20
 	for _, tc := range []struct {
 		name  string
 		sent  int64 // what the server offers
