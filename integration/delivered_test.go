@@ -44,16 +44,11 @@ func (h *lateFinalHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 // final reports whether cmd wrote the final event (a script with the answered marker among its
 // keys); the first time, it also makes cmd report a timeout.
 func (h *lateFinalHook) final(cmd redis.Cmder) bool {
-	if cmd.Err() != nil || (cmd.Name() != "evalsha" && cmd.Name() != "eval") {
+	if cmd.Err() != nil || !carriesKey(cmd, h.marker) || !h.fired.CompareAndSwap(false, true) {
 		return false
 	}
-	for _, a := range cmd.Args() {
-		if s, ok := a.(string); ok && strings.HasPrefix(s, h.marker) && h.fired.CompareAndSwap(false, true) {
-			cmd.SetErr(context.DeadlineExceeded)
-			return true
-		}
-	}
-	return false
+	cmd.SetErr(context.DeadlineExceeded)
+	return true
 }
 func (h *lateFinalHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
