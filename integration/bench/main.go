@@ -83,6 +83,11 @@ type Config struct {
 	// TraceRedis prints, after the throughput and concurrency runs, what the
 	// round trips to Redis were, by command (scripts by their first key).
 	TraceRedis bool
+	// SimInProcess runs the throughput run's simulator inside the benchmark's
+	// process, beside the worker (as before 2026-11-26): the worker then
+	// shares its Go scheduler with the simulated Letta server. By default the
+	// simulator is a child process, as Letta is in production.
+	SimInProcess bool
 }
 
 func main() {
@@ -104,6 +109,7 @@ func main() {
 	tm := flag.String("thread-mode", string(queue.ThreadAgent), `the worker's LETTAQ_THREAD_MODE: "agent", "conversation" or "default"`)
 	flag.StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of the throughput run (lettaq's turns) to this file")
 	flag.BoolVar(&c.TraceRedis, "trace-redis", false, "print the Redis round trips of a turn by command")
+	flag.BoolVar(&c.SimInProcess, "sim-in-process", false, "run the throughput run's simulator in the benchmark's process (default: a child process, as Letta is a server of its own)")
 	flag.Parse()
 	var err error
 	if c.ThreadMode, err = queue.ParseThreadMode(*tm); err != nil {
@@ -160,6 +166,10 @@ type Results struct {
 	// Redis round trips and commands per turn / per no-op task, from enqueue
 	// to done (client and worker; polling while the run lasts included).
 	TurnTrips, TurnCmds, NoopTrips, NoopCmds float64
+	// The mean round trip of Asynq's dequeue during the lettaq and the no-op
+	// runs: its processor dequeues one task at a time, so this bounds the
+	// rate at which tasks start.
+	TurnDequeue, NoopDequeue time.Duration
 	// ThinkCmdsPerMin: Redis commands per minute per thinking turn (the
 	// worker, every turn in flight); ThinkTripsPerMin the round trips.
 	ThinkCmdsPerMin, ThinkTripsPerMin float64
@@ -215,6 +225,10 @@ func (r *Results) Table() string {
 			c.Throughput, c.Workers, r.TurnsPerSec, r.NoopPerSec, r.TurnsPerSec/r.NoopPerSec)
 		fmt.Fprintf(&b, "| Redis round trips (commands) per instant turn, enqueue to done | %.1f (%.1f) | %.1f (%.1f) per no-op task | %.1f (%.1f) |\n",
 			r.TurnTrips, r.TurnCmds, r.NoopTrips, r.NoopCmds, r.TurnTrips-r.NoopTrips, r.TurnCmds-r.NoopCmds)
+		if r.TurnDequeue > 0 && r.NoopDequeue > 0 {
+			fmt.Fprintf(&b, "| Asynq's dequeue round trip, mean (one at a time: it paces task starts) | %.0f µs | %.0f µs | %.1f× |\n",
+				float64(r.TurnDequeue)/1e3, float64(r.NoopDequeue)/1e3, float64(r.TurnDequeue)/float64(r.NoopDequeue))
+		}
 	}
 	if r.Concurrent > 0 {
 		per := int64(0)
@@ -444,17 +458,29 @@ func overhead(ctx context.Context, c Config, rco asynq.RedisClientOpt, rdb *redi
 }
 
 func throughput(ctx context.Context, c Config, rco asynq.RedisClientOpt, rdb *redis.Client, run string, r *Results, log io.Writer) error {
-	sim := lettasim.NewServer(lettasim.Config{AutoCreateAgents: true, DefaultScript: lettasim.QuickScript("ok")})
-	defer sim.Close()
+	var simURL string
+	if c.SimInProcess {
+		sim := lettasim.NewServer(lettasim.Config{AutoCreateAgents: true, DefaultScript: lettasim.QuickScript("ok")})
+		defer sim.Close()
+		simURL = sim.URL
+	} else {
+		child, err := startSimChild(ctx, "-think", "0")
+		if err != nil {
+			return err
+		}
+		defer child.stop()
+		simURL = child.url
+	}
 	qname, prefix := "bench-tp-"+run, "lettaq-bench-"+run+":"
 	cnt := newCounter(c.Throughput)
 	rc := &redisCounter{}
-	client, stop, err := startQueue(ctx, c, countingOpt{rco, rc}, sim.URL, qname, prefix, c.Workers, cnt)
+	client, stop, err := startQueue(ctx, c, countingOpt{rco, rc}, simURL, qname, prefix, c.Workers, cnt)
 	if err != nil {
 		return err
 	}
 	rc.trace.Store(c.TraceRedis)
 	trips0, cmds0 := rc.snapshot()
+	rc.dequeueRTT() // from here on
 	if c.CPUProfile != "" {
 		f, err := os.Create(c.CPUProfile)
 		if err != nil {
@@ -488,6 +514,7 @@ func throughput(ctx context.Context, c Config, rco asynq.RedisClientOpt, rdb *re
 		pprof.StopCPUProfile()
 	}
 	r.TurnTrips, r.TurnCmds = float64(trips1-trips0)/float64(c.Throughput), float64(cmds1-cmds0)/float64(c.Throughput)
+	r.TurnDequeue = rc.dequeueRTT()
 	stop()
 	if c.TraceRedis {
 		printTrace(log, "an instant turn's", rc.names(), float64(c.Throughput))
@@ -513,6 +540,7 @@ func throughput(ctx context.Context, c Config, rco asynq.RedisClientOpt, rdb *re
 	defer ac.Close()
 	nc.trace.Store(c.TraceRedis)
 	trips0, cmds0 = nc.snapshot()
+	nc.dequeueRTT()
 	t0 = time.Now()
 	if err := parallel(c.Throughput, func(i int) error {
 		_, err := ac.EnqueueContext(ctx, asynq.NewTask("noop", []byte(`{"i":1}`)), asynq.Queue(nq),
@@ -529,6 +557,7 @@ func throughput(ctx context.Context, c Config, rco asynq.RedisClientOpt, rdb *re
 	r.NoopPerSec = float64(c.Throughput) / time.Since(t0).Seconds()
 	trips1, cmds1 = nc.snapshot()
 	r.NoopTrips, r.NoopCmds = float64(trips1-trips0)/float64(c.Throughput), float64(cmds1-cmds0)/float64(c.Throughput)
+	r.NoopDequeue = nc.dequeueRTT()
 	if c.TraceRedis {
 		printTrace(log, "a no-op task's", nc.names(), float64(c.Throughput))
 	}
@@ -571,8 +600,8 @@ type simStats struct {
 	DuplicateOtids int `json:"duplicate_otids"`
 }
 
-// serveSim is the child process: a simulator whose agents think for -think, pinging every
-// -ping. It prints its URL, then its stats when stdin closes.
+// serveSim is the child process: a simulator whose agents think for -think (0: answer at
+// once), pinging every -ping. It prints its URL, then its stats when stdin closes.
 func serveSim(args []string) {
 	fs := flag.NewFlagSet("sim", flag.ExitOnError)
 	think := fs.Duration("think", 30*time.Second, "")
@@ -581,6 +610,9 @@ func serveSim(args []string) {
 	_ = fs.Parse(args)
 	raiseFileLimit()
 	sc := lettasim.ThinkingScript(*think, "done thinking")
+	if *think <= 0 {
+		sc = lettasim.QuickScript("ok")
+	}
 	sim := lettasim.NewServer(lettasim.Config{AutoCreateAgents: true, PingInterval: *ping, DefaultScript: sc})
 	fmt.Println(sim.URL)
 	_, _ = io.Copy(io.Discard, os.Stdin)
@@ -623,29 +655,12 @@ func rss() (cur, peak uint64) {
 
 func concurrency(ctx context.Context, c Config, rco asynq.RedisClientOpt, run string, r *Results, log io.Writer) error {
 	const agents = 100
-	exe, err := os.Executable()
+	child, err := startSimChild(ctx, "-think", c.Think.String(), "-ping", c.Ping.String(), "-agents", strconv.Itoa(agents))
 	if err != nil {
 		return err
 	}
-	cmd := exec.CommandContext(ctx, exe, "-serve-sim", "-think", c.Think.String(), "-ping", c.Ping.String(), "-agents", strconv.Itoa(agents))
-	stdin, _ := cmd.StdinPipe()
-	stdout, _ := cmd.StdoutPipe()
-	cmd.Stderr = os.Stderr
-	// The simulator is not what is measured: no memory limit of the worker's for it.
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "GOMEMLIMIT=") && !strings.HasPrefix(kv, "GOGC=") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	sc := bufio.NewScanner(stdout)
-	if !sc.Scan() {
-		return fmt.Errorf("simulator child printed no URL")
-	}
-	simURL := strings.TrimSpace(sc.Text())
+	defer child.stop()
+	simURL := child.url
 
 	qname, prefix := "bench-conc-"+run, "lettaq-bench-"+run+":"
 	cnt := newCounter(c.Concurrent)
@@ -750,15 +765,59 @@ wait:
 	r.PeakInFlight = cnt.peak.Load()
 	r.Answered = cnt.answered.Load()
 	r.Failed = cnt.failed.Load()
-	_ = stdin.Close()
-	if sc.Scan() {
-		var st simStats
-		if err := json.Unmarshal(sc.Bytes(), &st); err == nil {
-			r.UserMessages, r.DuplicateOtids = st.UserMessages, st.DuplicateOtids
-		}
+	if st, ok := child.stats(); ok {
+		r.UserMessages, r.DuplicateOtids = st.UserMessages, st.DuplicateOtids
 	}
 	return nil
 }
+
+// simChild is a simulator in a child process (the benchmark's own binary,
+// started with -serve-sim).
+type simChild struct {
+	url   string
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	out   *bufio.Scanner
+}
+
+func startSimChild(ctx context.Context, args ...string) (*simChild, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, exe, append([]string{"-serve-sim"}, args...)...)
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	cmd.Stderr = os.Stderr
+	// The simulator is not what is measured: no memory limit of the worker's for it.
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "GOMEMLIMIT=") && !strings.HasPrefix(kv, "GOGC=") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	sc := bufio.NewScanner(stdout)
+	if !sc.Scan() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return nil, fmt.Errorf("simulator child printed no URL")
+	}
+	return &simChild{url: strings.TrimSpace(sc.Text()), cmd: cmd, stdin: stdin, out: sc}, nil
+}
+
+// stats closes the child's stdin and reads what it reports.
+func (s *simChild) stats() (simStats, bool) {
+	_ = s.stdin.Close()
+	var st simStats
+	if !s.out.Scan() {
+		return st, false
+	}
+	return st, json.Unmarshal(s.out.Bytes(), &st) == nil
+}
+
+func (s *simChild) stop() { _ = s.cmd.Process.Kill(); _ = s.cmd.Wait() }
 
 // gcSettings describes the GC's pacing: GOGC and the memory limit.
 func gcSettings() string {

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
@@ -19,6 +20,29 @@ type redisCounter struct {
 	mu          sync.Mutex
 	byName      map[string]int64 // when tracing: commands by name ("evalsha", "pipeline[xadd set]", …)
 	trace       atomic.Bool
+	// Asynq's dequeues (its processor takes one task per round trip, one
+	// after the other): how many, and their total round-trip time.
+	dequeues, dequeueNanos atomic.Int64
+}
+
+// dequeueRTT is the mean round trip of Asynq's dequeues since the last call,
+// and resets it.
+func (c *redisCounter) dequeueRTT() time.Duration {
+	n, t := c.dequeues.Swap(0), c.dequeueNanos.Swap(0)
+	if n == 0 {
+		return 0
+	}
+	return time.Duration(t / n)
+}
+
+// isDequeue tells Asynq's dequeue script (its first key is a queue's pending list).
+func isDequeue(cmd redis.Cmder) bool {
+	a := cmd.Args()
+	if len(a) < 4 || !strings.EqualFold(cmd.Name(), "evalsha") && !strings.EqualFold(cmd.Name(), "eval") {
+		return false
+	}
+	k, _ := a[3].(string)
+	return strings.HasPrefix(k, "asynq:{") && strings.HasSuffix(k, "}:pending")
 }
 
 func (c *redisCounter) snapshot() (trips, cmds int64) { return c.trips.Load(), c.cmds.Load() }
@@ -77,6 +101,13 @@ func (c *redisCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		c.trips.Add(1)
 		c.cmds.Add(1)
 		c.note(cmdName(cmd))
+		if isDequeue(cmd) {
+			t0 := time.Now()
+			err := next(ctx, cmd)
+			c.dequeueNanos.Add(int64(time.Since(t0)))
+			c.dequeues.Add(1)
+			return err
+		}
 		return next(ctx, cmd)
 	}
 }
