@@ -170,6 +170,8 @@ type Results struct {
 	// runs: its processor dequeues one task at a time, so this bounds the
 	// rate at which tasks start.
 	TurnDequeue, NoopDequeue time.Duration
+	// Redis's main thread CPU (INFO cpu) per instant turn and per no-op task.
+	TurnRedisTime, NoopRedisTime time.Duration
 	// ThinkCmdsPerMin: Redis commands per minute per thinking turn (the
 	// worker, every turn in flight); ThinkTripsPerMin the round trips.
 	ThinkCmdsPerMin, ThinkTripsPerMin float64
@@ -225,6 +227,10 @@ func (r *Results) Table() string {
 			c.Throughput, c.Workers, r.TurnsPerSec, r.NoopPerSec, r.TurnsPerSec/r.NoopPerSec)
 		fmt.Fprintf(&b, "| Redis round trips (commands) per instant turn, enqueue to done | %.1f (%.1f) | %.1f (%.1f) per no-op task | %.1f (%.1f) |\n",
 			r.TurnTrips, r.TurnCmds, r.NoopTrips, r.NoopCmds, r.TurnTrips-r.NoopTrips, r.TurnCmds-r.NoopCmds)
+		if r.TurnRedisTime > 0 && r.NoopRedisTime > 0 {
+			fmt.Fprintf(&b, "| Redis main thread CPU per instant turn (INFO cpu) | %.0f µs | %.0f µs per no-op task | %.0f µs |\n",
+				float64(r.TurnRedisTime)/1e3, float64(r.NoopRedisTime)/1e3, float64(r.TurnRedisTime-r.NoopRedisTime)/1e3)
+		}
 		if r.TurnDequeue > 0 && r.NoopDequeue > 0 {
 			fmt.Fprintf(&b, "| Asynq's dequeue round trip, mean (one at a time: it paces task starts) | %.0f µs | %.0f µs | %.1f× |\n",
 				float64(r.TurnDequeue)/1e3, float64(r.NoopDequeue)/1e3, float64(r.TurnDequeue)/float64(r.NoopDequeue))
@@ -481,6 +487,7 @@ func throughput(ctx context.Context, c Config, rco asynq.RedisClientOpt, rdb *re
 	rc.trace.Store(c.TraceRedis)
 	trips0, cmds0 := rc.snapshot()
 	rc.dequeueRTT() // from here on
+	rt0, _ := redisServerTime(ctx, rdb)
 	if c.CPUProfile != "" {
 		f, err := os.Create(c.CPUProfile)
 		if err != nil {
@@ -515,6 +522,9 @@ func throughput(ctx context.Context, c Config, rco asynq.RedisClientOpt, rdb *re
 	}
 	r.TurnTrips, r.TurnCmds = float64(trips1-trips0)/float64(c.Throughput), float64(cmds1-cmds0)/float64(c.Throughput)
 	r.TurnDequeue = rc.dequeueRTT()
+	if rt1, err := redisServerTime(ctx, rdb); err == nil && rt0 > 0 {
+		r.TurnRedisTime = (rt1 - rt0) / time.Duration(c.Throughput)
+	}
 	stop()
 	if c.TraceRedis {
 		printTrace(log, "an instant turn's", rc.names(), float64(c.Throughput))
@@ -541,6 +551,7 @@ func throughput(ctx context.Context, c Config, rco asynq.RedisClientOpt, rdb *re
 	nc.trace.Store(c.TraceRedis)
 	trips0, cmds0 = nc.snapshot()
 	nc.dequeueRTT()
+	rt0, _ = redisServerTime(ctx, rdb)
 	t0 = time.Now()
 	if err := parallel(c.Throughput, func(i int) error {
 		_, err := ac.EnqueueContext(ctx, asynq.NewTask("noop", []byte(`{"i":1}`)), asynq.Queue(nq),
@@ -558,6 +569,9 @@ func throughput(ctx context.Context, c Config, rco asynq.RedisClientOpt, rdb *re
 	trips1, cmds1 = nc.snapshot()
 	r.NoopTrips, r.NoopCmds = float64(trips1-trips0)/float64(c.Throughput), float64(cmds1-cmds0)/float64(c.Throughput)
 	r.NoopDequeue = nc.dequeueRTT()
+	if rt1, err := redisServerTime(ctx, rdb); err == nil && rt0 > 0 {
+		r.NoopRedisTime = (rt1 - rt0) / time.Duration(c.Throughput)
+	}
 	if c.TraceRedis {
 		printTrace(log, "a no-op task's", nc.names(), float64(c.Throughput))
 	}

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -158,4 +160,34 @@ func keyShape(k string) string {
 		seg = seg[len(seg)-3:]
 	}
 	return strings.Join(seg, ":")
+}
+
+// redisServerTime is the CPU time of Redis's main thread so far (INFO cpu:
+// used_cpu_user_main_thread + used_cpu_sys_main_thread): commands, scripts
+// and the network I/O of its one thread. Its difference over a run, divided
+// by the tasks of the run, is the Redis time a task costs (anything else
+// using this Redis at the time counts too: run the benchmark on a quiet one).
+func redisServerTime(ctx context.Context, rdb *redis.Client) (time.Duration, error) {
+	info, err := rdb.Info(ctx, "cpu").Result()
+	if err != nil {
+		return 0, err
+	}
+	var sec float64
+	n := 0
+	for _, line := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || k != "used_cpu_user_main_thread" && k != "used_cpu_sys_main_thread" {
+			continue
+		}
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return 0, fmt.Errorf("INFO cpu: %q: %w", line, err)
+		}
+		sec += f
+		n++
+	}
+	if n != 2 {
+		return 0, fmt.Errorf("INFO cpu: no main thread times (Redis older than 6.2?)")
+	}
+	return time.Duration(sec * float64(time.Second)), nil
 }
