@@ -416,12 +416,13 @@ redis.call('PEXPIRE', KEYS[3], ttl)
 local keep = tonumber(ARGV[7])
 for i = 4, #KEYS do
   if ARGV[i + 5] == '1' then
+    local added
     if ARGV[6] == '1' then
-      redis.call('ZADD', KEYS[i], ARGV[5], ARGV[2])
+      added = redis.call('ZADD', KEYS[i], ARGV[5], ARGV[2])
     else
-      redis.call('ZADD', KEYS[i], 'NX', ARGV[5], ARGV[2])
+      added = redis.call('ZADD', KEYS[i], 'NX', ARGV[5], ARGV[2])
     end
-    redis.call('ZREMRANGEBYRANK', KEYS[i], 0, -keep - 1)
+    if added > 0 then redis.call('ZREMRANGEBYRANK', KEYS[i], 0, -keep - 1) end
     redis.call('PEXPIRE', KEYS[i], ttl)
   else
     redis.call('ZREM', KEYS[i], ARGV[2])
