@@ -88,6 +88,10 @@ type Config struct {
 	// shares its Go scheduler with the simulated Letta server. By default the
 	// simulator is a child process, as Letta is in production.
 	SimInProcess bool
+	// Keep leaves the run's keys in Redis (queues, journal, reply streams,
+	// ordering lines); by default they are deleted when the run ends, so
+	// that repeated runs do not fill the Redis.
+	Keep bool
 }
 
 func main() {
@@ -109,6 +113,7 @@ func main() {
 	tm := flag.String("thread-mode", string(queue.ThreadAgent), `the worker's LETTAQ_THREAD_MODE: "agent", "conversation" or "default"`)
 	flag.StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of the throughput run (lettaq's turns) to this file")
 	flag.BoolVar(&c.TraceRedis, "trace-redis", false, "print the Redis round trips of a turn by command")
+	flag.BoolVar(&c.Keep, "keep", false, "leave the run's keys in Redis (default: delete them when the run ends)")
 	flag.BoolVar(&c.SimInProcess, "sim-in-process", false, "run the throughput run's simulator in the benchmark's process (default: a child process, as Letta is a server of its own)")
 	flag.Parse()
 	var err error
@@ -318,6 +323,13 @@ func Run(ctx context.Context, c Config, log io.Writer) (*Results, error) {
 	r := &Results{Config: c}
 	r.FileLimit, _ = raiseFileLimit()
 	run := strings.ReplaceAll(uuid.NewString()[:8], "-", "")
+	if !c.Keep {
+		defer func() {
+			if err := cleanup(context.WithoutCancel(ctx), rdb, run); err != nil {
+				fmt.Fprintf(log, "cleanup: %v (the run's keys contain %q)\n", err, run)
+			}
+		}()
+	}
 	if c.Latency > 0 {
 		fmt.Fprintf(log, "overhead: %d sequential turns through the queue, %d direct…\n", c.Latency, c.Latency)
 		if err := overhead(ctx, c, rco, rdb, run, r); err != nil {
@@ -877,4 +889,36 @@ func printTrace(log io.Writer, what string, names []nameCount, per float64) {
 	for _, n := range names {
 		fmt.Fprintf(log, "    %6.2f  %s\n", float64(n.n)/per, n.name)
 	}
+}
+
+// cleanup deletes what a run left in Redis: its queues (and their tasks),
+// the journal and reply streams under its prefix, and the ordering and
+// thread keys of its chats (whose ids carry the run id).
+func cleanup(ctx context.Context, rdb *redis.Client, run string) error {
+	patterns := []string{"lettaq-bench-" + run + ":*", "asynq:{bench-*-" + run + "}*", "lettaq:*" + run + "*"}
+	for _, p := range patterns {
+		iter := rdb.Scan(ctx, 0, p, 1000).Iterator()
+		var batch []string
+		for iter.Next(ctx) {
+			if batch = append(batch, iter.Val()); len(batch) == 500 {
+				if err := rdb.Unlink(ctx, batch...).Err(); err != nil {
+					return err
+				}
+				batch = batch[:0]
+			}
+		}
+		if err := iter.Err(); err != nil {
+			return err
+		}
+		if len(batch) > 0 {
+			if err := rdb.Unlink(ctx, batch...).Err(); err != nil {
+				return err
+			}
+		}
+	}
+	var qs []any
+	for _, k := range []string{"lat", "tp", "noop", "conc"} {
+		qs = append(qs, "bench-"+k+"-"+run)
+	}
+	return rdb.SRem(ctx, "asynq:queues", qs...).Err()
 }
