@@ -3,6 +3,7 @@ package ordering
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 )
 
@@ -17,8 +18,12 @@ type Lease struct {
 	key, taskID, holder, token string
 	lock                       string // the lock's Redis key
 
-	lostCtx  context.Context // done when the lease is lost
-	markLost context.CancelFunc
+	// The lease's loss: what Lost and Context hand out, made only when
+	// asked for (a waiting turn holds no channel or context tree for it).
+	lostMu sync.Mutex
+	lost   bool
+	lostCh chan struct{} // Lost's channel, closed on loss
+	onLost []*lostHook   // Context's children
 
 	// Renewal state, guarded by s.renew.mu.
 	due     time.Time // when the lock should be extended next
@@ -29,7 +34,6 @@ type Lease struct {
 
 func (s *Sequencer) newLease(key, taskID, holder, token string) *Lease {
 	l := &Lease{s: s, key: key, taskID: taskID, holder: holder, token: token, lock: s.lockKey(key)}
-	l.lostCtx, l.markLost = context.WithCancel(context.Background())
 	s.renew.add(l, time.Now())
 	return l
 }
@@ -44,14 +48,64 @@ func (l *Lease) TaskID() string { return l.taskID }
 func (l *Lease) Token() string { return l.token }
 
 // Lost is closed when the lease is lost before Release.
-func (l *Lease) Lost() <-chan struct{} { return l.lostCtx.Done() }
+func (l *Lease) Lost() <-chan struct{} {
+	l.lostMu.Lock()
+	defer l.lostMu.Unlock()
+	if l.lostCh == nil {
+		l.lostCh = make(chan struct{})
+		if l.lost {
+			close(l.lostCh)
+		}
+	}
+	return l.lostCh
+}
 
 // Context returns a child of parent that is cancelled, with cause
 // ErrLeaseLost, when the lease is lost. Call cancel when done.
 func (l *Lease) Context(parent context.Context) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(parent)
-	stop := context.AfterFunc(l.lostCtx, func() { cancel(ErrLeaseLost) })
-	return ctx, func() { stop(); cancel(context.Canceled) }
+	l.lostMu.Lock()
+	if l.lost {
+		l.lostMu.Unlock()
+		cancel(ErrLeaseLost)
+		return ctx, func() { cancel(context.Canceled) }
+	}
+	h := &lostHook{cancel: cancel}
+	l.onLost = append(l.onLost, h)
+	l.lostMu.Unlock()
+	return ctx, func() {
+		l.lostMu.Lock()
+		for i, o := range l.onLost {
+			if o == h {
+				l.onLost = append(l.onLost[:i], l.onLost[i+1:]...)
+				break
+			}
+		}
+		l.lostMu.Unlock()
+		cancel(context.Canceled)
+	}
+}
+
+// lostHook is a Context of a lease, to cancel when the lease is lost.
+type lostHook struct{ cancel context.CancelCauseFunc }
+
+// markLost closes Lost and cancels every Context of the lease.
+func (l *Lease) markLost() {
+	l.lostMu.Lock()
+	if l.lost {
+		l.lostMu.Unlock()
+		return
+	}
+	l.lost = true
+	if l.lostCh != nil {
+		close(l.lostCh)
+	}
+	cancels := l.onLost
+	l.onLost = nil
+	l.lostMu.Unlock()
+	for _, h := range cancels {
+		h.cancel(ErrLeaseLost)
+	}
 }
 
 // stopRenewal takes the lease out of its Sequencer's renewal and waits for

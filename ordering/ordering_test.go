@@ -342,6 +342,9 @@ func TestLostFiresWhenStolenOrExpired(t *testing.T) {
 		l := must[*ordering.Lease](t)(s.Acquire(ctx, key, "a", "w", nil))
 		lctx, cancel := l.Context(ctx)
 		defer cancel()
+		// A context given up before the loss ends with its own cancel.
+		early, cancelEarly := l.Context(ctx)
+		cancelEarly()
 		// Someone else's lock (e.g. ours expired and another took it).
 		b.rdb.HSet(ctx, lockKey(s, key), "token", "someone-else")
 		select {
@@ -352,6 +355,20 @@ func TestLostFiresWhenStolenOrExpired(t *testing.T) {
 		<-lctx.Done()
 		if !errors.Is(context.Cause(lctx), ordering.ErrLeaseLost) {
 			t.Fatalf("cause = %v", context.Cause(lctx))
+		}
+		if c := context.Cause(early); !errors.Is(c, context.Canceled) {
+			t.Fatalf("a context cancelled before the loss: cause = %v", c)
+		}
+		// Taken after the loss: ended at once, and Lost stays closed.
+		late, cancelLate := l.Context(ctx)
+		defer cancelLate()
+		if !errors.Is(context.Cause(late), ordering.ErrLeaseLost) {
+			t.Fatalf("a context taken after the loss: cause = %v", context.Cause(late))
+		}
+		select {
+		case <-l.Lost():
+		default:
+			t.Fatal("Lost open again")
 		}
 		l.Release(ctx, false)
 
