@@ -130,19 +130,22 @@ type WorkerConfig struct {
 
 // Worker runs turns from the queue.
 type Worker struct {
-	cfg       WorkerConfig
-	log       *slog.Logger
-	client    *agentclient.Client
-	runner    *continuation.Runner
-	replies   *Replies
-	journal   *Journal
-	obs       Observer
-	rdb       redis.UniversalClient // owned when we made it
-	ord       *orderer              // nil: no ordering
-	threads   *threads
-	approvals *approvals
-	answerer  answerer
-	writer    *writer // the turns' progress events and queued writes
+	cfg    WorkerConfig
+	log    *slog.Logger
+	client *agentclient.Client
+	// ownsClient: the worker made client (from LettaURL), so it closes
+	// the client's idle connections when it stops.
+	ownsClient bool
+	runner     *continuation.Runner
+	replies    *Replies
+	journal    *Journal
+	obs        Observer
+	rdb        redis.UniversalClient // owned when we made it
+	ord        *orderer              // nil: no ordering
+	threads    *threads
+	approvals  *approvals
+	answerer   answerer
+	writer     *writer // the turns' progress events and queued writes
 
 	baseCtx    context.Context
 	baseCancel context.CancelCauseFunc
@@ -218,7 +221,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		if err != nil {
 			return nil, fmt.Errorf("queue: letta client: %w", err)
 		}
-		w.client = c
+		w.client, w.ownsClient = c, true
 	}
 	r, err := continuation.New(continuation.Config{Client: w.client, Budget: cfg.Budget, Logger: cfg.Logger})
 	if err != nil {
@@ -367,6 +370,9 @@ func (w *Worker) run(ctx context.Context) error {
 	case <-done:
 	case <-time.After(grace + time.Second):
 		w.log.Warn("worker: turns still finishing after shutdown")
+	}
+	if w.ownsClient {
+		w.client.CloseIdleConnections()
 	}
 	return nil
 }
