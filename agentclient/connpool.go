@@ -20,10 +20,14 @@ import (
 // the margin is for the race that check cannot see.)
 const idleReuse = 2 * time.Second
 
-// drainWait bounds the wait for bytes that peek says are there (a TLS
-// record arriving in pieces) while the end of the previous response is
-// read. A wait for bytes that are not there never happens.
-const drainWait = 50 * time.Millisecond
+// drainWait bounds the waits for the end of a stream's response (its last
+// chunk, which a server writes once its handler has returned, right after
+// the last event): for bytes peek says are there (a TLS record arriving in
+// pieces), and, when the next stream takes the connection within
+// drainWait of the last event, for the end that has not arrived yet. A
+// server that ends its responses so late has its connections closed, not
+// reused, and costs a wait only to a stream that follows another at once.
+const drainWait = 20 * time.Millisecond
 
 // maxDrain bounds the bytes read after a stream's last event to reach the
 // end of its response; a connection that needs more is closed instead.
@@ -95,7 +99,7 @@ func (p *connPool) put(conn net.Conn, dec bodyDecoder, carry []byte) bool {
 	if len(carry) > 0 {
 		ic.carry = append([]byte(nil), carry...)
 	}
-	if !ic.finish() {
+	if !ic.finish(time.Time{}) {
 		return false
 	}
 	ic.since = time.Now()
@@ -130,7 +134,7 @@ func (p *connPool) get() net.Conn {
 		p.idle[n-1] = nil
 		p.idle = p.idle[:n-1]
 		p.mu.Unlock()
-		if time.Since(ic.since) < idleReuse && ic.finish() && ic.dec.end && ic.quiet() {
+		if time.Since(ic.since) < idleReuse && ic.finish(ic.since.Add(drainWait)) && ic.dec.end && ic.quiet() {
 			return ic.conn
 		}
 		_ = ic.conn.Close()
@@ -191,10 +195,10 @@ func (p *connPool) len() int {
 var errNotReusable = errors.New("connection not reusable")
 
 // finish reads what has arrived of the last response's end (its last
-// chunk, its trailer), without waiting for bytes that are not there yet. It
-// reports false when the connection cannot be reused: closed by the
-// server, an error, bytes after the end, a malformed or overlong end.
-func (ic *idleConn) finish() bool {
+// chunk, its trailer), waiting for bytes that are not there yet only until
+// until. It reports false when the connection cannot be reused: closed by
+// the server, an error, bytes after the end, a malformed or overlong end.
+func (ic *idleConn) finish(until time.Time) bool {
 	if ic.dec.end {
 		return !ic.dec.extra && !ic.dec.bad
 	}
@@ -206,7 +210,7 @@ func (ic *idleConn) finish() bool {
 		if k < len(ic.carry) {
 			return false
 		}
-		n, err := ic.readAvailable(buf[k:])
+		n, err := ic.readAvailable(buf[k:], until)
 		if err != nil {
 			return false
 		}
@@ -229,22 +233,27 @@ func (ic *idleConn) finish() bool {
 // end, has nothing more to read and is still open: anything the server
 // sent now would be an answer to no request.
 func (ic *idleConn) quiet() bool {
-	n, err := ic.readAvailable(make([]byte, 1))
+	n, err := ic.readAvailable(make([]byte, 1), time.Time{})
 	return n == 0 && err == nil
 }
 
-// readAvailable reads what the connection has, waiting only for bytes
-// peek says are there (at most drainWait: a TLS record may come in
-// pieces). It reports 0 and no error when there is nothing to read, and
-// an error when the connection is gone or failed.
-func (ic *idleConn) readAvailable(b []byte) (int, error) {
+// readAvailable reads what the connection has, waiting for bytes peek
+// says are there (at most drainWait: a TLS record may come in pieces), or
+// for any bytes until until. It reports 0 and no error when there is
+// nothing to read, and an error when the connection is gone or failed.
+func (ic *idleConn) readAvailable(b []byte, until time.Time) (int, error) {
 	var deadline time.Time
+	now := time.Now()
 	switch peek(ic.raw) {
 	case peekGone:
 		return 0, errNotReusable
 	case peekData:
-		deadline = time.Now().Add(drainWait)
+		deadline = now.Add(drainWait)
 	case peekNone:
+		if until.After(now) {
+			deadline = until
+			break
+		}
 		if ic.conn == ic.raw {
 			return 0, nil
 		}
