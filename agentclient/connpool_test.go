@@ -484,3 +484,37 @@ func TestDedicatedLateEndFinishedOnReuse(t *testing.T) {
 		t.Fatalf("%d connections, want 1", n)
 	}
 }
+
+// BenchmarkInstantStreams sends instant turns (a ping, the answer, the
+// stop reason, [DONE]) one after the other from 8 goroutines to a local
+// server, over dedicated streams that reuse their connections ("reuse") or
+// dial one per stream ("dial": the transport's DisableKeepAlives turns the
+// pool off). Client and server share the process, as in the bench.
+func BenchmarkInstantStreams(b *testing.B) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		answer(w, r)
+	}))
+	defer srv.Close()
+	for _, mode := range []string{"reuse", "dial"} {
+		b.Run(mode, func(b *testing.B) {
+			tr := NewTransport()
+			tr.DisableKeepAlives = mode == "dial"
+			c, err := New(Config{BaseURL: srv.URL, HTTPClient: &http.Client{Transport: tr}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.CloseIdleConnections()
+			b.SetParallelism(4) // 8 goroutines on 2 CPUs
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if err := c.SendStream(context.Background(), sendReq(), NewStreamState(), StreamOptions{}); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}

@@ -215,6 +215,9 @@ func (sc *streamConns) send(req *http.Request, raw net.Conn, reused bool) (conn 
 		}
 		conn = tc
 	}
+	// Without a pool the connection carries one request: say so, and the
+	// server closes it after the response.
+	req.Close = sc.idle == nil
 	cw := countingWriter{w: conn}
 	bw := requestWriters.Get().(*bufio.Writer)
 	bw.Reset(&cw)

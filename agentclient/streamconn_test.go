@@ -81,7 +81,8 @@ func TestDedicatedStreamsRunNoConnectionGoroutines(t *testing.T) {
 }
 
 // What the dedicated transport puts on the wire is a plain HTTP/1.1 request
-// that keeps the connection open for the next stream.
+// that keeps the connection open for the next stream (where idle
+// connections are kept: unix).
 func TestDedicatedStreamRequest(t *testing.T) {
 	leakCheck(t)
 	reqs := make(chan *http.Request, 1)
@@ -99,7 +100,7 @@ func TestDedicatedStreamRequest(t *testing.T) {
 		t.Fatal("no answer read")
 	}
 	got := <-reqs
-	if got.Method != http.MethodPost || got.URL.Path != "/prefix/v1/agents/agent-1/messages/stream" || got.ProtoMajor != 1 || got.Close {
+	if got.Method != http.MethodPost || got.URL.Path != "/prefix/v1/agents/agent-1/messages/stream" || got.ProtoMajor != 1 || got.Close != (c.sc.idle == nil) {
 		t.Errorf("request: %s %s %s close=%v", got.Method, got.URL.Path, got.Proto, got.Close)
 	}
 	h := rs.headers[0]
