@@ -194,6 +194,9 @@ func (p *connPool) len() int {
 
 var errNotReusable = errors.New("connection not reusable")
 
+// drainBufs hold what finish reads: the end of a response, a few bytes.
+var drainBufs = sync.Pool{New: func() any { b := make([]byte, 1<<10); return &b }}
+
 // finish reads what has arrived of the last response's end (its last
 // chunk, its trailer), waiting for bytes that are not there yet only until
 // until. It reports false when the connection cannot be reused: closed by
@@ -202,8 +205,8 @@ func (ic *idleConn) finish(until time.Time) bool {
 	if ic.dec.end {
 		return !ic.dec.extra && !ic.dec.bad
 	}
-	bp := readBufs.Get().(*[]byte)
-	defer readBufs.Put(bp)
+	bp := drainBufs.Get().(*[]byte)
+	defer drainBufs.Put(bp)
 	buf := *bp
 	for read := 0; !ic.dec.end; {
 		k := copy(buf, ic.carry)
@@ -233,7 +236,9 @@ func (ic *idleConn) finish(until time.Time) bool {
 // end, has nothing more to read and is still open: anything the server
 // sent now would be an answer to no request.
 func (ic *idleConn) quiet() bool {
-	n, err := ic.readAvailable(make([]byte, 1), time.Time{})
+	bp := drainBufs.Get().(*[]byte)
+	defer drainBufs.Put(bp)
+	n, err := ic.readAvailable((*bp)[:1], time.Time{})
 	return n == 0 && err == nil
 }
 

@@ -130,22 +130,23 @@ type WorkerConfig struct {
 
 // Worker runs turns from the queue.
 type Worker struct {
-	cfg    WorkerConfig
-	log    *slog.Logger
-	client *agentclient.Client
+	cfg       WorkerConfig
+	log       *slog.Logger
+	client    *agentclient.Client
+	runner    *continuation.Runner
+	replies   *Replies
+	journal   *Journal
+	obs       Observer
+	rdb       redis.UniversalClient // owned when we made it
+	ord       *orderer              // nil: no ordering
+	threads   *threads
+	approvals *approvals
+	answerer  answerer
+	writer    *writer // the turns' progress events and queued writes
+
 	// ownsClient: the worker made client (from LettaURL), so it closes
 	// the client's idle connections when it stops.
 	ownsClient bool
-	runner     *continuation.Runner
-	replies    *Replies
-	journal    *Journal
-	obs        Observer
-	rdb        redis.UniversalClient // owned when we made it
-	ord        *orderer              // nil: no ordering
-	threads    *threads
-	approvals  *approvals
-	answerer   answerer
-	writer     *writer // the turns' progress events and queued writes
 
 	baseCtx    context.Context
 	baseCancel context.CancelCauseFunc
