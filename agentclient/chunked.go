@@ -27,7 +27,19 @@ const (
 	chunkData              // reading chunk data
 	chunkCR                // the CR after chunk data
 	chunkLF                // the LF after chunk data
+	// After the last chunk, the trailer section: field lines, then an
+	// empty line (RFC 9112 §7.1.2). It is consumed, not kept, so that a
+	// connection can carry the next request once the message has ended.
+	trailerStart   // at the start of a trailer line
+	trailerStartCR // a CR at the start of a line: the empty line that ends the message
+	trailerLine    // inside a trailer field line
+	trailerLineCR  // a CR inside a field line
 )
+
+// maxTrailer bounds the trailer section a reused connection may have
+// carried (net/http's client ignores trailers it did not ask for too, but
+// reads them; a bigger one is not worth keeping the connection for).
+const maxTrailer = 4096
 
 var (
 	errChunkBareLF     = errors.New("chunked line ends with bare LF")
@@ -45,14 +57,22 @@ var (
 // CR, is at most 4096 bytes long; trailing blanks and extensions are
 // dropped; the size has at most 16 hex digits; chunk data is followed by
 // CRLF; extensions may not outweigh the data by more than 16 KiB. The
-// trailer after the last chunk is not read: the connection closes after
-// the response.
+// trailer after the last chunk is consumed and dropped; its end is the end
+// of the message (end), after which the connection may carry another
+// request (see connPool).
 type bodyDecoder struct {
 	framing bodyFraming
 	state   uint8
 	left    uint64 // framingLength: body bytes to come; framingChunked: bytes left in the chunk
 	excess  int64  // chunk overhead beyond what the data allows (see net/http)
 	done    bool   // the body is complete: what follows is not body
+	// Whether the connection could carry another request: end says the
+	// message ended cleanly (the trailer's empty line, or Content-Length
+	// reached), extra that bytes came after that end (the server sent what
+	// no request asked for), bad that the trailer was malformed or too
+	// long. None of them changes what the stream reads.
+	end, extra, bad bool
+	trailer         uint16 // trailer bytes so far
 }
 
 // decode turns the raw bytes p into body bytes, in place: the body bytes
@@ -67,12 +87,13 @@ func (d *bodyDecoder) decode(p []byte) (body, used int, err error) {
 		n := len(p)
 		if uint64(n) >= d.left {
 			n = int(d.left)
-			d.done = true
+			d.done, d.end = true, true
+			d.extra = d.extra || n < len(p)
 		}
 		d.left -= uint64(n)
 		return n, len(p), nil
 	}
-	for used < len(p) && !d.done {
+	for used < len(p) && !d.end && !d.bad {
 		switch d.state {
 		case chunkSize:
 			i := bytes.IndexByte(p[used:], '\n')
@@ -98,7 +119,7 @@ func (d *bodyDecoder) decode(p []byte) (body, used int, err error) {
 				return body, used, errChunkTooMuchExt
 			}
 			if n == 0 {
-				d.done = true
+				d.done, d.state = true, trailerStart
 				break
 			}
 			d.left, d.state = n, chunkData
@@ -126,9 +147,51 @@ func (d *bodyDecoder) decode(p []byte) (body, used int, err error) {
 			}
 			used++
 			d.state = chunkSize
+		default: // the trailer, byte by byte: nothing of it is kept
+			used += d.trailerByte(p[used])
 		}
 	}
+	if d.end && used < len(p) {
+		d.extra = true
+	}
 	return body, used, nil
+}
+
+// trailerByte consumes one byte of the trailer section and reports 1.
+func (d *bodyDecoder) trailerByte(b byte) int {
+	if d.trailer++; d.trailer > maxTrailer {
+		d.bad = true
+		return 1
+	}
+	switch d.state {
+	case trailerStart:
+		switch b {
+		case '\r':
+			d.state = trailerStartCR
+		case '\n':
+			d.bad = true // bare LF
+		default:
+			d.state = trailerLine
+		}
+	case trailerStartCR:
+		if b != '\n' {
+			d.bad = true
+		}
+		d.end = true
+	case trailerLine:
+		switch b {
+		case '\r':
+			d.state = trailerLineCR
+		case '\n':
+			d.bad = true
+		}
+	case trailerLineCR:
+		if b != '\n' {
+			d.bad = true
+		}
+		d.state = trailerStart
+	}
+	return 1
 }
 
 // chunkLine parses one chunk-size line, LF included.

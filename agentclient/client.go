@@ -167,6 +167,16 @@ func (c *Client) StreamTransport() StreamTransport {
 	return StreamDedicated
 }
 
+// CloseIdleConnections closes the connections the client keeps for later
+// requests: its HTTPClient's idle connections and those kept for the next
+// dedicated streams. Streams and requests in flight are not affected.
+func (c *Client) CloseIdleConnections() {
+	c.hc.CloseIdleConnections()
+	if c.sc != nil {
+		c.sc.idle.closeIdle()
+	}
+}
+
 // Clocks returns the client's default stream clocks.
 func (c *Client) Clocks() Clocks { return c.clocks }
 

@@ -207,6 +207,9 @@ func (c *Client) stream(ctx context.Context, op, path string, body any, st *Stre
 	}
 	defer s.close()
 	result, readErr := readEvents(&s.rd, st, opt.OnEvent, s.wd.stopReasonAt)
+	if result == nil && readErr == nil && s.reuse {
+		s.keepConn()
+	}
 	return s.end(ctx, st, result, readErr)
 }
 
@@ -221,6 +224,7 @@ type openStream struct {
 	conn     net.Conn           // a dedicated stream's connection
 	body     io.ReadCloser      // a net/http stream's body
 	unhook   func() bool        // stops the hook that closes conn when the caller's context ends
+	reuse    bool               // conn may carry another request once the body has ended (reusable)
 }
 
 // open sends the request and reads the response head. It returns the
@@ -304,10 +308,33 @@ func (s *openStream) reading(parent context.Context, conn net.Conn, resp *http.R
 	if !s.wd.reading(conn) {
 		return errWatchdog // a clock fired first
 	}
+	s.reuse = s.c.sc.idle != nil && reusable(resp)
 	s.cancel()
 	s.cancel = nil
 	s.unhook = context.AfterFunc(parent, s.wd.parentDone)
 	return nil
+}
+
+// keepConn hands a dedicated stream's connection, its stream ended with
+// no error, to the pool (release decides whether it is fit to keep). It
+// does so only if it can take the connection back from the watchdog and
+// the caller's context hook first: a clock that fired, or the end of the
+// caller's context, has closed it or is closing it, and such a connection
+// is never offered to another stream. (Not inlined: stream's frame stays
+// small.)
+//
+//go:noinline
+func (s *openStream) keepConn() {
+	if !s.wd.release() {
+		return
+	}
+	if s.unhook != nil {
+		s.unhook() // parentDone, if it runs now, finds the watchdog stopped
+		s.unhook = nil
+	}
+	conn := s.conn
+	s.conn = nil
+	s.c.sc.release(conn, &s.rd)
 }
 
 // errWatchdog stands for the read error of a stream the watchdog ended
@@ -508,6 +535,21 @@ func (w *watchdog) reading(conn net.Conn) bool {
 		return false
 	}
 	w.conn, w.cancel = conn, nil
+	return true
+}
+
+// release takes the connection back from a watchdog that has not ended
+// the read: from then on no clock and no end of the caller's context
+// touches it. It reports false when the watchdog ended the read already
+// (the connection is closed, or closing).
+func (w *watchdog) release() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stopped {
+		return false
+	}
+	w.stopped, w.conn = true, nil
+	w.timer.Stop()
 	return true
 }
 

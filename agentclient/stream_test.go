@@ -95,7 +95,7 @@ func newClient(t *testing.T, tr StreamTransport, url string, clocks Clocks) *Cli
 	if got := c.StreamTransport(); got != tr {
 		t.Fatalf("client streams over %q, want %q", got, tr)
 	}
-	t.Cleanup(c.hc.CloseIdleConnections)
+	t.Cleanup(c.CloseIdleConnections)
 	return c
 }
 

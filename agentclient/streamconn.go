@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -23,9 +25,11 @@ const (
 	// goroutine, and over plain TCP on unix no buffer either: it waits on
 	// the connection's descriptor and takes a pooled buffer when bytes
 	// arrive (BenchmarkOpenStreams: about 2 KB of heap per open stream,
-	// against 17 KB through net/http). The connection is closed when the
-	// stream ends (a turn lasts far longer than a dial). Requests that are
-	// not streams always use the pooled HTTPClient.
+	// against 17 KB through net/http). On unix, a stream that ended
+	// cleanly leaves its connection for the next stream for up to 2 s,
+	// as net/http keeps idle connections (see connPool); otherwise the
+	// connection is closed when the stream ends. Requests that are not
+	// streams always use the pooled HTTPClient.
 	//
 	// It falls back to StreamNetHTTP when HTTPClient's transport is not an
 	// *http.Transport, or when that transport's Proxy sends the base URL
@@ -55,6 +59,7 @@ type streamConns struct {
 	dial func(ctx context.Context, network, addr string) (net.Conn, error)
 	tls  *tls.Config // nil for http://
 	addr string      // host:port
+	idle *connPool   // connections of finished streams; nil: none are kept
 }
 
 // newStreamConns returns nil when streams must go through net/http.
@@ -76,7 +81,7 @@ func newStreamConns(base *url.URL, hc *http.Client, mode StreamTransport) *strea
 			return nil
 		}
 	}
-	sc := &streamConns{dial: t.DialContext, addr: canonicalAddr(base)}
+	sc := &streamConns{dial: t.DialContext, addr: canonicalAddr(base), idle: newConnPool(t)}
 	if sc.dial == nil {
 		sc.dial = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
 	}
@@ -117,18 +122,79 @@ var headReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, re
 
 var requestWriters = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 2<<10) }}
 
-// roundTrip sends req on a new connection and reads the response head with
-// br, a headReaders reader the caller puts back once it has taken the body
-// bytes br holds: the body follows on the connection, which the caller
-// reads and closes. While roundTrip runs, the end of req's context closes
-// the connection, and it fails with the context's error, as net/http does;
-// once it has returned, the connection no longer depends on that context.
+// roundTrip sends req on an idle connection of an earlier stream, or on a
+// new one, and reads the response head with br, a headReaders reader the
+// caller puts back once it has taken the body bytes br holds: the body
+// follows on the connection, which the caller reads and then closes or
+// offers back (release). While roundTrip runs, the end of req's context
+// closes the connection, and it fails with the context's error, as
+// net/http does; once it has returned, the connection no longer depends on
+// that context.
+//
+// A request on a reused connection can meet a server that closed it while
+// it was idle (peek, when the connection was taken, sees a close that has
+// arrived; not one that is still on its way). It is sent again, once, on a
+// new connection in one case only: writing it failed before a single byte
+// of it was written. That is net/http's rule for a request that is not
+// idempotent (nothingWrittenError in transport.go's shouldRetryRequest):
+// no byte of it reached the server, so the server cannot have acted on
+// it, and the message cannot be sent twice. An EOF or a reset before the
+// first byte of the response, once the request was written, is not
+// retried: it is most likely the server's idle close racing the request,
+// but a server that took the message and then died looks the same, and
+// Letta's agent endpoint does not deduplicate by otid. net/http retries
+// that case only for idempotent requests (errServerClosedIdle with
+// isReplayable); a send is not one. The caller gets the transport error
+// and decides as for any failed send (look for the otid first).
 func (sc *streamConns) roundTrip(req *http.Request) (conn net.Conn, resp *http.Response, br *bufio.Reader, err error) {
+	conn = sc.idle.get()
+	if conn != nil {
+		conn, resp, br, err = sc.send(req, conn, true)
+		if !errors.Is(err, errNothingWritten) {
+			return conn, resp, br, err
+		}
+		if req.GetBody == nil {
+			return nil, nil, nil, err
+		}
+		if req.Body, err = req.GetBody(); err != nil {
+			return nil, nil, nil, err
+		}
+	}
 	ctx := req.Context()
 	raw, err := sc.dial(ctx, "tcp", sc.addr)
 	if err != nil {
 		return nil, nil, nil, ctxErr(ctx, err)
 	}
+	return sc.send(req, raw, false)
+}
+
+// errNothingWritten marks the failure of a request on a reused connection
+// of which no byte was written.
+var errNothingWritten = errors.New("nothing written on a reused connection")
+
+type nothingWritten struct{ err error }
+
+func (e nothingWritten) Error() string        { return e.err.Error() }
+func (e nothingWritten) Unwrap() []error      { return []error{e.err, errNothingWritten} }
+func (e nothingWritten) Is(target error) bool { return target == errNothingWritten }
+
+// countingWriter counts the bytes written to a connection.
+type countingWriter struct {
+	w net.Conn
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// send writes req on raw, a new connection (over TLS the handshake is made
+// here) or a reused one (its TLS connection, already set up), and reads
+// the response head. On failure the connection is closed.
+func (sc *streamConns) send(req *http.Request, raw net.Conn, reused bool) (conn net.Conn, resp *http.Response, br *bufio.Reader, err error) {
+	ctx := req.Context()
 	var once sync.Once
 	closeConn := func() { once.Do(func() { _ = raw.Close() }) }
 	stop := context.AfterFunc(ctx, closeConn)
@@ -142,18 +208,19 @@ func (sc *streamConns) roundTrip(req *http.Request) (conn net.Conn, resp *http.R
 		return nil, nil, nil, ctxErr(ctx, err)
 	}
 	conn = raw
-	if sc.tls != nil {
+	if sc.tls != nil && !reused {
 		tc := tls.Client(raw, sc.tls)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			return fail(err)
 		}
 		conn = tc
 	}
-	// One request per connection: the server closes it after the response,
-	// and the body ends at the last chunk (or at the close).
-	req.Close = true
+	// Without a pool the connection carries one request: say so, and the
+	// server closes it after the response.
+	req.Close = sc.idle == nil
+	cw := countingWriter{w: conn}
 	bw := requestWriters.Get().(*bufio.Writer)
-	bw.Reset(conn)
+	bw.Reset(&cw)
 	err = req.Write(bw)
 	if err == nil {
 		err = bw.Flush()
@@ -161,6 +228,9 @@ func (sc *streamConns) roundTrip(req *http.Request) (conn net.Conn, resp *http.R
 	bw.Reset(nil)
 	requestWriters.Put(bw)
 	if err != nil {
+		if reused && cw.n == 0 && ctx.Err() == nil {
+			err = nothingWritten{err}
+		}
 		return fail(err)
 	}
 	br = headReaders.Get().(*bufio.Reader)
@@ -180,6 +250,31 @@ func (sc *streamConns) roundTrip(req *http.Request) (conn net.Conn, resp *http.R
 	}
 }
 
+// reusable says whether a response's connection may carry another request
+// once the response was read to its end: HTTP/1.1, no "Connection: close"
+// (http.ReadResponse sets Close for that and for HTTP/1.0 without
+// keep-alive), and a body whose end is framed (not the connection's close).
+func reusable(resp *http.Response) bool {
+	return resp.ProtoAtLeast(1, 1) && !resp.Close &&
+		(resp.ContentLength >= 0 || (len(resp.TransferEncoding) > 0 && resp.TransferEncoding[0] == "chunked"))
+}
+
+// release offers the connection of a stream read cleanly to its last
+// event to the next stream, or closes it. rd is the stream's reader, done
+// with the body's framing state and the raw bytes it had not decoded.
+func (sc *streamConns) release(conn net.Conn, rd *sseReader) {
+	if rd.err == nil || rd.err == io.EOF && rd.dec.done {
+		var carry []byte
+		if !rd.dec.done && rd.buf != nil {
+			carry = rd.buf[rd.w:rd.raw]
+		}
+		if sc.idle.put(conn, rd.dec, carry) {
+			return
+		}
+	}
+	_ = conn.Close()
+}
+
 // ctxErr reports the context's error when the context ended: the failure
 // was the connection closed under the read, not the peer.
 func ctxErr(ctx context.Context, err error) error {
@@ -195,7 +290,8 @@ func bodyFramingOf(resp *http.Response) bodyDecoder {
 	case len(resp.TransferEncoding) > 0 && resp.TransferEncoding[0] == "chunked":
 		return bodyDecoder{framing: framingChunked}
 	case resp.ContentLength >= 0:
-		return bodyDecoder{framing: framingLength, left: uint64(resp.ContentLength), done: resp.ContentLength == 0}
+		empty := resp.ContentLength == 0
+		return bodyDecoder{framing: framingLength, left: uint64(resp.ContentLength), done: empty, end: empty}
 	}
 	return bodyDecoder{}
 }

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -80,7 +81,8 @@ func TestDedicatedStreamsRunNoConnectionGoroutines(t *testing.T) {
 }
 
 // What the dedicated transport puts on the wire is a plain HTTP/1.1 request
-// that asks the server to close the connection after the response.
+// that keeps the connection open for the next stream (where idle
+// connections are kept: unix).
 func TestDedicatedStreamRequest(t *testing.T) {
 	leakCheck(t)
 	reqs := make(chan *http.Request, 1)
@@ -98,7 +100,7 @@ func TestDedicatedStreamRequest(t *testing.T) {
 		t.Fatal("no answer read")
 	}
 	got := <-reqs
-	if got.Method != http.MethodPost || got.URL.Path != "/prefix/v1/agents/agent-1/messages/stream" || got.ProtoMajor != 1 || !got.Close {
+	if got.Method != http.MethodPost || got.URL.Path != "/prefix/v1/agents/agent-1/messages/stream" || got.ProtoMajor != 1 || got.Close != (c.sc.idle == nil) {
 		t.Errorf("request: %s %s %s close=%v", got.Method, got.URL.Path, got.Proto, got.Close)
 	}
 	h := rs.headers[0]
@@ -117,14 +119,20 @@ func TestDedicatedStreamRequest(t *testing.T) {
 // the test server's root) and speaks HTTP/1.1.
 func TestDedicatedStreamOverTLS(t *testing.T) {
 	leakCheck(t)
-	protos := make(chan string, 2)
-	resumed := make(chan bool, 2)
+	protos := make(chan string, 3)
+	resumed := make(chan bool, 3)
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		protos <- r.Proto
 		resumed <- r.TLS.DidResume
 		startSSE(w)
-		sse(w, data(fxAssistant), data(fxStop))
+		sse(w, data(fxAssistant), data(fxStop), data("[DONE]"))
 	}))
+	var conns atomic.Int32
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
 	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the untrusted handshake below is expected
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
@@ -144,14 +152,24 @@ func TestDedicatedStreamOverTLS(t *testing.T) {
 	if proto := <-protos; proto != "HTTP/1.1" || st.Answer() == "" {
 		t.Fatalf("proto %q, answer %q", proto, st.Answer())
 	}
-	// The next stream is a new connection that resumes the TLS session.
+	// The next stream reuses the connection; after the idle connections
+	// are closed, the next is a new connection that resumes the TLS session.
+	if err := c.SendStream(context.Background(), sendReq(), NewStreamState(), StreamOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := conns.Load(); n != 1 {
+		t.Errorf("two streams over TLS made %d connections, want 1", n)
+	}
+	c.CloseIdleConnections()
 	if err := c.SendStream(context.Background(), sendReq(), NewStreamState(), StreamOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	<-protos
-	if first, second := <-resumed, <-resumed; first || !second {
-		t.Errorf("TLS resumption: first stream resumed %v, second %v; want false, true", first, second)
+	<-protos
+	if first, _, third := <-resumed, <-resumed, <-resumed; first || !third {
+		t.Errorf("TLS resumption: first stream resumed %v, third %v; want false, true", first, third)
 	}
+	c.CloseIdleConnections()
 
 	// Without the test root the handshake fails, as a transport error.
 	c2, _ := New(Config{BaseURL: srv.URL})

@@ -144,6 +144,10 @@ type Worker struct {
 	answerer  answerer
 	writer    *writer // the turns' progress events and queued writes
 
+	// ownsClient: the worker made client (from LettaURL), so it closes
+	// the client's idle connections when it stops.
+	ownsClient bool
+
 	baseCtx    context.Context
 	baseCancel context.CancelCauseFunc
 	runOnce    sync.Once
@@ -218,7 +222,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		if err != nil {
 			return nil, fmt.Errorf("queue: letta client: %w", err)
 		}
-		w.client = c
+		w.client, w.ownsClient = c, true
 	}
 	r, err := continuation.New(continuation.Config{Client: w.client, Budget: cfg.Budget, Logger: cfg.Logger})
 	if err != nil {
@@ -367,6 +371,9 @@ func (w *Worker) run(ctx context.Context) error {
 	case <-done:
 	case <-time.After(grace + time.Second):
 		w.log.Warn("worker: turns still finishing after shutdown")
+	}
+	if w.ownsClient {
+		w.client.CloseIdleConnections()
 	}
 	return nil
 }

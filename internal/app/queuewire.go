@@ -22,6 +22,7 @@ var _ queue.Observer = (*Metrics)(nil)
 type queueRunner struct {
 	w      *queue.Worker
 	client *queue.Client
+	letta  *agentclient.Client
 }
 
 func newQueueRunner(cfg WorkerConfig, connOpt asynq.RedisConnOpt, rdb redis.UniversalClient, lettaURL string, m *Metrics, logger *slog.Logger) (*queueRunner, error) {
@@ -71,7 +72,7 @@ func newQueueRunner(cfg WorkerConfig, connOpt asynq.RedisConnOpt, rdb redis.Univ
 	if cfg.ThreadMode == queue.ThreadDefault && cfg.Ordering == "conversation" {
 		logger.Warn("LETTAQ_THREAD_MODE=default with LETTAQ_ORDERING=conversation: the chats of an agent share its one thread, which takes one run at a time; their turns will wait on each other as busy (set LETTAQ_ORDERING=agent)")
 	}
-	q := &queueRunner{w: w}
+	q := &queueRunner{w: w, letta: letta}
 	// /enqueue puts turns on the worker's first queue by weight.
 	client, err := queue.NewClient(queue.ClientConfig{Redis: connOpt, Budget: cfg.Budget,
 		Queue: firstQueue(cfg.Queues), MaxRetry: maxRetry(cfg.MaxRetry), Replies: replies, Ordering: ord})
@@ -135,9 +136,13 @@ func firstQueue(qs map[string]int) string {
 func (q *queueRunner) enqueueHandler() http.Handler { return queue.EnqueueHTTPHandler(q.client) }
 
 // close releases what run would have (the worker stopped before it ran).
-func (q *queueRunner) close() { _ = q.client.Close() }
+func (q *queueRunner) close() {
+	_ = q.client.Close()
+	q.letta.CloseIdleConnections()
+}
 
 func (q *queueRunner) run(ctx context.Context) error {
+	defer q.letta.CloseIdleConnections() // once the turns are over
 	defer q.client.Close()
 	return q.w.Run(ctx)
 }
