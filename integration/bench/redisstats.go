@@ -9,6 +9,8 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/lettaq/lettaq/queue"
 )
 
 // redisCounter counts what the clients it hooks send to Redis: round trips (a
@@ -102,14 +104,15 @@ func (c *redisCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 }
 
 // countingOpt is an asynq.RedisConnOpt whose clients (Asynq's and lettaq's: both make
-// theirs from the option they are given) report to a redisCounter.
+// theirs from the option they are given) report to a redisCounter. They are the clients
+// lettaq makes from an asynq.RedisClientOpt (queue.LeanRedis).
 type countingOpt struct {
 	asynq.RedisClientOpt
 	c *redisCounter
 }
 
 func (o countingOpt) MakeRedisClient() interface{} {
-	rdb := o.RedisClientOpt.MakeRedisClient().(*redis.Client)
+	rdb := queue.LeanRedis(o.RedisClientOpt).MakeRedisClient().(*redis.Client)
 	rdb.AddHook(o.c)
 	return rdb
 }
