@@ -104,15 +104,20 @@ func (c *redisCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 }
 
 // countingOpt is an asynq.RedisConnOpt whose clients (Asynq's and lettaq's: both make
-// theirs from the option they are given) report to a redisCounter. They are the clients
-// lettaq makes from an asynq.RedisClientOpt (queue.LeanRedis).
+// theirs from the option they are given) report to a redisCounter. With lean they are the
+// clients lettaq makes from an asynq.RedisClientOpt (queue.LeanRedis); without, Asynq's.
 type countingOpt struct {
 	asynq.RedisClientOpt
-	c *redisCounter
+	c    *redisCounter
+	lean bool
 }
 
 func (o countingOpt) MakeRedisClient() interface{} {
-	rdb := queue.LeanRedis(o.RedisClientOpt).MakeRedisClient().(*redis.Client)
+	var opt asynq.RedisConnOpt = o.RedisClientOpt
+	if o.lean {
+		opt = queue.LeanRedis(opt)
+	}
+	rdb := opt.MakeRedisClient().(*redis.Client)
 	rdb.AddHook(o.c)
 	return rdb
 }
