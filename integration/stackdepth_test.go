@@ -43,6 +43,7 @@ func TestThinkingTurnStackDepth(t *testing.T) {
 				depth, block, ok := e.thinkingTurnDepth(agent, mode, try)
 				if !ok {
 					if try < 5 {
+						t.Logf("try %d: the dump did not catch the handler waiting on its stream", try)
 						continue
 					}
 					t.Fatalf("the dump never caught the thinking turn's handler waiting on its stream; last:\n%s", block)
@@ -80,8 +81,11 @@ func (e *env) thinkingTurnDepth(agent string, mode queue.ThreadMode, try int) (d
 		if !strings.Contains(b, "queue.(*Worker).processTask(") {
 			continue
 		}
+		// Waiting (not running) under the send's stream: "IO wait" on
+		// the connection today.
 		m := goroutineHeader.FindStringSubmatch(b)
-		if m == nil || !strings.HasPrefix(m[1], "IO wait") || !strings.Contains(b, "continuation.(*Runner).RunTurn(") {
+		if m == nil || strings.HasPrefix(m[1], "running") || strings.HasPrefix(m[1], "runnable") ||
+			strings.HasPrefix(m[1], "syscall") || !strings.Contains(b, "continuation.(*Runner).stream(") {
 			return 0, b, false
 		}
 		frames := frameSPFP.FindAllStringSubmatch(b, -1)
