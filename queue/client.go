@@ -108,15 +108,16 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		cfg.Now = time.Now
 	}
 	c := &Client{cfg: cfg}
+	conn := LeanRedis(cfg.Redis)
 	if !cfg.Ordering.Off {
-		seq, rdb, err := cfg.Ordering.newSequencer(cfg.Redis)
+		seq, rdb, err := cfg.Ordering.newSequencer(conn)
 		if err != nil {
 			return nil, err
 		}
 		c.seq, c.rdb = seq, rdb
-		c.insp = asynq.NewInspector(cfg.Redis)
+		c.insp = asynq.NewInspector(conn)
 	}
-	c.ac = asynq.NewClient(cfg.Redis)
+	c.ac = asynq.NewClient(conn)
 	return c, nil
 }
 

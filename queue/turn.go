@@ -48,9 +48,39 @@ type TurnResult struct {
 }
 
 // processTask is the asynq handler of one attempt of one turn.
+//
+// A thinking turn's goroutine waits under it for as long as the agent
+// thinks, and the Go runtime only halves a goroutine's stack (at a GC) when
+// less than a quarter of it is in use: the handler grows its stack to
+// 16 KiB before it opens the stream, and keeps it only if it waits deeper
+// than ~3.2 KB. So the frames that stay on the stack while the turn waits
+// (processTask, runOrdered, run, execute; continuation.Runner.RunTurn and
+// the stream's read below) are kept small: the work with big locals
+// happens in functions that have returned by then (newTurn, lead, prepare,
+// afterRun, finishRun), and what must live across the wait is in the turn
+// (TestThinkingTurnStackDepth measures it).
 func (w *Worker) processTask(ctx context.Context, task *asynq.Task) error {
 	w.inflight.Add(1)
 	defer w.inflight.Done()
+	t, err := w.newTurn(ctx, task)
+	if t == nil {
+		return err
+	}
+	defer t.closeProgress()
+	// An attempt that saw Redis fail ends only once Redis answers again, so
+	// that Asynq can record how it ended (see Worker.awaitRedis).
+	defer t.awaitRedis(ctx)
+	if w.ord == nil {
+		return t.run(ctx)
+	}
+	return t.runOrdered(ctx)
+}
+
+// newTurn makes the attempt's turn; nil for a payload that is unusable
+// (rejected: err is the handler's result).
+//
+//go:noinline
+func (w *Worker) newTurn(ctx context.Context, task *asynq.Task) (*turn, error) {
 	start := time.Now()
 	taskID, _ := asynq.GetTaskID(ctx)
 	if taskID == "" {
@@ -61,39 +91,63 @@ func (w *Worker) processTask(ctx context.Context, task *asynq.Task) error {
 	maxRetry, _ := asynq.GetMaxRetry(ctx)
 	msg, perr := DecodePayload(task.Payload())
 	if perr != nil {
-		return w.rejectPayload(ctx, taskID, qname, msg, perr, start)
+		return nil, w.rejectPayload(ctx, taskID, qname, msg, perr, start)
 	}
 	ids := &turnIDs{taskID: taskID, otid: OtidFor(msg, taskID)}
 	t := &turn{w: w, task: task, taskID: taskID, queue: qname, msg: msg, otid: ids.otid,
 		retried: retried, maxRetry: maxRetry, start: start, ids: ids, log: newTurnLogger(w.log, ids)}
 	t.bg = context.WithoutCancel(ctx)
 	t.progress = w.writer.newProgress(msg.Conversation, t.writeFailed)
-	defer t.closeProgress()
-	// An attempt that saw Redis fail ends only once Redis answers again, so
-	// that Asynq can record how it ended (see Worker.awaitRedis).
-	defer t.awaitRedis(ctx)
-	if w.ord == nil {
-		return t.run(ctx)
+	if w.ord != nil {
+		t.key = w.ord.cfg.Key(msg)
 	}
-	t.key = w.ord.cfg.Key(msg)
-	if msg.Approval != nil {
+	return t, nil
+}
+
+// runOrdered runs the attempt holding its conversation's ordering lock.
+//
+//go:noinline
+func (t *turn) runOrdered(ctx context.Context) error {
+	lctx, cancel, err, end := t.lead(ctx)
+	if end {
+		return err
+	}
+	err = t.run(lctx)
+	cancel()
+	t.afterRun(ctx, err)
+	return err
+}
+
+// lead takes the conversation's ordering lock (an approval answer first
+// goes to the front of the line): end says the attempt ends here with err.
+// lctx ends when the lease is lost.
+//
+//go:noinline
+func (t *turn) lead(ctx context.Context) (lctx context.Context, cancel context.CancelFunc, err error, end bool) {
+	if t.msg.Approval != nil {
 		// An answer goes before the messages that wait for it (an expiry
 		// joins only now, when it is due).
-		if _, err := w.ord.seq.JoinFront(ctx, t.key, taskID); err != nil {
-			return t.retryEarly(err)
+		if _, err := t.w.ord.seq.JoinFront(ctx, t.key, t.taskID); err != nil {
+			return nil, nil, t.retryEarly(err), true
 		}
 	}
 	lease, err, end := t.acquire(ctx)
 	if end {
-		return err
+		return nil, nil, err, true
 	}
 	// The wait for the conversation counts as queue wait: the attempt
 	// starts when it holds the key.
 	t.start = time.Now()
-	lctx, cancel := lease.Context(ctx)
+	lctx, cancel = lease.Context(ctx)
 	t.lease = lease
-	err = t.run(lctx)
-	cancel()
+	return lctx, cancel, nil, false
+}
+
+// afterRun releases the conversation after the attempt (unless its last
+// writes did) and wakes the next turn.
+//
+//go:noinline
+func (t *turn) afterRun(ctx context.Context, err error) {
 	t.awaitRedis(ctx) // the release too must reach Redis
 	t.mu.Lock()
 	released, next := t.released, t.next
@@ -102,9 +156,8 @@ func (w *Worker) processTask(ctx context.Context, task *asynq.Task) error {
 	if released {
 		t.wake(ctx, next) // released with the turn's last writes
 	} else {
-		t.release(ctx, lease, err)
+		t.release(ctx, t.lease, err)
 	}
-	return err
 }
 
 // endProgress lets the attempt's waiting progress events be written (for at
@@ -213,6 +266,11 @@ type turn struct {
 	releaseSeen  bool            // processTask read released: a later release wakes the next turn itself (guarded by mu)
 	followers    []follower      // messages merged into this turn
 	newFollowers []string        // taken by this attempt
+
+	// The run at Letta (kept here, not in execute's frame: see processTask).
+	spec  continuation.Turn
+	hooks continuation.Hooks
+	dec   continuation.Decision
 
 	bg context.Context // for progress events: not canceled with the attempt
 
@@ -364,12 +422,27 @@ func (t *turn) readStart(ctx context.Context) (rec *TurnRecord, answered bool, i
 	return rec, n == 1, intents, nil
 }
 
+// run runs the attempt: prepare, then execute (see processTask for why
+// they are apart).
 func (t *turn) run(ctx context.Context) error {
+	if err, end := t.prepare(ctx); end {
+		return err
+	}
+	return t.execute(ctx)
+}
+
+// prepare does what comes before the attempt runs at Letta: the journal
+// record, the accepted event, approvals, merged messages, and the turn's
+// spec, hooks, heartbeat and delta pump. end says the attempt ends here
+// with err.
+//
+//go:noinline
+func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 	w := t.w
 	t.bg = context.WithoutCancel(ctx)
 	rec, answered, intents, err := t.readStart(ctx)
 	if err != nil {
-		return t.retryEarly(err)
+		return t.retryEarly(err), true
 	}
 	if !answered && (rec.Outcome == OutcomeAnswered || rec.Outcome == OutcomeApprovalRequired) {
 		// Journaled finished in the round trip that was to write the final
@@ -378,18 +451,18 @@ func (t *turn) run(ctx context.Context) error {
 		rec.Outcome, rec.FinishedAt = "", time.Time{}
 	}
 	if answered && !finalOutcome(rec.Outcome) && rec.Outcome != OutcomeCoalesced && rec.TaskID != "" {
-		return t.finishDelivered(ctx, rec)
+		return t.finishDelivered(ctx, rec), true
 	}
 	if answered || finalOutcome(rec.Outcome) || rec.Outcome == OutcomeCoalesced {
 		// An earlier attempt finished the turn (and crashed before Asynq
 		// heard of it): nothing is sent and nothing emitted again.
 		t.log.Info("turn already finished by an earlier attempt", "outcome", rec.Outcome)
 		if rec.Outcome == OutcomeFailed {
-			return fmt.Errorf("lettaq: turn already failed: %s: %w", rec.Error, asynq.SkipRetry)
+			return fmt.Errorf("lettaq: turn already failed: %s: %w", rec.Error, asynq.SkipRetry), true
 		}
 		t.rec = rec
 		t.writeResult(rec.Outcome, "", nil)
-		return nil
+		return nil, true
 	}
 
 	// The record: create or extend, with this attempt in it.
@@ -423,16 +496,15 @@ func (t *turn) run(ctx context.Context) error {
 	}
 	var approvals []agentclient.ApprovalAnswer
 	if t.msg.Approval != nil {
-		var end bool
 		if approvals, err, end = t.answerTurn(ctx); end {
-			return err
+			return err, true
 		}
-	} else if err, end := t.approvalGate(ctx); end {
-		return err
+	} else if err, end = t.approvalGate(ctx); end {
+		return err, true
 	}
 	intents = LiveIntents(intents)
 	if err := t.takeFollowers(ctx, len(intents) == 0 && t.msg.Approval == nil); err != nil {
-		return t.retryEarly(err)
+		return t.retryEarly(err), true
 	}
 	text := t.msg.Text
 	if len(t.followers) > 0 {
@@ -463,31 +535,52 @@ func (t *turn) run(ctx context.Context) error {
 	t.deltas = newDeltaPump(w.cfg.DeltaMaxAge, func(text string, narration bool) {
 		t.emit(ReplyEvent{Type: EventAnswerDelta, Text: text, Narration: narration})
 	})
-	turnSpec := continuation.Turn{AgentID: t.msg.AgentID, Otid: t.otid, Text: text, SenderID: t.msg.SenderID,
+	// What the run at Letta needs lives in the turn: the goroutine waits
+	// under execute, whose frame must stay small (see processTask).
+	t.spec = continuation.Turn{AgentID: t.msg.AgentID, Otid: t.otid, Text: text, SenderID: t.msg.SenderID,
 		Started: rec.FirstStartedAt, PriorIntent: len(intents) > 0, Images: lettaImages(t.msg.Images), Approvals: approvals}
-	hooks := continuation.Hooks{
+	t.hooks = continuation.Hooks{
 		Logger:     t.log,
 		OnEvent:    t.onEvent,
 		OnPhase:    t.onPhase,
 		BeforeSend: t.beforeSend,
 	}
-	// The work must leave room for delivery before Asynq's deadline.
-	wctx := ctx
-	if dl, ok := ctx.Deadline(); ok {
-		var cancel context.CancelFunc
-		wctx, cancel = context.WithDeadline(ctx, dl.Add(-w.cfg.Budget.DeliveryAllowance-w.cfg.Budget.SafetyMargin/2))
-		defer cancel()
-	}
+	return nil, false
+}
+
+// execute runs the prepared attempt at Letta and finishes it.
+func (t *turn) execute(ctx context.Context) error {
+	wctx, cancel := t.workContext(ctx)
+	defer cancel()
 	convID, err := t.resolveThread(wctx)
 	if err != nil {
 		t.hb.Stop()
 		return t.threadFailed(ctx, err)
 	}
-	turnSpec.ConversationID = convID
-	d := w.runner.Run(wctx, turnSpec, t.st, hooks)
+	t.spec.ConversationID = convID
+	t.w.runner.RunTurn(wctx, &t.spec, t.st, &t.hooks, &t.dec)
 	t.hb.Stop()
-	return t.finish(ctx, d)
+	return t.finishRun(ctx)
 }
+
+// workContext is ctx less the room that delivery needs before Asynq's
+// deadline.
+//
+//go:noinline
+func (t *turn) workContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return ctx, func() {}
+	}
+	b := &t.w.cfg.Budget
+	return context.WithDeadline(ctx, dl.Add(-b.DeliveryAllowance-b.SafetyMargin/2))
+}
+
+// finishRun is finish of the run's decision (its copy lives in this frame,
+// not in execute's).
+//
+//go:noinline
+func (t *turn) finishRun(ctx context.Context) error { return t.finish(ctx, t.dec) }
 
 func finalOutcome(o string) bool {
 	return o == OutcomeAnswered || o == OutcomeFailed || o == OutcomeApprovalRequired

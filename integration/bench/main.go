@@ -492,7 +492,7 @@ func throughput(ctx context.Context, c Config, rco asynq.RedisClientOpt, rdb *re
 	qname, prefix := "bench-tp-"+run, "lettaq-bench-"+run+":"
 	cnt := newCounter(c.Throughput)
 	rc := &redisCounter{}
-	client, stop, err := startQueue(ctx, c, countingOpt{rco, rc}, simURL, qname, prefix, c.Workers, cnt)
+	client, stop, err := startQueue(ctx, c, countingOpt{rco, rc, true}, simURL, qname, prefix, c.Workers, cnt)
 	if err != nil {
 		return err
 	}
@@ -547,7 +547,7 @@ func throughput(ctx context.Context, c Config, rco asynq.RedisClientOpt, rdb *re
 	var n atomic.Int64
 	all := make(chan struct{})
 	nc := &redisCounter{}
-	srv := asynq.NewServer(countingOpt{rco, nc}, asynq.Config{Concurrency: c.Workers, Queues: map[string]int{nq: 1},
+	srv := asynq.NewServer(countingOpt{rco, nc, false}, asynq.Config{Concurrency: c.Workers, Queues: map[string]int{nq: 1},
 		TaskCheckInterval: c.CheckInterval, Logger: queue.NewAsynqLogger(quiet), LogLevel: asynq.ErrorLevel})
 	if err := srv.Start(asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
 		if n.Add(1) == int64(c.Throughput) {
@@ -558,7 +558,7 @@ func throughput(ctx context.Context, c Config, rco asynq.RedisClientOpt, rdb *re
 		return err
 	}
 	defer srv.Shutdown()
-	ac := asynq.NewClient(countingOpt{rco, nc})
+	ac := asynq.NewClient(countingOpt{rco, nc, false})
 	defer ac.Close()
 	nc.trace.Store(c.TraceRedis)
 	trips0, cmds0 = nc.snapshot()
@@ -691,7 +691,7 @@ func concurrency(ctx context.Context, c Config, rco asynq.RedisClientOpt, run st
 	qname, prefix := "bench-conc-"+run, "lettaq-bench-"+run+":"
 	cnt := newCounter(c.Concurrent)
 	rc := &redisCounter{}
-	client, stop, err := startQueue(ctx, c, countingOpt{rco, rc}, simURL, qname, prefix, c.Concurrent, cnt)
+	client, stop, err := startQueue(ctx, c, countingOpt{rco, rc, true}, simURL, qname, prefix, c.Concurrent, cnt)
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,8 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/lettaq/lettaq/queue"
 )
 
 // redisCounter counts what the clients it hooks send to Redis: round trips (a
@@ -135,14 +137,20 @@ func (c *redisCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 }
 
 // countingOpt is an asynq.RedisConnOpt whose clients (Asynq's and lettaq's: both make
-// theirs from the option they are given) report to a redisCounter.
+// theirs from the option they are given) report to a redisCounter. With lean they are the
+// clients lettaq makes from an asynq.RedisClientOpt (queue.LeanRedis); without, Asynq's.
 type countingOpt struct {
 	asynq.RedisClientOpt
-	c *redisCounter
+	c    *redisCounter
+	lean bool
 }
 
 func (o countingOpt) MakeRedisClient() interface{} {
-	rdb := o.RedisClientOpt.MakeRedisClient().(*redis.Client)
+	var opt asynq.RedisConnOpt = o.RedisClientOpt
+	if o.lean {
+		opt = queue.LeanRedis(opt)
+	}
+	rdb := opt.MakeRedisClient().(*redis.Client)
 	rdb.AddHook(o.c)
 	return rdb
 }

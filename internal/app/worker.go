@@ -110,7 +110,7 @@ func StartWorker(ctx context.Context, cfg WorkerConfig, logger *slog.Logger, std
 			r.Dev.Close()
 		}
 	}
-	rdb, ok := connOpt.MakeRedisClient().(redis.UniversalClient)
+	rdb, ok := queue.LeanRedis(connOpt).MakeRedisClient().(redis.UniversalClient)
 	if !ok {
 		cleanup()
 		return nil, fmt.Errorf("unsupported Redis connection %T", connOpt)

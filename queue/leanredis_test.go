@@ -1,0 +1,116 @@
+package queue
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lettaq/lettaq/internal/testredis"
+)
+
+// TestLeanRedisOptions: the clients LeanRedis makes have RedisBufferSize
+// buffers, pipeline pool included, and keep the option's other settings.
+func TestLeanRedisOptions(t *testing.T) {
+	const n = RedisBufferSize
+	plain := asynq.RedisClientOpt{Addr: "127.0.0.1:1", DB: 3, Password: "pw", PoolSize: 7, DialTimeout: time.Second}
+	failover := asynq.RedisFailoverClientOpt{MasterName: "m", SentinelAddrs: []string{"127.0.0.1:1"}, DB: 2, PoolSize: 5}
+	cluster := asynq.RedisClusterClientOpt{Addrs: []string{"127.0.0.1:1", "127.0.0.1:2"}, MaxRedirects: 4, Username: "u"}
+	for _, o := range []asynq.RedisConnOpt{plain, &plain, failover, &failover} {
+		c, ok := LeanRedis(o).MakeRedisClient().(*redis.Client)
+		if !ok {
+			t.Fatalf("%T: not a *redis.Client", o)
+		}
+		got := c.Options()
+		_ = c.Close()
+		if got.ReadBufferSize != n || got.WriteBufferSize != n || got.PipelineReadBufferSize != n || got.PipelineWriteBufferSize != n {
+			t.Errorf("%T: buffers %d/%d, pipeline %d/%d; want %d", o, got.ReadBufferSize, got.WriteBufferSize,
+				got.PipelineReadBufferSize, got.PipelineWriteBufferSize, n)
+		}
+		switch o.(type) {
+		case asynq.RedisClientOpt, *asynq.RedisClientOpt:
+			if got.Addr != plain.Addr || got.DB != plain.DB || got.Password != plain.Password || got.PoolSize != plain.PoolSize || got.DialTimeout != plain.DialTimeout {
+				t.Errorf("%T: options not carried over: %+v", o, got)
+			}
+		default:
+			if got.DB != failover.DB || got.PoolSize != failover.PoolSize {
+				t.Errorf("%T: options not carried over: DB %d, pool %d", o, got.DB, got.PoolSize)
+			}
+		}
+	}
+	for _, o := range []asynq.RedisConnOpt{cluster, &cluster} {
+		c, ok := LeanRedis(o).MakeRedisClient().(*redis.ClusterClient)
+		if !ok {
+			t.Fatalf("%T: not a *redis.ClusterClient", o)
+		}
+		got := c.Options()
+		_ = c.Close()
+		if got.ReadBufferSize != n || got.WriteBufferSize != n || got.PipelineReadBufferSize != n || got.PipelineWriteBufferSize != n {
+			t.Errorf("%T: buffers %d/%d, pipeline %d/%d; want %d", o, got.ReadBufferSize, got.WriteBufferSize,
+				got.PipelineReadBufferSize, got.PipelineWriteBufferSize, n)
+		}
+		if len(got.Addrs) != 2 || got.MaxRedirects != 4 || got.Username != "u" {
+			t.Errorf("%T: options not carried over: %+v", o, got)
+		}
+	}
+	// Any other option is its own business.
+	other := otherConnOpt{}
+	if LeanRedis(other) != asynq.RedisConnOpt(other) {
+		t.Error("an option of another type was wrapped")
+	}
+}
+
+type otherConnOpt struct{}
+
+func (otherConnOpt) MakeRedisClient() any { return nil }
+
+// TestLeanRedisLargeTraffic: a pipeline, a command and replies many times
+// the buffers' size go through a lean client whole.
+func TestLeanRedisLargeTraffic(t *testing.T) {
+	srv := testredis.New(t)
+	c := LeanRedis(asynq.RedisClientOpt{Addr: srv.Addr, DB: srv.DB}).MakeRedisClient().(*redis.Client)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	prefix := "lettaq-test-lean-" + uuid.NewString() + ":"
+	big := strings.Repeat("0123456789abcdef", 40*RedisBufferSize/16) // 40 buffers
+	const many = 500
+	keys := make([]string, 0, many+1)
+	pipe := c.Pipeline()
+	for i := range many {
+		k := prefix + strconv.Itoa(i)
+		keys = append(keys, k)
+		pipe.Set(ctx, k, big[:RedisBufferSize/2+i], time.Minute)
+	}
+	keys = append(keys, prefix+"big")
+	pipe.Set(ctx, prefix+"big", big, time.Minute)
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatalf("pipeline of %d writes: %v", many+1, err)
+	}
+	defer c.Del(context.Background(), keys...)
+	pipe = c.Pipeline()
+	gets := make([]*redis.StringCmd, len(keys))
+	for i, k := range keys {
+		gets[i] = pipe.Get(ctx, k)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatalf("pipeline of %d reads: %v", len(keys), err)
+	}
+	for i, g := range gets[:many] {
+		if v := g.Val(); v != big[:RedisBufferSize/2+i] {
+			t.Fatalf("value %d: %d bytes, want %d", i, len(v), RedisBufferSize/2+i)
+		}
+	}
+	if v := gets[many].Val(); v != big {
+		t.Fatalf("big value: %d bytes back, want %d", len(v), len(big))
+	}
+	vals, err := c.MGet(ctx, keys...).Result()
+	if err != nil || len(vals) != len(keys) || vals[many] != big {
+		t.Fatalf("MGET of %d keys: %d values, err %v", len(keys), len(vals), err)
+	}
+}
