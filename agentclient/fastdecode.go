@@ -48,6 +48,13 @@ type fscan struct {
 	tab   internTable
 
 	w wireMessage // DecodeMessage's scratch
+
+	// While lazyIDs is set (decodeStreamMessage), a plain id and date are
+	// kept as the input's bytes (idRaw, dateRaw) and made strings only
+	// once the message is known not to be a ping.
+	lazyIDs        bool
+	idRaw, dateRaw []byte
+	seq            int64 // a seq_id read while lazyIDs is set
 }
 
 var scanPool = sync.Pool{New: func() any { return new(fscan) }}
@@ -74,6 +81,7 @@ func (s *fscan) release() {
 	clear(s.calls[:cap(s.calls)])
 	clear(s.rets[:cap(s.rets)])
 	s.w = wireMessage{}
+	s.lazyIDs, s.idRaw, s.dateRaw = false, nil, nil
 	scanPool.Put(s)
 }
 
@@ -517,6 +525,39 @@ func (s *fscan) strField(dst *string) bool {
 	return ok
 }
 
+// lazyStrField is strField for a value whose string is made later, if at
+// all (see lazyIDs): a plain string's bytes go to *raw, and *dst is set
+// from them by strings; any other string is set at once.
+func (s *fscan) lazyStrField(dst *string, raw *[]byte) bool {
+	if s.null() {
+		return true
+	}
+	save := s.i
+	if b, ok := s.plainRaw(); ok {
+		*dst, *raw = "", b
+		return true
+	}
+	s.i = save
+	*raw = nil
+	return s.strField(dst)
+}
+
+// strings turns the bytes lazyStrField kept into w's strings, and moves a
+// seq_id out of the scratch.
+func (s *fscan) strings(w *wireMessage) {
+	if w.SeqID == &s.seq {
+		seq := s.seq
+		w.SeqID = &seq
+	}
+	if s.idRaw != nil {
+		w.ID = s.tab.get(s.idRaw)
+	}
+	if s.dateRaw != nil {
+		w.Date = s.tab.get(s.dateRaw)
+	}
+	s.idRaw, s.dateRaw = nil, nil
+}
+
 func (s *fscan) intField(dst *int64) bool {
 	if s.null() {
 		return true
@@ -593,8 +634,14 @@ func (s *fscan) raw(dst *json.RawMessage) bool {
 func (s *fscan) field(key []byte, w *wireMessage) bool {
 	switch string(key) {
 	case "id":
+		if s.lazyIDs {
+			return s.lazyStrField(&w.ID, &s.idRaw)
+		}
 		return s.strField(&w.ID)
 	case "date":
+		if s.lazyIDs {
+			return s.lazyStrField(&w.Date, &s.dateRaw)
+		}
 		return s.strField(&w.Date)
 	case "name":
 		return s.strField(&w.Name)
@@ -609,6 +656,19 @@ func (s *fscan) field(key []byte, w *wireMessage) bool {
 	case "is_err":
 		return s.boolField(&w.IsErr)
 	case "seq_id":
+		if s.lazyIDs {
+			// Into scratch: decodeStreamMessage copies it out unless the
+			// message is a ping that repeats the last.
+			if s.null() {
+				w.SeqID = nil
+				return true
+			}
+			if !s.intField(&s.seq) {
+				return false
+			}
+			w.SeqID = &s.seq
+			return true
+		}
 		return s.intPtrField(&w.SeqID)
 	case "run_id":
 		return s.strField(&w.RunID)

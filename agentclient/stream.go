@@ -360,7 +360,7 @@ func readEvents(rd *sseReader, st *StreamState, onEvent func(Event), onStop func
 		if err != nil {
 			return readEnd(st, err)
 		}
-		if done, result := handleFrame(fr, st, onEvent, onStop); done {
+		if done, result := handleFrame(fr, &rd.ping, st, onEvent, onStop); done {
 			return result, nil
 		}
 	}
@@ -379,8 +379,9 @@ func readEnd(st *StreamState, err error) (result, readErr error) {
 }
 
 // handleFrame decodes one frame, updates the state and hands the event on.
-// done says the stream is over, with its result.
-func handleFrame(fr sseFrame, st *StreamState, onEvent func(Event), onStop func(time.Time)) (done bool, result error) {
+// done says the stream is over, with its result. ping is the stream's last
+// ping (see decodeStreamMessage).
+func handleFrame(fr sseFrame, ping **Ping, st *StreamState, onEvent func(Event), onStop func(time.Time)) (done bool, result error) {
 	now := time.Now()
 	ev := Event{SSEEvent: fr.Event}
 	if fr.Event == "" || fr.Event == "message" {
@@ -393,7 +394,10 @@ func handleFrame(fr sseFrame, st *StreamState, onEvent func(Event), onStop func(
 			return true, eof(st)
 		}
 	}
-	m, derr := DecodeMessage(fr.Data)
+	m, derr := decodeStreamMessage(fr.Data, *ping)
+	if p, ok := m.(*Ping); ok && fr.Event != "error" {
+		*ping = p
+	}
 	if derr != nil {
 		ev.DecodeErr = derr
 		if onEvent != nil {
