@@ -291,7 +291,7 @@ func TestRunOpsAfterScriptFlush(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for i, err := range runOps(ctx, b.rdb, []pipelineOp{r.emitManyOp(evs[:2]), save, r.emitManyOp(evs[2:])}) {
+		for i, err := range runOps(ctx, b.rdb, []pipelineOp{r.emitManyOp(evs[:2], nil), save, r.emitManyOp(evs[2:], nil)}) {
 			if err != nil {
 				t.Fatalf("op %d: %v", i, err)
 			}
