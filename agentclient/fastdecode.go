@@ -49,12 +49,14 @@ type fscan struct {
 
 	w wireMessage // DecodeMessage's scratch
 
-	// While lazyIDs is set (decodeStreamMessage), a plain id and date are
-	// kept as the input's bytes (idRaw, dateRaw) and made strings only
-	// once the message is known not to be a ping.
-	lazyIDs        bool
-	idRaw, dateRaw []byte
-	seq            int64 // a seq_id read while lazyIDs is set
+	// While lazyIDs is set (decodeStreamMessage), a plain id, date and run
+	// id are kept as the input's bytes (idRaw, dateRaw, runRaw) and made
+	// strings only once the message is known not to be a ping that repeats
+	// the stream's last (the intern table, shared by every stream through
+	// the pool, cannot hold the run ids of thousands of streams).
+	lazyIDs                bool
+	idRaw, dateRaw, runRaw []byte
+	seq                    int64 // a seq_id read while lazyIDs is set
 }
 
 var scanPool = sync.Pool{New: func() any { return new(fscan) }}
@@ -81,7 +83,7 @@ func (s *fscan) release() {
 	clear(s.calls[:cap(s.calls)])
 	clear(s.rets[:cap(s.rets)])
 	s.w = wireMessage{}
-	s.lazyIDs, s.idRaw, s.dateRaw = false, nil, nil
+	s.lazyIDs, s.idRaw, s.dateRaw, s.runRaw = false, nil, nil, nil
 	scanPool.Put(s)
 }
 
@@ -525,6 +527,52 @@ func (s *fscan) strField(dst *string) bool {
 	return ok
 }
 
+// typeField is strField for message_type: the types Letta sends are
+// constants, whatever the intern table holds.
+func (s *fscan) typeField(dst *string) bool {
+	save := s.i
+	if raw, ok := s.plainRaw(); ok {
+		if t := knownType(raw); t != "" {
+			*dst = t
+			return true
+		}
+	}
+	s.i = save
+	return s.strField(dst)
+}
+
+func knownType(b []byte) string {
+	switch string(b) {
+	case TypePing:
+		return TypePing
+	case TypeReasoning:
+		return TypeReasoning
+	case TypeHiddenReasoning:
+		return TypeHiddenReasoning
+	case TypeAssistant:
+		return TypeAssistant
+	case TypeToolCall:
+		return TypeToolCall
+	case TypeToolReturn:
+		return TypeToolReturn
+	case TypeApprovalRequest:
+		return TypeApprovalRequest
+	case TypeApprovalResponse:
+		return TypeApprovalResponse
+	case TypeError:
+		return TypeError
+	case TypeStopReason:
+		return TypeStopReason
+	case TypeUsage:
+		return TypeUsage
+	case TypeUser:
+		return TypeUser
+	case TypeSystem:
+		return TypeSystem
+	}
+	return ""
+}
+
 // lazyStrField is strField for a value whose string is made later, if at
 // all (see lazyIDs): a plain string's bytes go to *raw, and *dst is set
 // from them by strings; any other string is set at once.
@@ -555,7 +603,10 @@ func (s *fscan) strings(w *wireMessage) {
 	if s.dateRaw != nil {
 		w.Date = s.tab.get(s.dateRaw)
 	}
-	s.idRaw, s.dateRaw = nil, nil
+	if s.runRaw != nil {
+		w.RunID = s.tab.get(s.runRaw)
+	}
+	s.idRaw, s.dateRaw, s.runRaw = nil, nil, nil
 }
 
 func (s *fscan) intField(dst *int64) bool {
@@ -567,7 +618,7 @@ func (s *fscan) intField(dst *int64) bool {
 		return false
 	}
 	n, err := strconv.ParseInt(string(bytes.TrimSpace(v)), 10, 64)
-	if err != nil || (len(v) > 1 && v[0] == '0') || (len(v) > 2 && v[0] == '-' && v[1] == '0') {
+	if err != nil || v[0] == '+' || (len(v) > 1 && v[0] == '0') || (len(v) > 2 && v[0] == '-' && v[1] == '0') {
 		return false
 	}
 	*dst = n
@@ -646,7 +697,7 @@ func (s *fscan) field(key []byte, w *wireMessage) bool {
 	case "name":
 		return s.strField(&w.Name)
 	case "message_type":
-		return s.strField(&w.MessageType)
+		return s.typeField(&w.MessageType)
 	case "otid":
 		return s.strField(&w.Otid)
 	case "sender_id":
@@ -671,6 +722,9 @@ func (s *fscan) field(key []byte, w *wireMessage) bool {
 		}
 		return s.intPtrField(&w.SeqID)
 	case "run_id":
+		if s.lazyIDs {
+			return s.lazyStrField(&w.RunID, &s.runRaw)
+		}
 		return s.strField(&w.RunID)
 	case "reasoning":
 		return s.strField(&w.Reasoning)

@@ -345,6 +345,15 @@ func decodeStreamMessage(data []byte, last *Ping) (Message, error) {
 		return m, err
 	}
 	if s.w.MessageType == TypePing {
+		s.idRaw, s.dateRaw = nil, nil
+		if s.runRaw != nil {
+			if last != nil && string(s.runRaw) == last.RunID {
+				s.w.RunID = last.RunID
+			} else {
+				s.w.RunID = string(s.runRaw)
+			}
+			s.runRaw = nil
+		}
 		return streamPing(&s.w.Common, last), nil
 	}
 	s.strings(&s.w)
@@ -353,7 +362,7 @@ func decodeStreamMessage(data []byte, last *Ping) (Message, error) {
 
 // streamPing is the ping c on a stream whose previous ping was last (nil
 // before the first): last again when c repeats it, else a new Ping with
-// c's type, run id and seq id.
+// c's fields but its id and date.
 func streamPing(c *Common, last *Ping) *Ping {
 	if last != nil && last.RunID == c.RunID && last.MessageType == c.MessageType && last.Name == c.Name &&
 		last.Otid == c.Otid && last.SenderID == c.SenderID && last.StepID == c.StepID && last.IsErr == c.IsErr &&

@@ -218,3 +218,30 @@ func TestStreamPingsRepeat(t *testing.T) {
 		t.Errorf("state: pings %d run %q seq %d/%v", snap.Pings, snap.RunID, snap.LastSeq, snap.HasSeq)
 	}
 }
+
+// TestRepeatedPingAllocatesNothing: a ping that repeats the stream's last
+// decodes without allocating even when the pooled decoder has never seen
+// its run id (a worker's thousands of streams share a few decoders, whose
+// intern tables cannot hold all their run ids).
+func TestRepeatedPingAllocatesNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are not meaningful under the race detector")
+	}
+	frame := []byte(`{"message_type":"ping","id":"ping-77","date":"2026-01-01T00:00:00+00:00","run_id":"run-5f0c2a8e-1b7d-4c55-9a3e-2f4b7c9d1e60","seq_id":12}`)
+	m, err := decodeStreamMessage(frame, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := m.(*Ping)
+	n := testing.AllocsPerRun(100, func() {
+		s := getScan()
+		s.tab = internTable{} // forget every string
+		s.release()
+		if m, err := decodeStreamMessage(frame, last); err != nil || m != last {
+			t.Fatalf("got %v %v, want the last ping", m, err)
+		}
+	})
+	if n > 0 {
+		t.Errorf("a repeated ping allocates %.1f times, want none", n)
+	}
+}
