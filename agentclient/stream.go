@@ -82,6 +82,10 @@ type Event struct {
 	// Message is the decoded message; nil for [DONE] and for frames whose
 	// data was not JSON (then DecodeErr says why). It is the receiver's to
 	// keep: the decoder reuses its scratch, never a Message it handed on.
+	// Pings, which come every few seconds for as long as the agent thinks,
+	// cost nothing: a *Ping carries no ID or Date (a keep-alive's own name
+	// nothing), and a ping that repeats the stream's last one (the same run
+	// id and seq id) is that same *Ping again. Do not modify it.
 	Message Message
 	// Update says what the message changed in the transcript.
 	Update Update
