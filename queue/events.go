@@ -505,12 +505,14 @@ return out
 // preparedEvent is an event encoded for replyEmitManyScript, and where its
 // result goes.
 type preparedEvent struct {
-	ev   ReplyEvent
+	typ  EventType
 	head *eventHead // keys and the fields before time, boxed
 	// The entry's time and data fields, boxed for the command's arguments.
 	at, data any
-	// written and ev's ID and Seq are set once the script ran.
+	// written, id (the entry's) and seq are set once the script ran.
 	written bool
+	id      string
+	seq     int64
 	// err: for an event a caller waits for (progress.do), how its round
 	// trip ended (read it only when do did not return errNotWaited).
 	err error
@@ -521,33 +523,62 @@ type preparedEvent struct {
 
 // eventHead is the front of an event's arguments to replyEmitManyScript,
 // boxed (a string made an interface value is allocated): its keys (stream,
-// seq[, marker]), and the written-once flag with the field/value pairs
-// before "time". It is immutable: a turn's events share one while its
-// fields stay the same, so that a heartbeat boxes only its time and data.
+// seq[, marker]), then the written-once flag and the field/value pairs
+// before "time" (type, task_id, otid, run_id, message_id). It is
+// immutable: a turn's events share one while these stay the same, so that
+// a heartbeat boxes only its time and data.
 type eventHead struct {
-	keys []any
-	args []any // once flag, type, task_id, otid, run_id and message_id pairs
-
-	c                                      Conversation
-	typ                                    EventType
-	taskID, otid, runID, messageID, marker string
+	nkeys int
+	args  []any // keys, then the flag and pairs
 }
 
-func (h *eventHead) fits(c Conversation, ev *ReplyEvent, marker string) bool {
-	return h != nil && h.c == c && h.typ == ev.Type && h.taskID == ev.TaskID && h.otid == ev.Otid &&
-		h.runID == ev.RunID && h.messageID == ev.MessageID && h.marker == marker
+func (h *eventHead) keys() []any { return h.args[:h.nkeys] }
+func (h *eventHead) rest() []any { return h.args[h.nkeys:] }
+
+// fits reports whether h is the head of ev with marker, for the
+// conversation h was made for (the caller keeps one head per conversation).
+func (h *eventHead) fits(ev *ReplyEvent, marker string) bool {
+	if h == nil || (marker == "") != (h.nkeys == 2) || (marker != "" && h.args[2] != marker) {
+		return false
+	}
+	r := h.rest()
+	return r[2] == string(ev.Type) && r[4] == ev.TaskID && r[6] == ev.Otid && r[8] == ev.RunID && r[10] == ev.MessageID
 }
 
 func (r *Replies) newHead(c Conversation, ev *ReplyEvent, marker string) *eventHead {
-	h := &eventHead{c: c, typ: ev.Type, taskID: ev.TaskID, otid: ev.Otid, runID: ev.RunID, messageID: ev.MessageID, marker: marker}
-	h.keys = make([]any, 0, 3)
-	h.keys = append(h.keys, r.Key(c), r.seqKey(ev.TaskID))
+	h := &eventHead{nkeys: 2}
 	if marker != "" {
-		h.keys = append(h.keys, marker)
+		h.nkeys = 3
 	}
-	h.args = []any{boolArg(marker != ""), "type", string(ev.Type), "task_id", ev.TaskID, "otid", ev.Otid,
-		"run_id", ev.RunID, "message_id", ev.MessageID}
+	h.args = make([]any, 0, h.nkeys+11)
+	h.args = append(h.args, r.Key(c), r.seqKey(ev.TaskID))
+	if marker != "" {
+		h.args = append(h.args, marker)
+	}
+	h.args = append(h.args, boolArg(marker != ""), "type", typeArg(ev.Type), "task_id", ev.TaskID, "otid", ev.Otid,
+		"run_id", ev.RunID, "message_id", ev.MessageID)
 	return h
+}
+
+// typeArg is t boxed, without an allocation for the known types.
+func typeArg(t EventType) any {
+	switch t {
+	case EventPhase:
+		return string(EventPhase)
+	case EventAnswerDelta:
+		return string(EventAnswerDelta)
+	case EventTool:
+		return string(EventTool)
+	case EventAccepted:
+		return string(EventAccepted)
+	case EventAnswer:
+		return string(EventAnswer)
+	case EventApprovalRequired:
+		return string(EventApprovalRequired)
+	case EventError:
+		return string(EventError)
+	}
+	return string(t)
 }
 
 // prepareMany encodes ev (see prepare) for emitManyOp.
@@ -560,14 +591,15 @@ func (r *Replies) prepareMany(c Conversation, ev ReplyEvent, marker string) (*pr
 }
 
 // prepareInto encodes ev into pe, with the head *last when it fits (else a
-// new one, stored in *last when last is not nil).
+// new one, stored in *last when last is not nil). One last serves one
+// conversation.
 func (r *Replies) prepareInto(pe *preparedEvent, last **eventHead, c Conversation, ev ReplyEvent, marker string) error {
 	ev, at, data, err := r.complete(c, ev)
 	if err != nil {
 		return err
 	}
 	var h *eventHead
-	if last != nil && (*last).fits(c, &ev, marker) {
+	if last != nil && (*last).fits(&ev, marker) {
 		h = *last
 	} else {
 		h = r.newHead(c, &ev, marker)
@@ -576,7 +608,8 @@ func (r *Replies) prepareInto(pe *preparedEvent, last **eventHead, c Conversatio
 		}
 	}
 	// (busy is the progress's, under the writer's lock.)
-	pe.ev, pe.head, pe.at, pe.data, pe.written, pe.err = ev, h, at, data, false, nil
+	pe.typ, pe.head, pe.at, pe.data = ev.Type, h, at, data
+	pe.written, pe.id, pe.seq, pe.err = false, "", 0, nil
 	return nil
 }
 
@@ -601,17 +634,17 @@ func (r *Replies) emitManyOp(evs []*preparedEvent, args *argArena) pipelineOp {
 func (r *Replies) emitManyCmd(ctx context.Context, evs []*preparedEvent, arena *argArena) *redis.Cmd {
 	nk, na := 0, 0
 	for _, pe := range evs {
-		nk += len(pe.head.keys)
-		na += len(pe.head.args) + 4
+		nk += pe.head.nkeys
+		na += len(pe.head.args) - pe.head.nkeys + 4
 	}
 	args := arena.take(3 + nk + 3 + na)
 	args = append(args, "evalsha", replyEmitManyScript.Hash(), nk)
 	for _, pe := range evs {
-		args = append(args, pe.head.keys...)
+		args = append(args, pe.head.keys()...)
 	}
 	args = append(args, r.maxLenArg, r.ttlArg, r.streamTTLArg)
 	for _, pe := range evs {
-		args = append(args, pe.head.args...)
+		args = append(args, pe.head.rest()...)
 		args = append(args, "time", pe.at, "data", pe.data)
 	}
 	c := redis.NewCmd(ctx, args...)
@@ -663,10 +696,10 @@ func (r *Replies) emitManyArgs(evs []*preparedEvent) ([]string, []any) {
 	var keys []string
 	args := []any{r.maxLenArg, r.ttlArg, r.streamTTLArg}
 	for _, pe := range evs {
-		for _, k := range pe.head.keys {
+		for _, k := range pe.head.keys() {
 			keys = append(keys, k.(string))
 		}
-		args = append(args, pe.head.args...)
+		args = append(args, pe.head.rest()...)
 		args = append(args, "time", pe.at, "data", pe.data)
 	}
 	return keys, args
@@ -685,8 +718,8 @@ func (r *Replies) readEmitMany(c *redis.Cmd, evs []*preparedEvent) error {
 		ok, _ := res[3*i].(int64)
 		pe.written = ok == 1
 		if pe.written {
-			pe.ev.ID, _ = res[3*i+1].(string)
-			pe.ev.Seq, _ = res[3*i+2].(int64)
+			pe.id, _ = res[3*i+1].(string)
+			pe.seq, _ = res[3*i+2].(int64)
 		}
 	}
 	return nil

@@ -131,7 +131,7 @@ func TestHeartbeatPrepareAllocs(t *testing.T) {
 	if err := r.prepareInto(&pe, &head, c, ev, ""); err != nil {
 		t.Fatal(err)
 	}
-	if head == first || head.args[7] != "run_id" || head.args[8] != "run-2" {
+	if r := head.rest(); head == first || r[7] != "run_id" || r[8] != "run-2" {
 		t.Errorf("head after a new run id: %v", head.args)
 	}
 }

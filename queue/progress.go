@@ -270,7 +270,7 @@ func (p *progress) dropOne() {
 		if it.ev == nil || it.bar != nil {
 			continue
 		}
-		if it.ev.ev.Type == EventPhase {
+		if it.ev.typ == EventPhase {
 			first = j
 			break
 		}
@@ -502,8 +502,9 @@ func (wr *writer) write(batch []taken) {
 	wr.mu.Lock()
 	for _, tk := range batch {
 		for _, it := range tk.items {
-			if it.ev != nil {
+			if it.ev != nil && it.ev.busy {
 				it.ev.busy = false
+				it.ev.at, it.ev.data = nil, nil // kept between beats: only the event itself
 			}
 		}
 	}

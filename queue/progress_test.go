@@ -195,8 +195,8 @@ func TestWriterBatchesTurnsInOrder(t *testing.T) {
 				if i == 0 {
 					want++ // and the first phase event
 				}
-				if !pe.written || pe.ev.Seq != want {
-					done <- fmt.Errorf("turn %d: final written %v seq %d", i, pe.written, pe.ev.Seq)
+				if !pe.written || pe.seq != want {
+					done <- fmt.Errorf("turn %d: final written %v seq %d", i, pe.written, pe.seq)
 					return
 				}
 				done <- nil
