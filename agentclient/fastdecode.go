@@ -48,6 +48,15 @@ type fscan struct {
 	tab   internTable
 
 	w wireMessage // DecodeMessage's scratch
+
+	// While lazyIDs is set (decodeStreamMessage), a plain id, date and run
+	// id are kept as the input's bytes (idRaw, dateRaw, runRaw) and made
+	// strings only once the message is known not to be a ping that repeats
+	// the stream's last (the intern table, shared by every stream through
+	// the pool, cannot hold the run ids of thousands of streams).
+	lazyIDs                bool
+	idRaw, dateRaw, runRaw []byte
+	seq                    int64 // a seq_id read while lazyIDs is set
 }
 
 var scanPool = sync.Pool{New: func() any { return new(fscan) }}
@@ -74,6 +83,7 @@ func (s *fscan) release() {
 	clear(s.calls[:cap(s.calls)])
 	clear(s.rets[:cap(s.rets)])
 	s.w = wireMessage{}
+	s.lazyIDs, s.idRaw, s.dateRaw, s.runRaw = false, nil, nil, nil
 	scanPool.Put(s)
 }
 
@@ -517,6 +527,88 @@ func (s *fscan) strField(dst *string) bool {
 	return ok
 }
 
+// typeField is strField for message_type: the types Letta sends are
+// constants, whatever the intern table holds.
+func (s *fscan) typeField(dst *string) bool {
+	save := s.i
+	if raw, ok := s.plainRaw(); ok {
+		if t := knownType(raw); t != "" {
+			*dst = t
+			return true
+		}
+	}
+	s.i = save
+	return s.strField(dst)
+}
+
+func knownType(b []byte) string {
+	switch string(b) {
+	case TypePing:
+		return TypePing
+	case TypeReasoning:
+		return TypeReasoning
+	case TypeHiddenReasoning:
+		return TypeHiddenReasoning
+	case TypeAssistant:
+		return TypeAssistant
+	case TypeToolCall:
+		return TypeToolCall
+	case TypeToolReturn:
+		return TypeToolReturn
+	case TypeApprovalRequest:
+		return TypeApprovalRequest
+	case TypeApprovalResponse:
+		return TypeApprovalResponse
+	case TypeError:
+		return TypeError
+	case TypeStopReason:
+		return TypeStopReason
+	case TypeUsage:
+		return TypeUsage
+	case TypeUser:
+		return TypeUser
+	case TypeSystem:
+		return TypeSystem
+	}
+	return ""
+}
+
+// lazyStrField is strField for a value whose string is made later, if at
+// all (see lazyIDs): a plain string's bytes go to *raw, and *dst is set
+// from them by strings; any other string is set at once.
+func (s *fscan) lazyStrField(dst *string, raw *[]byte) bool {
+	if s.null() {
+		return true
+	}
+	save := s.i
+	if b, ok := s.plainRaw(); ok {
+		*dst, *raw = "", b
+		return true
+	}
+	s.i = save
+	*raw = nil
+	return s.strField(dst)
+}
+
+// strings turns the bytes lazyStrField kept into w's strings, and moves a
+// seq_id out of the scratch.
+func (s *fscan) strings(w *wireMessage) {
+	if w.SeqID == &s.seq {
+		seq := s.seq
+		w.SeqID = &seq
+	}
+	if s.idRaw != nil {
+		w.ID = s.tab.get(s.idRaw)
+	}
+	if s.dateRaw != nil {
+		w.Date = s.tab.get(s.dateRaw)
+	}
+	if s.runRaw != nil {
+		w.RunID = s.tab.get(s.runRaw)
+	}
+	s.idRaw, s.dateRaw, s.runRaw = nil, nil, nil
+}
+
 func (s *fscan) intField(dst *int64) bool {
 	if s.null() {
 		return true
@@ -526,7 +618,7 @@ func (s *fscan) intField(dst *int64) bool {
 		return false
 	}
 	n, err := strconv.ParseInt(string(bytes.TrimSpace(v)), 10, 64)
-	if err != nil || (len(v) > 1 && v[0] == '0') || (len(v) > 2 && v[0] == '-' && v[1] == '0') {
+	if err != nil || v[0] == '+' || (len(v) > 1 && v[0] == '0') || (len(v) > 2 && v[0] == '-' && v[1] == '0') {
 		return false
 	}
 	*dst = n
@@ -593,13 +685,19 @@ func (s *fscan) raw(dst *json.RawMessage) bool {
 func (s *fscan) field(key []byte, w *wireMessage) bool {
 	switch string(key) {
 	case "id":
+		if s.lazyIDs {
+			return s.lazyStrField(&w.ID, &s.idRaw)
+		}
 		return s.strField(&w.ID)
 	case "date":
+		if s.lazyIDs {
+			return s.lazyStrField(&w.Date, &s.dateRaw)
+		}
 		return s.strField(&w.Date)
 	case "name":
 		return s.strField(&w.Name)
 	case "message_type":
-		return s.strField(&w.MessageType)
+		return s.typeField(&w.MessageType)
 	case "otid":
 		return s.strField(&w.Otid)
 	case "sender_id":
@@ -609,8 +707,24 @@ func (s *fscan) field(key []byte, w *wireMessage) bool {
 	case "is_err":
 		return s.boolField(&w.IsErr)
 	case "seq_id":
+		if s.lazyIDs {
+			// Into scratch: decodeStreamMessage copies it out unless the
+			// message is a ping that repeats the last.
+			if s.null() {
+				w.SeqID = nil
+				return true
+			}
+			if !s.intField(&s.seq) {
+				return false
+			}
+			w.SeqID = &s.seq
+			return true
+		}
 		return s.intPtrField(&w.SeqID)
 	case "run_id":
+		if s.lazyIDs {
+			return s.lazyStrField(&w.RunID, &s.runRaw)
+		}
 		return s.strField(&w.RunID)
 	case "reasoning":
 		return s.strField(&w.Reasoning)

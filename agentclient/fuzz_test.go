@@ -94,3 +94,39 @@ func FuzzFastDecodeMatchesStd(f *testing.F) {
 		}
 	})
 }
+
+// FuzzStreamDecodeMatches: a stream's decode (decodeStreamMessage) agrees
+// with DecodeMessage on every input, but for a ping's id and date, which a
+// stream leaves out; a ping that repeats the last is the last itself.
+func FuzzStreamDecodeMatches(f *testing.F) {
+	for _, s := range []string{fxPing, fxReasoning, fxToolCall, fxToolReturn, fxAssistant, fxStop, fxUsage, fxErrorMsg,
+		fxBareError, fxUnknown, `{"message_type":"ping","seq_id":7,"run_id":"r"}`, `{"id":"a\n","id":"b","message_type":"ping"}`,
+		`{"id":"a","id":"b\n","message_type":"reasoning_message","reasoning":"x"}`, `{"date":"d","date":null,"seq_id":2,"seq_id":3}`,
+		`{"message_type":"ping","run_id":"r\u00e9"}`, `{"message_type":"ping","seq_id":1.5}`} {
+		f.Add([]byte(s), []byte(`{"message_type":"ping","run_id":"r","seq_id":7}`))
+	}
+	f.Fuzz(func(t *testing.T, in, prev []byte) {
+		want, werr := DecodeMessage(in)
+		var last *Ping
+		if m, err := decodeStreamMessage(prev, nil); err == nil {
+			last, _ = m.(*Ping)
+		}
+		got, gerr := decodeStreamMessage(in, last)
+		if (werr == nil) != (gerr == nil) {
+			t.Fatalf("errors differ: DecodeMessage %v, stream %v; input %q", werr, gerr, in)
+		}
+		if wp, ok := want.(*Ping); ok {
+			wp.ID, wp.Date = "", ""
+			gp, ok := got.(*Ping)
+			if !ok {
+				t.Fatalf("stream decoded a ping as %T: %q", got, in)
+			}
+			if last != nil && reflect.DeepEqual(last, wp) && gp != last {
+				t.Fatalf("a ping that repeats the last is a new one: %q after %q", in, prev)
+			}
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("stream %#v\nwant   %#v\ninput %q", got, want, in)
+		}
+	})
+}

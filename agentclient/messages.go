@@ -327,6 +327,57 @@ func DecodeMessage(data []byte) (Message, error) {
 	return s.w.typed(data), nil
 }
 
+// decodeStreamMessage is DecodeMessage for a stream's read path, where
+// pings come every few seconds for as long as the agent thinks: a ping is
+// decoded without its id and date (a keep-alive's own, which name nothing),
+// and one that repeats last (the stream's previous ping: the same run id
+// and seq id) is handed on as last itself, so that a ping allocates
+// nothing. Any other message is decoded as DecodeMessage decodes it.
+func decodeStreamMessage(data []byte, last *Ping) (Message, error) {
+	s := getScan()
+	defer s.release() // after typed: release zeroes s.w
+	s.lazyIDs = true
+	if !s.decode(data, &s.w) {
+		m, err := decodeStd(data)
+		if p, ok := m.(*Ping); ok {
+			return streamPing(&p.Common, last), err
+		}
+		return m, err
+	}
+	if s.w.MessageType == TypePing {
+		s.idRaw, s.dateRaw = nil, nil
+		if s.runRaw != nil {
+			if last != nil && string(s.runRaw) == last.RunID {
+				s.w.RunID = last.RunID
+			} else {
+				s.w.RunID = string(s.runRaw)
+			}
+			s.runRaw = nil
+		}
+		return streamPing(&s.w.Common, last), nil
+	}
+	s.strings(&s.w)
+	return s.w.typed(data), nil
+}
+
+// streamPing is the ping c on a stream whose previous ping was last (nil
+// before the first): last again when c repeats it, else a new Ping with
+// c's fields but its id and date.
+func streamPing(c *Common, last *Ping) *Ping {
+	if last != nil && last.RunID == c.RunID && last.MessageType == c.MessageType && last.Name == c.Name &&
+		last.Otid == c.Otid && last.SenderID == c.SenderID && last.StepID == c.StepID && last.IsErr == c.IsErr &&
+		(last.SeqID == nil) == (c.SeqID == nil) && (c.SeqID == nil || *last.SeqID == *c.SeqID) {
+		return last
+	}
+	p := &Ping{Common: *c}
+	p.ID, p.Date = "", ""
+	if c.SeqID != nil {
+		seq := *c.SeqID
+		p.SeqID = &seq
+	}
+	return p
+}
+
 // decodeStd is the reference decoder (encoding/json).
 func decodeStd(data []byte) (Message, error) {
 	var w wireMessage

@@ -107,6 +107,9 @@ func TestKeptMessagesStayIntact(t *testing.T) {
 					t.Fatalf("fixture %q: %v", f, err)
 				}
 				ref.Apply(want, false, timeZero)
+				if p, ok := want.(*Ping); ok {
+					p.ID, p.Date = "", "" // a stream leaves a ping's out
+				}
 				if !reflect.DeepEqual(kp.msgs[i], want) {
 					t.Fatalf("worker %d round %d: kept message %d changed after it was handed on:\n got  %#v\n want %#v", k, r, i, kp.msgs[i], want)
 				}

@@ -72,6 +72,9 @@ type sseReader struct {
 	// onBytes is called with the number of bytes read, before they are
 	// parsed, so the caller's stall clock sees every byte (pings included).
 	onBytes func(n int)
+	// ping is the stream's last ping, handed on again for every ping that
+	// repeats it (see decodeStreamMessage).
+	ping *Ping
 }
 
 // sseBufferSize is the buffer a reader keeps when its source needs one

@@ -82,6 +82,10 @@ type Event struct {
 	// Message is the decoded message; nil for [DONE] and for frames whose
 	// data was not JSON (then DecodeErr says why). It is the receiver's to
 	// keep: the decoder reuses its scratch, never a Message it handed on.
+	// Pings, which come every few seconds for as long as the agent thinks,
+	// cost nothing: a *Ping carries no ID or Date (a keep-alive's own name
+	// nothing), and a ping that repeats the stream's last one (the same run
+	// id and seq id) is that same *Ping again. Do not modify it.
 	Message Message
 	// Update says what the message changed in the transcript.
 	Update Update
@@ -387,7 +391,7 @@ func readEvents(rd *sseReader, st *StreamState, onEvent func(Event), onStop func
 		if err != nil {
 			return readEnd(st, err)
 		}
-		if done, result := handleFrame(fr, st, onEvent, onStop); done {
+		if done, result := handleFrame(fr, &rd.ping, st, onEvent, onStop); done {
 			return result, nil
 		}
 	}
@@ -406,8 +410,9 @@ func readEnd(st *StreamState, err error) (result, readErr error) {
 }
 
 // handleFrame decodes one frame, updates the state and hands the event on.
-// done says the stream is over, with its result.
-func handleFrame(fr sseFrame, st *StreamState, onEvent func(Event), onStop func(time.Time)) (done bool, result error) {
+// done says the stream is over, with its result. ping is the stream's last
+// ping (see decodeStreamMessage).
+func handleFrame(fr sseFrame, ping **Ping, st *StreamState, onEvent func(Event), onStop func(time.Time)) (done bool, result error) {
 	now := time.Now()
 	ev := Event{SSEEvent: fr.Event}
 	if fr.Event == "" || fr.Event == "message" {
@@ -420,7 +425,10 @@ func handleFrame(fr sseFrame, st *StreamState, onEvent func(Event), onStop func(
 			return true, eof(st)
 		}
 	}
-	m, derr := DecodeMessage(fr.Data)
+	m, derr := decodeStreamMessage(fr.Data, *ping)
+	if p, ok := m.(*Ping); ok && fr.Event != "error" {
+		*ping = p
+	}
 	if derr != nil {
 		ev.DecodeErr = derr
 		if onEvent != nil {

@@ -238,6 +238,8 @@ type RepliesOptions struct {
 type Replies struct {
 	rdb  redis.UniversalClient
 	opts RepliesOptions
+	// The options' script arguments, boxed once.
+	maxLenArg, ttlArg, streamTTLArg any
 }
 
 // NewReplies returns a Replies on rdb.
@@ -254,7 +256,8 @@ func NewReplies(rdb redis.UniversalClient, opts RepliesOptions) *Replies {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Replies{rdb: rdb, opts: opts}
+	return &Replies{rdb: rdb, opts: opts,
+		maxLenArg: opts.MaxLen, ttlArg: opts.TTL.Milliseconds(), streamTTLArg: opts.StreamTTL.Milliseconds()}
 }
 
 // Key returns the stream key of c (see the wire format above). It does not
@@ -372,11 +375,30 @@ func (r *Replies) emit(ctx context.Context, c Conversation, ev ReplyEvent, marke
 // and encodes it for replyEmitScript: keys stream, seq[, marker], args
 // maxlen, ttl, stream ttl, then the entry's field/value pairs.
 func (r *Replies) prepare(c Conversation, ev ReplyEvent, marker string) (ReplyEvent, []string, []any, error) {
-	if err := c.Validate(); err != nil {
+	ev, at, data, err := r.complete(c, ev)
+	if err != nil {
 		return ev, nil, nil, err
 	}
+	keys := []string{r.Key(c), r.seqKey(ev.TaskID)}
+	if marker != "" {
+		keys = append(keys, marker)
+	}
+	args := []any{
+		r.opts.MaxLen, r.opts.TTL.Milliseconds(), r.opts.StreamTTL.Milliseconds(),
+		"type", string(ev.Type), "task_id", ev.TaskID, "otid", ev.Otid, "run_id", ev.RunID, "message_id", ev.MessageID,
+		"time", at, "data", data,
+	}
+	return ev, keys, args, nil
+}
+
+// complete validates ev and completes it (Parts, truncated tool return,
+// Time); it returns the entry's time and data fields.
+func (r *Replies) complete(c Conversation, ev ReplyEvent) (_ ReplyEvent, at, data string, err error) {
+	if err := c.Validate(); err != nil {
+		return ev, "", "", err
+	}
 	if err := validateReplyEvent(ev); err != nil {
-		return ev, nil, nil, err
+		return ev, "", "", err
 	}
 	if ev.Type == EventAnswer && ev.Parts == nil && ev.Text != "" {
 		ev.Parts = SplitMessage(ev.Text, r.opts.PartLimits[c.Integration])
@@ -390,20 +412,49 @@ func (r *Replies) prepare(c Conversation, ev ReplyEvent, marker string) (ReplyEv
 		ev.Tool = &t
 	}
 	ev.Time = r.opts.Now().UTC()
-	data, err := json.Marshal(replyDataOf(ev))
+	at, data, err = encodeTimeData(&ev)
+	return ev, at, data, err
+}
+
+// encodeTimeData returns ev's time and data fields. A phase event (a
+// heartbeat: the most frequent of all) is encoded by hand, both fields in
+// one allocation; the bytes are json.Marshal's (TestPhaseDataMatchesJSON).
+func encodeTimeData(ev *ReplyEvent) (at, data string, err error) {
+	var buf [160]byte
+	b := ev.Time.AppendFormat(buf[:0], time.RFC3339Nano)
+	n := len(b)
+	if d, ok := appendPhaseData(b, ev); ok {
+		s := string(d)
+		return s[:n], s[n:], nil
+	}
+	js, err := json.Marshal(replyDataOf(*ev))
 	if err != nil {
-		return ev, nil, nil, fmt.Errorf("queue: encode reply event: %w", err)
+		return "", "", fmt.Errorf("queue: encode reply event: %w", err)
 	}
-	keys := []string{r.Key(c), r.seqKey(ev.TaskID)}
-	if marker != "" {
-		keys = append(keys, marker)
+	return string(b), string(js), nil
+}
+
+// appendPhaseData appends the data field of a phase event that carries
+// only its phase (plain ASCII, nothing to escape) and elapsed time; ok is
+// false for any other event.
+func appendPhaseData(b []byte, ev *ReplyEvent) ([]byte, bool) {
+	if ev.Type != EventPhase || ev.Position != 0 || ev.Text != "" || ev.Narration || len(ev.Parts) > 0 || ev.Tool != nil ||
+		ev.StopReason != "" || ev.Permanent || ev.AnsweredBy != "" || ev.Approval != nil || len(ev.Phase) > 64 {
+		return nil, false
 	}
-	args := []any{
-		r.opts.MaxLen, r.opts.TTL.Milliseconds(), r.opts.StreamTTL.Milliseconds(),
-		"type", string(ev.Type), "task_id", ev.TaskID, "otid", ev.Otid, "run_id", ev.RunID, "message_id", ev.MessageID,
-		"time", ev.Time.Format(time.RFC3339Nano), "data", string(data),
+	for i := 0; i < len(ev.Phase); i++ {
+		if c := ev.Phase[i]; c < 0x20 || c >= 0x80 || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return nil, false
+		}
 	}
-	return ev, keys, args, nil
+	b = append(b, `{"phase":"`...)
+	b = append(b, ev.Phase...)
+	b = append(b, '"')
+	if ms := ev.Elapsed.Milliseconds(); ms != 0 {
+		b = append(b, `,"elapsed_ms":`...)
+		b = strconv.AppendInt(b, ms, 10)
+	}
+	return append(b, '}'), true
 }
 
 // replyEmitManyScript is replyEmitScript for several events (of any turns
@@ -455,52 +506,224 @@ return out
 // preparedEvent is an event encoded for replyEmitManyScript, and where its
 // result goes.
 type preparedEvent struct {
-	ev   ReplyEvent
-	keys []string // stream, seq[, marker]
-	args []any    // the 14 field/value strings
-	// written and ev's ID and Seq are set once the script ran.
+	typ  EventType
+	head *eventHead // keys and the fields before time, boxed
+	// The entry's time and data fields, boxed for the command's arguments.
+	at, data any
+	// written, id (the entry's) and seq are set once the script ran.
 	written bool
+	id      string
+	seq     int64
 	// err: for an event a caller waits for (progress.do), how its round
 	// trip ended (read it only when do did not return errNotWaited).
 	err error
+	// busy: a progress's reusable event (progress.beat) is queued or
+	// being written. Guarded by the writer's mu.
+	busy bool
+}
+
+// eventHead is the front of an event's arguments to replyEmitManyScript,
+// boxed (a string made an interface value is allocated): its keys (stream,
+// seq[, marker]), then the written-once flag and the field/value pairs
+// before "time" (type, task_id, otid, run_id, message_id). It is
+// immutable: a turn's events share one while these stay the same, so that
+// a heartbeat boxes only its time and data.
+type eventHead struct {
+	nkeys int
+	args  []any // keys, then the flag and pairs
+}
+
+func (h *eventHead) keys() []any { return h.args[:h.nkeys] }
+func (h *eventHead) rest() []any { return h.args[h.nkeys:] }
+
+// fits reports whether h is the head of ev with marker, for the
+// conversation h was made for (the caller keeps one head per conversation).
+func (h *eventHead) fits(ev *ReplyEvent, marker string) bool {
+	if h == nil || (marker == "") != (h.nkeys == 2) || (marker != "" && h.args[2] != marker) {
+		return false
+	}
+	r := h.rest()
+	return r[2] == string(ev.Type) && r[4] == ev.TaskID && r[6] == ev.Otid && r[8] == ev.RunID && r[10] == ev.MessageID
+}
+
+func (r *Replies) newHead(c Conversation, ev *ReplyEvent, marker string) *eventHead {
+	h := &eventHead{nkeys: 2}
+	if marker != "" {
+		h.nkeys = 3
+	}
+	h.args = make([]any, 0, h.nkeys+11)
+	h.args = append(h.args, r.Key(c), r.seqKey(ev.TaskID))
+	if marker != "" {
+		h.args = append(h.args, marker)
+	}
+	h.args = append(h.args, boolArg(marker != ""), "type", typeArg(ev.Type), "task_id", ev.TaskID, "otid", ev.Otid,
+		"run_id", ev.RunID, "message_id", ev.MessageID)
+	return h
+}
+
+// typeArg is t boxed, without an allocation for the known types.
+func typeArg(t EventType) any {
+	switch t {
+	case EventPhase:
+		return string(EventPhase)
+	case EventAnswerDelta:
+		return string(EventAnswerDelta)
+	case EventTool:
+		return string(EventTool)
+	case EventAccepted:
+		return string(EventAccepted)
+	case EventAnswer:
+		return string(EventAnswer)
+	case EventApprovalRequired:
+		return string(EventApprovalRequired)
+	case EventError:
+		return string(EventError)
+	}
+	return string(t)
 }
 
 // prepareMany encodes ev (see prepare) for emitManyOp.
 func (r *Replies) prepareMany(c Conversation, ev ReplyEvent, marker string) (*preparedEvent, error) {
-	ev, keys, args, err := r.prepare(c, ev, marker)
-	if err != nil {
+	pe := &preparedEvent{}
+	if err := r.prepareInto(pe, nil, c, ev, marker); err != nil {
 		return nil, err
 	}
-	return &preparedEvent{ev: ev, keys: keys, args: args[3:]}, nil
+	return pe, nil
 }
 
-// emitManyOp writes evs in one call of replyEmitManyScript.
-func (r *Replies) emitManyOp(evs []*preparedEvent) pipelineOp {
-	var keys []string
-	args := []any{r.opts.MaxLen, r.opts.TTL.Milliseconds(), r.opts.StreamTTL.Milliseconds()}
-	for _, pe := range evs {
-		keys = append(keys, pe.keys...)
-		args = append(args, boolArg(len(pe.keys) == 3))
-		args = append(args, pe.args...)
+// prepareInto encodes ev into pe, with the head *last when it fits (else a
+// new one, stored in *last when last is not nil). One last serves one
+// conversation.
+func (r *Replies) prepareInto(pe *preparedEvent, last **eventHead, c Conversation, ev ReplyEvent, marker string) error {
+	ev, at, data, err := r.complete(c, ev)
+	if err != nil {
+		return err
 	}
-	return scriptOp(replyEmitManyScript, keys, args, func(c *redis.Cmd) error {
-		res, err := c.Slice()
-		if err != nil {
-			return fmt.Errorf("queue: emit %d events: %w", len(evs), err)
+	var h *eventHead
+	if last != nil && (*last).fits(&ev, marker) {
+		h = *last
+	} else {
+		h = r.newHead(c, &ev, marker)
+		if last != nil {
+			*last = h
 		}
-		if len(res) != 3*len(evs) {
-			return fmt.Errorf("queue: emit %d events: unexpected script reply of %d values", len(evs), len(res))
+	}
+	// (busy is the progress's, under the writer's lock.)
+	pe.typ, pe.head, pe.at, pe.data = ev.Type, h, at, data
+	pe.written, pe.id, pe.seq, pe.err = false, "", 0, nil
+	return nil
+}
+
+// emitManyOp writes evs in one call of replyEmitManyScript. The command's
+// arguments are one slice of their exact size, taken from args (nil: made
+// when the op runs).
+func (r *Replies) emitManyOp(evs []*preparedEvent, args *argArena) pipelineOp {
+	return func(ctx context.Context, p redis.Pipeliner, sha bool) func() error {
+		var c *redis.Cmd
+		if sha {
+			c = r.emitManyCmd(ctx, evs, args)
+			_ = p.Process(ctx, c) // the error is c's, read below
+		} else {
+			keys, args := r.emitManyArgs(evs)
+			c = replyEmitManyScript.Eval(ctx, p, keys, args...)
 		}
-		for i, pe := range evs {
-			ok, _ := res[3*i].(int64)
-			pe.written = ok == 1
-			if pe.written {
-				pe.ev.ID, _ = res[3*i+1].(string)
-				pe.ev.Seq, _ = res[3*i+2].(int64)
-			}
+		return func() error { return r.readEmitMany(c, evs) }
+	}
+}
+
+// emitManyCmd is EVALSHA of replyEmitManyScript for evs.
+func (r *Replies) emitManyCmd(ctx context.Context, evs []*preparedEvent, arena *argArena) *redis.Cmd {
+	nk, na := 0, 0
+	for _, pe := range evs {
+		nk += pe.head.nkeys
+		na += len(pe.head.args) - pe.head.nkeys + 4
+	}
+	args := arena.take(3 + nk + 3 + na)
+	args = append(args, "evalsha", replyEmitManyScript.Hash(), nk)
+	for _, pe := range evs {
+		args = append(args, pe.head.keys()...)
+	}
+	args = append(args, r.maxLenArg, r.ttlArg, r.streamTTLArg)
+	for _, pe := range evs {
+		args = append(args, pe.head.rest()...)
+		args = append(args, "time", pe.at, "data", pe.data)
+	}
+	c := redis.NewCmd(ctx, args...)
+	c.SetFirstKeyPos(3)
+	return c
+}
+
+// argArena hands out the arguments of a round trip's commands from one
+// array, reused from one round trip to the next (by the writer's goroutine
+// alone: reset it once the round trip's replies are read, when go-redis is
+// done with the commands). A nil arena makes new slices.
+type argArena struct {
+	buf  []any
+	used int
+	want int // what the last round trip needed
+}
+
+// argArenaKeep bounds the array an arena keeps (a round trip of 1,024
+// heartbeats needs about 17,000 arguments).
+const argArenaKeep = 1 << 15
+
+// take returns an empty slice with room for n arguments.
+func (a *argArena) take(n int) []any {
+	if a == nil {
+		return make([]any, 0, n)
+	}
+	a.want += n
+	if a.used+n > len(a.buf) {
+		return make([]any, 0, n)
+	}
+	s := a.buf[a.used : a.used : a.used+n]
+	a.used += n
+	return s
+}
+
+// reset lets go of the arguments handed out, and sizes the array for what
+// the last round trip needed.
+func (a *argArena) reset() {
+	clear(a.buf[:a.used])
+	a.used = 0
+	if a.want > len(a.buf) && a.want <= argArenaKeep {
+		a.buf = make([]any, a.want)
+	}
+	a.want = 0
+}
+
+// emitManyArgs are replyEmitManyScript's keys and args for evs (for EVAL).
+func (r *Replies) emitManyArgs(evs []*preparedEvent) ([]string, []any) {
+	var keys []string
+	args := []any{r.maxLenArg, r.ttlArg, r.streamTTLArg}
+	for _, pe := range evs {
+		for _, k := range pe.head.keys() {
+			keys = append(keys, k.(string))
 		}
-		return nil
-	})
+		args = append(args, pe.head.rest()...)
+		args = append(args, "time", pe.at, "data", pe.data)
+	}
+	return keys, args
+}
+
+// readEmitMany reads replyEmitManyScript's reply into evs.
+func (r *Replies) readEmitMany(c *redis.Cmd, evs []*preparedEvent) error {
+	res, err := c.Slice()
+	if err != nil {
+		return fmt.Errorf("queue: emit %d events: %w", len(evs), err)
+	}
+	if len(res) != 3*len(evs) {
+		return fmt.Errorf("queue: emit %d events: unexpected script reply of %d values", len(evs), len(res))
+	}
+	for i, pe := range evs {
+		ok, _ := res[3*i].(int64)
+		pe.written = ok == 1
+		if pe.written {
+			pe.id, _ = res[3*i+1].(string)
+			pe.seq, _ = res[3*i+2].(int64)
+		}
+	}
+	return nil
 }
 
 func validateReplyEvent(ev ReplyEvent) error {

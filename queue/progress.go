@@ -46,7 +46,35 @@ type writer struct {
 	ready     []*progress // turns with queued items, in the order they became ready
 	running   bool
 	lazyTimer *time.Timer // armed while only lazy items wait
+
+	// Scratch of the writer's goroutine (loop), reused from one round trip
+	// to the next, so that a round trip of heartbeats allocates little
+	// beyond what go-redis reads: the items taken from the turns' queues,
+	// their errors, and the ops that write them.
+	items  []progressItem
+	errs   []error
+	batch  []taken
+	pos    []int
+	evs    []*preparedEvent
+	refs   []itemRef
+	covers []refSpan
+	ops    []pipelineOp
+	args   argArena
 }
+
+// itemRef is an item of a round trip: batch[t].items[i].
+type itemRef struct{ t, i int }
+
+// refSpan is the items an op covers: refs[from:to].
+type refSpan struct{ from, to int }
+
+// writerKeep bounds the scratch the writer keeps between round trips (in
+// items); a burst's larger scratch is let go.
+const writerKeep = 4 * writerMaxItems
+
+// progressKeep bounds the capacity a turn's queue keeps once the writer
+// took its items.
+const progressKeep = 8
 
 func newWriter(rdb redis.UniversalClient, replies *Replies) *writer {
 	wr := &writer{rdb: rdb, replies: replies}
@@ -70,12 +98,21 @@ type progress struct {
 	conv   Conversation
 	failed func(error) // a queued write failed (nobody waits for it)
 
+	// head is the boxed front of the attempt's last event, which the next
+	// shares when its fields are the same (see eventHead). Guarded by hmu.
+	hmu  sync.Mutex
+	head *eventHead
+
 	// guarded by wr.mu
 	queue    []progressItem
 	ready    bool
 	closed   bool
 	noEvents bool // endEvents: the final event is written
 	dropped  int
+	// beat is the last lazy event (a heartbeat), reused for the next one
+	// once it is written (!beat.busy): a thinking turn's beats allocate
+	// little more than their time and data fields.
+	beat *preparedEvent
 }
 
 // progressItem is an event, or other writes (op), or neither (a bare
@@ -106,20 +143,28 @@ func (p *progress) push(ev ReplyEvent) { p.pushEvent(ev, false) }
 func (p *progress) pushLazy(ev ReplyEvent) { p.pushEvent(ev, true) }
 
 func (p *progress) pushEvent(ev ReplyEvent, lazy bool) {
-	pe, err := p.wr.replies.prepareMany(p.conv, ev, "")
+	pe := p.claimEvent(lazy)
+	p.hmu.Lock()
+	err := p.wr.replies.prepareInto(pe, &p.head, p.conv, ev, "")
+	p.hmu.Unlock()
 	if err != nil {
+		p.wr.mu.Lock()
+		pe.busy = false
+		p.wr.mu.Unlock()
 		p.failed(err)
 		return
 	}
 	p.wr.mu.Lock()
 	defer p.wr.mu.Unlock()
 	if p.closed || p.noEvents {
+		pe.busy = false
 		p.dropped++
 		return
 	}
 	if n := p.waitingEvents(); n >= progressMax {
 		p.dropped++
 		if ev.Type == EventPhase {
+			pe.busy = false
 			return
 		}
 		p.dropOne()
@@ -130,6 +175,23 @@ func (p *progress) pushEvent(ev ReplyEvent, lazy bool) {
 		return
 	}
 	p.scheduleLocked()
+}
+
+// claimEvent returns the event to prepare: for a lazy one (a heartbeat) the
+// last lazy one when it is written, marked busy until it is written again.
+func (p *progress) claimEvent(lazy bool) *preparedEvent {
+	if !lazy {
+		return &preparedEvent{}
+	}
+	p.wr.mu.Lock()
+	defer p.wr.mu.Unlock()
+	pe := p.beat
+	if pe == nil || pe.busy {
+		pe = &preparedEvent{}
+		p.beat = pe
+	}
+	pe.busy = true
+	return pe
 }
 
 // pushOnce queues an event written once per marker key (accepted).
@@ -208,7 +270,7 @@ func (p *progress) dropOne() {
 		if it.ev == nil || it.bar != nil {
 			continue
 		}
-		if it.ev.ev.Type == EventPhase {
+		if it.ev.typ == EventPhase {
 			first = j
 			break
 		}
@@ -315,29 +377,62 @@ type taken struct {
 func (wr *writer) loop() {
 	for {
 		wr.mu.Lock()
+		// The scratch lets go of the last round trip's items.
+		clear(wr.items)
+		clear(wr.errs)
+		clear(wr.batch)
+		wr.items, wr.errs, wr.batch = keep(wr.items), keep(wr.errs), keep(wr.batch)
 		if len(wr.ready) == 0 {
-			wr.ready = nil
+			wr.ready = keep(wr.ready)
 			wr.running = false
 			wr.mu.Unlock()
 			return
 		}
-		var batch []taken
 		n, k := 0, 0
 		for ; k < len(wr.ready) && n < writerMaxItems; k++ {
-			p := wr.ready[k]
-			wr.ready[k] = nil
+			n += len(wr.ready[k].queue)
+		}
+		if cap(wr.items) < n {
+			wr.items = make([]progressItem, 0, n)
+		}
+		if cap(wr.errs) < n {
+			wr.errs = make([]error, n)
+		}
+		items, errs, batch := wr.items[:0], wr.errs[:n], wr.batch[:0]
+		for j := range k {
+			p := wr.ready[j]
+			wr.ready[j] = nil
 			p.ready = false
 			if len(p.queue) == 0 {
 				continue
 			}
-			batch = append(batch, taken{p: p, items: p.queue, errs: make([]error, len(p.queue))})
-			n += len(p.queue)
-			p.queue = nil
+			from := len(items)
+			items = append(items, p.queue...)
+			batch = append(batch, taken{p: p, items: items[from:], errs: errs[from:len(items)]})
+			clear(p.queue)
+			p.queue = p.queue[:0]
+			if cap(p.queue) > progressKeep {
+				p.queue = nil
+			}
 		}
-		wr.ready = wr.ready[k:]
+		if k == len(wr.ready) {
+			wr.ready = wr.ready[:0]
+		} else {
+			wr.ready = wr.ready[k:]
+		}
+		wr.items, wr.batch = items, batch
 		wr.mu.Unlock()
 		wr.write(batch)
 	}
+}
+
+// keep empties a scratch slice, keeping its array unless it grew past
+// writerKeep.
+func keep[T any](s []T) []T {
+	if cap(s) > writerKeep {
+		return nil
+	}
+	return s[:0]
 }
 
 // write runs one round trip for batch. The ops are built in rounds so that
@@ -345,33 +440,42 @@ func (wr *writer) loop() {
 // events at the front of every turn's remaining items, then the other ops
 // that follow them.
 func (wr *writer) write(batch []taken) {
-	type ref struct{ t, i int }
-	var ops []pipelineOp
-	var covers [][]ref
-	pos := make([]int, len(batch))
+	ops, covers, refs, evs := wr.ops[:0], wr.covers[:0], wr.refs[:0], wr.evs[:0]
+	if cap(wr.pos) < len(batch) {
+		wr.pos = make([]int, len(batch))
+	}
+	pos := wr.pos[:len(batch)]
+	clear(pos)
+	defer func() {
+		clear(ops)
+		clear(evs)
+		wr.ops, wr.covers, wr.refs, wr.evs = keep(ops), keep(covers), keep(refs), keep(evs)
+		wr.args.reset()
+	}()
 	for {
 		moved := false
-		var evs []*preparedEvent
-		var refs []ref
+		// The ops hold their events' slice: evs and refs only grow
+		// within a round trip (a new array leaves the old one intact).
+		e0, r0 := len(evs), len(refs)
 		for t := range batch {
 			for pos[t] < len(batch[t].items) && batch[t].items[pos[t]].ev != nil {
 				evs = append(evs, batch[t].items[pos[t]].ev)
-				refs = append(refs, ref{t, pos[t]})
+				refs = append(refs, itemRef{t, pos[t]})
 				pos[t]++
 			}
 		}
-		for len(evs) > 0 {
-			m := min(len(evs), writerMaxEvents)
-			ops = append(ops, wr.replies.emitManyOp(evs[:m]))
-			covers = append(covers, refs[:m])
-			evs, refs = evs[m:], refs[m:]
+		for i := e0; i < len(evs); i += writerMaxEvents {
+			j := min(len(evs), i+writerMaxEvents)
+			ops = append(ops, wr.replies.emitManyOp(evs[i:j:j], &wr.args))
+			covers = append(covers, refSpan{r0 + i - e0, r0 + j - e0})
 			moved = true
 		}
 		for t := range batch {
 			for pos[t] < len(batch[t].items) && batch[t].items[pos[t]].ev == nil {
 				if op := batch[t].items[pos[t]].op; op != nil {
 					ops = append(ops, op)
-					covers = append(covers, []ref{{t, pos[t]}})
+					refs = append(refs, itemRef{t, pos[t]})
+					covers = append(covers, refSpan{len(refs) - 1, len(refs)})
 				}
 				pos[t]++
 				moved = true
@@ -387,12 +491,24 @@ func (wr *writer) write(batch []taken) {
 		cancel()
 		for k, err := range errs {
 			if err != nil {
-				for _, r := range covers[k] {
+				for _, r := range refs[covers[k].from:covers[k].to] {
 					batch[r.t].errs[r.i] = err
 				}
 			}
 		}
 	}
+	// The events are written: free again (see progress.beat), before
+	// anyone hears so.
+	wr.mu.Lock()
+	for _, tk := range batch {
+		for _, it := range tk.items {
+			if it.ev != nil && it.ev.busy {
+				it.ev.busy = false
+				it.ev.at, it.ev.data = nil, nil // kept between beats: only the event itself
+			}
+		}
+	}
+	wr.mu.Unlock()
 	for _, tk := range batch {
 		var lost error
 		for i, it := range tk.items {

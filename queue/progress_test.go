@@ -195,8 +195,8 @@ func TestWriterBatchesTurnsInOrder(t *testing.T) {
 				if i == 0 {
 					want++ // and the first phase event
 				}
-				if !pe.written || pe.ev.Seq != want {
-					done <- fmt.Errorf("turn %d: final written %v seq %d", i, pe.written, pe.ev.Seq)
+				if !pe.written || pe.seq != want {
+					done <- fmt.Errorf("turn %d: final written %v seq %d", i, pe.written, pe.seq)
 					return
 				}
 				done <- nil
@@ -291,7 +291,7 @@ func TestRunOpsAfterScriptFlush(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for i, err := range runOps(ctx, b.rdb, []pipelineOp{r.emitManyOp(evs[:2]), save, r.emitManyOp(evs[2:])}) {
+		for i, err := range runOps(ctx, b.rdb, []pipelineOp{r.emitManyOp(evs[:2], nil), save, r.emitManyOp(evs[2:], nil)}) {
 			if err != nil {
 				t.Fatalf("op %d: %v", i, err)
 			}

@@ -71,6 +71,8 @@ type Config struct {
 	// HeapProfile, when set, is where a heap profile is written once all
 	// Concurrent turns are in flight (a goroutine profile goes beside it, with
 	// ".goroutine" appended): what an in-flight turn costs, by allocation site.
+	// A second one (".steady") follows while the turns only think: diffed
+	// against the first, it shows what a thinking turn allocates, by site.
 	HeapProfile string
 	// StreamTransport of the worker's agent client.
 	StreamTransport agentclient.StreamTransport
@@ -704,7 +706,7 @@ func concurrency(ctx context.Context, c Config, rco asynq.RedisClientOpt, run st
 	baseG := runtime.NumGoroutine()
 	r.Concurrent = c.Concurrent
 	var peak atomic.Uint64
-	measured := false
+	measured, steadyWritten := false, false
 	var measuredAt time.Time
 	var allocAt uint64
 	var tripsAt, cmdsAt int64
@@ -754,6 +756,10 @@ func concurrency(ctx context.Context, c Config, rco asynq.RedisClientOpt, run st
 					var m runtime.MemStats
 					runtime.ReadMemStats(&m)
 					r.AllocPerTurnSecond = uint64(float64(m.TotalAlloc-allocAt) / float64(c.Concurrent) / time.Since(measuredAt).Seconds())
+				}
+				if measured && !steadyWritten && c.HeapProfile != "" && time.Since(measuredAt) >= min(c.Think/2, 20*time.Second) && cnt.inFlight.Load() == int64(c.Concurrent) {
+					steadyWritten = true
+					writeSteadyProfile(c.HeapProfile+".steady", time.Since(measuredAt), log)
 				}
 			}
 		}
@@ -856,6 +862,23 @@ func gcSettings() string {
 		limit = fmt.Sprintf("%d MiB", l>>20)
 	}
 	return "GOGC " + gogc + ", GOMEMLIMIT " + limit
+}
+
+// writeSteadyProfile writes a second heap profile while the turns only think:
+// its alloc_space less the first profile's (go tool pprof -sample_index
+// alloc_space -diff_base FILE FILE.steady) is what thinking turns allocate.
+func writeSteadyProfile(path string, after time.Duration, log io.Writer) {
+	runtime.GC() // publishes the allocations up to now
+	f, err := os.Create(path)
+	if err != nil {
+		fmt.Fprintf(log, "  profile: %v\n", err)
+		return
+	}
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		fmt.Fprintf(log, "  profile: %v\n", err)
+	}
+	_ = f.Close()
+	fmt.Fprintf(log, "  wrote %s, %.0fs after the first\n", path, after.Seconds())
 }
 
 func sub(a, b uint64) uint64 {

@@ -1,0 +1,182 @@
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/lettaq/lettaq/internal/testredis"
+)
+
+// BenchmarkHeartbeat measures what a thinking turn's heartbeat costs the
+// worker: each op is one beat of every one of 1,000 turns (the phase
+// repeated, as Heartbeat emits it every 4 s), queued lazily and written by
+// the writer in one round trip, as they are in a worker. allocs/beat and
+// B/beat are per turn's beat: encoding, queueing, the pipeline, the reply.
+// Redis: REDIS_URL or 127.0.0.1:6379 when it answers, else miniredis.
+func BenchmarkHeartbeat(b *testing.B) {
+	const turns = 1000
+	srv := testredis.New(b)
+	rdb := srv.Client(b)
+	prefix := "lettaqbench:" + uuid.NewString() + ":"
+	defer func() {
+		ctx := context.Background()
+		var keys []string
+		it := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+		for it.Next(ctx) {
+			keys = append(keys, it.Val())
+		}
+		for len(keys) > 0 {
+			n := min(len(keys), 500)
+			rdb.Del(ctx, keys[:n]...)
+			keys = keys[n:]
+		}
+	}()
+	r := NewReplies(rdb, RepliesOptions{Prefix: prefix, MaxLen: 16})
+	wr := newWriter(rdb, r)
+	ps := make([]*progress, turns)
+	evs := make([]ReplyEvent, turns)
+	for i := range ps {
+		ps[i] = wr.newProgress(Conversation{Integration: "bench", ChatID: fmt.Sprintf("chat-%d", i)}, func(err error) { b.Error(err) })
+		evs[i] = ReplyEvent{Type: EventPhase, Phase: PhaseStreaming, TaskID: "turn:bench:" + uuid.NewString(),
+			Otid: uuid.NewString(), RunID: "run-" + uuid.NewString(), MessageID: fmt.Sprintf("m-%d", i)}
+	}
+	beat := func(k int) {
+		for i, p := range ps {
+			ev := evs[i]
+			ev.Elapsed = 4 * time.Second * time.Duration(1+k)
+			p.pushLazy(ev)
+		}
+		ps[0].flush(context.Background()) // writes every turn's beat now
+	}
+	for k := range 3 {
+		beat(k)
+	}
+	b.ReportAllocs()
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	b.ResetTimer()
+	for k := range b.N {
+		beat(k)
+	}
+	b.StopTimer()
+	runtime.ReadMemStats(&m1)
+	beats := float64(b.N * turns)
+	b.ReportMetric(float64(m1.Mallocs-m0.Mallocs)/beats, "allocs/beat")
+	b.ReportMetric(float64(m1.TotalAlloc-m0.TotalAlloc)/beats, "B/beat")
+	for _, p := range ps {
+		p.close()
+	}
+}
+
+// TestPhaseDataMatchesJSON: the phase event's data, encoded by hand, is
+// the bytes json.Marshal makes; events it cannot encode fall back to it.
+func TestPhaseDataMatchesJSON(t *testing.T) {
+	at := time.Date(2026, 11, 26, 6, 0, 0, 123456789, time.UTC)
+	for _, ev := range []ReplyEvent{
+		{Type: EventPhase, Phase: PhaseThinking, Elapsed: 4 * time.Second},
+		{Type: EventPhase, Phase: PhaseStreaming},
+		{Type: EventPhase, Phase: PhaseToolRunning, Elapsed: 1500 * time.Microsecond},
+		{Type: EventPhase, Phase: PhaseContinuing, Elapsed: -3 * time.Millisecond},
+		{Type: EventPhase, Phase: "a<b>&\"c\"\\", Elapsed: time.Hour},
+		{Type: EventPhase, Phase: "\u00e9t\u00e9\n", Elapsed: time.Second},
+		{Type: EventPhase, Phase: "awaiting_approval", Position: 2, StopReason: "x"},
+		{Type: EventAccepted, Phase: PhaseQueued},
+		{Type: EventAnswerDelta, Text: "hi"},
+	} {
+		ev.Time = at
+		gotAt, gotData, err := encodeTimeData(&ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := json.Marshal(replyDataOf(ev))
+		if gotData != string(want) || gotAt != at.Format(time.RFC3339Nano) {
+			t.Errorf("%+v: got %s %s, want %s %s", ev, gotAt, gotData, at.Format(time.RFC3339Nano), want)
+		}
+	}
+}
+
+// TestHeartbeatPrepareAllocs pins what encoding a heartbeat costs once the
+// turn's head is boxed: its time and data (one string) and their two
+// interface values.
+func TestHeartbeatPrepareAllocs(t *testing.T) {
+	r := NewReplies(nil, RepliesOptions{})
+	c := Conversation{Integration: "telegram", ChatID: "42"}
+	ev := ReplyEvent{Type: EventPhase, Phase: PhaseThinking, TaskID: "turn:telegram:42:1", Otid: "otid-1", RunID: "run-1", MessageID: "m-1"}
+	var pe preparedEvent
+	var head *eventHead
+	if err := r.prepareInto(&pe, &head, c, ev, ""); err != nil {
+		t.Fatal(err)
+	}
+	first := head
+	n := testing.AllocsPerRun(100, func() {
+		ev.Elapsed += 4 * time.Second
+		if err := r.prepareInto(&pe, &head, c, ev, ""); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if head != first {
+		t.Error("a repeated heartbeat did not reuse the turn's head")
+	}
+	if n > 3 {
+		t.Errorf("a heartbeat's encoding allocates %.1f times, want at most 3", n)
+	}
+	// A field that changes (the run id, learned late) makes a new head.
+	ev.RunID = "run-2"
+	if err := r.prepareInto(&pe, &head, c, ev, ""); err != nil {
+		t.Fatal(err)
+	}
+	if r := head.rest(); head == first || r[7] != "run_id" || r[8] != "run-2" {
+		t.Errorf("head after a new run id: %v", head.args)
+	}
+}
+
+// TestHeartbeatsReuseAndKeepFields: a turn's heartbeats, written one round
+// trip after another (each reusing the last's event), land in its stream
+// with every field, including a run id learned between two beats.
+func TestHeartbeatsReuseAndKeepFields(t *testing.T) {
+	rjEach(t, func(t *testing.T, b rjBackend) {
+		wr, r, _ := gatedWriter(b, nil)
+		c := Conversation{Integration: "test", ChatID: "beats"}
+		p := wr.newProgress(c, func(err error) { t.Error(err) })
+		defer p.close()
+		var beats []*preparedEvent
+		for i := range 4 {
+			ev := ReplyEvent{Type: EventPhase, Phase: PhaseThinking, TaskID: "t-beats", Otid: "o", MessageID: "m",
+				Elapsed: time.Duration(i+1) * 4 * time.Second}
+			if i >= 2 {
+				ev.RunID = "run-late"
+			}
+			p.pushLazy(ev)
+			wr.mu.Lock()
+			beats = append(beats, p.beat)
+			wr.mu.Unlock()
+			p.flush(context.Background())
+		}
+		if beats[0] != beats[1] || beats[1] != beats[3] {
+			t.Error("a written heartbeat's event was not reused")
+		}
+		evs, _, err := r.Read(context.Background(), c, "0", 100, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(evs) != 4 {
+			t.Fatalf("%d events, want 4", len(evs))
+		}
+		for i, ev := range evs {
+			wantRun := ""
+			if i >= 2 {
+				wantRun = "run-late"
+			}
+			if ev.Type != EventPhase || ev.Phase != PhaseThinking || ev.TaskID != "t-beats" || ev.Otid != "o" || ev.MessageID != "m" ||
+				ev.RunID != wantRun || ev.Seq != int64(i+1) || ev.Elapsed != time.Duration(i+1)*4*time.Second || ev.Time.IsZero() {
+				t.Errorf("event %d: %+v", i, ev)
+			}
+		}
+	})
+}
