@@ -1,0 +1,149 @@
+package queue
+
+import (
+	"context"
+
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lettaq/lettaq/internal/testredis"
+)
+
+// emitManyTableUnpack is replyEmitManyScript as it was before 2026-11-26
+// (each event's XADD arguments built in a table and unpacked, the
+// stream's expiry set per event): BenchmarkEmitScript's baseline.
+var emitManyTableUnpack = redis.NewScript(`
+local maxlen = ARGV[1]
+local ttl = tonumber(ARGV[2])
+local sttl = tonumber(ARGV[3])
+local out = {}
+local k, a = 1, 4
+while a <= #ARGV do
+  local once = ARGV[a] == '1'
+  local stream, seqk = KEYS[k], KEYS[k + 1]
+  local marker = nil
+  if once then marker = KEYS[k + 2]; k = k + 3 else k = k + 2 end
+  if once and redis.call('EXISTS', marker) == 1 then
+    out[#out + 1] = 0; out[#out + 1] = ''; out[#out + 1] = 0
+  else
+    local seq = redis.call('INCR', seqk)
+    if ttl > 0 and seq == 1 then redis.call('PEXPIRE', seqk, ttl) end
+    local args = {stream, 'MAXLEN', '~', maxlen, '*'}
+    for i = a + 1, a + 10 do args[#args + 1] = ARGV[i] end
+    args[#args + 1] = 'seq'
+    args[#args + 1] = tostring(seq)
+    for i = a + 11, a + 14 do args[#args + 1] = ARGV[i] end
+    local id = redis.call('XADD', unpack(args))
+    if sttl > 0 then redis.call('PEXPIRE', stream, sttl) end
+    if once then
+      if ttl > 0 then redis.call('SET', marker, id, 'PX', ttl) else redis.call('SET', marker, id) end
+    end
+    out[#out + 1] = 1; out[#out + 1] = id; out[#out + 1] = seq
+  end
+  a = a + 15
+end
+return out
+`)
+
+// BenchmarkEmitScript measures what Redis spends running the reply events
+// of one instant turn: each op is one call of replyEmitManyScript with the
+// 7 events of one turn in one stream (connecting, streaming, thinking, a
+// narration delta, streaming, the answer delta, the answer), and the same
+// call of its earlier form (table-unpack) as the baseline. It reports
+// Redis's own time per call, redis-µs/call, from INFO commandstats (the
+// script's usec over its calls; meaningful on a Redis nothing else uses at
+// the time; miniredis reports none).
+func BenchmarkEmitScript(b *testing.B) {
+	srv := testredis.New(b)
+	rdb := srv.Client(b)
+	ctx := context.Background()
+	prefix := "lettaqbench:" + uuid.NewString() + ":"
+	defer func() {
+		it := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+		for it.Next(ctx) {
+			rdb.Del(ctx, it.Val())
+		}
+	}()
+	r := NewReplies(rdb, RepliesOptions{Prefix: prefix, MaxLen: 1000})
+	c := Conversation{Integration: "bench", ChatID: "emit"}
+	task, otid, run := "turn:bench:"+uuid.NewString(), uuid.NewString(), "run-"+uuid.NewString()
+	evs := []ReplyEvent{
+		{Type: EventPhase, Phase: "connecting"},
+		{Type: EventPhase, Phase: PhaseStreaming},
+		{Type: EventPhase, Phase: "thinking"},
+		{Type: EventAnswerDelta, Text: "The user wrote to me. I will answer.", Narration: true},
+		{Type: EventPhase, Phase: PhaseStreaming},
+		{Type: EventAnswerDelta, Text: "ok"},
+		{Type: EventAnswer, Text: "ok", StopReason: "end_turn"},
+	}
+	prepared := make([]*preparedEvent, len(evs))
+	for i, ev := range evs {
+		ev.TaskID, ev.Otid, ev.RunID = task, otid, run
+		pe, err := r.prepareMany(c, ev, "")
+		if err != nil {
+			b.Fatal(err)
+		}
+		prepared[i] = pe
+	}
+	op := r.emitManyOp(prepared, nil)
+	keys, args := r.emitManyArgs(prepared)
+	for _, v := range []struct {
+		name string
+		emit func() error
+	}{
+		{"direct", func() error {
+			if errs := runOps(ctx, rdb, []pipelineOp{op}); len(errs) > 0 {
+				return errs[0]
+			}
+			return nil
+		}},
+		{"table-unpack", func() error { return emitManyTableUnpack.Run(ctx, rdb, keys, args...).Err() }},
+	} {
+		b.Run(v.name, func(b *testing.B) {
+			if err := v.emit(); err != nil { // loads the script
+				b.Fatal(err)
+			}
+			calls0, us0 := evalshaStats(ctx, rdb)
+			b.ResetTimer()
+			for range b.N {
+				if err := v.emit(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			if calls1, us1 := evalshaStats(ctx, rdb); calls1 > calls0 {
+				b.ReportMetric(float64(us1-us0)/float64(calls1-calls0), "redis-µs/call")
+			}
+		})
+	}
+}
+
+// evalshaStats reads EVALSHA's calls and usec from INFO commandstats (0, 0
+// when the server does not report them).
+func evalshaStats(ctx context.Context, rdb redis.UniversalClient) (calls, usec int64) {
+	info, err := rdb.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return 0, 0
+	}
+	for _, line := range strings.Split(info, "\n") {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:")
+		if !ok {
+			continue
+		}
+		for _, f := range strings.Split(rest, ",") {
+			k, v, _ := strings.Cut(f, "=")
+			n, _ := strconv.ParseInt(v, 10, 64)
+			switch k {
+			case "calls":
+				calls = n
+			case "usec":
+				usec = n
+			}
+		}
+	}
+	return calls, usec
+}
