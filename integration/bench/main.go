@@ -179,6 +179,12 @@ type Results struct {
 	TurnDequeue, NoopDequeue time.Duration
 	// Redis's main thread CPU (INFO cpu) per instant turn and per no-op task.
 	TurnRedisTime, NoopRedisTime time.Duration
+	// CPU per instant turn and per no-op task: the bench's process (the
+	// worker and the enqueuing client; for no-op tasks the bare Asynq server
+	// and client), the simulator's process (a child unless SimInProcess), and
+	// how busy the machine was meanwhile. On a machine whose CPUs are all
+	// busy, throughput follows the CPU that all processes spend per turn.
+	TurnCPU, NoopCPU cpuSpent
 	// ThinkCmdsPerMin: Redis commands per minute per thinking turn (the
 	// worker, every turn in flight); ThinkTripsPerMin the round trips.
 	ThinkCmdsPerMin, ThinkTripsPerMin float64
@@ -237,6 +243,16 @@ func (r *Results) Table() string {
 		if r.TurnRedisTime > 0 && r.NoopRedisTime > 0 {
 			fmt.Fprintf(&b, "| Redis main thread CPU per instant turn (INFO cpu) | %.0f µs | %.0f µs per no-op task | %.0f µs |\n",
 				float64(r.TurnRedisTime)/1e3, float64(r.NoopRedisTime)/1e3, float64(r.TurnRedisTime-r.NoopRedisTime)/1e3)
+		}
+		if r.TurnCPU.Self > 0 && r.NoopCPU.Self > 0 {
+			fmt.Fprintf(&b, "| bench process CPU per instant turn (worker + enqueuing client) | %.0f µs | %.0f µs per no-op task (server + client) | %.0f µs |\n",
+				float64(r.TurnCPU.Self)/1e3, float64(r.NoopCPU.Self)/1e3, float64(r.TurnCPU.Self-r.NoopCPU.Self)/1e3)
+		}
+		if r.TurnCPU.ChildOK {
+			fmt.Fprintf(&b, "| simulator process CPU per instant turn (Letta's part: not lettaq's) | %.0f µs | | |\n", float64(r.TurnCPU.Child)/1e3)
+		}
+		if r.TurnCPU.Busy > 0 && r.NoopCPU.Busy > 0 {
+			fmt.Fprintf(&b, "| machine CPU busy during the run (all %d CPUs) | %.0f%% | %.0f%% | |\n", runtime.NumCPU(), 100*r.TurnCPU.Busy, 100*r.NoopCPU.Busy)
 		}
 		if r.TurnDequeue > 0 && r.NoopDequeue > 0 {
 			fmt.Fprintf(&b, "| Asynq's dequeue round trip, mean (one at a time: it paces task starts) | %.0f µs | %.0f µs | %.1f× |\n",
@@ -479,6 +495,7 @@ func overhead(ctx context.Context, c Config, rco asynq.RedisClientOpt, rdb *redi
 
 func throughput(ctx context.Context, c Config, rco asynq.RedisClientOpt, rdb *redis.Client, run string, r *Results, log io.Writer) error {
 	var simURL string
+	simPID := 0
 	if c.SimInProcess {
 		sim := lettasim.NewServer(lettasim.Config{AutoCreateAgents: true, DefaultScript: lettasim.QuickScript("ok")})
 		defer sim.Close()
@@ -489,7 +506,7 @@ func throughput(ctx context.Context, c Config, rco asynq.RedisClientOpt, rdb *re
 			return err
 		}
 		defer child.stop()
-		simURL = child.url
+		simURL, simPID = child.url, child.cmd.Process.Pid
 	}
 	qname, prefix := "bench-tp-"+run, "lettaq-bench-"+run+":"
 	cnt := newCounter(c.Throughput)
@@ -514,6 +531,7 @@ func throughput(ctx context.Context, c Config, rco asynq.RedisClientOpt, rdb *re
 			return err
 		}
 	}
+	cpu0 := markCPU(simPID)
 	t0 := time.Now()
 	if err := parallel(c.Throughput, func(i int) error {
 		_, err := client.Enqueue(ctx, queue.Message{AgentID: benchAgent(2, i%64), Text: "hi",
@@ -530,6 +548,7 @@ func throughput(ctx context.Context, c Config, rco asynq.RedisClientOpt, rdb *re
 		return fmt.Errorf("only %d of %d turns finished", cnt.answered.Load(), c.Throughput)
 	}
 	r.TurnsPerSec = float64(c.Throughput) / time.Since(t0).Seconds()
+	r.TurnCPU = spentCPU(cpu0, markCPU(simPID), c.Throughput)
 	trips1, cmds1 := rc.snapshot()
 	if c.CPUProfile != "" {
 		pprof.StopCPUProfile()
@@ -566,6 +585,7 @@ func throughput(ctx context.Context, c Config, rco asynq.RedisClientOpt, rdb *re
 	trips0, cmds0 = nc.snapshot()
 	nc.dequeueRTT()
 	rt0, _ = redisServerTime(ctx, rdb)
+	cpu0 = markCPU(0)
 	t0 = time.Now()
 	if err := parallel(c.Throughput, func(i int) error {
 		_, err := ac.EnqueueContext(ctx, asynq.NewTask("noop", []byte(`{"i":1}`)), asynq.Queue(nq),
@@ -580,6 +600,7 @@ func throughput(ctx context.Context, c Config, rco asynq.RedisClientOpt, rdb *re
 		return fmt.Errorf("only %d no-op tasks ran", n.Load())
 	}
 	r.NoopPerSec = float64(c.Throughput) / time.Since(t0).Seconds()
+	r.NoopCPU = spentCPU(cpu0, markCPU(0), c.Throughput)
 	trips1, cmds1 = nc.snapshot()
 	r.NoopTrips, r.NoopCmds = float64(trips1-trips0)/float64(c.Throughput), float64(cmds1-cmds0)/float64(c.Throughput)
 	r.NoopDequeue = nc.dequeueRTT()

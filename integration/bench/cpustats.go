@@ -1,0 +1,113 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// cpuMark is where the CPU clocks stood at one moment: this process's CPU
+// (the worker and the enqueuing client of a run, or the bare Asynq server
+// and client), a child's (the simulator), and the machine's busy and total
+// time (/proc/stat). Two marks give the CPU each spent in between.
+type cpuMark struct {
+	self, child      time.Duration
+	busy, total      time.Duration
+	childOK, statsOK bool
+}
+
+// clockTick is USER_HZ, the unit of /proc's CPU times (100 on Linux).
+const clockTick = 10 * time.Millisecond
+
+func markCPU(childPID int) cpuMark {
+	var m cpuMark
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
+		m.self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	if childPID > 0 {
+		m.child, m.childOK = procCPU(childPID)
+	}
+	m.busy, m.total, m.statsOK = machineCPU()
+	return m
+}
+
+// procCPU reads a process's user + system time from /proc/<pid>/stat.
+func procCPU(pid int) (time.Duration, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, false
+	}
+	// The command name is in parentheses and may hold spaces: count fields
+	// after the last ')'. utime and stime are fields 14 and 15 (1-based),
+	// i.e. the 12th and 13th after it.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return 0, false
+	}
+	u, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, false
+	}
+	return time.Duration(u+st) * clockTick, true
+}
+
+// machineCPU reads the machine's busy and total CPU time, all CPUs, from
+// /proc/stat (busy = total less idle and iowait).
+func machineCPU() (busy, total time.Duration, ok bool) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0, false
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 6 || f[0] != "cpu" {
+		return 0, 0, false
+	}
+	var sum, idle int64
+	for i, v := range f[1:] {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, 0, false
+		}
+		if i >= 8 { // guest times are already counted in user and nice
+			break
+		}
+		sum += n
+		if i == 3 || i == 4 { // idle, iowait
+			idle += n
+		}
+	}
+	return time.Duration(sum-idle) * clockTick, time.Duration(sum) * clockTick, true
+}
+
+// cpuSpent is what each clock advanced from a to b, per unit of n.
+type cpuSpent struct {
+	Self, Child time.Duration // per unit
+	Busy        float64       // the machine's busy share, 0..1 (of all its CPUs)
+	ChildOK     bool
+}
+
+func spentCPU(a, b cpuMark, n int) cpuSpent {
+	var s cpuSpent
+	if n <= 0 {
+		return s
+	}
+	s.Self = (b.self - a.self) / time.Duration(n)
+	if a.childOK && b.childOK {
+		s.Child, s.ChildOK = (b.child-a.child)/time.Duration(n), true
+	}
+	if a.statsOK && b.statsOK && b.total > a.total {
+		s.Busy = float64(b.busy-a.busy) / float64(b.total-a.total)
+	}
+	return s
+}
