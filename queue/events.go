@@ -79,7 +79,10 @@ import (
 // the worker writes it with one atomic script that first checks, then sets,
 // the marker <prefix>answered:<task_id>. A consumer may still see progress
 // events (phase, tool, answer_delta, error with permanent false) of several
-// attempts; they are progress only, and their seq keeps increasing.
+// attempts; they are progress only, and their seq keeps increasing. A phase
+// event (but awaiting_approval) still waiting to be written when the turn's
+// next event comes is replaced by it (see progress): under load a consumer
+// sees fewer phases, never a stale one after a newer event.
 //
 // Reading from any language: XREAD BLOCK 5000 STREAMS <key> <last-id>, start
 // with "0" for the whole history or "$" for new events only, then pass the id
@@ -512,6 +515,10 @@ type preparedEvent struct {
 	at, data any
 	// written, id (the entry's) and seq are set once the script ran.
 	written bool
+	// passing: a phase that says only what the turn is doing now (no
+	// approval): the turn's next event replaces it while it waits (see
+	// progress.supersedeLocked).
+	passing bool
 	id      string
 	seq     int64
 	// err: for an event a caller waits for (progress.do), how its round
@@ -610,6 +617,7 @@ func (r *Replies) prepareInto(pe *preparedEvent, last **eventHead, c Conversatio
 	}
 	// (busy is the progress's, under the writer's lock.)
 	pe.typ, pe.head, pe.at, pe.data = ev.Type, h, at, data
+	pe.passing = ev.Type == EventPhase && ev.Approval == nil && ev.Phase != PhaseAwaitingApproval
 	pe.written, pe.id, pe.seq, pe.err = false, "", 0, nil
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -13,7 +14,8 @@ import (
 // The turn journal: key layout.
 //
 // With the default prefix "lettaq:" (all keys expire after Retention, which
-// every write refreshes):
+// every write of them refreshes; a turn writes its otid key and an index
+// entry with the first save that needs them, not again: see journalIndexed):
 //
 //	lettaq:journal:turn:<task_id>     STRING  the TurnRecord as one JSON value (SET … PX)
 //	lettaq:journal:intents:<task_id>  LIST    one JSON Intent per attempt that meant to
@@ -424,7 +426,7 @@ for i = 4, #KEYS do
     end
     if added > 0 then redis.call('ZREMRANGEBYRANK', KEYS[i], 0, -keep - 1) end
     redis.call('PEXPIRE', KEYS[i], ttl)
-  else
+  elseif ARGV[i + 5] == '0' then
     redis.call('ZREM', KEYS[i], ARGV[2])
   end
 end
@@ -436,7 +438,7 @@ return 1
 // rec is not modified; the stored copy gets UpdatedAt, and QueueWait and
 // Latency when they are zero and can be computed.
 func (j *Journal) Save(ctx context.Context, rec *TurnRecord) error {
-	keys, args, err := j.saveArgs(rec, false)
+	keys, args, err := j.saveArgs(rec, false, nil)
 	if err != nil {
 		return err
 	}
@@ -450,21 +452,78 @@ func (j *Journal) Save(ctx context.Context, rec *TurnRecord) error {
 // writes nothing over a record whose outcome is final (answered, failed,
 // approval_required): an attempt that does not know whether its finish
 // reached Redis journals its retry that way.
-func (j *Journal) saveOp(rec *TurnRecord, keepFinished bool) (pipelineOp, error) {
-	keys, args, err := j.saveArgs(rec, keepFinished)
+//
+// ix (nil: none) is what the turn knows of its record's index entries: the
+// save skips what is surely there already and what surely is not, and ix
+// learns what the save wrote once it ran.
+func (j *Journal) saveOp(rec *TurnRecord, keepFinished bool, ix *journalIndexed) (pipelineOp, error) {
+	keys, args, err := j.saveArgs(rec, keepFinished, ix)
 	if err != nil {
 		return nil, err
 	}
+	wrote := journalIndexedBits(rec)
 	return scriptOp(journalSaveScript, keys, args, func(c *redis.Cmd) error {
 		if err := c.Err(); err != nil {
 			return fmt.Errorf("queue: journal save %s: %w", rec.TaskID, err)
+		}
+		if n, _ := c.Int64(); n == 1 && ix != nil {
+			ix.sure.Or(wrote)
 		}
 		return nil
 	}), nil
 }
 
-// saveArgs encodes rec for journalSaveScript.
-func (j *Journal) saveArgs(rec *TurnRecord, keepFinished bool) (keys []string, args []any, err error) {
+// journalIndexed is what one attempt knows of its turn's index entries
+// (and of its otid key), as bits of journalFilters: maybe, the indexes the
+// record may be in (an attempt's saves remove it only from those: a flag
+// that a record loses is rare, as they only grow but for the outcome);
+// sure, those it is in, and the otid key written, because a save of the
+// record with those flags ran (this attempt's, or the earlier one whose
+// record the attempt read: the record and its entries are written by one
+// script). A later save then skips the index entry and the otid key: a
+// plain turn's second save writes only the record. An index entry and the
+// otid key thus keep the expiry of the save that wrote them, which is
+// Retention from the turn's first save: turns last minutes, Retention days.
+type journalIndexed struct{ maybe, sure atomic.Uint32 }
+
+// journalFilters are the filters in the order of the save script's index
+// keys: FilterAll, then journalFlagFilters.
+var journalFilters = append([]Filter{FilterAll}, journalFlagFilters...)
+
+// journalMatches is the bits of journalFilters that rec matches.
+func journalMatches(rec *TurnRecord) uint32 {
+	var m uint32
+	for i, f := range journalFilters {
+		if f.Match(rec) {
+			m |= 1 << i
+		}
+	}
+	return m
+}
+
+// journalIndexedBits is journalMatches, less FilterAll's bit when the
+// turn's time is not known yet: a later save moves its entry to that time.
+func journalIndexedBits(rec *TurnRecord) uint32 {
+	m := journalMatches(rec)
+	if _, known := journalTurnTime(rec); !known {
+		m &^= 1
+	}
+	return m
+}
+
+// init sets ix to the index state of a record read from the journal (nil
+// or without a task id: none yet).
+func (ix *journalIndexed) init(read *TurnRecord) {
+	var maybe, sure uint32
+	if read != nil && read.TaskID != "" {
+		maybe, sure = journalMatches(read), journalIndexedBits(read)
+	}
+	ix.maybe.Store(maybe)
+	ix.sure.Store(sure)
+}
+
+// saveArgs encodes rec for journalSaveScript; ix: see saveOp.
+func (j *Journal) saveArgs(rec *TurnRecord, keepFinished bool, ix *journalIndexed) (keys []string, args []any, err error) {
 	if rec == nil || rec.TaskID == "" {
 		return nil, nil, errors.New("queue: journal save: record has no task id")
 	}
@@ -486,14 +545,33 @@ func (j *Journal) saveArgs(rec *TurnRecord, keepFinished bool) (keys []string, a
 	if !known {
 		score = now.UnixMilli()
 	}
-	filters := append([]Filter{FilterAll}, journalFlagFilters...)
-	keys = make([]string, 0, 3+len(filters))
+	// Per index: "1" add (or move: ZADD), "0" remove, "-" leave as it is.
+	maybe, sure := uint32(1<<len(journalFilters)-1), uint32(0)
+	if ix != nil {
+		maybe, sure = ix.maybe.Load(), ix.sure.Load()
+		ix.maybe.Or(journalMatches(&r))
+	}
+	otid := r.Otid
+	if sure&1 != 0 {
+		otid = "" // written with the record's first index entry
+	}
+	keys = make([]string, 0, 3+len(journalFilters))
 	keys = append(keys, j.recordKey(r.TaskID), j.otidKey(r.Otid), j.intentsKey(r.TaskID))
-	args = make([]any, 0, 7+len(filters))
-	args = append(args, b, r.TaskID, r.Otid, j.opts.Retention.Milliseconds(), score, boolArg(known), j.opts.MaxIndex, boolArg(keepFinished))
-	for _, f := range filters {
+	args = make([]any, 0, 7+len(journalFilters))
+	args = append(args, b, r.TaskID, otid, j.opts.Retention.Milliseconds(), score, boolArg(known), j.opts.MaxIndex, boolArg(keepFinished))
+	for i, f := range journalFilters {
 		keys = append(keys, j.indexKey(f))
-		args = append(args, boolArg(f.Match(&r)))
+		bit := uint32(1) << i
+		switch {
+		case f.Match(&r) && sure&bit == 0:
+			args = append(args, "1")
+		case f.Match(&r):
+			args = append(args, "-")
+		case maybe&bit != 0:
+			args = append(args, "0")
+		default:
+			args = append(args, "-")
+		}
 	}
 	return keys, args, nil
 }

@@ -472,3 +472,97 @@ func TestLiveIntents(t *testing.T) {
 		})
 	}
 }
+
+// A turn's saves write each index entry and the otid key once: a later save of the same turn
+// (or of a turn whose record the attempt read) writes only the record, adds the entries of the
+// flags it gained, and removes only entries the record may have had; a save that did not run
+// (a finished record kept) teaches nothing.
+func TestJournalSavesSkipKnownIndexEntries(t *testing.T) {
+	rjEach(t, func(t *testing.T, b rjBackend) {
+		ctx := context.Background()
+		j := NewJournal(b.rdb, JournalOptions{Prefix: b.prefix})
+		save := func(rec *TurnRecord, keepFinished bool, ix *journalIndexed) []any {
+			t.Helper()
+			_, args, err := j.saveArgs(rec, keepFinished, ix)
+			if err != nil {
+				t.Fatal(err)
+			}
+			op, err := j.saveOp(rec, keepFinished, ix)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if errs := runOps(ctx, b.rdb, []pipelineOp{op}); errs[0] != nil {
+				t.Fatal(errs[0])
+			}
+			return args
+		}
+		// The index arguments: otid, then per journalFilters "1" add, "0" remove, "-" leave.
+		idx := func(args []any) string {
+			s := fmt.Sprint(args[2] != "")
+			for _, a := range args[8:] {
+				s += " " + a.(string)
+			}
+			return s
+		}
+		in := func(f Filter, task string) bool {
+			_, err := b.rdb.ZScore(ctx, j.indexKey(f), task).Result()
+			return err == nil
+		}
+		start := time.Now().UTC()
+		rec := &TurnRecord{TaskID: "t1", Otid: "o1", EnqueuedAt: start,
+			Attempts: []Attempt{{N: 1, Start: start}}}
+
+		var ix journalIndexed
+		ix.init(&TurnRecord{}) // nothing read: no record yet
+		if got := idx(save(rec, false, &ix)); got != "true 1 - - - -" {
+			t.Errorf("first save: %q", got)
+		}
+		if got := idx(save(rec, false, &ix)); got != "false - - - - -" {
+			t.Errorf("second save: %q, want only the record", got)
+		}
+		if byOtid, err := j.ByOtid(ctx, "o1"); err != nil || byOtid.TaskID != "t1" {
+			t.Fatalf("by otid: %+v %v", byOtid, err)
+		}
+		if !in(FilterAll, "t1") || in(FilterRetries, "t1") {
+			t.Fatal("index entries after the first attempt")
+		}
+
+		// The next attempt reads the record: its entries are known; it gains retries and stalls.
+		read, err := j.Get(ctx, "t1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ix2 journalIndexed
+		ix2.init(read)
+		read.Attempts = append(read.Attempts, Attempt{N: 2, Start: start, TimeoutClock: TimeoutClockStall})
+		if got := idx(save(read, false, &ix2)); got != "false - 1 1 - -" {
+			t.Errorf("retry's save: %q", got)
+		}
+		if !in(FilterStalls, "t1") || !in(FilterRetries, "t1") || in(FilterFailures, "t1") {
+			t.Fatal("index entries after the retry")
+		}
+		// It fails: added to failures; a kept finished record teaches nothing.
+		read.Outcome = OutcomeFailed
+		if got := idx(save(read, false, &ix2)); got != "false - - - - 1" {
+			t.Errorf("failed save: %q", got)
+		}
+		var ix3 journalIndexed
+		ix3.init(&TurnRecord{})
+		save(&TurnRecord{TaskID: "t1", Otid: "o1", EnqueuedAt: start}, true, &ix3) // kept: not written
+		if ix3.sure.Load() != 0 {
+			t.Errorf("a save that did not run marked entries as written: %b", ix3.sure.Load())
+		}
+		// A record that loses a flag it may have had leaves that index.
+		read.Outcome = OutcomeAnswered
+		if got := idx(save(read, false, &ix2)); got != "false - - - - 0" {
+			t.Errorf("save after the outcome changed: %q", got)
+		}
+		if in(FilterFailures, "t1") {
+			t.Error("still in failures")
+		}
+		// Without a state (Save): every entry written or removed, as always.
+		if got := idx(save(read, false, nil)); got != "true 1 1 1 0 0" {
+			t.Errorf("save without a state: %q", got)
+		}
+	})
+}

@@ -88,6 +88,14 @@ func newWriter(rdb redis.UniversalClient, replies *Replies) *writer {
 // so a slow or restarting Redis cannot starve the read and fire its stall
 // clock), and the writes the turn needs done before it goes on (do).
 //
+// A phase event that only says what the turn is doing now (connecting,
+// streaming, thinking, …: not one that carries an approval) is replaced by
+// the turn's next event when it is still waiting for the writer: by then the
+// turn is doing something else, which the next event says. So under load,
+// when events wait for a round trip, a consumer sees fewer phases, never a
+// stale one after a newer event, and Redis writes fewer entries (an instant
+// turn's connecting, streaming and thinking are usually superseded together).
+//
 // When progressMax events are waiting (Redis is down), a new phase event is
 // dropped (heartbeats repeat it); any other event drops the oldest waiting
 // phase event, else the oldest event. The final event goes through do
@@ -109,6 +117,8 @@ type progress struct {
 	closed   bool
 	noEvents bool // endEvents: the final event is written
 	dropped  int
+	// superseded counts passing phases replaced before they were written.
+	superseded int
 	// beat is the last lazy event (a heartbeat), reused for the next one
 	// once it is written (!beat.busy): a thinking turn's beats allocate
 	// little more than their time and data fields.
@@ -161,6 +171,7 @@ func (p *progress) pushEvent(ev ReplyEvent, lazy bool) {
 		p.dropped++
 		return
 	}
+	p.supersedeLocked()
 	if n := p.waitingEvents(); n >= progressMax {
 		p.dropped++
 		if ev.Type == EventPhase {
@@ -242,6 +253,28 @@ func (p *progress) dropSavesLocked() {
 	}
 	clear(p.queue[len(q):])
 	p.queue = q
+}
+
+// supersedeLocked drops the turn's last waiting event when it is a passing
+// phase (see progress): a newer event is about to be queued. Only the last
+// can be one: every queued event drops the passing phase before it.
+func (p *progress) supersedeLocked() {
+	for j := len(p.queue) - 1; j >= 0; j-- {
+		it := p.queue[j]
+		if it.ev == nil {
+			continue // other writes keep their place
+		}
+		if it.bar != nil || !it.ev.passing {
+			return
+		}
+		it.ev.busy = false // a reused heartbeat is free again
+		n := len(p.queue)
+		copy(p.queue[j:], p.queue[j+1:])
+		p.queue[n-1] = progressItem{}
+		p.queue = p.queue[:n-1]
+		p.superseded++
+		return
+	}
 }
 
 // endEvents refuses further events (they are dropped): the attempt's final
@@ -328,6 +361,9 @@ func (p *progress) do(ctx context.Context, evs []*preparedEvent, ops ...pipeline
 	if p.closed {
 		p.wr.mu.Unlock()
 		return errors.New("queue: the attempt's writes are closed")
+	}
+	if len(evs) > 0 {
+		p.supersedeLocked()
 	}
 	for _, pe := range evs {
 		p.queue = append(p.queue, progressItem{ev: pe, bar: b})

@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -113,7 +114,8 @@ func TestProgressBoundDropsPhasesFirst(t *testing.T) {
 		waitTaken(wr, p)
 		for i := range progressMax + 50 {
 			if i%2 == 0 {
-				p.push(ReplyEvent{Type: EventPhase, TaskID: "t1", Phase: PhaseThinking})
+				// A phase that a later event does not replace (see TestWaitingPhasesAreSuperseded).
+				p.push(ReplyEvent{Type: EventPhase, TaskID: "t1", Phase: PhaseAwaitingApproval, Approval: &ApprovalEvent{RequestTaskID: "r"}})
 			} else {
 				p.push(ReplyEvent{Type: EventAnswerDelta, TaskID: "t1", Text: fmt.Sprint(i)})
 			}
@@ -146,6 +148,9 @@ func TestProgressBoundDropsPhasesFirst(t *testing.T) {
 		}
 		if deltas != (progressMax+50)/2 {
 			t.Errorf("%d of %d deltas written: phases must be dropped before any delta", deltas, (progressMax+50)/2)
+		}
+		if p.superseded != 0 {
+			t.Errorf("%d phases superseded, want 0", p.superseded)
 		}
 		if dropped == 0 || len(evs)+dropped != progressMax+51 {
 			t.Errorf("written %d + dropped %d != pushed %d", len(evs), dropped, progressMax+51)
@@ -287,7 +292,7 @@ func TestRunOpsAfterScriptFlush(t *testing.T) {
 			}
 			evs = append(evs, pe)
 		}
-		save, err := j.saveOp(&TurnRecord{TaskID: "t", Otid: "o"}, false)
+		save, err := j.saveOp(&TurnRecord{TaskID: "t", Otid: "o"}, false, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -364,7 +369,7 @@ func TestQueuedSavesAreReplaced(t *testing.T) {
 		waitTaken(wr, p) // the writer blocks on the gate; what follows waits
 		saves := 0
 		for i := range 3 {
-			op, err := j.saveOp(&TurnRecord{TaskID: "t", Otid: "o", RunID: fmt.Sprint("run-", i)}, false)
+			op, err := j.saveOp(&TurnRecord{TaskID: "t", Otid: "o", RunID: fmt.Sprint("run-", i)}, false, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -392,7 +397,7 @@ func TestQueuedSavesAreReplaced(t *testing.T) {
 		p2 := wr2.newProgress(Conversation{Integration: "test", ChatID: "saves"}, func(err error) { t.Error(err) })
 		p2.push(ReplyEvent{Type: EventPhase, TaskID: "t", Phase: PhaseThinking})
 		waitTaken(wr2, p2)
-		op, _ := j.saveOp(&TurnRecord{TaskID: "t", Otid: "o", RunID: "run-3"}, false)
+		op, _ := j.saveOp(&TurnRecord{TaskID: "t", Otid: "o", RunID: "run-3"}, false, nil)
 		p2.pushSave(op)
 		p2.dropQueuedSaves()
 		close(gate2)
@@ -411,7 +416,7 @@ func TestSaveKeepsFinishedRecords(t *testing.T) {
 		ctx := context.Background()
 		j := NewJournal(b.rdb, JournalOptions{Prefix: b.prefix})
 		run := func(rec *TurnRecord) {
-			op, err := j.saveOp(rec, true)
+			op, err := j.saveOp(rec, true, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -432,4 +437,92 @@ func TestSaveKeepsFinishedRecords(t *testing.T) {
 			t.Fatalf("the finished record was overwritten: %+v", rec)
 		}
 	})
+}
+
+// A phase that only says what the turn is doing is replaced by the turn's next event while it
+// still waits for the writer (under load an instant turn's connecting, streaming and thinking
+// never reach Redis); a phase that carries an approval, an answer delta, a tool event are never
+// replaced; a replaced heartbeat is free for the next beat; the turn's events keep their order.
+func TestWaitingPhasesAreSuperseded(t *testing.T) {
+	rjEach(t, func(t *testing.T, b rjBackend) {
+		gate := make(chan struct{})
+		wr, r, _ := gatedWriter(b, gate)
+		conv := Conversation{Integration: "test", ChatID: "supersede"}
+		p := wr.newProgress(conv, func(err error) { t.Error(err) })
+		ph := func(phase string) ReplyEvent { return ReplyEvent{Type: EventPhase, TaskID: "t", Phase: phase} }
+		// The first event is taken and blocks in its round trip; the rest wait.
+		p.push(ph(PhaseConnecting))
+		waitTaken(wr, p)
+		p.push(ph(PhaseConnecting))
+		p.push(ph(PhaseStreaming))
+		p.pushLazy(ph(PhaseStreaming)) // a heartbeat: replaces the waiting streaming
+		beat := p.beat
+		p.push(ph(PhaseThinking)) // replaces the heartbeat, which is free again
+		wr.mu.Lock()
+		if beat == nil || beat.busy {
+			t.Errorf("the superseded heartbeat is still busy")
+		}
+		wr.mu.Unlock()
+		p.push(ReplyEvent{Type: EventAnswerDelta, TaskID: "t", Text: "hm", Narration: true})
+		p.push(ph(PhaseStreaming)) // replaced by the next delta (the narration before it stays)
+		p.push(ReplyEvent{Type: EventAnswerDelta, TaskID: "t", Text: "hel"})
+		p.push(ReplyEvent{Type: EventPhase, TaskID: "t", Phase: PhaseAwaitingApproval,
+			Approval: &ApprovalEvent{RequestTaskID: "req"}})
+		p.push(ph(PhaseThinking)) // does not replace the approval's phase
+		final, err := r.prepareMany(conv, ReplyEvent{Type: EventAnswer, TaskID: "t", Text: "hello"}, r.answeredKey("t"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- p.do(context.Background(), []*preparedEvent{final}) }()
+		waitQueued(wr, p, final) // the final event replaced the waiting thinking
+		close(gate)
+		if err := <-done; err != nil || !final.written {
+			t.Fatalf("final: %v, written %v", err, final.written)
+		}
+		p.close()
+		evs, _, err := r.Read(context.Background(), conv, "0", 100, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, ev := range evs {
+			s := string(ev.Type)
+			if ev.Phase != "" {
+				s += ":" + ev.Phase
+			}
+			if ev.Text != "" {
+				s += ":" + ev.Text
+			}
+			got = append(got, s)
+		}
+		want := []string{"phase:connecting", "answer_delta:hm", "answer_delta:hel",
+			"phase:awaiting_approval", "answer:hello"}
+		if strings.Join(got, " ") != strings.Join(want, " ") {
+			t.Fatalf("written %q\nwant    %q", got, want)
+		}
+		for i := 1; i < len(evs); i++ {
+			if evs[i].Seq <= evs[i-1].Seq {
+				t.Errorf("seq %d after %d", evs[i].Seq, evs[i-1].Seq)
+			}
+		}
+		if p.superseded != 6 || p.dropped != 0 {
+			t.Errorf("superseded %d dropped %d, want 6 and 0", p.superseded, p.dropped)
+		}
+	})
+}
+
+// waitQueued returns once pe waits in p's queue.
+func waitQueued(wr *writer, p *progress, pe *preparedEvent) {
+	for {
+		wr.mu.Lock()
+		for _, it := range p.queue {
+			if it.ev == pe {
+				wr.mu.Unlock()
+				return
+			}
+		}
+		wr.mu.Unlock()
+		time.Sleep(time.Millisecond)
+	}
 }

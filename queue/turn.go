@@ -276,7 +276,9 @@ type turn struct {
 
 	mu         sync.Mutex // guards rec and att while saving
 	rec        *TurnRecord
-	att        int // index of this attempt in rec.Attempts
+	ix         journalIndexed // the record's index entries (see indexed)
+	ixKnown    bool           // ix is set: the attempt read the record
+	att        int            // index of this attempt in rec.Attempts
 	st         *agentclient.StreamState
 	hb         *Heartbeat
 	deltas     *deltaPump
@@ -349,7 +351,16 @@ func (t *turn) saveLater() {
 
 func (t *turn) saveOp() (pipelineOp, error) {
 	rec := t.recCopy()
-	return t.w.journal.saveOp(&rec, false)
+	return t.w.journal.saveOp(&rec, false, t.indexed())
+}
+
+// indexed is what the attempt knows of its record's index entries, nil
+// before it read the record.
+func (t *turn) indexed() *journalIndexed {
+	if !t.ixKnown {
+		return nil
+	}
+	return &t.ix
 }
 
 func (t *turn) recCopy() TurnRecord {
@@ -466,6 +477,8 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 	}
 
 	// The record: create or extend, with this attempt in it.
+	t.ix.init(rec) // (as read: before it gets this turn's ids)
+	t.ixKnown = true
 	rec.TaskID, rec.Otid, rec.AgentID = t.taskID, t.otid, t.msg.AgentID
 	rec.Conversation, rec.MessageID, rec.Queue = t.msg.Conversation, t.msg.MessageID, t.queue
 	if rec.EnqueuedAt.IsZero() {
@@ -1047,7 +1060,7 @@ func (t *turn) undelivered(ctx context.Context, log *slog.Logger, err error) err
 	// still, late): never write the retry over a finished record.
 	if t.w.oneRedis() {
 		rec := t.recCopy()
-		if op, err := t.w.journal.saveOp(&rec, true); err == nil {
+		if op, err := t.w.journal.saveOp(&rec, true, t.indexed()); err == nil {
 			t.progress.dropQueuedSaves()
 			_ = t.progress.do(ctx, nil, op)
 		}

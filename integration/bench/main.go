@@ -185,6 +185,11 @@ type Results struct {
 	// how busy the machine was meanwhile. On a machine whose CPUs are all
 	// busy, throughput follows the CPU that all processes spend per turn.
 	TurnCPU, NoopCPU cpuSpent
+	// Commands Redis ran per instant turn / no-op task, those inside
+	// scripts included (INFO commandstats; scripts' own calls not counted),
+	// and by name.
+	TurnRedisCalls, NoopRedisCalls float64
+	TurnRedisTop, NoopRedisTop     []nameCount
 	// ThinkCmdsPerMin: Redis commands per minute per thinking turn (the
 	// worker, every turn in flight); ThinkTripsPerMin the round trips.
 	ThinkCmdsPerMin, ThinkTripsPerMin float64
@@ -243,6 +248,10 @@ func (r *Results) Table() string {
 		if r.TurnRedisTime > 0 && r.NoopRedisTime > 0 {
 			fmt.Fprintf(&b, "| Redis main thread CPU per instant turn (INFO cpu) | %.0f µs | %.0f µs per no-op task | %.0f µs |\n",
 				float64(r.TurnRedisTime)/1e3, float64(r.NoopRedisTime)/1e3, float64(r.TurnRedisTime-r.NoopRedisTime)/1e3)
+		}
+		if r.TurnRedisCalls > 0 && r.NoopRedisCalls > 0 {
+			fmt.Fprintf(&b, "| commands Redis runs per instant turn, inside scripts too (INFO commandstats) | %.1f: %s | %.1f: %s | %.1f |\n",
+				r.TurnRedisCalls, topCalls(r.TurnRedisTop, c.Throughput), r.NoopRedisCalls, topCalls(r.NoopRedisTop, c.Throughput), r.TurnRedisCalls-r.NoopRedisCalls)
 		}
 		if r.TurnCPU.Self > 0 && r.NoopCPU.Self > 0 {
 			fmt.Fprintf(&b, "| bench process CPU per instant turn (worker + enqueuing client) | %.0f µs | %.0f µs per no-op task (server + client) | %.0f µs |\n",
@@ -532,6 +541,7 @@ func throughput(ctx context.Context, c Config, rco asynq.RedisClientOpt, rdb *re
 		}
 	}
 	cpu0 := markCPU(simPID)
+	calls0, _ := redisCalls(ctx, rdb)
 	t0 := time.Now()
 	if err := parallel(c.Throughput, func(i int) error {
 		_, err := client.Enqueue(ctx, queue.Message{AgentID: benchAgent(2, i%64), Text: "hi",
@@ -549,6 +559,8 @@ func throughput(ctx context.Context, c Config, rco asynq.RedisClientOpt, rdb *re
 	}
 	r.TurnsPerSec = float64(c.Throughput) / time.Since(t0).Seconds()
 	r.TurnCPU = spentCPU(cpu0, markCPU(simPID), c.Throughput)
+	calls1, _ := redisCalls(ctx, rdb)
+	r.TurnRedisCalls, r.TurnRedisTop = callsPer(calls0, calls1, c.Throughput)
 	trips1, cmds1 := rc.snapshot()
 	if c.CPUProfile != "" {
 		pprof.StopCPUProfile()
@@ -586,6 +598,7 @@ func throughput(ctx context.Context, c Config, rco asynq.RedisClientOpt, rdb *re
 	nc.dequeueRTT()
 	rt0, _ = redisServerTime(ctx, rdb)
 	cpu0 = markCPU(0)
+	calls0, _ = redisCalls(ctx, rdb)
 	t0 = time.Now()
 	if err := parallel(c.Throughput, func(i int) error {
 		_, err := ac.EnqueueContext(ctx, asynq.NewTask("noop", []byte(`{"i":1}`)), asynq.Queue(nq),
@@ -601,6 +614,8 @@ func throughput(ctx context.Context, c Config, rco asynq.RedisClientOpt, rdb *re
 	}
 	r.NoopPerSec = float64(c.Throughput) / time.Since(t0).Seconds()
 	r.NoopCPU = spentCPU(cpu0, markCPU(0), c.Throughput)
+	calls1, _ = redisCalls(ctx, rdb)
+	r.NoopRedisCalls, r.NoopRedisTop = callsPer(calls0, calls1, c.Throughput)
 	trips1, cmds1 = nc.snapshot()
 	r.NoopTrips, r.NoopCmds = float64(trips1-trips0)/float64(c.Throughput), float64(cmds1-cmds0)/float64(c.Throughput)
 	r.NoopDequeue = nc.dequeueRTT()

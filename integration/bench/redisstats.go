@@ -199,3 +199,68 @@ func redisServerTime(ctx context.Context, rdb *redis.Client) (time.Duration, err
 	}
 	return time.Duration(sec * float64(time.Second)), nil
 }
+
+// redisCalls reads INFO commandstats: the calls of every command Redis ran,
+// those run inside scripts included (an EVALSHA counts once as evalsha and
+// once per command it runs).
+func redisCalls(ctx context.Context, rdb *redis.Client) (map[string]int64, error) {
+	info, err := rdb.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int64{}
+	for _, line := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(k, "cmdstat_") {
+			continue
+		}
+		for _, kv := range strings.Split(v, ",") {
+			if n, ok := strings.CutPrefix(kv, "calls="); ok {
+				c, err := strconv.ParseInt(n, 10, 64)
+				if err != nil {
+					return nil, fmt.Errorf("INFO commandstats: %q: %w", line, err)
+				}
+				out[strings.TrimPrefix(k, "cmdstat_")] = c
+			}
+		}
+	}
+	return out, nil
+}
+
+// callsPer is what Redis ran between two redisCalls, per unit of n: the
+// total (scripts' own calls not counted, the commands they ran counted) and
+// the commands by name, most first.
+func callsPer(a, b map[string]int64, n int) (total float64, top []nameCount) {
+	if a == nil || b == nil || n <= 0 {
+		return 0, nil
+	}
+	for k, v := range b {
+		d := v - a[k]
+		if d <= 0 || k == "info" {
+			continue
+		}
+		top = append(top, nameCount{k, d})
+		if k != "evalsha" && k != "eval" {
+			total += float64(d)
+		}
+	}
+	sort.Slice(top, func(i, j int) bool {
+		if top[i].n != top[j].n {
+			return top[i].n > top[j].n
+		}
+		return top[i].name < top[j].name
+	})
+	return total / float64(n), top
+}
+
+// topCalls renders the commands that Redis ran most, per unit of n.
+func topCalls(top []nameCount, n int) string {
+	var parts []string
+	for i, nc := range top {
+		if i == 8 {
+			break
+		}
+		parts = append(parts, fmt.Sprintf("%s %.2f", nc.name, float64(nc.n)/float64(n)))
+	}
+	return strings.Join(parts, ", ")
+}
