@@ -239,14 +239,21 @@ func (c Config) ThreadResolution() time.Duration { return 2 * c.RequestTimeout }
 // creating the chat's Letta conversation); connect, stream, admission, continuation; the same
 // four again (prefixed "resend-") when the resend policy allows one resend; then delivery and
 // the safety margin.
-func (c Config) Phases() []Phase {
-	ps := []Phase{
+func (c Config) Phases() []Phase { return c.appendPhases(nil) }
+
+// maxPhases is the most phases Phases returns.
+const maxPhases = 11
+
+// appendPhases appends Phases to ps (the sum of an enqueue's task timeout
+// takes them in an array of its frame: nothing allocated per task).
+func (c Config) appendPhases(ps []Phase) []Phase {
+	ps = append(ps, []Phase{
 		{PhaseThread, c.ThreadResolution(), "LETTAQ_REQUEST_TIMEOUT"},
 		{PhaseConnect, c.ConnectTimeout, "LETTAQ_CONNECT_TIMEOUT"},
 		{PhaseStream, c.StreamTotal, "LETTAQ_STREAM_TOTAL"},
 		{PhaseAdmission, c.AdmissionGrace, "LETTAQ_ADMISSION_GRACE"},
 		{PhaseContinuation, c.ContinuationMax, "LETTAQ_CONTINUATION_MAX"},
-	}
+	}...)
 	if c.ResendPolicy.AllowsResend() {
 		ps = append(ps,
 			Phase{PhaseResendConnect, c.ConnectTimeout, "LETTAQ_CONNECT_TIMEOUT"},
@@ -264,7 +271,8 @@ func (c Config) Phases() []Phase {
 // worstCaseSum adds up the phases (negative ones count as 0), saturating at the largest
 // Duration; overflow reports whether it saturated.
 func (c Config) worstCaseSum() (sum time.Duration, overflow bool) {
-	for _, p := range c.Phases() {
+	var buf [maxPhases]Phase
+	for _, p := range c.appendPhases(buf[:0]) {
 		if p.Max <= 0 {
 			continue
 		}

@@ -318,3 +318,16 @@ func TestFormatDuration(t *testing.T) {
 		}
 	}
 }
+
+// The task timeout is computed at every enqueue: it allocates nothing, and Phases fits the
+// array it is summed in.
+func TestTaskTimeoutAllocatesNothing(t *testing.T) {
+	for _, c := range []Config{Default(), func() Config { c := Default(); c.ResendPolicy = ResendIfNotAdmitted; return c }()} {
+		if n := len(c.Phases()); n > maxPhases {
+			t.Fatalf("%d phases, maxPhases %d", n, maxPhases)
+		}
+		if a := testing.AllocsPerRun(100, func() { _ = c.TaskTimeout() }); a != 0 {
+			t.Errorf("TaskTimeout allocates %.0f times (resend policy %v)", a, c.ResendPolicy)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"runtime/metrics"
 	"strconv"
 	"strings"
 	"syscall"
@@ -15,6 +16,7 @@ import (
 // time (/proc/stat). Two marks give the CPU each spent in between.
 type cpuMark struct {
 	self, child      time.Duration
+	alloc, mallocs   uint64 // this process's heap allocation so far (runtime/metrics)
 	busy, total      time.Duration
 	childOK, statsOK bool
 }
@@ -32,7 +34,22 @@ func markCPU(childPID int) cpuMark {
 		m.child, m.childOK = procCPU(childPID)
 	}
 	m.busy, m.total, m.statsOK = machineCPU()
+	m.alloc, m.mallocs = heapAllocs()
 	return m
+}
+
+// heapAllocs is what the process allocated on the heap so far: bytes and
+// objects (runtime/metrics: cheap, no stop-the-world).
+func heapAllocs() (bytes, objects uint64) {
+	s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}, {Name: "/gc/heap/allocs:objects"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() == metrics.KindUint64 {
+		bytes = s[0].Value.Uint64()
+	}
+	if s[1].Value.Kind() == metrics.KindUint64 {
+		objects = s[1].Value.Uint64()
+	}
+	return bytes, objects
 }
 
 // procCPU reads a process's user + system time from /proc/<pid>/stat.
@@ -94,7 +111,9 @@ func machineCPU() (busy, total time.Duration, ok bool) {
 type cpuSpent struct {
 	Self, Child time.Duration // per unit
 	Busy        float64       // the machine's busy share, 0..1 (of all its CPUs)
-	ChildOK     bool
+	// Alloc and Mallocs: bytes and objects the bench's process allocated, per unit.
+	Alloc, Mallocs uint64
+	ChildOK        bool
 }
 
 func spentCPU(a, b cpuMark, n int) cpuSpent {
@@ -103,6 +122,7 @@ func spentCPU(a, b cpuMark, n int) cpuSpent {
 		return s
 	}
 	s.Self = (b.self - a.self) / time.Duration(n)
+	s.Alloc, s.Mallocs = (b.alloc-a.alloc)/uint64(n), (b.mallocs-a.mallocs)/uint64(n)
 	if a.childOK && b.childOK {
 		s.Child, s.ChildOK = (b.child-a.child)/time.Duration(n), true
 	}

@@ -82,6 +82,10 @@ type Config struct {
 	// CPUProfile, when set, is where a CPU profile of the throughput run's
 	// lettaq part is written.
 	CPUProfile string
+	// AllocProfile, when set, is where a heap profile is written at the end
+	// of the throughput run's lettaq part: its alloc_space is what the turns
+	// allocated (and what ran before them, which is little).
+	AllocProfile string
 	// TraceRedis prints, after the throughput and concurrency runs, what the
 	// round trips to Redis were, by command (scripts by their first key).
 	TraceRedis bool
@@ -114,6 +118,7 @@ func main() {
 	st := flag.String("stream-transport", string(agentclient.StreamDedicated), `the worker's LETTA_STREAM_TRANSPORT: "dedicated" or "net/http"`)
 	tm := flag.String("thread-mode", string(queue.ThreadAgent), `the worker's LETTAQ_THREAD_MODE: "agent", "conversation" or "default"`)
 	flag.StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of the throughput run (lettaq's turns) to this file")
+	flag.StringVar(&c.AllocProfile, "allocprofile", "", "write a heap profile at the end of the throughput run's lettaq turns to this file (go tool pprof -sample_index=alloc_space)")
 	flag.BoolVar(&c.TraceRedis, "trace-redis", false, "print the Redis round trips of a turn by command")
 	flag.BoolVar(&c.Keep, "keep", false, "leave the run's keys in Redis (default: delete them when the run ends)")
 	flag.BoolVar(&c.SimInProcess, "sim-in-process", false, "run the throughput run's simulator in the benchmark's process (default: a child process, as Letta is a server of its own)")
@@ -256,6 +261,10 @@ func (r *Results) Table() string {
 		if r.TurnCPU.Self > 0 && r.NoopCPU.Self > 0 {
 			fmt.Fprintf(&b, "| bench process CPU per instant turn (worker + enqueuing client) | %.0f µs | %.0f µs per no-op task (server + client) | %.0f µs |\n",
 				float64(r.TurnCPU.Self)/1e3, float64(r.NoopCPU.Self)/1e3, float64(r.TurnCPU.Self-r.NoopCPU.Self)/1e3)
+		}
+		if r.TurnCPU.Mallocs > 0 && r.NoopCPU.Mallocs > 0 {
+			fmt.Fprintf(&b, "| bench process allocates per instant turn | %d B, %d objects | %d B, %d objects per no-op task | %.1f× the bytes |\n",
+				r.TurnCPU.Alloc, r.TurnCPU.Mallocs, r.NoopCPU.Alloc, r.NoopCPU.Mallocs, float64(r.TurnCPU.Alloc)/float64(r.NoopCPU.Alloc))
 		}
 		if r.TurnCPU.ChildOK {
 			fmt.Fprintf(&b, "| simulator process CPU per instant turn (Letta's part: not lettaq's) | %.0f µs | | |\n", float64(r.TurnCPU.Child)/1e3)
@@ -559,6 +568,12 @@ func throughput(ctx context.Context, c Config, rco asynq.RedisClientOpt, rdb *re
 	}
 	r.TurnsPerSec = float64(c.Throughput) / time.Since(t0).Seconds()
 	r.TurnCPU = spentCPU(cpu0, markCPU(simPID), c.Throughput)
+	if c.AllocProfile != "" {
+		if f, err := os.Create(c.AllocProfile); err == nil {
+			_ = pprof.Lookup("allocs").WriteTo(f, 0)
+			f.Close()
+		}
+	}
 	calls1, _ := redisCalls(ctx, rdb)
 	r.TurnRedisCalls, r.TurnRedisTop = callsPer(calls0, calls1, c.Throughput)
 	trips1, cmds1 := rc.snapshot()
