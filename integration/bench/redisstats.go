@@ -104,7 +104,9 @@ func (c *redisCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		c.trips.Add(1)
 		c.cmds.Add(1)
-		c.note(cmdName(cmd))
+		if c.trace.Load() {
+			c.note(cmdName(cmd)) // (named only when tracing: the name allocates)
+		}
 		if isDequeue(cmd) {
 			t0 := time.Now()
 			err := next(ctx, cmd)
