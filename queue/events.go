@@ -532,9 +532,11 @@ type preparedEvent struct {
 // eventHead is the front of an event's arguments to replyEmitManyScript,
 // boxed (a string made an interface value is allocated): its keys (stream,
 // seq[, marker]), then the written-once flag and the field/value pairs
-// before "time" (type, task_id, otid, run_id, message_id). It is
-// immutable: a turn's events share one while these stay the same, so that
-// a heartbeat boxes only its time and data.
+// before "time" but the type (task_id, otid, run_id, message_id; the type
+// goes with each event, see eventArgs). It is immutable: a turn's events
+// share one while these stay the same (a turn's phases, deltas and tools
+// alternate: the type is not part of it), so that an event boxes only its
+// time and data.
 type eventHead struct {
 	nkeys int
 	args  []any // keys, then the flag and pairs
@@ -543,6 +545,15 @@ type eventHead struct {
 func (h *eventHead) keys() []any { return h.args[:h.nkeys] }
 func (h *eventHead) rest() []any { return h.args[h.nkeys:] }
 
+// appendArgs appends pe's ARGV of replyEmitManyScript to args: the flag, the
+// type, the head's pairs, time and data.
+func (pe *preparedEvent) appendArgs(args []any) []any {
+	r := pe.head.rest()
+	args = append(args, r[0], "type", typeArg(pe.typ))
+	args = append(args, r[1:]...)
+	return append(args, "time", pe.at, "data", pe.data)
+}
+
 // fits reports whether h is the head of ev with marker, for the
 // conversation h was made for (the caller keeps one head per conversation).
 func (h *eventHead) fits(ev *ReplyEvent, marker string) bool {
@@ -550,7 +561,7 @@ func (h *eventHead) fits(ev *ReplyEvent, marker string) bool {
 		return false
 	}
 	r := h.rest()
-	return r[2] == string(ev.Type) && r[4] == ev.TaskID && r[6] == ev.Otid && r[8] == ev.RunID && r[10] == ev.MessageID
+	return r[2] == ev.TaskID && r[4] == ev.Otid && r[6] == ev.RunID && r[8] == ev.MessageID
 }
 
 func (r *Replies) newHead(c Conversation, ev *ReplyEvent, marker string) *eventHead {
@@ -558,12 +569,12 @@ func (r *Replies) newHead(c Conversation, ev *ReplyEvent, marker string) *eventH
 	if marker != "" {
 		h.nkeys = 3
 	}
-	h.args = make([]any, 0, h.nkeys+11)
+	h.args = make([]any, 0, h.nkeys+9)
 	h.args = append(h.args, r.Key(c), r.seqKey(ev.TaskID))
 	if marker != "" {
 		h.args = append(h.args, marker)
 	}
-	h.args = append(h.args, boolArg(marker != ""), "type", typeArg(ev.Type), "task_id", ev.TaskID, "otid", ev.Otid,
+	h.args = append(h.args, boolArg(marker != ""), "task_id", ev.TaskID, "otid", ev.Otid,
 		"run_id", ev.RunID, "message_id", ev.MessageID)
 	return h
 }
@@ -644,7 +655,7 @@ func (r *Replies) emitManyCmd(ctx context.Context, evs []*preparedEvent, arena *
 	nk, na := 0, 0
 	for _, pe := range evs {
 		nk += pe.head.nkeys
-		na += len(pe.head.args) - pe.head.nkeys + 4
+		na += len(pe.head.args) - pe.head.nkeys + 6
 	}
 	args := arena.take(3 + nk + 3 + na)
 	args = append(args, "evalsha", replyEmitManyScript.Hash(), nk)
@@ -653,8 +664,7 @@ func (r *Replies) emitManyCmd(ctx context.Context, evs []*preparedEvent, arena *
 	}
 	args = append(args, r.maxLenArg, r.ttlArg, r.streamTTLArg)
 	for _, pe := range evs {
-		args = append(args, pe.head.rest()...)
-		args = append(args, "time", pe.at, "data", pe.data)
+		args = pe.appendArgs(args)
 	}
 	c := redis.NewCmd(ctx, args...)
 	c.SetFirstKeyPos(3)
@@ -708,8 +718,7 @@ func (r *Replies) emitManyArgs(evs []*preparedEvent) ([]string, []any) {
 		for _, k := range pe.head.keys() {
 			keys = append(keys, k.(string))
 		}
-		args = append(args, pe.head.rest()...)
-		args = append(args, "time", pe.at, "data", pe.data)
+		args = pe.appendArgs(args)
 	}
 	return keys, args
 }

@@ -131,8 +131,21 @@ func TestHeartbeatPrepareAllocs(t *testing.T) {
 	if err := r.prepareInto(&pe, &head, c, ev, ""); err != nil {
 		t.Fatal(err)
 	}
-	if r := head.rest(); head == first || r[7] != "run_id" || r[8] != "run-2" {
+	if r := head.rest(); head == first || r[5] != "run_id" || r[6] != "run-2" {
 		t.Errorf("head after a new run id: %v", head.args)
+	}
+	// Another type of event with the same fields keeps the head: a turn's phases, deltas
+	// and tools alternate.
+	second := head
+	ev.Type, ev.Phase, ev.Text = EventAnswerDelta, "", "hel"
+	if err := r.prepareInto(&pe, &head, c, ev, ""); err != nil {
+		t.Fatal(err)
+	}
+	if head != second {
+		t.Error("an answer delta after a phase made a new head")
+	}
+	if args := pe.appendArgs(nil); len(args) != 15 || args[1] != "type" || args[2] != "answer_delta" || args[9] != "message_id" || args[11] != "time" {
+		t.Errorf("event args %v", args)
 	}
 }
 
