@@ -29,3 +29,6 @@ func LoadExtendScripts(ctx context.Context, rdb redis.Scripter) error {
 
 // RenewChunk is how many locks one multi-lock extend call carries at most.
 const RenewChunk = renewChunk
+
+// LockKey is the Redis key of key's lock.
+func LockKey(s *Sequencer, key string) string { return s.lockKey(key) }

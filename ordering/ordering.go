@@ -159,17 +159,75 @@ func (s *Sequencer) Acquire(ctx context.Context, key, taskID, holder string, ali
 	if err := checkKey(key); err != nil {
 		return nil, err
 	}
-	token := uuid.NewString()
+	return s.acquire(ctx, key, taskID, holder, uuid.NewString(), alive, nil)
+}
+
+// Acquiring is an Acquire queued in a pipeline (AcquireIn): Lease reads
+// its reply once the pipeline ran.
+type Acquiring struct {
+	s                          *Sequencer
+	key, taskID, holder, token string
+	cmd                        *redis.Cmd
+	first                      bool
+}
+
+// AcquireIn queues Acquire's first try in p, a pipeline of the Sequencer's
+// own client (see Client), so that it shares a round trip with the
+// caller's reads: on a single Redis those queued after it in p run after
+// it. Call Lease on the result once p ran.
+func (s *Sequencer) AcquireIn(ctx context.Context, p redis.Pipeliner, key, taskID, holder string) (*Acquiring, error) {
+	if err := checkKey(key); err != nil {
+		return nil, err
+	}
+	a := &Acquiring{s: s, key: key, taskID: taskID, holder: holder, token: uuid.NewString()}
+	keys, args := s.acquireArgs(key, taskID, holder, a.token)
+	a.cmd = acquireLua.EvalSha(ctx, p, keys, args...)
+	return a, nil
+}
+
+// Lease is Acquire's result for the try that AcquireIn queued: that try's
+// reply, and any further try Acquire would make (its head's liveness, a
+// script Redis did not have yet, an error of the round trip: a try again
+// with the same token, which takes nothing twice).
+func (a *Acquiring) Lease(ctx context.Context, alive AliveFunc) (*Lease, error) {
+	res, err := a.cmd.Slice()
+	if err != nil {
+		res = nil
+	}
+	a.first = str(res, 0) == "ok"
+	return a.s.acquire(ctx, a.key, a.taskID, a.holder, a.token, alive, res)
+}
+
+// First reports whether Lease's lease came from the try AcquireIn queued:
+// then the commands queued after it in the pipeline ran with the lock held
+// (on a single Redis).
+func (a *Acquiring) First() bool { return a.first }
+
+// Client is the Redis client the Sequencer runs on (for AcquireIn).
+func (s *Sequencer) Client() redis.UniversalClient { return s.rdb }
+
+func (s *Sequencer) acquireArgs(key, taskID, holder, token string) ([]string, []any) {
 	autojoin := "1"
 	if s.cfg.NoAutoJoin {
 		autojoin = "0"
 	}
 	keys := []string{s.lineKey(key), s.lockKey(key), s.mergedKey(key, taskID), s.doneKey(key, taskID)}
 	leaseMs := strconv.FormatInt(s.cfg.Lease.Milliseconds(), 10)
+	return keys, []any{taskID, token, holder, leaseMs, s.nowMs(), autojoin}
+}
+
+// acquire is Acquire with its token; first, when not nil, is the reply of
+// its first try, made already (AcquireIn).
+func (s *Sequencer) acquire(ctx context.Context, key, taskID, holder, token string, alive AliveFunc, first []any) (*Lease, error) {
 	for skips := 0; ; skips++ {
-		res, err := acquireLua.Run(ctx, s.rdb, keys, taskID, token, holder, leaseMs, s.nowMs(), autojoin).Slice()
-		if err != nil {
-			return nil, fmt.Errorf("ordering: acquire %s on %q: %w", taskID, key, err)
+		res := first
+		first = nil
+		if res == nil {
+			keys, args := s.acquireArgs(key, taskID, holder, token)
+			var err error
+			if res, err = acquireLua.Run(ctx, s.rdb, keys, args...).Slice(); err != nil {
+				return nil, fmt.Errorf("ordering: acquire %s on %q: %w", taskID, key, err)
+			}
 		}
 		switch str(res, 0) {
 		case "ok":

@@ -559,3 +559,57 @@ func TestLockExclusivityUnderRace(t *testing.T) {
 		}
 	})
 }
+
+// AcquireIn queues Acquire's first try in the caller's pipeline: what follows it there runs
+// with the lock taken (First), a contended lock answers as Acquire does, and a try whose
+// script Redis did not have (a restarted Redis) is made again, with the same token.
+func TestAcquireInAPipeline(t *testing.T) {
+	eachBackend(t, ordering.Config{}, func(t *testing.T, b backend, s *ordering.Sequencer) {
+		ctx := context.Background()
+		key := ordering.AgentKey("agent-pipe")
+		joinAll(t, s, key, "a", "b")
+		try := func(task string) (*ordering.Lease, *ordering.Acquiring, string, error) {
+			t.Helper()
+			p := b.rdb.Pipeline()
+			a, err := s.AcquireIn(ctx, p, key, task, "w1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			holder := p.HGet(ctx, ordering.LockKey(s, key), "task") // the caller's reads
+			_, _ = p.Exec(ctx)
+			l, err := a.Lease(ctx, nil)
+			h, _ := holder.Result()
+			return l, a, h, err
+		}
+		_, a, _, err := try("b")
+		wantNYT(t, err, 1, "a", false)
+		if a.First() {
+			t.Error("First after a refusal")
+		}
+		la, a, holder, err := try("a")
+		if err != nil || !a.First() || holder != "a" {
+			t.Fatalf("lease %v, first %v, lock held by %q after the acquire in the same round trip; want a", err, a.First(), holder)
+		}
+		if _, err := la.Release(ctx, true); err != nil {
+			t.Fatal(err)
+		}
+		if b.mini == nil {
+			return // no SCRIPT FLUSH on the shared Redis: other packages' tests use it meanwhile
+		}
+		// A Redis without the script: the queued try fails, Lease makes it again.
+		if err := b.rdb.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		lb, a, _, err := try("b")
+		if err != nil || a.First() {
+			t.Fatalf("after a script flush: %v, first %v (want a lease from a later try)", err, a.First())
+		}
+		if task, _ := must2(t)(s.Holder(ctx, key)); task != "b" {
+			t.Fatalf("holder %q", task)
+		}
+		if lb.Token() == "" {
+			t.Fatal("no token")
+		}
+		_, _ = lb.Release(ctx, true)
+	})
+}

@@ -187,7 +187,8 @@ func (t *turn) answered(ctx context.Context, log *slog.Logger) {
 // approvalGate meets the chat's unanswered approval request, if any, before
 // a message turn sends. end is true when the attempt ends here.
 func (t *turn) approvalGate(ctx context.Context) (err error, end bool) {
-	p, err := t.w.approvals.pendingOf(ctx, t.pre.pending, t.pre.pendingErr)
+	pending, perr := t.pre.pending()
+	p, err := t.w.approvals.pendingOf(ctx, pending, perr)
 	if err != nil {
 		return t.retryEarly(err), true
 	}

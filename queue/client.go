@@ -110,7 +110,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	c := &Client{cfg: cfg}
 	conn := LeanRedis(cfg.Redis)
 	if !cfg.Ordering.Off {
-		seq, rdb, err := cfg.Ordering.newSequencer(conn)
+		seq, rdb, err := cfg.Ordering.newSequencer(conn, nil)
 		if err != nil {
 			return nil, err
 		}

@@ -86,9 +86,20 @@ func (o Ordering) coalesces(integration string) bool {
 
 // newSequencer returns o.Sequencer or one made on conn's Redis (then
 // owned: the returned client must be closed).
-func (o Ordering) newSequencer(conn asynq.RedisConnOpt) (*ordering.Sequencer, redis.UniversalClient, error) {
+//
+// shared, when not nil, is a client on the same Redis to use instead (not
+// owned): the worker's, so that a turn's acquire and its first reads share
+// a round trip (see turn.acquire).
+func (o Ordering) newSequencer(conn asynq.RedisConnOpt, shared redis.UniversalClient) (*ordering.Sequencer, redis.UniversalClient, error) {
 	if o.Sequencer != nil {
 		return o.Sequencer, nil, nil
+	}
+	if shared != nil {
+		s, err := ordering.New(shared, o.Config)
+		if err != nil {
+			return nil, nil, fmt.Errorf("queue: ordering: %w", err)
+		}
+		return s, nil, nil
 	}
 	rdb, ok := conn.MakeRedisClient().(redis.UniversalClient)
 	if !ok {
@@ -158,7 +169,23 @@ func mergeText(head Message, fs []follower) string {
 // should end now with err, which may be nil).
 func (t *turn) acquire(ctx context.Context) (lease *ordering.Lease, err error, done bool) {
 	o := t.w.ord
-	lease, err = o.seq.Acquire(ctx, t.key, t.taskID, t.w.cfg.WorkerID, ordering.InspectorAlive(o.insp, t.queue))
+	alive := ordering.InspectorAlive(o.insp, t.queue)
+	if rdb, ok := t.w.startWithLock(); ok {
+		// The acquire and the start's reads in one round trip: the reads
+		// run after the acquire, so with the lock taken by it they are what
+		// readStart would read after it.
+		p := rdb.Pipeline()
+		var a *ordering.Acquiring
+		if a, err = o.seq.AcquireIn(ctx, p, t.key, t.taskID, t.w.cfg.WorkerID); err == nil {
+			pre := t.queueStartReads(ctx, p, p)
+			_, _ = p.Exec(ctx) // each command has its own error
+			if lease, err = a.Lease(ctx, alive); err == nil && a.First() {
+				t.pre = pre
+			}
+		}
+	} else {
+		lease, err = o.seq.Acquire(ctx, t.key, t.taskID, t.w.cfg.WorkerID, alive)
+	}
 	var me *ordering.MergedError
 	switch {
 	case err == nil:

@@ -214,7 +214,7 @@ func (t *turn) resolveThread(ctx context.Context) (string, error) {
 	}
 	rctx, cancel := context.WithTimeout(ctx, t.w.cfg.Budget.ThreadResolution()) // a phase of the task timeout
 	defer cancel()
-	id, err := t.w.threads.resolveKnown(rctx, t.msg, t.pre.thread)
+	id, err := t.w.threads.resolveKnown(rctx, t.msg, t.pre.thread())
 	if err != nil {
 		return "", err
 	}

@@ -257,7 +257,7 @@ type turn struct {
 	redisTrouble atomic.Bool  // a Redis read or write failed: see awaitRedis
 	replyBytes   atomic.Int64 // progress text written to the reply stream (see replyAllowed)
 
-	pre startReads // read before the attempt runs
+	pre *startReads // read before the attempt runs (until the thread is known)
 
 	key          string          // ordering key ("" without ordering)
 	lease        *ordering.Lease // held while the attempt runs (nil without ordering)
@@ -371,38 +371,71 @@ func (t *turn) recCopy() TurnRecord {
 	return rec
 }
 
-// startReads is what an attempt reads from Redis before it runs, with the
-// journal record, the answered marker and the intents, in one round trip.
+// startReads is what an attempt reads from Redis before it runs, in one
+// round trip (with the ordering lock's acquire when it can: see
+// turn.acquire): the attempt's record, whether its final event was written,
+// its intents, and what approvalGate (the chat's pending approval request)
+// and resolveThread (the chat's Letta conversation) need. The turn drops it
+// once its thread is known.
 type startReads struct {
-	pending    string // the chat's pending approval request ("" none)
-	pendingErr error
-	thread     string // the chat's Letta conversation id ("" none, or not read)
+	rec, pend, thr *redis.StringCmd // pend, thr: nil when not read
+	intents        *redis.StringSliceCmd
+	ans            *redis.IntCmd
 }
 
-// readStart reads the attempt's record, whether its final event was
-// written, its intents, and what approvalGate and resolveThread need.
-func (t *turn) readStart(ctx context.Context) (rec *TurnRecord, answered bool, intents []Intent, err error) {
+// queueStartReads queues the start's reads: the journal's in jp, the
+// others in rp (the same pipeline when both are on one client).
+func (t *turn) queueStartReads(ctx context.Context, jp, rp redis.Pipeliner) *startReads {
 	w := t.w
-	jp := w.journal.rdb.Pipeline()
-	rp := jp
-	if w.replies.rdb != w.journal.rdb {
-		rp = w.replies.rdb.Pipeline()
+	r := &startReads{
+		rec:     jp.Get(ctx, w.journal.recordKey(t.taskID)),
+		intents: jp.LRange(ctx, w.journal.intentsKey(t.taskID), 0, -1),
+		ans:     rp.Exists(ctx, w.replies.answeredKey(t.taskID)),
 	}
-	recCmd := jp.Get(ctx, w.journal.recordKey(t.taskID))
-	intCmd := jp.LRange(ctx, w.journal.intentsKey(t.taskID), 0, -1)
-	ansCmd := rp.Exists(ctx, w.replies.answeredKey(t.taskID))
-	var pendCmd, thrCmd *redis.StringCmd
 	if t.msg.Approval == nil {
-		pendCmd = rp.Get(ctx, w.approvals.pendingKey(t.msg.AgentID, w.approvalScope(t.msg)))
+		r.pend = rp.Get(ctx, w.approvals.pendingKey(t.msg.AgentID, w.approvalScope(t.msg)))
 	}
 	if w.threads.mode == ThreadConversation && t.msg.LettaConversationID == "" {
-		thrCmd = rp.Get(ctx, ThreadKey(w.threads.prefix, t.msg.AgentID, t.msg.Conversation))
+		r.thr = rp.Get(ctx, ThreadKey(w.threads.prefix, t.msg.AgentID, t.msg.Conversation))
 	}
-	_, _ = jp.Exec(ctx)
-	if rp != jp {
-		_, _ = rp.Exec(ctx)
+	return r
+}
+
+// pending is the chat's pending approval request ("" none).
+func (r *startReads) pending() (string, error) {
+	if r == nil || r.pend == nil {
+		return "", nil
 	}
-	b, err := recCmd.Bytes()
+	return r.pend.Result()
+}
+
+// thread is the chat's Letta conversation id ("" none, not read, or not
+// readable: resolveThread reads it again).
+func (r *startReads) thread() string {
+	if r == nil || r.thr == nil {
+		return ""
+	}
+	id, _ := r.thr.Result()
+	return id
+}
+
+// readStart reads what startReads says, unless acquire read it with the
+// lock.
+func (t *turn) readStart(ctx context.Context) (rec *TurnRecord, answered bool, intents []Intent, err error) {
+	w := t.w
+	if t.pre == nil {
+		jp := w.journal.rdb.Pipeline()
+		rp := jp
+		if w.replies.rdb != w.journal.rdb {
+			rp = w.replies.rdb.Pipeline()
+		}
+		t.pre = t.queueStartReads(ctx, jp, rp)
+		_, _ = jp.Exec(ctx)
+		if rp != jp {
+			_, _ = rp.Exec(ctx)
+		}
+	}
+	b, err := t.pre.rec.Bytes()
 	switch {
 	case errors.Is(err, redis.Nil):
 		rec = &TurnRecord{}
@@ -413,22 +446,16 @@ func (t *turn) readStart(ctx context.Context) (rec *TurnRecord, answered bool, i
 			return nil, false, nil, fmt.Errorf("read the turn journal: %w", err)
 		}
 	}
-	n, err := ansCmd.Result()
+	n, err := t.pre.ans.Result()
 	if err != nil {
 		return nil, false, nil, fmt.Errorf("queue: answered %s: %w", t.taskID, err)
 	}
-	raw, err := intCmd.Result()
+	raw, err := t.pre.intents.Result()
 	if err == nil {
 		intents, err = journalDecodeIntents(t.taskID, raw)
 	}
 	if err != nil {
 		return nil, false, nil, fmt.Errorf("queue: intents of task %s: %w", t.taskID, err)
-	}
-	if pendCmd != nil {
-		t.pre.pending, t.pre.pendingErr = pendCmd.Result()
-	}
-	if thrCmd != nil {
-		t.pre.thread, _ = thrCmd.Result() // on an error, resolveThread reads it again
 	}
 	return rec, n == 1, intents, nil
 }
@@ -566,6 +593,7 @@ func (t *turn) execute(ctx context.Context) error {
 	wctx, cancel := t.workContext(ctx)
 	defer cancel()
 	convID, err := t.resolveThread(wctx)
+	t.pre = nil // read: not kept while the turn waits
 	if err != nil {
 		t.hb.Stop()
 		return t.threadFailed(ctx, err)

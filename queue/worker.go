@@ -260,7 +260,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		w.journal = NewJournal(w.rdb, cfg.JournalOptions)
 	}
 	if !cfg.Ordering.Off {
-		seq, rdb, err := cfg.Ordering.newSequencer(w.conn)
+		seq, rdb, err := cfg.Ordering.newSequencer(w.conn, w.rdb)
 		if err != nil {
 			w.closeRedis()
 			return nil, err
@@ -293,6 +293,18 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 // oneRedis reports whether the journal and the reply streams are on one
 // client, so that their writes can share a round trip (the writer's).
 func (w *Worker) oneRedis() bool { return w.journal.rdb == w.replies.rdb }
+
+// startWithLock returns the client on which a turn's ordering acquire and
+// its start's reads share a round trip: when the sequencer, the journal and
+// the reply streams are on one client of a single Redis (on Cluster a
+// pipeline's commands for different nodes do not run in order).
+func (w *Worker) startWithLock() (*redis.Client, bool) {
+	if w.ord == nil || !w.oneRedis() {
+		return nil, false
+	}
+	c, ok := w.journal.rdb.(*redis.Client)
+	return c, ok && w.ord.seq.Client() == w.journal.rdb
+}
 
 // Replies returns the reply streams the worker writes.
 func (w *Worker) Replies() *Replies { return w.replies }

@@ -1,0 +1,104 @@
+package integration
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lettaq/lettaq/queue"
+)
+
+// recordingOpt makes asynq.RedisClientOpt's client with a hook that records what each
+// pipeline (and each command sent alone) carries: command names, and the first key of each.
+type recordingOpt struct {
+	asynq.RedisClientOpt
+	rec *tripRecorder
+}
+
+func (o recordingOpt) MakeRedisClient() any {
+	c := queue.LeanRedis(o.RedisClientOpt).MakeRedisClient().(*redis.Client)
+	c.AddHook(o.rec)
+	return c
+}
+
+type tripRecorder struct {
+	mu    sync.Mutex
+	trips [][]string // per round trip: "name key" of each command
+}
+
+func (r *tripRecorder) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (r *tripRecorder) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		r.note([]redis.Cmder{cmd})
+		return next(ctx, cmd)
+	}
+}
+
+func (r *tripRecorder) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		r.note(cmds)
+		return next(ctx, cmds)
+	}
+}
+
+func (r *tripRecorder) note(cmds []redis.Cmder) {
+	var trip []string
+	for _, c := range cmds {
+		a := c.Args()
+		key := ""
+		switch n := strings.ToLower(c.Name()); {
+		case (n == "evalsha" || n == "eval") && len(a) > 3:
+			key, _ = a[3].(string)
+		case len(a) > 1:
+			key, _ = a[1].(string)
+		}
+		trip = append(trip, strings.ToLower(c.Name())+" "+key)
+	}
+	r.mu.Lock()
+	r.trips = append(r.trips, trip)
+	r.mu.Unlock()
+}
+
+// A turn takes its conversation's lock and reads its journal record, intents, answered marker
+// and the chat's pending approval in one round trip (the reads run after the acquire, so with
+// the lock held), and reads the record nowhere else.
+func TestTurnStartIsOneRoundTrip(t *testing.T) {
+	e := newEnv(t)
+	rec := &tripRecorder{}
+	e.startWorker("w1", func(c *queue.WorkerConfig) { c.Redis = recordingOpt{e.redisOpt(), rec} })
+	agent := e.sim.CreateAgent("trips", nil)
+	for i := range 3 {
+		c := e.conv("trips")
+		res := e.enqueue(queue.Message{AgentID: agent, Conversation: c, MessageID: "m", Text: "hi"})
+		if final, evs := e.waitFinal(c, res.TaskID, 20*time.Second); final.Type != queue.EventAnswer {
+			t.Fatalf("turn %d: final %+v; events %s", i, final, summarize(evs))
+		}
+		recordKey := e.prefix + "journal:turn:" + res.TaskID
+		rec.mu.Lock()
+		together, alone := 0, 0
+		for _, trip := range rec.trips {
+			reads, acquires := false, false
+			for _, c := range trip {
+				reads = reads || c == "get "+recordKey
+				acquires = acquires || strings.HasPrefix(c, "evalsha "+e.prefix+"ord:line:") && len(trip) > 1
+			}
+			switch {
+			case reads && acquires:
+				together++
+			case reads:
+				alone++
+			}
+		}
+		rec.trips = nil
+		rec.mu.Unlock()
+		if together != 1 || alone != 0 {
+			t.Errorf("turn %d: the record was read with the acquire in %d round trips and alone in %d; want 1 and 0", i, together, alone)
+		}
+	}
+}
