@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -55,6 +56,7 @@ func (r *tripRecorder) note(cmds []redis.Cmder) {
 		switch n := strings.ToLower(c.Name()); {
 		case (n == "evalsha" || n == "eval") && len(a) > 3:
 			key, _ = a[3].(string)
+			key += fmt.Sprintf(" (%v keys)", a[2])
 		case len(a) > 1:
 			key, _ = a[1].(string)
 		}
@@ -67,7 +69,8 @@ func (r *tripRecorder) note(cmds []redis.Cmder) {
 
 // A turn takes its conversation's lock and reads its journal record, intents, answered marker
 // and the chat's pending approval in one round trip (the reads run after the acquire, so with
-// the lock held), and reads the record nowhere else.
+// the lock held), and reads the record nowhere else; it releases the lock in the round trip
+// that writes its final event.
 func TestTurnStartIsOneRoundTrip(t *testing.T) {
 	e := newEnv(t)
 	rec := &tripRecorder{}
@@ -81,12 +84,15 @@ func TestTurnStartIsOneRoundTrip(t *testing.T) {
 		}
 		recordKey := e.prefix + "journal:turn:" + res.TaskID
 		rec.mu.Lock()
-		together, alone := 0, 0
+		together, alone, released := 0, 0, 0
 		for _, trip := range rec.trips {
-			reads, acquires := false, false
+			reads, acquires, releases, final := false, false, false, false
 			for _, c := range trip {
 				reads = reads || c == "get "+recordKey
-				acquires = acquires || strings.HasPrefix(c, "evalsha "+e.prefix+"ord:line:") && len(trip) > 1
+				line := strings.HasPrefix(c, "evalsha "+e.prefix+"ord:line:")
+				acquires = acquires || line && strings.HasSuffix(c, "(4 keys)") && len(trip) > 1
+				releases = releases || line && strings.HasSuffix(c, "(3 keys)")
+				final = final || strings.HasPrefix(c, "evalsha "+e.prefix+"replies:")
 			}
 			switch {
 			case reads && acquires:
@@ -94,9 +100,15 @@ func TestTurnStartIsOneRoundTrip(t *testing.T) {
 			case reads:
 				alone++
 			}
+			if releases && final {
+				released++
+			}
 		}
 		rec.trips = nil
 		rec.mu.Unlock()
+		if released != 1 {
+			t.Errorf("turn %d: the lock was released with the final event in %d round trips, want 1", i, released)
+		}
 		if together != 1 || alone != 0 {
 			t.Errorf("turn %d: the record was read with the acquire in %d round trips and alone in %d; want 1 and 0", i, together, alone)
 		}

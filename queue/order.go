@@ -336,8 +336,7 @@ func (t *turn) wake(ctx context.Context, next string) {
 // clients from Asynq's connection). If the release does not happen there,
 // processTask releases as usual (releasing twice is harmless).
 func (t *turn) releaseOps() []pipelineOp {
-	o := t.w.ord
-	if t.lease == nil || o.rdb == nil || t.w.rdb == nil || t.w.replies.rdb != t.w.rdb {
+	if t.lease == nil || !t.w.seqOnWorkerRedis() || t.w.replies.rdb != t.w.rdb {
 		return nil
 	}
 	s, keys, args, next := t.lease.ReleaseScript(true)

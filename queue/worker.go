@@ -294,6 +294,13 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 // client, so that their writes can share a round trip (the writer's).
 func (w *Worker) oneRedis() bool { return w.journal.rdb == w.replies.rdb }
 
+// seqOnWorkerRedis reports whether the sequencer's client is on the
+// worker's Redis (w.rdb): it is that client, or one made from the same
+// option.
+func (w *Worker) seqOnWorkerRedis() bool {
+	return w.ord != nil && w.rdb != nil && (w.ord.rdb != nil || w.ord.seq.Client() == w.rdb)
+}
+
 // startWithLock returns the client on which a turn's ordering acquire and
 // its start's reads share a round trip: when the sequencer, the journal and
 // the reply streams are on one client of a single Redis (on Cluster a
