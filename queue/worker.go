@@ -89,6 +89,15 @@ type WorkerConfig struct {
 	RepliesOptions RepliesOptions
 	Journal        *Journal
 	JournalOptions JournalOptions
+	// RedisClient, when set, is a go-redis client on the Redis of Redis
+	// that the worker uses for its own reads and writes (Replies and
+	// Journal when nil, ordering, task results) instead of making one; it
+	// does not close it. Give the one your Replies and Journal use: a turn's
+	// writes of different kinds then share round trips (its start's reads
+	// with its ordering acquire; its final event, record, task result and
+	// release). A worker given Replies and Journal without it writes ordering
+	// and task results apart.
+	RedisClient redis.UniversalClient
 	// ReplyPartLimits sets RepliesOptions.PartLimits (per-integration answer
 	// part size) when Replies is nil.
 	ReplyPartLimits map[string]int
@@ -137,7 +146,8 @@ type Worker struct {
 	replies   *Replies
 	journal   *Journal
 	obs       Observer
-	rdb       redis.UniversalClient // owned when we made it
+	rdb       redis.UniversalClient // on the Asynq Redis (closed when ownsRdb)
+	ownsRdb   bool
 	conn      asynq.RedisConnOpt    // what the worker's and Asynq's clients are made from: LeanRedis(cfg.Redis)
 	ord       *orderer              // nil: no ordering
 	threads   *threads
@@ -240,12 +250,15 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 			return nil, err
 		}
 	}
-	if cfg.Replies == nil || cfg.Journal == nil {
+	switch {
+	case cfg.RedisClient != nil:
+		w.rdb = cfg.RedisClient
+	case cfg.Replies == nil || cfg.Journal == nil:
 		rdb, ok := w.conn.MakeRedisClient().(redis.UniversalClient)
 		if !ok {
 			return nil, errors.New("queue: WorkerConfig.Redis does not make a go-redis v9 client; set Replies and Journal")
 		}
-		w.rdb = rdb
+		w.rdb, w.ownsRdb = rdb, true
 	}
 	w.replies = cfg.Replies
 	if w.replies == nil {
@@ -441,7 +454,7 @@ func (w *Worker) closeRedis() {
 		_ = w.answerer.c.Close()
 	}
 	w.ord.close()
-	if w.rdb != nil {
+	if w.ownsRdb {
 		_ = w.rdb.Close()
 	}
 }

@@ -56,6 +56,7 @@ func newQueueRunner(cfg WorkerConfig, connOpt asynq.RedisConnOpt, rdb redis.Univ
 		WorkerID:          cfg.WorkerID,
 		Replies:           replies,
 		Journal:           journal,
+		RedisClient:       rdb,
 		Observer:          m,
 		TaskCheckInterval: cfg.TaskCheckInterval,
 		HeartbeatInterval: cfg.HeartbeatInterval,
