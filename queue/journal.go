@@ -477,7 +477,7 @@ func (j *Journal) saveArgs(rec *TurnRecord, keepFinished bool) (keys []string, a
 	if r.Latency == 0 && !r.EnqueuedAt.IsZero() && !r.FinishedAt.IsZero() {
 		r.Latency = r.FinishedAt.Sub(r.EnqueuedAt)
 	}
-	b, err := json.Marshal(&r)
+	b, err := marshalTurnRecord(&r)
 	if err != nil {
 		return nil, nil, fmt.Errorf("queue: journal save %s: %w", r.TaskID, err)
 	}
