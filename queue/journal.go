@@ -238,6 +238,10 @@ func (f Filter) Match(rec *TurnRecord) bool {
 
 var journalFlagFilters = []Filter{FilterStalls, FilterRetries, FilterResends, FilterFailures}
 
+// journalSaveFilters are the indexes a save updates, in the order of its
+// keys and flags.
+var journalSaveFilters = [...]Filter{FilterAll, FilterStalls, FilterRetries, FilterResends, FilterFailures}
+
 // JournalOptions configures a Journal. Zero values take the defaults.
 type JournalOptions struct {
 	// Prefix of every key; default "lettaq:".
@@ -256,6 +260,10 @@ type JournalOptions struct {
 type Journal struct {
 	rdb  redis.UniversalClient
 	opts JournalOptions
+	// What every save passes: the index keys (journalSaveFilters' order),
+	// and the retention in ms and MaxIndex as script arguments.
+	indexKeys     [len(journalSaveFilters)]string
+	ttlArg, keepN any
 }
 
 // NewJournal returns a Journal on rdb.
@@ -272,7 +280,11 @@ func NewJournal(rdb redis.UniversalClient, opts JournalOptions) *Journal {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Journal{rdb: rdb, opts: opts}
+	j := &Journal{rdb: rdb, opts: opts, ttlArg: opts.Retention.Milliseconds(), keepN: opts.MaxIndex}
+	for i, f := range journalSaveFilters {
+		j.indexKeys[i] = j.indexKey(f)
+	}
+	return j
 }
 
 func (j *Journal) recordKey(taskID string) string {
@@ -486,14 +498,18 @@ func (j *Journal) saveArgs(rec *TurnRecord, keepFinished bool) (keys []string, a
 	if !known {
 		score = now.UnixMilli()
 	}
-	filters := append([]Filter{FilterAll}, journalFlagFilters...)
-	keys = make([]string, 0, 3+len(filters))
-	keys = append(keys, j.recordKey(r.TaskID), j.otidKey(r.Otid), j.intentsKey(r.TaskID))
-	args = make([]any, 0, 7+len(filters))
-	args = append(args, b, r.TaskID, r.Otid, j.opts.Retention.Milliseconds(), score, boolArg(known), j.opts.MaxIndex, boolArg(keepFinished))
-	for _, f := range filters {
-		keys = append(keys, j.indexKey(f))
-		args = append(args, boolArg(f.Match(&r)))
+	// The record, otid and intents keys: one string, three slices of it.
+	p := j.opts.Prefix
+	all := p + "journal:turn:" + r.TaskID + p + "journal:otid:" + r.Otid + p + "journal:intents:" + r.TaskID
+	n1 := len(p) + len("journal:turn:") + len(r.TaskID)
+	n2 := n1 + len(p) + len("journal:otid:") + len(r.Otid)
+	keys = make([]string, 0, 3+len(journalSaveFilters))
+	keys = append(keys, all[:n1], all[n1:n2], all[n2:])
+	keys = append(keys, j.indexKeys[:]...)
+	args = make([]any, 0, 8+len(journalSaveFilters))
+	args = append(args, b, r.TaskID, r.Otid, j.ttlArg, score, boolAny(known), j.keepN, boolAny(keepFinished))
+	for _, f := range journalSaveFilters {
+		args = append(args, boolAny(f.Match(&r)))
 	}
 	return keys, args, nil
 }
@@ -504,6 +520,16 @@ func boolArg(b bool) string {
 	}
 	return "0"
 }
+
+// boolAny is boolArg as a script argument, boxed once.
+func boolAny(b bool) any {
+	if b {
+		return argTrue
+	}
+	return argFalse
+}
+
+var argTrue, argFalse any = "1", "0"
 
 // journalTurnTime is the time a turn is indexed under.
 func journalTurnTime(r *TurnRecord) (time.Time, bool) {

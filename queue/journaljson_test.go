@@ -3,6 +3,7 @@ package queue
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -183,4 +184,43 @@ func BenchmarkTurnRecordEncode(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkJournalSaveOp: the whole of a save's encoding (record, keys,
+// script arguments) for an instant turn's final record.
+func BenchmarkJournalSaveOp(b *testing.B) {
+	j := NewJournal(nil, JournalOptions{})
+	r := benchTurnRecord()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := j.saveOp(r, false); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// saveArgs names the record's keys and every index, and flags the indexes
+// the record belongs in.
+func TestJournalSaveArgsKeys(t *testing.T) {
+	j := NewJournal(nil, JournalOptions{Prefix: "{p}:", Retention: time.Hour, MaxIndex: 7})
+	r := &TurnRecord{TaskID: "task:1", Otid: "o-1", Outcome: OutcomeFailed, Resends: 1, Attempts: []Attempt{{N: 1}, {N: 2, TimeoutClock: "stall"}}}
+	keys, args, err := j.saveArgs(r, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{j.recordKey("task:1"), j.otidKey("o-1"), j.intentsKey("task:1")}
+	for _, f := range append([]Filter{FilterAll}, journalFlagFilters...) {
+		want = append(want, j.indexKey(f))
+	}
+	if fmt.Sprint(keys) != fmt.Sprint(want) {
+		t.Fatalf("keys %q, want %q", keys, want)
+	}
+	if got := fmt.Sprint(args[1:]); got != "[task:1 o-1 3600000 "+fmt.Sprint(args[4])+" 0 7 1 1 1 1 1 1]" {
+		t.Fatalf("args %v", got)
+	}
+	r.Otid, r.Outcome, r.Resends, r.Attempts = "", "", 0, nil
+	keys, args, _ = j.saveArgs(r, false)
+	if keys[1] != "{p}:journal:otid:" || fmt.Sprint(args[7:]) != "[0 1 0 0 0 0]" {
+		t.Fatalf("keys %q args %v", keys, args[7:])
+	}
 }
