@@ -473,7 +473,7 @@ func TestQueuedSaveEncodeFailure(t *testing.T) {
 			if !strings.Contains(err.Error(), "no task id") {
 				t.Fatalf("failed with %v", err)
 			}
-		default:
+		case <-time.After(5 * time.Second): // failed is called once the flush's barrier is done
 			t.Fatal("the failed save was not reported")
 		}
 		if got := fmt.Sprint(streamTexts(t, r, conv)); got != "[after]" {
