@@ -329,7 +329,7 @@ func (j *Journal) RecordIntent(ctx context.Context, taskID, otid string, attempt
 	if taskID == "" || otid == "" {
 		return nil, fmt.Errorf("queue: record intent: task id and otid are required (task %q, otid %q)", taskID, otid)
 	}
-	b, err := json.Marshal(Intent{TaskID: taskID, Otid: otid, Attempt: attempt, Worker: worker, At: j.opts.Now().UTC()})
+	b, err := marshalIntent(&Intent{TaskID: taskID, Otid: otid, Attempt: attempt, Worker: worker, At: j.opts.Now().UTC()})
 	if err != nil {
 		return nil, fmt.Errorf("queue: record intent: %w", err)
 	}
@@ -346,7 +346,7 @@ func (j *Journal) intentOp(taskID, otid string, attempt int, worker string, prio
 	if taskID == "" || otid == "" {
 		return nil, fmt.Errorf("queue: record intent: task id and otid are required (task %q, otid %q)", taskID, otid)
 	}
-	b, err := json.Marshal(Intent{TaskID: taskID, Otid: otid, Attempt: attempt, Worker: worker, At: j.opts.Now().UTC()})
+	b, err := marshalIntent(&Intent{TaskID: taskID, Otid: otid, Attempt: attempt, Worker: worker, At: j.opts.Now().UTC()})
 	if err != nil {
 		return nil, fmt.Errorf("queue: record intent: %w", err)
 	}
@@ -365,7 +365,7 @@ func (j *Journal) intentOp(taskID, otid string, attempt int, worker string, prio
 // refusal may be recorded: a later attempt then sends without first
 // looking for the otid.
 func (j *Journal) RecordRefusal(ctx context.Context, taskID, otid string, attempt int, worker string) error {
-	b, err := json.Marshal(Intent{TaskID: taskID, Otid: otid, Attempt: attempt, Worker: worker, At: j.opts.Now().UTC(), Refused: true})
+	b, err := marshalIntent(&Intent{TaskID: taskID, Otid: otid, Attempt: attempt, Worker: worker, At: j.opts.Now().UTC(), Refused: true})
 	if err != nil {
 		return fmt.Errorf("queue: record refusal: %w", err)
 	}

@@ -16,6 +16,7 @@ import (
 // FuzzTurnRecordJSONMatches hold it to that. A time json.Marshal refuses
 // (a year outside [0,9999], a zone hour outside [0,23]) makes
 // marshalTurnRecord fall back to json.Marshal, which returns its error.
+// The same for an Intent (marshalIntent).
 
 // journalBufs holds the scratch buffers records are encoded into.
 var journalBufs = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
@@ -124,6 +125,35 @@ func appendTurnRecordJSON(b []byte, r *TurnRecord) (_ []byte, ok bool) {
 	b = appendStringsField(b, `,"merged":`, r.Merged)
 	b = append(b, '}')
 	return b, ok
+}
+
+// marshalIntent is json.Marshal(in), by appendIntentJSON.
+func marshalIntent(in *Intent) ([]byte, error) {
+	var buf [256]byte
+	b, ok := appendIntentJSON(buf[:0], in)
+	if !ok {
+		return json.Marshal(in)
+	}
+	return append([]byte(nil), b...), nil
+}
+
+// appendIntentJSON appends in as json.Marshal writes it; !ok as for
+// appendTurnRecordJSON.
+func appendIntentJSON(b []byte, in *Intent) (_ []byte, ok bool) {
+	ok = true
+	b = append(b, `{"task_id":`...)
+	b = appendJSONString(b, in.TaskID)
+	b = append(b, `,"otid":`...)
+	b = appendJSONString(b, in.Otid)
+	b = append(b, `,"attempt":`...)
+	b = strconv.AppendInt(b, int64(in.Attempt), 10)
+	b = appendStringField(b, `,"worker":`, in.Worker)
+	b = append(b, `,"at":`...)
+	b = appendJSONTime(b, in.At, &ok)
+	if in.Refused {
+		b = append(b, `,"refused":true`...)
+	}
+	return append(b, '}'), ok
 }
 
 func appendAttemptJSON(b []byte, a *Attempt, ok *bool) []byte {

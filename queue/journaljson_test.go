@@ -8,7 +8,8 @@ import (
 	"time"
 )
 
-// checkTurnRecordJSON fails t unless appendTurnRecordJSON writes what
+// checkTurnRecordJSON fails t unless appendTurnRecordJSON (and
+// appendIntentJSON, on an intent made of r's fields) writes what
 // json.Marshal writes, or declines exactly where json.Marshal fails.
 func checkTurnRecordJSON(t *testing.T, r *TurnRecord) {
 	t.Helper()
@@ -25,6 +26,18 @@ func checkTurnRecordJSON(t *testing.T, r *TurnRecord) {
 		t.Fatalf("appendTurnRecordJSON declines what json.Marshal writes: %s", want)
 	case werr == nil && !bytes.Equal(got, want):
 		t.Fatalf("appendTurnRecordJSON differs from json.Marshal:\n got %s\nwant %s", got, want)
+	}
+	// The record's strings and times as an intent.
+	for _, in := range []Intent{{TaskID: r.TaskID, Otid: r.Otid, Attempt: len(r.Attempts), Worker: r.AgentID, At: r.EnqueuedAt, Refused: r.Resends%2 != 0},
+		{TaskID: r.RunID, Otid: r.Error, Attempt: -r.Resends, At: r.UpdatedAt}} {
+		want, werr := json.Marshal(&in)
+		got, ok := appendIntentJSON(nil, &in)
+		if (werr == nil) != ok || (ok && !bytes.Equal(got, want)) {
+			t.Fatalf("appendIntentJSON = %s, %v; json.Marshal = %s, %v", got, ok, want, werr)
+		}
+		if m, merr := marshalIntent(&in); (merr == nil) != (werr == nil) || !bytes.Equal(m, want) {
+			t.Fatalf("marshalIntent = %s, %v; json.Marshal = %s, %v", m, merr, want, werr)
+		}
 	}
 	m, merr := marshalTurnRecord(r)
 	if (merr == nil) != (werr == nil) || !bytes.Equal(m, want) {
@@ -165,7 +178,8 @@ func benchTurnRecord() *TurnRecord {
 }
 
 // BenchmarkTurnRecordEncode: an instant turn's final record by json.Marshal
-// (old) and by marshalTurnRecord (new), in one run.
+// (old) and by marshalTurnRecord (new), and its intent by json.Marshal and
+// marshalIntent, in one run.
 func BenchmarkTurnRecordEncode(b *testing.B) {
 	r := benchTurnRecord()
 	b.Run("json.Marshal", func(b *testing.B) {
@@ -180,6 +194,23 @@ func BenchmarkTurnRecordEncode(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			if _, err := marshalTurnRecord(r); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	in := &Intent{TaskID: r.TaskID, Otid: r.Otid, Attempt: 1, Worker: r.Attempts[0].Worker, At: r.FirstStartedAt}
+	b.Run("intent/json.Marshal", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := json.Marshal(in); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("intent/marshalIntent", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := marshalIntent(in); err != nil {
 				b.Fatal(err)
 			}
 		}
