@@ -223,9 +223,10 @@ func (p *progress) pushOnce(ev ReplyEvent, marker string) {
 // takes it (rec.saveOp, on the writer's goroutine: a newer record has
 // everything an older one had). It replaces a save still waiting, which is
 // never encoded; a failure goes to failed. A save passed to do is encoded
-// by its caller, before it is queued: if the writer takes a queued save
-// after that, the record it writes may be the newer of the two (the turn
-// changed its record in between), and the turn's next save puts that right.
+// by its caller, before it is queued: a queued save the writer took before
+// but encodes after that may write a newer record than the do save written
+// after it (if the record changed in between); the turn's next save puts
+// that right.
 func (p *progress) pushSave(rec recordSaver) {
 	p.wr.mu.Lock()
 	defer p.wr.mu.Unlock()
