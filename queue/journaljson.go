@@ -37,7 +37,8 @@ func marshalTurnRecord(r *TurnRecord) ([]byte, error) {
 		journalBufs.Put(bp)
 	}
 	if !ok {
-		return json.Marshal(r)
+		rc := *r // only this copy escapes (to json.Marshal): r stays where it is
+		return json.Marshal(&rc)
 	}
 	return out, nil
 }
@@ -132,7 +133,8 @@ func marshalIntent(in *Intent) ([]byte, error) {
 	var buf [256]byte
 	b, ok := appendIntentJSON(buf[:0], in)
 	if !ok {
-		return json.Marshal(in)
+		ic := *in
+		return json.Marshal(&ic)
 	}
 	return append([]byte(nil), b...), nil
 }
