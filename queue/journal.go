@@ -240,6 +240,10 @@ func (f Filter) Match(rec *TurnRecord) bool {
 
 var journalFlagFilters = []Filter{FilterStalls, FilterRetries, FilterResends, FilterFailures}
 
+// journalSaveFilters are the indexes a save updates, in the order of its
+// keys and flags.
+var journalSaveFilters = [...]Filter{FilterAll, FilterStalls, FilterRetries, FilterResends, FilterFailures}
+
 // JournalOptions configures a Journal. Zero values take the defaults.
 type JournalOptions struct {
 	// Prefix of every key; default "lettaq:".
@@ -258,6 +262,10 @@ type JournalOptions struct {
 type Journal struct {
 	rdb  redis.UniversalClient
 	opts JournalOptions
+	// What every save passes: the index keys (journalSaveFilters' order),
+	// and the retention in ms and MaxIndex as script arguments.
+	indexKeys     [len(journalSaveFilters)]string
+	ttlArg, keepN any
 }
 
 // NewJournal returns a Journal on rdb.
@@ -274,7 +282,11 @@ func NewJournal(rdb redis.UniversalClient, opts JournalOptions) *Journal {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Journal{rdb: rdb, opts: opts}
+	j := &Journal{rdb: rdb, opts: opts, ttlArg: opts.Retention.Milliseconds(), keepN: opts.MaxIndex}
+	for i, f := range journalSaveFilters {
+		j.indexKeys[i] = j.indexKey(f)
+	}
+	return j
 }
 
 func (j *Journal) recordKey(taskID string) string {
@@ -319,7 +331,7 @@ func (j *Journal) RecordIntent(ctx context.Context, taskID, otid string, attempt
 	if taskID == "" || otid == "" {
 		return nil, fmt.Errorf("queue: record intent: task id and otid are required (task %q, otid %q)", taskID, otid)
 	}
-	b, err := json.Marshal(Intent{TaskID: taskID, Otid: otid, Attempt: attempt, Worker: worker, At: j.opts.Now().UTC()})
+	b, err := marshalIntent(&Intent{TaskID: taskID, Otid: otid, Attempt: attempt, Worker: worker, At: j.opts.Now().UTC()})
 	if err != nil {
 		return nil, fmt.Errorf("queue: record intent: %w", err)
 	}
@@ -336,7 +348,7 @@ func (j *Journal) intentOp(taskID, otid string, attempt int, worker string, prio
 	if taskID == "" || otid == "" {
 		return nil, fmt.Errorf("queue: record intent: task id and otid are required (task %q, otid %q)", taskID, otid)
 	}
-	b, err := json.Marshal(Intent{TaskID: taskID, Otid: otid, Attempt: attempt, Worker: worker, At: j.opts.Now().UTC()})
+	b, err := marshalIntent(&Intent{TaskID: taskID, Otid: otid, Attempt: attempt, Worker: worker, At: j.opts.Now().UTC()})
 	if err != nil {
 		return nil, fmt.Errorf("queue: record intent: %w", err)
 	}
@@ -355,7 +367,7 @@ func (j *Journal) intentOp(taskID, otid string, attempt int, worker string, prio
 // refusal may be recorded: a later attempt then sends without first
 // looking for the otid.
 func (j *Journal) RecordRefusal(ctx context.Context, taskID, otid string, attempt int, worker string) error {
-	b, err := json.Marshal(Intent{TaskID: taskID, Otid: otid, Attempt: attempt, Worker: worker, At: j.opts.Now().UTC(), Refused: true})
+	b, err := marshalIntent(&Intent{TaskID: taskID, Otid: otid, Attempt: attempt, Worker: worker, At: j.opts.Now().UTC(), Refused: true})
 	if err != nil {
 		return fmt.Errorf("queue: record refusal: %w", err)
 	}
@@ -474,7 +486,7 @@ func (j *Journal) saveOp(rec *TurnRecord, keepFinished bool, ix *journalIndexed)
 }
 
 // journalIndexed is what one attempt knows of its turn's index entries
-// (and of its otid key), as bits of journalFilters: maybe, the indexes the
+// (and of its otid key), as bits of journalSaveFilters: maybe, the indexes the
 // record may be in (an attempt's saves remove it only from those: a flag
 // that a record loses is rare, as they only grow but for the outcome);
 // sure, those it is in, and the otid key written, because a save of the
@@ -486,14 +498,10 @@ func (j *Journal) saveOp(rec *TurnRecord, keepFinished bool, ix *journalIndexed)
 // Retention from the turn's first save: turns last minutes, Retention days.
 type journalIndexed struct{ maybe, sure atomic.Uint32 }
 
-// journalFilters are the filters in the order of the save script's index
-// keys: FilterAll, then journalFlagFilters.
-var journalFilters = append([]Filter{FilterAll}, journalFlagFilters...)
-
-// journalMatches is the bits of journalFilters that rec matches.
+// journalMatches is the bits of journalSaveFilters that rec matches.
 func journalMatches(rec *TurnRecord) uint32 {
 	var m uint32
-	for i, f := range journalFilters {
+	for i, f := range journalSaveFilters {
 		if f.Match(rec) {
 			m |= 1 << i
 		}
@@ -536,7 +544,7 @@ func (j *Journal) saveArgs(rec *TurnRecord, keepFinished bool, ix *journalIndexe
 	if r.Latency == 0 && !r.EnqueuedAt.IsZero() && !r.FinishedAt.IsZero() {
 		r.Latency = r.FinishedAt.Sub(r.EnqueuedAt)
 	}
-	b, err := json.Marshal(&r)
+	b, err := marshalTurnRecord(&r)
 	if err != nil {
 		return nil, nil, fmt.Errorf("queue: journal save %s: %w", r.TaskID, err)
 	}
@@ -546,7 +554,7 @@ func (j *Journal) saveArgs(rec *TurnRecord, keepFinished bool, ix *journalIndexe
 		score = now.UnixMilli()
 	}
 	// Per index: "1" add (or move: ZADD), "0" remove, "-" leave as it is.
-	maybe, sure := uint32(1<<len(journalFilters)-1), uint32(0)
+	maybe, sure := uint32(1<<len(journalSaveFilters)-1), uint32(0)
 	if ix != nil {
 		maybe, sure = ix.maybe.Load(), ix.sure.Load()
 		ix.maybe.Or(journalMatches(&r))
@@ -555,12 +563,17 @@ func (j *Journal) saveArgs(rec *TurnRecord, keepFinished bool, ix *journalIndexe
 	if sure&1 != 0 {
 		otid = "" // written with the record's first index entry
 	}
-	keys = make([]string, 0, 3+len(journalFilters))
-	keys = append(keys, j.recordKey(r.TaskID), j.otidKey(r.Otid), j.intentsKey(r.TaskID))
-	args = make([]any, 0, 7+len(journalFilters))
-	args = append(args, b, r.TaskID, otid, j.opts.Retention.Milliseconds(), score, boolArg(known), j.opts.MaxIndex, boolArg(keepFinished))
-	for i, f := range journalFilters {
-		keys = append(keys, j.indexKey(f))
+	// The record, otid and intents keys: one string, three slices of it.
+	p := j.opts.Prefix
+	all := p + "journal:turn:" + r.TaskID + p + "journal:otid:" + r.Otid + p + "journal:intents:" + r.TaskID
+	n1 := len(p) + len("journal:turn:") + len(r.TaskID)
+	n2 := n1 + len(p) + len("journal:otid:") + len(r.Otid)
+	keys = make([]string, 0, 3+len(journalSaveFilters))
+	keys = append(keys, all[:n1], all[n1:n2], all[n2:])
+	keys = append(keys, j.indexKeys[:]...)
+	args = make([]any, 0, 8+len(journalSaveFilters))
+	args = append(args, b, r.TaskID, otid, j.ttlArg, score, boolAny(known), j.keepN, boolAny(keepFinished))
+	for i, f := range journalSaveFilters {
 		bit := uint32(1) << i
 		switch {
 		case f.Match(&r) && sure&bit == 0:
@@ -582,6 +595,16 @@ func boolArg(b bool) string {
 	}
 	return "0"
 }
+
+// boolAny is boolArg as a script argument, boxed once.
+func boolAny(b bool) any {
+	if b {
+		return argTrue
+	}
+	return argFalse
+}
+
+var argTrue, argFalse any = "1", "0"
 
 // journalTurnTime is the time a turn is indexed under.
 func journalTurnTime(r *TurnRecord) (time.Time, bool) {

@@ -496,7 +496,7 @@ func TestJournalSavesSkipKnownIndexEntries(t *testing.T) {
 			}
 			return args
 		}
-		// The index arguments: otid, then per journalFilters "1" add, "0" remove, "-" leave.
+		// The index arguments: otid, then per journalSaveFilters "1" add, "0" remove, "-" leave.
 		idx := func(args []any) string {
 			s := fmt.Sprint(args[2] != "")
 			for _, a := range args[8:] {

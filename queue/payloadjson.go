@@ -43,6 +43,9 @@ func decodePayloadJSON(b []byte, whole bool) (Payload, error) {
 		}
 		return p, jsonError(err)
 	}
+	if !mayHoldRewrites(b) {
+		return p, nil // nothing for the second decode to find
+	}
 	var raw rawPayloadStrings
 	_ = decode(&raw) // cannot fail where decoding p did not
 	if field := raw.fault(); field != "" {
@@ -52,6 +55,30 @@ func decodePayloadJSON(b []byte, whole bool) (Payload, error) {
 		return p, invalid(field, "is not valid UTF-8 (or holds an unpaired surrogate escape)")
 	}
 	return p, nil
+}
+
+// mayHoldRewrites reports whether b may hold a string that encoding/json
+// decodes with replacement: b is not valid UTF-8, or holds a \u escape of
+// a surrogate (\uD800-\uDFFF, any case). When it is false,
+// rawPayloadStrings.fault finds nothing in any value b holds (the decoder
+// took its escapes: each is \u and 4 hex digits, or a one-character one).
+func mayHoldRewrites(b []byte) bool {
+	if !utf8.Valid(b) {
+		return true
+	}
+	for i := 0; i < len(b); i += 2 { // past the backslash and the character it escapes
+		k := bytes.IndexByte(b[i:], '\\')
+		if k < 0 {
+			return false
+		}
+		i += k
+		if i+3 < len(b) && b[i+1] == 'u' && b[i+2]|0x20 == 'd' {
+			if c := b[i+3] | 0x20; c == '8' || c == '9' || ('a' <= c && c <= 'f') {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // rawPayloadStrings holds the payload's strings as written.

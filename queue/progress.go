@@ -130,8 +130,15 @@ type progress struct {
 type progressItem struct {
 	ev   *preparedEvent
 	op   pipelineOp
-	bar  *barrier // set when the pusher waits for this item
-	save bool     // op is a journal save of the whole record (pushSave)
+	bar  *barrier    // set when the pusher waits for this item
+	save bool        // a journal save of the whole record (op, or rec: pushSave)
+	rec  recordSaver // set for a save encoded when the writer takes it
+}
+
+// recordSaver makes the journal save of a turn's record as it is when
+// called (turn.saveOp).
+type recordSaver interface {
+	saveOp() (pipelineOp, error)
 }
 
 // barrier is what a do call waits for: its last item's batch ran.
@@ -223,16 +230,22 @@ func (p *progress) pushOnce(ev ReplyEvent, marker string) {
 }
 
 // pushSave queues a journal save of the whole record: written with the
-// attempt's next round trip (it replaces a save still waiting: the newer
-// record has everything the older one had); a failure goes to failed.
-func (p *progress) pushSave(op pipelineOp) {
+// attempt's next round trip, from the record as it is when the writer
+// takes it (rec.saveOp, on the writer's goroutine: a newer record has
+// everything an older one had). It replaces a save still waiting, which is
+// never encoded; a failure goes to failed. A save passed to do is encoded
+// by its caller, before it is queued: a queued save the writer took before
+// but encodes after that may write a newer record than the do save written
+// after it (if the record changed in between); the turn's next save puts
+// that right.
+func (p *progress) pushSave(rec recordSaver) {
 	p.wr.mu.Lock()
 	defer p.wr.mu.Unlock()
 	if p.closed {
 		return
 	}
 	p.dropSavesLocked()
-	p.queue = append(p.queue, progressItem{op: op, save: true})
+	p.queue = append(p.queue, progressItem{rec: rec, save: true})
 	p.scheduleLocked()
 }
 
@@ -508,7 +521,17 @@ func (wr *writer) write(batch []taken) {
 		}
 		for t := range batch {
 			for pos[t] < len(batch[t].items) && batch[t].items[pos[t]].ev == nil {
-				if op := batch[t].items[pos[t]].op; op != nil {
+				op := batch[t].items[pos[t]].op
+				if rec := batch[t].items[pos[t]].rec; op == nil && rec != nil {
+					// A queued save: encoded now, from the record as it is
+					// (see pushSave); the turn's earlier items are before it.
+					var err error
+					if op, err = rec.saveOp(); err != nil {
+						batch[t].errs[pos[t]] = err
+						op = nil
+					}
+				}
+				if op != nil {
 					ops = append(ops, op)
 					refs = append(refs, itemRef{t, pos[t]})
 					covers = append(covers, refSpan{len(refs) - 1, len(refs)})

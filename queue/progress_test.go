@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -361,24 +362,50 @@ func TestLazyEventsShareARoundTrip(t *testing.T) {
 	})
 }
 
-// A journal save still waiting is replaced by a newer one (the newer record has everything),
-// and dropped when the turn writes a newer record itself.
+// testSaver is a turn's record for pushSave: it counts its encodes.
+type testSaver struct {
+	j       *Journal
+	mu      sync.Mutex
+	rec     TurnRecord
+	encodes atomic.Int64
+}
+
+func (s *testSaver) set(runID string) {
+	s.mu.Lock()
+	s.rec.RunID = runID
+	s.mu.Unlock()
+}
+
+func (s *testSaver) saveOp() (pipelineOp, error) {
+	s.encodes.Add(1)
+	s.mu.Lock()
+	rec := s.rec
+	s.mu.Unlock()
+	return s.j.saveOp(&rec, false, nil)
+}
+
+// A journal save still waiting is replaced by a newer one (the newer record has everything)
+// without being encoded, and dropped when the turn writes a newer record itself; the save the
+// writer takes is encoded then, from the record as it is then, and written after the turn's
+// earlier items and before its later ones.
 func TestQueuedSavesAreReplaced(t *testing.T) {
 	rjEach(t, func(t *testing.T, b rjBackend) {
+		ctx := context.Background()
 		gate := make(chan struct{})
 		wr, _, _ := gatedWriter(b, gate)
 		j := NewJournal(b.rdb, JournalOptions{Prefix: b.prefix})
+		s := &testSaver{j: j, rec: TurnRecord{TaskID: "t", Otid: "o"}}
+		if err := j.Save(ctx, &s.rec); err != nil { // loads the script: no NOSCRIPT round trip below
+			t.Fatal(err)
+		}
 		p := wr.newProgress(Conversation{Integration: "test", ChatID: "saves"}, func(err error) { t.Error(err) })
 		p.push(ReplyEvent{Type: EventPhase, TaskID: "t", Phase: PhaseThinking})
 		waitTaken(wr, p) // the writer blocks on the gate; what follows waits
-		saves := 0
 		for i := range 3 {
-			op, err := j.saveOp(&TurnRecord{TaskID: "t", Otid: "o", RunID: fmt.Sprint("run-", i)}, false, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			p.pushSave(op)
+			s.set(fmt.Sprint("run-", i))
+			p.pushSave(s)
 		}
+		saves := 0
 		wr.mu.Lock()
 		for _, it := range p.queue {
 			if it.save {
@@ -389,27 +416,78 @@ func TestQueuedSavesAreReplaced(t *testing.T) {
 		if saves != 1 {
 			t.Fatalf("%d saves waiting, want 1 (the newest)", saves)
 		}
+		if n := s.encodes.Load(); n != 0 {
+			t.Fatalf("%d saves encoded before the writer took one", n)
+		}
+		s.set("run-3") // after the last push: the writer takes the record as it is
+		// An op queued after the save runs after it: it sees the record.
+		var seen string
+		after := func(ctx context.Context, pl redis.Pipeliner, sha bool) func() error {
+			c := pl.Get(ctx, j.recordKey("t"))
+			return func() error {
+				seen = c.Val()
+				return c.Err()
+			}
+		}
 		close(gate)
-		p.flush(context.Background())
-		if rec, err := j.Get(context.Background(), "t"); err != nil || rec.RunID != "run-2" {
-			t.Fatalf("journal %+v %v, want run-2", rec, err)
+		if err := p.do(ctx, nil, after); err != nil {
+			t.Fatal(err)
+		}
+		if n := s.encodes.Load(); n != 1 {
+			t.Fatalf("%d encodes, want 1", n)
+		}
+		if rec, err := j.Get(ctx, "t"); err != nil || rec.RunID != "run-3" {
+			t.Fatalf("journal %+v %v, want run-3", rec, err)
+		}
+		if !strings.Contains(seen, `"run_id":"run-3"`) {
+			t.Fatalf("the op after the save read %q", seen)
 		}
 		p.close()
-		// Dropped before the writer takes it: never written.
+		// Dropped before the writer takes it: never encoded, never written.
 		gate2 := make(chan struct{})
 		wr2, _, _ := gatedWriter(b, gate2)
 		p2 := wr2.newProgress(Conversation{Integration: "test", ChatID: "saves"}, func(err error) { t.Error(err) })
 		p2.push(ReplyEvent{Type: EventPhase, TaskID: "t", Phase: PhaseThinking})
 		waitTaken(wr2, p2)
-		op, _ := j.saveOp(&TurnRecord{TaskID: "t", Otid: "o", RunID: "run-3"}, false, nil)
-		p2.pushSave(op)
+		s.set("run-4")
+		p2.pushSave(s)
 		p2.dropQueuedSaves()
 		close(gate2)
-		p2.flush(context.Background())
-		if rec, err := j.Get(context.Background(), "t"); err != nil || rec.RunID != "run-2" {
+		p2.flush(ctx)
+		if n := s.encodes.Load(); n != 1 {
+			t.Fatalf("%d encodes, want 1: the dropped save was encoded", n)
+		}
+		if rec, err := j.Get(ctx, "t"); err != nil || rec.RunID != "run-3" {
 			t.Fatalf("journal %+v %v: the dropped save was written", rec, err)
 		}
 		p2.close()
+	})
+}
+
+// A queued save that cannot be encoded goes to failed, and the turn's other writes go on.
+func TestQueuedSaveEncodeFailure(t *testing.T) {
+	rjEach(t, func(t *testing.T, b rjBackend) {
+		wr, r, _ := gatedWriter(b, nil)
+		j := NewJournal(b.rdb, JournalOptions{Prefix: b.prefix})
+		s := &testSaver{j: j} // no task id: refused
+		failed := make(chan error, 1)
+		conv := Conversation{Integration: "test", ChatID: "badsave"}
+		p := wr.newProgress(conv, func(err error) { failed <- err })
+		p.pushSave(s)
+		p.push(ReplyEvent{Type: EventAnswerDelta, TaskID: "t", Text: "after"})
+		p.flush(context.Background())
+		select {
+		case err := <-failed:
+			if !strings.Contains(err.Error(), "no task id") {
+				t.Fatalf("failed with %v", err)
+			}
+		case <-time.After(5 * time.Second): // failed is called once the flush's barrier is done
+			t.Fatal("the failed save was not reported")
+		}
+		if got := fmt.Sprint(streamTexts(t, r, conv)); got != "[after]" {
+			t.Fatalf("written %v", got)
+		}
+		p.close()
 	})
 }
 
@@ -528,5 +606,59 @@ func waitQueued(wr *writer, p *progress, pe *preparedEvent) {
 		}
 		wr.mu.Unlock()
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// encodedSaver is a save encoded when it was pushed (the writer before
+// pushSave took a recordSaver).
+type encodedSaver struct {
+	op  pipelineOp
+	err error
+}
+
+func (s encodedSaver) saveOp() (pipelineOp, error) { return s.op, s.err }
+
+// BenchmarkQueuedSaves: an instant turn's saveLater at its start and at its
+// run id, the second replacing the first before the writer takes it, then a
+// round trip (not sent: only the work on the worker's side counts). Old:
+// each save encoded when pushed; new: when the writer takes it.
+func BenchmarkQueuedSaves(b *testing.B) {
+	j := NewJournal(nil, JournalOptions{})
+	wr := newWriter(nil, NewReplies(nil, RepliesOptions{}))
+	wr.exec = func(ctx context.Context, ops []pipelineOp) []error { return make([]error, len(ops)) }
+	rec := benchTurnRecord()
+	rec.Outcome, rec.FinishedAt, rec.Usage = "", time.Time{}, nil
+	s := &testSaver{j: j, rec: *rec}
+	for _, old := range []bool{true, false} {
+		name := "encode when taken"
+		if old {
+			name = "encode at push"
+		}
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			p := wr.newProgress(Conversation{Integration: "bench", ChatID: "saves"}, func(err error) { b.Error(err) })
+			wr.mu.Lock() // the writer waits until both saves are queued
+			for b.Loop() {
+				for _, run := range []string{"", "run-1"} {
+					s.set(run)
+					if old {
+						op, err := s.saveOp()
+						p.queue = append(p.queue, progressItem{rec: encodedSaver{op, err}, save: true})
+						continue
+					}
+					p.dropSavesLocked()
+					p.queue = append(p.queue, progressItem{rec: s, save: true})
+				}
+				if old {
+					p.queue = p.queue[1:] // the newer replaces it (pushSave)
+				}
+				p.scheduleLocked()
+				wr.mu.Unlock()
+				p.flush(context.Background())
+				wr.mu.Lock()
+			}
+			wr.mu.Unlock()
+			p.close()
+		})
 	}
 }

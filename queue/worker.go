@@ -148,8 +148,8 @@ type Worker struct {
 	obs       Observer
 	rdb       redis.UniversalClient // on the Asynq Redis (closed when ownsRdb)
 	ownsRdb   bool
-	conn      asynq.RedisConnOpt    // what the worker's and Asynq's clients are made from: LeanRedis(cfg.Redis)
-	ord       *orderer              // nil: no ordering
+	conn      asynq.RedisConnOpt // what the worker's and Asynq's clients are made from: LeanRedis(cfg.Redis)
+	ord       *orderer           // nil: no ordering
 	threads   *threads
 	approvals *approvals
 	answerer  answerer

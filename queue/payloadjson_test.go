@@ -1,0 +1,144 @@
+package queue
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// TestDecodePayloadRejectsEachStringField: an unpaired surrogate escape
+// (either case, high or low) or invalid UTF-8 in any of the payload's
+// string fields is refused naming that field, in a task payload and in an
+// HTTP body; the same payload written cleanly is accepted.
+func TestDecodePayloadRejectsEachStringField(t *testing.T) {
+	fields := []struct{ name, key string }{
+		{"agent_id", `"agent_id":"X"`},
+		{"text", `"text":"X"`},
+		{"sender_id", `"sender_id":"X"`},
+		{"conversation.integration", `"integration":"X"`},
+		{"conversation.chat_id", `"chat_id":"X"`},
+		{"message_id", `"message_id":"X"`},
+		{"otid", `"otid":"X"`},
+	}
+	const clean = `{"v":1,"agent_id":"a","text":"hi","sender_id":"s","conversation":{"integration":"web","chat_id":"c"},"message_id":"m","otid":"4c6e3f2a-1b2c-4d5e-8f90-123456789abc"}`
+	if _, err := DecodePayload([]byte(clean)); err != nil {
+		t.Fatalf("the clean payload: %v", err)
+	}
+	for _, f := range fields {
+		for _, bad := range []string{`\ud800`, `\uD800`, `\uDBFFz`, `\udc00`, `\uDFFF`, `a\ud800\u0041`, "\xff", "a\xc3", "\xed\xa0\x80", `\\\ud800`} {
+			// The field's value becomes bad, the others stay clean.
+			i := strings.Index(clean, strings.SplitN(f.key, "X", 2)[0])
+			j := i + len(strings.SplitN(f.key, "X", 2)[0])
+			k := j + strings.IndexByte(clean[j:], '"')
+			body := clean[:j] + bad + clean[k:]
+			for _, whole := range []bool{false, true} {
+				p, err := decodePayloadJSON([]byte(body), whole)
+				ve, ok := IsValidationError(err)
+				if !ok || ve.Field != f.name {
+					t.Errorf("%q (whole %v): got %v, want an error naming %s", body, whole, err, f.name)
+					continue
+				}
+				if strings.HasPrefix(f.name, "conversation.") && p.Conversation != (Conversation{}) {
+					t.Errorf("%q: the rewritten conversation %q is returned", body, p.Conversation)
+				}
+			}
+		}
+		// A pair, an escaped backslash before "ud800", and other escapes are no fault.
+		for _, good := range []string{`\ud83d\ude00`, `\uD83D\uDE00`, `a\\ud800`, `\u00e9\n\"`, `\ufffd`, "\uFFFD"} {
+			i := strings.Index(clean, strings.SplitN(f.key, "X", 2)[0])
+			j := i + len(strings.SplitN(f.key, "X", 2)[0])
+			k := j + strings.IndexByte(clean[j:], '"')
+			body := clean[:j] + good + clean[k:]
+			if _, err := decodePayloadJSON([]byte(body), true); err != nil {
+				t.Errorf("%q: %v", body, err)
+			}
+		}
+	}
+}
+
+func TestMayHoldRewrites(t *testing.T) {
+	for in, want := range map[string]bool{
+		`{"a":"b"}`:          false,
+		`{"a":"\n\"\\"}`:     false,
+		`{"a":"\u00e9"}`:     false,
+		`{"a":"\ud7ff"}`:     false,
+		`{"a":"\ue000"}`:     false,
+		`{"a":"\\ud800"}`:    false,
+		`{"a":"\ud800"}`:     true,
+		`{"a":"\uD800"}`:     true,
+		`{"a":"\udfff"}`:     true,
+		`{"a":"\uDFFF"}`:     true,
+		`{"a":"\uDc00"}`:     true,
+		`{"a":"\\\ud800"}`:   true,
+		`{"a":"\ud83d\ude00`: true, // a pair: the second decode decides
+		"{\"a\":\"\xff\"}":   true,
+		`\ud8`:               true, // too short for an escape: the decoder decides
+		`\ud`:                false,
+		``:                   false,
+	} {
+		if got := mayHoldRewrites([]byte(in)); got != want {
+			t.Errorf("mayHoldRewrites(%s) = %v, want %v", in, got, want)
+		}
+	}
+}
+
+// FuzzDecodePayloadSkip: where mayHoldRewrites says no, the second decode
+// finds nothing (skipping it changes nothing).
+func FuzzDecodePayloadSkip(f *testing.F) {
+	f.Add([]byte(`{"v":1,"agent_id":"a","text":"hi","conversation":{"integration":"web","chat_id":"\ud800"}}`))
+	f.Add([]byte(`{"v":1,"agent_id":"a\\ud800","text":"\uD83D\uDE00","conversation":{"integration":"web","chat_id":"c"},"otid":"\u00e9"}`))
+	f.Add([]byte(`{"V":1,"AGENT_ID":"\udc00","text":"x"} {"text":"\ud800"}`))
+	f.Add([]byte("{\"text\":\"\xff\"}"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if mayHoldRewrites(b) {
+			return
+		}
+		for _, whole := range []bool{false, true} {
+			var raw rawPayloadStrings
+			var err error
+			if whole {
+				err = json.Unmarshal(b, &raw)
+			} else {
+				err = json.NewDecoder(bytes.NewReader(b)).Decode(&raw)
+			}
+			if err != nil {
+				continue
+			}
+			if field := raw.fault(); field != "" {
+				t.Fatalf("%q (whole %v): mayHoldRewrites says no, the second decode finds %s", b, whole, field)
+			}
+		}
+	})
+}
+
+// BenchmarkDecodePayload: a plain turn's payload, decoded with the second
+// decode always (old) and only when mayHoldRewrites (new), in one run.
+func BenchmarkDecodePayload(b *testing.B) {
+	m := validMessage()
+	m.MessageID, m.SenderID, m.Text = "msg-42", "user-7", "Hello there, how is the weather today?"
+	payload, err := EncodePayload(m)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("always twice", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := DecodePayload(payload); err != nil {
+				b.Fatal(err)
+			}
+			var raw rawPayloadStrings // the decode the skip saves
+			if err := json.NewDecoder(bytes.NewReader(payload)).Decode(&raw); err != nil || raw.fault() != "" {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("skip", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := DecodePayload(payload); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
