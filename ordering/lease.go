@@ -22,14 +22,16 @@ type Lease struct {
 	// asked for (a waiting turn holds no channel or context tree for it).
 	lostMu sync.Mutex
 	lost   bool
-	lostCh chan struct{} // Lost's channel, closed on loss
-	onLost []*lostHook   // Context's children
+	// stopped: released, or lost: no longer renewed (guarded by
+	// s.renew.mu; beside lost, in what would be padding).
+	stopped bool
+	lostCh  chan struct{} // Lost's channel, closed on loss
+	onLost  []*lostHook   // Context's children
 
 	// Renewal state, guarded by s.renew.mu.
-	due     time.Time // when the lock should be extended next
-	lastOK  time.Time // when the last successful extension (or the acquire) was sent
-	stopped bool      // released, or lost: no longer renewed
-	round   *round    // the renewal in flight that includes this lease, if any
+	due    time.Time // when the lock should be extended next
+	lastOK time.Time // when the last successful extension (or the acquire) was sent
+	round  *round    // the renewal in flight that includes this lease, if any
 }
 
 func (s *Sequencer) newLease(key, taskID, holder, token string) *Lease {

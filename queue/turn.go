@@ -254,16 +254,19 @@ type turn struct {
 	ids               *turnIDs
 	progress          *progress // progress events, written off the stream's reader
 
-	redisTrouble atomic.Bool  // a Redis read or write failed: see awaitRedis
-	replyBytes   atomic.Int64 // progress text written to the reply stream (see replyAllowed)
+	redisTrouble atomic.Bool // a Redis read or write failed: see awaitRedis
+	// released and releaseSeen sit beside redisTrouble, in the padding
+	// before replyBytes (the turn must stay within 1016 bytes: see
+	// TestTurnSizeClass).
+	released    bool         // the lease was released with the turn's last writes (releaseOps; guarded by mu)
+	releaseSeen bool         // processTask read released: a later release wakes the next turn itself (guarded by mu)
+	replyBytes  atomic.Int64 // progress text written to the reply stream (see replyAllowed)
 
 	pre startReads // read before the attempt runs
 
 	key          string          // ordering key ("" without ordering)
 	lease        *ordering.Lease // held while the attempt runs (nil without ordering)
-	released     bool            // the lease was released with the turn's last writes (releaseOps; guarded by mu)
 	next         string          // then: the head of the line after the release (guarded by mu)
-	releaseSeen  bool            // processTask read released: a later release wakes the next turn itself (guarded by mu)
 	followers    []follower      // messages merged into this turn
 	newFollowers []string        // taken by this attempt
 
@@ -520,7 +523,6 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 
 	t.st = agentclient.NewStreamState()
 	t.st.SetRunID(rec.RunID)
-	t.toolIdx = make(map[string]*toolTrack)
 	var beat string // the phase last emitted (emits never overlap)
 	t.hb = NewHeartbeatSince(rec.FirstStartedAt, w.cfg.HeartbeatInterval, func(phase string, elapsed time.Duration) {
 		ev := ReplyEvent{Type: EventPhase, Phase: phase, Elapsed: elapsed}
@@ -763,6 +765,10 @@ func (t *turn) onTool(s agentclient.Step, idx int, now time.Time) {
 	}
 	tt := t.toolIdx[key]
 	if tt == nil {
+		if t.toolIdx == nil {
+			// Made at the first tool call: a turn that only thinks holds no map.
+			t.toolIdx = make(map[string]*toolTrack)
+		}
 		tt = &toolTrack{callID: s.ToolCallID}
 		t.toolIdx[key] = tt
 		t.tools = append(t.tools, tt)
