@@ -54,7 +54,7 @@ type TurnResult struct {
 // less than a quarter of it is in use: the handler grows its stack to
 // 16 KiB before it opens the stream, and keeps it only if it waits deeper
 // than ~3.2 KB. So the frames that stay on the stack while the turn waits
-// (processTask, runOrdered, run, execute; continuation.Runner.RunTurn and
+// (processTask, runOrdered or run, execute; continuation.Runner.RunTurn and
 // the stream's read below) are kept small: the work with big locals
 // happens in functions that have returned by then (newTurn, lead, prepare,
 // afterRun, finishRun), and what must live across the wait is in the turn
@@ -96,7 +96,7 @@ func (w *Worker) newTurn(ctx context.Context, task *asynq.Task) (*turn, error) {
 	ids := &turnIDs{taskID: taskID, otid: OtidFor(msg, taskID)}
 	t := &turn{w: w, task: task, taskID: taskID, queue: qname, msg: msg, otid: ids.otid,
 		retried: retried, maxRetry: maxRetry, start: start, ids: ids, log: newTurnLogger(w.log, ids)}
-	t.bg = context.WithoutCancel(ctx)
+	t.actx = ctx
 	t.progress = w.writer.newProgress(msg.Conversation, t.writeFailed)
 	if w.ord != nil {
 		t.key = w.ord.cfg.Key(msg)
@@ -112,8 +112,14 @@ func (t *turn) runOrdered(ctx context.Context) error {
 	if end {
 		return err
 	}
-	err = t.run(lctx)
+	// The lease's own context ends with prepare: while the agent thinks,
+	// the lease's loss cancels the work context instead (workContext), so
+	// that a waiting turn holds one context of its own, not two.
+	err, end = t.prepare(lctx)
 	cancel()
+	if !end {
+		err = t.execute(ctx)
+	}
 	t.afterRun(ctx, err)
 	return err
 }
@@ -174,6 +180,10 @@ func (t *turn) endProgress(ctx context.Context) {
 	t.progress.flush(fctx)
 	t.progress.endEvents()
 }
+
+// detached is the attempt's context without its cancellation, for writes
+// that must not end with the attempt.
+func (t *turn) detached() context.Context { return context.WithoutCancel(t.actx) }
 
 // writeFailed is told of a queued write that failed (a progress event, an
 // intermediate journal save): logged, never fatal.
@@ -275,7 +285,7 @@ type turn struct {
 	hooks continuation.Hooks
 	dec   continuation.Decision
 
-	bg context.Context // for progress events: not canceled with the attempt
+	actx context.Context // the attempt's context (Asynq's): see detached
 
 	mu         sync.Mutex // guards rec and att while saving
 	rec        *TurnRecord
@@ -334,7 +344,7 @@ func (t *turn) saveLater() {
 	if !t.w.oneRedis() {
 		// The journal has a client of its own: a direct write (it does
 		// not wait for the reply streams).
-		ctx, cancel := context.WithTimeout(t.bg, writerTimeout)
+		ctx, cancel := context.WithTimeout(t.detached(), writerTimeout)
 		defer cancel()
 		rec := t.recCopy()
 		if err := t.w.journal.Save(ctx, &rec); err != nil {
@@ -442,7 +452,6 @@ func (t *turn) run(ctx context.Context) error {
 //go:noinline
 func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 	w := t.w
-	t.bg = context.WithoutCancel(ctx)
 	rec, answered, intents, err := t.readStart(ctx)
 	if err != nil {
 		return t.retryEarly(err), true
@@ -550,7 +559,8 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 	return nil, false
 }
 
-// execute runs the prepared attempt at Letta and finishes it.
+// execute runs the prepared attempt at Letta and finishes it. ctx is the
+// attempt's context (Asynq's), or its lease's (see workContext).
 func (t *turn) execute(ctx context.Context) error {
 	wctx, cancel := t.workContext(ctx)
 	defer cancel()
@@ -566,16 +576,44 @@ func (t *turn) execute(ctx context.Context) error {
 }
 
 // workContext is ctx less the room that delivery needs before Asynq's
-// deadline.
+// deadline, and, with ordering, cancelled when the turn's lease is lost
+// (the cause the lease's context would give is leaseCause's).
 //
 //go:noinline
 func (t *turn) workContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	dl, ok := ctx.Deadline()
-	if !ok {
+	if !ok && t.lease == nil {
 		return ctx, func() {}
 	}
-	b := &t.w.cfg.Budget
-	return context.WithDeadline(ctx, dl.Add(-b.DeliveryAllowance-b.SafetyMargin/2))
+	var wctx context.Context
+	var cancel context.CancelFunc
+	if ok {
+		b := &t.w.cfg.Budget
+		wctx, cancel = context.WithDeadline(ctx, dl.Add(-b.DeliveryAllowance-b.SafetyMargin/2))
+	} else {
+		wctx, cancel = context.WithCancel(ctx)
+	}
+	if t.lease == nil {
+		return wctx, cancel
+	}
+	stop := t.lease.AfterLost(cancel)
+	return wctx, func() {
+		stop()
+		cancel()
+	}
+}
+
+// leaseCause is why ctx (an attempt's context) ended: its cause, or
+// ordering.ErrLeaseLost when the turn's lease was lost (the work context
+// is cancelled then, not ctx: see workContext); nil while neither.
+func (t *turn) leaseCause(ctx context.Context) error {
+	if cause := context.Cause(ctx); cause != nil {
+		return cause
+	}
+	if t.lease != nil {
+		return t.lease.Err()
+	}
+	return nil
 }
 
 // finishRun is finish of the run's decision (its copy lives in this frame,
@@ -694,7 +732,7 @@ func (t *turn) onPhase(p continuation.Phase) {
 			t.saveRunID()
 			return
 		}
-		ctx, cancel := context.WithTimeout(t.bg, 5*time.Second)
+		ctx, cancel := context.WithTimeout(t.detached(), 5*time.Second)
 		defer cancel()
 		if err := t.save(ctx); err != nil {
 			t.log.Warn("could not journal the phase", "phase", string(p), "error", err.Error())
@@ -941,7 +979,7 @@ func (t *turn) finish(ctx context.Context, d continuation.Decision) error {
 
 	case continuation.Interrupted:
 		t.deltas.finish(false)
-		cause := context.Cause(ctx)
+		cause := t.leaseCause(ctx)
 		if cause == nil {
 			cause = d.Err
 		}
