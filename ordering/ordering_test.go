@@ -348,7 +348,12 @@ func TestLostFiresWhenStolenOrExpired(t *testing.T) {
 		// AfterLost: a function still registered is called once at the
 		// loss; one stopped before is not.
 		var called, stoppedCalled atomic.Int32
-		stop := l.AfterLost(func() { called.Add(1) })
+		calledCh := make(chan struct{})
+		stop := l.AfterLost(func() {
+			if called.Add(1) == 1 {
+				close(calledCh)
+			}
+		})
 		stopEarly := l.AfterLost(func() { stoppedCalled.Add(1) })
 		if !stopEarly() {
 			t.Fatal("stop of a registered function reported false")
@@ -362,6 +367,11 @@ func TestLostFiresWhenStolenOrExpired(t *testing.T) {
 		case <-l.Lost():
 		case <-time.After(5 * lease):
 			t.Fatal("Lost did not fire")
+		}
+		select { // Lost closes before the functions are called
+		case <-calledCh:
+		case <-time.After(5 * time.Second):
+			t.Fatal("AfterLost's function was not called at the loss")
 		}
 		if n := called.Load(); n != 1 {
 			t.Fatalf("AfterLost's function called %d times at the loss, want 1", n)
