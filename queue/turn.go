@@ -560,7 +560,8 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 }
 
 // execute runs the prepared attempt at Letta and finishes it. ctx is the
-// attempt's context (Asynq's), or its lease's (see workContext).
+// attempt's context (Asynq's); with ordering, workContext ends the run
+// when the lease is lost.
 func (t *turn) execute(ctx context.Context) error {
 	wctx, cancel := t.workContext(ctx)
 	defer cancel()
@@ -577,7 +578,7 @@ func (t *turn) execute(ctx context.Context) error {
 
 // workContext is ctx less the room that delivery needs before Asynq's
 // deadline, and, with ordering, cancelled when the turn's lease is lost
-// (the cause the lease's context would give is leaseCause's).
+// (leaseCause then names the loss).
 //
 //go:noinline
 func (t *turn) workContext(ctx context.Context) (context.Context, context.CancelFunc) {
