@@ -117,22 +117,17 @@ const DefaultHeartbeatInterval = 4 * time.Second
 // alive while the agent thinks. It emits at once when the phase changes, and
 // then every interval after the last emit while the phase stays the same.
 // Emits never overlap: emit is called from one goroutine at a time, and it
-// must not call Set or Stop itself. The repeats of every Heartbeat run from
-// one timer (see beatClock): emit should return promptly, as heartbeats due
-// at the same time beat one after another. Always Stop a Heartbeat.
+// must not call Set or Stop itself. Always Stop a Heartbeat.
 type Heartbeat struct {
 	interval time.Duration
 	emit     func(phase string, elapsed time.Duration)
 	start    time.Time
 
-	emitMu   sync.Mutex // held while emitting; guards phase, lastEmit and stopped
+	emitMu   sync.Mutex // held while emitting; guards phase, lastEmit, stopped and timer
 	phase    string
 	lastEmit time.Time
 	stopped  bool
-	// The next beat, on beats (guarded by beats.mu): due is its time since
-	// beatEpoch, idx its place in the queue (-1: not queued).
-	idx int32
-	due time.Duration
+	timer    *time.Timer // re-armed after each beat; no goroutine while waiting
 }
 
 // NewHeartbeat starts a heartbeat; elapsed is measured from now. interval
@@ -148,8 +143,10 @@ func NewHeartbeatSince(start time.Time, interval time.Duration, emit func(phase 
 	if interval <= 0 {
 		interval = DefaultHeartbeatInterval
 	}
-	h := &Heartbeat{interval: interval, emit: emit, start: start, idx: -1}
-	beats.add(h, interval)
+	h := &Heartbeat{interval: interval, emit: emit, start: start}
+	h.emitMu.Lock()
+	h.timer = time.AfterFunc(interval, h.tick)
+	h.emitMu.Unlock()
 	return h
 }
 
@@ -187,12 +184,11 @@ func (h *Heartbeat) Stop() {
 	h.emitMu.Lock()
 	defer h.emitMu.Unlock()
 	h.stopped = true
-	beats.remove(h)
+	h.timer.Stop()
 }
 
-// tick runs when a beat is due (from beats): it emits when a beat is due
-// and queues the next. A Heartbeat holds neither a timer nor a goroutine
-// while a turn waits.
+// tick runs on the timer: it emits when a beat is due and re-arms. A
+// Heartbeat holds a timer, not a goroutine, while a turn waits.
 func (h *Heartbeat) tick() {
 	h.emitMu.Lock()
 	defer h.emitMu.Unlock()
@@ -207,152 +203,5 @@ func (h *Heartbeat) tick() {
 			h.emitLocked()
 		}
 	}
-	beats.add(h, next)
-}
-
-// beats runs the beats of every Heartbeat of the process from one timer: a
-// Heartbeat costs a place in its queue, not a timer of its own (whose
-// every beat would also start a goroutine), which for 10,000 thinking turns
-// is ~1.5 MB of timers and 2,500 goroutines started a second.
-var beats beatClock
-
-// beatEpoch is what Heartbeat.due counts from (monotonic).
-var beatEpoch = time.Now()
-
-// beatClock is a queue of heartbeats by their next beat, and one timer for
-// the first. When it fires, the goroutine of the timer runs the beats that
-// are due, one after another.
-type beatClock struct {
-	mu    sync.Mutex
-	q     []*Heartbeat // a min-heap by due
-	timer *time.Timer
-	at    time.Duration // when timer fires (since beatEpoch); 0: not armed
-	due   []*Heartbeat  // scratch of fire
-}
-
-// add queues h's next beat in d.
-func (c *beatClock) add(h *Heartbeat, d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	h.due = time.Since(beatEpoch) + d
-	if h.idx >= 0 {
-		c.fix(h)
-	} else {
-		h.idx = int32(len(c.q))
-		c.q = append(c.q, h)
-		c.up(int(h.idx))
-	}
-	c.armLocked()
-}
-
-// remove takes h out of the queue (a beat running already ends at its
-// stopped check).
-func (c *beatClock) remove(h *Heartbeat) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if h.idx < 0 {
-		return
-	}
-	i, last := int(h.idx), len(c.q)-1
-	if i != last {
-		c.swap(i, last)
-	}
-	c.q[last] = nil
-	c.q = c.q[:last]
-	h.idx = -1
-	if i != last {
-		c.fix(c.q[i])
-	}
-	if len(c.q) == 0 {
-		c.q = nil // a burst's array is let go
-	}
-}
-
-// armLocked sets the timer for the first beat when it is not set for it or
-// earlier.
-func (c *beatClock) armLocked() {
-	if len(c.q) == 0 {
-		return
-	}
-	first := c.q[0].due
-	if c.at != 0 && c.at <= first {
-		return
-	}
-	c.at = max(first, 1)
-	d := first - time.Since(beatEpoch)
-	if c.timer == nil {
-		c.timer = time.AfterFunc(d, c.fire)
-	} else {
-		c.timer.Reset(d)
-	}
-}
-
-// fire runs the beats that are due and sets the timer for the next.
-func (c *beatClock) fire() {
-	c.mu.Lock()
-	now := time.Since(beatEpoch)
-	due := c.due[:0]
-	for len(c.q) > 0 && c.q[0].due <= now {
-		h := c.q[0]
-		last := len(c.q) - 1
-		c.swap(0, last)
-		c.q[last] = nil
-		c.q = c.q[:last]
-		h.idx = -1
-		c.down(0)
-		due = append(due, h)
-	}
-	c.due = nil // fires may overlap: each takes its own scratch
-	c.at = 0
-	c.armLocked()
-	c.mu.Unlock()
-	for i, h := range due {
-		h.tick()
-		due[i] = nil
-	}
-	c.mu.Lock()
-	if c.due == nil && cap(due) <= 1024 {
-		c.due = due[:0]
-	}
-	c.mu.Unlock()
-}
-
-func (c *beatClock) swap(i, j int) {
-	c.q[i], c.q[j] = c.q[j], c.q[i]
-	c.q[i].idx, c.q[j].idx = int32(i), int32(j)
-}
-
-func (c *beatClock) up(i int) {
-	for i > 0 {
-		p := (i - 1) / 2
-		if c.q[p].due <= c.q[i].due {
-			return
-		}
-		c.swap(i, p)
-		i = p
-	}
-}
-
-func (c *beatClock) down(i int) {
-	for {
-		l := 2*i + 1
-		if l >= len(c.q) {
-			return
-		}
-		m := l
-		if r := l + 1; r < len(c.q) && c.q[r].due < c.q[l].due {
-			m = r
-		}
-		if c.q[i].due <= c.q[m].due {
-			return
-		}
-		c.swap(i, m)
-		i = m
-	}
-}
-
-// fix restores the heap's order around h, whose due changed.
-func (c *beatClock) fix(h *Heartbeat) {
-	c.up(int(h.idx))
-	c.down(int(h.idx))
+	h.timer.Reset(next)
 }

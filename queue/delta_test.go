@@ -1,7 +1,6 @@
 package queue
 
 import (
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -283,102 +282,5 @@ func TestHeartbeatSpacing(t *testing.T) {
 	}
 	if len(times) < 2 {
 		t.Fatalf("%d beats", len(times))
-	}
-}
-
-// checkBeats fails unless beats's queue is a heap whose entries know their
-// place.
-func checkBeats(t *testing.T) int {
-	t.Helper()
-	beats.mu.Lock()
-	defer beats.mu.Unlock()
-	for i, h := range beats.q {
-		if int(h.idx) != i {
-			t.Fatalf("beat %d says it is at %d", i, h.idx)
-		}
-		if i > 0 && beats.q[(i-1)/2].due > h.due {
-			t.Fatalf("beat %d is due before its parent", i)
-		}
-	}
-	return len(beats.q)
-}
-
-// Heartbeats with different intervals each beat on their own rhythm from
-// the one clock, and a stopped one leaves it.
-func TestBeatClockOrder(t *testing.T) {
-	base := checkBeats(t)
-	const n = 60
-	var counts [n]atomic.Int32
-	hs := make([]*Heartbeat, n)
-	for i := range hs {
-		interval := time.Duration(2+i%7) * time.Millisecond
-		hs[i] = NewHeartbeat(interval, func(string, time.Duration) { counts[i].Add(1) })
-		hs[i].Set("thinking") // emits once at once
-	}
-	checkBeats(t)
-	for i := 0; i < n; i += 3 {
-		hs[i].Stop()
-	}
-	checkBeats(t)
-	stoppedAt := make([]int32, n)
-	for i := 0; i < n; i += 3 {
-		stoppedAt[i] = counts[i].Load()
-	}
-	time.Sleep(60 * time.Millisecond)
-	for i := range hs {
-		if i%3 == 0 {
-			if got := counts[i].Load(); got != stoppedAt[i] {
-				t.Errorf("heartbeat %d beat %d times after Stop", i, got-stoppedAt[i])
-			}
-			continue
-		}
-		// 60 ms at 2-8 ms: at least a few beats each, whatever the load.
-		if got := counts[i].Load(); got < 3 {
-			t.Errorf("heartbeat %d (every %d ms) beat %d times in 60 ms", i, 2+i%7, got)
-		}
-	}
-	for i, h := range hs {
-		if i%3 != 0 {
-			h.Stop()
-		}
-	}
-	if got := checkBeats(t); got != base {
-		t.Errorf("%d beats queued after every Stop, want %d", got, base)
-	}
-}
-
-// Heartbeats beat from one timer: their beats start no goroutine each
-// (10,000 thinking turns beating every 4 s would start 2,500 a second, and
-// a busy process would hold the goroutines that wait to run).
-func TestHeartbeatsShareOneTimer(t *testing.T) {
-	gate := make(chan struct{})
-	const n = 200
-	var beat atomic.Int32
-	hs := make([]*Heartbeat, n)
-	for i := range hs {
-		hs[i] = NewHeartbeat(2*time.Millisecond, func(string, time.Duration) {
-			beat.Add(1)
-			<-gate
-		})
-		hs[i].emitMu.Lock() // repeats without the first emit (Set would block here)
-		hs[i].phase, hs[i].lastEmit = "thinking", time.Now()
-		hs[i].emitMu.Unlock()
-	}
-	g0 := runtime.NumGoroutine()
-	deadline := time.Now().Add(5 * time.Second)
-	for beat.Load() == 0 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
-	time.Sleep(20 * time.Millisecond) // every heartbeat is due by now
-	waiting := runtime.NumGoroutine() - g0
-	close(gate)
-	for _, h := range hs {
-		h.Stop()
-	}
-	if beat.Load() == 0 {
-		t.Fatal("no heartbeat beat")
-	}
-	if waiting > n/10 {
-		t.Errorf("%d goroutines wait in the beats of %d heartbeats, want a few (one per firing of the clock)", waiting, n)
 	}
 }
