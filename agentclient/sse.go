@@ -52,7 +52,6 @@ func (readerSource) waitsBare() bool                   { return false }
 // for a long line and is let go after it.
 type sseReader struct {
 	src    byteSource
-	bare   bool // src waits without a buffer: buf is pooled, and handed back while idle
 	dec    bodyDecoder
 	buf    []byte
 	pooled *[]byte // buf's pool entry, nil when buf is the reader's own
@@ -68,6 +67,7 @@ type sseReader struct {
 	data    []byte
 	ds, de  int
 	hasData bool
+	bare    bool // src waits without a buffer: buf is pooled, and handed back while idle (beside hasData: no padding, see TestOpenStreamSizeClass)
 	event   string
 	// onBytes is called with the number of bytes read, before they are
 	// parsed, so the caller's stall clock sees every byte (pings included).

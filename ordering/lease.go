@@ -3,6 +3,7 @@ package ordering
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 )
@@ -22,14 +23,16 @@ type Lease struct {
 	// asked for (a waiting turn holds no channel or context tree for it).
 	lostMu sync.Mutex
 	lost   bool
-	lostCh chan struct{} // Lost's channel, closed on loss
-	onLost []*lostHook   // Context's children
+	// stopped: released, or lost: no longer renewed (guarded by
+	// s.renew.mu; beside lost, in what would be padding).
+	stopped bool
+	lostCh  chan struct{} // Lost's channel, closed on loss
+	onLost  []*lostHook   // AfterLost's functions (Context's among them)
 
 	// Renewal state, guarded by s.renew.mu.
-	due     time.Time // when the lock should be extended next
-	lastOK  time.Time // when the last successful extension (or the acquire) was sent
-	stopped bool      // released, or lost: no longer renewed
-	round   *round    // the renewal in flight that includes this lease, if any
+	due    time.Time // when the lock should be extended next
+	lastOK time.Time // when the last successful extension (or the acquire) was sent
+	round  *round    // the renewal in flight that includes this lease, if any
 }
 
 func (s *Sequencer) newLease(key, taskID, holder, token string) *Lease {
@@ -64,32 +67,58 @@ func (l *Lease) Lost() <-chan struct{} {
 // ErrLeaseLost, when the lease is lost. Call cancel when done.
 func (l *Lease) Context(parent context.Context) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(parent)
-	l.lostMu.Lock()
-	if l.lost {
-		l.lostMu.Unlock()
-		cancel(ErrLeaseLost)
-		return ctx, func() { cancel(context.Canceled) }
-	}
-	h := &lostHook{cancel: cancel}
-	l.onLost = append(l.onLost, h)
-	l.lostMu.Unlock()
+	stop := l.AfterLost(func() { cancel(ErrLeaseLost) })
 	return ctx, func() {
-		l.lostMu.Lock()
-		for i, o := range l.onLost {
-			if o == h {
-				l.onLost = append(l.onLost[:i], l.onLost[i+1:]...)
-				break
-			}
-		}
-		l.lostMu.Unlock()
+		stop()
 		cancel(context.Canceled)
 	}
 }
 
-// lostHook is a Context of a lease, to cancel when the lease is lost.
-type lostHook struct{ cancel context.CancelCauseFunc }
+// AfterLost arranges for f to be called once when the lease is lost: on
+// the goroutine that finds the loss (so f must not block; a context's
+// CancelFunc is the intended f), or before AfterLost returns when it is
+// lost already. stop unregisters f; it reports whether it did so before f
+// was called. Unlike Context it makes no context: a turn can cancel a
+// context it has anyway (its work context) instead of holding a second one
+// for the lease while it waits.
+func (l *Lease) AfterLost(f func()) (stop func() bool) {
+	l.lostMu.Lock()
+	if l.lost {
+		l.lostMu.Unlock()
+		f()
+		return func() bool { return false }
+	}
+	h := &lostHook{f: f}
+	l.onLost = append(l.onLost, h)
+	l.lostMu.Unlock()
+	return func() bool {
+		l.lostMu.Lock()
+		defer l.lostMu.Unlock()
+		for i, o := range l.onLost {
+			if o == h {
+				l.onLost = slices.Delete(l.onLost, i, i+1)
+				return true
+			}
+		}
+		return false
+	}
+}
 
-// markLost closes Lost and cancels every Context of the lease.
+// Err returns ErrLeaseLost once the lease is lost, nil before.
+func (l *Lease) Err() error {
+	l.lostMu.Lock()
+	defer l.lostMu.Unlock()
+	if l.lost {
+		return ErrLeaseLost
+	}
+	return nil
+}
+
+// lostHook is a function to call when the lease is lost (AfterLost).
+type lostHook struct{ f func() }
+
+// markLost closes Lost and calls the AfterLost functions (which cancels
+// every Context of the lease).
 func (l *Lease) markLost() {
 	l.lostMu.Lock()
 	if l.lost {
@@ -104,7 +133,7 @@ func (l *Lease) markLost() {
 	l.onLost = nil
 	l.lostMu.Unlock()
 	for _, h := range cancels {
-		h.cancel(ErrLeaseLost)
+		h.f()
 	}
 }
 

@@ -345,12 +345,51 @@ func TestLostFiresWhenStolenOrExpired(t *testing.T) {
 		// A context given up before the loss ends with its own cancel.
 		early, cancelEarly := l.Context(ctx)
 		cancelEarly()
+		// AfterLost: a function still registered is called once at the
+		// loss; one stopped before is not.
+		var called, stoppedCalled atomic.Int32
+		calledCh := make(chan struct{})
+		stop := l.AfterLost(func() {
+			if called.Add(1) == 1 {
+				close(calledCh)
+			}
+		})
+		stopEarly := l.AfterLost(func() { stoppedCalled.Add(1) })
+		if !stopEarly() {
+			t.Fatal("stop of a registered function reported false")
+		}
+		if err := l.Err(); err != nil {
+			t.Fatalf("Err before the loss = %v", err)
+		}
 		// Someone else's lock (e.g. ours expired and another took it).
 		b.rdb.HSet(ctx, lockKey(s, key), "token", "someone-else")
 		select {
 		case <-l.Lost():
 		case <-time.After(5 * lease):
 			t.Fatal("Lost did not fire")
+		}
+		select { // Lost closes before the functions are called
+		case <-calledCh:
+		case <-time.After(5 * time.Second):
+			t.Fatal("AfterLost's function was not called at the loss")
+		}
+		if n := called.Load(); n != 1 {
+			t.Fatalf("AfterLost's function called %d times at the loss, want 1", n)
+		}
+		if stop() {
+			t.Fatal("stop after the call reported true")
+		}
+		if n := stoppedCalled.Load(); n != 0 {
+			t.Fatalf("a stopped AfterLost function was called %d times", n)
+		}
+		if err := l.Err(); !errors.Is(err, ordering.ErrLeaseLost) {
+			t.Fatalf("Err after the loss = %v", err)
+		}
+		// Registered after the loss: called at once.
+		var lateCalled bool
+		l.AfterLost(func() { lateCalled = true })
+		if !lateCalled {
+			t.Fatal("AfterLost after the loss did not call its function at once")
 		}
 		<-lctx.Done()
 		if !errors.Is(context.Cause(lctx), ordering.ErrLeaseLost) {

@@ -73,8 +73,11 @@ type refSpan struct{ from, to int }
 const writerKeep = 4 * writerMaxItems
 
 // progressKeep bounds the capacity a turn's queue keeps once the writer
-// took its items.
-const progressKeep = 8
+// took its items: one item, what a thinking turn queues at a time (its
+// next heartbeat), so that the array its send's intent grew (the record,
+// the accepted event, the intent) is not held while the agent thinks.
+// TestProgressKeepsOneSlot pins it.
+const progressKeep = 1
 
 func newWriter(rdb redis.UniversalClient, replies *Replies) *writer {
 	wr := &writer{rdb: rdb, replies: replies}

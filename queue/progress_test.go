@@ -662,3 +662,36 @@ func BenchmarkQueuedSaves(b *testing.B) {
 		})
 	}
 }
+
+// A turn's queue lets go of what a burst grew once the writer took it: a
+// waiting turn holds one slot (see progressKeep).
+func TestProgressKeepsOneSlot(t *testing.T) {
+	rjEach(t, func(t *testing.T, b rjBackend) {
+		wr, r, _ := gatedWriter(b, nil)
+		conv := Conversation{Integration: "test", ChatID: "keep"}
+		p := wr.newProgress(conv, func(err error) { t.Error(err) })
+		defer p.close()
+		for i := range 3 {
+			p.push(ReplyEvent{Type: EventAnswerDelta, TaskID: "t1", Text: fmt.Sprint(i)})
+		}
+		p.flush(context.Background())
+		wr.mu.Lock()
+		held := cap(p.queue)
+		wr.mu.Unlock()
+		if held > 1 {
+			t.Errorf("after a burst of 3 the turn's queue holds %d slots, want at most 1", held)
+		}
+		p.push(ReplyEvent{Type: EventPhase, TaskID: "t1", Phase: PhaseThinking})
+		waitTaken(wr, p)
+		wr.mu.Lock()
+		held = cap(p.queue)
+		wr.mu.Unlock()
+		if held != 1 {
+			t.Errorf("after one event the turn's queue holds %d slots, want 1 (kept for the next)", held)
+		}
+		p.flush(context.Background())
+		if got := streamTexts(t, r, conv); len(got) != 4 {
+			t.Errorf("written %d events, want 4", len(got))
+		}
+	})
+}

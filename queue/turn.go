@@ -54,7 +54,7 @@ type TurnResult struct {
 // less than a quarter of it is in use: the handler grows its stack to
 // 16 KiB before it opens the stream, and keeps it only if it waits deeper
 // than ~3.2 KB. So the frames that stay on the stack while the turn waits
-// (processTask, runOrdered, run, execute; continuation.Runner.RunTurn and
+// (processTask, runOrdered or run, execute; continuation.Runner.RunTurn and
 // the stream's read below) are kept small: the work with big locals
 // happens in functions that have returned by then (newTurn, lead, prepare,
 // afterRun, finishRun), and what must live across the wait is in the turn
@@ -96,7 +96,7 @@ func (w *Worker) newTurn(ctx context.Context, task *asynq.Task) (*turn, error) {
 	ids := &turnIDs{taskID: taskID, otid: OtidFor(msg, taskID)}
 	t := &turn{w: w, task: task, taskID: taskID, queue: qname, msg: msg, otid: ids.otid,
 		retried: retried, maxRetry: maxRetry, start: start, ids: ids, log: newTurnLogger(w.log, ids)}
-	t.bg = context.WithoutCancel(ctx)
+	t.actx = ctx
 	t.progress = w.writer.newProgress(msg.Conversation, t.writeFailed)
 	if w.ord != nil {
 		t.key = w.ord.cfg.Key(msg)
@@ -112,8 +112,14 @@ func (t *turn) runOrdered(ctx context.Context) error {
 	if end {
 		return err
 	}
-	err = t.run(lctx)
+	// The lease's own context ends with prepare: while the agent thinks,
+	// the lease's loss cancels the work context instead (workContext), so
+	// that a waiting turn holds one context of its own, not two.
+	err, end = t.prepare(lctx)
 	cancel()
+	if !end {
+		err = t.execute(ctx)
+	}
 	t.afterRun(ctx, err)
 	return err
 }
@@ -174,6 +180,10 @@ func (t *turn) endProgress(ctx context.Context) {
 	t.progress.flush(fctx)
 	t.progress.endEvents()
 }
+
+// detached is the attempt's context without its cancellation, for writes
+// that must not end with the attempt.
+func (t *turn) detached() context.Context { return context.WithoutCancel(t.actx) }
 
 // writeFailed is told of a queued write that failed (a progress event, an
 // intermediate journal save): logged, never fatal.
@@ -254,16 +264,19 @@ type turn struct {
 	ids               *turnIDs
 	progress          *progress // progress events, written off the stream's reader
 
-	redisTrouble atomic.Bool  // a Redis read or write failed: see awaitRedis
-	replyBytes   atomic.Int64 // progress text written to the reply stream (see replyAllowed)
+	redisTrouble atomic.Bool // a Redis read or write failed: see awaitRedis
+	// released and releaseSeen sit beside redisTrouble, in the padding
+	// before replyBytes (the turn must stay within 1016 bytes: see
+	// TestTurnSizeClass).
+	released    bool         // the lease was released with the turn's last writes (releaseOps; guarded by mu)
+	releaseSeen bool         // processTask read released: a later release wakes the next turn itself (guarded by mu)
+	replyBytes  atomic.Int64 // progress text written to the reply stream (see replyAllowed)
 
 	pre *startReads // read before the attempt runs (until the thread is known)
 
 	key          string          // ordering key ("" without ordering)
 	lease        *ordering.Lease // held while the attempt runs (nil without ordering)
-	released     bool            // the lease was released with the turn's last writes (releaseOps; guarded by mu)
 	next         string          // then: the head of the line after the release (guarded by mu)
-	releaseSeen  bool            // processTask read released: a later release wakes the next turn itself (guarded by mu)
 	followers    []follower      // messages merged into this turn
 	newFollowers []string        // taken by this attempt
 
@@ -272,7 +285,7 @@ type turn struct {
 	hooks continuation.Hooks
 	dec   continuation.Decision
 
-	bg context.Context // for progress events: not canceled with the attempt
+	actx context.Context // the attempt's context (Asynq's): see detached
 
 	mu         sync.Mutex // guards rec and att while saving
 	rec        *TurnRecord
@@ -334,7 +347,7 @@ func (t *turn) saveLater() {
 	if !t.w.oneRedis() {
 		// The journal has a client of its own: a direct write (it does
 		// not wait for the reply streams).
-		ctx, cancel := context.WithTimeout(t.bg, writerTimeout)
+		ctx, cancel := context.WithTimeout(t.detached(), writerTimeout)
 		defer cancel()
 		rec := t.recCopy()
 		if err := t.w.journal.Save(ctx, &rec); err != nil {
@@ -473,7 +486,6 @@ func (t *turn) run(ctx context.Context) error {
 //go:noinline
 func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 	w := t.w
-	t.bg = context.WithoutCancel(ctx)
 	rec, answered, intents, err := t.readStart(ctx)
 	if err != nil {
 		return t.retryEarly(err), true
@@ -556,7 +568,6 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 
 	t.st = agentclient.NewStreamState()
 	t.st.SetRunID(rec.RunID)
-	t.toolIdx = make(map[string]*toolTrack)
 	var beat string // the phase last emitted (emits never overlap)
 	t.hb = NewHeartbeatSince(rec.FirstStartedAt, w.cfg.HeartbeatInterval, func(phase string, elapsed time.Duration) {
 		ev := ReplyEvent{Type: EventPhase, Phase: phase, Elapsed: elapsed}
@@ -584,7 +595,9 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 	return nil, false
 }
 
-// execute runs the prepared attempt at Letta and finishes it.
+// execute runs the prepared attempt at Letta and finishes it. ctx is the
+// attempt's context (Asynq's); with ordering, workContext ends the run
+// when the lease is lost.
 func (t *turn) execute(ctx context.Context) error {
 	wctx, cancel := t.workContext(ctx)
 	defer cancel()
@@ -601,16 +614,44 @@ func (t *turn) execute(ctx context.Context) error {
 }
 
 // workContext is ctx less the room that delivery needs before Asynq's
-// deadline.
+// deadline, and, with ordering, cancelled when the turn's lease is lost
+// (leaseCause then names the loss).
 //
 //go:noinline
 func (t *turn) workContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	dl, ok := ctx.Deadline()
-	if !ok {
+	if !ok && t.lease == nil {
 		return ctx, func() {}
 	}
-	b := &t.w.cfg.Budget
-	return context.WithDeadline(ctx, dl.Add(-b.DeliveryAllowance-b.SafetyMargin/2))
+	var wctx context.Context
+	var cancel context.CancelFunc
+	if ok {
+		b := &t.w.cfg.Budget
+		wctx, cancel = context.WithDeadline(ctx, dl.Add(-b.DeliveryAllowance-b.SafetyMargin/2))
+	} else {
+		wctx, cancel = context.WithCancel(ctx)
+	}
+	if t.lease == nil {
+		return wctx, cancel
+	}
+	stop := t.lease.AfterLost(cancel)
+	return wctx, func() {
+		stop()
+		cancel()
+	}
+}
+
+// leaseCause is why ctx (an attempt's context) ended: its cause, or
+// ordering.ErrLeaseLost when the turn's lease was lost (the work context
+// is cancelled then, not ctx: see workContext); nil while neither.
+func (t *turn) leaseCause(ctx context.Context) error {
+	if cause := context.Cause(ctx); cause != nil {
+		return cause
+	}
+	if t.lease != nil {
+		return t.lease.Err()
+	}
+	return nil
 }
 
 // finishRun is finish of the run's decision (its copy lives in this frame,
@@ -729,7 +770,7 @@ func (t *turn) onPhase(p continuation.Phase) {
 			t.saveRunID()
 			return
 		}
-		ctx, cancel := context.WithTimeout(t.bg, 5*time.Second)
+		ctx, cancel := context.WithTimeout(t.detached(), 5*time.Second)
 		defer cancel()
 		if err := t.save(ctx); err != nil {
 			t.log.Warn("could not journal the phase", "phase", string(p), "error", err.Error())
@@ -800,6 +841,10 @@ func (t *turn) onTool(s agentclient.Step, idx int, now time.Time) {
 	}
 	tt := t.toolIdx[key]
 	if tt == nil {
+		if t.toolIdx == nil {
+			// Made at the first tool call: a turn that only thinks holds no map.
+			t.toolIdx = make(map[string]*toolTrack)
+		}
 		tt = &toolTrack{callID: s.ToolCallID}
 		t.toolIdx[key] = tt
 		t.tools = append(t.tools, tt)
@@ -972,7 +1017,7 @@ func (t *turn) finish(ctx context.Context, d continuation.Decision) error {
 
 	case continuation.Interrupted:
 		t.deltas.finish(false)
-		cause := context.Cause(ctx)
+		cause := t.leaseCause(ctx)
 		if cause == nil {
 			cause = d.Err
 		}
