@@ -159,3 +159,103 @@ func testTurnRoundTrips(t *testing.T, setup func(*queue.WorkerConfig, recordingO
 		t.Fatalf("only %d turns without NOSCRIPT: is something flushing Redis's scripts?", checked)
 	}
 }
+
+// slowFinalOpt makes clients whose first round trip that writes a final event (a script whose
+// keys hold an answered marker) takes delay: longer than the delivery allowance.
+type slowFinalOpt struct {
+	asynq.RedisClientOpt
+	marker string // the answered markers' key prefix
+	delay  time.Duration
+	once   *sync.Once
+}
+
+func (o slowFinalOpt) MakeRedisClient() any {
+	c := queue.LeanRedis(o.RedisClientOpt).MakeRedisClient().(*redis.Client)
+	c.AddHook(o)
+	return c
+}
+
+func (o slowFinalOpt) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (o slowFinalOpt) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (o slowFinalOpt) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			if n := strings.ToLower(c.Name()); n != "evalsha" && n != "eval" {
+				continue // (the start's reads look at the marker too)
+			}
+			for _, a := range c.Args() {
+				if s, ok := a.(string); ok && strings.HasPrefix(s, o.marker) {
+					o.once.Do(func() { time.Sleep(o.delay) })
+				}
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// outcomeCounter counts the turns an Observer hears finished, by outcome.
+type outcomeCounter struct {
+	queue.NopObserver
+	mu  sync.Mutex
+	out map[string]int
+}
+
+func (f *outcomeCounter) TurnFinished(_ string, outcome string, _, _ time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.out == nil {
+		f.out = map[string]int{}
+	}
+	f.out[outcome]++
+}
+
+func (f *outcomeCounter) count(outcome string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.out[outcome]
+}
+
+// A final event whose write outlasts the delivery allowance lands late: the attempt has
+// stopped waiting and retries, the retry finds the turn finished. The turn is still reported
+// finished, once (by the attempt whose write landed), and its answer written once.
+func TestLateFinalWriteCountsTheTurnOnce(t *testing.T) {
+	e := newEnv(t)
+	obs := &outcomeCounter{}
+	e.startWorker("w1", func(c *queue.WorkerConfig) {
+		c.Redis = slowFinalOpt{e.redisOpt(), e.prefix + "answered:", e.budget.DeliveryAllowance + 500*time.Millisecond, &sync.Once{}}
+		c.Observer = obs
+	})
+	agent := e.sim.CreateAgent("late", nil)
+	c := e.conv("late")
+	res := e.enqueue(queue.Message{AgentID: agent, Conversation: c, MessageID: "m", Text: "hi"})
+	final, evs := e.waitFinal(c, res.TaskID, 20*time.Second)
+	if final.Type != queue.EventAnswer {
+		t.Fatalf("final %+v; events %s", final, summarize(evs))
+	}
+	// The retry comes a second later, finds the turn finished and completes the task.
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		info, err := e.insp.GetTaskInfo(e.queue, res.TaskID)
+		if err == nil && info.State == asynq.TaskStateCompleted && info.Retried >= 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("task %+v (%v), answered reported %d times; journal %s", info, err,
+				obs.count(queue.OutcomeAnswered), describeAttempts(e.record(res.TaskID)))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond) // a second report would come now
+	if n := obs.count(queue.OutcomeAnswered); n != 1 {
+		t.Errorf("turn reported finished %d times, want 1", n)
+	}
+	answers := 0
+	for _, ev := range e.events(c, res.TaskID) {
+		if ev.Type == queue.EventAnswer {
+			answers++
+		}
+	}
+	if answers != 1 {
+		t.Errorf("%d answer events, want 1", answers)
+	}
+}

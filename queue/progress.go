@@ -138,6 +138,14 @@ type progressItem struct {
 	rec  recordSaver // set for a save encoded when the writer takes it
 }
 
+// encodedSaver is a save encoded when it was pushed.
+type encodedSaver struct {
+	op  pipelineOp
+	err error
+}
+
+func (s encodedSaver) saveOp() (pipelineOp, error) { return s.op, s.err }
+
 // recordSaver makes the journal save of a turn's record as it is when
 // called (turn.saveOp).
 type recordSaver interface {
@@ -232,15 +240,18 @@ func (p *progress) pushOnce(ev ReplyEvent, marker string) {
 	p.scheduleLocked()
 }
 
-// pushSave queues a journal save of the whole record: written with the
-// attempt's next round trip, from the record as it is when the writer
-// takes it (rec.saveOp, on the writer's goroutine: a newer record has
-// everything an older one had). It replaces a save still waiting, which is
-// never encoded; a failure goes to failed. A save passed to do is encoded
-// by its caller, before it is queued: a queued save the writer took before
-// but encodes after that may write a newer record than the do save written
-// after it (if the record changed in between); the turn's next save puts
-// that right.
+// pushSave queues a journal save of the whole record, written with the
+// attempt's next round trip: rec.saveOp runs when the writer takes it, on
+// the writer's goroutine. It replaces a save still waiting (whose saveOp
+// never runs: a newer record has everything an older one had); a failure
+// goes to failed.
+//
+// A turn passes an encodedSaver, encoded on its own goroutine: it changes
+// its record without the lock in places, so the writer's goroutine must not
+// read the record (the race detector found it when the turn's saves were
+// encoded as they were taken). A saver that reads lazily must read only
+// what is safe from another goroutine, and may then write a newer record
+// than a save passed to do after it (the next save puts that right).
 func (p *progress) pushSave(rec recordSaver) {
 	p.wr.mu.Lock()
 	defer p.wr.mu.Unlock()
@@ -372,6 +383,14 @@ func (wr *writer) kick() {
 // are written (the first error among them) or ctx ends. evs get their ID,
 // Seq and written flag.
 func (p *progress) do(ctx context.Context, evs []*preparedEvent, ops ...pipelineOp) error {
+	return p.doThen(ctx, nil, evs, ops...)
+}
+
+// doThen is do; when it stops waiting (ctx ended: errNotWaited), then runs,
+// on a goroutine of its own, once the writes are done after all (nil), or
+// failed or were dropped (their error; close drops what waits). Then it is
+// safe to read evs' results.
+func (p *progress) doThen(ctx context.Context, then func(error), evs []*preparedEvent, ops ...pipelineOp) error {
 	b := &barrier{done: make(chan error, 1)}
 	p.wr.mu.Lock()
 	if p.closed {
@@ -397,9 +416,15 @@ func (p *progress) do(ctx context.Context, evs []*preparedEvent, ops ...pipeline
 	case err := <-b.done:
 		return err
 	case <-ctx.Done():
+		if then != nil {
+			go func() { then(<-b.done) }()
+		}
 		return fmt.Errorf("%w: %w", errNotWaited, context.Cause(ctx))
 	}
 }
+
+// errWritesDropped: close dropped the writes before the writer took them.
+var errWritesDropped = errors.New("queue: the attempt ended before its writes were taken")
 
 // errNotWaited: do returned before the writes were done (its context
 // ended); they may still happen, and their events' results must not be read.
@@ -415,6 +440,18 @@ func (p *progress) close() int {
 	defer p.wr.mu.Unlock()
 	p.closed = true
 	p.dropped += p.waitingEvents()
+	// A barrier's items are all waiting or all taken (the writer takes a
+	// turn's whole queue): those of the waiting ones end here.
+	for _, it := range p.queue {
+		if b := it.bar; b != nil {
+			if b.err == nil {
+				b.err = errWritesDropped
+			}
+			if b.n--; b.n == 0 {
+				b.done <- b.err
+			}
+		}
+	}
 	p.queue = nil
 	return p.dropped
 }

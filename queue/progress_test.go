@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -609,15 +610,6 @@ func waitQueued(wr *writer, p *progress, pe *preparedEvent) {
 	}
 }
 
-// encodedSaver is a save encoded when it was pushed (the writer before
-// pushSave took a recordSaver).
-type encodedSaver struct {
-	op  pipelineOp
-	err error
-}
-
-func (s encodedSaver) saveOp() (pipelineOp, error) { return s.op, s.err }
-
 // BenchmarkQueuedSaves: an instant turn's saveLater at its start and at its
 // run id, the second replacing the first before the writer takes it, then a
 // round trip (not sent: only the work on the worker's side counts). Old:
@@ -692,6 +684,58 @@ func TestProgressKeepsOneSlot(t *testing.T) {
 		p.flush(context.Background())
 		if got := streamTexts(t, r, conv); len(got) != 4 {
 			t.Errorf("written %d events, want 4", len(got))
+		}
+	})
+}
+
+// When a caller stops waiting for its writes (its context ended), doThen still learns how
+// they ended: written after all, or dropped when the attempt closes its queue before the
+// writer took them (no goroutine is left waiting).
+func TestDoThenReportsLateWrites(t *testing.T) {
+	rjEach(t, func(t *testing.T, b rjBackend) {
+		defer goleak.VerifyNone(t, append(ignoreMiniredis, goleak.IgnoreCurrent())...)
+		for _, closeFirst := range []bool{false, true} {
+			gate := make(chan struct{})
+			wr, r, _ := gatedWriter(b, gate)
+			conv := Conversation{Integration: "test", ChatID: fmt.Sprint("late-", closeFirst)}
+			p := wr.newProgress(conv, func(error) {})
+			// The writer takes this event and blocks in its round trip: what follows waits.
+			p.push(ReplyEvent{Type: EventAnswerDelta, TaskID: "t", Text: "a"})
+			waitTaken(wr, p)
+			final, err := r.prepareMany(conv, ReplyEvent{Type: EventAnswer, TaskID: "t", Text: "late"}, r.answeredKey("t"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			got := make(chan error, 1)
+			err = p.doThen(ctx, func(err error) { got <- err }, []*preparedEvent{final})
+			if !errors.Is(err, errNotWaited) {
+				t.Fatalf("doThen with an ended context: %v, want errNotWaited", err)
+			}
+			if closeFirst {
+				p.close() // the attempt ends before the writer took the final event
+			}
+			close(gate)
+			select {
+			case err := <-got:
+				switch {
+				case closeFirst && (!errors.Is(err, errWritesDropped) || final.written):
+					t.Errorf("dropped: then(%v), written %v; want errWritesDropped, false", err, final.written)
+				case !closeFirst && (err != nil || !final.written):
+					t.Errorf("late: then(%v), written %v; want nil, true", err, final.written)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("then never ran (close first: %v)", closeFirst)
+			}
+			if !closeFirst {
+				p.close()
+				if ok, _ := r.Answered(context.Background(), "t"); !ok {
+					t.Error("the late final event left no answered marker")
+				}
+			}
+			p.flush(context.Background())
+			b.rdb.Del(context.Background(), r.answeredKey("t"))
 		}
 	})
 }

@@ -355,7 +355,14 @@ func (t *turn) saveLater() {
 		}
 		return
 	}
-	t.progress.pushSave(t) // encoded by the writer when it takes it
+	// Encoded here, not when the writer takes it: the turn changes its
+	// record without the lock in places (see pushSave).
+	op, err := t.saveOp()
+	if err != nil {
+		t.writeFailed(err)
+		return
+	}
+	t.progress.pushSave(encodedSaver{op: op})
 }
 
 func (t *turn) saveOp() (pipelineOp, error) {
@@ -1075,9 +1082,21 @@ func (t *turn) deliverAtOnce(ctx context.Context, log *slog.Logger, outcome stri
 	}
 	ops := append(append([]pipelineOp{save}, t.resultOps(outcome, answer, approval)...), t.releaseOps()...)
 	t.progress.dropQueuedSaves() // this record is newer
-	err = t.progress.do(ctx, []*preparedEvent{pe}, ops...)
+	t.mu.Lock()
+	lat, ttft := t.latency(now), t.rec.TTFT
+	t.mu.Unlock()
+	late := func(err error) {
+		// The attempt stopped waiting and retries; the writes landed after
+		// all, so the next attempt finds the turn finished and reports
+		// nothing: the turn finished here.
+		if err == nil && pe.written {
+			log.Info("the final event was written after the attempt stopped waiting for it: turn finished", "outcome", outcome)
+			t.w.obs.TurnFinished(t.queue, outcome, lat, ttft)
+		}
+	}
+	err = t.progress.doThen(ctx, late, []*preparedEvent{pe}, ops...)
 	switch {
-	case errors.Is(err, errNotWaited): // pe is not ours to read
+	case errors.Is(err, errNotWaited): // pe is not ours to read (late reads it)
 		return t.undelivered(ctx, log, fmt.Errorf("queue: emit %s for task %s: %w", ev.Type, ev.TaskID, err))
 	case pe.err != nil:
 		// The write may have happened all the same (a reply lost on the
