@@ -135,7 +135,7 @@ type progressItem struct {
 	op   pipelineOp
 	bar  *barrier    // set when the pusher waits for this item
 	save bool        // a journal save of the whole record (op, or rec: pushSave)
-	rec  recordSaver // set for a save encoded when the writer takes it
+	rec  recordSaver // set for a pushSave: its saveOp runs when the writer takes it
 }
 
 // encodedSaver is a save encoded when it was pushed.

@@ -339,10 +339,10 @@ func (t *turn) save(ctx context.Context, more ...pipelineOp) error {
 	return err
 }
 
-// saveLater queues a journal save of the record: it is written with the
-// attempt's next writes (at the latest before its send, see beforeSend),
-// from the record as it is when the writer takes it (a newer save that
-// comes first replaces it unencoded), and a failure is only logged.
+// saveLater queues a journal save of the record as it is now: it is
+// written with the attempt's next writes (at the latest before its send,
+// see beforeSend; a newer save that comes first replaces it), and a failure
+// is only logged.
 func (t *turn) saveLater() {
 	if !t.w.oneRedis() {
 		// The journal has a client of its own: a direct write (it does
