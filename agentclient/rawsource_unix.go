@@ -13,6 +13,11 @@ import (
 // for bytes holds no buffer (the runtime's poller waits on the descriptor),
 // and the buffer is taken only once bytes are there. Closing the connection
 // ends a waiting read, as it does a net.Conn Read.
+//
+// A parking source (StreamOptions.Park) does not wait under read: when
+// nothing can be read, read reports ErrParked, and the caller, having
+// returned to a shallow frame, waits in wait. wait does the read it waited
+// for, and the next read hands its result on.
 type rawSource struct {
 	conn net.Conn
 	rc   syscall.RawConn
@@ -20,6 +25,13 @@ type rawSource struct {
 	n    int
 	err  error
 	fn   func(fd uintptr) bool // readFD, bound once
+
+	park    bool // read reports ErrParked instead of waiting
+	parked  bool // the last read found nothing to read (park)
+	waiting bool // in wait: readFD waits for bytes even when parking
+	ready   bool // wait read: n, err and werr are the next read's result
+	werr    error
+	onEvent func(Event) // the parked stream's event handler (StreamOptions.OnEvent)
 }
 
 // newRawSource returns nil when conn has no descriptor to wait on.
@@ -40,10 +52,35 @@ func newRawSource(conn net.Conn) *rawSource {
 func (s *rawSource) waitsBare() bool { return true }
 
 func (s *rawSource) read(rd *sseReader) (int, error) {
+	if s.ready {
+		s.ready = false
+		return s.result(s.werr)
+	}
 	s.rd, s.n, s.err = rd, 0, nil
 	err := s.rc.Read(s.fn)
+	if s.parked {
+		s.parked, s.rd = false, nil
+		return 0, ErrParked
+	}
+	return s.result(err)
+}
+
+// wait waits until the connection has bytes (or ends: closed by a clock
+// or by the end of the caller's context) and reads them; the next read
+// returns what this one read. Its frames are the runtime's poller and this
+// one: a parked stream's goroutine waits shallow.
+func (s *rawSource) wait(rd *sseReader) {
+	s.rd, s.n, s.err = rd, 0, nil
+	s.waiting = true
+	s.werr = s.rc.Read(s.fn)
+	s.waiting, s.ready, s.rd = false, true, nil
+}
+
+// result is a read's outcome: err is the RawConn's (the connection closed
+// under the wait), s.n and s.err readFD's.
+func (s *rawSource) result(err error) (int, error) {
 	n, rerr := s.n, s.err
-	s.rd, s.err = nil, nil
+	s.rd, s.err, s.werr = nil, nil, nil
 	switch {
 	case rerr != nil:
 		return n, &net.OpError{Op: "read", Net: s.conn.LocalAddr().Network(), Source: s.conn.LocalAddr(),
@@ -67,6 +104,10 @@ func (s *rawSource) readFD(fd uintptr) bool {
 			continue
 		case syscall.EAGAIN:
 			s.rd.unspace()
+			if s.park && !s.waiting {
+				s.parked = true
+				return true
+			}
 			return false
 		case nil:
 			s.n = n

@@ -32,6 +32,12 @@ type byteSource interface {
 	waitsBare() bool
 }
 
+// ErrParked is returned, with StreamOptions.Park, by a stream that has no
+// bytes to read yet: the stream stays open in its StreamState. Wait for it
+// with StreamState.WaitParked, then go on reading it with
+// Client.ReadParked (see Park).
+var ErrParked = errors.New("agentclient: stream parked until the agent sends more")
+
 // readerSource reads an io.Reader (net/http's body, a TLS connection): its
 // Read needs the buffer while it waits.
 type readerSource struct{ r io.Reader }
@@ -68,6 +74,8 @@ type sseReader struct {
 	ds, de  int
 	hasData bool
 	bare    bool // src waits without a buffer: buf is pooled, and handed back while idle (beside hasData: no padding, see TestOpenStreamSizeClass)
+	resume  bool // Next returned ErrParked: the next call goes on with the event it was reading
+	waited  bool // fill returned ErrParked: the next fill only reads
 	event   string
 	// onBytes is called with the number of bytes read, before they are
 	// parsed, so the caller's stall clock sees every byte (pings included).
@@ -207,6 +215,12 @@ func (s *sseReader) took(n int, err error) {
 // need not: the event's data line moves out of the buffer, and an empty
 // pooled buffer goes back.
 func (s *sseReader) fill() error {
+	if s.waited {
+		// The source read what it waited for into space() already: what
+		// follows must not move or let go of the buffer.
+		s.waited = false
+		return s.read()
+	}
 	if s.err != nil {
 		return s.err
 	}
@@ -230,7 +244,18 @@ func (s *sseReader) fill() error {
 			return err
 		}
 	}
+	return s.read()
+}
+
+// read reads once from the source.
+func (s *sseReader) read() error {
 	n, err := s.src.read(s)
+	if err == ErrParked {
+		// Nothing read: the caller waits (the source reads what it waited
+		// for into space()) and calls again.
+		s.waited = true
+		return err
+	}
 	s.took(n, err)
 	return nil
 }
@@ -250,14 +275,19 @@ func (s *sseReader) more() error {
 // (It finds lines itself, and reads through more and fill: the frames a
 // stream waits under stay few and small.)
 func (s *sseReader) Next() (sseFrame, error) {
-	if cap(s.data) > scratchKeep {
-		s.data = nil
+	if s.resume {
+		s.resume = false // the event read before the park goes on
+	} else {
+		if cap(s.data) > scratchKeep {
+			s.data = nil
+		}
+		s.data, s.ds, s.hasData, s.event = s.data[:0], -1, false, ""
 	}
-	s.data, s.ds, s.hasData, s.event = s.data[:0], -1, false, ""
 	for {
 		i := bytes.IndexByte(s.buf[s.r+s.seen:s.w], '\n')
 		if i < 0 {
 			if err := s.more(); err != nil {
+				s.resume = err == ErrParked
 				return sseFrame{}, err
 			}
 			continue

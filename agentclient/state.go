@@ -46,6 +46,10 @@ type StreamState struct {
 	overLimit    *ProtocolError
 
 	lastByte atomic.Int64 // unix nanos; written per read, without the lock
+
+	// parked is the stream waiting for bytes (StreamOptions.Park); only
+	// the reading goroutine touches it.
+	parked *openStream
 }
 
 // NewStreamState returns an empty state. A zero StreamState is also usable.

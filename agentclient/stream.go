@@ -108,6 +108,16 @@ type StreamOptions struct {
 	// again after each further ContentIdle): the agent is still thinking.
 	// It runs on a timer goroutine and must not block.
 	OnIdle func(idle time.Duration)
+	// Park: when the stream has no bytes to read, return ErrParked instead
+	// of waiting under the call. The stream stays open in the StreamState
+	// (its clocks and the caller's context still end it); the caller waits
+	// with StreamState.WaitParked, from a frame as shallow as it likes, and
+	// goes on with Client.ReadParked, until that returns something other
+	// than ErrParked. A goroutine that waits shallow keeps a small stack:
+	// the Go runtime halves a stack only when less than a quarter of it is
+	// in use, and a thinking turn waits for minutes. Only a dedicated
+	// plain-TCP stream on unix parks; others wait under the call as usual.
+	Park bool
 }
 
 func (c *Client) clocksFor(o StreamOptions) Clocks {
@@ -209,13 +219,67 @@ func (c *Client) stream(ctx context.Context, op, path string, body any, st *Stre
 	if s == nil {
 		return err
 	}
-	defer s.close()
-	result, readErr := readEvents(&s.rd, st, opt.OnEvent, s.wd.stopReasonAt)
+	if opt.Park {
+		if rs, ok := s.rd.src.(*rawSource); ok {
+			rs.park, rs.onEvent = true, opt.OnEvent
+		}
+	}
+	return s.read(ctx, st, opt.OnEvent)
+}
+
+// read reads the stream to its end, or until it parks (then st holds it).
+// ctx is the caller's context the stream was opened with.
+func (s *openStream) read(ctx context.Context, st *StreamState, onEvent func(Event)) error {
+	defer s.closeUnlessParked(st)
+	result, readErr := readEvents(&s.rd, st, onEvent, s.wd.stopReasonAt)
+	if readErr == ErrParked {
+		st.parked = s
+		return ErrParked
+	}
 	if result == nil && readErr == nil && s.reuse {
 		s.keepConn()
 	}
 	return s.end(ctx, st, result, readErr)
 }
+
+// closeUnlessParked closes the stream once it is read, and not while it
+// waits parked in st. (Not inlined: read's frame stays small.)
+//
+//go:noinline
+func (s *openStream) closeUnlessParked(st *StreamState) {
+	if st.parked != s {
+		s.close()
+	}
+}
+
+// ReadParked goes on reading the stream parked in st (see
+// StreamOptions.Park), with ctx the context the stream was sent with. It
+// returns what SendStream or ResumeStream would have: ErrParked again when
+// the stream has no more bytes yet. Without a parked stream it returns an
+// error and does nothing.
+func (c *Client) ReadParked(ctx context.Context, st *StreamState) error {
+	s := st.parked
+	if s == nil {
+		return errors.New("agentclient: ReadParked: no stream is parked in this state")
+	}
+	st.parked = nil
+	return s.read(ctx, st, s.rd.src.(*rawSource).onEvent)
+}
+
+// WaitParked waits until the stream parked in st has bytes to read, or has
+// ended (a clock fired, or the caller's context ended): call ReadParked
+// next. It returns at once when no stream is parked. Its frames are few
+// and small, so that a goroutine calling it from a shallow frame waits
+// with a small stack.
+func (st *StreamState) WaitParked() {
+	if s := st.parked; s != nil {
+		s.rd.src.(*rawSource).wait(&s.rd)
+	}
+}
+
+// Parked reports whether a stream waits parked in st (see
+// StreamOptions.Park).
+func (st *StreamState) Parked() bool { return st.parked != nil }
 
 // openStream is one stream from its request on: what a read holds, in one
 // allocation.
@@ -412,17 +476,16 @@ func readEnd(st *StreamState, err error) (result, readErr error) {
 // handleFrame decodes one frame, updates the state and hands the event on.
 // done says the stream is over, with its result. ping is the stream's last
 // ping (see decodeStreamMessage).
+//
+// A parked stream (StreamOptions.Park) handles its frames a few frames
+// under the handler that waits for it, and a thinking turn's goroutine
+// keeps a 4 KiB stack only while what a ping costs stays under it: the
+// rare paths (end of stream, error and cancel frames) are functions of
+// their own, so that this frame stays small.
 func handleFrame(fr sseFrame, ping **Ping, st *StreamState, onEvent func(Event), onStop func(time.Time)) (done bool, result error) {
-	now := time.Now()
-	ev := Event{SSEEvent: fr.Event}
 	if fr.Event == "" || fr.Event == "message" {
 		if bytes.Equal(bytes.TrimSpace(fr.Data), []byte("[DONE]")) {
-			st.markDone()
-			ev.Done = true
-			if onEvent != nil {
-				onEvent(ev)
-			}
-			return true, eof(st)
+			return true, frameDone(fr.Event, st, onEvent)
 		}
 	}
 	m, derr := decodeStreamMessage(fr.Data, *ping)
@@ -430,24 +493,18 @@ func handleFrame(fr sseFrame, ping **Ping, st *StreamState, onEvent func(Event),
 		*ping = p
 	}
 	if derr != nil {
-		ev.DecodeErr = derr
 		if onEvent != nil {
-			onEvent(ev)
+			onEvent(Event{SSEEvent: fr.Event, DecodeErr: derr})
 		}
 		return false, nil
 	}
 	if fr.Event == "error" {
-		if em, ok := m.(*ErrorMessage); ok {
-			em.MessageType = TypeError
-		} else {
-			// An error frame whose data is not an error body.
-			m = &ErrorMessage{Common: *m.Base(), ErrorType: typeInternalServerErr, Message: string(fr.Data)}
-		}
+		m = errorFrame(m, fr.Data)
 	}
-	ev.Message = m
+	now := time.Now()
 	// Stream chunks append: token deltas join, and in step mode each
 	// id and type arrives once, so appending to nothing sets it.
-	ev.Update = st.Apply(m, false, now)
+	u := st.Apply(m, false, now)
 	if pe := st.LimitErr(); pe != nil {
 		return true, pe
 	}
@@ -455,21 +512,52 @@ func handleFrame(fr sseFrame, ping **Ping, st *StreamState, onEvent func(Event),
 		onStop(now)
 	}
 	if onEvent != nil {
-		onEvent(ev)
+		onEvent(Event{Message: m, Update: u, SSEEvent: fr.Event})
 	}
-	switch fr.Event {
-	case "error":
-		if st.StopReason() != "" {
-			return true, nil
-		}
-		return true, &StreamError{InBand: m.(*ErrorMessage), State: st.Snapshot()}
-	case "cancelled":
-		if st.StopReason() == "" {
-			st.Apply(&StopReason{Common: Common{MessageType: TypeStopReason}, StopReason: "cancelled"}, true, now)
-		}
-		return true, nil
+	if fr.Event == "error" || fr.Event == "cancelled" {
+		return true, frameEnd(fr.Event, m, st, now)
 	}
 	return false, nil
+}
+
+// frameDone ends the stream at `data: [DONE]`.
+//
+//go:noinline
+func frameDone(event string, st *StreamState, onEvent func(Event)) error {
+	st.markDone()
+	if onEvent != nil {
+		onEvent(Event{SSEEvent: event, Done: true})
+	}
+	return eof(st)
+}
+
+// errorFrame is the message of an `event: error` frame: an error body, or
+// one made of data that is not one.
+//
+//go:noinline
+func errorFrame(m Message, data []byte) Message {
+	if em, ok := m.(*ErrorMessage); ok {
+		em.MessageType = TypeError
+		return em
+	}
+	return &ErrorMessage{Common: *m.Base(), ErrorType: typeInternalServerErr, Message: string(data)}
+}
+
+// frameEnd is the result of an error or cancelled frame, which ends the
+// stream.
+//
+//go:noinline
+func frameEnd(event string, m Message, st *StreamState, now time.Time) error {
+	if event == "error" {
+		if st.StopReason() != "" {
+			return nil
+		}
+		return &StreamError{InBand: m.(*ErrorMessage), State: st.Snapshot()}
+	}
+	if st.StopReason() == "" {
+		st.Apply(&StopReason{Common: Common{MessageType: TypeStopReason}, StopReason: "cancelled"}, true, now)
+	}
+	return nil
 }
 
 // eof ends a stream that closed (or sent [DONE]).

@@ -281,6 +281,57 @@ func (r *Runner) RunTurn(ctx context.Context, t *Turn, st *agentclient.StreamSta
 	}
 }
 
+// StepTurn is RunTurn for a caller that waits for the agent itself, from a
+// frame shallower than this call: when the first send's stream has no
+// bytes to read yet it returns true and leaves d alone, with the stream
+// parked in st (agentclient.StreamOptions.Park). The caller then waits
+// with st.WaitParked and calls StepTurn again with the same arguments,
+// until it returns false: d is then the decision, as RunTurn's. A thinking
+// turn's goroutine waits for minutes; waiting a few frames under the
+// handler instead of under the stream's read path lets the Go runtime
+// keep its stack at 4 KiB instead of 8.
+//
+// Only the first send parks (not a resend, a resume or a poll: those
+// happen after a stream was lost, and wait under the call).
+func (r *Runner) StepTurn(ctx context.Context, t *Turn, st *agentclient.StreamState, h *Hooks, d *Decision) (parked bool) {
+	if st.Parked() {
+		err := r.c.ReadParked(ctx, st)
+		if err == agentclient.ErrParked {
+			return true
+		}
+		r.sent(ctx, t, st, h, err, d)
+	} else {
+		if t.PriorIntent || st.RunID() != "" || t.validate() != nil {
+			r.lookFirst(ctx, t, st, h, d)
+			return false
+		}
+		if r.sendParking(ctx, t, st, h, d) {
+			return true
+		}
+	}
+	if d.Outcome == NotAdmitted {
+		r.gate(ctx, t, st, h, d)
+	}
+	return false
+}
+
+// sendParking is send with a stream that may park: parked says it did (d
+// is not written then).
+func (r *Runner) sendParking(ctx context.Context, t *Turn, st *agentclient.StreamState, h *Hooks, d *Decision) (parked bool) {
+	if h.BeforeSend != nil {
+		if err := h.BeforeSend(ctx, false); err != nil {
+			notSent(ctx, err, d)
+			return false
+		}
+	}
+	err := r.sendStream(ctx, t, st, h, true)
+	if err == agentclient.ErrParked {
+		return true
+	}
+	r.sent(ctx, t, st, h, err, d)
+	return false
+}
+
 // lookFirst runs a turn that must not be sent before its otid is looked
 // for (or that is not valid).
 func (r *Runner) lookFirst(ctx context.Context, t *Turn, st *agentclient.StreamState, h *Hooks, d *Decision) {
@@ -343,7 +394,7 @@ func (r *Runner) send(ctx context.Context, t *Turn, st *agentclient.StreamState,
 			return
 		}
 	}
-	err := r.stream(ctx, t, st, h)
+	err := r.sendStream(ctx, t, st, h, false)
 	r.sent(ctx, t, st, h, err, d)
 }
 
@@ -356,11 +407,12 @@ func notSent(ctx context.Context, err error, d *Decision) {
 	*d = Decision{Outcome: Failed, Retryable: true, Err: err, Reason: "could not journal the intent to send: " + err.Error(), Evidence: EvidenceNone}
 }
 
-// stream sends the message and reads its stream.
-func (r *Runner) stream(ctx context.Context, t *Turn, st *agentclient.StreamState, h *Hooks) error {
+// sendStream sends the message and reads its stream; with park, the
+// stream may park (agentclient.ErrParked).
+func (r *Runner) sendStream(ctx context.Context, t *Turn, st *agentclient.StreamState, h *Hooks, park bool) error {
 	phase(*h, PhaseConnecting)
 	sp := &streamPhase{h: h}
-	opts := agentclient.StreamOptions{Clocks: r.Clocks(), OnEvent: sp.onEvent, OnIdle: h.OnIdle}
+	opts := agentclient.StreamOptions{Clocks: r.Clocks(), OnEvent: sp.onEvent, OnIdle: h.OnIdle, Park: park}
 	return r.c.SendStream(ctx, agentclient.SendRequest{AgentID: t.AgentID, Text: t.Text, Otid: t.Otid, SenderID: t.SenderID,
 		ConversationID: t.ConversationID, Images: t.Images, Approvals: t.Approvals,
 		Background: r.b.Background || t.ConversationID != ""}, st, opts)

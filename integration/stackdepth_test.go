@@ -12,27 +12,28 @@ import (
 	"github.com/lettaq/lettaq/queue"
 )
 
-// TestThinkingTurnStackDepth: the goroutine of a thinking turn waits on its
-// stream shallow enough for the Go runtime to halve its stack. The handler
-// grows its stack to 16 KiB before it opens the stream, and a GC only
-// halves a stack of which less than a quarter is in use, counting an 800
-// byte guard: the goroutine must wait less than 4096-800 = 3296 bytes deep,
-// or every thinking turn keeps 8 KiB more (see queue's processTask).
+// TestThinkingTurnStackDepth: the goroutine of a thinking turn waits for
+// its stream shallow enough for the Go runtime to halve its stack twice.
+// The handler grows its stack to 16 KiB before it opens the stream, and a
+// GC only halves a stack of which less than a quarter is in use, counting
+// an 800 byte guard: to come down to 4 KiB the goroutine must wait less
+// than 2048-800 = 1248 bytes deep, so the stream parks and the handler
+// waits right under processTask (see queue's processTask).
 //
 // A worker process with GOTRACEBACK=system is sent SIGQUIT while its turn
 // thinks; the runtime's dump gives each frame's sp and fp, and the depth is
 // from the first frame's sp to the last frame's fp. Under the race detector
 // frames are bigger (and the guard twice as large, so the stack is never
-// halved): there the bound only guards against the frames growing back
-// (7.5 KB deep before the handler was split, 4.0 KB after; without the race
-// detector 5.4 KB and 2.7 KB).
+// halved that far): there the bound only guards against the frames growing
+// back. History: 7.5 KB deep before the handler was split, 4.0 KB after,
+// 2.7 KB with small frames, 0.9 KB parked (without the race detector).
 func TestThinkingTurnStackDepth(t *testing.T) {
 	if testing.Short() {
 		t.Skip("process test")
 	}
-	bound := 4096 - 800 - 64 // 64: the dump's depth is the runtime's within a few words
+	bound := 2048 - 800 - 64 // 64: the dump's depth is the runtime's within a few words
 	if raceEnabled {
-		bound = 5000
+		bound = 2000
 	}
 	for _, mode := range []queue.ThreadMode{queue.ThreadAgent, queue.ThreadConversation} {
 		t.Run(string(mode), func(t *testing.T) {
@@ -81,11 +82,11 @@ func (e *env) thinkingTurnDepth(agent string, mode queue.ThreadMode, try int) (d
 		if !strings.Contains(b, "queue.(*Worker).processTask(") {
 			continue
 		}
-		// Waiting (not running) under the send's stream: "IO wait" on
-		// the connection today.
+		// Waiting (not running) for the parked stream: "IO wait" on the
+		// connection.
 		m := goroutineHeader.FindStringSubmatch(b)
 		if m == nil || strings.HasPrefix(m[1], "running") || strings.HasPrefix(m[1], "runnable") ||
-			strings.HasPrefix(m[1], "syscall") || !strings.Contains(b, "continuation.(*Runner).stream(") {
+			strings.HasPrefix(m[1], "syscall") || !strings.Contains(b, "agentclient.(*StreamState).WaitParked(") {
 			return 0, b, false
 		}
 		frames := frameSPFP.FindAllStringSubmatch(b, -1)

@@ -49,16 +49,19 @@ type TurnResult struct {
 
 // processTask is the asynq handler of one attempt of one turn.
 //
-// A thinking turn's goroutine waits under it for as long as the agent
-// thinks, and the Go runtime only halves a goroutine's stack (at a GC) when
-// less than a quarter of it is in use: the handler grows its stack to
-// 16 KiB before it opens the stream, and keeps it only if it waits deeper
-// than ~3.2 KB. So the frames that stay on the stack while the turn waits
-// (processTask, runOrdered or run, execute; continuation.Runner.RunTurn and
-// the stream's read below) are kept small: the work with big locals
-// happens in functions that have returned by then (newTurn, lead, prepare,
-// afterRun, finishRun), and what must live across the wait is in the turn
-// (TestThinkingTurnStackDepth measures it).
+// A thinking turn's goroutine waits for as long as the agent thinks, and
+// the Go runtime only halves a goroutine's stack (at a GC) when less than
+// a quarter of it is in use: the handler grows its stack to 16 KiB before
+// it opens the stream; waiting under the stream's read path (~2.7 KB deep)
+// it would keep 8 KiB. So the stream parks (continuation.Runner.StepTurn):
+// when it has no bytes, everything down to it returns errParked, and the
+// goroutine waits here, right under the handler (~1 KB deep, so the stack
+// is halved twice to 4 KiB), then resumes the turn. What must live across
+// the wait is in the turn (TestThinkingTurnStackDepth measures it). The
+// frames of a stream that waits under the call (a resume or poll after a
+// lost stream, a resend, net/http or TLS streams) are still kept small:
+// the work with big locals happens in functions that have returned by then
+// (newTurn, lead, prepare, afterRun, finishRun).
 func (w *Worker) processTask(ctx context.Context, task *asynq.Task) error {
 	w.inflight.Add(1)
 	defer w.inflight.Done()
@@ -71,10 +74,20 @@ func (w *Worker) processTask(ctx context.Context, task *asynq.Task) error {
 	// that Asynq can record how it ended (see Worker.awaitRedis).
 	defer t.awaitRedis(ctx)
 	if w.ord == nil {
-		return t.run(ctx)
+		err = t.run(ctx)
+	} else {
+		err = t.runOrdered(ctx)
 	}
-	return t.runOrdered(ctx)
+	for err == errParked {
+		t.st.WaitParked()
+		err = t.resume(ctx)
+	}
+	return err
 }
+
+// errParked: the attempt's stream waits parked (see processTask); the
+// attempt goes on with resume.
+var errParked = agentclient.ErrParked
 
 // newTurn makes the attempt's turn; nil for a payload that is unusable
 // (rejected: err is the handler's result).
@@ -118,7 +131,9 @@ func (t *turn) runOrdered(ctx context.Context) error {
 	err, end = t.prepare(lctx)
 	cancel()
 	if !end {
-		err = t.execute(ctx)
+		if err = t.execute(ctx); err == errParked {
+			return err // resume does the rest
+		}
 	}
 	t.afterRun(ctx, err)
 	return err
@@ -284,6 +299,10 @@ type turn struct {
 	spec  continuation.Turn
 	hooks continuation.Hooks
 	dec   continuation.Decision
+	// While the stream is parked (see processTask): the work context and
+	// its cancel.
+	wctx    context.Context
+	wcancel context.CancelFunc
 
 	actx context.Context // the attempt's context (Asynq's): see detached
 
@@ -607,15 +626,39 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 // when the lease is lost.
 func (t *turn) execute(ctx context.Context) error {
 	wctx, cancel := t.workContext(ctx)
-	defer cancel()
 	convID, err := t.resolveThread(wctx)
 	t.pre = nil // read: not kept while the turn waits
 	if err != nil {
 		t.hb.Stop()
-		return t.threadFailed(ctx, err)
+		err = t.threadFailed(ctx, err)
+		cancel()
+		return err
 	}
 	t.spec.ConversationID = convID
-	t.w.runner.RunTurn(wctx, &t.spec, t.st, &t.hooks, &t.dec)
+	t.wctx, t.wcancel = wctx, cancel
+	return t.step(ctx)
+}
+
+// resume goes on with an attempt whose stream was parked and has bytes
+// now (or ended): errParked again when it parks again.
+//
+//go:noinline
+func (t *turn) resume(ctx context.Context) error {
+	err := t.step(ctx)
+	if err != errParked && t.w.ord != nil {
+		t.afterRun(ctx, err)
+	}
+	return err
+}
+
+// step runs the turn at Letta until its stream parks (errParked) or the
+// run is decided, then finishes the attempt.
+func (t *turn) step(ctx context.Context) error {
+	if t.w.runner.StepTurn(t.wctx, &t.spec, t.st, &t.hooks, &t.dec) {
+		return errParked
+	}
+	defer t.wcancel()
+	t.wctx = nil
 	t.hb.Stop()
 	return t.finishRun(ctx)
 }
@@ -805,10 +848,7 @@ func (t *turn) onEvent(ev agentclient.Event) {
 	// call or a phase change is flushed before it, and a tool's call or return comes
 	// before the phase it leads to.
 	if u.Step >= 0 && (u.Kind == agentclient.StepToolCall || u.Kind == agentclient.StepToolReturn) {
-		snap := t.st.Snapshot()
-		if u.Step < len(snap.Transcript.Steps) {
-			t.onTool(snap.Transcript.Steps[u.Step], u.Step, now)
-		}
+		t.toolStep(u.Step, now)
 	}
 	if ap := t.st.Phase(); ap != t.agentPhase {
 		t.agentPhase = ap
@@ -838,6 +878,18 @@ func (t *turn) onEvent(ev agentclient.Event) {
 		if u.Delta != "" {
 			t.deltas.write(true, u.Delta)
 		}
+	}
+}
+
+// toolStep passes on the tool step idx. (Not inlined: onEvent runs for
+// every ping, a few frames under a parked turn's handler, and its frame
+// must stay small; see processTask.)
+//
+//go:noinline
+func (t *turn) toolStep(idx int, now time.Time) {
+	snap := t.st.Snapshot()
+	if idx < len(snap.Transcript.Steps) {
+		t.onTool(snap.Transcript.Steps[idx], idx, now)
 	}
 }
 

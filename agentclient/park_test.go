@@ -1,0 +1,247 @@
+//go:build unix
+
+package agentclient
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// stepServer answers one request per connection with resp, written piece
+// by piece: the first piece at once, each next one when the test sends on
+// next. It closes the connection after the last piece, or when the test
+// ends.
+func stepServer(t *testing.T, resp []string) (url string, next chan<- struct{}) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := make(chan struct{})
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	t.Cleanup(func() { close(done); _ = ln.Close(); wg.Wait() })
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
+					return
+				}
+				for i, p := range resp {
+					if i > 0 {
+						select {
+						case <-ch:
+						case <-done:
+							return
+						}
+					}
+					if _, err := c.Write([]byte(p)); err != nil {
+						return
+					}
+				}
+				<-done
+			}()
+		}
+	}()
+	return "http://" + ln.Addr().String(), ch
+}
+
+// cutEvery cuts s every n bytes.
+func cutEvery(s string, n int) []string {
+	var out []string
+	for len(s) > n {
+		out = append(out, s[:n])
+		s = s[n:]
+	}
+	return append(out, s)
+}
+
+// seenEvent is what a test compares of an Event (Message pointers differ
+// between reads).
+type seenEvent struct {
+	Type     string
+	Update   Update
+	SSEEvent string
+	Done     bool
+	Err      string
+}
+
+func see(e Event) seenEvent {
+	s := seenEvent{Update: e.Update, SSEEvent: e.SSEEvent, Done: e.Done}
+	if e.Message != nil {
+		s.Type = string(e.Message.Base().MessageType)
+	}
+	if e.DecodeErr != nil {
+		s.Err = e.DecodeErr.Error()
+	}
+	return s
+}
+
+// A parked stream reads what a stream that waits under the call reads,
+// however its bytes are cut: in a chunk-size line, in a CRLF, between an
+// event's name and its data, in a data line. Each piece is sent only once
+// the stream parked, so the stream parks between every two.
+func TestParkedStreamReadsWhatAWaitingStreamReads(t *testing.T) {
+	leakCheck(t)
+	body := ": comment\r\n" + data(fxPing) + "event: message\n" + data(fxReasoning) + data(fxToolCall) +
+		"data: not json\n\n" + data(fxAssistant) + data(fxStop) + data(fxUsage) + data("[DONE]")
+	var chunked strings.Builder
+	for b := body; len(b) > 0; {
+		k := min(53, len(b))
+		fmt.Fprintf(&chunked, "%x\r\n%s\r\n", k, b[:k])
+		b = b[k:]
+	}
+	chunked.WriteString("0\r\n\r\n")
+	resp := "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked.String()
+
+	// The reference: every byte at once, read by a stream that waits.
+	url, _ := stepServer(t, []string{resp})
+	c := newClient(t, StreamDedicated, url, Clocks{})
+	want := NewStreamState()
+	var wantEvents []seenEvent
+	if err := c.SendStream(context.Background(), sendReq(), want, StreamOptions{OnEvent: func(e Event) { wantEvents = append(wantEvents, see(e)) }}); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, n := range []int{1, 7, 100} {
+		t.Run(fmt.Sprintf("pieces of %d bytes", n), func(t *testing.T) {
+			head := strings.Index(resp, "\r\n\r\n") + 4
+			parts := append([]string{resp[:head]}, cutEvery(resp[head:], n)...)
+			url, next := stepServer(t, parts)
+			c := newClient(t, StreamDedicated, url, Clocks{})
+			st := NewStreamState()
+			var got []seenEvent
+			ctx := context.Background()
+			err := c.SendStream(ctx, sendReq(), st, StreamOptions{Park: true, OnEvent: func(e Event) { got = append(got, see(e)) }})
+			parks, sent := 0, 1
+			for err == ErrParked {
+				parks++
+				if !st.Parked() {
+					t.Fatal("ErrParked, but the state holds no parked stream")
+				}
+				if sent < len(parts) {
+					next <- struct{}{}
+					sent++
+				}
+				st.WaitParked()
+				err = c.ReadParked(ctx, st)
+			}
+			if err != nil {
+				t.Fatalf("parked stream ended with %v", err)
+			}
+			if st.Parked() {
+				t.Error("the state still holds a parked stream after the stream ended")
+			}
+			// The stream ends at [DONE]: it needed every piece up to the
+			// one that completes it, and parked before each.
+			need := len(parts)
+			for end := len(resp) - len("0\r\n\r\n\r\n"); need > 1 && len(strings.Join(parts[:need-1], "")) >= end; need-- {
+			}
+			if sent != need || parks != need-1 {
+				t.Errorf("parked %d times and was sent %d pieces, want %d pieces, parked before each", parks, sent, need)
+			}
+			if !reflect.DeepEqual(got, wantEvents) {
+				t.Errorf("events differ from a waiting stream's:\n got %+v\nwant %+v", got, wantEvents)
+			}
+			g, w := st.Snapshot(), want.Snapshot()
+			if g.RunID != w.RunID || g.Answer != w.Answer || g.StopReason != w.StopReason || g.Pings != w.Pings ||
+				g.Events != w.Events || !g.Done || !reflect.DeepEqual(g.Transcript.Steps, w.Transcript.Steps) {
+				t.Errorf("state differs from a waiting stream's:\n got %+v\nwant %+v", g, w)
+			}
+		})
+	}
+}
+
+// A parked stream is still ended by its clocks and by the caller's
+// context: the wait returns, and ReadParked says which.
+func TestParkedStreamEndsByClockOrCancel(t *testing.T) {
+	leakCheck(t)
+	resp := "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n" +
+		fmt.Sprintf("%x\r\n%s\r\n", len(data(fxPing)), data(fxPing))
+	clocks := Clocks{Connect: time.Second, Stall: 150 * time.Millisecond, Total: 10 * time.Second, ContentIdle: -1}
+
+	t.Run("stall", func(t *testing.T) {
+		url, _ := stepServer(t, []string{resp, "never sent"})
+		c := newClient(t, StreamDedicated, url, clocks)
+		st := NewStreamState()
+		ctx := context.Background()
+		if err := c.SendStream(ctx, sendReq(), st, StreamOptions{Park: true}); err != ErrParked {
+			t.Fatalf("SendStream = %v, want ErrParked", err)
+		}
+		st.WaitParked() // returns when the stall clock closes the connection
+		err := c.ReadParked(ctx, st)
+		var se *StreamError
+		if !errors.As(err, &se) || se.Clock != ClockStall || se.State.RunID != "run-11111111-aaaa" {
+			t.Fatalf("ReadParked = %v, want the stall clock's StreamError with the run id", err)
+		}
+		if st.Parked() {
+			t.Error("still parked after the stream ended")
+		}
+	})
+	t.Run("cancel", func(t *testing.T) {
+		url, _ := stepServer(t, []string{resp, "never sent"})
+		c := newClient(t, StreamDedicated, url, Clocks{Connect: time.Second, Stall: 10 * time.Second, Total: 10 * time.Second, ContentIdle: -1})
+		st := NewStreamState()
+		ctx, cancel := context.WithCancel(context.Background())
+		if err := c.SendStream(ctx, sendReq(), st, StreamOptions{Park: true}); err != ErrParked {
+			t.Fatalf("SendStream = %v, want ErrParked", err)
+		}
+		time.AfterFunc(50*time.Millisecond, cancel)
+		st.WaitParked()
+		err := c.ReadParked(ctx, st)
+		var se *StreamError
+		if !errors.As(err, &se) || se.Clock != ClockCanceled {
+			t.Fatalf("ReadParked = %v, want a StreamError of the cancelled context", err)
+		}
+	})
+	t.Run("nothing parked", func(t *testing.T) {
+		c := newClient(t, StreamDedicated, "http://127.0.0.1:1", clocks)
+		st := NewStreamState()
+		st.WaitParked() // returns at once
+		if err := c.ReadParked(context.Background(), st); err == nil || !strings.Contains(err.Error(), "no stream is parked") {
+			t.Fatalf("ReadParked without a parked stream = %v", err)
+		}
+	})
+}
+
+// Streams through net/http do not park: Park is a request, and they wait
+// under the call as before.
+func TestNetHTTPStreamsDoNotPark(t *testing.T) {
+	leakCheck(t)
+	release := releaseOnCleanup(t)
+	rs := newRaw(t, func(w http.ResponseWriter, r *http.Request) {
+		startSSE(w)
+		sse(w, data(fxPing))
+		select {
+		case <-release:
+		case <-time.After(100 * time.Millisecond):
+		}
+		sse(w, data(fxAssistant), data(fxStop), data("[DONE]"))
+	})
+	c := newClient(t, StreamNetHTTP, rs.URL, Clocks{})
+	st := NewStreamState()
+	if err := c.SendStream(context.Background(), sendReq(), st, StreamOptions{Park: true}); err != nil {
+		t.Fatalf("SendStream = %v, want the stream read to its end", err)
+	}
+	if st.Snapshot().Answer != "Here you go" {
+		t.Errorf("answer = %q", st.Snapshot().Answer)
+	}
+}
