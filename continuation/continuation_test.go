@@ -2,6 +2,7 @@ package continuation_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -474,4 +475,82 @@ func TestRunTurn(t *testing.T) {
 	if bad.Outcome != continuation.Rejected {
 		t.Fatalf("invalid turn: %+v", bad)
 	}
+}
+
+// stepTurn runs a turn with StepTurn, waiting for its parked stream
+// between steps as queue's handler does; parks counts the waits.
+func (e *env) stepTurn(t *testing.T, tu continuation.Turn, st *agentclient.StreamState, h *continuation.Hooks) (d continuation.Decision, parks int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), e.b.TaskTimeout())
+	defer cancel()
+	for e.runner.StepTurn(ctx, &tu, st, h, &d) {
+		if !st.Parked() {
+			t.Fatal("StepTurn parked, but the state holds no parked stream")
+		}
+		if d != (continuation.Decision{}) {
+			t.Fatalf("StepTurn parked and wrote a decision: %+v", d)
+		}
+		parks++
+		st.WaitParked()
+	}
+	if st.Parked() {
+		t.Fatal("a decided turn left its stream parked")
+	}
+	return d, parks
+}
+
+// StepTurn decides what RunTurn decides, with the same phases and events,
+// its stream parked while the agent thinks; and a stream lost while parked
+// is continued as one lost while waiting.
+func TestStepTurn(t *testing.T) {
+	e := newEnv(t, toolScriptTaking(100*time.Second)) // 100 ms at the test's scale, pings every 40 ms
+	var runPhases, stepPhases []continuation.Phase
+	var runEvents, stepEvents int
+	ref := e.turn("weather?")
+	refSt := agentclient.NewStreamState()
+	var want continuation.Decision
+	e.runner.RunTurn(context.Background(), &ref, refSt, &continuation.Hooks{
+		OnPhase: func(p continuation.Phase) { runPhases = append(runPhases, p) },
+		OnEvent: func(agentclient.Event) { runEvents++ }}, &want)
+
+	tu := e.turn("weather?")
+	st := agentclient.NewStreamState()
+	d, parks := e.stepTurn(t, tu, st, &continuation.Hooks{
+		OnPhase: func(p continuation.Phase) { stepPhases = append(stepPhases, p) },
+		OnEvent: func(agentclient.Event) { stepEvents++ }})
+	if parks == 0 {
+		t.Fatal("the stream never parked while the agent thought")
+	}
+	if d.Outcome != continuation.Completed || d.Outcome != want.Outcome || d.StopReason != want.StopReason || d.Sends != 1 || d.Polls != 0 {
+		t.Fatalf("StepTurn decided %+v, RunTurn %+v", d, want)
+	}
+	if st.Answer() != refSt.Answer() || st.Answer() == "" {
+		t.Errorf("answer %q, RunTurn's %q", st.Answer(), refSt.Answer())
+	}
+	if !slices.Equal(stepPhases, runPhases) {
+		t.Errorf("phases %v, RunTurn's %v", stepPhases, runPhases)
+	}
+	if stepEvents == 0 || (stepEvents > runEvents+3 || stepEvents < runEvents-3) { // pings vary with timing
+		t.Errorf("%d events, RunTurn's %d", stepEvents, runEvents)
+	}
+	if n := e.sim.CountOtid(tu.Otid); n != 1 {
+		t.Fatalf("%d user messages with the otid, want 1", n)
+	}
+
+	t.Run("stall while parked", func(t *testing.T) {
+		e := newEnv(t, toolScript())
+		e.sim.SetFault(e.agent, lettasim.Fault{StallAfter: 3, StallFor: lettasim.Forever})
+		tu := e.turn("weather?")
+		st := agentclient.NewStreamState()
+		d, parks := e.stepTurn(t, tu, st, &continuation.Hooks{})
+		if parks == 0 {
+			t.Fatal("the stream never parked")
+		}
+		if d.Outcome != continuation.Completed || d.Clock != agentclient.ClockStall || d.Sends != 1 || d.Polls == 0 || d.Resend == continuation.ResendDone {
+			t.Fatalf("decision %+v, want the stalled run continued by polling, not sent again", d)
+		}
+		if n := e.sim.CountOtid(tu.Otid); n != 1 {
+			t.Fatalf("%d user messages with the otid, want 1", n)
+		}
+	})
 }
