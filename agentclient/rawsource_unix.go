@@ -14,10 +14,12 @@ import (
 // and the buffer is taken only once bytes are there. Closing the connection
 // ends a waiting read, as it does a net.Conn Read.
 //
-// A parking source (StreamOptions.Park) does not wait under read: when
-// nothing can be read, read reports ErrParked, and the caller, having
-// returned to a shallow frame, waits in wait. wait does the read it waited
-// for, and the next read hands its result on.
+// A parking source (StreamOptions.Park) does not read under read: read
+// reports ErrParked, and the caller, having returned to a shallow frame,
+// calls wait, which reads (waiting first when nothing is there); the next
+// read hands its result on. Reading only in wait costs no system call more
+// than reading under read: a read that found nothing would be followed by
+// the wait's own (the poller forgets readiness when a wait begins).
 type rawSource struct {
 	conn net.Conn
 	rc   syscall.RawConn
@@ -26,9 +28,7 @@ type rawSource struct {
 	err  error
 	fn   func(fd uintptr) bool // readFD, bound once
 
-	park    bool // read reports ErrParked instead of waiting
-	parked  bool // the last read found nothing to read (park)
-	waiting bool // in wait: readFD waits for bytes even when parking
+	park    bool // read reports ErrParked: wait reads
 	ready   bool // wait read: n, err and werr are the next read's result
 	werr    error
 	onEvent func(Event) // the parked stream's event handler (StreamOptions.OnEvent)
@@ -56,24 +56,22 @@ func (s *rawSource) read(rd *sseReader) (int, error) {
 		s.ready = false
 		return s.result(s.werr)
 	}
-	s.rd, s.n, s.err = rd, 0, nil
-	err := s.rc.Read(s.fn)
-	if s.parked {
-		s.parked, s.rd = false, nil
+	if s.park {
 		return 0, ErrParked
 	}
+	s.rd, s.n, s.err = rd, 0, nil
+	err := s.rc.Read(s.fn)
 	return s.result(err)
 }
 
-// wait waits until the connection has bytes (or ends: closed by a clock
-// or by the end of the caller's context) and reads them; the next read
-// returns what this one read. Its frames are the runtime's poller and this
+// wait reads the connection, waiting until it has bytes (or ends: closed
+// by a clock or by the end of the caller's context); the next read returns
+// what it read. Its frames are the runtime's poller and this
 // one: a parked stream's goroutine waits shallow.
 func (s *rawSource) wait(rd *sseReader) {
 	s.rd, s.n, s.err = rd, 0, nil
-	s.waiting = true
 	s.werr = s.rc.Read(s.fn)
-	s.waiting, s.ready, s.rd = false, true, nil
+	s.ready, s.rd = true, nil
 }
 
 // result is a read's outcome: err is the RawConn's (the connection closed
@@ -104,10 +102,6 @@ func (s *rawSource) readFD(fd uintptr) bool {
 			continue
 		case syscall.EAGAIN:
 			s.rd.unspace()
-			if s.park && !s.waiting {
-				s.parked = true
-				return true
-			}
 			return false
 		case nil:
 			s.n = n
