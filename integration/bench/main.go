@@ -212,6 +212,11 @@ type Results struct {
 	// turns are in flight: live heap, goroutine stacks, goroutines.
 	HeapPerTurn, StackPerTurn uint64
 	GoroutinesPerTurn         float64
+	// StackPerTurnLate is the goroutine stacks per turn later in the think
+	// (when ThinkCmdsPerMin is measured), with no GC forced: the runtime
+	// halves a stack at most once per GC, so the forced GC of StackPerTurn
+	// catches the handlers halfway down.
+	StackPerTurnLate uint64
 	// AllocPerTurnSecond is what a thinking turn allocates per second (it
 	// receives one ping a second): the garbage that makes the heap grow
 	// between collections. Measured over 5 s with every turn in flight.
@@ -289,6 +294,9 @@ func (r *Results) Table() string {
 		if r.HeapPerTurn > 0 {
 			fmt.Fprintf(&b, "| one in-flight turn holds (after a GC) | %d bytes live heap, %d bytes of stacks, %.1f goroutines | | |\n",
 				r.HeapPerTurn, r.StackPerTurn, r.GoroutinesPerTurn)
+		}
+		if r.StackPerTurnLate > 0 {
+			fmt.Fprintf(&b, "| stacks per in-flight turn later in the think (no GC forced) | %d bytes | | |\n", r.StackPerTurnLate)
 		}
 		if r.ThinkCmdsPerMin > 0 {
 			fmt.Fprintf(&b, "| Redis commands (round trips) per minute per thinking turn | %.1f (%.1f) | | |\n", r.ThinkCmdsPerMin, r.ThinkTripsPerMin)
@@ -798,6 +806,9 @@ func concurrency(ctx context.Context, c Config, rco asynq.RedisClientOpt, run st
 					trips, cmds := rc.snapshot()
 					perMin := float64(c.Concurrent) * time.Since(measuredAt).Minutes()
 					r.ThinkCmdsPerMin, r.ThinkTripsPerMin = float64(cmds-cmdsAt)/perMin, float64(trips-tripsAt)/perMin
+					var m runtime.MemStats
+					runtime.ReadMemStats(&m)
+					r.StackPerTurnLate = sub(m.StackInuse, base.StackInuse) / uint64(c.Concurrent)
 					rc.trace.Store(false)
 					if c.TraceRedis {
 						printTrace(log, "a thinking turn's (per minute)", rc.names(), perMin)

@@ -132,15 +132,6 @@ func TestDockerfileBuildsTheCommands(t *testing.T) {
 	}
 }
 
-// The image starts goroutines with small stacks (README, Production notes: Memory): GODEBUG is
-// read when the process starts, so the image's environment is where it is set.
-func TestDockerfileStartsSmallStacks(t *testing.T) {
-	df := string(repoFile(t, "Dockerfile"))
-	if !regexp.MustCompile(`(?m)^ENV GODEBUG=(\S+,)?adaptivestackstart=0(,\S+)?$`).MatchString(df) {
-		t.Error("Dockerfile must set ENV GODEBUG=adaptivestackstart=0")
-	}
-}
-
 // Every variable the worker (and enqueue) reads is in the README, with its default.
 func TestReadmeListsEveryVariable(t *testing.T) {
 	readme := string(repoFile(t, "README.md"))
