@@ -1141,7 +1141,7 @@ func (t *turn) deliverAtOnce(ctx context.Context, log *slog.Logger, outcome stri
 		// The attempt stopped waiting and retries; the writes landed after
 		// all, so the next attempt finds the turn finished and reports
 		// nothing: the turn finished here.
-		if err == nil && pe.written {
+		if pe.written {
 			log.Info("the final event was written after the attempt stopped waiting for it: turn finished", "outcome", outcome)
 			t.w.obs.TurnFinished(t.queue, outcome, lat, ttft)
 		}
@@ -1165,7 +1165,11 @@ func (t *turn) deliverAtOnce(ctx context.Context, log *slog.Logger, outcome stri
 		log.Warn("could not journal the finished turn", "error", err.Error())
 	}
 	if !pe.written {
-		log.Info("final event already written by an earlier attempt")
+		// An earlier attempt's write landed after this attempt had
+		// started: that attempt counts the turn (late, above), not this
+		// one, or the turn would be counted twice.
+		log.Info("final event already written by an earlier attempt: the turn is counted by it")
+		return t.deliveredBy(log, outcome, answer, now, false)
 	}
 	return t.delivered(log, outcome, answer, now)
 }
@@ -1181,9 +1185,17 @@ func (t *turn) finished(outcome, stopReason string) time.Time {
 }
 
 func (t *turn) delivered(log *slog.Logger, outcome, answer string, now time.Time) error {
+	return t.deliveredBy(log, outcome, answer, now, true)
+}
+
+// deliveredBy ends a delivered attempt; count says it reports the turn
+// finished (only the attempt whose write put the final event there does).
+func (t *turn) deliveredBy(log *slog.Logger, outcome, answer string, now time.Time, count bool) error {
 	log.Info("turn finished", "outcome", outcome, "attempt", t.attempt().N, "answer_bytes", len(answer))
 	t.w.obs.AttemptFinished(t.queue, "done", time.Since(t.start))
-	t.w.obs.TurnFinished(t.queue, outcome, t.latency(now), t.rec.TTFT)
+	if count {
+		t.w.obs.TurnFinished(t.queue, outcome, t.latency(now), t.rec.TTFT)
+	}
 	return nil
 }
 
