@@ -16,6 +16,7 @@ import (
 
 	"github.com/lettaq/lettaq/agentclient"
 	"github.com/lettaq/lettaq/continuation"
+	"github.com/lettaq/lettaq/internal/evalcmd"
 	"github.com/lettaq/lettaq/ordering"
 )
 
@@ -1200,7 +1201,7 @@ func (t *turn) resultOps(outcome, answer string, approval *ToolEvent) []pipeline
 		return nil
 	}
 	key := asynqTaskKey(t.queue, t.taskID)
-	return []pipelineOp{scriptOp(writeResultScript, []string{key}, []any{b}, func(c *redis.Cmd) error {
+	return []pipelineOp{scriptOp(writeResultScript, append(writeResultScript.Args(1, 1), key, b), func(c *redis.Cmd) error {
 		err := c.Err()
 		if isNoScript(err) {
 			return err // runOps sends it again
@@ -1215,7 +1216,7 @@ func (t *turn) resultOps(outcome, answer string, approval *ToolEvent) []pipeline
 
 // writeResultScript is Asynq's ResultWriter.Write (HSET of the task hash's
 // "result") for a task that still exists.
-var writeResultScript = redis.NewScript(`
+var writeResultScript = evalcmd.New(`
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 redis.call('HSET', KEYS[1], 'result', ARGV[1])
 return 1
