@@ -128,7 +128,9 @@ func checkKey(key string) error {
 	return nil
 }
 
-func (s *Sequencer) nowMs() string { return strconv.FormatInt(s.cfg.Now().UnixMilli(), 10) }
+// nowMs is the time in ms as a script argument (go-redis sends it in
+// decimal, as FormatInt would, without a string to make first).
+func (s *Sequencer) nowMs() any { return s.cfg.Now().UnixMilli() }
 
 // Join puts taskID at the tail of key's line, at enqueue time, and returns
 // its 0-based position (0: it runs next). Joining again (a duplicate

@@ -564,18 +564,54 @@ func (h *eventHead) fits(ev *ReplyEvent, marker string) bool {
 	return r[2] == ev.TaskID && r[4] == ev.Otid && r[6] == ev.RunID && r[8] == ev.MessageID
 }
 
-func (r *Replies) newHead(c Conversation, ev *ReplyEvent, marker string) *eventHead {
+// newHead returns the head of ev with marker, for conversation c. prev,
+// when not nil, is an earlier head of c: its boxed values serve where they
+// are the same (the stream key always; a turn's next head differs in its
+// run id, message id or marker only), so that a head boxes what changed.
+func (r *Replies) newHead(c Conversation, ev *ReplyEvent, marker string, prev *eventHead) *eventHead {
 	h := &eventHead{nkeys: 2}
 	if marker != "" {
 		h.nkeys = 3
 	}
+	var stream, seq, task, otid, run, msg any
+	if prev != nil {
+		pk, pr := prev.keys(), prev.rest()
+		stream = pk[0]
+		if pr[2] == ev.TaskID {
+			seq, task = pk[1], pr[2]
+		}
+		if pr[4] == ev.Otid {
+			otid = pr[4]
+		}
+		if pr[6] == ev.RunID {
+			run = pr[6]
+		}
+		if pr[8] == ev.MessageID {
+			msg = pr[8]
+		}
+	}
+	if stream == nil {
+		stream = r.Key(c)
+	}
+	if seq == nil {
+		seq, task = r.seqKey(ev.TaskID), ev.TaskID
+	}
+	if otid == nil {
+		otid = ev.Otid
+	}
+	if run == nil {
+		run = ev.RunID
+	}
+	if msg == nil {
+		msg = ev.MessageID
+	}
 	h.args = make([]any, 0, h.nkeys+9)
-	h.args = append(h.args, r.Key(c), r.seqKey(ev.TaskID))
+	h.args = append(h.args, stream, seq)
 	if marker != "" {
 		h.args = append(h.args, marker)
 	}
-	h.args = append(h.args, boolArg(marker != ""), "task_id", ev.TaskID, "otid", ev.Otid,
-		"run_id", ev.RunID, "message_id", ev.MessageID)
+	h.args = append(h.args, boolAny(marker != ""), "task_id", task, "otid", otid,
+		"run_id", run, "message_id", msg)
 	return h
 }
 
@@ -610,8 +646,8 @@ func (r *Replies) prepareMany(c Conversation, ev ReplyEvent, marker string) (*pr
 }
 
 // prepareInto encodes ev into pe, with the head *last when it fits (else a
-// new one, stored in *last when last is not nil). One last serves one
-// conversation.
+// new one, made from *last's boxes, and stored in *last when last is not
+// nil). One last serves one conversation.
 func (r *Replies) prepareInto(pe *preparedEvent, last **eventHead, c Conversation, ev ReplyEvent, marker string) error {
 	ev, at, data, err := r.complete(c, ev)
 	if err != nil {
@@ -621,7 +657,11 @@ func (r *Replies) prepareInto(pe *preparedEvent, last **eventHead, c Conversatio
 	if last != nil && (*last).fits(&ev, marker) {
 		h = *last
 	} else {
-		h = r.newHead(c, &ev, marker)
+		var prev *eventHead
+		if last != nil {
+			prev = *last
+		}
+		h = r.newHead(c, &ev, marker, prev)
 		if last != nil {
 			*last = h
 		}

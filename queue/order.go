@@ -316,6 +316,9 @@ func (t *turn) release(ctx context.Context, lease *ordering.Lease, err error) {
 // wake moves the turn now at the head of the line (next) and the merged
 // tasks of this turn to pending, once the finished turn left the line.
 func (t *turn) wake(ctx context.Context, next string) {
+	if next == "" && len(t.newFollowers) == 0 {
+		return // nobody to wake (the usual case): no timer to make
+	}
 	o := t.w.ord
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()

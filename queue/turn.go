@@ -1072,7 +1072,7 @@ func (t *turn) deliver(ctx context.Context, log *slog.Logger, outcome string, ev
 // next attempt (see run).
 func (t *turn) deliverAtOnce(ctx context.Context, log *slog.Logger, outcome string, ev ReplyEvent, answer string, approval *ToolEvent) error {
 	defer t.progress.endEvents()
-	pe, err := t.w.replies.prepareMany(t.msg.Conversation, ev, t.w.replies.answeredKey(ev.TaskID))
+	pe, err := t.progress.prepare(ev, t.w.replies.answeredKey(ev.TaskID))
 	if err != nil {
 		return t.undelivered(ctx, log, err)
 	}
@@ -1176,7 +1176,7 @@ func (t *turn) finalEvent(ctx context.Context, ev ReplyEvent) (emitted bool, err
 		ev.Type = EventAnswer
 	}
 	defer t.progress.endEvents()
-	pe, err := t.w.replies.prepareMany(t.msg.Conversation, ev, t.w.replies.answeredKey(ev.TaskID))
+	pe, err := t.progress.prepare(ev, t.w.replies.answeredKey(ev.TaskID))
 	if err != nil {
 		return false, err
 	}

@@ -138,4 +138,3 @@ func (h *nameHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func (h *nameHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
 }
-
