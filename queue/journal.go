@@ -481,9 +481,10 @@ func (j *Journal) saveOp(rec *TurnRecord, keepFinished bool, ix *journalIndexed)
 		return nil, err
 	}
 	wrote := journalIndexedBits(rec)
+	taskID := rec.TaskID // not rec: the caller's copy of its record then stays on its stack
 	return scriptOp(journalSaveScript, args, func(c *redis.Cmd) error {
 		if err := c.Err(); err != nil {
-			return fmt.Errorf("queue: journal save %s: %w", rec.TaskID, err)
+			return fmt.Errorf("queue: journal save %s: %w", taskID, err)
 		}
 		if n, _ := c.Int64(); n == 1 && ix != nil {
 			ix.sure.Or(wrote)
