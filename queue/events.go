@@ -486,19 +486,8 @@ func appendReplyData(b []byte, ev *ReplyEvent) (_ []byte, ok bool) {
 		}
 		b = append(b, ']')
 	}
-	if t := ev.Tool; t != nil {
-		b = append(b, `,"tool":`...)
-		o := len(b)
-		b = append(b, '{')
-		b = appendStringField(b, `,"name":`, t.Name)
-		b = appendStringField(b, `,"call_id":`, t.CallID)
-		b = appendStringField(b, `,"arguments":`, t.Arguments)
-		b = appendStringField(b, `,"status":`, t.Status)
-		b = appendStringField(b, `,"return":`, t.Return)
-		if t.Truncated {
-			b = append(b, `,"truncated":true`...)
-		}
-		b = closeObject(b, o)
+	if ev.Tool != nil {
+		b = appendToolEventJSON(append(b, `,"tool":`...), ev.Tool)
 	}
 	b = appendStringField(b, `,"stop_reason":`, ev.StopReason)
 	if ev.Permanent || ev.Type == EventError {

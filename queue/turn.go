@@ -2,7 +2,6 @@ package queue
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -1250,7 +1249,12 @@ func (t *turn) resultJSON(outcome, answer string, approval *ToolEvent) ([]byte, 
 		r.QueueWaitMS = t.rec.FirstStartedAt.Sub(t.rec.EnqueuedAt).Milliseconds()
 	}
 	r.Summary = r.summary()
-	return json.Marshal(r)
+	n := 384 + len(r.Summary) + len(r.TaskID) + len(r.Otid) + len(r.RunID) + len(r.StopReason) + len(r.AnsweredBy) +
+		len(answer) + len(r.Merged)*64 // about the size: one allocation, unless strings need escaping
+	if approval != nil {
+		n += 96 + len(approval.Name) + len(approval.CallID) + len(approval.Arguments) + len(approval.Return)
+	}
+	return appendTurnResultJSON(make([]byte, 0, n), &r), nil
 }
 
 // fail ends the turn with a permanent error: one error event, the journal,
