@@ -66,7 +66,9 @@ func (s *Sequencer) lockKey(key string) string { return s.prefix + "lock:{" + ke
 func (s *Sequencer) mergedPrefix(key string) string {
 	return s.prefix + "merged:{" + key + "}:"
 }
-func (s *Sequencer) mergedKey(key, task string) string { return s.mergedPrefix(key) + task }
+func (s *Sequencer) mergedKey(key, task string) string {
+	return s.prefix + "merged:{" + key + "}:" + task // mergedPrefix's, in one string
+}
 func (s *Sequencer) doneKey(key, task string) string {
 	return s.prefix + "done:{" + key + "}:" + task
 }

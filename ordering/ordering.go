@@ -63,6 +63,8 @@ type Sequencer struct {
 	cfg    Config
 	prefix string
 	renew  renewer // renews the leases held through this Sequencer
+	// Script arguments every call passes, boxed once.
+	leaseMsArg, doneTTLArg, autoJoinArg any
 }
 
 // AliveFunc reports whether a task can still run (see InspectorAlive). A
@@ -107,7 +109,11 @@ func New(rdb redis.UniversalClient, cfg Config) (*Sequencer, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	s := &Sequencer{rdb: rdb, cfg: cfg, prefix: cfg.Prefix}
+	s := &Sequencer{rdb: rdb, cfg: cfg, prefix: cfg.Prefix,
+		leaseMsArg: strconv.FormatInt(cfg.Lease.Milliseconds(), 10), doneTTLArg: cfg.DoneTTL.Milliseconds(), autoJoinArg: "1"}
+	if cfg.NoAutoJoin {
+		s.autoJoinArg = "0"
+	}
 	s.renew.init(s)
 	return s, nil
 }
@@ -122,7 +128,9 @@ func checkKey(key string) error {
 	return nil
 }
 
-func (s *Sequencer) nowMs() string { return strconv.FormatInt(s.cfg.Now().UnixMilli(), 10) }
+// nowMs is the time in ms as a script argument (go-redis sends it in
+// decimal, as FormatInt would, without a string to make first).
+func (s *Sequencer) nowMs() any { return s.cfg.Now().UnixMilli() }
 
 // Join puts taskID at the tail of key's line, at enqueue time, and returns
 // its 0-based position (0: it runs next). Joining again (a duplicate
@@ -133,7 +141,7 @@ func (s *Sequencer) Join(ctx context.Context, key, taskID string) (int, error) {
 	if err := checkKey(key); err != nil {
 		return 0, err
 	}
-	pos, err := joinLua.Run(ctx, s.rdb, []string{s.lineKey(key), s.doneKey(key, taskID)}, taskID, s.nowMs()).Int()
+	pos, err := joinLua.Call(ctx, s.rdb, append(joinLua.Args(2, 2), s.lineKey(key), s.doneKey(key, taskID), taskID, s.nowMs())).Int()
 	if err != nil {
 		return 0, fmt.Errorf("ordering: join %s on %q: %w", taskID, key, err)
 	}
@@ -180,8 +188,8 @@ func (s *Sequencer) AcquireIn(ctx context.Context, p redis.Pipeliner, key, taskI
 		return nil, err
 	}
 	a := &Acquiring{s: s, key: key, taskID: taskID, holder: holder, token: uuid.NewString()}
-	keys, args := s.acquireArgs(key, taskID, holder, a.token)
-	a.cmd = acquireLua.EvalSha(ctx, p, keys, args...)
+	a.cmd = acquireLua.Cmd(ctx, s.acquireArgs(key, taskID, holder, a.token), true)
+	_ = p.Process(ctx, a.cmd) // the error is a.cmd's, read by Lease
 	return a, nil
 }
 
@@ -206,14 +214,10 @@ func (a *Acquiring) First() bool { return a.first }
 // Client is the Redis client the Sequencer runs on (for AcquireIn).
 func (s *Sequencer) Client() redis.UniversalClient { return s.rdb }
 
-func (s *Sequencer) acquireArgs(key, taskID, holder, token string) ([]string, []any) {
-	autojoin := "1"
-	if s.cfg.NoAutoJoin {
-		autojoin = "0"
-	}
-	keys := []string{s.lineKey(key), s.lockKey(key), s.mergedKey(key, taskID), s.doneKey(key, taskID)}
-	leaseMs := strconv.FormatInt(s.cfg.Lease.Milliseconds(), 10)
-	return keys, []any{taskID, token, holder, leaseMs, s.nowMs(), autojoin}
+// acquireArgs is the command of acquireLua for taskID's try.
+func (s *Sequencer) acquireArgs(key, taskID, holder, token string) []any {
+	return append(acquireLua.Args(4, 6), s.lineKey(key), s.lockKey(key), s.mergedKey(key, taskID), s.doneKey(key, taskID),
+		taskID, token, holder, s.leaseMsArg, s.nowMs(), s.autoJoinArg)
 }
 
 // acquire is Acquire with its token; first, when not nil, is the reply of
@@ -223,9 +227,8 @@ func (s *Sequencer) acquire(ctx context.Context, key, taskID, holder, token stri
 		res := first
 		first = nil
 		if res == nil {
-			keys, args := s.acquireArgs(key, taskID, holder, token)
 			var err error
-			if res, err = acquireLua.Run(ctx, s.rdb, keys, args...).Slice(); err != nil {
+			if res, err = acquireLua.Call(ctx, s.rdb, s.acquireArgs(key, taskID, holder, token)).Slice(); err != nil {
 				return nil, fmt.Errorf("ordering: acquire %s on %q: %w", taskID, key, err)
 			}
 		}

@@ -1,6 +1,10 @@
 package ordering
 
-import "github.com/redis/go-redis/v9"
+import (
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lettaq/lettaq/internal/evalcmd"
+)
 
 // Every mutation is one Lua script, so that it is atomic on the server.
 // All KEYS of one call share the hash tag {<key>}, so the scripts run on
@@ -17,7 +21,7 @@ import "github.com/redis/go-redis/v9"
 
 // joinLua: KEYS[1]=line, KEYS[2]=done marker of task; ARGV[1]=task,
 // ARGV[2]=nowMs. Returns the 0-based position, -1 if the task is done.
-var joinLua = redis.NewScript(`
+var joinLua = evalcmd.New(`
 if redis.call('EXISTS', KEYS[2]) == 1 then return -1 end
 local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not s then
@@ -40,7 +44,7 @@ return redis.call('ZRANK', KEYS[1], ARGV[1])
 //	{'notjoined'}
 //	{'wait', position, head, lockTask (empty when free), headScore}
 //	{'ok', previousToken (empty when the lock was free), joined ('1' when auto-joined)}
-var acquireLua = redis.NewScript(`
+var acquireLua = evalcmd.New(`
 local into = redis.call('GET', KEYS[3])
 if into then return {'merged', into} end
 if redis.call('EXISTS', KEYS[4]) == 1 then return {'done'} end
@@ -107,7 +111,7 @@ return out
 // releaseLua: KEYS[1]=line, KEYS[2]=lock, KEYS[3]=done marker of task;
 // ARGV[1]=task, ARGV[2]=token, ARGV[3]=done ("1"/"0"), ARGV[4]=done ttl ms. Returns {head (empty string when empty), held ('1' if the
 // lock was still ours)}.
-var releaseLua = redis.NewScript(`
+var releaseLua = evalcmd.New(`
 local ours = '0'
 if redis.call('HGET', KEYS[2], 'token') == ARGV[2] then
   redis.call('DEL', KEYS[2])

@@ -419,14 +419,20 @@ func (r *Replies) complete(c Conversation, ev ReplyEvent) (_ ReplyEvent, at, dat
 	return ev, at, data, err
 }
 
-// encodeTimeData returns ev's time and data fields. A phase event (a
-// heartbeat: the most frequent of all) is encoded by hand, both fields in
-// one allocation; the bytes are json.Marshal's (TestPhaseDataMatchesJSON).
+// encodeTimeData returns ev's time and data fields, both in one
+// allocation. The data is encoded by hand (appendReplyData: the bytes are
+// json.Marshal's, TestReplyDataMatchesJSON): json.Marshal's reflection
+// was the deepest point of an instant turn's goroutine, whose stack grew
+// (a copy of the whole stack) to make room for it.
 func encodeTimeData(ev *ReplyEvent) (at, data string, err error) {
 	var buf [160]byte
-	b := ev.Time.AppendFormat(buf[:0], time.RFC3339Nano)
+	b := buf[:0]
+	if n := replyDataSize(ev); n > len(buf)-40 {
+		b = make([]byte, 0, n+40)
+	}
+	b = ev.Time.AppendFormat(b, time.RFC3339Nano)
 	n := len(b)
-	if d, ok := appendPhaseData(b, ev); ok {
+	if d, ok := appendReplyData(b, ev); ok {
 		s := string(d)
 		return s[:n], s[n:], nil
 	}
@@ -437,27 +443,58 @@ func encodeTimeData(ev *ReplyEvent) (at, data string, err error) {
 	return string(b), string(js), nil
 }
 
-// appendPhaseData appends the data field of a phase event that carries
-// only its phase (plain ASCII, nothing to escape) and elapsed time; ok is
-// false for any other event.
-func appendPhaseData(b []byte, ev *ReplyEvent) ([]byte, bool) {
-	if ev.Type != EventPhase || ev.Position != 0 || ev.Text != "" || ev.Narration || len(ev.Parts) > 0 || ev.Tool != nil ||
-		ev.StopReason != "" || ev.Permanent || ev.AnsweredBy != "" || ev.Approval != nil || len(ev.Phase) > 64 {
-		return nil, false
+// replyDataSize is about the size of ev's data field (more when strings
+// need escaping).
+func replyDataSize(ev *ReplyEvent) int {
+	n := 96 + len(ev.Phase) + len(ev.Text) + len(ev.StopReason) + len(ev.AnsweredBy)
+	for _, p := range ev.Parts {
+		n += len(p) + 3
 	}
-	for i := 0; i < len(ev.Phase); i++ {
-		if c := ev.Phase[i]; c < 0x20 || c >= 0x80 || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			return nil, false
+	if t := ev.Tool; t != nil {
+		n += 96 + len(t.Name) + len(t.CallID) + len(t.Arguments) + len(t.Status) + len(t.Return)
+	}
+	return n
+}
+
+// appendReplyData appends ev's data field as json.Marshal(replyDataOf(*ev))
+// writes it; ok is false for an event with an approval (json.Marshal
+// encodes those: they are rare).
+func appendReplyData(b []byte, ev *ReplyEvent) (_ []byte, ok bool) {
+	if ev.Approval != nil {
+		return b, false
+	}
+	open := len(b)
+	b = append(b, '{')
+	b = appendStringField(b, `,"phase":`, ev.Phase)
+	b = appendIntField(b, `,"elapsed_ms":`, ev.Elapsed.Milliseconds())
+	if ev.Position != 0 || ev.Type == EventAccepted {
+		b = strconv.AppendInt(append(b, `,"position":`...), int64(ev.Position), 10)
+	}
+	if ev.Text != "" || ev.Type == EventAnswerDelta || ev.Type == EventAnswer || ev.Type == EventError {
+		b = appendJSONString(append(b, `,"text":`...), ev.Text)
+	}
+	if ev.Narration {
+		b = append(b, `,"narration":true`...)
+	}
+	if len(ev.Parts) > 0 || ev.Type == EventAnswer {
+		b = append(b, `,"parts":[`...)
+		for i, p := range ev.Parts {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(b, p)
 		}
+		b = append(b, ']')
 	}
-	b = append(b, `{"phase":"`...)
-	b = append(b, ev.Phase...)
-	b = append(b, '"')
-	if ms := ev.Elapsed.Milliseconds(); ms != 0 {
-		b = append(b, `,"elapsed_ms":`...)
-		b = strconv.AppendInt(b, ms, 10)
+	if ev.Tool != nil {
+		b = appendToolEventJSON(append(b, `,"tool":`...), ev.Tool)
 	}
-	return append(b, '}'), true
+	b = appendStringField(b, `,"stop_reason":`, ev.StopReason)
+	if ev.Permanent || ev.Type == EventError {
+		b = strconv.AppendBool(append(b, `,"permanent":`...), ev.Permanent)
+	}
+	b = appendStringField(b, `,"answered_by":`, ev.AnsweredBy)
+	return closeObject(b, open), true
 }
 
 // replyEmitManyScript is replyEmitScript for several events (of any turns
@@ -564,18 +601,54 @@ func (h *eventHead) fits(ev *ReplyEvent, marker string) bool {
 	return r[2] == ev.TaskID && r[4] == ev.Otid && r[6] == ev.RunID && r[8] == ev.MessageID
 }
 
-func (r *Replies) newHead(c Conversation, ev *ReplyEvent, marker string) *eventHead {
+// newHead returns the head of ev with marker, for conversation c. prev,
+// when not nil, is an earlier head of c: its boxed values serve where they
+// are the same (the stream key always; a turn's next head differs in its
+// run id, message id or marker only), so that a head boxes what changed.
+func (r *Replies) newHead(c Conversation, ev *ReplyEvent, marker string, prev *eventHead) *eventHead {
 	h := &eventHead{nkeys: 2}
 	if marker != "" {
 		h.nkeys = 3
 	}
+	var stream, seq, task, otid, run, msg any
+	if prev != nil {
+		pk, pr := prev.keys(), prev.rest()
+		stream = pk[0]
+		if pr[2] == ev.TaskID {
+			seq, task = pk[1], pr[2]
+		}
+		if pr[4] == ev.Otid {
+			otid = pr[4]
+		}
+		if pr[6] == ev.RunID {
+			run = pr[6]
+		}
+		if pr[8] == ev.MessageID {
+			msg = pr[8]
+		}
+	}
+	if stream == nil {
+		stream = r.Key(c)
+	}
+	if seq == nil {
+		seq, task = r.seqKey(ev.TaskID), ev.TaskID
+	}
+	if otid == nil {
+		otid = ev.Otid
+	}
+	if run == nil {
+		run = ev.RunID
+	}
+	if msg == nil {
+		msg = ev.MessageID
+	}
 	h.args = make([]any, 0, h.nkeys+9)
-	h.args = append(h.args, r.Key(c), r.seqKey(ev.TaskID))
+	h.args = append(h.args, stream, seq)
 	if marker != "" {
 		h.args = append(h.args, marker)
 	}
-	h.args = append(h.args, boolArg(marker != ""), "task_id", ev.TaskID, "otid", ev.Otid,
-		"run_id", ev.RunID, "message_id", ev.MessageID)
+	h.args = append(h.args, boolAny(marker != ""), "task_id", task, "otid", otid,
+		"run_id", run, "message_id", msg)
 	return h
 }
 
@@ -610,8 +683,8 @@ func (r *Replies) prepareMany(c Conversation, ev ReplyEvent, marker string) (*pr
 }
 
 // prepareInto encodes ev into pe, with the head *last when it fits (else a
-// new one, stored in *last when last is not nil). One last serves one
-// conversation.
+// new one, made from *last's boxes, and stored in *last when last is not
+// nil). One last serves one conversation.
 func (r *Replies) prepareInto(pe *preparedEvent, last **eventHead, c Conversation, ev ReplyEvent, marker string) error {
 	ev, at, data, err := r.complete(c, ev)
 	if err != nil {
@@ -621,7 +694,11 @@ func (r *Replies) prepareInto(pe *preparedEvent, last **eventHead, c Conversatio
 	if last != nil && (*last).fits(&ev, marker) {
 		h = *last
 	} else {
-		h = r.newHead(c, &ev, marker)
+		var prev *eventHead
+		if last != nil {
+			prev = *last
+		}
+		h = r.newHead(c, &ev, marker, prev)
 		if last != nil {
 			*last = h
 		}

@@ -581,3 +581,36 @@ func TestRepliesReadLenient(t *testing.T) {
 		}
 	})
 }
+
+// A head made from an earlier head of the conversation has the same arguments as one made
+// afresh, and boxes only what changed: a turn's next head (its run id known now) makes the
+// head, its slice and the run id's box.
+func TestEventHeadSharesBoxes(t *testing.T) {
+	r := NewReplies(nil, RepliesOptions{Prefix: "{p}:"})
+	c := Conversation{Integration: "test", ChatID: "heads"}
+	first := ReplyEvent{Type: EventPhase, TaskID: "t1", Otid: "o1", Phase: PhaseThinking}
+	prev := r.newHead(c, &first, "", nil)
+	for _, tc := range []struct {
+		name   string
+		ev     ReplyEvent
+		marker string
+	}{
+		{"same", first, ""},
+		{"run id", ReplyEvent{TaskID: "t1", Otid: "o1", RunID: "run-1"}, ""},
+		{"message id", ReplyEvent{TaskID: "t1", Otid: "o1", RunID: "run-1", MessageID: "m-1"}, ""},
+		{"marker", ReplyEvent{TaskID: "t1", Otid: "o1"}, r.answeredKey("t1")},
+		{"task", ReplyEvent{TaskID: "t2", Otid: "o1"}, ""},
+		{"otid", ReplyEvent{TaskID: "t1", Otid: "o2"}, ""},
+	} {
+		got := fmt.Sprintf("%#v", r.newHead(c, &tc.ev, tc.marker, prev).args)
+		if want := fmt.Sprintf("%#v", r.newHead(c, &tc.ev, tc.marker, nil).args); got != want {
+			t.Errorf("%s: %s, want %s", tc.name, got, want)
+		}
+	}
+	next := ReplyEvent{Type: EventAnswerDelta, TaskID: "t1", Otid: "o1", RunID: "run-1"}
+	var sink *eventHead
+	if n := testing.AllocsPerRun(100, func() { sink = r.newHead(c, &next, "", prev) }); n != 3 {
+		t.Errorf("%v allocations for a head whose run id changed, want 3", n)
+	}
+	_ = sink
+}

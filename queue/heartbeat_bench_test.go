@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -74,20 +75,33 @@ func BenchmarkHeartbeat(b *testing.B) {
 	}
 }
 
-// TestPhaseDataMatchesJSON: the phase event's data, encoded by hand, is
-// the bytes json.Marshal makes; events it cannot encode fall back to it.
-func TestPhaseDataMatchesJSON(t *testing.T) {
+// TestReplyDataMatchesJSON: an event's data, encoded by hand, is the bytes json.Marshal makes,
+// for every type and field; an event with an approval falls back to json.Marshal.
+func TestReplyDataMatchesJSON(t *testing.T) {
 	at := time.Date(2026, 11, 26, 6, 0, 0, 123456789, time.UTC)
+	long := strings.Repeat("a long answer <b>&\u00e9 ", 40)
 	for _, ev := range []ReplyEvent{
 		{Type: EventPhase, Phase: PhaseThinking, Elapsed: 4 * time.Second},
 		{Type: EventPhase, Phase: PhaseStreaming},
 		{Type: EventPhase, Phase: PhaseToolRunning, Elapsed: 1500 * time.Microsecond},
 		{Type: EventPhase, Phase: PhaseContinuing, Elapsed: -3 * time.Millisecond},
 		{Type: EventPhase, Phase: "a<b>&\"c\"\\", Elapsed: time.Hour},
-		{Type: EventPhase, Phase: "\u00e9t\u00e9\n", Elapsed: time.Second},
+		{Type: EventPhase, Phase: "\u00e9t\u00e9\n\u2028\xff", Elapsed: time.Second},
 		{Type: EventPhase, Phase: "awaiting_approval", Position: 2, StopReason: "x"},
 		{Type: EventAccepted, Phase: PhaseQueued},
+		{Type: EventAccepted, Position: 3},
 		{Type: EventAnswerDelta, Text: "hi"},
+		{Type: EventAnswerDelta},
+		{Type: EventAnswerDelta, Text: "thinking aloud", Narration: true},
+		{Type: EventAnswer, Text: "hello", Parts: []string{"hel", "lo"}, StopReason: "end_turn"},
+		{Type: EventAnswer},
+		{Type: EventAnswer, Text: long, Parts: []string{long[:500], long[500:]}, AnsweredBy: "task-1"},
+		{Type: EventTool, Tool: &ToolEvent{Name: "search", CallID: "c1", Arguments: `{"q":"x<y"}`, Status: "success", Return: long, Truncated: true}},
+		{Type: EventTool, Tool: &ToolEvent{}},
+		{Type: EventError, Text: "it broke", Permanent: true},
+		{Type: EventError},
+		{Type: EventPhase, Phase: PhaseAwaitingApproval, Approval: &ApprovalEvent{RequestTaskID: "r", Calls: []ToolEvent{{Name: "n"}}}},
+		{Type: EventApprovalRequired, Text: "approve?", Approval: &ApprovalEvent{RequestTaskID: "r", ExpiresAt: at}},
 	} {
 		ev.Time = at
 		gotAt, gotData, err := encodeTimeData(&ev)
@@ -99,6 +113,43 @@ func TestPhaseDataMatchesJSON(t *testing.T) {
 			t.Errorf("%+v: got %s %s, want %s %s", ev, gotAt, gotData, at.Format(time.RFC3339Nano), want)
 		}
 	}
+}
+
+// FuzzReplyDataMatchesJSON: appendReplyData against json.Marshal on events made of the
+// fuzzer's strings and numbers.
+func FuzzReplyDataMatchesJSON(f *testing.F) {
+	f.Add(uint8(4), "hello <world> & \u2028", "\xff\x00\"", int64(1500), 2, uint16(0xffff))
+	f.Add(uint8(0), "", "", int64(0), 0, uint16(0))
+	f.Fuzz(func(t *testing.T, typ uint8, s1, s2 string, elapsed int64, pos int, flags uint16) {
+		types := []EventType{EventPhase, EventAccepted, EventTool, EventAnswerDelta, EventAnswer, EventError, "other"}
+		bit := func(i uint) bool { return flags&(1<<i) != 0 }
+		pick := func(i uint, s string) string {
+			if bit(i) {
+				return s
+			}
+			return ""
+		}
+		ev := ReplyEvent{Type: types[int(typ)%len(types)], Phase: pick(0, s1), Elapsed: time.Duration(elapsed),
+			Text: pick(1, s2), Narration: bit(2), StopReason: pick(3, s1), Permanent: bit(4), AnsweredBy: pick(5, s2)}
+		if bit(6) {
+			ev.Position = pos
+		}
+		if bit(7) {
+			ev.Parts = []string{s1, s2}
+		}
+		if bit(8) {
+			ev.Parts = []string{}
+		}
+		if bit(9) {
+			ev.Tool = &ToolEvent{Name: pick(10, s1), CallID: pick(11, s2), Arguments: pick(12, s1), Status: pick(13, s2),
+				Return: pick(14, s1+s2), Truncated: bit(15)}
+		}
+		got, ok := appendReplyData(nil, &ev)
+		want, err := json.Marshal(replyDataOf(ev))
+		if !ok || err != nil || string(got) != string(want) {
+			t.Fatalf("%+v: got %s (%v), want %s (%v)", ev, got, ok, want, err)
+		}
+	})
 }
 
 // TestHeartbeatPrepareAllocs pins what encoding a heartbeat costs once the

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/lettaq/lettaq/internal/evalcmd"
 )
 
 // The turn journal: key layout.
@@ -264,7 +266,7 @@ type Journal struct {
 	opts JournalOptions
 	// What every save passes: the index keys (journalSaveFilters' order),
 	// and the retention in ms and MaxIndex as script arguments.
-	indexKeys     [len(journalSaveFilters)]string
+	indexKeys     [len(journalSaveFilters)]any // boxed once
 	ttlArg, keepN any
 }
 
@@ -313,7 +315,7 @@ func (j *Journal) indexKey(f Filter) string {
 
 // journalIntentScript appends an intent and returns the intents before it,
 // in one step. KEYS: intents list. ARGV: intent JSON, ttl ms.
-var journalIntentScript = redis.NewScript(`
+var journalIntentScript = evalcmd.New(`
 local prior = redis.call('LRANGE', KEYS[1], 0, -1)
 redis.call('RPUSH', KEYS[1], ARGV[1])
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -335,7 +337,7 @@ func (j *Journal) RecordIntent(ctx context.Context, taskID, otid string, attempt
 	if err != nil {
 		return nil, fmt.Errorf("queue: record intent: %w", err)
 	}
-	raw, err := journalIntentScript.Run(ctx, j.rdb, []string{j.intentsKey(taskID)}, string(b), j.opts.Retention.Milliseconds()).StringSlice()
+	raw, err := journalIntentScript.Call(ctx, j.rdb, j.intentArgs(taskID, b)).StringSlice()
 	if err != nil {
 		return nil, fmt.Errorf("queue: record intent for task %s: %w", taskID, err)
 	}
@@ -352,7 +354,7 @@ func (j *Journal) intentOp(taskID, otid string, attempt int, worker string, prio
 	if err != nil {
 		return nil, fmt.Errorf("queue: record intent: %w", err)
 	}
-	return scriptOp(journalIntentScript, []string{j.intentsKey(taskID)}, []any{string(b), j.opts.Retention.Milliseconds()}, func(c *redis.Cmd) error {
+	return scriptOp(journalIntentScript, j.intentArgs(taskID, b), func(c *redis.Cmd) error {
 		raw, err := c.StringSlice()
 		if err != nil {
 			return fmt.Errorf("queue: record intent for task %s: %w", taskID, err)
@@ -360,6 +362,11 @@ func (j *Journal) intentOp(taskID, otid string, attempt int, worker string, prio
 		*prior, err = journalDecodeIntents(taskID, raw)
 		return err
 	}), nil
+}
+
+// intentArgs is the command of journalIntentScript for taskID's intent b.
+func (j *Journal) intentArgs(taskID string, b []byte) []any {
+	return append(journalIntentScript.Args(1, 2), j.intentsKey(taskID), string(b), j.ttlArg)
 }
 
 // RecordRefusal withdraws attempt's latest intent: its send was refused by
@@ -413,7 +420,7 @@ func journalDecodeIntents(taskID string, raw []string) ([]Intent, error) {
 // ("1": write nothing over a record whose outcome is final), then one flag
 // per index key ("1": the record belongs in it, else it leaves it).
 // Returns 1, or 0 when a finished record was kept.
-var journalSaveScript = redis.NewScript(`
+var journalSaveScript = evalcmd.New(`
 if ARGV[8] == '1' then
   local cur = redis.call('GET', KEYS[1])
   if cur then
@@ -450,11 +457,11 @@ return 1
 // rec is not modified; the stored copy gets UpdatedAt, and QueueWait and
 // Latency when they are zero and can be computed.
 func (j *Journal) Save(ctx context.Context, rec *TurnRecord) error {
-	keys, args, err := j.saveArgs(rec, false, nil)
+	args, err := j.saveArgs(rec, false, nil)
 	if err != nil {
 		return err
 	}
-	if err := journalSaveScript.Run(ctx, j.rdb, keys, args...).Err(); err != nil {
+	if err := journalSaveScript.Call(ctx, j.rdb, args).Err(); err != nil {
 		return fmt.Errorf("queue: journal save %s: %w", rec.TaskID, err)
 	}
 	return nil
@@ -469,14 +476,15 @@ func (j *Journal) Save(ctx context.Context, rec *TurnRecord) error {
 // save skips what is surely there already and what surely is not, and ix
 // learns what the save wrote once it ran.
 func (j *Journal) saveOp(rec *TurnRecord, keepFinished bool, ix *journalIndexed) (pipelineOp, error) {
-	keys, args, err := j.saveArgs(rec, keepFinished, ix)
+	args, err := j.saveArgs(rec, keepFinished, ix)
 	if err != nil {
 		return nil, err
 	}
 	wrote := journalIndexedBits(rec)
-	return scriptOp(journalSaveScript, keys, args, func(c *redis.Cmd) error {
+	taskID := rec.TaskID // not rec: the caller's copy of its record then stays on its stack
+	return scriptOp(journalSaveScript, args, func(c *redis.Cmd) error {
 		if err := c.Err(); err != nil {
-			return fmt.Errorf("queue: journal save %s: %w", rec.TaskID, err)
+			return fmt.Errorf("queue: journal save %s: %w", taskID, err)
 		}
 		if n, _ := c.Int64(); n == 1 && ix != nil {
 			ix.sure.Or(wrote)
@@ -530,10 +538,11 @@ func (ix *journalIndexed) init(read *TurnRecord) {
 	ix.sure.Store(sure)
 }
 
-// saveArgs encodes rec for journalSaveScript; ix: see saveOp.
-func (j *Journal) saveArgs(rec *TurnRecord, keepFinished bool, ix *journalIndexed) (keys []string, args []any, err error) {
+// saveArgs encodes rec as the command of journalSaveScript; ix: see
+// saveOp.
+func (j *Journal) saveArgs(rec *TurnRecord, keepFinished bool, ix *journalIndexed) (args []any, err error) {
 	if rec == nil || rec.TaskID == "" {
-		return nil, nil, errors.New("queue: journal save: record has no task id")
+		return nil, errors.New("queue: journal save: record has no task id")
 	}
 	now := j.opts.Now()
 	r := *rec
@@ -546,7 +555,7 @@ func (j *Journal) saveArgs(rec *TurnRecord, keepFinished bool, ix *journalIndexe
 	}
 	b, err := marshalTurnRecord(&r)
 	if err != nil {
-		return nil, nil, fmt.Errorf("queue: journal save %s: %w", r.TaskID, err)
+		return nil, fmt.Errorf("queue: journal save %s: %w", r.TaskID, err)
 	}
 	at, known := journalTurnTime(&r)
 	score := at.UnixMilli()
@@ -563,15 +572,16 @@ func (j *Journal) saveArgs(rec *TurnRecord, keepFinished bool, ix *journalIndexe
 	if sure&1 != 0 {
 		otid = "" // written with the record's first index entry
 	}
-	// The record, otid and intents keys: one string, three slices of it.
+	// The record, otid and intents keys: one string, three slices of it
+	// (each boxed: an allocation apiece).
 	p := j.opts.Prefix
 	all := p + "journal:turn:" + r.TaskID + p + "journal:otid:" + r.Otid + p + "journal:intents:" + r.TaskID
 	n1 := len(p) + len("journal:turn:") + len(r.TaskID)
 	n2 := n1 + len(p) + len("journal:otid:") + len(r.Otid)
-	keys = make([]string, 0, 3+len(journalSaveFilters))
-	keys = append(keys, all[:n1], all[n1:n2], all[n2:])
-	keys = append(keys, j.indexKeys[:]...)
-	args = make([]any, 0, 8+len(journalSaveFilters))
+	const nkeys = 3 + len(journalSaveFilters)
+	args = journalSaveScript.Args(nkeys, 8+len(journalSaveFilters))
+	args = append(args, all[:n1], all[n1:n2], all[n2:])
+	args = append(args, j.indexKeys[:]...)
 	args = append(args, b, r.TaskID, otid, j.ttlArg, score, boolAny(known), j.keepN, boolAny(keepFinished))
 	for i, f := range journalSaveFilters {
 		bit := uint32(1) << i
@@ -586,7 +596,7 @@ func (j *Journal) saveArgs(rec *TurnRecord, keepFinished bool, ix *journalIndexe
 			args = append(args, "-")
 		}
 	}
-	return keys, args, nil
+	return args, nil
 }
 
 func boolArg(b bool) string {

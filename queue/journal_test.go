@@ -483,7 +483,7 @@ func TestJournalSavesSkipKnownIndexEntries(t *testing.T) {
 		j := NewJournal(b.rdb, JournalOptions{Prefix: b.prefix})
 		save := func(rec *TurnRecord, keepFinished bool, ix *journalIndexed) []any {
 			t.Helper()
-			_, args, err := j.saveArgs(rec, keepFinished, ix)
+			_, args, err := saveKeysArgs(j, rec, keepFinished, ix)
 			if err != nil {
 				t.Fatal(err)
 			}

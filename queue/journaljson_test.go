@@ -235,7 +235,7 @@ func BenchmarkJournalSaveOp(b *testing.B) {
 func TestJournalSaveArgsKeys(t *testing.T) {
 	j := NewJournal(nil, JournalOptions{Prefix: "{p}:", Retention: time.Hour, MaxIndex: 7})
 	r := &TurnRecord{TaskID: "task:1", Otid: "o-1", Outcome: OutcomeFailed, Resends: 1, Attempts: []Attempt{{N: 1}, {N: 2, TimeoutClock: "stall"}}}
-	keys, args, err := j.saveArgs(r, true, nil)
+	keys, args, err := saveKeysArgs(j, r, true, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,8 +250,26 @@ func TestJournalSaveArgsKeys(t *testing.T) {
 		t.Fatalf("args %v", got)
 	}
 	r.Otid, r.Outcome, r.Resends, r.Attempts = "", "", 0, nil
-	keys, args, _ = j.saveArgs(r, false, nil)
+	keys, args, _ = saveKeysArgs(j, r, false, nil)
 	if keys[1] != "{p}:journal:otid:" || fmt.Sprint(args[7:]) != "[0 1 0 0 0 0]" {
 		t.Fatalf("keys %q args %v", keys, args[7:])
 	}
+}
+
+// saveKeysArgs is saveArgs' command split as go-redis's Script.Run takes
+// it: the keys, then the arguments.
+func saveKeysArgs(j *Journal, rec *TurnRecord, keepFinished bool, ix *journalIndexed) ([]string, []any, error) {
+	cmd, err := j.saveArgs(rec, keepFinished, ix)
+	if err != nil {
+		return nil, nil, err
+	}
+	if cmd[0] != "evalsha" || cmd[1] != journalSaveScript.Hash() {
+		return nil, nil, fmt.Errorf("saveArgs: command %v", cmd[:2])
+	}
+	n := cmd[2].(int)
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = cmd[3+i].(string)
+	}
+	return keys, cmd[3+n:], nil
 }

@@ -316,6 +316,9 @@ func (t *turn) release(ctx context.Context, lease *ordering.Lease, err error) {
 // wake moves the turn now at the head of the line (next) and the merged
 // tasks of this turn to pending, once the finished turn left the line.
 func (t *turn) wake(ctx context.Context, next string) {
+	if next == "" && len(t.newFollowers) == 0 {
+		return // nobody to wake (the usual case): no timer to make
+	}
 	o := t.w.ord
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
@@ -339,23 +342,30 @@ func (t *turn) releaseOps() []pipelineOp {
 	if t.lease == nil || !t.w.seqOnWorkerRedis() || t.w.replies.rdb != t.w.rdb {
 		return nil
 	}
-	s, keys, args, next := t.lease.ReleaseScript(true)
-	return []pipelineOp{scriptOp(s, keys, args, func(c *redis.Cmd) error {
-		n, err := next(c)
-		if isNoScript(err) {
-			return err // runOps sends it again
+	cmd, next := t.lease.ReleaseCmd(true)
+	return []pipelineOp{func(ctx context.Context, p redis.Pipeliner, sha bool) func() error {
+		c := cmd(ctx, sha)
+		_ = p.Process(ctx, c) // the error is c's, read below
+		return func() error { return t.readRelease(c, next) }
+	}}
+}
+
+// readRelease reads the reply of releaseOps' release.
+func (t *turn) readRelease(c *redis.Cmd, next func(*redis.Cmd) (string, error)) error {
+	n, err := next(c)
+	if isNoScript(err) {
+		return err // runOps sends it again
+	}
+	if err == nil {
+		t.mu.Lock() // the writer's goroutine: processTask may have stopped waiting
+		t.released, t.next = true, n
+		late := t.releaseSeen
+		t.mu.Unlock()
+		if late {
+			// processTask went on without this release (it stopped
+			// waiting for these writes): the next turn is woken here.
+			go t.wake(context.Background(), n)
 		}
-		if err == nil {
-			t.mu.Lock() // the writer's goroutine: processTask may have stopped waiting
-			t.released, t.next = true, n
-			late := t.releaseSeen
-			t.mu.Unlock()
-			if late {
-				// processTask went on without this release (it stopped
-				// waiting for these writes): the next turn is woken here.
-				go t.wake(context.Background(), n)
-			}
-		}
-		return nil
-	})}
+	}
+	return nil
 }

@@ -29,7 +29,17 @@ func decodePayloadJSON(b []byte, whole bool) (Payload, error) {
 		return json.NewDecoder(bytes.NewReader(b)).Decode(v)
 	}
 	var p Payload
-	if err := decode(&p); err != nil {
+	var err error
+	if !whole && json.Unmarshal(b, &p) == nil {
+		// A task payload is one value (EncodePayload's): Unmarshal reads
+		// it without a Decoder and its buffer. Anything else (bytes after
+		// the value, an error) takes the Decoder's way, as before.
+		whole = true // for decode below: b is one value
+	} else {
+		p = Payload{}
+		err = decode(&p)
+	}
+	if err != nil {
 		// Salvage the conversation, if any, for the error event.
 		var loose struct {
 			Conversation Conversation `json:"conversation"`

@@ -3,6 +3,7 @@ package queue
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -141,4 +142,33 @@ func BenchmarkDecodePayload(b *testing.B) {
 			}
 		}
 	})
+}
+
+// A task payload is its first JSON value: what follows it is ignored, and a value that does
+// not decode is refused the same way, whether bytes follow it or not (one value is read by
+// Unmarshal, anything else by a Decoder).
+func TestDecodePayloadFirstValue(t *testing.T) {
+	m := validMessage()
+	m.Text = "hello"
+	payload, err := EncodePayload(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := DecodePayload(payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tail := range []string{" ", "\n{\"text\":\"other\"}", "garbage", `{"v":`} {
+		got, err := DecodePayload(append(append([]byte(nil), payload...), tail...))
+		if err != nil || fmt.Sprintf("%+v", got) != fmt.Sprintf("%+v", want) {
+			t.Errorf("payload + %q: %+v, %v; want %+v", tail, got, err, want)
+		}
+	}
+	bad := bytes.Replace(payload, []byte(`"text":"hello"`), []byte(`"text":7`), 1)
+	_, err1 := DecodePayload(bad)
+	_, err2 := DecodePayload(append(bad, " {}"...))
+	ve, ok := IsValidationError(err1)
+	if !ok || ve.Field != "text" || fmt.Sprint(err1) != fmt.Sprint(err2) {
+		t.Errorf("a text of 7: %v; with bytes after it: %v", err1, err2)
+	}
 }

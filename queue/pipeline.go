@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/lettaq/lettaq/internal/evalcmd"
 )
 
 // pipelineOp puts its commands into a pipeline and returns how to read
@@ -13,15 +15,12 @@ import (
 // Ops let one round trip carry the writes of several steps (see writer).
 type pipelineOp func(ctx context.Context, p redis.Pipeliner, sha bool) (finish func() error)
 
-// scriptOp runs s with keys and args; read interprets its reply.
-func scriptOp(s *redis.Script, keys []string, args []any, read func(*redis.Cmd) error) pipelineOp {
+// scriptOp runs a call of s, args its command's arguments (s.Args,
+// filled); read interprets its reply.
+func scriptOp(s *evalcmd.Script, args []any, read func(*redis.Cmd) error) pipelineOp {
 	return func(ctx context.Context, p redis.Pipeliner, sha bool) func() error {
-		var c *redis.Cmd
-		if sha {
-			c = s.EvalSha(ctx, p, keys, args...)
-		} else {
-			c = s.Eval(ctx, p, keys, args...)
-		}
+		c := s.Cmd(ctx, args, sha)
+		_ = p.Process(ctx, c) // the error is c's, read by read
 		return func() error { return read(c) }
 	}
 }

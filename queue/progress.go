@@ -223,9 +223,23 @@ func (p *progress) claimEvent(lazy bool) *preparedEvent {
 	return pe
 }
 
+// prepare encodes ev (with marker: see prepare) for the attempt's
+// conversation, sharing what it can of the boxed front of the attempt's
+// events (see eventHead).
+func (p *progress) prepare(ev ReplyEvent, marker string) (*preparedEvent, error) {
+	pe := &preparedEvent{}
+	p.hmu.Lock()
+	err := p.wr.replies.prepareInto(pe, &p.head, p.conv, ev, marker)
+	p.hmu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	return pe, nil
+}
+
 // pushOnce queues an event written once per marker key (accepted).
 func (p *progress) pushOnce(ev ReplyEvent, marker string) {
-	pe, err := p.wr.replies.prepareMany(p.conv, ev, marker)
+	pe, err := p.prepare(ev, marker)
 	if err != nil {
 		p.failed(err)
 		return

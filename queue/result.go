@@ -2,6 +2,7 @@ package queue
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -43,4 +44,54 @@ func oneLine(s string, n int) string {
 	}
 	r := []rune(s)
 	return string(r[:n]) + "…"
+}
+
+// appendTurnResultJSON appends r as json.Marshal writes it
+// (TestTurnResultJSONMatches, FuzzTurnResultJSONMatches): a turn writes its
+// result once, and json.Marshal's reflection cost the instant turn more
+// than the rest of the result together.
+func appendTurnResultJSON(b []byte, r *TurnResult) []byte {
+	b = appendJSONString(append(b, `{"summary":`...), r.Summary)
+	b = appendJSONString(append(b, `,"task_id":`...), r.TaskID)
+	b = appendJSONString(append(b, `,"otid":`...), r.Otid)
+	b = appendStringField(b, `,"run_id":`, r.RunID)
+	b = appendJSONString(append(b, `,"outcome":`...), r.Outcome)
+	b = appendJSONString(append(b, `,"answer":`...), r.Answer)
+	b = appendStringField(b, `,"stop_reason":`, r.StopReason)
+	if r.Approval != nil {
+		b = appendToolEventJSON(append(b, `,"approval":`...), r.Approval)
+	}
+	if u := r.Usage; u != nil {
+		b = append(b, `,"usage":`...)
+		o := len(b)
+		b = append(b, '{')
+		b = appendIntField(b, `,"prompt_tokens":`, int64(u.PromptTokens))
+		b = appendIntField(b, `,"completion_tokens":`, int64(u.CompletionTokens))
+		b = appendIntField(b, `,"total_tokens":`, int64(u.TotalTokens))
+		b = appendIntField(b, `,"step_count":`, int64(u.StepCount))
+		b = closeObject(b, o)
+	}
+	b = strconv.AppendInt(append(b, `,"attempts":`...), int64(r.Attempts), 10)
+	b = appendStringField(b, `,"answered_by":`, r.AnsweredBy)
+	b = appendStringsField(b, `,"merged":`, r.Merged)
+	b = strconv.AppendInt(append(b, `,"queue_wait_ms":`...), r.QueueWaitMS, 10)
+	b = appendIntField(b, `,"ttft_ms":`, r.TTFTMS)
+	b = strconv.AppendInt(append(b, `,"latency_ms":`...), r.LatencyMS, 10)
+	b = strconv.AppendInt(append(b, `,"attempt_ms":`...), r.AttemptMS, 10)
+	return append(b, '}')
+}
+
+// appendToolEventJSON appends t as json.Marshal writes it.
+func appendToolEventJSON(b []byte, t *ToolEvent) []byte {
+	o := len(b)
+	b = append(b, '{')
+	b = appendStringField(b, `,"name":`, t.Name)
+	b = appendStringField(b, `,"call_id":`, t.CallID)
+	b = appendStringField(b, `,"arguments":`, t.Arguments)
+	b = appendStringField(b, `,"status":`, t.Status)
+	b = appendStringField(b, `,"return":`, t.Return)
+	if t.Truncated {
+		b = append(b, `,"truncated":true`...)
+	}
+	return closeObject(b, o)
 }

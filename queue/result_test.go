@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 )
@@ -23,4 +24,64 @@ func TestTurnResultSummary(t *testing.T) {
 			t.Errorf("summary of %+v:\n got %q\nwant %q", c.r, got, c.want)
 		}
 	}
+}
+
+// TestTurnResultJSONMatches: a turn's result, encoded by hand, is the bytes json.Marshal makes.
+func TestTurnResultJSONMatches(t *testing.T) {
+	for _, r := range []TurnResult{
+		{},
+		{Summary: "answered in 1.4s: hi", TaskID: "turn:web:1", Otid: "o", RunID: "run-1", Outcome: OutcomeAnswered,
+			Answer: "hi <b>&\u2028\xff", StopReason: "end_turn", Usage: &Usage{PromptTokens: 10, TotalTokens: 12}, Attempts: 2,
+			QueueWaitMS: 3, TTFTMS: 40, LatencyMS: 50, AttemptMS: 45},
+		{Outcome: OutcomeApprovalRequired, Approval: &ToolEvent{Name: "send_email", CallID: "c1", Arguments: `{"to":"x"}`, Status: "call"},
+			Usage: &Usage{}, Merged: []string{"a", "b\""}, AnsweredBy: "turn:2", QueueWaitMS: -1, LatencyMS: -2},
+		{Approval: &ToolEvent{Truncated: true, Return: "r"}, Merged: []string{}},
+	} {
+		want, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := appendTurnResultJSON(nil, &r); string(got) != string(want) {
+			t.Errorf("%+v:\n got %s\nwant %s", r, got, want)
+		}
+	}
+}
+
+// FuzzTurnResultJSONMatches: appendTurnResultJSON against json.Marshal on results made of the
+// fuzzer's strings and numbers.
+func FuzzTurnResultJSONMatches(f *testing.F) {
+	f.Add("answered", "hello <world> & \u2028", "\xff\x00\"", int64(1500), uint16(0xffff))
+	f.Add("", "", "", int64(0), uint16(0))
+	f.Fuzz(func(t *testing.T, s1, s2, s3 string, n int64, flags uint16) {
+		bit := func(i uint) bool { return flags&(1<<i) != 0 }
+		pick := func(i uint, s string) string {
+			if bit(i) {
+				return s
+			}
+			return ""
+		}
+		r := TurnResult{Summary: s1, TaskID: s2, Otid: s3, RunID: pick(0, s1), Outcome: s2, Answer: s3 + s1,
+			StopReason: pick(1, s2), Attempts: int(n), AnsweredBy: pick(2, s3), QueueWaitMS: n, TTFTMS: n * int64(flags&8),
+			LatencyMS: -n, AttemptMS: n / 3}
+		if bit(4) {
+			r.Approval = &ToolEvent{Name: pick(5, s1), CallID: pick(6, s2), Arguments: pick(7, s3), Status: pick(8, s1),
+				Return: pick(9, s2), Truncated: bit(10)}
+		}
+		if bit(11) {
+			r.Usage = &Usage{PromptTokens: int(n), CompletionTokens: int(flags), TotalTokens: pickInt(bit(12), int(n)), StepCount: 1}
+		}
+		if bit(13) {
+			r.Merged = []string{s1, s3}
+		}
+		if bit(14) {
+			r.Merged = []string{}
+		}
+		want, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := appendTurnResultJSON(nil, &r); string(got) != string(want) {
+			t.Fatalf("%+v:\n got %s\nwant %s", r, got, want)
+		}
+	})
 }

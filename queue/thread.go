@@ -98,22 +98,28 @@ func (th *threads) resolve(ctx context.Context, m Message) (string, error) {
 	return th.resolveKnown(ctx, m, "")
 }
 
-// resolveKnown is resolve when the thread key was read already: known is
-// the conversation id it held ("" when none).
-func (th *threads) resolveKnown(ctx context.Context, m Message, known string) (string, error) {
+// local is resolveKnown when it needs neither Redis nor Letta (ok): an
+// explicit thread, a mode of one thread, a thread known already.
+func (th *threads) local(m Message, known string) (id string, ok bool) {
 	if m.LettaConversationID != "" {
-		return m.LettaConversationID, nil
+		return m.LettaConversationID, true
 	}
 	switch th.mode {
 	case ThreadAgent:
-		return "", nil
+		return "", true
 	case ThreadDefault:
-		return agentclient.DefaultConversation, nil
+		return agentclient.DefaultConversation, true
+	}
+	return known, known != ""
+}
+
+// resolveKnown is resolve when the thread key was read already: known is
+// the conversation id it held ("" when none).
+func (th *threads) resolveKnown(ctx context.Context, m Message, known string) (string, error) {
+	if id, ok := th.local(m, known); ok {
+		return id, nil
 	}
 	key := ThreadKey(th.prefix, m.AgentID, m.Conversation)
-	if known != "" {
-		return known, nil
-	}
 	if id, err := th.rdb.Get(ctx, key).Result(); err == nil && id != "" {
 		return id, nil
 	} else if err != nil && !errors.Is(err, redis.Nil) {
@@ -212,11 +218,12 @@ func (t *turn) resolveThread(ctx context.Context) (string, error) {
 	if mode != "" && (prev != "" || ThreadMode(mode) == ThreadAgent) && t.msg.LettaConversationID == "" {
 		return prev, nil
 	}
-	rctx, cancel := context.WithTimeout(ctx, t.w.cfg.Budget.ThreadResolution()) // a phase of the task timeout
-	defer cancel()
-	id, err := t.w.threads.resolveKnown(rctx, t.msg, t.pre.thread())
-	if err != nil {
-		return "", err
+	id, ok := t.w.threads.local(t.msg, t.pre.thread())
+	if !ok {
+		var err error
+		if id, err = t.resolveRemote(ctx); err != nil {
+			return "", err
+		}
 	}
 	mode = string(t.w.threads.mode)
 	if t.msg.LettaConversationID != "" {
@@ -226,6 +233,14 @@ func (t *turn) resolveThread(ctx context.Context) (string, error) {
 	t.rec.ThreadMode, t.rec.LettaConversationID = mode, id
 	t.mu.Unlock()
 	return id, nil
+}
+
+// resolveRemote is resolveThread's call to Redis and Letta, bounded by the
+// budget's phase for it (made only then: the usual turn needs no timer).
+func (t *turn) resolveRemote(ctx context.Context) (string, error) {
+	rctx, cancel := context.WithTimeout(ctx, t.w.cfg.Budget.ThreadResolution()) // a phase of the task timeout
+	defer cancel()
+	return t.w.threads.resolveKnown(rctx, t.msg, t.pre.thread())
 }
 
 // threadFailed ends an attempt whose thread could not be resolved: a

@@ -2,7 +2,6 @@ package queue
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/lettaq/lettaq/agentclient"
 	"github.com/lettaq/lettaq/continuation"
+	"github.com/lettaq/lettaq/internal/evalcmd"
 	"github.com/lettaq/lettaq/ordering"
 )
 
@@ -1123,7 +1123,7 @@ func (t *turn) deliver(ctx context.Context, log *slog.Logger, outcome string, ev
 // next attempt (see run).
 func (t *turn) deliverAtOnce(ctx context.Context, log *slog.Logger, outcome string, ev ReplyEvent, answer string, approval *ToolEvent) error {
 	defer t.progress.endEvents()
-	pe, err := t.w.replies.prepareMany(t.msg.Conversation, ev, t.w.replies.answeredKey(ev.TaskID))
+	pe, err := t.progress.prepare(ev, t.w.replies.answeredKey(ev.TaskID))
 	if err != nil {
 		return t.undelivered(ctx, log, err)
 	}
@@ -1239,7 +1239,7 @@ func (t *turn) finalEvent(ctx context.Context, ev ReplyEvent) (emitted bool, err
 		ev.Type = EventAnswer
 	}
 	defer t.progress.endEvents()
-	pe, err := t.w.replies.prepareMany(t.msg.Conversation, ev, t.w.replies.answeredKey(ev.TaskID))
+	pe, err := t.progress.prepare(ev, t.w.replies.answeredKey(ev.TaskID))
 	if err != nil {
 		return false, err
 	}
@@ -1264,7 +1264,7 @@ func (t *turn) resultOps(outcome, answer string, approval *ToolEvent) []pipeline
 		return nil
 	}
 	key := asynqTaskKey(t.queue, t.taskID)
-	return []pipelineOp{scriptOp(writeResultScript, []string{key}, []any{b}, func(c *redis.Cmd) error {
+	return []pipelineOp{scriptOp(writeResultScript, append(writeResultScript.Args(1, 1), key, b), func(c *redis.Cmd) error {
 		err := c.Err()
 		if isNoScript(err) {
 			return err // runOps sends it again
@@ -1279,7 +1279,7 @@ func (t *turn) resultOps(outcome, answer string, approval *ToolEvent) []pipeline
 
 // writeResultScript is Asynq's ResultWriter.Write (HSET of the task hash's
 // "result") for a task that still exists.
-var writeResultScript = redis.NewScript(`
+var writeResultScript = evalcmd.New(`
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 redis.call('HSET', KEYS[1], 'result', ARGV[1])
 return 1
@@ -1313,7 +1313,12 @@ func (t *turn) resultJSON(outcome, answer string, approval *ToolEvent) ([]byte, 
 		r.QueueWaitMS = t.rec.FirstStartedAt.Sub(t.rec.EnqueuedAt).Milliseconds()
 	}
 	r.Summary = r.summary()
-	return json.Marshal(r)
+	n := 384 + len(r.Summary) + len(r.TaskID) + len(r.Otid) + len(r.RunID) + len(r.StopReason) + len(r.AnsweredBy) +
+		len(answer) + len(r.Merged)*64 // about the size: one allocation, unless strings need escaping
+	if approval != nil {
+		n += 96 + len(approval.Name) + len(approval.CallID) + len(approval.Arguments) + len(approval.Return)
+	}
+	return appendTurnResultJSON(make([]byte, 0, n), &r), nil
 }
 
 // fail ends the turn with a permanent error: one error event, the journal,

@@ -1,0 +1,74 @@
+// Package evalcmd builds the EVALSHA command of a Lua script's call in one
+// slice. go-redis's Script.EvalSha copies the caller's keys and arguments
+// into a slice of its own, boxing each key and the script's hash on the
+// way; a turn makes several script calls, so the caller here appends its
+// keys and arguments once, into the command's own slice, where the hash
+// and any constant key are boxed already.
+package evalcmd
+
+import (
+	"context"
+	"slices"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Script is a Lua script. It embeds go-redis's, for the calls that need
+// none of this (Load, Hash, Run).
+type Script struct {
+	*redis.Script
+	hash, src any // boxed once
+}
+
+// New returns the Script of src.
+func New(src string) *Script {
+	s := redis.NewScript(src)
+	return &Script{Script: s, hash: s.Hash(), src: src}
+}
+
+// Args returns the start of a call's command (EVALSHA, the hash, nkeys),
+// with room for nkeys keys and nargs arguments: append the keys, then the
+// arguments, then make the command with Cmd.
+func (s *Script) Args(nkeys, nargs int) []any {
+	a := make([]any, 3, 3+nkeys+nargs)
+	a[0], a[1], a[2] = "evalsha", s.hash, nkeys
+	return a
+}
+
+// Cmd returns the command of args (from Args): EVALSHA when sha, else EVAL
+// with the script's text (for a Redis that does not have the script:
+// NOSCRIPT), made in a copy, so that args stays EVALSHA's.
+func (s *Script) Cmd(ctx context.Context, args []any, sha bool) *redis.Cmd {
+	if !sha {
+		args = slices.Clone(args)
+		args[0], args[1] = "eval", s.src
+	}
+	c := redis.NewCmd(ctx, args...)
+	if n, _ := args[2].(int); n > 0 {
+		c.SetFirstKeyPos(3) // as go-redis's Eval does: the key routes it on a cluster
+	}
+	return c
+}
+
+// Processor is what runs a command: a client or a pipeline.
+type Processor interface {
+	Process(ctx context.Context, cmd redis.Cmder) error
+}
+
+// Call runs the call of args (from Args) on c as EVALSHA, and again as
+// EVAL when Redis does not have the script, as go-redis's Script.Run does.
+func (s *Script) Call(ctx context.Context, c Processor, args []any) *redis.Cmd {
+	cmd := s.Cmd(ctx, args, true)
+	_ = c.Process(ctx, cmd) // the error is cmd's
+	if IsNoScript(cmd.Err()) {
+		cmd = s.Cmd(ctx, args, false)
+		_ = c.Process(ctx, cmd)
+	}
+	return cmd
+}
+
+// IsNoScript reports whether err is Redis's answer to an EVALSHA of a
+// script it does not have.
+func IsNoScript(err error) bool {
+	return err != nil && (err == redis.ErrNoScript || redis.HasErrorPrefix(err, "NOSCRIPT"))
+}

@@ -1,0 +1,157 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lettaq/lettaq/internal/testredis"
+	"github.com/lettaq/lettaq/ordering"
+)
+
+// A turn's last round trip (the final event, the journal's intent and
+// record, the task's result, the conversation's release), on a Redis
+// without the scripts (restarted, flushed): every op is sent as EVALSHA,
+// answered NOSCRIPT, and sent again as EVAL in a second round trip, in
+// order, and each does what it would have done. On a real Redis of the
+// test's own (a flush of the shared one would hurt other packages' tests)
+// and on miniredis.
+func TestTurnOpsAfterScriptFlush(t *testing.T) {
+	m := miniredis.RunT(t)
+	servers := []*testredis.Server{{Addr: m.Addr(), Mini: m}}
+	if !testing.Short() {
+		servers = append(servers, testredis.StartPersistent(t).Server())
+	}
+	for _, srv := range servers {
+		name := "miniredis"
+		if srv.Real {
+			name = "redis"
+		}
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+			defer rdb.Close()
+			r := NewReplies(rdb, RepliesOptions{})
+			j := NewJournal(rdb, JournalOptions{})
+			seq, err := ordering.New(rdb, ordering.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			key := ordering.AgentKey("flush")
+			for _, task := range []string{"t", "t2"} {
+				if _, err := seq.Join(ctx, key, task); err != nil {
+					t.Fatal(err)
+				}
+			}
+			lease, err := seq.Acquire(ctx, key, "t", "w", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := rdb.HSet(ctx, asynqTaskKey("q", "t"), "state", "active").Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+			var h pipeNames
+			rdb.AddHook(&h)
+
+			conv := Conversation{Integration: "test", ChatID: "flush"}
+			final, err := r.prepareMany(conv, ReplyEvent{Type: EventAnswer, TaskID: "t", Text: "hi"}, r.answeredKey("t"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var prior []Intent
+			intent, err := j.intentOp("t", "o", 1, "w", &prior)
+			if err != nil {
+				t.Fatal(err)
+			}
+			save, err := j.saveOp(&TurnRecord{TaskID: "t", Otid: "o", Outcome: OutcomeAnswered}, false, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var wrote int64
+			result := scriptOp(writeResultScript, append(writeResultScript.Args(1, 1), asynqTaskKey("q", "t"), []byte(`{"ok":1}`)),
+				func(c *redis.Cmd) error {
+					var err error
+					wrote, err = c.Int64()
+					return err
+				})
+			cmd, next := lease.ReleaseCmd(true)
+			var head string
+			release := func(ctx context.Context, p redis.Pipeliner, sha bool) func() error {
+				c := cmd(ctx, sha)
+				_ = p.Process(ctx, c)
+				return func() error {
+					var err error
+					head, err = next(c)
+					return err
+				}
+			}
+			ops := []pipelineOp{r.emitManyOp([]*preparedEvent{final}, nil), intent, save, result, release}
+			for i, err := range runOps(ctx, rdb, ops) {
+				if err != nil {
+					t.Fatalf("op %d: %v", i, err)
+				}
+			}
+			want := "[[evalsha evalsha evalsha evalsha evalsha] [eval eval eval eval eval]]"
+			if got := fmt.Sprint(h.rounds()); got != want {
+				t.Errorf("round trips %s, want %s", got, want)
+			}
+			if got := fmt.Sprint(streamTexts(t, r, conv)); !final.written || got != "[hi]" {
+				t.Errorf("final written %v, stream %s", final.written, got)
+			}
+			if ins, err := j.Intents(ctx, "t"); err != nil || len(ins) != 1 || len(prior) != 0 {
+				t.Errorf("intents %v (%v), prior %v", ins, err, prior)
+			}
+			if rec, err := j.Get(ctx, "t"); err != nil || rec.Outcome != OutcomeAnswered {
+				t.Errorf("journal: %v %v", rec, err)
+			}
+			if res, _ := rdb.HGet(ctx, asynqTaskKey("q", "t"), "result").Result(); wrote != 1 || res != `{"ok":1}` {
+				t.Errorf("result %q (script %d)", res, wrote)
+			}
+			if holder, _, _ := seq.Holder(ctx, key); head != "t2" || holder != "" {
+				t.Errorf("after the release: head %q, lock held by %q; want t2, free", head, holder)
+			}
+		})
+	}
+}
+
+// pipeNames records the command names of each pipeline a client sends
+// (but a connection's handshake).
+type pipeNames struct {
+	mu sync.Mutex
+	r  [][]string
+}
+
+func (h *pipeNames) rounds() [][]string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.r)
+}
+
+func (h *pipeNames) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *pipeNames) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (h *pipeNames) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		var names []string
+		for _, c := range cmds {
+			if n := c.Name(); n != "client" && n != "hello" { // a new connection's handshake
+				names = append(names, n)
+			}
+		}
+		if names == nil {
+			return next(ctx, cmds)
+		}
+		h.mu.Lock()
+		h.r = append(h.r, names)
+		h.mu.Unlock()
+		return next(ctx, cmds)
+	}
+}
