@@ -1147,9 +1147,11 @@ func (t *turn) deliverAtOnce(ctx context.Context, log *slog.Logger, outcome stri
 		}
 	}
 	err = t.progress.doThen(ctx, late, []*preparedEvent{pe}, ops...)
-	switch {
-	case errors.Is(err, errNotWaited): // pe is not ours to read (late reads it)
+	if errors.Is(err, errNotWaited) { // pe is not ours to read (late reads it)
 		return t.undelivered(ctx, log, fmt.Errorf("queue: emit %s for task %s: %w", ev.Type, ev.TaskID, err))
+	}
+	wrote := pe.written
+	switch {
 	case pe.err != nil:
 		// The write may have happened all the same (a reply lost on the
 		// way back): the answered marker says.
@@ -1157,6 +1159,7 @@ func (t *turn) deliverAtOnce(ctx context.Context, log *slog.Logger, outcome stri
 			return t.undelivered(ctx, log, fmt.Errorf("queue: emit %s for task %s: %w", ev.Type, ev.TaskID, pe.err))
 		}
 		log.Info("the final event was written though its write reported an error", "error", pe.err.Error())
+		wrote = true // by this attempt, as far as it can tell: it counts the turn
 		if err != nil && !errors.Is(err, pe.err) {
 			log.Warn("could not journal the finished turn", "error", err.Error())
 		}
@@ -1164,7 +1167,7 @@ func (t *turn) deliverAtOnce(ctx context.Context, log *slog.Logger, outcome stri
 		t.redisFailed()
 		log.Warn("could not journal the finished turn", "error", err.Error())
 	}
-	if !pe.written {
+	if !wrote {
 		// An earlier attempt's write landed after this attempt had
 		// started: that attempt counts the turn (late, above), not this
 		// one, or the turn would be counted twice.
