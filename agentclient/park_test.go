@@ -3,7 +3,6 @@
 package agentclient
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"net/http"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -22,46 +20,22 @@ import (
 // ends.
 func stepServer(t *testing.T, resp []string) (url string, next chan<- struct{}) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	ch := make(chan struct{})
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	t.Cleanup(func() { close(done); _ = ln.Close(); wg.Wait() })
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer c.Close()
-				if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
+	return serveRaw(t, func(c net.Conn, done <-chan struct{}) {
+		for i, p := range resp {
+			if i > 0 {
+				select {
+				case <-ch:
+				case <-done:
 					return
 				}
-				for i, p := range resp {
-					if i > 0 {
-						select {
-						case <-ch:
-						case <-done:
-							return
-						}
-					}
-					if _, err := c.Write([]byte(p)); err != nil {
-						return
-					}
-				}
-				<-done
-			}()
+			}
+			if _, err := c.Write([]byte(p)); err != nil {
+				return
+			}
 		}
-	}()
-	return "http://" + ln.Addr().String(), ch
+		<-done
+	}), ch
 }
 
 // cutEvery cuts s every n bytes.

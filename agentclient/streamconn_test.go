@@ -289,12 +289,29 @@ func TestDedicatedCancelBeforeHeaders(t *testing.T) {
 // pieces of n bytes (the request is read first).
 func rawHTTP(t *testing.T, resp string, n int) string {
 	t.Helper()
+	return serveRaw(t, func(c net.Conn, _ <-chan struct{}) {
+		for b := []byte(resp); len(b) > 0; {
+			k := min(n, len(b))
+			if _, err := c.Write(b[:k]); err != nil {
+				return
+			}
+			b = b[k:]
+		}
+	})
+}
+
+// serveRaw accepts connections on a loopback port; for each, it reads one
+// request and hands the connection to answer, which writes the response
+// (done is closed when the test ends), then closes it.
+func serveRaw(t *testing.T, answer func(c net.Conn, done <-chan struct{})) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	done := make(chan struct{})
 	var wg sync.WaitGroup
-	t.Cleanup(func() { _ = ln.Close(); wg.Wait() })
+	t.Cleanup(func() { close(done); _ = ln.Close(); wg.Wait() })
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -310,13 +327,7 @@ func rawHTTP(t *testing.T, resp string, n int) string {
 				if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
 					return
 				}
-				for b := []byte(resp); len(b) > 0; {
-					k := min(n, len(b))
-					if _, err := c.Write(b[:k]); err != nil {
-						return
-					}
-					b = b[k:]
-				}
+				answer(c, done)
 			}()
 		}
 	}()

@@ -82,14 +82,7 @@ func appendTurnRecordJSON(b []byte, r *TurnRecord) (_ []byte, ok bool) {
 	b = appendIntField(b, `,"latency_ns":`, int64(r.Latency))
 	b = appendIntField(b, `,"ttft_ns":`, int64(r.TTFT))
 	if u := r.Usage; u != nil {
-		b = append(b, `,"usage":`...)
-		n := len(b)
-		b = append(b, '{')
-		b = appendIntField(b, `,"prompt_tokens":`, int64(u.PromptTokens))
-		b = appendIntField(b, `,"completion_tokens":`, int64(u.CompletionTokens))
-		b = appendIntField(b, `,"total_tokens":`, int64(u.TotalTokens))
-		b = appendIntField(b, `,"step_count":`, int64(u.StepCount))
-		b = closeObject(b, n)
+		b = appendUsageJSON(append(b, `,"usage":`...), u)
 	}
 	if len(r.Tools) > 0 {
 		b = append(b, `,"tools":[`...)
@@ -193,6 +186,17 @@ func appendAttemptJSON(b []byte, a *Attempt, ok *bool) []byte {
 
 // closeObject ends an object opened at b[open] ('{') whose fields were
 // each written with a leading comma: the first comma goes.
+// appendUsageJSON appends u as json.Marshal writes a *Usage.
+func appendUsageJSON(b []byte, u *Usage) []byte {
+	o := len(b)
+	b = append(b, '{')
+	b = appendIntField(b, `,"prompt_tokens":`, int64(u.PromptTokens))
+	b = appendIntField(b, `,"completion_tokens":`, int64(u.CompletionTokens))
+	b = appendIntField(b, `,"total_tokens":`, int64(u.TotalTokens))
+	b = appendIntField(b, `,"step_count":`, int64(u.StepCount))
+	return closeObject(b, o)
+}
+
 func closeObject(b []byte, open int) []byte {
 	if len(b) > open+1 {
 		copy(b[open+1:], b[open+2:])

@@ -62,14 +62,7 @@ func appendTurnResultJSON(b []byte, r *TurnResult) []byte {
 		b = appendToolEventJSON(append(b, `,"approval":`...), r.Approval)
 	}
 	if u := r.Usage; u != nil {
-		b = append(b, `,"usage":`...)
-		o := len(b)
-		b = append(b, '{')
-		b = appendIntField(b, `,"prompt_tokens":`, int64(u.PromptTokens))
-		b = appendIntField(b, `,"completion_tokens":`, int64(u.CompletionTokens))
-		b = appendIntField(b, `,"total_tokens":`, int64(u.TotalTokens))
-		b = appendIntField(b, `,"step_count":`, int64(u.StepCount))
-		b = closeObject(b, o)
+		b = appendUsageJSON(append(b, `,"usage":`...), u)
 	}
 	b = strconv.AppendInt(append(b, `,"attempts":`...), int64(r.Attempts), 10)
 	b = appendStringField(b, `,"answered_by":`, r.AnsweredBy)
