@@ -65,6 +65,8 @@ type TurnResult struct {
 func (w *Worker) processTask(ctx context.Context, task *asynq.Task) error {
 	w.inflight.Add(1)
 	defer w.inflight.Done()
+	ctx, stopped := w.stops.add(ctx)
+	defer stopped()
 	t, err := w.newTurn(ctx, task)
 	if t == nil {
 		return err

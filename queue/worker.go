@@ -159,8 +159,7 @@ type Worker struct {
 	// the client's idle connections when it stops.
 	ownsClient bool
 
-	baseCtx    context.Context
-	baseCancel context.CancelCauseFunc
+	stops      turnStops // what shutdown cancels: the handlers' contexts
 	runOnce    sync.Once
 	inflight   sync.WaitGroup               // handlers, so that shutdown waits for their bookkeeping
 	srv        atomic.Pointer[asynq.Server] // set by Run: its Ping uses Asynq's own connection
@@ -170,6 +169,61 @@ type Worker struct {
 // errShutdown is the cause of the handlers' context when the worker shuts
 // down with turns in flight.
 var errShutdown = errors.New("lettaq: worker shutting down")
+
+// turnStops cancels the handlers' contexts at shutdown. Asynq's BaseContext
+// would do it, but every task's context would then be a child of that one
+// cancelable context: Asynq's goroutine that waits for each handler makes
+// the task's context, and registering it there (a lock and a map shared
+// by every task) grows that goroutine's stack to 4 KiB, which it keeps for
+// as long as the turn thinks. A handler registers its own context instead,
+// on its own goroutine, whose stack is large at that point anyway.
+type turnStops struct {
+	mu       sync.Mutex
+	stopping bool
+	m        map[*turnStop]struct{}
+}
+
+type turnStop struct{ cancel context.CancelCauseFunc }
+
+// add returns a child of ctx that shutdown cancels (at once if it began),
+// and done, which unregisters and cancels it.
+func (s *turnStops) add(ctx context.Context) (context.Context, func()) {
+	c, cancel := context.WithCancelCause(ctx)
+	e := &turnStop{cancel}
+	s.mu.Lock()
+	stopping := s.stopping
+	if !stopping {
+		if s.m == nil {
+			s.m = make(map[*turnStop]struct{})
+		}
+		s.m[e] = struct{}{}
+	}
+	s.mu.Unlock()
+	if stopping {
+		cancel(errShutdown)
+	}
+	return c, func() {
+		s.mu.Lock()
+		delete(s.m, e)
+		s.mu.Unlock()
+		cancel(context.Canceled)
+	}
+}
+
+// stop cancels every registered context with errShutdown, and every one
+// added from now on.
+func (s *turnStops) stop() {
+	s.mu.Lock()
+	s.stopping = true
+	es := make([]*turnStop, 0, len(s.m))
+	for e := range s.m {
+		es = append(es, e)
+	}
+	s.mu.Unlock()
+	for _, e := range es {
+		e.cancel(errShutdown)
+	}
+}
 
 // NewWorker checks cfg and returns a Worker. It does not connect yet.
 func NewWorker(cfg WorkerConfig) (*Worker, error) {
@@ -299,7 +353,6 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	w.writer = newWriter(w.replies.rdb, w.replies)
 	w.threads = &threads{mode: mode, rdb: w.replies.rdb, prefix: w.replies.opts.Prefix, client: w.client, lock: w.ord == nil,
 		lockTTL: w.cfg.Budget.ThreadResolution() + threadLockSlack}
-	w.baseCtx, w.baseCancel = context.WithCancelCause(context.Background())
 	return w, nil
 }
 
@@ -349,7 +402,6 @@ func (w *Worker) ServerConfig() asynq.Config {
 	}
 	return asynq.Config{
 		Concurrency:              w.cfg.Concurrency,
-		BaseContext:              func() context.Context { return w.baseCtx },
 		TaskCheckInterval:        w.cfg.TaskCheckInterval,
 		DelayedTaskCheckInterval: w.cfg.DelayedTaskCheckInterval,
 		RetryDelayFunc:           retry,
@@ -392,10 +444,10 @@ func (w *Worker) run(ctx context.Context) error {
 	// Interrupt the turns still running shortly before Asynq gives up on
 	// them, so that each journals its state and returns on its own.
 	grace := min(2*time.Second, w.cfg.ShutdownTimeout/4)
-	t := time.AfterFunc(w.cfg.ShutdownTimeout-grace, func() { w.baseCancel(errShutdown) })
+	t := time.AfterFunc(w.cfg.ShutdownTimeout-grace, w.stops.stop)
 	srv.Shutdown()
 	t.Stop()
-	w.baseCancel(errShutdown)
+	w.stops.stop()
 	// Asynq stops waiting for a handler once its context is done; wait for
 	// the handlers to journal how they ended.
 	done := make(chan struct{})
