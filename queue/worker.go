@@ -159,11 +159,11 @@ type Worker struct {
 	// the client's idle connections when it stops.
 	ownsClient bool
 
-	stops      turnStops // what shutdown cancels: the handlers' contexts
-	runOnce    sync.Once
-	inflight   sync.WaitGroup               // handlers, so that shutdown waits for their bookkeeping
-	srv        atomic.Pointer[asynq.Server] // set by Run: its Ping uses Asynq's own connection
-	permanent  permanentSet                 // tasks whose handler's error was permanent, until Asynq logs their archiving
+	stops     turnStops // what shutdown cancels: the handlers' contexts
+	runOnce   sync.Once
+	inflight  sync.WaitGroup               // handlers, so that shutdown waits for their bookkeeping
+	srv       atomic.Pointer[asynq.Server] // set by Run: its Ping uses Asynq's own connection
+	permanent permanentSet                 // tasks whose handler's error was permanent, until Asynq logs their archiving
 }
 
 // errShutdown is the cause of the handlers' context when the worker shuts
