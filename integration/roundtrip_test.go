@@ -259,3 +259,134 @@ func TestLateFinalWriteCountsTheTurnOnce(t *testing.T) {
 		t.Errorf("%d answer events, want 1", answers)
 	}
 }
+
+// racingFinalOpt makes clients that order one race on purpose: the first write of a final
+// event (a script with an answered marker in its arguments) is held until the next attempt
+// has read the marker at its start (and found none), and that attempt's own final write is
+// held until the first one has landed. So the retry goes on with the turn and finds its final
+// event already written by the attempt that stopped waiting for it.
+type racingFinalOpt struct {
+	asynq.RedisClientOpt
+	r *finalRace
+}
+
+type finalRace struct {
+	marker                string
+	mu                    sync.Mutex
+	finals                int
+	held                  bool
+	retryRead, firstLands chan struct{}
+	readOnce              sync.Once
+}
+
+func (o racingFinalOpt) MakeRedisClient() any {
+	c := queue.LeanRedis(o.RedisClientOpt).MakeRedisClient().(*redis.Client)
+	c.AddHook(o)
+	return c
+}
+
+func (o racingFinalOpt) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (o racingFinalOpt) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (o racingFinalOpt) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		r := o.r
+		final, read := false, false
+		for _, c := range cmds {
+			n := strings.ToLower(c.Name())
+			for _, a := range c.Args()[1:] {
+				if s, ok := a.(string); ok && strings.HasPrefix(s, r.marker) {
+					final = final || n == "evalsha" || n == "eval"
+					read = read || n == "get" || n == "exists"
+				}
+			}
+		}
+		if final {
+			r.mu.Lock()
+			r.finals++
+			nth := r.finals
+			r.held = r.held || nth == 1
+			r.mu.Unlock()
+			switch nth {
+			case 1:
+				select {
+				case <-r.retryRead:
+				case <-time.After(15 * time.Second):
+				}
+				err := next(ctx, cmds)
+				close(r.firstLands)
+				return err
+			case 2:
+				select {
+				case <-r.firstLands:
+				case <-time.After(15 * time.Second):
+				}
+			}
+			return next(ctx, cmds)
+		}
+		err := next(ctx, cmds)
+		r.mu.Lock()
+		held := r.held
+		r.mu.Unlock()
+		if read && held {
+			r.readOnce.Do(func() { close(r.retryRead) })
+		}
+		return err
+	}
+}
+
+// The retry of an attempt that stopped waiting for its final write goes on with the turn
+// (no answered marker yet), and meets the event the first attempt's late write put there:
+// the turn is counted once, by the late write, and answered once.
+func TestRetryMeetingALateFinalWriteCountsTheTurnOnce(t *testing.T) {
+	e := newEnv(t)
+	obs := &outcomeCounter{}
+	race := &finalRace{marker: e.prefix + "answered:", retryRead: make(chan struct{}), firstLands: make(chan struct{})}
+	e.startWorker("w1", func(c *queue.WorkerConfig) {
+		c.Redis = racingFinalOpt{e.redisOpt(), race}
+		c.Observer = obs
+	})
+	agent := e.sim.CreateAgent("race", nil)
+	c := e.conv("race")
+	res := e.enqueue(queue.Message{AgentID: agent, Conversation: c, MessageID: "m", Text: "hi"})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		info, err := e.insp.GetTaskInfo(e.queue, res.TaskID)
+		if err == nil && info.State == asynq.TaskStateCompleted && obs.count(queue.OutcomeAnswered) >= 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("task %+v (%v), answered reported %d times; journal %s", info, err,
+				obs.count(queue.OutcomeAnswered), describeAttempts(e.record(res.TaskID)))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	race.mu.Lock()
+	finals := race.finals
+	race.mu.Unlock()
+	select {
+	case <-race.retryRead:
+	default:
+		t.Fatalf("the race was not staged: no retry read the marker while the first final write was held (%d final writes)", finals)
+	}
+	if finals < 2 {
+		t.Fatalf("%d final writes: the retry did not go on with the turn", finals)
+	}
+	// Both reports, if there were two, came before the task completed: the late write's
+	// before the retry's final write (held until it landed), the retry's before its handler
+	// returned.
+	if n := obs.count(queue.OutcomeAnswered); n != 1 {
+		t.Errorf("turn reported finished %d times, want 1", n)
+	}
+	answers := 0
+	for _, ev := range e.events(c, res.TaskID) {
+		if ev.Type == queue.EventAnswer {
+			answers++
+		}
+	}
+	if answers != 1 {
+		t.Errorf("%d answer events, want 1", answers)
+	}
+	if n := e.sim.CountOtid(res.Otid); n != 1 {
+		t.Errorf("otid stored %d times at Letta, want 1", n)
+	}
+}
