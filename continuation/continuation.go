@@ -275,7 +275,7 @@ func (r *Runner) RunTurn(ctx context.Context, t *Turn, st *agentclient.StreamSta
 		r.lookFirst(ctx, t, st, h, d)
 		return
 	}
-	r.send(ctx, t, st, h, false, d)
+	r.send(ctx, t, st, h, false, false, d)
 	if d.Outcome == NotAdmitted {
 		r.gate(ctx, t, st, h, d)
 	}
@@ -305,30 +305,13 @@ func (r *Runner) StepTurn(ctx context.Context, t *Turn, st *agentclient.StreamSt
 			r.lookFirst(ctx, t, st, h, d)
 			return false
 		}
-		if r.sendParking(ctx, t, st, h, d) {
+		if r.send(ctx, t, st, h, false, true, d) {
 			return true
 		}
 	}
 	if d.Outcome == NotAdmitted {
 		r.gate(ctx, t, st, h, d)
 	}
-	return false
-}
-
-// sendParking is send with a stream that may park: parked says it did (d
-// is not written then).
-func (r *Runner) sendParking(ctx context.Context, t *Turn, st *agentclient.StreamState, h *Hooks, d *Decision) (parked bool) {
-	if h.BeforeSend != nil {
-		if err := h.BeforeSend(ctx, false); err != nil {
-			notSent(ctx, err, d)
-			return false
-		}
-	}
-	err := r.sendStream(ctx, t, st, h, true)
-	if err == agentclient.ErrParked {
-		return true
-	}
-	r.sent(ctx, t, st, h, err, d)
 	return false
 }
 
@@ -374,7 +357,7 @@ func (r *Runner) gate(ctx context.Context, t *Turn, st *agentclient.StreamState,
 	}
 	phase(*h, PhaseResending)
 	*d = Decision{}
-	r.send(ctx, t, st, h, true, d)
+	r.send(ctx, t, st, h, true, false, d)
 	d.Resend = ResendDone
 	d.Sends += prev.Sends
 	d.Lookups += prev.Lookups
@@ -386,16 +369,21 @@ func (r *Runner) gate(ctx context.Context, t *Turn, st *agentclient.StreamState,
 }
 
 // send streams one send of the message and continues it if the stream is
-// lost; d is its decision.
-func (r *Runner) send(ctx context.Context, t *Turn, st *agentclient.StreamState, h *Hooks, resend bool, d *Decision) {
+// lost; d is its decision. With park the stream may park instead: parked
+// says it did, and d is not written then (see StepTurn).
+func (r *Runner) send(ctx context.Context, t *Turn, st *agentclient.StreamState, h *Hooks, resend, park bool, d *Decision) (parked bool) {
 	if h.BeforeSend != nil {
 		if err := h.BeforeSend(ctx, resend); err != nil {
 			notSent(ctx, err, d)
-			return
+			return false
 		}
 	}
-	err := r.sendStream(ctx, t, st, h, false)
+	err := r.sendStream(ctx, t, st, h, park)
+	if err == agentclient.ErrParked {
+		return true
+	}
 	r.sent(ctx, t, st, h, err, d)
+	return false
 }
 
 // notSent is the decision of a send whose intent could not be journaled.

@@ -673,15 +673,6 @@ func typeArg(t EventType) any {
 	return string(t)
 }
 
-// prepareMany encodes ev (see prepare) for emitManyOp.
-func (r *Replies) prepareMany(c Conversation, ev ReplyEvent, marker string) (*preparedEvent, error) {
-	pe := &preparedEvent{}
-	if err := r.prepareInto(pe, nil, c, ev, marker); err != nil {
-		return nil, err
-	}
-	return pe, nil
-}
-
 // prepareInto encodes ev into pe, with the head *last when it fits (else a
 // new one, made from *last's boxes, and stored in *last when last is not
 // nil). One last serves one conversation.

@@ -614,3 +614,13 @@ func TestEventHeadSharesBoxes(t *testing.T) {
 	}
 	_ = sink
 }
+
+// prepareMany encodes ev for emitManyOp with no head to share (the turns'
+// own path is progress.prepare).
+func (r *Replies) prepareMany(c Conversation, ev ReplyEvent, marker string) (*preparedEvent, error) {
+	pe := &preparedEvent{}
+	if err := r.prepareInto(pe, nil, c, ev, marker); err != nil {
+		return nil, err
+	}
+	return pe, nil
+}
