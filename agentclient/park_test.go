@@ -77,14 +77,7 @@ func TestParkedStreamReadsWhatAWaitingStreamReads(t *testing.T) {
 	leakCheck(t)
 	body := ": comment\r\n" + data(fxPing) + "event: message\n" + data(fxReasoning) + data(fxToolCall) +
 		"data: not json\n\n" + data(fxAssistant) + data(fxStop) + data(fxUsage) + data("[DONE]")
-	var chunked strings.Builder
-	for b := body; len(b) > 0; {
-		k := min(53, len(b))
-		fmt.Fprintf(&chunked, "%x\r\n%s\r\n", k, b[:k])
-		b = b[k:]
-	}
-	chunked.WriteString("0\r\n\r\n")
-	resp := "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked.String()
+	resp := "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n" + chunkBody(body, 53, "")
 
 	// The reference: every byte at once, read by a stream that waits.
 	url, _ := stepServer(t, []string{resp})

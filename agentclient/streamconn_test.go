@@ -300,6 +300,19 @@ func rawHTTP(t *testing.T, resp string, n int) string {
 	})
 }
 
+// chunkBody is body in chunked framing: chunks of size bytes (the last
+// shorter), each size line followed by ext, then the last chunk.
+func chunkBody(body string, size int, ext string) string {
+	var b strings.Builder
+	for len(body) > 0 {
+		k := min(size, len(body))
+		fmt.Fprintf(&b, "%x%s\r\n%s\r\n", k, ext, body[:k])
+		body = body[k:]
+	}
+	b.WriteString("0\r\n\r\n")
+	return b.String()
+}
+
 // serveRaw accepts connections on a loopback port; for each, it reads one
 // request and hands the connection to answer, which writes the response
 // (done is closed when the test ends), then closes it.
@@ -338,16 +351,10 @@ func serveRaw(t *testing.T, answer func(c net.Conn, done <-chan struct{})) strin
 // until the connection closes, whatever the pieces it arrives in.
 func TestDedicatedStreamBodyFramings(t *testing.T) {
 	body := data(fxPing) + data(fxAssistant) + data(fxStop) + data("[DONE]")
-	var chunked strings.Builder
-	for b := body; len(b) > 0; {
-		k := min(37, len(b))
-		fmt.Fprintf(&chunked, "%x;ext=1\r\n%s\r\n", k, b[:k])
-		b = b[k:]
-	}
-	chunked.WriteString("0\r\n\r\n")
+	chunked := chunkBody(body, 37, ";ext=1")
 	head := "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
 	for name, resp := range map[string]string{
-		"chunked":        head + "Transfer-Encoding: chunked\r\n\r\n" + chunked.String(),
+		"chunked":        head + "Transfer-Encoding: chunked\r\n\r\n" + chunked,
 		"content-length": head + "Content-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body + "trailing junk",
 		"until close":    head + "Connection: close\r\n\r\n" + body,
 	} {
@@ -368,7 +375,7 @@ func TestDedicatedStreamBodyFramings(t *testing.T) {
 	// A chunked body cut before its last chunk, and a malformed one, are
 	// cut streams, as they are over net/http.
 	for name, resp := range map[string]string{
-		"cut":       head + "Transfer-Encoding: chunked\r\n\r\n" + strings.TrimSuffix(chunked.String(), "0\r\n\r\n")[:60],
+		"cut":       head + "Transfer-Encoding: chunked\r\n\r\n" + strings.TrimSuffix(chunked, "0\r\n\r\n")[:60],
 		"malformed": head + "Transfer-Encoding: chunked\r\n\r\n" + "5\nhello\r\n",
 	} {
 		t.Run(name, func(t *testing.T) {

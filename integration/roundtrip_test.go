@@ -246,17 +246,24 @@ func TestLateFinalWriteCountsTheTurnOnce(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	e.countedAndAnsweredOnce(obs, c, res.TaskID)
+}
+
+// countedAndAnsweredOnce checks that the turn was reported finished once, and answered with
+// one answer event.
+func (e *env) countedAndAnsweredOnce(obs *outcomeCounter, c queue.Conversation, taskID string) {
+	e.t.Helper()
 	if n := obs.count(queue.OutcomeAnswered); n != 1 {
-		t.Errorf("turn reported finished %d times, want 1", n)
+		e.t.Errorf("turn reported finished %d times, want 1", n)
 	}
 	answers := 0
-	for _, ev := range e.events(c, res.TaskID) {
+	for _, ev := range e.events(c, taskID) {
 		if ev.Type == queue.EventAnswer {
 			answers++
 		}
 	}
 	if answers != 1 {
-		t.Errorf("%d answer events, want 1", answers)
+		e.t.Errorf("%d answer events, want 1", answers)
 	}
 }
 
@@ -374,18 +381,7 @@ func TestRetryMeetingALateFinalWriteCountsTheTurnOnce(t *testing.T) {
 	// Both reports, if there were two, came before the task completed: the late write's
 	// before the retry's final write (held until it landed), the retry's before its handler
 	// returned.
-	if n := obs.count(queue.OutcomeAnswered); n != 1 {
-		t.Errorf("turn reported finished %d times, want 1", n)
-	}
-	answers := 0
-	for _, ev := range e.events(c, res.TaskID) {
-		if ev.Type == queue.EventAnswer {
-			answers++
-		}
-	}
-	if answers != 1 {
-		t.Errorf("%d answer events, want 1", answers)
-	}
+	e.countedAndAnsweredOnce(obs, c, res.TaskID)
 	if n := e.sim.CountOtid(res.Otid); n != 1 {
 		t.Errorf("otid stored %d times at Letta, want 1", n)
 	}
