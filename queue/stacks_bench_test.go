@@ -96,4 +96,3 @@ func growStack(n int) int {
 	}
 	return growStack(n-1) + int(buf[n%256])
 }
-
