@@ -14,19 +14,29 @@ import (
 	"github.com/lettaq/lettaq/queue"
 )
 
-// recordingOpt makes asynq.RedisClientOpt's client with a hook that records what each
-// pipeline (and each command sent alone) carries: command names, and the first key of each.
-type recordingOpt struct {
+// hookedOpt makes the worker's clients (queue.LeanRedis) with hook added.
+type hookedOpt struct {
 	asynq.RedisClientOpt
-	rec *tripRecorder
+	hook redis.Hook
 }
 
-func (o recordingOpt) MakeRedisClient() any {
+func (o hookedOpt) MakeRedisClient() any {
 	c := queue.LeanRedis(o.RedisClientOpt).MakeRedisClient().(*redis.Client)
-	c.AddHook(o.rec)
+	c.AddHook(o.hook)
 	return c
 }
 
+// pipelineHook is a redis.Hook that sees pipelines only.
+type pipelineHook func(next redis.ProcessPipelineHook) redis.ProcessPipelineHook
+
+func (h pipelineHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h pipelineHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h pipelineHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return h(next)
+}
+
+// tripRecorder is a hook that records what each pipeline (and each command sent alone)
+// carries: command names, and the first key of each.
 type tripRecorder struct {
 	mu       sync.Mutex
 	trips    [][]string // per round trip: "name key" of each command
@@ -90,10 +100,10 @@ func (r *tripRecorder) note(cmds []redis.Cmder) {
 // client (RedisClient: the lettaq worker command does so).
 func TestTurnStartIsOneRoundTrip(t *testing.T) {
 	t.Run("made", func(t *testing.T) {
-		testTurnRoundTrips(t, func(c *queue.WorkerConfig, opt recordingOpt) { c.Redis = opt })
+		testTurnRoundTrips(t, func(c *queue.WorkerConfig, opt hookedOpt) { c.Redis = opt })
 	})
 	t.Run("given", func(t *testing.T) {
-		testTurnRoundTrips(t, func(c *queue.WorkerConfig, opt recordingOpt) {
+		testTurnRoundTrips(t, func(c *queue.WorkerConfig, opt hookedOpt) {
 			rdb := opt.MakeRedisClient().(*redis.Client)
 			t.Cleanup(func() { _ = rdb.Close() })
 			c.Redis, c.RedisClient = opt, rdb
@@ -103,10 +113,10 @@ func TestTurnStartIsOneRoundTrip(t *testing.T) {
 	})
 }
 
-func testTurnRoundTrips(t *testing.T, setup func(*queue.WorkerConfig, recordingOpt)) {
+func testTurnRoundTrips(t *testing.T, setup func(*queue.WorkerConfig, hookedOpt)) {
 	e := newEnv(t)
 	rec := &tripRecorder{}
-	e.startWorker("w1", func(c *queue.WorkerConfig) { setup(c, recordingOpt{e.redisOpt(), rec}) })
+	e.startWorker("w1", func(c *queue.WorkerConfig) { setup(c, hookedOpt{e.redisOpt(), rec}) })
 	agent := e.sim.CreateAgent("trips", nil)
 	checked := 0
 	for i := range 4 {
@@ -160,36 +170,24 @@ func testTurnRoundTrips(t *testing.T, setup func(*queue.WorkerConfig, recordingO
 	}
 }
 
-// slowFinalOpt makes clients whose first round trip that writes a final event (a script whose
-// keys hold an answered marker) takes delay: longer than the delivery allowance.
-type slowFinalOpt struct {
-	asynq.RedisClientOpt
-	marker string // the answered markers' key prefix
-	delay  time.Duration
-	once   *sync.Once
-}
-
-func (o slowFinalOpt) MakeRedisClient() any {
-	c := queue.LeanRedis(o.RedisClientOpt).MakeRedisClient().(*redis.Client)
-	c.AddHook(o)
-	return c
-}
-
-func (o slowFinalOpt) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (o slowFinalOpt) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
-func (o slowFinalOpt) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		for _, c := range cmds {
-			if n := strings.ToLower(c.Name()); n != "evalsha" && n != "eval" {
-				continue // (the start's reads look at the marker too)
-			}
-			for _, a := range c.Args() {
-				if s, ok := a.(string); ok && strings.HasPrefix(s, o.marker) {
-					o.once.Do(func() { time.Sleep(o.delay) })
+// slowFinal is a hook whose first round trip that writes a final event (a script whose keys
+// hold an answered marker) takes delay: longer than the delivery allowance.
+func slowFinal(marker string, delay time.Duration) pipelineHook {
+	var once sync.Once
+	return func(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+		return func(ctx context.Context, cmds []redis.Cmder) error {
+			for _, c := range cmds {
+				if n := strings.ToLower(c.Name()); n != "evalsha" && n != "eval" {
+					continue // (the start's reads look at the marker too)
+				}
+				for _, a := range c.Args() {
+					if s, ok := a.(string); ok && strings.HasPrefix(s, marker) {
+						once.Do(func() { time.Sleep(delay) })
+					}
 				}
 			}
+			return next(ctx, cmds)
 		}
-		return next(ctx, cmds)
 	}
 }
 
@@ -222,7 +220,7 @@ func TestLateFinalWriteCountsTheTurnOnce(t *testing.T) {
 	e := newEnv(t)
 	obs := &outcomeCounter{}
 	e.startWorker("w1", func(c *queue.WorkerConfig) {
-		c.Redis = slowFinalOpt{e.redisOpt(), e.prefix + "answered:", e.budget.DeliveryAllowance + 500*time.Millisecond, &sync.Once{}}
+		c.Redis = hookedOpt{e.redisOpt(), slowFinal(e.prefix+"answered:", e.budget.DeliveryAllowance+500*time.Millisecond)}
 		c.Observer = obs
 	})
 	agent := e.sim.CreateAgent("late", nil)
@@ -267,16 +265,11 @@ func (e *env) countedAndAnsweredOnce(obs *outcomeCounter, c queue.Conversation, 
 	}
 }
 
-// racingFinalOpt makes clients that order one race on purpose: the first write of a final
+// finalRace is a hook that orders one race on purpose: the first write of a final
 // event (a script with an answered marker in its arguments) is held until the next attempt
 // has read the marker at its start (and found none), and that attempt's own final write is
 // held until the first one has landed. So the retry goes on with the turn and finds its final
 // event already written by the attempt that stopped waiting for it.
-type racingFinalOpt struct {
-	asynq.RedisClientOpt
-	r *finalRace
-}
-
 type finalRace struct {
 	marker                string
 	mu                    sync.Mutex
@@ -286,17 +279,8 @@ type finalRace struct {
 	readOnce              sync.Once
 }
 
-func (o racingFinalOpt) MakeRedisClient() any {
-	c := queue.LeanRedis(o.RedisClientOpt).MakeRedisClient().(*redis.Client)
-	c.AddHook(o)
-	return c
-}
-
-func (o racingFinalOpt) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (o racingFinalOpt) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
-func (o racingFinalOpt) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (r *finalRace) hook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		r := o.r
 		final, read := false, false
 		for _, c := range cmds {
 			n := strings.ToLower(c.Name())
@@ -349,7 +333,7 @@ func TestRetryMeetingALateFinalWriteCountsTheTurnOnce(t *testing.T) {
 	obs := &outcomeCounter{}
 	race := &finalRace{marker: e.prefix + "answered:", retryRead: make(chan struct{}), firstLands: make(chan struct{})}
 	e.startWorker("w1", func(c *queue.WorkerConfig) {
-		c.Redis = racingFinalOpt{e.redisOpt(), race}
+		c.Redis = hookedOpt{e.redisOpt(), pipelineHook(race.hook)}
 		c.Observer = obs
 	})
 	agent := e.sim.CreateAgent("race", nil)
