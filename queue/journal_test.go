@@ -7,9 +7,12 @@ import (
 	"reflect"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 func rjRecord(taskID string, enqueued time.Time) *TurnRecord {
@@ -563,6 +566,116 @@ func TestJournalSavesSkipKnownIndexEntries(t *testing.T) {
 		// Without a state (Save): every entry written or removed, as always.
 		if got := idx(save(read, false, nil)); got != "true 1 1 1 0 0" {
 			t.Errorf("save without a state: %q", got)
+		}
+	})
+}
+
+// A save without keepFinished is plain commands (plainSaveOp), not a call of
+// journalSaveScript: from the same arguments both leave the same keys, values,
+// expiries and index entries, through a series of saves that add, keep and
+// remove index entries, with and without the turn's index knowledge, and with
+// the index trimmed to its length.
+func TestPlainSaveMatchesScript(t *testing.T) {
+	rjEach(t, func(t *testing.T, b rjBackend) {
+		ctx := context.Background()
+		now := time.Date(2026, 11, 26, 10, 0, 0, 0, time.UTC)
+		opts := func(prefix string) JournalOptions {
+			return JournalOptions{Prefix: prefix, Retention: time.Hour, MaxIndex: 3, Now: func() time.Time { return now }}
+		}
+		plain, script := NewJournal(b.rdb, opts(b.prefix+"plain:")), NewJournal(b.rdb, opts(b.prefix+"script:"))
+		var ixPlain, ixScript *journalIndexed // the turn's, when it knows
+		run := func(rec *TurnRecord, known bool) {
+			t.Helper()
+			var ixp, ixs *journalIndexed
+			if known {
+				ixp, ixs = ixPlain, ixScript
+			}
+			op, err := plain.saveOp(rec, false, ixp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			args, err := script.saveArgs(rec, false, ixs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wrote := journalIndexedBits(rec)
+			sop := scriptOp(journalSaveScript, args, func(c *redis.Cmd) error {
+				if n, err := c.Int64(); err != nil || n != 1 {
+					return fmt.Errorf("script: %d %v", n, err)
+				}
+				if ixs != nil {
+					ixs.sure.Or(wrote)
+				}
+				return nil
+			})
+			for i, err := range runOps(ctx, b.rdb, []pipelineOp{op, sop}) {
+				if err != nil {
+					t.Fatalf("op %d: %v", i, err)
+				}
+			}
+			if ixp != nil && (ixp.sure.Load() != ixs.sure.Load() || ixp.maybe.Load() != ixs.maybe.Load()) {
+				t.Fatalf("index knowledge: plain %b/%b, script %b/%b", ixp.sure.Load(), ixp.maybe.Load(), ixs.sure.Load(), ixs.maybe.Load())
+			}
+		}
+		// dump is every key of a journal, its prefix cut, with its value
+		// (index entries with their scores) and whether it expires within
+		// the retention.
+		dump := func(j *Journal) string {
+			t.Helper()
+			keys, err := b.rdb.Keys(ctx, j.opts.Prefix+"*").Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			sort.Strings(keys)
+			var out []string
+			for _, k := range keys {
+				var v any
+				switch typ := b.rdb.Type(ctx, k).Val(); typ {
+				case "string":
+					v = b.rdb.Get(ctx, k).Val()
+				case "zset":
+					v = b.rdb.ZRangeWithScores(ctx, k, 0, -1).Val()
+				case "list":
+					v = b.rdb.LRange(ctx, k, 0, -1).Val()
+				default:
+					t.Fatalf("key %s: type %s", k, typ)
+				}
+				ttl := b.rdb.PTTL(ctx, k).Val()
+				out = append(out, fmt.Sprintf("%s=%v expires:%v", strings.TrimPrefix(k, j.opts.Prefix), v, ttl > 0 && ttl <= time.Hour))
+			}
+			return strings.Join(out, "\n")
+		}
+		check := func(step string) {
+			t.Helper()
+			if p, s := dump(plain), dump(script); p != s {
+				t.Fatalf("%s: plain save left\n%s\nthe script\n%s", step, p, s)
+			}
+		}
+		for i := range 5 {
+			task := fmt.Sprintf("t%d", i)
+			for _, j := range []*Journal{plain, script} {
+				if err := j.rdb.RPush(ctx, j.intentsKey(task), "{}").Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ixPlain, ixScript = new(journalIndexed), new(journalIndexed)
+			ixPlain.init(nil)
+			ixScript.init(nil)
+			rec := rjRecord(task, now.Add(-time.Duration(5-i)*time.Minute))
+			rec.Attempts = []Attempt{{N: 1, Start: now}}
+			run(rec, i%2 == 0)
+			check(task + " first save")
+			rec.FirstStartedAt = now // the turn's time is known now: its entry moves
+			rec.Attempts = append(rec.Attempts, Attempt{N: 2, Start: now, TimeoutClock: "stall"})
+			run(rec, i%2 == 0)
+			check(task + " retried")
+			rec.Attempts = rec.Attempts[:1]
+			rec.Outcome = OutcomeAnswered
+			run(rec, i%2 == 0)
+			check(task + " answered (leaves the retries and stalls indexes)")
+		}
+		if n := b.rdb.ZCard(ctx, plain.indexKey(FilterAll)).Val(); n != 3 {
+			t.Fatalf("the recent index has %d entries, want MaxIndex (3)", n)
 		}
 	})
 }
