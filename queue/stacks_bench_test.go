@@ -46,7 +46,7 @@ func waitingTaskStacks(b *testing.B, srv *testredis.Server, cancelable bool, n i
 	release, started := make(chan struct{}), make(chan struct{}, n)
 	mux := asynq.NewServeMux()
 	mux.HandleFunc("t", func(ctx context.Context, _ *asynq.Task) error {
-		growStack(40)
+		growStackBy(40)
 		started <- struct{}{}
 		<-release
 		return nil
@@ -85,14 +85,14 @@ func waitingTaskStacks(b *testing.B, srv *testredis.Server, cancelable bool, n i
 	return float64(after.StackInuse-before.StackInuse) / float64(n)
 }
 
-// growStack uses about 300 bytes of stack per level, then returns.
+// growStackBy uses about 300 bytes of stack per level, then returns.
 //
 //go:noinline
-func growStack(n int) int {
+func growStackBy(n int) int {
 	var buf [256]byte
 	buf[n%256] = byte(n)
 	if n == 0 {
 		return int(buf[0])
 	}
-	return growStack(n-1) + int(buf[n%256])
+	return growStackBy(n-1) + int(buf[n%256])
 }
