@@ -29,6 +29,7 @@ if not s then
   local top = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
   if top[2] and tonumber(top[2]) >= sc then sc = tonumber(top[2]) + 1 end
   redis.call('ZADD', KEYS[1], 'NX', string.format('%.0f', sc), ARGV[1])
+  if not top[1] then return 0 end
 end
 return redis.call('ZRANK', KEYS[1], ARGV[1])
 `)
@@ -45,9 +46,9 @@ return redis.call('ZRANK', KEYS[1], ARGV[1])
 //	{'wait', position, head, lockTask (empty when free), headScore}
 //	{'ok', previousToken (empty when the lock was free), joined ('1' when auto-joined)}
 var acquireLua = evalcmd.New(`
-local into = redis.call('GET', KEYS[3])
-if into then return {'merged', into} end
-if redis.call('EXISTS', KEYS[4]) == 1 then return {'done'} end
+local m = redis.call('MGET', KEYS[3], KEYS[4])
+if m[1] then return {'merged', m[1]} end
+if m[2] then return {'done'} end
 local joined = '0'
 if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
   if ARGV[6] ~= '1' then return {'notjoined'} end
@@ -58,14 +59,15 @@ if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
   joined = '1'
 end
 local h = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-local held = redis.call('HGET', KEYS[2], 'task') or ''
+local lock = redis.call('HMGET', KEYS[2], 'task', 'token')
+local held = lock[1] or ''
 if h[1] ~= ARGV[1] then
   return {'wait', redis.call('ZRANK', KEYS[1], ARGV[1]), h[1], held, h[2]}
 end
 if held ~= '' and held ~= ARGV[1] then
   return {'wait', 0, h[1], held, h[2]}
 end
-local prev = redis.call('HGET', KEYS[2], 'token') or ''
+local prev = lock[2] or ''
 redis.call('HSET', KEYS[2], 'task', ARGV[1], 'token', ARGV[2], 'holder', ARGV[3])
 redis.call('PEXPIRE', KEYS[2], ARGV[4])
 return {'ok', prev, joined}
