@@ -102,7 +102,7 @@ func TestTurnOpsAfterScriptFlush(t *testing.T) {
 			}
 			// The save has no index knowledge (nil): it removes the record
 			// from the indexes it does not match.
-			want := "[[evalsha rpush pexpire lrange set set pexpire zadd zremrangebyrank pexpire zrem zrem zrem zrem evalsha evalsha] [eval eval eval]]"
+			want := "[[evalsha rpush pexpire lrange multi set set pexpire zadd zremrangebyrank pexpire zrem zrem zrem zrem exec evalsha evalsha] [eval eval eval]]"
 			if got := fmt.Sprint(h.rounds()); got != want {
 				t.Errorf("round trips %s, want %s", got, want)
 			}

@@ -491,7 +491,7 @@ func (j *Journal) saveOp(rec *TurnRecord, keepFinished bool, ix *journalIndexed)
 	}
 	wrote := journalIndexedBits(rec)
 	taskID := rec.TaskID // not rec: the caller's copy of its record then stays on its stack
-	if !keepFinished {
+	if !keepFinished && j.single() {
 		return j.plainSaveOp(args, taskID, ix, wrote), nil
 	}
 	return scriptOp(journalSaveScript, args, func(c *redis.Cmd) error {
@@ -505,16 +505,23 @@ func (j *Journal) saveOp(rec *TurnRecord, keepFinished bool, ix *journalIndexed)
 	}), nil
 }
 
+// single reports whether the journal's client is one Redis (not a Cluster
+// or a Ring), where a pipeline may carry a MULTI … EXEC of its own.
+func (j *Journal) single() bool {
+	_, ok := j.rdb.(*redis.Client)
+	return ok
+}
+
 // plainSaveOp is the save that args (saveArgs' command, without
-// keepFinished) describes, as plain commands in the pipeline instead of a
-// call of journalSaveScript: Redis spends ~9 µs on them against ~29 µs on
-// the script (a script's redis.call costs Redis more than the command
+// keepFinished) describes, as plain commands in a MULTI … EXEC instead of
+// a call of journalSaveScript: Redis spends ~9 µs on them against ~29 µs
+// on the script (a script's redis.call costs Redis more than the command
 // itself, and its arguments are copied into Lua and back). Nothing in it
-// depends on what is stored, so it needs no script; it is not atomic, but
-// a reader that comes between its commands sees a record without its
-// index entry for a moment, as it would before the script ran, and a
-// failed command fails the op (the turn's next save writes the entries
-// again, as ix then does not know them).
+// depends on what is stored, so it needs no script; the transaction keeps
+// it atomic, so that of two racing saves the record and its index entries
+// are one save's (TestJournalSaveConcurrent). For one Redis only (single):
+// a Cluster pipeline would send MULTI and EXEC, which have no key, to any
+// node.
 func (j *Journal) plainSaveOp(args []any, taskID string, ix *journalIndexed, wrote uint32) pipelineOp {
 	return func(ctx context.Context, p redis.Pipeliner, _ bool) func() error {
 		nk := args[2].(int)
@@ -522,12 +529,13 @@ func (j *Journal) plainSaveOp(args []any, taskID string, ix *journalIndexed, wro
 		// a: record JSON, task id, otid, ttl, score, known, keep, keep
 		// finished, then one flag per index key (see journalSaveScript).
 		ttl := a[3]
-		cmds := make([]*redis.Cmd, 0, 3+3*(nk-3))
+		cmds := make([]*redis.Cmd, 0, 5+3*(nk-3))
 		add := func(args ...any) {
 			c := redis.NewCmd(ctx, args...)
 			_ = p.Process(ctx, c) // the error is c's
 			cmds = append(cmds, c)
 		}
+		add("multi")
 		add("set", keys[0], a[0], "px", ttl)
 		if a[2] != "" {
 			add("set", keys[1], a[1], "px", ttl)
@@ -547,9 +555,21 @@ func (j *Journal) plainSaveOp(args []any, taskID string, ix *journalIndexed, wro
 				add("zrem", keys[i], a[1])
 			}
 		}
+		add("exec")
 		return func() error {
 			for _, c := range cmds {
 				if err := c.Err(); err != nil {
+					return fmt.Errorf("queue: journal save %s: %w", taskID, err)
+				}
+			}
+			// EXEC's reply holds each command's result: an error among
+			// them is that command's (the others ran).
+			res, _ := cmds[len(cmds)-1].Val().([]any)
+			if len(res) != len(cmds)-2 {
+				return fmt.Errorf("queue: journal save %s: the transaction ran %d of %d commands", taskID, len(res), len(cmds)-2)
+			}
+			for _, r := range res {
+				if err, ok := r.(error); ok {
 					return fmt.Errorf("queue: journal save %s: %w", taskID, err)
 				}
 			}

@@ -679,3 +679,31 @@ func TestPlainSaveMatchesScript(t *testing.T) {
 		}
 	})
 }
+
+// A command of the save's transaction that fails (here the index is not a
+// sorted set) fails the save, and the turn does not learn the index entries.
+func TestPlainSaveReportsAFailedCommand(t *testing.T) {
+	rjEach(t, func(t *testing.T, b rjBackend) {
+		ctx := context.Background()
+		j := NewJournal(b.rdb, JournalOptions{Prefix: b.prefix})
+		if err := b.rdb.Set(ctx, j.indexKey(FilterAll), "not a zset", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		var ix journalIndexed
+		ix.init(nil)
+		now := time.Now()
+		rec := rjRecord("t", now)
+		rec.FirstStartedAt = now
+		op, err := j.saveOp(rec, false, &ix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = runOps(ctx, b.rdb, []pipelineOp{op})[0]
+		if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+			t.Fatalf("save: %v, want the index's WRONGTYPE", err)
+		}
+		if ix.sure.Load() != 0 {
+			t.Fatalf("the turn learned index entries %b from a failed save", ix.sure.Load())
+		}
+	})
+}
