@@ -170,15 +170,27 @@ func mergeText(head Message, fs []follower) string {
 func (t *turn) acquire(ctx context.Context) (lease *ordering.Lease, err error, done bool) {
 	o := t.w.ord
 	alive := ordering.InspectorAlive(o.insp, t.queue)
-	if rdb, ok := t.w.startWithLock(); ok {
+	if _, ok := t.w.startWithLock(); ok {
 		// The acquire and the start's reads in one round trip: the reads
 		// run after the acquire, so with the lock taken by it they are what
-		// readStart would read after it.
-		p := rdb.Pipeline()
+		// readStart would read after it. The round trip is the writer's
+		// (progress.do), shared with what the other turns write then.
 		var a *ordering.Acquiring
-		if a, err = o.seq.AcquireIn(ctx, p, t.key, t.taskID, t.w.cfg.WorkerID); err == nil {
-			pre := t.queueStartReads(ctx, p, p)
-			_, _ = p.Exec(ctx) // each command has its own error
+		var pre *startReads
+		op := func(octx context.Context, p redis.Pipeliner, sha bool) func() error {
+			if sha { // (a second round is only for scripts that failed: none here)
+				if a, err = o.seq.AcquireIn(octx, p, t.key, t.taskID, t.w.cfg.WorkerID); err == nil {
+					pre = t.queueStartReads(octx, p, p)
+				}
+			}
+			return func() error { return nil } // each command has its own error, read below
+		}
+		if derr := t.progress.do(ctx, nil, op); derr != nil {
+			// Not run, or not waited for (ctx ended): a lock it took
+			// goes to this task's next attempt (the lock knows the task).
+			return nil, t.retryEarly(fmt.Errorf("ordering: acquire: %w", derr)), true
+		}
+		if err == nil {
 			if lease, err = a.Lease(ctx, alive); err == nil && a.First() {
 				t.pre = pre
 			}
