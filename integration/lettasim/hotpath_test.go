@@ -2,8 +2,11 @@ package lettasim
 
 import (
 	"bytes"
+	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"reflect"
 	"testing"
 	"time"
 )
@@ -102,4 +105,146 @@ func BenchmarkAppendDate(b *testing.B) {
 	for b.Loop() {
 		buf = appendDate(buf[:0], now)
 	}
+}
+
+// sendBodies are send bodies decodeSendBody's fast path takes, and their near misses.
+var sendBodies = []string{
+	lettaqSendBody,
+	`{"messages":[{"type":"message","role":"user","content":"hi","otid":"o1"}],"streaming":true,"stream_tokens":false,"include_pings":true,"background":true,"max_steps":7,"agent_id":"agent-1"}`,
+	` { "messages" : [ { "role" : "user" , "content" : "a\nb \u00e9 \"q\" <&>" , "otid" : "o2" , "sender_id" : "s" } ] } ` + "\t\r\n",
+	`{"messages":[{"role":"user","content":"x"},{"role":"system","content":"y","otid":"o3"},{"role":"assistant","content":"z"}]}`,
+	`{"messages":[{"type":null,"role":null,"content":"x","otid":null,"sender_id":null}],"streaming":null,"stream_tokens":null,"include_pings":null,"background":null,"max_steps":null,"agent_id":null,"input":null}`,
+	`{"input":"hello","include_pings":false}`,
+	`{"input":null,"messages":null}`,
+	`{"messages":null}`,
+	`{"input":["a"]}`,
+	`{"input":[{"type":"text","text":"hi"}]}`,
+	`{}`, `null`, `[]`, `""`, ``, `{"messages":[]}`, `{"messages":{}}`, `{"messages":"hi"}`,
+	`{"messages":[{"role":"user","content":"hi"}],"messages":[{"role":"user","content":"ho"}]}`,
+	`{"messages":[{"role":"user","content":"hi","content":"ho"}]}`,
+	`{"Messages":[{"role":"user","content":"hi"}]}`,
+	`{"messages":[{"Role":"user","content":"hi"}]}`,
+	`{"messag\u0065s":[{"role":"user","content":"hi"}]}`,
+	`{"messages":[{"role":"user","content":"hi"}],"use_assistant_message":true}`,
+	`{"messages":[{"role":"user","content":"hi","name":"n"}]}`,
+	`{"messages":[{"role":"user","content":"hi"}]} x`,
+	`{"messages":[{"role":"user","content":"hi"}],}`,
+	`{"messages":[{"role":"user","content":"hi"},]}`,
+	`{"messages":[{"role":"user","content":"hi"}]`,
+	`{"messages":[{"role":"user","content":"h` + "\x01" + `i"}]}`,
+	`{"messages":[{"role":"user","content":"h` + "\xff" + `i"}]}`,
+	`{"messages":[{"role":"user","content":"\ud800"}]}`,
+	`{"messages":[{"role":"user","content":"\x"}]}`,
+	`{"messages":[{"role":"user","content":"a\\"}]}`,
+	`{"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}]}`,
+	`{"messages":[{"role":"user","content":null}]}`,
+	`{"messages":[{"role":"user","content":1}]}`,
+	`{"messages":[{"role":"user"}]}`,
+	`{"messages":[{"role":"robot","content":"hi"}]}`,
+	`{"messages":[{"role":1,"content":"hi"}]}`,
+	`{"messages":[{"type":"approval","approvals":[]}]}`,
+	`{"messages":[{"type":"mess\u0061ge","role":"user","content":"hi"}]}`,
+	`{"messages":[{"type":"other","role":"user","content":"hi"}]}`,
+	`{"messages":["hi"]}`,
+	`{"messages":[null]}`,
+	`{"messages":[{"role":"user","content":"hi"}],"max_steps":0}`,
+	`{"messages":[{"role":"user","content":"hi"}],"max_steps":-3}`,
+	`{"messages":[{"role":"user","content":"hi"}],"max_steps":-0}`,
+	`{"messages":[{"role":"user","content":"hi"}],"max_steps":01}`,
+	`{"messages":[{"role":"user","content":"hi"}],"max_steps":1.5}`,
+	`{"messages":[{"role":"user","content":"hi"}],"max_steps":1e2}`,
+	`{"messages":[{"role":"user","content":"hi"}],"max_steps":99999999999999999999}`,
+	`{"messages":[{"role":"user","content":"hi"}],"max_steps":-}`,
+	`{"messages":[{"role":"user","content":"hi"}],"max_steps":"5"}`,
+	`{"messages":[{"role":"user","content":"hi"}],"streaming":"true"}`,
+	`{"messages":[{"role":"user","content":"hi"}],"streaming":truex}`,
+	`{"messages":[{"role":"user","content":"hi"}],"background":tru}`,
+	`{"messages":[{"role":"user","content":"hi"}],"agent_id":5}`,
+	`{"messages":[{"role":"user","content":"hi"}],"agent_id":"a\tb"}`,
+	`{"messages":[{"role":"user","content":"hi"}],"agent_id":"a\u0041"}`,
+	"\ufeff" + `{"messages":[{"role":"user","content":"hi"}]}`,
+}
+
+// checkSendBody fails when decodeSendBody and json.Unmarshal disagree about raw, or when the
+// messages parsed from their bodies differ. It reports whether the fast path took raw.
+func checkSendBody(t *testing.T, raw []byte) (fast bool) {
+	t.Helper()
+	var fb sendBody
+	fast = fastSendBody(raw, &fb)
+	var got, want sendBody
+	gerr, werr := decodeSendBody(raw, &got), json.Unmarshal(raw, &want)
+	if fmt.Sprint(gerr) != fmt.Sprint(werr) {
+		t.Fatalf("%q: decodeSendBody error %v, json.Unmarshal error %v", raw, gerr, werr)
+	}
+	if werr != nil {
+		return fast
+	}
+	pre := got.pre
+	got.pre = nil
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("%q: decodeSendBody gave\n%+v, json.Unmarshal\n%+v", raw, got, want)
+	}
+	got.pre = pre
+	gm, gerr := parseMessages(&got)
+	wm, werr := parseMessages(&want)
+	if fmt.Sprint(gerr) != fmt.Sprint(werr) {
+		t.Fatalf("%q: parseMessages error %v after decodeSendBody, %v after json.Unmarshal", raw, gerr, werr)
+	}
+	for _, ms := range [][]inMessage{gm, wm} {
+		for i := range ms {
+			if !bytes.Contains(raw, []byte(ms[i].otid)) {
+				ms[i].otid = "(minted)"
+			}
+		}
+	}
+	if !reflect.DeepEqual(gm, wm) {
+		t.Fatalf("%q: parseMessages gave\n%+v after decodeSendBody,\n%+v after json.Unmarshal", raw, gm, wm)
+	}
+	return fast
+}
+
+// checkStringContent fails when parseContent reads a JSON string otherwise than json.Unmarshal.
+func checkStringContent(t *testing.T, raw []byte) {
+	t.Helper()
+	if !json.Valid(raw) || raw[0] != '"' {
+		return
+	}
+	var want string
+	werr := json.Unmarshal(raw, &want)
+	c, err := parseContent(raw, "input")
+	if err != nil || werr != nil || c.text != want || c.asParts {
+		t.Fatalf("%q: parseContent = %q, %v; json.Unmarshal = %q, %v", raw, c.text, err, want, werr)
+	}
+}
+
+func TestDecodeSendBodyMatchesJSON(t *testing.T) {
+	took := 0
+	for _, s := range sendBodies {
+		raw := []byte(s)
+		// Every prefix, too: truncated bodies must fail the same way.
+		for n := 0; n <= len(raw); n++ {
+			if checkSendBody(t, raw[:n]) && n == len(raw) {
+				took++
+			}
+		}
+	}
+	if !fastSendBody([]byte(lettaqSendBody), &sendBody{}) {
+		t.Fatal("the fast path gave up on the body lettaq sends")
+	}
+	if took < 8 {
+		t.Fatalf("the fast path took only %d of the bodies", took)
+	}
+	for _, s := range []string{`"hi"`, `"a\nb"`, `"\u00e9\ud83d\ude00"`, `"é"`, "\"\xff\"", `"\ud800"`, `""`, `"<&>"`} {
+		checkStringContent(t, []byte(s))
+	}
+}
+
+func FuzzDecodeSendBody(f *testing.F) {
+	for _, s := range sendBodies {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		checkSendBody(t, raw)
+		checkStringContent(t, raw)
+	})
 }
