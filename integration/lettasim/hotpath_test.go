@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 )
@@ -246,5 +247,32 @@ func FuzzDecodeSendBody(f *testing.F) {
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		checkSendBody(t, raw)
 		checkStringContent(t, raw)
+	})
+}
+
+func TestCountFieldsMatchesStringsFields(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	pieces := []string{"a", "bc", " ", "  ", "\t", "\n", "\v", "\f", "\r", "\u0085", "\u00a0", "\u2003", "\u3000", "é", "\xff", "\xe2\x80", "[[sim", "x"}
+	cases := []string{"", " ", "a", " a ", "you said: hi", "The user wrote to me. I will answer."}
+	for range 20_000 {
+		var b strings.Builder
+		for range rng.IntN(12) {
+			b.WriteString(pieces[rng.IntN(len(pieces))])
+		}
+		cases = append(cases, b.String())
+	}
+	for _, s := range cases {
+		if got, want := countFields(s), len(strings.Fields(s)); got != want {
+			t.Fatalf("countFields(%q) = %d, want %d", s, got, want)
+		}
+	}
+}
+
+func FuzzCountFields(f *testing.F) {
+	f.Add("a b\u00a0c\xff d")
+	f.Fuzz(func(t *testing.T, s string) {
+		if got, want := countFields(s), len(strings.Fields(s)); got != want {
+			t.Fatalf("countFields(%q) = %d, want %d", s, got, want)
+		}
 	})
 }

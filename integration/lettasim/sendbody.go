@@ -133,12 +133,12 @@ func (s *jscan) str() (string, bool) {
 
 // key consumes an object key and its colon. Only plain keys are taken: encoding/json would
 // unescape one and match it to a field.
-func (s *jscan) key() (string, bool) {
+func (s *jscan) key() ([]byte, bool) {
 	tok, plain, ok := s.strToken()
 	if !ok || !plain || !s.lit(":") {
-		return "", false
+		return nil, false
 	}
-	return string(tok[1 : len(tok)-1]), true
+	return tok[1 : len(tok)-1], true
 }
 
 // boolean consumes true or false.
@@ -172,7 +172,7 @@ func (s *jscan) integer() (int, bool) {
 
 // members consumes an object, calling member after each key's colon; member consumes the value
 // (or reports false to give up).
-func (s *jscan) members(member func(k string) bool) bool {
+func (s *jscan) members(member func(k []byte) bool) bool {
 	if !s.lit("{") {
 		return false
 	}
@@ -225,8 +225,8 @@ func fastSendBody(raw []byte, body *sendBody) bool {
 		*p = v
 		return ok
 	}
-	ok := s.members(func(k string) bool {
-		switch k {
+	ok := s.members(func(k []byte) bool {
+		switch string(k) {
 		case "messages":
 			if !once(1) {
 				return false
@@ -318,8 +318,8 @@ func (s *jscan) messages() ([]preMessage, bool) {
 			return ok
 		}
 		m := &pm.m
-		ok := s.members(func(k string) bool {
-			switch k {
+		ok := s.members(func(k []byte) bool {
+			switch string(k) {
 			case "type":
 				if !once(1) {
 					return false
@@ -335,7 +335,14 @@ func (s *jscan) messages() ([]preMessage, bool) {
 				m.Type = &messageType
 				return true
 			case "role":
-				return once(2) && optStr(&m.Role)
+				if !once(2) {
+					return false
+				}
+				if s.lit(`"user"`) { // the usual role, without its copy
+					m.Role = "user"
+					return true
+				}
+				return optStr(&m.Role)
 			case "content":
 				if !once(4) {
 					return false
