@@ -86,6 +86,11 @@ type Config struct {
 	// of the throughput run's lettaq part: its alloc_space is what the turns
 	// allocated (and what ran before them, which is little).
 	AllocProfile string
+	// SimCPUProfile, when set, is where a CPU profile of the simulator
+	// child is written: from its start to the end of the throughput run (its
+	// lettaq turns; the simulator idles during the bare Asynq part). Not
+	// with SimInProcess.
+	SimCPUProfile string
 	// TraceRedis prints, after the throughput and concurrency runs, what the
 	// round trips to Redis were, by command (scripts by their first key).
 	TraceRedis bool
@@ -119,6 +124,7 @@ func main() {
 	tm := flag.String("thread-mode", string(queue.ThreadAgent), `the worker's LETTAQ_THREAD_MODE: "agent", "conversation" or "default"`)
 	flag.StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of the throughput run (lettaq's turns) to this file")
 	flag.StringVar(&c.AllocProfile, "allocprofile", "", "write a heap profile at the end of the throughput run's lettaq turns to this file (go tool pprof -sample_index=alloc_space)")
+	flag.StringVar(&c.SimCPUProfile, "sim-cpuprofile", "", "write a CPU profile of the simulator child during the throughput run to this file (with the default child-process simulator)")
 	flag.BoolVar(&c.TraceRedis, "trace-redis", false, "print the Redis round trips of a turn by command")
 	flag.BoolVar(&c.Keep, "keep", false, "leave the run's keys in Redis (default: delete them when the run ends)")
 	flag.BoolVar(&c.SimInProcess, "sim-in-process", false, "run the throughput run's simulator in the benchmark's process (default: a child process, as Letta is a server of its own)")
@@ -527,12 +533,20 @@ func throughput(ctx context.Context, c Config, rco asynq.RedisClientOpt, rdb *re
 		defer sim.Close()
 		simURL = sim.URL
 	} else {
-		child, err := startSimChild(ctx, "-think", "0")
+		args := []string{"-think", "0"}
+		if c.SimCPUProfile != "" {
+			args = append(args, "-cpuprofile", c.SimCPUProfile)
+		}
+		child, err := startSimChild(ctx, args...)
 		if err != nil {
 			return err
 		}
 		defer child.stop()
 		simURL, simPID = child.url, child.cmd.Process.Pid
+		if c.SimCPUProfile != "" {
+			// The child writes its profile when its stdin closes (stats).
+			defer func() { _, _ = child.stats() }()
+		}
 	}
 	qname, prefix := "bench-tp-"+run, "lettaq-bench-"+run+":"
 	cnt := newCounter(c.Throughput)
@@ -694,6 +708,7 @@ func serveSim(args []string) {
 	think := fs.Duration("think", 30*time.Second, "")
 	ping := fs.Duration("ping", time.Second, "")
 	agents := fs.Int("agents", 1, "")
+	cpuProfile := fs.String("cpuprofile", "", "")
 	_ = fs.Parse(args)
 	raiseFileLimit()
 	sc := lettasim.ThinkingScript(*think, "done thinking")
@@ -701,8 +716,22 @@ func serveSim(args []string) {
 		sc = lettasim.QuickScript("ok")
 	}
 	sim := lettasim.NewServer(lettasim.Config{AutoCreateAgents: true, PingInterval: *ping, DefaultScript: sc})
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench: simulator CPU profile:", err)
+			os.Exit(1)
+		}
+		defer f.Close()
+	}
 	fmt.Println(sim.URL)
 	_, _ = io.Copy(io.Discard, os.Stdin)
+	if *cpuProfile != "" {
+		pprof.StopCPUProfile()
+	}
 	var st simStats
 	seen := map[string]int{}
 	for i := range *agents {

@@ -225,7 +225,7 @@ func (s *Sim) handleConvSend(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	var body sendBody
-	if err := json.Unmarshal(raw, &body); err != nil {
+	if err := decodeSendBody(raw, &body); err != nil {
 		writeValidation(w, "JSON decode error: "+err.Error())
 		return
 	}

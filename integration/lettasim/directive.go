@@ -24,6 +24,10 @@ const directiveOpen = "[[sim"
 // grammar.
 func parseDirectives(text string) (directive, error) {
 	d := directive{times: 1}
+	if !strings.Contains(text, directiveOpen) {
+		d.stripped = text // what the loop below makes of it, without its copies
+		return d, nil
+	}
 	var kept strings.Builder
 	var spec scriptSpec
 	rest := text

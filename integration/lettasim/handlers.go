@@ -109,6 +109,8 @@ type sendBody struct {
 	Background   bool            `json:"background"`
 	MaxSteps     *int            `json:"max_steps"`
 	AgentID      *string         `json:"agent_id"` // conversation endpoints: the agent of "default"
+
+	pre []preMessage // Messages, decoded by decodeSendBody's fast path (nil: not)
 }
 
 // userAgentAllowed is Letta's check for POST /messages with streaming=true.
@@ -145,7 +147,7 @@ func (s *Sim) handleTurn(w http.ResponseWriter, req *http.Request, ep Endpoint) 
 		return
 	}
 	var body sendBody
-	if err := json.Unmarshal(raw, &body); err != nil {
+	if err := decodeSendBody(raw, &body); err != nil {
 		writeValidation(w, "JSON decode error: "+err.Error())
 		return
 	}

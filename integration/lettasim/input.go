@@ -69,6 +69,10 @@ func parseContent(raw json.RawMessage, loc string) (content, error) {
 	}
 	switch t[0] {
 	case '"':
+		if len(t) >= 2 && t[len(t)-1] == '"' && plainString(t[1:len(t)-1]) {
+			c.text = string(t[1 : len(t)-1])
+			return c, nil
+		}
 		err := json.Unmarshal(t, &c.text)
 		return c, err
 	case '[':
@@ -211,17 +215,27 @@ func parseMessages(b *sendBody) ([]inMessage, error) {
 			images: c.images, imageURL: c.imageURL}}, nil
 	}
 	var raws []json.RawMessage
-	if err := json.Unmarshal(b.Messages, &raws); err != nil {
-		return nil, fmt.Errorf("messages: %v", err)
+	n := len(b.pre)
+	if n == 0 {
+		if err := json.Unmarshal(b.Messages, &raws); err != nil {
+			return nil, fmt.Errorf("messages: %v", err)
+		}
+		n = len(raws)
 	}
-	if len(raws) == 0 {
+	if n == 0 {
 		return nil, errors.New("messages: at least one message is required")
 	}
-	out := make([]inMessage, 0, len(raws))
-	for i, raw := range raws {
+	out := make([]inMessage, 0, n)
+	for i := range n {
 		var m messageCreate
-		if err := json.Unmarshal(raw, &m); err != nil {
-			return nil, fmt.Errorf("messages[%d]: %v", i, err)
+		var raw json.RawMessage
+		if b.pre != nil {
+			raw, m = b.pre[i].raw, b.pre[i].m
+		} else {
+			raw = raws[i]
+			if err := json.Unmarshal(raw, &m); err != nil {
+				return nil, fmt.Errorf("messages[%d]: %v", i, err)
+			}
 		}
 		if m.Type != nil && (*m.Type == "approval" || *m.Type == "tool_return") {
 			am, err := parseApprovalMessage(raw, *m.Type, fmt.Sprintf("messages[%d]", i))

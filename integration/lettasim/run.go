@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -71,6 +72,7 @@ func newRun(a *agent, background, async bool, otid string) *run {
 	return &run{
 		id: newID("run"), a: a, background: background, async: async, otid: otid,
 		created: time.Now(), status: "created",
+		log:      make([][]byte, 0, 8), // an instant turn's frames, without regrowing
 		cancelCh: make(chan struct{}), done: make(chan struct{}), notify: make(chan struct{}),
 	}
 }
@@ -392,21 +394,14 @@ func (t *turn) nextSeq() int64 {
 	return t.seq
 }
 
-func dataFrame(payload []byte) []byte {
-	b := make([]byte, 0, len(payload)+8)
-	b = append(b, "data: "...)
-	b = append(b, payload...)
-	return append(b, '\n', '\n')
-}
-
 // emit streams one part: one frame, or in token mode several delta frames sharing its id. It
 // reports false when the run was cancelled while a paced text was going out.
 func (t *turn) emit(r *row, p *part) bool {
-	t.outTokens += len(strings.Fields(p.text)) + len(strings.Fields(p.args))
+	t.outTokens += countFields(p.text) + countFields(p.args)
 	t.markFirstContent()
 	var frames [][]byte
 	if d := t.script.TokenDelay; t.tokens && d > 0 && (p.typ == ptReasoning || p.typ == ptAssistant) {
-		words := splitChunks(p.text, len(strings.Fields(p.text)))
+		words := splitChunks(p.text, countFields(p.text))
 		for i, c := range words {
 			if i > 0 && !t.wait(d) {
 				return false
@@ -458,6 +453,29 @@ func (t *turn) markFirstContent() {
 	t.r.mu.Unlock()
 }
 
+// countFields is len(strings.Fields(s)), without the slice.
+func countFields(s string) int {
+	n := 0
+	inField := false
+	for i := 0; i < len(s); {
+		c := s[i]
+		var space bool
+		if c < utf8.RuneSelf {
+			space = c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r'
+			i++
+		} else {
+			r, size := utf8.DecodeRuneInString(s[i:])
+			space = unicode.IsSpace(r)
+			i += size
+		}
+		if !space && !inField {
+			n++
+		}
+		inField = !space
+	}
+	return n
+}
+
 // splitChunks splits s into at most n pieces on word (or, for text without spaces, rune)
 // boundaries. Joining the pieces gives s back. An empty s gives one empty piece.
 func splitChunks(s string, n int) []string {
@@ -498,7 +516,7 @@ func splitChunks(s string, n int) []string {
 func (t *turn) finish(stop string, exception bool) {
 	t.commitPending()
 	r := t.r
-	prompt := int64(1000 + len(strings.Fields(t.echo)))
+	prompt := int64(1000 + countFields(t.echo))
 	u := usage{completion: int64(t.outTokens), prompt: prompt, total: prompt + int64(t.outTokens), steps: int64(t.modelSteps)}
 	var frames [][]byte
 	switch {
@@ -513,7 +531,7 @@ func (t *turn) finish(stop string, exception bool) {
 		frames = append(frames, []byte("data: {\"message_type\": \"stop_reason\", \"stop_reason\": \"cancelled\"}\n\n"))
 		frames = append(frames, []byte("data: [DONE]\n\n"))
 	case isFailure(stop):
-		frames = append(frames, dataFrame(t.stopReasonJSON(stop)))
+		frames = append(frames, t.stopReasonFrame(stop))
 		et := t.fault.ErrorType
 		if et == "" {
 			et = defaultErrorType(stop)
@@ -529,9 +547,10 @@ func (t *turn) finish(stop string, exception bool) {
 		}
 		frames = append(frames, errorFrame(o.end()))
 	default:
-		frames = append(frames, dataFrame(t.stopReasonJSON(stop)))
-		frames = append(frames, dataFrame(appendUsage(nil, r.id, u, t.nextSeq())))
-		frames = append(frames, []byte("data: [DONE]\n\n"))
+		frames = append(frames, t.stopReasonFrame(stop))
+		b := append(make([]byte, 0, 384), "data: "...)
+		frames = append(frames, append(appendUsage(b, r.id, u, t.nextSeq()), '\n', '\n'))
+		frames = append(frames, doneFrame)
 	}
 	r.mu.Lock()
 	r.stopReason = stop
@@ -544,18 +563,24 @@ func (t *turn) finish(stop string, exception bool) {
 	if r.th != nil {
 		r.th.runEnded(r)
 	}
-	t.s.logf("lettasim: run %s of agent %s ended: %s", r.id, t.a.id, stop)
+	if t.s.cfg.Logf != nil { // the arguments would be boxed for nothing
+		t.s.logf("lettasim: run %s of agent %s ended: %s", r.id, t.a.id, stop)
+	}
 }
 
-func (t *turn) stopReasonJSON(stop string) []byte {
-	o := beginObj(nil)
+// stopReasonFrame is the data frame of the run's stop_reason.
+func (t *turn) stopReasonFrame(stop string) []byte {
+	o := beginObj(append(make([]byte, 0, 96), "data: "...))
 	o.str("message_type", "stop_reason")
 	o.str("stop_reason", stop)
 	if seq := t.nextSeq(); seq >= 0 {
 		o.int("seq_id", seq)
 	}
-	return o.end()
+	return append(o.end(), '\n', '\n')
 }
+
+// doneFrame ends a stream. Frames are never written to once logged, so the runs share it.
+var doneFrame = []byte("data: [DONE]\n\n")
 
 func errorFrame(payload []byte) []byte {
 	b := make([]byte, 0, len(payload)+24)

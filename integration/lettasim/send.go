@@ -37,13 +37,12 @@ func (s *Sim) planSend(w http.ResponseWriter, a *agent, body *sendBody, mode tur
 	if err == nil {
 		err = s.fetchImages(msgs)
 	}
-	var br *badRequest
-	switch {
-	case errors.As(err, &br):
-		writeDetail(w, http.StatusBadRequest, br.detail)
-		return nil, false
-	case err != nil:
-		writeValidation(w, err.Error())
+	if err != nil {
+		if br := (*badRequest)(nil); errors.As(err, &br) {
+			writeDetail(w, http.StatusBadRequest, br.detail)
+		} else {
+			writeValidation(w, err.Error())
+		}
 		return nil, false
 	}
 	p := &sendPlan{a: a, body: body, mode: mode, msgs: msgs, otid: msgs[0].otid, maxSteps: 50}

@@ -52,10 +52,29 @@ func newID(prefix string) string {
 // an aware UTC datetime ("2025-01-02T03:04:05.123456+00:00").
 const dateLayout = "2006-01-02T15:04:05.000000-07:00"
 
+// appendDate appends t, in UTC, as a JSON string in dateLayout. It writes the digits itself:
+// AppendFormat parses the layout on every call, and the streams write a date per frame (tests
+// check it against time.Format).
 func appendDate(b []byte, t time.Time) []byte {
-	b = append(b, '"')
-	b = t.UTC().AppendFormat(b, dateLayout)
-	return append(b, '"')
+	t = t.UTC()
+	year, month, day := t.Date()
+	if year < 0 || year > 9999 {
+		b = append(b, '"')
+		b = t.AppendFormat(b, dateLayout) // a sign or a fifth digit: time's own rules
+		return append(b, '"')
+	}
+	hour, minute, sec := t.Clock()
+	us := t.Nanosecond() / 1000
+	b = append(b, '"',
+		byte('0'+year/1000), byte('0'+year/100%10), byte('0'+year/10%10), byte('0'+year%10), '-',
+		byte('0'+int(month)/10), byte('0'+int(month)%10), '-',
+		byte('0'+day/10), byte('0'+day%10), 'T',
+		byte('0'+hour/10), byte('0'+hour%10), ':',
+		byte('0'+minute/10), byte('0'+minute%10), ':',
+		byte('0'+sec/10), byte('0'+sec%10), '.',
+		byte('0'+us/100000), byte('0'+us/10000%10), byte('0'+us/1000%10),
+		byte('0'+us/100%10), byte('0'+us/10%10), byte('0'+us%10))
+	return append(b, "+00:00\""...)
 }
 
 func formatDate(t time.Time) string { return t.UTC().Format(dateLayout) }
