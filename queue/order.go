@@ -175,11 +175,14 @@ func (t *turn) acquire(ctx context.Context) (lease *ordering.Lease, err error, d
 		// run after the acquire, so with the lock taken by it they are what
 		// readStart would read after it. The round trip is the writer's
 		// (progress.do), shared with what the other turns write then.
+		// (The op's results are its own variables: when do stops waiting,
+		// the writer may still run it.)
 		var a *ordering.Acquiring
+		var aerr error
 		var pre *startReads
 		op := func(octx context.Context, p redis.Pipeliner, sha bool) func() error {
 			if sha { // (a second round is only for scripts that failed: none here)
-				if a, err = o.seq.AcquireIn(octx, p, t.key, t.taskID, t.w.cfg.WorkerID); err == nil {
+				if a, aerr = o.seq.AcquireIn(octx, p, t.key, t.taskID, t.w.cfg.WorkerID); aerr == nil {
 					pre = t.queueStartReads(octx, p, p)
 				}
 			}
@@ -190,7 +193,7 @@ func (t *turn) acquire(ctx context.Context) (lease *ordering.Lease, err error, d
 			// goes to this task's next attempt (the lock knows the task).
 			return nil, t.retryEarly(fmt.Errorf("ordering: acquire: %w", derr)), true
 		}
-		if err == nil {
+		if err = aerr; err == nil {
 			if lease, err = a.Lease(ctx, alive); err == nil && a.First() {
 				t.pre = pre
 			}
