@@ -1,0 +1,95 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lettaq/lettaq/internal/testredis"
+)
+
+// BenchmarkJournalSaveRedisCost measures what Redis spends on a turn's first
+// journal save (the record, its otid key, its entry in the recent index):
+// as plain commands in a MULTI … EXEC (plainSaveOp, what a worker on one
+// Redis sends) and as a call of journalSaveScript with the same arguments
+// (what it sent before, and still sends on a Cluster). Each op is one round
+// trip; it reports Redis's main-thread CPU per save, redis-cpu-µs/save (INFO
+// cpu: meaningful on a Redis nothing else uses meanwhile; miniredis reports
+// none). On a Redis 7.0 of its own, 2-CPU VM: 25–26 against 36–38 µs (the
+// round trip's own reading and writing included).
+//
+//	go test -run '^$' -bench JournalSaveRedisCost ./queue/
+func BenchmarkJournalSaveRedisCost(b *testing.B) {
+	srv := testredis.New(b)
+	rdb := srv.Client(b)
+	ctx := context.Background()
+	prefix := "lettaqbench:" + uuid.NewString() + ":"
+	defer func() {
+		it := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+		for it.Next(ctx) {
+			rdb.Del(ctx, it.Val())
+		}
+	}()
+	j := NewJournal(rdb, JournalOptions{Prefix: prefix})
+	rec := benchTurnRecord()
+	for _, v := range []struct {
+		name string
+		op   func(rec *TurnRecord) (pipelineOp, error)
+	}{
+		{"transaction", func(rec *TurnRecord) (pipelineOp, error) { return j.saveOp(rec, false, nil) }},
+		{"script", func(rec *TurnRecord) (pipelineOp, error) {
+			args, err := j.saveArgs(rec, false, nil)
+			if err != nil {
+				return nil, err
+			}
+			return scriptOp(journalSaveScript, args, func(c *redis.Cmd) error { return c.Err() }), nil
+		}},
+	} {
+		b.Run(v.name, func(b *testing.B) {
+			r := *rec
+			save := func(i int) {
+				r.TaskID, r.Otid = fmt.Sprintf("turn:%s-%d", v.name, i), fmt.Sprintf("otid-%s-%d", v.name, i)
+				op, err := v.op(&r)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := runOps(ctx, rdb, []pipelineOp{op})[0]; err != nil {
+					b.Fatal(err)
+				}
+			}
+			save(-1) // loads the script
+			cpu0 := redisMainCPU(ctx, rdb)
+			b.ResetTimer()
+			for i := range b.N {
+				save(i)
+			}
+			b.StopTimer()
+			if cpu1 := redisMainCPU(ctx, rdb); cpu1 > cpu0 {
+				b.ReportMetric((cpu1-cpu0)*1e6/float64(b.N), "redis-cpu-µs/save")
+			}
+		})
+	}
+}
+
+// redisMainCPU is Redis's main-thread CPU time in seconds, user and system
+// (INFO cpu; 0 when the server does not report it).
+func redisMainCPU(ctx context.Context, rdb redis.UniversalClient) float64 {
+	info, err := rdb.Info(ctx, "cpu").Result()
+	if err != nil {
+		return 0
+	}
+	var s float64
+	for _, line := range strings.Split(info, "\n") {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+		if k == "used_cpu_user_main_thread" || k == "used_cpu_sys_main_thread" {
+			f, _ := strconv.ParseFloat(v, 64)
+			s += f
+		}
+	}
+	return s
+}
