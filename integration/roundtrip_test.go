@@ -370,3 +370,83 @@ func TestRetryMeetingALateFinalWriteCountsTheTurnOnce(t *testing.T) {
 		t.Errorf("otid stored %d times at Letta, want 1", n)
 	}
 }
+
+// The ordering acquires (with the start's reads) of turns that start while the worker's
+// writer is busy ride its next round trip together: a turn's start has no round trip of its
+// own. The writer's first round trip with an acquire is held until every turn is running.
+func TestTurnStartsShareTheWritersRoundTrip(t *testing.T) {
+	e := newEnv(t)
+	const n = 8
+	acquire := "evalsha " + e.prefix + "ord:line:"
+	isAcquire := func(c redis.Cmder) bool {
+		a := c.Args()
+		if len(a) < 4 || strings.ToLower(c.Name()) != "evalsha" || fmt.Sprint(a[2]) != "4" {
+			return false
+		}
+		k, _ := a[3].(string)
+		return strings.HasPrefix("evalsha "+k, acquire)
+	}
+	release := make(chan struct{})
+	var (
+		held    sync.Once
+		mu      sync.Mutex
+		perTrip []int // acquires per round trip
+	)
+	hook := pipelineHook(func(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+		return func(ctx context.Context, cmds []redis.Cmder) error {
+			k := 0
+			for _, c := range cmds {
+				if isAcquire(c) {
+					k++
+				}
+			}
+			if k > 0 {
+				held.Do(func() { <-release })
+				mu.Lock()
+				perTrip = append(perTrip, k)
+				mu.Unlock()
+			}
+			return next(ctx, cmds)
+		}
+	})
+	e.startWorker("w1", func(c *queue.WorkerConfig) { c.Redis = hookedOpt{e.redisOpt(), hook} })
+	agent := e.sim.CreateAgent("share", nil)
+	type turn struct {
+		c  queue.Conversation
+		id string
+	}
+	var turns []turn
+	for range n {
+		c := e.conv("share")
+		turns = append(turns, turn{c, e.enqueue(queue.Message{AgentID: agent, Conversation: c, MessageID: "m", Text: "hi"}).TaskID})
+	}
+	// Every turn running: the first holds the writer, the others wait in its queue.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		active, err := e.insp.ListActiveTasks(e.queue)
+		if err == nil && len(active) == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			close(release)
+			t.Fatalf("%d of %d turns running (%v)", len(active), n, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond) // (from running to queued at the writer: decoding the payload)
+	close(release)
+	for _, tu := range turns {
+		if final, evs := e.waitFinal(tu.c, tu.id, 20*time.Second); final.Type != queue.EventAnswer {
+			t.Fatalf("turn %s: final %+v; events %s", tu.id, final, summarize(evs))
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	most, all := 0, 0
+	for _, k := range perTrip {
+		most, all = max(most, k), all+k
+	}
+	if all != n || most < n-1 {
+		t.Fatalf("acquires per round trip %v: want the %d turns' in 2 (the held one, then the rest together)", perTrip, n)
+	}
+}
