@@ -519,7 +519,8 @@ func (j *Journal) single() bool {
 // itself, and its arguments are copied into Lua and back). Nothing in it
 // depends on what is stored, so it needs no script; the transaction keeps
 // it atomic, so that of two racing saves the record and its index entries
-// are one save's (TestJournalSaveConcurrent). For one Redis only (single):
+// are one save's (TestJournalSaveConcurrent); a save of the record alone
+// (SET and the intents' PEXPIRE) goes without one. For one Redis only (single):
 // a Cluster pipeline would send MULTI and EXEC, which have no key, to any
 // node.
 func (j *Journal) plainSaveOp(args []any, taskID string, ix *journalIndexed, wrote uint32) pipelineOp {
@@ -529,13 +530,21 @@ func (j *Journal) plainSaveOp(args []any, taskID string, ix *journalIndexed, wro
 		// a: record JSON, task id, otid, ttl, score, known, keep, keep
 		// finished, then one flag per index key (see journalSaveScript).
 		ttl := a[3]
+		// A save that writes only the record (a turn's later saves: its
+		// index entries and otid key are written) needs no transaction.
+		tx := a[2] != ""
+		for _, f := range a[8:] {
+			tx = tx || f != "-"
+		}
 		cmds := make([]*redis.Cmd, 0, 5+3*(nk-3))
 		add := func(args ...any) {
 			c := redis.NewCmd(ctx, args...)
 			_ = p.Process(ctx, c) // the error is c's
 			cmds = append(cmds, c)
 		}
-		add("multi")
+		if tx {
+			add("multi")
+		}
 		add("set", keys[0], a[0], "px", ttl)
 		if a[2] != "" {
 			add("set", keys[1], a[1], "px", ttl)
@@ -555,22 +564,26 @@ func (j *Journal) plainSaveOp(args []any, taskID string, ix *journalIndexed, wro
 				add("zrem", keys[i], a[1])
 			}
 		}
-		add("exec")
+		if tx {
+			add("exec")
+		}
 		return func() error {
 			for _, c := range cmds {
 				if err := c.Err(); err != nil {
 					return fmt.Errorf("queue: journal save %s: %w", taskID, err)
 				}
 			}
-			// EXEC's reply holds each command's result: an error among
-			// them is that command's (the others ran).
-			res, _ := cmds[len(cmds)-1].Val().([]any)
-			if len(res) != len(cmds)-2 {
-				return fmt.Errorf("queue: journal save %s: the transaction ran %d of %d commands", taskID, len(res), len(cmds)-2)
-			}
-			for _, r := range res {
-				if err, ok := r.(error); ok {
-					return fmt.Errorf("queue: journal save %s: %w", taskID, err)
+			if tx {
+				// EXEC's reply holds each command's result: an error
+				// among them is that command's (the others ran).
+				res, _ := cmds[len(cmds)-1].Val().([]any)
+				if len(res) != len(cmds)-2 {
+					return fmt.Errorf("queue: journal save %s: the transaction ran %d of %d commands", taskID, len(res), len(cmds)-2)
+				}
+				for _, r := range res {
+					if err, ok := r.(error); ok {
+						return fmt.Errorf("queue: journal save %s: %w", taskID, err)
+					}
 				}
 			}
 			if ix != nil {

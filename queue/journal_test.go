@@ -673,6 +673,9 @@ func TestPlainSaveMatchesScript(t *testing.T) {
 			rec.Outcome = OutcomeAnswered
 			run(rec, i%2 == 0)
 			check(task + " answered (leaves the retries and stalls indexes)")
+			rec.Usage = &Usage{TotalTokens: 7} // the record alone (the turn knows its entries)
+			run(rec, i%2 == 0)
+			check(task + " saved again")
 		}
 		if n := b.rdb.ZCard(ctx, plain.indexKey(FilterAll)).Val(); n != 3 {
 			t.Fatalf("the recent index has %d entries, want MaxIndex (3)", n)
