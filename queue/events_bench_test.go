@@ -58,16 +58,8 @@ return out
 // script's usec over its calls; meaningful on a Redis nothing else uses at
 // the time; miniredis reports none).
 func BenchmarkEmitScript(b *testing.B) {
-	srv := testredis.New(b)
-	rdb := srv.Client(b)
 	ctx := context.Background()
-	prefix := "lettaqbench:" + uuid.NewString() + ":"
-	defer func() {
-		it := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-		for it.Next(ctx) {
-			rdb.Del(ctx, it.Val())
-		}
-	}()
+	rdb, prefix := benchRedis(b)
 	r := NewReplies(rdb, RepliesOptions{Prefix: prefix, MaxLen: 1000})
 	c := Conversation{Integration: "bench", ChatID: "emit"}
 	task, otid, run := "turn:bench:"+uuid.NewString(), uuid.NewString(), "run-"+uuid.NewString()
@@ -120,6 +112,21 @@ func BenchmarkEmitScript(b *testing.B) {
 			}
 		})
 	}
+}
+
+// benchRedis is a benchmark's Redis (testredis.New) and a key prefix of
+// its own, whose keys are deleted when the benchmark ends.
+func benchRedis(b *testing.B) (redis.UniversalClient, string) {
+	rdb := testredis.New(b).Client(b)
+	prefix := "lettaqbench:" + uuid.NewString() + ":"
+	b.Cleanup(func() {
+		ctx := context.Background()
+		it := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+		for it.Next(ctx) {
+			rdb.Del(ctx, it.Val())
+		}
+	})
+	return rdb, prefix
 }
 
 // evalshaStats reads EVALSHA's calls and usec from INFO commandstats (0, 0

@@ -7,10 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
-
-	"github.com/lettaq/lettaq/internal/testredis"
 )
 
 // BenchmarkJournalSaveRedisCost measures what Redis spends on a turn's first
@@ -25,16 +22,8 @@ import (
 //
 //	go test -run '^$' -bench JournalSaveRedisCost ./queue/
 func BenchmarkJournalSaveRedisCost(b *testing.B) {
-	srv := testredis.New(b)
-	rdb := srv.Client(b)
 	ctx := context.Background()
-	prefix := "lettaqbench:" + uuid.NewString() + ":"
-	defer func() {
-		it := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-		for it.Next(ctx) {
-			rdb.Del(ctx, it.Val())
-		}
-	}()
+	rdb, prefix := benchRedis(b)
 	j := NewJournal(rdb, JournalOptions{Prefix: prefix})
 	rec := benchTurnRecord()
 	for _, v := range []struct {

@@ -557,18 +557,7 @@ func TestWaitingPhasesAreSuperseded(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		done := make(chan error, 1)
-		go func() { done <- p.do(context.Background(), []*preparedEvent{final}) }()
-		waitQueued(wr, p, final) // the final event replaced the waiting thinking
-		close(gate)
-		if err := <-done; err != nil || !final.written {
-			t.Fatalf("final: %v, written %v", err, final.written)
-		}
-		p.close()
-		evs, _, err := r.Read(context.Background(), conv, "0", 100, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
+		evs := finishGated(t, wr, p, r, conv, gate, final) // (it replaced the waiting thinking)
 		var got []string
 		for _, ev := range evs {
 			s := string(ev.Type)
@@ -625,20 +614,8 @@ func TestAnswerSupersedesItsWaitingDeltas(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				done := make(chan error, 1)
-				go func() { done <- p.do(context.Background(), []*preparedEvent{pe}) }()
-				waitQueued(wr, p, pe)
-				close(gate)
-				if err := <-done; err != nil || !pe.written {
-					t.Fatalf("final: %v, written %v", err, pe.written)
-				}
-				p.close()
-				evs, _, err := r.Read(context.Background(), conv, "0", 100, 0)
-				if err != nil {
-					t.Fatal(err)
-				}
 				var got []string
-				for _, ev := range evs {
+				for _, ev := range finishGated(t, wr, p, r, conv, gate, pe) {
 					got = append(got, string(ev.Type)+":"+ev.Text)
 				}
 				want := "answer_delta:hel answer_delta:thinking tool: answer:hello world"
@@ -651,6 +628,25 @@ func TestAnswerSupersedesItsWaitingDeltas(t *testing.T) {
 			})
 		}
 	})
+}
+
+// finishGated queues final behind what p queued while its writer waits for gate, opens the
+// gate, waits for final to be written, closes p and returns conv's stream.
+func finishGated(t *testing.T, wr *writer, p *progress, r *Replies, conv Conversation, gate chan struct{}, final *preparedEvent) []ReplyEvent {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- p.do(context.Background(), []*preparedEvent{final}) }()
+	waitQueued(wr, p, final)
+	close(gate)
+	if err := <-done; err != nil || !final.written {
+		t.Fatalf("final: %v, written %v", err, final.written)
+	}
+	p.close()
+	evs, _, err := r.Read(context.Background(), conv, "0", 100, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return evs
 }
 
 // waitQueued returns once pe waits in p's queue.
