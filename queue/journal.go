@@ -350,8 +350,8 @@ func (j *Journal) intentOp(taskID, otid string, attempt int, worker string, prio
 // intentOpOf appends taskID's intent b and reads the list: the intents
 // before b are those ahead of the place RPUSH gave it. Of two racing
 // attempts exactly one thus sees the other's intent, without a script
-// (RPUSH is atomic, and the list only grows); Redis spends a third of the
-// script's time on the three commands.
+// (RPUSH is atomic, and the list only grows: nothing but the retention
+// removes an intent).
 func (j *Journal) intentOpOf(taskID string, b []byte, prior *[]Intent) pipelineOp {
 	key := j.intentsKey(taskID)
 	return func(ctx context.Context, p redis.Pipeliner, _ bool) func() error {
@@ -514,9 +514,10 @@ func (j *Journal) single() bool {
 
 // plainSaveOp is the save that args (saveArgs' command, without
 // keepFinished) describes, as plain commands in a MULTI … EXEC instead of
-// a call of journalSaveScript: Redis spends ~9 µs on them against ~29 µs
-// on the script (a script's redis.call costs Redis more than the command
-// itself, and its arguments are copied into Lua and back). Nothing in it
+// a call of journalSaveScript: Redis's thread spends 25–26 µs on a first
+// save this way against 36–38 µs on the script, the round trip included
+// (BenchmarkJournalSaveRedisCost; a script's redis.call costs Redis more
+// than the command itself, and its arguments are copied into Lua and back). Nothing in it
 // depends on what is stored, so it needs no script; the transaction keeps
 // it atomic, so that of two racing saves the record and its index entries
 // are one save's (TestJournalSaveConcurrent); a save of the record alone

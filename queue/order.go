@@ -170,7 +170,7 @@ func mergeText(head Message, fs []follower) string {
 func (t *turn) acquire(ctx context.Context) (lease *ordering.Lease, err error, done bool) {
 	o := t.w.ord
 	alive := ordering.InspectorAlive(o.insp, t.queue)
-	if _, ok := t.w.startWithLock(); ok {
+	if t.w.startWithLock() {
 		// The acquire and the start's reads in one round trip: the reads
 		// run after the acquire, so with the lock taken by it they are what
 		// readStart would read after it. The round trip is the writer's

@@ -367,16 +367,17 @@ func (w *Worker) seqOnWorkerRedis() bool {
 	return w.ord != nil && w.rdb != nil && (w.ord.rdb != nil || w.ord.seq.Client() == w.rdb)
 }
 
-// startWithLock returns the client on which a turn's ordering acquire and
-// its start's reads share a round trip: when the sequencer, the journal and
-// the reply streams are on one client of a single Redis (on Cluster a
-// pipeline's commands for different nodes do not run in order).
-func (w *Worker) startWithLock() (*redis.Client, bool) {
+// startWithLock reports whether a turn's ordering acquire and its start's
+// reads share a round trip, the writer's: when the sequencer, the journal
+// and the reply streams (the writer's) are on one client of a single Redis
+// (on Cluster a pipeline's commands for different nodes do not run in
+// order).
+func (w *Worker) startWithLock() bool {
 	if w.ord == nil || !w.oneRedis() {
-		return nil, false
+		return false
 	}
-	c, ok := w.journal.rdb.(*redis.Client)
-	return c, ok && w.ord.seq.Client() == w.journal.rdb
+	_, ok := w.journal.rdb.(*redis.Client)
+	return ok && w.ord.seq.Client() == w.journal.rdb
 }
 
 // Replies returns the reply streams the worker writes.
