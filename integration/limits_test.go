@@ -22,11 +22,8 @@ import (
 func TestReplyStreamBound(t *testing.T) {
 	e := newEnv(t)
 	answer := strings.Repeat(strings.Repeat("word ", 199)+"word\n", 40) // 40 KiB of lines, streamed as 8 deltas
-	// (The reasoning after the answer's text gives the writer time to write the deltas: the
-	// answer replaces those still waiting when it comes.)
 	agent := e.sim.CreateAgent("big", &lettasim.Script{Tokens: true, Steps: []lettasim.Step{
 		{Kind: lettasim.Assistant, Text: answer},
-		{Kind: lettasim.Reasoning, Text: "Done.", Delay: simDur(200 * time.Millisecond)},
 	}})
 	const limit = 8 << 10
 	e.startWorker("w1", func(c *queue.WorkerConfig) { c.MaxReplyBytes = limit })

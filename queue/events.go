@@ -82,9 +82,7 @@ import (
 // attempts; they are progress only, and their seq keeps increasing. A phase
 // event (but awaiting_approval) still waiting to be written when the turn's
 // next event comes is replaced by it (see progress): under load a consumer
-// sees fewer phases, never a stale one after a newer event. The answer
-// replaces the turn's waiting answer_delta events of its text (not
-// narration): it carries the whole text.
+// sees fewer phases, never a stale one after a newer event.
 //
 // Reading from any language: XREAD BLOCK 5000 STREAMS <key> <last-id>, start
 // with "0" for the whole history or "$" for new events only, then pass the id
@@ -558,12 +556,8 @@ type preparedEvent struct {
 	// approval): the turn's next event replaces it while it waits (see
 	// progress.supersedeLocked).
 	passing bool
-	// answerText: an answer_delta of the answer's own text (not
-	// narration): the turn's answer event, which carries the whole text,
-	// replaces it while it waits (see progress.doThen).
-	answerText bool
-	id         string
-	seq        int64
+	id      string
+	seq     int64
 	// err: for an event a caller waits for (progress.do), how its round
 	// trip ended (read it only when do did not return errNotWaited).
 	err error
@@ -703,7 +697,6 @@ func (r *Replies) prepareInto(pe *preparedEvent, last **eventHead, c Conversatio
 	// (busy is the progress's, under the writer's lock.)
 	pe.typ, pe.head, pe.at, pe.data = ev.Type, h, at, data
 	pe.passing = ev.Type == EventPhase && ev.Approval == nil && ev.Phase != PhaseAwaitingApproval
-	pe.answerText = ev.Type == EventAnswerDelta && !ev.Narration
 	pe.written, pe.id, pe.seq, pe.err = false, "", 0, nil
 	return nil
 }

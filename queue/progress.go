@@ -318,23 +318,6 @@ func (p *progress) supersedeLocked() {
 	}
 }
 
-// dropAnswerTextLocked drops the turn's waiting answer_delta events of the
-// answer's text (not narration): the answer event about to be queued
-// carries the whole text, so under load a consumer gets it at once rather
-// than the pieces first, and Redis writes fewer entries.
-func (p *progress) dropAnswerTextLocked() {
-	q := p.queue[:0]
-	for _, it := range p.queue {
-		if it.ev != nil && it.bar == nil && it.ev.answerText {
-			p.superseded++
-			continue
-		}
-		q = append(q, it)
-	}
-	clear(p.queue[len(q):])
-	p.queue = q
-}
-
 // endEvents refuses further events (they are dropped): the attempt's final
 // event is written, or its progress is over. Writes through do still go.
 func (p *progress) endEvents() {
@@ -430,12 +413,6 @@ func (p *progress) doThen(ctx context.Context, then func(error), evs []*prepared
 	}
 	if len(evs) > 0 {
 		p.supersedeLocked()
-		for _, pe := range evs {
-			if pe.typ == EventAnswer {
-				p.dropAnswerTextLocked()
-				break
-			}
-		}
 	}
 	for _, pe := range evs {
 		p.queue = append(p.queue, progressItem{ev: pe, bar: b})

@@ -178,8 +178,7 @@ func TestWriterBatchesTurnsInOrder(t *testing.T) {
 		waitTaken(wr, ps[0])
 		for i, p := range ps {
 			for k := range each {
-				// (Narration: the answer would replace waiting deltas of its text.)
-				p.push(ReplyEvent{Type: EventAnswerDelta, TaskID: fmt.Sprint("task", i), Text: fmt.Sprint(i, ".", k), Narration: true})
+				p.push(ReplyEvent{Type: EventAnswerDelta, TaskID: fmt.Sprint("task", i), Text: fmt.Sprint(i, ".", k)})
 			}
 		}
 		done := make(chan error, turns)
@@ -569,8 +568,7 @@ func TestWaitingPhasesAreSuperseded(t *testing.T) {
 			}
 			got = append(got, s)
 		}
-		// The answer replaced the waiting delta of its text (not the narration).
-		want := []string{"phase:connecting", "answer_delta:hm",
+		want := []string{"phase:connecting", "answer_delta:hm", "answer_delta:hel",
 			"phase:awaiting_approval", "answer:hello"}
 		if strings.Join(got, " ") != strings.Join(want, " ") {
 			t.Fatalf("written %q\nwant    %q", got, want)
@@ -580,52 +578,8 @@ func TestWaitingPhasesAreSuperseded(t *testing.T) {
 				t.Errorf("seq %d after %d", evs[i].Seq, evs[i-1].Seq)
 			}
 		}
-		if p.superseded != 7 || p.dropped != 0 {
-			t.Errorf("superseded %d dropped %d, want 7 and 0", p.superseded, p.dropped)
-		}
-	})
-}
-
-// The answer replaces the waiting deltas of its text; any other final event (an error, an
-// approval request) does not: their text is not the answer's.
-func TestAnswerSupersedesItsWaitingDeltas(t *testing.T) {
-	rjEach(t, func(t *testing.T, b rjBackend) {
-		for _, final := range []ReplyEvent{
-			{Type: EventAnswer, Text: "hello world"},
-			{Type: EventError, Text: "failed", Permanent: true},
-		} {
-			t.Run(string(final.Type), func(t *testing.T) {
-				gate := make(chan struct{})
-				wr, r, _ := gatedWriter(b, gate)
-				conv := Conversation{Integration: "test", ChatID: "deltas-" + string(final.Type)}
-				p := wr.newProgress(conv, func(err error) { t.Error(err) })
-				task := "t-" + string(final.Type)
-				delta := func(text string, narration bool) ReplyEvent {
-					return ReplyEvent{Type: EventAnswerDelta, TaskID: task, Text: text, Narration: narration}
-				}
-				p.push(delta("hel", false)) // taken: its round trip waits for the gate
-				waitTaken(wr, p)
-				p.push(delta("lo ", false))
-				p.push(delta("thinking", true))
-				p.push(ReplyEvent{Type: EventTool, TaskID: task, Tool: &ToolEvent{Name: "search", CallID: "c1", Status: ToolStatusCall}})
-				p.push(delta("world", false))
-				final.TaskID = task
-				pe, err := r.prepareMany(conv, final, r.answeredKey(task))
-				if err != nil {
-					t.Fatal(err)
-				}
-				var got []string
-				for _, ev := range finishGated(t, wr, p, r, conv, gate, pe) {
-					got = append(got, string(ev.Type)+":"+ev.Text)
-				}
-				want := "answer_delta:hel answer_delta:thinking tool: answer:hello world"
-				if final.Type != EventAnswer {
-					want = "answer_delta:hel answer_delta:lo  answer_delta:thinking tool: answer_delta:world error:failed"
-				}
-				if strings.Join(got, " ") != want {
-					t.Fatalf("written %q\nwant    %q", strings.Join(got, " "), want)
-				}
-			})
+		if p.superseded != 6 || p.dropped != 0 {
+			t.Errorf("superseded %d dropped %d, want 6 and 0", p.superseded, p.dropped)
 		}
 	})
 }
