@@ -55,8 +55,13 @@ return out
 // narration delta, streaming, the answer delta, the answer), and the same
 // call of its earlier form (table-unpack) as the baseline. It reports
 // Redis's own time per call, redis-µs/call, from INFO commandstats (the
-// script's usec over its calls; meaningful on a Redis nothing else uses at
-// the time; miniredis reports none).
+// script's usec over its calls), and Redis's main-thread CPU per op, round
+// trip included, redis-cpu-µs/op (INFO cpu); both meaningful on a Redis
+// nothing else uses at the time (miniredis reports none). A third variant,
+// plain-commands, sends each event's INCR and XADD as commands in one
+// pipeline: not a way to write events (its XADD cannot carry the INCR's
+// value, so the seq field is a constant), only what the same writes cost
+// Redis without a script.
 func BenchmarkEmitScript(b *testing.B) {
 	ctx := context.Background()
 	rdb, prefix := benchRedis(b)
@@ -94,12 +99,25 @@ func BenchmarkEmitScript(b *testing.B) {
 			return nil
 		}},
 		{"table-unpack", func() error { return emitManyTableUnpack.Run(ctx, rdb, keys, args...).Err() }},
+		{"plain-commands", func() error {
+			p := rdb.Pipeline()
+			for _, pe := range prepared {
+				k := pe.head.keys()
+				p.Incr(ctx, k[1].(string))
+				xa := []any{"xadd", k[0], "maxlen", "~", r.maxLenArg, "*"}
+				xa = append(xa, pe.appendArgs(nil)[1:]...) // the fields (not the once flag)
+				p.Do(ctx, append(xa, "seq", "0")...)
+			}
+			_, err := p.Exec(ctx)
+			return err
+		}},
 	} {
 		b.Run(v.name, func(b *testing.B) {
 			if err := v.emit(); err != nil { // loads the script
 				b.Fatal(err)
 			}
 			calls0, us0 := evalshaStats(ctx, rdb)
+			cpu0 := redisMainCPU(ctx, rdb)
 			b.ResetTimer()
 			for range b.N {
 				if err := v.emit(); err != nil {
@@ -109,6 +127,9 @@ func BenchmarkEmitScript(b *testing.B) {
 			b.StopTimer()
 			if calls1, us1 := evalshaStats(ctx, rdb); calls1 > calls0 {
 				b.ReportMetric(float64(us1-us0)/float64(calls1-calls0), "redis-µs/call")
+			}
+			if cpu1 := redisMainCPU(ctx, rdb); cpu1 > cpu0 {
+				b.ReportMetric((cpu1-cpu0)*1e6/float64(b.N), "redis-cpu-µs/op")
 			}
 		})
 	}
