@@ -446,7 +446,9 @@ func TestTurnStartsShareTheWritersRoundTrip(t *testing.T) {
 	for _, k := range perTrip {
 		most, all = max(most, k), all+k
 	}
-	if all != n || most < n-1 {
-		t.Fatalf("acquires per round trip %v: want the %d turns' in 2 (the held one, then the rest together)", perTrip, n)
+	// (All but the held one go together when every turn reached the writer while it was
+	// held; half of them is enough to show the sharing: one each is the code before.)
+	if all != n || most < n/2 {
+		t.Fatalf("acquires per round trip %v: want the %d turns' shared (the held one, then the rest together)", perTrip, n)
 	}
 }
