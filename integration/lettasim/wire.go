@@ -77,8 +77,6 @@ func appendDate(b []byte, t time.Time) []byte {
 	return append(b, "+00:00\""...)
 }
 
-func formatDate(t time.Time) string { return t.UTC().Format(dateLayout) }
-
 const hexDigits = "0123456789abcdef"
 
 // appendString appends s as a JSON string (escaping like encoding/json, minus the HTML escapes;
