@@ -32,3 +32,17 @@ const RenewChunk = renewChunk
 
 // LockKey is the Redis key of key's lock.
 func LockKey(s *Sequencer, key string) string { return s.lockKey(key) }
+
+// JoinsState reports the joins queued behind a round trip of joins in
+// flight, and whether one is in flight.
+func JoinsState(s *Sequencer) (queued int, busy bool) {
+	s.joins.mu.Lock()
+	defer s.joins.mu.Unlock()
+	return len(s.joins.queue), s.joins.busy
+}
+
+// JoinAlone is Join in a round trip of its own (Join before its joins were
+// batched), for BenchmarkConcurrentJoins.
+func JoinAlone(ctx context.Context, s *Sequencer, key, taskID string) (int, error) {
+	return joinLua.Call(ctx, s.rdb, append(joinLua.Args(2, 2), s.lineKey(key), s.doneKey(key, taskID), taskID, s.nowMs())).Int()
+}

@@ -63,6 +63,7 @@ type Sequencer struct {
 	cfg    Config
 	prefix string
 	renew  renewer // renews the leases held through this Sequencer
+	joins  joiner  // sends concurrent Joins together
 	// Script arguments every call passes, boxed once.
 	leaseMsArg, doneTTLArg, autoJoinArg any
 }
@@ -115,6 +116,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Sequencer, error) {
 		s.autoJoinArg = "0"
 	}
 	s.renew.init(s)
+	s.joins.rdb = rdb
 	return s, nil
 }
 
@@ -141,7 +143,7 @@ func (s *Sequencer) Join(ctx context.Context, key, taskID string) (int, error) {
 	if err := checkKey(key); err != nil {
 		return 0, err
 	}
-	pos, err := joinLua.Call(ctx, s.rdb, append(joinLua.Args(2, 2), s.lineKey(key), s.doneKey(key, taskID), taskID, s.nowMs())).Int()
+	pos, err := s.joins.join(ctx, append(joinLua.Args(2, 2), s.lineKey(key), s.doneKey(key, taskID), taskID, s.nowMs())).Int()
 	if err != nil {
 		return 0, fmt.Errorf("ordering: join %s on %q: %w", taskID, key, err)
 	}

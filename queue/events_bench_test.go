@@ -117,7 +117,7 @@ func BenchmarkEmitScript(b *testing.B) {
 				b.Fatal(err)
 			}
 			calls0, us0 := evalshaStats(ctx, rdb)
-			cpu0 := redisMainCPU(ctx, rdb)
+			cpu0 := testredis.MainCPU(ctx, rdb)
 			b.ResetTimer()
 			for range b.N {
 				if err := v.emit(); err != nil {
@@ -128,7 +128,7 @@ func BenchmarkEmitScript(b *testing.B) {
 			if calls1, us1 := evalshaStats(ctx, rdb); calls1 > calls0 {
 				b.ReportMetric(float64(us1-us0)/float64(calls1-calls0), "redis-µs/call")
 			}
-			if cpu1 := redisMainCPU(ctx, rdb); cpu1 > cpu0 {
+			if cpu1 := testredis.MainCPU(ctx, rdb); cpu1 > cpu0 {
 				b.ReportMetric((cpu1-cpu0)*1e6/float64(b.N), "redis-cpu-µs/op")
 			}
 		})

@@ -3,11 +3,11 @@ package queue
 import (
 	"context"
 	"fmt"
-	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/lettaq/lettaq/internal/testredis"
 )
 
 // BenchmarkJournalSaveRedisCost measures what Redis spends on a turn's first
@@ -52,33 +52,15 @@ func BenchmarkJournalSaveRedisCost(b *testing.B) {
 				}
 			}
 			save(-1) // loads the script
-			cpu0 := redisMainCPU(ctx, rdb)
+			cpu0 := testredis.MainCPU(ctx, rdb)
 			b.ResetTimer()
 			for i := range b.N {
 				save(i)
 			}
 			b.StopTimer()
-			if cpu1 := redisMainCPU(ctx, rdb); cpu1 > cpu0 {
+			if cpu1 := testredis.MainCPU(ctx, rdb); cpu1 > cpu0 {
 				b.ReportMetric((cpu1-cpu0)*1e6/float64(b.N), "redis-cpu-µs/save")
 			}
 		})
 	}
-}
-
-// redisMainCPU is Redis's main-thread CPU time in seconds, user and system
-// (INFO cpu; 0 when the server does not report it).
-func redisMainCPU(ctx context.Context, rdb redis.UniversalClient) float64 {
-	info, err := rdb.Info(ctx, "cpu").Result()
-	if err != nil {
-		return 0
-	}
-	var s float64
-	for _, line := range strings.Split(info, "\n") {
-		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
-		if k == "used_cpu_user_main_thread" || k == "used_cpu_sys_main_thread" {
-			f, _ := strconv.ParseFloat(v, 64)
-			s += f
-		}
-	}
-	return s
 }
