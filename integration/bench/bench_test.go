@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -50,4 +51,40 @@ type testWriter struct{ t *testing.T }
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
+}
+
+// With Rounds, the table's throughput figures are the median round's, every round's ratio is
+// listed, and no round leaves its keys behind.
+func TestThroughputRounds(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	srv, ok := testredis.Real(t)
+	if !ok {
+		t.Skip("no real Redis")
+	}
+	c := Config{RedisURL: srv.URL(), Throughput: 100, Rounds: 3, CheckInterval: 10 * time.Millisecond, Workers: 50}
+	r, err := Run(context.Background(), c, testWriter{t})
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := r.Table()
+	t.Log("\n" + table)
+	if len(r.RoundRatios) != 3 {
+		t.Fatalf("round ratios %v, want 3", r.RoundRatios)
+	}
+	s := slices.Clone(r.RoundRatios)
+	slices.Sort(s)
+	if r.ratio() != s[1] || r.TurnsPerSec <= 0 {
+		t.Errorf("table's ratio %v (%v turns/s), want the median of %v", r.ratio(), r.TurnsPerSec, r.RoundRatios)
+	}
+	if !strings.Contains(table, "over 3 rounds") {
+		t.Errorf("no rounds row:\n%s", table)
+	}
+	rdb := srv.Client(t)
+	for _, p := range []string{"lettaq-bench-*", "asynq:{bench-tp-*", "asynq:{bench-noop-*"} {
+		if keys, err := rdb.Keys(context.Background(), p).Result(); err != nil || len(keys) > 0 {
+			t.Errorf("keys left matching %s: %d (%v)", p, len(keys), err)
+		}
+	}
 }

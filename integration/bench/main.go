@@ -13,6 +13,8 @@
 //
 //	go run ./integration/bench                      # full size: 10,000 concurrent turns
 //	go run ./integration/bench -concurrent 500      # a quick run
+//	go run ./integration/bench -latency 0 -concurrent 0 -rounds 7
+//	                                                # the throughput ratio, median of 7 rounds
 //	GOMEMLIMIT=450MiB go run ./integration/bench -latency 0 -throughput 0 -think 90s
 //	                                                # the worker under a GC memory limit
 //	go run ./integration/bench -stream-transport net/http   # streams through net/http's pool
@@ -40,6 +42,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -99,6 +102,11 @@ type Config struct {
 	// shares its Go scheduler with the simulated Letta server. By default the
 	// simulator is a child process, as Letta is in production.
 	SimInProcess bool
+	// Rounds of the throughput measurement (lettaq's turns, then the bare
+	// Asynq tasks, each round on queues of its own): the table shows the
+	// round whose throughput ratio is the median, and every round's ratio.
+	// On a shared machine one round's ratio moves by ±15%.
+	Rounds int
 	// Keep leaves the run's keys in Redis (queues, journal, reply streams,
 	// ordering lines); by default they are deleted when the run ends, so
 	// that repeated runs do not fill the Redis.
@@ -118,6 +126,7 @@ func main() {
 	flag.DurationVar(&c.Think, "think", 30*time.Second, "how long each concurrent turn thinks")
 	flag.DurationVar(&c.Ping, "ping", time.Second, "the simulator's ping interval during the concurrency run")
 	flag.DurationVar(&c.CheckInterval, "check-interval", 10*time.Millisecond, "the worker's LETTAQ_TASK_CHECK_INTERVAL")
+	flag.IntVar(&c.Rounds, "rounds", 1, "rounds of the throughput measurement (lettaq, then bare Asynq, each round): the table shows the median round's figures and every round's ratio")
 	flag.IntVar(&c.Workers, "workers", 200, "the worker's concurrency in the throughput run")
 	flag.StringVar(&c.HeapProfile, "heapprofile", "", "write a heap profile (and FILE.goroutine) when all concurrent turns are in flight")
 	st := flag.String("stream-transport", string(agentclient.StreamDedicated), `the worker's LETTA_STREAM_TRANSPORT: "dedicated" or "net/http"`)
@@ -181,6 +190,10 @@ type Results struct {
 	QueueFirst, DirectFirst []time.Duration
 	// Throughput
 	TurnsPerSec, NoopPerSec float64
+	// RoundRatios: every round's throughput ratio, in the order they ran
+	// (Config.Rounds > 1); the other throughput figures are the median
+	// round's.
+	RoundRatios []float64
 	// Redis round trips and commands per turn / per no-op task, from enqueue
 	// to done (client and worker; polling while the run lasts included).
 	TurnTrips, TurnCmds, NoopTrips, NoopCmds float64
@@ -258,7 +271,17 @@ func (r *Results) Table() string {
 	}
 	if r.TurnsPerSec > 0 {
 		fmt.Fprintf(&b, "| throughput, instant turns (%d turns, concurrency %d) | %.0f turns/s | %.0f tasks/s (no-op handler) | ratio %.2f |\n",
-			c.Throughput, c.Workers, r.TurnsPerSec, r.NoopPerSec, r.TurnsPerSec/r.NoopPerSec)
+			c.Throughput, c.Workers, r.TurnsPerSec, r.NoopPerSec, r.ratio())
+		if len(r.RoundRatios) > 1 {
+			s := slices.Clone(r.RoundRatios)
+			slices.Sort(s)
+			each := make([]string, len(r.RoundRatios))
+			for i, v := range r.RoundRatios {
+				each[i] = fmt.Sprintf("%.2f", v)
+			}
+			fmt.Fprintf(&b, "| throughput ratio over %d rounds (this table: the median round's figures) | median %.2f | min %.2f, max %.2f | rounds: %s |\n",
+				len(s), r.ratio(), s[0], s[len(s)-1], strings.Join(each, " "))
+		}
 		fmt.Fprintf(&b, "| Redis round trips (commands) per instant turn, enqueue to done | %.1f (%.1f) | %.1f (%.1f) per no-op task | %.1f (%.1f) |\n",
 			r.TurnTrips, r.TurnCmds, r.NoopTrips, r.NoopCmds, r.TurnTrips-r.NoopTrips, r.TurnCmds-r.NoopCmds)
 		if r.TurnRedisTime > 0 && r.NoopRedisTime > 0 {
@@ -395,8 +418,7 @@ func Run(ctx context.Context, c Config, log io.Writer) (*Results, error) {
 		}
 	}
 	if c.Throughput > 0 {
-		fmt.Fprintf(log, "throughput: %d instant turns, then %d no-op tasks…\n", c.Throughput, c.Throughput)
-		if err := throughput(ctx, c, rco, rdb, run, r, log); err != nil {
+		if err := throughputRounds(ctx, c, rco, rdb, run, r, log); err != nil {
 			return nil, fmt.Errorf("throughput: %w", err)
 		}
 	}
@@ -531,6 +553,54 @@ func overhead(ctx context.Context, c Config, rco asynq.RedisClientOpt, rdb *redi
 		r.DirectFirst = append(r.DirectFirst, first.Sub(t0))
 	}
 	return nil
+}
+
+// throughputRounds runs c.Rounds rounds of throughput (at least one), each
+// on queues and keys of its own, and keeps in r the figures of the round
+// whose throughput ratio is the median (the lower middle of an even count),
+// and every round's ratio.
+func throughputRounds(ctx context.Context, c Config, rco asynq.RedisClientOpt, rdb *redis.Client, run string, r *Results, log io.Writer) error {
+	n := max(c.Rounds, 1)
+	rounds := make([]*Results, 0, n)
+	for i := range n {
+		id := run
+		if i > 0 {
+			id = fmt.Sprintf("%sr%d", run, i)
+			if !c.Keep {
+				defer func() {
+					if err := cleanup(context.WithoutCancel(ctx), rdb, id); err != nil {
+						fmt.Fprintf(log, "cleanup: %v (the run's keys contain %q)\n", err, id)
+					}
+				}()
+			}
+		}
+		fmt.Fprintf(log, "throughput, round %d of %d: %d instant turns, then %d no-op tasks…\n", i+1, n, c.Throughput, c.Throughput)
+		rr := &Results{Config: c}
+		if err := throughput(ctx, c, rco, rdb, id, rr, log); err != nil {
+			return err
+		}
+		rounds = append(rounds, rr)
+	}
+	byRatio := slices.Clone(rounds)
+	sort.SliceStable(byRatio, func(i, j int) bool { return byRatio[i].ratio() < byRatio[j].ratio() })
+	m := byRatio[(len(byRatio)-1)/2]
+	keep := *r
+	*r = *m
+	r.Config, r.FileLimit = keep.Config, keep.FileLimit
+	r.QueueReach, r.DirectReach, r.QueueFirst, r.DirectFirst = keep.QueueReach, keep.DirectReach, keep.QueueFirst, keep.DirectFirst
+	for _, rr := range rounds {
+		r.RoundRatios = append(r.RoundRatios, rr.ratio())
+	}
+	return nil
+}
+
+// ratio is the throughput ratio: lettaq's turns per second over bare
+// Asynq's tasks per second.
+func (r *Results) ratio() float64 {
+	if r.NoopPerSec == 0 {
+		return 0
+	}
+	return r.TurnsPerSec / r.NoopPerSec
 }
 
 func throughput(ctx context.Context, c Config, rco asynq.RedisClientOpt, rdb *redis.Client, run string, r *Results, log io.Writer) error {
