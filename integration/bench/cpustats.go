@@ -19,13 +19,64 @@ type cpuMark struct {
 	alloc, mallocs   uint64 // this process's heap allocation so far (runtime/metrics)
 	busy, total      time.Duration
 	childOK, statsOK bool
+	// System calls of the read and write families (/proc/<pid>/io: read,
+	// write, readv, writev… on sockets too; not epoll or futex) of this
+	// process, the child and Redis (when its process is on this machine).
+	io, childIO, redisIO procIO
+}
+
+// procIO is a process's read and write system calls so far.
+type procIO struct {
+	r, w uint64
+	ok   bool
+}
+
+// readProcIO reads syscr and syscw from /proc/<pid>/io ("self" for this
+// process).
+func readProcIO(pid string) procIO {
+	b, err := os.ReadFile("/proc/" + pid + "/io")
+	if err != nil {
+		return procIO{}
+	}
+	var io procIO
+	n := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, _ := strings.Cut(line, ":")
+		u, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+		if err != nil {
+			continue
+		}
+		switch k {
+		case "syscr":
+			io.r, n = u, n+1
+		case "syscw":
+			io.w, n = u, n+1
+		}
+	}
+	io.ok = n == 2
+	return io
+}
+
+// perUnit is what a to b advanced, per unit of n (zero unless both were read).
+func (b procIO) perUnit(a procIO, n int) (r, w float64, ok bool) {
+	if !a.ok || !b.ok || n <= 0 {
+		return 0, 0, false
+	}
+	return float64(b.r-a.r) / float64(n), float64(b.w-a.w) / float64(n), true
 }
 
 // clockTick is USER_HZ, the unit of /proc's CPU times (100 on Linux).
 const clockTick = 10 * time.Millisecond
 
-func markCPU(childPID int) cpuMark {
+func markCPU(childPID, redisPID int) cpuMark {
 	var m cpuMark
+	m.io = readProcIO("self")
+	if childPID > 0 {
+		m.childIO = readProcIO(strconv.Itoa(childPID))
+	}
+	if redisPID > 0 {
+		m.redisIO = readProcIO(strconv.Itoa(redisPID))
+	}
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
 		m.self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
@@ -114,6 +165,10 @@ type cpuSpent struct {
 	// Alloc and Mallocs: bytes and objects the bench's process allocated, per unit.
 	Alloc, Mallocs uint64
 	ChildOK        bool
+	// Read and write system calls per unit: this process, the child, Redis
+	// (each with whether it was read).
+	Reads, Writes, ChildReads, ChildWrites, RedisReads, RedisWrites float64
+	IOOK, ChildIOOK, RedisIOOK                                      bool
 }
 
 func spentCPU(a, b cpuMark, n int) cpuSpent {
@@ -126,6 +181,9 @@ func spentCPU(a, b cpuMark, n int) cpuSpent {
 	if a.childOK && b.childOK {
 		s.Child, s.ChildOK = (b.child-a.child)/time.Duration(n), true
 	}
+	s.Reads, s.Writes, s.IOOK = b.io.perUnit(a.io, n)
+	s.ChildReads, s.ChildWrites, s.ChildIOOK = b.childIO.perUnit(a.childIO, n)
+	s.RedisReads, s.RedisWrites, s.RedisIOOK = b.redisIO.perUnit(a.redisIO, n)
 	if a.statsOK && b.statsOK && b.total > a.total {
 		s.Busy = float64(b.busy-a.busy) / float64(b.total-a.total)
 	}

@@ -311,6 +311,21 @@ func (r *Results) Table() string {
 			fmt.Fprintf(&b, "| all CPU per instant turn: bench process + Redis + simulator | %.0f µs | %.0f µs per no-op task (bench process + Redis) | ratio %.2f |\n",
 				turn/1e3, noop/1e3, noop/turn)
 		}
+		if t, n := r.TurnCPU, r.NoopCPU; t.IOOK && n.IOOK {
+			redis, sim := "", ""
+			if t.RedisIOOK && n.RedisIOOK {
+				redis = fmt.Sprintf("; Redis %.1f / %.1f", t.RedisReads, t.RedisWrites)
+			}
+			if t.ChildIOOK {
+				sim = fmt.Sprintf("; simulator %.1f / %.1f", t.ChildReads, t.ChildWrites)
+			}
+			nredis := ""
+			if n.RedisIOOK {
+				nredis = fmt.Sprintf("; Redis %.1f / %.1f", n.RedisReads, n.RedisWrites)
+			}
+			fmt.Fprintf(&b, "| read / write system calls per instant turn (/proc/<pid>/io) | bench process %.1f / %.1f%s%s | bench process %.1f / %.1f%s per no-op task | |\n",
+				t.Reads, t.Writes, redis, sim, n.Reads, n.Writes, nredis)
+		}
 		if r.TurnCPU.Busy > 0 && r.NoopCPU.Busy > 0 {
 			fmt.Fprintf(&b, "| machine CPU busy during the run (all %d CPUs) | %.0f%% | %.0f%% | |\n", runtime.NumCPU(), 100*r.TurnCPU.Busy, 100*r.NoopCPU.Busy)
 		}
@@ -649,7 +664,8 @@ func throughput(ctx context.Context, c Config, rco asynq.RedisClientOpt, rdb *re
 			return err
 		}
 	}
-	cpu0 := markCPU(simPID)
+	redisPID := redisLocalPID(ctx, rdb)
+	cpu0 := markCPU(simPID, redisPID)
 	calls0, _ := redisCalls(ctx, rdb)
 	t0 := time.Now()
 	if err := parallel(c.Throughput, func(i int) error {
@@ -667,7 +683,7 @@ func throughput(ctx context.Context, c Config, rco asynq.RedisClientOpt, rdb *re
 		return fmt.Errorf("only %d of %d turns finished", cnt.answered.Load(), c.Throughput)
 	}
 	r.TurnsPerSec = float64(c.Throughput) / time.Since(t0).Seconds()
-	r.TurnCPU = spentCPU(cpu0, markCPU(simPID), c.Throughput)
+	r.TurnCPU = spentCPU(cpu0, markCPU(simPID, redisPID), c.Throughput)
 	if c.AllocProfile != "" {
 		if f, err := os.Create(c.AllocProfile); err == nil {
 			_ = pprof.Lookup("allocs").WriteTo(f, 0)
@@ -712,7 +728,7 @@ func throughput(ctx context.Context, c Config, rco asynq.RedisClientOpt, rdb *re
 	trips0, cmds0 = nc.snapshot()
 	nc.dequeueRTT()
 	rt0, _ = redisServerTime(ctx, rdb)
-	cpu0 = markCPU(0)
+	cpu0 = markCPU(0, redisPID)
 	calls0, _ = redisCalls(ctx, rdb)
 	t0 = time.Now()
 	if err := parallel(c.Throughput, func(i int) error {
@@ -728,7 +744,7 @@ func throughput(ctx context.Context, c Config, rco asynq.RedisClientOpt, rdb *re
 		return fmt.Errorf("only %d no-op tasks ran", n.Load())
 	}
 	r.NoopPerSec = float64(c.Throughput) / time.Since(t0).Seconds()
-	r.NoopCPU = spentCPU(cpu0, markCPU(0), c.Throughput)
+	r.NoopCPU = spentCPU(cpu0, markCPU(0, redisPID), c.Throughput)
 	calls1, _ = redisCalls(ctx, rdb)
 	r.NoopRedisCalls, r.NoopRedisTop = callsPer(calls0, calls1, c.Throughput)
 	trips1, cmds1 = nc.snapshot()

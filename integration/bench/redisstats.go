@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -265,4 +266,29 @@ func topCalls(top []nameCount, n int) string {
 		parts = append(parts, fmt.Sprintf("%s %.2f", nc.name, float64(nc.n)/float64(n)))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// redisLocalPID is the Redis server's process id (INFO server) when that
+// process is on this machine (its /proc entry is redis-server), else 0.
+func redisLocalPID(ctx context.Context, rdb *redis.Client) int {
+	info, err := rdb.Info(ctx, "server").Result()
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(info, "\n") {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+		if k != "process_id" {
+			continue
+		}
+		pid, err := strconv.Atoi(v)
+		if err != nil {
+			return 0
+		}
+		comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+		if err != nil || !strings.HasPrefix(strings.TrimSpace(string(comm)), "redis") {
+			return 0 // another machine's (or container's) process
+		}
+		return pid
+	}
+	return 0
 }
