@@ -15,9 +15,11 @@ import (
 )
 
 // TestLeanRedisOptions: the clients LeanRedis makes have RedisBufferSize
-// buffers, pipeline pool included, and keep the option's other settings.
+// buffers, but a pipeline pool of RedisPipelinePoolSize connections with
+// RedisPipelineWriteBufferSize write buffers, and keep the option's other
+// settings.
 func TestLeanRedisOptions(t *testing.T) {
-	const n = RedisBufferSize
+	const n, pw, pp = RedisBufferSize, RedisPipelineWriteBufferSize, RedisPipelinePoolSize
 	plain := asynq.RedisClientOpt{Addr: "127.0.0.1:1", DB: 3, Password: "pw", PoolSize: 7, DialTimeout: time.Second}
 	failover := asynq.RedisFailoverClientOpt{MasterName: "m", SentinelAddrs: []string{"127.0.0.1:1"}, DB: 2, PoolSize: 5}
 	cluster := asynq.RedisClusterClientOpt{Addrs: []string{"127.0.0.1:1", "127.0.0.1:2"}, MaxRedirects: 4, Username: "u"}
@@ -28,9 +30,9 @@ func TestLeanRedisOptions(t *testing.T) {
 		}
 		got := c.Options()
 		_ = c.Close()
-		if got.ReadBufferSize != n || got.WriteBufferSize != n || got.PipelineReadBufferSize != n || got.PipelineWriteBufferSize != n {
-			t.Errorf("%T: buffers %d/%d, pipeline %d/%d; want %d", o, got.ReadBufferSize, got.WriteBufferSize,
-				got.PipelineReadBufferSize, got.PipelineWriteBufferSize, n)
+		if got.ReadBufferSize != n || got.WriteBufferSize != n || got.PipelineReadBufferSize != n || got.PipelineWriteBufferSize != pw || got.PipelinePoolSize != pp {
+			t.Errorf("%T: buffers %d/%d, pipeline %d/%d, %d pipeline connections; want %d/%d, %d/%d, %d", o, got.ReadBufferSize, got.WriteBufferSize,
+				got.PipelineReadBufferSize, got.PipelineWriteBufferSize, got.PipelinePoolSize, n, n, n, pw, pp)
 		}
 		switch o.(type) {
 		case asynq.RedisClientOpt, *asynq.RedisClientOpt:
@@ -50,9 +52,9 @@ func TestLeanRedisOptions(t *testing.T) {
 		}
 		got := c.Options()
 		_ = c.Close()
-		if got.ReadBufferSize != n || got.WriteBufferSize != n || got.PipelineReadBufferSize != n || got.PipelineWriteBufferSize != n {
-			t.Errorf("%T: buffers %d/%d, pipeline %d/%d; want %d", o, got.ReadBufferSize, got.WriteBufferSize,
-				got.PipelineReadBufferSize, got.PipelineWriteBufferSize, n)
+		if got.ReadBufferSize != n || got.WriteBufferSize != n || got.PipelineReadBufferSize != n || got.PipelineWriteBufferSize != pw || got.PipelinePoolSize != pp {
+			t.Errorf("%T: buffers %d/%d, pipeline %d/%d, %d pipeline connections; want %d/%d, %d/%d, %d", o, got.ReadBufferSize, got.WriteBufferSize,
+				got.PipelineReadBufferSize, got.PipelineWriteBufferSize, got.PipelinePoolSize, n, n, n, pw, pp)
 		}
 		if len(got.Addrs) != 2 || got.MaxRedirects != 4 || got.Username != "u" {
 			t.Errorf("%T: options not carried over: %+v", o, got)
@@ -112,5 +114,45 @@ func TestLeanRedisLargeTraffic(t *testing.T) {
 	vals, err := c.MGet(ctx, keys...).Result()
 	if err != nil || len(vals) != len(keys) || vals[many] != big {
 		t.Fatalf("MGET of %d keys: %d values, err %v", len(keys), len(vals), err)
+	}
+}
+
+// TestLeanRedisConcurrentPipelines: more pipelines at once than the
+// pipeline pool has connections all go through (the rest take connections
+// of the main pool).
+func TestLeanRedisConcurrentPipelines(t *testing.T) {
+	srv := testredis.New(t)
+	c := LeanRedis(asynq.RedisClientOpt{Addr: srv.Addr, DB: srv.DB}).MakeRedisClient().(*redis.Client)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	prefix := "lettaq-test-leanpipes-" + uuid.NewString() + ":"
+	defer func() {
+		for _, k := range c.Keys(context.Background(), prefix+"*").Val() {
+			c.Del(context.Background(), k)
+		}
+	}()
+	const n = 4 * RedisPipelinePoolSize
+	hold := make(chan struct{})
+	errs := make(chan error, n)
+	for g := range n {
+		go func() {
+			<-hold
+			pipe := c.Pipeline()
+			for i := range 50 {
+				pipe.Set(ctx, prefix+strconv.Itoa(g)+":"+strconv.Itoa(i), strings.Repeat("x", 1000), time.Minute)
+			}
+			_, err := pipe.Exec(ctx)
+			errs <- err
+		}()
+	}
+	close(hold)
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := len(c.Keys(ctx, prefix+"*").Val()); got != n*50 {
+		t.Fatalf("%d keys written, want %d", got, n*50)
 	}
 }
