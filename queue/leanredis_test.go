@@ -71,15 +71,21 @@ type otherConnOpt struct{}
 
 func (otherConnOpt) MakeRedisClient() any { return nil }
 
+// leanClient is a lean client of the test's Redis (closed when the test
+// ends), a context that ends after 30 s, and a key prefix of the test's own.
+func leanClient(t *testing.T) (*redis.Client, context.Context, string) {
+	srv := testredis.New(t)
+	c := LeanRedis(asynq.RedisClientOpt{Addr: srv.Addr, DB: srv.DB}).MakeRedisClient().(*redis.Client)
+	t.Cleanup(func() { _ = c.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return c, ctx, "lettaq-test-lean-" + uuid.NewString() + ":"
+}
+
 // TestLeanRedisLargeTraffic: a pipeline, a command and replies many times
 // the buffers' size go through a lean client whole.
 func TestLeanRedisLargeTraffic(t *testing.T) {
-	srv := testredis.New(t)
-	c := LeanRedis(asynq.RedisClientOpt{Addr: srv.Addr, DB: srv.DB}).MakeRedisClient().(*redis.Client)
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	prefix := "lettaq-test-lean-" + uuid.NewString() + ":"
+	c, ctx, prefix := leanClient(t)
 	big := strings.Repeat("0123456789abcdef", 40*RedisBufferSize/16) // 40 buffers
 	const many = 500
 	keys := make([]string, 0, many+1)
@@ -121,12 +127,7 @@ func TestLeanRedisLargeTraffic(t *testing.T) {
 // pipeline pool has connections all go through (the rest take connections
 // of the main pool).
 func TestLeanRedisConcurrentPipelines(t *testing.T) {
-	srv := testredis.New(t)
-	c := LeanRedis(asynq.RedisClientOpt{Addr: srv.Addr, DB: srv.DB}).MakeRedisClient().(*redis.Client)
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	prefix := "lettaq-test-leanpipes-" + uuid.NewString() + ":"
+	c, ctx, prefix := leanClient(t)
 	defer func() {
 		for _, k := range c.Keys(context.Background(), prefix+"*").Val() {
 			c.Del(context.Background(), k)

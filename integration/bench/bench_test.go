@@ -19,9 +19,10 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// TestBenchSmall runs every measurement at a small size (the full run is by hand: see the
-// README's performance section). It needs a real Redis.
-func TestBenchSmall(t *testing.T) {
+// realRedis is the real Redis a bench test needs; without one (or with -short) the test is
+// skipped.
+func realRedis(t *testing.T) *testredis.Server {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("short")
 	}
@@ -29,6 +30,13 @@ func TestBenchSmall(t *testing.T) {
 	if !ok {
 		t.Skip("no real Redis")
 	}
+	return srv
+}
+
+// TestBenchSmall runs every measurement at a small size (the full run is by hand: see the
+// README's performance section). It needs a real Redis.
+func TestBenchSmall(t *testing.T) {
+	srv := realRedis(t)
 	c := Config{RedisURL: srv.URL(), Latency: 20, Throughput: 200, Concurrent: envInt("LETTAQ_BENCH_CONCURRENT", 100),
 		Think: 2 * time.Second, Ping: 200 * time.Millisecond, CheckInterval: 10 * time.Millisecond, Workers: 50}
 	r, err := Run(context.Background(), c, testWriter{t})
@@ -56,13 +64,7 @@ func (w testWriter) Write(p []byte) (int, error) {
 // With Rounds, the table's throughput figures are the median round's, every round's ratio is
 // listed, and no round leaves its keys behind.
 func TestThroughputRounds(t *testing.T) {
-	if testing.Short() {
-		t.Skip("short")
-	}
-	srv, ok := testredis.Real(t)
-	if !ok {
-		t.Skip("no real Redis")
-	}
+	srv := realRedis(t)
 	c := Config{RedisURL: srv.URL(), Throughput: 100, Rounds: 3, CheckInterval: 10 * time.Millisecond, Workers: 50}
 	r, err := Run(context.Background(), c, testWriter{t})
 	if err != nil {
@@ -82,7 +84,7 @@ func TestThroughputRounds(t *testing.T) {
 		t.Errorf("no rounds row:\n%s", table)
 	}
 	rdb := srv.Client(t)
-	for _, p := range []string{"lettaq-bench-*", "asynq:{bench-tp-*", "asynq:{bench-noop-*"} {
+	for _, p := range []string{"lettaq-bench-" + r.Run + "*", "asynq:{bench-tp-" + r.Run + "*", "asynq:{bench-noop-" + r.Run + "*"} {
 		if keys, err := rdb.Keys(context.Background(), p).Result(); err != nil || len(keys) > 0 {
 			t.Errorf("keys left matching %s: %d (%v)", p, len(keys), err)
 		}

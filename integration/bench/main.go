@@ -185,6 +185,8 @@ func raiseFileLimit() (uint64, error) {
 // Results of a run.
 type Results struct {
 	Config Config
+	// Run is the run's id: its queue names and keys contain it.
+	Run string
 	// Overhead
 	QueueReach, DirectReach []time.Duration
 	QueueFirst, DirectFirst []time.Duration
@@ -419,6 +421,7 @@ func Run(ctx context.Context, c Config, log io.Writer) (*Results, error) {
 	r := &Results{Config: c}
 	r.FileLimit, _ = raiseFileLimit()
 	run := strings.ReplaceAll(uuid.NewString()[:8], "-", "")
+	r.Run = run
 	if !c.Keep {
 		defer func() {
 			if err := cleanup(context.WithoutCancel(ctx), rdb, run); err != nil {
@@ -601,7 +604,7 @@ func throughputRounds(ctx context.Context, c Config, rco asynq.RedisClientOpt, r
 	m := byRatio[(len(byRatio)-1)/2]
 	keep := *r
 	*r = *m
-	r.Config, r.FileLimit = keep.Config, keep.FileLimit
+	r.Config, r.FileLimit, r.Run = keep.Config, keep.FileLimit, keep.Run
 	r.QueueReach, r.DirectReach, r.QueueFirst, r.DirectFirst = keep.QueueReach, keep.DirectReach, keep.QueueFirst, keep.DirectFirst
 	for _, rr := range rounds {
 		r.RoundRatios = append(r.RoundRatios, rr.ratio())
