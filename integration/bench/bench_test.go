@@ -84,7 +84,10 @@ func TestThroughputRounds(t *testing.T) {
 		t.Errorf("no rounds row:\n%s", table)
 	}
 	rdb := srv.Client(t)
-	for _, p := range []string{"lettaq-bench-" + r.Run + "*", "asynq:{bench-tp-" + r.Run + "*", "asynq:{bench-noop-" + r.Run + "*"} {
+	if r.NaivePerSec <= 0 {
+		t.Errorf("no naive throughput:\n%s", table)
+	}
+	for _, p := range []string{"lettaq-bench-" + r.Run + "*", "asynq:{bench-tp-" + r.Run + "*", "asynq:{bench-noop-" + r.Run + "*", "asynq:{bench-naive-" + r.Run + "*"} {
 		if keys, err := rdb.Keys(context.Background(), p).Result(); err != nil || len(keys) > 0 {
 			t.Errorf("keys left matching %s: %d (%v)", p, len(keys), err)
 		}

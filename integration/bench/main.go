@@ -4,7 +4,8 @@
 //   - queue overhead: from enqueue to the request reaching Letta, and to the first
 //     answer_delta event, against calling the simulator directly with agentclient (p50, p99);
 //   - throughput: turns per second with instant agent turns, against a bare Asynq no-op handler
-//     on the same Redis;
+//     on the same Redis, and against a bare Asynq handler that streams the same turn from the
+//     simulator and does nothing else (the integration lettaq replaces);
 //   - concurrency: one worker holding many simultaneous turns whose agent thinks for a while
 //     with pings flowing (the simulator runs in a child process, so the worker's memory is
 //     measured alone): peak RSS, bytes per in-flight turn, and every turn answered once.
@@ -192,6 +193,12 @@ type Results struct {
 	QueueFirst, DirectFirst []time.Duration
 	// Throughput
 	TurnsPerSec, NoopPerSec float64
+	// NaivePerSec: bare Asynq tasks whose handler streams the same instant
+	// turn from the simulator and does nothing else (see naive), with its
+	// CPU (bench process, simulator) and Redis's.
+	NaivePerSec    float64
+	NaiveCPU       cpuSpent
+	NaiveRedisTime time.Duration
 	// RoundRatios: every round's throughput ratio, in the order they ran
 	// (Config.Rounds > 1); the other throughput figures are the median
 	// round's.
@@ -327,6 +334,17 @@ func (r *Results) Table() string {
 			}
 			fmt.Fprintf(&b, "| read / write system calls per instant turn (/proc/<pid>/io) | bench process %.1f / %.1f%s%s | bench process %.1f / %.1f%s per no-op task | |\n",
 				t.Reads, t.Writes, redis, sim, n.Reads, n.Writes, nredis)
+		}
+		if r.NaivePerSec > 0 {
+			cpu := ""
+			if r.NaiveCPU.Self > 0 && r.NaiveRedisTime > 0 && r.NaiveCPU.ChildOK && r.TurnCPU.ChildOK {
+				naive := float64(r.NaiveCPU.Self + r.NaiveRedisTime + r.NaiveCPU.Child)
+				turn := float64(r.TurnCPU.Self + r.TurnRedisTime + r.TurnCPU.Child)
+				cpu = fmt.Sprintf("; all CPU per task %.0f µs (bench %.0f, Redis %.0f, simulator %.0f): lettaq's turn %.2f× it",
+					naive/1e3, float64(r.NaiveCPU.Self)/1e3, float64(r.NaiveRedisTime)/1e3, float64(r.NaiveCPU.Child)/1e3, turn/naive)
+			}
+			fmt.Fprintf(&b, "| bare Asynq handler that streams the same instant turn from the simulator and does nothing else (no journal, ordering, reply events) | | %.0f tasks/s%s | lettaq / this: ratio %.2f |\n",
+				r.NaivePerSec, cpu, r.TurnsPerSec/r.NaivePerSec)
 		}
 		if r.TurnCPU.Busy > 0 && r.NoopCPU.Busy > 0 {
 			fmt.Fprintf(&b, "| machine CPU busy during the run (all %d CPUs) | %.0f%% | %.0f%% | |\n", runtime.NumCPU(), 100*r.TurnCPU.Busy, 100*r.NoopCPU.Busy)
@@ -759,6 +777,64 @@ func throughput(ctx context.Context, c Config, rco asynq.RedisClientOpt, rdb *re
 	if c.TraceRedis {
 		printTrace(log, "a no-op task's", nc.names(), float64(c.Throughput))
 	}
+	return naive(ctx, c, rco, rdb, run, simURL, simPID, r)
+}
+
+// naive runs the same number of bare Asynq tasks whose handler streams one instant turn from
+// the simulator with agentclient, as the worker does, and nothing else: the integration lettaq
+// replaces (a timeout and a resend), without journal, ordering, reply events or task result.
+// Its figures put lettaq's own part apart from Letta's call.
+func naive(ctx context.Context, c Config, rco asynq.RedisClientOpt, rdb *redis.Client, run, simURL string, simPID int, r *Results) error {
+	ac, err := agentclient.New(agentclient.Config{BaseURL: simURL, StreamTransport: c.StreamTransport})
+	if err != nil {
+		return err
+	}
+	defer ac.CloseIdleConnections()
+	nq := "bench-naive-" + run
+	var n, failed atomic.Int64
+	all := make(chan struct{})
+	srv := asynq.NewServer(rco, asynq.Config{Concurrency: c.Workers, Queues: map[string]int{nq: 1},
+		TaskCheckInterval: c.CheckInterval, Logger: queue.NewAsynqLogger(quiet), LogLevel: asynq.ErrorLevel})
+	if err := srv.Start(asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+		err := ac.SendStream(ctx, agentclient.SendRequest{AgentID: string(t.Payload()), Text: "hi", Otid: uuid.NewString()},
+			agentclient.NewStreamState(), agentclient.StreamOptions{})
+		if err != nil {
+			failed.Add(1)
+		}
+		if n.Add(1) == int64(c.Throughput) {
+			close(all)
+		}
+		return nil
+	})); err != nil {
+		return err
+	}
+	defer srv.Shutdown()
+	cl := asynq.NewClient(rco)
+	defer cl.Close()
+	redisPID := redisLocalPID(ctx, rdb)
+	rt0, _ := redisServerTime(ctx, rdb)
+	cpu0 := markCPU(simPID, redisPID)
+	t0 := time.Now()
+	if err := parallel(c.Throughput, func(i int) error {
+		_, err := cl.EnqueueContext(ctx, asynq.NewTask("naive", []byte(benchAgent(2, i%64))), asynq.Queue(nq),
+			asynq.TaskID(fmt.Sprintf("naive-%s-%d", run, i)), asynq.Retention(time.Hour))
+		return err
+	}); err != nil {
+		return err
+	}
+	select {
+	case <-all:
+	case <-time.After(5 * time.Minute):
+		return fmt.Errorf("only %d naive tasks ran", n.Load())
+	}
+	r.NaivePerSec = float64(c.Throughput) / time.Since(t0).Seconds()
+	r.NaiveCPU = spentCPU(cpu0, markCPU(simPID, redisPID), c.Throughput)
+	if rt1, err := redisServerTime(ctx, rdb); err == nil && rt0 > 0 {
+		r.NaiveRedisTime = (rt1 - rt0) / time.Duration(c.Throughput)
+	}
+	if f := failed.Load(); f > 0 {
+		return fmt.Errorf("%d of %d naive streams failed", f, c.Throughput)
+	}
 	return nil
 }
 
@@ -1128,7 +1204,7 @@ func cleanup(ctx context.Context, rdb *redis.Client, run string) error {
 		}
 	}
 	var qs []any
-	for _, k := range []string{"lat", "tp", "noop", "conc"} {
+	for _, k := range []string{"lat", "tp", "noop", "naive", "conc"} {
 		qs = append(qs, "bench-"+k+"-"+run)
 	}
 	return rdb.SRem(ctx, "asynq:queues", qs...).Err()
