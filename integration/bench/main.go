@@ -728,56 +728,76 @@ func throughput(ctx context.Context, c Config, rco asynq.RedisClientOpt, rdb *re
 	}
 
 	// The same number of bare Asynq tasks with a no-op handler.
-	nq := "bench-noop-" + run
-	var n atomic.Int64
-	all := make(chan struct{})
 	nc := &redisCounter{}
-	srv := asynq.NewServer(countingOpt{rco, nc, false}, asynq.Config{Concurrency: c.Workers, Queues: map[string]int{nq: 1},
-		TaskCheckInterval: c.CheckInterval, Logger: queue.NewAsynqLogger(quiet), LogLevel: asynq.ErrorLevel})
-	if err := srv.Start(asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
-		if n.Add(1) == int64(c.Throughput) {
-			close(all)
-		}
-		return nil
-	})); err != nil {
+	r.NoopPerSec, err = bareTasks(ctx, c, countingOpt{rco, nc, false}, "noop", run,
+		func(int) []byte { return []byte(`{"i":1}`) }, func(context.Context, *asynq.Task) {},
+		func() {
+			nc.trace.Store(c.TraceRedis)
+			trips0, cmds0 = nc.snapshot()
+			nc.dequeueRTT()
+			rt0, _ = redisServerTime(ctx, rdb)
+			cpu0 = markCPU(0, redisPID)
+			calls0, _ = redisCalls(ctx, rdb)
+		}, func() {
+			r.NoopCPU = spentCPU(cpu0, markCPU(0, redisPID), c.Throughput)
+			calls1, _ = redisCalls(ctx, rdb)
+			r.NoopRedisCalls, r.NoopRedisTop = callsPer(calls0, calls1, c.Throughput)
+			trips1, cmds1 = nc.snapshot()
+			r.NoopTrips, r.NoopCmds = float64(trips1-trips0)/float64(c.Throughput), float64(cmds1-cmds0)/float64(c.Throughput)
+			r.NoopDequeue = nc.dequeueRTT()
+			if rt1, err := redisServerTime(ctx, rdb); err == nil && rt0 > 0 {
+				r.NoopRedisTime = (rt1 - rt0) / time.Duration(c.Throughput)
+			}
+		})
+	if err != nil {
 		return err
-	}
-	defer srv.Shutdown()
-	ac := asynq.NewClient(countingOpt{rco, nc, false})
-	defer ac.Close()
-	nc.trace.Store(c.TraceRedis)
-	trips0, cmds0 = nc.snapshot()
-	nc.dequeueRTT()
-	rt0, _ = redisServerTime(ctx, rdb)
-	cpu0 = markCPU(0, redisPID)
-	calls0, _ = redisCalls(ctx, rdb)
-	t0 = time.Now()
-	if err := parallel(c.Throughput, func(i int) error {
-		_, err := ac.EnqueueContext(ctx, asynq.NewTask("noop", []byte(`{"i":1}`)), asynq.Queue(nq),
-			asynq.TaskID(fmt.Sprintf("noop-%s-%d", run, i)), asynq.Retention(time.Hour))
-		return err
-	}); err != nil {
-		return err
-	}
-	select {
-	case <-all:
-	case <-time.After(5 * time.Minute):
-		return fmt.Errorf("only %d no-op tasks ran", n.Load())
-	}
-	r.NoopPerSec = float64(c.Throughput) / time.Since(t0).Seconds()
-	r.NoopCPU = spentCPU(cpu0, markCPU(0, redisPID), c.Throughput)
-	calls1, _ = redisCalls(ctx, rdb)
-	r.NoopRedisCalls, r.NoopRedisTop = callsPer(calls0, calls1, c.Throughput)
-	trips1, cmds1 = nc.snapshot()
-	r.NoopTrips, r.NoopCmds = float64(trips1-trips0)/float64(c.Throughput), float64(cmds1-cmds0)/float64(c.Throughput)
-	r.NoopDequeue = nc.dequeueRTT()
-	if rt1, err := redisServerTime(ctx, rdb); err == nil && rt0 > 0 {
-		r.NoopRedisTime = (rt1 - rt0) / time.Duration(c.Throughput)
 	}
 	if c.TraceRedis {
 		printTrace(log, "a no-op task's", nc.names(), float64(c.Throughput))
 	}
 	return naive(ctx, c, rco, rdb, run, simURL, simPID, r)
+}
+
+// bareTasks runs c.Throughput bare Asynq tasks on a queue of their own ("bench-<kind>-<run>"),
+// with payload(i) and handled by handle, on clients made from rco. mark runs right before the
+// first enqueue and done right after the last task was handled. It returns the tasks per
+// second.
+func bareTasks(ctx context.Context, c Config, rco asynq.RedisConnOpt, kind, run string, payload func(i int) []byte,
+	handle func(context.Context, *asynq.Task), mark, done func()) (float64, error) {
+	q := "bench-" + kind + "-" + run
+	var n atomic.Int64
+	all := make(chan struct{})
+	srv := asynq.NewServer(rco, asynq.Config{Concurrency: c.Workers, Queues: map[string]int{q: 1},
+		TaskCheckInterval: c.CheckInterval, Logger: queue.NewAsynqLogger(quiet), LogLevel: asynq.ErrorLevel})
+	if err := srv.Start(asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+		handle(ctx, t)
+		if n.Add(1) == int64(c.Throughput) {
+			close(all)
+		}
+		return nil
+	})); err != nil {
+		return 0, err
+	}
+	defer srv.Shutdown()
+	cl := asynq.NewClient(rco)
+	defer cl.Close()
+	mark()
+	t0 := time.Now()
+	if err := parallel(c.Throughput, func(i int) error {
+		_, err := cl.EnqueueContext(ctx, asynq.NewTask(kind, payload(i)), asynq.Queue(q),
+			asynq.TaskID(fmt.Sprintf("%s-%s-%d", kind, run, i)), asynq.Retention(time.Hour))
+		return err
+	}); err != nil {
+		return 0, err
+	}
+	select {
+	case <-all:
+	case <-time.After(5 * time.Minute):
+		return 0, fmt.Errorf("only %d of %d %s tasks ran", n.Load(), c.Throughput, kind)
+	}
+	perSec := float64(c.Throughput) / time.Since(t0).Seconds()
+	done()
+	return perSec, nil
 }
 
 // naive runs the same number of bare Asynq tasks whose handler streams one instant turn from
@@ -790,47 +810,28 @@ func naive(ctx context.Context, c Config, rco asynq.RedisClientOpt, rdb *redis.C
 		return err
 	}
 	defer ac.CloseIdleConnections()
-	nq := "bench-naive-" + run
-	var n, failed atomic.Int64
-	all := make(chan struct{})
-	srv := asynq.NewServer(rco, asynq.Config{Concurrency: c.Workers, Queues: map[string]int{nq: 1},
-		TaskCheckInterval: c.CheckInterval, Logger: queue.NewAsynqLogger(quiet), LogLevel: asynq.ErrorLevel})
-	if err := srv.Start(asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
-		err := ac.SendStream(ctx, agentclient.SendRequest{AgentID: string(t.Payload()), Text: "hi", Otid: uuid.NewString()},
-			agentclient.NewStreamState(), agentclient.StreamOptions{})
-		if err != nil {
-			failed.Add(1)
-		}
-		if n.Add(1) == int64(c.Throughput) {
-			close(all)
-		}
-		return nil
-	})); err != nil {
-		return err
-	}
-	defer srv.Shutdown()
-	cl := asynq.NewClient(rco)
-	defer cl.Close()
+	var failed atomic.Int64
 	redisPID := redisLocalPID(ctx, rdb)
-	rt0, _ := redisServerTime(ctx, rdb)
-	cpu0 := markCPU(simPID, redisPID)
-	t0 := time.Now()
-	if err := parallel(c.Throughput, func(i int) error {
-		_, err := cl.EnqueueContext(ctx, asynq.NewTask("naive", []byte(benchAgent(2, i%64))), asynq.Queue(nq),
-			asynq.TaskID(fmt.Sprintf("naive-%s-%d", run, i)), asynq.Retention(time.Hour))
+	var rt0 time.Duration
+	var cpu0 cpuMark
+	r.NaivePerSec, err = bareTasks(ctx, c, rco, "naive", run,
+		func(i int) []byte { return []byte(benchAgent(2, i%64)) },
+		func(ctx context.Context, t *asynq.Task) {
+			err := ac.SendStream(ctx, agentclient.SendRequest{AgentID: string(t.Payload()), Text: "hi", Otid: uuid.NewString()},
+				agentclient.NewStreamState(), agentclient.StreamOptions{})
+			if err != nil {
+				failed.Add(1)
+			}
+		},
+		func() { rt0, _ = redisServerTime(ctx, rdb); cpu0 = markCPU(simPID, redisPID) },
+		func() {
+			r.NaiveCPU = spentCPU(cpu0, markCPU(simPID, redisPID), c.Throughput)
+			if rt1, err := redisServerTime(ctx, rdb); err == nil && rt0 > 0 {
+				r.NaiveRedisTime = (rt1 - rt0) / time.Duration(c.Throughput)
+			}
+		})
+	if err != nil {
 		return err
-	}); err != nil {
-		return err
-	}
-	select {
-	case <-all:
-	case <-time.After(5 * time.Minute):
-		return fmt.Errorf("only %d naive tasks ran", n.Load())
-	}
-	r.NaivePerSec = float64(c.Throughput) / time.Since(t0).Seconds()
-	r.NaiveCPU = spentCPU(cpu0, markCPU(simPID, redisPID), c.Throughput)
-	if rt1, err := redisServerTime(ctx, rdb); err == nil && rt0 > 0 {
-		r.NaiveRedisTime = (rt1 - rt0) / time.Duration(c.Throughput)
 	}
 	if f := failed.Load(); f > 0 {
 		return fmt.Errorf("%d of %d naive streams failed", f, c.Throughput)
