@@ -138,7 +138,9 @@ func (s *Sequencer) nowMs() any { return s.cfg.Now().UnixMilli() }
 // its 0-based position (0: it runs next). Joining again (a duplicate
 // enqueue, a retried client) keeps the original place and returns the
 // current position. A task whose turn already finished (Release with done,
-// within Config.DoneTTL) does not join again: Join returns -1.
+// within Config.DoneTTL) does not join again: Join returns -1. Joins
+// called while another is in flight on the same Sequencer wait for it and
+// then go together, in one round trip (see joiner).
 func (s *Sequencer) Join(ctx context.Context, key, taskID string) (int, error) {
 	if err := checkKey(key); err != nil {
 		return 0, err
