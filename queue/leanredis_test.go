@@ -124,8 +124,8 @@ func TestLeanRedisLargeTraffic(t *testing.T) {
 }
 
 // TestLeanRedisConcurrentPipelines: more pipelines at once than the
-// pipeline pool has connections all go through (the rest take connections
-// of the main pool).
+// pipeline pool has connections all complete, every write whole (go-redis
+// gives the rest connections of the main pool, with 4 KiB buffers).
 func TestLeanRedisConcurrentPipelines(t *testing.T) {
 	c, ctx, prefix := leanClient(t)
 	defer func() {

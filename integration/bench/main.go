@@ -610,7 +610,7 @@ func throughputRounds(ctx context.Context, c Config, rco asynq.RedisClientOpt, r
 				}()
 			}
 		}
-		fmt.Fprintf(log, "throughput, round %d of %d: %d instant turns, then %d no-op tasks…\n", i+1, n, c.Throughput, c.Throughput)
+		fmt.Fprintf(log, "throughput, round %d of %d: %d instant turns, then %d no-op tasks, then %d plain-integration tasks…\n", i+1, n, c.Throughput, c.Throughput, c.Throughput)
 		rr := &Results{Config: c}
 		if err := throughput(ctx, c, rco, rdb, id, rr, log); err != nil {
 			return err
@@ -755,7 +755,7 @@ func throughput(ctx context.Context, c Config, rco asynq.RedisClientOpt, rdb *re
 	if c.TraceRedis {
 		printTrace(log, "a no-op task's", nc.names(), float64(c.Throughput))
 	}
-	return naive(ctx, c, rco, rdb, run, simURL, simPID, r)
+	return naive(ctx, c, rco, rdb, run, simURL, simPID, redisPID, r)
 }
 
 // bareTasks runs c.Throughput bare Asynq tasks on a queue of their own ("bench-<kind>-<run>"),
@@ -804,14 +804,13 @@ func bareTasks(ctx context.Context, c Config, rco asynq.RedisConnOpt, kind, run 
 // the simulator with agentclient, as the worker does, and nothing else: the integration lettaq
 // replaces (a timeout and a resend), without journal, ordering, reply events or task result.
 // Its figures put lettaq's own part apart from Letta's call.
-func naive(ctx context.Context, c Config, rco asynq.RedisClientOpt, rdb *redis.Client, run, simURL string, simPID int, r *Results) error {
+func naive(ctx context.Context, c Config, rco asynq.RedisClientOpt, rdb *redis.Client, run, simURL string, simPID, redisPID int, r *Results) error {
 	ac, err := agentclient.New(agentclient.Config{BaseURL: simURL, StreamTransport: c.StreamTransport})
 	if err != nil {
 		return err
 	}
 	defer ac.CloseIdleConnections()
 	var failed atomic.Int64
-	redisPID := redisLocalPID(ctx, rdb)
 	var rt0 time.Duration
 	var cpu0 cpuMark
 	r.NaivePerSec, err = bareTasks(ctx, c, rco, "naive", run,
