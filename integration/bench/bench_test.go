@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"math"
 	"os"
+	"runtime/metrics"
 	"slices"
 	"strings"
 	"testing"
@@ -51,6 +53,31 @@ func TestBenchSmall(t *testing.T) {
 	}
 	if r.TurnsPerSec <= 0 || r.NoopPerSec <= 0 || !strings.Contains(table, "request reaches Letta") {
 		t.Errorf("incomplete results:\n%s", table)
+	}
+	// Asynq starts a goroutine per task it runs: the scheduler row counts at least that.
+	if r.TurnCPU.Goroutines < 1 || r.NoopCPU.Goroutines < 1 || r.TurnCPU.Waits <= 0 || !strings.Contains(table, "bench process scheduler") {
+		t.Errorf("scheduler figures: %.1f and %.1f goroutines per turn and task, %.2f waits sampled per turn:\n%s",
+			r.TurnCPU.Goroutines, r.NoopCPU.Goroutines, r.TurnCPU.Waits, table)
+	}
+}
+
+// meanWait averages the waits between two readings of the histogram: bucket
+// midpoints, the open-ended buckets at their finite bound, earlier counts
+// taken away.
+func TestMeanWait(t *testing.T) {
+	buckets := []float64{math.Inf(-1), 0, 10e-6, 30e-6, math.Inf(1)}
+	a := schedMark{wait: &metrics.Float64Histogram{Buckets: buckets, Counts: []uint64{0, 5, 0, 7}}}
+	b := schedMark{wait: &metrics.Float64Histogram{Buckets: buckets, Counts: []uint64{1, 6, 2, 8}}}
+	// new: 1 at 0 (≤0), 1 at 5 µs, 2 at 20 µs, 1 at 30 µs (≥30 µs) → 75 µs / 5
+	got, n := meanWait(a, b)
+	if n != 5 || got != 15*time.Microsecond {
+		t.Errorf("meanWait = %v over %d, want 15µs over 5", got, n)
+	}
+	if got, n := meanWait(b, b); got != 0 || n != 0 {
+		t.Errorf("no new waits: %v over %d, want 0 over 0", got, n)
+	}
+	if got, n := meanWait(schedMark{}, b); got != 0 || n != 0 {
+		t.Errorf("no first reading: %v over %d, want 0 over 0", got, n)
 	}
 }
 

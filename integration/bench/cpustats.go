@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"runtime/metrics"
 	"strconv"
@@ -23,6 +24,61 @@ type cpuMark struct {
 	// write, readv, writev… on sockets too; not epoll or futex) of this
 	// process, the child and Redis (when its process is on this machine).
 	io, childIO, redisIO procIO
+	sched                schedMark
+}
+
+// schedMark is this process's scheduler so far (runtime/metrics): goroutines
+// started, GC cycles, and how long goroutines waited runnable before they ran.
+type schedMark struct {
+	goroutines, gcs uint64
+	wait            *metrics.Float64Histogram
+}
+
+func readSched() schedMark {
+	s := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}, {Name: "/gc/cycles/total:gc-cycles"}, {Name: "/sched/latencies:seconds"}}
+	metrics.Read(s)
+	var m schedMark
+	if s[0].Value.Kind() == metrics.KindUint64 {
+		m.goroutines = s[0].Value.Uint64()
+	}
+	if s[1].Value.Kind() == metrics.KindUint64 {
+		m.gcs = s[1].Value.Uint64()
+	}
+	if s[2].Value.Kind() == metrics.KindFloat64Histogram {
+		m.wait = s[2].Value.Float64Histogram()
+	}
+	return m
+}
+
+// meanWait is the mean time a goroutine waited runnable between a and b
+// (bucket midpoints; an open-ended bucket counts as its finite bound), and
+// how many waits it counts.
+func meanWait(a, b schedMark) (time.Duration, uint64) {
+	if a.wait == nil || b.wait == nil || len(a.wait.Counts) != len(b.wait.Counts) {
+		return 0, 0
+	}
+	var n uint64
+	var sum float64
+	for i := range b.wait.Counts {
+		c := b.wait.Counts[i] - a.wait.Counts[i]
+		if c == 0 {
+			continue
+		}
+		lo, hi := b.wait.Buckets[i], b.wait.Buckets[i+1]
+		mid := (lo + hi) / 2
+		switch {
+		case math.IsInf(lo, -1):
+			mid = hi
+		case math.IsInf(hi, 1):
+			mid = lo
+		}
+		n += c
+		sum += float64(c) * mid
+	}
+	if n == 0 {
+		return 0, 0
+	}
+	return time.Duration(sum / float64(n) * 1e9), n
 }
 
 // procIO is a process's read and write system calls so far.
@@ -86,6 +142,7 @@ func markCPU(childPID, redisPID int) cpuMark {
 	}
 	m.busy, m.total, m.statsOK = machineCPU()
 	m.alloc, m.mallocs = heapAllocs()
+	m.sched = readSched()
 	return m
 }
 
@@ -164,7 +221,12 @@ type cpuSpent struct {
 	Busy        float64       // the machine's busy share, 0..1 (of all its CPUs)
 	// Alloc and Mallocs: bytes and objects the bench's process allocated, per unit.
 	Alloc, Mallocs uint64
-	ChildOK        bool
+	// Goroutines started and GC cycles per unit, and the mean time a
+	// goroutine waited runnable before it ran (Waits: the runtime's samples
+	// of such waits per unit; it samples, so this is not a count of runs).
+	Goroutines, GCs, Waits float64
+	RunnableWait           time.Duration
+	ChildOK                bool
 	// Read and write system calls per unit: this process, the child, Redis
 	// (each with whether it was read).
 	Reads, Writes, ChildReads, ChildWrites, RedisReads, RedisWrites float64
@@ -178,6 +240,11 @@ func spentCPU(a, b cpuMark, n int) cpuSpent {
 	}
 	s.Self = (b.self - a.self) / time.Duration(n)
 	s.Alloc, s.Mallocs = (b.alloc-a.alloc)/uint64(n), (b.mallocs-a.mallocs)/uint64(n)
+	s.Goroutines = float64(b.sched.goroutines-a.sched.goroutines) / float64(n)
+	s.GCs = float64(b.sched.gcs-a.sched.gcs) / float64(n)
+	var waits uint64
+	s.RunnableWait, waits = meanWait(a.sched, b.sched)
+	s.Waits = float64(waits) / float64(n)
 	if a.childOK && b.childOK {
 		s.Child, s.ChildOK = (b.child-a.child)/time.Duration(n), true
 	}

@@ -309,6 +309,10 @@ func (r *Results) Table() string {
 			fmt.Fprintf(&b, "| bench process allocates per instant turn | %d B, %d objects | %d B, %d objects per no-op task | %.1f× the bytes |\n",
 				r.TurnCPU.Alloc, r.TurnCPU.Mallocs, r.NoopCPU.Alloc, r.NoopCPU.Mallocs, float64(r.TurnCPU.Alloc)/float64(r.NoopCPU.Alloc))
 		}
+		if t, n := r.TurnCPU, r.NoopCPU; t.Waits > 0 && n.Waits > 0 {
+			fmt.Fprintf(&b, "| bench process scheduler (runtime/metrics): goroutines started per instant turn; mean wait runnable before running; GC cycles per 1000 turns | %.1f; %.0f µs; %.1f | %.1f; %.0f µs; %.1f (per no-op task) | |\n",
+				t.Goroutines, float64(t.RunnableWait)/1e3, 1000*t.GCs, n.Goroutines, float64(n.RunnableWait)/1e3, 1000*n.GCs)
+		}
 		if r.TurnCPU.ChildOK {
 			fmt.Fprintf(&b, "| simulator process CPU per instant turn (Letta's part: not lettaq's) | %.0f µs | | |\n", float64(r.TurnCPU.Child)/1e3)
 		}
