@@ -1,0 +1,475 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lettaq/lettaq/agentclient"
+	"github.com/lettaq/lettaq/continuation"
+	"github.com/lettaq/lettaq/internal/evalcmd"
+)
+
+// finish maps the decision to reply events, the journal and Asynq.
+func (t *turn) finish(ctx context.Context, d continuation.Decision) error {
+	w := t.w
+	dctx, cancel := w.deliveryCtx(ctx)
+	defer cancel()
+	now := time.Now()
+	snap := t.st.Snapshot()
+
+	t.mu.Lock()
+	a := t.attempt()
+	a.End = now.UTC()
+	a.Polls, a.Resumes = d.Polls, d.Resumes
+	if d.Clock != "" {
+		a.TimeoutClock = string(d.Clock)
+	}
+	switch d.Resend {
+	case continuation.ResendDone:
+		a.ResendDecision = ResendResent
+		t.rec.Resends++
+	case continuation.ResendForbidden:
+		a.ResendDecision = ResendForbidden
+	case continuation.ResendNotNeeded:
+		a.ResendDecision = ResendNotNeeded
+	}
+	for _, id := range []string{d.RunID, snap.RunID} {
+		if id != "" {
+			t.rec.RunID = id
+			t.ids.setRunID(id)
+			break
+		}
+	}
+	for _, id := range snap.Transcript.DuplicateToolCallIDs() {
+		t.rec.Warnings = appendUnique(t.rec.Warnings, "tool_call_id "+id+" seen on two calls")
+	}
+	if u := snap.Usage; u != nil {
+		t.rec.Usage = &Usage{PromptTokens: int(u.PromptTokens), CompletionTokens: int(u.CompletionTokens),
+			TotalTokens: int(u.TotalTokens), StepCount: int(u.StepCount)}
+	}
+	if len(t.tools) > 0 {
+		t.rec.Tools = t.rec.Tools[:0]
+		for _, tt := range t.tools {
+			ts := ToolSummary{Name: tt.name, CallID: tt.callID, Status: tt.status}
+			if !tt.called.IsZero() && !tt.returned.IsZero() {
+				ts.Duration = tt.returned.Sub(tt.called)
+			}
+			if ts.Status == "" {
+				ts.Status = "unanswered"
+			}
+			t.rec.Tools = append(t.rec.Tools, ts)
+		}
+	}
+	if t.rec.TTFT == 0 && !t.firstToken.IsZero() && !t.rec.EnqueuedAt.IsZero() {
+		t.rec.TTFT = t.firstToken.Sub(t.rec.EnqueuedAt)
+	}
+	t.mu.Unlock()
+
+	switch {
+	case d.Clock == agentclient.ClockConnect || d.Clock == agentclient.ClockStall || d.Clock == agentclient.ClockTotal:
+		w.obs.StreamTimeout(string(d.Clock))
+	}
+	if d.Polls > 0 || d.Resumes > 0 {
+		w.obs.Continuation(d.Polls, d.Resumes)
+	}
+	if d.Resend == continuation.ResendDone || d.Resend == continuation.ResendForbidden {
+		w.obs.Resend(string(a.ResendDecision))
+	}
+	// "outcome" on the lines below is the journal's word for how the attempt ended
+	// (answered, failed, retrying, …), set where it is decided.
+	log := t.log.With(slog.String("otid", t.otid), slog.String("run_id", t.rec.RunID),
+		slog.String("clock", string(d.Clock)), slog.Int("polls", d.Polls), slog.Int("resumes", d.Resumes),
+		slog.String("resend", string(d.Resend)))
+
+	switch d.Outcome {
+	case continuation.Completed:
+		t.deltas.finish(d.StopReason != "requires_approval")
+		if d.StopReason == "requires_approval" {
+			tool := &ToolEvent{Status: ToolStatusCall}
+			calls := approvalCalls(snap.Transcript)
+			if len(calls) > 0 {
+				tool = &calls[len(calls)-1]
+			}
+			ae, err := t.requestApproval(dctx, log, calls)
+			if err != nil {
+				return t.retry(dctx, log, d, time.Second, "record the approval request: "+err.Error())
+			}
+			return t.deliver(dctx, log, OutcomeApprovalRequired, ReplyEvent{Type: EventApprovalRequired, Tool: tool,
+				StopReason: d.StopReason, Approval: ae}, snap.Answer, tool)
+		}
+		return t.deliver(dctx, log, OutcomeAnswered, ReplyEvent{Type: EventAnswer, Text: snap.Answer,
+			StopReason: d.StopReason}, snap.Answer, nil)
+
+	case continuation.Failed:
+		t.deltas.finish(false)
+		if d.Sends == 0 && d.RunID == "" && snap.RunID == "" && d.Err != nil && !agentclient.IsProtocolError(d.Err) {
+			// Nothing was sent (the intent could not be journaled): retry.
+			return t.retry(dctx, log, d, 0, d.Reason)
+		}
+		if d.StopReason == "cancelled" {
+			for _, s := range snap.Transcript.UnansweredToolCalls() {
+				t.rec.Warnings = appendUnique(t.rec.Warnings, "tool "+s.ToolName+" ("+s.ToolCallID+") unanswered when the run was cancelled")
+			}
+		}
+		return t.fail(dctx, log, d.Reason, d.StopReason)
+
+	case continuation.Rejected:
+		t.deltas.finish(false)
+		if st := agentclient.StatusCode(d.Err); st >= 400 && st < 500 && d.Sends > 0 {
+			// Refused before anything was stored: the next attempt need not
+			// look for the otid, and may send under any resend policy.
+			t.mu.Lock()
+			n := t.attempt().N
+			t.mu.Unlock()
+			if err := w.journal.RecordRefusal(dctx, t.taskID, t.otid, n, w.cfg.WorkerID); err != nil {
+				t.redisFailed()
+				log.Warn("could not journal the refusal; the next attempt looks for the otid first", "error", err.Error())
+			}
+		}
+		if d.Retryable {
+			return t.retry(dctx, log, d, max(agentclient.RetryAfter(d.Err), time.Second), d.Reason)
+		}
+		return t.fail(dctx, log, t.imageRejected(d, d.Reason), "")
+
+	case continuation.StillRunning:
+		t.deltas.finish(false)
+		return t.retry(dctx, log, d, w.cfg.StuckRetryDelay, d.Reason)
+
+	case continuation.NotAdmitted:
+		t.deltas.finish(false)
+		if d.Resend == continuation.ResendForbidden {
+			return t.fail(dctx, log, "message not admitted and policy forbids resend: "+d.Reason, "")
+		}
+		return t.retry(dctx, log, d, 0, d.Reason)
+
+	case continuation.Busy:
+		t.deltas.finish(false)
+		return t.busy(dctx, d)
+
+	case continuation.Interrupted:
+		t.deltas.finish(false)
+		cause := t.leaseCause(ctx)
+		if cause == nil {
+			cause = d.Err
+		}
+		if cause == nil {
+			cause = context.Canceled
+		}
+		return t.retry(dctx, log, d, -1, "interrupted: "+d.Reason+": "+cause.Error(), cause)
+	}
+	t.deltas.finish(false)
+	return t.retry(dctx, log, d, 0, "unexpected outcome "+d.Outcome.String()+": "+d.Reason)
+}
+
+// deliver emits the final event once, writes the result and journals the
+// finished turn.
+func (t *turn) deliver(ctx context.Context, log *slog.Logger, outcome string, ev ReplyEvent, answer string, approval *ToolEvent) error {
+	ev.TaskID, ev.Otid, ev.MessageID, ev.RunID = t.taskID, t.otid, t.msg.MessageID, t.rec.RunID
+	if len(t.followers) > 0 {
+		ev.AnsweredBy = t.taskID
+	}
+	if len(t.followers) == 0 && t.msg.Approval == nil && t.w.oneRedis() {
+		return t.deliverAtOnce(ctx, log, outcome, ev, answer, approval)
+	}
+	emitted, err := t.finalEvent(ctx, ev) // after the attempt's progress, in one round trip
+	if err != nil {
+		return t.undelivered(ctx, log, err)
+	}
+	if !emitted {
+		log.Info("final event already written by an earlier attempt")
+	}
+	t.finishFollowers(ctx, ev)
+	t.answered(ctx, log)
+	now := t.finished(outcome, ev.StopReason)
+	if err := t.save(ctx, append(t.resultOps(outcome, answer, approval), t.releaseOps()...)...); err != nil {
+		log.Warn("could not journal the finished turn", "error", err.Error())
+	}
+	return t.delivered(log, outcome, answer, now)
+}
+
+// deliverAtOnce is deliver for a turn with no merged messages and no
+// approval answer: its progress, final event, finished record, result and
+// release go in one round trip, the final event first. If the event is not
+// written the attempt retries (and journals that); a record saying
+// answered without the event's marker is not taken for finished by the
+// next attempt (see run).
+func (t *turn) deliverAtOnce(ctx context.Context, log *slog.Logger, outcome string, ev ReplyEvent, answer string, approval *ToolEvent) error {
+	defer t.progress.endEvents()
+	pe, err := t.progress.prepare(ev, t.w.replies.answeredKey(ev.TaskID))
+	if err != nil {
+		return t.undelivered(ctx, log, err)
+	}
+	now := t.finished(outcome, ev.StopReason)
+	save, err := t.saveOp()
+	if err != nil {
+		return t.undelivered(ctx, log, err)
+	}
+	ops := append(append([]pipelineOp{save}, t.resultOps(outcome, answer, approval)...), t.releaseOps()...)
+	t.progress.dropQueuedSaves() // this record is newer
+	t.mu.Lock()
+	lat, ttft := t.latency(now), t.rec.TTFT
+	t.mu.Unlock()
+	late := func(err error) {
+		// The attempt stopped waiting and retries; the writes landed after
+		// all, so the next attempt finds the turn finished and reports
+		// nothing: the turn finished here.
+		if pe.written {
+			log.Info("the final event was written after the attempt stopped waiting for it: turn finished", "outcome", outcome)
+			t.w.obs.TurnFinished(t.queue, outcome, lat, ttft)
+		}
+	}
+	err = t.progress.doThen(ctx, late, []*preparedEvent{pe}, ops...)
+	if errors.Is(err, errNotWaited) { // pe is not ours to read (late reads it)
+		return t.undelivered(ctx, log, fmt.Errorf("queue: emit %s for task %s: %w", ev.Type, ev.TaskID, err))
+	}
+	wrote := pe.written
+	switch {
+	case pe.err != nil:
+		// The write may have happened all the same (a reply lost on the
+		// way back): the answered marker says.
+		if ok, aerr := t.w.replies.Answered(ctx, t.taskID); aerr != nil || !ok {
+			return t.undelivered(ctx, log, fmt.Errorf("queue: emit %s for task %s: %w", ev.Type, ev.TaskID, pe.err))
+		}
+		log.Info("the final event was written though its write reported an error", "error", pe.err.Error())
+		wrote = true // by this attempt, as far as it can tell: it counts the turn
+		if err != nil && !errors.Is(err, pe.err) {
+			log.Warn("could not journal the finished turn", "error", err.Error())
+		}
+	case err != nil:
+		t.redisFailed()
+		log.Warn("could not journal the finished turn", "error", err.Error())
+	}
+	if !wrote {
+		// An earlier attempt's write landed after this attempt had
+		// started: that attempt counts the turn (late, above), not this
+		// one, or the turn would be counted twice.
+		log.Info("final event already written by an earlier attempt: the turn is counted by it")
+		return t.deliveredBy(log, outcome, answer, now, false)
+	}
+	return t.delivered(log, outcome, answer, now)
+}
+
+// finished marks the record finished with outcome.
+func (t *turn) finished(outcome, stopReason string) time.Time {
+	now := time.Now()
+	t.mu.Lock()
+	t.attempt().Outcome = outcome
+	t.rec.Outcome, t.rec.FinishedAt, t.rec.StopReason, t.rec.Error = outcome, now.UTC(), stopReason, ""
+	t.mu.Unlock()
+	return now
+}
+
+func (t *turn) delivered(log *slog.Logger, outcome, answer string, now time.Time) error {
+	return t.deliveredBy(log, outcome, answer, now, true)
+}
+
+// deliveredBy ends a delivered attempt; count says it reports the turn
+// finished (only the attempt whose write put the final event there does).
+func (t *turn) deliveredBy(log *slog.Logger, outcome, answer string, now time.Time, count bool) error {
+	log.Info("turn finished", "outcome", outcome, "attempt", t.attempt().N, "answer_bytes", len(answer))
+	t.w.obs.AttemptFinished(t.queue, "done", time.Since(t.start))
+	if count {
+		t.w.obs.TurnFinished(t.queue, outcome, t.latency(now), t.rec.TTFT)
+	}
+	return nil
+}
+
+// undelivered ends an attempt whose final event could not be written.
+func (t *turn) undelivered(ctx context.Context, log *slog.Logger, err error) error {
+	// The answer is the whole point: retry; the next attempt finds the
+	// run by its id and polls the answer again.
+	t.redisFailed()
+	t.mu.Lock()
+	t.attempt().Outcome, t.attempt().Error = OutcomeRetrying, err.Error()
+	t.rec.Outcome, t.rec.FinishedAt, t.rec.StopReason = "", time.Time{}, ""
+	t.mu.Unlock()
+	// Whether this attempt's finish reached Redis is not known (it may
+	// still, late): never write the retry over a finished record.
+	if t.w.oneRedis() {
+		rec := t.recCopy()
+		if op, err := t.w.journal.saveOp(&rec, true, t.indexed()); err == nil {
+			t.progress.dropQueuedSaves()
+			_ = t.progress.do(ctx, nil, op)
+		}
+	} else {
+		_ = t.save(ctx)
+	}
+	log.Warn("could not deliver the answer, retrying", "outcome", OutcomeRetrying, "error", err.Error())
+	t.w.obs.AttemptFinished(t.queue, "retry", time.Since(t.start))
+	return &RetryAfterError{Delay: time.Second, Reason: "deliver the answer", Err: err}
+}
+
+func (t *turn) latency(now time.Time) time.Duration {
+	if t.rec.EnqueuedAt.IsZero() {
+		return now.Sub(t.rec.FirstStartedAt)
+	}
+	return now.Sub(t.rec.EnqueuedAt)
+}
+
+// finalEvent writes the attempt's final event once per turn (see
+// Replies.EmitAnswerOnce) after its progress, in one round trip; no
+// progress event of the attempt follows it.
+func (t *turn) finalEvent(ctx context.Context, ev ReplyEvent) (emitted bool, err error) {
+	if ev.Type == "" {
+		ev.Type = EventAnswer
+	}
+	defer t.progress.endEvents()
+	pe, err := t.progress.prepare(ev, t.w.replies.answeredKey(ev.TaskID))
+	if err != nil {
+		return false, err
+	}
+	if err := t.progress.do(ctx, []*preparedEvent{pe}); err != nil {
+		return false, fmt.Errorf("queue: emit %s for task %s: %w", ev.Type, ev.TaskID, err)
+	}
+	return pe.written, nil
+}
+
+// resultOps write the task's result (see writeResult) with the journal
+// save they go with, when the worker made its Redis client from Asynq's
+// connection (so Asynq's task hash is on it); else the result is written
+// through Asynq now.
+func (t *turn) resultOps(outcome, answer string, approval *ToolEvent) []pipelineOp {
+	if t.w.rdb == nil || t.w.replies.rdb != t.w.rdb {
+		t.writeResult(outcome, answer, approval)
+		return nil
+	}
+	b, err := t.resultJSON(outcome, answer, approval)
+	if err != nil {
+		t.log.Warn("could not write the task result", "error", err.Error())
+		return nil
+	}
+	key := asynqTaskKey(t.queue, t.taskID)
+	return []pipelineOp{scriptOp(writeResultScript, append(writeResultScript.Args(1, 1), key, b), func(c *redis.Cmd) error {
+		err := c.Err()
+		if isNoScript(err) {
+			return err // runOps sends it again
+		}
+		if err != nil {
+			t.redisFailed()
+			t.log.Warn("could not write the task result", "error", err.Error())
+		}
+		return nil // the result is a summary: its loss does not fail the save
+	})}
+}
+
+// writeResultScript is Asynq's ResultWriter.Write (HSET of the task hash's
+// "result") for a task that still exists.
+var writeResultScript = evalcmd.New(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], 'result', ARGV[1])
+return 1
+`)
+
+// asynqTaskKey is the key of Asynq's hash of a task (asynq v0.26,
+// internal/base.TaskKey).
+func asynqTaskKey(qname, taskID string) string { return "asynq:{" + qname + "}:t:" + taskID }
+
+func (t *turn) writeResult(outcome, answer string, approval *ToolEvent) {
+	b, err := t.resultJSON(outcome, answer, approval)
+	if err == nil {
+		_, err = t.task.ResultWriter().Write(b)
+	}
+	if err != nil {
+		t.redisFailed()
+		t.log.Warn("could not write the task result", "error", err.Error())
+	}
+}
+
+func (t *turn) resultJSON(outcome, answer string, approval *ToolEvent) ([]byte, error) {
+	r := TurnResult{TaskID: t.taskID, Otid: t.otid, RunID: t.rec.RunID, Outcome: outcome, Answer: answer,
+		StopReason: t.rec.StopReason, Approval: approval, Usage: t.rec.Usage, Attempts: len(t.rec.Attempts),
+		QueueWaitMS: t.rec.QueueWait.Milliseconds(), TTFTMS: t.rec.TTFT.Milliseconds(),
+		LatencyMS: t.latency(time.Now()).Milliseconds(), AttemptMS: time.Since(t.start).Milliseconds(),
+		AnsweredBy: t.rec.AnsweredBy}
+	for _, f := range t.followers {
+		r.Merged = append(r.Merged, f.taskID)
+	}
+	if r.QueueWaitMS == 0 && !t.rec.EnqueuedAt.IsZero() && !t.rec.FirstStartedAt.IsZero() {
+		r.QueueWaitMS = t.rec.FirstStartedAt.Sub(t.rec.EnqueuedAt).Milliseconds()
+	}
+	r.Summary = r.summary()
+	n := 384 + len(r.Summary) + len(r.TaskID) + len(r.Otid) + len(r.RunID) + len(r.StopReason) + len(r.AnsweredBy) +
+		len(answer) + len(r.Merged)*64 // about the size: one allocation, unless strings need escaping
+	if approval != nil {
+		n += 96 + len(approval.Name) + len(approval.CallID) + len(approval.Arguments) + len(approval.Return)
+	}
+	return appendTurnResultJSON(make([]byte, 0, n), &r), nil
+}
+
+// fail ends the turn with a permanent error: one error event, the journal,
+// and SkipRetry so that Asynq archives the task.
+func (t *turn) fail(ctx context.Context, log *slog.Logger, reason, stop string) error {
+	ev := ReplyEvent{Type: EventError, TaskID: t.taskID,
+		Otid: t.otid, RunID: t.rec.RunID, MessageID: t.msg.MessageID, Text: reason, StopReason: stop, Permanent: true}
+	if len(t.followers) > 0 {
+		ev.AnsweredBy = t.taskID
+	}
+	if _, err := t.finalEvent(ctx, ev); err != nil {
+		t.redisFailed()
+		log.Warn("could not emit the error event", "error", err.Error())
+	}
+	t.finishFollowers(ctx, ev)
+	t.answered(ctx, log)
+	now := time.Now()
+	t.mu.Lock()
+	t.attempt().Outcome, t.attempt().Error = OutcomeFailed, reason
+	t.rec.Outcome, t.rec.Error, t.rec.StopReason, t.rec.FinishedAt = OutcomeFailed, reason, stop, now.UTC()
+	t.mu.Unlock()
+	if err := t.save(ctx, t.releaseOps()...); err != nil {
+		log.Warn("could not journal the failed turn", "error", err.Error())
+	}
+	if stop != "" {
+		log = log.With("stop_reason", stop)
+	}
+	log.Warn("turn failed", "outcome", OutcomeFailed, "reason", reason)
+	t.w.permanent.add(t.taskID, "otid", t.otid, "run_id", t.rec.RunID) // for the archiving's log line
+	t.w.obs.AttemptFinished(t.queue, "archived", time.Since(t.start))
+	t.w.obs.TurnFinished(t.queue, OutcomeFailed, t.latency(now), t.rec.TTFT)
+	return fmt.Errorf("lettaq: turn failed: %s: %w", reason, asynq.SkipRetry)
+}
+
+// retry ends the attempt and leaves the turn to the next one. delay < 0
+// marks an interruption; 0 lets RetryDelay back off.
+func (t *turn) retry(ctx context.Context, log *slog.Logger, d continuation.Decision, delay time.Duration, reason string, cause ...error) error {
+	t.endProgress(ctx)
+	if t.retried >= t.maxRetry {
+		return t.fail(ctx, log, fmt.Sprintf("gave up after %d attempts: %s", t.retried+1, reason), d.StopReason)
+	}
+	t.mu.Lock()
+	t.attempt().Outcome, t.attempt().Error = OutcomeRetrying, reason
+	if d.Outcome == continuation.StillRunning {
+		t.attempt().Outcome = OutcomeStillRunning
+	} else if d.Outcome == continuation.NotAdmitted {
+		t.attempt().Outcome = OutcomeNotAdmitted
+	}
+	outcome := t.attempt().Outcome
+	t.mu.Unlock()
+	if err := t.save(ctx); err != nil {
+		log.Warn("could not journal the attempt", "error", err.Error())
+	}
+	log.Info("turn attempt ends, retrying", "outcome", outcome, "reason", reason)
+	t.w.obs.AttemptFinished(t.queue, "retry", time.Since(t.start))
+	var err error
+	if d.Err != nil {
+		err = d.Err
+	}
+	if len(cause) > 0 {
+		return &InterruptedError{Reason: reason, Err: cause[0]}
+	}
+	return &RetryAfterError{Delay: delay, Reason: reason, Err: err}
+}
+
+func appendUnique(s []string, v string) []string {
+	for _, x := range s {
+		if x == v {
+			return s
+		}
+	}
+	return append(s, v)
+}
