@@ -71,3 +71,69 @@ func (c *Client) ResolveAgent(ctx context.Context, idOrName string) (string, err
 	}
 	return "", fmt.Errorf("agentclient: %d agents are named %q (%s): give the agent id: %w", len(ids), idOrName, strings.Join(ids, ", "), ErrAgentName)
 }
+
+// ListAgentMessages lists an agent's history (GET /v1/agents/{id}/messages).
+// Letta may return a desc page oldest-first: do not rely on order inside a
+// page. A cursor that does not exist is a 404.
+func (c *Client) ListAgentMessages(ctx context.Context, agentID string, o ListOptions) ([]Message, error) {
+	if agentID == "" {
+		return nil, errors.New("agentclient: ListAgentMessages: agent id is empty")
+	}
+	var raw []json.RawMessage
+	if err := c.doJSON(ctx, "list agent messages", http.MethodGet, "/v1/agents/"+url.PathEscape(agentID)+"/messages", o.query(), nil, &raw); err != nil {
+		return nil, err
+	}
+	return decodeMessages(raw)
+}
+
+// SendAsync sends the message with POST /v1/agents/{id}/messages/async: the
+// server answers at once with the run, and runs the turn itself. Use the
+// same otid as any earlier attempt of the turn.
+func (c *Client) SendAsync(ctx context.Context, req SendRequest) (*Run, error) {
+	if err := req.validate(); err != nil {
+		return nil, err
+	}
+	if req.ConversationID != "" {
+		return nil, errors.New("agentclient: SendAsync: conversations take streaming sends (SendStream with Background)")
+	}
+	var w runWire
+	if err := c.doJSON(ctx, "send async", http.MethodPost, "/v1/agents/"+url.PathEscape(req.AgentID)+"/messages/async", nil, req.body(), &w); err != nil {
+		return nil, err
+	}
+	return w.run(), nil
+}
+
+// CancelRuns cancels an agent's runs (all active ones when runIDs is empty).
+// Letta answers 409 when nothing is running.
+func (c *Client) CancelRuns(ctx context.Context, agentID string, runIDs []string) (map[string]string, error) {
+	if agentID == "" {
+		return nil, errors.New("agentclient: CancelRuns: agent id is empty")
+	}
+	body := map[string]any{}
+	if len(runIDs) > 0 {
+		body["run_ids"] = runIDs
+	}
+	out := map[string]string{}
+	if err := c.doJSON(ctx, "cancel runs", http.MethodPost, "/v1/agents/"+url.PathEscape(agentID)+"/messages/cancel", nil, body, &out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Agent is the part of AgentState lettaq uses.
+type Agent struct {
+	ID   string `json:"id"`
+	Name string `json:"name"`
+}
+
+// GetAgent fetches an agent (a 404 means it does not exist).
+func (c *Client) GetAgent(ctx context.Context, agentID string) (*Agent, error) {
+	if agentID == "" {
+		return nil, errors.New("agentclient: GetAgent: agent id is empty")
+	}
+	var a Agent
+	if err := c.doJSON(ctx, "get agent", http.MethodGet, "/v1/agents/"+url.PathEscape(agentID), nil, nil, &a); err != nil {
+		return nil, err
+	}
+	return &a, nil
+}
