@@ -34,22 +34,6 @@ type schedMark struct {
 	wait            *metrics.Float64Histogram
 }
 
-func readSched() schedMark {
-	s := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}, {Name: "/gc/cycles/total:gc-cycles"}, {Name: "/sched/latencies:seconds"}}
-	metrics.Read(s)
-	var m schedMark
-	if s[0].Value.Kind() == metrics.KindUint64 {
-		m.goroutines = s[0].Value.Uint64()
-	}
-	if s[1].Value.Kind() == metrics.KindUint64 {
-		m.gcs = s[1].Value.Uint64()
-	}
-	if s[2].Value.Kind() == metrics.KindFloat64Histogram {
-		m.wait = s[2].Value.Float64Histogram()
-	}
-	return m
-}
-
 // meanWait is the mean time a goroutine waited runnable between a and b
 // (bucket midpoints; an open-ended bucket counts as its finite bound), and
 // how many waits it counts.
@@ -141,23 +125,29 @@ func markCPU(childPID, redisPID int) cpuMark {
 		m.child, m.childOK = procCPU(childPID)
 	}
 	m.busy, m.total, m.statsOK = machineCPU()
-	m.alloc, m.mallocs = heapAllocs()
-	m.sched = readSched()
+	m.alloc, m.mallocs, m.sched = readRuntime()
 	return m
 }
 
-// heapAllocs is what the process allocated on the heap so far: bytes and
-// objects (runtime/metrics: cheap, no stop-the-world).
-func heapAllocs() (bytes, objects uint64) {
-	s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}, {Name: "/gc/heap/allocs:objects"}}
+// readRuntime reads this process's runtime/metrics in one call (cheap, no
+// stop-the-world): what it allocated on the heap so far (bytes and objects)
+// and its scheduler (schedMark).
+func readRuntime() (bytes, objects uint64, m schedMark) {
+	s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}, {Name: "/gc/heap/allocs:objects"},
+		{Name: "/sched/goroutines-created:goroutines"}, {Name: "/gc/cycles/total:gc-cycles"}, {Name: "/sched/latencies:seconds"}}
 	metrics.Read(s)
-	if s[0].Value.Kind() == metrics.KindUint64 {
-		bytes = s[0].Value.Uint64()
+	u := func(i int) uint64 {
+		if s[i].Value.Kind() == metrics.KindUint64 {
+			return s[i].Value.Uint64()
+		}
+		return 0
 	}
-	if s[1].Value.Kind() == metrics.KindUint64 {
-		objects = s[1].Value.Uint64()
+	bytes, objects = u(0), u(1)
+	m.goroutines, m.gcs = u(2), u(3)
+	if s[4].Value.Kind() == metrics.KindFloat64Histogram {
+		m.wait = s[4].Value.Float64Histogram()
 	}
-	return bytes, objects
+	return bytes, objects, m
 }
 
 // procCPU reads a process's user + system time from /proc/<pid>/stat.
