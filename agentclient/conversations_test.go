@@ -17,8 +17,8 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 )
 
-// Letta's OpenAPI subset, beside the repository (shared/letta).
-const openAPIPath = "../../shared/letta/openapi-subset.json"
+// Letta's OpenAPI subset, kept in the repository (testdata/letta/README.md says where it comes from).
+const openAPIPath = "../testdata/letta/openapi-subset.json"
 const openAPIURL = "https://letta.test/openapi-subset.json"
 
 var schemas struct {

@@ -2,10 +2,11 @@
 // worker's dev mode. Like net/http/httptest, it is a real HTTP server on loopback: point any
 // Letta client at Server.URL.
 //
-// It speaks the slice of Letta's REST API that a chat worker uses, with the behaviour described
-// in shared/letta/WIRE.md and the JSON shapes of shared/letta/openapi-subset.json (its tests
-// validate every object it emits against that schema). It deliberately imports nothing else from
-// lettaq: it encodes what Letta does, not what our client expects.
+// It speaks the slice of Letta's REST API that a chat worker uses, with the behaviour of Letta's
+// server and the JSON shapes of Letta's OpenAPI document (a copy lives in the repository's
+// testdata/letta; the tests validate every object it emits against that schema). It
+// deliberately imports nothing else from lettaq: it encodes what Letta does, not what our
+// client expects.
 //
 // # Starting it
 //

@@ -28,7 +28,7 @@ func TestMain(m *testing.M) {
 
 // --- schemas ---
 
-const openAPIPath = "../../../shared/letta/openapi-subset.json"
+const openAPIPath = "../../testdata/letta/openapi-subset.json"
 const openAPIURL = "https://lettasim.test/openapi-subset.json"
 
 var schemaSet struct {
@@ -47,7 +47,7 @@ func schema(t testing.TB, name string) *jsonschema.Schema {
 		if err != nil {
 			abs, _ := filepath.Abs(openAPIPath)
 			schemaSet.err = fmt.Errorf("the Letta OpenAPI subset is required for conformance tests "+
-				"and was not found at %s (the repo expects shared/ cloned beside it): %v", abs, err)
+				"and was not found at %s: %v", abs, err)
 			return
 		}
 		defer f.Close()
