@@ -19,6 +19,8 @@
 //	GOMEMLIMIT=450MiB go run ./integration/bench -latency 0 -throughput 0 -think 90s
 //	                                                # the worker under a GC memory limit
 //	go run ./integration/bench -stream-transport net/http   # streams through net/http's pool
+//	go run ./integration/bench -capacity            # the capacity plan past one machine from
+//	                                                # today's per-turn figures (docs/performance.md)
 //	GODEBUG=memprofilerate=512 go run ./integration/bench -latency 0 -throughput 0 -concurrent 3000 \
 //	    -heapprofile /tmp/turn.heap      # a heap profile fine enough to count bytes per turn
 //	                                     # (go tool pprof -sample_index=inuse_space -traces …)
