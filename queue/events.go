@@ -13,80 +13,12 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Reply events: the wire format.
-//
-// Every conversation has one Redis Stream of reply events:
-//
-//	<prefix>replies:<integration>:<chat_id>      (default prefix "lettaq:")
-//
-// e.g. "lettaq:replies:telegram:123456". The integration name must not contain
-// ':' (it is validated); the chat id may contain anything, since it is the
-// last component of the key. The stream is capped with XADD MAXLEN ~ N
-// (default 10,000 entries; "~" means Redis may keep slightly more).
-//
-// Each stream entry has these flat fields, all strings, always present:
-//
-//	type        accepted | phase | tool | answer_delta | answer | approval_required | error
-//	task_id     the Asynq task id of the turn
-//	otid        the turn's otid (stable across retries); "" if not known yet
-//	run_id      the Letta run id; "" if not known yet
-//	message_id  the integration's inbound message id this event answers; may be ""
-//	seq         decimal integer: per-turn sequence number, strictly increasing
-//	            across all attempts of the turn (1, 2, 3, ...). Within one turn,
-//	            stream order and seq order agree; a consumer that has shown
-//	            seq N may ignore any event of that turn with seq <= N.
-//	time        RFC 3339 time with nanoseconds, UTC, when the event was written
-//	data        compact JSON object with the type-specific fields below
-//
-// Fields of data (a field that is absent means zero, false or empty; the
-// fields listed per type as "always" are present even when empty):
-//
-//	phase        string   phase: connecting | streaming | thinking | tool_running |
-//	                      recovering | continuing (always); accepted: "queued"
-//	elapsed_ms   integer  phase: milliseconds spent in the turn so far
-//	position     integer  accepted: 0-based place in the conversation's line of
-//	                      waiting turns, 0 = next (always)
-//	text         string   answer_delta: the new text (always); answer: the whole
-//	                      answer (always); error: a human-readable message (always)
-//	narration    bool     answer_delta: true when the text is reasoning/narration,
-//	                      to be shown apart from the answer, never mixed into it
-//	parts        [string] answer: the text split into platform-sized parts, in
-//	                      order; joined they equal text exactly; [] when text is ""
-//	                      (always)
-//	tool         object   tool: the tool call or its result (always);
-//	                      approval_required: the pending tool call (always):
-//	                        name        string
-//	                        call_id     string
-//	                        arguments   string  (the JSON arguments as the agent sent them)
-//	                        status      "call" | "success" | "error"
-//	                        return      string  (the tool's return, at most 2 KiB)
-//	                        truncated   bool    (return was cut to fit)
-//	stop_reason  string   answer, error: Letta's stop reason, when known
-//	permanent    bool     error: true when the turn will not be retried (always)
-//	answered_by  string   answer: when several messages were answered by one turn,
-//	                      the task id of the turn that answered this message
-//	approval     object   approval_required: the request (always):
-//	                        request_task_id  string  the task id to answer (this turn's)
-//	                        calls            [tool]  every pending call (name, call_id,
-//	                                                 arguments); all are answered together
-//	                        expires_at       string  RFC 3339: denied automatically then
-//	                      accepted of an answer turn: the answer:
-//	                        request_task_id, decision (approved | denied | mixed),
-//	                        cause (user | expired | moved_on), reason
-//
-// Each turn ends with at most one final event (answer, approval_required, or
-// error with permanent true), even when the turn is retried or recovered:
-// the worker writes it with one atomic script that first checks, then sets,
-// the marker <prefix>answered:<task_id>. A consumer may still see progress
-// events (phase, tool, answer_delta, error with permanent false) of several
-// attempts; they are progress only, and their seq keeps increasing. A phase
-// event (but awaiting_approval) still waiting to be written when the turn's
-// next event comes is replaced by it (see progress): under load a consumer
-// sees fewer phases, never a stale one after a newer event.
-//
-// Reading from any language: XREAD BLOCK 5000 STREAMS <key> <last-id>, start
-// with "0" for the whole history or "$" for new events only, then pass the id
-// of the last entry received.
+// Reply events: the wire format is specified in docs/reply-events.md (the one copy of it).
+// In short: every conversation has one Redis Stream, <prefix>replies:<integration>:<chat_id>,
+// capped with XADD MAXLEN ~ (RepliesOptions.MaxLen); each entry has the flat string fields
+// type, task_id, otid, run_id, message_id, seq, time and data (compact JSON, the fields of
+// ReplyEvent); a turn ends with at most one final event (answer, approval_required, or a
+// permanent error), guarded by the marker <prefix>answered:<task_id>.
 
 // Conversation names one chat in one integration.
 type Conversation struct {

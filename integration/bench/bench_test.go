@@ -35,8 +35,8 @@ func realRedis(t *testing.T) *testredis.Server {
 	return srv
 }
 
-// TestBenchSmall runs every measurement at a small size (the full run is by hand: see the
-// README's performance section). It needs a real Redis.
+// TestBenchSmall runs every measurement at a small size (the full run is by hand: see
+// docs/performance.md). It needs a real Redis.
 func TestBenchSmall(t *testing.T) {
 	srv := realRedis(t)
 	c := Config{RedisURL: srv.URL(), Latency: 20, Throughput: 200, Concurrent: envInt("LETTAQ_BENCH_CONCURRENT", 100),
@@ -53,6 +53,12 @@ func TestBenchSmall(t *testing.T) {
 	}
 	if r.TurnsPerSec <= 0 || r.NoopPerSec <= 0 || !strings.Contains(table, "request reaches Letta") {
 		t.Errorf("incomplete results:\n%s", table)
+	}
+	// What a turn holds in Redis (MEMORY USAGE of the run's keys) feeds the capacity plan,
+	// which a full run prints from its own figures (this small run's RSS per turn is too
+	// small to read, so it prints none).
+	if b, k := r.TurnRedisBytes, r.ThinkRedisBytes; b.Asynq <= 0 || b.Lettaq <= 0 || k.Lettaq <= 0 || !strings.Contains(table, "Redis memory per in-flight thinking turn") {
+		t.Errorf("Redis memory per finished turn %+v, per thinking turn %+v:\n%s", b, k, table)
 	}
 	// Asynq starts a goroutine per task it runs: the scheduler row counts at least that.
 	if r.TurnCPU.Goroutines < 1 || r.NoopCPU.Goroutines < 1 || r.TurnCPU.Waits <= 0 || !strings.Contains(table, "bench process scheduler") {

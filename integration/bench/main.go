@@ -19,6 +19,8 @@
 //	GOMEMLIMIT=450MiB go run ./integration/bench -latency 0 -throughput 0 -think 90s
 //	                                                # the worker under a GC memory limit
 //	go run ./integration/bench -stream-transport net/http   # streams through net/http's pool
+//	go run ./integration/bench -capacity            # the capacity plan past one machine from
+//	                                                # today's per-turn figures (docs/performance.md)
 //	GODEBUG=memprofilerate=512 go run ./integration/bench -latency 0 -throughput 0 -concurrent 3000 \
 //	    -heapprofile /tmp/turn.heap      # a heap profile fine enough to count bytes per turn
 //	                                     # (go tool pprof -sample_index=inuse_space -traces …)
@@ -138,7 +140,17 @@ func main() {
 	flag.BoolVar(&c.TraceRedis, "trace-redis", false, "print the Redis round trips of a turn by command")
 	flag.BoolVar(&c.Keep, "keep", false, "leave the run's keys in Redis (default: delete them when the run ends)")
 	flag.BoolVar(&c.SimInProcess, "sim-in-process", false, "run the throughput run's simulator in the benchmark's process (default: a child process, as Letta is a server of its own)")
+	perTurn, assume := capacityFlags(flag.CommandLine)
+	capacity := flag.Bool("capacity", false, "print the capacity plan past one machine from the -per-* figures (today's by default) and the -plan-* assumptions, and exit (needs no Redis)")
 	flag.Parse()
+	if *capacity {
+		if assume.Target <= 0 || assume.Target > 1 {
+			fmt.Fprintln(os.Stderr, "bench: -plan-target must be in (0,1]")
+			os.Exit(2)
+		}
+		fmt.Print(CapacityTable(*perTurn, *assume, defaultLoads))
+		return
+	}
 	var err error
 	if c.ThreadMode, err = queue.ParseThreadMode(*tm); err != nil {
 		fmt.Fprintln(os.Stderr, "bench: -thread-mode:", err)
@@ -155,6 +167,9 @@ func main() {
 		os.Exit(1)
 	}
 	fmt.Print(res.Table())
+	if f, ok := res.PerTurn(); ok {
+		fmt.Print("\nThe capacity plan past one machine, from this run's figures:\n\n" + CapacityTable(f, *assume, defaultLoads))
+	}
 }
 
 func envOr(k, d string) string {
@@ -223,6 +238,12 @@ type Results struct {
 	// and by name.
 	TurnRedisCalls, NoopRedisCalls float64
 	TurnRedisTop, NoopRedisTop     []nameCount
+	// TurnRedisBytes: what an instant turn leaves in Redis once finished
+	// (its Asynq task and result; its journal record, reply stream and
+	// markers), by retention class. ThinkRedisBytes: what a thinking turn
+	// holds in Redis while every turn is in flight. Zero when Redis has no
+	// MEMORY USAGE.
+	TurnRedisBytes, ThinkRedisBytes redisBytes
 	// ThinkCmdsPerMin: Redis commands per minute per thinking turn (the
 	// worker, every turn in flight); ThinkTripsPerMin the round trips.
 	ThinkCmdsPerMin, ThinkTripsPerMin float64
@@ -353,6 +374,9 @@ func (r *Results) Table() string {
 		if r.TurnCPU.Busy > 0 && r.NoopCPU.Busy > 0 {
 			fmt.Fprintf(&b, "| machine CPU busy during the run (all %d CPUs) | %.0f%% | %.0f%% | |\n", runtime.NumCPU(), 100*r.TurnCPU.Busy, 100*r.NoopCPU.Busy)
 		}
+		if m := r.TurnRedisBytes; m.Total() > 0 {
+			fmt.Fprintf(&b, "| Redis memory a finished instant turn leaves (MEMORY USAGE of the run's keys; Asynq's kept 24h, lettaq's 7 days) | %d bytes (Asynq %d, lettaq %d) | | |\n", m.Total(), m.Asynq, m.Lettaq)
+		}
 		if r.TurnDequeue > 0 && r.NoopDequeue > 0 {
 			fmt.Fprintf(&b, "| Asynq's dequeue round trip, mean (one at a time: it paces task starts) | %.0f µs | %.0f µs | %.1f× |\n",
 				float64(r.TurnDequeue)/1e3, float64(r.NoopDequeue)/1e3, float64(r.TurnDequeue)/float64(r.NoopDequeue))
@@ -373,6 +397,9 @@ func (r *Results) Table() string {
 		}
 		if r.StackPerTurnLate > 0 {
 			fmt.Fprintf(&b, "| stacks per in-flight turn later in the think (no GC forced) | %d bytes | | |\n", r.StackPerTurnLate)
+		}
+		if m := r.ThinkRedisBytes; m.Total() > 0 {
+			fmt.Fprintf(&b, "| Redis memory per in-flight thinking turn (MEMORY USAGE of the run's keys) | %d bytes (Asynq %d, lettaq %d) | | |\n", m.Total(), m.Asynq, m.Lettaq)
 		}
 		if r.ThinkCmdsPerMin > 0 {
 			fmt.Fprintf(&b, "| Redis commands (round trips) per minute per thinking turn | %.1f (%.1f) | | |\n", r.ThinkCmdsPerMin, r.ThinkTripsPerMin)
@@ -673,6 +700,7 @@ func throughput(ctx context.Context, c Config, rco asynq.RedisClientOpt, rdb *re
 	if err != nil {
 		return err
 	}
+	mem0, memErr := measureRedisBytes(ctx, rdb, qname, prefix)
 	rc.trace.Store(c.TraceRedis)
 	trips0, cmds0 := rc.snapshot()
 	rc.dequeueRTT() // from here on
@@ -725,6 +753,9 @@ func throughput(ctx context.Context, c Config, rco asynq.RedisClientOpt, rdb *re
 	r.TurnDequeue = rc.dequeueRTT()
 	if rt1, err := redisServerTime(ctx, rdb); err == nil && rt0 > 0 {
 		r.TurnRedisTime = (rt1 - rt0) / time.Duration(c.Throughput)
+	}
+	if mem1, err := measureRedisBytes(ctx, rdb, qname, prefix); err == nil && memErr == nil {
+		r.TurnRedisBytes = mem1.per(mem0, c.Throughput)
 	}
 	stop()
 	if c.TraceRedis {
@@ -963,7 +994,10 @@ func concurrency(ctx context.Context, c Config, rco asynq.RedisClientOpt, run st
 		return err
 	}
 	defer stop()
+	rdb := redis.NewClient(&redis.Options{Addr: rco.Addr, DB: rco.DB, Password: rco.Password})
+	defer rdb.Close()
 	time.Sleep(500 * time.Millisecond)
+	mem0, memErr := measureRedisBytes(ctx, rdb, qname, prefix)
 	runtime.GC()
 	r.BaseRSS, _ = rss()
 	var base runtime.MemStats
@@ -991,7 +1025,11 @@ func concurrency(ctx context.Context, c Config, rco asynq.RedisClientOpt, run st
 				}
 				if !measured && cnt.inFlight.Load() == int64(c.Concurrent) {
 					measured = true
-					// Every turn is in flight: what each one holds.
+					// Every turn is in flight: what each one holds, in Redis (first:
+					// the GC below collects what measuring allocates) and in the worker.
+					if mem, err := measureRedisBytes(ctx, rdb, qname, prefix); err == nil && memErr == nil {
+						r.ThinkRedisBytes = mem.per(mem0, c.Concurrent)
+					}
 					runtime.GC()
 					var m runtime.MemStats
 					runtime.ReadMemStats(&m)

@@ -1,6 +1,7 @@
-// Package deploytest checks the deployment files against the code: docker-compose.yaml may
-// only set variables the worker reads, the Dockerfile builds the commands that exist, and the
-// README documents every variable.
+// Package deploytest checks the deployment files and the documentation against the code:
+// docker-compose.yaml may only set variables the worker reads, the Dockerfile builds the
+// commands that exist, docs/configuration.md documents every variable, and README.md stays a
+// front door whose links resolve.
 package deploytest
 
 import (
@@ -132,32 +133,32 @@ func TestDockerfileBuildsTheCommands(t *testing.T) {
 	}
 }
 
-// Every variable the worker (and enqueue) reads is in the README, with its default.
-func TestReadmeListsEveryVariable(t *testing.T) {
-	readme := string(repoFile(t, "README.md"))
+// Every variable the worker (and enqueue) reads is in docs/configuration.md, with its default.
+func TestDocsListEveryVariable(t *testing.T) {
+	conf := string(repoFile(t, "docs/configuration.md"))
 	for _, v := range append(app.WorkerVars(), app.EnqueueVars...) {
 		def := v.Default
 		if v.Secret || def == "" {
 			def = ""
 		}
 		row := regexp.MustCompile("(?m)^\\| `" + regexp.QuoteMeta(v.Name) + "`[^\n]*\\|")
-		line := row.FindString(readme)
+		line := row.FindString(conf)
 		if line == "" {
-			t.Errorf("README.md has no table row for %s", v.Name)
+			t.Errorf("docs/configuration.md has no table row for %s", v.Name)
 			continue
 		}
 		if def != "" && !strings.Contains(line, "`"+def+"`") {
-			t.Errorf("README.md row for %s does not give its default `%s`: %s", v.Name, def, line)
+			t.Errorf("docs/configuration.md row for %s does not give its default `%s`: %s", v.Name, def, line)
 		}
 	}
-	if !strings.Contains(readme, "go vet ./... && go test -race ./...") {
+	if readme := string(repoFile(t, "README.md")); !strings.Contains(readme, "go vet ./... && go test -race ./...") {
 		t.Error("README.md lost the test command that .ci/run runs")
 	}
 }
 
-// TestGenerateReadmeTable prints the configuration tables for README.md:
-// go test ./internal/deploytest -run TestGenerateReadmeTable -v
-func TestGenerateReadmeTable(t *testing.T) {
+// TestGenerateConfigTable prints the configuration table for docs/configuration.md:
+// LETTAQ_PRINT_TABLE=1 go test ./internal/deploytest -run TestGenerateConfigTable -v
+func TestGenerateConfigTable(t *testing.T) {
 	if os.Getenv("LETTAQ_PRINT_TABLE") == "" {
 		t.Skip("set LETTAQ_PRINT_TABLE=1 to print")
 	}
