@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// Var describes one environment variable, for README tables and the worker's --help.
+// Var describes one environment variable, for docs/configuration.md and the worker's --help.
 type Var struct {
 	Name    string // e.g. "LETTAQ_STALL_TIMEOUT"
 	Default string // the default value as it would be written in the environment, e.g. "75s"

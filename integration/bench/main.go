@@ -82,8 +82,8 @@ type Config struct {
 	HeapProfile string
 	// StreamTransport of the worker's agent client.
 	StreamTransport agentclient.StreamTransport
-	// ThreadMode of the worker (default agent: the figures in the README
-	// were measured on the agent endpoints).
+	// ThreadMode of the worker (default agent: docs/performance.md says which
+	// figures were measured in which mode).
 	ThreadMode queue.ThreadMode
 	// CPUProfile, when set, is where a CPU profile of the throughput run's
 	// lettaq part is written.

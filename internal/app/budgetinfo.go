@@ -12,8 +12,7 @@ import (
 )
 
 // BudgetInfo is what GET /budget answers: what a producer in another language needs to write a
-// turn task that the workers run as they would their own (see README, "Enqueueing from another
-// language").
+// turn task that the workers run as they would their own (see docs/enqueue-from-other-languages.md).
 type BudgetInfo struct {
 	TaskType           string         `json:"task_type"`            // "lettaq:turn"
 	PayloadVersion     int            `json:"payload_version"`      // the payload's "v"
@@ -88,7 +87,7 @@ var phaseLabel = map[string]string{
 //
 //	task timeout = thread 30s + 2 × (connect 30s + stream 5m + admission 30s + continuation 10m) + delivery 10s + safety margin 30s = 1990s (33m10s)
 //
-// (the four phases count twice when the resend policy allows one resend). README.md states it
+// (the four phases count twice when the resend policy allows one resend). docs/agent-client.md states it
 // for the defaults; --help and GET /budget for the configuration in use.
 func BudgetFormula(c budget.Config) string {
 	var before, attempt, rest []string

@@ -757,7 +757,7 @@ func WriteUsage(w io.Writer, synopsis, desc string, vars []Var, extra []string) 
 	}
 }
 
-// VarsTable renders vars as a Markdown table (variable, flag, default, meaning) for README.md.
+// VarsTable renders vars as a Markdown table (variable, flag, default, meaning) for docs/configuration.md.
 func VarsTable(vars []Var) string {
 	var b strings.Builder
 	b.WriteString("| variable | flag | default | meaning |\n|---|---|---|---|\n")
