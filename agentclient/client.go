@@ -138,11 +138,15 @@ func New(cfg Config) (*Client, error) {
 	if u.User != nil {
 		return nil, errors.New("agentclient: base URL must not carry credentials; use APIKey")
 	}
-	if strings.ContainsAny(cfg.APIKey, "\r\n") {
-		return nil, errors.New("agentclient: API key contains a line break")
-	}
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = DefaultUserAgent
+	}
+	for _, h := range []struct{ field, value string }{{"APIKey", cfg.APIKey}, {"ProjectID", cfg.ProjectID}, {"UserAgent", cfg.UserAgent}} {
+		if i := headerCTL(h.value); i >= 0 {
+			// net/http refuses such a header value on every request, the
+			// dedicated transport would send it: both refuse it here.
+			return nil, fmt.Errorf("agentclient: Config.%s holds the control byte %#02x at byte %d (a header value must not hold line breaks, NUL or DEL)", h.field, h.value[i], i)
+		}
 	}
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = 15 * time.Second
@@ -179,6 +183,18 @@ func (c *Client) CloseIdleConnections() {
 
 // Clocks returns the client's default stream clocks.
 func (c *Client) Clocks() Clocks { return c.clocks }
+
+// headerCTL returns the index of the first byte of v a header value must
+// not hold (httpguts.ValidHeaderFieldValue: a control byte other than tab,
+// or DEL), or -1.
+func headerCTL(v string) int {
+	for i := 0; i < len(v); i++ {
+		if b := v[i]; b < ' ' && b != '\t' || b == 0x7f {
+			return i
+		}
+	}
+	return -1
+}
 
 func redactURL(s string) string {
 	u, err := url.Parse(s)

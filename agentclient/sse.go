@@ -114,6 +114,9 @@ func (s *sseReader) init(src byteSource, dec bodyDecoder, max, maxEvent int, onB
 		maxEvent = DefaultMaxEventBytes
 	}
 	*s = sseReader{src: src, bare: src.waitsBare(), dec: dec, max: max, maxEvent: maxEvent, ds: -1, onBytes: onBytes}
+	if dec.done {
+		s.err = io.EOF // an empty body: nothing to read
+	}
 }
 
 // prime hands the reader raw bytes read before it existed (the part of the
