@@ -366,3 +366,30 @@ func TestTransportsAgree(t *testing.T) {
 		})
 	}
 }
+
+// FuzzTransportsAgree feeds both transports the same response bytes (the
+// server writes them and closes the connection): they must conclude the
+// same (events, stop reason, answer, class of error).
+func FuzzTransportsAgree(f *testing.F) {
+	for _, sc := range differentialScripts() {
+		if len(sc.steps) == 1 && !sc.hold && !sc.tls && sc.tune == nil && len(sc.steps[0].write) < 64<<10 {
+			f.Add([]byte(sc.steps[0].write))
+		}
+	}
+	f.Add([]byte("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: 5\r\n\r\n" + turnBody()))
+	f.Add([]byte("HTTP/1.0 200 OK\r\n\r\n" + turnBody()))
+	f.Add([]byte("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n" + chunkBody(turnBody(), 7, ";x=1")))
+	f.Add([]byte("HTTP/1.1 429 Too Many Requests\r\nRetry-After: 2\r\nContent-Length: 17\r\n\r\n{\"detail\":\"slow\"}"))
+	f.Fuzz(func(t *testing.T, resp []byte) {
+		sc := &script{steps: []scriptStep{{write: string(resp)}}, clocks: Clocks{Connect: 2 * time.Second, Stall: 2 * time.Second}}
+		url := serveScript(t, sc, nil)
+		var runs [2]run
+		for i, mode := range []StreamTransport{StreamDedicated, StreamNetHTTP} {
+			runs[i] = runScript(scriptClient(t, sc, url, mode, nil), sc)
+			if runs[i].took > time.Second {
+				t.Errorf("%s took %v over a connection the server closed: %s", mode, runs[i].took, runs[i].conclusion)
+			}
+		}
+		compareRuns(t, runs[0], runs[1], false)
+	})
+}

@@ -77,8 +77,10 @@ type sseReader struct {
 	resume  bool // Next returned ErrParked: the next call goes on with the event it was reading
 	waited  bool // fill returned ErrParked: the next fill only reads
 	event   string
-	// onBytes is called with the number of bytes read, before they are
-	// parsed, so the caller's stall clock sees every byte (pings included).
+	// onBytes is called with the number of body bytes read, before they
+	// are parsed, so the caller's stall clock sees every byte (pings
+	// included). A chunked body's framing is not counted: net/http's body
+	// does not hand it on either.
 	onBytes func(n int)
 	// ping is the stream's last ping, handed on again for every ping that
 	// repeats it (see decodeStreamMessage).
@@ -191,11 +193,11 @@ func (s *sseReader) grow() error {
 // error it returned with them (kept until what was read is parsed).
 func (s *sseReader) took(n int, err error) {
 	if n > 0 {
-		if s.onBytes != nil {
-			s.onBytes(n)
-		}
 		s.raw += n
 		body, used, derr := s.dec.decode(s.buf[s.w:s.raw])
+		if body > 0 && s.onBytes != nil {
+			s.onBytes(body)
+		}
 		tail := copy(s.buf[s.w+body:], s.buf[s.w+used:s.raw])
 		s.w += body
 		s.raw = s.w + tail
