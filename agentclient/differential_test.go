@@ -319,6 +319,13 @@ func differentialScripts() []script {
 		{name: "stop_reason, end held back: stop grace", steps: []scriptStep{w(sseHead + "\r\n" + data(fxPing) + data(fxAssistant) + data(fxStop))}, hold: true, clocks: short, want: "ok"},
 		{name: "malformed trailer, no stop_reason", steps: []scriptStep{w(sseHead + "Transfer-Encoding: chunked\r\n\r\n" +
 			strings.TrimSuffix(chunkBody(data(fxPing), 64, ""), "\r\n") + "bad trailer line\n\r\n")}, want: "cut"},
+		{name: "empty chunked body, malformed trailer", steps: []scriptStep{w(sseHead + "Transfer-Encoding: chunked\r\n\r\n0\r\nbad trailer line\r\n\r\n")}, want: "transport"},
+		{name: "empty chunked body, trailer field without a name", steps: []scriptStep{w(sseHead + "Transfer-Encoding: chunked\r\n\r\n0\r\n: x\r\n\r\n")}, want: "transport"},
+		{name: "empty chunked body, trailer starting with a space", steps: []scriptStep{w(sseHead + "Transfer-Encoding: chunked\r\n\r\n0\r\n X: y\r\n\r\n")}, want: "transport"},
+		{name: "empty chunked body, trailer value with a NUL", steps: []scriptStep{w(sseHead + "Transfer-Encoding: chunked\r\n\r\n0\r\nX: a\x00b\r\n\r\n")}, want: "transport"},
+		{name: "empty chunked body, cut in the trailer", steps: []scriptStep{w(sseHead + "Transfer-Encoding: chunked\r\n\r\n0\r\nX: y\r\n")}, want: "transport"},
+		{name: "empty chunked body, good trailer", steps: []scriptStep{w(sseHead + "Transfer-Encoding: chunked\r\n\r\n0\r\nX-A: b\r\nX-C: d\r\n  folded\r\n\r\n")}, want: "cut"},
+		{name: "turn then a good trailer", steps: []scriptStep{w(sseHead + "Transfer-Encoding: chunked\r\n\r\n" + strings.TrimSuffix(chunkBody(turnBody(), 64, ""), "\r\n") + "X-Run: r\r\n\r\n")}, want: "ok"},
 		{name: "malformed trailer after stop_reason", steps: []scriptStep{w(sseHead + "Transfer-Encoding: chunked\r\n\r\n" +
 			strings.TrimSuffix(chunkBody(data(fxAssistant)+data(fxStop), 64, ""), "\r\n") + "bad\n\r\n")}, want: "ok"},
 

@@ -201,9 +201,12 @@ func (s *sseReader) took(n int, err error) {
 		tail := copy(s.buf[s.w+body:], s.buf[s.w+used:s.raw])
 		s.w += body
 		s.raw = s.w + tail
-		if derr != nil {
+		switch {
+		case derr != nil:
 			err = derr
-		} else if s.dec.done {
+		case s.dec.bad:
+			err = errChunkTrailer
+		case s.dec.end:
 			s.raw = s.w // anything after the body is not ours
 			err = io.EOF
 		}
