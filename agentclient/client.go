@@ -236,9 +236,15 @@ func (c *Client) newRequest(ctx context.Context, method, path string, query url.
 	return req, nil
 }
 
-// apiError turns a non-2xx response into an *Error (reading at most 64 KiB).
+// apiError turns a non-2xx response into an *Error (reading at most 64 KiB
+// of its body, under the request's context). The connection after a 101
+// Switching Protocols is not an HTTP body: it is not read (net/http would
+// hand it over as the body, unbounded by the request's context).
 func (c *Client) apiError(op, method, path string, resp *http.Response) *Error {
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	var body []byte
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		body, _ = io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	}
 	detail, runID := parseErrorBody(body)
 	if loc := resp.Header.Get("Location"); resp.StatusCode >= 300 && resp.StatusCode < 400 && loc != "" {
 		// Streams are not redirected: a POST must not silently become a GET

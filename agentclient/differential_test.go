@@ -336,6 +336,10 @@ func differentialScripts() []script {
 			hold: true, clocks: Clocks{Connect: 5 * time.Second}, ctx: 300 * time.Millisecond, want: "http 404"},
 		{name: "503 over TLS, unfinished body", tls: true, steps: []scriptStep{w("HTTP/1.1 503 Service Unavailable\r\nContent-Length: 100\r\n\r\n{\"detail\":")},
 			hold: true, clocks: Clocks{Connect: 200 * time.Millisecond}, ctx: time.Second, want: "http 503"},
+		{name: "101 switching protocols, held open", steps: []scriptStep{w("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")},
+			hold: true, clocks: Clocks{Connect: 300 * time.Millisecond}, want: "http 101"},
+		{name: "101 without an upgrade, held open", steps: []scriptStep{w("HTTP/1.1 101 Switching Protocols\r\n\r\n")},
+			hold: true, clocks: Clocks{Connect: 300 * time.Millisecond}, want: "http 101"},
 		{name: "503, whole body", steps: []scriptStep{w("HTTP/1.1 503 Service Unavailable\r\nContent-Length: 17\r\n\r\n{\"detail\":\"busy\"}")}, want: "http 503"},
 
 		// 2. Response heads are bounded.
