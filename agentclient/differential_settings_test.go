@@ -102,6 +102,7 @@ func TestDedicatedRoutesSettingsItCannotHonour(t *testing.T) {
 		{"DialTLSContext over http (unused by net/http too)", false, func(t *http.Transport, _ *http.Client) {
 			t.DialTLSContext = func(context.Context, string, string) (net.Conn, error) { return nil, errors.New("x") }
 		}, StreamDedicated},
+		{"HTTPClient.Timeout", false, func(_ *http.Transport, c *http.Client) { c.Timeout = time.Minute }, StreamNetHTTP},
 		{"cookie Jar", false, func(_ *http.Transport, c *http.Client) { c.Jar, _ = cookiejar.New(nil) }, StreamNetHTTP},
 		{"TLSHandshakeTimeout (honoured)", true, func(t *http.Transport, _ *http.Client) { t.TLSHandshakeTimeout = time.Second }, StreamDedicated},
 		{"MaxResponseHeaderBytes (honoured)", false, func(t *http.Transport, _ *http.Client) { t.MaxResponseHeaderBytes = 1 << 10 }, StreamDedicated},

@@ -37,7 +37,7 @@ const (
 	// *http.Transport, its Proxy sends the base URL through a proxy, it
 	// has a DialTLSContext or DialTLS (for https), MaxConnsPerHost,
 	// ResponseHeaderTimeout or Protocols without HTTP/1, or HTTPClient has
-	// a cookie Jar. It honours DialContext (or Dial), TLSClientConfig,
+	// a cookie Jar or a Timeout. It honours DialContext (or Dial), TLSClientConfig,
 	// TLSHandshakeTimeout, MaxResponseHeaderBytes (10 MiB by default, 1xx
 	// heads included), DisableKeepAlives and MaxIdleConnsPerHost.
 	StreamDedicated StreamTransport = "dedicated"
@@ -128,9 +128,9 @@ const defaultMaxHeadBytes = 10 << 20
 // dedicatedHonours reports whether the dedicated transport can send
 // streams as t and hc would: not through a proxy, not with a TLS dialer of
 // the caller's (certificate pinning, a custom handshake), not with cookies
-// from a Jar, and not with the transport settings it does not implement
-// (a cap on connections, a clock on the response head, protocols without
-// HTTP/1).
+// from a Jar, not under the client's Timeout (which Config asks to be 0),
+// and not with the transport settings it does not implement (a cap on
+// connections, a clock on the response head, protocols without HTTP/1).
 func dedicatedHonours(base *url.URL, hc *http.Client, t *http.Transport) bool {
 	if t.Proxy != nil {
 		if u, err := t.Proxy(&http.Request{Method: http.MethodPost, URL: base, Header: http.Header{}}); err != nil || u != nil {
@@ -143,7 +143,7 @@ func dedicatedHonours(base *url.URL, hc *http.Client, t *http.Transport) bool {
 	if p := t.Protocols; p != nil && (!p.HTTP1() || base.Scheme == "http" && p.UnencryptedHTTP2()) {
 		return false
 	}
-	return hc.Jar == nil && t.MaxConnsPerHost <= 0 && t.ResponseHeaderTimeout <= 0
+	return hc.Jar == nil && hc.Timeout <= 0 && t.MaxConnsPerHost <= 0 && t.ResponseHeaderTimeout <= 0
 }
 
 func canonicalAddr(u *url.URL) string {
