@@ -314,6 +314,18 @@ func differentialScripts() []script {
 		{name: "in-band error", steps: []scriptStep{w(sseHead + "\r\n" + data(fxPing) + "event: error\ndata: " + fxBareError + "\n\n")}, want: "in-band error"},
 		{name: "not an event stream", steps: []scriptStep{w("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")}, want: "protocol " + ErrNotEventStream.Error()},
 		{name: "stall after a ping", steps: []scriptStep{w(sseHead + "\r\n" + data(fxPing))}, hold: true, clocks: short, want: "clock stall"},
+		{name: "pings under the stall clock, then the turn", clocks: short, want: "ok", steps: []scriptStep{
+			{write: sseHead + "Transfer-Encoding: chunked\r\n\r\n" + chunkBody(data(fxPing), 64, "")[:len(chunkBody(data(fxPing), 64, ""))-5], pause: 150 * time.Millisecond},
+			{write: chunkBody(data(fxPing), 64, "")[:len(chunkBody(data(fxPing), 64, ""))-5], pause: 150 * time.Millisecond},
+			{write: chunkBody(data(fxPing), 64, "")[:len(chunkBody(data(fxPing), 64, ""))-5], pause: 150 * time.Millisecond},
+			{write: chunkBody(turnBody(), 64, "")}}},
+		{name: "a pause over the stall clock mid-event", clocks: short, hold: true, want: "clock stall", steps: []scriptStep{
+			{write: sseHead + "\r\n" + data(fxPing) + "data: {\"message_type\":", pause: 500 * time.Millisecond},
+			{write: "\"assistant_message\"}\n\n"}}},
+		{name: "head in pieces, slower than nothing but faster than the connect clock", clocks: short, want: "ok", steps: []scriptStep{
+			{write: "HTTP/1.1 200 OK\r\n", pause: 100 * time.Millisecond},
+			{write: "Content-Type: text/event-stream\r\nConnection: close\r\n", pause: 100 * time.Millisecond},
+			{write: "\r\n" + turnBody()}}},
 		{name: "no head: connect clock", steps: nil, hold: true, clocks: short, want: "clock connect"},
 		{name: "head, no body: connect clock", steps: []scriptStep{w(sseHead + "Transfer-Encoding: chunked\r\n\r\n")}, hold: true, clocks: short, want: "clock connect"},
 		{name: "stop_reason, end held back: stop grace", steps: []scriptStep{w(sseHead + "\r\n" + data(fxPing) + data(fxAssistant) + data(fxStop))}, hold: true, clocks: short, want: "ok"},
