@@ -80,7 +80,11 @@ func (c *Client) ListAgentMessages(ctx context.Context, agentID string, o ListOp
 		return nil, errors.New("agentclient: ListAgentMessages: agent id is empty")
 	}
 	var raw []json.RawMessage
-	if err := c.doJSON(ctx, "list agent messages", http.MethodGet, "/v1/agents/"+url.PathEscape(agentID)+"/messages", o.query(), nil, &raw); err != nil {
+	id, err := pathID("list agent messages", "agent_id", agentID)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.doJSON(ctx, "list agent messages", http.MethodGet, "/v1/agents/"+id+"/messages", o.query(), nil, &raw); err != nil {
 		return nil, err
 	}
 	return decodeMessages(raw)
@@ -97,7 +101,11 @@ func (c *Client) SendAsync(ctx context.Context, req SendRequest) (*Run, error) {
 		return nil, errors.New("agentclient: SendAsync: conversations take streaming sends (SendStream with Background)")
 	}
 	var w runWire
-	if err := c.doJSON(ctx, "send async", http.MethodPost, "/v1/agents/"+url.PathEscape(req.AgentID)+"/messages/async", nil, req.body(), &w); err != nil {
+	id, err := pathID("send async", "agent_id", req.AgentID)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.doJSON(ctx, "send async", http.MethodPost, "/v1/agents/"+id+"/messages/async", nil, req.body(), &w); err != nil {
 		return nil, err
 	}
 	return w.run(), nil
@@ -114,7 +122,11 @@ func (c *Client) CancelRuns(ctx context.Context, agentID string, runIDs []string
 		body["run_ids"] = runIDs
 	}
 	out := map[string]string{}
-	if err := c.doJSON(ctx, "cancel runs", http.MethodPost, "/v1/agents/"+url.PathEscape(agentID)+"/messages/cancel", nil, body, &out); err != nil {
+	id, err := pathID("cancel runs", "agent_id", agentID)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.doJSON(ctx, "cancel runs", http.MethodPost, "/v1/agents/"+id+"/messages/cancel", nil, body, &out); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -132,7 +144,11 @@ func (c *Client) GetAgent(ctx context.Context, agentID string) (*Agent, error) {
 		return nil, errors.New("agentclient: GetAgent: agent id is empty")
 	}
 	var a Agent
-	if err := c.doJSON(ctx, "get agent", http.MethodGet, "/v1/agents/"+url.PathEscape(agentID), nil, nil, &a); err != nil {
+	id, err := pathID("get agent", "agent_id", agentID)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.doJSON(ctx, "get agent", http.MethodGet, "/v1/agents/"+id, nil, nil, &a); err != nil {
 		return nil, err
 	}
 	return &a, nil

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"strings"
 )
 
 // bodyFraming is how a dedicated stream's response body ends: the SSE
@@ -31,14 +32,15 @@ const (
 	// empty line (RFC 9112 §7.1.2). It is consumed, not kept, so that a
 	// connection can carry the next request once the message has ended.
 	trailerStart   // at the start of a trailer line
-	trailerStartCR // a CR at the start of a line: the empty line that ends the message
-	trailerLine    // inside a trailer field line
-	trailerLineCR  // a CR inside a field line
+	trailerStartCR // a CR at the start of a line
+	trailerName    // in a field line's name
+	trailerLine    // in a field line's value (after the colon, or a folded line)
+	trailerLineCR  // a CR in a field line
+	trailerSeek    // the empty line was read: looking for the CRLFCRLF net/http wants
 )
 
-// maxTrailer bounds the trailer section a reused connection may have
-// carried (net/http's client ignores trailers it did not ask for too, but
-// reads them; a bigger one is not worth keeping the connection for).
+// maxTrailer bounds the trailer section, as net/http's client bounds it
+// (its 4 KiB connection buffer must hold the whole trailer).
 const maxTrailer = 4096
 
 var (
@@ -50,6 +52,7 @@ var (
 	errChunkSizeLarge  = errors.New("http chunk length too large")
 	errChunkMalformed  = errors.New("malformed chunked encoding")
 	errChunkTooMuchExt = errors.New("chunked encoding contains too much non-data")
+	errChunkTrailer    = errors.New("malformed trailer after chunked body")
 )
 
 // bodyDecoder undoes a body's framing. Its rules are net/http's
@@ -57,8 +60,9 @@ var (
 // CR, is at most 4096 bytes long; trailing blanks and extensions are
 // dropped; the size has at most 16 hex digits; chunk data is followed by
 // CRLF; extensions may not outweigh the data by more than 16 KiB. The
-// trailer after the last chunk is consumed and dropped; its end is the end
-// of the message (end), after which the connection may carry another
+// trailer after the last chunk is checked, consumed and dropped, and the
+// body ends at its end (end), as net/http's body does: a malformed trailer
+// (bad) is a read error. After the end the connection may carry another
 // request (see connPool).
 type bodyDecoder struct {
 	framing bodyFraming
@@ -70,9 +74,10 @@ type bodyDecoder struct {
 	// message ended cleanly (the trailer's empty line, or Content-Length
 	// reached), extra that bytes came after that end (the server sent what
 	// no request asked for), bad that the trailer was malformed or too
-	// long. None of them changes what the stream reads.
+	// long (which also ends the read with an error).
 	end, extra, bad bool
 	trailer         uint16 // trailer bytes so far
+	crlf            uint8  // how much of "\r\n\r\n" the trailer's last bytes are
 }
 
 // decode turns the raw bytes p into body bytes, in place: the body bytes
@@ -157,41 +162,92 @@ func (d *bodyDecoder) decode(p []byte) (body, used int, err error) {
 	return body, used, nil
 }
 
-// trailerByte consumes one byte of the trailer section and reports 1.
+// trailerByte consumes one byte of the trailer section and reports 1. The
+// trailer ends where net/http's client ends it (readTrailer): at once on
+// an empty first line "\r\n"; otherwise it must hold "\r\n\r\n" within
+// its first maxTrailer bytes, and its lines, up to the first empty one,
+// must be a MIME header (textproto): lines ending in LF or CRLF, each a
+// field "name: value" (a name of token bytes, a value of visible bytes,
+// spaces, tabs and bytes over 0x7f) or, after the first, a folded line
+// going on with the value. What follows the empty line, up to that
+// "\r\n\r\n", is not the message's: the connection is not reused (extra).
 func (d *bodyDecoder) trailerByte(b byte) int {
 	if d.trailer++; d.trailer > maxTrailer {
 		d.bad = true
 		return 1
 	}
+	switch {
+	case b == "\r\n\r\n"[d.crlf]:
+		d.crlf++
+	case b == '\r':
+		d.crlf = 1
+	default:
+		d.crlf = 0
+	}
 	switch d.state {
 	case trailerStart:
-		switch b {
-		case '\r':
+		switch {
+		case b == '\r':
 			d.state = trailerStartCR
-		case '\n':
-			d.bad = true // bare LF
+		case b == '\n':
+			d.headerEnd()
+		case (b == ' ' || b == '\t') && d.trailer > 1:
+			d.state = trailerLine // a folded line goes on with the value
+		case tokenByte(b):
+			d.state = trailerName
 		default:
-			d.state = trailerLine
+			d.bad = true // no name, a first line folded
 		}
 	case trailerStartCR:
 		if b != '\n' {
 			d.bad = true
+			break
 		}
-		d.end = true
+		d.headerEnd()
+	case trailerName:
+		switch {
+		case b == ':':
+			d.state = trailerLine
+		case !tokenByte(b):
+			d.bad = true
+		}
 	case trailerLine:
-		switch b {
-		case '\r':
+		switch {
+		case b == '\r':
 			d.state = trailerLineCR
-		case '\n':
+		case b == '\n':
+			d.state = trailerStart
+		case b < ' ' && b != '\t' || b == 0x7f:
 			d.bad = true
 		}
 	case trailerLineCR:
-		if b != '\n' {
-			d.bad = true
-		}
+		d.bad = b != '\n'
 		d.state = trailerStart
+	case trailerSeek:
+		d.extra = true
+		d.end = d.crlf == 4
 	}
 	return 1
+}
+
+// headerEnd is the trailer's empty line: the end of the message if the
+// trailer was that line alone or held "\r\n\r\n", else the start of the
+// search for it.
+func (d *bodyDecoder) headerEnd() {
+	if d.trailer == 2 && d.crlf == 2 || d.crlf == 4 {
+		d.end = true
+		return
+	}
+	d.state = trailerSeek
+}
+
+// tokenByte reports whether b may be in a field name (RFC 9110 tchar).
+func tokenByte(b byte) bool {
+	switch {
+	case 'a' <= b && b <= 'z', 'A' <= b && b <= 'Z', '0' <= b && b <= '9':
+		return true
+	}
+	return b < 0x80 && strings.IndexByte("!#$%&'*+-.^_`|~", b) >= 0
 }
 
 // chunkLine parses one chunk-size line, LF included.
@@ -231,9 +287,10 @@ func chunkLine(line []byte) (uint64, error) {
 }
 
 // atEOF is the error for the end of the raw bytes: io.EOF when the body
-// was complete (or had no framing), io.ErrUnexpectedEOF when it was cut.
+// was complete, its trailer included (or had no framing),
+// io.ErrUnexpectedEOF when it was cut.
 func (d *bodyDecoder) atEOF() error {
-	if d.framing == framingNone || d.done {
+	if d.framing == framingNone || d.end {
 		return io.EOF
 	}
 	return io.ErrUnexpectedEOF

@@ -1,9 +1,11 @@
 package agentclient
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"io"
+	"net/http"
 	"net/http/httputil"
 	"strings"
 	"testing"
@@ -57,8 +59,15 @@ func TestChunkedBody(t *testing.T) {
 		err            error
 	}{
 		{"two chunks", "5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n", "hello world", io.EOF},
-		{"extension and blanks", "5;name=v\r\nhello\r\n6 \t\r\n world\r\n0\r\n", "hello world", io.EOF},
-		{"upper-case hex", "A\r\n0123456789\r\n0\r\n", "0123456789", io.EOF},
+		{"extension and blanks", "5;name=v\r\nhello\r\n6 \t\r\n world\r\n0\r\n\r\n", "hello world", io.EOF},
+		{"upper-case hex", "A\r\n0123456789\r\n0\r\n\r\n", "0123456789", io.EOF},
+		{"a trailer", "1\r\nx\r\n0\r\nX-A: b\r\n folded\r\n\r\n", "x", io.EOF},
+		{"cut before the trailer's end", "1\r\nx\r\n0\r\n", "x", io.ErrUnexpectedEOF},
+		{"trailer line without a colon", "1\r\nx\r\n0\r\nbad\r\n\r\n", "x", errChunkTrailer},
+		{"trailer of bare LF lines, no CRLFCRLF: cut", "1\r\nx\r\n0\r\nX: y\n\r\n", "x", io.ErrUnexpectedEOF},
+		{"trailer of bare LF lines, CRLFCRLF after", "1\r\nx\r\n0\r\nX: y\n\nz\r\n\r\n", "x", io.EOF},
+		{"trailer name with a space", "1\r\nx\r\n0\r\nX y: z\r\n\r\n", "x", errChunkTrailer},
+		{"trailer over 4 KiB", "1\r\nx\r\n0\r\nX: " + strings.Repeat("y", 4096) + "\r\n\r\n", "x", errChunkTrailer},
 		{"bytes after the last chunk are not body", "1\r\nx\r\n0\r\n\r\ngarbage", "x", io.EOF},
 		{"cut in a chunk", "5\r\nhel", "hel", io.ErrUnexpectedEOF},
 		{"cut before the last chunk", "1\r\nx\r\n", "x", io.ErrUnexpectedEOF},
@@ -100,15 +109,21 @@ func TestLengthAndCloseBodies(t *testing.T) {
 }
 
 // FuzzChunkedMatchesNetHTTP: the stream's own chunked decoding agrees with
-// net/http's, whatever the bytes and however they are split into reads.
+// net/http's body of a chunked response (its chunk reader, then its
+// trailer), whatever the bytes and however they are split into reads.
 func FuzzChunkedMatchesNetHTTP(f *testing.F) {
 	for _, s := range []string{"5\r\nhello\r\n0\r\n\r\n", "3;a=b\r\nabc\r\n0\r\n", "a \r\n0123456789\r\n0\r\n",
-		"1\nx\r\n0\r\n", "1\r\nxy", "ffffffffffffffff\r\n", "0\r\n", "2\r\nab\n\r\n", "1;\r\r\nx\r\n0\r\n"} {
+		"1\nx\r\n0\r\n", "1\r\nxy", "ffffffffffffffff\r\n", "0\r\n", "2\r\nab\n\r\n", "1;\r\r\nx\r\n0\r\n",
+		"0\r\nA: b\r\n\r\n", "0\r\nA: b\r\n c\r\n\r\n", "0\r\n A: b\r\n\r\n", "0\r\nA b\r\n\r\n", "0\r\n: b\r\n\r\n", "0\r\nA: \x00\r\n\r\n"} {
 		f.Add([]byte(s), uint8(1))
 		f.Add([]byte(s), uint8(7))
 	}
 	f.Fuzz(func(t *testing.T, in []byte, n uint8) {
-		want, werr := io.ReadAll(httputil.NewChunkedReader(bytes.NewReader(in)))
+		resp, err := http.ReadResponse(bufio.NewReader(io.MultiReader(strings.NewReader("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"), bytes.NewReader(in))), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, werr := io.ReadAll(resp.Body)
 		got, gerr := dechunk(in, int(n), bodyDecoder{framing: framingChunked})
 		if gerr == io.EOF {
 			gerr = nil

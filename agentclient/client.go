@@ -138,11 +138,15 @@ func New(cfg Config) (*Client, error) {
 	if u.User != nil {
 		return nil, errors.New("agentclient: base URL must not carry credentials; use APIKey")
 	}
-	if strings.ContainsAny(cfg.APIKey, "\r\n") {
-		return nil, errors.New("agentclient: API key contains a line break")
-	}
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = DefaultUserAgent
+	}
+	for _, h := range []struct{ field, value string }{{"APIKey", cfg.APIKey}, {"ProjectID", cfg.ProjectID}, {"UserAgent", cfg.UserAgent}} {
+		if i := headerCTL(h.value); i >= 0 {
+			// net/http refuses such a header value on every request, the
+			// dedicated transport would send it: both refuse it here.
+			return nil, fmt.Errorf("agentclient: Config.%s holds the control byte %#02x at byte %d (a header value must not hold line breaks, NUL or DEL)", h.field, h.value[i], i)
+		}
 	}
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = 15 * time.Second
@@ -179,6 +183,18 @@ func (c *Client) CloseIdleConnections() {
 
 // Clocks returns the client's default stream clocks.
 func (c *Client) Clocks() Clocks { return c.clocks }
+
+// headerCTL returns the index of the first byte of v a header value must
+// not hold (httpguts.ValidHeaderFieldValue: a control byte other than tab,
+// or DEL), or -1.
+func headerCTL(v string) int {
+	for i := 0; i < len(v); i++ {
+		if b := v[i]; b < ' ' && b != '\t' || b == 0x7f {
+			return i
+		}
+	}
+	return -1
+}
 
 func redactURL(s string) string {
 	u, err := url.Parse(s)
@@ -220,9 +236,15 @@ func (c *Client) newRequest(ctx context.Context, method, path string, query url.
 	return req, nil
 }
 
-// apiError turns a non-2xx response into an *Error (reading at most 64 KiB).
+// apiError turns a non-2xx response into an *Error (reading at most 64 KiB
+// of its body, under the request's context). The connection after a 101
+// Switching Protocols is not an HTTP body: it is not read (net/http would
+// hand it over as the body, unbounded by the request's context).
 func (c *Client) apiError(op, method, path string, resp *http.Response) *Error {
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	var body []byte
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		body, _ = io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	}
 	detail, runID := parseErrorBody(body)
 	if loc := resp.Header.Get("Location"); resp.StatusCode >= 300 && resp.StatusCode < 400 && loc != "" {
 		// Streams are not redirected: a POST must not silently become a GET

@@ -134,7 +134,7 @@ func (c *Client) GetConversation(ctx context.Context, id string) (*Conversation,
 		return nil, fmt.Errorf("agentclient: GetConversation: conversation id %q: want conv-<uuid4>", id)
 	}
 	var w conversationWire
-	if err := c.doJSON(ctx, "get conversation", http.MethodGet, "/v1/conversations/"+url.PathEscape(id), nil, nil, &w); err != nil {
+	if err := c.doJSON(ctx, "get conversation", http.MethodGet, "/v1/conversations/"+id, nil, nil, &w); err != nil {
 		return nil, err
 	}
 	return w.conversation(), nil
@@ -211,7 +211,7 @@ func (c *Client) ResumeConversationStream(ctx context.Context, req ConversationR
 	if req.ConversationID == DefaultConversation {
 		body.AgentID = req.AgentID
 	}
-	path := "/v1/conversations/" + url.PathEscape(req.ConversationID) + "/stream"
+	path := "/v1/conversations/" + req.ConversationID + "/stream"
 	return c.stream(ctx, "resume conversation stream", path, body, st, &opt)
 }
 
@@ -230,7 +230,7 @@ func (c *Client) ListConversationMessages(ctx context.Context, conversationID, a
 		q.Set("agent_id", agentID)
 	}
 	var raw []json.RawMessage
-	if err := c.doJSON(ctx, "list conversation messages", http.MethodGet, "/v1/conversations/"+url.PathEscape(conversationID)+"/messages", q, nil, &raw); err != nil {
+	if err := c.doJSON(ctx, "list conversation messages", http.MethodGet, "/v1/conversations/"+conversationID+"/messages", q, nil, &raw); err != nil {
 		return nil, err
 	}
 	return decodeMessages(raw)
@@ -251,7 +251,7 @@ func (c *Client) CancelConversation(ctx context.Context, conversationID, agentID
 		q.Set("agent_id", agentID)
 	}
 	out := map[string]any{}
-	if err := c.doJSON(ctx, "cancel conversation", http.MethodPost, "/v1/conversations/"+url.PathEscape(conversationID)+"/cancel", q, nil, &out); err != nil {
+	if err := c.doJSON(ctx, "cancel conversation", http.MethodPost, "/v1/conversations/"+conversationID+"/cancel", q, nil, &out); err != nil {
 		return nil, err
 	}
 	return out, nil

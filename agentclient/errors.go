@@ -114,6 +114,8 @@ func Classify(err error) Class {
 		return Retryable
 	case IsProtocolError(err):
 		return Permanent
+	case errors.As(err, new(*InvalidIDError)):
+		return Permanent
 	case errors.As(err, &se):
 		if se.Clock == ClockCanceled {
 			return Canceled

@@ -60,6 +60,9 @@ var (
 	// ErrNotEventStream: a stream request was answered with a body that is
 	// not text/event-stream (an HTML error page, a JSON document).
 	ErrNotEventStream = errors.New("response is not an event stream")
+	// ErrContentEncoding: a stream was sent with a content coding (gzip)
+	// although the request asked for none (Accept-Encoding: identity).
+	ErrContentEncoding = errors.New("event stream sent with a content coding")
 )
 
 // ProtocolError: the server broke the protocol or passed one of the
@@ -137,6 +140,12 @@ func (c *Client) protocolError(op, method, path string, err error) *ProtocolErro
 // is something else. An absent type, and text/plain (what net/http sniffs
 // for a handler that set none), are read as a stream.
 func checkEventStream(resp *http.Response) error {
+	if ce := resp.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
+		if len(ce) > 100 {
+			ce = ce[:100]
+		}
+		return fmt.Errorf("%w (Content-Encoding %q)", ErrContentEncoding, ce)
+	}
 	ct := resp.Header.Get("Content-Type")
 	if ct == "" {
 		return nil

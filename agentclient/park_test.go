@@ -212,3 +212,39 @@ func TestNetHTTPStreamsDoNotPark(t *testing.T) {
 		t.Errorf("answer = %q", st.Snapshot().Answer)
 	}
 }
+
+// WaitParked called twice before ReadParked loses nothing: the second wait
+// returns at once, the bytes the first read are read, and the turn's
+// answer is whole, as net/http's (which does not park) reads it.
+func TestWaitParkedTwiceKeepsData(t *testing.T) {
+	leakCheck(t)
+	head := "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+	parts := []string{head + chunkBody(data(fxPing), 1<<10, "")[:len(chunkBody(data(fxPing), 1<<10, ""))-5],
+		chunkBody(data(fxAssistant), 1<<10, "")[:len(chunkBody(data(fxAssistant), 1<<10, ""))-5],
+		chunkBody(data(fxStop)+data("[DONE]"), 1<<10, "")}
+	url, next := stepServer(t, parts)
+	c := newClient(t, StreamDedicated, url, Clocks{})
+	st := NewStreamState()
+	ctx := context.Background()
+	err := c.SendStream(ctx, sendReq(), st, StreamOptions{Park: true})
+	sent := 1
+	send := func() {
+		if sent < len(parts) {
+			next <- struct{}{}
+			sent++
+		}
+	}
+	for err == ErrParked {
+		send()
+		st.WaitParked()
+		send()
+		st.WaitParked() // a second wait must not read over what the first read
+		err = c.ReadParked(ctx, st)
+	}
+	if err != nil {
+		t.Fatalf("parked stream ended with %v", err)
+	}
+	if s := st.Snapshot(); s.Answer != "Here you go" || s.StopReason != "end_turn" {
+		t.Errorf("answer %q, stop reason %q: want the whole turn", s.Answer, s.StopReason)
+	}
+}

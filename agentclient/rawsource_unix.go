@@ -67,8 +67,13 @@ func (s *rawSource) read(rd *sseReader) (int, error) {
 // wait reads the connection, waiting until it has bytes (or ends: closed
 // by a clock or by the end of the caller's context); the next read returns
 // what it read. Its frames are the runtime's poller and this
-// one: a parked stream's goroutine waits shallow.
+// one: a parked stream's goroutine waits shallow. A wait whose result the
+// next read has not taken yet returns at once: reading again would read
+// over it.
 func (s *rawSource) wait(rd *sseReader) {
+	if s.ready {
+		return
+	}
 	s.rd, s.n, s.err = rd, 0, nil
 	s.werr = s.rc.Read(s.fn)
 	s.ready, s.rd = true, nil

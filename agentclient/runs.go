@@ -17,7 +17,11 @@ func (c *Client) ListRunMessages(ctx context.Context, runID string, o ListOption
 		return nil, errors.New("agentclient: ListRunMessages: run id is empty")
 	}
 	var raw []json.RawMessage
-	if err := c.doJSON(ctx, "list run messages", http.MethodGet, "/v1/runs/"+url.PathEscape(runID)+"/messages", o.query(), nil, &raw); err != nil {
+	id, err := pathID("list run messages", "run_id", runID)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.doJSON(ctx, "list run messages", http.MethodGet, "/v1/runs/"+id+"/messages", o.query(), nil, &raw); err != nil {
 		return nil, err
 	}
 	return decodeMessages(raw)
@@ -96,7 +100,11 @@ func (c *Client) GetRun(ctx context.Context, runID string) (*Run, error) {
 		return nil, errors.New("agentclient: GetRun: run id is empty")
 	}
 	var w runWire
-	if err := c.doJSON(ctx, "get run", http.MethodGet, "/v1/runs/"+url.PathEscape(runID), nil, nil, &w); err != nil {
+	id, err := pathID("get run", "run_id", runID)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.doJSON(ctx, "get run", http.MethodGet, "/v1/runs/"+id, nil, nil, &w); err != nil {
 		return nil, err
 	}
 	return w.run(), nil

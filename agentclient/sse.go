@@ -77,8 +77,10 @@ type sseReader struct {
 	resume  bool // Next returned ErrParked: the next call goes on with the event it was reading
 	waited  bool // fill returned ErrParked: the next fill only reads
 	event   string
-	// onBytes is called with the number of bytes read, before they are
-	// parsed, so the caller's stall clock sees every byte (pings included).
+	// onBytes is called with the number of body bytes read, before they
+	// are parsed, so the caller's stall clock sees every byte (pings
+	// included). A chunked body's framing is not counted: net/http's body
+	// does not hand it on either.
 	onBytes func(n int)
 	// ping is the stream's last ping, handed on again for every ping that
 	// repeats it (see decodeStreamMessage).
@@ -114,6 +116,9 @@ func (s *sseReader) init(src byteSource, dec bodyDecoder, max, maxEvent int, onB
 		maxEvent = DefaultMaxEventBytes
 	}
 	*s = sseReader{src: src, bare: src.waitsBare(), dec: dec, max: max, maxEvent: maxEvent, ds: -1, onBytes: onBytes}
+	if dec.done {
+		s.err = io.EOF // an empty body: nothing to read
+	}
 }
 
 // prime hands the reader raw bytes read before it existed (the part of the
@@ -188,17 +193,20 @@ func (s *sseReader) grow() error {
 // error it returned with them (kept until what was read is parsed).
 func (s *sseReader) took(n int, err error) {
 	if n > 0 {
-		if s.onBytes != nil {
-			s.onBytes(n)
-		}
 		s.raw += n
 		body, used, derr := s.dec.decode(s.buf[s.w:s.raw])
+		if body > 0 && s.onBytes != nil {
+			s.onBytes(body)
+		}
 		tail := copy(s.buf[s.w+body:], s.buf[s.w+used:s.raw])
 		s.w += body
 		s.raw = s.w + tail
-		if derr != nil {
+		switch {
+		case derr != nil:
 			err = derr
-		} else if s.dec.done {
+		case s.dec.bad:
+			err = errChunkTrailer
+		case s.dec.end:
 			s.raw = s.w // anything after the body is not ours
 			err = io.EOF
 		}

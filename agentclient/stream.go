@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -168,9 +167,13 @@ func (r *SendRequest) target() (path string, body any, err error) {
 		if err := checkConversationID("SendRequest.ConversationID", r.ConversationID); err != nil {
 			return "", nil, err
 		}
-		return "/v1/conversations/" + url.PathEscape(r.ConversationID) + "/messages", r.conversationBody(), nil
+		return "/v1/conversations/" + r.ConversationID + "/messages", r.conversationBody(), nil
 	}
-	return "/v1/agents/" + url.PathEscape(r.AgentID) + "/messages/stream", r.body(), nil
+	id, err := pathID("send message", "agent_id", r.AgentID)
+	if err != nil {
+		return "", nil, err
+	}
+	return "/v1/agents/" + id + "/messages/stream", r.body(), nil
 }
 
 // ResumeRequest resumes the stream of a background run.
@@ -195,8 +198,12 @@ func (c *Client) ResumeStream(ctx context.Context, req ResumeRequest, st *Stream
 	if req.RunID == "" {
 		return errors.New("agentclient: ResumeRequest.RunID is empty")
 	}
+	id, err := pathID("resume stream", "run_id", req.RunID)
+	if err != nil {
+		return err
+	}
 	st.SetRunID(req.RunID)
-	path := "/v1/runs/" + url.PathEscape(req.RunID) + "/stream"
+	path := "/v1/runs/" + id + "/stream"
 	body := resumeBody{StartingAfter: req.StartingAfter, IncludePings: true, PollInterval: 0.1, BatchSize: 100}
 	return c.stream(ctx, "resume stream", path, body, st, &opt)
 }
@@ -268,7 +275,8 @@ func (c *Client) ReadParked(ctx context.Context, st *StreamState) error {
 
 // WaitParked waits until the stream parked in st has bytes to read, or has
 // ended (a clock fired, or the caller's context ended): call ReadParked
-// next. It returns at once when no stream is parked. Its frames are few
+// next. It returns at once when no stream is parked, or when an earlier
+// WaitParked already waited (ReadParked has not read it yet). Its frames are few
 // and small, so that a goroutine calling it from a shallow frame waits
 // with a small stack.
 func (st *StreamState) WaitParked() {
@@ -316,6 +324,7 @@ func (c *Client) open(ctx context.Context, op, path string, body any, st *Stream
 	}
 	req.Header.Set("Accept", "text/event-stream")
 	req.Header.Set("Cache-Control", "no-cache")
+	req.Header.Set("Accept-Encoding", "identity") // both transports: an event stream is read as it comes (checkEventStream)
 	var resp *http.Response
 	if c.sc == nil {
 		if resp, err = c.hc.Do(req); err == nil {
@@ -324,15 +333,18 @@ func (c *Client) open(ctx context.Context, op, path string, body any, st *Stream
 			s.rd.init(readerSource{resp.Body}, bodyDecoder{}, c.cfg.MaxLineBytes, c.cfg.MaxEventBytes, s.wd.onBytes)
 		}
 	} else {
-		var conn net.Conn
-		var br *bufio.Reader
-		if conn, resp, br, err = c.sc.roundTrip(req); err == nil {
-			s.conn = conn
-			if err = s.head(resp); err == nil {
-				err = s.reading(ctx, conn, resp, br)
+		var ex exchange
+		if ex, err = c.sc.roundTrip(req); err == nil {
+			s.conn = ex.conn
+			err = s.head(ex.resp) // an error answer's body is read under the request's context (a clock cuts it)
+			if !ex.unhook() && err == nil {
+				err = errWatchdog // a clock or the caller ended the request: the connection is closing
 			}
-			br.Reset(nil)
-			headReaders.Put(br)
+			if err == nil {
+				err = s.reading(ctx, ex.conn, ex.resp, ex.br)
+			}
+			ex.br.Reset(nil)
+			headReaders.Put(ex.br)
 		}
 	}
 	if err != nil {

@@ -452,6 +452,10 @@ func (r *Runner) sent(ctx context.Context, t *Turn, st *agentclient.StreamState,
 		r.logFor(*h).LogAttrs(ctx, slog.LevelWarn, "stream lost, continuing the run",
 			slog.String("otid", t.Otid), slog.String("run_id", st.RunID()), slog.String("clock", string(se.Clock)),
 			slog.String("error", err.Error()))
+	case errors.As(err, new(*agentclient.InvalidIDError)):
+		// Refused before any request: nothing was sent, nothing to look for.
+		*out = Decision{Outcome: Rejected, Err: err, Evidence: EvidenceNone, Reason: "the message cannot be sent: " + err.Error()}
+		return
 	case errors.As(err, &ae) && agentclient.Classify(err) == agentclient.Permanent:
 		*out = Decision{Outcome: Rejected, Err: err, Sends: 1, Evidence: EvidenceNone,
 			Reason:    "the agent server refused the message: " + err.Error(),

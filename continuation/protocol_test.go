@@ -97,3 +97,37 @@ func TestProtocolViolationEndsTheTurnWithoutResend(t *testing.T) {
 		})
 	}
 }
+
+// TestInvalidAgentIDIsRejectedWithoutRequests: an agent id that cannot be a
+// Letta id ("..", a '/', a space) is refused by the client before any
+// request (it would reach another path): the turn is Rejected, not
+// retryable, naming agent_id, with no send and no lookup.
+func TestInvalidAgentIDIsRejectedWithoutRequests(t *testing.T) {
+	for _, id := range []string{"..", "agent 1/x", "agent-1/../../v1/admin"} {
+		var requests atomic.Int32
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			requests.Add(1)
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write([]byte("[]"))
+		}))
+		c, err := agentclient.New(agentclient.Config{BaseURL: srv.URL, RequestTimeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := continuation.New(continuation.Config{Client: c, Budget: testBudget()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		tu := continuation.Turn{AgentID: id, Otid: uuid.NewString(), Text: "hi", Started: time.Now()}
+		d := r.Run(ctx, tu, agentclient.NewStreamState(), continuation.Hooks{})
+		cancel()
+		srv.Close()
+		if n := requests.Load(); n != 0 {
+			t.Errorf("agent id %q: %d requests, want 0 (decision %v: %s)", id, n, d.Outcome, d.Reason)
+		}
+		if d.Outcome != continuation.Rejected || d.Retryable || !strings.Contains(d.Reason, "agent_id") {
+			t.Errorf("agent id %q: decision %v retryable=%v reason %q: want Rejected, not retryable, naming agent_id", id, d.Outcome, d.Retryable, d.Reason)
+		}
+	}
+}
