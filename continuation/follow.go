@@ -12,19 +12,56 @@ import (
 	"github.com/lettaq/lettaq/budget"
 )
 
-// completedReasons end a run successfully (run status completed).
-var completedReasons = map[string]bool{
-	"end_turn": true, "max_steps": true, "tool_rule": true, "requires_approval": true,
+// stopReasons is WIRE.md's table of stop reasons: what each means for the
+// turn. It is the one table both paths judge a run's end by (the turn's own
+// stream, and the follow: a resumed stream or the polled run). A failure
+// ends the turn Failed naming the reason, whatever text came before it (that
+// text is kept in the state, and goes with the error as cut); retryable
+// failures are those a later, identical request could avoid (transient LLM
+// or server trouble); the rest (an invalid tool call, an answer past its
+// token limit, a context overflow, credits, cancelled) would fail the same
+// way.
+var stopReasons = map[string]struct {
+	outcome   Outcome
+	retryable bool
+}{
+	"end_turn":             {Completed, false},
+	"max_steps":            {Completed, false},
+	"tool_rule":            {Completed, false},
+	"requires_approval":    {Completed, false},
+	"error":                {Failed, true},
+	"llm_api_error":        {Failed, true},
+	"invalid_llm_response": {Failed, true},
+	"invalid_tool_call":    {Failed, false},
+	"no_tool_call":         {Failed, true},
+	"max_tokens_exceeded":  {Failed, false},
+	"context_window_overflow_in_system_prompt": {Failed, false},
+	"insufficient_credits":                     {Failed, false},
+	"cancelled":                                {Failed, false},
 }
 
-// retryableFailures are failure stop reasons that a later, identical request
-// could avoid (transient LLM or server trouble). The rest (invalid tool
-// call, context overflow, credits, cancelled) would fail the same way.
-var retryableFailures = map[string]bool{
-	"error": true, "llm_api_error": true, "invalid_llm_response": true, "no_tool_call": true,
+// judgeStop is the outcome of a run that ended with stop reason stop, from
+// stopReasons. A stop reason this version does not know is a failure (not
+// retryable): the run ended in a way nobody checked, so its text is not
+// delivered as the answer. An empty one (the run ended, no reason known) is
+// a retryable failure.
+func judgeStop(stop string) (o Outcome, retryable bool, reason string) {
+	if e, ok := stopReasons[stop]; ok {
+		switch {
+		case e.outcome == Completed:
+			return Completed, false, "run completed: " + stop
+		case stop == "cancelled":
+			return Failed, false, "run was cancelled"
+		}
+		return Failed, e.retryable, "run failed: " + stop
+	}
+	if stop == "" {
+		return Failed, true, "run ended without a stop reason"
+	}
+	return Failed, false, "run stopped with a stop reason this version does not know: " + stop
 }
 
-// fromStopReason turns a known stop reason into a decision.
+// fromStopReason turns a run's stop reason into a decision (judgeStop).
 func (r *Runner) fromStopReason(d Decision, runID, stop string, st *agentclient.StreamState) Decision {
 	d.RunID, d.StopReason = runID, stop
 	if st != nil {
@@ -32,28 +69,7 @@ func (r *Runner) fromStopReason(d Decision, runID, stop string, st *agentclient.
 			return protocolFailed(d, err, st)
 		}
 	}
-	switch {
-	case completedReasons[stop]:
-		d.Outcome = Completed
-		d.Reason = "run completed: " + stop
-	case stop == "cancelled":
-		d.Outcome, d.Retryable = Failed, false
-		d.Reason = "run was cancelled"
-	case retryableFailures[stop]:
-		d.Outcome, d.Retryable = Failed, true
-		d.Reason = "run failed: " + stop
-	case stop == "":
-		d.Outcome, d.Retryable = Failed, true
-		d.Reason = "run ended without a stop reason"
-	default:
-		// A stop reason this version does not know: judge by content.
-		if st != nil && st.Answer() != "" {
-			d.Outcome = Completed
-		} else {
-			d.Outcome = Failed
-		}
-		d.Reason = "run stopped: " + stop
-	}
+	d.Outcome, d.Retryable, d.Reason = judgeStop(stop)
 	if d.Outcome == Failed && st != nil {
 		if e := st.Snapshot().Error; e != nil {
 			d.Reason = failureText(d.Reason, stop, e.ErrorType, e.Message)
