@@ -205,10 +205,22 @@ func (r *Runner) followWithin(ctx context.Context, t Turn, st *agentclient.Strea
 			d.TransientErrors++
 		}
 		if !run.Active() {
-			if perr != nil && !loop.Done() {
-				// The run ended but its tail was not read: try again.
-				_ = sleep(ctx, loop, agentclient.RetryAfter(perr))
-				continue
+			if perr != nil {
+				if ctx.Err() == nil && !loop.Done() {
+					// The run ended but its tail was not read: try again.
+					_ = sleep(ctx, loop, agentclient.RetryAfter(perr))
+					continue
+				}
+				if ctx.Err() != nil {
+					d.Outcome, d.Err, d.Reason = Interrupted, ctx.Err(), "interrupted while reading the ended run's messages"
+					return d
+				}
+				// Whatever the transcript holds is not the whole answer: the
+				// next attempt reads the messages (PriorIntent), never sends.
+				d.Outcome, d.Err = StillRunning, perr
+				d.Reason = "run ended (" + orUnknown(stopFromRun(run)) + ") but its messages could not all be read within the continuation budget (" +
+					r.b.ContinuationMax.String() + "): " + perr.Error()
+				return d
 			}
 			stop := st.StopReason()
 			if stop == "" {
@@ -222,6 +234,10 @@ func (r *Runner) followWithin(ctx context.Context, t Turn, st *agentclient.Strea
 		_ = sleep(ctx, loop, agentclient.RetryAfter(perr))
 	}
 }
+
+// errPollCut: the follow's window closed after a full page of the run's
+// messages, so the pages after it are unread.
+var errPollCut = errors.New("the continuation window closed with the run's messages read only in part")
 
 // pollMessages reads the run's messages after cursor, page by page, merging
 // them as complete messages. It returns how many arrived and the new cursor.
@@ -253,8 +269,12 @@ func (r *Runner) pollMessages(ctx context.Context, loop *budget.Loop, st *agentc
 			}
 		}
 		total += len(msgs)
-		if len(msgs) < page || loop.Done() {
+		if len(msgs) < page {
 			return total, cursor, nil
+		}
+		if loop.Done() {
+			// A full page: there may be more, and the window has closed.
+			return total, cursor, errPollCut
 		}
 	}
 }

@@ -1,0 +1,94 @@
+package continuation
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lettaq/lettaq/agentclient"
+	"github.com/lettaq/lettaq/budget"
+)
+
+// pagedRun serves an ended run (GET /v1/runs/{id}) whose messages are n
+// assistant messages (GET /v1/runs/{id}/messages, after= and limit=), the
+// last one "the end". onPage runs after each page is written.
+func pagedRun(t *testing.T, n int, onPage func()) *agentclient.Client {
+	t.Helper()
+	var mu sync.Mutex
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		if !strings.HasSuffix(r.URL.Path, "/messages") {
+			fmt.Fprint(w, `{"id":"run-1","status":"completed","stop_reason":"end_turn","background":false}`)
+			return
+		}
+		start := 0
+		if a := r.URL.Query().Get("after"); a != "" {
+			start, _ = strconv.Atoi(strings.TrimPrefix(a, "message-"))
+			start++
+		}
+		limit, _ := strconv.Atoi(r.URL.Query().Get("limit"))
+		var out []map[string]any
+		for i := start; i < n && len(out) < limit; i++ {
+			text := "part " + strconv.Itoa(i) + " "
+			if i == n-1 {
+				text = "the end"
+			}
+			out = append(out, map[string]any{"id": "message-" + strconv.Itoa(i), "date": time.Now().Format(time.RFC3339Nano),
+				"message_type": "assistant_message", "run_id": "run-1", "content": text})
+		}
+		_ = json.NewEncoder(w).Encode(out)
+		if onPage != nil {
+			onPage()
+		}
+	}))
+	t.Cleanup(srv.Close)
+	c, err := agentclient.New(agentclient.Config{BaseURL: srv.URL, RequestTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// A follow whose window closes after a full page of an ended run's
+// messages has not read them all: StillRunning, not an answer made of the
+// first page. pollMessages says so with an error instead of stopping
+// without one.
+func TestPollStopsAtFullPageSaysIncomplete(t *testing.T) {
+	var now time.Time
+	var mu sync.Mutex
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	now = time.Now()
+	c := pagedRun(t, 150, func() { mu.Lock(); now = now.Add(time.Hour); mu.Unlock() }) // the window closes with the first page
+	b := budget.Default()
+	r, err := New(Config{Client: c, Budget: b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	loop := b.FollowLoop(clock())
+	loop.Now = clock
+	st := agentclient.NewStreamState()
+	_, _, perr := r.pollMessages(context.Background(), loop, st, Hooks{}, "run-1", "")
+	if perr == nil {
+		t.Errorf("pollMessages stopped after a full page with the window closed and said nothing")
+	}
+
+	mu.Lock()
+	now = time.Now()
+	mu.Unlock()
+	loop = b.FollowLoop(clock())
+	loop.Now = clock
+	st = agentclient.NewStreamState()
+	d := r.followWithin(context.Background(), Turn{AgentID: "agent-1", Otid: "o"}, st, Hooks{}, Decision{RunID: "run-1"}, loop)
+	if d.Outcome != StillRunning {
+		t.Fatalf("decision %v reason %q, answer %d bytes: want still_running (50 messages unread)", d.Outcome, d.Reason, len(st.Answer()))
+	}
+}
