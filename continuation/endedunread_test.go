@@ -87,4 +87,3 @@ func TestEndedRunWithUnreadMessagesIsStillRunning(t *testing.T) {
 		t.Fatalf("next attempt: decision %v reason %q, answer %q: want the run's answer", d.Outcome, d.Reason, st.Answer())
 	}
 }
-
