@@ -86,6 +86,14 @@ func (l *Loop) Clamp(d time.Duration) time.Duration {
 	return clamp(d, l.Remaining())
 }
 
+// Context returns ctx ending when the window closes (at Deadline). Bound by it anything the
+// phase waits on whose own clocks could outlast the window, such as a resumed stream: its
+// connect clock and its total (which starts at the first byte) are each clamped to what
+// remains, but one after the other they could spend twice that.
+func (l *Loop) Context(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithDeadline(ctx, l.Deadline)
+}
+
 // NextRequest returns the timeout of the next request: min(RequestTimeout, Remaining()).
 // 0 means the window has closed: don't send.
 func (l *Loop) NextRequest() time.Duration { return l.Clamp(l.RequestTimeout) }

@@ -177,12 +177,21 @@ func (r *Runner) followWithin(ctx context.Context, t Turn, st *agentclient.Strea
 			}
 			opts := r.streamOpts(h)
 			opts.Clocks = clocks
-			err := r.resume(ctx, t, d.RunID, seq, st, opts)
+			// The window's deadline bounds the whole resume: connect, then
+			// total from the first byte, would each fit what remains, but
+			// not both.
+			wctx, cancel := loop.Context(ctx)
+			err := r.resume(wctx, t, d.RunID, seq, st, opts)
+			cancel()
 			if err == nil {
 				return r.fromStopReason(d, d.RunID, st.StopReason(), st)
 			}
 			if agentclient.IsProtocolError(err) {
 				return protocolFailed(d, err, st)
+			}
+			if stop := st.StopReason(); stop != "" && ctx.Err() == nil {
+				// The run's end came before the window closed on the body.
+				return r.fromStopReason(d, d.RunID, stop, st)
 			}
 			if agentclient.Classify(err) == agentclient.Canceled {
 				continue
