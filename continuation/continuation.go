@@ -358,6 +358,20 @@ func (r *Runner) gate(ctx context.Context, t *Turn, st *agentclient.StreamState,
 	phase(*h, PhaseResending)
 	*d = Decision{}
 	r.send(ctx, t, st, h, true, false, d)
+	if d.Sends == 0 {
+		// The resend's intent could not be journaled, so it was not sent:
+		// the turn is where the first send left it, not admitted (or
+		// interrupted). The queue retries it; the next attempt looks for
+		// the otid first, then may resend.
+		notResent := *d
+		*d = prev
+		d.Err = notResent.Err
+		d.Reason = prev.Reason + "; not sent again: " + notResent.Reason
+		if notResent.Outcome == Interrupted {
+			d.Outcome = Interrupted
+		}
+		return
+	}
 	d.Resend = ResendDone
 	d.Sends += prev.Sends
 	d.Lookups += prev.Lookups
