@@ -30,6 +30,8 @@ type StreamState struct {
 	runID        string
 	lastSeq      int64
 	hasSeq       bool
+	seqCheck     bool  // a resume: chunks must number on from seqNext (seqgap.go)
+	seqNext      int64 // the seq_id the next chunk must have
 	ids          []string
 	seen         map[string]struct{}
 	tr           Transcript

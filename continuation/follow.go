@@ -202,6 +202,12 @@ func (r *Runner) followWithin(ctx context.Context, t Turn, st *agentclient.Strea
 			}
 			log.Warn("resume ended without the run's end, polling", "error", err.Error())
 			cursor = st.PollCursor()
+			if agentclient.IsSeqGap(err) {
+				// Chunks are missing between what the stream gave and what
+				// the resume did: read the run's messages from its start
+				// (merging is idempotent), which are whole.
+				cursor = ""
+			}
 			continue
 		}
 		// Poll the run's new messages (also after it ended: the tail).
