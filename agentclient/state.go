@@ -229,7 +229,9 @@ func (s *StreamState) Apply(m Message, complete bool, now time.Time) Update {
 	defer s.mu.Unlock()
 	c := m.Base()
 	s.events++
-	if c.RunID != "" && s.runID == "" {
+	if _, isErr := m.(*ErrorMessage); c.RunID != "" && s.runID == "" && !isErr {
+		// An error event's run_id may name another run (the one holding
+		// the thread): only a ping or a message names the turn's own.
 		s.runID = c.RunID
 	}
 	if c.SeqID != nil && (!s.hasSeq || *c.SeqID > s.lastSeq) {
