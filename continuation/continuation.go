@@ -607,13 +607,23 @@ func sleep(ctx context.Context, loop *budget.Loop, retryAfter time.Duration) err
 	return loop.SleepAtLeast(ctx, retryAfter)
 }
 
+// errSearchStuck: the server answered a page with nothing the search had
+// not seen (it ignores the cursor): the history was not searched through.
+var errSearchStuck = errors.New("the history server did not page past the cursor: the search is incomplete")
+
 // searchOnce pages back through the agent's history once, newest first.
 // Cursors follow the sort order (OpenAPI: "messages that come after this
 // message ID in the specified sort order"), so with order=desc the next,
-// older page is the one after the oldest message seen.
+// older page is the one after the oldest message seen. It stops at the
+// end of the history, or at a page all older than the turn (less the
+// slack): one old-dated row among newer ones (a message stored late, or
+// with a date of its own) is no sign that the search went past the turn.
+// A page with nothing new (a server that ignores the cursor) is an
+// incomplete search (errSearchStuck), never a complete one.
 func (r *Runner) searchOnce(ctx context.Context, loop *budget.Loop, t Turn, d *Decision) (runID string, found bool, err error) {
 	cursor := ""
 	floor := t.Started.Add(-r.cfg.HistorySlack)
+	seen := map[string]bool{}
 	for page := 0; ; page++ {
 		if loop.Done() {
 			return "", false, errSearchCut
@@ -625,25 +635,34 @@ func (r *Runner) searchOnce(ctx context.Context, loop *budget.Loop, t Turn, d *D
 			return "", false, err
 		}
 		d.SearchedMessages += len(msgs)
-		oldestID, oldest := "", time.Time{}
+		oldestID, oldest, newest, fresh := "", time.Time{}, time.Time{}, false
 		for _, m := range msgs {
 			c := m.Base()
 			if carriesOtid(m, t.Otid) {
 				return c.RunID, true, nil
+			}
+			if c.ID != "" && !seen[c.ID] {
+				seen[c.ID], fresh = true, true
 			}
 			// A desc page may come oldest-first: find its oldest by date.
 			if ts, perr := time.Parse(time.RFC3339Nano, c.Date); perr == nil {
 				if oldestID == "" || ts.Before(oldest) {
 					oldestID, oldest = c.ID, ts
 				}
+				if ts.After(newest) {
+					newest = ts
+				}
 			} else if oldestID == "" {
 				oldestID = c.ID
 			}
 		}
-		if len(msgs) == 0 || oldestID == "" || oldestID == cursor {
+		if len(msgs) == 0 {
 			return "", false, nil
 		}
-		if !t.Started.IsZero() && !oldest.IsZero() && oldest.Before(floor) {
+		if oldestID == "" || oldestID == cursor || !fresh {
+			return "", false, errSearchStuck
+		}
+		if !t.Started.IsZero() && !newest.IsZero() && newest.Before(floor) {
 			return "", false, nil
 		}
 		cursor = oldestID
