@@ -624,13 +624,18 @@ func (r *Runner) searchOnce(ctx context.Context, loop *budget.Loop, t Turn, d *D
 	cursor := ""
 	floor := t.Started.Add(-r.cfg.HistorySlack)
 	seen := map[string]bool{}
-	for page := 0; ; page++ {
+	size := r.cfg.HistoryPageSize
+	for {
 		if loop.Done() {
 			return "", false, errSearchCut
 		}
 		rctx, cancel := loop.RequestContext(ctx)
-		msgs, err := r.listHistory(rctx, t, agentclient.ListOptions{After: cursor, Limit: r.cfg.HistoryPageSize, Order: "desc"})
+		msgs, err := r.listHistory(rctx, t, agentclient.ListOptions{After: cursor, Limit: size, Order: "desc"})
 		cancel()
+		if err != nil && size > 1 && errors.Is(err, agentclient.ErrResponseTooLarge) {
+			size /= 2 // big messages: a smaller page fits
+			continue
+		}
 		if err != nil {
 			return "", false, err
 		}

@@ -259,7 +259,7 @@ var errPollCut = errors.New("the continuation window closed with the run's messa
 // A cursor the server does not know (404) falls back to the run's start:
 // merging is idempotent, so re-reading costs bytes, never duplicates.
 func (r *Runner) pollMessages(ctx context.Context, loop *budget.Loop, st *agentclient.StreamState, h Hooks, runID, cursor string) (int, string, error) {
-	const page = 100
+	page := 100
 	total := 0
 	for {
 		rctx, cancel := loop.RequestContext(ctx)
@@ -267,6 +267,12 @@ func (r *Runner) pollMessages(ctx context.Context, loop *budget.Loop, st *agentc
 		cancel()
 		if err != nil && cursor != "" && agentclient.IsNotFound(err) {
 			cursor = ""
+			continue
+		}
+		if err != nil && page > 1 && errors.Is(err, agentclient.ErrResponseTooLarge) {
+			// Big messages (long tool returns): a smaller page fits, and
+			// only one message over the limit is the server's fault.
+			page /= 2
 			continue
 		}
 		if err != nil {

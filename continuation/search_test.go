@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,6 +18,12 @@ import (
 // order=desc, after=, limit=) from rows, newest first. ignoreAfter makes it
 // answer every page as the first.
 func historyServer(t *testing.T, rows []map[string]any, ignoreAfter bool) *Runner {
+	return historyServerLimited(t, rows, ignoreAfter, 0, 2)
+}
+
+// historyServerLimited is historyServer with the client's MaxResponseBytes
+// (0: the default) and the search's page size.
+func historyServerLimited(t *testing.T, rows []map[string]any, ignoreAfter bool, maxResponse, pageSize int) *Runner {
 	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := 0
@@ -33,11 +40,11 @@ func historyServer(t *testing.T, rows []map[string]any, ignoreAfter bool) *Runne
 		_ = json.NewEncoder(w).Encode(rows[start:end])
 	}))
 	t.Cleanup(srv.Close)
-	c, err := agentclient.New(agentclient.Config{BaseURL: srv.URL, RequestTimeout: time.Second})
+	c, err := agentclient.New(agentclient.Config{BaseURL: srv.URL, RequestTimeout: time.Second, MaxResponseBytes: maxResponse})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := New(Config{Client: c, Budget: budget.Default(), HistoryPageSize: 2})
+	r, err := New(Config{Client: c, Budget: budget.Default(), HistoryPageSize: pageSize})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,5 +98,25 @@ func TestSearchOnAServerIgnoringAfterIsIncomplete(t *testing.T) {
 	_, found, err := r.searchOnce(context.Background(), loop, Turn{AgentID: "agent-1", Otid: "ours", Started: now.Add(-time.Minute)}, &Decision{})
 	if found || err == nil {
 		t.Fatalf("searchOnce found=%v err=%v: want an incomplete search (an error), not a complete one", found, err)
+	}
+}
+
+// A history page over the client's MaxResponseBytes (8 MiB by default),
+// while one message fits, makes the search ask for smaller pages rather
+// than fail the turn for good.
+func TestSearchPageTooLargeAsksForSmallerPages(t *testing.T) {
+	now := time.Now()
+	var rows []map[string]any
+	for i := 40; i > 0; i-- {
+		m := row("m"+strconv.Itoa(i), "assistant_message", "", now.Add(-time.Duration(40-i)*time.Second))
+		m["content"] = strings.Repeat("x", 10<<10)
+		rows = append(rows, m)
+	}
+	rows = append(rows, row("m0", "user_message", "ours", now.Add(-50*time.Second)))
+	r := historyServerLimited(t, rows, false, 64<<10, 50) // 41 messages of 10 KiB; the limit is 64 KiB
+	loop := r.b.AdmissionLoop(time.Now())
+	runID, found, err := r.searchOnce(context.Background(), loop, Turn{AgentID: "agent-1", Otid: "ours", Started: now.Add(-time.Minute)}, &Decision{})
+	if !found || runID != "run-m0" || err != nil {
+		t.Fatalf("searchOnce = %q found=%v err=%v: want the turn's message (run-m0)", runID, found, err)
 	}
 }
