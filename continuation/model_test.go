@@ -129,7 +129,7 @@ func TestCodeFollowsTheBudgetModel(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real time: about 5 s")
 	}
-	const slack = 80 * time.Millisecond // scheduling and loopback, per part
+	const slack = 120 * time.Millisecond // scheduling and loopback, per part (the overrun of issue 25 was ~250 ms)
 	for _, path := range budget.Paths() {
 		t.Run(string(path), func(t *testing.T) {
 			b := modelBudget()
