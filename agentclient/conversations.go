@@ -212,6 +212,7 @@ func (c *Client) ResumeConversationStream(ctx context.Context, req ConversationR
 		body.AgentID = req.AgentID
 	}
 	path := "/v1/conversations/" + req.ConversationID + "/stream"
+	st.expectSeqAfter(req.StartingAfter, true)
 	return c.stream(ctx, "resume conversation stream", path, body, st, &opt)
 }
 

@@ -30,6 +30,8 @@ type StreamState struct {
 	runID        string
 	lastSeq      int64
 	hasSeq       bool
+	seqCheck     bool  // a resume: chunks must number on from seqNext (seqgap.go)
+	seqNext      int64 // the seq_id the next chunk must have
 	ids          []string
 	seen         map[string]struct{}
 	tr           Transcript
@@ -227,7 +229,9 @@ func (s *StreamState) Apply(m Message, complete bool, now time.Time) Update {
 	defer s.mu.Unlock()
 	c := m.Base()
 	s.events++
-	if c.RunID != "" && s.runID == "" {
+	if _, isErr := m.(*ErrorMessage); c.RunID != "" && s.runID == "" && !isErr {
+		// An error event's run_id may name another run (the one holding
+		// the thread): only a ping or a message names the turn's own.
 		s.runID = c.RunID
 	}
 	if c.SeqID != nil && (!s.hasSeq || *c.SeqID > s.lastSeq) {

@@ -150,6 +150,7 @@ func (c *Client) SendStream(ctx context.Context, req SendRequest, st *StreamStat
 	if err != nil {
 		return err
 	}
+	st.expectSeqAfter(0, false)
 	return c.stream(ctx, "send message", path, body, st, &opt)
 }
 
@@ -205,6 +206,7 @@ func (c *Client) ResumeStream(ctx context.Context, req ResumeRequest, st *Stream
 	st.SetRunID(req.RunID)
 	path := "/v1/runs/" + id + "/stream"
 	body := resumeBody{StartingAfter: req.StartingAfter, IncludePings: true, PollInterval: 0.1, BatchSize: 100}
+	st.expectSeqAfter(req.StartingAfter, true)
 	return c.stream(ctx, "resume stream", path, body, st, &opt)
 }
 
@@ -513,6 +515,9 @@ func handleFrame(fr sseFrame, ping **Ping, st *StreamState, onEvent func(Event),
 	if fr.Event == "error" {
 		m = errorFrame(m, fr.Data)
 	}
+	if g := st.seqGap(m); g != nil {
+		return true, seqGapEnd(g, st)
+	}
 	now := time.Now()
 	// Stream chunks append: token deltas join, and in step mode each
 	// id and type arrives once, so appending to nothing sets it.
@@ -530,6 +535,14 @@ func handleFrame(fr sseFrame, ping **Ping, st *StreamState, onEvent func(Event),
 		return true, frameEnd(fr.Event, m, st, now)
 	}
 	return false, nil
+}
+
+// seqGapEnd is the result of a resumed stream that skipped chunks: cut,
+// with the gap as its cause.
+//
+//go:noinline
+func seqGapEnd(g *SeqGapError, st *StreamState) error {
+	return &StreamError{State: st.Snapshot(), Err: g}
 }
 
 // frameDone ends the stream at `data: [DONE]`.

@@ -53,7 +53,13 @@
 // that schedule, every request at its timeout and every sleep at its jittered maximum, by
 // driving the very Loop the continuation uses on a virtual clock; the property test checks,
 // for thousands of random valid configurations, that it ends within
-// TaskTimeout − SafetyMargin. The margin is then left for what no schedule models: the
+// TaskTimeout − SafetyMargin. It does so for every Path the continuation's code can take
+// (SimulatePath): a lost stream (search, then follow: a GET of the run, a resume bounded by
+// the follow window's deadline, polls), a conversation send resumed by its otid before the
+// search, a busy 409 naming the turn's own run, and an approval answer; the continuation's
+// TestCodeFollowsTheBudgetModel runs the real code down each path against a server that
+// makes every wait as long as its clock allows, and fails when the code spends more than
+// its model. The margin is then left for what no schedule models: the
 // handler's own bookkeeping, Redis round trips, and scheduling delays.
 //
 // # Alignment with Asynq

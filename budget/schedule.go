@@ -86,6 +86,14 @@ func (l *Loop) Clamp(d time.Duration) time.Duration {
 	return clamp(d, l.Remaining())
 }
 
+// Context returns ctx ending when the window closes (at Deadline). Bound by it anything the
+// phase waits on whose own clocks could outlast the window, such as a resumed stream: its
+// connect clock and its total (which starts at the first byte) are each clamped to what
+// remains, but one after the other they could spend twice that.
+func (l *Loop) Context(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithDeadline(ctx, l.Deadline)
+}
+
 // NextRequest returns the timeout of the next request: min(RequestTimeout, Remaining()).
 // 0 means the window has closed: don't send.
 func (l *Loop) NextRequest() time.Duration { return l.Clamp(l.RequestTimeout) }
@@ -180,38 +188,82 @@ func (t Trace) PhaseTotal(phase string) time.Duration {
 // schedule. For a valid Config it is at most TaskTimeout() − SafetyMargin.
 func (c Config) WorstCase(r func() float64) time.Duration { return c.Simulate(r).Total }
 
+// Path names one sequence of steps the continuation's code can take in an attempt.
+// SimulatePath models each; the property test checks every one against TaskTimeout, and the
+// continuation's tests run the real code down each path and compare it with its model.
+type Path string
+
+const (
+	// PathLostStream: the send's stream is lost (connect, then the whole stream total);
+	// the history is searched for the otid (AdmissionGrace); the run is followed: a GET of
+	// the run, a resumed stream bounded by the follow window's deadline, then polls (GET the
+	// run, GET its messages, a backoff sleep) until ContinuationMax is spent. With the
+	// resend policy allowing it, all of that once more.
+	PathLostStream Path = "lost-stream"
+	// PathResumeByOtid: a conversation send lost before its stream named the run. The
+	// follow window opens first: the conversation's stream is resumed by the otid (bounded
+	// by that window), then the history is searched (its own AdmissionGrace), then the run
+	// is followed in what is left of the same window.
+	PathResumeByOtid Path = "resume-by-otid"
+	// PathBusy: the send is refused with a 409 busy naming a run (at worst when its connect
+	// clock is about to fire); one request reads that run's messages (bounded by the
+	// admission window) and, the run carrying the turn's otid, the turn follows it.
+	PathBusy Path = "busy"
+	// PathApprovalAnswer: an answer to an approval request is sent, lost, found and followed
+	// as a message is (its otid is on its approval_response_message): PathLostStream's steps.
+	PathApprovalAnswer Path = "approval-answer"
+)
+
+// Paths lists every Path SimulatePath models.
+func Paths() []Path { return []Path{PathLostStream, PathResumeByOtid, PathBusy, PathApprovalAnswer} }
+
 // Simulate runs the worst-case schedule of one attempt on a virtual clock, driving the same
-// Loops the continuation uses, and returns what it spent where. r supplies the backoff's
-// random draws in [0,1); nil means WorstDraw, every sleep at its jittered maximum.
+// Loops the continuation uses, and returns what it spent where: SimulatePath(PathLostStream),
+// the path that spends every phase to its cap. r supplies the backoff's random draws in
+// [0,1); nil means WorstDraw, every sleep at its jittered maximum.
 //
-// The schedule: finding or creating the chat's Letta conversation takes ThreadResolution
-// (two requests at their whole RequestTimeout); the send waits the full ConnectTimeout and then streams for the full
-// StreamTotal before the stream is lost. (1) Admission search: list the agent's messages
-// (each request takes its whole clamped timeout), sleep, repeat, until AdmissionGrace is
-// spent. (2) Follow: when Resume is on, a resumed stream runs until its own connect and
-// total clocks or the window end; then polls of two requests each (GET run, GET run
-// messages) with backoff sleeps, until ContinuationMax is spent. (3) When the policy allows
-// a resend: send again (connect + stream) and repeat (1) and (2). (4) Delivery takes the
-// whole DeliveryAllowance. This is an upper bound of any real attempt: a real one stops a
-// phase early when it finds what it looks for.
+// Every path starts with finding or creating the chat's Letta conversation, bounded by one
+// context of ThreadResolution (a list and a create request, each up to RequestTimeout), and
+// ends with delivery (the whole DeliveryAllowance). Every request takes its whole clamped
+// timeout, every stream its clocks, and the admission search and follow run to their caps.
+// This is an upper bound of any real attempt: a real one stops a phase early when it finds
+// what it looks for.
 //
 // Simulate assumes a valid Config (see Validate); it terminates for any Config.
-func (c Config) Simulate(r func() float64) Trace { return c.simulate(r, false) }
+func (c Config) Simulate(r func() float64) Trace { return c.simulate(PathLostStream, r, false) }
 
-func (c Config) simulate(r func() float64, unclamped bool) Trace {
+// SimulatePath is Simulate for the named path (see Path).
+func (c Config) SimulatePath(p Path, r func() float64) Trace { return c.simulate(p, r, false) }
+
+func (c Config) simulate(p Path, r func() float64, unclamped bool) Trace {
 	if r == nil {
 		r = WorstDraw
 	}
 	epoch := time.Unix(0, 0)
 	s := &simulator{c: c, r: r, start: epoch, now: epoch, unclamped: unclamped}
 	s.spend(PhaseThread, StepThread, c.ThreadResolution())
-	s.send(PhaseConnect, PhaseStream)
-	s.search(PhaseAdmission)
-	s.follow(PhaseContinuation)
-	if c.ResendPolicy.AllowsResend() {
-		s.send(PhaseResendConnect, PhaseResendStream)
-		s.search(PhaseResendAdmission)
-		s.follow(PhaseResendContinuation)
+	switch p {
+	case PathBusy:
+		s.spend(PhaseConnect, StepConnect, c.ConnectTimeout) // answered 409 busy
+		l := s.loop(c.AdmissionLoop(s.now), PhaseAdmission)
+		s.spend(PhaseAdmission, StepRequest, l.NextRequest()) // the busy run's messages
+		s.follow(PhaseContinuation)
+	case PathResumeByOtid:
+		s.send(PhaseConnect, PhaseStream)
+		s.resumeByOtid(PhaseAdmission, PhaseContinuation)
+		if c.ResendPolicy.AllowsResend() {
+			s.send(PhaseResendConnect, PhaseResendStream)
+			s.resumeByOtid(PhaseResendAdmission, PhaseResendContinuation)
+		}
+	default: // PathLostStream, PathApprovalAnswer
+		s.send(PhaseConnect, PhaseStream)
+		s.search(PhaseAdmission)
+		s.follow(PhaseContinuation)
+		if c.ResendPolicy.AllowsResend() {
+			s.send(PhaseResendConnect, PhaseResendStream)
+			s.search(PhaseResendAdmission)
+			s.follow(PhaseResendContinuation)
+		}
 	}
 	s.spend(PhaseDelivery, StepDeliver, c.DeliveryAllowance)
 	return Trace{Steps: s.steps, Total: s.now.Sub(s.start)}
@@ -223,6 +275,10 @@ type simulator struct {
 	start, now time.Time
 	steps      []Step
 	unclamped  bool
+	// perClock (tests only) models the resume as the code once ran it: connect and total
+	// each clamped to what remained, one after the other, instead of bounded together by the
+	// window's deadline. TestResumeClampedPerClockOverruns shows the property fails then.
+	perClock bool
 }
 
 func (s *simulator) clock() time.Time { return s.now }
@@ -263,9 +319,15 @@ func (s *simulator) search(phase string) {
 
 // follow: the run never ends, so the follow runs to the end of its window.
 func (s *simulator) follow(phase string) {
-	l := s.loop(s.c.FollowLoop(s.now), phase)
-	if s.c.Resume {
-		s.spend(phase, StepResume, l.Clamp(addSat(s.c.ConnectTimeout, s.c.StreamTotal)))
+	s.followIn(s.loop(s.c.FollowLoop(s.now), phase), phase)
+}
+
+// followIn follows in the window of l: a GET of the run, then (Resume) one resumed stream
+// until its connect and total clocks or the window's deadline, then polls.
+func (s *simulator) followIn(l *Loop, phase string) {
+	if s.c.Resume && !l.Done() {
+		s.spend(phase, StepRequest, l.NextRequest()) // GET /v1/runs/{id}: active, background
+		s.spend(phase, StepResume, s.resumeLength(l))
 	}
 	for !l.Done() {
 		before := s.now
@@ -283,6 +345,25 @@ func (s *simulator) follow(phase string) {
 			break
 		}
 	}
+}
+
+// resumeByOtid: the follow window opens with a resume of the conversation's stream by the
+// otid, which names no run (it ends with the window); the history search follows, in a
+// window of its own, then the follow goes on in what is left of the first window.
+func (s *simulator) resumeByOtid(admission, continuation string) {
+	l := s.loop(s.c.FollowLoop(s.now), continuation)
+	s.spend(continuation, StepResume, s.resumeLength(l))
+	s.search(admission)
+	s.followIn(l, continuation)
+}
+
+// resumeLength is how long a resumed stream may last in the window of l: its connect clock,
+// then its total clock from the first byte, the whole bounded by the window's deadline.
+func (s *simulator) resumeLength(l *Loop) time.Duration {
+	if s.perClock {
+		return addSat(l.Clamp(s.c.ConnectTimeout), l.Clamp(s.c.StreamTotal))
+	}
+	return l.Clamp(addSat(s.c.ConnectTimeout, s.c.StreamTotal))
 }
 
 func addSat(a, b time.Duration) time.Duration {

@@ -107,12 +107,15 @@ func TestWorstCaseFitsTaskTimeout(t *testing.T) {
 			t.Fatalf("config %d: stop-grace path %v > budget %v\n%+v", i, stop, budget, c)
 		}
 		for name, r := range draws {
-			tr := c.Simulate(r)
-			if tr.Total > budget {
-				t.Fatalf("config %d, %s draws: worst case %v > TaskTimeout %v − SafetyMargin %v\n%+v",
-					i, name, tr.Total, tt, c.SafetyMargin, c)
+			for _, p := range Paths() {
+				tr := c.SimulatePath(p, r)
+				if tr.Total > budget {
+					t.Fatalf("config %d, path %s, %s draws: worst case %v > TaskTimeout %v − SafetyMargin %v\n%+v",
+						i, p, name, tr.Total, tt, c.SafetyMargin, c)
+				}
+				checkTrace(t, c, tr)
 			}
-			checkTrace(t, c, tr)
+			tr := c.Simulate(r)
 			if r == nil {
 				// The worst case uses every phase to its cap, exactly: the property is tight,
 				// so the test would notice a phase the formula forgot.
@@ -169,7 +172,7 @@ func checkTrace(t *testing.T, c Config, tr Trace) {
 // for the defaults and for many random configurations. The clamp is what keeps it in budget.
 func TestWithoutClampWouldOverrun(t *testing.T) {
 	d := Default()
-	if got, budget := d.simulate(nil, true).Total, d.TaskTimeout()-d.SafetyMargin; got <= budget {
+	if got, budget := d.simulate(PathLostStream, nil, true).Total, d.TaskTimeout()-d.SafetyMargin; got <= budget {
 		t.Fatalf("defaults unclamped: %v, expected it to overrun %v", got, budget)
 	} else {
 		t.Logf("defaults: unclamped %v overruns the budget %v by %v; clamped %v", got, budget, got-budget, d.WorstCase(nil))
@@ -177,7 +180,7 @@ func TestWithoutClampWouldOverrun(t *testing.T) {
 	overruns := 0
 	cs := validConfigs(t, 4, propertyCount()/3)
 	for _, c := range cs {
-		clamped, unclamped := c.WorstCase(nil), c.simulate(nil, true).Total
+		clamped, unclamped := c.WorstCase(nil), c.simulate(PathLostStream, nil, true).Total
 		if unclamped < clamped {
 			t.Fatalf("unclamped %v < clamped %v\n%+v", unclamped, clamped, c)
 		}
@@ -243,14 +246,17 @@ func TestSimulateDefaults(t *testing.T) {
 			t.Errorf("admission step %d = %+v, want %+v", i, adm[i], want[i])
 		}
 	}
-	// The follow begins with a resume (Resume defaults to true) bounded by connect + total.
+	// The follow begins as the code does: a GET of the run, then a resume (Resume defaults
+	// to true) bounded by connect + total.
+	var fol []Step
 	for _, s := range tr.Steps {
 		if s.Phase == PhaseContinuation {
-			if s.Kind != StepResume || s.Length != 5*time.Minute+30*time.Second {
-				t.Errorf("first follow step %+v, want a 5m30s resume", s)
-			}
-			break
+			fol = append(fol, s)
 		}
+	}
+	if len(fol) < 2 || fol[0].Kind != StepRequest || fol[0].Length != 15*time.Second ||
+		fol[1].Kind != StepResume || fol[1].Length != 5*time.Minute+30*time.Second {
+		t.Errorf("first follow steps %+v, want a 15s request then a 5m30s resume", fol[:min(2, len(fol))])
 	}
 	c.Resume = false
 	for _, s := range c.Simulate(nil).Steps {
@@ -389,4 +395,46 @@ func TestLoopSleepAtLeast(t *testing.T) {
 	if d := time.Since(start); d > time.Second {
 		t.Errorf("slept %v past the window", d)
 	}
+}
+
+// TestResumeClampedPerClockOverruns shows that the property test sees a resume whose connect
+// and total clocks are each clamped to what remains of the follow window (issue 25: the code
+// did that, and the model did not): modelled that way, the follow overruns ContinuationMax and
+// the attempt the budget, for the issue's configuration and for many random ones.
+func TestResumeClampedPerClockOverruns(t *testing.T) {
+	issue := Default()
+	issue.ResendPolicy, issue.Background, issue.Resume = ResendNever, true, true
+	issue.ConnectTimeout, issue.StallTimeout, issue.StreamTotal = 1500*time.Millisecond, time.Second, 2*time.Second
+	issue.ContinuationMax, issue.RequestTimeout, issue.AdmissionGrace = 2*time.Second, 200*time.Millisecond, 200*time.Millisecond
+	issue.DeliveryAllowance, issue.SafetyMargin, issue.StopGrace = 100*time.Millisecond, 100*time.Millisecond, 100*time.Millisecond
+	if err := issue.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	perClock := func(c Config) Trace {
+		s := &simulator{c: c, r: WorstDraw, start: time.Unix(0, 0), now: time.Unix(0, 0), perClock: true}
+		s.spend(PhaseThread, StepThread, c.ThreadResolution())
+		s.send(PhaseConnect, PhaseStream)
+		s.search(PhaseAdmission)
+		s.follow(PhaseContinuation)
+		s.spend(PhaseDelivery, StepDeliver, c.DeliveryAllowance)
+		return Trace{Steps: s.steps, Total: s.now.Sub(s.start)}
+	}
+	tr := perClock(issue)
+	if f := tr.PhaseTotal(PhaseContinuation); f <= issue.ContinuationMax {
+		t.Fatalf("per-clock resume: follow %v within ContinuationMax %v; the model cannot tell the two apart", f, issue.ContinuationMax)
+	}
+	t.Logf("issue 25's configuration: per-clock resume follows %v (ContinuationMax %v), attempt %v; one deadline: %v",
+		tr.PhaseTotal(PhaseContinuation), issue.ContinuationMax, tr.Total, issue.WorstCase(nil))
+	over := 0
+	cs := validConfigs(t, 6, propertyCount()/3)
+	for _, c := range cs {
+		c.ResendPolicy, c.Resume = ResendNever, true
+		if perClock(c).Total > c.TaskTimeout()-c.SafetyMargin {
+			over++
+		}
+	}
+	if over == 0 {
+		t.Errorf("no configuration overruns with a per-clock resume")
+	}
+	t.Logf("%d of %d configurations overrun the budget with a per-clock resume", over, len(cs))
 }

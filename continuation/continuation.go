@@ -358,6 +358,20 @@ func (r *Runner) gate(ctx context.Context, t *Turn, st *agentclient.StreamState,
 	phase(*h, PhaseResending)
 	*d = Decision{}
 	r.send(ctx, t, st, h, true, false, d)
+	if d.Sends == 0 {
+		// The resend's intent could not be journaled, so it was not sent:
+		// the turn is where the first send left it, not admitted (or
+		// interrupted). The queue retries it; the next attempt looks for
+		// the otid first, then may resend.
+		notResent := *d
+		*d = prev
+		d.Err = notResent.Err
+		d.Reason = prev.Reason + "; not sent again: " + notResent.Reason
+		if notResent.Outcome == Interrupted {
+			d.Outcome = Interrupted
+		}
+		return
+	}
 	d.Resend = ResendDone
 	d.Sends += prev.Sends
 	d.Lookups += prev.Lookups
@@ -597,43 +611,67 @@ func sleep(ctx context.Context, loop *budget.Loop, retryAfter time.Duration) err
 	return loop.SleepAtLeast(ctx, retryAfter)
 }
 
+// errSearchStuck: the server answered a page with nothing the search had
+// not seen (it ignores the cursor): the history was not searched through.
+var errSearchStuck = errors.New("the history server did not page past the cursor: the search is incomplete")
+
 // searchOnce pages back through the agent's history once, newest first.
 // Cursors follow the sort order (OpenAPI: "messages that come after this
 // message ID in the specified sort order"), so with order=desc the next,
-// older page is the one after the oldest message seen.
+// older page is the one after the oldest message seen. It stops at the
+// end of the history, or at a page all older than the turn (less the
+// slack): one old-dated row among newer ones (a message stored late, or
+// with a date of its own) is no sign that the search went past the turn.
+// A page with nothing new (a server that ignores the cursor) is an
+// incomplete search (errSearchStuck), never a complete one.
 func (r *Runner) searchOnce(ctx context.Context, loop *budget.Loop, t Turn, d *Decision) (runID string, found bool, err error) {
 	cursor := ""
 	floor := t.Started.Add(-r.cfg.HistorySlack)
-	for page := 0; ; page++ {
+	seen := map[string]bool{}
+	size := r.cfg.HistoryPageSize
+	for {
 		if loop.Done() {
 			return "", false, errSearchCut
 		}
 		rctx, cancel := loop.RequestContext(ctx)
-		msgs, err := r.listHistory(rctx, t, agentclient.ListOptions{After: cursor, Limit: r.cfg.HistoryPageSize, Order: "desc"})
+		msgs, err := r.listHistory(rctx, t, agentclient.ListOptions{After: cursor, Limit: size, Order: "desc"})
 		cancel()
+		if err != nil && size > 1 && errors.Is(err, agentclient.ErrResponseTooLarge) {
+			size /= 2 // big messages: a smaller page fits
+			continue
+		}
 		if err != nil {
 			return "", false, err
 		}
 		d.SearchedMessages += len(msgs)
-		oldestID, oldest := "", time.Time{}
+		oldestID, oldest, newest, fresh := "", time.Time{}, time.Time{}, false
 		for _, m := range msgs {
 			c := m.Base()
 			if carriesOtid(m, t.Otid) {
 				return c.RunID, true, nil
+			}
+			if c.ID != "" && !seen[c.ID] {
+				seen[c.ID], fresh = true, true
 			}
 			// A desc page may come oldest-first: find its oldest by date.
 			if ts, perr := time.Parse(time.RFC3339Nano, c.Date); perr == nil {
 				if oldestID == "" || ts.Before(oldest) {
 					oldestID, oldest = c.ID, ts
 				}
+				if ts.After(newest) {
+					newest = ts
+				}
 			} else if oldestID == "" {
 				oldestID = c.ID
 			}
 		}
-		if len(msgs) == 0 || oldestID == "" || oldestID == cursor {
+		if len(msgs) == 0 {
 			return "", false, nil
 		}
-		if !t.Started.IsZero() && !oldest.IsZero() && oldest.Before(floor) {
+		if oldestID == "" || oldestID == cursor || !fresh {
+			return "", false, errSearchStuck
+		}
+		if !t.Started.IsZero() && !newest.IsZero() && newest.Before(floor) {
 			return "", false, nil
 		}
 		cursor = oldestID

@@ -138,15 +138,17 @@ func (r *Runner) resumeByOtid(ctx context.Context, t Turn, st *agentclient.Strea
 	}
 	seq, _ := st.LastSeq()
 	d.Resumes++
-	err := r.c.ResumeConversationStream(ctx, agentclient.ConversationResumeRequest{ConversationID: t.ConversationID,
+	wctx, cancel := loop.Context(ctx) // the window's deadline bounds the whole resume
+	err := r.c.ResumeConversationStream(wctx, agentclient.ConversationResumeRequest{ConversationID: t.ConversationID,
 		AgentID: t.AgentID, Otid: t.Otid, StartingAfter: seq}, st, opts)
+	cancel()
 	log := r.logFor(h).With(slog.String("otid", t.Otid), slog.String("run_id", st.RunID()))
 	switch {
-	case err == nil && st.RunID() != "":
+	case (err == nil || st.StopReason() != "" && ctx.Err() == nil && !agentclient.IsProtocolError(err)) && st.RunID() != "":
 		dd := *d
 		dd.Evidence = EvidenceStream
 		return r.fromStopReason(dd, st.RunID(), st.StopReason(), st), true
-	case agentclient.Classify(err) == agentclient.Canceled || ctx.Err() != nil:
+	case ctx.Err() != nil:
 		dd := *d
 		dd.Outcome, dd.Err, dd.Reason = Interrupted, err, "interrupted while resuming by otid"
 		if dd.Err == nil {

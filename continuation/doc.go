@@ -40,9 +40,11 @@
 //	Outcome       when                                                 next step for the queue
 //	Completed     run ended end_turn, max_steps, tool_rule,            deliver the answer (or the approval
 //	              requires_approval                                    request); done
-//	Failed        run ended with a failure stop reason or cancelled;   report; never resent automatically
-//	              Retryable tells whether the same message could       (a resend would be a second message)
-//	              succeed later (llm_api_error yes, cancelled no)
+//	Failed        run ended with a failure stop reason (WIRE.md's      report; never resent automatically
+//	              table), one this version does not know, or           (a resend would be a second message)
+//	              cancelled, whatever text came before; Retryable
+//	              tells whether the same message could succeed later
+//	              (llm_api_error yes, cancelled no)
 //	StillRunning  budget spent with the run alive; or the message is   retry later; the next attempt follows
 //	              stored but names no run yet; or the history could    the same run (PriorIntent), never sends
 //	              not be read at all

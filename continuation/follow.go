@@ -12,19 +12,56 @@ import (
 	"github.com/lettaq/lettaq/budget"
 )
 
-// completedReasons end a run successfully (run status completed).
-var completedReasons = map[string]bool{
-	"end_turn": true, "max_steps": true, "tool_rule": true, "requires_approval": true,
+// stopReasons is WIRE.md's table of stop reasons: what each means for the
+// turn. It is the one table both paths judge a run's end by (the turn's own
+// stream, and the follow: a resumed stream or the polled run). A failure
+// ends the turn Failed naming the reason, whatever text came before it (that
+// text is kept in the state, and goes with the error as cut); retryable
+// failures are those a later, identical request could avoid (transient LLM
+// or server trouble); the rest (an invalid tool call, an answer past its
+// token limit, a context overflow, credits, cancelled) would fail the same
+// way.
+var stopReasons = map[string]struct {
+	outcome   Outcome
+	retryable bool
+}{
+	"end_turn":             {Completed, false},
+	"max_steps":            {Completed, false},
+	"tool_rule":            {Completed, false},
+	"requires_approval":    {Completed, false},
+	"error":                {Failed, true},
+	"llm_api_error":        {Failed, true},
+	"invalid_llm_response": {Failed, true},
+	"invalid_tool_call":    {Failed, false},
+	"no_tool_call":         {Failed, true},
+	"max_tokens_exceeded":  {Failed, false},
+	"context_window_overflow_in_system_prompt": {Failed, false},
+	"insufficient_credits":                     {Failed, false},
+	"cancelled":                                {Failed, false},
 }
 
-// retryableFailures are failure stop reasons that a later, identical request
-// could avoid (transient LLM or server trouble). The rest (invalid tool
-// call, context overflow, credits, cancelled) would fail the same way.
-var retryableFailures = map[string]bool{
-	"error": true, "llm_api_error": true, "invalid_llm_response": true, "no_tool_call": true,
+// judgeStop is the outcome of a run that ended with stop reason stop, from
+// stopReasons. A stop reason this version does not know is a failure (not
+// retryable): the run ended in a way nobody checked, so its text is not
+// delivered as the answer. An empty one (the run ended, no reason known) is
+// a retryable failure.
+func judgeStop(stop string) (o Outcome, retryable bool, reason string) {
+	if e, ok := stopReasons[stop]; ok {
+		switch {
+		case e.outcome == Completed:
+			return Completed, false, "run completed: " + stop
+		case stop == "cancelled":
+			return Failed, false, "run was cancelled"
+		}
+		return Failed, e.retryable, "run failed: " + stop
+	}
+	if stop == "" {
+		return Failed, true, "run ended without a stop reason"
+	}
+	return Failed, false, "run stopped with a stop reason this version does not know: " + stop
 }
 
-// fromStopReason turns a known stop reason into a decision.
+// fromStopReason turns a run's stop reason into a decision (judgeStop).
 func (r *Runner) fromStopReason(d Decision, runID, stop string, st *agentclient.StreamState) Decision {
 	d.RunID, d.StopReason = runID, stop
 	if st != nil {
@@ -32,28 +69,7 @@ func (r *Runner) fromStopReason(d Decision, runID, stop string, st *agentclient.
 			return protocolFailed(d, err, st)
 		}
 	}
-	switch {
-	case completedReasons[stop]:
-		d.Outcome = Completed
-		d.Reason = "run completed: " + stop
-	case stop == "cancelled":
-		d.Outcome, d.Retryable = Failed, false
-		d.Reason = "run was cancelled"
-	case retryableFailures[stop]:
-		d.Outcome, d.Retryable = Failed, true
-		d.Reason = "run failed: " + stop
-	case stop == "":
-		d.Outcome, d.Retryable = Failed, true
-		d.Reason = "run ended without a stop reason"
-	default:
-		// A stop reason this version does not know: judge by content.
-		if st != nil && st.Answer() != "" {
-			d.Outcome = Completed
-		} else {
-			d.Outcome = Failed
-		}
-		d.Reason = "run stopped: " + stop
-	}
+	d.Outcome, d.Retryable, d.Reason = judgeStop(stop)
 	if d.Outcome == Failed && st != nil {
 		if e := st.Snapshot().Error; e != nil {
 			d.Reason = failureText(d.Reason, stop, e.ErrorType, e.Message)
@@ -161,12 +177,21 @@ func (r *Runner) followWithin(ctx context.Context, t Turn, st *agentclient.Strea
 			}
 			opts := r.streamOpts(h)
 			opts.Clocks = clocks
-			err := r.resume(ctx, t, d.RunID, seq, st, opts)
+			// The window's deadline bounds the whole resume: connect, then
+			// total from the first byte, would each fit what remains, but
+			// not both.
+			wctx, cancel := loop.Context(ctx)
+			err := r.resume(wctx, t, d.RunID, seq, st, opts)
+			cancel()
 			if err == nil {
 				return r.fromStopReason(d, d.RunID, st.StopReason(), st)
 			}
 			if agentclient.IsProtocolError(err) {
 				return protocolFailed(d, err, st)
+			}
+			if stop := st.StopReason(); stop != "" && ctx.Err() == nil {
+				// The run's end came before the window closed on the body.
+				return r.fromStopReason(d, d.RunID, stop, st)
 			}
 			if agentclient.Classify(err) == agentclient.Canceled {
 				continue
@@ -177,6 +202,12 @@ func (r *Runner) followWithin(ctx context.Context, t Turn, st *agentclient.Strea
 			}
 			log.Warn("resume ended without the run's end, polling", "error", err.Error())
 			cursor = st.PollCursor()
+			if agentclient.IsSeqGap(err) {
+				// Chunks are missing between what the stream gave and what
+				// the resume did: read the run's messages from its start
+				// (merging is idempotent), which are whole.
+				cursor = ""
+			}
 			continue
 		}
 		// Poll the run's new messages (also after it ended: the tail).
@@ -189,10 +220,22 @@ func (r *Runner) followWithin(ctx context.Context, t Turn, st *agentclient.Strea
 			d.TransientErrors++
 		}
 		if !run.Active() {
-			if perr != nil && !loop.Done() {
-				// The run ended but its tail was not read: try again.
-				_ = sleep(ctx, loop, agentclient.RetryAfter(perr))
-				continue
+			if perr != nil {
+				if ctx.Err() == nil && !loop.Done() {
+					// The run ended but its tail was not read: try again.
+					_ = sleep(ctx, loop, agentclient.RetryAfter(perr))
+					continue
+				}
+				if ctx.Err() != nil {
+					d.Outcome, d.Err, d.Reason = Interrupted, ctx.Err(), "interrupted while reading the ended run's messages"
+					return d
+				}
+				// Whatever the transcript holds is not the whole answer: the
+				// next attempt reads the messages (PriorIntent), never sends.
+				d.Outcome, d.Err = StillRunning, perr
+				d.Reason = "run ended (" + orUnknown(stopFromRun(run)) + ") but its messages could not all be read within the continuation budget (" +
+					r.b.ContinuationMax.String() + "): " + perr.Error()
+				return d
 			}
 			stop := st.StopReason()
 			if stop == "" {
@@ -207,12 +250,16 @@ func (r *Runner) followWithin(ctx context.Context, t Turn, st *agentclient.Strea
 	}
 }
 
+// errPollCut: the follow's window closed after a full page of the run's
+// messages, so the pages after it are unread.
+var errPollCut = errors.New("the continuation window closed with the run's messages read only in part")
+
 // pollMessages reads the run's messages after cursor, page by page, merging
 // them as complete messages. It returns how many arrived and the new cursor.
 // A cursor the server does not know (404) falls back to the run's start:
 // merging is idempotent, so re-reading costs bytes, never duplicates.
 func (r *Runner) pollMessages(ctx context.Context, loop *budget.Loop, st *agentclient.StreamState, h Hooks, runID, cursor string) (int, string, error) {
-	const page = 100
+	page := 100
 	total := 0
 	for {
 		rctx, cancel := loop.RequestContext(ctx)
@@ -220,6 +267,12 @@ func (r *Runner) pollMessages(ctx context.Context, loop *budget.Loop, st *agentc
 		cancel()
 		if err != nil && cursor != "" && agentclient.IsNotFound(err) {
 			cursor = ""
+			continue
+		}
+		if err != nil && page > 1 && errors.Is(err, agentclient.ErrResponseTooLarge) {
+			// Big messages (long tool returns): a smaller page fits, and
+			// only one message over the limit is the server's fault.
+			page /= 2
 			continue
 		}
 		if err != nil {
@@ -237,8 +290,12 @@ func (r *Runner) pollMessages(ctx context.Context, loop *budget.Loop, st *agentc
 			}
 		}
 		total += len(msgs)
-		if len(msgs) < page || loop.Done() {
+		if len(msgs) < page {
 			return total, cursor, nil
+		}
+		if loop.Done() {
+			// A full page: there may be more, and the window has closed.
+			return total, cursor, errPollCut
 		}
 	}
 }

@@ -98,6 +98,11 @@ type TurnRecord struct {
 	Outcome    string `json:"outcome,omitempty"`
 	Error      string `json:"error,omitempty"`
 	StopReason string `json:"stop_reason,omitempty"`
+	// PartialAnswer: on a turn that failed after the agent had begun its
+	// answer (a failure stop reason after some text), that text, cut: not
+	// the agent's whole answer, never delivered as one. At most
+	// MaxPartialAnswer bytes.
+	PartialAnswer string `json:"partial_answer,omitempty"`
 	// Latency is from enqueue to the end of the turn; Save fills it when it
 	// is zero and both times are known.
 	Latency time.Duration `json:"latency_ns,omitempty"`

@@ -79,6 +79,7 @@ func appendTurnRecordJSON(b []byte, r *TurnRecord) (_ []byte, ok bool) {
 	b = appendStringField(b, `,"outcome":`, r.Outcome)
 	b = appendStringField(b, `,"error":`, r.Error)
 	b = appendStringField(b, `,"stop_reason":`, r.StopReason)
+	b = appendStringField(b, `,"partial_answer":`, r.PartialAnswer)
 	b = appendIntField(b, `,"latency_ns":`, int64(r.Latency))
 	b = appendIntField(b, `,"ttft_ns":`, int64(r.TTFT))
 	if u := r.Usage; u != nil {

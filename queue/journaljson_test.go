@@ -59,7 +59,7 @@ func TestTurnRecordJSONMatches(t *testing.T) {
 				TimeoutClock: TimeoutClockStall, Polls: 2, Resumes: 1, ResendDecision: ResendResent, SentOtid: true, Outcome: OutcomeRetrying, Error: "boom"},
 			{N: 2},
 		},
-		Outcome: OutcomeAnswered, Error: "e", StopReason: "end_turn", Latency: time.Second, TTFT: -5,
+		Outcome: OutcomeAnswered, Error: "e", StopReason: "end_turn", PartialAnswer: "Let me <check>", Latency: time.Second, TTFT: -5,
 		Usage:    &Usage{PromptTokens: 1, CompletionTokens: 2, TotalTokens: 3, StepCount: 4},
 		Tools:    []ToolSummary{{Name: "t", CallID: "c", Duration: 7, Status: "ok"}, {}},
 		Warnings: []string{"w<1>", ""},

@@ -523,7 +523,10 @@ func (wr *writer) loop() {
 		} else {
 			wr.ready = wr.ready[k:]
 		}
-		wr.items, wr.batch = items, batch
+		// errs too: the next round's clear(wr.errs) must reach every error
+		// this round may set, or a failed write's errors would be read as
+		// those of the writes that take their places next time.
+		wr.items, wr.errs, wr.batch = items, errs, batch
 		wr.mu.Unlock()
 		wr.write(batch)
 	}

@@ -210,7 +210,8 @@ func (th *threads) acquire(ctx context.Context, key string) (func(), error) {
 
 // resolveThread sets the turn's Letta conversation: the one an earlier
 // attempt journaled (a turn stays on the thread it was sent to), else the
-// one the mode gives. It journals the choice with the attempt's next save.
+// one the mode gives. It journals the choice with the intent to send, at
+// the latest.
 func (t *turn) resolveThread(ctx context.Context) (string, error) {
 	t.mu.Lock()
 	prev, mode := t.rec.LettaConversationID, t.rec.ThreadMode
@@ -232,6 +233,10 @@ func (t *turn) resolveThread(ctx context.Context) (string, error) {
 	t.mu.Lock()
 	t.rec.ThreadMode, t.rec.LettaConversationID = mode, id
 	t.mu.Unlock()
+	// Journaled before the send (the queued save goes with the intent at
+	// the latest): a retry looks for the otid in this thread, whatever the
+	// mode is by then.
+	t.saveLater()
 	return id, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+	"unicode/utf8"
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
@@ -111,6 +112,13 @@ func (t *turn) finish(ctx context.Context, d continuation.Decision) error {
 		if d.Sends == 0 && d.RunID == "" && snap.RunID == "" && d.Err != nil && !agentclient.IsProtocolError(d.Err) {
 			// Nothing was sent (the intent could not be journaled): retry.
 			return t.retry(dctx, log, d, 0, d.Reason)
+		}
+		if snap.Answer != "" {
+			// Text the agent gave before it failed: kept, cut, never
+			// delivered as the answer.
+			t.mu.Lock()
+			t.rec.PartialAnswer = cutText(snap.Answer, MaxPartialAnswer)
+			t.mu.Unlock()
 		}
 		if d.StopReason == "cancelled" {
 			for _, s := range snap.Transcript.UnansweredToolCalls() {
@@ -472,4 +480,18 @@ func appendUnique(s []string, v string) []string {
 		}
 	}
 	return append(s, v)
+}
+
+// MaxPartialAnswer bounds TurnRecord.PartialAnswer (a failed turn's text).
+const MaxPartialAnswer = 8 << 10
+
+// cutText is s cut to at most n bytes, at a rune boundary.
+func cutText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
