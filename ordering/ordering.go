@@ -142,14 +142,27 @@ func (s *Sequencer) nowMs() any { return s.cfg.Now().UnixMilli() }
 // called while another is in flight on the same Sequencer wait for it and
 // then go together, in one round trip (see joiner).
 func (s *Sequencer) Join(ctx context.Context, key, taskID string) (int, error) {
+	pos, _, err := s.JoinAdded(ctx, key, taskID)
+	return pos, err
+}
+
+// JoinAdded is Join, and also reports whether this call put taskID in the
+// line (false when it was there already, or is done). A caller that undoes
+// its join when its enqueue fails (Remove) must do so only when added is
+// true: a duplicate's join changed nothing, and its Remove would take the
+// original task's place.
+func (s *Sequencer) JoinAdded(ctx context.Context, key, taskID string) (pos int, added bool, err error) {
 	if err := checkKey(key); err != nil {
-		return 0, err
+		return 0, false, err
 	}
-	pos, err := s.joins.join(ctx, append(joinLua.Args(2, 2), s.lineKey(key), s.doneKey(key, taskID), taskID, s.nowMs())).Int()
+	res, err := s.joins.join(ctx, append(joinLua.Args(2, 2), s.lineKey(key), s.doneKey(key, taskID), taskID, s.nowMs())).Int64Slice()
+	if err == nil && len(res) != 2 {
+		err = fmt.Errorf("unexpected reply %v", res)
+	}
 	if err != nil {
-		return 0, fmt.Errorf("ordering: join %s on %q: %w", taskID, key, err)
+		return 0, false, fmt.Errorf("ordering: join %s on %q: %w", taskID, key, err)
 	}
-	return pos, nil
+	return int(res[0]), res[1] == 1, nil
 }
 
 // Acquire lets taskID run its turn: it succeeds only when taskID heads

@@ -220,6 +220,53 @@ func TestAcquireOnlyHeadAndExclusive(t *testing.T) {
 	})
 }
 
+// TestJoinAddedSaysWhoAdded: JoinAdded reports added only for the call
+// that put the task in the line: a duplicate's join, a finished task's and
+// a batched join (queued behind one in flight) say so too.
+func TestJoinAddedSaysWhoAdded(t *testing.T) {
+	eachBackend(t, ordering.Config{}, func(t *testing.T, b backend, s *ordering.Sequencer) {
+		ctx := context.Background()
+		key := ordering.ConversationKey("agent-1", "tg", "added")
+		for _, tc := range []struct {
+			id    string
+			pos   int
+			added bool
+		}{{"a", 0, true}, {"b", 1, true}, {"a", 0, false}, {"b", 1, false}} {
+			pos, added, err := s.JoinAdded(ctx, key, tc.id)
+			if err != nil || pos != tc.pos || added != tc.added {
+				t.Fatalf("JoinAdded(%s) = %d, %v, %v; want %d, %v", tc.id, pos, added, err, tc.pos, tc.added)
+			}
+		}
+		l := must[*ordering.Lease](t)(s.Acquire(ctx, key, "a", "w", nil))
+		if _, err := l.Release(ctx, true); err != nil {
+			t.Fatal(err)
+		}
+		if pos, added, err := s.JoinAdded(ctx, key, "a"); err != nil || pos != -1 || added {
+			t.Fatalf("JoinAdded(finished) = %d, %v, %v; want -1, false", pos, added, err)
+		}
+		// Concurrent joins go in batches: each still learns its own.
+		var wg sync.WaitGroup
+		got := make([]bool, 20)
+		for i := range got {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, got[i], _ = s.JoinAdded(ctx, key, fmt.Sprintf("c%d", i%10))
+			}()
+		}
+		wg.Wait()
+		n := 0
+		for _, a := range got {
+			if a {
+				n++
+			}
+		}
+		if n != 10 {
+			t.Fatalf("%d of 20 concurrent joins of 10 ids said added, want 10", n)
+		}
+	})
+}
+
 func must2(t testing.TB) func(a, b string, err error) (string, string) {
 	return func(a, b string, err error) (string, string) {
 		t.Helper()

@@ -156,8 +156,9 @@ func (c *Client) TaskOptions(taskID string) []asynq.Option {
 // enqueued as a scheduled task (Asynq's Scheduled state: waiting, not
 // failed): the turn ahead of it, when it ends, moves it to pending
 // (ordering.Sequencer.Wake); its process-at time (Ordering.WaitCheck ×
-// position) is only the safety net. If the enqueue fails, the task leaves
-// the line again; if the join fails, nothing is enqueued.
+// position) is only the safety net. If the enqueue fails, a task that this
+// call put in the line leaves it again (a duplicate's place is the
+// original's, and stays); if the join fails, nothing is enqueued.
 func (c *Client) Enqueue(ctx context.Context, m Message) (EnqueueResult, error) {
 	if m.EnqueuedAt.IsZero() {
 		m.EnqueuedAt = c.cfg.Now().UTC()
@@ -170,13 +171,14 @@ func (c *Client) Enqueue(ctx context.Context, m Message) (EnqueueResult, error) 
 	res := EnqueueResult{TaskID: id, Queue: c.cfg.Queue, Otid: OtidFor(m, id)}
 	opts := c.TaskOptions(id)
 	var key string
+	var joined bool // this call put the task in the line
 	if c.seq != nil {
 		key = c.cfg.Ordering.Key(m)
-		pos, err := c.seq.Join(ctx, key, id)
+		pos, added, err := c.seq.JoinAdded(ctx, key, id)
 		if err != nil {
 			return EnqueueResult{}, fmt.Errorf("queue: could not join %s to its conversation's line (nothing enqueued): %w", id, err)
 		}
-		res.Position = pos
+		res.Position, joined = pos, added
 		if pos > 0 {
 			opts = append(opts, asynq.ProcessIn(c.cfg.Ordering.waitCheck(pos)))
 		}
@@ -186,8 +188,8 @@ func (c *Client) Enqueue(ctx context.Context, m Message) (EnqueueResult, error) 
 	case errors.Is(err, asynq.ErrTaskIDConflict):
 		res.Duplicate = true
 	case err != nil:
-		if c.seq != nil {
-			_ = c.seq.Remove(context.WithoutCancel(ctx), key, id)
+		if joined {
+			c.leaveLine(ctx, key, id)
 		}
 		return EnqueueResult{}, fmt.Errorf("queue: enqueue %s: %w", id, err)
 	}
@@ -204,6 +206,19 @@ func (c *Client) Enqueue(ctx context.Context, m Message) (EnqueueResult, error) 
 			TaskID: id, Otid: res.Otid, MessageID: m.MessageID, Position: max(res.Position, 0)})
 	}
 	return res, nil
+}
+
+// leaveLine undoes the join of an Enqueue whose enqueue failed: the task
+// leaves the line only when this call put it there (a duplicate's join
+// changed nothing: the place is the original task's) and the task is known
+// not to exist (an enqueue whose reply was lost may have happened). When
+// that is not known, the place stays: a head whose task does not exist is
+// removed by the next turn's acquire once Config.DeadHeadGrace has passed.
+func (c *Client) leaveLine(ctx context.Context, key, id string) {
+	if _, err := c.insp.GetTaskInfo(c.cfg.Queue, id); !errors.Is(err, asynq.ErrTaskNotFound) && !errors.Is(err, asynq.ErrQueueNotFound) {
+		return
+	}
+	_ = c.seq.Remove(context.WithoutCancel(ctx), key, id)
 }
 
 // MaxHTTPBodyBytes bounds the body EnqueueHTTPHandler reads: the text, the

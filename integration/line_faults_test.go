@@ -1,0 +1,97 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lettaq/lettaq/ordering"
+	"github.com/lettaq/lettaq/queue"
+)
+
+// cancelAfterJoin cancels cancel once a script call touching a line key of
+// the ordering prefix (the Join) has had its reply.
+type cancelAfterJoin struct {
+	line   string
+	cancel context.CancelFunc
+	fired  atomic.Bool
+}
+
+func (h *cancelAfterJoin) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *cancelAfterJoin) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h *cancelAfterJoin) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if name := cmd.Name(); name == "evalsha" || name == "eval" {
+			for _, a := range cmd.Args() {
+				if s, ok := a.(string); ok && strings.HasPrefix(s, h.line) {
+					h.fired.Store(true)
+					h.cancel()
+				}
+			}
+		}
+		return err
+	}
+}
+
+// TestFailedDuplicateEnqueueKeepsTheOriginalsPlace (issue 24, defect 4): a
+// webhook redelivered while its message waits for a retry (a 503) enqueues
+// it again; that duplicate enqueue's context ends right after its join (the
+// webhook's caller gave up), so its enqueue fails. The original must keep
+// its place: the next message of the chat does not overtake it, and the
+// two never run at once.
+func TestFailedDuplicateEnqueueKeepsTheOriginalsPlace(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.startWorker("w1")
+	agent := e.sim.CreateAgent("dup", nil)
+	c := e.conv("dup")
+	m1 := queue.Message{AgentID: agent, Conversation: c, MessageID: "m1",
+		Text: fmt.Sprintf("[[sim status=503 times=2 think=%s]] m1", simDur(300*time.Millisecond))}
+	r1 := e.enqueue(m1)
+	waitState(t, e, r1.TaskID, asynq.TaskStateRetry, 20*time.Second)
+
+	// The redelivery, through a client whose sequencer's Redis cancels the
+	// enqueue's context once the join answered.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	rdb := redis.NewClient(&redis.Options{Addr: e.redis.Addr, DB: e.redis.DB})
+	t.Cleanup(func() { _ = rdb.Close() })
+	hook := &cancelAfterJoin{line: e.prefix + "ord:line:", cancel: cancel}
+	rdb.AddHook(hook)
+	seq, err := ordering.New(rdb, ordering.Config{Prefix: e.prefix + "ord:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dup, err := queue.NewClient(queue.ClientConfig{Redis: e.redisOpt(), Budget: e.budget, Queue: e.queue,
+		Retention: time.Hour, Replies: e.replies, Ordering: queue.Ordering{Sequencer: seq}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = dup.Close() })
+	if _, err := dup.Enqueue(ctx, m1); !errors.Is(err, context.Canceled) || !hook.fired.Load() {
+		t.Fatalf("duplicate enqueue: %v (join seen %v); want it cancelled after its join", err, hook.fired.Load())
+	}
+
+	m2 := queue.Message{AgentID: agent, Conversation: c, MessageID: "m2", Text: "[[sim answer=two]] m2"}
+	r2 := e.enqueue(m2)
+	if r2.Position != 1 {
+		t.Errorf("m2 joined at position %d, want 1 (behind m1)", r2.Position)
+	}
+	for _, r := range []queue.EnqueueResult{r1, r2} {
+		if f, evs := e.waitFinal(c, r.TaskID, 30*time.Second); f.Type != queue.EventAnswer {
+			t.Fatalf("%s: final %+v; %s", r.TaskID, f, summarize(evs))
+		}
+	}
+	checkOrder(t, e.sim, agent, []string{"m1", "m2"})
+	checkSerialRuns(t, e.sim, agent, 2)
+}
