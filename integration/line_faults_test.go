@@ -95,3 +95,41 @@ func TestFailedDuplicateEnqueueKeepsTheOriginalsPlace(t *testing.T) {
 	checkOrder(t, e.sim, agent, []string{"m1", "m2"})
 	checkSerialRuns(t, e.sim, agent, 2)
 }
+
+// TestDeadHeadCheckLooksInTheHeadsQueue (issue 24, defect 5): with workers
+// on two queues (LETTAQ_QUEUES), a chat's m1 in queue A waits for a retry
+// (a 503) at the head of the line while m2 of the same chat, in queue B,
+// asks for its turn: m1 is alive (in A), so m2 waits for it.
+func TestDeadHeadCheckLooksInTheHeadsQueue(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	qb := e.queue + "-b"
+	t.Cleanup(func() { _ = e.insp.DeleteQueue(qb, true) })
+	e.startWorker("w1", func(c *queue.WorkerConfig) {
+		c.Queues = map[string]int{e.queue: 1, qb: 1}
+		c.Ordering.Config.DeadHeadGrace = 10 * time.Millisecond
+	})
+	ob := e.ordering()
+	ob.WaitCheck = 100 * time.Millisecond
+	cb, err := queue.NewClient(queue.ClientConfig{Redis: e.redisOpt(), Budget: e.budget, Queue: qb,
+		Retention: time.Hour, Replies: e.replies, Ordering: ob})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cb.Close() })
+	agent := e.sim.CreateAgent("queues", nil)
+	c := e.conv("queues")
+	r1 := e.enqueue(queue.Message{AgentID: agent, Conversation: c, MessageID: "m1", Text: "[[sim status=503 times=4]] m1"})
+	waitState(t, e, r1.TaskID, asynq.TaskStateRetry, 20*time.Second)
+	r2, err := cb.Enqueue(context.Background(), queue.Message{AgentID: agent, Conversation: c, MessageID: "m2", Text: "hello m2"})
+	if err != nil || r2.Position != 1 {
+		t.Fatalf("m2 in queue %s: %+v, %v; want position 1", qb, r2, err)
+	}
+	for _, r := range []queue.EnqueueResult{r1, r2} {
+		if f, evs := e.waitFinal(c, r.TaskID, 40*time.Second); f.Type != queue.EventAnswer {
+			t.Fatalf("%s: final %+v; %s", r.TaskID, f, summarize(evs))
+		}
+	}
+	checkOrder(t, e.sim, agent, []string{"m1", "m2"})
+	checkSerialRuns(t, e.sim, agent, 2)
+}

@@ -274,7 +274,7 @@ func (t *turn) takeFollowers(ctx context.Context, firstSend bool) error {
 	}
 	t.followers = t.followers[:0]
 	for _, id := range ids {
-		info, err := o.insp.GetTaskInfo(t.queue, id)
+		info, err := ordering.FindTask(o.insp, t.queue, id)
 		if err != nil {
 			if errors.Is(err, asynq.ErrTaskNotFound) {
 				t.log.Warn("merged message's task is gone: its text is left out", "merged_task", id)
