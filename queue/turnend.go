@@ -410,12 +410,14 @@ func (t *turn) fail(ctx context.Context, log *slog.Logger, reason, stop string) 
 	if len(t.followers) > 0 {
 		ev.AnsweredBy = t.taskID
 	}
+	// An answer turn's request learns first: a user who reads the error
+	// and answers again finds the request answerable.
+	t.answerEnded(ctx, log, true)
 	if _, err := t.finalEvent(ctx, ev); err != nil {
 		t.redisFailed()
 		log.Warn("could not emit the error event", "error", err.Error())
 	}
 	t.finishFollowers(ctx, ev)
-	t.answered(ctx, log)
 	now := time.Now()
 	t.mu.Lock()
 	t.attempt().Outcome, t.attempt().Error = OutcomeFailed, reason
