@@ -12,6 +12,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lettaq/lettaq/integration/lettasim"
 	"github.com/lettaq/lettaq/ordering"
 	"github.com/lettaq/lettaq/queue"
 )
@@ -132,4 +133,103 @@ func TestDeadHeadCheckLooksInTheHeadsQueue(t *testing.T) {
 	}
 	checkOrder(t, e.sim, agent, []string{"m1", "m2"})
 	checkSerialRuns(t, e.sim, agent, 2)
+}
+
+// TestPutBackOnTheLastAttemptIsNotArchived (issue 24, defect 6): with
+// MaxRetry 1, a turn's first attempt fails (a 503: its one retry used) and
+// its second is refused 409 busy (a put-back, not a failure). Asynq v0.26
+// archives a task whose retries are used up whatever its handler returned:
+// the put-back must not lose the message. It is answered.
+func TestPutBackOnTheLastAttemptIsNotArchived(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.startWorker("w1")
+	short, err := queue.NewClient(queue.ClientConfig{Redis: e.redisOpt(), Budget: e.budget, Queue: e.queue,
+		Retention: time.Hour, Replies: e.replies, Ordering: e.ordering(), MaxRetry: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = short.Close() })
+	agent := e.sim.CreateAgent("lastput", nil)
+	c := e.conv("lastput")
+	e.sim.SetFault(agent, lettasim.Fault{Status5xxBeforeStore: 503, Times: 2}) // the send and its resend
+	r, err := short.Enqueue(context.Background(), queue.Message{AgentID: agent, Conversation: c, MessageID: "m1", Text: "hi"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, e, r.TaskID, asynq.TaskStateRetry, 20*time.Second)
+	e.sim.SetFault(agent, lettasim.Fault{Busy: true})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		evs := e.events(c, r.TaskID)
+		if n := countFinal(evs); n > 0 {
+			final := evs[len(evs)-1]
+			if final.Type != queue.EventAnswer {
+				t.Fatalf("final %+v; %s", final, summarize(evs))
+			}
+			break
+		}
+		if info, err := e.insp.GetTaskInfo(e.queue, r.TaskID); err == nil && info.State == asynq.TaskStateArchived {
+			rec, _ := e.journal.Get(context.Background(), r.TaskID)
+			t.Fatalf("task archived (retried %d of %d, last error %q) with no final event; journal outcome %q; %s",
+				info.Retried, info.MaxRetry, info.LastErr, rec.Outcome, describeAttempts(rec))
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no final event; %s", summarize(e.events(c, r.TaskID)))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	rec := e.record(r.TaskID)
+	busy := 0
+	for _, a := range rec.Attempts {
+		if a.Outcome == queue.OutcomeBusy {
+			busy++
+		}
+	}
+	if rec.Outcome != queue.OutcomeAnswered || busy != 1 {
+		t.Errorf("journal outcome %q with %d busy attempts, want answered after 1; %s", rec.Outcome, busy, describeAttempts(rec))
+	}
+	if n := e.sim.CountOtid(r.Otid); n != 1 {
+		t.Errorf("%d user messages stored, want 1", n)
+	}
+}
+
+// TestPutBackWithNoRetryLeftEndsWithAFinalEvent: a task with no retry left
+// (Asynq MaxRetry 0, as a client of another language may set, or a task
+// whose last retry a crash used) refused 409 busy cannot be put back (Asynq
+// would archive it): it ends with a permanent error event and a failed
+// journal, and leaves its line, never archived in silence.
+func TestPutBackWithNoRetryLeftEndsWithAFinalEvent(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.startWorker("w1")
+	agent := e.sim.CreateAgent("noretry", nil)
+	c := e.conv("noretry")
+	e.sim.SetFault(agent, lettasim.Fault{Busy: true})
+	m := queue.Message{AgentID: agent, Conversation: c, MessageID: "m1", Text: "hi", EnqueuedAt: time.Now().UTC()}
+	b, err := queue.EncodePayload(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := queue.TaskIDFor(m)
+	ac := asynq.NewClient(e.redisOpt())
+	t.Cleanup(func() { _ = ac.Close() })
+	if _, err := ac.Enqueue(asynq.NewTask(queue.TaskType, b), append(e.client.TaskOptions(id), asynq.MaxRetry(0))...); err != nil {
+		t.Fatal(err)
+	}
+	final, evs := e.waitFinal(c, id, 20*time.Second)
+	if final.Type != queue.EventError || !final.Permanent || !strings.Contains(final.Text, "busy") {
+		t.Fatalf("final %+v; %s", final, summarize(evs))
+	}
+	if rec := e.record(id); rec.Outcome != queue.OutcomeFailed {
+		t.Errorf("journal outcome %q; %s", rec.Outcome, describeAttempts(rec))
+	}
+	e.settled()
+	seq, err := ordering.New(e.rdb, e.ordering().Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := seq.Position(context.Background(), e.ordering().Key(m), id); err != nil || n != -1 {
+		t.Errorf("position in the line after the failure: %d, %v; want -1 (left it)", n, err)
+	}
 }

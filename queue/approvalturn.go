@@ -337,6 +337,9 @@ func (t *turn) approvalGate(ctx context.Context) (err error, end bool) {
 // awaitApproval puts the message back until its chat's request is
 // answered (the answer turn is ahead of it in the line).
 func (t *turn) awaitApproval(ctx context.Context, log *slog.Logger, p *PendingApproval) error {
+	if t.outOfRetries(&BusyError{}) {
+		return t.giveUp("waiting for the answer to approval request " + p.RequestTaskID)
+	}
 	t.mu.Lock()
 	first := len(t.rec.Attempts) < 2 || t.rec.Attempts[len(t.rec.Attempts)-2].Outcome != OutcomeAwaitingApproval
 	t.attempt().Outcome = OutcomeAwaitingApproval

@@ -21,7 +21,8 @@ import (
 // DefaultQueue is the Asynq queue turns go to unless configured otherwise.
 const DefaultQueue = "lettaq"
 
-// DefaultMaxRetry is how many times a turn is retried before it is archived.
+// DefaultMaxRetry is how many times a failed turn is retried before it
+// fails for good.
 const DefaultMaxRetry = 25
 
 // DefaultRetention is how long a finished task (and its result) is kept.
@@ -36,7 +37,12 @@ type ClientConfig struct {
 	Budget budget.Config
 	// Queue, default DefaultQueue.
 	Queue string
-	// MaxRetry, default DefaultMaxRetry; negative means 0 (no retry).
+	// MaxRetry is how many times a failed attempt is retried, default
+	// DefaultMaxRetry; negative means 0 (no retry). A put-back (the turn
+	// waits for its conversation, a busy thread or an approval answer) is
+	// not a failure and uses none. The task's Asynq MaxRetry is one more
+	// (TaskOptions): Asynq v0.26 archives a task whose retries are used up
+	// whatever its handler returns, and the last is kept for put-backs.
 	MaxRetry int
 	// Retention of finished tasks (their result stays readable), default
 	// DefaultRetention. It is also how long a duplicate delivery of the same
@@ -96,11 +102,6 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	} else if cfg.MaxRetry < 0 {
 		cfg.MaxRetry = 0
 	}
-	if !cfg.Ordering.Off && cfg.MaxRetry < 1 {
-		// Asynq archives a task whose retries are used up even when it was
-		// only put back to wait for its turn.
-		cfg.MaxRetry = 1
-	}
 	if cfg.Retention <= 0 {
 		cfg.Retention = DefaultRetention
 	}
@@ -134,12 +135,14 @@ func (c *Client) Close() error {
 }
 
 // TaskOptions returns the Asynq options Enqueue uses for a task with id.
-// A client in another language should set the same (see the package doc).
+// A client in another language should set the same (see the package doc):
+// its MaxRetry is ClientConfig.MaxRetry + 1 (the last retry is kept for
+// put-backs: see ClientConfig.MaxRetry).
 func (c *Client) TaskOptions(taskID string) []asynq.Option {
 	return []asynq.Option{
 		asynq.TaskID(taskID),
 		asynq.Queue(c.cfg.Queue),
-		asynq.MaxRetry(c.cfg.MaxRetry),
+		asynq.MaxRetry(c.cfg.MaxRetry + 1),
 		asynq.Timeout(c.cfg.Budget.TaskTimeout()),
 		asynq.Retention(c.cfg.Retention),
 	}

@@ -211,7 +211,11 @@ func (t *turn) acquire(ctx context.Context) (lease *ordering.Lease, err error, d
 		t.log.Info("turn already finished (duplicate delivery)")
 		return nil, nil, true
 	case ordering.IsNotYourTurn(err):
-		// Put back: not a failure, no retry used (ordering.IsFailure).
+		// Put back: not a failure, no retry used (ordering.IsFailure),
+		// unless the task has none left (after a crash: see outOfRetries).
+		if t.outOfRetries(err) {
+			return nil, t.giveUp("its turn did not come: " + err.Error()), true
+		}
 		return nil, err, true
 	}
 	return nil, t.retryEarly(fmt.Errorf("ordering: %w", err)), true

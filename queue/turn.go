@@ -746,9 +746,13 @@ func finalOutcome(o string) bool {
 // trouble, sequencer): Asynq retries with backoff.
 func (t *turn) retryEarly(err error) error {
 	t.redisFailed()
+	rerr := fmt.Errorf("lettaq: turn %s: %w", t.taskID, err)
+	if t.outOfRetries(rerr) {
+		return t.giveUp("could not start: " + err.Error())
+	}
 	t.log.Warn("turn attempt could not start", "error", err.Error())
 	t.w.obs.AttemptFinished(t.queue, "retry", time.Since(t.start))
-	return fmt.Errorf("lettaq: turn %s: %w", t.taskID, err)
+	return rerr
 }
 
 // emit queues a progress event (see progress): it never waits on Redis.
