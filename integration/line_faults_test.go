@@ -233,3 +233,38 @@ func TestPutBackWithNoRetryLeftEndsWithAFinalEvent(t *testing.T) {
 		t.Errorf("position in the line after the failure: %d, %v; want -1 (left it)", n, err)
 	}
 }
+
+// TestDeadHeadRemovedByALaterTurnWakesTheNewHead (issue 24): the head of a
+// line is a task that was never enqueued (its client died between join and
+// enqueue); m2 waits behind it, scheduled a minute ahead (the safety net of
+// Ordering.WaitCheck); m3, third, runs first and removes the dead head. m2
+// is now the head: m3 wakes it, so that it runs now, not a minute later.
+func TestDeadHeadRemovedByALaterTurnWakesTheNewHead(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.startWorker("w1", func(c *queue.WorkerConfig) { c.Ordering.Config.DeadHeadGrace = 10 * time.Millisecond })
+	agent := e.sim.CreateAgent("ghost", nil)
+	c := e.conv("ghost")
+	seq, err := ordering.New(e.rdb, e.ordering().Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m2 := queue.Message{AgentID: agent, Conversation: c, MessageID: "m2", Text: "hello m2"}
+	if _, err := seq.Join(context.Background(), e.ordering().Key(m2), "ghost"); err != nil {
+		t.Fatal(err)
+	}
+	r2 := e.enqueue(m2)
+	r3 := e.enqueue(queue.Message{AgentID: agent, Conversation: c, MessageID: "m3", Text: "hello m3"})
+	if r2.Position != 1 || r3.Position != 2 {
+		t.Fatalf("positions %d, %d; want 1, 2", r2.Position, r3.Position)
+	}
+	if err := e.insp.RunTask(e.queue, r3.TaskID); err != nil { // m3 runs before its turn
+		t.Fatal(err)
+	}
+	for _, r := range []queue.EnqueueResult{r2, r3} {
+		if f, evs := e.waitFinal(c, r.TaskID, 15*time.Second); f.Type != queue.EventAnswer {
+			t.Fatalf("%s: final %+v; %s", r.TaskID, f, summarize(evs))
+		}
+	}
+	checkOrder(t, e.sim, agent, []string{"m2", "m3"})
+}

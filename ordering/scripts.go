@@ -19,11 +19,12 @@ import (
 // Scores stay below 2^53, so they are exact doubles; they are formatted with
 // %.0f because Lua's default number formatting (%.14g) would round them.
 
-// joinLua: KEYS[1]=line, KEYS[2]=done marker of task; ARGV[1]=task,
-// ARGV[2]=nowMs. Returns {position (0-based, -1 if the task is done),
-// added (1 when this call put the task in the line, 0 when it was there)}.
+// joinLua: KEYS[1]=line, KEYS[2]=done marker of task, KEYS[3]=merged
+// marker of task; ARGV[1]=task, ARGV[2]=nowMs. Returns {position (0-based,
+// -1 if the task is done or merged into another turn), added (1 when this
+// call put the task in the line, 0 when it was there)}.
 var joinLua = evalcmd.New(`
-if redis.call('EXISTS', KEYS[2]) == 1 then return {-1, 0} end
+if redis.call('EXISTS', KEYS[2], KEYS[3]) > 0 then return {-1, 0} end
 local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not s then
   local sc = tonumber(ARGV[2]) * 1000
