@@ -154,8 +154,10 @@
 //
 // Enqueue then Join: the task exists in Asynq before it can be a head, so
 // alive never sees it missing; if the client dies in between, auto-join
-// places it. (Join then Enqueue works too, thanks to the grace; call
-// Remove if the Enqueue fails.)
+// places it. (Join then Enqueue works too, thanks to the grace; if the
+// Enqueue fails, call Remove only when JoinAdded said this call added the
+// task: a duplicate's join changed nothing, and its Remove would take the
+// original's place.)
 //
 // Server:
 //
