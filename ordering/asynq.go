@@ -3,6 +3,7 @@ package ordering
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"time"
 
@@ -82,18 +83,21 @@ func RetryDelay(n int, err error, t *asynq.Task) time.Duration { return defaultR
 
 var defaultRetry = RetryPolicy{}.Func()
 
-// InspectorAlive returns an AliveFunc backed by insp for tasks of queue: a
-// task that is not found (deleted, or its retention ended), completed or
-// archived is not alive; pending, active, scheduled, retry and aggregating
-// tasks are.
+// InspectorAlive returns an AliveFunc backed by insp: a task that is not
+// found (deleted, or its retention ended), completed or archived is not
+// alive; pending, active, scheduled, retry and aggregating tasks are. It
+// looks for the task in queue first, then in every other queue Asynq knows
+// on that Redis (FindTask): one conversation's tasks may be in different
+// queues (a client per queue, an answer in its request's queue), and a
+// head waiting for its retry in another queue is alive.
 func InspectorAlive(insp *asynq.Inspector, queue string) AliveFunc {
 	return func(ctx context.Context, taskID string) (bool, error) {
 		if err := ctx.Err(); err != nil {
 			return false, err
 		}
-		info, err := insp.GetTaskInfo(queue, taskID)
+		info, err := FindTask(insp, queue, taskID)
 		switch {
-		case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
+		case errors.Is(err, asynq.ErrTaskNotFound):
 			return false, nil
 		case err != nil:
 			return false, err
@@ -106,11 +110,39 @@ func InspectorAlive(insp *asynq.Inspector, queue string) AliveFunc {
 	}
 }
 
+// FindTask returns the task taskID: from queue when it is there, else from
+// the first other queue Asynq knows (Inspector.Queues) that holds it, else
+// an error wrapping asynq.ErrTaskNotFound. The line of a conversation knows
+// its tasks' ids, not their queues; a task id is unique per queue, and
+// lettaq's ids are unique per message, so it is in one queue at most.
+func FindTask(insp *asynq.Inspector, queue, taskID string) (*asynq.TaskInfo, error) {
+	info, err := insp.GetTaskInfo(queue, taskID)
+	if !errors.Is(err, asynq.ErrTaskNotFound) && !errors.Is(err, asynq.ErrQueueNotFound) {
+		return info, err
+	}
+	qs, qerr := insp.Queues()
+	if qerr != nil {
+		return nil, qerr
+	}
+	for _, q := range qs {
+		if q == queue {
+			continue
+		}
+		info, err := insp.GetTaskInfo(q, taskID)
+		if errors.Is(err, asynq.ErrTaskNotFound) || errors.Is(err, asynq.ErrQueueNotFound) {
+			continue
+		}
+		return info, err
+	}
+	return nil, fmt.Errorf("ordering: task %s in no queue: %w", taskID, asynq.ErrTaskNotFound)
+}
+
 // DefaultWakeWait bounds how long Wake waits for a task to be put back.
 const DefaultWakeWait = 500 * time.Millisecond
 
 // Wake makes taskID, the next head of key returned by Release, run now
-// instead of at the end of its put-back delay: if it waits in the retry or
+// instead of at the end of its put-back delay (it looks for the task in
+// queue first, then in the other queues: FindTask): if it waits in the retry or
 // scheduled set, it is moved to pending (Inspector.RunTask). If it is still
 // active (its NotYourTurn attempt has not been put back yet), Wake waits up
 // to DefaultWakeWait for it to be put back, unless it holds key's lock
@@ -123,13 +155,14 @@ func (s *Sequencer) Wake(ctx context.Context, insp *asynq.Inspector, queue, key,
 	deadline := time.Now().Add(DefaultWakeWait)
 	backoff := 2 * time.Millisecond
 	for {
-		info, err := insp.GetTaskInfo(queue, taskID)
+		info, err := FindTask(insp, queue, taskID)
 		if err != nil {
-			if errors.Is(err, asynq.ErrTaskNotFound) || errors.Is(err, asynq.ErrQueueNotFound) {
+			if errors.Is(err, asynq.ErrTaskNotFound) {
 				return nil
 			}
 			return err
 		}
+		queue = info.Queue // (found in another queue: look there first next time)
 		switch info.State {
 		case asynq.TaskStateRetry, asynq.TaskStateScheduled:
 			if err := insp.RunTask(queue, taskID); err == nil {

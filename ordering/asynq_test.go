@@ -236,3 +236,45 @@ func BenchmarkOrdering(b *testing.B) {
 		})
 	}
 }
+
+// TestInspectorAliveAndWakeFindOtherQueues: a conversation's tasks may sit
+// in different Asynq queues; the dead-head check and Wake find a task in a
+// queue other than the one they are given (issue 24, defect 5).
+func TestInspectorAliveAndWakeFindOtherQueues(t *testing.T) {
+	srv := testredis.RequireReal(t)
+	opt := asynq.RedisClientOpt{Addr: srv.Addr, DB: srv.DB}
+	qa, qb := "ordtest-a-"+uuid.NewString()[:8], "ordtest-b-"+uuid.NewString()[:8]
+	insp := asynq.NewInspector(opt)
+	client := asynq.NewClient(opt)
+	t.Cleanup(func() {
+		_ = client.Close()
+		_ = insp.DeleteQueue(qa, true)
+		_ = insp.DeleteQueue(qb, true)
+		_ = insp.Close()
+	})
+	ctx := context.Background()
+	// qa exists (it holds a task); the head waits, scheduled, in qb.
+	if _, err := client.Enqueue(asynq.NewTask("turn", nil), asynq.TaskID("other"), asynq.Queue(qa)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.Enqueue(asynq.NewTask("turn", nil), asynq.TaskID("head"), asynq.Queue(qb), asynq.ProcessIn(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	alive := ordering.InspectorAlive(insp, qa)
+	if ok, err := alive(ctx, "head"); err != nil || !ok {
+		t.Fatalf("alive(head in %s) from %s = %v, %v; want true", qb, qa, ok, err)
+	}
+	if ok, err := alive(ctx, "nowhere"); err != nil || ok {
+		t.Fatalf("alive(nowhere) = %v, %v; want false", ok, err)
+	}
+	rdb := srv.Client(t)
+	prefix := "test:ord:" + uuid.NewString()[:8] + ":"
+	t.Cleanup(func() { cleanup(rdb, prefix) })
+	seq := must[*ordering.Sequencer](t)(ordering.New(rdb, ordering.Config{Prefix: prefix}))
+	if err := seq.Wake(ctx, insp, qa, ordering.AgentKey("x"), "head"); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := insp.GetTaskInfo(qb, "head"); err != nil || info.State != asynq.TaskStatePending {
+		t.Fatalf("after Wake from %s: %+v, %v; want pending in %s", qa, info, err, qb)
+	}
+}

@@ -100,7 +100,14 @@
 // drop a turn on a hunch). Refinement: a head that joined less than
 // Config.DeadHeadGrace (5s) ago is never judged dead, because a client
 // that calls Join just before its Enqueue reaches Redis would otherwise
-// have its fresh task removed as "not found".
+// have its fresh task removed as "not found". The join time is the
+// joining client's clock; one more than a grace ahead of the judging
+// clock is taken for a fast clock and gets no grace (else it would keep a
+// dead head, and every join behind it, for as long as the clock is
+// ahead). The head's task may be in any Asynq queue (InspectorAlive looks
+// in all of them, FindTask). A task that is not next and removes a dead
+// head is told so (NotYourTurnError.RemovedDead): it should Wake the new
+// head, whose turn ahead will never end to wake it.
 //
 // # Auto-join (decided: on by default)
 //
@@ -119,7 +126,8 @@
 // duplicate delivery of a finished task (Asynq is at-least-once: a worker
 // that dies between the handler's return and the ack gets its task
 // recovered and run again) gets ErrDone instead of joining the tail and
-// running a second turn, and a late or retried Join of it returns -1. The
+// running a second turn, and a late or retried Join (or JoinFront) of it
+// returns -1, as for a merged task. The
 // concurrency test found this: without the marker, a finished task picked
 // again re-joined and ran twice.
 //
@@ -146,8 +154,10 @@
 //
 // Enqueue then Join: the task exists in Asynq before it can be a head, so
 // alive never sees it missing; if the client dies in between, auto-join
-// places it. (Join then Enqueue works too, thanks to the grace; call
-// Remove if the Enqueue fails.)
+// places it. (Join then Enqueue works too, thanks to the grace; if the
+// Enqueue fails, call Remove only when JoinAdded said this call added the
+// task: a duplicate's join changed nothing, and its Remove would take the
+// original's place.)
 //
 // Server:
 //
@@ -176,10 +186,12 @@
 // retried (still running at the agent, interrupted, transient error): then
 // it keeps the head and the key waits for its retry.
 //
-// Asynq archives a task whose retries are used up even on an error that is
-// not a failure, so tasks under ordering need MaxRetry ≥ 1; a NotYourTurn
-// never increments Retried. An archived head is removed by the dead-head
-// check. Wake matters: a waiting task sits in Asynq's retry set, which is
+// Asynq v0.26 archives a task whose retries are used up (Retried ≥
+// MaxRetry) even on an error that is not a failure, so a task must keep a
+// retry for its put-backs: give it one retry more than its failures may use
+// (lettaq's client does), and end a task with no retry left yourself
+// instead of putting it back; a NotYourTurn never increments Retried. An
+// archived head is removed by the dead-head check. Wake matters: a waiting task sits in Asynq's retry set, which is
 // forwarded only every DelayedTaskCheckInterval; Wake moves the next head
 // to pending at once (Inspector.RunTask), and, if its put-back has not
 // landed yet (still active), waits for it briefly. It never runs an

@@ -20,6 +20,10 @@ type NotYourTurnError struct {
 	// HeadHeld reports whether the key's lock is held, i.e. a turn of this
 	// key is running now.
 	HeadHeld bool
+	// RemovedDead is how many dead heads this Acquire removed: then Head
+	// is a new head, which nobody else wakes (the turn ahead of it will
+	// never end), so the caller should (Sequencer.Wake).
+	RemovedDead int
 }
 
 func (e *NotYourTurnError) Error() string {

@@ -44,5 +44,10 @@ func JoinsState(s *Sequencer) (queued int, busy bool) {
 // JoinAlone is Join in a round trip of its own (Join before its joins were
 // batched), for BenchmarkConcurrentJoins.
 func JoinAlone(ctx context.Context, s *Sequencer, key, taskID string) (int, error) {
-	return joinLua.Call(ctx, s.rdb, append(joinLua.Args(2, 2), s.lineKey(key), s.doneKey(key, taskID), taskID, s.nowMs())).Int()
+	res, err := joinLua.Call(ctx, s.rdb, append(joinLua.Args(3, 2), s.lineKey(key), s.doneKey(key, taskID), s.mergedKey(key, taskID),
+		taskID, s.nowMs())).Int64Slice()
+	if err != nil {
+		return 0, err
+	}
+	return int(res[0]), nil
 }

@@ -43,7 +43,9 @@ type Config struct {
 	DoneTTL time.Duration
 	// DeadHeadGrace: a head that joined less than this long ago is never
 	// judged dead (a client may Join just before its Enqueue reaches
-	// Redis), default DefaultDeadHeadGrace. Negative: no grace.
+	// Redis), default DefaultDeadHeadGrace. Negative: no grace. The join
+	// time is the joining client's clock: one more than a grace ahead of
+	// the judging worker's clock is taken for clock skew and gets no grace.
 	DeadHeadGrace time.Duration
 	// MaxSkips bounds how many dead heads one Acquire removes, default
 	// DefaultMaxSkips.
@@ -138,18 +140,33 @@ func (s *Sequencer) nowMs() any { return s.cfg.Now().UnixMilli() }
 // its 0-based position (0: it runs next). Joining again (a duplicate
 // enqueue, a retried client) keeps the original place and returns the
 // current position. A task whose turn already finished (Release with done,
-// within Config.DoneTTL) does not join again: Join returns -1. Joins
+// within Config.DoneTTL) or that was merged into another turn
+// (TakeFollowers) does not join again: Join returns -1. Joins
 // called while another is in flight on the same Sequencer wait for it and
 // then go together, in one round trip (see joiner).
 func (s *Sequencer) Join(ctx context.Context, key, taskID string) (int, error) {
+	pos, _, err := s.JoinAdded(ctx, key, taskID)
+	return pos, err
+}
+
+// JoinAdded is Join, and also reports whether this call put taskID in the
+// line (false when it was there already, or is done). A caller that undoes
+// its join when its enqueue fails (Remove) must do so only when added is
+// true: a duplicate's join changed nothing, and its Remove would take the
+// original task's place.
+func (s *Sequencer) JoinAdded(ctx context.Context, key, taskID string) (pos int, added bool, err error) {
 	if err := checkKey(key); err != nil {
-		return 0, err
+		return 0, false, err
 	}
-	pos, err := s.joins.join(ctx, append(joinLua.Args(2, 2), s.lineKey(key), s.doneKey(key, taskID), taskID, s.nowMs())).Int()
+	res, err := s.joins.join(ctx, append(joinLua.Args(3, 2), s.lineKey(key), s.doneKey(key, taskID), s.mergedKey(key, taskID),
+		taskID, s.nowMs())).Int64Slice()
+	if err == nil && len(res) != 2 {
+		err = fmt.Errorf("unexpected reply %v", res)
+	}
 	if err != nil {
-		return 0, fmt.Errorf("ordering: join %s on %q: %w", taskID, key, err)
+		return 0, false, fmt.Errorf("ordering: join %s on %q: %w", taskID, key, err)
 	}
-	return pos, nil
+	return int(res[0]), res[1] == 1, nil
 }
 
 // Acquire lets taskID run its turn: it succeeds only when taskID heads
@@ -227,6 +244,7 @@ func (s *Sequencer) acquireArgs(key, taskID, holder, token string) []any {
 // acquire is Acquire with its token; first, when not nil, is the reply of
 // its first try, made already (AcquireIn).
 func (s *Sequencer) acquire(ctx context.Context, key, taskID, holder, token string, alive AliveFunc, first []any) (*Lease, error) {
+	removed := 0 // dead heads removed
 	for skips := 0; ; skips++ {
 		res := first
 		first = nil
@@ -251,25 +269,40 @@ func (s *Sequencer) acquire(ctx context.Context, key, taskID, holder, token stri
 		}
 		pos, _ := res[1].(int64)
 		head, held := str(res, 2), str(res, 3)
-		nyt := &NotYourTurnError{Key: key, Position: int(pos), Head: head, HeadHeld: held != ""}
+		nyt := &NotYourTurnError{Key: key, Position: int(pos), Head: head, HeadHeld: held != "", RemovedDead: removed}
 		if held != "" || head == taskID || alive == nil || skips >= s.cfg.MaxSkips {
 			return nil, nyt
 		}
-		if s.cfg.DeadHeadGrace > 0 {
-			score, _ := strconv.ParseFloat(str(res, 4), 64)
-			joined := time.UnixMilli(int64(score / 1000))
-			if s.cfg.Now().Sub(joined) < s.cfg.DeadHeadGrace {
-				return nil, nyt
-			}
+		if s.inGrace(str(res, 4)) {
+			return nil, nyt
 		}
 		ok, err := alive(ctx, head)
 		if err != nil || ok {
 			return nil, nyt
 		}
-		if err := removeDeadLua.Run(ctx, s.rdb, []string{s.lineKey(key), s.lockKey(key)}, head).Err(); err != nil {
+		n, err := removeDeadLua.Run(ctx, s.rdb, []string{s.lineKey(key), s.lockKey(key)}, head).Int()
+		if err != nil {
 			return nil, fmt.Errorf("ordering: remove dead head %s on %q: %w", head, key, err)
 		}
+		removed += n
 	}
+}
+
+// inGrace reports whether a head whose line score is score joined too
+// recently to be judged dead (Config.DeadHeadGrace). The join time is the
+// joining client's clock: one more than a grace ahead of this clock is
+// taken for a client's clock running fast, not for a join to come, and
+// gets no grace (else a fast clock would keep a dead head, and every join
+// behind it, which takes its score + 1, from being judged for as long as
+// the clock is ahead). So a head waits at most two graces of this clock.
+func (s *Sequencer) inGrace(score string) bool {
+	g := s.cfg.DeadHeadGrace
+	if g <= 0 {
+		return false
+	}
+	sc, _ := strconv.ParseFloat(score, 64)
+	age := s.cfg.Now().Sub(time.UnixMilli(int64(sc / 1000)))
+	return age < g && age >= -g
 }
 
 func str(res []any, i int) string {

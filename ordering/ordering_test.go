@@ -220,6 +220,53 @@ func TestAcquireOnlyHeadAndExclusive(t *testing.T) {
 	})
 }
 
+// TestJoinAddedSaysWhoAdded: JoinAdded reports added only for the call
+// that put the task in the line: a duplicate's join, a finished task's and
+// a batched join (queued behind one in flight) say so too.
+func TestJoinAddedSaysWhoAdded(t *testing.T) {
+	eachBackend(t, ordering.Config{}, func(t *testing.T, b backend, s *ordering.Sequencer) {
+		ctx := context.Background()
+		key := ordering.ConversationKey("agent-1", "tg", "added")
+		for _, tc := range []struct {
+			id    string
+			pos   int
+			added bool
+		}{{"a", 0, true}, {"b", 1, true}, {"a", 0, false}, {"b", 1, false}} {
+			pos, added, err := s.JoinAdded(ctx, key, tc.id)
+			if err != nil || pos != tc.pos || added != tc.added {
+				t.Fatalf("JoinAdded(%s) = %d, %v, %v; want %d, %v", tc.id, pos, added, err, tc.pos, tc.added)
+			}
+		}
+		l := must[*ordering.Lease](t)(s.Acquire(ctx, key, "a", "w", nil))
+		if _, err := l.Release(ctx, true); err != nil {
+			t.Fatal(err)
+		}
+		if pos, added, err := s.JoinAdded(ctx, key, "a"); err != nil || pos != -1 || added {
+			t.Fatalf("JoinAdded(finished) = %d, %v, %v; want -1, false", pos, added, err)
+		}
+		// Concurrent joins go in batches: each still learns its own.
+		var wg sync.WaitGroup
+		got := make([]bool, 20)
+		for i := range got {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, got[i], _ = s.JoinAdded(ctx, key, fmt.Sprintf("c%d", i%10))
+			}()
+		}
+		wg.Wait()
+		n := 0
+		for _, a := range got {
+			if a {
+				n++
+			}
+		}
+		if n != 10 {
+			t.Fatalf("%d of 20 concurrent joins of 10 ids said added, want 10", n)
+		}
+	})
+}
+
 func must2(t testing.TB) func(a, b string, err error) (string, string) {
 	return func(a, b string, err error) (string, string) {
 		t.Helper()
@@ -650,5 +697,81 @@ func TestAcquireInAPipeline(t *testing.T) {
 			t.Fatal("no token")
 		}
 		_, _ = lb.Release(ctx, true)
+	})
+}
+
+// TestJoinOfAMergedTaskDoesNotRejoin (issue 24): a task that TakeFollowers
+// merged into an earlier turn left the line for good, as a finished one
+// did: a late Join (a duplicate delivery of its webhook) or JoinFront does
+// not put it back, where it would head the line with nobody to run it.
+func TestJoinOfAMergedTaskDoesNotRejoin(t *testing.T) {
+	eachBackend(t, ordering.Config{MergedTTL: time.Hour}, func(t *testing.T, b backend, s *ordering.Sequencer) {
+		ctx := context.Background()
+		key := ordering.ConversationKey("agent-m", "slack", "C9")
+		joinAll(t, s, key, "h", "f")
+		l := must[*ordering.Lease](t)(s.Acquire(ctx, key, "h", "w", nil))
+		if got := must[[]string](t)(s.TakeFollowers(ctx, key, "h", 5)); len(got) != 1 || got[0] != "f" {
+			t.Fatalf("TakeFollowers = %v", got)
+		}
+		if pos := must[int](t)(s.Join(ctx, key, "f")); pos != -1 {
+			t.Fatalf("Join(merged) = %d, want -1", pos)
+		}
+		if pos := must[int](t)(s.JoinFront(ctx, key, "f")); pos != -1 {
+			t.Fatalf("JoinFront(merged) = %d, want -1", pos)
+		}
+		if p := must[int](t)(s.Position(ctx, key, "f")); p != -1 {
+			t.Fatalf("merged task back in the line at %d", p)
+		}
+		if _, err := l.Release(ctx, true); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// TestDeadHeadGraceIgnoresAFastClock (issue 24): a client whose clock runs
+// an hour fast joins a task whose enqueue never happens. Its join time is
+// an hour ahead of the workers': the grace is for a join whose enqueue is
+// still on its way (DeadHeadGrace), not for an hour, so the dead head is
+// removed as soon as it would be with a right clock.
+func TestDeadHeadGraceIgnoresAFastClock(t *testing.T) {
+	eachBackend(t, ordering.Config{DeadHeadGrace: time.Second}, func(t *testing.T, b backend, s *ordering.Sequencer) {
+		ctx := context.Background()
+		fast := must[*ordering.Sequencer](t)(ordering.New(b.rdb, ordering.Config{Prefix: s.Config().Prefix,
+			Now: func() time.Time { return time.Now().Add(time.Hour) }}))
+		key := ordering.AgentKey("agent-fast")
+		if _, err := fast.Join(ctx, key, "ghost"); err != nil {
+			t.Fatal(err)
+		}
+		joinAll(t, s, key, "me")
+		dead := func(_ context.Context, id string) (bool, error) { return id != "ghost", nil }
+		time.Sleep(1100 * time.Millisecond) // one grace of the workers' clock
+		l, err := s.Acquire(ctx, key, "me", "w", dead)
+		if err != nil {
+			t.Fatalf("Acquire behind a dead head joined an hour ahead: %v", err)
+		}
+		l.Release(ctx, true)
+	})
+}
+
+// TestAcquireReportsTheDeadHeadsItRemoved (issue 24): a task that is not
+// next removes the dead head: its NotYourTurnError says so and names the
+// new head, which its caller wakes (nobody else will: the turn ahead of it
+// never ends).
+func TestAcquireReportsTheDeadHeadsItRemoved(t *testing.T) {
+	eachBackend(t, ordering.Config{DeadHeadGrace: -1}, func(t *testing.T, b backend, s *ordering.Sequencer) {
+		ctx := context.Background()
+		key := ordering.AgentKey("agent-dead")
+		joinAll(t, s, key, "ghost", "next", "me")
+		dead := func(_ context.Context, id string) (bool, error) { return id != "ghost", nil }
+		_, err := s.Acquire(ctx, key, "me", "w", dead)
+		wantNYT(t, err, 1, "next", false)
+		var nyt *ordering.NotYourTurnError
+		if errors.As(err, &nyt); nyt.RemovedDead != 1 {
+			t.Fatalf("RemovedDead = %d, want 1", nyt.RemovedDead)
+		}
+		_, err = s.Acquire(ctx, key, "me", "w", dead)
+		if errors.As(err, &nyt); nyt.RemovedDead != 0 {
+			t.Fatalf("second Acquire: RemovedDead = %d, want 0", nyt.RemovedDead)
+		}
 	})
 }

@@ -19,19 +19,22 @@ import (
 // Scores stay below 2^53, so they are exact doubles; they are formatted with
 // %.0f because Lua's default number formatting (%.14g) would round them.
 
-// joinLua: KEYS[1]=line, KEYS[2]=done marker of task; ARGV[1]=task,
-// ARGV[2]=nowMs. Returns the 0-based position, -1 if the task is done.
+// joinLua: KEYS[1]=line, KEYS[2]=done marker of task, KEYS[3]=merged
+// marker of task; ARGV[1]=task, ARGV[2]=nowMs. Returns {position (0-based,
+// -1 if the task is done or merged into another turn), added (1 when this
+// call put the task in the line, 0 when it was there)}.
 var joinLua = evalcmd.New(`
-if redis.call('EXISTS', KEYS[2]) == 1 then return -1 end
+if redis.call('EXISTS', KEYS[2], KEYS[3]) > 0 then return {-1, 0} end
 local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not s then
   local sc = tonumber(ARGV[2]) * 1000
   local top = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
   if top[2] and tonumber(top[2]) >= sc then sc = tonumber(top[2]) + 1 end
   redis.call('ZADD', KEYS[1], 'NX', string.format('%.0f', sc), ARGV[1])
-  if not top[1] then return 0 end
+  if not top[1] then return {0, 1} end
+  return {redis.call('ZRANK', KEYS[1], ARGV[1]), 1}
 end
-return redis.call('ZRANK', KEYS[1], ARGV[1])
+return {redis.call('ZRANK', KEYS[1], ARGV[1]), 0}
 `)
 
 // acquireLua: KEYS[1]=line, KEYS[2]=lock, KEYS[3]=merged marker of task,

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -28,7 +29,10 @@ import (
 // The answer is a turn of its own (Message.Approval): Client.AnswerApproval
 // checks that it answers every pending call, and enqueues it with the task
 // id AnswerTaskID(request) — a second press of the same button is the same
-// task — at the front of the conversation's line. Its otid is derived from
+// task — at the front of the conversation's line. An answer turn that gives
+// up before its answer reached Letta leaves the request pending (answerable
+// again, with a new expiry); the next answer's task id is
+// AnswerTaskIDAfter(request, failed answers). Its otid is derived from
 // that task id as for any turn; it sends Letta's approval message and then
 // streams, continues and delivers like a message turn: the run may answer,
 // or ask for another approval.
@@ -187,6 +191,17 @@ type PendingApproval struct {
 	AnsweredAt time.Time `json:"answered_at,omitzero"`
 	Decision   string    `json:"decision,omitempty"`
 	Cause      string    `json:"cause,omitempty"`
+	// FailedAnswers are the answer turns that gave up before their answer
+	// reached Letta (e.g. Letta down for every retry): the request stays
+	// pending, and its next answer is a turn of its own (answerTaskID).
+	FailedAnswers []string `json:"failed_answers,omitempty"`
+}
+
+// answerTaskID is the task id of the request's next answer (or of its
+// expiry): AnswerTaskID of the request, or, after failed answers,
+// AnswerTaskIDAfter.
+func (p *PendingApproval) answerTaskID() string {
+	return AnswerTaskIDAfter(p.RequestTaskID, len(p.FailedAnswers))
 }
 
 // ApprovalEvent is the "approval" field of reply events: on
@@ -215,6 +230,22 @@ func AnswerTaskID(requestTaskID string) string {
 		return "answer:h:" + hex.EncodeToString(sum[:])
 	}
 	return id
+}
+
+// AnswerTaskIDAfter is the task id of the answer to the request of task
+// requestTaskID after failed answer turns (PendingApproval.FailedAnswers):
+// AnswerTaskID when failed is 0, else "answer#<failed+1>:" and the request's
+// id (hashed when long). An AnswerTaskID never has '#' after "answer".
+func AnswerTaskIDAfter(requestTaskID string, failed int) string {
+	if failed <= 0 {
+		return AnswerTaskID(requestTaskID)
+	}
+	pre := "answer#" + strconv.Itoa(failed+1) + ":"
+	if id := pre + requestTaskID; len(id) <= maxAnswerTaskID {
+		return id
+	}
+	sum := sha256.Sum256([]byte(requestTaskID))
+	return pre + "h:" + hex.EncodeToString(sum[:])
 }
 
 // approvals keeps the pending approvals in Redis.
@@ -315,9 +346,13 @@ var clearPendingLua = redis.NewScript(`
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0`)
 
-// answered records that answer task answerTaskID ended the request p.
+// answered records that answer task answerTaskID ended the request p (ans
+// nil: its decision is not known).
 func (a *approvals) answered(ctx context.Context, p *PendingApproval, answerTaskID string, ans *Answer, at time.Time) error {
-	p.AnsweredBy, p.AnsweredAt, p.Decision, p.Cause = answerTaskID, at.UTC(), ans.summary(), ans.Cause
+	p.AnsweredBy, p.AnsweredAt = answerTaskID, at.UTC()
+	if ans != nil {
+		p.Decision, p.Cause = ans.summary(), ans.Cause
+	}
 	b, err := json.Marshal(p)
 	if err != nil {
 		return err
@@ -377,7 +412,7 @@ func (c *Client) AnswerApproval(ctx context.Context, r ApprovalReply) (EnqueueRe
 	if err != nil {
 		return EnqueueResult{}, err
 	}
-	id := AnswerTaskID(p.RequestTaskID)
+	id := p.answerTaskID()
 	if p.AnsweredBy != "" {
 		return EnqueueResult{TaskID: p.AnsweredBy, Duplicate: true, Queue: c.cfg.Queue, Otid: OtidFor(Message{}, p.AnsweredBy), Position: -1}, nil
 	}

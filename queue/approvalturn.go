@@ -98,22 +98,25 @@ func (t *turn) requestApproval(ctx context.Context, log *slog.Logger, calls []To
 		Conversation: t.msg.Conversation, LettaConversationID: t.msg.LettaConversationID, Queue: t.queue,
 		Scope: t.w.approvalScope(t.msg),
 		Calls: calls, RequestedAt: now.UTC(), ExpiresAt: now.Add(t.w.cfg.ApprovalTimeout).UTC()}
-	if old, err := t.w.approvals.get(ctx, t.taskID); err == nil {
-		p.RequestedAt, p.ExpiresAt = old.RequestedAt, old.ExpiresAt // a retried delivery keeps the first
+	if old, err := t.w.approvals.get(ctx, t.taskID); err == nil && old.RequestTaskID == t.taskID {
+		// A retried delivery keeps the first's times and failed answers;
+		// a request answered meanwhile (its event reached the chat though
+		// its attempt heard an error) stays answered: it is not made
+		// pending again, and no expiry is due.
+		if old.AnsweredBy != "" {
+			log.Info("approval request already answered: a retried delivery leaves it so", "answered_by", old.AnsweredBy)
+			t.mu.Lock()
+			t.rec.Approval = approvalRecordOf(old)
+			t.mu.Unlock()
+			return &ApprovalEvent{RequestTaskID: t.taskID, Calls: old.Calls, ExpiresAt: old.ExpiresAt}, nil
+		}
+		p.RequestedAt, p.ExpiresAt, p.FailedAnswers = old.RequestedAt, old.ExpiresAt, old.FailedAnswers
 	}
 	if err := t.w.approvals.save(ctx, p); err != nil {
 		return nil, err
 	}
-	if len(calls) > 0 {
-		c, err := t.w.answerClient()
-		if err == nil {
-			reason := fmt.Sprintf("nobody answered the approval request within %s", t.w.cfg.ApprovalTimeout)
-			_, err = c.AnswerApproval(ctx, ApprovalReply{Request: t.taskID, Approve: false, Reason: reason,
-				cause: AnswerExpired, processAt: p.ExpiresAt})
-		}
-		if err != nil {
-			return nil, fmt.Errorf("schedule the approval's expiry: %w", err)
-		}
+	if err := t.w.scheduleExpiry(ctx, p); err != nil {
+		return nil, err
 	}
 	t.mu.Lock()
 	t.rec.Approval = approvalRecordOf(p)
@@ -121,6 +124,25 @@ func (t *turn) requestApproval(ctx context.Context, log *slog.Logger, calls []To
 	log.Info("approval requested", "calls", len(calls), "expires_at", p.ExpiresAt.Format(time.RFC3339))
 	t.w.observeApproval("requested", 0)
 	return &ApprovalEvent{RequestTaskID: t.taskID, Calls: calls, ExpiresAt: p.ExpiresAt}, nil
+}
+
+// scheduleExpiry schedules the answer that denies p's calls at p.ExpiresAt
+// (a task with p's next answer id, which an answer that comes first
+// replaces).
+func (w *Worker) scheduleExpiry(ctx context.Context, p *PendingApproval) error {
+	if len(p.Calls) == 0 {
+		return nil
+	}
+	c, err := w.answerClient()
+	if err == nil {
+		reason := fmt.Sprintf("nobody answered the approval request within %s", w.cfg.ApprovalTimeout)
+		_, err = c.AnswerApproval(ctx, ApprovalReply{Request: p.RequestTaskID, Approve: false, Reason: reason,
+			cause: AnswerExpired, processAt: p.ExpiresAt})
+	}
+	if err != nil {
+		return fmt.Errorf("schedule the approval's expiry: %w", err)
+	}
+	return nil
 }
 
 // answerTurn prepares an answer turn: the request must still wait for this
@@ -161,6 +183,10 @@ func (t *turn) answered(ctx context.Context, log *slog.Logger) {
 	if p.AnsweredBy == t.taskID {
 		return // a retried delivery
 	}
+	if p.AnsweredBy != "" {
+		log.Warn("approval request answered by another turn: left so", "request_task_id", a.RequestTaskID, "answered_by", p.AnsweredBy)
+		return
+	}
 	now := time.Now()
 	if err := t.w.approvals.answered(ctx, p, t.taskID, a, now); err != nil {
 		t.redisFailed()
@@ -184,6 +210,101 @@ func (t *turn) answered(ctx context.Context, log *slog.Logger) {
 	t.w.observeApproval(event, waited)
 }
 
+// answerEnded records on its request how an answer turn ended (failed:
+// with a permanent error). The request is answered when the answer reached
+// Letta: the turn answered or asked again, or it failed with a run (Letta
+// took the approval message and ran it). An answer turn that failed with no
+// run gave up before Letta took its answer (Letta refused it, or was down
+// for every retry): at Letta the thread still waits for an answer, so the
+// request stays pending and can be answered again (answerFailed).
+func (t *turn) answerEnded(ctx context.Context, log *slog.Logger, failed bool) {
+	if t.msg.Approval == nil {
+		return
+	}
+	t.mu.Lock()
+	reached := t.rec != nil && t.rec.RunID != ""
+	t.mu.Unlock()
+	if failed && !reached {
+		t.answerFailed(ctx, log)
+		return
+	}
+	t.answered(ctx, log)
+}
+
+// answerFailed records that the answer turn gave up before its answer
+// reached Letta (see answerEnded).
+func (t *turn) answerFailed(ctx context.Context, log *slog.Logger) {
+	a := t.msg.Approval
+	p, err := t.w.approvals.get(ctx, a.RequestTaskID)
+	if err != nil {
+		if !errors.Is(err, ErrNoApproval) {
+			t.redisFailed()
+		}
+		log.Warn("could not read the approval request of the failed answer", "request_task_id", a.RequestTaskID, "error", err.Error())
+		return
+	}
+	if ok, err := t.w.answerFailedOn(ctx, p, t.taskID); err != nil {
+		t.redisFailed()
+		log.Warn("could not record the failed answer on its approval request", "request_task_id", a.RequestTaskID, "error", err.Error())
+		return
+	} else if !ok {
+		return
+	}
+	log.Info("the answer did not reach Letta: the approval request stays pending, to be answered again",
+		"request_task_id", a.RequestTaskID, "next_answer_task_id", p.answerTaskID(), "expires_at", p.ExpiresAt.Format(time.RFC3339))
+}
+
+// answerFailedOn records on the pending request p that its answer turn
+// answerTaskID gave up before its answer reached Letta: the next answer
+// gets a task id of its own (PendingApproval.answerTaskID) and a new expiry
+// is scheduled (at the old time, or ApprovalTimeout from now when that has
+// passed: the failed answer may have been the expiry). Nothing changes (ok
+// false) when p is answered or answerTaskID is not its current answer.
+func (w *Worker) answerFailedOn(ctx context.Context, p *PendingApproval, answerTaskID string) (ok bool, err error) {
+	if p.AnsweredBy != "" || p.answerTaskID() != answerTaskID {
+		return false, nil
+	}
+	p.FailedAnswers = append(p.FailedAnswers, answerTaskID)
+	if now := time.Now(); !p.ExpiresAt.After(now) {
+		p.ExpiresAt = now.Add(w.cfg.ApprovalTimeout).UTC()
+	}
+	if err := w.approvals.save(ctx, p); err != nil {
+		return false, err
+	}
+	return true, w.scheduleExpiry(ctx, p)
+}
+
+// settleAnswered looks at how the current answer turn of the pending
+// request p ended, by its journal, in case the request was not told (a
+// worker that died between the answer's final event and the request's
+// record, or a write that failed there): an answer that reached Letta
+// marks p answered (true: the message goes on); one that gave up before
+// records the failed answer (the message keeps waiting for a new one).
+func (t *turn) settleAnswered(ctx context.Context, p *PendingApproval) bool {
+	id := p.answerTaskID()
+	rec, err := t.w.journal.Get(ctx, id)
+	if err != nil {
+		return false // not run yet (or unreadable: the message waits, and looks again)
+	}
+	log := t.log.With(slog.String("request_task_id", p.RequestTaskID), slog.String("answer_task_id", id))
+	switch {
+	case rec.Outcome == OutcomeAnswered || rec.Outcome == OutcomeApprovalRequired || (rec.Outcome == OutcomeFailed && rec.RunID != ""):
+		if err := t.w.approvals.answered(ctx, p, id, nil, rec.FinishedAt); err != nil {
+			t.redisFailed()
+			log.Warn("could not record the answer of the approval request", "error", err.Error())
+			return false
+		}
+		log.Warn("the approval request's answer had ended without the request being told: recorded as answered now", "outcome", rec.Outcome)
+		return true
+	case rec.Outcome == OutcomeFailed:
+		if _, err := t.w.answerFailedOn(ctx, p, id); err != nil {
+			t.redisFailed()
+			log.Warn("could not record the failed answer on its approval request", "error", err.Error())
+		}
+	}
+	return false
+}
+
 // approvalGate meets the chat's unanswered approval request, if any, before
 // a message turn sends. end is true when the attempt ends here.
 func (t *turn) approvalGate(ctx context.Context) (err error, end bool) {
@@ -192,7 +313,7 @@ func (t *turn) approvalGate(ctx context.Context) (err error, end bool) {
 	if err != nil {
 		return t.retryEarly(err), true
 	}
-	if p == nil || p.RequestTaskID == t.taskID {
+	if p == nil || p.RequestTaskID == t.taskID || t.settleAnswered(ctx, p) {
 		return nil, false
 	}
 	log := t.log.With(slog.String("request_task_id", p.RequestTaskID))
@@ -216,6 +337,9 @@ func (t *turn) approvalGate(ctx context.Context) (err error, end bool) {
 // awaitApproval puts the message back until its chat's request is
 // answered (the answer turn is ahead of it in the line).
 func (t *turn) awaitApproval(ctx context.Context, log *slog.Logger, p *PendingApproval) error {
+	if t.outOfRetries(&BusyError{}) {
+		return t.giveUp("waiting for the answer to approval request " + p.RequestTaskID)
+	}
 	t.mu.Lock()
 	first := len(t.rec.Attempts) < 2 || t.rec.Attempts[len(t.rec.Attempts)-2].Outcome != OutcomeAwaitingApproval
 	t.attempt().Outcome = OutcomeAwaitingApproval

@@ -21,7 +21,8 @@ import (
 // DefaultQueue is the Asynq queue turns go to unless configured otherwise.
 const DefaultQueue = "lettaq"
 
-// DefaultMaxRetry is how many times a turn is retried before it is archived.
+// DefaultMaxRetry is how many times a failed turn is retried before it
+// fails for good.
 const DefaultMaxRetry = 25
 
 // DefaultRetention is how long a finished task (and its result) is kept.
@@ -36,7 +37,12 @@ type ClientConfig struct {
 	Budget budget.Config
 	// Queue, default DefaultQueue.
 	Queue string
-	// MaxRetry, default DefaultMaxRetry; negative means 0 (no retry).
+	// MaxRetry is how many times a failed attempt is retried, default
+	// DefaultMaxRetry; negative means 0 (no retry). A put-back (the turn
+	// waits for its conversation, a busy thread or an approval answer) is
+	// not a failure and uses none. The task's Asynq MaxRetry is one more
+	// (TaskOptions): Asynq v0.26 archives a task whose retries are used up
+	// whatever its handler returns, and the last is kept for put-backs.
 	MaxRetry int
 	// Retention of finished tasks (their result stays readable), default
 	// DefaultRetention. It is also how long a duplicate delivery of the same
@@ -96,11 +102,6 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	} else if cfg.MaxRetry < 0 {
 		cfg.MaxRetry = 0
 	}
-	if !cfg.Ordering.Off && cfg.MaxRetry < 1 {
-		// Asynq archives a task whose retries are used up even when it was
-		// only put back to wait for its turn.
-		cfg.MaxRetry = 1
-	}
 	if cfg.Retention <= 0 {
 		cfg.Retention = DefaultRetention
 	}
@@ -134,12 +135,14 @@ func (c *Client) Close() error {
 }
 
 // TaskOptions returns the Asynq options Enqueue uses for a task with id.
-// A client in another language should set the same (see the package doc).
+// A client in another language should set the same (see the package doc):
+// its MaxRetry is ClientConfig.MaxRetry + 1 (the last retry is kept for
+// put-backs: see ClientConfig.MaxRetry).
 func (c *Client) TaskOptions(taskID string) []asynq.Option {
 	return []asynq.Option{
 		asynq.TaskID(taskID),
 		asynq.Queue(c.cfg.Queue),
-		asynq.MaxRetry(c.cfg.MaxRetry),
+		asynq.MaxRetry(c.cfg.MaxRetry + 1),
 		asynq.Timeout(c.cfg.Budget.TaskTimeout()),
 		asynq.Retention(c.cfg.Retention),
 	}
@@ -156,8 +159,9 @@ func (c *Client) TaskOptions(taskID string) []asynq.Option {
 // enqueued as a scheduled task (Asynq's Scheduled state: waiting, not
 // failed): the turn ahead of it, when it ends, moves it to pending
 // (ordering.Sequencer.Wake); its process-at time (Ordering.WaitCheck ×
-// position) is only the safety net. If the enqueue fails, the task leaves
-// the line again; if the join fails, nothing is enqueued.
+// position) is only the safety net. If the enqueue fails, a task that this
+// call put in the line leaves it again (a duplicate's place is the
+// original's, and stays); if the join fails, nothing is enqueued.
 func (c *Client) Enqueue(ctx context.Context, m Message) (EnqueueResult, error) {
 	if m.EnqueuedAt.IsZero() {
 		m.EnqueuedAt = c.cfg.Now().UTC()
@@ -170,13 +174,14 @@ func (c *Client) Enqueue(ctx context.Context, m Message) (EnqueueResult, error) 
 	res := EnqueueResult{TaskID: id, Queue: c.cfg.Queue, Otid: OtidFor(m, id)}
 	opts := c.TaskOptions(id)
 	var key string
+	var joined bool // this call put the task in the line
 	if c.seq != nil {
 		key = c.cfg.Ordering.Key(m)
-		pos, err := c.seq.Join(ctx, key, id)
+		pos, added, err := c.seq.JoinAdded(ctx, key, id)
 		if err != nil {
 			return EnqueueResult{}, fmt.Errorf("queue: could not join %s to its conversation's line (nothing enqueued): %w", id, err)
 		}
-		res.Position = pos
+		res.Position, joined = pos, added
 		if pos > 0 {
 			opts = append(opts, asynq.ProcessIn(c.cfg.Ordering.waitCheck(pos)))
 		}
@@ -186,8 +191,8 @@ func (c *Client) Enqueue(ctx context.Context, m Message) (EnqueueResult, error) 
 	case errors.Is(err, asynq.ErrTaskIDConflict):
 		res.Duplicate = true
 	case err != nil:
-		if c.seq != nil {
-			_ = c.seq.Remove(context.WithoutCancel(ctx), key, id)
+		if joined {
+			c.leaveLine(ctx, key, id)
 		}
 		return EnqueueResult{}, fmt.Errorf("queue: enqueue %s: %w", id, err)
 	}
@@ -204,6 +209,19 @@ func (c *Client) Enqueue(ctx context.Context, m Message) (EnqueueResult, error) 
 			TaskID: id, Otid: res.Otid, MessageID: m.MessageID, Position: max(res.Position, 0)})
 	}
 	return res, nil
+}
+
+// leaveLine undoes the join of an Enqueue whose enqueue failed: the task
+// leaves the line only when this call put it there (a duplicate's join
+// changed nothing: the place is the original task's) and the task is known
+// not to exist (an enqueue whose reply was lost may have happened). When
+// that is not known, the place stays: a head whose task does not exist is
+// removed by the next turn's acquire once Config.DeadHeadGrace has passed.
+func (c *Client) leaveLine(ctx context.Context, key, id string) {
+	if _, err := c.insp.GetTaskInfo(c.cfg.Queue, id); !errors.Is(err, asynq.ErrTaskNotFound) && !errors.Is(err, asynq.ErrQueueNotFound) {
+		return
+	}
+	_ = c.seq.Remove(context.WithoutCancel(ctx), key, id)
 }
 
 // MaxHTTPBodyBytes bounds the body EnqueueHTTPHandler reads: the text, the

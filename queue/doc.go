@@ -70,6 +70,8 @@
 //	Interrupted (shutdown, deadline)          –                          retrying            *InterruptedError → retry in 100ms
 //	invalid payload                           error, permanent (if readable) failed          SkipRetry → archived
 //	any retry on the last allowed attempt     error, permanent           failed              SkipRetry → archived
+//	a put-back with no retry left (a crash    error, permanent           failed              SkipRetry → archived
+//	  used the one kept for put-backs)
 //	not its turn (ordering)                   –                          –                   put back (no retry used)
 //	merged into another turn (coalescing)     by the answering turn      coalesced           nil
 //	message, its chat's approval unanswered   phase awaiting_approval    awaiting_approval   *BusyError: put back (policy wait, deny)
@@ -124,7 +126,10 @@
 //
 // A turn is an Asynq task of type "lettaq:turn" whose payload is the JSON of
 // Payload (version 1). Enqueue it with task id TaskIDFor's rule, queue
-// "lettaq" (or the workers' queue), max retry 25, timeout = the workers'
+// "lettaq" (or the workers' queue), max retry 26 (the 25 retries of a
+// failed attempt, and one more that the worker keeps for put-backs: Asynq
+// v0.26 archives a task whose retries are used up even when its handler only
+// put it back to wait; see ClientConfig.MaxRetry), timeout = the workers'
 // budget TaskTimeout in whole seconds, and retention 24h; or simply POST the
 // payload to the HTTP handler that cmd/worker mounts (EnqueueHTTPHandler).
 //

@@ -211,10 +211,32 @@ func (t *turn) acquire(ctx context.Context) (lease *ordering.Lease, err error, d
 		t.log.Info("turn already finished (duplicate delivery)")
 		return nil, nil, true
 	case ordering.IsNotYourTurn(err):
-		// Put back: not a failure, no retry used (ordering.IsFailure).
+		t.wakeAfterDeadHeads(ctx, err)
+		// Put back: not a failure, no retry used (ordering.IsFailure),
+		// unless the task has none left (after a crash: see outOfRetries).
+		if t.outOfRetries(err) {
+			return nil, t.giveUp("its turn did not come: " + err.Error()), true
+		}
 		return nil, err, true
 	}
 	return nil, t.retryEarly(fmt.Errorf("ordering: %w", err)), true
+}
+
+// wakeAfterDeadHeads wakes the new head of the line when this attempt's
+// acquire removed dead heads before it without becoming the head itself:
+// the new head waits for a turn that will never end (scheduled up to 10 ×
+// Ordering.WaitCheck ahead, or put back), and nobody else wakes it.
+func (t *turn) wakeAfterDeadHeads(ctx context.Context, err error) {
+	var nyt *ordering.NotYourTurnError
+	if !errors.As(err, &nyt) || nyt.RemovedDead == 0 || nyt.HeadHeld || nyt.Head == "" || nyt.Head == t.taskID {
+		return
+	}
+	o := t.w.ord
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if werr := o.seq.Wake(rctx, o.insp, t.queue, t.key, nyt.Head); werr != nil {
+		t.log.Debug("could not wake the new head of the line", "next", nyt.Head, "error", werr.Error())
+	}
 }
 
 // coalesced ends a task whose message was merged into the turn of head:
@@ -274,7 +296,7 @@ func (t *turn) takeFollowers(ctx context.Context, firstSend bool) error {
 	}
 	t.followers = t.followers[:0]
 	for _, id := range ids {
-		info, err := o.insp.GetTaskInfo(t.queue, id)
+		info, err := ordering.FindTask(o.insp, t.queue, id)
 		if err != nil {
 			if errors.Is(err, asynq.ErrTaskNotFound) {
 				t.log.Warn("merged message's task is gone: its text is left out", "merged_task", id)

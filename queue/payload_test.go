@@ -166,8 +166,9 @@ func TestEnqueueHTTPHandler(t *testing.T) {
 	if code != http.StatusBadRequest || out["field"] != "text" {
 		t.Fatalf("invalid: %d %v", code, out)
 	}
+	// Asynq's MaxRetry is one more than the retries of failures: the last is kept for put-backs.
 	info, err := insp.GetTaskInfo(q, "turn:web:c1:m1")
-	if err != nil || info.Type != TaskType || info.MaxRetry != DefaultMaxRetry || info.Timeout < time.Minute {
+	if err != nil || info.Type != TaskType || info.MaxRetry != DefaultMaxRetry+1 || info.Timeout < time.Minute {
 		t.Fatalf("task %+v %v", info, err)
 	}
 	rr := httptest.NewRecorder()

@@ -295,6 +295,10 @@ func busyRetry(retryAfter time.Duration, busyInARow int) time.Duration {
 // busy ends an attempt refused because the thread is busy with another
 // run: the turn is put back (not a failure, not a resend).
 func (t *turn) busy(ctx context.Context, d continuation.Decision) error {
+	if t.outOfRetries(&BusyError{}) {
+		t.endProgress(ctx)
+		return t.giveUp("the agent's thread was busy with another run: " + d.Reason)
+	}
 	t.endProgress(ctx)
 	t.mu.Lock()
 	n := 0

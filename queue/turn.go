@@ -552,6 +552,11 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 		// An earlier attempt finished the turn (and crashed before Asynq
 		// heard of it): nothing is sent and nothing emitted again.
 		t.log.Info("turn already finished by an earlier attempt", "outcome", rec.Outcome)
+		if t.msg.Approval != nil && rec.TaskID != "" {
+			// That attempt may have ended before its request was told.
+			t.rec = rec
+			t.answerEnded(ctx, t.log, rec.Outcome == OutcomeFailed)
+		}
 		if rec.Outcome == OutcomeFailed {
 			return fmt.Errorf("lettaq: turn already failed: %s: %w", rec.Error, asynq.SkipRetry), true
 		}
@@ -741,9 +746,13 @@ func finalOutcome(o string) bool {
 // trouble, sequencer): Asynq retries with backoff.
 func (t *turn) retryEarly(err error) error {
 	t.redisFailed()
+	rerr := fmt.Errorf("lettaq: turn %s: %w", t.taskID, err)
+	if t.outOfRetries(rerr) {
+		return t.giveUp("could not start: " + err.Error())
+	}
 	t.log.Warn("turn attempt could not start", "error", err.Error())
 	t.w.obs.AttemptFinished(t.queue, "retry", time.Since(t.start))
-	return fmt.Errorf("lettaq: turn %s: %w", t.taskID, err)
+	return rerr
 }
 
 // emit queues a progress event (see progress): it never waits on Redis.

@@ -308,9 +308,13 @@ func (t *turn) undelivered(ctx context.Context, log *slog.Logger, err error) err
 	} else {
 		_ = t.save(ctx)
 	}
+	rerr := &RetryAfterError{Delay: time.Second, Reason: "deliver the answer", Err: err}
+	if t.outOfRetries(rerr) {
+		return t.fail(ctx, log, fmt.Sprintf("gave up after %d attempts: could not deliver the answer: %s", t.retried+1, err.Error()), "")
+	}
 	log.Warn("could not deliver the answer, retrying", "outcome", OutcomeRetrying, "error", err.Error())
 	t.w.obs.AttemptFinished(t.queue, "retry", time.Since(t.start))
-	return &RetryAfterError{Delay: time.Second, Reason: "deliver the answer", Err: err}
+	return rerr
 }
 
 func (t *turn) latency(now time.Time) time.Duration {
@@ -418,12 +422,14 @@ func (t *turn) fail(ctx context.Context, log *slog.Logger, reason, stop string) 
 	if len(t.followers) > 0 {
 		ev.AnsweredBy = t.taskID
 	}
+	// An answer turn's request learns first: a user who reads the error
+	// and answers again finds the request answerable.
+	t.answerEnded(ctx, log, true)
 	if _, err := t.finalEvent(ctx, ev); err != nil {
 		t.redisFailed()
 		log.Warn("could not emit the error event", "error", err.Error())
 	}
 	t.finishFollowers(ctx, ev)
-	t.answered(ctx, log)
 	now := time.Now()
 	t.mu.Lock()
 	t.attempt().Outcome, t.attempt().Error = OutcomeFailed, reason
@@ -446,7 +452,11 @@ func (t *turn) fail(ctx context.Context, log *slog.Logger, reason, stop string) 
 // marks an interruption; 0 lets RetryDelay back off.
 func (t *turn) retry(ctx context.Context, log *slog.Logger, d continuation.Decision, delay time.Duration, reason string, cause ...error) error {
 	t.endProgress(ctx)
-	if t.retried >= t.maxRetry {
+	var rerr error = &RetryAfterError{Delay: delay, Reason: reason, Err: d.Err}
+	if len(cause) > 0 {
+		rerr = &InterruptedError{Reason: reason, Err: cause[0]}
+	}
+	if t.outOfRetries(rerr) {
 		return t.fail(ctx, log, fmt.Sprintf("gave up after %d attempts: %s", t.retried+1, reason), d.StopReason)
 	}
 	t.mu.Lock()
@@ -463,14 +473,85 @@ func (t *turn) retry(ctx context.Context, log *slog.Logger, d continuation.Decis
 	}
 	log.Info("turn attempt ends, retrying", "outcome", outcome, "reason", reason)
 	t.w.obs.AttemptFinished(t.queue, "retry", time.Since(t.start))
-	var err error
-	if d.Err != nil {
-		err = d.Err
+	return rerr
+}
+
+// outOfRetries reports whether Asynq would archive the task if this attempt
+// ended with err: Asynq v0.26 archives a task whose Retried has reached its
+// MaxRetry whatever its handler returned, a put-back too. A failure
+// (Worker.isFailure) uses a retry, a put-back (busy, waiting for an answer
+// or for its turn) does not. A client gives a task one retry more than
+// ClientConfig.MaxRetry (TaskOptions), kept for put-backs: a failure is
+// retried while retried < maxRetry-1, so that a put-back always finds a
+// retry left — but after a crash on the last attempt (Asynq's recoverer
+// counts it). An attempt out of retries ends the turn with its final error
+// event instead (fail, giveUp): never archived in silence.
+func (t *turn) outOfRetries(err error) bool {
+	if t.w.isFailure(err) {
+		return t.retried+1 >= t.maxRetry
 	}
-	if len(cause) > 0 {
-		return &InterruptedError{Reason: reason, Err: cause[0]}
+	return t.retried >= t.maxRetry
+}
+
+// giveUp ends a turn whose attempt is out of retries (outOfRetries) with a
+// permanent error: through fail once the attempt has its journal record,
+// else (the attempt ended before it ran: its turn never came, or Redis
+// failed it) with the final error event and a failed record of its own, and
+// the turn leaves its conversation's line.
+func (t *turn) giveUp(reason string) error {
+	ctx, cancel := t.w.deliveryCtx(t.actx)
+	defer cancel()
+	reason = fmt.Sprintf("gave up after %d attempts: %s", t.retried+1, reason)
+	if t.rec != nil && len(t.rec.Attempts) > t.att {
+		return t.fail(ctx, t.log, reason, "")
 	}
-	return &RetryAfterError{Delay: delay, Reason: reason, Err: err}
+	w := t.w
+	ev := ReplyEvent{Type: EventError, TaskID: t.taskID, Otid: t.otid, MessageID: t.msg.MessageID, Text: reason, Permanent: true}
+	emitted, err := w.replies.EmitAnswerOnce(ctx, t.msg.Conversation, ev)
+	if err != nil {
+		t.redisFailed()
+		t.log.Warn("could not emit the error event", "error", err.Error())
+	} else if !emitted {
+		// An earlier attempt wrote the turn's final event (and crashed
+		// before Asynq heard of it): the turn is over, and stays as it
+		// ended.
+		t.log.Info("turn already finished by an earlier attempt")
+		return nil
+	}
+	rec, err := w.journal.Get(ctx, t.taskID)
+	if err != nil {
+		rec = &TurnRecord{}
+	}
+	now := time.Now().UTC()
+	rec.TaskID, rec.Otid, rec.AgentID = t.taskID, t.otid, t.msg.AgentID
+	rec.Conversation, rec.MessageID, rec.Queue = t.msg.Conversation, t.msg.MessageID, t.queue
+	if rec.EnqueuedAt.IsZero() {
+		rec.EnqueuedAt = t.msg.EnqueuedAt
+	}
+	if rec.FirstStartedAt.IsZero() {
+		rec.FirstStartedAt = t.start
+	}
+	rec.Attempts = append(rec.Attempts, Attempt{N: len(rec.Attempts) + 1, Worker: w.cfg.WorkerID, Start: t.start.UTC(),
+		End: now, Outcome: OutcomeFailed, Error: reason})
+	rec.Outcome, rec.Error, rec.FinishedAt = OutcomeFailed, reason, now
+	t.rec = rec
+	if err := w.journal.Save(ctx, rec); err != nil {
+		t.redisFailed()
+		t.log.Warn("could not journal the failed turn", "error", err.Error())
+	}
+	if w.ord != nil && t.lease == nil {
+		// Never its turn: it leaves the line (a lease, when held, is
+		// released as done by the caller).
+		if err := w.ord.seq.Remove(ctx, t.key, t.taskID); err != nil {
+			t.redisFailed()
+			t.log.Warn("could not take the failed turn out of its conversation's line", "error", err.Error())
+		}
+	}
+	t.log.Warn("turn failed", "outcome", OutcomeFailed, "reason", reason)
+	w.permanent.add(t.taskID, "otid", t.otid)
+	w.obs.AttemptFinished(t.queue, "archived", time.Since(t.start))
+	w.obs.TurnFinished(t.queue, OutcomeFailed, t.latency(now), 0)
+	return fmt.Errorf("lettaq: turn failed: %s: %w", reason, asynq.SkipRetry)
 }
 
 func appendUnique(s []string, v string) []string {

@@ -396,17 +396,16 @@ func (w *Worker) Handler() asynq.Handler { return asynq.HandlerFunc(w.processTas
 // IsFailure and RetryDelayFunc also know the put-back of a turn that
 // waits for its conversation (ordering.IsFailure, ordering.RetryPolicy).
 func (w *Worker) ServerConfig() asynq.Config {
-	retry, isFailure := asynq.RetryDelayFunc(RetryDelay), IsFailure
+	retry := asynq.RetryDelayFunc(RetryDelay)
 	if w.ord != nil {
 		retry = ordering.RetryPolicy{Fallback: RetryDelay}.Func()
-		isFailure = func(err error) bool { return IsFailure(err) && ordering.IsFailure(err) }
 	}
 	return asynq.Config{
 		Concurrency:              w.cfg.Concurrency,
 		TaskCheckInterval:        w.cfg.TaskCheckInterval,
 		DelayedTaskCheckInterval: w.cfg.DelayedTaskCheckInterval,
 		RetryDelayFunc:           retry,
-		IsFailure:                isFailure,
+		IsFailure:                w.isFailure,
 		Queues:                   w.cfg.Queues,
 		ShutdownTimeout:          w.cfg.ShutdownTimeout,
 		Logger:                   newAsynqLogger(w.log.With(slog.String("component", "asynq")), &w.permanent),
@@ -417,6 +416,15 @@ func (w *Worker) ServerConfig() asynq.Config {
 			}
 		}),
 	}
+}
+
+// isFailure is ServerConfig's IsFailure: an attempt's error that uses one
+// of the task's retries (IsFailure, and under ordering ordering.IsFailure).
+func (w *Worker) isFailure(err error) bool {
+	if w.ord != nil {
+		return IsFailure(err) && ordering.IsFailure(err)
+	}
+	return IsFailure(err)
 }
 
 // Run works on the queues until ctx is done, then shuts down gracefully:
