@@ -550,6 +550,11 @@ func answerHTTP(c *Client, w http.ResponseWriter, r *http.Request, body []byte) 
 	if json.Unmarshal(body, &p) != nil || p.Answer == nil {
 		return false
 	}
+	if err := answerRawFault(body); err != nil {
+		ve, _ := IsValidationError(err)
+		httpJSON(w, http.StatusBadRequest, map[string]string{"error": ve.Error(), "field": ve.Field})
+		return true
+	}
 	a := p.Answer
 	for _, f := range []struct{ name, v string }{{"answer.request", a.Request}, {"message_id", p.MessageID}, {"sender_id", p.SenderID}} {
 		if err := checkID(f.name, f.v, f.name == "answer.request"); err != nil {
@@ -573,6 +578,31 @@ func answerHTTP(c *Client, w http.ResponseWriter, r *http.Request, body []byte) 
 		httpJSON(w, http.StatusAccepted, res)
 	}
 	return true
+}
+
+// answerRawFault refuses an answer body with a key given twice, or an id
+// that encoding/json decoded with replacement (see payloadjson.go).
+func answerRawFault(body []byte) error {
+	if d := duplicateKey(body); d != nil {
+		return d.error()
+	}
+	var raw struct {
+		Answer struct {
+			Request json.RawMessage `json:"request"`
+		} `json:"answer"`
+		MessageID json.RawMessage `json:"message_id"`
+		SenderID  json.RawMessage `json:"sender_id"`
+	}
+	_ = json.Unmarshal(body, &raw) // cannot fail where decoding AnswerPayload did not
+	for _, f := range []struct {
+		name string
+		raw  json.RawMessage
+	}{{"answer.request", raw.Answer.Request}, {"message_id", raw.MessageID}, {"sender_id", raw.SenderID}} {
+		if !validJSONString(f.raw) {
+			return invalid(f.name, "is not valid UTF-8 (or holds an unpaired surrogate escape)")
+		}
+	}
+	return nil
 }
 
 // IsApprovalExpiry reports whether a task's payload is the scheduled expiry
