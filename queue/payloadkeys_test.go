@@ -72,14 +72,14 @@ func TestDecodePayloadRefusesDuplicateKeys(t *testing.T) {
 	// written (a map: "k" and "K" are two keys), the payload's own fields
 	// without regard to case (as encoding/json matches them).
 	for body, want := range map[string]string{
-		`{"v":1,"metadata":{"k":"1","k":"2"}}`: "metadata.k",
-		`{"v":1,"images":[{"url":"https://x/1"},{"url":"https://x/2","URL":null}]}`:       "images[1].url",
-		`{"v":1,"approval":{"decisions":[{"tool_call_id":"a","tool_call_id":"b"}]}}`:       "approval.decisions[0].tool_call_id",
-		`{"v":1,"conversation":{"chat_id":"x"},"Conversation":{"chat_id":"\ud800"}}`:       "conversation",
-		`{"v":1,"sender_id":"x","ſender_id":"y"}`:                                         "sender_id", // encoding/json folds ſ to S
-		`{"v":1,"text":"x","te\u0078t":"y"}`:                                              "text",
-		`{"v":1,"x":[[{"a":1,"a":2}]]}`:                                                   "x[0][0].a",
-		`{"v":1,"metadata":{"k":"1","K":"2"},"agent_id":"a","agent_id":"b"}`:              "agent_id",
+		`{"v":1,"metadata":{"k":"1","k":"2"}}`:                                                                "metadata.k",
+		`{"v":1,"images":[{"url":"https://x/1"},{"url":"https://x/2","URL":null}]}`:                           "images[1].url",
+		`{"v":1,"approval":{"decisions":[{"tool_call_id":"a","tool_call_id":"b"}]}}`:                          "approval.decisions[0].tool_call_id",
+		`{"v":1,"conversation":{"chat_id":"x"},"Conversation":{"chat_id":"\ud800"}}`:                          "conversation",
+		`{"v":1,"sender_id":"x","ſender_id":"y"}`:                                                             "sender_id", // encoding/json folds ſ to S
+		`{"v":1,"text":"x","te\u0078t":"y"}`:                                                                  "text",
+		`{"v":1,"x":[[{"a":1,"a":2}]]}`:                                                                       "x[0][0].a",
+		`{"v":1,"metadata":{"k":"1","K":"2"},"agent_id":"a","agent_id":"b"}`:                                  "agent_id",
 		`{"v":1,"metadata":{"k":"1","K":"2"},"conversation":{"integration":"w","chat_id":"c","CHAT_ID":"d"}}`: "conversation.chat_id",
 	} {
 		_, err := decodePayloadJSON([]byte(body), true)
@@ -334,4 +334,3 @@ func FuzzDecodePayloadMatchesStd(f *testing.F) {
 		}
 	})
 }
-
