@@ -225,8 +225,8 @@ var workerSettings = []setting{
 	{Var{Name: "LETTA_BASE_URL", Default: "http://localhost:8283",
 		Help: "the Letta server (self-hosted, or https://api.letta.com)"},
 		func(c *WorkerConfig, raw string) error {
-			if !strings.HasPrefix(raw, "http://") && !strings.HasPrefix(raw, "https://") {
-				return errors.New("want http(s)://host[:port]")
+			if err := checkLettaBaseURL(raw); err != nil {
+				return err
 			}
 			c.LettaBaseURL = raw
 			return nil
@@ -629,7 +629,7 @@ func checkClusterKeyPrefix(prefix string, clusterAddrs []string) error {
 
 func varError(v Var, raw string, fromFlag bool, err error) error {
 	v.Flag = flagOf(v.Name)
-	shown := strconv.Quote(raw)
+	shown := strconv.Quote(redactURL(raw)) // a URL's password, or anything else before an '@'
 	if v.Secret {
 		shown = "(secret)"
 	}
@@ -692,9 +692,12 @@ func (c *WorkerConfig) RedisConnOpt() (asynq.RedisConnOpt, error) {
 
 // RedisConnOpt turns REDIS_URL (and optional cluster seeds) into Asynq's connection options.
 func RedisConnOpt(redisURL string, clusterAddrs []string) (asynq.RedisConnOpt, error) {
+	if err := checkURLUserinfo(redisURL); err != nil {
+		return nil, fmt.Errorf("REDIS_URL=%q: %v", redactURL(redisURL), err)
+	}
 	opt, err := asynq.ParseRedisURI(redisURL)
 	if err != nil {
-		return nil, fmt.Errorf("REDIS_URL=%q: %v", redactURL(redisURL), strings.TrimPrefix(err.Error(), "asynq: "))
+		return nil, fmt.Errorf("REDIS_URL=%q: %s", redactURL(redisURL), strings.TrimPrefix(urlParseError(err, redisURL), "asynq: "))
 	}
 	if len(clusterAddrs) == 0 {
 		return opt, nil
@@ -704,15 +707,6 @@ func RedisConnOpt(redisURL string, clusterAddrs []string) (asynq.RedisConnOpt, e
 		co.Username, co.Password, co.TLSConfig = o.Username, o.Password, o.TLSConfig
 	}
 	return co, nil
-}
-
-func redactURL(s string) string {
-	if i := strings.Index(s, "://"); i >= 0 {
-		if j := strings.LastIndex(s, "@"); j > i {
-			return s[:i+3] + "xxx@" + s[j+1:]
-		}
-	}
-	return s
 }
 
 // IsLoopback reports whether a listen address only accepts local connections.
