@@ -24,6 +24,13 @@ const DefaultQueue = "lettaq"
 // DefaultMaxRetry is how many times a turn is retried before it is archived.
 const DefaultMaxRetry = 25
 
+// MinOrderedMaxRetry is the least max retry of a turn under ordering (a
+// Client raises a smaller ClientConfig.MaxRetry to it; GET /budget answers
+// it): a turn that waits for its conversation is put back through Asynq's
+// retry, and Asynq archives a task whose retries are used up whatever the
+// error, so a task with no retry would be archived for waiting.
+const MinOrderedMaxRetry = 1
+
 // DefaultRetention is how long a finished task (and its result) is kept.
 const DefaultRetention = 24 * time.Hour
 
@@ -96,10 +103,8 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	} else if cfg.MaxRetry < 0 {
 		cfg.MaxRetry = 0
 	}
-	if !cfg.Ordering.Off && cfg.MaxRetry < 1 {
-		// Asynq archives a task whose retries are used up even when it was
-		// only put back to wait for its turn.
-		cfg.MaxRetry = 1
+	if !cfg.Ordering.Off && cfg.MaxRetry < MinOrderedMaxRetry {
+		cfg.MaxRetry = MinOrderedMaxRetry
 	}
 	if cfg.Retention <= 0 {
 		cfg.Retention = DefaultRetention

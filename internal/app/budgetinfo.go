@@ -22,7 +22,7 @@ type BudgetInfo struct {
 	Formula            string         `json:"formula"`              // how it adds up, e.g. "2 × (connect 30s + …) + …"
 	ResendPolicy       string         `json:"resend_policy"`        // whether the four phases count twice
 	Phases             []PhaseInfo    `json:"phases"`               // the parts, in order
-	MaxRetry           int            `json:"max_retry"`            // LETTAQ_MAX_RETRY
+	MaxRetry           int            `json:"max_retry"`            // LETTAQ_MAX_RETRY, at least 1 under ordering
 	RetentionSeconds   int64          `json:"retention_seconds"`    // how long a finished task is kept
 	Queues             map[string]int `json:"queues"`               // LETTAQ_QUEUES, with weights
 	EnqueueQueue       string         `json:"enqueue_queue"`        // the queue /enqueue uses (highest weight)
@@ -48,7 +48,7 @@ func NewBudgetInfo(cfg WorkerConfig) BudgetInfo {
 		TaskTimeout:        b.TaskTimeout().String(),
 		Formula:            BudgetFormula(b),
 		ResendPolicy:       string(b.ResendPolicy),
-		MaxRetry:           cfg.MaxRetry,
+		MaxRetry:           taskMaxRetry(cfg),
 		RetentionSeconds:   int64(queue.DefaultRetention / time.Second),
 		Queues:             cfg.Queues,
 		EnqueueQueue:       firstQueue(cfg.Queues),
@@ -60,6 +60,16 @@ func NewBudgetInfo(cfg WorkerConfig) BudgetInfo {
 		info.Phases = append(info.Phases, PhaseInfo{Name: p.Name, Seconds: p.Max.Seconds(), Var: p.Var})
 	}
 	return info
+}
+
+// taskMaxRetry is the max retry the worker's /enqueue gives its tasks, which producers must
+// use: LETTAQ_MAX_RETRY, raised to queue.MinOrderedMaxRetry under ordering (see there).
+func taskMaxRetry(cfg WorkerConfig) int {
+	n := max(cfg.MaxRetry, 0)
+	if cfg.Ordering != "off" {
+		n = max(n, queue.MinOrderedMaxRetry)
+	}
+	return n
 }
 
 // budgetHandler answers GET /budget.

@@ -329,7 +329,7 @@ var workerSettings = []setting{
 		Help: "an approval request nobody answers is denied automatically this long after it was made, with a reason the agent is told, so that no chat stays blocked"},
 		durSetting(func(c *WorkerConfig) *time.Duration { return &c.ApprovalTimeout }, time.Second)},
 	{Var{Name: "LETTAQ_MAX_RETRY", Default: "25",
-		Help: "attempts after the first for turns this worker enqueues through /enqueue (enqueue's --max-retry for the CLI)"},
+		Help: "attempts after the first for turns this worker enqueues through /enqueue (enqueue's --max-retry for the CLI); at least 1 under ordering, where a turn that waits for its chat is put back through a retry (GET /budget answers the value in use)"},
 		intSetting(func(c *WorkerConfig) *int { return &c.MaxRetry }, 0)},
 	{Var{Name: "LETTAQ_LOG_FORMAT", Default: "auto",
 		Help: "auto (colored text on a terminal, JSON otherwise), json or text"},
