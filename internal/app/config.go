@@ -277,7 +277,7 @@ var workerSettings = []setting{
 		durSetting(func(c *WorkerConfig) *time.Duration { return &c.TaskCheckInterval }, 10*time.Millisecond)},
 	{Var{Name: "LETTAQ_SHUTDOWN_TIMEOUT", Default: "60s",
 		Help: "on SIGTERM/SIGINT, how long running turns may take to finish; turns still running then are cancelled and requeued (never sent twice: the next attempt continues the run)"},
-		durSetting(func(c *WorkerConfig) *time.Duration { return &c.ShutdownTimeout }, 0)},
+		durSetting(func(c *WorkerConfig) *time.Duration { return &c.ShutdownTimeout }, time.Second)},
 	{Var{Name: "LETTAQ_HEARTBEAT_INTERVAL", Default: "4s",
 		Help: "how often a running turn repeats its phase event, so typing indicators stay alive"},
 		durSetting(func(c *WorkerConfig) *time.Duration { return &c.HeartbeatInterval }, 100*time.Millisecond)},

@@ -264,3 +264,18 @@ func TestWorkerConfigThreadMode(t *testing.T) {
 		t.Errorf("flag: %q %v", c.ThreadMode, err)
 	}
 }
+
+// TestShutdownTimeoutZeroRefused: LETTAQ_SHUTDOWN_TIMEOUT=0 was accepted and logged as 0s while
+// the worker used its 10s default; it is refused, naming the variable and the least value.
+func TestShutdownTimeoutZeroRefused(t *testing.T) {
+	for _, raw := range []string{"0", "0s", "500ms"} {
+		_, err := ParseWorkerConfig(nil, env(map[string]string{"LETTAQ_SHUTDOWN_TIMEOUT": raw}), nil)
+		if err == nil || !strings.Contains(err.Error(), "LETTAQ_SHUTDOWN_TIMEOUT") || !strings.Contains(err.Error(), "at least 1s") {
+			t.Errorf("LETTAQ_SHUTDOWN_TIMEOUT=%s: %v, want refused (at least 1s)", raw, err)
+		}
+	}
+	c, err := ParseWorkerConfig(nil, env(map[string]string{"LETTAQ_SHUTDOWN_TIMEOUT": "1s"}), nil)
+	if err != nil || c.ShutdownTimeout != time.Second {
+		t.Errorf("LETTAQ_SHUTDOWN_TIMEOUT=1s: %v %v", c.ShutdownTimeout, err)
+	}
+}
