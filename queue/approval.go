@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"slices"
 	"strings"
@@ -80,6 +81,9 @@ func ParseApprovalPolicy(s string) (ApprovalPolicy, error) {
 // DefaultApprovalTimeout is how long an approval request waits for an
 // answer before it is denied.
 const DefaultApprovalTimeout = 24 * time.Hour
+
+// MaxApprovalTimeout bounds WorkerConfig.ApprovalTimeout (366 days).
+const MaxApprovalTimeout = 366 * 24 * time.Hour
 
 // Causes of an answer (Answer.Cause).
 const (
@@ -234,10 +238,17 @@ func (a *approvals) pendingKey(agentID, scope string) string {
 	return a.prefix + "approval:pending:" + agentID + ":" + scope
 }
 
+// keyTTL is how long p's keys live: the replies' TTL past p's expiry (saturating at the
+// largest Duration, never wrapping negative: a negative TTL is a key without expiry).
 func (a *approvals) keyTTL(p *PendingApproval) time.Duration {
 	ttl := a.ttl
 	if !p.ExpiresAt.IsZero() {
-		ttl += time.Until(p.ExpiresAt)
+		if until := time.Until(p.ExpiresAt); until > 0 {
+			if ttl > math.MaxInt64-until {
+				return math.MaxInt64
+			}
+			ttl += until
+		}
 	}
 	return ttl
 }

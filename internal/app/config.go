@@ -327,7 +327,15 @@ var workerSettings = []setting{
 		}},
 	{Var{Name: "LETTAQ_APPROVAL_TIMEOUT", Default: "24h",
 		Help: "an approval request nobody answers is denied automatically this long after it was made, with a reason the agent is told, so that no chat stays blocked"},
-		durSetting(func(c *WorkerConfig) *time.Duration { return &c.ApprovalTimeout }, time.Second)},
+		func(c *WorkerConfig, raw string) error {
+			if err := durSetting(func(c *WorkerConfig) *time.Duration { return &c.ApprovalTimeout }, time.Second)(c, raw); err != nil {
+				return err
+			}
+			if c.ApprovalTimeout > queue.MaxApprovalTimeout {
+				return fmt.Errorf("must be at most %v (366 days)", queue.MaxApprovalTimeout)
+			}
+			return nil
+		}},
 	{Var{Name: "LETTAQ_MAX_RETRY", Default: "25",
 		Help: "attempts after the first for turns this worker enqueues through /enqueue (enqueue's --max-retry for the CLI); at least 1 under ordering, where a turn that waits for its chat is put back through a retry (GET /budget answers the value in use)"},
 		intSetting(func(c *WorkerConfig) *int { return &c.MaxRetry }, 0)},
