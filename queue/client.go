@@ -223,8 +223,8 @@ const MaxHTTPBodyBytes = MaxTextBytes + MaxImagesBytes/3*4 + 64<<10
 // writes it.
 const maxHTTPRawBodyBytes = 6*(MaxTextBytes+64<<10) + 2*(MaxImagesBytes/3*4)
 
-// payloadBytes is the size of p's strings, decoded: what MaxHTTPBodyBytes
-// bounds.
+// payloadBytes is the size of p's strings, decoded (base64 data without its
+// line breaks): what MaxHTTPBodyBytes bounds.
 func payloadBytes(p Payload) int {
 	n := len(p.AgentID) + len(p.Text) + len(p.SenderID) + len(p.Conversation.Integration) + len(p.Conversation.ChatID) +
 		len(p.MessageID) + len(p.Otid) + len(p.LettaConversationID)
@@ -232,7 +232,7 @@ func payloadBytes(p Payload) int {
 		n += len(k) + len(v)
 	}
 	for _, im := range p.Images {
-		n += len(im.URL) + len(im.MediaType) + len(im.Data)
+		n += len(im.URL) + len(im.MediaType) + base64Len(im.Data)
 	}
 	return n
 }
