@@ -140,6 +140,9 @@ func (a *Answer) validate(m Message) error {
 		if len(d.Reason) > maxReasonBytes || !utf8.ValidString(d.Reason) {
 			return invalid(f+".reason", "must be valid UTF-8 of at most %d bytes", maxReasonBytes)
 		}
+		if i := strings.IndexByte(d.Reason, 0); i >= 0 {
+			return invalid(f+".reason", "holds a NUL character (U+0000) at byte %d: %s", i, nulReason)
+		}
 	}
 	switch a.Cause {
 	case "", AnswerByUser, AnswerExpired, AnswerMovedOn:
