@@ -31,7 +31,7 @@ func decodePayloadJSON(b []byte, whole bool) (Payload, error) {
 	}
 	if d := duplicateKey(b); d != nil {
 		p := salvageConversation(decode)
-		if top, _, _ := strings.Cut(d.path, "."); foldKey(top) == "CONVERSATION" {
+		if top, _, _ := strings.Cut(d.path, "."); string(foldKey([]byte(top))) == "conversation" {
 			p.Conversation = Conversation{}
 		}
 		return p, d.error()

@@ -36,15 +36,26 @@ func (d *keyDup) error() error {
 // the top-level "metadata" map compares them as written. It reads what it
 // can of malformed JSON and stops there (the decoder names that fault).
 func duplicateKey(b []byte) *keyDup {
-	s := keyScan{b: b}
+	s := keyScan{b: b, keys: make([]seenKey, 0, 14)} // room for a payload's keys, nested
 	return s.value(0, false)
 }
 
-// keyScan walks JSON bytes, from i.
+// keyScan walks JSON bytes, from i. keys holds the keys of the objects
+// being scanned, innermost last (one slice for the whole scan).
 type keyScan struct {
-	b []byte
-	i int
+	b    []byte
+	i    int
+	keys []seenKey
 }
+
+// seenKey is a key of an object: as compared (folded, unless a map's) and
+// as decoded. Both alias b when the key is plain lower-case ASCII as
+// written, as a payload's keys are.
+type seenKey struct{ cmp, key []byte }
+
+// linearKeys is how many keys of one object are compared one by one; past
+// it, a map (a hostile object of many keys costs no more than its size).
+const linearKeys = 32
 
 func (s *keyScan) space() {
 	for s.i < len(s.b) {
@@ -111,7 +122,9 @@ func endsLiteral(c byte) bool {
 // object scans an object; s.b[s.i] is '{'.
 func (s *keyScan) object(depth int, mapKeys bool) *keyDup {
 	s.i++
-	var seen map[string]string // compared form → the key as decoded
+	first := len(s.keys)
+	defer func() { s.keys = s.keys[:first] }()
+	var many map[string]int // past linearKeys: compared form → index in s.keys
 	for {
 		s.space()
 		if s.i >= len(s.b) {
@@ -138,15 +151,33 @@ func (s *keyScan) object(depth int, mapKeys bool) *keyDup {
 		if !mapKeys {
 			cmp = foldKey(key)
 		}
-		if first, ok := seen[cmp]; ok {
-			return &keyDup{path: first, first: first, again: key}
+		prev := -1
+		if many != nil {
+			if k, ok := many[string(cmp)]; ok {
+				prev = k
+			}
+		} else {
+			for k := first; k < len(s.keys); k++ {
+				if bytes.Equal(s.keys[k].cmp, cmp) {
+					prev = k
+					break
+				}
+			}
 		}
-		if seen == nil {
-			seen = make(map[string]string)
+		if prev >= 0 {
+			return &keyDup{path: string(s.keys[prev].key), first: string(s.keys[prev].key), again: string(key)}
 		}
-		seen[cmp] = key
-		if d := s.value(depth+1, depth == 0 && cmp == foldKey("metadata")); d != nil {
-			d.path = key + childPath(d.path)
+		s.keys = append(s.keys, seenKey{cmp: cmp, key: key})
+		if many == nil && len(s.keys)-first > linearKeys {
+			many = make(map[string]int)
+			for k := first; k < len(s.keys); k++ {
+				many[string(s.keys[k].cmp)] = k
+			}
+		} else if many != nil {
+			many[string(cmp)] = len(s.keys) - 1
+		}
+		if d := s.value(depth+1, depth == 0 && string(cmp) == "metadata"); d != nil {
+			d.path = string(key) + childPath(d.path)
 			return d
 		}
 	}
@@ -183,37 +214,47 @@ func (s *keyScan) str() []byte {
 }
 
 // jsonKey decodes a key as encoding/json does (escapes, and invalid UTF-8
-// as U+FFFD).
-func jsonKey(raw []byte) string {
+// as U+FFFD); a plain key is its bytes in b.
+func jsonKey(raw []byte) []byte {
 	if len(raw) >= 2 && bytes.IndexByte(raw, '\\') < 0 && utf8.Valid(raw) {
-		return string(raw[1 : len(raw)-1])
+		return raw[1 : len(raw)-1]
 	}
 	var k string
 	if json.Unmarshal(raw, &k) != nil {
-		return string(raw)
+		return raw
 	}
-	return k
+	return []byte(k)
 }
 
-// foldKey folds a key as encoding/json does to match it to a field
-// (encoding/json's fold.go): ASCII letters upper case, any other rune the
-// smallest of its case-folding set.
-func foldKey(k string) string {
-	var out []byte
-	for i := 0; i < len(k); {
-		if c := k[i]; c < utf8.RuneSelf {
-			if 'a' <= c && c <= 'z' {
-				c -= 'a' - 'A'
-			}
-			out = append(out, c)
-			i++
-			continue
+// foldKey folds a key so that two keys fold alike exactly when
+// encoding/json matches them to the same field (its fold.go: ASCII letters
+// upper case, any other rune the smallest of its case-folding set); here
+// ASCII letters come out lower case, so that a lower-case ASCII key is its
+// own fold (and no copy is made).
+func foldKey(k []byte) []byte {
+	plain := true
+	for _, c := range k {
+		if c >= utf8.RuneSelf || 'A' <= c && c <= 'Z' {
+			plain = false
+			break
 		}
-		r, n := utf8.DecodeRuneInString(k[i:])
-		out = utf8.AppendRune(out, foldRune(r))
+	}
+	if plain {
+		return k
+	}
+	out := make([]byte, 0, len(k))
+	for i := 0; i < len(k); {
+		r, n := utf8.DecodeRune(k[i:])
+		if r >= utf8.RuneSelf {
+			r = foldRune(r) // may be ASCII: the Kelvin sign is K
+		}
+		if 'A' <= r && r <= 'Z' {
+			r += 'a' - 'A'
+		}
+		out = utf8.AppendRune(out, r)
 		i += n
 	}
-	return string(out)
+	return out
 }
 
 // foldRune returns the smallest rune of r's case-folding set.
