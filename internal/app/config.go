@@ -207,7 +207,7 @@ var workerSettings = []setting{
 					continue
 				}
 				if _, _, err := net.SplitHostPort(a); err != nil {
-					return fmt.Errorf("%q is not host:port", a)
+					return fmt.Errorf("%q is not host:port", redactURL(a))
 				}
 				c.RedisClusterAddrs = append(c.RedisClusterAddrs, a)
 			}

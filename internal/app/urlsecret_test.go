@@ -27,7 +27,8 @@ func secretLeaks(out, secret string) []string {
 }
 
 // TestURLSettingsNeverShowPasswords: every URL-shaped setting of the worker
-// and of enqueue (REDIS_URL, LETTA_BASE_URL; by variable and by flag) given
+// and of enqueue (REDIS_URL, LETTA_BASE_URL, and a URL given where
+// LETTAQ_REDIS_CLUSTER_ADDRS wants host:port; by variable and by flag) given
 // a password holding '/', '?', '#', '@' or a stray '%' shows no part of it in
 // anything printed (errors, logs, --help), and the configuration is
 // refused with an error naming the variable.
@@ -62,6 +63,7 @@ func TestURLSettingsNeverShowPasswords(t *testing.T) {
 		{"REDIS_URL", "redis-url", "rediss://user:SECRET@redis"},
 		{"LETTA_BASE_URL", "letta-base-url", "http://user:SECRET@letta:8283"},
 		{"LETTA_BASE_URL", "letta-base-url", "https://SECRET@api.letta.example"},
+		{"LETTAQ_REDIS_CLUSTER_ADDRS", "redis-cluster-addrs", "redis://:SECRET@node1:6379,node2:6379"}, // a URL where seeds go
 	}
 	for _, r := range []run{worker, enqueue} {
 		for _, s := range settings {
