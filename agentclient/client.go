@@ -196,13 +196,19 @@ func headerCTL(v string) int {
 	return -1
 }
 
+// redactURL returns s with its user info (everything up to the last '@',
+// whatever it holds: a password with '/' or '%' does not parse) shown as
+// REDACTED.
 func redactURL(s string) string {
-	u, err := url.Parse(s)
-	if err != nil || u.User == nil {
+	end := strings.LastIndex(s, "@")
+	if end < 0 {
 		return s
 	}
-	u.User = url.User("REDACTED")
-	return u.String()
+	start := 0
+	if i := strings.Index(s, "//"); i >= 0 && i < end {
+		start = i + 2
+	}
+	return s[:start] + "REDACTED@" + s[end+1:]
 }
 
 func (c *Client) newRequest(ctx context.Context, method, path string, query url.Values, body any) (*http.Request, error) {

@@ -137,3 +137,20 @@ func TestRedirectsNeverCarryTheKey(t *testing.T) {
 		t.Fatalf("the other origin got %d requests (key seen: %v)", other.Load(), sawKey.Load())
 	}
 }
+
+// TestNewHidesBaseURLPassword: a base URL whose password does not parse
+// ('/', '?', '#', a stray '%') is refused without any part of it.
+func TestNewHidesBaseURLPassword(t *testing.T) {
+	for _, pw := range []string{"Zm9vQk/YmFyQk", "SeKrEtQ?HuNtEr", "SeKrEtW#HuNtEr", "SeKrEtE%zzHuNtEr", "SeKrEtT%HuNtEr"} {
+		_, err := New(Config{BaseURL: "http://user:" + pw + "@letta:8283"})
+		if err == nil {
+			t.Errorf("password %q: accepted", pw)
+			continue
+		}
+		for _, part := range []string{"Zm9vQk", "YmFyQk", "SeKrEt", "HuNtEr"} {
+			if strings.Contains(pw, part) && strings.Contains(err.Error(), part) {
+				t.Errorf("password %q: the error shows %q: %v", pw, part, err)
+			}
+		}
+	}
+}

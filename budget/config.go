@@ -232,8 +232,14 @@ type Phase struct {
 
 // ThreadResolution is the longest an attempt may take to find or create the chat's Letta
 // conversation before it sends (thread mode conversation): one list request and one create
-// request, each bounded by RequestTimeout.
-func (c Config) ThreadResolution() time.Duration { return 2 * c.RequestTimeout }
+// request, each bounded by RequestTimeout. It saturates at the largest Duration (Validate then
+// refuses the configuration: its phases add up past it).
+func (c Config) ThreadResolution() time.Duration {
+	if c.RequestTimeout > math.MaxInt64/2 {
+		return math.MaxInt64
+	}
+	return 2 * c.RequestTimeout
+}
 
 // Phases lists, in order, the phases whose maxima TaskTimeout adds up: thread (finding or
 // creating the chat's Letta conversation); connect, stream, admission, continuation; the same

@@ -331,3 +331,23 @@ func TestTaskTimeoutAllocatesNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestThreadResolutionDoesNotOverflow: a request timeout past half the largest Duration
+// (with a continuation max as long, so that the rule between them holds) made
+// 2 × RequestTimeout wrap negative: the thread phase then counted as 0 and the configuration
+// passed Validate with a task timeout shorter than its request timeout. The phase saturates
+// and the configuration is refused naming LETTAQ_REQUEST_TIMEOUT.
+func TestThreadResolutionDoesNotOverflow(t *testing.T) {
+	for _, d := range []time.Duration{math.MaxInt64/2 + 1, math.MaxInt64 / 3 * 2, math.MaxInt64 - 1} {
+		c := Default()
+		c.ResendPolicy = ResendNever
+		c.RequestTimeout, c.ContinuationMax = d, d
+		if got := c.ThreadResolution(); got < d {
+			t.Errorf("RequestTimeout %v: ThreadResolution() = %v, want at least the request timeout", d, got)
+		}
+		err := c.Validate()
+		if err == nil || !strings.Contains(err.Error(), "LETTAQ_REQUEST_TIMEOUT") {
+			t.Errorf("RequestTimeout %v: Validate() = %v (task timeout %v), want an error naming LETTAQ_REQUEST_TIMEOUT", d, err, c.TaskTimeout())
+		}
+	}
+}

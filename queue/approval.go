@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -85,6 +86,9 @@ func ParseApprovalPolicy(s string) (ApprovalPolicy, error) {
 // answer before it is denied.
 const DefaultApprovalTimeout = 24 * time.Hour
 
+// MaxApprovalTimeout bounds WorkerConfig.ApprovalTimeout (366 days).
+const MaxApprovalTimeout = 366 * 24 * time.Hour
+
 // Causes of an answer (Answer.Cause).
 const (
 	AnswerByUser    = "user"     // a person answered
@@ -139,6 +143,9 @@ func (a *Answer) validate(m Message) error {
 		seen[d.ToolCallID] = true
 		if len(d.Reason) > maxReasonBytes || !utf8.ValidString(d.Reason) {
 			return invalid(f+".reason", "must be valid UTF-8 of at most %d bytes", maxReasonBytes)
+		}
+		if i := strings.IndexByte(d.Reason, 0); i >= 0 {
+			return invalid(f+".reason", "holds a NUL character (U+0000) at byte %d: %s", i, nulReason)
 		}
 	}
 	switch a.Cause {
@@ -265,10 +272,17 @@ func (a *approvals) pendingKey(agentID, scope string) string {
 	return a.prefix + "approval:pending:" + agentID + ":" + scope
 }
 
+// keyTTL is how long p's keys live: the replies' TTL past p's expiry (saturating at the
+// largest Duration, never wrapping negative: a negative TTL is a key without expiry).
 func (a *approvals) keyTTL(p *PendingApproval) time.Duration {
 	ttl := a.ttl
 	if !p.ExpiresAt.IsZero() {
-		ttl += time.Until(p.ExpiresAt)
+		if until := time.Until(p.ExpiresAt); until > 0 {
+			if ttl > math.MaxInt64-until {
+				return math.MaxInt64
+			}
+			ttl += until
+		}
 	}
 	return ttl
 }
@@ -585,6 +599,11 @@ func answerHTTP(c *Client, w http.ResponseWriter, r *http.Request, body []byte) 
 	if json.Unmarshal(body, &p) != nil || p.Answer == nil {
 		return false
 	}
+	if err := answerRawFault(body); err != nil {
+		ve, _ := IsValidationError(err)
+		httpJSON(w, http.StatusBadRequest, map[string]string{"error": ve.Error(), "field": ve.Field})
+		return true
+	}
 	a := p.Answer
 	for _, f := range []struct{ name, v string }{{"answer.request", a.Request}, {"message_id", p.MessageID}, {"sender_id", p.SenderID}} {
 		if err := checkID(f.name, f.v, f.name == "answer.request"); err != nil {
@@ -608,6 +627,31 @@ func answerHTTP(c *Client, w http.ResponseWriter, r *http.Request, body []byte) 
 		httpJSON(w, http.StatusAccepted, res)
 	}
 	return true
+}
+
+// answerRawFault refuses an answer body with a key given twice, or an id
+// that encoding/json decoded with replacement (see payloadjson.go).
+func answerRawFault(body []byte) error {
+	if d := duplicateKey(body); d != nil {
+		return d.error()
+	}
+	var raw struct {
+		Answer struct {
+			Request json.RawMessage `json:"request"`
+		} `json:"answer"`
+		MessageID json.RawMessage `json:"message_id"`
+		SenderID  json.RawMessage `json:"sender_id"`
+	}
+	_ = json.Unmarshal(body, &raw) // cannot fail where decoding AnswerPayload did not
+	for _, f := range []struct {
+		name string
+		raw  json.RawMessage
+	}{{"answer.request", raw.Answer.Request}, {"message_id", raw.MessageID}, {"sender_id", raw.SenderID}} {
+		if !validJSONString(f.raw) {
+			return invalid(f.name, "is not valid UTF-8 (or holds an unpaired surrogate escape)")
+		}
+	}
+	return nil
 }
 
 // IsApprovalExpiry reports whether a task's payload is the scheduled expiry

@@ -234,3 +234,23 @@ func TestEnqueueHTTPHandlerTakesImages(t *testing.T) {
 	}
 	_ = p
 }
+
+// TestApprovalKeyTTLNeverNegative: an expiry near the largest Duration away made the approval
+// keys' TTL wrap negative (keys without expiry); it saturates. And a worker refuses an
+// ApprovalTimeout past MaxApprovalTimeout.
+func TestApprovalKeyTTLNeverNegative(t *testing.T) {
+	a := &approvals{ttl: 24 * time.Hour}
+	for _, until := range []time.Duration{time.Hour, 1<<63 - 1, 1<<63 - 1 - time.Hour} {
+		p := &PendingApproval{ExpiresAt: time.Now().Add(until)}
+		if got := a.keyTTL(p); got < 24*time.Hour {
+			t.Errorf("expiry %v away: key TTL %v, want at least the replies' TTL", until, got)
+		}
+	}
+	if got := a.keyTTL(&PendingApproval{ExpiresAt: time.Now().Add(-time.Hour)}); got <= 0 {
+		t.Errorf("an expiry past: key TTL %v, want positive", got)
+	}
+	_, err := NewWorker(WorkerConfig{Redis: asynq.RedisClientOpt{Addr: "127.0.0.1:1"}, ApprovalTimeout: MaxApprovalTimeout + time.Hour})
+	if err == nil || !strings.Contains(err.Error(), "ApprovalTimeout") {
+		t.Errorf("NewWorker with ApprovalTimeout past the maximum: %v, want an error naming it", err)
+	}
+}

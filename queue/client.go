@@ -25,6 +25,15 @@ const DefaultQueue = "lettaq"
 // fails for good.
 const DefaultMaxRetry = 25
 
+// TaskMaxRetry is the Asynq max retry of a turn task whose failed attempts
+// are retried maxRetry times (negative: none): one more, which the worker
+// keeps for put-backs. A turn that waits (for its conversation, a busy
+// thread, an approval answer) is put back through Asynq's retry, and Asynq
+// v0.26 archives a task whose retries are used up whatever the error; the
+// kept retry means a waiting turn is never archived for waiting. A producer
+// in another language sets this (GET /budget answers it).
+func TaskMaxRetry(maxRetry int) int { return max(maxRetry, 0) + 1 }
+
 // DefaultRetention is how long a finished task (and its result) is kept.
 const DefaultRetention = 24 * time.Hour
 
@@ -142,7 +151,7 @@ func (c *Client) TaskOptions(taskID string) []asynq.Option {
 	return []asynq.Option{
 		asynq.TaskID(taskID),
 		asynq.Queue(c.cfg.Queue),
-		asynq.MaxRetry(c.cfg.MaxRetry + 1),
+		asynq.MaxRetry(TaskMaxRetry(c.cfg.MaxRetry)),
 		asynq.Timeout(c.cfg.Budget.TaskTimeout()),
 		asynq.Retention(c.cfg.Retention),
 	}
@@ -224,9 +233,31 @@ func (c *Client) leaveLine(ctx context.Context, key, id string) {
 	_ = c.seq.Remove(context.WithoutCancel(ctx), key, id)
 }
 
-// MaxHTTPBodyBytes bounds the body EnqueueHTTPHandler reads: the text, the
-// images' base64 data, and room for the rest.
+// MaxHTTPBodyBytes bounds the payload EnqueueHTTPHandler takes, decoded
+// (payloadBytes): the text, the images' base64 data, and room for the rest.
+// The same message is accepted however its producer escapes its JSON.
 const MaxHTTPBodyBytes = MaxTextBytes + MaxImagesBytes/3*4 + 64<<10
+
+// maxHTTPRawBodyBytes bounds the body EnqueueHTTPHandler reads, before it
+// is decoded: a payload within MaxHTTPBodyBytes written with every
+// character of its text and the room escaped (\u0001, 6 bytes for 1) and
+// every character of its base64 data escaped too ("\/"), as no producer
+// writes it.
+const maxHTTPRawBodyBytes = 6*(MaxTextBytes+64<<10) + 2*(MaxImagesBytes/3*4)
+
+// payloadBytes is the size of p's strings, decoded (base64 data without its
+// line breaks): what MaxHTTPBodyBytes bounds.
+func payloadBytes(p Payload) int {
+	n := len(p.AgentID) + len(p.Text) + len(p.SenderID) + len(p.Conversation.Integration) + len(p.Conversation.ChatID) +
+		len(p.MessageID) + len(p.Otid) + len(p.LettaConversationID)
+	for k, v := range p.Metadata {
+		n += len(k) + len(v)
+	}
+	for _, im := range p.Images {
+		n += len(im.URL) + len(im.MediaType) + base64Len(im.Data)
+	}
+	return n
+}
 
 // EnqueueHTTPHandler returns a handler that enqueues the payload POSTed as
 // JSON (the Payload format; "v" may be omitted) and answers
@@ -234,7 +265,7 @@ const MaxHTTPBodyBytes = MaxTextBytes + MaxImagesBytes/3*4 + 64<<10
 //	202 {"task_id": "…", "duplicate": false, "queue": "lettaq", "otid": "…"}
 //	400 {"error": "…", "field": "text"}        invalid payload
 //	400 {"error": "…"}                         body unreadable (e.g. too slow)
-//	405, 413                                   wrong method, body too large
+//	405, 413                                   wrong method, payload too large (decoded; see MaxHTTPBodyBytes)
 //	415 {"error": "…"}                         Content-Type is not application/json
 //	500 {"error": "…"}                         Redis trouble: try again
 //
@@ -255,11 +286,11 @@ func EnqueueHTTPHandler(c *Client) http.Handler {
 				"error": "Content-Type must be application/json, not " + strconv.Quote(r.Header.Get("Content-Type"))})
 			return
 		}
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxHTTPBodyBytes))
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxHTTPRawBodyBytes))
 		var tooLarge *http.MaxBytesError
 		switch {
 		case errors.As(err, &tooLarge):
-			httpJSON(w, http.StatusRequestEntityTooLarge, map[string]string{"error": fmt.Sprintf("body larger than %d bytes", MaxHTTPBodyBytes)})
+			httpJSON(w, http.StatusRequestEntityTooLarge, map[string]string{"error": fmt.Sprintf("body larger than %d bytes", maxHTTPRawBodyBytes)})
 			return
 		case err != nil: // e.g. the listener's body timeout
 			httpJSON(w, http.StatusBadRequest, map[string]string{"error": "body unreadable: " + err.Error()})
@@ -271,6 +302,10 @@ func EnqueueHTTPHandler(c *Client) http.Handler {
 		p, err := decodePayloadJSON(body, true)
 		if ve, ok := IsValidationError(err); ok {
 			httpJSON(w, http.StatusBadRequest, map[string]string{"error": ve.Error(), "field": ve.Field})
+			return
+		}
+		if n := payloadBytes(p); n > MaxHTTPBodyBytes {
+			httpJSON(w, http.StatusRequestEntityTooLarge, map[string]string{"error": fmt.Sprintf("the payload holds %d bytes once decoded, more than %d", n, MaxHTTPBodyBytes)})
 			return
 		}
 		if p.V != 0 && p.V != PayloadVersion {

@@ -334,7 +334,7 @@ func TestEnqueueHTTPHandlerBodyErrors(t *testing.T) {
 		body io.Reader
 		want int
 	}{
-		{strings.NewReader(`{"text":"` + strings.Repeat("a", MaxHTTPBodyBytes) + `"}`), http.StatusRequestEntityTooLarge},
+		{strings.NewReader(`{"text":"` + strings.Repeat("a", MaxHTTPBodyBytes+1) + `"}`), http.StatusRequestEntityTooLarge}, // over the limit once decoded
 		{failingBody{}, http.StatusBadRequest},
 	} {
 		rr := httptest.NewRecorder()

@@ -64,8 +64,8 @@ func checkImages(images []Image) error {
 			if !imageMediaTypes[im.MediaType] {
 				return invalid(f+".media_type", "%q is not one of image/png, image/jpeg, image/gif, image/webp", im.MediaType)
 			}
-			if base64.StdEncoding.DecodedLen(len(im.Data)) > MaxImageBytes+2 {
-				return invalid(f+".data", "is about %d bytes, more than the limit of %d", base64.StdEncoding.DecodedLen(len(im.Data)), MaxImageBytes)
+			if n := base64.StdEncoding.DecodedLen(base64Len(im.Data)); n > MaxImageBytes+2 {
+				return invalid(f+".data", "is about %d bytes, more than the limit of %d", n, MaxImageBytes)
 			}
 			raw, err := base64.StdEncoding.DecodeString(im.Data)
 			if err != nil {
@@ -83,11 +83,21 @@ func checkImages(images []Image) error {
 	return nil
 }
 
-// letta returns the images as agentclient sends them.
+// base64Len is the length of base64 data without the line breaks that the decoder skips
+// (MIME and Python's base64.encodebytes wrap lines at 76 characters).
+func base64Len(data string) int {
+	return len(data) - strings.Count(data, "\n") - strings.Count(data, "\r")
+}
+
+// lettaImages returns the images as agentclient sends them: base64 data without line breaks.
 func lettaImages(images []Image) []agentclient.Image {
 	var out []agentclient.Image
 	for _, im := range images {
-		out = append(out, agentclient.Image{URL: im.URL, MediaType: im.MediaType, Data: im.Data})
+		data := im.Data
+		if strings.ContainsAny(data, "\r\n") {
+			data = strings.NewReplacer("\r", "", "\n", "").Replace(data)
+		}
+		out = append(out, agentclient.Image{URL: im.URL, MediaType: im.MediaType, Data: data})
 	}
 	return out
 }

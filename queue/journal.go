@@ -262,7 +262,13 @@ type JournalOptions struct {
 	MaxIndex int64
 	// Now is the clock for intents and UpdatedAt; default time.Now.
 	Now func() time.Time
+	// LookupTimeout bounds Lookup's search for the turns an id's beginning
+	// names; default DefaultLookupTimeout.
+	LookupTimeout time.Duration
 }
+
+// DefaultLookupTimeout is JournalOptions.LookupTimeout's default.
+const DefaultLookupTimeout = 3 * time.Second
 
 // Journal stores a record of every turn and every attempt, for operators.
 // It is safe for concurrent use.
@@ -288,6 +294,9 @@ func NewJournal(rdb redis.UniversalClient, opts JournalOptions) *Journal {
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.LookupTimeout <= 0 {
+		opts.LookupTimeout = DefaultLookupTimeout
 	}
 	j := &Journal{rdb: rdb, opts: opts, ttlArg: opts.Retention.Milliseconds(), keepN: opts.MaxIndex}
 	for i, f := range journalSaveFilters {

@@ -169,6 +169,8 @@ func (m Message) Validate() error {
 		return invalid("text", "is %d bytes, more than the limit of %d", len(m.Text), MaxTextBytes)
 	case !utf8.ValidString(m.Text):
 		return invalid("text", "is not valid UTF-8")
+	case strings.IndexByte(m.Text, 0) >= 0:
+		return invalid("text", "holds a NUL character (U+0000) at byte %d: %s", strings.IndexByte(m.Text, 0), nulReason)
 	}
 	if err := checkImages(m.Images); err != nil {
 		return err
@@ -224,6 +226,9 @@ func (m Message) Validate() error {
 	}
 	return nil
 }
+
+// nulReason is why text for the agent may not hold U+0000.
+const nulReason = "Letta stores messages in PostgreSQL, whose text cannot hold it"
 
 func checkID(field, v string, required bool) error {
 	switch {

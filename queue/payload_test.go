@@ -177,3 +177,24 @@ func TestEnqueueHTTPHandler(t *testing.T) {
 		t.Fatalf("GET: %d", rr.Code)
 	}
 }
+
+// TestTextWithNULRefused: a NUL in the text (or an approval reason) is refused naming the
+// field and the byte: Letta stores messages in PostgreSQL, whose text cannot hold U+0000,
+// so the send would fail at the server (or the character be lost) after the turn began.
+func TestTextWithNULRefused(t *testing.T) {
+	m := validMessage()
+	m.Text = "hello\x00world"
+	ve, ok := IsValidationError(m.Validate())
+	if !ok || ve.Field != "text" || !strings.Contains(ve.Problem, "NUL") || !strings.Contains(ve.Problem, "byte 5") {
+		t.Errorf("text with a NUL: %v, want refused naming NUL at byte 5", m.Validate())
+	}
+	if _, err := DecodePayload([]byte(`{"v":1,"agent_id":"a","text":"a\u0000b","conversation":{"integration":"web","chat_id":"c"}}`)); err == nil {
+		t.Error(`a task payload with "\u0000" in its text: accepted`)
+	}
+	m = validMessage()
+	m.Text = ""
+	m.Approval = &Answer{RequestTaskID: "turn:x", Decisions: []Decision{{ToolCallID: "call-1", Reason: "no\x00"}}}
+	if ve, ok := IsValidationError(m.Validate()); !ok || !strings.HasSuffix(ve.Field, ".reason") {
+		t.Errorf("a reason with a NUL: %v, want refused naming the reason", m.Validate())
+	}
+}

@@ -14,7 +14,8 @@ import (
 // Reading a payload from JSON. encoding/json quietly rewrites invalid UTF-8
 // (and unpaired surrogate escapes such as "\ud800") to U+FFFD, so a chat id
 // of invalid bytes would name another chat's reply stream; and its type
-// errors need their field named. decodePayloadJSON does both.
+// errors need their field named; and it takes the last of a key given twice
+// (see payloadkeys.go). decodePayloadJSON refuses all three.
 
 // decodePayloadJSON parses b as a Payload. whole: b must be one JSON value
 // (the HTTP body); otherwise the first value is read (task payloads, as
@@ -28,6 +29,13 @@ func decodePayloadJSON(b []byte, whole bool) (Payload, error) {
 		}
 		return json.NewDecoder(bytes.NewReader(b)).Decode(v)
 	}
+	if d := duplicateKey(b); d != nil {
+		p := salvageConversation(decode)
+		if top, _, _ := strings.Cut(d.path, "."); string(foldKey([]byte(top))) == "conversation" {
+			p.Conversation = Conversation{}
+		}
+		return p, d.error()
+	}
 	var p Payload
 	var err error
 	if !whole && json.Unmarshal(b, &p) == nil {
@@ -40,18 +48,7 @@ func decodePayloadJSON(b []byte, whole bool) (Payload, error) {
 		err = decode(&p)
 	}
 	if err != nil {
-		// Salvage the conversation, if any, for the error event.
-		var loose struct {
-			Conversation Conversation `json:"conversation"`
-		}
-		_ = decode(&loose)
-		p = Payload{Conversation: loose.Conversation}
-		var raw rawPayloadStrings
-		_ = decode(&raw)
-		if raw.conversationFault() != "" {
-			p.Conversation = Conversation{}
-		}
-		return p, jsonError(err)
+		return salvageConversation(decode), jsonError(err)
 	}
 	if !mayHoldRewrites(b) {
 		return p, nil // nothing for the second decode to find
@@ -65,6 +62,23 @@ func decodePayloadJSON(b []byte, whole bool) (Payload, error) {
 		return p, invalid(field, "is not valid UTF-8 (or holds an unpaired surrogate escape)")
 	}
 	return p, nil
+}
+
+// salvageConversation returns a Payload with only the conversation of a
+// payload that does not decode (for the error event), or none when its
+// strings were rewritten.
+func salvageConversation(decode func(any) error) Payload {
+	var loose struct {
+		Conversation Conversation `json:"conversation"`
+	}
+	_ = decode(&loose)
+	p := Payload{Conversation: loose.Conversation}
+	var raw rawPayloadStrings
+	_ = decode(&raw)
+	if raw.conversationFault() != "" {
+		p.Conversation = Conversation{}
+	}
+	return p
 }
 
 // mayHoldRewrites reports whether b may hold a string that encoding/json

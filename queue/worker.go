@@ -349,6 +349,10 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	if w.cfg.ApprovalTimeout <= 0 {
 		w.cfg.ApprovalTimeout = DefaultApprovalTimeout
 	}
+	if w.cfg.ApprovalTimeout > MaxApprovalTimeout {
+		w.closeRedis()
+		return nil, fmt.Errorf("queue: ApprovalTimeout %v is more than %v", w.cfg.ApprovalTimeout, MaxApprovalTimeout)
+	}
 	w.approvals = newApprovals(w.replies)
 	w.writer = newWriter(w.replies.rdb, w.replies)
 	w.threads = &threads{mode: mode, rdb: w.replies.rdb, prefix: w.replies.opts.Prefix, client: w.client, lock: w.ord == nil,

@@ -29,6 +29,9 @@ func resolveAgentArg(ctx context.Context, o enqueueOpts, rdb redis.UniversalClie
 		}
 		base, key = u, ""
 	}
+	if err := checkLettaBaseURL(base); err != nil {
+		return "", true, fmt.Errorf("--agent %q is a name, to be resolved at LETTA_BASE_URL=%q (flag --letta-base-url): %v", o.agent, redactURL(base), err)
+	}
 	c, err := agentclient.New(agentclient.Config{BaseURL: base, APIKey: key, RequestTimeout: 15 * time.Second})
 	if err != nil {
 		return "", true, fmt.Errorf("--agent %q is a name, to be resolved at LETTA_BASE_URL: %v", o.agent, err)

@@ -21,7 +21,7 @@ type BudgetInfo struct {
 	Formula            string         `json:"formula"`              // how it adds up, e.g. "2 × (connect 30s + …) + …"
 	ResendPolicy       string         `json:"resend_policy"`        // whether the four phases count twice
 	Phases             []PhaseInfo    `json:"phases"`               // the parts, in order
-	MaxRetry           int            `json:"max_retry"`            // LETTAQ_MAX_RETRY
+	MaxRetry           int            `json:"max_retry"`            // LETTAQ_MAX_RETRY + 1 (one kept for put-backs)
 	RetentionSeconds   int64          `json:"retention_seconds"`    // how long a finished task is kept
 	Queues             map[string]int `json:"queues"`               // LETTAQ_QUEUES, with weights
 	EnqueueQueue       string         `json:"enqueue_queue"`        // the queue /enqueue uses (highest weight)
@@ -47,7 +47,7 @@ func NewBudgetInfo(cfg WorkerConfig) BudgetInfo {
 		TaskTimeout:        b.TaskTimeout().String(),
 		Formula:            BudgetFormula(b),
 		ResendPolicy:       string(b.ResendPolicy),
-		MaxRetry:           cfg.MaxRetry,
+		MaxRetry:           taskMaxRetry(cfg),
 		RetentionSeconds:   int64(queue.DefaultRetention / time.Second),
 		Queues:             cfg.Queues,
 		EnqueueQueue:       firstQueue(cfg.Queues),
@@ -60,6 +60,10 @@ func NewBudgetInfo(cfg WorkerConfig) BudgetInfo {
 	}
 	return info
 }
+
+// taskMaxRetry is the Asynq max retry the worker's /enqueue gives its tasks, which producers
+// must use: LETTAQ_MAX_RETRY, plus the retry kept for put-backs (queue.TaskMaxRetry).
+func taskMaxRetry(cfg WorkerConfig) int { return queue.TaskMaxRetry(cfg.MaxRetry) }
 
 // budgetHandler answers GET /budget.
 func budgetHandler(info BudgetInfo) http.Handler {

@@ -207,7 +207,7 @@ var workerSettings = []setting{
 					continue
 				}
 				if _, _, err := net.SplitHostPort(a); err != nil {
-					return fmt.Errorf("%q is not host:port", a)
+					return fmt.Errorf("%q is not host:port", redactURL(a))
 				}
 				c.RedisClusterAddrs = append(c.RedisClusterAddrs, a)
 			}
@@ -225,8 +225,8 @@ var workerSettings = []setting{
 	{Var{Name: "LETTA_BASE_URL", Default: "http://localhost:8283",
 		Help: "the Letta server (self-hosted, or https://api.letta.com)"},
 		func(c *WorkerConfig, raw string) error {
-			if !strings.HasPrefix(raw, "http://") && !strings.HasPrefix(raw, "https://") {
-				return errors.New("want http(s)://host[:port]")
+			if err := checkLettaBaseURL(raw); err != nil {
+				return err
 			}
 			c.LettaBaseURL = raw
 			return nil
@@ -277,7 +277,7 @@ var workerSettings = []setting{
 		durSetting(func(c *WorkerConfig) *time.Duration { return &c.TaskCheckInterval }, 10*time.Millisecond)},
 	{Var{Name: "LETTAQ_SHUTDOWN_TIMEOUT", Default: "60s",
 		Help: "on SIGTERM/SIGINT, how long running turns may take to finish; turns still running then are cancelled and requeued (never sent twice: the next attempt continues the run)"},
-		durSetting(func(c *WorkerConfig) *time.Duration { return &c.ShutdownTimeout }, 0)},
+		durSetting(func(c *WorkerConfig) *time.Duration { return &c.ShutdownTimeout }, time.Second)},
 	{Var{Name: "LETTAQ_HEARTBEAT_INTERVAL", Default: "4s",
 		Help: "how often a running turn repeats its phase event, so typing indicators stay alive"},
 		durSetting(func(c *WorkerConfig) *time.Duration { return &c.HeartbeatInterval }, 100*time.Millisecond)},
@@ -327,9 +327,17 @@ var workerSettings = []setting{
 		}},
 	{Var{Name: "LETTAQ_APPROVAL_TIMEOUT", Default: "24h",
 		Help: "an approval request nobody answers is denied automatically this long after it was made, with a reason the agent is told, so that no chat stays blocked"},
-		durSetting(func(c *WorkerConfig) *time.Duration { return &c.ApprovalTimeout }, time.Second)},
+		func(c *WorkerConfig, raw string) error {
+			if err := durSetting(func(c *WorkerConfig) *time.Duration { return &c.ApprovalTimeout }, time.Second)(c, raw); err != nil {
+				return err
+			}
+			if c.ApprovalTimeout > queue.MaxApprovalTimeout {
+				return fmt.Errorf("must be at most %v (366 days)", queue.MaxApprovalTimeout)
+			}
+			return nil
+		}},
 	{Var{Name: "LETTAQ_MAX_RETRY", Default: "25",
-		Help: "attempts after the first for turns this worker enqueues through /enqueue (enqueue's --max-retry for the CLI)"},
+		Help: "retries of a failed attempt for turns this worker enqueues through /enqueue (enqueue's --max-retry for the CLI); the task's Asynq max retry is one more, kept for put-backs (a turn that waits for its chat is put back through a retry, never counted as a failure; GET /budget answers the value to set)"},
 		intSetting(func(c *WorkerConfig) *int { return &c.MaxRetry }, 0)},
 	{Var{Name: "LETTAQ_LOG_FORMAT", Default: "auto",
 		Help: "auto (colored text on a terminal, JSON otherwise), json or text"},
@@ -629,7 +637,7 @@ func checkClusterKeyPrefix(prefix string, clusterAddrs []string) error {
 
 func varError(v Var, raw string, fromFlag bool, err error) error {
 	v.Flag = flagOf(v.Name)
-	shown := strconv.Quote(raw)
+	shown := strconv.Quote(redactURL(raw)) // a URL's password, or anything else before an '@'
 	if v.Secret {
 		shown = "(secret)"
 	}
@@ -692,9 +700,12 @@ func (c *WorkerConfig) RedisConnOpt() (asynq.RedisConnOpt, error) {
 
 // RedisConnOpt turns REDIS_URL (and optional cluster seeds) into Asynq's connection options.
 func RedisConnOpt(redisURL string, clusterAddrs []string) (asynq.RedisConnOpt, error) {
+	if err := checkURLUserinfo(redisURL); err != nil {
+		return nil, fmt.Errorf("REDIS_URL=%q: %v", redactURL(redisURL), err)
+	}
 	opt, err := asynq.ParseRedisURI(redisURL)
 	if err != nil {
-		return nil, fmt.Errorf("REDIS_URL=%q: %v", redactURL(redisURL), strings.TrimPrefix(err.Error(), "asynq: "))
+		return nil, fmt.Errorf("REDIS_URL=%q: %s", redactURL(redisURL), strings.TrimPrefix(urlParseError(err, redisURL), "asynq: "))
 	}
 	if len(clusterAddrs) == 0 {
 		return opt, nil
@@ -704,15 +715,6 @@ func RedisConnOpt(redisURL string, clusterAddrs []string) (asynq.RedisConnOpt, e
 		co.Username, co.Password, co.TLSConfig = o.Username, o.Password, o.TLSConfig
 	}
 	return co, nil
-}
-
-func redactURL(s string) string {
-	if i := strings.Index(s, "://"); i >= 0 {
-		if j := strings.LastIndex(s, "@"); j > i {
-			return s[:i+3] + "xxx@" + s[j+1:]
-		}
-	}
-	return s
 }
 
 // IsLoopback reports whether a listen address only accepts local connections.

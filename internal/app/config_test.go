@@ -264,3 +264,32 @@ func TestWorkerConfigThreadMode(t *testing.T) {
 		t.Errorf("flag: %q %v", c.ThreadMode, err)
 	}
 }
+
+// TestShutdownTimeoutZeroRefused: LETTAQ_SHUTDOWN_TIMEOUT=0 was accepted and logged as 0s while
+// the worker used its 10s default; it is refused, naming the variable and the least value.
+func TestShutdownTimeoutZeroRefused(t *testing.T) {
+	for _, raw := range []string{"0", "0s", "500ms"} {
+		_, err := ParseWorkerConfig(nil, env(map[string]string{"LETTAQ_SHUTDOWN_TIMEOUT": raw}), nil)
+		if err == nil || !strings.Contains(err.Error(), "LETTAQ_SHUTDOWN_TIMEOUT") || !strings.Contains(err.Error(), "at least 1s") {
+			t.Errorf("LETTAQ_SHUTDOWN_TIMEOUT=%s: %v, want refused (at least 1s)", raw, err)
+		}
+	}
+	c, err := ParseWorkerConfig(nil, env(map[string]string{"LETTAQ_SHUTDOWN_TIMEOUT": "1s"}), nil)
+	if err != nil || c.ShutdownTimeout != time.Second {
+		t.Errorf("LETTAQ_SHUTDOWN_TIMEOUT=1s: %v %v", c.ShutdownTimeout, err)
+	}
+}
+
+// TestApprovalTimeoutBounded: an LETTAQ_APPROVAL_TIMEOUT near the largest duration made the
+// approval keys' TTL negative (no expiry); it is refused past 366 days, naming the variable.
+func TestApprovalTimeoutBounded(t *testing.T) {
+	for _, raw := range []string{"2562047h", "8785h"} {
+		_, err := ParseWorkerConfig(nil, env(map[string]string{"LETTAQ_APPROVAL_TIMEOUT": raw}), nil)
+		if err == nil || !strings.Contains(err.Error(), "LETTAQ_APPROVAL_TIMEOUT") || !strings.Contains(err.Error(), "at most") {
+			t.Errorf("LETTAQ_APPROVAL_TIMEOUT=%s: %v, want refused (at most 366 days)", raw, err)
+		}
+	}
+	if c, err := ParseWorkerConfig(nil, env(map[string]string{"LETTAQ_APPROVAL_TIMEOUT": "8784h"}), nil); err != nil || c.ApprovalTimeout != 8784*time.Hour {
+		t.Errorf("LETTAQ_APPROVAL_TIMEOUT=8784h: %v %v", c.ApprovalTimeout, err)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"strconv"
@@ -314,6 +315,9 @@ func (o *enqueueOpts) connOpt() (asynq.RedisConnOpt, error) {
 	var seeds []string
 	for _, a := range strings.Split(o.clusterAddrs, ",") {
 		if a = strings.TrimSpace(a); a != "" {
+			if _, _, err := net.SplitHostPort(a); err != nil {
+				return nil, fmt.Errorf("LETTAQ_REDIS_CLUSTER_ADDRS (--redis-cluster-addrs): %q is not host:port", redactURL(a))
+			}
 			seeds = append(seeds, a)
 		}
 	}

@@ -40,7 +40,8 @@ type HTTPOptions struct {
 
 // NewHTTPHandler returns the listener's routes and a func that closes the monitor's Redis
 // connections. State-changing requests from another origin's page are refused on every path
-// (see refuseCrossOrigin):
+// (see refuseCrossOrigin); without a token, so is every request not addressed to a loopback
+// host but /healthz and /readyz (see loopbackHostOnly):
 //
 //	/healthz    200 while the process runs (no auth)
 //	/readyz     200 {"status":"ready"} when the last PING of Redis (every 1 s, 3 s timeout) answered and Ready
@@ -92,5 +93,9 @@ func NewHTTPHandler(o HTTPOptions) (http.Handler, func()) {
 		_, _ = w.Write([]byte("lettaq worker: /healthz /readyz /metrics /monitor/" + map[bool]string{true: " /enqueue", false: ""}[o.Enqueue != nil] +
 			map[bool]string{true: " /budget", false: ""}[o.Budget != nil] + "\n"))
 	})
-	return refuseCrossOrigin(mux), closer
+	h := refuseCrossOrigin(mux)
+	if o.Token == "" {
+		h = loopbackHostOnly(h)
+	}
+	return h, closer
 }

@@ -134,3 +134,29 @@ func TestWorkerRefusesNonLoopbackWithoutToken(t *testing.T) {
 		t.Errorf("exit %d, stderr %q", code, errOut.String())
 	}
 }
+
+// TestBearerSchemeCaseInsensitive: the auth scheme is case-insensitive (RFC 9110 11.1):
+// "bearer", "BEARER" and extra spaces before the token are the Bearer scheme; a wrong token,
+// another scheme, or "Bearer" with nothing after it are not.
+func TestBearerSchemeCaseInsensitive(t *testing.T) {
+	h := requireToken("s3cret")(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	for hdr, want := range map[string]int{
+		"Bearer s3cret":   http.StatusOK,
+		"bearer s3cret":   http.StatusOK,
+		"BEARER s3cret":   http.StatusOK,
+		"Bearer  s3cret":  http.StatusOK,
+		"bearer wrong":    http.StatusUnauthorized,
+		"Bearers3cret":    http.StatusUnauthorized,
+		"Token s3cret":    http.StatusUnauthorized,
+		"Bearer ":         http.StatusUnauthorized,
+		"Bearer s3cret x": http.StatusUnauthorized,
+	} {
+		rr := httptest.NewRecorder()
+		req := httptest.NewRequest("GET", "/metrics", nil)
+		req.Header.Set("Authorization", hdr)
+		h.ServeHTTP(rr, req)
+		if rr.Code != want {
+			t.Errorf("Authorization: %q answers %d, want %d", hdr, rr.Code, want)
+		}
+	}
+}

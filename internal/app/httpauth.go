@@ -77,6 +77,16 @@ func overTLS(r *http.Request) bool {
 	return strings.EqualFold(strings.TrimSpace(proto), "https")
 }
 
+// bearerToken returns the token of an Authorization header of the Bearer scheme, whose name
+// is case-insensitive (RFC 9110, 11.1), as are the spaces before the token.
+func bearerToken(h string) (string, bool) {
+	scheme, tok, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	return strings.TrimLeft(tok, " "), true
+}
+
 // requireToken accepts the token as "Authorization: Bearer <token>" or as the password of basic
 // auth (any user name: browsers ask for it). Under /monitor/ it also accepts the session
 // cookie, which GET /monitor/?token=<token> sets (then redirects to drop the token from the
@@ -88,7 +98,7 @@ func requireToken(token string) func(http.Handler) http.Handler {
 		}
 		a := newTokenAuth(token)
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if h := r.Header.Get("Authorization"); strings.HasPrefix(h, "Bearer ") && a.ok(strings.TrimPrefix(h, "Bearer ")) {
+			if tok, ok := bearerToken(r.Header.Get("Authorization")); ok && a.ok(tok) {
 				next.ServeHTTP(w, r)
 				return
 			}

@@ -2,7 +2,11 @@ package app
 
 import (
 	"io"
+	"net"
 	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -21,6 +25,40 @@ func refuseCrossOrigin(h http.Handler) http.Handler {
 		http.Error(w, "forbidden: a cross-origin browser request may not change anything here (Sec-Fetch-Site / Origin is another site's); send it from the same origin or not from a browser", http.StatusForbidden)
 	}))
 	return p.Handler(h)
+}
+
+// loopbackHostOnly serves a listener without a token only the requests addressed to a loopback
+// host: Host 127.0.0.1 (any loopback address), localhost or [::1], with or without the port.
+// Such a listener is on loopback (the worker refuses to start otherwise), but a page of
+// another site can still reach it by DNS rebinding: its own name, resolved to 127.0.0.1, in
+// the Host, and its own origin in Origin and Sec-Fetch-Site, which refuseCrossOrigin then
+// takes for the same origin. Only /healthz and /readyz (without ?verbose) answer any Host:
+// they hold nothing.
+func loopbackHostOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		open := (r.URL.Path == "/healthz" || r.URL.Path == "/readyz") && !r.URL.Query().Has("verbose")
+		if open || isLoopbackHost(r.Host) {
+			h.ServeHTTP(w, r)
+			return
+		}
+		http.Error(w, "forbidden: without LETTAQ_HTTP_TOKEN this listener answers only requests addressed to 127.0.0.1, localhost or [::1], not to "+
+			strconv.Quote(r.Host)+" (a page of another site can take that name); set LETTAQ_HTTP_TOKEN to reach it by another name", http.StatusForbidden)
+	})
+}
+
+// isLoopbackHost reports whether host (a Host header: a name or address, with or without a
+// port) names this machine's loopback: localhost or a loopback IP address.
+func isLoopbackHost(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	} else if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") {
+		host = host[1 : len(host)-1]
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Zone() == "" && ip.IsLoopback()
 }
 
 // HTTPServerOptions are the listener's timeouts.

@@ -16,7 +16,8 @@ import (
 // JSON), which shows control characters as Go-style escapes instead.
 
 // termSafe returns s with every control character escaped: C0 (U+0000–U+001F), DEL, C1
-// (U+0080–U+009F) and bytes that are not UTF-8 (a lone 0x9B is CSI on an 8-bit terminal).
+// (U+0080–U+009F), the bidirectional embedding, override and isolate controls (isBidiControl)
+// and bytes that are not UTF-8 (a lone 0x9B is CSI on an 8-bit terminal).
 // With multiline, newline and tab pass (answer text); otherwise they are escaped too (a
 // table cell, an id, a status line). The result holds no control character but those.
 func termSafe(s string, multiline bool) string {
@@ -42,7 +43,7 @@ func termSafe(s string, multiline bool) string {
 			b.WriteString(`\x1b`)
 		case r < 0x20 || r == 0x7f:
 			fmt.Fprintf(&b, `\x%02x`, r)
-		case r >= 0x80 && r <= 0x9f:
+		case r >= 0x80 && r <= 0x9f, isBidiControl(r):
 			fmt.Fprintf(&b, `\u%04x`, r)
 		default:
 			b.WriteString(s[i : i+n])
@@ -56,7 +57,7 @@ func needsTermEscape(s string, multiline bool) bool {
 	for i := 0; i < len(s); {
 		r, n := utf8.DecodeRuneInString(s[i:])
 		switch {
-		case r == utf8.RuneError && n <= 1, r == 0x7f, r >= 0x80 && r <= 0x9f:
+		case r == utf8.RuneError && n <= 1, r == 0x7f, r >= 0x80 && r <= 0x9f, isBidiControl(r):
 			return true
 		case r < 0x20:
 			if !multiline || r != '\n' && r != '\t' {
@@ -67,6 +68,11 @@ func needsTermEscape(s string, multiline bool) bool {
 	}
 	return false
 }
+
+// isBidiControl reports whether r is a bidirectional embedding, override or isolate control
+// (U+202A–U+202E, U+2066–U+2069): it reorders the text after it on the screen ("Trojan
+// Source"), so that an id or a line reads as something it is not.
+func isBidiControl(r rune) bool { return r >= 0x202a && r <= 0x202e || r >= 0x2066 && r <= 0x2069 }
 
 // termWriter escapes control characters (but newline and tab) in everything written
 // through it: enqueue's stderr, where errors and plain progress lines go. Each Write is
@@ -81,17 +87,18 @@ func (t termWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// jsonTermSafe rewrites the C1 controls and DEL that encoding/json leaves raw (it escapes
-// C0 itself) as \u escapes: the same JSON value, safe on a terminal. b must be
+// jsonTermSafe rewrites the C1 controls, DEL and bidirectional controls that encoding/json
+// leaves raw (it escapes C0 itself) as \u escapes: the same JSON value, safe on a terminal. b must be
 // encoding/json's output (valid UTF-8, where such runes occur only inside strings).
 func jsonTermSafe(b []byte) []byte {
-	if !bytes.ContainsFunc(b, func(r rune) bool { return r == 0x7f || r >= 0x80 && r <= 0x9f }) {
+	unsafe := func(r rune) bool { return r == 0x7f || r >= 0x80 && r <= 0x9f || isBidiControl(r) }
+	if !bytes.ContainsFunc(b, unsafe) {
 		return b
 	}
 	out := make([]byte, 0, len(b)+16)
 	for i := 0; i < len(b); {
 		r, n := utf8.DecodeRune(b[i:])
-		if r == 0x7f || r >= 0x80 && r <= 0x9f {
+		if unsafe(r) {
 			out = fmt.Appendf(out, `\u%04x`, r)
 		} else {
 			out = append(out, b[i:i+n]...)

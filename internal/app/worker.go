@@ -118,7 +118,7 @@ func StartWorker(ctx context.Context, cfg WorkerConfig, logger *slog.Logger, std
 	logger.Info("lettaq worker starting",
 		"worker_id", cfg.WorkerID,
 		"redis", describeRedis(connOpt),
-		"letta", r.LettaURL,
+		"letta", redactURL(r.LettaURL),
 		"letta_api_key", setOrUnset(cfg.LettaAPIKey),
 		"concurrency", cfg.Concurrency,
 		"queues", queue.QueuesString(cfg.Queues),

@@ -79,7 +79,7 @@ func TestDocsBudgetFigures(t *testing.T) {
 	enq := string(repoFile(t, enqName))
 	secs := strconv.FormatInt(int64(def.TaskTimeout()/time.Second), 10)
 	for _, want := range []string{"GET /budget", "task_timeout_seconds", secs + " with the defaults",
-		"max retry " + strconv.Itoa(queue.DefaultMaxRetry), "retention " + strconv.Itoa(int(queue.DefaultRetention/time.Hour)) + "h"} {
+		"max retry " + strconv.Itoa(queue.TaskMaxRetry(queue.DefaultMaxRetry)), "retention " + strconv.Itoa(int(queue.DefaultRetention/time.Hour)) + "h"} {
 		if !strings.Contains(enq, want) {
 			t.Errorf("%s does not say %q", enqName, want)
 		}
