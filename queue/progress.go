@@ -502,6 +502,10 @@ func (wr *writer) loop() {
 			wr.errs = make([]error, n)
 		}
 		items, errs, batch := wr.items[:0], wr.errs[:n], wr.batch[:0]
+		// The array may hold the errors of an earlier round trip (keep
+		// cut the slice, not what is behind it): a write here reports only
+		// its own error (issue 24: an outage's errors came back for good).
+		clear(errs)
 		for j := range k {
 			p := wr.ready[j]
 			wr.ready[j] = nil
@@ -523,7 +527,7 @@ func (wr *writer) loop() {
 		} else {
 			wr.ready = wr.ready[k:]
 		}
-		wr.items, wr.batch = items, batch
+		wr.items, wr.errs, wr.batch = items, errs, batch
 		wr.mu.Unlock()
 		wr.write(batch)
 	}
