@@ -607,9 +607,13 @@ func (wr *writer) write(batch []taken) {
 		errs := wr.exec(ctx, ops)
 		cancel()
 		for k, err := range errs {
-			if err != nil {
-				for _, r := range refs[covers[k].from:covers[k].to] {
-					batch[r.t].errs[r.i] = err
+			for _, r := range refs[covers[k].from:covers[k].to] {
+				e := err
+				if ev := batch[r.t].items[r.i].ev; e == nil && ev != nil {
+					e = ev.writeErr // its own error, in a call that wrote the others
+				}
+				if e != nil {
+					batch[r.t].errs[r.i] = e
 				}
 			}
 		}

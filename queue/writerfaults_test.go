@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -78,4 +79,81 @@ func TestWriterForgetsAFailedRoundTrip(t *testing.T) {
 			p.close()
 		}
 	})
+}
+
+// One turn's bad stream key (WRONGTYPE) fails only that turn's event, in
+// whichever order the turns' events share the round trip's script call: the
+// other turn's final event is written and reported written (issue 24,
+// defect 2: the script's error went to every event of the call; events
+// before it were written but reported failed, events after it never
+// written).
+func TestWriterAttributesEachEventsError(t *testing.T) {
+	for _, badFirst := range []bool{true, false} {
+		t.Run(fmt.Sprint("bad-first=", badFirst), func(t *testing.T) {
+			rjEach(t, func(t *testing.T, b rjBackend) {
+				ctx := context.Background()
+				gate := make(chan struct{})
+				wr, r, trips := gatedWriter(b, gate)
+				good := Conversation{Integration: "test", ChatID: "good"}
+				bad := Conversation{Integration: "test", ChatID: "bad"}
+				if err := b.rdb.Set(ctx, r.Key(bad), "not a stream", time.Minute).Err(); err != nil {
+					t.Fatal(err)
+				}
+				var badErr atomic.Value
+				pa := wr.newProgress(good, func(err error) { t.Errorf("turn a: %v", err) })
+				pb := wr.newProgress(bad, func(err error) { badErr.Store(err) })
+				defer pa.close()
+				defer pb.close()
+				// A first round trip waits at the gate; both turns' writes
+				// then share the next one, in the order they became ready.
+				pa.push(ReplyEvent{Type: EventPhase, TaskID: "a", Phase: PhaseThinking})
+				waitTaken(wr, pa)
+				final, err := pa.prepare(ReplyEvent{Type: EventAnswer, TaskID: "a", Text: "answer a"}, r.answeredKey("a"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				released := b.prefix + "released:a"
+				release := func(ctx context.Context, p redis.Pipeliner, _ bool) func() error {
+					return p.Set(ctx, released, "1", time.Minute).Err
+				}
+				done := make(chan error, 1)
+				if badFirst {
+					pb.push(ReplyEvent{Type: EventAnswerDelta, TaskID: "b", Text: "b's delta"})
+				}
+				go func() { done <- pa.do(ctx, []*preparedEvent{final}, release) }()
+				waitQueued(wr, pa, final)
+				if !badFirst {
+					pb.push(ReplyEvent{Type: EventAnswerDelta, TaskID: "b", Text: "b's delta"})
+				}
+				close(gate)
+				if err := <-done; err != nil {
+					t.Fatalf("turn a's final event: %v (written %v)", err, final.written)
+				}
+				if !final.written || final.err != nil {
+					t.Errorf("turn a's final event: written %v, err %v", final.written, final.err)
+				}
+				if got := fmt.Sprint(streamTexts(t, r, good)); got != "[ answer a]" {
+					t.Errorf("turn a's stream: %s", got)
+				}
+				if ok, err := r.Answered(ctx, "a"); err != nil || !ok {
+					t.Errorf("turn a answered: %v %v", ok, err)
+				}
+				pb.flush(ctx)
+				if err, _ := badErr.Load().(error); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+					t.Errorf("turn b's failure: %v, want WRONGTYPE", err)
+				}
+				if n := trips.Load(); n != 2 {
+					t.Errorf("%d round trips, want 2", n)
+				}
+				// The failed event took no seq: b's next event is its first.
+				if err := b.rdb.Del(ctx, r.Key(bad)).Err(); err != nil {
+					t.Fatal(err)
+				}
+				next, _ := pb.prepare(ReplyEvent{Type: EventAnswer, TaskID: "b", Text: "answer b"}, r.answeredKey("b"))
+				if err := pb.do(ctx, []*preparedEvent{next}); err != nil || !next.written || next.seq != 1 {
+					t.Errorf("turn b's next event: written %v seq %d, %v", next.written, next.seq, err)
+				}
+			})
+		})
+	}
 }
