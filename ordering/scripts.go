@@ -115,7 +115,7 @@ return out
 // turn's final event's marker: ReleaseCmdAfter); ARGV[1]=task,
 // ARGV[2]=token, ARGV[3]=done ("1"/"0"), ARGV[4]=done ttl ms. Returns {head
 // (empty string when empty), held ('1' if the lock was still ours)}, or
-// {”, '0', 'missing'} when KEYS[4] does not exist (nothing was changed).
+// {"", "0", "missing"} when KEYS[4] does not exist (nothing was changed).
 var releaseLua = evalcmd.New(`
 if KEYS[4] and redis.call('EXISTS', KEYS[4]) == 0 then return {'', '0', 'missing'} end
 local ours = '0'
