@@ -11,6 +11,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/lettaq/lettaq/internal/evalcmd"
 )
 
 // Reply events: the wire format.
@@ -513,7 +515,7 @@ func appendReplyData(b []byte, ev *ReplyEvent) (_ []byte, ok bool) {
 // of the wrong type): an event's error is its own (redis.pcall), the other
 // events of the call are written all the same (issue 24), and a failed event
 // takes no seq.
-var replyEmitManyScript = redis.NewScript(`
+var replyEmitManyScript = redis.NewScript(evalcmd.Register(`
 local maxlen = ARGV[1]
 local ttl = tonumber(ARGV[2])
 local sttl = tonumber(ARGV[3])
@@ -555,7 +557,7 @@ while a <= #ARGV do
   a = a + 15
 end
 return out
-`)
+`))
 
 // preparedEvent is an event encoded for replyEmitManyScript, and where its
 // result goes.

@@ -60,6 +60,11 @@ type writer struct {
 	covers []refSpan
 	ops    []pipelineOp
 	args   argArena
+	// followed[k]: a later op of the round trip writes for a turn that op
+	// k writes for (runOpsFollowed keeps them in order); last is each
+	// turn's last op.
+	followed []bool
+	last     []int
 }
 
 // itemRef is an item of a round trip: batch[t].items[i].
@@ -81,7 +86,9 @@ const progressKeep = 1
 
 func newWriter(rdb redis.UniversalClient, replies *Replies) *writer {
 	wr := &writer{rdb: rdb, replies: replies}
-	wr.exec = func(ctx context.Context, ops []pipelineOp) []error { return runOps(ctx, wr.rdb, ops) }
+	wr.exec = func(ctx context.Context, ops []pipelineOp) []error {
+		return runOpsFollowed(ctx, wr.rdb, ops, wr.followed)
+	}
 	return wr
 }
 
@@ -533,6 +540,31 @@ func (wr *writer) loop() {
 	}
 }
 
+// follow sets wr.followed for the round trip's ops (covers and refs: which
+// items each op writes).
+func (wr *writer) follow(batch []taken, ops []pipelineOp, covers []refSpan, refs []itemRef) {
+	if cap(wr.last) < len(batch) {
+		wr.last = make([]int, len(batch))
+	}
+	last := wr.last[:len(batch)]
+	for k, c := range covers {
+		for _, r := range refs[c.from:c.to] {
+			last[r.t] = k
+		}
+	}
+	if cap(wr.followed) < len(ops) {
+		wr.followed = make([]bool, len(ops))
+	}
+	wr.followed = wr.followed[:len(ops)]
+	for k, c := range covers {
+		f := false
+		for _, r := range refs[c.from:c.to] {
+			f = f || last[r.t] > k
+		}
+		wr.followed[k] = f
+	}
+}
+
 // keep empties a scratch slice, keeping its array unless it grew past
 // writerKeep.
 func keep[T any](s []T) []T {
@@ -603,6 +635,7 @@ func (wr *writer) write(batch []taken) {
 		}
 	}
 	if len(ops) > 0 {
+		wr.follow(batch, ops, covers, refs)
 		ctx, cancel := context.WithTimeout(context.Background(), writerTimeout)
 		errs := wr.exec(ctx, ops)
 		cancel()

@@ -9,7 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
+	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/lettaq/lettaq/internal/testredis"
 )
 
 // errRefused is the error of a round trip that could not reach Redis.
@@ -154,6 +158,80 @@ func TestWriterAttributesEachEventsError(t *testing.T) {
 					t.Errorf("turn b's next event: written %v seq %d, %v", next.written, next.seq, err)
 				}
 			})
+		})
+	}
+}
+
+// After a script flush (a Redis restarted without its scripts), a turn's
+// writes keep their order: an op queued after an event runs after the event
+// is written, in the same round trip as before (issue 24, defect 3: runOps
+// sent the script calls that met NOSCRIPT again as EVAL in a second round
+// trip, after the plain commands of the first had run). On a redis-server of
+// the test's own (SCRIPT FLUSH would break the shared one's other users) and
+// on miniredis.
+func TestWriterKeepsOrderAfterScriptFlush(t *testing.T) {
+	servers := map[string]*redis.Client{"miniredis": redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})}
+	if !testing.Short() {
+		servers["redis"] = testredis.StartPersistent(t).Client(t)
+	}
+	for name, rdb := range servers {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			prefix := "lettaqtest:" + uuid.NewString() + ":"
+			r := NewReplies(rdb, RepliesOptions{Prefix: prefix})
+			wr := newWriter(rdb, r)
+			var trips atomic.Int64
+			exec := wr.exec
+			wr.exec = func(ctx context.Context, ops []pipelineOp) []error {
+				trips.Add(1)
+				return exec(ctx, ops)
+			}
+			conv := Conversation{Integration: "test", ChatID: "flush"}
+			p := wr.newProgress(conv, func(err error) { t.Error(err) })
+			defer p.close()
+			for batch := range 3 {
+				if batch > 0 {
+					if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				// The turn's event, then a read of its stream, then
+				// another event and a read: each read must see the
+				// events before it.
+				var lens [2]*redis.IntCmd
+				op := func(i int) pipelineOp {
+					return func(ctx context.Context, pl redis.Pipeliner, sha bool) func() error {
+						lens[i] = pl.XLen(ctx, r.Key(conv))
+						return lens[i].Err
+					}
+				}
+				evA, err := p.prepare(ReplyEvent{Type: EventAnswerDelta, TaskID: "t", Text: fmt.Sprint(batch, "a")}, "")
+				if err != nil {
+					t.Fatal(err)
+				}
+				ev, err := p.prepare(ReplyEvent{Type: EventAnswerDelta, TaskID: "t", Text: fmt.Sprint(batch, "b")}, "")
+				if err != nil {
+					t.Fatal(err)
+				}
+				before := trips.Load()
+				// [event a] [XLEN] queued (the writer runs once do
+				// schedules it), then do's [event b] [XLEN]: one round trip.
+				p.wr.mu.Lock()
+				p.queue = append(p.queue, progressItem{ev: evA}, progressItem{op: op(0)})
+				p.wr.mu.Unlock()
+				if err := p.do(ctx, []*preparedEvent{ev}, op(1)); err != nil {
+					t.Fatalf("batch %d: %v", batch, err)
+				}
+				if got, want := fmt.Sprint(lens[0].Val(), lens[1].Val()), fmt.Sprint(2*batch+1, 2*batch+2); got != want {
+					t.Errorf("batch %d: the reads after the events saw %s entries, want %s", batch, got, want)
+				}
+				if n := trips.Load() - before; n != 1 {
+					t.Errorf("batch %d: %d writer round trips", batch, n)
+				}
+			}
+			if got := fmt.Sprint(streamTexts(t, r, conv)); got != "[0a 0b 1a 1b 2a 2b]" {
+				t.Errorf("stream %s", got)
+			}
 		})
 	}
 }
