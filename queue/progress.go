@@ -41,6 +41,9 @@ type writer struct {
 	replies *Replies
 	// exec runs a round trip's ops (runOps; tests replace it).
 	exec func(ctx context.Context, ops []pipelineOp) []error
+	// tripped, when set, hears how each round trip went: its outage
+	// (tripErr), or nil (Worker.Ready).
+	tripped func(error)
 
 	mu        sync.Mutex
 	ready     []*progress // turns with queued items, in the order they became ready
@@ -639,6 +642,9 @@ func (wr *writer) write(batch []taken) {
 		ctx, cancel := context.WithTimeout(context.Background(), writerTimeout)
 		errs := wr.exec(ctx, ops)
 		cancel()
+		if wr.tripped != nil {
+			wr.tripped(tripErr(errs))
+		}
 		for k, err := range errs {
 			for _, r := range refs[covers[k].from:covers[k].to] {
 				e := err

@@ -171,7 +171,7 @@ func StartWorker(ctx context.Context, cfg WorkerConfig, logger *slog.Logger, std
 				if !r.ready.Load() {
 					return errors.New("not taking turns")
 				}
-				return nil
+				return q.w.Ready() // its writes and Asynq's dequeue and leases
 			},
 		})
 		srv = NewHTTPServer(h, HTTPServerOptions{IdleTimeout: cfg.HTTPIdleTimeout, BodyTimeout: cfg.HTTPBodyTimeout})

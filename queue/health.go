@@ -1,0 +1,230 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// health is what a worker knows of its own ability to start and finish
+// turns, for its readiness (Worker.Ready): whether the writer's round trips
+// (every turn's events, journal and release) go through, and whether Asynq
+// meets Redis trouble of its own (its log lines: asynqLogger), such as
+// failing to take tasks off the queue or to extend their leases.
+type health struct {
+	now func() time.Time
+
+	mu sync.Mutex
+	// writerErr: the writer's last round trip failed as a whole, as when
+	// Redis cannot be reached (nil: it went through).
+	writerErr error
+	probing   bool      // a probe round trip is on its way (probeWrites)
+	probed    time.Time // when the last one started
+	// asynqErr is Asynq's last line about Redis trouble, at asynqAt.
+	asynqErr string
+	asynqAt  time.Time
+	outage   outageLog
+}
+
+// asynqTroubleFor is how long an Asynq line about Redis trouble keeps the
+// worker not ready: a little more than the longest gap between two such
+// lines while the trouble lasts (Asynq writes its server state every 5 s and
+// logs a dequeue error at most every 3 s).
+const asynqTroubleFor = 7 * time.Second
+
+// probeEvery bounds how often a failing writer is tried with a probe round
+// trip (a PING through it) when no turn writes.
+const probeEvery = time.Second
+
+func (h *health) clock() time.Time {
+	if h.now != nil {
+		return h.now()
+	}
+	return time.Now()
+}
+
+// tripped records how the writer's round trip went: err is its outage (see
+// tripErr), nil when it went through.
+func (h *health) tripped(err error) {
+	h.mu.Lock()
+	h.writerErr = err
+	h.mu.Unlock()
+}
+
+// asynqTrouble records an Asynq line about Redis trouble.
+func (h *health) asynqTrouble(msg string) {
+	h.mu.Lock()
+	h.asynqErr, h.asynqAt = msg, h.clock()
+	h.mu.Unlock()
+}
+
+// ready says why the worker cannot start or finish turns now (nil: it can).
+// With the writer failing it has probe try a round trip (at most every
+// probeEvery, one at a time), so that the worker finds out by itself when
+// Redis is back even with no turn to write for.
+func (h *health) ready(probe func()) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	now := h.clock()
+	if err := h.writerErr; err != nil {
+		if !h.probing && now.Sub(h.probed) >= probeEvery && probe != nil {
+			h.probing, h.probed = true, now
+			go func() {
+				probe()
+				h.mu.Lock()
+				h.probing = false
+				h.mu.Unlock()
+			}()
+		}
+		return fmt.Errorf("the turns' writes to Redis fail: %w", err)
+	}
+	if h.asynqErr != "" && now.Sub(h.asynqAt) < asynqTroubleFor {
+		return fmt.Errorf("asynq: %s", h.asynqErr)
+	}
+	return nil
+}
+
+// tripErr is the outage a round trip's errors show: the first error when
+// every op failed and it is not Redis refusing a command for a reason of
+// its own (a wrong type, a script error: that op's trouble, not the
+// writer's), else nil.
+func tripErr(errs []error) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	for _, err := range errs {
+		if err == nil {
+			return nil
+		}
+	}
+	if !isOutage(errs[0]) {
+		return nil
+	}
+	return errs[0]
+}
+
+// isOutage reports whether err says Redis cannot be reached or cannot take
+// writes now (a connection error, a timeout, a server loading its data or
+// that is a replica), rather than refusing a command of ours.
+func isOutage(err error) bool {
+	if err == nil {
+		return false
+	}
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return true // not a reply: the connection, a timeout, a closed client
+	}
+	for _, p := range []string{"LOADING", "READONLY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "BUSY"} {
+		if redis.HasErrorPrefix(re, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// Ready reports whether the worker can start and finish turns: nil, or
+// why not (its writes to Redis fail, or Asynq cannot take tasks off the
+// queue, write its state or extend its tasks' leases). It never waits on
+// Redis; once Redis is back it says so by itself (a failing writer is tried
+// with a PING through it, at most once a second, while Ready is asked).
+// The worker's HTTP server answers /readyz with it.
+func (w *Worker) Ready() error { return w.health.ready(w.probeWrites) }
+
+// probeWrites runs one round trip of the writer (a PING): its result is the
+// writer's health.
+func (w *Worker) probeWrites() {
+	ctx, cancel := context.WithTimeout(context.Background(), writerTimeout)
+	defer cancel()
+	p := w.writer.newProgress(Conversation{}, func(error) {})
+	defer p.close()
+	_ = p.do(ctx, nil, func(ctx context.Context, pl redis.Pipeliner, _ bool) func() error {
+		return pl.Ping(ctx).Err
+	})
+}
+
+// Asynq's log lines about Redis trouble (asynq v0.26: processor,
+// forwarder, heartbeater).
+var asynqRedisLines = []string{
+	"Dequeue error",
+	"Failed to forward scheduled tasks",
+	"Failed to write server state data",
+	"Failed to extend lease",
+}
+
+// asynqRedisLine reports whether msg is one of asynqRedisLines about an
+// outage (its error is one of connection, timeout or a server not taking
+// writes: see outageText).
+func asynqRedisLine(msg string) bool {
+	for _, p := range asynqRedisLines {
+		if strings.HasPrefix(msg, p) {
+			return outageText(msg)
+		}
+	}
+	return false
+}
+
+// outageText reports whether an error's text (as Asynq prints it) says Redis
+// cannot be reached or cannot take writes now.
+func outageText(s string) bool {
+	for _, p := range []string{"connection refused", "i/o timeout", "EOF", "connection reset", "broken pipe",
+		"no route to host", "network is unreachable", "no such host", "deadline exceeded",
+		"use of closed network connection", "client is closed", "pool timeout", "LOADING", "READONLY", "MASTERDOWN", "CLUSTERDOWN"} {
+		if strings.Contains(s, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// asynqLease is Asynq's task lease (asynq v0.26, base.LeaseDuration): an
+// outage longer than it lets Asynq's recoverer run the tasks in flight again.
+const asynqLease = 30 * time.Second
+
+// Backoff of the "waiting for Redis" warnings of an outage.
+const (
+	outageWarnFirst = 500 * time.Millisecond
+	outageWarnMax   = 30 * time.Second
+	// outageGap: a line this long after the last one starts a new outage.
+	outageGap = 15 * time.Second
+)
+
+// outageLog folds Asynq's lines about a Redis outage into one "waiting for
+// Redis" warning per backoff step (500 ms doubling to 30 s), and says once,
+// as an error, when the outage outlasts a task's lease. Guarded by health.mu.
+type outageLog struct {
+	start, last, next time.Time
+	step              time.Duration
+	folded            int
+	long              bool // the error is written
+}
+
+// line logs (or folds) Asynq's line msg about an outage, at now.
+func (o *outageLog) line(l *slog.Logger, msg string, now time.Time) {
+	if o.start.IsZero() || now.Sub(o.last) > outageGap {
+		*o = outageLog{start: now, next: now, step: outageWarnFirst}
+	}
+	o.last = now
+	down := now.Sub(o.start)
+	if !o.long && down > asynqLease {
+		o.long = true
+		l.Error("Redis unreachable for longer than a task's lease: Asynq may run the turns that were in flight again",
+			"down_for", down.Round(time.Millisecond).String(), "lease", asynqLease.String(), "asynq", msg)
+		return
+	}
+	if now.Before(o.next) {
+		o.folded++
+		return
+	}
+	attrs := []any{"down_for", down.Round(time.Millisecond).String(), "next_warning_in", o.step.String(), "asynq", msg}
+	if o.folded > 0 {
+		attrs = append(attrs, "folded", o.folded)
+	}
+	l.Warn("waiting for Redis: Asynq cannot reach it", attrs...)
+	o.folded, o.next, o.step = 0, now.Add(o.step), min(2*o.step, outageWarnMax)
+}
