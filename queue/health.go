@@ -50,7 +50,7 @@ func (h *health) clock() time.Time {
 }
 
 // tripped records how the writer's round trip went: err is its outage (see
-// tripErr), nil when it went through.
+// batchOutage), nil when it went through.
 func (h *health) tripped(err error) {
 	h.mu.Lock()
 	h.writerErr = err
@@ -90,23 +90,26 @@ func (h *health) ready(probe func()) error {
 	return nil
 }
 
-// tripErr is the outage a round trip's errors show: the first error when
-// every op failed and it is not Redis refusing a command for a reason of
-// its own (a wrong type, a script error: that op's trouble, not the
-// writer's), else nil.
-func tripErr(errs []error) error {
-	if len(errs) == 0 {
-		return nil
-	}
-	for _, err := range errs {
-		if err == nil {
-			return nil
+// batchOutage is the outage the errors a round trip gives its items show:
+// the first error when every item failed and it is not Redis refusing a
+// command for a reason of its own (a wrong type, a script error: that
+// item's trouble, not the writer's), else nil.
+func batchOutage(batch []taken) error {
+	var first error
+	for _, tk := range batch {
+		for _, err := range tk.errs {
+			if err == nil {
+				return nil
+			}
+			if first == nil {
+				first = err
+			}
 		}
 	}
-	if !isOutage(errs[0]) {
+	if !isOutage(first) {
 		return nil
 	}
-	return errs[0]
+	return first
 }
 
 // isOutage reports whether err says Redis cannot be reached or cannot take

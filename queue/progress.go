@@ -42,7 +42,7 @@ type writer struct {
 	// exec runs a round trip's ops (runOps; tests replace it).
 	exec func(ctx context.Context, ops []pipelineOp) []error
 	// tripped, when set, hears how each round trip went: its outage
-	// (tripErr), or nil (Worker.Ready).
+	// (batchOutage), or nil (Worker.Ready).
 	tripped func(error)
 
 	mu        sync.Mutex
@@ -642,9 +642,6 @@ func (wr *writer) write(batch []taken) {
 		ctx, cancel := context.WithTimeout(context.Background(), writerTimeout)
 		errs := wr.exec(ctx, ops)
 		cancel()
-		if wr.tripped != nil {
-			wr.tripped(tripErr(errs))
-		}
 		for k, err := range errs {
 			for _, r := range refs[covers[k].from:covers[k].to] {
 				e := err
@@ -656,6 +653,10 @@ func (wr *writer) write(batch []taken) {
 				}
 			}
 		}
+	}
+	if wr.tripped != nil && len(ops) > 0 {
+		// What the turns are told, not only what Redis answered.
+		wr.tripped(batchOutage(batch))
 	}
 	// The events are written: free again (see progress.beat), before
 	// anyone hears so.
