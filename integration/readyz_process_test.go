@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -143,4 +144,25 @@ func TestProcessReadyzAcrossRedisRestart(t *testing.T) {
 	if code, body := readyz(); code != http.StatusOK {
 		t.Errorf("/readyz at the end: %d %s", code, body)
 	}
+	// An 8 s restart is routine: warnings, no error lines (issue 24).
+	var errs []string
+	for _, l := range strings.Split(w.out.String(), "\n") {
+		if strings.Contains(l, "level=ERROR") {
+			errs = append(errs, l)
+		}
+	}
+	if len(errs) > 0 {
+		t.Errorf("the worker logged %d error lines for an 8 s Redis restart:\n%s", len(errs), strings.Join(errs, "\n"))
+	}
+	warns := map[string]int{}
+	for _, l := range strings.Split(w.out.String(), "\n") {
+		if _, rest, ok := strings.Cut(l, "level=WARN msg="); ok {
+			msg := rest
+			if q, err := strconv.QuotedPrefix(rest); err == nil {
+				msg = q
+			}
+			warns[msg]++
+		}
+	}
+	t.Logf("the worker's warnings: %v", warns)
 }

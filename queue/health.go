@@ -152,12 +152,14 @@ func (w *Worker) probeWrites() {
 }
 
 // Asynq's log lines about Redis trouble (asynq v0.26: processor,
-// forwarder, heartbeater).
+// forwarder, heartbeater, janitor, recoverer).
 var asynqRedisLines = []string{
 	"Dequeue error",
 	"Failed to forward scheduled tasks",
 	"Failed to write server state data",
 	"Failed to extend lease",
+	"Failed to delete expired completed tasks",
+	"recoverer: could not",
 }
 
 // asynqRedisLine reports whether msg is one of asynqRedisLines about an
