@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lettaq/lettaq/internal/evalcmd"
 	"github.com/lettaq/lettaq/internal/testredis"
 )
 
@@ -231,6 +232,55 @@ func TestWriterKeepsOrderAfterScriptFlush(t *testing.T) {
 			}
 			if got := fmt.Sprint(streamTexts(t, r, conv)); got != "[0a 0b 1a 1b 2a 2b]" {
 				t.Errorf("stream %s", got)
+			}
+		})
+	}
+}
+
+// BenchmarkFollowedScriptLoads: what a turn's last round trip pays for
+// keeping its writes in order after a script flush (runOpsFollowed): SCRIPT
+// LOAD of the scripts other ops follow (the events' and the task result's),
+// on a Redis that has them, in a pipeline of their own here. On a
+// redis-server of the benchmark's own, whose main thread's CPU is reported
+// per round trip.
+func BenchmarkFollowedScriptLoads(b *testing.B) {
+	ctx := context.Background()
+	rdb := testredis.StartPersistent(b).Client(b)
+	srcs := []string{}
+	for _, sha := range []string{replyEmitManyScript.Hash(), writeResultScript.Hash()} {
+		src, ok := evalcmd.Source(sha)
+		if !ok {
+			b.Fatal("not registered")
+		}
+		srcs = append(srcs, src)
+	}
+	// The loads, and for comparison as many PINGs (a round trip's own cost).
+	for _, v := range []struct {
+		name string
+		add  func(p redis.Pipeliner, src string)
+	}{
+		{"script-load", func(p redis.Pipeliner, src string) { p.ScriptLoad(ctx, src) }},
+		{"ping", func(p redis.Pipeliner, _ string) { p.Ping(ctx) }},
+	} {
+		b.Run(v.name, func(b *testing.B) {
+			trip := func() {
+				p := rdb.Pipeline()
+				for _, s := range srcs {
+					v.add(p, s)
+				}
+				if _, err := p.Exec(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+			trip()
+			cpu0 := testredis.MainCPU(ctx, rdb)
+			b.ResetTimer()
+			for range b.N {
+				trip()
+			}
+			b.StopTimer()
+			if cpu1 := testredis.MainCPU(ctx, rdb); cpu1 > cpu0 {
+				b.ReportMetric((cpu1-cpu0)*1e6/float64(b.N), "redis-cpu-µs/round-trip")
 			}
 		})
 	}
