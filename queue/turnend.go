@@ -211,9 +211,11 @@ func (t *turn) deliverAtOnce(ctx context.Context, log *slog.Logger, outcome stri
 	if err != nil {
 		return t.undelivered(ctx, log, err)
 	}
-	// The release happens only with the final event written (its marker);
-	// the other writes may land without it, and say so until the retry
-	// writes over them (see undelivered).
+	// The release happens only with the final event written (its marker):
+	// a pipeline's commands each run on their own (issue 24). The record
+	// and the result may land without the event; the next attempt, which
+	// does not take a record without the marker for finished (see run),
+	// writes over them.
 	ops := append(append([]pipelineOp{save}, t.resultOps(outcome, answer, approval)...), t.releaseOpsAfter(marker)...)
 	t.progress.dropQueuedSaves() // this record is newer
 	t.mu.Lock()
