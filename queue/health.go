@@ -64,30 +64,44 @@ func (h *health) asynqTrouble(msg string) {
 	h.mu.Unlock()
 }
 
+// asynqBack records that Asynq's own connection answers again (probe): its
+// lines about the outage no longer keep the worker not ready.
+func (h *health) asynqBack(since time.Time) {
+	h.mu.Lock()
+	if !h.asynqAt.After(since) {
+		h.asynqErr = ""
+	}
+	h.mu.Unlock()
+}
+
 // ready says why the worker cannot start or finish turns now (nil: it can).
-// With the writer failing it has probe try a round trip (at most every
-// probeEvery, one at a time), so that the worker finds out by itself when
-// Redis is back even with no turn to write for.
-func (h *health) ready(probe func()) error {
+// When it cannot, it has probe try Redis as the turns and Asynq reach it (at
+// most every probeEvery, one at a time; probe gets when it started), so that
+// the worker finds out by itself when Redis is back even with no turn to
+// write for, without waiting for Asynq's lines to stop (asynqTroubleFor).
+func (h *health) ready(probe func(started time.Time)) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	now := h.clock()
-	if err := h.writerErr; err != nil {
-		if !h.probing && now.Sub(h.probed) >= probeEvery && probe != nil {
-			h.probing, h.probed = true, now
-			go func() {
-				probe()
-				h.mu.Lock()
-				h.probing = false
-				h.mu.Unlock()
-			}()
-		}
-		return fmt.Errorf("the turns' writes to Redis fail: %w", err)
+	var err error
+	switch {
+	case h.writerErr != nil:
+		err = fmt.Errorf("the turns' writes to Redis fail: %w", h.writerErr)
+	case h.asynqErr != "" && now.Sub(h.asynqAt) < asynqTroubleFor:
+		err = fmt.Errorf("asynq: %s", h.asynqErr)
+	default:
+		return nil
 	}
-	if h.asynqErr != "" && now.Sub(h.asynqAt) < asynqTroubleFor {
-		return fmt.Errorf("asynq: %s", h.asynqErr)
+	if !h.probing && now.Sub(h.probed) >= probeEvery && probe != nil {
+		h.probing, h.probed = true, now
+		go func() {
+			probe(now)
+			h.mu.Lock()
+			h.probing = false
+			h.mu.Unlock()
+		}()
 	}
-	return nil
+	return err
 }
 
 // batchOutage is the outage the errors a round trip gives its items show:
@@ -134,21 +148,29 @@ func isOutage(err error) bool {
 // Ready reports whether the worker can start and finish turns: nil, or
 // why not (its writes to Redis fail, or Asynq cannot take tasks off the
 // queue, write its state or extend its tasks' leases). It never waits on
-// Redis; once Redis is back it says so by itself (a failing writer is tried
-// with a PING through it, at most once a second, while Ready is asked).
-// The worker's HTTP server answers /readyz with it.
-func (w *Worker) Ready() error { return w.health.ready(w.probeWrites) }
+// Redis; once Redis is back it says so by itself: while it is not ready, a
+// probe (at most once a second) sends a PING through the writer and one on
+// Asynq's own connection. The worker's HTTP server answers /readyz with it.
+func (w *Worker) Ready() error { return w.health.ready(w.probe) }
 
-// probeWrites runs one round trip of the writer (a PING): its result is the
-// writer's health.
-func (w *Worker) probeWrites() {
+// probe runs one round trip of the writer (a PING: its result is the
+// writer's health), then, when it went through, PINGs Redis on Asynq's
+// connection: an answer there ends the trouble Asynq's lines since started
+// told of.
+func (w *Worker) probe(started time.Time) {
 	ctx, cancel := context.WithTimeout(context.Background(), writerTimeout)
 	defer cancel()
 	p := w.writer.newProgress(Conversation{}, func(error) {})
 	defer p.close()
-	_ = p.do(ctx, nil, func(ctx context.Context, pl redis.Pipeliner, _ bool) func() error {
+	err := p.do(ctx, nil, func(ctx context.Context, pl redis.Pipeliner, _ bool) func() error {
 		return pl.Ping(ctx).Err
 	})
+	if err != nil {
+		return
+	}
+	if srv := w.srv.Load(); srv != nil && srv.Ping() == nil {
+		w.health.asynqBack(started)
+	}
 }
 
 // Asynq's log lines about Redis trouble (asynq v0.26: processor,
