@@ -117,7 +117,7 @@ func TestProcessReadyzAcrossRedisRestart(t *testing.T) {
 		t.Fatalf("start redis again: %v", err)
 	}
 	upAt := time.Now()
-	readyAt, body := waitReadyz(http.StatusOK, 20*time.Second, "Redis back")
+	readyAt, body := waitReadyz(http.StatusOK, 10*time.Second, "Redis back")
 	t.Logf("/readyz 200 again %v after Redis was back: %s", readyAt.Sub(upAt).Round(time.Millisecond), body)
 	if d := time.Until(upAt.Add(3 * time.Second)); d > 0 {
 		time.Sleep(d)
