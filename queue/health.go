@@ -22,7 +22,7 @@ type health struct {
 	// writerErr: the writer's last round trip failed as a whole, as when
 	// Redis cannot be reached (nil: it went through).
 	writerErr error
-	probing   bool      // a probe round trip is on its way (probeWrites)
+	probing   bool      // a probe is on its way (Worker.probe)
 	probed    time.Time // when the last one started
 	// asynqErr is Asynq's last line about Redis trouble, at asynqAt.
 	asynqErr string
@@ -31,13 +31,14 @@ type health struct {
 }
 
 // asynqTroubleFor is how long an Asynq line about Redis trouble keeps the
-// worker not ready: a little more than the longest gap between two such
-// lines while the trouble lasts (Asynq writes its server state every 5 s and
-// logs a dequeue error at most every 3 s).
+// worker not ready, unless a probe finds Redis answering Asynq before: a
+// little more than the longest gap between two such lines while the trouble
+// lasts (Asynq writes its server state every 5 s and logs a dequeue error at
+// most every 3 s).
 const asynqTroubleFor = 7 * time.Second
 
-// probeEvery bounds how often a failing writer is tried with a probe round
-// trip (a PING through it) when no turn writes.
+// probeEvery bounds how often a worker that is not ready probes Redis
+// (Worker.probe).
 const probeEvery = time.Second
 
 func (h *health) clock() time.Time {
