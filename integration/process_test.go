@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -18,6 +19,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/lettaq/lettaq/agentclient"
+	"github.com/lettaq/lettaq/internal/app"
 	"github.com/lettaq/lettaq/ordering"
 	"github.com/lettaq/lettaq/queue"
 )
@@ -41,6 +43,11 @@ const (
 	// envThreadMode: the worker's thread mode (default agent); "agent" as
 	// the ordering scope with envOrdering=agent.
 	envThreadMode = "LETTAQ_E2E_THREAD_MODE"
+	// envApp runs the worker as cmd/worker wires it (app.StartWorker,
+	// with its HTTP server on a free port, printed as "HTTP <addr>").
+	envApp = "LETTAQ_E2E_APP"
+	// appToken is the app worker's LETTAQ_HTTP_TOKEN.
+	appToken = "e2e-token"
 )
 
 func TestMain(m *testing.M) {
@@ -53,6 +60,9 @@ func TestMain(m *testing.M) {
 // childWorker runs a worker until SIGTERM (graceful) or SIGKILL.
 func childWorker() int {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).With("worker", os.Getenv(envID))
+	if os.Getenv(envApp) == "1" {
+		return childAppWorker(log)
+	}
 	db := 0
 	fmt.Sscan(os.Getenv(envRedisDB), &db)
 	b := testBudget()
@@ -108,12 +118,52 @@ func childWorker() int {
 	return 0
 }
 
+// childAppWorker runs the worker as cmd/worker wires it (see envApp)
+// until SIGTERM or SIGKILL.
+func childAppWorker(log *slog.Logger) int {
+	vars := map[string]string{
+		"REDIS_URL":                  fmt.Sprintf("redis://%s/%s", os.Getenv(envRedis), os.Getenv(envRedisDB)),
+		"LETTAQ_KEY_PREFIX":          os.Getenv(envPrefix),
+		"LETTAQ_QUEUES":              os.Getenv(envQueue),
+		"LETTA_BASE_URL":             os.Getenv(envLetta),
+		"LETTAQ_WORKER_ID":           os.Getenv(envID),
+		"LETTAQ_HTTP_ADDR":           "127.0.0.1:0",
+		"LETTAQ_HTTP_TOKEN":          appToken,
+		"LETTAQ_CONCURRENCY":         "50",
+		"LETTAQ_TASK_CHECK_INTERVAL": "50ms",
+		"LETTAQ_HEARTBEAT_INTERVAL":  "200ms",
+		"LETTAQ_SHUTDOWN_TIMEOUT":    "2s",
+	}
+	cfg, err := app.ParseWorkerConfig(nil, func(k string) string { return vars[k] }, io.Discard)
+	if err != nil {
+		log.Error("worker config", "error", err)
+		return 2
+	}
+	cfg.Budget = testBudget()
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	r, err := app.StartWorker(ctx, cfg, log, io.Discard)
+	if err != nil {
+		log.Error("start worker", "error", err)
+		return 2
+	}
+	fmt.Println("HTTP " + r.HTTPAddr)
+	fmt.Println("READY")
+	<-r.Done()
+	if err := r.Err(); err != nil {
+		log.Error("worker", "error", err)
+		return 1
+	}
+	return 0
+}
+
 // proc is a worker child process.
 type proc struct {
 	id   string
 	cmd  *exec.Cmd
 	out  *syncBuffer
 	done chan struct{}
+	http string // an app worker's HTTP address (envApp)
 }
 
 type syncBuffer struct {
@@ -154,6 +204,9 @@ func (e *env) spawnWorker(id string, extraEnv ...string) *proc {
 		sc := bufio.NewScanner(stdout)
 		once := sync.Once{}
 		for sc.Scan() {
+			if addr, ok := strings.CutPrefix(sc.Text(), "HTTP "); ok {
+				p.http = addr // before READY: read once ready is closed
+			}
 			if strings.TrimSpace(sc.Text()) == "READY" {
 				once.Do(func() { close(ready) })
 			}

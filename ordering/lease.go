@@ -153,7 +153,7 @@ func (l *Lease) stopRenewal() { l.s.renew.remove(l) }
 // with !done, the task itself. Release may be called more than once.
 func (l *Lease) Release(ctx context.Context, done bool) (next string, err error) {
 	l.stopRenewal()
-	res, err := releaseLua.Call(ctx, l.s.rdb, l.releaseArgs(done)).Slice()
+	res, err := releaseLua.Call(ctx, l.s.rdb, l.releaseArgs(done, "")).Slice()
 	if err != nil {
 		return "", fmt.Errorf("ordering: release %s on %q: %w", l.taskID, l.key, err)
 	}

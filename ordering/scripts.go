@@ -113,10 +113,14 @@ end
 return out
 `)
 
-// releaseLua: KEYS[1]=line, KEYS[2]=lock, KEYS[3]=done marker of task;
-// ARGV[1]=task, ARGV[2]=token, ARGV[3]=done ("1"/"0"), ARGV[4]=done ttl ms. Returns {head (empty string when empty), held ('1' if the
-// lock was still ours)}.
+// releaseLua: KEYS[1]=line, KEYS[2]=lock, KEYS[3]=done marker of task,
+// optional KEYS[4]=a key that must exist for the release to happen (the
+// turn's final event's marker: ReleaseCmdAfter); ARGV[1]=task,
+// ARGV[2]=token, ARGV[3]=done ("1"/"0"), ARGV[4]=done ttl ms. Returns {head
+// (empty string when empty), held ('1' if the lock was still ours)}, or
+// {"", "0", "missing"} when KEYS[4] does not exist (nothing was changed).
 var releaseLua = evalcmd.New(`
+if KEYS[4] and redis.call('EXISTS', KEYS[4]) == 0 then return {'', '0', 'missing'} end
 local ours = '0'
 if redis.call('HGET', KEYS[2], 'token') == ARGV[2] then
   redis.call('DEL', KEYS[2])

@@ -11,6 +11,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/lettaq/lettaq/internal/evalcmd"
 )
 
 // Reply events: the wire format is specified in docs/reply-events.md (the one copy of it).
@@ -440,8 +442,12 @@ func appendReplyData(b []byte, ev *ReplyEvent) (_ []byte, ok bool) {
 // ARGV: maxlen, ttl_ms, stream_ttl_ms, then per event: "1" when it has a
 // marker (written once) else "0", then its 14 field/value strings (the 5
 // pairs before "seq", then the 2 after).
-// Returns per event: written (1/0), entry id, seq.
-var replyEmitManyScript = redis.NewScript(`
+// Returns per event: written (1, or 0 when its marker was there), entry id,
+// seq; or -1, the error, 0 when its own commands failed (a stream or seq key
+// of the wrong type): an event's error is its own (redis.pcall), the other
+// events of the call are written all the same (issue 24), and a failed event
+// takes no seq.
+var replyEmitManyScript = redis.NewScript(evalcmd.Register(`
 local maxlen = ARGV[1]
 local ttl = tonumber(ARGV[2])
 local sttl = tonumber(ARGV[3])
@@ -455,25 +461,35 @@ while a <= #ARGV do
   if marker and redis.call('EXISTS', marker) == 1 then
     out[#out + 1] = 0; out[#out + 1] = ''; out[#out + 1] = 0
   else
-    local seq = redis.call('INCR', seqk)
-    if ttl > 0 and seq == 1 then redis.call('PEXPIRE', seqk, ttl) end
-    local id = redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*',
-      ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5],
-      ARGV[a + 6], ARGV[a + 7], ARGV[a + 8], ARGV[a + 9], ARGV[a + 10],
-      'seq', tostring(seq), ARGV[a + 11], ARGV[a + 12], ARGV[a + 13], ARGV[a + 14])
-    if sttl > 0 and not expiring[stream] then
-      redis.call('PEXPIRE', stream, sttl)
-      expiring[stream] = true
+    local id
+    local seq = redis.pcall('INCR', seqk)
+    if type(seq) == 'table' then
+      id = seq -- the error
+    else
+      if ttl > 0 and seq == 1 then redis.call('PEXPIRE', seqk, ttl) end
+      id = redis.pcall('XADD', stream, 'MAXLEN', '~', maxlen, '*',
+        ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5],
+        ARGV[a + 6], ARGV[a + 7], ARGV[a + 8], ARGV[a + 9], ARGV[a + 10],
+        'seq', tostring(seq), ARGV[a + 11], ARGV[a + 12], ARGV[a + 13], ARGV[a + 14])
+      if type(id) == 'table' then redis.call('DECR', seqk) end
     end
-    if marker then
-      if ttl > 0 then redis.call('SET', marker, id, 'PX', ttl) else redis.call('SET', marker, id) end
+    if type(id) == 'table' then
+      out[#out + 1] = -1; out[#out + 1] = id.err; out[#out + 1] = 0
+    else
+      if sttl > 0 and not expiring[stream] then
+        redis.call('PEXPIRE', stream, sttl)
+        expiring[stream] = true
+      end
+      if marker then
+        if ttl > 0 then redis.call('SET', marker, id, 'PX', ttl) else redis.call('SET', marker, id) end
+      end
+      out[#out + 1] = 1; out[#out + 1] = id; out[#out + 1] = seq
     end
-    out[#out + 1] = 1; out[#out + 1] = id; out[#out + 1] = seq
   end
   a = a + 15
 end
 return out
-`)
+`))
 
 // preparedEvent is an event encoded for replyEmitManyScript, and where its
 // result goes.
@@ -490,6 +506,10 @@ type preparedEvent struct {
 	passing bool
 	id      string
 	seq     int64
+	// writeErr: the event's own commands failed in the script call that
+	// wrote the others (readEmitMany); the writer reports it as the
+	// event's error.
+	writeErr error
 	// err: for an event a caller waits for (progress.do), how its round
 	// trip ended (read it only when do did not return errNotWaited).
 	err error
@@ -629,7 +649,7 @@ func (r *Replies) prepareInto(pe *preparedEvent, last **eventHead, c Conversatio
 	// (busy is the progress's, under the writer's lock.)
 	pe.typ, pe.head, pe.at, pe.data = ev.Type, h, at, data
 	pe.passing = ev.Type == EventPhase && ev.Approval == nil && ev.Phase != PhaseAwaitingApproval
-	pe.written, pe.id, pe.seq, pe.err = false, "", 0, nil
+	pe.written, pe.id, pe.seq, pe.err, pe.writeErr = false, "", 0, nil, nil
 	return nil
 }
 
@@ -723,7 +743,18 @@ func (r *Replies) emitManyArgs(evs []*preparedEvent) ([]string, []any) {
 	return keys, args
 }
 
-// readEmitMany reads replyEmitManyScript's reply into evs.
+// eventWriteError is an event's own failure in a script call that wrote the
+// others (see replyEmitManyScript): the event is surely not written.
+type eventWriteError struct {
+	typ EventType
+	msg string // Redis's error
+}
+
+func (e *eventWriteError) Error() string { return "queue: emit " + string(e.typ) + " event: " + e.msg }
+
+// readEmitMany reads replyEmitManyScript's reply into evs. Its error is the
+// call's (nothing was written, or what was is not known); an event whose own
+// commands failed gets its writeErr.
 func (r *Replies) readEmitMany(c *redis.Cmd, evs []*preparedEvent) error {
 	res, err := c.Slice()
 	if err != nil {
@@ -734,10 +765,14 @@ func (r *Replies) readEmitMany(c *redis.Cmd, evs []*preparedEvent) error {
 	}
 	for i, pe := range evs {
 		ok, _ := res[3*i].(int64)
-		pe.written = ok == 1
-		if pe.written {
+		pe.written, pe.writeErr = ok == 1, nil
+		switch {
+		case pe.written:
 			pe.id, _ = res[3*i+1].(string)
 			pe.seq, _ = res[3*i+2].(int64)
+		case ok == -1:
+			msg, _ := res[3*i+1].(string)
+			pe.writeErr = &eventWriteError{typ: pe.typ, msg: msg}
 		}
 	}
 	return nil

@@ -375,11 +375,23 @@ func (t *turn) wake(ctx context.Context, next string) {
 // when the ordering keys are on the writer's Redis (the worker made both
 // clients from Asynq's connection). If the release does not happen there,
 // processTask releases as usual (releasing twice is harmless).
-func (t *turn) releaseOps() []pipelineOp {
+func (t *turn) releaseOps() []pipelineOp { return t.releaseOpsAfter("") }
+
+// releaseOpsAfter is releaseOps for a release sent in the same round trip
+// as the turn's final event, whose marker is after: the release happens
+// only if the marker exists then, so that a final event whose write failed
+// never lets go of its turn's place (issue 24; processTask then releases
+// as for any attempt that retries). On a Redis that is not one server the
+// marker and the line need not share a slot, and the release is left to
+// processTask.
+func (t *turn) releaseOpsAfter(after string) []pipelineOp {
 	if t.lease == nil || !t.w.seqOnWorkerRedis() || t.w.replies.rdb != t.w.rdb {
 		return nil
 	}
-	cmd, next := t.lease.ReleaseCmd(true)
+	if _, single := t.w.rdb.(*redis.Client); after != "" && !single {
+		return nil
+	}
+	cmd, next := t.lease.ReleaseCmdAfter(true, after)
 	return []pipelineOp{func(ctx context.Context, p redis.Pipeliner, sha bool) func() error {
 		c := cmd(ctx, sha)
 		_ = p.Process(ctx, c) // the error is c's, read below
@@ -392,6 +404,9 @@ func (t *turn) readRelease(c *redis.Cmd, next func(*redis.Cmd) (string, error)) 
 	n, err := next(c)
 	if isNoScript(err) {
 		return err // runOps sends it again
+	}
+	if errors.Is(err, ordering.ErrNotReleased) {
+		return nil // the final event is not written: processTask releases (not done)
 	}
 	if err == nil {
 		t.mu.Lock() // the writer's goroutine: processTask may have stopped waiting

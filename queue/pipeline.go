@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"slices"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -25,10 +26,30 @@ func scriptOp(s *evalcmd.Script, args []any, read func(*redis.Cmd) error) pipeli
 	}
 }
 
-// runOps runs ops in one pipeline, in order, and returns each op's error.
-// Ops whose script Redis did not have (NOSCRIPT: a new or restarted Redis)
-// run again, in order, as EVAL in a second round trip.
+// runOps runs ops in one pipeline, in order, and returns each op's error
+// (see runOpsFollowed: ops are taken for the writes of one caller, each
+// after the one before it).
 func runOps(ctx context.Context, rdb redis.UniversalClient, ops []pipelineOp) []error {
+	return runOpsFollowed(ctx, rdb, ops, nil)
+}
+
+// runOpsFollowed runs ops in one pipeline, in order, and returns each op's
+// error. followed[i] says that a later op of the round trip must run after
+// op i (the same turn's next write); nil: every op but the last.
+//
+// A pipeline's commands each run on their own: a script call that Redis
+// answers NOSCRIPT (a new or restarted Redis, SCRIPT FLUSH) does nothing,
+// and the commands after it run all the same. So the scripts that a
+// followed op calls are loaded first, in the same round trip (SCRIPT LOAD,
+// registered scripts: evalcmd.Register), and a later write never overtakes
+// an earlier one (issue 24: a turn's journal save, intent or release ran
+// before its event, sent again as EVAL in a second round trip). Ops whose
+// script Redis still did not have (no later op of theirs followed) run
+// again, in order, as EVAL in a second round trip.
+//
+// On a cluster the loads are not sent (a pipeline's commands for different
+// nodes do not run in order anyway).
+func runOpsFollowed(ctx context.Context, rdb redis.UniversalClient, ops []pipelineOp, followed []bool) []error {
 	errs := make([]error, len(ops))
 	idx := make([]int, len(ops))
 	for i := range idx {
@@ -40,8 +61,16 @@ func runOps(ctx context.Context, rdb redis.UniversalClient, ops []pipelineOp) []
 		}
 		p := rdb.Pipeline()
 		fins := make([]func() error, len(idx))
+		var loads []string
 		for k, i := range idx {
+			from := p.Len()
 			fins[k] = ops[i](ctx, p, sha)
+			if sha && (followed == nil && i < len(ops)-1 || followed != nil && followed[i]) {
+				loads = scriptsOf(p, from, loads)
+			}
+		}
+		if _, single := rdb.(*redis.Client); len(loads) > 0 && single {
+			p = withLoads(ctx, rdb, p, loads)
 		}
 		_, _ = p.Exec(ctx) // every command's error is read by its op
 		var again []int
@@ -54,6 +83,44 @@ func runOps(ctx context.Context, rdb redis.UniversalClient, ops []pipelineOp) []
 		idx = again
 	}
 	return errs
+}
+
+// cmdsOf is what a go-redis pipeline shows of its queued commands.
+type cmdsOf interface{ Cmds() []redis.Cmder }
+
+// scriptsOf appends to loads the registered scripts that p's commands from
+// index from call by EVALSHA (once each).
+func scriptsOf(p redis.Pipeliner, from int, loads []string) []string {
+	q, ok := p.(cmdsOf)
+	if !ok {
+		return loads
+	}
+	for _, c := range q.Cmds()[from:] {
+		args := c.Args()
+		if len(args) < 2 || c.Name() != "evalsha" {
+			continue
+		}
+		sha, _ := args[1].(string)
+		if src, ok := evalcmd.Source(sha); ok && !slices.Contains(loads, src) {
+			loads = append(loads, src)
+		}
+	}
+	return loads
+}
+
+// withLoads returns a pipeline of SCRIPT LOAD of each of loads, then p's
+// commands (the same commands: their ops read them).
+func withLoads(ctx context.Context, rdb redis.UniversalClient, p redis.Pipeliner, loads []string) redis.Pipeliner {
+	q, ok := p.(cmdsOf)
+	if !ok {
+		return p
+	}
+	lp := rdb.Pipeline()
+	for _, src := range loads {
+		lp.ScriptLoad(ctx, src) // its failure shows as the scripts' NOSCRIPT
+	}
+	_ = lp.BatchProcess(ctx, q.Cmds()...)
+	return lp
 }
 
 func isNoScript(err error) bool {

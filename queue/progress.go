@@ -41,6 +41,9 @@ type writer struct {
 	replies *Replies
 	// exec runs a round trip's ops (runOps; tests replace it).
 	exec func(ctx context.Context, ops []pipelineOp) []error
+	// tripped, when set, hears how each round trip went: its outage
+	// (batchOutage), or nil (Worker.Ready).
+	tripped func(error)
 
 	mu        sync.Mutex
 	ready     []*progress // turns with queued items, in the order they became ready
@@ -60,6 +63,11 @@ type writer struct {
 	covers []refSpan
 	ops    []pipelineOp
 	args   argArena
+	// followed[k]: a later op of the round trip writes for a turn that op
+	// k writes for (runOpsFollowed keeps them in order); last is each
+	// turn's last op.
+	followed []bool
+	last     []int
 }
 
 // itemRef is an item of a round trip: batch[t].items[i].
@@ -81,7 +89,9 @@ const progressKeep = 1
 
 func newWriter(rdb redis.UniversalClient, replies *Replies) *writer {
 	wr := &writer{rdb: rdb, replies: replies}
-	wr.exec = func(ctx context.Context, ops []pipelineOp) []error { return runOps(ctx, wr.rdb, ops) }
+	wr.exec = func(ctx context.Context, ops []pipelineOp) []error {
+		return runOpsFollowed(ctx, wr.rdb, ops, wr.followed)
+	}
 	return wr
 }
 
@@ -502,6 +512,10 @@ func (wr *writer) loop() {
 			wr.errs = make([]error, n)
 		}
 		items, errs, batch := wr.items[:0], wr.errs[:n], wr.batch[:0]
+		// The array may hold the errors of an earlier round trip (keep
+		// cut the slice, not what is behind it): a write here reports only
+		// its own error (issue 24: an outage's errors came back for good).
+		clear(errs)
 		for j := range k {
 			p := wr.ready[j]
 			wr.ready[j] = nil
@@ -523,12 +537,34 @@ func (wr *writer) loop() {
 		} else {
 			wr.ready = wr.ready[k:]
 		}
-		// errs too: the next round's clear(wr.errs) must reach every error
-		// this round may set, or a failed write's errors would be read as
-		// those of the writes that take their places next time.
 		wr.items, wr.errs, wr.batch = items, errs, batch
 		wr.mu.Unlock()
 		wr.write(batch)
+	}
+}
+
+// follow sets wr.followed for the round trip's ops (covers and refs: which
+// items each op writes).
+func (wr *writer) follow(batch []taken, ops []pipelineOp, covers []refSpan, refs []itemRef) {
+	if cap(wr.last) < len(batch) {
+		wr.last = make([]int, len(batch))
+	}
+	last := wr.last[:len(batch)]
+	for k, c := range covers {
+		for _, r := range refs[c.from:c.to] {
+			last[r.t] = k
+		}
+	}
+	if cap(wr.followed) < len(ops) {
+		wr.followed = make([]bool, len(ops))
+	}
+	wr.followed = wr.followed[:len(ops)]
+	for k, c := range covers {
+		f := false
+		for _, r := range refs[c.from:c.to] {
+			f = f || last[r.t] > k
+		}
+		wr.followed[k] = f
 	}
 }
 
@@ -602,16 +638,25 @@ func (wr *writer) write(batch []taken) {
 		}
 	}
 	if len(ops) > 0 {
+		wr.follow(batch, ops, covers, refs)
 		ctx, cancel := context.WithTimeout(context.Background(), writerTimeout)
 		errs := wr.exec(ctx, ops)
 		cancel()
 		for k, err := range errs {
-			if err != nil {
-				for _, r := range refs[covers[k].from:covers[k].to] {
-					batch[r.t].errs[r.i] = err
+			for _, r := range refs[covers[k].from:covers[k].to] {
+				e := err
+				if ev := batch[r.t].items[r.i].ev; e == nil && ev != nil {
+					e = ev.writeErr // its own error, in a call that wrote the others
+				}
+				if e != nil {
+					batch[r.t].errs[r.i] = e
 				}
 			}
 		}
+	}
+	if wr.tripped != nil && len(ops) > 0 {
+		// What the turns are told, not only what Redis answered.
+		wr.tripped(batchOutage(batch))
 	}
 	// The events are written: free again (see progress.beat), before
 	// anyone hears so.

@@ -209,7 +209,8 @@ func (t *turn) deliver(ctx context.Context, log *slog.Logger, outcome string, ev
 // next attempt (see run).
 func (t *turn) deliverAtOnce(ctx context.Context, log *slog.Logger, outcome string, ev ReplyEvent, answer string, approval *ToolEvent) error {
 	defer t.progress.endEvents()
-	pe, err := t.progress.prepare(ev, t.w.replies.answeredKey(ev.TaskID))
+	marker := t.w.replies.answeredKey(ev.TaskID)
+	pe, err := t.progress.prepare(ev, marker)
 	if err != nil {
 		return t.undelivered(ctx, log, err)
 	}
@@ -218,7 +219,12 @@ func (t *turn) deliverAtOnce(ctx context.Context, log *slog.Logger, outcome stri
 	if err != nil {
 		return t.undelivered(ctx, log, err)
 	}
-	ops := append(append([]pipelineOp{save}, t.resultOps(outcome, answer, approval)...), t.releaseOps()...)
+	// The release happens only with the final event written (its marker):
+	// a pipeline's commands each run on their own (issue 24). The record
+	// and the result may land without the event; the next attempt, which
+	// does not take a record without the marker for finished (see run),
+	// writes over them.
+	ops := append(append([]pipelineOp{save}, t.resultOps(outcome, answer, approval)...), t.releaseOpsAfter(marker)...)
 	t.progress.dropQueuedSaves() // this record is newer
 	t.mu.Lock()
 	lat, ttft := t.latency(now), t.rec.TTFT

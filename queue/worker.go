@@ -164,6 +164,7 @@ type Worker struct {
 	inflight  sync.WaitGroup               // handlers, so that shutdown waits for their bookkeeping
 	srv       atomic.Pointer[asynq.Server] // set by Run: its Ping uses Asynq's own connection
 	permanent permanentSet                 // tasks whose handler's error was permanent, until Asynq logs their archiving
+	health    health                       // what Ready says
 }
 
 // errShutdown is the cause of the handlers' context when the worker shuts
@@ -355,6 +356,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	}
 	w.approvals = newApprovals(w.replies)
 	w.writer = newWriter(w.replies.rdb, w.replies)
+	w.writer.tripped = w.health.tripped
 	w.threads = &threads{mode: mode, rdb: w.replies.rdb, prefix: w.replies.opts.Prefix, client: w.client, lock: w.ord == nil,
 		lockTTL: w.cfg.Budget.ThreadResolution() + threadLockSlack}
 	return w, nil
@@ -412,7 +414,7 @@ func (w *Worker) ServerConfig() asynq.Config {
 		IsFailure:                w.isFailure,
 		Queues:                   w.cfg.Queues,
 		ShutdownTimeout:          w.cfg.ShutdownTimeout,
-		Logger:                   newAsynqLogger(w.log.With(slog.String("component", "asynq")), &w.permanent),
+		Logger:                   newAsynqLogger(w.log.With(slog.String("component", "asynq")), &w.permanent, &w.health),
 		LogLevel:                 asynq.WarnLevel,
 		ErrorHandler: asynq.ErrorHandlerFunc(func(ctx context.Context, _ *asynq.Task, err error) {
 			if id, ok := asynq.GetTaskID(ctx); ok && errors.Is(err, asynq.SkipRetry) {
@@ -599,16 +601,35 @@ func IsFailure(err error) bool {
 // asynqLogger adapts slog to asynq.Logger. Asynq logs "Retry exhausted for task id=…" when
 // it archives a task, also one whose handler returned a permanent error (SkipRetry) and was
 // never retried; lettaq's line says which it was instead.
+//
+// Its lines about a Redis outage (asynqRedisLines) tell the worker's health
+// (Worker.Ready), and fold into one "waiting for Redis" warning per backoff
+// step: a routine restart of Redis is a warning, not a page of errors; an
+// outage longer than a task's lease is an error, once (issue 24).
 type asynqLogger struct {
 	l         *slog.Logger
 	permanent *permanentSet
+	health    *health
 }
 
 // NewAsynqLogger returns an asynq.Logger that writes to l.
-func NewAsynqLogger(l *slog.Logger) asynq.Logger { return asynqLogger{l: l} }
+func NewAsynqLogger(l *slog.Logger) asynq.Logger { return asynqLogger{l: l, health: &health{}} }
 
-func newAsynqLogger(l *slog.Logger, permanent *permanentSet) asynq.Logger {
-	return asynqLogger{l: l, permanent: permanent}
+func newAsynqLogger(l *slog.Logger, permanent *permanentSet, h *health) asynq.Logger {
+	return asynqLogger{l: l, permanent: permanent, health: h}
+}
+
+// outage logs an Asynq line about a Redis outage (see asynqLogger); false
+// when msg is not one.
+func (a asynqLogger) outage(msg string) bool {
+	if a.health == nil || !asynqRedisLine(msg) {
+		return false
+	}
+	a.health.asynqTrouble(msg)
+	a.health.mu.Lock()
+	a.health.outage.line(a.l, msg, a.health.clock())
+	a.health.mu.Unlock()
+	return true
 }
 
 func (a asynqLogger) Debug(args ...any) { a.l.Debug(fmt.Sprint(args...)) }
@@ -625,10 +646,19 @@ func (a asynqLogger) Warn(args ...any) {
 		a.l.Warn("task archived: its retries are used up", "task_id", id)
 		return
 	}
+	if a.outage(msg) {
+		return
+	}
 	a.l.Warn(msg)
 }
 
-func (a asynqLogger) Error(args ...any) { a.l.Error(fmt.Sprint(args...)) }
+func (a asynqLogger) Error(args ...any) {
+	msg := fmt.Sprint(args...)
+	if a.outage(msg) {
+		return
+	}
+	a.l.Error(msg)
+}
 func (a asynqLogger) Fatal(args ...any) {
 	a.l.Error(fmt.Sprint(args...), "fatal", true)
 	os.Exit(1)

@@ -171,7 +171,7 @@ func StartWorker(ctx context.Context, cfg WorkerConfig, logger *slog.Logger, std
 				if !r.ready.Load() {
 					return errors.New("not taking turns")
 				}
-				return nil
+				return q.w.Ready() // its writes and Asynq's dequeue and leases
 			},
 		})
 		srv = NewHTTPServer(h, HTTPServerOptions{IdleTimeout: cfg.HTTPIdleTimeout, BodyTimeout: cfg.HTTPBodyTimeout})
@@ -197,6 +197,7 @@ func StartWorker(ctx context.Context, cfg WorkerConfig, logger *slog.Logger, std
 			up = waitForRedis(ctx, rdb, redisAddr(connOpt), logger, pingErr) == nil
 		}
 		if up {
+			logPersistence(ctx, rdb, logger, cfg.Dev)
 			r.ready.Store(true)
 			r.err = q.run(ctx)
 			r.ready.Store(false)

@@ -9,6 +9,7 @@ package evalcmd
 import (
 	"context"
 	"slices"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -20,10 +21,31 @@ type Script struct {
 	hash, src any // boxed once
 }
 
-// New returns the Script of src.
+// New returns the Script of src (registered: see Source).
 func New(src string) *Script {
-	s := redis.NewScript(src)
+	s := redis.NewScript(Register(src))
 	return &Script{Script: s, hash: s.Hash(), src: src}
+}
+
+// sources are the registered scripts' texts by hash.
+var sources sync.Map // hash → text
+
+// Register records src under its hash, for Source, and returns it: a caller
+// that sends a script's EVALSHA in a pipeline may then load it first (SCRIPT
+// LOAD). New registers its scripts; wrap the text of one made with
+// redis.NewScript: redis.NewScript(evalcmd.Register(`…`)).
+func Register(src string) string {
+	sources.Store(redis.NewScript(src).Hash(), src)
+	return src
+}
+
+// Source returns the text of the registered script whose hash is sha.
+func Source(sha string) (string, bool) {
+	v, ok := sources.Load(sha)
+	if !ok {
+		return "", false
+	}
+	return v.(string), true
 }
 
 // Args returns the start of a call's command (EVALSHA, the hash, nkeys),

@@ -1,0 +1,165 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// capture is a slog handler that keeps its records.
+type capture struct {
+	mu   sync.Mutex
+	recs []slog.Record
+}
+
+func (c *capture) Enabled(context.Context, slog.Level) bool { return true }
+func (c *capture) Handle(_ context.Context, r slog.Record) error {
+	c.mu.Lock()
+	c.recs = append(c.recs, r.Clone())
+	c.mu.Unlock()
+	return nil
+}
+func (c *capture) WithAttrs([]slog.Attr) slog.Handler { return c }
+func (c *capture) WithGroup(string) slog.Handler      { return c }
+
+func (c *capture) lines(level slog.Level) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for _, r := range c.recs {
+		if r.Level == level {
+			out = append(out, r.Message)
+		}
+	}
+	return out
+}
+
+// A routine Redis restart logs at warn: Asynq's lines about the outage
+// (dequeue, forwarding, server state, lease extension, each repeated) fold
+// into one "waiting for Redis" warning per backoff step (500 ms doubling),
+// and an outage longer than a task's lease (30 s) is an error, once (issue
+// 24). Asynq's other errors, and these lines with an error that is not an
+// outage, stay errors.
+func TestAsynqOutageLinesFold(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	h := &health{now: func() time.Time { return now }}
+	c := &capture{}
+	a := newAsynqLogger(slog.New(c), nil, h)
+	refused := "dial tcp 127.0.0.1:6379: connect: connection refused"
+	outage := func(d time.Duration) {
+		// What Asynq writes during d of an outage: a dequeue error every
+		// 3 s, forwarding every 5 s, server state and leases every 5 s.
+		for at := time.Duration(0); at < d; at += 250 * time.Millisecond {
+			now = now.Add(250 * time.Millisecond)
+			if at%(3*time.Second) == 0 {
+				a.Error("Dequeue error: " + refused)
+			}
+			if at%(5*time.Second) == 0 {
+				a.Error("Failed to forward scheduled tasks: " + refused)
+				a.Error("Failed to write server state data: UNKNOWN: " + refused)
+				a.Error("Failed to extend lease for tasks [a b]: " + refused)
+			}
+		}
+	}
+	outage(8 * time.Second) // a routine restart
+	if errs := c.lines(slog.LevelError); len(errs) > 0 {
+		t.Errorf("an 8 s outage logged errors: %q", errs)
+	}
+	warns := c.lines(slog.LevelWarn)
+	// Lines at 0, 3, 5 and 6 s: warnings at 0, 3 (past 0.5), 5 (past
+	// 3+1), and the one at 6 s folded (before 5+2).
+	if len(warns) != 3 || warns[0] != "waiting for Redis: Asynq cannot reach it" {
+		t.Errorf("an 8 s outage: warnings %q, want 3 of waiting for Redis", warns)
+	}
+	if err := h.ready(nil); err == nil || !strings.Contains(err.Error(), "connection refused") {
+		t.Errorf("ready during the outage: %v", err)
+	}
+	now = now.Add(asynqTroubleFor)
+	if err := h.ready(nil); err != nil {
+		t.Errorf("ready %v after the outage: %v", asynqTroubleFor, err)
+	}
+
+	// A long outage (a new one: after outageGap): an error once, past
+	// the lease.
+	now = now.Add(outageGap)
+	c.recs = nil
+	outage(2 * time.Minute)
+	if errs := c.lines(slog.LevelError); len(errs) != 1 || !strings.Contains(errs[0], "longer than a task's lease") {
+		t.Errorf("a 2 min outage: errors %q, want one about the lease", errs)
+	}
+	if warns := c.lines(slog.LevelWarn); len(warns) > 9 { // 0, .5, 1.5, 3.5, 7.5, 15.5, 31.5, 61.5, 91.5 s
+		t.Errorf("a 2 min outage: %d warnings, want one per backoff step", len(warns))
+	}
+
+	// Not an outage: an error as Asynq wrote it.
+	c.recs = nil
+	a.Error("Failed to forward scheduled tasks: WRONGTYPE Operation against a key holding the wrong kind of value")
+	a.Error("recovering from panic")
+	if errs := c.lines(slog.LevelError); len(errs) != 2 {
+		t.Errorf("other errors: %q", errs)
+	}
+}
+
+// Ready follows the writer: a round trip that fails as a whole (Redis
+// unreachable) makes the worker not ready, naming the error; with no turn
+// writing, Ready's own probe through the writer finds Redis back (issue 24:
+// /readyz said ready while every write of the worker failed).
+func TestReadyFollowsTheWriter(t *testing.T) {
+	rjEach(t, func(t *testing.T, b rjBackend) {
+		r := NewReplies(b.rdb, RepliesOptions{Prefix: b.prefix})
+		w := &Worker{replies: r}
+		w.writer = newWriter(b.rdb, r)
+		w.writer.tripped = w.health.tripped
+		var down sync.Mutex
+		isDown := true
+		exec := w.writer.exec
+		w.writer.exec = func(ctx context.Context, ops []pipelineOp) []error {
+			down.Lock()
+			d := isDown
+			down.Unlock()
+			if d {
+				errs := make([]error, len(ops))
+				for i := range errs {
+					errs[i] = errRefused
+				}
+				return errs
+			}
+			return exec(ctx, ops)
+		}
+		if err := w.Ready(); err != nil {
+			t.Fatalf("ready at start: %v", err)
+		}
+		p := w.writer.newProgress(Conversation{Integration: "test", ChatID: "ready"}, func(error) {})
+		defer p.close()
+		if err := p.do(context.Background(), nil, func(ctx context.Context, pl redis.Pipeliner, _ bool) func() error {
+			return pl.Ping(ctx).Err
+		}); !errors.Is(err, errRefused) {
+			t.Fatalf("write while down: %v", err)
+		}
+		if err := w.Ready(); err == nil || !strings.Contains(err.Error(), "connection refused") {
+			t.Fatalf("ready while the writes fail: %v", err)
+		}
+		// Not a Redis outage: a command refused is that op's trouble.
+		if err := fmt.Errorf("queue: emit: %w", redis.Nil); isOutage(err) {
+			t.Errorf("%v taken for an outage", err)
+		}
+		down.Lock()
+		isDown = false
+		down.Unlock()
+		w.health.tripped(errRefused)
+		deadline := time.Now().Add(10 * time.Second)
+		for w.Ready() != nil {
+			if time.Now().After(deadline) {
+				t.Fatalf("still not ready 10 s after Redis came back: %v", w.Ready())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
+}
