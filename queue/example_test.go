@@ -7,6 +7,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/hibiken/asynq"
 
 	"github.com/lettaq/lettaq/budget"
@@ -38,19 +39,32 @@ func ExampleMessage_Validate() {
 }
 
 // Enqueue a message; a second delivery of the same message id is reported
-// as a duplicate, not enqueued again.
+// as a duplicate, not enqueued again. (An in-memory Redis stands in for
+// yours: give ClientConfig.Redis your Redis's address.)
 func ExampleClient_Enqueue() {
-	c, err := queue.NewClient(queue.ClientConfig{Redis: asynq.RedisClientOpt{Addr: "127.0.0.1:6379"}, Budget: budget.Default()})
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		log.Fatal(err)
+	}
+	defer mr.Close()
+
+	c, err := queue.NewClient(queue.ClientConfig{Redis: asynq.RedisClientOpt{Addr: mr.Addr()}, Budget: budget.Default()})
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer c.Close()
-	res, err := c.Enqueue(context.Background(), queue.Message{AgentID: "agent-1", Text: "hello",
-		Conversation: queue.Conversation{Integration: "telegram", ChatID: "123"}, MessageID: "987"})
-	if err != nil {
-		log.Fatal(err)
+	m := queue.Message{AgentID: "agent-1", Text: "hello",
+		Conversation: queue.Conversation{Integration: "telegram", ChatID: "123"}, MessageID: "987"}
+	for range 2 { // the webhook delivered twice
+		res, err := c.Enqueue(context.Background(), m)
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Println(res.TaskID, "duplicate:", res.Duplicate, "queue:", res.Queue, "position:", res.Position)
 	}
-	fmt.Println(res.TaskID, res.Duplicate)
+	// Output:
+	// turn:telegram:123:987 duplicate: false queue: lettaq position: 0
+	// turn:telegram:123:987 duplicate: true queue: lettaq position: 0
 }
 
 // Run a worker until SIGTERM; turns in flight get ShutdownTimeout to finish
