@@ -2,10 +2,13 @@ package lettasim_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 
 	"github.com/lettaq/lettaq/integration/lettasim"
@@ -194,4 +197,83 @@ func Example_approval() {
 	// stop: end_turn
 	// [DONE]
 	// stored answers: 1
+}
+
+// askAgent is the code under test of Example_inYourTest: a function of your own that asks a
+// Letta agent a question over Letta's REST API at baseURL (your Letta server's address in
+// production) and returns the assistant's answer.
+func askAgent(ctx context.Context, client *http.Client, baseURL, agentID, question string) (string, error) {
+	body, err := json.Marshal(map[string]any{"messages": []map[string]string{{"role": "user", "content": question}}})
+	if err != nil {
+		return "", err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, baseURL+"/v1/agents/"+agentID+"/messages", bytes.NewReader(body))
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("letta answered %s", resp.Status)
+	}
+	var out struct {
+		Messages []struct {
+			MessageType string `json:"message_type"`
+			Content     string `json:"content"`
+		} `json:"messages"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return "", err
+	}
+	for _, m := range out.Messages {
+		if m.MessageType == "assistant_message" {
+			return m.Content, nil
+		}
+	}
+	return "", errors.New("no assistant message")
+}
+
+// lettasim in your own test, as httptest.NewServer is for any HTTP server: start a server,
+// point the code under test at its URL, check what it got and what the agent received, and
+// Close. In a test function it reads:
+//
+//	func TestAskAgent(t *testing.T) {
+//		srv := lettasim.NewServer(lettasim.Config{TimeScale: 0.001})
+//		defer srv.Close()
+//		agent := srv.CreateAgent("support-bot", &script)
+//		got, err := askAgent(t.Context(), srv.Client(), srv.URL, agent, "where is my order?")
+//		if err != nil || got != "It ships on Monday." { t.Fatalf(...) }
+//	}
+//
+// agentclient.New(agentclient.Config{BaseURL: srv.URL}) points lettaq's own client at it the
+// same way.
+func Example_inYourTest() {
+	srv := lettasim.NewServer(lettasim.Config{TimeScale: 0.001})
+	defer srv.Close()
+	script := lettasim.QuickScript("It ships on Monday.")
+	agent := srv.CreateAgent("support-bot", &script)
+	ctx := context.Background()
+
+	got, err := askAgent(ctx, srv.Client(), srv.URL, agent, "where is my order?")
+	fmt.Printf("answer: %q, error: %v\n", got, err)
+
+	// Letta failing before it stored anything: the code under test reports it.
+	srv.SetFault(agent, lettasim.Fault{Status5xxBeforeStore: http.StatusServiceUnavailable})
+	_, err = askAgent(ctx, srv.Client(), srv.URL, agent, "hello?")
+	fmt.Println("error:", err)
+
+	// What the agent received: one user message, the refused one was not stored.
+	for _, m := range srv.History(agent) {
+		if m.Type == "user_message" {
+			fmt.Println("stored:", m.Text)
+		}
+	}
+	// Output:
+	// answer: "It ships on Monday.", error: <nil>
+	// error: letta answered 503 Service Unavailable
+	// stored: where is my order?
 }
