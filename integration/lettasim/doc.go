@@ -17,7 +17,7 @@
 //
 // New returns the bare http.Handler (a *Sim) to mount elsewhere; Close it to end the runs in
 // flight. Config.APIKey turns on bearer-token checks, Config.PingInterval sets the keep-alive
-// interval (20s by default, like Letta), Config.AutoCreateAgents accepts any well-formed agent id (dev mode),
+// interval (20s by default, like Letta), Config.AutoCreateAgents accepts any well-formed agent id (for load tests; a real server answers 404),
 // Config.OneRunPerAgent answers 409 "conversation busy" to a send while the agent is running.
 //
 // Endpoints (also under the /latest/ alias): POST /v1/agents/{id}/messages/stream;

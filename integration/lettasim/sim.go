@@ -35,8 +35,9 @@ type Config struct {
 	// newest rows but returns them oldest-first.
 	DescPagesOldestFirst bool
 	// AutoCreateAgents creates an agent (with the default script) the first time an unknown but
-	// well-formed agent id (agent-<uuid4>) is used, instead of answering 404. Handy for a
-	// worker's dev mode.
+	// well-formed agent id (agent-<uuid4>) is used, instead of answering 404 as Letta does. For
+	// load tests whose processes agree on ids without talking (integration/bench); dev mode
+	// leaves it off, so a mistyped id fails there as it would in production.
 	AutoCreateAgents bool
 	// OneRunPerAgent answers a send to an agent that has a run in progress with 409
 	// {"detail": {"message": "CONVERSATION_BUSY: ...", "run_id": <the running run>}} and stores

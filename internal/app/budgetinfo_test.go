@@ -166,7 +166,7 @@ func TestBudgetEndpoint(t *testing.T) {
 	if got.Formula != BudgetFormula(b) {
 		t.Errorf("formula = %q", got.Formula)
 	}
-	if got.TaskType != queue.TaskType || got.PayloadVersion != queue.PayloadVersion || got.MaxRetry != 7 ||
+	if got.TaskType != queue.TaskType || got.PayloadVersion != queue.PayloadVersion || got.MaxRetry != queue.TaskMaxRetry(7) ||
 		got.RetentionSeconds != int64(queue.DefaultRetention/time.Second) ||
 		got.Queues["hi"] != 3 || got.Queues["lo"] != 1 || got.EnqueueQueue != "hi" ||
 		got.KeyPrefix != "{lq}:" || got.Ordering != "agent" || got.OrderingPrefix != queue.OrderingPrefix("{lq}:") {

@@ -523,7 +523,7 @@ func ParseWorkerConfig(args []string, getenv func(string) string, out io.Writer)
 	})
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			WriteUsage(out, "worker [flags]\n       worker healthcheck [--timeout D]    (GET this worker's /readyz: exit 0 ready, 1 not; see worker healthcheck --help)", "Runs lettaq turns: takes messages from Redis (Asynq), streams them to Letta agents,\nwrites reply events. Every flag overrides the environment variable named with it.", vars, helpTaskTimeout(l))
+			WriteUsage(out, "worker [flags]\n       worker healthcheck [--timeout D]    (GET this worker's /readyz: exit 0 ready, 1 not; see worker healthcheck --help)\n       worker check-config [flags]         (check the configuration and exit: 0 the worker would start, 2 not, with why)", "Runs lettaq turns: takes messages from Redis (Asynq), streams them to Letta agents,\nwrites reply events. Every flag overrides the environment variable named with it.", vars, helpTaskTimeout(l))
 			return WorkerConfig{}, errHelp
 		}
 		return WorkerConfig{}, &ConfigError{Errs: []error{err}}

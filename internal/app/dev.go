@@ -13,8 +13,8 @@ import (
 )
 
 // Names of dev mode's demo agents. Their ids are minted at start ("agent-<uuid4>", as Letta's);
-// GET /v1/agents/?name= finds them, and enqueue --agent takes a name. Any other well-formed
-// agent id is created on first use with the quick script.
+// GET /v1/agents/?name= finds them, and enqueue --agent takes a name. Any other agent id is
+// answered 404, as Letta answers it (POST /v1/agents/ creates one, with the quick script).
 const (
 	DemoAgent      = "demo"       // answers at once, token by token
 	DemoAgentTools = "demo-tools" // looks something up with a tool first
@@ -91,8 +91,7 @@ func StartDev(redisAddr, lettaAddr string) (*DevEnv, error) {
 	if err := mr.StartAddr(redisAddr); err != nil {
 		return nil, fmt.Errorf("LETTAQ_DEV_REDIS_ADDR=%q: cannot listen (is another dev worker running?): %v", redisAddr, err)
 	}
-	sim := lettasim.New(lettasim.Config{AutoCreateAgents: true, PingInterval: DevPingInterval,
-		DefaultScript: DemoScripts()[DemoAgent]})
+	sim := lettasim.New(lettasim.Config{PingInterval: DevPingInterval, DefaultScript: DemoScripts()[DemoAgent]})
 	agents := map[string]string{}
 	for _, name := range DemoAgentNames {
 		sc := DemoScripts()[name]

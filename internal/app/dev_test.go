@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/lettaq/lettaq/agentclient"
 )
 
@@ -189,6 +191,39 @@ func TestDevAgentsByName(t *testing.T) {
 		code, _, errOut := enqueue(t, r, "--agent", name, "hi")
 		if code != ExitUsage || !strings.Contains(errOut, want) {
 			t.Errorf("--agent %s: exit %d, stderr %q", name, code, errOut)
+		}
+	}
+}
+
+// Dev mode's simulator answers an agent id it does not know with 404, as Letta does: it used to
+// create the agent on first use, so a mistyped id got an answer in dev and an error in
+// production. The demo agents are still there.
+func TestDevUnknownAgentIDIsNotFound(t *testing.T) {
+	r := startDevWorker(t)
+	unknown := "agent-" + uuid.NewString()
+	resp, err := http.Get(r.LettaURL + "/v1/agents/" + unknown)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Errorf("GET /v1/agents/<unknown id> = %d, want 404", resp.StatusCode)
+	}
+	code, out, errOut := enqueue(t, r, "--wait", "--timeout=30s", "--agent", unknown, "anyone there?")
+	if code != ExitFailed || !strings.Contains(errOut, "not found") {
+		t.Errorf("enqueue --wait --agent <unknown id>: exit %d, stdout %q, stderr %q; want exit %d and Letta's not found", code, out, errOut, ExitFailed)
+	}
+	if n := len(r.Dev.Sim.UserMessages(unknown)); n != 0 {
+		t.Errorf("the unknown agent received %d messages", n)
+	}
+	for _, name := range DemoAgentNames {
+		resp, err := http.Get(r.LettaURL + "/v1/agents/" + r.Dev.Agents[name])
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("demo agent %s: GET = %d", name, resp.StatusCode)
 		}
 	}
 }

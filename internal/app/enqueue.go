@@ -105,11 +105,11 @@ func RunEnqueue(ctx context.Context, args []string, getenv func(string) string, 
 	o.timeout = 10 * time.Minute
 	fs.Var(durationValue{&o.timeout}, "timeout", "")
 	fs.StringVar(&o.ordering, "ordering", envOr("LETTAQ_ORDERING", "conversation"), "")
-	if err := (intValue{&o.maxRetry}).Set(envOr("LETTAQ_MAX_RETRY", strconv.Itoa(queue.DefaultMaxRetry))); err != nil {
+	if err := (countValue{&o.maxRetry}).Set(envOr("LETTAQ_MAX_RETRY", strconv.Itoa(queue.DefaultMaxRetry))); err != nil {
 		fmt.Fprintf(stderr, "enqueue: LETTAQ_MAX_RETRY=%q: %v\n", getenv("LETTAQ_MAX_RETRY"), err)
 		return ExitUsage
 	}
-	fs.Var(intValue{&o.maxRetry}, "max-retry", "")
+	fs.Var(countValue{&o.maxRetry}, "max-retry", "")
 	o.limit = 20
 	fs.Var(intValue{&o.limit}, "limit", "")
 	usage := func() {
@@ -197,12 +197,12 @@ Time budget: the task timeout is computed from the LETTAQ_* budget variables, as
 	case len(pos) > 0:
 		text = strings.Join(pos, " ")
 	case stdin != nil && !IsTerminalReader(stdin):
-		data, err := io.ReadAll(io.LimitReader(stdin, queue.MaxTextBytes+1))
+		t, err := readStdinText(stdin)
 		if err != nil {
-			fmt.Fprintf(stderr, "enqueue: reading stdin: %v\n", err)
+			fmt.Fprintf(stderr, "enqueue: %v\n", err)
 			return ExitUsage
 		}
-		text = strings.TrimRight(string(data), "\r\n")
+		text = t
 	}
 	if answerVerb != "" {
 		return o.answer(ctx, answerVerb, pos, connOpt, b, rdb, stdout, stderr)
@@ -291,6 +291,34 @@ Time budget: the task timeout is computed from the LETTAQ_* budget variables, as
 	return follow(ctx, replies, conv, res, after, o, stdout, stderr)
 }
 
+// maxStdinCount bounds how far enqueue reads a text on stdin that is over queue.MaxTextBytes,
+// to tell its real size (counted, not kept).
+const maxStdinCount = 64 << 20
+
+// readStdinText reads the message text from stdin, without its trailing line breaks. A text
+// over queue.MaxTextBytes is refused with its real size (up to maxStdinCount; "more than" past
+// it), read to the end but not held.
+func readStdinText(stdin io.Reader) (string, error) {
+	const room = queue.MaxTextBytes + 2 // the text and a trailing "\r\n", trimmed below
+	data, err := io.ReadAll(io.LimitReader(stdin, room))
+	if err != nil {
+		return "", fmt.Errorf("reading stdin: %v", err)
+	}
+	if len(data) == room {
+		rest, err := io.Copy(io.Discard, io.LimitReader(stdin, maxStdinCount-room+1))
+		if err != nil {
+			return "", fmt.Errorf("reading stdin: %v", err)
+		}
+		switch total := room + rest; {
+		case total > maxStdinCount:
+			return "", fmt.Errorf("the text on stdin is more than %d bytes, more than the limit of %d", maxStdinCount, queue.MaxTextBytes)
+		case rest > 0:
+			return "", fmt.Errorf("the text on stdin is %d bytes, more than the limit of %d", total, queue.MaxTextBytes)
+		}
+	}
+	return strings.TrimRight(string(data), "\r\n"), nil
+}
+
 func stderrIfWait(wait bool, stdout, stderr io.Writer) io.Writer {
 	if wait {
 		return stderr
@@ -336,6 +364,11 @@ func enqueueBudget(dev bool, getenv func(string) string) (budget.Config, error) 
 	})
 }
 
+// devRedisTries is how many reads in a row enqueue --dev --wait lets fail before it gives up:
+// a dev Redis that stops answering is a dev worker that stopped, and its queue went with it. A
+// real Redis is waited for until --timeout (it comes back; the turn is still in it).
+const devRedisTries = 3
+
 // follow reads the conversation's reply events for res's turn until its final event.
 func follow(ctx context.Context, replies *queue.Replies, conv queue.Conversation, res queue.EnqueueResult, after string, o enqueueOpts, stdout, stderr io.Writer) int {
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
@@ -347,6 +380,7 @@ func follow(ctx context.Context, replies *queue.Replies, conv queue.Conversation
 	var lastSeq int64
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
+	failures := 0 // reads failed in a row
 	for {
 		evs, last, err := replies.Read(ctx, conv, after, 100, 250*time.Millisecond)
 		if ctx.Err() != nil {
@@ -360,6 +394,12 @@ func follow(ctx context.Context, replies *queue.Replies, conv queue.Conversation
 		}
 		if err != nil {
 			v.clearStatus()
+			failures++
+			if o.dev && failures >= devRedisTries {
+				fmt.Fprintf(stderr, "enqueue: the dev worker's Redis at %s stopped answering (%d tries): dev mode keeps its queue in memory, in the worker's process, so this turn ended with it (was `worker --dev` stopped?): %v\n",
+					o.devRedis, failures, err)
+				return ExitNoRedis
+			}
 			fmt.Fprintf(stderr, "enqueue: reading replies: %v\n", err)
 			select {
 			case <-ctx.Done():
@@ -367,6 +407,7 @@ func follow(ctx context.Context, replies *queue.Replies, conv queue.Conversation
 			}
 			continue
 		}
+		failures = 0
 		after = last
 		for _, ev := range evs {
 			if ev.TaskID != res.TaskID || ev.Seq <= lastSeq {

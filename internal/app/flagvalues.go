@@ -62,6 +62,24 @@ func (v intValue) Set(s string) error {
 	return nil
 }
 
+// countValue is a flag.Value for a count that cannot be negative (a retry count: -3 used to be
+// taken, and meant "no retry").
+type countValue struct{ p *int }
+
+func (v countValue) String() string { return intValue(v).String() }
+
+func (v countValue) Set(s string) error {
+	n := 0
+	if err := (intValue{&n}).Set(s); err != nil {
+		return err
+	}
+	if n < 0 {
+		return errors.New("must be at least 0")
+	}
+	*v.p = n
+	return nil
+}
+
 var flagValueErr = regexp.MustCompile(`^invalid (?:boolean )?value ("(?:[^"\\]|\\.)*") for (?:flag )?-(\S+): (.*)$`)
 
 // flagError rewrites the flag package's `invalid value "5" for flag -timeout: …` as

@@ -134,7 +134,9 @@ func firstQueue(qs map[string]int) string {
 	return best
 }
 
-func (q *queueRunner) enqueueHandler() http.Handler { return queue.EnqueueHTTPHandler(q.client) }
+func (q *queueRunner) enqueueHandler() http.Handler {
+	return enqueueHTTPHandler(queue.EnqueueHTTPHandler(q.client))
+}
 
 // close releases what run would have (the worker stopped before it ran).
 func (q *queueRunner) close() {

@@ -47,6 +47,9 @@ func RunWorker(ctx context.Context, args []string, getenv func(string) string, s
 	if len(args) > 0 && args[0] == "healthcheck" {
 		return RunHealthcheck(ctx, args[1:], getenv, stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "check-config" {
+		return RunCheckConfig(args[1:], getenv, stdout, stderr)
+	}
 	cfg, err := ParseWorkerConfig(args, getenv, stdout)
 	if errors.Is(err, errHelp) {
 		return ExitOK
