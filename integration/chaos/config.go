@@ -31,7 +31,7 @@ type Config struct {
 // DefaultConfig finishes in under 3 minutes on a 2-CPU machine.
 func DefaultConfig() Config {
 	return Config{
-		Workers: 3, Chats: 12, Messages: 4, Duration: 30 * time.Second,
+		Workers: 3, Chats: 20, Messages: 4, Duration: 30 * time.Second,
 		Schedule: []Action{{KillWorker, 5 * time.Second}, {TermWorker, 12 * time.Second},
 			{KillWorker, 18 * time.Second}, {RestartRedis, 24 * time.Second}},
 		Outage: 3 * time.Second, Wait: 140 * time.Second, Settle: 10 * time.Second, Seed: 1,

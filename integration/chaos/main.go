@@ -30,6 +30,8 @@ import (
 	"os/exec"
 	"os/signal"
 	"syscall"
+
+	"github.com/redis/go-redis/v9"
 )
 
 func main() {
@@ -68,6 +70,9 @@ func runMain(args []string) int {
 		fmt.Fprintln(os.Stderr, "chaos: redis-server is not on PATH: the run needs a Redis of its own to restart:", err)
 		return 2
 	}
+	// go-redis reports each failed dial of the run's own client (Redis is
+	// down on purpose): say whose lines they are.
+	redis.SetLogger(clientLog{})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	rep, err := Run(ctx, cfg, os.Stderr)
@@ -83,4 +88,12 @@ func runMain(args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// clientLog writes go-redis's log lines to stderr, marked as the run's
+// client's.
+type clientLog struct{}
+
+func (clientLog) Printf(_ context.Context, format string, v ...any) {
+	fmt.Fprintf(os.Stderr, "chaos: redis client: "+format+"\n", v...)
 }

@@ -31,6 +31,10 @@ type Report struct {
 	// the chats with at least one.
 	OrderViolations, ChatsOutOfOrder int
 
+	// Continued counts the turns that resumed or polled their run after a
+	// stream fault (by the journal).
+	Continued int
+
 	Kills, Terms, RedisRestarts int
 	// ActionErrors are the schedule's steps that failed (a Redis that would
 	// not stop, a worker that would not exit).
@@ -90,6 +94,7 @@ func (r *Report) Table() string {
 	row("answered", fmt.Sprint(r.Answered))
 	row("failed (causes)", r.failedCell())
 	row("**lost** (no final event, no journal outcome)", fmt.Sprint(len(r.Lost)))
+	row("continued after a stream fault (resumed or polled)", fmt.Sprint(r.Continued))
 	row("user messages per otid at the simulator", fmt.Sprintf("max %d; %d otids more than once; %d never arrived", r.MaxPerOtid, r.Duplicated, r.Missing))
 	row("order violations", fmt.Sprintf("%d (in %d of %d chats)", r.OrderViolations, r.ChatsOutOfOrder, c.Chats))
 	row("kills done", fmt.Sprintf("%d SIGKILL, %d SIGTERM", r.Kills, r.Terms))

@@ -427,8 +427,13 @@ func (r *run) count(ctx context.Context, chats [][]*Turn) {
 			}
 			if e.rec != nil {
 				spans := make([]AttemptSpan, len(e.rec.Attempts))
+				continued := false
 				for i, a := range e.rec.Attempts {
 					spans[i] = AttemptSpan{Worker: a.Worker, Start: a.Start, End: a.End}
+					continued = continued || a.Resumes > 0 || a.Polls > 0
+				}
+				if continued {
+					rep.Continued++
 				}
 				for _, s := range r.stops {
 					if d, ok := Takeover(spans, s.worker, s.at); ok {
