@@ -78,3 +78,37 @@ func tailString(s string, n int) string {
 	}
 	return s[len(s)-n:]
 }
+
+// TestChaosReportsLostTurns runs the command's machinery with no worker at
+// all: nothing can answer, so every turn must be reported lost and the run
+// failed (the check the short run relies on can fail).
+func TestChaosReportsLostTurns(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a redis-server")
+	}
+	server, err := exec.LookPath("redis-server")
+	if err != nil {
+		if testredis.Required() {
+			t.Fatalf("LETTAQ_REQUIRE_REDIS=1 but redis-server is not on PATH: %v", err)
+		}
+		t.Skip("redis-server is not on PATH")
+	}
+	cfg := Config{Workers: 0, Chats: 2, Messages: 2, Duration: 100 * time.Millisecond, Wait: time.Second,
+		Seed: 1, RedisServer: server, Dir: t.TempDir()}
+	var log strings.Builder
+	rep, err := Run(context.Background(), cfg, &log)
+	if err != nil {
+		t.Fatalf("chaos run: %v\n%s", err, log.String())
+	}
+	if rep.Enqueued != 4 || len(rep.Lost) != 4 || rep.Answered != 0 || rep.Missing != 4 || rep.Settled {
+		t.Errorf("enqueued %d, lost %v, answered %d, missing %d, settled %v; want 4 lost of 4, none answered, the queue not settled",
+			rep.Enqueued, rep.Lost, rep.Answered, rep.Missing, rep.Settled)
+	}
+	f := strings.Join(rep.Failures(), "\n")
+	if !strings.Contains(f, "4 turns lost: chat1#1, chat1#2, chat2#1, chat2#2") {
+		t.Errorf("failures: %q", f)
+	}
+	if table := rep.Table(); !strings.Contains(table, "| **lost** (no final event, no journal outcome) | 4 |") {
+		t.Errorf("table:\n%s", table)
+	}
+}
