@@ -53,7 +53,7 @@ func runMain(args []string) int {
 	fs.DurationVar(&cfg.Wait, "wait", cfg.Wait, "how long to wait, after the window and the schedule, for every turn to end")
 	fs.DurationVar(&cfg.Settle, "settle", cfg.Settle, "how long to wait then for the queue to settle")
 	fs.Int64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the turns' timing and faults")
-	fs.StringVar(&cfg.Dir, "dir", "", "directory for Redis's data and the workers' logs (default: a new temporary one)")
+	fs.StringVar(&cfg.Dir, "dir", "", "directory for Redis's data and the workers' logs, kept (default: a new temporary one, removed when the run passes)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -75,9 +75,16 @@ func runMain(args []string) int {
 	redis.SetLogger(clientLog{})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	ownDir := cfg.Dir == ""
+	if ownDir {
+		if cfg.Dir, err = os.MkdirTemp("", "lettaq-chaos-"); err != nil {
+			fmt.Fprintln(os.Stderr, "chaos:", err)
+			return 2
+		}
+	}
 	rep, err := Run(ctx, cfg, os.Stderr)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "chaos:", err)
+		fmt.Fprintf(os.Stderr, "chaos: %v (logs in %s)\n", err, cfg.Dir)
 		return 2
 	}
 	fmt.Print(rep.Table())
@@ -85,7 +92,11 @@ func runMain(args []string) int {
 		for _, s := range f {
 			fmt.Fprintln(os.Stderr, "chaos: FAIL:", s)
 		}
+		fmt.Fprintf(os.Stderr, "chaos: the workers' logs and Redis's data are in %s\n", cfg.Dir)
 		return 1
+	}
+	if ownDir {
+		_ = os.RemoveAll(cfg.Dir) // a run that passed leaves nothing behind
 	}
 	return 0
 }
