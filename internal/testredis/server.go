@@ -43,24 +43,34 @@ const persistentStopTimeout = 10 * time.Second
 // LETTAQ_REQUIRE_REDIS=1.
 func StartPersistent(t testing.TB) *Persistent {
 	t.Helper()
-	p := &Persistent{server: lookTool(t, "redis-server"), Dir: t.TempDir()}
-	t.Cleanup(p.kill)
+	p, err := StartPersistentIn(lookTool(t, "redis-server"), t.TempDir())
+	if err != nil {
+		t.Fatalf("testredis: %v", err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+// StartPersistentIn starts a persistent redis-server (see Persistent), the
+// binary server, with dir as its directory, outside a test (a command such
+// as integration/chaos); Close ends it.
+func StartPersistentIn(server, dir string) (*Persistent, error) {
+	p := &Persistent{server: server, Dir: dir}
 	var lastErr error
 	for range 5 {
 		// Another process may take the free port before redis-server binds
 		// it: try another one. Restarts reuse the port that worked.
 		port, err := freePort()
 		if err != nil {
-			t.Fatalf("testredis: %v", err)
+			return nil, err
 		}
 		p.port = port
 		if lastErr = p.Start(); lastErr == nil {
 			p.Addr = p.proc.addr
-			return p
+			return p, nil
 		}
 	}
-	t.Fatalf("testredis: persistent redis-server: %v", lastErr)
-	return nil
+	return nil, fmt.Errorf("persistent redis-server: %w", lastErr)
 }
 
 // Server returns the server as a *Server, for code that takes one (DB 0).
@@ -138,8 +148,9 @@ func (p *Persistent) Logs() string {
 	return p.last.out.String()
 }
 
-// kill ends the process at the end of the test, whatever its state.
-func (p *Persistent) kill() {
+// Close kills the process, whatever its state (StartPersistent calls it
+// when the test ends).
+func (p *Persistent) Close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.proc != nil {

@@ -1,0 +1,70 @@
+package main
+
+import (
+	"time"
+
+	"github.com/lettaq/lettaq/budget"
+)
+
+// Config sizes a chaos run.
+type Config struct {
+	Workers  int           // worker processes (N)
+	Chats    int           // chats (M)
+	Messages int           // numbered messages per chat (K)
+	Duration time.Duration // the window in which the messages are enqueued
+	Schedule []Action      // kills, graceful stops and Redis restarts
+	Outage   time.Duration // how long Redis stays down per restart
+	// Wait bounds how long the run waits, after the window and the
+	// schedule, for every turn to end; Asynq recovers a SIGKILLed worker's
+	// turns only 60-120 s after the kill.
+	Wait time.Duration
+	Seed int64
+	// Settle bounds how long the run then waits for the queue to hold
+	// nothing Asynq could still run.
+	Settle time.Duration
+	// RedisServer is the redis-server binary; Dir the run's directory
+	// (Redis's data, the workers' logs).
+	RedisServer string
+	Dir         string
+}
+
+// DefaultConfig finishes in under 3 minutes on a 2-CPU machine.
+func DefaultConfig() Config {
+	return Config{
+		Workers: 3, Chats: 20, Messages: 4, Duration: 30 * time.Second,
+		Schedule: []Action{{KillWorker, 5 * time.Second}, {TermWorker, 12 * time.Second},
+			{KillWorker, 18 * time.Second}, {RestartRedis, 24 * time.Second}},
+		Outage: 3 * time.Second, Wait: 140 * time.Second, Settle: 10 * time.Second, Seed: 1,
+	}
+}
+
+// simScale is the simulator's TimeScale: a turn that "thinks" 300 s takes
+// 3 s here.
+const simScale = 0.01
+
+// simPing is the simulator's keep-alive interval (real time).
+const simPing = 40 * time.Millisecond
+
+// chaosBudget is the workers' and the client's budget: short clocks, as
+// the integration tests use (stall 300 ms with pings every 40 ms,
+// continuation 5 s), resume and background sends on.
+func chaosBudget() budget.Config {
+	b := budget.Default()
+	b.ConnectTimeout = time.Second
+	b.StallTimeout = 300 * time.Millisecond
+	b.ContentIdleNotice = 0
+	b.StreamTotal = 5 * time.Second
+	b.StopGrace = 100 * time.Millisecond
+	b.AdmissionGrace = 600 * time.Millisecond
+	b.ContinuationMax = 5 * time.Second
+	b.PollInitial = 20 * time.Millisecond
+	b.PollMax = 200 * time.Millisecond
+	b.PollJitter = 0.1
+	b.RequestTimeout = time.Second
+	b.Resume = true
+	b.Background = true
+	b.ResendPolicy = budget.ResendIfNotAdmitted
+	b.DeliveryAllowance = time.Second
+	b.SafetyMargin = time.Second
+	return b
+}
