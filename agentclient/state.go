@@ -49,9 +49,9 @@ type StreamState struct {
 
 	lastByte atomic.Int64 // unix nanos; written per read, without the lock
 
-	// parked is the stream waiting for bytes (StreamOptions.Park); only
-	// the reading goroutine touches it.
-	parked *openStream
+	// pending is the stepwise stream waiting for bytes
+	// (StreamOptions.Stepwise); only the reading goroutine touches it.
+	pending *openStream
 }
 
 // NewStreamState returns an empty state. A zero StreamState is also usable.

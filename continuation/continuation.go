@@ -249,54 +249,26 @@ func phase(h Hooks, p Phase) {
 	}
 }
 
-// Run drives a turn to a Decision: send and stream it (unless an earlier
+// Run drives a turn to its Decision: send and stream it (unless an earlier
 // attempt may have sent it, then look first), continue it when the stream
 // is lost, and send again only when the gate allows it. st is the turn's
-// hoisted state: pass the same one to every call for the same turn.
+// state: pass the same one to every call for the same turn.
 //
-// The caller's goroutine waits under Run for as long as the agent thinks,
-// and the Go runtime only halves a goroutine's stack when less than a
-// quarter of it is in use. So the path down to the stream's read (run,
-// send, stream) passes pointers and keeps its frames small; the rest of
-// the work happens in functions that have returned by then.
-func (r *Runner) Run(ctx context.Context, t Turn, st *agentclient.StreamState, h Hooks) (d Decision) {
-	r.RunTurn(ctx, &t, st, &h, &d)
-	return d
-}
-
-// RunTurn is Run for a caller that itself waits under it (a queue handler):
-// the turn and hooks go by pointer and the decision is written to d, so
-// the caller's frame holds no copies of them. Then a thinking turn's
-// goroutine can block shallow enough for the runtime to halve its stack
-// (it does when less than a quarter is in use): the path from here to the
-// stream's read takes about 2.3 KB of stack.
-func (r *Runner) RunTurn(ctx context.Context, t *Turn, st *agentclient.StreamState, h *Hooks, d *Decision) {
-	if t.PriorIntent || st.RunID() != "" || t.validate() != nil {
-		r.lookFirst(ctx, t, st, h, d)
-		return
-	}
-	r.send(ctx, t, st, h, false, false, d)
-	if d.Outcome == NotAdmitted {
-		r.gate(ctx, t, st, h, d)
-	}
-}
-
-// StepTurn is RunTurn for a caller that waits for the agent itself, from a
-// frame shallower than this call: when the first send's stream has no
-// bytes to read yet it returns true and leaves d alone, with the stream
-// parked in st (agentclient.StreamOptions.Park). The caller then waits
-// with st.WaitParked and calls StepTurn again with the same arguments,
-// until it returns false: d is then the decision, as RunTurn's. A thinking
-// turn's goroutine waits for minutes; waiting a few frames under the
-// handler instead of under the stream's read path lets the Go runtime
-// keep its stack at 4 KiB instead of 8.
-//
-// Only the first send parks (not a resend, a resume or a poll: those
-// happen after a stream was lost, and wait under the call).
-func (r *Runner) StepTurn(ctx context.Context, t *Turn, st *agentclient.StreamState, h *Hooks, d *Decision) (parked bool) {
-	if st.Parked() {
-		err := r.c.ReadParked(ctx, st)
-		if err == agentclient.ErrParked {
+// Run returns pending true, leaving d alone, when the first send's stream
+// has no bytes to read yet: the caller waits for the agent with st.Wait,
+// then calls Run again with the same arguments, until Run returns false
+// with d the turn's decision. (Only a stream that can return early does:
+// see agentclient.StreamOptions.Stepwise. A resend, a resume or a poll
+// waits under the call.)
+func (r *Runner) Run(ctx context.Context, t *Turn, st *agentclient.StreamState, h *Hooks, d *Decision) (pending bool) {
+	// Why the first send returns early: a thinking turn's goroutine waits
+	// for minutes, and the Go runtime halves a goroutine's stack only when
+	// less than a quarter of it is in use. Waiting under the caller's frame
+	// instead of under the stream's read path keeps it at 4 KiB instead of
+	// 8 (integration/bench: "stacks per in-flight turn").
+	if st.Pending() {
+		err := r.c.ReadPending(ctx, st)
+		if st.Pending() {
 			return true
 		}
 		r.sent(ctx, t, st, h, err, d)
@@ -322,7 +294,7 @@ func (r *Runner) lookFirst(ctx context.Context, t *Turn, st *agentclient.StreamS
 		*d = Decision{Outcome: Rejected, Reason: err.Error(), Err: err, Evidence: EvidenceNone}
 		return
 	}
-	*d = r.Continue(ctx, *t, st, *h)
+	*d = r.continueTurn(ctx, *t, st, *h)
 	if d.Outcome == NotAdmitted {
 		r.gate(ctx, t, st, h, d)
 	}
@@ -383,17 +355,17 @@ func (r *Runner) gate(ctx context.Context, t *Turn, st *agentclient.StreamState,
 }
 
 // send streams one send of the message and continues it if the stream is
-// lost; d is its decision. With park the stream may park instead: parked
-// says it did, and d is not written then (see StepTurn).
-func (r *Runner) send(ctx context.Context, t *Turn, st *agentclient.StreamState, h *Hooks, resend, park bool, d *Decision) (parked bool) {
+// lost; d is its decision. With stepwise the stream may return early
+// instead: pending says it did, and d is not written then (see Run).
+func (r *Runner) send(ctx context.Context, t *Turn, st *agentclient.StreamState, h *Hooks, resend, stepwise bool, d *Decision) (pending bool) {
 	if h.BeforeSend != nil {
 		if err := h.BeforeSend(ctx, resend); err != nil {
 			notSent(ctx, err, d)
 			return false
 		}
 	}
-	err := r.sendStream(ctx, t, st, h, park)
-	if err == agentclient.ErrParked {
+	err := r.sendStream(ctx, t, st, h, stepwise)
+	if st.Pending() {
 		return true
 	}
 	r.sent(ctx, t, st, h, err, d)
@@ -409,12 +381,12 @@ func notSent(ctx context.Context, err error, d *Decision) {
 	*d = Decision{Outcome: Failed, Retryable: true, Err: err, Reason: "could not journal the intent to send: " + err.Error(), Evidence: EvidenceNone}
 }
 
-// sendStream sends the message and reads its stream; with park, the
-// stream may park (agentclient.ErrParked).
-func (r *Runner) sendStream(ctx context.Context, t *Turn, st *agentclient.StreamState, h *Hooks, park bool) error {
+// sendStream sends the message and reads its stream; with stepwise, the
+// stream may return early (st.Pending).
+func (r *Runner) sendStream(ctx context.Context, t *Turn, st *agentclient.StreamState, h *Hooks, stepwise bool) error {
 	phase(*h, PhaseConnecting)
 	sp := &streamPhase{h: h}
-	opts := agentclient.StreamOptions{Clocks: r.Clocks(), OnEvent: sp.onEvent, OnIdle: h.OnIdle, Park: park}
+	opts := agentclient.StreamOptions{Clocks: r.Clocks(), OnEvent: sp.onEvent, OnIdle: h.OnIdle, Stepwise: stepwise}
 	return r.c.SendStream(ctx, agentclient.SendRequest{AgentID: t.AgentID, Text: t.Text, Otid: t.Otid, SenderID: t.SenderID,
 		ConversationID: t.ConversationID, Images: t.Images, Approvals: t.Approvals,
 		Background: r.b.Background || t.ConversationID != ""}, st, opts)
@@ -486,7 +458,7 @@ func (r *Runner) sent(ctx context.Context, t *Turn, st *agentclient.StreamState,
 		r.logFor(*h).LogAttrs(ctx, slog.LevelWarn, "send failed, looking for the otid before any resend",
 			slog.String("otid", t.Otid), slog.String("run_id", st.RunID()), slog.String("error", err.Error()))
 	}
-	c := r.Continue(ctx, *t, st, *h)
+	c := r.continueTurn(ctx, *t, st, *h)
 	if sendErr != nil && c.Outcome != Completed {
 		// Name the cause first: what the lookup found only follows from it.
 		c.Reason = "send failed: " + sendErr.Error() + "; then " + c.Reason
@@ -504,10 +476,10 @@ func evidenceOf(st *agentclient.StreamState) Evidence {
 	return EvidenceNone
 }
 
-// Continue resolves the turn's run (from the state, or by its otid in the
+// continueTurn resolves the turn's run (from the state, or by its otid in the
 // agent's history) and follows it until it ends or the budget does. It never
 // sends anything.
-func (r *Runner) Continue(ctx context.Context, t Turn, st *agentclient.StreamState, h Hooks) Decision {
+func (r *Runner) continueTurn(ctx context.Context, t Turn, st *agentclient.StreamState, h Hooks) Decision {
 	phase(h, PhaseRecovering)
 	d := Decision{Evidence: EvidenceNone}
 	runID := st.RunID()

@@ -79,7 +79,7 @@ func TestFollowResumeStaysInItsWindow(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	start := time.Now()
-	d := e.runner.Run(ctx, tu, st, h)
+	d := runTurn(ctx, e.runner, tu, st, h)
 	end := time.Now()
 	attempt := end.Sub(start)
 	follow := end.Sub(pc.get(continuation.PhaseContinuing))

@@ -158,7 +158,7 @@ func TestCodeFollowsTheBudgetModel(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), b.TaskTimeout())
 			defer cancel()
 			start := time.Now()
-			d := r.Run(ctx, tu, agentclient.NewStreamState(), h)
+			d := runTurn(ctx, r, tu, agentclient.NewStreamState(), h)
 			end := time.Now()
 
 			since := func(from time.Time, to time.Time) time.Duration {

@@ -76,7 +76,7 @@ func TestProtocolViolationEndsTheTurnWithoutResend(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			tu := continuation.Turn{AgentID: "agent-1", Otid: uuid.NewString(), Text: "hi", Started: time.Now()}
-			d := r.Run(ctx, tu, agentclient.NewStreamState(), continuation.Hooks{})
+			d := runTurn(ctx, r, tu, agentclient.NewStreamState(), continuation.Hooks{})
 			if n := sends.Load(); n != 1 {
 				t.Fatalf("%d sends, want 1 (decision %+v)", n, d)
 			}
@@ -120,7 +120,7 @@ func TestInvalidAgentIDIsRejectedWithoutRequests(t *testing.T) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		tu := continuation.Turn{AgentID: id, Otid: uuid.NewString(), Text: "hi", Started: time.Now()}
-		d := r.Run(ctx, tu, agentclient.NewStreamState(), continuation.Hooks{})
+		d := runTurn(ctx, r, tu, agentclient.NewStreamState(), continuation.Hooks{})
 		cancel()
 		srv.Close()
 		if n := requests.Load(); n != 0 {

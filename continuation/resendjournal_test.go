@@ -31,7 +31,7 @@ func TestResendNotJournaledIsRetried(t *testing.T) {
 	st := agentclient.NewStreamState()
 	ctx, cancel := context.WithTimeout(context.Background(), e.b.TaskTimeout())
 	defer cancel()
-	d := e.runner.Run(ctx, tu, st, h)
+	d := runTurn(ctx, e.runner, tu, st, h)
 	if n := e.sim.CountOtid(tu.Otid); n != 0 {
 		t.Fatalf("stored %d messages with the otid, want 0", n)
 	}
