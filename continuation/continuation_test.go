@@ -67,7 +67,7 @@ func (e *env) turn(text string) continuation.Turn {
 
 // run runs a turn and checks the invariant every fault test needs: the
 // simulator stored exactly `want` user messages with the turn's otid.
-func (e *env) run(t *testing.T, tu continuation.Turn, st *agentclient.StreamState, want int) continuation.Decision {
+func (e *env) run(t *testing.T, tu continuation.Turn, st *agentclient.StreamState, want int) continuation.Result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), e.b.TaskTimeout())
 	defer cancel()
@@ -107,7 +107,7 @@ func TestStallWhileRunContinues(t *testing.T) {
 	if d.Outcome != continuation.Completed || d.Clock != agentclient.ClockStall || d.Evidence != continuation.EvidenceStream {
 		t.Fatalf("decision %+v", d)
 	}
-	if d.Resend == continuation.ResendDone || d.Sends != 1 || d.Polls == 0 {
+	if d.Resend == continuation.ResendSent || d.Sends != 1 || d.Polls == 0 {
 		t.Errorf("should have polled without resending: %+v", d)
 	}
 	if st.Answer() != "The forecast says rain." {
@@ -155,7 +155,7 @@ func TestServerErrorAfterStoreFindsOtid(t *testing.T) {
 	e.sim.SetFault(e.agent, lettasim.Fault{Status5xxAfterStore: 502})
 	st := agentclient.NewStreamState()
 	d := e.run(t, e.turn("hi"), st, 1)
-	if d.Outcome != continuation.Completed || d.Evidence != continuation.EvidenceHistory || d.Sends != 1 || d.Resend == continuation.ResendDone {
+	if d.Outcome != continuation.Completed || d.Evidence != continuation.EvidenceHistory || d.Sends != 1 || d.Resend == continuation.ResendSent {
 		t.Fatalf("decision %+v", d)
 	}
 	if d.Lookups == 0 || st.Answer() != "you said: hi" {
@@ -170,7 +170,7 @@ func TestServerErrorBeforeStore(t *testing.T) {
 		tu := e.turn("hi")
 		st := agentclient.NewStreamState()
 		d := e.run(t, tu, st, 1)
-		if d.Outcome != continuation.Completed || d.Resend != continuation.ResendDone || d.Sends != 2 {
+		if d.Outcome != continuation.Completed || d.Resend != continuation.ResendSent || d.Sends != 2 {
 			t.Fatalf("decision %+v", d)
 		}
 		if um := e.sim.UserMessages(e.agent); len(um) != 1 || um[0].Otid != tu.Otid {
@@ -198,7 +198,7 @@ func TestServerErrorBeforeStore(t *testing.T) {
 		e := newEnv(t, nil)
 		e.sim.SetFault(e.agent, lettasim.Fault{Status429: true, RetryAfter: 10 * time.Millisecond})
 		d := e.run(t, e.turn("hi"), agentclient.NewStreamState(), 1)
-		if d.Outcome != continuation.Completed || d.Resend != continuation.ResendDone {
+		if d.Outcome != continuation.Completed || d.Resend != continuation.ResendSent {
 			t.Fatalf("decision %+v", d)
 		}
 	})
@@ -340,11 +340,11 @@ func TestHooksSeePhasesAndIntentBeforeSend(t *testing.T) {
 	e := newEnv(t, toolScript())
 	e.sim.SetFault(e.agent, lettasim.Fault{StallAfter: 3, StallFor: lettasim.Forever})
 	var mu sync.Mutex
-	var phases []continuation.Phase
+	var phases []continuation.Activity
 	intents := 0
 	tu := e.turn("x")
 	h := continuation.Hooks{
-		OnPhase: func(p continuation.Phase) { mu.Lock(); phases = append(phases, p); mu.Unlock() },
+		OnActivity: func(p continuation.Activity) { mu.Lock(); phases = append(phases, p); mu.Unlock() },
 		BeforeSend: func(ctx context.Context, resend bool) error {
 			if e.sim.CountOtid(tu.Otid) != 0 {
 				t.Error("intent journaled after the send")
@@ -357,7 +357,7 @@ func TestHooksSeePhasesAndIntentBeforeSend(t *testing.T) {
 	if d.Outcome != continuation.Completed || intents != 1 {
 		t.Fatalf("decision %+v intents %d", d, intents)
 	}
-	want := []continuation.Phase{continuation.PhaseConnecting, continuation.PhaseStreaming, continuation.PhaseRecovering, continuation.PhaseContinuing}
+	want := []continuation.Activity{continuation.ActivityConnecting, continuation.ActivityStreaming, continuation.ActivityRecovering, continuation.ActivityContinuing}
 	mu.Lock()
 	defer mu.Unlock()
 	if len(phases) != len(want) {
@@ -380,16 +380,16 @@ func TestGateDecisionTable(t *testing.T) {
 		stateRunID bool // an earlier attempt learned the run id
 		prior      bool // an earlier attempt journaled an intent
 		want       continuation.Outcome
-		resend     continuation.ResendDecision
+		resend     continuation.ResendVerdict
 		stored     int // user messages with the otid at the simulator
 	}
 	rows := []row{
 		{name: "run id known from the stream: follow, never send", stateRunID: true, prior: true, policy: budget.ResendIfNotAdmitted, want: continuation.Completed, stored: 1},
 		{name: "otid in history with its run: follow", fault: lettasim.Fault{Status5xxAfterStore: 500}, policy: budget.ResendIfNotAdmitted, want: continuation.Completed, stored: 1},
 		{name: "stored but connection dropped before any byte: found, no resend", fault: lettasim.Fault{DropBeforeResponse: true}, policy: budget.ResendIfNotAdmitted, want: continuation.Completed, stored: 1},
-		{name: "not in history after the grace, policy allows: resend same otid", fault: lettasim.Fault{Status5xxBeforeStore: 500}, policy: budget.ResendIfNotAdmitted, want: continuation.Completed, resend: continuation.ResendDone, stored: 1},
+		{name: "not in history after the grace, policy allows: resend same otid", fault: lettasim.Fault{Status5xxBeforeStore: 500}, policy: budget.ResendIfNotAdmitted, want: continuation.Completed, resend: continuation.ResendSent, stored: 1},
 		{name: "not in history after the grace, policy never: forbidden", fault: lettasim.Fault{Status5xxBeforeStore: 500}, policy: budget.ResendNever, want: continuation.NotAdmitted, resend: continuation.ResendForbidden, stored: 0},
-		{name: "prior intent, nothing stored (crash before send), policy allows: send", prior: true, policy: budget.ResendIfNotAdmitted, want: continuation.Completed, resend: continuation.ResendDone, stored: 1},
+		{name: "prior intent, nothing stored (crash before send), policy allows: send", prior: true, policy: budget.ResendIfNotAdmitted, want: continuation.Completed, resend: continuation.ResendSent, stored: 1},
 		{name: "history unreadable for the whole grace: no resend", fault: lettasim.Fault{Status5xxBeforeStore: 500}, listFault: &lettasim.ListFault{Fail: 1000}, policy: budget.ResendIfNotAdmitted, want: continuation.StillRunning, stored: 0},
 	}
 	for _, rw := range rows {
@@ -416,7 +416,7 @@ func TestGateDecisionTable(t *testing.T) {
 			if d.Outcome != rw.want || d.Resend != rw.resend {
 				t.Fatalf("outcome %v resend %q, want %v %q (%+v)", d.Outcome, d.Resend, rw.want, rw.resend, d)
 			}
-			if d.Resend == continuation.ResendDone && d.Evidence != continuation.EvidenceStream {
+			if d.Resend == continuation.ResendSent && d.Evidence != continuation.EvidenceStream {
 				t.Errorf("a resend's decision must carry the resent stream's evidence: %+v", d)
 			}
 		})
@@ -457,7 +457,7 @@ func TestOtidFoundBeyondTheFirstPage(t *testing.T) {
 
 // stepTurn runs a turn, waiting for its pending stream between the
 // runner's calls as queue's handler does; waits counts the waits.
-func (e *env) stepTurn(t *testing.T, tu continuation.Turn, st *agentclient.StreamState, h *continuation.Hooks) (d continuation.Decision, waits int) {
+func (e *env) stepTurn(t *testing.T, tu continuation.Turn, st *agentclient.StreamState, h *continuation.Hooks) (d continuation.Result, waits int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), e.b.TaskTimeout())
 	defer cancel()
@@ -465,7 +465,7 @@ func (e *env) stepTurn(t *testing.T, tu continuation.Turn, st *agentclient.Strea
 		if !st.Pending() {
 			t.Fatal("Run returned pending, but the state holds no pending stream")
 		}
-		if d != (continuation.Decision{}) {
+		if d != (continuation.Result{}) {
 			t.Fatalf("Run returned pending and wrote a decision: %+v", d)
 		}
 		waits++
@@ -483,7 +483,7 @@ func (e *env) stepTurn(t *testing.T, tu continuation.Turn, st *agentclient.Strea
 // lost under the call.
 func TestRunStepwise(t *testing.T) {
 	e := newEnv(t, toolScriptTaking(100*time.Second)) // 100 ms at the test's scale, pings every 40 ms
-	var runPhases, stepPhases []continuation.Phase
+	var runPhases, stepPhases []continuation.Activity
 	var runEvents, stepEvents int
 	nc, err := agentclient.New(agentclient.Config{BaseURL: e.sim.URL, RequestTimeout: time.Second, StreamTransport: agentclient.StreamNetHTTP})
 	if err != nil {
@@ -496,14 +496,14 @@ func TestRunStepwise(t *testing.T) {
 	ref := e.turn("weather?")
 	refSt := agentclient.NewStreamState()
 	want := runTurn(context.Background(), nr, ref, refSt, continuation.Hooks{
-		OnPhase: func(p continuation.Phase) { runPhases = append(runPhases, p) },
-		OnEvent: func(agentclient.Event) { runEvents++ }})
+		OnActivity: func(p continuation.Activity) { runPhases = append(runPhases, p) },
+		OnEvent:    func(agentclient.Event) { runEvents++ }})
 
 	tu := e.turn("weather?")
 	st := agentclient.NewStreamState()
 	d, waits := e.stepTurn(t, tu, st, &continuation.Hooks{
-		OnPhase: func(p continuation.Phase) { stepPhases = append(stepPhases, p) },
-		OnEvent: func(agentclient.Event) { stepEvents++ }})
+		OnActivity: func(p continuation.Activity) { stepPhases = append(stepPhases, p) },
+		OnEvent:    func(agentclient.Event) { stepEvents++ }})
 	if waits == 0 {
 		t.Fatal("the stream never returned early while the agent thought")
 	}
@@ -522,7 +522,7 @@ func TestRunStepwise(t *testing.T) {
 	if n := e.sim.CountOtid(tu.Otid); n != 1 {
 		t.Fatalf("%d user messages with the otid, want 1", n)
 	}
-	var bad continuation.Decision
+	var bad continuation.Result
 	if e.runner.Run(context.Background(), &continuation.Turn{AgentID: e.agent}, agentclient.NewStreamState(), &continuation.Hooks{}, &bad) || bad.Outcome != continuation.Rejected {
 		t.Fatalf("invalid turn: %+v", bad)
 	}
@@ -536,7 +536,7 @@ func TestRunStepwise(t *testing.T) {
 		if waits == 0 {
 			t.Fatal("the stream never returned early")
 		}
-		if d.Outcome != continuation.Completed || d.Clock != agentclient.ClockStall || d.Sends != 1 || d.Polls == 0 || d.Resend == continuation.ResendDone {
+		if d.Outcome != continuation.Completed || d.Clock != agentclient.ClockStall || d.Sends != 1 || d.Polls == 0 || d.Resend == continuation.ResendSent {
 			t.Fatalf("decision %+v, want the stalled run continued by polling, not sent again", d)
 		}
 		if n := e.sim.CountOtid(tu.Otid); n != 1 {

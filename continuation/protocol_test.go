@@ -83,7 +83,7 @@ func TestProtocolViolationEndsTheTurnWithoutResend(t *testing.T) {
 			if n := others.Load(); n != 0 {
 				t.Errorf("%d lookups or polls after a protocol violation, want 0", n)
 			}
-			if d.Outcome != continuation.Failed || d.Retryable || d.Resend == continuation.ResendDone {
+			if d.Outcome != continuation.Failed || d.Retryable || d.Resend == continuation.ResendSent {
 				t.Fatalf("decision %v retryable=%v resend=%q: %s", d.Outcome, d.Retryable, d.Resend, d.Reason)
 			}
 			if !agentclient.IsProtocolError(d.Err) || agentclient.Classify(d.Err) != agentclient.Permanent {

@@ -283,7 +283,7 @@ type turn struct {
 	// The run at Letta (kept here, not in execute's frame: see processTask).
 	spec  continuation.Turn
 	hooks continuation.Hooks
-	dec   continuation.Decision
+	dec   continuation.Result
 	// While the stream waits for the agent (see processTask): the work
 	// context and its cancel.
 	wctx    context.Context
@@ -299,8 +299,8 @@ type turn struct {
 	st         *agentclient.StreamState
 	hb         *Heartbeat
 	deltas     *deltaPump
-	contPhase  continuation.Phase
-	agentPhase agentclient.Phase
+	contPhase  continuation.Activity
+	agentPhase agentclient.Stage
 	firstToken time.Time
 	tools      []*toolTrack
 	toolIdx    map[string]*toolTrack
@@ -603,7 +603,7 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 	t.hooks = continuation.Hooks{
 		Logger:     t.log,
 		OnEvent:    t.onEvent,
-		OnPhase:    t.onPhase,
+		OnActivity: t.onPhase,
 		BeforeSend: t.beforeSend,
 	}
 	return nil, false
@@ -785,21 +785,21 @@ func (t *turn) saveRunID() {
 	t.saveLater() // off the stream's reader, with the next progress events
 }
 
-func (t *turn) onPhase(p continuation.Phase) {
+func (t *turn) onPhase(p continuation.Activity) {
 	t.contPhase = p
 	t.mark(string(p))
 	switch p {
-	case continuation.PhaseConnecting, continuation.PhaseResending:
+	case continuation.ActivityConnecting, continuation.ActivityResending:
 		t.hb.Set(PhaseConnecting)
-	case continuation.PhaseStreaming:
+	case continuation.ActivityStreaming:
 		t.hb.Set(PhaseStreaming)
-	case continuation.PhaseRecovering:
+	case continuation.ActivityRecovering:
 		t.hb.Set(PhaseRecovering)
-	case continuation.PhaseContinuing:
+	case continuation.ActivityContinuing:
 		t.hb.Set(PhaseContinuing)
 	}
 	switch p {
-	case continuation.PhaseRecovering, continuation.PhaseContinuing, continuation.PhaseResending:
+	case continuation.ActivityRecovering, continuation.ActivityContinuing, continuation.ActivityResending:
 		// Journal the way the attempt took (and the run id, once known), so
 		// that a crash from here on leaves both.
 		if id := t.st.RunID(); id != "" && id != t.ids.currentRunID() {
@@ -814,13 +814,13 @@ func (t *turn) onPhase(p continuation.Phase) {
 	}
 }
 
-func replyPhaseOf(p agentclient.Phase) string {
+func replyPhaseOf(p agentclient.Stage) string {
 	switch p {
-	case agentclient.PhaseWaiting, agentclient.PhaseThinking:
+	case agentclient.StageWaiting, agentclient.StageThinking:
 		return PhaseThinking
-	case agentclient.PhaseToolCall:
+	case agentclient.StageToolCall:
 		return PhaseToolRunning
-	case agentclient.PhaseAnswering:
+	case agentclient.StageAnswering:
 		return PhaseStreaming
 	}
 	return ""
@@ -836,13 +836,13 @@ func (t *turn) onEvent(ev agentclient.Event) {
 	if u.Step >= 0 && (u.Kind == agentclient.StepToolCall || u.Kind == agentclient.StepToolReturn) {
 		t.toolStep(u.Step, now)
 	}
-	if ap := t.st.Phase(); ap != t.agentPhase {
+	if ap := t.st.Stage(); ap != t.agentPhase {
 		t.agentPhase = ap
 		if rp := replyPhaseOf(ap); rp != "" {
-			if ap != agentclient.PhaseWaiting {
+			if ap != agentclient.StageWaiting {
 				t.mark(string(ap))
 			}
-			if t.contPhase == continuation.PhaseContinuing && ap == agentclient.PhaseWaiting {
+			if t.contPhase == continuation.ActivityContinuing && ap == agentclient.StageWaiting {
 				rp = PhaseContinuing
 			}
 			t.deltas.flush()
