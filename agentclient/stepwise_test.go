@@ -72,7 +72,7 @@ func see(e Event) seenEvent {
 // A pending stream reads what a stream that waits under the call reads,
 // however its bytes are cut: in a chunk-size line, in a CRLF, between an
 // event's name and its data, in a data line. Each piece is sent only once
-// the stream parked, so the stream parks between every two.
+// the stream returned early, so it returns early between every two.
 func TestPendingStreamReadsWhatAWaitingStreamReads(t *testing.T) {
 	leakCheck(t)
 	body := ": comment\r\n" + data(fxPing) + "event: message\n" + data(fxReasoning) + data(fxToolCall) +
@@ -115,12 +115,12 @@ func TestPendingStreamReadsWhatAWaitingStreamReads(t *testing.T) {
 				t.Error("the state still holds a pending stream after the stream ended")
 			}
 			// The stream ends at [DONE]: it needed every piece up to the
-			// one that completes it, and parked before each.
+			// one that completes it, and returned early before each.
 			need := len(parts)
 			for end := len(resp) - len("0\r\n\r\n\r\n"); need > 1 && len(strings.Join(parts[:need-1], "")) >= end; need-- {
 			}
 			if sent != need || parks != need-1 {
-				t.Errorf("parked %d times and was sent %d pieces, want %d pieces, parked before each", parks, sent, need)
+				t.Errorf("returned early %d times and was sent %d pieces, want %d pieces, returning early before each", parks, sent, need)
 			}
 			if !reflect.DeepEqual(got, wantEvents) {
 				t.Errorf("events differ from a waiting stream's:\n got %+v\nwant %+v", got, wantEvents)
@@ -157,7 +157,7 @@ func TestPendingStreamEndsByClockOrCancel(t *testing.T) {
 			t.Fatalf("ReadPending = %v, want the stall clock's StreamError with the run id", err)
 		}
 		if st.Pending() {
-			t.Error("still parked after the stream ended")
+			t.Error("still pending after the stream ended")
 		}
 	})
 	t.Run("cancel", func(t *testing.T) {
