@@ -14,8 +14,8 @@ import (
 // and the buffer is taken only once bytes are there. Closing the connection
 // ends a waiting read, as it does a net.Conn Read.
 //
-// A parking source (StreamOptions.Park) does not read under read: read
-// reports ErrParked, and the caller, having returned to a shallow frame,
+// A stepwise source (StreamOptions.Stepwise) does not read under read: read
+// reports errPending, and the caller, having returned to a shallow frame,
 // calls wait, which reads (waiting first when nothing is there); the next
 // read hands its result on. Reading only in wait costs no system call more
 // than reading under read: a read that found nothing would be followed by
@@ -28,10 +28,10 @@ type rawSource struct {
 	err  error
 	fn   func(fd uintptr) bool // readFD, bound once
 
-	park    bool // read reports ErrParked: wait reads
+	step    bool // read reports errPending: wait reads
 	ready   bool // wait read: n, err and werr are the next read's result
 	werr    error
-	onEvent func(Event) // the parked stream's event handler (StreamOptions.OnEvent)
+	onEvent func(Event) // the pending stream's event handler (StreamOptions.OnEvent)
 }
 
 // newRawSource returns nil when conn has no descriptor to wait on.
@@ -56,8 +56,8 @@ func (s *rawSource) read(rd *sseReader) (int, error) {
 		s.ready = false
 		return s.result(s.werr)
 	}
-	if s.park {
-		return 0, ErrParked
+	if s.step {
+		return 0, errPending
 	}
 	s.rd, s.n, s.err = rd, 0, nil
 	err := s.rc.Read(s.fn)
@@ -67,7 +67,7 @@ func (s *rawSource) read(rd *sseReader) (int, error) {
 // wait reads the connection, waiting until it has bytes (or ends: closed
 // by a clock or by the end of the caller's context); the next read returns
 // what it read. Its frames are the runtime's poller and this
-// one: a parked stream's goroutine waits shallow. A wait whose result the
+// one: a pending stream's goroutine waits shallow. A wait whose result the
 // next read has not taken yet returns at once: reading again would read
 // over it.
 func (s *rawSource) wait(rd *sseReader) {

@@ -32,11 +32,10 @@ type byteSource interface {
 	waitsBare() bool
 }
 
-// ErrParked is returned, with StreamOptions.Park, by a stream that has no
-// bytes to read yet: the stream stays open in its StreamState. Wait for it
-// with StreamState.WaitParked, then go on reading it with
-// Client.ReadParked (see Park).
-var ErrParked = errors.New("agentclient: stream parked until the agent sends more")
+// errPending is how a stepwise stream's read path says that the stream has
+// no bytes to read yet (StreamOptions.Stepwise): the stream stays open in
+// its StreamState, and the call returns with StreamState.Pending true.
+var errPending = errors.New("agentclient: the stream waits for the agent to send more")
 
 // readerSource reads an io.Reader (net/http's body, a TLS connection): its
 // Read needs the buffer while it waits.
@@ -74,8 +73,8 @@ type sseReader struct {
 	ds, de  int
 	hasData bool
 	bare    bool // src waits without a buffer: buf is pooled, and handed back while idle (beside hasData: no padding, see TestOpenStreamSizeClass)
-	resume  bool // Next returned ErrParked: the next call goes on with the event it was reading
-	waited  bool // fill returned ErrParked: the next fill only reads
+	resume  bool // Next returned errPending: the next call goes on with the event it was reading
+	waited  bool // fill returned errPending: the next fill only reads
 	event   string
 	// onBytes is called with the number of body bytes read, before they
 	// are parsed, so the caller's stall clock sees every byte (pings
@@ -258,7 +257,7 @@ func (s *sseReader) fill() error {
 // read reads once from the source.
 func (s *sseReader) read() error {
 	n, err := s.src.read(s)
-	if err == ErrParked {
+	if err == errPending {
 		// Nothing read: the caller waits (the source reads what it waited
 		// for into space()) and calls again.
 		s.waited = true
@@ -295,7 +294,7 @@ func (s *sseReader) Next() (sseFrame, error) {
 		i := bytes.IndexByte(s.buf[s.r+s.seen:s.w], '\n')
 		if i < 0 {
 			if err := s.more(); err != nil {
-				s.resume = err == ErrParked
+				s.resume = err == errPending
 				return sseFrame{}, err
 			}
 			continue

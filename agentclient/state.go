@@ -6,18 +6,19 @@ import (
 	"time"
 )
 
-// Phase is where a turn is, as far as the stream has shown.
-type Phase string
+// Stage is where a turn's stream is, as far as it has shown: connecting,
+// waiting, thinking, running a tool, answering, stopped.
+type Stage string
 
-// Phases of a streamed turn.
+// Stages of a streamed turn.
 const (
-	PhaseIdle       Phase = ""
-	PhaseConnecting Phase = "connecting"   // request sent, no byte yet
-	PhaseWaiting    Phase = "waiting"      // connected, only pings so far
-	PhaseThinking   Phase = "thinking"     // reasoning is arriving
-	PhaseToolCall   Phase = "tool_running" // a tool call is out, no return yet
-	PhaseAnswering  Phase = "answering"    // assistant text is arriving
-	PhaseStopped    Phase = "stopped"      // stop_reason received
+	StageIdle       Stage = ""
+	StageConnecting Stage = "connecting"   // request sent, no byte yet
+	StageWaiting    Stage = "waiting"      // connected, only pings so far
+	StageThinking   Stage = "thinking"     // reasoning is arriving
+	StageToolCall   Stage = "tool_running" // a tool call is out, no return yet
+	StageAnswering  Stage = "answering"    // assistant text is arriving
+	StageStopped    Stage = "stopped"      // stop_reason received
 )
 
 // StreamState is everything a stream (or a continuation) has learned about a
@@ -36,7 +37,7 @@ type StreamState struct {
 	seen         map[string]struct{}
 	tr           Transcript
 	errMsg       *ErrorMessage
-	phase        Phase
+	stage        Stage
 	started      time.Time
 	firstByte    time.Time
 	firstContent time.Time
@@ -49,9 +50,9 @@ type StreamState struct {
 
 	lastByte atomic.Int64 // unix nanos; written per read, without the lock
 
-	// parked is the stream waiting for bytes (StreamOptions.Park); only
-	// the reading goroutine touches it.
-	parked *openStream
+	// pending is the stepwise stream waiting for bytes
+	// (StreamOptions.Stepwise); only the reading goroutine touches it.
+	pending *openStream
 }
 
 // NewStreamState returns an empty state. A zero StreamState is also usable.
@@ -71,7 +72,7 @@ type Snapshot struct {
 	StopReason   string
 	Usage        *Usage
 	Error        *ErrorMessage
-	Phase        Phase
+	Stage        Stage
 	Started      time.Time
 	FirstByte    time.Time
 	FirstContent time.Time
@@ -91,7 +92,7 @@ func (s *StreamState) Snapshot() Snapshot {
 		RunID: s.runID, LastSeq: s.lastSeq, HasSeq: s.hasSeq,
 		MessageIDs: append([]string(nil), s.ids...),
 		Transcript: tr, Answer: tr.Answer(), StopReason: tr.StopReason, Usage: tr.Usage,
-		Phase: s.phase, Started: s.started, FirstByte: s.firstByte,
+		Stage: s.stage, Started: s.started, FirstByte: s.firstByte,
 		FirstContent: s.firstContent, LastContent: s.lastContent,
 		Events: s.events, Pings: s.pings, Done: s.done,
 	}
@@ -142,11 +143,11 @@ func (s *StreamState) Answer() string {
 	return s.tr.Answer()
 }
 
-// Phase returns the current phase.
-func (s *StreamState) Phase() Phase {
+// Stage returns the stream's current stage.
+func (s *StreamState) Stage() Stage {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.phase
+	return s.stage
 }
 
 // PollCursor is the message id after which a poll of the run's messages
@@ -180,10 +181,10 @@ func (s *StreamState) HasMessage(id string) bool {
 	return ok
 }
 
-// SetPhase sets the phase (a continuation uses it to say where it is).
-func (s *StreamState) SetPhase(p Phase) {
+// SetStage sets the stage (a continuation uses it to say where it is).
+func (s *StreamState) SetStage(p Stage) {
 	s.mu.Lock()
-	s.phase = p
+	s.stage = p
 	s.mu.Unlock()
 }
 
@@ -192,8 +193,8 @@ func (s *StreamState) begin(now time.Time) {
 	if s.started.IsZero() {
 		s.started = now
 	}
-	if s.phase == PhaseIdle {
-		s.phase = PhaseConnecting
+	if s.stage == StageIdle {
+		s.stage = StageConnecting
 	}
 	s.mu.Unlock()
 }
@@ -208,8 +209,8 @@ func (s *StreamState) markFirstByte(now time.Time) {
 	if s.firstByte.IsZero() {
 		s.firstByte = now
 	}
-	if s.phase == PhaseConnecting {
-		s.phase = PhaseWaiting
+	if s.stage == StageConnecting {
+		s.stage = StageWaiting
 	}
 	s.mu.Unlock()
 }
@@ -275,17 +276,17 @@ func (s *StreamState) Apply(m Message, complete bool, now time.Time) Update {
 		s.lastContent = now
 		switch u.Kind {
 		case StepReasoning, StepHiddenReasoning:
-			s.phase = PhaseThinking
+			s.stage = StageThinking
 		case StepToolCall:
-			s.phase = PhaseToolCall
+			s.stage = StageToolCall
 		case StepToolReturn:
-			s.phase = PhaseThinking
+			s.stage = StageThinking
 		case StepAssistant:
-			s.phase = PhaseAnswering
+			s.stage = StageAnswering
 		}
 	}
 	if s.tr.StopReason != "" {
-		s.phase = PhaseStopped
+		s.stage = StageStopped
 	}
 	return u
 }

@@ -107,16 +107,15 @@ type StreamOptions struct {
 	// again after each further ContentIdle): the agent is still thinking.
 	// It runs on a timer goroutine and must not block.
 	OnIdle func(idle time.Duration)
-	// Park: when the stream has no bytes to read, return ErrParked instead
-	// of waiting under the call. The stream stays open in the StreamState
-	// (its clocks and the caller's context still end it); the caller waits
-	// with StreamState.WaitParked, from a frame as shallow as it likes, and
-	// goes on with Client.ReadParked, until that returns something other
-	// than ErrParked. A goroutine that waits shallow keeps a small stack:
-	// the Go runtime halves a stack only when less than a quarter of it is
-	// in use, and a thinking turn waits for minutes. Only a dedicated
-	// plain-TCP stream on unix parks; others wait under the call as usual.
-	Park bool
+	// Stepwise: when the stream has no bytes to read yet, the call
+	// returns nil at once, with the stream left open in the StreamState
+	// (StreamState.Pending reports it), instead of waiting under the call.
+	// Its clocks and the caller's context still end it. The caller waits
+	// where it likes with StreamState.Wait and goes on with
+	// Client.ReadPending, until Pending is false: the call's result is
+	// ReadPending's last. Only a dedicated plain-TCP stream on unix
+	// returns early; others wait under the call as usual.
+	Stepwise bool
 }
 
 func (c *Client) clocksFor(o StreamOptions) Clocks {
@@ -228,22 +227,23 @@ func (c *Client) stream(ctx context.Context, op, path string, body any, st *Stre
 	if s == nil {
 		return err
 	}
-	if opt.Park {
+	if opt.Stepwise {
 		if rs, ok := s.rd.src.(*rawSource); ok {
-			rs.park, rs.onEvent = true, opt.OnEvent
+			rs.step, rs.onEvent = true, opt.OnEvent
 		}
 	}
 	return s.read(ctx, st, opt.OnEvent)
 }
 
-// read reads the stream to its end, or until it parks (then st holds it).
-// ctx is the caller's context the stream was opened with.
+// read reads the stream to its end, or, stepwise, until it has no bytes
+// to read yet (then st holds it, and read returns nil). ctx is the
+// caller's context the stream was opened with.
 func (s *openStream) read(ctx context.Context, st *StreamState, onEvent func(Event)) error {
-	defer s.closeUnlessParked(st)
+	defer s.closeUnlessPending(st)
 	result, readErr := readEvents(&s.rd, st, onEvent, s.wd.stopReasonAt)
-	if readErr == ErrParked {
-		st.parked = s
-		return ErrParked
+	if readErr == errPending {
+		st.pending = s
+		return nil
 	}
 	if result == nil && readErr == nil && s.reuse {
 		s.keepConn()
@@ -251,45 +251,41 @@ func (s *openStream) read(ctx context.Context, st *StreamState, onEvent func(Eve
 	return s.end(ctx, st, result, readErr)
 }
 
-// closeUnlessParked closes the stream once it is read, and not while it
-// waits parked in st. (Not inlined: read's frame stays small.)
-//
-//go:noinline
-func (s *openStream) closeUnlessParked(st *StreamState) {
-	if st.parked != s {
+// closeUnlessPending closes the stream once it is read, and not while it
+// waits in st.
+func (s *openStream) closeUnlessPending(st *StreamState) {
+	if st.pending != s {
 		s.close()
 	}
 }
 
-// ReadParked goes on reading the stream parked in st (see
-// StreamOptions.Park), with ctx the context the stream was sent with. It
-// returns what SendStream or ResumeStream would have: ErrParked again when
-// the stream has no more bytes yet. Without a parked stream it returns an
-// error and does nothing.
-func (c *Client) ReadParked(ctx context.Context, st *StreamState) error {
-	s := st.parked
+// ReadPending goes on reading the stream pending in st (see
+// StreamOptions.Stepwise), with ctx the context the stream was sent with.
+// It returns what SendStream or ResumeStream would have; st.Pending is
+// true again when the stream has no more bytes yet. Without a pending
+// stream it returns an error and does nothing.
+func (c *Client) ReadPending(ctx context.Context, st *StreamState) error {
+	s := st.pending
 	if s == nil {
-		return errors.New("agentclient: ReadParked: no stream is parked in this state")
+		return errors.New("agentclient: ReadPending: no stream is pending in this state")
 	}
-	st.parked = nil
+	st.pending = nil
 	return s.read(ctx, st, s.rd.src.(*rawSource).onEvent)
 }
 
-// WaitParked waits until the stream parked in st has bytes to read, or has
-// ended (a clock fired, or the caller's context ended): call ReadParked
-// next. It returns at once when no stream is parked, or when an earlier
-// WaitParked already waited (ReadParked has not read it yet). Its frames are few
-// and small, so that a goroutine calling it from a shallow frame waits
-// with a small stack.
-func (st *StreamState) WaitParked() {
-	if s := st.parked; s != nil {
+// Wait waits until the stream pending in st has bytes to read, or has
+// ended (a clock fired, or the caller's context ended): call ReadPending
+// next. It returns at once when no stream is pending, or when an earlier
+// Wait already waited (ReadPending has not read it yet).
+func (st *StreamState) Wait() {
+	if s := st.pending; s != nil {
 		s.rd.src.(*rawSource).wait(&s.rd)
 	}
 }
 
-// Parked reports whether a stream waits parked in st (see
-// StreamOptions.Park).
-func (st *StreamState) Parked() bool { return st.parked != nil }
+// Pending reports whether a stepwise stream waits in st for the agent's
+// next bytes (see StreamOptions.Stepwise).
+func (st *StreamState) Pending() bool { return st.pending != nil }
 
 // openStream is one stream from its request on: what a read holds, in one
 // allocation.
@@ -402,8 +398,9 @@ func (s *openStream) reading(parent context.Context, conn net.Conn, resp *http.R
 // does so only if it can take the connection back from the watchdog and
 // the caller's context hook first: a clock that fired, or the end of the
 // caller's context, has closed it or is closing it, and such a connection
-// is never offered to another stream. (Not inlined: stream's frame stays
-// small.)
+// is never offered to another stream.
+//
+// Not inlined: see handleFrame.
 //
 //go:noinline
 func (s *openStream) keepConn() {
@@ -423,8 +420,9 @@ func (s *openStream) keepConn() {
 // before its read began (failed reports the clock).
 var errWatchdog = errors.New("stream ended by its watchdog")
 
-// close lets go of everything the stream holds. (Not inlined: stream's
-// frame stays small.)
+// close lets go of everything the stream holds.
+//
+// Not inlined: see handleFrame.
 //
 //go:noinline
 func (s *openStream) close() {
@@ -444,8 +442,9 @@ func (s *openStream) close() {
 	s.rd.close()
 }
 
-// end turns what the read found into the stream's result. (Not inlined:
-// stream's frame stays small.)
+// end turns what the read found into the stream's result.
+//
+// Not inlined: see handleFrame.
 //
 //go:noinline
 func (s *openStream) end(parent context.Context, st *StreamState, result, readErr error) error {
@@ -491,11 +490,14 @@ func readEnd(st *StreamState, err error) (result, readErr error) {
 // done says the stream is over, with its result. ping is the stream's last
 // ping (see decodeStreamMessage).
 //
-// A parked stream (StreamOptions.Park) handles its frames a few frames
-// under the handler that waits for it, and a thinking turn's goroutine
-// keeps a 4 KiB stack only while what a ping costs stays under it: the
-// rare paths (end of stream, error and cancel frames) are functions of
-// their own, so that this frame stays small.
+// The rare paths (end of stream, error and cancel frames, and the stream's
+// close and end) are functions of their own, not inlined, so that the
+// frames every ping is read through stay small: a thinking turn's
+// goroutine reads each ping a few frames under its handler, and a stack
+// that grows past 4 KiB there stays 8 KiB until the next GC. The figure:
+// integration/bench's "stacks per in-flight turn later in the think" is
+// 6.9 KB with them not inlined, 11.7–12.4 KB inlined (3,000 turns,
+// conversation mode).
 func handleFrame(fr sseFrame, ping **Ping, st *StreamState, onEvent func(Event), onStop func(time.Time)) (done bool, result error) {
 	if fr.Event == "" || fr.Event == "message" {
 		if bytes.Equal(bytes.TrimSpace(fr.Data), []byte("[DONE]")) {
@@ -540,12 +542,16 @@ func handleFrame(fr sseFrame, ping **Ping, st *StreamState, onEvent func(Event),
 // seqGapEnd is the result of a resumed stream that skipped chunks: cut,
 // with the gap as its cause.
 //
+// Not inlined: see handleFrame.
+//
 //go:noinline
 func seqGapEnd(g *SeqGapError, st *StreamState) error {
 	return &StreamError{State: st.Snapshot(), Err: g}
 }
 
 // frameDone ends the stream at `data: [DONE]`.
+//
+// Not inlined: see handleFrame.
 //
 //go:noinline
 func frameDone(event string, st *StreamState, onEvent func(Event)) error {
@@ -559,6 +565,8 @@ func frameDone(event string, st *StreamState, onEvent func(Event)) error {
 // errorFrame is the message of an `event: error` frame: an error body, or
 // one made of data that is not one.
 //
+// Not inlined: see handleFrame.
+//
 //go:noinline
 func errorFrame(m Message, data []byte) Message {
 	if em, ok := m.(*ErrorMessage); ok {
@@ -570,6 +578,8 @@ func errorFrame(m Message, data []byte) Message {
 
 // frameEnd is the result of an error or cancelled frame, which ends the
 // stream.
+//
+// Not inlined: see handleFrame.
 //
 //go:noinline
 func frameEnd(event string, m Message, st *StreamState, now time.Time) error {

@@ -398,8 +398,8 @@ func TestCancelMidStreamKeepsState(t *testing.T) {
 		if s.RunID != "run-11111111-aaaa" || s.Answer != "Half an ans" || len(s.MessageIDs) != 3 || !s.HasSeq || s.LastSeq != 7 {
 			t.Errorf("state lost on cancel: run %q answer %q ids %v seq %d", s.RunID, s.Answer, s.MessageIDs, s.LastSeq)
 		}
-		if s.Phase != PhaseAnswering {
-			t.Errorf("phase = %q", s.Phase)
+		if s.Stage != StageAnswering {
+			t.Errorf("phase = %q", s.Stage)
 		}
 		if st.PollCursor() != "message-b2" || st.LastMessageID() != "message-c3" {
 			t.Errorf("cursor %q last %q", st.PollCursor(), st.LastMessageID())

@@ -109,7 +109,7 @@ func (e *RuleError) Error() string {
 // PollMax >= PollInitial; PollMultiplier is finite and >= 1; PollJitter is in [0,1);
 // RequestTimeout <= ContinuationMax; StopGrace <= ContinuationMax (a stream that ended with
 // stop_reason spends its stop grace instead of the continuation, so the grace must fit
-// there); ResendPolicy is known; and the phases of TaskTimeout add up without overflowing.
+// there); ResendPolicy is known; and the terms of TaskTimeout add up without overflowing.
 func (c Config) Validate() error {
 	var errs []error
 	add := func(rule string, vars ...string) {
@@ -173,10 +173,10 @@ func (c Config) Validate() error {
 	}
 	if _, overflow := c.worstCaseSum(); overflow {
 		var vars []string
-		for _, p := range c.Phases() {
+		for _, p := range c.Terms() {
 			vars = appendOnce(vars, p.Var)
 		}
-		add("the phases add up past the largest task timeout that can be represented", vars...)
+		add("the terms add up past the largest task timeout that can be represented", vars...)
 	}
 	return errors.Join(errs...)
 }
@@ -207,33 +207,34 @@ func (c Config) Warnings() []string {
 	return w
 }
 
-// Phase names, as used by Phases and by Step.Phase.
+// Term names, as used by Terms and by Step.Term: a term is one named part of an attempt's
+// time budget.
 const (
-	PhaseThread             = "thread"
-	PhaseConnect            = "connect"
-	PhaseStream             = "stream"
-	PhaseAdmission          = "admission"
-	PhaseContinuation       = "continuation"
-	PhaseResendConnect      = "resend-connect"
-	PhaseResendStream       = "resend-stream"
-	PhaseResendAdmission    = "resend-admission"
-	PhaseResendContinuation = "resend-continuation"
-	PhaseDelivery           = "delivery"
-	PhaseSafetyMargin       = "safety-margin"
+	TermThread             = "thread"
+	TermConnect            = "connect"
+	TermStream             = "stream"
+	TermAdmission          = "admission"
+	TermContinuation       = "continuation"
+	TermResendConnect      = "resend-connect"
+	TermResendStream       = "resend-stream"
+	TermResendAdmission    = "resend-admission"
+	TermResendContinuation = "resend-continuation"
+	TermDelivery           = "delivery"
+	TermSafetyMargin       = "safety-margin"
 )
 
-// Phase is one named part of an attempt's worst case, with the longest it may take and the
+// Term is one named part of an attempt's worst case, with the longest it may take and the
 // variable that sets that length.
-type Phase struct {
-	Name string        // one of the Phase… constants
-	Max  time.Duration // the longest this phase may take
+type Term struct {
+	Name string        // one of the Term… constants
+	Max  time.Duration // the longest this term may take
 	Var  string        // the environment variable that sets Max
 }
 
 // ThreadResolution is the longest an attempt may take to find or create the chat's Letta
 // conversation before it sends (thread mode conversation): one list request and one create
 // request, each bounded by RequestTimeout. It saturates at the largest Duration (Validate then
-// refuses the configuration: its phases add up past it).
+// refuses the configuration: its terms add up past it).
 func (c Config) ThreadResolution() time.Duration {
 	if c.RequestTimeout > math.MaxInt64/2 {
 		return math.MaxInt64
@@ -241,44 +242,44 @@ func (c Config) ThreadResolution() time.Duration {
 	return 2 * c.RequestTimeout
 }
 
-// Phases lists, in order, the phases whose maxima TaskTimeout adds up: thread (finding or
+// Terms lists, in order, the terms whose maxima TaskTimeout adds up: thread (finding or
 // creating the chat's Letta conversation); connect, stream, admission, continuation; the same
 // four again (prefixed "resend-") when the resend policy allows one resend; then delivery and
 // the safety margin.
-func (c Config) Phases() []Phase { return c.appendPhases(nil) }
+func (c Config) Terms() []Term { return c.appendTerms(nil) }
 
-// maxPhases is the most phases Phases returns.
-const maxPhases = 11
+// maxTerms is the most terms Terms returns.
+const maxTerms = 11
 
-// appendPhases appends Phases to ps (the sum of an enqueue's task timeout
+// appendTerms appends Terms to ps (the sum of an enqueue's task timeout
 // takes them in an array of its frame: nothing allocated per task).
-func (c Config) appendPhases(ps []Phase) []Phase {
-	ps = append(ps, []Phase{
-		{PhaseThread, c.ThreadResolution(), "LETTAQ_REQUEST_TIMEOUT"},
-		{PhaseConnect, c.ConnectTimeout, "LETTAQ_CONNECT_TIMEOUT"},
-		{PhaseStream, c.StreamTotal, "LETTAQ_STREAM_TOTAL"},
-		{PhaseAdmission, c.AdmissionGrace, "LETTAQ_ADMISSION_GRACE"},
-		{PhaseContinuation, c.ContinuationMax, "LETTAQ_CONTINUATION_MAX"},
+func (c Config) appendTerms(ps []Term) []Term {
+	ps = append(ps, []Term{
+		{TermThread, c.ThreadResolution(), "LETTAQ_REQUEST_TIMEOUT"},
+		{TermConnect, c.ConnectTimeout, "LETTAQ_CONNECT_TIMEOUT"},
+		{TermStream, c.StreamTotal, "LETTAQ_STREAM_TOTAL"},
+		{TermAdmission, c.AdmissionGrace, "LETTAQ_ADMISSION_GRACE"},
+		{TermContinuation, c.ContinuationMax, "LETTAQ_CONTINUATION_MAX"},
 	}...)
 	if c.ResendPolicy.AllowsResend() {
 		ps = append(ps,
-			Phase{PhaseResendConnect, c.ConnectTimeout, "LETTAQ_CONNECT_TIMEOUT"},
-			Phase{PhaseResendStream, c.StreamTotal, "LETTAQ_STREAM_TOTAL"},
-			Phase{PhaseResendAdmission, c.AdmissionGrace, "LETTAQ_ADMISSION_GRACE"},
-			Phase{PhaseResendContinuation, c.ContinuationMax, "LETTAQ_CONTINUATION_MAX"},
+			Term{TermResendConnect, c.ConnectTimeout, "LETTAQ_CONNECT_TIMEOUT"},
+			Term{TermResendStream, c.StreamTotal, "LETTAQ_STREAM_TOTAL"},
+			Term{TermResendAdmission, c.AdmissionGrace, "LETTAQ_ADMISSION_GRACE"},
+			Term{TermResendContinuation, c.ContinuationMax, "LETTAQ_CONTINUATION_MAX"},
 		)
 	}
 	return append(ps,
-		Phase{PhaseDelivery, c.DeliveryAllowance, "LETTAQ_DELIVERY_ALLOWANCE"},
-		Phase{PhaseSafetyMargin, c.SafetyMargin, "LETTAQ_SAFETY_MARGIN"},
+		Term{TermDelivery, c.DeliveryAllowance, "LETTAQ_DELIVERY_ALLOWANCE"},
+		Term{TermSafetyMargin, c.SafetyMargin, "LETTAQ_SAFETY_MARGIN"},
 	)
 }
 
-// worstCaseSum adds up the phases (negative ones count as 0), saturating at the largest
+// worstCaseSum adds up the terms (negative ones count as 0), saturating at the largest
 // Duration; overflow reports whether it saturated.
 func (c Config) worstCaseSum() (sum time.Duration, overflow bool) {
-	var buf [maxPhases]Phase
-	for _, p := range c.appendPhases(buf[:0]) {
+	var buf [maxTerms]Term
+	for _, p := range c.appendTerms(buf[:0]) {
 		if p.Max <= 0 {
 			continue
 		}
@@ -290,7 +291,7 @@ func (c Config) worstCaseSum() (sum time.Duration, overflow bool) {
 	return sum, false
 }
 
-// TaskTimeout is the Asynq task timeout for one attempt of a turn: the sum of Phases (the
+// TaskTimeout is the Asynq task timeout for one attempt of a turn: the sum of Terms (the
 // worst case of one attempt plus the safety margin), rounded up to whole seconds, and never
 // less than 1s. Asynq stores a task's timeout as whole seconds, truncating (so 1.5s would
 // become 1s and 0.5s would become 0, which Asynq reads as "no timeout set" and replaces with
@@ -321,13 +322,13 @@ func (c Config) Backoff() Backoff {
 }
 
 // ClampSleep returns d bounded to [0, remaining]: the sleep that may be taken when only
-// remaining is left of the phase. A negative d or remaining counts as 0.
+// remaining is left of the term. A negative d or remaining counts as 0.
 func (c Config) ClampSleep(d, remaining time.Duration) time.Duration {
 	return clamp(d, remaining)
 }
 
 // ClampRequest returns the timeout for one HTTP request of a lookup or poll when remaining
-// is left of the phase: min(RequestTimeout, remaining), never negative. 0 means "no time
+// is left of the term: min(RequestTimeout, remaining), never negative. 0 means "no time
 // left: don't send".
 func (c Config) ClampRequest(remaining time.Duration) time.Duration {
 	return clamp(c.RequestTimeout, remaining)

@@ -236,16 +236,16 @@ func TestPhases(t *testing.T) {
 	c := Default()
 	var names []string
 	var sum time.Duration
-	for _, p := range c.Phases() {
+	for _, p := range c.Terms() {
 		names = append(names, p.Name)
 		sum += p.Max
 		if !strings.HasPrefix(p.Var, "LETTAQ_") {
 			t.Errorf("phase %s has Var %q", p.Name, p.Var)
 		}
 	}
-	want := []string{PhaseThread, PhaseConnect, PhaseStream, PhaseAdmission, PhaseContinuation,
-		PhaseResendConnect, PhaseResendStream, PhaseResendAdmission, PhaseResendContinuation,
-		PhaseDelivery, PhaseSafetyMargin}
+	want := []string{TermThread, TermConnect, TermStream, TermAdmission, TermContinuation,
+		TermResendConnect, TermResendStream, TermResendAdmission, TermResendContinuation,
+		TermDelivery, TermSafetyMargin}
 	if !slices.Equal(names, want) {
 		t.Errorf("phases = %q, want %q", names, want)
 	}
@@ -253,7 +253,7 @@ func TestPhases(t *testing.T) {
 		t.Errorf("sum of phases %v != TaskTimeout %v", sum, c.TaskTimeout())
 	}
 	c.ResendPolicy = ResendNever
-	if n := len(c.Phases()); n != 7 {
+	if n := len(c.Terms()); n != 7 {
 		t.Errorf("with ResendNever: %d phases, want 7", n)
 	}
 }
@@ -319,12 +319,12 @@ func TestFormatDuration(t *testing.T) {
 	}
 }
 
-// The task timeout is computed at every enqueue: it allocates nothing, and Phases fits the
+// The task timeout is computed at every enqueue: it allocates nothing, and Terms fits the
 // array it is summed in.
 func TestTaskTimeoutAllocatesNothing(t *testing.T) {
 	for _, c := range []Config{Default(), func() Config { c := Default(); c.ResendPolicy = ResendIfNotAdmitted; return c }()} {
-		if n := len(c.Phases()); n > maxPhases {
-			t.Fatalf("%d phases, maxPhases %d", n, maxPhases)
+		if n := len(c.Terms()); n > maxTerms {
+			t.Fatalf("%d phases, maxTerms %d", n, maxTerms)
 		}
 		if a := testing.AllocsPerRun(100, func() { _ = c.TaskTimeout() }); a != 0 {
 			t.Errorf("TaskTimeout allocates %.0f times (resend policy %v)", a, c.ResendPolicy)

@@ -38,12 +38,12 @@
 //	                    + DeliveryAllowance + SafetyMargin )
 //
 // With the defaults: 30s + 5m + 30s + 10m, twice (ResendIfNotAdmitted), + 10s + 30s = 32m40s
-// (16m40s with ResendNever). Phases lists the same terms by name, for logs and docs.
+// (16m40s with ResendNever). Terms lists the same terms by name, for logs and docs.
 //
 // A stream that ends with stop_reason needs no admission search or continuation; it spends
 // at most StopGrace waiting for the body to close instead, which Validate keeps within
 // ContinuationMax, so that path is covered too. The formula is an upper bound: a real
-// attempt that finds its run does not resend, so it never spends every phase.
+// attempt that finds its run does not resend, so it never spends every term.
 //
 // The admission search and the follow repeat requests and sleeps. They stay inside their
 // windows because every request timeout and every sleep is clamped to what remains of the

@@ -7,22 +7,13 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/lettaq/lettaq/internal/envvar"
 )
 
-// Var describes one environment variable, for docs/configuration.md and the worker's --help.
-type Var struct {
-	Name    string // e.g. "LETTAQ_STALL_TIMEOUT"
-	Default string // the default value as it would be written in the environment, e.g. "75s"
-	Help    string // one line: what it bounds
-}
-
-// FlagName returns the command-line flag that sets the same value: the variable's name
-// without "LETTAQ_", lower-cased, with "_" → "-" (LETTAQ_STALL_TIMEOUT → "stall-timeout").
-func (v Var) FlagName() string { return flagName(v.Name) }
-
-func flagName(env string) string {
-	return strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(env, "LETTAQ_")), "_", "-")
-}
+// Var describes one environment variable, with the flag that overrides it (Flag): the one
+// description lettaq's commands use for theirs too.
+type Var = envvar.Var
 
 // setting binds one variable to its Config field. Exactly one of the pointer funcs is set.
 type setting struct {
@@ -107,22 +98,19 @@ func (s setting) format(c *Config) string {
 func (s setting) parse(c *Config, raw string) error {
 	switch {
 	case s.dur != nil:
-		d, err := time.ParseDuration(raw)
+		d, err := envvar.ParseDuration(raw)
 		if err != nil {
-			if _, nerr := strconv.ParseFloat(raw, 64); nerr == nil {
-				err = fmt.Errorf("missing unit (write e.g. %ss or %sms)", raw, raw)
-			}
 			return err
 		}
 		*s.dur(c) = d
 	case s.flt != nil:
-		f, err := strconv.ParseFloat(raw, 64)
+		f, err := envvar.ParseFloat(raw)
 		if err != nil {
-			return errors.Unwrap(err) // strconv's own error repeats the value; keep only the reason
+			return err
 		}
 		*s.flt(c) = f
 	case s.bln != nil:
-		b, err := parseBool(raw)
+		b, err := envvar.ParseBool(raw)
 		if err != nil {
 			return err
 		}
@@ -137,23 +125,14 @@ func (s setting) parse(c *Config, raw string) error {
 	return nil
 }
 
-func parseBool(raw string) (bool, error) {
-	switch strings.ToLower(raw) {
-	case "1", "t", "true", "y", "yes", "on":
-		return true, nil
-	case "0", "f", "false", "n", "no", "off":
-		return false, nil
-	}
-	return false, errors.New("not a boolean (want true or false)")
-}
-
 // Vars lists every environment variable Config reads, in a stable order (Config's field
 // order), with its default and a one-line help.
 func Vars() []Var {
 	d := Default()
 	vs := make([]Var, len(settings))
 	for i, s := range settings {
-		vs[i] = Var{Name: s.name, Default: s.format(&d), Help: s.help}
+		vs[i] = Var{Name: s.name, Flag: envvar.FlagName(s.name), Default: s.format(&d), Help: s.help,
+			Bool: s.bln != nil, Budget: true}
 	}
 	return vs
 }
@@ -193,7 +172,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 // Validate after fs.Parse: flags are checked only for syntax.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	for _, s := range settings {
-		name, usage := flagName(s.name), s.help+" (env "+s.name+")"
+		name, usage := envvar.FlagName(s.name), s.help+" (env "+s.name+")"
 		switch {
 		case s.dur != nil:
 			p := s.dur(c)

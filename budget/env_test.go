@@ -100,13 +100,13 @@ func TestFromEnvBadValues(t *testing.T) {
 	tests := []struct {
 		name, val, reason string
 	}{
-		{"LETTAQ_STALL_TIMEOUT", "75", "missing unit"},
-		{"LETTAQ_CONNECT_TIMEOUT", "soon", "invalid duration"},
+		{"LETTAQ_STALL_TIMEOUT", "75", "with a unit"},
+		{"LETTAQ_CONNECT_TIMEOUT", "soon", "write a duration with a unit, e.g. 500ms"},
 		{"LETTAQ_POLL_MULTIPLIER", "double", "invalid syntax"},
 		{"LETTAQ_POLL_JITTER", "1e999", "out of range"},
 		{"LETTAQ_RESUME", "maybe", "not a boolean"},
 		{"LETTAQ_RESEND_POLICY", "always", "unknown resend policy"},
-		{"LETTAQ_SAFETY_MARGIN", "-", "invalid duration"},
+		{"LETTAQ_SAFETY_MARGIN", "-", "write a duration with a unit, e.g. 500ms"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -219,8 +219,10 @@ func TestVarsComplete(t *testing.T) {
 			t.Errorf("%s default %q, want %q", v.Name, v.Default, w)
 		}
 	}
-	if got := (Var{Name: "LETTAQ_STALL_TIMEOUT"}).FlagName(); got != "stall-timeout" {
-		t.Errorf("FlagName = %q", got)
+	for _, v := range vs {
+		if v.Name == "LETTAQ_STALL_TIMEOUT" && v.Flag != "stall-timeout" {
+			t.Errorf("LETTAQ_STALL_TIMEOUT's flag = %q, want stall-timeout", v.Flag)
+		}
 	}
 }
 
@@ -234,8 +236,8 @@ func TestRegisterFlags(t *testing.T) {
 	c.RegisterFlags(fs)
 
 	for _, v := range Vars() {
-		if fs.Lookup(v.FlagName()) == nil {
-			t.Errorf("no flag --%s for %s", v.FlagName(), v.Name)
+		if fs.Lookup(v.Flag) == nil {
+			t.Errorf("no flag --%s for %s", v.Flag, v.Name)
 		}
 	}
 	if err := fs.Parse([]string{"--stall-timeout=100s", "--poll-multiplier", "3", "--resume=false", "--resend-policy=never"}); err != nil {
@@ -294,8 +296,8 @@ func TestRegisterFlagsHelpListsDefaults(t *testing.T) {
 		}
 	}
 	for _, v := range Vars() {
-		if !strings.Contains(help, "-"+v.FlagName()) || !strings.Contains(help, "(env "+v.Name+")") {
-			t.Errorf("help lacks --%s / %s", v.FlagName(), v.Name)
+		if !strings.Contains(help, "-"+v.Flag) || !strings.Contains(help, "(env "+v.Name+")") {
+			t.Errorf("help lacks --%s / %s", v.Flag, v.Name)
 		}
 	}
 }

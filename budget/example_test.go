@@ -28,10 +28,10 @@ func ExampleConfig_TaskTimeout() {
 	// 16m42s
 }
 
-func ExampleConfig_Phases() {
+func ExampleConfig_Terms() {
 	cfg := budget.Default()
 	cfg.ResendPolicy = budget.ResendNever
-	for _, p := range cfg.Phases() {
+	for _, p := range cfg.Terms() {
 		fmt.Printf("%-14s %6v  %s\n", p.Name, p.Max, p.Var)
 	}
 	fmt.Printf("%-14s %6v\n", "task timeout", cfg.TaskTimeout())
@@ -88,7 +88,7 @@ func ExampleConfig_Simulate() {
 	cfg := budget.Default()
 	tr := cfg.Simulate(nil) // nil: every backoff sleep at its jittered maximum
 	fmt.Println(tr.Total, "of", cfg.TaskTimeout()-cfg.SafetyMargin)
-	fmt.Println(tr.PhaseTotal(budget.PhaseAdmission), tr.PhaseTotal(budget.PhaseContinuation))
+	fmt.Println(tr.TermTotal(budget.TermAdmission), tr.TermTotal(budget.TermContinuation))
 	// Output:
 	// 32m40s of 32m40s
 	// 30s 10m0s
@@ -121,7 +121,7 @@ func ExampleLoop() {
 
 func ExampleVars() {
 	for _, v := range budget.Vars()[:3] {
-		fmt.Printf("%s (--%s, default %s)\n", v.Name, v.FlagName(), v.Default)
+		fmt.Printf("%s (--%s, default %s)\n", v.Name, v.Flag, v.Default)
 	}
 	// Output:
 	// LETTAQ_CONNECT_TIMEOUT (--connect-timeout, default 30s)

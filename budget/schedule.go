@@ -7,14 +7,14 @@ import (
 	"time"
 )
 
-// Loop paces one phase that repeats tries until its window closes: the admission search
+// Loop paces one term that repeats tries until its window closes: the admission search
 // (list the agent's messages until the turn's otid shows up) or the follow (resume the run's
 // stream, then poll the run). Every request timeout, stream limit and sleep it hands out is
-// clamped to what remains of the window, so the phase cannot overrun it, whatever the
+// clamped to what remains of the window, so the term cannot overrun it, whatever the
 // backoff draws. Config.Simulate drives the same Loop on a virtual clock; that is how the
 // tests prove that TaskTimeout covers the worst case of the code that really runs.
 //
-// Typical use in a follow phase:
+// Typical use in a follow term:
 //
 //	l := cfg.FollowLoop(time.Now())
 //	for !l.Done() {
@@ -29,7 +29,7 @@ import (
 //
 // A Loop is not safe for concurrent use.
 type Loop struct {
-	Phase          string        // for logs: one of the Phase… constants
+	Term           string        // for logs: one of the Term… constants
 	Deadline       time.Time     // the window closes here
 	RequestTimeout time.Duration // bound of one request, before clamping
 	Backoff        Backoff       // delays between tries, before clamping
@@ -43,18 +43,18 @@ type Loop struct {
 // AdmissionLoop returns the Loop of an admission search that starts at start and may last
 // AdmissionGrace.
 func (c Config) AdmissionLoop(start time.Time) *Loop {
-	return c.newLoop(PhaseAdmission, start, c.AdmissionGrace)
+	return c.newLoop(TermAdmission, start, c.AdmissionGrace)
 }
 
 // FollowLoop returns the Loop of a follow (resume, then poll) that starts at start and may
 // last ContinuationMax.
 func (c Config) FollowLoop(start time.Time) *Loop {
-	return c.newLoop(PhaseContinuation, start, c.ContinuationMax)
+	return c.newLoop(TermContinuation, start, c.ContinuationMax)
 }
 
-func (c Config) newLoop(phase string, start time.Time, window time.Duration) *Loop {
+func (c Config) newLoop(term string, start time.Time, window time.Duration) *Loop {
 	return &Loop{
-		Phase:          phase,
+		Term:           term,
 		Deadline:       start.Add(max(window, 0)),
 		RequestTimeout: c.RequestTimeout,
 		Backoff:        c.Backoff(),
@@ -77,7 +77,7 @@ func (l *Loop) Remaining() time.Duration {
 // Done reports whether the window has closed.
 func (l *Loop) Done() bool { return l.Remaining() == 0 }
 
-// Clamp bounds d to what remains of the window: use it for anything else the phase waits
+// Clamp bounds d to what remains of the window: use it for anything else the term waits
 // on, such as a resumed stream.
 func (l *Loop) Clamp(d time.Duration) time.Duration {
 	if l.unclamped && !l.Done() {
@@ -87,7 +87,7 @@ func (l *Loop) Clamp(d time.Duration) time.Duration {
 }
 
 // Context returns ctx ending when the window closes (at Deadline). Bound by it anything the
-// phase waits on whose own clocks could outlast the window, such as a resumed stream: its
+// term waits on whose own clocks could outlast the window, such as a resumed stream: its
 // connect clock and its total (which starts at the first byte) are each clamped to what
 // remains, but one after the other they could spend twice that.
 func (l *Loop) Context(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -161,7 +161,7 @@ const (
 
 // Step is one span of time in a simulated attempt.
 type Step struct {
-	Phase  string        // one of the Phase… constants
+	Term   string        // one of the Term… constants
 	Kind   StepKind      // what the time is spent on
 	At     time.Duration // when the step starts, from the start of the attempt
 	Length time.Duration
@@ -173,11 +173,11 @@ type Trace struct {
 	Total time.Duration
 }
 
-// PhaseTotal returns the time the trace spends in the named phase.
-func (t Trace) PhaseTotal(phase string) time.Duration {
+// TermTotal returns the time the trace spends in the named term.
+func (t Trace) TermTotal(term string) time.Duration {
 	var sum time.Duration
 	for _, s := range t.Steps {
-		if s.Phase == phase {
+		if s.Term == term {
 			sum += s.Length
 		}
 	}
@@ -219,14 +219,14 @@ func Paths() []Path { return []Path{PathLostStream, PathResumeByOtid, PathBusy, 
 
 // Simulate runs the worst-case schedule of one attempt on a virtual clock, driving the same
 // Loops the continuation uses, and returns what it spent where: SimulatePath(PathLostStream),
-// the path that spends every phase to its cap. r supplies the backoff's random draws in
+// the path that spends every term to its cap. r supplies the backoff's random draws in
 // [0,1); nil means WorstDraw, every sleep at its jittered maximum.
 //
 // Every path starts with finding or creating the chat's Letta conversation, bounded by one
 // context of ThreadResolution (a list and a create request, each up to RequestTimeout), and
 // ends with delivery (the whole DeliveryAllowance). Every request takes its whole clamped
 // timeout, every stream its clocks, and the admission search and follow run to their caps.
-// This is an upper bound of any real attempt: a real one stops a phase early when it finds
+// This is an upper bound of any real attempt: a real one stops a term early when it finds
 // what it looks for.
 //
 // Simulate assumes a valid Config (see Validate); it terminates for any Config.
@@ -241,31 +241,31 @@ func (c Config) simulate(p Path, r func() float64, unclamped bool) Trace {
 	}
 	epoch := time.Unix(0, 0)
 	s := &simulator{c: c, r: r, start: epoch, now: epoch, unclamped: unclamped}
-	s.spend(PhaseThread, StepThread, c.ThreadResolution())
+	s.spend(TermThread, StepThread, c.ThreadResolution())
 	switch p {
 	case PathBusy:
-		s.spend(PhaseConnect, StepConnect, c.ConnectTimeout) // answered 409 busy
-		l := s.loop(c.AdmissionLoop(s.now), PhaseAdmission)
-		s.spend(PhaseAdmission, StepRequest, l.NextRequest()) // the busy run's messages
-		s.follow(PhaseContinuation)
+		s.spend(TermConnect, StepConnect, c.ConnectTimeout) // answered 409 busy
+		l := s.loop(c.AdmissionLoop(s.now), TermAdmission)
+		s.spend(TermAdmission, StepRequest, l.NextRequest()) // the busy run's messages
+		s.follow(TermContinuation)
 	case PathResumeByOtid:
-		s.send(PhaseConnect, PhaseStream)
-		s.resumeByOtid(PhaseAdmission, PhaseContinuation)
+		s.send(TermConnect, TermStream)
+		s.resumeByOtid(TermAdmission, TermContinuation)
 		if c.ResendPolicy.AllowsResend() {
-			s.send(PhaseResendConnect, PhaseResendStream)
-			s.resumeByOtid(PhaseResendAdmission, PhaseResendContinuation)
+			s.send(TermResendConnect, TermResendStream)
+			s.resumeByOtid(TermResendAdmission, TermResendContinuation)
 		}
 	default: // PathLostStream, PathApprovalAnswer
-		s.send(PhaseConnect, PhaseStream)
-		s.search(PhaseAdmission)
-		s.follow(PhaseContinuation)
+		s.send(TermConnect, TermStream)
+		s.search(TermAdmission)
+		s.follow(TermContinuation)
 		if c.ResendPolicy.AllowsResend() {
-			s.send(PhaseResendConnect, PhaseResendStream)
-			s.search(PhaseResendAdmission)
-			s.follow(PhaseResendContinuation)
+			s.send(TermResendConnect, TermResendStream)
+			s.search(TermResendAdmission)
+			s.follow(TermResendContinuation)
 		}
 	}
-	s.spend(PhaseDelivery, StepDeliver, c.DeliveryAllowance)
+	s.spend(TermDelivery, StepDeliver, c.DeliveryAllowance)
 	return Trace{Steps: s.steps, Total: s.now.Sub(s.start)}
 }
 
@@ -283,16 +283,16 @@ type simulator struct {
 
 func (s *simulator) clock() time.Time { return s.now }
 
-func (s *simulator) spend(phase string, kind StepKind, d time.Duration) {
+func (s *simulator) spend(term string, kind StepKind, d time.Duration) {
 	if d <= 0 {
 		return
 	}
-	s.steps = append(s.steps, Step{Phase: phase, Kind: kind, At: s.now.Sub(s.start), Length: d})
+	s.steps = append(s.steps, Step{Term: term, Kind: kind, At: s.now.Sub(s.start), Length: d})
 	s.now = s.now.Add(d)
 }
 
-func (s *simulator) loop(l *Loop, phase string) *Loop {
-	l.Phase, l.Now, l.Rand, l.unclamped = phase, s.clock, s.r, s.unclamped
+func (s *simulator) loop(l *Loop, term string) *Loop {
+	l.Term, l.Now, l.Rand, l.unclamped = term, s.clock, s.r, s.unclamped
 	return l
 }
 
@@ -302,15 +302,15 @@ func (s *simulator) send(connect, stream string) {
 }
 
 // search: the otid never shows up, so the search runs to the end of its window.
-func (s *simulator) search(phase string) {
-	l := s.loop(s.c.AdmissionLoop(s.now), phase)
+func (s *simulator) search(term string) {
+	l := s.loop(s.c.AdmissionLoop(s.now), term)
 	for !l.Done() {
 		before := s.now
-		s.spend(phase, StepRequest, l.NextRequest())
+		s.spend(term, StepRequest, l.NextRequest())
 		if l.Done() {
 			break
 		}
-		s.spend(phase, StepSleep, l.NextSleep())
+		s.spend(term, StepSleep, l.NextSleep())
 		if !s.now.After(before) { // no progress: only for an invalid Config
 			break
 		}
@@ -318,16 +318,16 @@ func (s *simulator) search(phase string) {
 }
 
 // follow: the run never ends, so the follow runs to the end of its window.
-func (s *simulator) follow(phase string) {
-	s.followIn(s.loop(s.c.FollowLoop(s.now), phase), phase)
+func (s *simulator) follow(term string) {
+	s.followIn(s.loop(s.c.FollowLoop(s.now), term), term)
 }
 
 // followIn follows in the window of l: a GET of the run, then (Resume) one resumed stream
 // until its connect and total clocks or the window's deadline, then polls.
-func (s *simulator) followIn(l *Loop, phase string) {
+func (s *simulator) followIn(l *Loop, term string) {
 	if s.c.Resume && !l.Done() {
-		s.spend(phase, StepRequest, l.NextRequest()) // GET /v1/runs/{id}: active, background
-		s.spend(phase, StepResume, s.resumeLength(l))
+		s.spend(term, StepRequest, l.NextRequest()) // GET /v1/runs/{id}: active, background
+		s.spend(term, StepResume, s.resumeLength(l))
 	}
 	for !l.Done() {
 		before := s.now
@@ -335,12 +335,12 @@ func (s *simulator) followIn(l *Loop, phase string) {
 			if l.Done() {
 				break
 			}
-			s.spend(phase, StepRequest, l.NextRequest())
+			s.spend(term, StepRequest, l.NextRequest())
 		}
 		if l.Done() {
 			break
 		}
-		s.spend(phase, StepSleep, l.NextSleep())
+		s.spend(term, StepSleep, l.NextSleep())
 		if !s.now.After(before) {
 			break
 		}

@@ -120,8 +120,8 @@ func TestWorstCaseFitsTaskTimeout(t *testing.T) {
 				// The worst case uses every phase to its cap, exactly: the property is tight,
 				// so the test would notice a phase the formula forgot.
 				var want time.Duration
-				for _, p := range c.Phases() {
-					if p.Name != PhaseSafetyMargin {
+				for _, p := range c.Terms() {
+					if p.Name != TermSafetyMargin {
 						want += p.Max
 					}
 				}
@@ -157,12 +157,12 @@ func checkTrace(t *testing.T, c Config, tr Trace) {
 	if at != tr.Total {
 		t.Fatalf("steps end at %v, Total %v", at, tr.Total)
 	}
-	for _, p := range c.Phases() {
-		if got := tr.PhaseTotal(p.Name); got > p.Max {
+	for _, p := range c.Terms() {
+		if got := tr.TermTotal(p.Name); got > p.Max {
 			t.Fatalf("phase %s took %v > its cap %v (%s)\n%+v", p.Name, got, p.Max, p.Var, c)
 		}
 	}
-	if !c.ResendPolicy.AllowsResend() && tr.PhaseTotal(PhaseResendConnect) != 0 {
+	if !c.ResendPolicy.AllowsResend() && tr.TermTotal(TermResendConnect) != 0 {
 		t.Fatalf("resend steps under policy %q", c.ResendPolicy)
 	}
 }
@@ -216,27 +216,27 @@ func TestSimulateDefaults(t *testing.T) {
 		t.Errorf("Simulate(nil).Total = %v, want %v", tr.Total, want)
 	}
 	for phase, want := range map[string]time.Duration{
-		PhaseConnect: 30 * time.Second, PhaseStream: 5 * time.Minute, PhaseAdmission: 30 * time.Second,
-		PhaseContinuation: 10 * time.Minute, PhaseResendContinuation: 10 * time.Minute, PhaseDelivery: 10 * time.Second,
-		PhaseSafetyMargin: 0,
+		TermConnect: 30 * time.Second, TermStream: 5 * time.Minute, TermAdmission: 30 * time.Second,
+		TermContinuation: 10 * time.Minute, TermResendContinuation: 10 * time.Minute, TermDelivery: 10 * time.Second,
+		TermSafetyMargin: 0,
 	} {
-		if got := tr.PhaseTotal(phase); got != want {
-			t.Errorf("PhaseTotal(%s) = %v, want %v", phase, got, want)
+		if got := tr.TermTotal(phase); got != want {
+			t.Errorf("TermTotal(%s) = %v, want %v", phase, got, want)
 		}
 	}
 	// The admission search of the defaults: 15s request, 1.2s sleep, then a request clamped
 	// to the 13.8s that remain.
 	var adm []Step
 	for _, s := range tr.Steps {
-		if s.Phase == PhaseAdmission {
+		if s.Term == TermAdmission {
 			adm = append(adm, s)
 		}
 	}
 	want := []Step{
 		// after the thread (30s), connect (30s) and stream (5m)
-		{PhaseAdmission, StepRequest, 6 * time.Minute, 15 * time.Second},
-		{PhaseAdmission, StepSleep, 6*time.Minute + 15*time.Second, 1200 * time.Millisecond},
-		{PhaseAdmission, StepRequest, 6*time.Minute + 16*time.Second + 200*time.Millisecond, 13*time.Second + 800*time.Millisecond},
+		{TermAdmission, StepRequest, 6 * time.Minute, 15 * time.Second},
+		{TermAdmission, StepSleep, 6*time.Minute + 15*time.Second, 1200 * time.Millisecond},
+		{TermAdmission, StepRequest, 6*time.Minute + 16*time.Second + 200*time.Millisecond, 13*time.Second + 800*time.Millisecond},
 	}
 	if len(adm) != len(want) {
 		t.Fatalf("admission steps %+v, want %+v", adm, want)
@@ -250,7 +250,7 @@ func TestSimulateDefaults(t *testing.T) {
 	// to true) bounded by connect + total.
 	var fol []Step
 	for _, s := range tr.Steps {
-		if s.Phase == PhaseContinuation {
+		if s.Term == TermContinuation {
 			fol = append(fol, s)
 		}
 	}
@@ -291,8 +291,8 @@ func TestLoopClampsToWindow(t *testing.T) {
 	c := Default() // RequestTimeout 15s, backoff 1s×2 up to 15s, jitter 0.2
 	l := c.AdmissionLoop(clk.Now())
 	l.Now, l.Rand = clk.Now, WorstDraw
-	if l.Phase != PhaseAdmission || l.Remaining() != 30*time.Second || l.Done() {
-		t.Fatalf("new loop: phase %q, remaining %v, done %v", l.Phase, l.Remaining(), l.Done())
+	if l.Term != TermAdmission || l.Remaining() != 30*time.Second || l.Done() {
+		t.Fatalf("new loop: phase %q, remaining %v, done %v", l.Term, l.Remaining(), l.Done())
 	}
 	if got := l.NextRequest(); got != 15*time.Second {
 		t.Errorf("NextRequest = %v, want 15s", got)
@@ -324,8 +324,8 @@ func TestLoopClampsToWindow(t *testing.T) {
 
 	f := c.FollowLoop(clk.Now())
 	f.Now = clk.Now
-	if f.Phase != PhaseContinuation || f.Remaining() != 10*time.Minute {
-		t.Errorf("FollowLoop: phase %q, remaining %v", f.Phase, f.Remaining())
+	if f.Term != TermContinuation || f.Remaining() != 10*time.Minute {
+		t.Errorf("FollowLoop: phase %q, remaining %v", f.Term, f.Remaining())
 	}
 }
 
@@ -412,19 +412,19 @@ func TestResumeClampedPerClockOverruns(t *testing.T) {
 	}
 	perClock := func(c Config) Trace {
 		s := &simulator{c: c, r: WorstDraw, start: time.Unix(0, 0), now: time.Unix(0, 0), perClock: true}
-		s.spend(PhaseThread, StepThread, c.ThreadResolution())
-		s.send(PhaseConnect, PhaseStream)
-		s.search(PhaseAdmission)
-		s.follow(PhaseContinuation)
-		s.spend(PhaseDelivery, StepDeliver, c.DeliveryAllowance)
+		s.spend(TermThread, StepThread, c.ThreadResolution())
+		s.send(TermConnect, TermStream)
+		s.search(TermAdmission)
+		s.follow(TermContinuation)
+		s.spend(TermDelivery, StepDeliver, c.DeliveryAllowance)
 		return Trace{Steps: s.steps, Total: s.now.Sub(s.start)}
 	}
 	tr := perClock(issue)
-	if f := tr.PhaseTotal(PhaseContinuation); f <= issue.ContinuationMax {
+	if f := tr.TermTotal(TermContinuation); f <= issue.ContinuationMax {
 		t.Fatalf("per-clock resume: follow %v within ContinuationMax %v; the model cannot tell the two apart", f, issue.ContinuationMax)
 	}
 	t.Logf("issue 25's configuration: per-clock resume follows %v (ContinuationMax %v), attempt %v; one deadline: %v",
-		tr.PhaseTotal(PhaseContinuation), issue.ContinuationMax, tr.Total, issue.WorstCase(nil))
+		tr.TermTotal(TermContinuation), issue.ContinuationMax, tr.Total, issue.WorstCase(nil))
 	over := 0
 	cs := validConfigs(t, 6, propertyCount()/3)
 	for _, c := range cs {

@@ -25,7 +25,7 @@ func TestApprovalAnswerFoundInHistory(t *testing.T) {
 	ans.Approvals = []agentclient.ApprovalAnswer{{ToolCallID: call, Approve: true}}
 	st = agentclient.NewStreamState()
 	d := e.run(t, ans, st, 1)
-	if d.Outcome != continuation.Completed || d.Evidence != continuation.EvidenceHistory || d.Resend == continuation.ResendDone {
+	if d.Outcome != continuation.Completed || d.Evidence != continuation.EvidenceHistory || d.Resend == continuation.ResendSent {
 		t.Fatalf("decision %+v", d)
 	}
 	if st.Answer() != "deleted" {

@@ -37,7 +37,7 @@ func BenchmarkContinuationCost(b *testing.B) {
 				sim.SetFault(agent, lettasim.Fault{Status5xxAfterStore: 502}) // found by otid, then followed by polling
 				sim.ResetRequests()
 				tu := continuation.Turn{AgentID: agent, Otid: fmt.Sprintf("00000000-0000-4000-8000-%012d", i), Text: "go", Started: time.Now()}
-				d := r.Run(context.Background(), tu, agentclient.NewStreamState(), continuation.Hooks{})
+				d := runTurn(context.Background(), r, tu, agentclient.NewStreamState(), continuation.Hooks{})
 				if d.Outcome != continuation.Completed || sim.CountOtid(tu.Otid) != 1 {
 					b.Fatalf("decision %+v", d)
 				}

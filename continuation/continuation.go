@@ -21,7 +21,7 @@ const (
 	// max_steps, tool_rule, requires_approval). The answer is in the state.
 	Completed Outcome = iota + 1
 	// Failed: the run ended with a failure stop reason, or was cancelled.
-	// Decision.Retryable says whether sending the message again could help;
+	// Result.Retryable says whether sending the message again could help;
 	// lettaq never does that on its own (it would be a second message).
 	Failed
 	// StillRunning: the budget ran out while the run was alive (or the
@@ -77,17 +77,18 @@ const (
 	EvidenceHistory Evidence = "history"
 )
 
-// ResendDecision records what the gate decided.
-type ResendDecision string
+// ResendVerdict is what the gate (the only road to a second send) decided.
+type ResendVerdict string
 
 const (
-	ResendNotNeeded ResendDecision = "not_needed"
-	ResendDone      ResendDecision = "resent"
-	ResendForbidden ResendDecision = "forbidden"
+	ResendNotNeeded ResendVerdict = "not_needed"
+	ResendSent      ResendVerdict = "resent"
+	ResendForbidden ResendVerdict = "forbidden"
 )
 
-// Decision is the result of running or continuing a turn.
-type Decision struct {
+// Result is what running a turn came to: its Outcome, and what was learned
+// and done on the way.
+type Result struct {
 	Outcome    Outcome
 	RunID      string
 	StopReason string
@@ -95,7 +96,7 @@ type Decision struct {
 	// could succeed later.
 	Retryable bool
 	Evidence  Evidence
-	Resend    ResendDecision
+	Resend    ResendVerdict
 	// Reason explains the outcome in one line, for logs and errors.
 	Reason string
 	// Err is the error behind Rejected, Interrupted, or a Failed lookup.
@@ -111,15 +112,16 @@ type Decision struct {
 	SearchedMessages int
 }
 
-// Phase is a step of the turn, reported through Hooks.OnPhase.
-type Phase string
+// Activity is what the runner is doing for the turn, reported through
+// Hooks.OnActivity.
+type Activity string
 
 const (
-	PhaseConnecting Phase = "connecting" // sending, no byte yet
-	PhaseStreaming  Phase = "streaming"  // reading the turn's stream
-	PhaseRecovering Phase = "recovering" // stream lost: finding the run
-	PhaseContinuing Phase = "continuing" // following the run (resume or poll)
-	PhaseResending  Phase = "resending"  // not admitted: sending again, same otid
+	ActivityConnecting Activity = "connecting" // sending, no byte yet
+	ActivityStreaming  Activity = "streaming"  // reading the turn's stream
+	ActivityRecovering Activity = "recovering" // stream lost: finding the run
+	ActivityContinuing Activity = "continuing" // following the run (resume or poll)
+	ActivityResending  Activity = "resending"  // not admitted: sending again, same otid
 )
 
 // Hooks observe a turn. All are optional.
@@ -132,8 +134,8 @@ type Hooks struct {
 	OnEvent func(agentclient.Event)
 	// OnIdle: only pings for a while; the agent is still thinking.
 	OnIdle func(time.Duration)
-	// OnPhase is told when the turn moves to another phase.
-	OnPhase func(Phase)
+	// OnActivity is told when the runner moves to another activity.
+	OnActivity func(Activity)
 	// BeforeSend runs right before every send (the first and a resend):
 	// journal the intent there. An error aborts the send.
 	BeforeSend func(ctx context.Context, resend bool) error
@@ -243,60 +245,33 @@ func (r *Runner) streamOpts(h Hooks) agentclient.StreamOptions {
 	return agentclient.StreamOptions{Clocks: r.Clocks(), OnEvent: h.OnEvent, OnIdle: h.OnIdle}
 }
 
-func phase(h Hooks, p Phase) {
-	if h.OnPhase != nil {
-		h.OnPhase(p)
+// announce tells the hooks that the turn moved to activity a.
+func announce(h Hooks, a Activity) {
+	if h.OnActivity != nil {
+		h.OnActivity(a)
 	}
 }
 
-// Run drives a turn to a Decision: send and stream it (unless an earlier
+// Run drives a turn to its Result: send and stream it (unless an earlier
 // attempt may have sent it, then look first), continue it when the stream
 // is lost, and send again only when the gate allows it. st is the turn's
-// hoisted state: pass the same one to every call for the same turn.
+// state: pass the same one to every call for the same turn.
 //
-// The caller's goroutine waits under Run for as long as the agent thinks,
-// and the Go runtime only halves a goroutine's stack when less than a
-// quarter of it is in use. So the path down to the stream's read (run,
-// send, stream) passes pointers and keeps its frames small; the rest of
-// the work happens in functions that have returned by then.
-func (r *Runner) Run(ctx context.Context, t Turn, st *agentclient.StreamState, h Hooks) (d Decision) {
-	r.RunTurn(ctx, &t, st, &h, &d)
-	return d
-}
-
-// RunTurn is Run for a caller that itself waits under it (a queue handler):
-// the turn and hooks go by pointer and the decision is written to d, so
-// the caller's frame holds no copies of them. Then a thinking turn's
-// goroutine can block shallow enough for the runtime to halve its stack
-// (it does when less than a quarter is in use): the path from here to the
-// stream's read takes about 2.3 KB of stack.
-func (r *Runner) RunTurn(ctx context.Context, t *Turn, st *agentclient.StreamState, h *Hooks, d *Decision) {
-	if t.PriorIntent || st.RunID() != "" || t.validate() != nil {
-		r.lookFirst(ctx, t, st, h, d)
-		return
-	}
-	r.send(ctx, t, st, h, false, false, d)
-	if d.Outcome == NotAdmitted {
-		r.gate(ctx, t, st, h, d)
-	}
-}
-
-// StepTurn is RunTurn for a caller that waits for the agent itself, from a
-// frame shallower than this call: when the first send's stream has no
-// bytes to read yet it returns true and leaves d alone, with the stream
-// parked in st (agentclient.StreamOptions.Park). The caller then waits
-// with st.WaitParked and calls StepTurn again with the same arguments,
-// until it returns false: d is then the decision, as RunTurn's. A thinking
-// turn's goroutine waits for minutes; waiting a few frames under the
-// handler instead of under the stream's read path lets the Go runtime
-// keep its stack at 4 KiB instead of 8.
-//
-// Only the first send parks (not a resend, a resume or a poll: those
-// happen after a stream was lost, and wait under the call).
-func (r *Runner) StepTurn(ctx context.Context, t *Turn, st *agentclient.StreamState, h *Hooks, d *Decision) (parked bool) {
-	if st.Parked() {
-		err := r.c.ReadParked(ctx, st)
-		if err == agentclient.ErrParked {
+// Run returns pending true, leaving d alone, when the first send's stream
+// has no bytes to read yet: the caller waits for the agent with st.Wait,
+// then calls Run again with the same arguments, until Run returns false
+// with d the turn's result. (Only a stream that can return early does:
+// see agentclient.StreamOptions.Stepwise. A resend, a resume or a poll
+// waits under the call.)
+func (r *Runner) Run(ctx context.Context, t *Turn, st *agentclient.StreamState, h *Hooks, d *Result) (pending bool) {
+	// Why the first send returns early: a thinking turn's goroutine waits
+	// for minutes, and the Go runtime halves a goroutine's stack only when
+	// less than a quarter of it is in use. Waiting under the caller's frame
+	// instead of under the stream's read path keeps it at 4 KiB instead of
+	// 8 (integration/bench: "stacks per in-flight turn").
+	if st.Pending() {
+		err := r.c.ReadPending(ctx, st)
+		if st.Pending() {
 			return true
 		}
 		r.sent(ctx, t, st, h, err, d)
@@ -317,12 +292,12 @@ func (r *Runner) StepTurn(ctx context.Context, t *Turn, st *agentclient.StreamSt
 
 // lookFirst runs a turn that must not be sent before its otid is looked
 // for (or that is not valid).
-func (r *Runner) lookFirst(ctx context.Context, t *Turn, st *agentclient.StreamState, h *Hooks, d *Decision) {
+func (r *Runner) lookFirst(ctx context.Context, t *Turn, st *agentclient.StreamState, h *Hooks, d *Result) {
 	if err := t.validate(); err != nil {
-		*d = Decision{Outcome: Rejected, Reason: err.Error(), Err: err, Evidence: EvidenceNone}
+		*d = Result{Outcome: Rejected, Reason: err.Error(), Err: err, Evidence: EvidenceNone}
 		return
 	}
-	*d = r.Continue(ctx, *t, st, *h)
+	*d = r.continueTurn(ctx, *t, st, *h)
 	if d.Outcome == NotAdmitted {
 		r.gate(ctx, t, st, h, d)
 	}
@@ -343,9 +318,9 @@ func (t *Turn) validate() error {
 }
 
 // gate is the only road to a second send. It is reached with a NotAdmitted
-// decision d, which is only ever made when the state has no run id and the
+// result d, which is only ever made when the state has no run id and the
 // otid was not found in history after the admission grace; it replaces d.
-func (r *Runner) gate(ctx context.Context, t *Turn, st *agentclient.StreamState, h *Hooks, d *Decision) {
+func (r *Runner) gate(ctx context.Context, t *Turn, st *agentclient.StreamState, h *Hooks, d *Result) {
 	prev := *d
 	if prev.Outcome != NotAdmitted || prev.Evidence != EvidenceNone || st.RunID() != "" {
 		panic("continuation: gate reached with evidence of admission") // unreachable by construction; tested
@@ -355,8 +330,8 @@ func (r *Runner) gate(ctx context.Context, t *Turn, st *agentclient.StreamState,
 		d.Reason = fmt.Sprintf("%s: message with otid %s not admitted, and LETTAQ_RESEND_POLICY=%s forbids sending it again", prev.Reason, t.Otid, r.b.ResendPolicy)
 		return
 	}
-	phase(*h, PhaseResending)
-	*d = Decision{}
+	announce(*h, ActivityResending)
+	*d = Result{}
 	r.send(ctx, t, st, h, true, false, d)
 	if d.Sends == 0 {
 		// The resend's intent could not be journaled, so it was not sent:
@@ -372,7 +347,7 @@ func (r *Runner) gate(ctx context.Context, t *Turn, st *agentclient.StreamState,
 		}
 		return
 	}
-	d.Resend = ResendDone
+	d.Resend = ResendSent
 	d.Sends += prev.Sends
 	d.Lookups += prev.Lookups
 	d.Polls += prev.Polls
@@ -383,54 +358,54 @@ func (r *Runner) gate(ctx context.Context, t *Turn, st *agentclient.StreamState,
 }
 
 // send streams one send of the message and continues it if the stream is
-// lost; d is its decision. With park the stream may park instead: parked
-// says it did, and d is not written then (see StepTurn).
-func (r *Runner) send(ctx context.Context, t *Turn, st *agentclient.StreamState, h *Hooks, resend, park bool, d *Decision) (parked bool) {
+// lost; d is its result. With stepwise the stream may return early
+// instead: pending says it did, and d is not written then (see Run).
+func (r *Runner) send(ctx context.Context, t *Turn, st *agentclient.StreamState, h *Hooks, resend, stepwise bool, d *Result) (pending bool) {
 	if h.BeforeSend != nil {
 		if err := h.BeforeSend(ctx, resend); err != nil {
 			notSent(ctx, err, d)
 			return false
 		}
 	}
-	err := r.sendStream(ctx, t, st, h, park)
-	if err == agentclient.ErrParked {
+	err := r.sendStream(ctx, t, st, h, stepwise)
+	if st.Pending() {
 		return true
 	}
 	r.sent(ctx, t, st, h, err, d)
 	return false
 }
 
-// notSent is the decision of a send whose intent could not be journaled.
-func notSent(ctx context.Context, err error, d *Decision) {
+// notSent is the result of a send whose intent could not be journaled.
+func notSent(ctx context.Context, err error, d *Result) {
 	if ctx.Err() != nil {
-		*d = Decision{Outcome: Interrupted, Err: err, Reason: "interrupted before send", Evidence: EvidenceNone}
+		*d = Result{Outcome: Interrupted, Err: err, Reason: "interrupted before send", Evidence: EvidenceNone}
 		return
 	}
-	*d = Decision{Outcome: Failed, Retryable: true, Err: err, Reason: "could not journal the intent to send: " + err.Error(), Evidence: EvidenceNone}
+	*d = Result{Outcome: Failed, Retryable: true, Err: err, Reason: "could not journal the intent to send: " + err.Error(), Evidence: EvidenceNone}
 }
 
-// sendStream sends the message and reads its stream; with park, the
-// stream may park (agentclient.ErrParked).
-func (r *Runner) sendStream(ctx context.Context, t *Turn, st *agentclient.StreamState, h *Hooks, park bool) error {
-	phase(*h, PhaseConnecting)
-	sp := &streamPhase{h: h}
-	opts := agentclient.StreamOptions{Clocks: r.Clocks(), OnEvent: sp.onEvent, OnIdle: h.OnIdle, Park: park}
+// sendStream sends the message and reads its stream; with stepwise, the
+// stream may return early (st.Pending).
+func (r *Runner) sendStream(ctx context.Context, t *Turn, st *agentclient.StreamState, h *Hooks, stepwise bool) error {
+	announce(*h, ActivityConnecting)
+	sp := &streamActivity{h: h}
+	opts := agentclient.StreamOptions{Clocks: r.Clocks(), OnEvent: sp.onEvent, OnIdle: h.OnIdle, Stepwise: stepwise}
 	return r.c.SendStream(ctx, agentclient.SendRequest{AgentID: t.AgentID, Text: t.Text, Otid: t.Otid, SenderID: t.SenderID,
 		ConversationID: t.ConversationID, Images: t.Images, Approvals: t.Approvals,
 		Background: r.b.Background || t.ConversationID != ""}, st, opts)
 }
 
-// streamPhase passes a send's events on, telling the turn it is streaming
+// streamActivity passes a send's events on, telling the turn it is streaming
 // at the first.
-type streamPhase struct {
+type streamActivity struct {
 	h         *Hooks
 	streaming bool
 }
 
-func (sp *streamPhase) onEvent(ev agentclient.Event) {
+func (sp *streamActivity) onEvent(ev agentclient.Event) {
 	if !sp.streaming {
 		sp.streaming = true
-		phase(*sp.h, PhaseStreaming)
+		announce(*sp.h, ActivityStreaming)
 	}
 	if sp.h.OnEvent != nil {
 		sp.h.OnEvent(ev)
@@ -439,12 +414,12 @@ func (sp *streamPhase) onEvent(ev agentclient.Event) {
 
 // sent decides what the send's outcome, err, means; when the stream was
 // lost it continues the run.
-func (r *Runner) sent(ctx context.Context, t *Turn, st *agentclient.StreamState, h *Hooks, err error, out *Decision) {
+func (r *Runner) sent(ctx context.Context, t *Turn, st *agentclient.StreamState, h *Hooks, err error, out *Result) {
 	if cd, ok := r.conflict(ctx, *t, st, *h, err); ok {
 		*out = cd
 		return
 	}
-	d := Decision{Sends: 1}
+	d := Result{Sends: 1}
 	var sendErr error // a transient refusal of the send
 	var se *agentclient.StreamError
 	var ae *agentclient.Error
@@ -458,7 +433,7 @@ func (r *Runner) sent(ctx context.Context, t *Turn, st *agentclient.StreamState,
 		return
 	case errors.As(err, &se):
 		if se.Clock == agentclient.ClockCanceled {
-			*out = Decision{Outcome: Interrupted, Err: err, Reason: "interrupted while streaming", Sends: 1,
+			*out = Result{Outcome: Interrupted, Err: err, Reason: "interrupted while streaming", Sends: 1,
 				RunID: st.RunID(), Evidence: evidenceOf(st)}
 			return
 		}
@@ -468,15 +443,15 @@ func (r *Runner) sent(ctx context.Context, t *Turn, st *agentclient.StreamState,
 			slog.String("error", err.Error()))
 	case errors.As(err, new(*agentclient.InvalidIDError)):
 		// Refused before any request: nothing was sent, nothing to look for.
-		*out = Decision{Outcome: Rejected, Err: err, Evidence: EvidenceNone, Reason: "the message cannot be sent: " + err.Error()}
+		*out = Result{Outcome: Rejected, Err: err, Evidence: EvidenceNone, Reason: "the message cannot be sent: " + err.Error()}
 		return
 	case errors.As(err, &ae) && agentclient.Classify(err) == agentclient.Permanent:
-		*out = Decision{Outcome: Rejected, Err: err, Sends: 1, Evidence: EvidenceNone,
+		*out = Result{Outcome: Rejected, Err: err, Sends: 1, Evidence: EvidenceNone,
 			Reason:    "the agent server refused the message: " + err.Error(),
 			Retryable: ae.StatusCode == http.StatusConflict}
 		return
 	case agentclient.Classify(err) == agentclient.Canceled:
-		*out = Decision{Outcome: Interrupted, Err: err, Reason: "interrupted while sending", Sends: 1, Evidence: evidenceOf(st)}
+		*out = Result{Outcome: Interrupted, Err: err, Reason: "interrupted while sending", Sends: 1, Evidence: evidenceOf(st)}
 		return
 	default:
 		// 429, 5xx, connection failures: the message may have been stored
@@ -486,7 +461,7 @@ func (r *Runner) sent(ctx context.Context, t *Turn, st *agentclient.StreamState,
 		r.logFor(*h).LogAttrs(ctx, slog.LevelWarn, "send failed, looking for the otid before any resend",
 			slog.String("otid", t.Otid), slog.String("run_id", st.RunID()), slog.String("error", err.Error()))
 	}
-	c := r.Continue(ctx, *t, st, *h)
+	c := r.continueTurn(ctx, *t, st, *h)
 	if sendErr != nil && c.Outcome != Completed {
 		// Name the cause first: what the lookup found only follows from it.
 		c.Reason = "send failed: " + sendErr.Error() + "; then " + c.Reason
@@ -504,12 +479,12 @@ func evidenceOf(st *agentclient.StreamState) Evidence {
 	return EvidenceNone
 }
 
-// Continue resolves the turn's run (from the state, or by its otid in the
+// continueTurn resolves the turn's run (from the state, or by its otid in the
 // agent's history) and follows it until it ends or the budget does. It never
 // sends anything.
-func (r *Runner) Continue(ctx context.Context, t Turn, st *agentclient.StreamState, h Hooks) Decision {
-	phase(h, PhaseRecovering)
-	d := Decision{Evidence: EvidenceNone}
+func (r *Runner) continueTurn(ctx context.Context, t Turn, st *agentclient.StreamState, h Hooks) Result {
+	announce(h, ActivityRecovering)
+	d := Result{Evidence: EvidenceNone}
 	runID := st.RunID()
 	var loop *budget.Loop // the follow's window, when a resume by otid opened it
 	if runID == "" && t.ConversationID != "" {
@@ -560,7 +535,7 @@ func (r *Runner) Continue(ctx context.Context, t Turn, st *agentclient.StreamSta
 		}
 	}
 	d.RunID = runID
-	phase(h, PhaseContinuing)
+	announce(h, ActivityContinuing)
 	if loop != nil {
 		return r.followWithin(ctx, t, st, h, d, loop)
 	}
@@ -572,7 +547,7 @@ func (r *Runner) Continue(ctx context.Context, t Turn, st *agentclient.StreamSta
 // to the admission grace (the server may store the message late). searched
 // reports whether at least one search went through the history without an
 // error: without one, "not found" proves nothing.
-func (r *Runner) findRun(ctx context.Context, log *slog.Logger, t Turn, d *Decision) (runID string, admitted, searched bool, lastErr error) {
+func (r *Runner) findRun(ctx context.Context, log *slog.Logger, t Turn, d *Result) (runID string, admitted, searched bool, lastErr error) {
 	loop := r.b.AdmissionLoop(time.Now())
 	loop.Rand = r.cfg.Rand
 	for {
@@ -624,7 +599,7 @@ var errSearchStuck = errors.New("the history server did not page past the cursor
 // with a date of its own) is no sign that the search went past the turn.
 // A page with nothing new (a server that ignores the cursor) is an
 // incomplete search (errSearchStuck), never a complete one.
-func (r *Runner) searchOnce(ctx context.Context, loop *budget.Loop, t Turn, d *Decision) (runID string, found bool, err error) {
+func (r *Runner) searchOnce(ctx context.Context, loop *budget.Loop, t Turn, d *Result) (runID string, found bool, err error) {
 	cursor := ""
 	floor := t.Started.Add(-r.cfg.HistorySlack)
 	seen := map[string]bool{}

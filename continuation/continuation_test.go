@@ -67,11 +67,11 @@ func (e *env) turn(text string) continuation.Turn {
 
 // run runs a turn and checks the invariant every fault test needs: the
 // simulator stored exactly `want` user messages with the turn's otid.
-func (e *env) run(t *testing.T, tu continuation.Turn, st *agentclient.StreamState, want int) continuation.Decision {
+func (e *env) run(t *testing.T, tu continuation.Turn, st *agentclient.StreamState, want int) continuation.Result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), e.b.TaskTimeout())
 	defer cancel()
-	d := e.runner.Run(ctx, tu, st, continuation.Hooks{})
+	d := runTurn(ctx, e.runner, tu, st, continuation.Hooks{})
 	if n := e.sim.CountOtid(tu.Otid); n != want {
 		t.Fatalf("simulator stored %d user messages with otid %s, want %d (decision %+v)", n, tu.Otid, want, d)
 	}
@@ -107,7 +107,7 @@ func TestStallWhileRunContinues(t *testing.T) {
 	if d.Outcome != continuation.Completed || d.Clock != agentclient.ClockStall || d.Evidence != continuation.EvidenceStream {
 		t.Fatalf("decision %+v", d)
 	}
-	if d.Resend == continuation.ResendDone || d.Sends != 1 || d.Polls == 0 {
+	if d.Resend == continuation.ResendSent || d.Sends != 1 || d.Polls == 0 {
 		t.Errorf("should have polled without resending: %+v", d)
 	}
 	if st.Answer() != "The forecast says rain." {
@@ -155,7 +155,7 @@ func TestServerErrorAfterStoreFindsOtid(t *testing.T) {
 	e.sim.SetFault(e.agent, lettasim.Fault{Status5xxAfterStore: 502})
 	st := agentclient.NewStreamState()
 	d := e.run(t, e.turn("hi"), st, 1)
-	if d.Outcome != continuation.Completed || d.Evidence != continuation.EvidenceHistory || d.Sends != 1 || d.Resend == continuation.ResendDone {
+	if d.Outcome != continuation.Completed || d.Evidence != continuation.EvidenceHistory || d.Sends != 1 || d.Resend == continuation.ResendSent {
 		t.Fatalf("decision %+v", d)
 	}
 	if d.Lookups == 0 || st.Answer() != "you said: hi" {
@@ -170,7 +170,7 @@ func TestServerErrorBeforeStore(t *testing.T) {
 		tu := e.turn("hi")
 		st := agentclient.NewStreamState()
 		d := e.run(t, tu, st, 1)
-		if d.Outcome != continuation.Completed || d.Resend != continuation.ResendDone || d.Sends != 2 {
+		if d.Outcome != continuation.Completed || d.Resend != continuation.ResendSent || d.Sends != 2 {
 			t.Fatalf("decision %+v", d)
 		}
 		if um := e.sim.UserMessages(e.agent); len(um) != 1 || um[0].Otid != tu.Otid {
@@ -198,7 +198,7 @@ func TestServerErrorBeforeStore(t *testing.T) {
 		e := newEnv(t, nil)
 		e.sim.SetFault(e.agent, lettasim.Fault{Status429: true, RetryAfter: 10 * time.Millisecond})
 		d := e.run(t, e.turn("hi"), agentclient.NewStreamState(), 1)
-		if d.Outcome != continuation.Completed || d.Resend != continuation.ResendDone {
+		if d.Outcome != continuation.Completed || d.Resend != continuation.ResendSent {
 			t.Fatalf("decision %+v", d)
 		}
 	})
@@ -268,7 +268,7 @@ func TestStillRunningThenPickedUp(t *testing.T) {
 		}
 		tu.PriorIntent = true
 		r2, _ := continuation.New(continuation.Config{Client: e.client, Budget: testBudget()})
-		d2 := r2.Run(context.Background(), tu, st2, continuation.Hooks{})
+		d2 := runTurn(context.Background(), r2, tu, st2, continuation.Hooks{})
 		if d2.Outcome != continuation.Completed || d2.RunID != d.RunID || d2.Sends != 0 || st2.Answer() != "finally" {
 			t.Fatalf("second attempt (run id known: %v): %+v answer %q", knowRun, d2, st2.Answer())
 		}
@@ -340,11 +340,11 @@ func TestHooksSeePhasesAndIntentBeforeSend(t *testing.T) {
 	e := newEnv(t, toolScript())
 	e.sim.SetFault(e.agent, lettasim.Fault{StallAfter: 3, StallFor: lettasim.Forever})
 	var mu sync.Mutex
-	var phases []continuation.Phase
+	var phases []continuation.Activity
 	intents := 0
 	tu := e.turn("x")
 	h := continuation.Hooks{
-		OnPhase: func(p continuation.Phase) { mu.Lock(); phases = append(phases, p); mu.Unlock() },
+		OnActivity: func(p continuation.Activity) { mu.Lock(); phases = append(phases, p); mu.Unlock() },
 		BeforeSend: func(ctx context.Context, resend bool) error {
 			if e.sim.CountOtid(tu.Otid) != 0 {
 				t.Error("intent journaled after the send")
@@ -353,11 +353,11 @@ func TestHooksSeePhasesAndIntentBeforeSend(t *testing.T) {
 			return nil
 		},
 	}
-	d := e.runner.Run(context.Background(), tu, agentclient.NewStreamState(), h)
+	d := runTurn(context.Background(), e.runner, tu, agentclient.NewStreamState(), h)
 	if d.Outcome != continuation.Completed || intents != 1 {
 		t.Fatalf("decision %+v intents %d", d, intents)
 	}
-	want := []continuation.Phase{continuation.PhaseConnecting, continuation.PhaseStreaming, continuation.PhaseRecovering, continuation.PhaseContinuing}
+	want := []continuation.Activity{continuation.ActivityConnecting, continuation.ActivityStreaming, continuation.ActivityRecovering, continuation.ActivityContinuing}
 	mu.Lock()
 	defer mu.Unlock()
 	if len(phases) != len(want) {
@@ -380,16 +380,16 @@ func TestGateDecisionTable(t *testing.T) {
 		stateRunID bool // an earlier attempt learned the run id
 		prior      bool // an earlier attempt journaled an intent
 		want       continuation.Outcome
-		resend     continuation.ResendDecision
+		resend     continuation.ResendVerdict
 		stored     int // user messages with the otid at the simulator
 	}
 	rows := []row{
 		{name: "run id known from the stream: follow, never send", stateRunID: true, prior: true, policy: budget.ResendIfNotAdmitted, want: continuation.Completed, stored: 1},
 		{name: "otid in history with its run: follow", fault: lettasim.Fault{Status5xxAfterStore: 500}, policy: budget.ResendIfNotAdmitted, want: continuation.Completed, stored: 1},
 		{name: "stored but connection dropped before any byte: found, no resend", fault: lettasim.Fault{DropBeforeResponse: true}, policy: budget.ResendIfNotAdmitted, want: continuation.Completed, stored: 1},
-		{name: "not in history after the grace, policy allows: resend same otid", fault: lettasim.Fault{Status5xxBeforeStore: 500}, policy: budget.ResendIfNotAdmitted, want: continuation.Completed, resend: continuation.ResendDone, stored: 1},
+		{name: "not in history after the grace, policy allows: resend same otid", fault: lettasim.Fault{Status5xxBeforeStore: 500}, policy: budget.ResendIfNotAdmitted, want: continuation.Completed, resend: continuation.ResendSent, stored: 1},
 		{name: "not in history after the grace, policy never: forbidden", fault: lettasim.Fault{Status5xxBeforeStore: 500}, policy: budget.ResendNever, want: continuation.NotAdmitted, resend: continuation.ResendForbidden, stored: 0},
-		{name: "prior intent, nothing stored (crash before send), policy allows: send", prior: true, policy: budget.ResendIfNotAdmitted, want: continuation.Completed, resend: continuation.ResendDone, stored: 1},
+		{name: "prior intent, nothing stored (crash before send), policy allows: send", prior: true, policy: budget.ResendIfNotAdmitted, want: continuation.Completed, resend: continuation.ResendSent, stored: 1},
 		{name: "history unreadable for the whole grace: no resend", fault: lettasim.Fault{Status5xxBeforeStore: 500}, listFault: &lettasim.ListFault{Fail: 1000}, policy: budget.ResendIfNotAdmitted, want: continuation.StillRunning, stored: 0},
 	}
 	for _, rw := range rows {
@@ -399,7 +399,7 @@ func TestGateDecisionTable(t *testing.T) {
 			st := agentclient.NewStreamState()
 			if rw.stateRunID {
 				// A first attempt that streamed, then "crashed".
-				first := e.runner.Run(context.Background(), tu, agentclient.NewStreamState(), continuation.Hooks{})
+				first := runTurn(context.Background(), e.runner, tu, agentclient.NewStreamState(), continuation.Hooks{})
 				if first.RunID == "" {
 					t.Fatalf("setup: %+v", first)
 				}
@@ -416,7 +416,7 @@ func TestGateDecisionTable(t *testing.T) {
 			if d.Outcome != rw.want || d.Resend != rw.resend {
 				t.Fatalf("outcome %v resend %q, want %v %q (%+v)", d.Outcome, d.Resend, rw.want, rw.resend, d)
 			}
-			if d.Resend == continuation.ResendDone && d.Evidence != continuation.EvidenceStream {
+			if d.Resend == continuation.ResendSent && d.Evidence != continuation.EvidenceStream {
 				t.Errorf("a resend's decision must carry the resent stream's evidence: %+v", d)
 			}
 		})
@@ -433,17 +433,17 @@ func TestOtidFoundBeyondTheFirstPage(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := e.turn("the one we look for")
-	if d := r.Run(context.Background(), first, agentclient.NewStreamState(), continuation.Hooks{}); d.Outcome != continuation.Completed {
+	if d := runTurn(context.Background(), r, first, agentclient.NewStreamState(), continuation.Hooks{}); d.Outcome != continuation.Completed {
 		t.Fatalf("setup: %+v", d)
 	}
 	for i := 0; i < 4; i++ { // 4 more turns: 12 newer messages
-		if d := r.Run(context.Background(), e.turn("later"), agentclient.NewStreamState(), continuation.Hooks{}); d.Outcome != continuation.Completed {
+		if d := runTurn(context.Background(), r, e.turn("later"), agentclient.NewStreamState(), continuation.Hooks{}); d.Outcome != continuation.Completed {
 			t.Fatalf("setup: %+v", d)
 		}
 	}
 	// A new attempt of the first turn that knows nothing but its otid.
 	first.PriorIntent = true
-	d := r.Run(context.Background(), first, agentclient.NewStreamState(), continuation.Hooks{})
+	d := runTurn(context.Background(), r, first, agentclient.NewStreamState(), continuation.Hooks{})
 	if d.Outcome != continuation.Completed || d.Evidence != continuation.EvidenceHistory || d.Sends != 0 {
 		t.Fatalf("decision %+v", d)
 	}
@@ -455,98 +455,88 @@ func TestOtidFoundBeyondTheFirstPage(t *testing.T) {
 	}
 }
 
-// RunTurn is Run on pointers: the same turn, the same decision.
-func TestRunTurn(t *testing.T) {
-	qs := lettasim.QuickScript("hello there")
-	e := newEnv(t, &qs)
-	tu := e.turn("hi")
-	st := agentclient.NewStreamState()
-	var d continuation.Decision
-	phases := 0
-	e.runner.RunTurn(context.Background(), &tu, st, &continuation.Hooks{OnPhase: func(continuation.Phase) { phases++ }}, &d)
-	if d.Outcome != continuation.Completed || d.Sends != 1 || st.Answer() != "hello there" || phases == 0 {
-		t.Fatalf("decision %+v, answer %q, %d phases", d, st.Answer(), phases)
-	}
-	if n := e.sim.CountOtid(tu.Otid); n != 1 {
-		t.Fatalf("%d user messages with the otid", n)
-	}
-	var bad continuation.Decision
-	e.runner.RunTurn(context.Background(), &continuation.Turn{AgentID: e.agent}, agentclient.NewStreamState(), &continuation.Hooks{}, &bad)
-	if bad.Outcome != continuation.Rejected {
-		t.Fatalf("invalid turn: %+v", bad)
-	}
-}
-
-// stepTurn runs a turn with StepTurn, waiting for its parked stream
-// between steps as queue's handler does; parks counts the waits.
-func (e *env) stepTurn(t *testing.T, tu continuation.Turn, st *agentclient.StreamState, h *continuation.Hooks) (d continuation.Decision, parks int) {
+// stepTurn runs a turn, waiting for its pending stream between the
+// runner's calls as queue's handler does; waits counts the waits.
+func (e *env) stepTurn(t *testing.T, tu continuation.Turn, st *agentclient.StreamState, h *continuation.Hooks) (d continuation.Result, waits int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), e.b.TaskTimeout())
 	defer cancel()
-	for e.runner.StepTurn(ctx, &tu, st, h, &d) {
-		if !st.Parked() {
-			t.Fatal("StepTurn parked, but the state holds no parked stream")
+	for e.runner.Run(ctx, &tu, st, h, &d) {
+		if !st.Pending() {
+			t.Fatal("Run returned pending, but the state holds no pending stream")
 		}
-		if d != (continuation.Decision{}) {
-			t.Fatalf("StepTurn parked and wrote a decision: %+v", d)
+		if d != (continuation.Result{}) {
+			t.Fatalf("Run returned pending and wrote a decision: %+v", d)
 		}
-		parks++
-		st.WaitParked()
+		waits++
+		st.Wait()
 	}
-	if st.Parked() {
-		t.Fatal("a decided turn left its stream parked")
+	if st.Pending() {
+		t.Fatal("a decided turn left its stream pending")
 	}
-	return d, parks
+	return d, waits
 }
 
-// StepTurn decides what RunTurn decides, with the same phases and events,
-// its stream parked while the agent thinks; and a stream lost while parked
-// is continued as one lost while waiting.
-func TestStepTurn(t *testing.T) {
+// A turn whose stream returns early while the agent thinks is decided as
+// one read through net/http (which waits under the call), with the same
+// phases and events; and a stream lost while it waits is continued as one
+// lost under the call.
+func TestRunStepwise(t *testing.T) {
 	e := newEnv(t, toolScriptTaking(100*time.Second)) // 100 ms at the test's scale, pings every 40 ms
-	var runPhases, stepPhases []continuation.Phase
+	var runPhases, stepPhases []continuation.Activity
 	var runEvents, stepEvents int
+	nc, err := agentclient.New(agentclient.Config{BaseURL: e.sim.URL, RequestTimeout: time.Second, StreamTransport: agentclient.StreamNetHTTP})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nr, err := continuation.New(continuation.Config{Client: nc, Budget: e.b})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ref := e.turn("weather?")
 	refSt := agentclient.NewStreamState()
-	var want continuation.Decision
-	e.runner.RunTurn(context.Background(), &ref, refSt, &continuation.Hooks{
-		OnPhase: func(p continuation.Phase) { runPhases = append(runPhases, p) },
-		OnEvent: func(agentclient.Event) { runEvents++ }}, &want)
+	want := runTurn(context.Background(), nr, ref, refSt, continuation.Hooks{
+		OnActivity: func(p continuation.Activity) { runPhases = append(runPhases, p) },
+		OnEvent:    func(agentclient.Event) { runEvents++ }})
 
 	tu := e.turn("weather?")
 	st := agentclient.NewStreamState()
-	d, parks := e.stepTurn(t, tu, st, &continuation.Hooks{
-		OnPhase: func(p continuation.Phase) { stepPhases = append(stepPhases, p) },
-		OnEvent: func(agentclient.Event) { stepEvents++ }})
-	if parks == 0 {
-		t.Fatal("the stream never parked while the agent thought")
+	d, waits := e.stepTurn(t, tu, st, &continuation.Hooks{
+		OnActivity: func(p continuation.Activity) { stepPhases = append(stepPhases, p) },
+		OnEvent:    func(agentclient.Event) { stepEvents++ }})
+	if waits == 0 {
+		t.Fatal("the stream never returned early while the agent thought")
 	}
 	if d.Outcome != continuation.Completed || d.Outcome != want.Outcome || d.StopReason != want.StopReason || d.Sends != 1 || d.Polls != 0 {
-		t.Fatalf("StepTurn decided %+v, RunTurn %+v", d, want)
+		t.Fatalf("stepwise decided %+v, net/http %+v", d, want)
 	}
 	if st.Answer() != refSt.Answer() || st.Answer() == "" {
-		t.Errorf("answer %q, RunTurn's %q", st.Answer(), refSt.Answer())
+		t.Errorf("answer %q, net/http's %q", st.Answer(), refSt.Answer())
 	}
 	if !slices.Equal(stepPhases, runPhases) {
-		t.Errorf("phases %v, RunTurn's %v", stepPhases, runPhases)
+		t.Errorf("phases %v, net/http's %v", stepPhases, runPhases)
 	}
 	if stepEvents == 0 || (stepEvents > runEvents+3 || stepEvents < runEvents-3) { // pings vary with timing
-		t.Errorf("%d events, RunTurn's %d", stepEvents, runEvents)
+		t.Errorf("%d events, net/http's %d", stepEvents, runEvents)
 	}
 	if n := e.sim.CountOtid(tu.Otid); n != 1 {
 		t.Fatalf("%d user messages with the otid, want 1", n)
 	}
+	var bad continuation.Result
+	if e.runner.Run(context.Background(), &continuation.Turn{AgentID: e.agent}, agentclient.NewStreamState(), &continuation.Hooks{}, &bad) || bad.Outcome != continuation.Rejected {
+		t.Fatalf("invalid turn: %+v", bad)
+	}
 
-	t.Run("stall while parked", func(t *testing.T) {
+	t.Run("stall while pending", func(t *testing.T) {
 		e := newEnv(t, toolScript())
 		e.sim.SetFault(e.agent, lettasim.Fault{StallAfter: 3, StallFor: lettasim.Forever})
 		tu := e.turn("weather?")
 		st := agentclient.NewStreamState()
-		d, parks := e.stepTurn(t, tu, st, &continuation.Hooks{})
-		if parks == 0 {
-			t.Fatal("the stream never parked")
+		d, waits := e.stepTurn(t, tu, st, &continuation.Hooks{})
+		if waits == 0 {
+			t.Fatal("the stream never returned early")
 		}
-		if d.Outcome != continuation.Completed || d.Clock != agentclient.ClockStall || d.Sends != 1 || d.Polls == 0 || d.Resend == continuation.ResendDone {
+		if d.Outcome != continuation.Completed || d.Clock != agentclient.ClockStall || d.Sends != 1 || d.Polls == 0 || d.Resend == continuation.ResendSent {
 			t.Fatalf("decision %+v, want the stalled run continued by polling, not sent again", d)
 		}
 		if n := e.sim.CountOtid(tu.Otid); n != 1 {

@@ -35,18 +35,18 @@ func (r *Runner) sendRequest(t *Turn) agentclient.SendRequest {
 // conflict handles a 409 from a send: pending approval ends the turn
 // (permanent), busy with a run of this turn's otid follows that run, busy
 // with another run is Busy. handled is false for any other error.
-func (r *Runner) conflict(ctx context.Context, t Turn, st *agentclient.StreamState, h Hooks, err error) (d Decision, handled bool) {
+func (r *Runner) conflict(ctx context.Context, t Turn, st *agentclient.StreamState, h Hooks, err error) (d Result, handled bool) {
 	switch {
 	case agentclient.IsPendingApproval(err):
-		return Decision{Outcome: Rejected, Err: err, Sends: 1, Evidence: EvidenceNone, Retryable: false,
+		return Result{Outcome: Rejected, Err: err, Sends: 1, Evidence: EvidenceNone, Retryable: false,
 			Reason: pendingApprovalReason + " (" + err.Error() + ")"}, true
 	case !agentclient.IsBusy(err):
-		return Decision{}, false
+		return Result{}, false
 	}
 	holder := agentclient.BusyRunID(err)
 	log := r.logFor(h).With(slog.String("otid", t.Otid), slog.String("run_id", holder))
 	if holder != "" {
-		// The admission phase's window bounds the look (the send did not
+		// The admission term's window bounds the look (the send did not
 		// get a stream, so none of the stream's time was spent).
 		loop := r.b.AdmissionLoop(time.Now())
 		loop.Rand = r.cfg.Rand
@@ -54,8 +54,8 @@ func (r *Runner) conflict(ctx context.Context, t Turn, st *agentclient.StreamSta
 		if mine {
 			log.Info("thread busy with this turn's own run: following it")
 			st.SetRunID(holder)
-			d := Decision{Evidence: EvidenceHistory, RunID: holder, Sends: 1}
-			phase(h, PhaseContinuing)
+			d := Result{Evidence: EvidenceHistory, RunID: holder, Sends: 1}
+			announce(h, ActivityContinuing)
 			c := r.follow(ctx, t, st, h, d)
 			return c, true
 		}
@@ -64,7 +64,7 @@ func (r *Runner) conflict(ctx context.Context, t Turn, st *agentclient.StreamSta
 		}
 	}
 	log.Info("thread busy with another run: the turn waits", "retry_after", agentclient.RetryAfter(err).String())
-	return Decision{Outcome: Busy, Err: err, Sends: 1, Evidence: EvidenceNone, Retryable: true,
+	return Result{Outcome: Busy, Err: err, Sends: 1, Evidence: EvidenceNone, Retryable: true,
 		Reason: fmt.Sprintf("the agent's thread is busy with run %s", orUnknown(holder))}, true
 }
 
@@ -112,16 +112,16 @@ func (r *Runner) resume(ctx context.Context, t Turn, runID string, seq int64, st
 
 // resumeByOtid asks the conversation for the run of the turn's otid (the
 // server's map of background sends) and follows its stream. done reports a
-// decision; otherwise the caller goes on with what st learned (a run id
+// result; otherwise the caller goes on with what st learned (a run id
 // from the stream's first ping) or, with none, the history search. The
 // resume is bounded by loop, the follow's window, which the caller goes on
 // using.
-func (r *Runner) resumeByOtid(ctx context.Context, t Turn, st *agentclient.StreamState, h Hooks, d *Decision, loop *budget.Loop) (Decision, bool) {
+func (r *Runner) resumeByOtid(ctx context.Context, t Turn, st *agentclient.StreamState, h Hooks, d *Result, loop *budget.Loop) (Result, bool) {
 	clocks := r.Clocks()
 	clocks.Total = loop.Clamp(r.b.StreamTotal)
 	clocks.Connect = loop.Clamp(r.b.ConnectTimeout)
 	if clocks.Total <= 0 || clocks.Connect <= 0 {
-		return Decision{}, false
+		return Result{}, false
 	}
 	opts := r.streamOpts(h)
 	opts.Clocks = clocks
@@ -130,7 +130,7 @@ func (r *Runner) resumeByOtid(ctx context.Context, t Turn, st *agentclient.Strea
 	opts.OnEvent = func(ev agentclient.Event) {
 		if !found && st.RunID() != "" {
 			found = true
-			phase(h, PhaseContinuing)
+			announce(h, ActivityContinuing)
 		}
 		if inner != nil {
 			inner(ev)
@@ -165,5 +165,5 @@ func (r *Runner) resumeByOtid(ctx context.Context, t Turn, st *agentclient.Strea
 		}
 		log.Warn("resume by otid ended without the run's end", "error", err.Error())
 	}
-	return Decision{}, false
+	return Result{}, false
 }

@@ -61,7 +61,7 @@ func busyBody(run string) string {
 func TestBusyWithOwnRunIsFollowed(t *testing.T) {
 	r, sends := conflictServer(t, busyBody(fakeRun), fakeOtid)
 	st := agentclient.NewStreamState()
-	d := r.Run(context.Background(), continuation.Turn{AgentID: fakeAgent, ConversationID: fakeConv, Otid: fakeOtid, Text: "hi"}, st, continuation.Hooks{})
+	d := runTurn(context.Background(), r, continuation.Turn{AgentID: fakeAgent, ConversationID: fakeConv, Otid: fakeOtid, Text: "hi"}, st, continuation.Hooks{})
 	if d.Outcome != continuation.Completed || d.RunID != fakeRun || st.Answer() != "the answer" || sends.Load() != 1 {
 		t.Fatalf("decision %+v answer %q sends %d", d, st.Answer(), sends.Load())
 	}
@@ -75,7 +75,7 @@ func TestBusyWithAnotherRunWaits(t *testing.T) {
 		`{"error": "Conversation ` + fakeConv + ` is busy with another active run."}`,
 	} {
 		r, sends := conflictServer(t, body, "11111111-2222-4333-8444-555555555555")
-		d := r.Run(context.Background(), continuation.Turn{AgentID: fakeAgent, ConversationID: fakeConv, Otid: fakeOtid, Text: "hi"},
+		d := runTurn(context.Background(), r, continuation.Turn{AgentID: fakeAgent, ConversationID: fakeConv, Otid: fakeOtid, Text: "hi"},
 			agentclient.NewStreamState(), continuation.Hooks{})
 		if d.Outcome != continuation.Busy || !d.Retryable || d.Resend != "" || d.Lookups != 0 || sends.Load() != 1 || !agentclient.IsBusy(d.Err) {
 			t.Fatalf("%s: decision %+v, sends %d", body, d, sends.Load())
@@ -87,7 +87,7 @@ func TestBusyWithAnotherRunWaits(t *testing.T) {
 func TestPendingApprovalIsRejected(t *testing.T) {
 	r, sends := conflictServer(t, `{"detail": "CONFLICT: Cannot send a new message: The agent is waiting for approval on a tool call. Please approve or deny the pending request before continuing."}`, fakeOtid)
 	for _, conv := range []string{fakeConv, ""} {
-		d := r.Run(context.Background(), continuation.Turn{AgentID: fakeAgent, ConversationID: conv, Otid: fakeOtid, Text: "hi"},
+		d := runTurn(context.Background(), r, continuation.Turn{AgentID: fakeAgent, ConversationID: conv, Otid: fakeOtid, Text: "hi"},
 			agentclient.NewStreamState(), continuation.Hooks{})
 		if d.Outcome != continuation.Rejected || d.Retryable || !strings.Contains(d.Reason, "waiting for approval of a tool call") {
 			t.Fatalf("conversation %q: decision %+v", conv, d)
@@ -100,7 +100,7 @@ func TestPendingApprovalIsRejected(t *testing.T) {
 
 func TestTurnConversationIDValidated(t *testing.T) {
 	r, sends := conflictServer(t, "{}", fakeOtid)
-	d := r.Run(context.Background(), continuation.Turn{AgentID: fakeAgent, ConversationID: "conv-demo", Otid: fakeOtid, Text: "hi"},
+	d := runTurn(context.Background(), r, continuation.Turn{AgentID: fakeAgent, ConversationID: "conv-demo", Otid: fakeOtid, Text: "hi"},
 		agentclient.NewStreamState(), continuation.Hooks{})
 	if d.Outcome != continuation.Rejected || sends.Load() != 0 {
 		t.Fatalf("decision %+v sends %d", d, sends.Load())

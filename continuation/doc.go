@@ -1,4 +1,4 @@
-// Package continuation carries a Letta turn to a decision after its stream is
+// Package continuation carries a Letta turn to its result after its stream is
 // lost, instead of sending the message a second time.
 //
 // A chat turn can outlive its stream: a proxy cuts the connection, the stall
@@ -32,10 +32,10 @@
 // later, no resend); a 409 pending approval is Rejected, not retryable.
 //
 // Every request and sleep is paced by budget.Loop, whose windows the task's
-// Asynq timeout is computed from (budget.Config.TaskTimeout), so a decision is
+// Asynq timeout is computed from (budget.Config.TaskTimeout), so a result is
 // always reached before the queue's deadline.
 //
-// # Decisions
+// # Results
 //
 //	Outcome       when                                                 next step for the queue
 //	Completed     run ended end_turn, max_steps, tool_rule,            deliver the answer (or the approval

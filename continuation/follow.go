@@ -61,8 +61,8 @@ func judgeStop(stop string) (o Outcome, retryable bool, reason string) {
 	return Failed, false, "run stopped with a stop reason this version does not know: " + stop
 }
 
-// fromStopReason turns a run's stop reason into a decision (judgeStop).
-func (r *Runner) fromStopReason(d Decision, runID, stop string, st *agentclient.StreamState) Decision {
+// fromStopReason turns a run's stop reason into a result (judgeStop).
+func (r *Runner) fromStopReason(d Result, runID, stop string, st *agentclient.StreamState) Result {
 	d.RunID, d.StopReason = runID, stop
 	if st != nil {
 		if err := st.LimitErr(); err != nil {
@@ -121,14 +121,14 @@ func stopFromRun(run *agentclient.Run) string {
 
 // follow resumes the run's stream (background runs, when enabled) or polls
 // it, merging what arrives into st, until the run ends or ContinuationMax.
-func (r *Runner) follow(ctx context.Context, t Turn, st *agentclient.StreamState, h Hooks, d Decision) Decision {
+func (r *Runner) follow(ctx context.Context, t Turn, st *agentclient.StreamState, h Hooks, d Result) Result {
 	loop := r.b.FollowLoop(time.Now())
 	loop.Rand = r.cfg.Rand
 	return r.followWithin(ctx, t, st, h, d, loop)
 }
 
 // followWithin is follow within a window already opened.
-func (r *Runner) followWithin(ctx context.Context, t Turn, st *agentclient.StreamState, h Hooks, d Decision, loop *budget.Loop) Decision {
+func (r *Runner) followWithin(ctx context.Context, t Turn, st *agentclient.StreamState, h Hooks, d Result, loop *budget.Loop) Result {
 	log := r.logFor(h).With(slog.String("otid", t.Otid), slog.String("run_id", d.RunID))
 
 	// The stream may already have ended the run (stop_reason seen, body cut
@@ -302,7 +302,7 @@ func (r *Runner) pollMessages(ctx context.Context, loop *budget.Loop, st *agentc
 
 // drain reads what the run stored after the stream ended (bounded by the
 // loop), so the transcript is whole.
-func (r *Runner) drain(ctx context.Context, loop *budget.Loop, st *agentclient.StreamState, h Hooks, runID string, d *Decision) {
+func (r *Runner) drain(ctx context.Context, loop *budget.Loop, st *agentclient.StreamState, h Hooks, runID string, d *Result) {
 	if runID == "" || loop.Done() {
 		return
 	}

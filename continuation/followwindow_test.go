@@ -28,12 +28,12 @@ func issue25Budget(b *budget.Config) {
 // phaseClock records when a turn entered each phase.
 type phaseClock struct {
 	mu sync.Mutex
-	at map[continuation.Phase]time.Time
+	at map[continuation.Activity]time.Time
 }
 
 func (p *phaseClock) hooks() continuation.Hooks {
-	p.at = map[continuation.Phase]time.Time{}
-	return continuation.Hooks{OnPhase: func(ph continuation.Phase) {
+	p.at = map[continuation.Activity]time.Time{}
+	return continuation.Hooks{OnActivity: func(ph continuation.Activity) {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		if _, ok := p.at[ph]; !ok {
@@ -42,7 +42,7 @@ func (p *phaseClock) hooks() continuation.Hooks {
 	}}
 }
 
-func (p *phaseClock) get(ph continuation.Phase) time.Time {
+func (p *phaseClock) get(ph continuation.Activity) time.Time {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.at[ph]
@@ -79,10 +79,10 @@ func TestFollowResumeStaysInItsWindow(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	start := time.Now()
-	d := e.runner.Run(ctx, tu, st, h)
+	d := runTurn(ctx, e.runner, tu, st, h)
 	end := time.Now()
 	attempt := end.Sub(start)
-	follow := end.Sub(pc.get(continuation.PhaseContinuing))
+	follow := end.Sub(pc.get(continuation.ActivityContinuing))
 	sim := e.b.WorstCase(nil)
 	t.Logf("follow %v (ContinuationMax %v); attempt %v; simulated worst case %v; TaskTimeout %v; decision %v (%s)",
 		follow.Round(time.Millisecond), e.b.ContinuationMax, attempt.Round(time.Millisecond), sim, e.b.TaskTimeout(), d.Outcome, d.Reason)

@@ -158,7 +158,7 @@ func TestCodeFollowsTheBudgetModel(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), b.TaskTimeout())
 			defer cancel()
 			start := time.Now()
-			d := r.Run(ctx, tu, agentclient.NewStreamState(), h)
+			d := runTurn(ctx, r, tu, agentclient.NewStreamState(), h)
 			end := time.Now()
 
 			since := func(from time.Time, to time.Time) time.Duration {
@@ -167,33 +167,33 @@ func TestCodeFollowsTheBudgetModel(t *testing.T) {
 				}
 				return to.Sub(from)
 			}
-			recovering, continuing := pc.get(continuation.PhaseRecovering), pc.get(continuation.PhaseContinuing)
+			recovering, continuing := pc.get(continuation.ActivityRecovering), pc.get(continuation.ActivityContinuing)
 			type part struct {
 				name        string
 				real, model time.Duration
 			}
 			var parts []part
-			follow := model.PhaseTotal(budget.PhaseContinuation)
+			follow := model.TermTotal(budget.TermContinuation)
 			switch path {
 			case budget.PathBusy:
 				parts = []part{
 					{"send (409) and the busy run's messages", since(start, continuing),
-						model.PhaseTotal(budget.PhaseConnect) + model.PhaseTotal(budget.PhaseAdmission)},
+						model.TermTotal(budget.TermConnect) + model.TermTotal(budget.TermAdmission)},
 					{"follow", since(continuing, end), follow},
 				}
 			case budget.PathResumeByOtid:
 				parts = []part{
-					{"send", since(start, recovering), model.PhaseTotal(budget.PhaseConnect) + model.PhaseTotal(budget.PhaseStream)},
-					{"resume by otid, search, follow", since(recovering, end), model.PhaseTotal(budget.PhaseAdmission) + follow},
+					{"send", since(start, recovering), model.TermTotal(budget.TermConnect) + model.TermTotal(budget.TermStream)},
+					{"resume by otid, search, follow", since(recovering, end), model.TermTotal(budget.TermAdmission) + follow},
 				}
 			default:
 				parts = []part{
-					{"send", since(start, recovering), model.PhaseTotal(budget.PhaseConnect) + model.PhaseTotal(budget.PhaseStream)},
-					{"search", since(recovering, continuing), model.PhaseTotal(budget.PhaseAdmission)},
+					{"send", since(start, recovering), model.TermTotal(budget.TermConnect) + model.TermTotal(budget.TermStream)},
+					{"search", since(recovering, continuing), model.TermTotal(budget.TermAdmission)},
 					{"follow", since(continuing, end), follow},
 				}
 			}
-			whole := model.Total - model.PhaseTotal(budget.PhaseThread) - model.PhaseTotal(budget.PhaseDelivery)
+			whole := model.Total - model.TermTotal(budget.TermThread) - model.TermTotal(budget.TermDelivery)
 			parts = append(parts, part{"attempt", end.Sub(start), whole})
 			for _, p := range parts {
 				t.Logf("%-40s code %6v  model %6v", p.name, p.real.Round(time.Millisecond), p.model)

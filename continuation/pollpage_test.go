@@ -87,7 +87,7 @@ func TestPollStopsAtFullPageSaysIncomplete(t *testing.T) {
 	loop = b.FollowLoop(clock())
 	loop.Now = clock
 	st = agentclient.NewStreamState()
-	d := r.followWithin(context.Background(), Turn{AgentID: "agent-1", Otid: "o"}, st, Hooks{}, Decision{RunID: "run-1"}, loop)
+	d := r.followWithin(context.Background(), Turn{AgentID: "agent-1", Otid: "o"}, st, Hooks{}, Result{RunID: "run-1"}, loop)
 	if d.Outcome != StillRunning {
 		t.Fatalf("decision %v reason %q, answer %d bytes: want still_running (50 messages unread)", d.Outcome, d.Reason, len(st.Answer()))
 	}
@@ -143,7 +143,7 @@ func TestPollPageTooLargeAsksForSmallerPages(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := agentclient.NewStreamState()
-	d := r.followWithin(context.Background(), Turn{AgentID: "agent-1", Otid: "o"}, st, Hooks{}, Decision{RunID: "run-1"}, b.FollowLoop(time.Now()))
+	d := r.followWithin(context.Background(), Turn{AgentID: "agent-1", Otid: "o"}, st, Hooks{}, Result{RunID: "run-1"}, b.FollowLoop(time.Now()))
 	if d.Outcome != Completed || st.Answer() != want {
 		t.Fatalf("decision %v (%s), answer %d of %d bytes: want completed with the whole answer", d.Outcome, d.Reason, len(st.Answer()), len(want))
 	}

@@ -10,7 +10,7 @@ import (
 // of the client's byte limits (an *agentclient.ProtocolError): Failed, not
 // retryable, with the violation as the reason. Nothing is looked up or sent
 // again: the same server would answer the same way.
-func protocolFailed(d Decision, err error, st *agentclient.StreamState) Decision {
+func protocolFailed(d Result, err error, st *agentclient.StreamState) Result {
 	d.Outcome, d.Retryable, d.Err = Failed, false, err
 	if d.RunID == "" {
 		d.RunID = st.RunID()

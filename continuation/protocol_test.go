@@ -76,14 +76,14 @@ func TestProtocolViolationEndsTheTurnWithoutResend(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			tu := continuation.Turn{AgentID: "agent-1", Otid: uuid.NewString(), Text: "hi", Started: time.Now()}
-			d := r.Run(ctx, tu, agentclient.NewStreamState(), continuation.Hooks{})
+			d := runTurn(ctx, r, tu, agentclient.NewStreamState(), continuation.Hooks{})
 			if n := sends.Load(); n != 1 {
 				t.Fatalf("%d sends, want 1 (decision %+v)", n, d)
 			}
 			if n := others.Load(); n != 0 {
 				t.Errorf("%d lookups or polls after a protocol violation, want 0", n)
 			}
-			if d.Outcome != continuation.Failed || d.Retryable || d.Resend == continuation.ResendDone {
+			if d.Outcome != continuation.Failed || d.Retryable || d.Resend == continuation.ResendSent {
 				t.Fatalf("decision %v retryable=%v resend=%q: %s", d.Outcome, d.Retryable, d.Resend, d.Reason)
 			}
 			if !agentclient.IsProtocolError(d.Err) || agentclient.Classify(d.Err) != agentclient.Permanent {
@@ -120,7 +120,7 @@ func TestInvalidAgentIDIsRejectedWithoutRequests(t *testing.T) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		tu := continuation.Turn{AgentID: id, Otid: uuid.NewString(), Text: "hi", Started: time.Now()}
-		d := r.Run(ctx, tu, agentclient.NewStreamState(), continuation.Hooks{})
+		d := runTurn(ctx, r, tu, agentclient.NewStreamState(), continuation.Hooks{})
 		cancel()
 		srv.Close()
 		if n := requests.Load(); n != 0 {

@@ -31,12 +31,12 @@ func TestResendNotJournaledIsRetried(t *testing.T) {
 	st := agentclient.NewStreamState()
 	ctx, cancel := context.WithTimeout(context.Background(), e.b.TaskTimeout())
 	defer cancel()
-	d := e.runner.Run(ctx, tu, st, h)
+	d := runTurn(ctx, e.runner, tu, st, h)
 	if n := e.sim.CountOtid(tu.Otid); n != 0 {
 		t.Fatalf("stored %d messages with the otid, want 0", n)
 	}
 	t.Logf("outcome=%v sends=%d resend=%q reason=%q", d.Outcome, d.Sends, d.Resend, d.Reason)
-	if d.Resend == continuation.ResendDone {
+	if d.Resend == continuation.ResendSent {
 		t.Errorf("resend %q: the resend was never sent", d.Resend)
 	}
 	if d.Outcome != continuation.NotAdmitted || !errors.Is(d.Err, journalDown) {
@@ -46,7 +46,7 @@ func TestResendNotJournaledIsRetried(t *testing.T) {
 	// The next attempt (the journal back) looks, then resends: one message.
 	tu.PriorIntent = true
 	d = e.run(t, tu, st, 1)
-	if d.Outcome != continuation.Completed || d.Resend != continuation.ResendDone {
+	if d.Outcome != continuation.Completed || d.Resend != continuation.ResendSent {
 		t.Errorf("next attempt: outcome %v resend %q (%s)", d.Outcome, d.Resend, d.Reason)
 	}
 }

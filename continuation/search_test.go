@@ -76,7 +76,7 @@ func TestSearchGoesOnPastAnOldDatedRow(t *testing.T) {
 	}
 	r := historyServer(t, rows, false)
 	loop := r.b.AdmissionLoop(time.Now())
-	runID, found, err := r.searchOnce(context.Background(), loop, Turn{AgentID: "agent-1", Otid: "ours", Started: now.Add(-time.Minute)}, &Decision{})
+	runID, found, err := r.searchOnce(context.Background(), loop, Turn{AgentID: "agent-1", Otid: "ours", Started: now.Add(-time.Minute)}, &Result{})
 	if !found || runID != "run-m2" || err != nil {
 		t.Fatalf("searchOnce = %q found=%v err=%v: want the turn's message (run-m2)", runID, found, err)
 	}
@@ -95,7 +95,7 @@ func TestSearchOnAServerIgnoringAfterIsIncomplete(t *testing.T) {
 	}
 	r := historyServer(t, rows, true)
 	loop := r.b.AdmissionLoop(time.Now())
-	_, found, err := r.searchOnce(context.Background(), loop, Turn{AgentID: "agent-1", Otid: "ours", Started: now.Add(-time.Minute)}, &Decision{})
+	_, found, err := r.searchOnce(context.Background(), loop, Turn{AgentID: "agent-1", Otid: "ours", Started: now.Add(-time.Minute)}, &Result{})
 	if found || err == nil {
 		t.Fatalf("searchOnce found=%v err=%v: want an incomplete search (an error), not a complete one", found, err)
 	}
@@ -115,7 +115,7 @@ func TestSearchPageTooLargeAsksForSmallerPages(t *testing.T) {
 	rows = append(rows, row("m0", "user_message", "ours", now.Add(-50*time.Second)))
 	r := historyServerLimited(t, rows, false, 64<<10, 50) // 41 messages of 10 KiB; the limit is 64 KiB
 	loop := r.b.AdmissionLoop(time.Now())
-	runID, found, err := r.searchOnce(context.Background(), loop, Turn{AgentID: "agent-1", Otid: "ours", Started: now.Add(-time.Minute)}, &Decision{})
+	runID, found, err := r.searchOnce(context.Background(), loop, Turn{AgentID: "agent-1", Otid: "ours", Started: now.Add(-time.Minute)}, &Result{})
 	if !found || runID != "run-m0" || err != nil {
 		t.Fatalf("searchOnce = %q found=%v err=%v: want the turn's message (run-m0)", runID, found, err)
 	}

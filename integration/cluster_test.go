@@ -148,7 +148,7 @@ func TestClusterTurns(t *testing.T) {
 	// Two workers, wired as cmd/worker wires them.
 	var running []*app.Running
 	for _, id := range []string{"A", "B"} {
-		cfg, err := app.ParseWorkerConfig(nil, getenv(map[string]string{
+		cfg, err := app.ParseWorkerSettings(nil, getenv(map[string]string{
 			"LETTA_BASE_URL":             sim.URL,
 			"LETTAQ_QUEUES":              queueName,
 			"LETTAQ_HTTP_ADDR":           "127.0.0.1:0",

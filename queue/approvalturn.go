@@ -361,7 +361,7 @@ func (t *turn) awaitApproval(ctx context.Context, log *slog.Logger, p *PendingAp
 
 // imageRejected: a 400 refusing a message with images is the server
 // failing to fetch one; the error names the URLs.
-func (t *turn) imageRejected(d continuation.Decision, reason string) string {
+func (t *turn) imageRejected(d continuation.Result, reason string) string {
 	if len(t.msg.Images) == 0 || agentclient.StatusCode(d.Err) != 400 {
 		return reason
 	}

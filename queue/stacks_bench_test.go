@@ -13,8 +13,9 @@ import (
 )
 
 // BenchmarkWaitingTaskStacks measures the goroutine stacks of Asynq tasks
-// whose handlers grew their stacks (as a turn's does before its send) and
-// then wait shallow (as a parked turn does): per task, after three GCs.
+// whose handlers grew their stacks (as a turn's does on its way to its
+// send) and then wait shallow (as a turn whose stream waits for the agent
+// does: see processTask): per task, after three GCs.
 // With a cancelable BaseContext every task's context registers in that one
 // context from Asynq's goroutine that waits for the handler, which grows
 // that goroutine to 4 KiB (see turnStops): the worker gives Asynq none.

@@ -253,10 +253,10 @@ func (t *turn) resolveRemote(ctx context.Context) (string, error) {
 func (t *turn) threadFailed(ctx context.Context, err error) error {
 	reason := "could not resolve the agent's Letta conversation: " + err.Error()
 	if ctx.Err() != nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return t.finish(ctx, continuation.Decision{Outcome: continuation.Interrupted, Err: err, Reason: reason})
+		return t.finish(ctx, continuation.Result{Outcome: continuation.Interrupted, Err: err, Reason: reason})
 	}
 	retryable := agentclient.Classify(err) != agentclient.Permanent
-	return t.finish(ctx, continuation.Decision{Outcome: continuation.Rejected, Err: err, Retryable: retryable, Reason: reason})
+	return t.finish(ctx, continuation.Result{Outcome: continuation.Rejected, Err: err, Retryable: retryable, Reason: reason})
 }
 
 // OutcomeBusy ends an attempt refused because the agent's thread was busy
@@ -294,7 +294,7 @@ func busyRetry(retryAfter time.Duration, busyInARow int) time.Duration {
 
 // busy ends an attempt refused because the thread is busy with another
 // run: the turn is put back (not a failure, not a resend).
-func (t *turn) busy(ctx context.Context, d continuation.Decision) error {
+func (t *turn) busy(ctx context.Context, d continuation.Result) error {
 	if t.outOfRetries(&BusyError{}) {
 		t.endProgress(ctx)
 		return t.giveUp("the agent's thread was busy with another run: " + d.Reason)

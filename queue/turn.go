@@ -50,19 +50,13 @@ type TurnResult struct {
 //
 // A thinking turn's goroutine waits for as long as the agent thinks, and
 // the Go runtime only halves a goroutine's stack (at a GC) when less than
-// a quarter of it is in use: the handler grows its stack to 16 KiB before
-// it opens the stream; waiting under the stream's read path (~2.7 KB deep)
-// it would keep 8 KiB. So the stream parks (continuation.Runner.StepTurn):
-// when it has no bytes, everything down to it returns errParked, and the
-// goroutine waits here, right under the handler (~1 KB deep, so the stack
-// is halved twice to 4 KiB), then resumes the turn. What must live across
-// the wait is in the turn (TestThinkingTurnStackDepth measures it). The
-// frames of a stream that waits under the call (a resume or poll after a
-// lost stream, a resend, net/http or TLS streams) are still kept small:
-// the work with big locals happens in functions that have returned by then
-// (newTurn, lead, prepare, afterRun, finishRun).
+// a quarter of it is in use. So the turn's first stream returns while it
+// has nothing to read (continuation.Runner.Run returns pending): everything
+// down to it returns errPending, and the goroutine waits here, right under
+// the handler, then resumes the turn. What must live across the wait is in
+// the turn. integration/bench prints what a thinking turn holds
+// ("one in-flight turn holds", "stacks per in-flight turn").
 func (w *Worker) processTask(ctx context.Context, task *asynq.Task) error {
-	growStack()
 	w.inflight.Add(1)
 	defer w.inflight.Done()
 	ctx, stopped := w.stops.add(ctx)
@@ -80,42 +74,19 @@ func (w *Worker) processTask(ctx context.Context, task *asynq.Task) error {
 	} else {
 		err = t.runOrdered(ctx)
 	}
-	for err == errParked {
-		t.st.WaitParked()
+	for err == errPending {
+		t.st.Wait()
 		err = t.resume(ctx)
 	}
 	return err
 }
 
-// growStack grows the handler's stack, which Asynq starts small on a new
-// goroutine for every task, to the 16 KiB an attempt needs before it
-// parks, in one step while the stack is shallow: otherwise it doubles three
-// times on the way (in the payload's decode, go-redis, the journal's JSON),
-// and each growth copies the stack and adjusts every frame on it (4% of an
-// instant turn's CPU). A parked turn's stack is shrunk back by the GC as
-// before (see processTask).
-//
-//go:noinline
-func growStack() {
-	var frame [growStackBytes]byte
-	touchStack(&frame)
-}
-
-// growStackBytes is growStack's frame: with the frames under the handler
-// (~1.5 KB) and the runtime's guard it needs a 16 KiB stack, not 32.
-const growStackBytes = 12 << 10
-
-//go:noinline
-func touchStack(b *[growStackBytes]byte) { b[0] = 1 }
-
-// errParked: the attempt's stream waits parked (see processTask); the
-// attempt goes on with resume.
-var errParked = agentclient.ErrParked
+// errPending: the attempt's stream waits for the agent (see processTask);
+// the attempt goes on with resume.
+var errPending = errors.New("lettaq: the turn waits for the agent")
 
 // newTurn makes the attempt's turn; nil for a payload that is unusable
 // (rejected: err is the handler's result).
-//
-//go:noinline
 func (w *Worker) newTurn(ctx context.Context, task *asynq.Task) (*turn, error) {
 	start := time.Now()
 	taskID, _ := asynq.GetTaskID(ctx)
@@ -141,8 +112,6 @@ func (w *Worker) newTurn(ctx context.Context, task *asynq.Task) (*turn, error) {
 }
 
 // runOrdered runs the attempt holding its conversation's ordering lock.
-//
-//go:noinline
 func (t *turn) runOrdered(ctx context.Context) error {
 	lctx, cancel, err, end := t.lead(ctx)
 	if end {
@@ -154,7 +123,7 @@ func (t *turn) runOrdered(ctx context.Context) error {
 	err, end = t.prepare(lctx)
 	cancel()
 	if !end {
-		if err = t.execute(ctx); err == errParked {
+		if err = t.execute(ctx); err == errPending {
 			return err // resume does the rest
 		}
 	}
@@ -165,8 +134,6 @@ func (t *turn) runOrdered(ctx context.Context) error {
 // lead takes the conversation's ordering lock (an approval answer first
 // goes to the front of the line): end says the attempt ends here with err.
 // lctx ends when the lease is lost.
-//
-//go:noinline
 func (t *turn) lead(ctx context.Context) (lctx context.Context, cancel context.CancelFunc, err error, end bool) {
 	if t.msg.Approval != nil {
 		// An answer goes before the messages that wait for it (an expiry
@@ -189,8 +156,6 @@ func (t *turn) lead(ctx context.Context) (lctx context.Context, cancel context.C
 
 // afterRun releases the conversation after the attempt (unless its last
 // writes did) and wakes the next turn.
-//
-//go:noinline
 func (t *turn) afterRun(ctx context.Context, err error) {
 	t.awaitRedis(ctx) // the release too must reach Redis
 	t.mu.Lock()
@@ -302,13 +267,10 @@ type turn struct {
 	ids               *turnIDs
 	progress          *progress // progress events, written off the stream's reader
 
-	redisTrouble atomic.Bool // a Redis read or write failed: see awaitRedis
-	// released and releaseSeen sit beside redisTrouble, in the padding
-	// before replyBytes (the turn must stay within 1016 bytes: see
-	// TestTurnSizeClass).
-	released    bool         // the lease was released with the turn's last writes (releaseOps; guarded by mu)
-	releaseSeen bool         // processTask read released: a later release wakes the next turn itself (guarded by mu)
-	replyBytes  atomic.Int64 // progress text written to the reply stream (see replyAllowed)
+	redisTrouble atomic.Bool  // a Redis read or write failed: see awaitRedis
+	released     bool         // the lease was released with the turn's last writes (releaseOps; guarded by mu)
+	releaseSeen  bool         // processTask read released: a later release wakes the next turn itself (guarded by mu)
+	replyBytes   atomic.Int64 // progress text written to the reply stream (see replyAllowed)
 
 	pre *startReads // read before the attempt runs (until the thread is known)
 
@@ -321,9 +283,9 @@ type turn struct {
 	// The run at Letta (kept here, not in execute's frame: see processTask).
 	spec  continuation.Turn
 	hooks continuation.Hooks
-	dec   continuation.Decision
-	// While the stream is parked (see processTask): the work context and
-	// its cancel.
+	dec   continuation.Result
+	// While the stream waits for the agent (see processTask): the work
+	// context and its cancel.
 	wctx    context.Context
 	wcancel context.CancelFunc
 
@@ -337,8 +299,8 @@ type turn struct {
 	st         *agentclient.StreamState
 	hb         *Heartbeat
 	deltas     *deltaPump
-	contPhase  continuation.Phase
-	agentPhase agentclient.Phase
+	contPhase  continuation.Activity
+	agentPhase agentclient.Stage
 	firstToken time.Time
 	tools      []*toolTrack
 	toolIdx    map[string]*toolTrack
@@ -531,8 +493,6 @@ func (t *turn) run(ctx context.Context) error {
 // record, the accepted event, approvals, merged messages, and the turn's
 // spec, hooks, heartbeat and delta pump. end says the attempt ends here
 // with err.
-//
-//go:noinline
 func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 	w := t.w
 	rec, answered, intents, err := t.readStart(ctx)
@@ -643,7 +603,7 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 	t.hooks = continuation.Hooks{
 		Logger:     t.log,
 		OnEvent:    t.onEvent,
-		OnPhase:    t.onPhase,
+		OnActivity: t.onPhase,
 		BeforeSend: t.beforeSend,
 	}
 	return nil, false
@@ -667,23 +627,21 @@ func (t *turn) execute(ctx context.Context) error {
 	return t.step(ctx)
 }
 
-// resume goes on with an attempt whose stream was parked and has bytes
-// now (or ended): errParked again when it parks again.
-//
-//go:noinline
+// resume goes on with an attempt whose stream waited and has bytes now
+// (or ended): errPending again when it waits again.
 func (t *turn) resume(ctx context.Context) error {
 	err := t.step(ctx)
-	if err != errParked && t.w.ord != nil {
+	if err != errPending && t.w.ord != nil {
 		t.afterRun(ctx, err)
 	}
 	return err
 }
 
-// step runs the turn at Letta until its stream parks (errParked) or the
-// run is decided, then finishes the attempt.
+// step runs the turn at Letta until its stream waits for the agent
+// (errPending) or the run is decided, then finishes the attempt.
 func (t *turn) step(ctx context.Context) error {
-	if t.w.runner.StepTurn(t.wctx, &t.spec, t.st, &t.hooks, &t.dec) {
-		return errParked
+	if t.w.runner.Run(t.wctx, &t.spec, t.st, &t.hooks, &t.dec) {
+		return errPending
 	}
 	defer t.wcancel()
 	t.wctx = nil
@@ -694,8 +652,6 @@ func (t *turn) step(ctx context.Context) error {
 // workContext is ctx less the room that delivery needs before Asynq's
 // deadline, and, with ordering, cancelled when the turn's lease is lost
 // (leaseCause then names the loss).
-//
-//go:noinline
 func (t *turn) workContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	dl, ok := ctx.Deadline()
 	if !ok && t.lease == nil {
@@ -734,8 +690,6 @@ func (t *turn) leaseCause(ctx context.Context) error {
 
 // finishRun is finish of the run's decision (its copy lives in this frame,
 // not in execute's).
-//
-//go:noinline
 func (t *turn) finishRun(ctx context.Context) error { return t.finish(ctx, t.dec) }
 
 func finalOutcome(o string) bool {
@@ -831,21 +785,21 @@ func (t *turn) saveRunID() {
 	t.saveLater() // off the stream's reader, with the next progress events
 }
 
-func (t *turn) onPhase(p continuation.Phase) {
+func (t *turn) onPhase(p continuation.Activity) {
 	t.contPhase = p
 	t.mark(string(p))
 	switch p {
-	case continuation.PhaseConnecting, continuation.PhaseResending:
+	case continuation.ActivityConnecting, continuation.ActivityResending:
 		t.hb.Set(PhaseConnecting)
-	case continuation.PhaseStreaming:
+	case continuation.ActivityStreaming:
 		t.hb.Set(PhaseStreaming)
-	case continuation.PhaseRecovering:
+	case continuation.ActivityRecovering:
 		t.hb.Set(PhaseRecovering)
-	case continuation.PhaseContinuing:
+	case continuation.ActivityContinuing:
 		t.hb.Set(PhaseContinuing)
 	}
 	switch p {
-	case continuation.PhaseRecovering, continuation.PhaseContinuing, continuation.PhaseResending:
+	case continuation.ActivityRecovering, continuation.ActivityContinuing, continuation.ActivityResending:
 		// Journal the way the attempt took (and the run id, once known), so
 		// that a crash from here on leaves both.
 		if id := t.st.RunID(); id != "" && id != t.ids.currentRunID() {
@@ -860,13 +814,13 @@ func (t *turn) onPhase(p continuation.Phase) {
 	}
 }
 
-func replyPhaseOf(p agentclient.Phase) string {
+func replyPhaseOf(p agentclient.Stage) string {
 	switch p {
-	case agentclient.PhaseWaiting, agentclient.PhaseThinking:
+	case agentclient.StageWaiting, agentclient.StageThinking:
 		return PhaseThinking
-	case agentclient.PhaseToolCall:
+	case agentclient.StageToolCall:
 		return PhaseToolRunning
-	case agentclient.PhaseAnswering:
+	case agentclient.StageAnswering:
 		return PhaseStreaming
 	}
 	return ""
@@ -882,13 +836,13 @@ func (t *turn) onEvent(ev agentclient.Event) {
 	if u.Step >= 0 && (u.Kind == agentclient.StepToolCall || u.Kind == agentclient.StepToolReturn) {
 		t.toolStep(u.Step, now)
 	}
-	if ap := t.st.Phase(); ap != t.agentPhase {
+	if ap := t.st.Stage(); ap != t.agentPhase {
 		t.agentPhase = ap
 		if rp := replyPhaseOf(ap); rp != "" {
-			if ap != agentclient.PhaseWaiting {
+			if ap != agentclient.StageWaiting {
 				t.mark(string(ap))
 			}
-			if t.contPhase == continuation.PhaseContinuing && ap == agentclient.PhaseWaiting {
+			if t.contPhase == continuation.ActivityContinuing && ap == agentclient.StageWaiting {
 				rp = PhaseContinuing
 			}
 			t.deltas.flush()
@@ -913,9 +867,9 @@ func (t *turn) onEvent(ev agentclient.Event) {
 	}
 }
 
-// toolStep passes on the tool step idx. (Not inlined: onEvent runs for
-// every ping, a few frames under a parked turn's handler, and its frame
-// must stay small; see processTask.)
+// toolStep passes on the tool step idx. Not inlined: onEvent runs for
+// every ping, and its frame stays small (see agentclient's handleFrame for
+// the figure).
 //
 //go:noinline
 func (t *turn) toolStep(idx int, now time.Time) {

@@ -17,7 +17,7 @@ import (
 )
 
 // finish maps the decision to reply events, the journal and Asynq.
-func (t *turn) finish(ctx context.Context, d continuation.Decision) error {
+func (t *turn) finish(ctx context.Context, d continuation.Result) error {
 	w := t.w
 	dctx, cancel := w.deliveryCtx(ctx)
 	defer cancel()
@@ -32,7 +32,7 @@ func (t *turn) finish(ctx context.Context, d continuation.Decision) error {
 		a.TimeoutClock = string(d.Clock)
 	}
 	switch d.Resend {
-	case continuation.ResendDone:
+	case continuation.ResendSent:
 		a.ResendDecision = ResendResent
 		t.rec.Resends++
 	case continuation.ResendForbidden:
@@ -79,7 +79,7 @@ func (t *turn) finish(ctx context.Context, d continuation.Decision) error {
 	if d.Polls > 0 || d.Resumes > 0 {
 		w.obs.Continuation(d.Polls, d.Resumes)
 	}
-	if d.Resend == continuation.ResendDone || d.Resend == continuation.ResendForbidden {
+	if d.Resend == continuation.ResendSent || d.Resend == continuation.ResendForbidden {
 		w.obs.Resend(string(a.ResendDecision))
 	}
 	// "outcome" on the lines below is the journal's word for how the attempt ended
@@ -456,7 +456,7 @@ func (t *turn) fail(ctx context.Context, log *slog.Logger, reason, stop string) 
 
 // retry ends the attempt and leaves the turn to the next one. delay < 0
 // marks an interruption; 0 lets RetryDelay back off.
-func (t *turn) retry(ctx context.Context, log *slog.Logger, d continuation.Decision, delay time.Duration, reason string, cause ...error) error {
+func (t *turn) retry(ctx context.Context, log *slog.Logger, d continuation.Result, delay time.Duration, reason string, cause ...error) error {
 	t.endProgress(ctx)
 	var rerr error = &RetryAfterError{Delay: delay, Reason: reason, Err: d.Err}
 	if len(cause) > 0 {

@@ -40,13 +40,13 @@ type PerTurn struct {
 // Today's figures: `go run ./integration/bench -latency 100 -throughput 1000 -concurrent 3000
 // -think 20s -thread-mode conversation` on the 2-CPU VM (docs/performance.md).
 var measuredPerTurn = PerTurn{
-	WorkerRSSPerThinkingTurn:           29900,
-	WorkerCPUPerNewTurn:                815 * time.Microsecond,
-	RedisBytesPerThinkingTurn:          7745,
+	WorkerRSSPerThinkingTurn:           34071,
+	WorkerCPUPerNewTurn:                662 * time.Microsecond,
+	RedisBytesPerThinkingTurn:          7746,
 	RedisAsynqBytesPerFinishedTurn:     1222,
-	RedisLettaqBytesPerFinishedTurn:    7521,
-	RedisCommandsPerNewTurn:            66.3,
-	RedisCPUPerNewTurn:                 362 * time.Microsecond,
+	RedisLettaqBytesPerFinishedTurn:    7514,
+	RedisCommandsPerNewTurn:            70.4,
+	RedisCPUPerNewTurn:                 320 * time.Microsecond,
 	RedisCommandsPerMinPerThinkingTurn: 0.2,
 }
 

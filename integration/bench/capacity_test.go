@@ -97,7 +97,7 @@ func TestCapacityTable(t *testing.T) {
 			t.Errorf("no row starting %q in\n%s", row, table)
 		}
 	}
-	for _, want := range []string{"29900 B per thinking turn", "planned at 50%", "kept 7d"} {
+	for _, want := range []string{"34071 B per thinking turn", "planned at 50%", "kept 7d"} {
 		if !strings.Contains(table, want) {
 			t.Errorf("the table does not say %q", want)
 		}

@@ -133,7 +133,7 @@ func main() {
 	flag.IntVar(&c.Workers, "workers", 200, "the worker's concurrency in the throughput run")
 	flag.StringVar(&c.HeapProfile, "heapprofile", "", "write a heap profile (and FILE.goroutine) when all concurrent turns are in flight")
 	st := flag.String("stream-transport", string(agentclient.StreamDedicated), `the worker's LETTA_STREAM_TRANSPORT: "dedicated" or "net/http"`)
-	tm := flag.String("thread-mode", string(queue.ThreadAgent), `the worker's LETTAQ_THREAD_MODE: "agent", "conversation" or "default"`)
+	tm := flag.String("thread-mode", string(queue.ThreadConversation), `the worker's LETTAQ_THREAD_MODE: "agent", "conversation" (the product's default) or "default"`)
 	flag.StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of the throughput run (lettaq's turns) to this file")
 	flag.StringVar(&c.AllocProfile, "allocprofile", "", "write a heap profile at the end of the throughput run's lettaq turns to this file (go tool pprof -sample_index=alloc_space)")
 	flag.StringVar(&c.SimCPUProfile, "sim-cpuprofile", "", "write a CPU profile of the simulator child during the throughput run to this file (with the default child-process simulator)")

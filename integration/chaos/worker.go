@@ -48,7 +48,7 @@ func childWorker() int {
 		"LETTAQ_HEARTBEAT_INTERVAL":  "200ms",
 		"LETTAQ_SHUTDOWN_TIMEOUT":    "2s",
 	}
-	cfg, err := app.ParseWorkerConfig(nil, func(k string) string { return vars[k] }, io.Discard)
+	cfg, err := app.ParseWorkerSettings(nil, func(k string) string { return vars[k] }, io.Discard)
 	if err != nil {
 		log.Error("worker config", "error", err)
 		return 2

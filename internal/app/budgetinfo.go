@@ -20,7 +20,7 @@ type BudgetInfo struct {
 	TaskTimeout        string         `json:"task_timeout"`         // the same, e.g. "32m40s"
 	Formula            string         `json:"formula"`              // how it adds up, e.g. "2 × (connect 30s + …) + …"
 	ResendPolicy       string         `json:"resend_policy"`        // whether the four phases count twice
-	Phases             []PhaseInfo    `json:"phases"`               // the parts, in order
+	Terms              []TermInfo     `json:"phases"`               // the budget's terms, in order (the wire keeps its first name, "phases")
 	MaxRetry           int            `json:"max_retry"`            // LETTAQ_MAX_RETRY + 1 (one kept for put-backs)
 	RetentionSeconds   int64          `json:"retention_seconds"`    // how long a finished task is kept
 	Queues             map[string]int `json:"queues"`               // LETTAQ_QUEUES, with weights
@@ -30,15 +30,15 @@ type BudgetInfo struct {
 	OrderingPrefix     string         `json:"ordering_prefix"`      // where the ordering lines live
 }
 
-// PhaseInfo is one part of the task timeout.
-type PhaseInfo struct {
+// TermInfo is one term of the task timeout (budget.Term).
+type TermInfo struct {
 	Name    string  `json:"name"`    // e.g. "connect", "resend-stream", "safety-margin"
 	Seconds float64 `json:"seconds"` // its maximum
 	Var     string  `json:"var"`     // the variable that sets it
 }
 
 // NewBudgetInfo describes cfg's task options for producers.
-func NewBudgetInfo(cfg WorkerConfig) BudgetInfo {
+func NewBudgetInfo(cfg WorkerSettings) BudgetInfo {
 	b := cfg.Budget
 	info := BudgetInfo{
 		TaskType:           queue.TaskType,
@@ -55,15 +55,15 @@ func NewBudgetInfo(cfg WorkerConfig) BudgetInfo {
 		Ordering:           cfg.Ordering,
 		OrderingPrefix:     queue.OrderingPrefix(cfg.KeyPrefix),
 	}
-	for _, p := range b.Phases() {
-		info.Phases = append(info.Phases, PhaseInfo{Name: p.Name, Seconds: p.Max.Seconds(), Var: p.Var})
+	for _, p := range b.Terms() {
+		info.Terms = append(info.Terms, TermInfo{Name: p.Name, Seconds: p.Max.Seconds(), Var: p.Var})
 	}
 	return info
 }
 
 // taskMaxRetry is the Asynq max retry the worker's /enqueue gives its tasks, which producers
 // must use: LETTAQ_MAX_RETRY, plus the retry kept for put-backs (queue.TaskMaxRetry).
-func taskMaxRetry(cfg WorkerConfig) int { return queue.TaskMaxRetry(cfg.MaxRetry) }
+func taskMaxRetry(cfg WorkerSettings) int { return queue.TaskMaxRetry(cfg.MaxRetry) }
 
 // budgetHandler answers GET /budget.
 func budgetHandler(info BudgetInfo) http.Handler {
@@ -78,13 +78,13 @@ func budgetHandler(info BudgetInfo) http.Handler {
 }
 
 var phaseLabel = map[string]string{
-	budget.PhaseThread:       "thread",
-	budget.PhaseConnect:      "connect",
-	budget.PhaseStream:       "stream",
-	budget.PhaseAdmission:    "admission",
-	budget.PhaseContinuation: "continuation",
-	budget.PhaseDelivery:     "delivery",
-	budget.PhaseSafetyMargin: "safety margin",
+	budget.TermThread:       "thread",
+	budget.TermConnect:      "connect",
+	budget.TermStream:       "stream",
+	budget.TermAdmission:    "admission",
+	budget.TermContinuation: "continuation",
+	budget.TermDelivery:     "delivery",
+	budget.TermSafetyMargin: "safety margin",
 }
 
 // BudgetFormula writes how c's task timeout adds up, e.g.
@@ -95,16 +95,16 @@ var phaseLabel = map[string]string{
 // for the defaults; --help and GET /budget for the configuration in use.
 func BudgetFormula(c budget.Config) string {
 	var before, attempt, rest []string
-	for _, p := range c.Phases() {
+	for _, p := range c.Terms() {
 		label, ok := phaseLabel[p.Name]
 		if !ok {
 			continue // the resend repeats of the attempt's phases
 		}
 		term := label + " " + budget.FormatDuration(p.Max)
 		switch p.Name {
-		case budget.PhaseThread:
+		case budget.TermThread:
 			before = append(before, term)
-		case budget.PhaseDelivery, budget.PhaseSafetyMargin:
+		case budget.TermDelivery, budget.TermSafetyMargin:
 			rest = append(rest, term)
 		default:
 			attempt = append(attempt, term)
@@ -116,7 +116,7 @@ func BudgetFormula(c budget.Config) string {
 	}
 	sum = strings.Join(append(append(before, sum), rest...), " + ")
 	var exact time.Duration
-	for _, p := range c.Phases() {
+	for _, p := range c.Terms() {
 		exact += p.Max
 	}
 	rounded := ""

@@ -77,7 +77,7 @@ func TestWorkerHelpShowsTaskTimeout(t *testing.T) {
 	help := func(args []string, e map[string]string) string {
 		t.Helper()
 		var out bytes.Buffer
-		if _, err := ParseWorkerConfig(append(args, "--help"), env(e), &out); !errors.Is(err, errHelp) {
+		if _, err := ParseWorkerSettings(append(args, "--help"), env(e), &out); !errors.Is(err, errHelp) {
 			t.Fatalf("%v: %v", args, err)
 		}
 		return out.String()
@@ -103,7 +103,7 @@ func TestWorkerHelpShowsTaskTimeout(t *testing.T) {
 }
 
 func TestBudgetEndpoint(t *testing.T) {
-	cfg, err := ParseWorkerConfig([]string{"--queues=hi=3,lo", "--max-retry=7", "--key-prefix={lq}:", "--ordering=agent"},
+	cfg, err := ParseWorkerSettings([]string{"--queues=hi=3,lo", "--max-retry=7", "--key-prefix={lq}:", "--ordering=agent"},
 		env(map[string]string{"LETTAQ_CONTINUATION_MAX": "20m"}), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -160,7 +160,7 @@ func TestBudgetEndpoint(t *testing.T) {
 			t.Errorf("phase %+v names no variable", p)
 		}
 	}
-	if len(got.Phases) != len(b.Phases()) || sum != b.TaskTimeout().Seconds() {
+	if len(got.Phases) != len(b.Terms()) || sum != b.TaskTimeout().Seconds() {
 		t.Errorf("phases %+v add up to %vs, task timeout %v", got.Phases, sum, b.TaskTimeout())
 	}
 	if got.Formula != BudgetFormula(b) {

@@ -14,7 +14,7 @@ import (
 // before the workers: a missing token is one failure with its message, not a restart loop
 // (Docker's restart policies cannot tell a configuration error from a crash).
 func RunCheckConfig(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	cfg, err := ParseWorkerConfig(args, getenv, stdout)
+	cfg, err := ParseWorkerSettings(args, getenv, stdout)
 	if errors.Is(err, errHelp) {
 		return ExitOK
 	}

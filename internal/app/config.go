@@ -24,6 +24,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/lettaq/lettaq/budget"
+	"github.com/lettaq/lettaq/internal/envvar"
 )
 
 // Exit codes shared by the commands.
@@ -34,19 +35,8 @@ const (
 	ExitTimedOut = 3 // enqueue --wait: no final event within --timeout
 )
 
-// Var describes one environment variable a command reads, with the flag that overrides it.
-type Var struct {
-	Name    string // e.g. "LETTAQ_CONCURRENCY"
-	Flag    string // e.g. "concurrency"
-	Default string // as it would be written in the environment
-	Help    string
-	Secret  bool // never print the value: only "set" or "unset"
-	Bool    bool // the flag may be given without a value
-	Budget  bool // one of budget.Vars()
-}
-
-// WorkerConfig is the worker's whole configuration.
-type WorkerConfig struct {
+// WorkerSettings is the worker's whole configuration.
+type WorkerSettings struct {
 	RedisURL          string
 	RedisClusterAddrs []string
 	KeyPrefix         string
@@ -81,19 +71,19 @@ type WorkerConfig struct {
 	DevLettaAddr      string
 }
 
-// setting binds one non-budget variable to a WorkerConfig field.
+// setting binds one non-budget variable to a WorkerSettings field.
 type setting struct {
-	Var
-	apply func(c *WorkerConfig, raw string) error
+	envvar.Var
+	apply func(c *WorkerSettings, raw string) error
 }
 
-func stringSetting(p func(*WorkerConfig) *string) func(*WorkerConfig, string) error {
-	return func(c *WorkerConfig, raw string) error { *p(c) = raw; return nil }
+func stringSetting(p func(*WorkerSettings) *string) func(*WorkerSettings, string) error {
+	return func(c *WorkerSettings, raw string) error { *p(c) = raw; return nil }
 }
 
-func durSetting(p func(*WorkerConfig) *time.Duration, min time.Duration) func(*WorkerConfig, string) error {
-	return func(c *WorkerConfig, raw string) error {
-		d, err := parseDurationArg(raw)
+func durSetting(p func(*WorkerSettings) *time.Duration, min time.Duration) func(*WorkerSettings, string) error {
+	return func(c *WorkerSettings, raw string) error {
+		d, err := envvar.ParseDuration(raw)
 		if err != nil {
 			return err
 		}
@@ -112,8 +102,8 @@ type Limits struct {
 }
 
 // byteSetting reads a size: bytes, or a number with KiB, MiB or GiB.
-func byteSetting(p func(*WorkerConfig) *int) func(*WorkerConfig, string) error {
-	return func(c *WorkerConfig, raw string) error {
+func byteSetting(p func(*WorkerSettings) *int) func(*WorkerSettings, string) error {
+	return func(c *WorkerSettings, raw string) error {
 		n, err := ParseBytes(raw)
 		if err != nil {
 			return err
@@ -150,11 +140,11 @@ func ParseBytes(raw string) (int, error) {
 	return n * mult, nil
 }
 
-func intSetting(p func(*WorkerConfig) *int, min int) func(*WorkerConfig, string) error {
-	return func(c *WorkerConfig, raw string) error {
-		n, err := strconv.Atoi(raw)
+func intSetting(p func(*WorkerSettings) *int, min int) func(*WorkerSettings, string) error {
+	return func(c *WorkerSettings, raw string) error {
+		n, err := envvar.ParseInt(raw)
 		if err != nil {
-			return fmt.Errorf("not an integer")
+			return err
 		}
 		if n < min {
 			return fmt.Errorf("must be at least %d", min)
@@ -164,25 +154,15 @@ func intSetting(p func(*WorkerConfig) *int, min int) func(*WorkerConfig, string)
 	}
 }
 
-func boolSetting(p func(*WorkerConfig) *bool) func(*WorkerConfig, string) error {
-	return func(c *WorkerConfig, raw string) error {
-		b, err := parseBool(raw)
+func boolSetting(p func(*WorkerSettings) *bool) func(*WorkerSettings, string) error {
+	return func(c *WorkerSettings, raw string) error {
+		b, err := envvar.ParseBool(raw)
 		if err != nil {
 			return err
 		}
 		*p(c) = b
 		return nil
 	}
-}
-
-func parseBool(raw string) (bool, error) {
-	switch strings.ToLower(strings.TrimSpace(raw)) {
-	case "1", "t", "true", "y", "yes", "on":
-		return true, nil
-	case "0", "f", "false", "n", "no", "off":
-		return false, nil
-	}
-	return false, errors.New("not a boolean (want true or false)")
 }
 
 // Dev mode defaults.
@@ -195,12 +175,12 @@ const (
 )
 
 var workerSettings = []setting{
-	{Var{Name: "REDIS_URL", Default: DefaultRedisURL,
+	{envvar.Var{Name: "REDIS_URL", Default: DefaultRedisURL,
 		Help: "Redis for the queue, replies and journal: redis://[:password@]host:port/db, rediss:// (TLS), redis-socket://path, redis-sentinel://[:password@]h1:port,h2:port?master=name"},
-		stringSetting(func(c *WorkerConfig) *string { return &c.RedisURL })},
-	{Var{Name: "LETTAQ_REDIS_CLUSTER_ADDRS", Default: "",
+		stringSetting(func(c *WorkerSettings) *string { return &c.RedisURL })},
+	{envvar.Var{Name: "LETTAQ_REDIS_CLUSTER_ADDRS", Default: "",
 		Help: "comma-separated host:port seeds of a Redis Cluster; when set, REDIS_URL's password and TLS apply to every node and its host and db are ignored; LETTAQ_KEY_PREFIX must then contain a hash tag such as {lettaq}:"},
-		func(c *WorkerConfig, raw string) error {
+		func(c *WorkerSettings, raw string) error {
 			c.RedisClusterAddrs = nil
 			for _, a := range strings.Split(raw, ",") {
 				if a = strings.TrimSpace(a); a == "" {
@@ -213,30 +193,30 @@ var workerSettings = []setting{
 			}
 			return nil
 		}},
-	{Var{Name: "LETTAQ_KEY_PREFIX", Default: "lettaq:",
+	{envvar.Var{Name: "LETTAQ_KEY_PREFIX", Default: "lettaq:",
 		Help: `prefix of the reply stream and journal keys; with LETTAQ_REDIS_CLUSTER_ADDRS it must contain a hash tag such as "{lettaq}:" (checked at start: the keys of one turn must share a slot)`},
-		func(c *WorkerConfig, raw string) error {
+		func(c *WorkerSettings, raw string) error {
 			if raw == "" {
 				return errors.New("must not be empty")
 			}
 			c.KeyPrefix = raw
 			return nil
 		}},
-	{Var{Name: "LETTA_BASE_URL", Default: "http://localhost:8283",
+	{envvar.Var{Name: "LETTA_BASE_URL", Default: "http://localhost:8283",
 		Help: "the Letta server (self-hosted, or https://api.letta.com)"},
-		func(c *WorkerConfig, raw string) error {
+		func(c *WorkerSettings, raw string) error {
 			if err := checkLettaBaseURL(raw); err != nil {
 				return err
 			}
 			c.LettaBaseURL = raw
 			return nil
 		}},
-	{Var{Name: "LETTA_API_KEY", Default: "", Secret: true,
+	{envvar.Var{Name: "LETTA_API_KEY", Default: "", Secret: true,
 		Help: "Letta API key, sent as a Bearer token; never logged"},
-		stringSetting(func(c *WorkerConfig) *string { return &c.LettaAPIKey })},
-	{Var{Name: "LETTA_STREAM_TRANSPORT", Default: string(agentclient.StreamDedicated),
+		stringSetting(func(c *WorkerSettings) *string { return &c.LettaAPIKey })},
+	{envvar.Var{Name: "LETTA_STREAM_TRANSPORT", Default: string(agentclient.StreamDedicated),
 		Help: `how agent streams reach Letta: "dedicated" (a connection per stream, read on the turn's own goroutine: ~20 KiB less per in-flight turn; falls back to net/http behind an HTTP proxy) or "net/http" (the shared pool, which negotiates HTTP/2 over TLS)`},
-		func(c *WorkerConfig, raw string) error {
+		func(c *WorkerSettings, raw string) error {
 			st, err := agentclient.ParseStreamTransport(raw)
 			if err != nil {
 				return errors.New(strings.TrimPrefix(err.Error(), "stream transport "))
@@ -244,24 +224,24 @@ var workerSettings = []setting{
 			c.StreamTransport = st
 			return nil
 		}},
-	{Var{Name: "LETTAQ_MAX_EVENT_BYTES", Default: "16MiB",
+	{envvar.Var{Name: "LETTAQ_MAX_EVENT_BYTES", Default: "16MiB",
 		Help: "the largest SSE event (its data lines joined) accepted from Letta; a larger one fails the turn with a permanent error naming the limit (one SSE line may be 8MiB at most, or this if smaller)"},
-		byteSetting(func(c *WorkerConfig) *int { return &c.Limits.Event })},
-	{Var{Name: "LETTAQ_MAX_RESPONSE_BYTES", Default: "8MiB",
+		byteSetting(func(c *WorkerSettings) *int { return &c.Limits.Event })},
+	{envvar.Var{Name: "LETTAQ_MAX_RESPONSE_BYTES", Default: "8MiB",
 		Help: "the largest body of a non-streaming Letta answer (a run, a page of messages); a larger one fails the turn with a permanent error naming the limit"},
-		byteSetting(func(c *WorkerConfig) *int { return &c.Limits.Response })},
-	{Var{Name: "LETTAQ_MAX_TRANSCRIPT_BYTES", Default: "8MiB",
+		byteSetting(func(c *WorkerSettings) *int { return &c.Limits.Response })},
+	{envvar.Var{Name: "LETTAQ_MAX_TRANSCRIPT_BYTES", Default: "8MiB",
 		Help: "the most text one turn accumulates from Letta (reasoning, tool calls and returns, the answer); past it the turn fails with a permanent error naming the limit"},
-		byteSetting(func(c *WorkerConfig) *int { return &c.Limits.Transcript })},
-	{Var{Name: "LETTAQ_MAX_REPLY_BYTES", Default: "4MiB",
+		byteSetting(func(c *WorkerSettings) *int { return &c.Limits.Transcript })},
+	{envvar.Var{Name: "LETTAQ_MAX_REPLY_BYTES", Default: "4MiB",
 		Help: "the most progress text (answer deltas, tool arguments and returns) one attempt of a turn writes to its reply stream; past it progress text is dropped, with a warning, and the final answer event still carries the whole answer"},
-		byteSetting(func(c *WorkerConfig) *int { return &c.Limits.Reply })},
-	{Var{Name: "LETTAQ_CONCURRENCY", Default: "200",
+		byteSetting(func(c *WorkerSettings) *int { return &c.Limits.Reply })},
+	{envvar.Var{Name: "LETTAQ_CONCURRENCY", Default: "200",
 		Help: "turns one worker runs at once; turns wait on the network, not the CPU, so this is far above the CPU count"},
-		intSetting(func(c *WorkerConfig) *int { return &c.Concurrency }, 1)},
-	{Var{Name: "LETTAQ_QUEUES", Default: DefaultQueue + "=1",
+		intSetting(func(c *WorkerSettings) *int { return &c.Concurrency }, 1)},
+	{envvar.Var{Name: "LETTAQ_QUEUES", Default: DefaultQueue + "=1",
 		Help: `queues to take turns from, with priorities: "name=weight,name=weight" (a bare name has weight 1)`},
-		func(c *WorkerConfig, raw string) error {
+		func(c *WorkerSettings, raw string) error {
 			q, err := ParseQueues(raw)
 			if err != nil {
 				return err
@@ -269,21 +249,21 @@ var workerSettings = []setting{
 			c.Queues = q
 			return nil
 		}},
-	{Var{Name: "LETTAQ_STRICT_PRIORITY", Default: "false", Bool: true,
+	{envvar.Var{Name: "LETTAQ_STRICT_PRIORITY", Default: "false", Bool: true,
 		Help: "drain higher-weight queues first instead of sharing by weight"},
-		boolSetting(func(c *WorkerConfig) *bool { return &c.StrictPriority })},
-	{Var{Name: "LETTAQ_TASK_CHECK_INTERVAL", Default: "100ms",
+		boolSetting(func(c *WorkerSettings) *bool { return &c.StrictPriority })},
+	{envvar.Var{Name: "LETTAQ_TASK_CHECK_INTERVAL", Default: "100ms",
 		Help: "how often an idle worker asks Redis for new turns, which bounds the pickup latency of a message that arrives at an idle worker (about half of it on average); shorter costs more Redis commands per idle worker (10ms: ~100/s per worker)"},
-		durSetting(func(c *WorkerConfig) *time.Duration { return &c.TaskCheckInterval }, 10*time.Millisecond)},
-	{Var{Name: "LETTAQ_SHUTDOWN_TIMEOUT", Default: "60s",
+		durSetting(func(c *WorkerSettings) *time.Duration { return &c.TaskCheckInterval }, 10*time.Millisecond)},
+	{envvar.Var{Name: "LETTAQ_SHUTDOWN_TIMEOUT", Default: "60s",
 		Help: "on SIGTERM/SIGINT, how long running turns may take to finish; turns still running then are cancelled and requeued (never sent twice: the next attempt continues the run)"},
-		durSetting(func(c *WorkerConfig) *time.Duration { return &c.ShutdownTimeout }, time.Second)},
-	{Var{Name: "LETTAQ_HEARTBEAT_INTERVAL", Default: "4s",
+		durSetting(func(c *WorkerSettings) *time.Duration { return &c.ShutdownTimeout }, time.Second)},
+	{envvar.Var{Name: "LETTAQ_HEARTBEAT_INTERVAL", Default: "4s",
 		Help: "how often a running turn repeats its phase event, so typing indicators stay alive"},
-		durSetting(func(c *WorkerConfig) *time.Duration { return &c.HeartbeatInterval }, 100*time.Millisecond)},
-	{Var{Name: "LETTAQ_ORDERING", Default: "conversation",
+		durSetting(func(c *WorkerSettings) *time.Duration { return &c.HeartbeatInterval }, 100*time.Millisecond)},
+	{envvar.Var{Name: "LETTAQ_ORDERING", Default: "conversation",
 		Help: "one turn at a time, in arrival order, per conversation (agent + integration + chat), per agent (\"agent\": for an agent shared by many chats), or \"off\"; enqueue must use the same"},
-		func(c *WorkerConfig, raw string) error {
+		func(c *WorkerSettings, raw string) error {
 			switch raw = strings.ToLower(strings.TrimSpace(raw)); raw {
 			case "conversation", "agent", "off":
 				c.Ordering = raw
@@ -291,12 +271,12 @@ var workerSettings = []setting{
 			}
 			return errors.New("want conversation, agent or off")
 		}},
-	{Var{Name: "LETTAQ_ORDERING_LEASE", Default: "60s",
+	{envvar.Var{Name: "LETTAQ_ORDERING_LEASE", Default: "60s",
 		Help: "lease of a conversation's lock, renewed every third of it while its turn runs; a turn whose worker cannot reach Redis this long stops (a killed worker's turn keeps its place and runs again when Asynq recovers it)"},
-		durSetting(func(c *WorkerConfig) *time.Duration { return &c.OrderingLease }, 100*time.Millisecond)},
-	{Var{Name: "LETTAQ_COALESCE", Default: "",
+		durSetting(func(c *WorkerSettings) *time.Duration { return &c.OrderingLease }, 100*time.Millisecond)},
+	{envvar.Var{Name: "LETTAQ_COALESCE", Default: "",
 		Help: "comma-separated integrations (e.g. telegram,slack) whose messages that arrive while their conversation is busy are sent together as the next turn's one user message; needs LETTAQ_ORDERING=conversation"},
-		func(c *WorkerConfig, raw string) error {
+		func(c *WorkerSettings, raw string) error {
 			c.Coalesce = nil
 			for _, n := range strings.Split(raw, ",") {
 				if n = strings.TrimSpace(n); n != "" {
@@ -305,9 +285,9 @@ var workerSettings = []setting{
 			}
 			return nil
 		}},
-	{Var{Name: "LETTAQ_THREAD_MODE", Default: string(queue.ThreadConversation),
+	{envvar.Var{Name: "LETTAQ_THREAD_MODE", Default: string(queue.ThreadConversation),
 		Help: `which Letta thread a chat talks to: "conversation" (each chat, i.e. agent + integration + chat id, gets a Letta conversation of its own, created on first use and kept in Redis; chats of one agent run in parallel, locked and deduplicated by Letta), "default" (all chats share the agent's default thread through the conversation endpoints: one run at a time; use LETTAQ_ORDERING=agent) or "agent" (the deprecated agent endpoints, no server lock or deduplication: the journal gate alone guards against duplicates)`},
-		func(c *WorkerConfig, raw string) error {
+		func(c *WorkerSettings, raw string) error {
 			m, err := queue.ParseThreadMode(raw)
 			if err != nil {
 				return errors.New("want conversation, default or agent")
@@ -315,9 +295,9 @@ var workerSettings = []setting{
 			c.ThreadMode = m
 			return nil
 		}},
-	{Var{Name: "LETTAQ_APPROVAL_POLICY", Default: string(queue.ApprovalWait),
+	{envvar.Var{Name: "LETTAQ_APPROVAL_POLICY", Default: string(queue.ApprovalWait),
 		Help: `what a chat message does while the agent waits for the answer to an approval request of that chat: "wait" (it waits in its line until the request is answered or expires), "deny" (lettaq denies the pending tool calls, telling the agent the user moved on, then sends the message) or "error" (the message fails with an error event)`},
-		func(c *WorkerConfig, raw string) error {
+		func(c *WorkerSettings, raw string) error {
 			p, err := queue.ParseApprovalPolicy(raw)
 			if err != nil {
 				return errors.New("want wait, deny or error")
@@ -325,10 +305,10 @@ var workerSettings = []setting{
 			c.ApprovalPolicy = p
 			return nil
 		}},
-	{Var{Name: "LETTAQ_APPROVAL_TIMEOUT", Default: "24h",
+	{envvar.Var{Name: "LETTAQ_APPROVAL_TIMEOUT", Default: "24h",
 		Help: "an approval request nobody answers is denied automatically this long after it was made, with a reason the agent is told, so that no chat stays blocked"},
-		func(c *WorkerConfig, raw string) error {
-			if err := durSetting(func(c *WorkerConfig) *time.Duration { return &c.ApprovalTimeout }, time.Second)(c, raw); err != nil {
+		func(c *WorkerSettings, raw string) error {
+			if err := durSetting(func(c *WorkerSettings) *time.Duration { return &c.ApprovalTimeout }, time.Second)(c, raw); err != nil {
 				return err
 			}
 			if c.ApprovalTimeout > queue.MaxApprovalTimeout {
@@ -336,12 +316,12 @@ var workerSettings = []setting{
 			}
 			return nil
 		}},
-	{Var{Name: "LETTAQ_MAX_RETRY", Default: "25",
+	{envvar.Var{Name: "LETTAQ_MAX_RETRY", Default: "25",
 		Help: "retries of a failed attempt for turns this worker enqueues through /enqueue (enqueue's --max-retry for the CLI); the task's Asynq max retry is one more, kept for put-backs (a turn that waits for its chat is put back through a retry, never counted as a failure; GET /budget answers the value to set)"},
-		intSetting(func(c *WorkerConfig) *int { return &c.MaxRetry }, 0)},
-	{Var{Name: "LETTAQ_LOG_FORMAT", Default: "auto",
+		intSetting(func(c *WorkerSettings) *int { return &c.MaxRetry }, 0)},
+	{envvar.Var{Name: "LETTAQ_LOG_FORMAT", Default: "auto",
 		Help: "auto (colored text on a terminal, JSON otherwise), json or text"},
-		func(c *WorkerConfig, raw string) error {
+		func(c *WorkerSettings, raw string) error {
 			switch raw = strings.ToLower(raw); raw {
 			case "auto", "json", "text":
 				c.LogFormat = raw
@@ -349,17 +329,17 @@ var workerSettings = []setting{
 			}
 			return errors.New("want auto, json or text")
 		}},
-	{Var{Name: "LETTAQ_LOG_LEVEL", Default: "info", Help: "debug, info, warn or error"},
-		func(c *WorkerConfig, raw string) error {
+	{envvar.Var{Name: "LETTAQ_LOG_LEVEL", Default: "info", Help: "debug, info, warn or error"},
+		func(c *WorkerSettings, raw string) error {
 			if _, err := ParseLevel(raw); err != nil {
 				return err
 			}
 			c.LogLevel = strings.ToLower(raw)
 			return nil
 		}},
-	{Var{Name: "LETTAQ_HTTP_ADDR", Default: DefaultHTTPAddr,
+	{envvar.Var{Name: "LETTAQ_HTTP_ADDR", Default: DefaultHTTPAddr,
 		Help: `address of the HTTP listener (/healthz, /readyz, /metrics, /monitor/, /enqueue); "off" disables it; any address but loopback requires LETTAQ_HTTP_TOKEN`},
-		func(c *WorkerConfig, raw string) error {
+		func(c *WorkerSettings, raw string) error {
 			if raw != "off" {
 				if _, _, err := net.SplitHostPort(raw); err != nil {
 					return errors.New(`want host:port (e.g. 127.0.0.1:8080, 0.0.0.0:8080) or "off"`)
@@ -368,50 +348,42 @@ var workerSettings = []setting{
 			c.HTTPAddr = raw
 			return nil
 		}},
-	{Var{Name: "LETTAQ_HTTP_TOKEN", Default: "", Secret: true,
+	{envvar.Var{Name: "LETTAQ_HTTP_TOKEN", Default: "", Secret: true,
 		Help: "token for /metrics, /monitor/ and /enqueue: Authorization: Bearer <token> or basic auth with the token as password; the monitor also takes it once as /monitor/?token=<token> (then a session cookie); required off loopback"},
-		stringSetting(func(c *WorkerConfig) *string { return &c.HTTPToken })},
-	{Var{Name: "LETTAQ_MONITOR_WRITABLE", Default: "false", Bool: true,
+		stringSetting(func(c *WorkerSettings) *string { return &c.HTTPToken })},
+	{envvar.Var{Name: "LETTAQ_MONITOR_WRITABLE", Default: "false", Bool: true,
 		Help: "let the monitor (asynqmon at /monitor/) delete, run and archive tasks; read-only by default"},
-		boolSetting(func(c *WorkerConfig) *bool { return &c.MonitorWritable })},
-	{Var{Name: "LETTAQ_HTTP_IDLE_TIMEOUT", Default: "60s",
+		boolSetting(func(c *WorkerSettings) *bool { return &c.MonitorWritable })},
+	{envvar.Var{Name: "LETTAQ_HTTP_IDLE_TIMEOUT", Default: "60s",
 		Help: "the HTTP listener closes a keep-alive connection that has waited this long for its next request"},
-		durSetting(func(c *WorkerConfig) *time.Duration { return &c.HTTPIdleTimeout }, time.Millisecond)},
-	{Var{Name: "LETTAQ_HTTP_BODY_TIMEOUT", Default: "30s",
+		durSetting(func(c *WorkerSettings) *time.Duration { return &c.HTTPIdleTimeout }, time.Millisecond)},
+	{envvar.Var{Name: "LETTAQ_HTTP_BODY_TIMEOUT", Default: "30s",
 		Help: "the HTTP listener drops a request whose body has not fully arrived this long after its headers (which must arrive within 10s); answers may take longer"},
-		durSetting(func(c *WorkerConfig) *time.Duration { return &c.HTTPBodyTimeout }, time.Millisecond)},
-	{Var{Name: "LETTAQ_WORKER_ID", Default: "<hostname>-<pid>",
+		durSetting(func(c *WorkerSettings) *time.Duration { return &c.HTTPBodyTimeout }, time.Millisecond)},
+	{envvar.Var{Name: "LETTAQ_WORKER_ID", Default: "<hostname>-<pid>",
 		Help: "this worker's name in the journal and logs"},
-		stringSetting(func(c *WorkerConfig) *string { return &c.WorkerID })},
-	{Var{Name: "LETTAQ_DEV", Default: "false", Bool: true,
+		stringSetting(func(c *WorkerSettings) *string { return &c.WorkerID })},
+	{envvar.Var{Name: "LETTAQ_DEV", Default: "false", Bool: true,
 		Help: "dev mode: an in-memory Redis and a Letta simulator in this process, short clocks so recovery shows in seconds; nothing else to install"},
-		boolSetting(func(c *WorkerConfig) *bool { return &c.Dev })},
-	{Var{Name: "LETTAQ_DEV_REDIS_ADDR", Default: DefaultDevRedisAddr,
+		boolSetting(func(c *WorkerSettings) *bool { return &c.Dev })},
+	{envvar.Var{Name: "LETTAQ_DEV_REDIS_ADDR", Default: DefaultDevRedisAddr,
 		Help: "dev mode: where the in-memory Redis listens (enqueue --dev connects here)"},
-		stringSetting(func(c *WorkerConfig) *string { return &c.DevRedisAddr })},
-	{Var{Name: "LETTAQ_DEV_LETTA_ADDR", Default: DefaultDevLettaAddr,
+		stringSetting(func(c *WorkerSettings) *string { return &c.DevRedisAddr })},
+	{envvar.Var{Name: "LETTAQ_DEV_LETTA_ADDR", Default: DefaultDevLettaAddr,
 		Help: "dev mode: where the Letta simulator listens (another free port if taken)"},
-		stringSetting(func(c *WorkerConfig) *string { return &c.DevLettaAddr })},
-}
-
-// flagOf derives a flag name from a variable: LETTAQ_ stripped, lower case, "_" → "-".
-func flagOf(env string) string {
-	return strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(env, "LETTAQ_")), "_", "-")
+		stringSetting(func(c *WorkerSettings) *string { return &c.DevLettaAddr })},
 }
 
 // WorkerVars lists every environment variable the worker reads, budget included, in the order
 // --help shows them.
-func WorkerVars() []Var {
-	var vs []Var
+func WorkerVars() []envvar.Var {
+	var vs []envvar.Var
 	for _, s := range workerSettings {
 		v := s.Var
-		v.Flag = flagOf(v.Name)
+		v.Flag = envvar.FlagName(v.Name)
 		vs = append(vs, v)
 	}
-	for _, b := range budget.Vars() {
-		vs = append(vs, Var{Name: b.Name, Flag: b.FlagName(), Default: b.Default, Help: b.Help, Budget: true,
-			Bool: b.Default == "true" || b.Default == "false"})
-	}
+	vs = append(vs, budget.Vars()...)
 	return vs
 }
 
@@ -478,7 +450,7 @@ func (e *ConfigError) Error() string {
 	return b.String()
 }
 
-// errHelp is returned by ParseWorkerConfig when --help was asked for (usage was printed).
+// errHelp is returned by ParseWorkerSettings when --help was asked for (usage was printed).
 var errHelp = flag.ErrHelp
 
 // lookup reads one variable: the flag's value when the flag was given, else the environment.
@@ -494,10 +466,10 @@ func (l lookup) get(name string) (raw string, fromFlag bool) {
 	return strings.TrimSpace(l.getenv(name)), false
 }
 
-// ParseWorkerConfig reads the worker's configuration: each flag overrides its variable, which
+// ParseWorkerSettings reads the worker's configuration: each flag overrides its variable, which
 // overrides the default. Errors name the variable (and flag). --help prints usage to out and
 // returns flag.ErrHelp.
-func ParseWorkerConfig(args []string, getenv func(string) string, out io.Writer) (WorkerConfig, error) {
+func ParseWorkerSettings(args []string, getenv func(string) string, out io.Writer) (WorkerSettings, error) {
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	vars := WorkerVars()
@@ -524,14 +496,14 @@ func ParseWorkerConfig(args []string, getenv func(string) string, out io.Writer)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			WriteUsage(out, "worker [flags]\n       worker healthcheck [--timeout D]    (GET this worker's /readyz: exit 0 ready, 1 not; see worker healthcheck --help)\n       worker check-config [flags]         (check the configuration and exit: 0 the worker would start, 2 not, with why)", "Runs lettaq turns: takes messages from Redis (Asynq), streams them to Letta agents,\nwrites reply events. Every flag overrides the environment variable named with it.", vars, helpTaskTimeout(l))
-			return WorkerConfig{}, errHelp
+			return WorkerSettings{}, errHelp
 		}
-		return WorkerConfig{}, &ConfigError{Errs: []error{err}}
+		return WorkerSettings{}, &ConfigError{Errs: []error{err}}
 	}
 	if fs.NArg() > 0 {
-		return WorkerConfig{}, &ConfigError{Errs: []error{fmt.Errorf("unexpected argument %q (configuration is by flags and environment variables; see --help)", fs.Arg(0))}}
+		return WorkerSettings{}, &ConfigError{Errs: []error{fmt.Errorf("unexpected argument %q (configuration is by flags and environment variables; see --help)", fs.Arg(0))}}
 	}
-	return buildWorkerConfig(l)
+	return buildWorkerSettings(l)
 }
 
 // helpTaskTimeout is --help's statement of the task timeout for the configuration given so far
@@ -539,7 +511,7 @@ func ParseWorkerConfig(args []string, getenv func(string) string, out io.Writer)
 func helpTaskTimeout(l lookup) []string {
 	dev := false
 	if raw, _ := l.get("LETTAQ_DEV"); raw != "" {
-		dev, _ = parseBool(raw)
+		dev, _ = envvar.ParseBool(raw)
 	}
 	b, err := budget.FromEnv(func(name string) string {
 		raw, _ := l.get(name)
@@ -562,8 +534,8 @@ func helpTaskTimeout(l lookup) []string {
 		"it (and the other task options) at GET /budget."}
 }
 
-func buildWorkerConfig(l lookup) (WorkerConfig, error) {
-	var c WorkerConfig
+func buildWorkerSettings(l lookup) (WorkerSettings, error) {
+	var c WorkerSettings
 	var errs []error
 	for _, s := range workerSettings {
 		raw, fromFlag := l.get(s.Name)
@@ -600,13 +572,13 @@ func buildWorkerConfig(l lookup) (WorkerConfig, error) {
 		}
 	}
 	if len(errs) > 0 {
-		return WorkerConfig{}, &ConfigError{Errs: errs}
+		return WorkerSettings{}, &ConfigError{Errs: errs}
 	}
 	return c, nil
 }
 
 // check applies the rules that span several variables.
-func (c *WorkerConfig) check() error {
+func (c *WorkerSettings) check() error {
 	if c.HTTPAddr != "off" && c.HTTPToken == "" && !IsLoopback(c.HTTPAddr) {
 		return fmt.Errorf("LETTAQ_HTTP_TOKEN (--http-token) is required when LETTAQ_HTTP_ADDR (%s) is not a loopback address: the monitor and metrics must not be open to the network; "+
 			"make one with openssl rand -hex 16 (with docker compose: in .env next to docker-compose.yaml, see .env.example)", c.HTTPAddr)
@@ -635,8 +607,8 @@ func checkClusterKeyPrefix(prefix string, clusterAddrs []string) error {
 		"use a prefix with a non-empty hash tag, such as \"{lettaq}:\" (the same on every worker, enqueue and reader)", prefix)
 }
 
-func varError(v Var, raw string, fromFlag bool, err error) error {
-	v.Flag = flagOf(v.Name)
+func varError(v envvar.Var, raw string, fromFlag bool, err error) error {
+	v.Flag = envvar.FlagName(v.Name)
 	shown := strconv.Quote(redactURL(raw)) // a URL's password, or anything else before an '@'
 	if v.Secret {
 		shown = "(secret)"
@@ -654,7 +626,7 @@ func annotateBudgetErr(err error, l lookup) error {
 	var flags []string
 	for name := range l.flagged {
 		if strings.Contains(msg, name) {
-			flags = append(flags, "--"+flagOf(name)+" sets "+name)
+			flags = append(flags, "--"+envvar.FlagName(name)+" sets "+name)
 		}
 	}
 	if len(flags) == 0 {
@@ -694,7 +666,7 @@ func ParseQueues(raw string) (map[string]int, error) {
 }
 
 // RedisConnOpt returns Asynq's connection options for the configuration (not in dev mode).
-func (c *WorkerConfig) RedisConnOpt() (asynq.RedisConnOpt, error) {
+func (c *WorkerSettings) RedisConnOpt() (asynq.RedisConnOpt, error) {
 	return RedisConnOpt(c.RedisURL, c.RedisClusterAddrs)
 }
 
@@ -732,7 +704,7 @@ func IsLoopback(addr string) bool {
 
 // WriteUsage prints a command's usage: synopsis, description, extra lines, then every variable
 // with its flag and default (secrets show as set/unset).
-func WriteUsage(w io.Writer, synopsis, desc string, vars []Var, extra []string) {
+func WriteUsage(w io.Writer, synopsis, desc string, vars []envvar.Var, extra []string) {
 	fmt.Fprintf(w, "Usage: %s\n\n%s\n", synopsis, desc)
 	for _, e := range extra {
 		fmt.Fprintln(w, e)
@@ -760,7 +732,7 @@ func WriteUsage(w io.Writer, synopsis, desc string, vars []Var, extra []string) 
 }
 
 // VarsTable renders vars as a Markdown table (variable, flag, default, meaning) for docs/configuration.md.
-func VarsTable(vars []Var) string {
+func VarsTable(vars []envvar.Var) string {
 	var b strings.Builder
 	b.WriteString("| variable | flag | default | meaning |\n|---|---|---|---|\n")
 	for _, v := range vars {

@@ -19,8 +19,8 @@ import (
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
 
-func TestWorkerConfigDefaults(t *testing.T) {
-	c, err := ParseWorkerConfig(nil, env(nil), nil)
+func TestWorkerSettingsDefaults(t *testing.T) {
+	c, err := ParseWorkerSettings(nil, env(nil), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,12 +32,12 @@ func TestWorkerConfigDefaults(t *testing.T) {
 	}
 }
 
-func TestWorkerConfigFlagOverridesEnv(t *testing.T) {
+func TestWorkerSettingsFlagOverridesEnv(t *testing.T) {
 	e := env(map[string]string{
 		"LETTAQ_CONCURRENCY": "50", "LETTAQ_STALL_TIMEOUT": "90s", "LETTAQ_QUEUES": "a=3,b",
 		"LETTA_BASE_URL": "http://letta:8283", "LETTAQ_MONITOR_WRITABLE": "true",
 	})
-	c, err := ParseWorkerConfig([]string{"--concurrency=7", "--stall-timeout", "100s", "--monitor-writable=false", "--log-level", "debug"}, e, nil)
+	c, err := ParseWorkerSettings([]string{"--concurrency=7", "--stall-timeout", "100s", "--monitor-writable=false", "--log-level", "debug"}, e, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +48,7 @@ func TestWorkerConfigFlagOverridesEnv(t *testing.T) {
 		t.Errorf("env ignored: %+v", c)
 	}
 	// Dev mode shrinks the clocks it was not told about, and keeps those it was.
-	c, err = ParseWorkerConfig([]string{"--dev", "--stall-timeout=3s"}, e, nil)
+	c, err = ParseWorkerSettings([]string{"--dev", "--stall-timeout=3s"}, e, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +57,7 @@ func TestWorkerConfigFlagOverridesEnv(t *testing.T) {
 	}
 }
 
-func TestWorkerConfigErrorsNameTheVariable(t *testing.T) {
+func TestWorkerSettingsErrorsNameTheVariable(t *testing.T) {
 	tests := []struct {
 		env  map[string]string
 		args []string
@@ -65,7 +65,7 @@ func TestWorkerConfigErrorsNameTheVariable(t *testing.T) {
 	}{
 		{map[string]string{"LETTAQ_CONCURRENCY": "lots"}, nil, []string{"LETTAQ_CONCURRENCY", "--concurrency"}},
 		{nil, []string{"--concurrency=0"}, []string{"LETTAQ_CONCURRENCY", "--concurrency"}},
-		{map[string]string{"LETTAQ_STALL_TIMEOUT": "75"}, nil, []string{"LETTAQ_STALL_TIMEOUT", "missing unit"}},
+		{map[string]string{"LETTAQ_STALL_TIMEOUT": "75"}, nil, []string{"LETTAQ_STALL_TIMEOUT", "with a unit"}},
 		{nil, []string{"--stall-timeout=10m"}, []string{"LETTAQ_STALL_TIMEOUT", "LETTAQ_STREAM_TOTAL", "--stall-timeout"}},
 		{map[string]string{"REDIS_URL": "http://x"}, nil, []string{"REDIS_URL"}},
 		{map[string]string{"LETTAQ_QUEUES": "a=x"}, nil, []string{"LETTAQ_QUEUES"}},
@@ -84,7 +84,7 @@ func TestWorkerConfigErrorsNameTheVariable(t *testing.T) {
 		{map[string]string{"LETTAQ_THREAD_MODE": "thread"}, nil, []string{"LETTAQ_THREAD_MODE", "--thread-mode", "conversation, default or agent"}},
 	}
 	for _, tt := range tests {
-		_, err := ParseWorkerConfig(tt.args, env(tt.env), nil)
+		_, err := ParseWorkerSettings(tt.args, env(tt.env), nil)
 		var ce *ConfigError
 		if !errors.As(err, &ce) {
 			t.Errorf("%v %v: err = %v, want a ConfigError", tt.env, tt.args, err)
@@ -98,9 +98,9 @@ func TestWorkerConfigErrorsNameTheVariable(t *testing.T) {
 	}
 }
 
-func TestWorkerConfigSecretsNeverShown(t *testing.T) {
+func TestWorkerSettingsSecretsNeverShown(t *testing.T) {
 	var out bytes.Buffer
-	_, err := ParseWorkerConfig([]string{"--help"}, env(map[string]string{"LETTA_API_KEY": "sk-secret-123", "LETTAQ_HTTP_TOKEN": "tok-456"}), &out)
+	_, err := ParseWorkerSettings([]string{"--help"}, env(map[string]string{"LETTA_API_KEY": "sk-secret-123", "LETTAQ_HTTP_TOKEN": "tok-456"}), &out)
 	if !errors.Is(err, errHelp) {
 		t.Fatal(err)
 	}
@@ -111,7 +111,7 @@ func TestWorkerConfigSecretsNeverShown(t *testing.T) {
 
 func TestWorkerHelpListsEveryVariable(t *testing.T) {
 	var out bytes.Buffer
-	_, err := ParseWorkerConfig([]string{"--help"}, env(nil), &out)
+	_, err := ParseWorkerSettings([]string{"--help"}, env(nil), &out)
 	if !errors.Is(err, errHelp) {
 		t.Fatal(err)
 	}
@@ -143,11 +143,11 @@ func TestWorkerHelpDefaultsAreTrue(t *testing.T) {
 			all[v.Name] = v.Default
 		}
 	}
-	a, err := ParseWorkerConfig(nil, env(all), nil)
+	a, err := ParseWorkerSettings(nil, env(all), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := ParseWorkerConfig(nil, env(nil), nil)
+	b, err := ParseWorkerSettings(nil, env(nil), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +219,7 @@ func TestClusterKeyPrefixAccepted(t *testing.T) {
 		{"LETTAQ_KEY_PREFIX": "lettaq:"},
 		{"LETTAQ_REDIS_CLUSTER_ADDRS": "n1:7000", "LETTAQ_DEV": "true"}, // dev mode uses its own Redis
 	} {
-		if _, err := ParseWorkerConfig(nil, env(e), nil); err != nil {
+		if _, err := ParseWorkerSettings(nil, env(e), nil); err != nil {
 			t.Errorf("%v: %v", e, err)
 		}
 	}
@@ -227,7 +227,7 @@ func TestClusterKeyPrefixAccepted(t *testing.T) {
 
 // StartWorker and enqueue refuse the same configuration before they connect to anything.
 func TestClusterKeyPrefixRefusedAtStart(t *testing.T) {
-	cfg, err := ParseWorkerConfig(nil, env(nil), nil)
+	cfg, err := ParseWorkerSettings(nil, env(nil), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,14 +252,14 @@ func TestClusterKeyPrefixRefusedAtStart(t *testing.T) {
 	}
 }
 
-func TestWorkerConfigThreadMode(t *testing.T) {
+func TestWorkerSettingsThreadMode(t *testing.T) {
 	for raw, want := range map[string]queue.ThreadMode{"conversation": queue.ThreadConversation, "Default": queue.ThreadDefault, "agent": queue.ThreadAgent} {
-		c, err := ParseWorkerConfig(nil, env(map[string]string{"LETTAQ_THREAD_MODE": raw}), nil)
+		c, err := ParseWorkerSettings(nil, env(map[string]string{"LETTAQ_THREAD_MODE": raw}), nil)
 		if err != nil || c.ThreadMode != want {
 			t.Errorf("LETTAQ_THREAD_MODE=%s: %q %v", raw, c.ThreadMode, err)
 		}
 	}
-	c, err := ParseWorkerConfig([]string{"--thread-mode=agent"}, env(map[string]string{"LETTAQ_THREAD_MODE": "default"}), nil)
+	c, err := ParseWorkerSettings([]string{"--thread-mode=agent"}, env(map[string]string{"LETTAQ_THREAD_MODE": "default"}), nil)
 	if err != nil || c.ThreadMode != queue.ThreadAgent {
 		t.Errorf("flag: %q %v", c.ThreadMode, err)
 	}
@@ -269,12 +269,12 @@ func TestWorkerConfigThreadMode(t *testing.T) {
 // the worker used its 10s default; it is refused, naming the variable and the least value.
 func TestShutdownTimeoutZeroRefused(t *testing.T) {
 	for _, raw := range []string{"0", "0s", "500ms"} {
-		_, err := ParseWorkerConfig(nil, env(map[string]string{"LETTAQ_SHUTDOWN_TIMEOUT": raw}), nil)
+		_, err := ParseWorkerSettings(nil, env(map[string]string{"LETTAQ_SHUTDOWN_TIMEOUT": raw}), nil)
 		if err == nil || !strings.Contains(err.Error(), "LETTAQ_SHUTDOWN_TIMEOUT") || !strings.Contains(err.Error(), "at least 1s") {
 			t.Errorf("LETTAQ_SHUTDOWN_TIMEOUT=%s: %v, want refused (at least 1s)", raw, err)
 		}
 	}
-	c, err := ParseWorkerConfig(nil, env(map[string]string{"LETTAQ_SHUTDOWN_TIMEOUT": "1s"}), nil)
+	c, err := ParseWorkerSettings(nil, env(map[string]string{"LETTAQ_SHUTDOWN_TIMEOUT": "1s"}), nil)
 	if err != nil || c.ShutdownTimeout != time.Second {
 		t.Errorf("LETTAQ_SHUTDOWN_TIMEOUT=1s: %v %v", c.ShutdownTimeout, err)
 	}
@@ -284,12 +284,12 @@ func TestShutdownTimeoutZeroRefused(t *testing.T) {
 // approval keys' TTL negative (no expiry); it is refused past 366 days, naming the variable.
 func TestApprovalTimeoutBounded(t *testing.T) {
 	for _, raw := range []string{"2562047h", "8785h"} {
-		_, err := ParseWorkerConfig(nil, env(map[string]string{"LETTAQ_APPROVAL_TIMEOUT": raw}), nil)
+		_, err := ParseWorkerSettings(nil, env(map[string]string{"LETTAQ_APPROVAL_TIMEOUT": raw}), nil)
 		if err == nil || !strings.Contains(err.Error(), "LETTAQ_APPROVAL_TIMEOUT") || !strings.Contains(err.Error(), "at most") {
 			t.Errorf("LETTAQ_APPROVAL_TIMEOUT=%s: %v, want refused (at most 366 days)", raw, err)
 		}
 	}
-	if c, err := ParseWorkerConfig(nil, env(map[string]string{"LETTAQ_APPROVAL_TIMEOUT": "8784h"}), nil); err != nil || c.ApprovalTimeout != 8784*time.Hour {
+	if c, err := ParseWorkerSettings(nil, env(map[string]string{"LETTAQ_APPROVAL_TIMEOUT": "8784h"}), nil); err != nil || c.ApprovalTimeout != 8784*time.Hour {
 		t.Errorf("LETTAQ_APPROVAL_TIMEOUT=8784h: %v %v", c.ApprovalTimeout, err)
 	}
 }

@@ -35,7 +35,7 @@ func startDevWorker(t *testing.T) *Running {
 // startDevWorkerWith starts a dev-mode worker with extra flags and returns its greeting.
 func startDevWorkerWith(t *testing.T, extra ...string) (*Running, string) {
 	t.Helper()
-	cfg, err := ParseWorkerConfig(append([]string{"--dev", "--dev-redis-addr=127.0.0.1:0", "--dev-letta-addr=127.0.0.1:0",
+	cfg, err := ParseWorkerSettings(append([]string{"--dev", "--dev-redis-addr=127.0.0.1:0", "--dev-letta-addr=127.0.0.1:0",
 		"--http-addr=127.0.0.1:0", "--shutdown-timeout=5s", "--task-check-interval=20ms"}, extra...), env(nil), nil)
 	if err != nil {
 		t.Fatal(err)

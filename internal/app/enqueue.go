@@ -19,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lettaq/lettaq/budget"
+	"github.com/lettaq/lettaq/internal/envvar"
 	"github.com/lettaq/lettaq/queue"
 )
 
@@ -27,7 +28,7 @@ const ExitApproval = 4
 
 // EnqueueVars lists the environment variables enqueue reads (besides the budget's, which it
 // reads so that the task timeout matches the workers').
-var EnqueueVars = []Var{
+var EnqueueVars = []envvar.Var{
 	{Name: "REDIS_URL", Flag: "redis-url", Default: DefaultRedisURL, Help: "Redis of the queue (as the worker's REDIS_URL)"},
 	{Name: "LETTAQ_REDIS_CLUSTER_ADDRS", Flag: "redis-cluster-addrs", Default: "", Help: "Redis Cluster seeds (as the worker's)"},
 	{Name: "LETTAQ_KEY_PREFIX", Flag: "key-prefix", Default: "lettaq:", Help: "prefix of the reply stream and journal keys (as the worker's; on Redis Cluster it must contain a hash tag such as {lettaq}:)"},

@@ -110,7 +110,7 @@ func TestFlagValueErrorsSayWhatToWrite(t *testing.T) {
 		!strings.Contains(errOut.String(), `LETTAQ_MAX_RETRY="lots": write a whole number`) {
 		t.Errorf("LETTAQ_MAX_RETRY=lots: exit %d, stderr %q", code, errOut.String())
 	}
-	_, err := ParseWorkerConfig(nil, env(map[string]string{"LETTAQ_SHUTDOWN_TIMEOUT": "60"}), nil)
+	_, err := ParseWorkerSettings(nil, env(map[string]string{"LETTAQ_SHUTDOWN_TIMEOUT": "60"}), nil)
 	if err == nil || !strings.Contains(err.Error(), `LETTAQ_SHUTDOWN_TIMEOUT="60": write a duration with a unit, e.g. 60s`) {
 		t.Errorf("worker: %v", err)
 	}

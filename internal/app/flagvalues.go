@@ -5,8 +5,9 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
-	"strings"
 	"time"
+
+	"github.com/lettaq/lettaq/internal/envvar"
 )
 
 // durationValue is a flag.Value for a duration whose errors say how to write one (the flag
@@ -21,26 +22,12 @@ func (d durationValue) String() string {
 }
 
 func (d durationValue) Set(s string) error {
-	v, err := parseDurationArg(s)
+	v, err := envvar.ParseDuration(s)
 	if err != nil {
 		return err
 	}
 	*d.p = v
 	return nil
-}
-
-// parseDurationArg parses a duration given on the command line or in the environment; its
-// error says how to write one ("5" lacks a unit: 5s).
-func parseDurationArg(s string) (time.Duration, error) {
-	s = strings.TrimSpace(s)
-	d, err := time.ParseDuration(s)
-	if err == nil {
-		return d, nil
-	}
-	if _, nerr := strconv.ParseFloat(s, 64); nerr == nil {
-		return 0, fmt.Errorf("write a duration with a unit, e.g. %ss or %sm", s, s)
-	}
-	return 0, errors.New("write a duration with a unit, e.g. 500ms, 5s or 2m")
 }
 
 // intValue is a flag.Value for an integer whose errors say what was expected.
@@ -54,9 +41,9 @@ func (v intValue) String() string {
 }
 
 func (v intValue) Set(s string) error {
-	n, err := strconv.Atoi(strings.TrimSpace(s))
+	n, err := envvar.ParseInt(s)
 	if err != nil {
-		return errors.New("write a whole number, e.g. 10")
+		return err
 	}
 	*v.p = n
 	return nil

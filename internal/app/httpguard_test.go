@@ -228,7 +228,7 @@ func TestSessionCookieExpires(t *testing.T) {
 // listenerFromConfig serves h as the worker does, with the listener settings of env.
 func listenerFromConfig(t *testing.T, env map[string]string, h http.Handler) string {
 	t.Helper()
-	cfg, err := ParseWorkerConfig(nil, func(k string) string { return env[k] }, io.Discard)
+	cfg, err := ParseWorkerSettings(nil, func(k string) string { return env[k] }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,7 +26,7 @@ func hostListener(t *testing.T, token string) *httptest.Server {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = client.Close() })
-	cfg, err := ParseWorkerConfig(nil, env(nil), nil)
+	cfg, err := ParseWorkerSettings(nil, env(nil), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,10 +8,10 @@ import (
 	"github.com/lettaq/lettaq/queue"
 )
 
-// TestWorkerConfigLimits: the byte bounds default to the packages' own
+// TestWorkerSettingsLimits: the byte bounds default to the packages' own
 // defaults, take sizes with units, and refuse what is not a size.
-func TestWorkerConfigLimits(t *testing.T) {
-	c, err := ParseWorkerConfig(nil, env(nil), nil)
+func TestWorkerSettingsLimits(t *testing.T) {
+	c, err := ParseWorkerSettings(nil, env(nil), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -20,7 +20,7 @@ func TestWorkerConfigLimits(t *testing.T) {
 	if c.Limits != want {
 		t.Errorf("defaults %+v, want %+v", c.Limits, want)
 	}
-	c, err = ParseWorkerConfig(nil, env(map[string]string{"LETTAQ_MAX_EVENT_BYTES": "512KiB",
+	c, err = ParseWorkerSettings(nil, env(map[string]string{"LETTAQ_MAX_EVENT_BYTES": "512KiB",
 		"LETTAQ_MAX_RESPONSE_BYTES": "2MiB", "LETTAQ_MAX_TRANSCRIPT_BYTES": "1GiB", "LETTAQ_MAX_REPLY_BYTES": "65536"}), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -29,7 +29,7 @@ func TestWorkerConfigLimits(t *testing.T) {
 		t.Errorf("parsed %+v, want %+v", c.Limits, want)
 	}
 	for _, bad := range []string{"16MB", "-1", "12", "lots"} {
-		_, err := ParseWorkerConfig(nil, env(map[string]string{"LETTAQ_MAX_EVENT_BYTES": bad}), nil)
+		_, err := ParseWorkerSettings(nil, env(map[string]string{"LETTAQ_MAX_EVENT_BYTES": bad}), nil)
 		if err == nil || !strings.Contains(err.Error(), "LETTAQ_MAX_EVENT_BYTES") {
 			t.Errorf("%q: err %v, want one naming LETTAQ_MAX_EVENT_BYTES", bad, err)
 		}

@@ -58,7 +58,7 @@ func (s *logSink) waitFor(t *testing.T, parts ...string) string {
 // startLoggedDevWorker starts a dev worker whose logs go to sink in format.
 func startLoggedDevWorker(t *testing.T, format string, sink *logSink) *Running {
 	t.Helper()
-	cfg, err := ParseWorkerConfig([]string{"--dev", "--dev-redis-addr=127.0.0.1:0", "--dev-letta-addr=127.0.0.1:0",
+	cfg, err := ParseWorkerSettings([]string{"--dev", "--dev-redis-addr=127.0.0.1:0", "--dev-letta-addr=127.0.0.1:0",
 		"--http-addr=off", "--shutdown-timeout=5s", "--task-check-interval=20ms"}, env(nil), nil)
 	if err != nil {
 		t.Fatal(err)

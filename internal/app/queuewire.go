@@ -25,7 +25,7 @@ type queueRunner struct {
 	letta  *agentclient.Client
 }
 
-func newQueueRunner(cfg WorkerConfig, connOpt asynq.RedisConnOpt, rdb redis.UniversalClient, lettaURL string, m *Metrics, logger *slog.Logger) (*queueRunner, error) {
+func newQueueRunner(cfg WorkerSettings, connOpt asynq.RedisConnOpt, rdb redis.UniversalClient, lettaURL string, m *Metrics, logger *slog.Logger) (*queueRunner, error) {
 	letta, err := agentclient.New(agentclient.Config{
 		BaseURL: lettaURL, APIKey: cfg.LettaAPIKey, RequestTimeout: cfg.Budget.RequestTimeout, StreamTransport: cfg.StreamTransport,
 		MaxEventBytes: cfg.Limits.Event, MaxResponseBytes: cfg.Limits.Response, MaxTranscriptBytes: cfg.Limits.Transcript,

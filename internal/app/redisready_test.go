@@ -185,7 +185,7 @@ func TestReadyzDuringAnOutage(t *testing.T) {
 
 func TestWorkerWaitsForRedis(t *testing.T) {
 	addr := closedAddr(t)
-	cfg, err := ParseWorkerConfig([]string{"--http-addr=127.0.0.1:0", "--shutdown-timeout=2s"},
+	cfg, err := ParseWorkerSettings([]string{"--http-addr=127.0.0.1:0", "--shutdown-timeout=2s"},
 		env(map[string]string{"REDIS_URL": "redis://" + addr}), nil)
 	if err != nil {
 		t.Fatal(err)

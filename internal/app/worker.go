@@ -23,7 +23,7 @@ import (
 
 // Running is a started worker.
 type Running struct {
-	Config    WorkerConfig
+	Config    WorkerSettings
 	HTTPAddr  string // the listener's actual address, "" when off
 	RedisAddr string // dev mode: the in-memory Redis
 	LettaURL  string // the Letta server in use (dev mode: the simulator)
@@ -50,7 +50,7 @@ func RunWorker(ctx context.Context, args []string, getenv func(string) string, s
 	if len(args) > 0 && args[0] == "check-config" {
 		return RunCheckConfig(args[1:], getenv, stdout, stderr)
 	}
-	cfg, err := ParseWorkerConfig(args, getenv, stdout)
+	cfg, err := ParseWorkerSettings(args, getenv, stdout)
 	if errors.Is(err, errHelp) {
 		return ExitOK
 	}
@@ -89,7 +89,7 @@ func RunWorker(ctx context.Context, args []string, getenv func(string) string, s
 // worker, and returns at once (within redisPingWait, 2 s, when Redis does not answer: the
 // worker then waits for it in the background, not ready meanwhile). The worker stops when ctx ends: it stops taking turns and lets
 // the running ones finish within cfg.ShutdownTimeout. stdout receives dev mode's greeting.
-func StartWorker(ctx context.Context, cfg WorkerConfig, logger *slog.Logger, stdout io.Writer) (*Running, error) {
+func StartWorker(ctx context.Context, cfg WorkerSettings, logger *slog.Logger, stdout io.Writer) (*Running, error) {
 	r := &Running{Config: cfg, Logger: logger, done: make(chan struct{}), LettaURL: cfg.LettaBaseURL}
 	var connOpt asynq.RedisConnOpt
 	if cfg.Dev {

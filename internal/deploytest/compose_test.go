@@ -15,6 +15,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/lettaq/lettaq/internal/app"
+	"github.com/lettaq/lettaq/internal/envvar"
 )
 
 func repoFile(t *testing.T, name string) []byte {
@@ -45,8 +46,8 @@ type compose struct {
 	} `yaml:"services"`
 }
 
-func workerVars() map[string]app.Var {
-	m := map[string]app.Var{}
+func workerVars() map[string]envvar.Var {
+	m := map[string]envvar.Var{}
 	for _, v := range app.WorkerVars() {
 		m[v.Name] = v
 	}
@@ -83,12 +84,12 @@ func TestComposeMatchesWorker(t *testing.T) {
 	// The values, with compose's ${VAR:-default} filled in (the variables unset), are what the
 	// worker gets: valid, except that it refuses to start without a token.
 	resolved := resolveCompose(t, w.Environment, nil)
-	_, err := app.ParseWorkerConfig(nil, func(k string) string { return resolved[k] }, nil)
+	_, err := app.ParseWorkerSettings(nil, func(k string) string { return resolved[k] }, nil)
 	if err == nil || !strings.Contains(err.Error(), "LETTAQ_HTTP_TOKEN") || !strings.Contains(err.Error(), ".env.example") {
 		t.Errorf("without LETTAQ_HTTP_TOKEN the worker must refuse to start naming it; got %v", err)
 	}
 	withToken := resolveCompose(t, w.Environment, map[string]string{"LETTAQ_HTTP_TOKEN": "a-token"})
-	if _, err := app.ParseWorkerConfig(nil, func(k string) string { return withToken[k] }, nil); err != nil {
+	if _, err := app.ParseWorkerSettings(nil, func(k string) string { return withToken[k] }, nil); err != nil {
 		t.Errorf("the worker rejects compose's environment: %v", err)
 	}
 	addr := w.Environment["LETTAQ_HTTP_ADDR"]

@@ -17,7 +17,7 @@ import (
 // defaultBudgetJSON is GET /budget's answer for a worker with every default.
 func defaultBudgetJSON(t *testing.T) string {
 	t.Helper()
-	cfg, err := app.ParseWorkerConfig(nil, func(string) string { return "" }, nil)
+	cfg, err := app.ParseWorkerSettings(nil, func(string) string { return "" }, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -69,11 +69,11 @@ func see(e Event) seenEvent {
 	return s
 }
 
-// A parked stream reads what a stream that waits under the call reads,
+// A pending stream reads what a stream that waits under the call reads,
 // however its bytes are cut: in a chunk-size line, in a CRLF, between an
 // event's name and its data, in a data line. Each piece is sent only once
-// the stream parked, so the stream parks between every two.
-func TestParkedStreamReadsWhatAWaitingStreamReads(t *testing.T) {
+// the stream returned early, so it returns early between every two.
+func TestPendingStreamReadsWhatAWaitingStreamReads(t *testing.T) {
 	leakCheck(t)
 	body := ": comment\r\n" + data(fxPing) + "event: message\n" + data(fxReasoning) + data(fxToolCall) +
 		"data: not json\n\n" + data(fxAssistant) + data(fxStop) + data(fxUsage) + data("[DONE]")
@@ -97,33 +97,30 @@ func TestParkedStreamReadsWhatAWaitingStreamReads(t *testing.T) {
 			st := NewStreamState()
 			var got []seenEvent
 			ctx := context.Background()
-			err := c.SendStream(ctx, sendReq(), st, StreamOptions{Park: true, OnEvent: func(e Event) { got = append(got, see(e)) }})
+			err := c.SendStream(ctx, sendReq(), st, StreamOptions{Stepwise: true, OnEvent: func(e Event) { got = append(got, see(e)) }})
 			parks, sent := 0, 1
-			for err == ErrParked {
+			for err == nil && st.Pending() {
 				parks++
-				if !st.Parked() {
-					t.Fatal("ErrParked, but the state holds no parked stream")
-				}
 				if sent < len(parts) {
 					next <- struct{}{}
 					sent++
 				}
-				st.WaitParked()
-				err = c.ReadParked(ctx, st)
+				st.Wait()
+				err = c.ReadPending(ctx, st)
 			}
 			if err != nil {
-				t.Fatalf("parked stream ended with %v", err)
+				t.Fatalf("pending stream ended with %v", err)
 			}
-			if st.Parked() {
-				t.Error("the state still holds a parked stream after the stream ended")
+			if st.Pending() {
+				t.Error("the state still holds a pending stream after the stream ended")
 			}
 			// The stream ends at [DONE]: it needed every piece up to the
-			// one that completes it, and parked before each.
+			// one that completes it, and returned early before each.
 			need := len(parts)
 			for end := len(resp) - len("0\r\n\r\n\r\n"); need > 1 && len(strings.Join(parts[:need-1], "")) >= end; need-- {
 			}
 			if sent != need || parks != need-1 {
-				t.Errorf("parked %d times and was sent %d pieces, want %d pieces, parked before each", parks, sent, need)
+				t.Errorf("returned early %d times and was sent %d pieces, want %d pieces, returning early before each", parks, sent, need)
 			}
 			if !reflect.DeepEqual(got, wantEvents) {
 				t.Errorf("events differ from a waiting stream's:\n got %+v\nwant %+v", got, wantEvents)
@@ -137,9 +134,9 @@ func TestParkedStreamReadsWhatAWaitingStreamReads(t *testing.T) {
 	}
 }
 
-// A parked stream is still ended by its clocks and by the caller's
-// context: the wait returns, and ReadParked says which.
-func TestParkedStreamEndsByClockOrCancel(t *testing.T) {
+// A pending stream is still ended by its clocks and by the caller's
+// context: the wait returns, and ReadPending says which.
+func TestPendingStreamEndsByClockOrCancel(t *testing.T) {
 	leakCheck(t)
 	resp := "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n" +
 		fmt.Sprintf("%x\r\n%s\r\n", len(data(fxPing)), data(fxPing))
@@ -150,17 +147,17 @@ func TestParkedStreamEndsByClockOrCancel(t *testing.T) {
 		c := newClient(t, StreamDedicated, url, clocks)
 		st := NewStreamState()
 		ctx := context.Background()
-		if err := c.SendStream(ctx, sendReq(), st, StreamOptions{Park: true}); err != ErrParked {
-			t.Fatalf("SendStream = %v, want ErrParked", err)
+		if err := c.SendStream(ctx, sendReq(), st, StreamOptions{Stepwise: true}); err != nil || !st.Pending() {
+			t.Fatalf("SendStream = %v, pending %v: want it pending", err, st.Pending())
 		}
-		st.WaitParked() // returns when the stall clock closes the connection
-		err := c.ReadParked(ctx, st)
+		st.Wait() // returns when the stall clock closes the connection
+		err := c.ReadPending(ctx, st)
 		var se *StreamError
 		if !errors.As(err, &se) || se.Clock != ClockStall || se.State.RunID != "run-11111111-aaaa" {
-			t.Fatalf("ReadParked = %v, want the stall clock's StreamError with the run id", err)
+			t.Fatalf("ReadPending = %v, want the stall clock's StreamError with the run id", err)
 		}
-		if st.Parked() {
-			t.Error("still parked after the stream ended")
+		if st.Pending() {
+			t.Error("still pending after the stream ended")
 		}
 	})
 	t.Run("cancel", func(t *testing.T) {
@@ -168,30 +165,30 @@ func TestParkedStreamEndsByClockOrCancel(t *testing.T) {
 		c := newClient(t, StreamDedicated, url, Clocks{Connect: time.Second, Stall: 10 * time.Second, Total: 10 * time.Second, ContentIdle: -1})
 		st := NewStreamState()
 		ctx, cancel := context.WithCancel(context.Background())
-		if err := c.SendStream(ctx, sendReq(), st, StreamOptions{Park: true}); err != ErrParked {
-			t.Fatalf("SendStream = %v, want ErrParked", err)
+		if err := c.SendStream(ctx, sendReq(), st, StreamOptions{Stepwise: true}); err != nil || !st.Pending() {
+			t.Fatalf("SendStream = %v, pending %v: want it pending", err, st.Pending())
 		}
 		time.AfterFunc(50*time.Millisecond, cancel)
-		st.WaitParked()
-		err := c.ReadParked(ctx, st)
+		st.Wait()
+		err := c.ReadPending(ctx, st)
 		var se *StreamError
 		if !errors.As(err, &se) || se.Clock != ClockCanceled {
-			t.Fatalf("ReadParked = %v, want a StreamError of the cancelled context", err)
+			t.Fatalf("ReadPending = %v, want a StreamError of the cancelled context", err)
 		}
 	})
-	t.Run("nothing parked", func(t *testing.T) {
+	t.Run("nothing pending", func(t *testing.T) {
 		c := newClient(t, StreamDedicated, "http://127.0.0.1:1", clocks)
 		st := NewStreamState()
-		st.WaitParked() // returns at once
-		if err := c.ReadParked(context.Background(), st); err == nil || !strings.Contains(err.Error(), "no stream is parked") {
-			t.Fatalf("ReadParked without a parked stream = %v", err)
+		st.Wait() // returns at once
+		if err := c.ReadPending(context.Background(), st); err == nil || !strings.Contains(err.Error(), "no stream is pending") {
+			t.Fatalf("ReadPending without a pending stream = %v", err)
 		}
 	})
 }
 
-// Streams through net/http do not park: Park is a request, and they wait
+// Streams through net/http do not park: Stepwise is a request, and they wait
 // under the call as before.
-func TestNetHTTPStreamsDoNotPark(t *testing.T) {
+func TestNetHTTPStreamsDoNotReturnEarly(t *testing.T) {
 	leakCheck(t)
 	release := releaseOnCleanup(t)
 	rs := newRaw(t, func(w http.ResponseWriter, r *http.Request) {
@@ -205,7 +202,7 @@ func TestNetHTTPStreamsDoNotPark(t *testing.T) {
 	})
 	c := newClient(t, StreamNetHTTP, rs.URL, Clocks{})
 	st := NewStreamState()
-	if err := c.SendStream(context.Background(), sendReq(), st, StreamOptions{Park: true}); err != nil {
+	if err := c.SendStream(context.Background(), sendReq(), st, StreamOptions{Stepwise: true}); err != nil {
 		t.Fatalf("SendStream = %v, want the stream read to its end", err)
 	}
 	if st.Snapshot().Answer != "Here you go" {
@@ -213,10 +210,10 @@ func TestNetHTTPStreamsDoNotPark(t *testing.T) {
 	}
 }
 
-// WaitParked called twice before ReadParked loses nothing: the second wait
+// Wait called twice before ReadPending loses nothing: the second wait
 // returns at once, the bytes the first read are read, and the turn's
 // answer is whole, as net/http's (which does not park) reads it.
-func TestWaitParkedTwiceKeepsData(t *testing.T) {
+func TestWaitTwiceKeepsData(t *testing.T) {
 	leakCheck(t)
 	head := "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 	parts := []string{head + chunkBody(data(fxPing), 1<<10, "")[:len(chunkBody(data(fxPing), 1<<10, ""))-5],
@@ -226,7 +223,7 @@ func TestWaitParkedTwiceKeepsData(t *testing.T) {
 	c := newClient(t, StreamDedicated, url, Clocks{})
 	st := NewStreamState()
 	ctx := context.Background()
-	err := c.SendStream(ctx, sendReq(), st, StreamOptions{Park: true})
+	err := c.SendStream(ctx, sendReq(), st, StreamOptions{Stepwise: true})
 	sent := 1
 	send := func() {
 		if sent < len(parts) {
@@ -234,15 +231,15 @@ func TestWaitParkedTwiceKeepsData(t *testing.T) {
 			sent++
 		}
 	}
-	for err == ErrParked {
+	for err == nil && st.Pending() {
 		send()
-		st.WaitParked()
+		st.Wait()
 		send()
-		st.WaitParked() // a second wait must not read over what the first read
-		err = c.ReadParked(ctx, st)
+		st.Wait() // a second wait must not read over what the first read
+		err = c.ReadPending(ctx, st)
 	}
 	if err != nil {
-		t.Fatalf("parked stream ended with %v", err)
+		t.Fatalf("pending stream ended with %v", err)
 	}
 	if s := st.Snapshot(); s.Answer != "Here you go" || s.StopReason != "end_turn" {
 		t.Errorf("answer %q, stop reason %q: want the whole turn", s.Answer, s.StopReason)
