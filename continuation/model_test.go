@@ -21,14 +21,19 @@ import (
 // real time, long enough that scheduling noise stays well under its clocks.
 func modelBudget() budget.Config {
 	b := budget.Default()
-	b.ConnectTimeout, b.StallTimeout, b.StreamTotal = 300*time.Millisecond, 200*time.Millisecond, 400*time.Millisecond
-	b.ContentIdleNotice, b.StopGrace = 0, 50*time.Millisecond
-	b.AdmissionGrace, b.ContinuationMax, b.RequestTimeout = 250*time.Millisecond, 500*time.Millisecond, 100*time.Millisecond
-	b.PollInitial, b.PollMax = 20*time.Millisecond, 60*time.Millisecond
+	b.ConnectTimeout, b.StallTimeout, b.StreamTotal = 300*modelUnit, 200*modelUnit, 400*modelUnit
+	b.ContentIdleNotice, b.StopGrace = 0, 50*modelUnit
+	b.AdmissionGrace, b.ContinuationMax, b.RequestTimeout = 250*modelUnit, 500*modelUnit, 100*modelUnit
+	b.PollInitial, b.PollMax = 20*modelUnit, 60*modelUnit
 	b.Resume, b.Background, b.ResendPolicy = true, true, budget.ResendNever
-	b.DeliveryAllowance, b.SafetyMargin = 100*time.Millisecond, 100*time.Millisecond
+	b.DeliveryAllowance, b.SafetyMargin = 100*modelUnit, 100*modelUnit
 	return b
 }
+
+// modelUnit is the model budget's millisecond: three real ones, so that an overrun of the
+// code's (a clock's worth: hundreds of units) stands well clear of a loaded machine's
+// scheduling delays (slack below, in real time).
+const modelUnit = 3 * time.Millisecond
 
 // worstServer is a Letta that makes a turn take the worst case the model
 // assumes: every answer comes just before the clock that waits for it
@@ -40,7 +45,7 @@ type worstServer struct {
 	otid string
 }
 
-const lag = 30 * time.Millisecond // how much earlier than its clock an answer comes
+const lag = 30 * modelUnit // how much earlier than its clock an answer comes
 
 func (ws *worstServer) wait(r *http.Request, d time.Duration) bool {
 	select {
@@ -127,9 +132,9 @@ func (ws *worstServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // total clocks were each clamped to the window) fails it.
 func TestCodeFollowsTheBudgetModel(t *testing.T) {
 	if testing.Short() {
-		t.Skip("real time: about 5 s")
+		t.Skip("real time: about 15 s")
 	}
-	const slack = 120 * time.Millisecond // scheduling and loopback, per part (the overrun of issue 25 was ~250 ms)
+	const slack = 350 * time.Millisecond // scheduling and loopback on a loaded machine, per part (the overrun of issue 25 was ~250 units: 750 ms)
 	for _, path := range budget.Paths() {
 		t.Run(string(path), func(t *testing.T) {
 			b := modelBudget()
