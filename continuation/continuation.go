@@ -43,6 +43,12 @@ const (
 	// (after the error's Retry-After, else a backoff); it is no failure of
 	// the turn and no resend: the next send is the first the server saw.
 	Busy
+	// Refused: the server refused the send and said it stored nothing (a
+	// 503 "cloud_api_shutting_down" with "admitted": false while Letta
+	// Cloud deploys, or a 429 of Letta's own API rate limit). Send again,
+	// same otid, after the error's Retry-After, without looking for the
+	// otid first: the server said it is not there.
+	Refused
 )
 
 func (o Outcome) String() string {
@@ -61,6 +67,8 @@ func (o Outcome) String() string {
 		return "interrupted"
 	case Busy:
 		return "busy"
+	case Refused:
+		return "refused"
 	}
 	return "unknown"
 }
@@ -94,8 +102,13 @@ type Decision struct {
 	// Retryable (on Failed and Rejected) says whether the same message
 	// could succeed later.
 	Retryable bool
-	Evidence  Evidence
-	Resend    ResendDecision
+	// BackOff (on NotAdmitted): the send was refused by the model's rate
+	// limit (429 llm_rate_limit), so the gate did not send again at once:
+	// the next attempt does, after a backoff, once it has looked for the
+	// otid.
+	BackOff  bool
+	Evidence Evidence
+	Resend   ResendDecision
 	// Reason explains the outcome in one line, for logs and errors.
 	Reason string
 	// Err is the error behind Rejected, Interrupted, or a Failed lookup.
@@ -120,6 +133,12 @@ const (
 	PhaseRecovering Phase = "recovering" // stream lost: finding the run
 	PhaseContinuing Phase = "continuing" // following the run (resume or poll)
 	PhaseResending  Phase = "resending"  // not admitted: sending again, same otid
+	// PhaseRateLimited: Letta refused a request with 429 (its API rate
+	// limit, or the model's): the turn waits before it tries again.
+	PhaseRateLimited Phase = "rate_limited"
+	// PhaseLettaDeploying: Letta Cloud answered 503 "cloud_api_shutting_down"
+	// (it deploys): the turn waits for its Retry-After, then sends again.
+	PhaseLettaDeploying Phase = "letta_deploying"
 )
 
 // Hooks observe a turn. All are optional.
@@ -350,6 +369,11 @@ func (r *Runner) gate(ctx context.Context, t *Turn, st *agentclient.StreamState,
 	if prev.Outcome != NotAdmitted || prev.Evidence != EvidenceNone || st.RunID() != "" {
 		panic("continuation: gate reached with evidence of admission") // unreachable by construction; tested
 	}
+	if prev.BackOff {
+		// The model's rate limit refused the send: sending again at once
+		// would meet it again. The next attempt looks, then sends.
+		return
+	}
 	if !r.b.ResendPolicy.AllowsResend() {
 		d.Resend = ResendForbidden
 		d.Reason = fmt.Sprintf("%s: message with otid %s not admitted, and LETTAQ_RESEND_POLICY=%s forbids sending it again", prev.Reason, t.Otid, r.b.ResendPolicy)
@@ -444,6 +468,10 @@ func (r *Runner) sent(ctx context.Context, t *Turn, st *agentclient.StreamState,
 		*out = cd
 		return
 	}
+	if rd, ok := r.refusal(ctx, *t, *h, err); ok {
+		*out = rd
+		return
+	}
 	d := Decision{Sends: 1}
 	var sendErr error // a transient refusal of the send
 	var se *agentclient.StreamError
@@ -487,6 +515,12 @@ func (r *Runner) sent(ctx context.Context, t *Turn, st *agentclient.StreamState,
 			slog.String("otid", t.Otid), slog.String("run_id", st.RunID()), slog.String("error", err.Error()))
 	}
 	c := r.Continue(ctx, *t, st, *h)
+	if sendErr != nil && c.Outcome == NotAdmitted && agentclient.RefusalOf(sendErr) == agentclient.RefusalModelRateLimit {
+		// Not found: not sent again at once, the model is rate limited.
+		c.BackOff = true
+		c.Reason += "; the model is rate limited (llm_rate_limit): sending again after a backoff"
+		phase(*h, PhaseRateLimited)
+	}
 	if sendErr != nil && c.Outcome != Completed {
 		// Name the cause first: what the lookup found only follows from it.
 		c.Reason = "send failed: " + sendErr.Error() + "; then " + c.Reason
