@@ -843,6 +843,10 @@ func (t *turn) onPhase(p continuation.Phase) {
 		t.hb.Set(PhaseRecovering)
 	case continuation.PhaseContinuing:
 		t.hb.Set(PhaseContinuing)
+	case continuation.PhaseRateLimited:
+		t.hb.Set(PhaseRateLimited)
+	case continuation.PhaseLettaDeploying:
+		t.hb.Set(PhaseLettaDeploying)
 	}
 	switch p {
 	case continuation.PhaseRecovering, continuation.PhaseContinuing, continuation.PhaseResending:
