@@ -53,11 +53,12 @@ func (t *turn) refused(ctx context.Context, log *slog.Logger, d continuation.Dec
 }
 
 // backoff is the delay before the next attempt of a turn refused without
-// a Retry-After (a model rate limit, a refusal naming no delay): 1 s
+// a Retry-After (a model rate limit, a refusal naming no delay): 2 s
 // doubling per retry already made, up to MaxServerRetryAfter. (A
-// *RetryAfterError with no delay would be retried at once.)
+// *RetryAfterError with no delay would be retried at once; Asynq keeps a
+// retry's time in whole seconds, so 2 s is at least 1.)
 func (t *turn) backoff() time.Duration {
-	d := time.Second
+	d := 2 * time.Second
 	for i := 0; i < t.retried && d < MaxServerRetryAfter; i++ {
 		d *= 2
 	}
