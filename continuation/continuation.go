@@ -557,7 +557,7 @@ func (r *Runner) Continue(ctx context.Context, t Turn, st *agentclient.StreamSta
 	if runID != "" {
 		d.Evidence = EvidenceStream
 	} else {
-		found, admitted, searched, err := r.findRun(ctx, r.logFor(h), t, &d)
+		found, admitted, searched, err := r.findRun(ctx, h, t, &d)
 		switch {
 		case agentclient.IsProtocolError(err):
 			return protocolFailed(d, err, st)
@@ -606,12 +606,25 @@ func (r *Runner) Continue(ctx context.Context, t Turn, st *agentclient.StreamSta
 // to the admission grace (the server may store the message late). searched
 // reports whether at least one search went through the history without an
 // error: without one, "not found" proves nothing.
-func (r *Runner) findRun(ctx context.Context, log *slog.Logger, t Turn, d *Decision) (runID string, admitted, searched bool, lastErr error) {
+//
+// While Letta refuses the lookups with 429, the turn's phase says it is
+// rate limited (and recovering again once a lookup goes through).
+func (r *Runner) findRun(ctx context.Context, h Hooks, t Turn, d *Decision) (runID string, admitted, searched bool, lastErr error) {
+	log := r.logFor(h)
 	loop := r.b.AdmissionLoop(time.Now())
 	loop.Rand = r.cfg.Rand
+	limited := false
 	for {
 		id, found, err := r.searchOnce(ctx, loop, t, d)
 		d.Lookups++
+		if l := agentclient.StatusCode(err) == http.StatusTooManyRequests; l != limited {
+			limited = l
+			if l {
+				phase(h, PhaseRateLimited)
+			} else {
+				phase(h, PhaseRecovering)
+			}
+		}
 		if found {
 			return id, true, true, nil
 		}

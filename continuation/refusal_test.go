@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,6 +21,7 @@ import (
 // message carries fakeOtid.
 type refusalServer struct {
 	sends, lookups atomic.Int32
+	listRefusals   atomic.Int32 // history reads still to answer 429
 	runner         *continuation.Runner
 }
 
@@ -39,6 +41,12 @@ func newRefusalServer(t *testing.T, status int, retryAfter, body string, stored 
 			w.WriteHeader(http.StatusNotFound) // no run for the otid (resume by otid)
 			_, _ = io.WriteString(w, `{"detail":"No run found for otid"}`)
 		case r.Method == http.MethodGet && (r.URL.Path == "/v1/conversations/"+fakeConv+"/messages" || r.URL.Path == "/v1/agents/"+fakeAgent+"/messages"):
+			if rs.listRefusals.Add(-1) >= 0 {
+				w.Header().Set("Retry-After", "0")
+				w.WriteHeader(http.StatusTooManyRequests)
+				_, _ = io.WriteString(w, `{"detail": "RATE_LIMIT_EXCEEDED: too many requests"}`)
+				return
+			}
 			if r.URL.Query().Get("after") != "" {
 				_, _ = io.WriteString(w, `[]`) // the end of the history
 				return
@@ -183,5 +191,17 @@ func TestNewerBusyFormAnotherRunWaits(t *testing.T) {
 	d, _ := rs.run(false)
 	if d.Outcome != continuation.Busy || !d.Retryable || rs.sends.Load() != 1 || rs.lookups.Load() != 1 {
 		t.Fatalf("decision %+v, sends %d, lookups %d", d, rs.sends.Load(), rs.lookups.Load())
+	}
+}
+
+// History reads refused with 429 while the turn looks for its otid: the
+// phase says rate limited, then recovering again once a read goes through.
+func TestRateLimitedLookupsSayRateLimited(t *testing.T) {
+	rs := newRefusalServer(t, http.StatusServiceUnavailable, "", `{"detail": "Service Unavailable"}`, false)
+	rs.listRefusals.Store(2)
+	_, phases := rs.run(true)
+	i := slices.Index(phases, continuation.PhaseRateLimited)
+	if i < 0 || !slices.Contains(phases[i:], continuation.PhaseRecovering) {
+		t.Fatalf("phases %v: want rate_limited, then recovering", phases)
 	}
 }
