@@ -54,9 +54,11 @@ func (r *Runner) conflict(ctx context.Context, t Turn, st *agentclient.StreamSta
 	lookups := 0
 	if holder != "" {
 		mine, lerr = r.runCarriesOtid(ctx, loop, holder, t.Otid)
-	} else {
-		// The newer busy form names no run: find out by the otid whether
-		// the thread's history holds this turn's message, and its run.
+	}
+	if holder == "" || lerr != nil && ctx.Err() == nil {
+		// The newer busy form names no run (or the named run could not be
+		// read): find out by the otid whether the thread's history holds
+		// this turn's message, and its run.
 		var sd Decision
 		id, found, serr := r.searchOnce(ctx, loop, t, &sd)
 		lookups, lerr = 1, serr

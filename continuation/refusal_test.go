@@ -176,6 +176,8 @@ func TestNewerBusyFormFindsOwnRunByOtid(t *testing.T) {
 	for _, body := range []string{
 		`{"error": "Conversation is busy with another active run."}`,
 		`{"error": {"error": "Conversation is busy with another active run."}}`,
+		// A run named in the text that cannot be read: the otid decides.
+		`{"error": {"error": "Conversation is busy with another active run (run_id=run_gone-1)."}}`,
 	} {
 		rs := newRefusalServer(t, http.StatusConflict, "", body, true)
 		d, _ := rs.run(false)
