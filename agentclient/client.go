@@ -251,7 +251,8 @@ func (c *Client) apiError(op, method, path string, resp *http.Response) *Error {
 	if resp.StatusCode != http.StatusSwitchingProtocols {
 		body, _ = io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	}
-	detail, runID := parseErrorBody(body)
+	eb := parseErrorBody(body)
+	detail := eb.detail
 	if loc := resp.Header.Get("Location"); resp.StatusCode >= 300 && resp.StatusCode < 400 && loc != "" {
 		// Streams are not redirected: a POST must not silently become a GET
 		// or go elsewhere. Say where the server points.
@@ -259,7 +260,7 @@ func (c *Client) apiError(op, method, path string, resp *http.Response) *Error {
 	}
 	return &Error{
 		Op: op, Method: method, Path: path, StatusCode: resp.StatusCode,
-		Detail: c.redact(detail), RunID: runID,
+		Detail: c.redact(detail), RunID: eb.runID, Code: c.redact(eb.code), NotAdmitted: eb.notAdmitted,
 		RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()),
 	}
 }

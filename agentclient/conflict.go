@@ -41,8 +41,12 @@ func (c Conflict) String() string {
 	return "other"
 }
 
-// runIDInText finds a run id written into an error text ("run_id=run-…").
+// runIDInText finds a run id written into an error text ("run-<uuid>").
 var runIDInText = regexp.MustCompile(`run-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}`)
+
+// runIDAssigned finds "run_id=<id>" in an error text, the pattern Letta
+// Code reads a busy answer's run with.
+var runIDAssigned = regexp.MustCompile(`run_id=([A-Za-z0-9_-]+)`)
 
 // conflictOf classifies a 409 by its text.
 func conflictOf(status int, detail string) Conflict {
@@ -83,6 +87,9 @@ func BusyRunID(err error) string {
 	}
 	if ae.RunID != "" {
 		return ae.RunID
+	}
+	if m := runIDAssigned.FindStringSubmatch(ae.Detail); m != nil {
+		return m[1]
 	}
 	return runIDInText.FindString(ae.Detail)
 }

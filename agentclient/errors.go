@@ -27,6 +27,12 @@ type Error struct {
 	RetryAfter time.Duration
 	// RunID is set on 409 "conversation busy" answers that name the run.
 	RunID string
+	// Code is the body's error code: its "errorCode" or "code" field, or
+	// the type of an LLM error ("llm_rate_limit"), "" when it has none.
+	Code string
+	// NotAdmitted: the body said "admitted": false, the server's own word
+	// that it stored nothing of the request (Letta Cloud's deploy 503).
+	NotAdmitted bool
 	// Err is the transport error, when StatusCode is 0.
 	Err error
 }
@@ -53,7 +59,8 @@ func (e *Error) Error() string {
 // Unwrap returns the transport error.
 func (e *Error) Unwrap() error { return e.Err }
 
-// Retryable reports whether the same request may succeed later: 429, 5xx,
+// Retryable reports whether the same request may succeed later: 429 (but
+// a quota's or credits', see RefusalQuota), 5xx,
 // 409 busy (IsBusy), other 409s with Retry-After, and transport failures.
 // 400, 401, 402, 403, 404, 410, 422, 409 pending approval and other 409s
 // without Retry-After are permanent.
@@ -62,7 +69,7 @@ func (e *Error) Retryable() bool {
 	case e.StatusCode == 0:
 		return !errors.Is(e.Err, context.Canceled)
 	case e.StatusCode == http.StatusTooManyRequests:
-		return true
+		return e.Refusal() != RefusalQuota // a quota or credits 429 is not fixed by waiting
 	case e.StatusCode == http.StatusConflict:
 		switch e.Conflict() {
 		case ConflictBusy:
@@ -218,40 +225,81 @@ func (e *StreamError) Timeout() bool {
 
 const maxDetail = 2 << 10
 
-// parseErrorBody pulls Letta's message out of an error body.
-func parseErrorBody(body []byte) (detail, runID string) {
+// errorBody is what an error body says.
+type errorBody struct {
+	detail, runID, code string
+	notAdmitted         bool
+}
+
+// parseErrorBody pulls Letta's message out of an error body: {"detail": …}
+// (a string or an object), {"error": …} (a string, an LLM error object
+// {"type", "message", "detail"}, or the newer busy form nested as
+// {"error": {"error": "…"}}), and Letta Cloud's fields errorCode, code and
+// admitted.
+func parseErrorBody(body []byte) errorBody {
+	var out errorBody
 	var v struct {
-		Detail json.RawMessage `json:"detail"`
-		Error  json.RawMessage `json:"error"`
-		RunID  string          `json:"run_id"`
+		Detail    json.RawMessage `json:"detail"`
+		Error     json.RawMessage `json:"error"`
+		RunID     string          `json:"run_id"`
+		ErrorCode string          `json:"errorCode"`
+		Code      string          `json:"code"`
+		Admitted  *bool           `json:"admitted"`
+		Message   string          `json:"message"`
 	}
 	if json.Unmarshal(body, &v) == nil {
-		runID = v.RunID
+		out.runID = v.RunID
+		out.code = v.ErrorCode
+		if out.code == "" {
+			out.code = v.Code
+		}
+		out.notAdmitted = v.Admitted != nil && !*v.Admitted
 		switch {
 		case len(v.Detail) > 0:
-			detail = rawString(v.Detail)
+			out.detail = rawString(v.Detail)
 			var d struct {
 				RunID string `json:"run_id"`
+				Code  string `json:"code"`
 			}
-			if runID == "" && json.Unmarshal(v.Detail, &d) == nil {
-				runID = d.RunID
+			if json.Unmarshal(v.Detail, &d) == nil {
+				if out.runID == "" {
+					out.runID = d.RunID
+				}
+				if out.code == "" {
+					out.code = d.Code
+				}
 			}
 		case len(v.Error) > 0:
-			var e struct{ Type, Message, Detail string }
-			if json.Unmarshal(v.Error, &e) == nil && e.Message != "" {
-				detail = strings.TrimSpace(e.Type + ": " + e.Message)
-			} else {
-				detail = rawString(v.Error)
+			var e struct {
+				Type, Message, Detail string
+				Error                 json.RawMessage
+				RunID                 string `json:"run_id"`
 			}
+			switch {
+			case json.Unmarshal(v.Error, &e) == nil && e.Message != "":
+				out.detail = strings.TrimSpace(e.Type + ": " + e.Message)
+				if out.code == "" {
+					out.code = e.Type
+				}
+			case e.Error != nil && rawString(e.Error) != "":
+				out.detail = rawString(e.Error) // {"error": {"error": "…"}}
+			default:
+				out.detail = rawString(v.Error)
+			}
+		case v.Message != "":
+			out.detail = v.Message
 		}
 	}
-	if detail == "" {
-		detail = strings.TrimSpace(string(body))
+	if out.detail == "" {
+		out.detail = strings.TrimSpace(string(body))
 	}
-	if len(detail) > maxDetail {
-		detail = detail[:maxDetail] + "…"
+	if len(out.detail) > maxDetail {
+		out.detail = out.detail[:maxDetail] + "…"
 	}
-	return detail, runID
+	if len(out.code) > 128 {
+		out.code = out.code[:128]
+	}
+	return out
 }
 
 // parseRetryAfter reads a Retry-After header: delay-seconds or an HTTP date.

@@ -43,6 +43,12 @@ const (
 	// (after the error's Retry-After, else a backoff); it is no failure of
 	// the turn and no resend: the next send is the first the server saw.
 	Busy
+	// Refused: the server refused the send and said it stored nothing (a
+	// 503 "cloud_api_shutting_down" with "admitted": false while Letta
+	// Cloud deploys, or a 429 of Letta's own API rate limit). Send again,
+	// same otid, after the error's Retry-After, without looking for the
+	// otid first: the server said it is not there.
+	Refused
 )
 
 func (o Outcome) String() string {
@@ -61,6 +67,8 @@ func (o Outcome) String() string {
 		return "interrupted"
 	case Busy:
 		return "busy"
+	case Refused:
+		return "refused"
 	}
 	return "unknown"
 }
@@ -95,8 +103,13 @@ type Result struct {
 	// Retryable (on Failed and Rejected) says whether the same message
 	// could succeed later.
 	Retryable bool
-	Evidence  Evidence
-	Resend    ResendVerdict
+	// BackOff (on NotAdmitted): the send was refused by the model's rate
+	// limit (429 llm_rate_limit), so the gate did not send again at once:
+	// the next attempt does, after a backoff, once it has looked for the
+	// otid.
+	BackOff  bool
+	Evidence Evidence
+	Resend   ResendVerdict
 	// Reason explains the outcome in one line, for logs and errors.
 	Reason string
 	// Err is the error behind Rejected, Interrupted, or a Failed lookup.
@@ -122,6 +135,12 @@ const (
 	ActivityRecovering Activity = "recovering" // stream lost: finding the run
 	ActivityContinuing Activity = "continuing" // following the run (resume or poll)
 	ActivityResending  Activity = "resending"  // not admitted: sending again, same otid
+	// ActivityRateLimited: Letta refused a request with 429 (its API rate
+	// limit, or the model's): the turn waits before it tries again.
+	ActivityRateLimited Activity = "rate_limited"
+	// ActivityLettaDeploying: Letta Cloud answered 503 "cloud_api_shutting_down"
+	// (it deploys): the turn waits for its Retry-After, then sends again.
+	ActivityLettaDeploying Activity = "letta_deploying"
 )
 
 // Hooks observe a turn. All are optional.
@@ -325,6 +344,11 @@ func (r *Runner) gate(ctx context.Context, t *Turn, st *agentclient.StreamState,
 	if prev.Outcome != NotAdmitted || prev.Evidence != EvidenceNone || st.RunID() != "" {
 		panic("continuation: gate reached with evidence of admission") // unreachable by construction; tested
 	}
+	if prev.BackOff {
+		// The model's rate limit refused the send: sending again at once
+		// would meet it again. The next attempt looks, then sends.
+		return
+	}
 	if !r.b.ResendPolicy.AllowsResend() {
 		d.Resend = ResendForbidden
 		d.Reason = fmt.Sprintf("%s: message with otid %s not admitted, and LETTAQ_RESEND_POLICY=%s forbids sending it again", prev.Reason, t.Otid, r.b.ResendPolicy)
@@ -419,6 +443,10 @@ func (r *Runner) sent(ctx context.Context, t *Turn, st *agentclient.StreamState,
 		*out = cd
 		return
 	}
+	if rd, ok := r.refusal(ctx, *t, *h, err); ok {
+		*out = rd
+		return
+	}
 	d := Result{Sends: 1}
 	var sendErr error // a transient refusal of the send
 	var se *agentclient.StreamError
@@ -462,6 +490,12 @@ func (r *Runner) sent(ctx context.Context, t *Turn, st *agentclient.StreamState,
 			slog.String("otid", t.Otid), slog.String("run_id", st.RunID()), slog.String("error", err.Error()))
 	}
 	c := r.continueTurn(ctx, *t, st, *h)
+	if sendErr != nil && c.Outcome == NotAdmitted && agentclient.RefusalOf(sendErr) == agentclient.RefusalModelRateLimit {
+		// Not found: not sent again at once, the model is rate limited.
+		c.BackOff = true
+		c.Reason += "; the model is rate limited (llm_rate_limit): sending again after a backoff"
+		announce(*h, ActivityRateLimited)
+	}
 	if sendErr != nil && c.Outcome != Completed {
 		// Name the cause first: what the lookup found only follows from it.
 		c.Reason = "send failed: " + sendErr.Error() + "; then " + c.Reason
@@ -498,7 +532,7 @@ func (r *Runner) continueTurn(ctx context.Context, t Turn, st *agentclient.Strea
 	if runID != "" {
 		d.Evidence = EvidenceStream
 	} else {
-		found, admitted, searched, err := r.findRun(ctx, r.logFor(h), t, &d)
+		found, admitted, searched, err := r.findRun(ctx, h, t, &d)
 		switch {
 		case agentclient.IsProtocolError(err):
 			return protocolFailed(d, err, st)
@@ -547,12 +581,25 @@ func (r *Runner) continueTurn(ctx context.Context, t Turn, st *agentclient.Strea
 // to the admission grace (the server may store the message late). searched
 // reports whether at least one search went through the history without an
 // error: without one, "not found" proves nothing.
-func (r *Runner) findRun(ctx context.Context, log *slog.Logger, t Turn, d *Result) (runID string, admitted, searched bool, lastErr error) {
+//
+// While Letta refuses the lookups with 429, the turn's phase says it is
+// rate limited (and recovering again once a lookup goes through).
+func (r *Runner) findRun(ctx context.Context, h Hooks, t Turn, d *Result) (runID string, admitted, searched bool, lastErr error) {
+	log := r.logFor(h)
 	loop := r.b.AdmissionLoop(time.Now())
 	loop.Rand = r.cfg.Rand
+	limited := false
 	for {
 		id, found, err := r.searchOnce(ctx, loop, t, d)
 		d.Lookups++
+		if l := agentclient.StatusCode(err) == http.StatusTooManyRequests; l != limited {
+			limited = l
+			if l {
+				announce(h, ActivityRateLimited)
+			} else {
+				announce(h, ActivityRecovering)
+			}
+		}
 		if found {
 			return id, true, true, nil
 		}

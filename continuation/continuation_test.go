@@ -194,12 +194,20 @@ func TestServerErrorBeforeStore(t *testing.T) {
 			t.Errorf("reason %q does not name the 503 first", d.Reason)
 		}
 	})
-	t.Run("429 is looked for, then resent", func(t *testing.T) {
+	// Issue 30: a 429 of Letta's own API rate limit refused the send, nothing
+	// was stored: no search, the turn is Refused and the next attempt (the
+	// queue's, after Retry-After) sends again. (Before, it was looked for,
+	// then resent at once into the same rate limit.)
+	t.Run("API rate limit 429 is refused, then sent again", func(t *testing.T) {
 		e := newEnv(t, nil)
 		e.sim.SetFault(e.agent, lettasim.Fault{Status429: true, RetryAfter: 10 * time.Millisecond})
-		d := e.run(t, e.turn("hi"), agentclient.NewStreamState(), 1)
-		if d.Outcome != continuation.Completed || d.Resend != continuation.ResendSent {
+		tu := e.turn("hi")
+		d := e.run(t, tu, agentclient.NewStreamState(), 0)
+		if d.Outcome != continuation.Refused || d.Lookups != 0 || d.Sends != 1 {
 			t.Fatalf("decision %+v", d)
+		}
+		if d = e.run(t, tu, agentclient.NewStreamState(), 1); d.Outcome != continuation.Completed {
+			t.Fatalf("next attempt: decision %+v", d)
 		}
 	})
 }

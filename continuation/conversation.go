@@ -45,26 +45,46 @@ func (r *Runner) conflict(ctx context.Context, t Turn, st *agentclient.StreamSta
 	}
 	holder := agentclient.BusyRunID(err)
 	log := r.logFor(h).With(slog.String("otid", t.Otid), slog.String("run_id", holder))
+	// The admission phase's window bounds the look (the send did not
+	// get a stream, so none of the stream's time was spent).
+	loop := r.b.AdmissionLoop(time.Now())
+	loop.Rand = r.cfg.Rand
+	var mine bool
+	var lerr error
+	lookups := 0
 	if holder != "" {
-		// The admission term's window bounds the look (the send did not
-		// get a stream, so none of the stream's time was spent).
-		loop := r.b.AdmissionLoop(time.Now())
-		loop.Rand = r.cfg.Rand
-		mine, lerr := r.runCarriesOtid(ctx, loop, holder, t.Otid)
-		if mine {
-			log.Info("thread busy with this turn's own run: following it")
-			st.SetRunID(holder)
-			d := Result{Evidence: EvidenceHistory, RunID: holder, Sends: 1}
-			announce(h, ActivityContinuing)
-			c := r.follow(ctx, t, st, h, d)
-			return c, true
-		}
-		if lerr != nil && ctx.Err() == nil {
-			log.Warn("could not read the busy thread's run", "error", lerr.Error())
+		mine, lerr = r.runCarriesOtid(ctx, loop, holder, t.Otid)
+	}
+	if holder == "" || lerr != nil && ctx.Err() == nil {
+		// The newer busy form names no run (or the named run could not be
+		// read): find out by the otid whether the thread's history holds
+		// this turn's message, and its run.
+		var sd Result
+		id, found, serr := r.searchOnce(ctx, loop, t, &sd)
+		lookups, lerr = 1, serr
+		switch {
+		case found && id != "":
+			holder, mine = id, true
+			log = log.With(slog.String("run_id", holder))
+		case found:
+			log.Info("thread busy; this turn's message is stored but names no run yet")
+			return Result{Outcome: StillRunning, Err: err, Sends: 1, Lookups: lookups, Evidence: EvidenceHistory,
+				Reason: "the thread is busy and this turn's message is stored, its run not known yet"}, true
 		}
 	}
+	if mine {
+		log.Info("thread busy with this turn's own run: following it")
+		st.SetRunID(holder)
+		d := Result{Evidence: EvidenceHistory, RunID: holder, Sends: 1, Lookups: lookups}
+		announce(h, ActivityContinuing)
+		c := r.follow(ctx, t, st, h, d)
+		return c, true
+	}
+	if lerr != nil && ctx.Err() == nil {
+		log.Warn("could not look for the busy thread's run", "error", lerr.Error())
+	}
 	log.Info("thread busy with another run: the turn waits", "retry_after", agentclient.RetryAfter(err).String())
-	return Result{Outcome: Busy, Err: err, Sends: 1, Evidence: EvidenceNone, Retryable: true,
+	return Result{Outcome: Busy, Err: err, Sends: 1, Lookups: lookups, Evidence: EvidenceNone, Retryable: true,
 		Reason: fmt.Sprintf("the agent's thread is busy with run %s", orUnknown(holder))}, true
 }
 

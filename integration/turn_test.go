@@ -276,8 +276,10 @@ func faultMatrix() []faultCase {
 			final: queue.EventAnswer, stored: 1, outcome: queue.OutcomeAnswered},
 		{name: "5xx-before-store-resend", fault: &lettasim.Fault{Status5xxBeforeStore: 503},
 			final: queue.EventAnswer, stored: 1, resend: queue.ResendResent, outcome: queue.OutcomeAnswered},
+		// Letta's API rate limit stored nothing: no search, no resend decision;
+		// the next attempt sends (issue 30; it used to look, then resend).
 		{name: "429", fault: &lettasim.Fault{Status429: true, RetryAfter: simDur(100 * time.Millisecond)},
-			final: queue.EventAnswer, stored: 1, resend: queue.ResendResent, outcome: queue.OutcomeAnswered},
+			final: queue.EventAnswer, stored: 1, outcome: queue.OutcomeAnswered},
 		{name: "first-byte-delay", fault: &lettasim.Fault{FirstByteDelay: simDur(1500 * time.Millisecond)},
 			final: queue.EventAnswer, stored: 1, clock: "connect", outcome: queue.OutcomeAnswered},
 		{name: "llm-api-error", fault: &lettasim.Fault{EndWith: "llm_api_error", EndAfter: 1},

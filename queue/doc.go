@@ -64,6 +64,9 @@
 //	Rejected, retryable (409 other)           –                          retrying            *RetryAfterError (Retry-After, ≥1s)
 //	Rejected, 409 pending approval            error, permanent           failed              SkipRetry → archived
 //	Busy (409 busy, another run)              –                          busy                *BusyError: put back (no retry used), Retry-After or 1s…16s
+//	Refused (503 deploy, 429 API rate limit)  phase rate_limited/…       not_admitted        *RetryAfterError (Retry-After ≤ MaxServerRetryAfter, else 2s…1m); intent withdrawn
+//	Rejected, 429/402 account limit           error, permanent (cause)   failed              SkipRetry → archived
+//	NotAdmitted, model rate limit (BackOff)   phase rate_limited         not_admitted        *RetryAfterError (2s doubling, ≤1m); next attempt looks first
 //	StillRunning (budget spent, run alive)    –                          still_running       *RetryAfterError (StuckRetryDelay)
 //	NotAdmitted, resend forbidden             error, permanent           failed              SkipRetry → archived
 //	NotAdmitted after a resend                –                          not_admitted        error → retry; next attempt looks first

@@ -92,6 +92,12 @@ const (
 	PhaseToolRunning = "tool_running"
 	PhaseRecovering  = "recovering"
 	PhaseContinuing  = "continuing"
+	// PhaseRateLimited: Letta refused a request with 429 (its API rate
+	// limit, or the model's); the turn waits and tries again.
+	PhaseRateLimited = "rate_limited"
+	// PhaseLettaDeploying: Letta Cloud refused the message while it
+	// deploys (503 cloud_api_shutting_down); sent again after Retry-After.
+	PhaseLettaDeploying = "letta_deploying"
 )
 
 // Tool statuses carried by ToolEvent.Status.

@@ -797,6 +797,10 @@ func (t *turn) onPhase(p continuation.Activity) {
 		t.hb.Set(PhaseRecovering)
 	case continuation.ActivityContinuing:
 		t.hb.Set(PhaseContinuing)
+	case continuation.ActivityRateLimited:
+		t.hb.Set(PhaseRateLimited)
+	case continuation.ActivityLettaDeploying:
+		t.hb.Set(PhaseLettaDeploying)
 	}
 	switch p {
 	case continuation.ActivityRecovering, continuation.ActivityContinuing, continuation.ActivityResending:

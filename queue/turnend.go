@@ -154,11 +154,18 @@ func (t *turn) finish(ctx context.Context, d continuation.Result) error {
 		if d.Resend == continuation.ResendForbidden {
 			return t.fail(dctx, log, "message not admitted and policy forbids resend: "+d.Reason, "")
 		}
+		if d.BackOff {
+			return t.retry(dctx, log, d, t.backoff(), d.Reason) // the model is rate limited
+		}
 		return t.retry(dctx, log, d, 0, d.Reason)
 
 	case continuation.Busy:
 		t.deltas.finish(false)
 		return t.busy(dctx, d)
+
+	case continuation.Refused:
+		t.deltas.finish(false)
+		return t.refused(dctx, log, d)
 
 	case continuation.Interrupted:
 		t.deltas.finish(false)
@@ -469,7 +476,7 @@ func (t *turn) retry(ctx context.Context, log *slog.Logger, d continuation.Resul
 	t.attempt().Outcome, t.attempt().Error = OutcomeRetrying, reason
 	if d.Outcome == continuation.StillRunning {
 		t.attempt().Outcome = OutcomeStillRunning
-	} else if d.Outcome == continuation.NotAdmitted {
+	} else if d.Outcome == continuation.NotAdmitted || d.Outcome == continuation.Refused {
 		t.attempt().Outcome = OutcomeNotAdmitted
 	}
 	outcome := t.attempt().Outcome

@@ -250,7 +250,7 @@ func (s *Sim) handleConvSend(w http.ResponseWriter, req *http.Request) {
 		if id == "" {
 			id = newID("run")
 		}
-		s.writeConvBusy(w, th, id, p.dir.busyForm)
+		s.writeConvBusy(w, th, id, p.busyForm())
 	}
 	if !s.admitSend(w, req, p, busy) {
 		return
@@ -264,7 +264,7 @@ func (s *Sim) handleConvSend(w http.ResponseWriter, req *http.Request) {
 	case res.refused != nil:
 		res.refused.write(w)
 	case res.busy != "":
-		s.writeConvBusy(w, th, res.busy, p.dir.busyForm)
+		s.writeConvBusy(w, th, res.busy, p.busyForm())
 	case res.replay:
 		s.logf("lettasim: %s otid %s: replaying run %s", th.name(), p.otid, res.run.id)
 		s.respondSend(w, req, p, res.run)
@@ -285,13 +285,21 @@ func (s *Sim) writeConvBusy(w http.ResponseWriter, th *thread, runID, form strin
 		hosted = false
 	}
 	o := beginObj(nil)
-	if hosted {
+	switch {
+	case form == "newer":
+		o.str("error", "Conversation is busy with another active run.")
+	case form == "nested":
+		o.key("error")
+		e := beginObj(o.buf)
+		e.str("error", "Conversation is busy with another active run.")
+		o.buf = e.end()
+	case hosted:
 		name := th.id
 		if th.isDefault() {
 			name = "default"
 		}
 		o.str("error", "Conversation "+name+" is busy with another active run.")
-	} else {
+	default:
 		o.str("detail", "CONFLICT: Cannot send a new message: Another request (run_id="+runID+
 			") is currently being processed for this conversation. Please wait for it to complete.")
 		o.str("run_id", runID)

@@ -321,12 +321,24 @@ func (d *directive) apply(key, v string, sp *scriptSpec) error {
 		default:
 			err = fmt.Errorf("lettasim directive: status=%q must be 429 or 5xx", v)
 		}
+	case "deploy_503":
+		fault()
+		f.Deploy503, err = parseBool(key, v)
+	case "limit_429":
+		fault()
+		if v == "" {
+			return fmt.Errorf("lettasim directive: limit_429 wants a code (rate_limit, llm_rate_limit, not-enough-credits, …)")
+		}
+		f.Status429Code = v
+	case "busy_after_store":
+		fault()
+		f.BusyAfterStore, err = parseBool(key, v)
 	case "pending_approval":
 		fault()
 		f.PendingApproval, err = parseBool(key, v)
 	case "busy_form":
-		if v != "hosted" && v != "detail" {
-			return fmt.Errorf("lettasim directive: busy_form=%q must be hosted or detail", v)
+		if v != "hosted" && v != "detail" && v != "newer" && v != "nested" {
+			return fmt.Errorf("lettasim directive: busy_form=%q must be hosted, detail, newer or nested", v)
 		}
 		d.busyForm = v
 	case "busy":

@@ -189,9 +189,13 @@
 //
 //	admit_delay=D|forever       AdmitDelay
 //	status=429|5xx              Status429 / Status5xxBeforeStore (nothing stored)
-//	retry_after=D               RetryAfter (the 429's Retry-After)
+//	retry_after=D               RetryAfter (the 429's or deploy 503's Retry-After)
+//	deploy_503                  Deploy503: 503 {"errorCode": "cloud_api_shutting_down", "admitted": false, …}
+//	limit_429=CODE              Status429Code: rate_limit (Letta's API), llm_rate_limit (the model's, no
+//	                            Retry-After), or an account limit code (not-enough-credits, exceeded-quota, …)
+//	busy_after_store            BusyAfterStore: stores the message, starts the run, answers 409 busy
 //	busy                        Busy: 409 "conversation busy" naming a run (nothing stored)
-//	busy_form=hosted|detail     the form of this send's 409 on a locked conversation
+//	busy_form=hosted|detail|newer|nested  the form of this send's 409 on a locked conversation
 //	pending_approval            PendingApproval: 409 "waiting for approval on a tool call" (nothing stored)
 //	status_after_store=5xx      Status5xxAfterStore (stored, run goes on)
 //	drop                        DropBeforeResponse

@@ -19,9 +19,9 @@ const Forever time.Duration = -1
 // The phases of a send, in order, and the fields that act on each:
 //
 //	AdmitDelay                      nothing sent, nothing stored yet
-//	Status429 / Busy / PendingApproval / Status5xxBeforeStore  answered, nothing stored
+//	Status429 / Deploy503 / Busy / PendingApproval / Status5xxBeforeStore  answered, nothing stored
 //	-- the user message is stored, the run starts (and from here on always runs to its end) --
-//	Status5xxAfterStore / DropBeforeResponse
+//	Status5xxAfterStore / BusyAfterStore / DropBeforeResponse
 //	FirstByteDelay                  no bytes at all (not even headers)
 //	stream: StallAfter+StallFor, DisconnectAfter   (connection faults; the run is not affected)
 //	run: EndWith after EndAfter steps, UnhandledException
@@ -37,13 +37,34 @@ type Fault struct {
 	AdmitDelay time.Duration
 
 	// Status429 answers 429 {"detail": ...} with a Retry-After header of RetryAfter (scaled,
-	// whole seconds rounded down, default 1s before scaling). Nothing is stored.
-	Status429  bool
-	RetryAfter time.Duration
+	// whole seconds rounded down, default 1s before scaling): Letta's own API rate limit.
+	// Status429Code picks another 429 of Letta Cloud's (WIRE.md, "Errors Letta Cloud returns
+	// today"): "llm_rate_limit" answers the model's rate limit {"error": {"type":
+	// "llm_rate_limit", ...}} without Retry-After; an account limit ("not-enough-credits",
+	// "agents-limit-exceeded", "exceeded-quota", "<x>-usage-exceeded") answers {"errorCode":
+	// code, "detail": "<code>: ..."} without Retry-After. Nothing is stored.
+	Status429     bool
+	Status429Code string
+	RetryAfter    time.Duration
+
+	// Deploy503 answers 503 {"errorCode": "cloud_api_shutting_down", "message": ...,
+	// "admitted": false, "retryable": true} with a Retry-After of RetryAfter (as Status429),
+	// Letta Cloud's answer while it deploys. Nothing is stored.
+	Deploy503 bool
 
 	// Busy answers 409 "conversation busy" naming a run (the agent's newest, or a made-up id
 	// when it has none), as Config.OneRunPerAgent does for a real overlap. Nothing is stored.
 	Busy bool
+	// BusyAfterStore stores the message and starts its run, then answers the send 409 busy
+	// (on a conversation, in the form BusyForm says): the thread is held by the turn's own run,
+	// as when a send of the same otid loses the race for the lock to its own first send.
+	BusyAfterStore bool
+	// BusyForm, on a conversation, is the form of this send's 409 busy answers (a real lock's,
+	// Busy's, BusyAfterStore's), as the busy_form directive: "detail" (the server's, with
+	// run_id), "hosted" ({"error": "Conversation <id> is busy with another active run."}),
+	// "newer" ({"error": "Conversation is busy with another active run."}, no run id) or
+	// "nested" ({"error": {"error": "Conversation is busy with another active run."}}).
+	BusyForm string
 
 	// PendingApproval answers 409 as a thread waiting for a tool call's approval does
 	// ({"detail": "CONFLICT: Cannot send a new message: The agent is waiting for approval on a
@@ -110,7 +131,7 @@ func (f Fault) String() string {
 }
 
 func (f Fault) isZero() bool {
-	return f.AdmitDelay == 0 && !f.Status429 && !f.Busy && !f.PendingApproval && f.RetryAfter == 0 && f.Status5xxBeforeStore == 0 &&
+	return f.AdmitDelay == 0 && !f.Status429 && f.Status429Code == "" && !f.Deploy503 && !f.Busy && !f.BusyAfterStore && f.BusyForm == "" && !f.PendingApproval && f.RetryAfter == 0 && f.Status5xxBeforeStore == 0 &&
 		f.Status5xxAfterStore == 0 && !f.DropBeforeResponse && f.FirstByteDelay == 0 &&
 		f.StallFor == 0 && f.StallAfter == 0 && f.DisconnectAfter == 0 && f.EndWith == "" &&
 		f.EndAfter == 0 && f.ErrorType == "" && !f.UnhandledException && f.ResumeStatus == 0

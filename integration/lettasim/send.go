@@ -24,6 +24,14 @@ type sendPlan struct {
 	attempt  int
 }
 
+// busyForm is the form of this send's 409 busy answers: the fault's, else the directive's.
+func (p *sendPlan) busyForm() string {
+	if p.f.BusyForm != "" {
+		return p.f.BusyForm
+	}
+	return p.dir.busyForm
+}
+
 // pings reports whether the response stream carries pings (include_pings, default true).
 func (p *sendPlan) pings() bool { return p.body.IncludePings == nil || *p.body.IncludePings }
 
@@ -117,13 +125,20 @@ func (s *Sim) admitSend(w http.ResponseWriter, req *http.Request, p *sendPlan, b
 	if f.AdmitDelay != 0 && !s.sleep(req.Context(), s.scaled(f.AdmitDelay)) {
 		return false
 	}
-	if f.Status429 {
-		ra := f.RetryAfter
-		if ra <= 0 {
-			ra = time.Second
-		}
-		w.Header().Set("Retry-After", strconv.FormatInt(int64(s.scaled(ra)/time.Second), 10))
-		writeDetail(w, http.StatusTooManyRequests, "RATE_LIMIT_EXCEEDED: simulated rate limit, retry later")
+	if f.Status429 || f.Status429Code != "" {
+		s.write429(w, f)
+		return false
+	}
+	if f.Deploy503 {
+		s.setRetryAfter(w, f)
+		o := beginObj(nil)
+		o.str("errorCode", "cloud_api_shutting_down")
+		o.str("message", "Letta Cloud is deploying: the request was not admitted, retry after the Retry-After delay")
+		o.key("admitted")
+		o.buf = append(o.buf, "false"...)
+		o.key("retryable")
+		o.buf = append(o.buf, "true"...)
+		writeJSON(w, http.StatusServiceUnavailable, o.end())
 		return false
 	}
 	if f.PendingApproval {
@@ -150,6 +165,14 @@ func (s *Sim) respondSend(w http.ResponseWriter, req *http.Request, p *sendPlan,
 		return
 	}
 	f := p.f
+	if f.BusyAfterStore {
+		if r.th != nil {
+			s.writeConvBusy(w, r.th, r.id, p.busyForm())
+		} else {
+			writeBusy(w, r.id)
+		}
+		return
+	}
 	if f.Status5xxAfterStore != 0 {
 		writeDetail(w, statusCode5xx(f.Status5xxAfterStore), "INTERNAL_SERVER_ERROR: simulated failure after the message was stored")
 		return
@@ -298,4 +321,37 @@ func (s *Sim) writeLettaResponse(w http.ResponseWriter, r *run) {
 	o.null("logprobs")
 	o.null("turns")
 	writeJSON(w, http.StatusOK, o.end())
+}
+
+// setRetryAfter writes the fault's Retry-After (scaled, whole seconds rounded down, default 1s
+// before scaling).
+func (s *Sim) setRetryAfter(w http.ResponseWriter, f Fault) {
+	ra := f.RetryAfter
+	if ra <= 0 {
+		ra = time.Second
+	}
+	w.Header().Set("Retry-After", strconv.FormatInt(int64(s.scaled(ra)/time.Second), 10))
+}
+
+// write429 answers the 429 the fault names (Status429Code, see Fault).
+func (s *Sim) write429(w http.ResponseWriter, f Fault) {
+	switch code := f.Status429Code; {
+	case code == "" || code == "rate_limit":
+		s.setRetryAfter(w, f)
+		writeDetail(w, http.StatusTooManyRequests, "RATE_LIMIT_EXCEEDED: simulated rate limit, retry later")
+	case code == "llm_rate_limit":
+		o := beginObj(nil)
+		o.key("error")
+		e := beginObj(o.buf)
+		e.str("type", "llm_rate_limit")
+		e.str("message", "Rate limited by the model provider")
+		e.str("detail", "simulated: the model provider answered 429")
+		o.buf = e.end()
+		writeJSON(w, http.StatusTooManyRequests, o.end())
+	default:
+		o := beginObj(nil)
+		o.str("errorCode", code)
+		o.str("detail", code+": simulated account limit")
+		writeJSON(w, http.StatusTooManyRequests, o.end())
+	}
 }
