@@ -19,6 +19,7 @@ import (
 	"github.com/lettaq/lettaq/agentclient"
 	"github.com/lettaq/lettaq/budget"
 	"github.com/lettaq/lettaq/integration/lettasim"
+	"github.com/lettaq/lettaq/internal/testbudget"
 	"github.com/lettaq/lettaq/internal/testredis"
 	"github.com/lettaq/lettaq/ordering"
 	"github.com/lettaq/lettaq/queue"
@@ -31,28 +32,8 @@ const simScale = 0.01
 // simDur converts a real duration into the simulator's scripted time.
 func simDur(d time.Duration) time.Duration { return time.Duration(float64(d) / simScale) }
 
-// testBudget is a budget with short clocks: stall 300ms with pings every
-// 40ms, admission 600ms, continuation 5s. Its TaskTimeout is ~27s.
-func testBudget() budget.Config {
-	b := budget.Default()
-	b.ConnectTimeout = time.Second
-	b.StallTimeout = 300 * time.Millisecond
-	b.ContentIdleNotice = 0
-	b.StreamTotal = 5 * time.Second
-	b.StopGrace = 100 * time.Millisecond
-	b.AdmissionGrace = 600 * time.Millisecond
-	b.ContinuationMax = 5 * time.Second
-	b.PollInitial = 20 * time.Millisecond
-	b.PollMax = 200 * time.Millisecond
-	b.PollJitter = 0.1
-	b.RequestTimeout = time.Second
-	b.Resume = true
-	b.Background = true
-	b.ResendPolicy = budget.ResendIfNotAdmitted
-	b.DeliveryAllowance = time.Second
-	b.SafetyMargin = time.Second
-	return b
-}
+// testBudget is the short-clock budget of the tests and the chaos run (testbudget.Short).
+func testBudget() budget.Config { return testbudget.Short() }
 
 func randHex(n int) string {
 	b := make([]byte, n)

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/lettaq/lettaq/budget"
+	"github.com/lettaq/lettaq/internal/testbudget"
 )
 
 // Config sizes a chaos run.
@@ -45,26 +46,5 @@ const simScale = 0.01
 // simPing is the simulator's keep-alive interval (real time).
 const simPing = 40 * time.Millisecond
 
-// chaosBudget is the workers' and the client's budget: short clocks, as
-// the integration tests use (stall 300 ms with pings every 40 ms,
-// continuation 5 s), resume and background sends on.
-func chaosBudget() budget.Config {
-	b := budget.Default()
-	b.ConnectTimeout = time.Second
-	b.StallTimeout = 300 * time.Millisecond
-	b.ContentIdleNotice = 0
-	b.StreamTotal = 5 * time.Second
-	b.StopGrace = 100 * time.Millisecond
-	b.AdmissionGrace = 600 * time.Millisecond
-	b.ContinuationMax = 5 * time.Second
-	b.PollInitial = 20 * time.Millisecond
-	b.PollMax = 200 * time.Millisecond
-	b.PollJitter = 0.1
-	b.RequestTimeout = time.Second
-	b.Resume = true
-	b.Background = true
-	b.ResendPolicy = budget.ResendIfNotAdmitted
-	b.DeliveryAllowance = time.Second
-	b.SafetyMargin = time.Second
-	return b
-}
+// chaosBudget is the short-clock budget of the tests and the chaos run (testbudget.Short).
+func chaosBudget() budget.Config { return testbudget.Short() }
