@@ -384,10 +384,6 @@ redis.call('HSET', KEYS[1], 'result', ARGV[1])
 return 1
 `)
 
-// asynqTaskKey is the key of Asynq's hash of a task (asynq v0.26,
-// internal/base.TaskKey).
-func asynqTaskKey(qname, taskID string) string { return "asynq:{" + qname + "}:t:" + taskID }
-
 func (t *turn) writeResult(outcome, answer string, approval *ToolEvent) {
 	b, err := t.resultJSON(outcome, answer, approval)
 	if err == nil {
