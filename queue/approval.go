@@ -16,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/hibiken/asynq"
+	"github.com/lettaq/lettaq/queue/internal/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -266,10 +267,11 @@ func newApprovals(r *Replies) *approvals {
 	return &approvals{rdb: r.rdb, prefix: r.opts.Prefix, ttl: r.opts.TTL}
 }
 
-func (a *approvals) reqKey(taskID string) string { return a.prefix + "approval:req:" + taskID }
-func (a *approvals) otidKey(otid string) string  { return a.prefix + "approval:otid:" + otid }
+func (a *approvals) keys() store.Keys            { return store.Keys{Prefix: a.prefix} }
+func (a *approvals) reqKey(taskID string) string { return a.keys().ApprovalRequest(taskID) }
+func (a *approvals) otidKey(otid string) string  { return a.keys().ApprovalOtid(otid) }
 func (a *approvals) pendingKey(agentID, scope string) string {
-	return a.prefix + "approval:pending:" + agentID + ":" + scope
+	return a.keys().ApprovalPending(agentID, scope)
 }
 
 // keyTTL is how long p's keys live: the replies' TTL past p's expiry (saturating at the

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lettaq/lettaq/internal/evalcmd"
+	"github.com/lettaq/lettaq/queue/internal/store"
 )
 
 // Reply events: the wire format is specified in docs/reply-events.md (the one copy of it).
@@ -200,12 +201,13 @@ func NewReplies(rdb redis.UniversalClient, opts RepliesOptions) *Replies {
 // Key returns the stream key of c (see the wire format above). It does not
 // validate c; Emit and Read do.
 func (r *Replies) Key(c Conversation) string {
-	return r.opts.Prefix + "replies:" + c.Integration + ":" + c.ChatID
+	return r.keys().Replies(c.Integration, c.ChatID)
 }
 
-func (r *Replies) seqKey(taskID string) string      { return r.opts.Prefix + "seq:" + taskID }
-func (r *Replies) answeredKey(taskID string) string { return r.opts.Prefix + "answered:" + taskID }
-func (r *Replies) acceptedKey(taskID string) string { return r.opts.Prefix + "accepted:" + taskID }
+func (r *Replies) keys() store.Keys                 { return store.Keys{Prefix: r.opts.Prefix} }
+func (r *Replies) seqKey(taskID string) string      { return r.keys().Seq(taskID) }
+func (r *Replies) answeredKey(taskID string) string { return r.keys().Answered(taskID) }
+func (r *Replies) acceptedKey(taskID string) string { return r.keys().Accepted(taskID) }
 
 // replyEmitScript increments the turn's seq and appends the event in one
 // step, so that stream order and seq order agree across workers. With a
@@ -656,7 +658,7 @@ func (r *Replies) prepareInto(pe *preparedEvent, last **eventHead, c Conversatio
 // emitManyOp writes evs in one call of replyEmitManyScript. The command's
 // arguments are one slice of their exact size, taken from args (nil: made
 // when the op runs).
-func (r *Replies) emitManyOp(evs []*preparedEvent, args *argArena) pipelineOp {
+func (r *Replies) emitManyOp(evs []*preparedEvent, args *argArena) store.Op {
 	return func(ctx context.Context, p redis.Pipeliner, sha bool) func() error {
 		var c *redis.Cmd
 		if sha {

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lettaq/lettaq/internal/testredis"
+	"github.com/lettaq/lettaq/queue/internal/store"
 )
 
 // emitManyTableUnpack is replyEmitManyScript as it was before 2026-11-26
@@ -93,7 +94,7 @@ func BenchmarkEmitScript(b *testing.B) {
 		emit func() error
 	}{
 		{"direct", func() error {
-			if errs := runOps(ctx, rdb, []pipelineOp{op}); len(errs) > 0 {
+			if errs := store.Run(ctx, rdb, []store.Op{op}); len(errs) > 0 {
 				return errs[0]
 			}
 			return nil

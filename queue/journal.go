@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lettaq/lettaq/internal/evalcmd"
+	"github.com/lettaq/lettaq/queue/internal/store"
 )
 
 // The turn journal: key layout.
@@ -305,26 +306,16 @@ func NewJournal(rdb redis.UniversalClient, opts JournalOptions) *Journal {
 	return j
 }
 
-func (j *Journal) recordKey(taskID string) string {
-	return j.opts.Prefix + "journal:turn:" + taskID
-}
-
-func (j *Journal) intentsKey(taskID string) string {
-	return j.opts.Prefix + "journal:intents:" + taskID
-}
-
-func (j *Journal) otidKey(otid string) string {
-	return j.opts.Prefix + "journal:otid:" + otid
-}
+func (j *Journal) keys() store.Keys                { return store.Keys{Prefix: j.opts.Prefix} }
+func (j *Journal) recordKey(taskID string) string  { return j.keys().JournalTurn(taskID) }
+func (j *Journal) intentsKey(taskID string) string { return j.keys().JournalIntents(taskID) }
+func (j *Journal) otidKey(otid string) string      { return j.keys().JournalOtid(otid) }
 
 func (j *Journal) indexKey(f Filter) string {
-	if f == "" {
-		f = FilterAll
+	if f == "" || f == FilterAll {
+		return j.keys().JournalIndex("recent")
 	}
-	if f == FilterAll {
-		return j.opts.Prefix + "journal:idx:recent"
-	}
-	return j.opts.Prefix + "journal:idx:" + string(f)
+	return j.keys().JournalIndex(string(f))
 }
 
 // RecordIntent records, before the send, that attempt (by worker) is about
@@ -342,7 +333,7 @@ func (j *Journal) RecordIntent(ctx context.Context, taskID, otid string, attempt
 	if err != nil {
 		return nil, fmt.Errorf("queue: record intent: %w", err)
 	}
-	if err := runOps(ctx, j.rdb, []pipelineOp{j.intentOpOf(taskID, b, &prior)})[0]; err != nil {
+	if err := store.Run(ctx, j.rdb, []store.Op{j.intentOpOf(taskID, b, &prior)})[0]; err != nil {
 		return nil, err
 	}
 	return prior, nil
@@ -350,7 +341,7 @@ func (j *Journal) RecordIntent(ctx context.Context, taskID, otid string, attempt
 
 // intentOp is RecordIntent as a pipeline op: prior gets the intents
 // recorded before this one.
-func (j *Journal) intentOp(taskID, otid string, attempt int, worker string, prior *[]Intent) (pipelineOp, error) {
+func (j *Journal) intentOp(taskID, otid string, attempt int, worker string, prior *[]Intent) (store.Op, error) {
 	if taskID == "" || otid == "" {
 		return nil, fmt.Errorf("queue: record intent: task id and otid are required (task %q, otid %q)", taskID, otid)
 	}
@@ -366,7 +357,7 @@ func (j *Journal) intentOp(taskID, otid string, attempt int, worker string, prio
 // attempts exactly one thus sees the other's intent, without a script
 // (RPUSH is atomic, and the list only grows: nothing but the retention
 // removes an intent).
-func (j *Journal) intentOpOf(taskID string, b []byte, prior *[]Intent) pipelineOp {
+func (j *Journal) intentOpOf(taskID string, b []byte, prior *[]Intent) store.Op {
 	key := j.intentsKey(taskID)
 	return func(ctx context.Context, p redis.Pipeliner, _ bool) func() error {
 		push := p.RPush(ctx, key, b)
@@ -487,10 +478,10 @@ func (j *Journal) Save(ctx context.Context, rec *TurnRecord) error {
 	if err != nil {
 		return err
 	}
-	return runOps(ctx, j.rdb, []pipelineOp{op})[0]
+	return store.Run(ctx, j.rdb, []store.Op{op})[0]
 }
 
-// saveOp is Save as a pipeline op (see pipelineOp). With keepFinished it
+// saveOp is Save as a pipeline op (see store.Op). With keepFinished it
 // writes nothing over a record whose outcome is final (answered, failed,
 // approval_required): an attempt that does not know whether its finish
 // reached Redis journals its retry that way.
@@ -498,7 +489,7 @@ func (j *Journal) Save(ctx context.Context, rec *TurnRecord) error {
 // ix (nil: none) is what the turn knows of its record's index entries: the
 // save skips what is surely there already and what surely is not, and ix
 // learns what the save wrote once it ran.
-func (j *Journal) saveOp(rec *TurnRecord, keepFinished bool, ix *journalIndexed) (pipelineOp, error) {
+func (j *Journal) saveOp(rec *TurnRecord, keepFinished bool, ix *journalIndexed) (store.Op, error) {
 	args, err := j.saveArgs(rec, keepFinished, ix)
 	if err != nil {
 		return nil, err
@@ -508,7 +499,7 @@ func (j *Journal) saveOp(rec *TurnRecord, keepFinished bool, ix *journalIndexed)
 	if !keepFinished && j.single() {
 		return j.plainSaveOp(args, taskID, ix, wrote), nil
 	}
-	return scriptOp(journalSaveScript, args, func(c *redis.Cmd) error {
+	return store.ScriptOp(journalSaveScript, args, func(c *redis.Cmd) error {
 		if err := c.Err(); err != nil {
 			return fmt.Errorf("queue: journal save %s: %w", taskID, err)
 		}
@@ -538,7 +529,7 @@ func (j *Journal) single() bool {
 // (SET and the intents' PEXPIRE) goes without one. For one Redis only (single):
 // a Cluster pipeline would send MULTI and EXEC, which have no key, to any
 // node.
-func (j *Journal) plainSaveOp(args []any, taskID string, ix *journalIndexed, wrote uint32) pipelineOp {
+func (j *Journal) plainSaveOp(args []any, taskID string, ix *journalIndexed, wrote uint32) store.Op {
 	return func(ctx context.Context, p redis.Pipeliner, _ bool) func() error {
 		nk := args[2].(int)
 		keys, a := args[3:3+nk], args[3+nk:]

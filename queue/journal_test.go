@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lettaq/lettaq/queue/internal/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -494,7 +495,7 @@ func TestJournalSavesSkipKnownIndexEntries(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if errs := runOps(ctx, b.rdb, []pipelineOp{op}); errs[0] != nil {
+			if errs := store.Run(ctx, b.rdb, []store.Op{op}); errs[0] != nil {
 				t.Fatal(errs[0])
 			}
 			return args
@@ -599,7 +600,7 @@ func TestPlainSaveMatchesScript(t *testing.T) {
 				t.Fatal(err)
 			}
 			wrote := journalIndexedBits(rec)
-			sop := scriptOp(journalSaveScript, args, func(c *redis.Cmd) error {
+			sop := store.ScriptOp(journalSaveScript, args, func(c *redis.Cmd) error {
 				if n, err := c.Int64(); err != nil || n != 1 {
 					return fmt.Errorf("script: %d %v", n, err)
 				}
@@ -608,7 +609,7 @@ func TestPlainSaveMatchesScript(t *testing.T) {
 				}
 				return nil
 			})
-			for i, err := range runOps(ctx, b.rdb, []pipelineOp{op, sop}) {
+			for i, err := range store.Run(ctx, b.rdb, []store.Op{op, sop}) {
 				if err != nil {
 					t.Fatalf("op %d: %v", i, err)
 				}
@@ -701,7 +702,7 @@ func TestPlainSaveReportsAFailedCommand(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		err = runOps(ctx, b.rdb, []pipelineOp{op})[0]
+		err = store.Run(ctx, b.rdb, []store.Op{op})[0]
 		if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
 			t.Fatalf("save: %v, want the index's WRONGTYPE", err)
 		}

@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lettaq/lettaq/internal/testredis"
+	"github.com/lettaq/lettaq/queue/internal/store"
 )
 
 // BenchmarkJournalSaveRedisCost measures what Redis spends on a turn's first
@@ -28,15 +29,15 @@ func BenchmarkJournalSaveRedisCost(b *testing.B) {
 	rec := benchTurnRecord()
 	for _, v := range []struct {
 		name string
-		op   func(rec *TurnRecord) (pipelineOp, error)
+		op   func(rec *TurnRecord) (store.Op, error)
 	}{
-		{"transaction", func(rec *TurnRecord) (pipelineOp, error) { return j.saveOp(rec, false, nil) }},
-		{"script", func(rec *TurnRecord) (pipelineOp, error) {
+		{"transaction", func(rec *TurnRecord) (store.Op, error) { return j.saveOp(rec, false, nil) }},
+		{"script", func(rec *TurnRecord) (store.Op, error) {
 			args, err := j.saveArgs(rec, false, nil)
 			if err != nil {
 				return nil, err
 			}
-			return scriptOp(journalSaveScript, args, func(c *redis.Cmd) error { return c.Err() }), nil
+			return store.ScriptOp(journalSaveScript, args, func(c *redis.Cmd) error { return c.Err() }), nil
 		}},
 	} {
 		b.Run(v.name, func(b *testing.B) {
@@ -47,7 +48,7 @@ func BenchmarkJournalSaveRedisCost(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				if err := runOps(ctx, rdb, []pipelineOp{op})[0]; err != nil {
+				if err := store.Run(ctx, rdb, []store.Op{op})[0]; err != nil {
 					b.Fatal(err)
 				}
 			}

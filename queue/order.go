@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lettaq/lettaq/ordering"
+	"github.com/lettaq/lettaq/queue/internal/store"
 )
 
 // DefaultMaxCoalesce bounds how many waiting messages one turn takes in
@@ -375,7 +376,7 @@ func (t *turn) wake(ctx context.Context, next string) {
 // when the ordering keys are on the writer's Redis (the worker made both
 // clients from Asynq's connection). If the release does not happen there,
 // processTask releases as usual (releasing twice is harmless).
-func (t *turn) releaseOps() []pipelineOp { return t.releaseOpsAfter("") }
+func (t *turn) releaseOps() []store.Op { return t.releaseOpsAfter("") }
 
 // releaseOpsAfter is releaseOps for a release sent in the same round trip
 // as the turn's final event, whose marker is after: the release happens
@@ -384,7 +385,7 @@ func (t *turn) releaseOps() []pipelineOp { return t.releaseOpsAfter("") }
 // as for any attempt that retries). On a Redis that is not one server the
 // marker and the line need not share a slot, and the release is left to
 // processTask.
-func (t *turn) releaseOpsAfter(after string) []pipelineOp {
+func (t *turn) releaseOpsAfter(after string) []store.Op {
 	if t.lease == nil || !t.w.seqOnWorkerRedis() || t.w.replies.rdb != t.w.rdb {
 		return nil
 	}
@@ -392,7 +393,7 @@ func (t *turn) releaseOpsAfter(after string) []pipelineOp {
 		return nil
 	}
 	cmd, next := t.lease.ReleaseCmdAfter(true, after)
-	return []pipelineOp{func(ctx context.Context, p redis.Pipeliner, sha bool) func() error {
+	return []store.Op{func(ctx context.Context, p redis.Pipeliner, sha bool) func() error {
 		c := cmd(ctx, sha)
 		_ = p.Process(ctx, c) // the error is c's, read below
 		return func() error { return t.readRelease(c, next) }
@@ -402,8 +403,8 @@ func (t *turn) releaseOpsAfter(after string) []pipelineOp {
 // readRelease reads the reply of releaseOps' release.
 func (t *turn) readRelease(c *redis.Cmd, next func(*redis.Cmd) (string, error)) error {
 	n, err := next(c)
-	if isNoScript(err) {
-		return err // runOps sends it again
+	if store.IsNoScript(err) {
+		return err // store.Run sends it again
 	}
 	if errors.Is(err, ordering.ErrNotReleased) {
 		return nil // the final event is not written: processTask releases (not done)

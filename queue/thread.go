@@ -15,6 +15,7 @@ import (
 
 	"github.com/lettaq/lettaq/agentclient"
 	"github.com/lettaq/lettaq/continuation"
+	"github.com/lettaq/lettaq/queue/internal/store"
 )
 
 // ThreadMode says which Letta message thread a lettaq conversation (agent +
@@ -69,10 +70,7 @@ func threadHash(agentID string, c Conversation) string {
 // ThreadKey is the Redis key (under the key prefix) that keeps the Letta
 // conversation id of a lettaq conversation. It never expires.
 func ThreadKey(prefix, agentID string, c Conversation) string {
-	if prefix == "" {
-		prefix = "lettaq:"
-	}
-	return prefix + "thread:" + threadHash(agentID, c)
+	return store.Keys{Prefix: prefix}.Thread(threadHash(agentID, c))
 }
 
 // threadLockSlack is added to the thread phase (the longest a holder may

@@ -16,6 +16,7 @@ import (
 	"github.com/lettaq/lettaq/agentclient"
 	"github.com/lettaq/lettaq/continuation"
 	"github.com/lettaq/lettaq/ordering"
+	"github.com/lettaq/lettaq/queue/internal/store"
 )
 
 // TurnResult is what a finished turn writes as its Asynq task result
@@ -357,7 +358,7 @@ func (t *turn) attempt() *Attempt { return &t.rec.Attempts[t.att] }
 
 // save journals the record after everything the attempt queued before (and
 // runs more with it), and waits for it.
-func (t *turn) save(ctx context.Context, more ...pipelineOp) error {
+func (t *turn) save(ctx context.Context, more ...store.Op) error {
 	if !t.w.oneRedis() {
 		t.progress.flush(ctx)
 		rec := t.recCopy()
@@ -373,7 +374,7 @@ func (t *turn) save(ctx context.Context, more ...pipelineOp) error {
 	op, err := t.saveOp()
 	if err == nil {
 		t.progress.dropQueuedSaves() // this record is newer
-		err = t.progress.do(ctx, nil, append([]pipelineOp{op}, more...)...)
+		err = t.progress.do(ctx, nil, append([]store.Op{op}, more...)...)
 	}
 	if err != nil {
 		t.redisFailed()
@@ -407,7 +408,7 @@ func (t *turn) saveLater() {
 	t.progress.pushSave(encodedSaver{op: op})
 }
 
-func (t *turn) saveOp() (pipelineOp, error) {
+func (t *turn) saveOp() (store.Op, error) {
 	rec := t.recCopy()
 	return t.w.journal.saveOp(&rec, false, t.indexed())
 }

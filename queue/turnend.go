@@ -14,6 +14,7 @@ import (
 	"github.com/lettaq/lettaq/agentclient"
 	"github.com/lettaq/lettaq/continuation"
 	"github.com/lettaq/lettaq/internal/evalcmd"
+	"github.com/lettaq/lettaq/queue/internal/store"
 )
 
 // finish maps the decision to reply events, the journal and Asynq.
@@ -224,7 +225,7 @@ func (t *turn) deliverAtOnce(ctx context.Context, log *slog.Logger, outcome stri
 	// and the result may land without the event; the next attempt, which
 	// does not take a record without the marker for finished (see run),
 	// writes over them.
-	ops := append(append([]pipelineOp{save}, t.resultOps(outcome, answer, approval)...), t.releaseOpsAfter(marker)...)
+	ops := append(append([]store.Op{save}, t.resultOps(outcome, answer, approval)...), t.releaseOpsAfter(marker)...)
 	t.progress.dropQueuedSaves() // this record is newer
 	t.mu.Lock()
 	lat, ttft := t.latency(now), t.rec.TTFT
@@ -352,7 +353,7 @@ func (t *turn) finalEvent(ctx context.Context, ev ReplyEvent) (emitted bool, err
 // save they go with, when the worker made its Redis client from Asynq's
 // connection (so Asynq's task hash is on it); else the result is written
 // through Asynq now.
-func (t *turn) resultOps(outcome, answer string, approval *ToolEvent) []pipelineOp {
+func (t *turn) resultOps(outcome, answer string, approval *ToolEvent) []store.Op {
 	if t.w.rdb == nil || t.w.replies.rdb != t.w.rdb {
 		t.writeResult(outcome, answer, approval)
 		return nil
@@ -363,10 +364,10 @@ func (t *turn) resultOps(outcome, answer string, approval *ToolEvent) []pipeline
 		return nil
 	}
 	key := asynqTaskKey(t.queue, t.taskID)
-	return []pipelineOp{scriptOp(writeResultScript, append(writeResultScript.Args(1, 1), key, b), func(c *redis.Cmd) error {
+	return []store.Op{store.ScriptOp(writeResultScript, append(writeResultScript.Args(1, 1), key, b), func(c *redis.Cmd) error {
 		err := c.Err()
-		if isNoScript(err) {
-			return err // runOps sends it again
+		if store.IsNoScript(err) {
+			return err // store.Run sends it again
 		}
 		if err != nil {
 			t.redisFailed()
