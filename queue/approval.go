@@ -356,12 +356,6 @@ func (a *approvals) pendingOf(ctx context.Context, id string, err error) (*Pendi
 	return p, nil
 }
 
-// clearPendingLua: KEYS[1]=pending key; ARGV[1]=request task id. Deletes
-// the key only while it names that request.
-var clearPendingLua = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0`)
-
 // answered records that answer task answerTaskID ended the request p (ans
 // nil: its decision is not known).
 func (a *approvals) answered(ctx context.Context, p *PendingApproval, answerTaskID string, ans *Answer, at time.Time) error {
@@ -376,7 +370,7 @@ func (a *approvals) answered(ctx context.Context, p *PendingApproval, answerTask
 	if err := a.rdb.Set(ctx, a.reqKey(p.RequestTaskID), b, a.ttl).Err(); err != nil {
 		return err
 	}
-	return clearPendingLua.Run(ctx, a.rdb, []string{a.pendingKey(p.AgentID, p.Scope)}, p.RequestTaskID).Err()
+	return store.ClearPending.Run(ctx, a.rdb, []string{a.pendingKey(p.AgentID, p.Scope)}, p.RequestTaskID).Err()
 }
 
 // ApprovalReply is an answer to an approval request, for

@@ -2,7 +2,7 @@ package queue
 
 // asynqTaskKey is the key of Asynq's hash of a task (asynq v0.26,
 // internal/base.TaskKey), the one place lettaq spells a key of Asynq's: the
-// worker writes a finished turn's result into it (writeResultScript, what
+// worker writes a finished turn's result into it (store.WriteResult, what
 // Asynq's ResultWriter.Write does) in the round trip of the turn's other
 // writes, which saves a round trip per turn (issue 28: through
 // ResultWriter, `go run ./integration/bench -latency 0 -throughput 2000

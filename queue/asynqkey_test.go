@@ -15,10 +15,11 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/lettaq/lettaq/internal/testredis"
+	"github.com/lettaq/lettaq/queue/internal/store"
 )
 
 // TestAsynqTaskKey: the key lettaq writes a task's result into
-// (asynqTaskKey, with writeResultScript) is where the pinned Asynq keeps
+// (asynqTaskKey, with store.WriteResult) is where the pinned Asynq keeps
 // it, on a real Redis, both ways: what Asynq's ResultWriter writes is in
 // asynqTaskKey's hash, and what the script writes there is the result
 // Asynq's Inspector reads. An Asynq upgrade that moves the key fails here.
@@ -82,7 +83,7 @@ func TestAsynqTaskKey(t *testing.T) {
 
 	// lettaq writes (the script), Asynq reads.
 	key := asynqTaskKey(qname, v.id)
-	c := writeResultScript.Cmd(ctx, append(writeResultScript.Args(1, 1), key, []byte(`{"via":"script"}`)), false)
+	c := store.WriteResult.Cmd(ctx, append(store.WriteResult.Args(1, 1), key, []byte(`{"via":"script"}`)), false)
 	_ = rdb.Process(ctx, c)
 	wrote, err := c.Int64()
 	if err != nil || wrote != 1 {

@@ -81,7 +81,7 @@ func TestTurnOpsAfterScriptFlush(t *testing.T) {
 				t.Fatal(err)
 			}
 			var wrote int64
-			result := store.ScriptOp(writeResultScript, append(writeResultScript.Args(1, 1), asynqTaskKey("q", "t"), []byte(`{"ok":1}`)),
+			result := store.ScriptOp(store.WriteResult, append(store.WriteResult.Args(1, 1), asynqTaskKey("q", "t"), []byte(`{"ok":1}`)),
 				func(c *redis.Cmd) error {
 					var err error
 					wrote, err = c.Int64()

@@ -12,7 +12,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lettaq/lettaq/internal/evalcmd"
 	"github.com/lettaq/lettaq/queue/internal/store"
 )
 
@@ -209,37 +208,6 @@ func (r *Replies) seqKey(taskID string) string      { return r.keys().Seq(taskID
 func (r *Replies) answeredKey(taskID string) string { return r.keys().Answered(taskID) }
 func (r *Replies) acceptedKey(taskID string) string { return r.keys().Accepted(taskID) }
 
-// replyEmitScript increments the turn's seq and appends the event in one
-// step, so that stream order and seq order agree across workers. With a
-// third key (the answered marker) it writes nothing when the marker exists,
-// and sets it otherwise.
-//
-// KEYS: stream, seq[, answered]
-// ARGV: maxlen, ttl_ms, stream_ttl_ms, then 5 field/value pairs written
-// before "seq", then the 2 pairs written after it (prepare makes them).
-var replyEmitScript = redis.NewScript(`
-local once = #KEYS == 3
-if once and redis.call('EXISTS', KEYS[3]) == 1 then
-  return {0, '', 0}
-end
-local seq = redis.call('INCR', KEYS[2])
-local ttl = tonumber(ARGV[2])
-if ttl > 0 then redis.call('PEXPIRE', KEYS[2], ttl) end
-local id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*',
-  ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11], ARGV[12], ARGV[13],
-  'seq', tostring(seq), ARGV[14], ARGV[15], ARGV[16], ARGV[17])
-local sttl = tonumber(ARGV[3])
-if sttl > 0 then redis.call('PEXPIRE', KEYS[1], sttl) end
-if once then
-  if ttl > 0 then
-    redis.call('SET', KEYS[3], id, 'PX', ttl)
-  else
-    redis.call('SET', KEYS[3], id)
-  end
-end
-return {1, id, seq}
-`)
-
 // Emit appends ev to c's stream. It assigns Seq (from the turn's counter,
 // atomically with the append) and Time, and returns the event as written.
 // Type must be valid and TaskID set; a phase event needs Phase, tool and
@@ -295,7 +263,7 @@ func (r *Replies) emit(ctx context.Context, c Conversation, ev ReplyEvent, marke
 	if err != nil {
 		return ev, false, err
 	}
-	res, err := replyEmitScript.Run(ctx, r.rdb, keys, args...).Slice()
+	res, err := store.ReplyEmit.Run(ctx, r.rdb, keys, args...).Slice()
 	if err != nil {
 		return ev, false, fmt.Errorf("queue: emit %s for task %s: %w", ev.Type, ev.TaskID, err)
 	}
@@ -311,7 +279,7 @@ func (r *Replies) emit(ctx context.Context, c Conversation, ev ReplyEvent, marke
 }
 
 // prepare validates ev, completes it (Parts, truncated tool return, Time)
-// and encodes it for replyEmitScript: keys stream, seq[, marker], args
+// and encodes it for store.ReplyEmit: keys stream, seq[, marker], args
 // maxlen, ttl, stream ttl, then the entry's field/value pairs.
 func (r *Replies) prepare(c Conversation, ev ReplyEvent, marker string) (ReplyEvent, []string, []any, error) {
 	ev, at, data, err := r.complete(c, ev)
@@ -433,67 +401,7 @@ func appendReplyData(b []byte, ev *ReplyEvent) (_ []byte, ok bool) {
 	return closeObject(b, open), true
 }
 
-// replyEmitManyScript is replyEmitScript for several events (of any turns
-// and conversations) in one call, in order. The seq key's expiry is set
-// when the counter is created; a stream's expiry is set once per call.
-// Each event's fields go to XADD directly, not through a table and unpack:
-// with the expiry set once, an instant turn's 7 events cost Redis 0.85 of
-// the time they did that way (BenchmarkEmitScript: ~37 against ~44 µs).
-//
-// KEYS: per event: stream, seq[, answered or accepted marker]
-// ARGV: maxlen, ttl_ms, stream_ttl_ms, then per event: "1" when it has a
-// marker (written once) else "0", then its 14 field/value strings (the 5
-// pairs before "seq", then the 2 after).
-// Returns per event: written (1, or 0 when its marker was there), entry id,
-// seq; or -1, the error, 0 when its own commands failed (a stream or seq key
-// of the wrong type): an event's error is its own (redis.pcall), the other
-// events of the call are written all the same (issue 24), and a failed event
-// takes no seq.
-var replyEmitManyScript = redis.NewScript(evalcmd.Register(`
-local maxlen = ARGV[1]
-local ttl = tonumber(ARGV[2])
-local sttl = tonumber(ARGV[3])
-local out = {}
-local expiring = {}
-local k, a = 1, 4
-while a <= #ARGV do
-  local stream, seqk = KEYS[k], KEYS[k + 1]
-  local marker = nil
-  if ARGV[a] == '1' then marker = KEYS[k + 2]; k = k + 3 else k = k + 2 end
-  if marker and redis.call('EXISTS', marker) == 1 then
-    out[#out + 1] = 0; out[#out + 1] = ''; out[#out + 1] = 0
-  else
-    local id
-    local seq = redis.pcall('INCR', seqk)
-    if type(seq) == 'table' then
-      id = seq -- the error
-    else
-      if ttl > 0 and seq == 1 then redis.call('PEXPIRE', seqk, ttl) end
-      id = redis.pcall('XADD', stream, 'MAXLEN', '~', maxlen, '*',
-        ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5],
-        ARGV[a + 6], ARGV[a + 7], ARGV[a + 8], ARGV[a + 9], ARGV[a + 10],
-        'seq', tostring(seq), ARGV[a + 11], ARGV[a + 12], ARGV[a + 13], ARGV[a + 14])
-      if type(id) == 'table' then redis.call('DECR', seqk) end
-    end
-    if type(id) == 'table' then
-      out[#out + 1] = -1; out[#out + 1] = id.err; out[#out + 1] = 0
-    else
-      if sttl > 0 and not expiring[stream] then
-        redis.call('PEXPIRE', stream, sttl)
-        expiring[stream] = true
-      end
-      if marker then
-        if ttl > 0 then redis.call('SET', marker, id, 'PX', ttl) else redis.call('SET', marker, id) end
-      end
-      out[#out + 1] = 1; out[#out + 1] = id; out[#out + 1] = seq
-    end
-  end
-  a = a + 15
-end
-return out
-`))
-
-// preparedEvent is an event encoded for replyEmitManyScript, and where its
+// preparedEvent is an event encoded for store.ReplyEmitMany, and where its
 // result goes.
 type preparedEvent struct {
 	typ  EventType
@@ -520,7 +428,7 @@ type preparedEvent struct {
 	busy bool
 }
 
-// eventHead is the front of an event's arguments to replyEmitManyScript,
+// eventHead is the front of an event's arguments to store.ReplyEmitMany,
 // boxed (a string made an interface value is allocated): its keys (stream,
 // seq[, marker]), then the written-once flag and the field/value pairs
 // before "time" but the type (task_id, otid, run_id, message_id; the type
@@ -536,7 +444,7 @@ type eventHead struct {
 func (h *eventHead) keys() []any { return h.args[:h.nkeys] }
 func (h *eventHead) rest() []any { return h.args[h.nkeys:] }
 
-// appendArgs appends pe's ARGV of replyEmitManyScript to args: the flag, the
+// appendArgs appends pe's ARGV of store.ReplyEmitMany to args: the flag, the
 // type, the head's pairs, time and data.
 func (pe *preparedEvent) appendArgs(args []any) []any {
 	r := pe.head.rest()
@@ -655,7 +563,7 @@ func (r *Replies) prepareInto(pe *preparedEvent, last **eventHead, c Conversatio
 	return nil
 }
 
-// emitManyOp writes evs in one call of replyEmitManyScript. The command's
+// emitManyOp writes evs in one call of store.ReplyEmitMany. The command's
 // arguments are one slice of their exact size, taken from args (nil: made
 // when the op runs).
 func (r *Replies) emitManyOp(evs []*preparedEvent, args *argArena) store.Op {
@@ -666,13 +574,13 @@ func (r *Replies) emitManyOp(evs []*preparedEvent, args *argArena) store.Op {
 			_ = p.Process(ctx, c) // the error is c's, read below
 		} else {
 			keys, args := r.emitManyArgs(evs)
-			c = replyEmitManyScript.Eval(ctx, p, keys, args...)
+			c = store.ReplyEmitMany.Eval(ctx, p, keys, args...)
 		}
 		return func() error { return r.readEmitMany(c, evs) }
 	}
 }
 
-// emitManyCmd is EVALSHA of replyEmitManyScript for evs.
+// emitManyCmd is EVALSHA of store.ReplyEmitMany for evs.
 func (r *Replies) emitManyCmd(ctx context.Context, evs []*preparedEvent, arena *argArena) *redis.Cmd {
 	nk, na := 0, 0
 	for _, pe := range evs {
@@ -680,7 +588,7 @@ func (r *Replies) emitManyCmd(ctx context.Context, evs []*preparedEvent, arena *
 		na += len(pe.head.args) - pe.head.nkeys + 6
 	}
 	args := arena.take(3 + nk + 3 + na)
-	args = append(args, "evalsha", replyEmitManyScript.Hash(), nk)
+	args = append(args, "evalsha", store.ReplyEmitMany.Hash(), nk)
 	for _, pe := range evs {
 		args = append(args, pe.head.keys()...)
 	}
@@ -732,7 +640,7 @@ func (a *argArena) reset() {
 	a.want = 0
 }
 
-// emitManyArgs are replyEmitManyScript's keys and args for evs (for EVAL).
+// emitManyArgs are store.ReplyEmitMany's keys and args for evs (for EVAL).
 func (r *Replies) emitManyArgs(evs []*preparedEvent) ([]string, []any) {
 	var keys []string
 	args := []any{r.maxLenArg, r.ttlArg, r.streamTTLArg}
@@ -746,7 +654,7 @@ func (r *Replies) emitManyArgs(evs []*preparedEvent) ([]string, []any) {
 }
 
 // eventWriteError is an event's own failure in a script call that wrote the
-// others (see replyEmitManyScript): the event is surely not written.
+// others (see store.ReplyEmitMany): the event is surely not written.
 type eventWriteError struct {
 	typ EventType
 	msg string // Redis's error
@@ -754,7 +662,7 @@ type eventWriteError struct {
 
 func (e *eventWriteError) Error() string { return "queue: emit " + string(e.typ) + " event: " + e.msg }
 
-// readEmitMany reads replyEmitManyScript's reply into evs. Its error is the
+// readEmitMany reads store.ReplyEmitMany's reply into evs. Its error is the
 // call's (nothing was written, or what was is not known); an event whose own
 // commands failed gets its writeErr.
 func (r *Replies) readEmitMany(c *redis.Cmd, evs []*preparedEvent) error {

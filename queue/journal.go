@@ -10,7 +10,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lettaq/lettaq/internal/evalcmd"
 	"github.com/lettaq/lettaq/queue/internal/store"
 )
 
@@ -427,48 +426,6 @@ func journalDecodeIntents(taskID string, raw []string) ([]Intent, error) {
 	return out, nil
 }
 
-// journalSaveScript writes a record, its otid key and its index entries,
-// and refreshes the retention of the record's keys, in one command. Only a
-// save with keep finished runs it (it reads the record first); the others
-// run the same writes as plain commands (plainSaveOp).
-// KEYS: record, otid, intents, then the index keys. ARGV: record JSON, task
-// id, otid ("" for none), ttl ms, score, known ("1": ZADD, else ZADD NX:
-// keep the time of the first save), keep (index length), keep finished
-// ("1": write nothing over a record whose outcome is final), then one flag
-// per index key ("1": the record belongs in it, else it leaves it).
-// Returns 1, or 0 when a finished record was kept.
-var journalSaveScript = evalcmd.New(`
-if ARGV[8] == '1' then
-  local cur = redis.call('GET', KEYS[1])
-  if cur then
-    local ok, r = pcall(cjson.decode, cur)
-    if ok and type(r) == 'table' and (r.outcome == 'answered' or r.outcome == 'failed' or r.outcome == 'approval_required') then
-      return 0
-    end
-  end
-end
-local ttl = ARGV[4]
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ttl)
-if ARGV[3] ~= '' then redis.call('SET', KEYS[2], ARGV[2], 'PX', ttl) end
-redis.call('PEXPIRE', KEYS[3], ttl)
-local keep = tonumber(ARGV[7])
-for i = 4, #KEYS do
-  if ARGV[i + 5] == '1' then
-    local added
-    if ARGV[6] == '1' then
-      added = redis.call('ZADD', KEYS[i], ARGV[5], ARGV[2])
-    else
-      added = redis.call('ZADD', KEYS[i], 'NX', ARGV[5], ARGV[2])
-    end
-    if added > 0 then redis.call('ZREMRANGEBYRANK', KEYS[i], 0, -keep - 1) end
-    redis.call('PEXPIRE', KEYS[i], ttl)
-  elseif ARGV[i + 5] == '0' then
-    redis.call('ZREM', KEYS[i], ARGV[2])
-  end
-end
-return 1
-`)
-
 // Save writes rec (replacing any earlier version: last write wins), refreshes
 // its retention and updates the indexes, in one round trip.
 // rec is not modified; the stored copy gets UpdatedAt, and QueueWait and
@@ -499,7 +456,7 @@ func (j *Journal) saveOp(rec *TurnRecord, keepFinished bool, ix *journalIndexed)
 	if !keepFinished && j.single() {
 		return j.plainSaveOp(args, taskID, ix, wrote), nil
 	}
-	return store.ScriptOp(journalSaveScript, args, func(c *redis.Cmd) error {
+	return store.ScriptOp(store.JournalSave, args, func(c *redis.Cmd) error {
 		if err := c.Err(); err != nil {
 			return fmt.Errorf("queue: journal save %s: %w", taskID, err)
 		}
@@ -519,7 +476,7 @@ func (j *Journal) single() bool {
 
 // plainSaveOp is the save that args (saveArgs' command, without
 // keepFinished) describes, as plain commands in a MULTI … EXEC instead of
-// a call of journalSaveScript: Redis's thread spends 25–26 µs on a first
+// a call of store.JournalSave: Redis's thread spends 25–26 µs on a first
 // save this way against 36–38 µs on the script, the round trip included
 // (BenchmarkJournalSaveRedisCost; a script's redis.call costs Redis more
 // than the command itself, and its arguments are copied into Lua and back). Nothing in it
@@ -534,7 +491,7 @@ func (j *Journal) plainSaveOp(args []any, taskID string, ix *journalIndexed, wro
 		nk := args[2].(int)
 		keys, a := args[3:3+nk], args[3+nk:]
 		// a: record JSON, task id, otid, ttl, score, known, keep, keep
-		// finished, then one flag per index key (see journalSaveScript).
+		// finished, then one flag per index key (see store.JournalSave).
 		ttl := a[3]
 		// A save that writes only the record (a turn's later saves: its
 		// index entries and otid key are written) needs no transaction.
@@ -645,7 +602,7 @@ func (ix *journalIndexed) init(read *TurnRecord) {
 	ix.sure.Store(sure)
 }
 
-// saveArgs encodes rec as the command of journalSaveScript; ix: see
+// saveArgs encodes rec as the command of store.JournalSave; ix: see
 // saveOp.
 func (j *Journal) saveArgs(rec *TurnRecord, keepFinished bool, ix *journalIndexed) (args []any, err error) {
 	if rec == nil || rec.TaskID == "" {
@@ -686,7 +643,7 @@ func (j *Journal) saveArgs(rec *TurnRecord, keepFinished bool, ix *journalIndexe
 	n1 := len(p) + len("journal:turn:") + len(r.TaskID)
 	n2 := n1 + len(p) + len("journal:otid:") + len(r.Otid)
 	const nkeys = 3 + len(journalSaveFilters)
-	args = journalSaveScript.Args(nkeys, 8+len(journalSaveFilters))
+	args = store.JournalSave.Args(nkeys, 8+len(journalSaveFilters))
 	args = append(args, all[:n1], all[n1:n2], all[n2:])
 	args = append(args, j.indexKeys[:]...)
 	args = append(args, b, r.TaskID, otid, j.ttlArg, score, boolAny(known), j.keepN, boolAny(keepFinished))

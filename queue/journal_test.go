@@ -572,7 +572,7 @@ func TestJournalSavesSkipKnownIndexEntries(t *testing.T) {
 }
 
 // A save without keepFinished is plain commands (plainSaveOp), not a call of
-// journalSaveScript: from the same arguments both leave the same keys, values,
+// store.JournalSave: from the same arguments both leave the same keys, values,
 // expiries and index entries, through a series of saves that add, keep and
 // remove index entries, with and without the turn's index knowledge, and with
 // the index trimmed to its length.
@@ -600,7 +600,7 @@ func TestPlainSaveMatchesScript(t *testing.T) {
 				t.Fatal(err)
 			}
 			wrote := journalIndexedBits(rec)
-			sop := store.ScriptOp(journalSaveScript, args, func(c *redis.Cmd) error {
+			sop := store.ScriptOp(store.JournalSave, args, func(c *redis.Cmd) error {
 				if n, err := c.Int64(); err != nil || n != 1 {
 					return fmt.Errorf("script: %d %v", n, err)
 				}

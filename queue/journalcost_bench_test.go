@@ -14,7 +14,7 @@ import (
 // BenchmarkJournalSaveRedisCost measures what Redis spends on a turn's first
 // journal save (the record, its otid key, its entry in the recent index):
 // as plain commands in a MULTI … EXEC (plainSaveOp, what a worker on one
-// Redis sends) and as a call of journalSaveScript with the same arguments
+// Redis sends) and as a call of store.JournalSave with the same arguments
 // (what it sent before, and still sends on a Cluster). Each op is one round
 // trip; it reports Redis's main-thread CPU per save, redis-cpu-µs/save (INFO
 // cpu: meaningful on a Redis nothing else uses meanwhile; miniredis reports
@@ -37,7 +37,7 @@ func BenchmarkJournalSaveRedisCost(b *testing.B) {
 			if err != nil {
 				return nil, err
 			}
-			return store.ScriptOp(journalSaveScript, args, func(c *redis.Cmd) error { return c.Err() }), nil
+			return store.ScriptOp(store.JournalSave, args, func(c *redis.Cmd) error { return c.Err() }), nil
 		}},
 	} {
 		b.Run(v.name, func(b *testing.B) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/lettaq/lettaq/queue/internal/store"
 	"testing"
 	"time"
 )
@@ -263,7 +264,7 @@ func saveKeysArgs(j *Journal, rec *TurnRecord, keepFinished bool, ix *journalInd
 	if err != nil {
 		return nil, nil, err
 	}
-	if cmd[0] != "evalsha" || cmd[1] != journalSaveScript.Hash() {
+	if cmd[0] != "evalsha" || cmd[1] != store.JournalSave.Hash() {
 		return nil, nil, fmt.Errorf("saveArgs: command %v", cmd[:2])
 	}
 	n := cmd[2].(int)

@@ -174,9 +174,6 @@ func (th *threads) findOrCreate(ctx context.Context, m Message) (string, error) 
 	return c.ID, nil
 }
 
-// unlockScript deletes the lock only when it still holds our token.
-var unlockScript = redis.NewScript(`if redis.call("GET", KEYS[1]) == ARGV[1] then return redis.call("DEL", KEYS[1]) end return 0`)
-
 // acquire takes a short Redis lock, waiting for it (bounded by ctx).
 func (th *threads) acquire(ctx context.Context, key string) (func(), error) {
 	var b [16]byte
@@ -192,7 +189,7 @@ func (th *threads) acquire(ctx context.Context, key string) (func(), error) {
 			return func() {
 				uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 				defer cancel()
-				_ = unlockScript.Run(uctx, th.rdb, []string{key}, token).Err()
+				_ = store.Unlock.Run(uctx, th.rdb, []string{key}, token).Err()
 			}, nil
 		}
 		t := time.NewTimer(wait)

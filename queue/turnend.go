@@ -13,7 +13,6 @@ import (
 
 	"github.com/lettaq/lettaq/agentclient"
 	"github.com/lettaq/lettaq/continuation"
-	"github.com/lettaq/lettaq/internal/evalcmd"
 	"github.com/lettaq/lettaq/queue/internal/store"
 )
 
@@ -364,7 +363,7 @@ func (t *turn) resultOps(outcome, answer string, approval *ToolEvent) []store.Op
 		return nil
 	}
 	key := asynqTaskKey(t.queue, t.taskID)
-	return []store.Op{store.ScriptOp(writeResultScript, append(writeResultScript.Args(1, 1), key, b), func(c *redis.Cmd) error {
+	return []store.Op{store.ScriptOp(store.WriteResult, append(store.WriteResult.Args(1, 1), key, b), func(c *redis.Cmd) error {
 		err := c.Err()
 		if store.IsNoScript(err) {
 			return err // store.Run sends it again
@@ -376,14 +375,6 @@ func (t *turn) resultOps(outcome, answer string, approval *ToolEvent) []store.Op
 		return nil // the result is a summary: its loss does not fail the save
 	})}
 }
-
-// writeResultScript is Asynq's ResultWriter.Write (HSET of the task hash's
-// "result") for a task that still exists.
-var writeResultScript = evalcmd.New(`
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-redis.call('HSET', KEYS[1], 'result', ARGV[1])
-return 1
-`)
 
 func (t *turn) writeResult(outcome, answer string, approval *ToolEvent) {
 	b, err := t.resultJSON(outcome, answer, approval)

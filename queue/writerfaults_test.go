@@ -248,7 +248,7 @@ func BenchmarkFollowedScriptLoads(b *testing.B) {
 	ctx := context.Background()
 	rdb := testredis.StartPersistent(b).Client(b)
 	srcs := []string{}
-	for _, sha := range []string{replyEmitManyScript.Hash(), writeResultScript.Hash()} {
+	for _, sha := range []string{store.ReplyEmitMany.Hash(), store.WriteResult.Hash()} {
 		src, ok := evalcmd.Source(sha)
 		if !ok {
 			b.Fatal("not registered")
