@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lettaq/lettaq/queue/internal/codec"
 	"github.com/lettaq/lettaq/queue/internal/store"
 )
 
@@ -369,13 +370,13 @@ func appendReplyData(b []byte, ev *ReplyEvent) (_ []byte, ok bool) {
 	}
 	open := len(b)
 	b = append(b, '{')
-	b = appendStringField(b, `,"phase":`, ev.Phase)
-	b = appendIntField(b, `,"elapsed_ms":`, ev.Elapsed.Milliseconds())
+	b = codec.AppendStringField(b, `,"phase":`, ev.Phase)
+	b = codec.AppendIntField(b, `,"elapsed_ms":`, ev.Elapsed.Milliseconds())
 	if ev.Position != 0 || ev.Type == EventAccepted {
 		b = strconv.AppendInt(append(b, `,"position":`...), int64(ev.Position), 10)
 	}
 	if ev.Text != "" || ev.Type == EventAnswerDelta || ev.Type == EventAnswer || ev.Type == EventError {
-		b = appendJSONString(append(b, `,"text":`...), ev.Text)
+		b = codec.AppendString(append(b, `,"text":`...), ev.Text)
 	}
 	if ev.Narration {
 		b = append(b, `,"narration":true`...)
@@ -386,19 +387,19 @@ func appendReplyData(b []byte, ev *ReplyEvent) (_ []byte, ok bool) {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = appendJSONString(b, p)
+			b = codec.AppendString(b, p)
 		}
 		b = append(b, ']')
 	}
 	if ev.Tool != nil {
 		b = appendToolEventJSON(append(b, `,"tool":`...), ev.Tool)
 	}
-	b = appendStringField(b, `,"stop_reason":`, ev.StopReason)
+	b = codec.AppendStringField(b, `,"stop_reason":`, ev.StopReason)
 	if ev.Permanent || ev.Type == EventError {
 		b = strconv.AppendBool(append(b, `,"permanent":`...), ev.Permanent)
 	}
-	b = appendStringField(b, `,"answered_by":`, ev.AnsweredBy)
-	return closeObject(b, open), true
+	b = codec.AppendStringField(b, `,"answered_by":`, ev.AnsweredBy)
+	return codec.CloseObject(b, open), true
 }
 
 // preparedEvent is an event encoded for store.ReplyEmitMany, and where its
