@@ -16,6 +16,7 @@ import (
 	"github.com/lettaq/lettaq/agentclient"
 	"github.com/lettaq/lettaq/continuation"
 	"github.com/lettaq/lettaq/ordering"
+	"github.com/lettaq/lettaq/queue/internal/pace"
 	"github.com/lettaq/lettaq/queue/internal/store"
 )
 
@@ -336,7 +337,7 @@ type turn struct {
 	ixKnown    bool           // ix is set: the attempt read the record
 	att        int            // index of this attempt in rec.Attempts
 	st         *agentclient.StreamState
-	hb         *Heartbeat
+	hb         *pace.Heartbeat
 	deltas     *deltaPump
 	contPhase  continuation.Phase
 	agentPhase agentclient.Phase
@@ -624,7 +625,7 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 	t.st = agentclient.NewStreamState()
 	t.st.SetRunID(rec.RunID)
 	var beat string // the phase last emitted (emits never overlap)
-	t.hb = NewHeartbeatSince(rec.FirstStartedAt, w.cfg.HeartbeatInterval, func(phase string, elapsed time.Duration) {
+	t.hb = pace.NewHeartbeatSince(rec.FirstStartedAt, w.cfg.HeartbeatInterval, func(phase string, elapsed time.Duration) {
 		ev := ReplyEvent{Type: EventPhase, Phase: phase, Elapsed: elapsed}
 		if phase == beat {
 			// A repeat: it goes with the other turns' beats (lazyWindow).
