@@ -77,6 +77,13 @@
 //	message, its chat's approval unanswered   phase awaiting_approval    awaiting_approval   *BusyError: put back (policy wait, deny)
 //	  (ApprovalPolicy error)                  error, permanent           failed              SkipRetry → archived
 //
+// The rows from Completed to the put-back with no retry left are endOf's
+// (ending.go): a pure function from the decision to the final event, the
+// journal's outcome and what Asynq is told, which the turn then applies;
+// TestEndOfTable holds it to this table row by row. The others are decided
+// before there is a decision (the payload, the conversation's line, an
+// approval waiting).
+//
 // An approval answer (Message.Approval, made by Client.AnswerApproval) is a
 // turn like a message: the same table applies to it (see approval.go).
 //

@@ -289,19 +289,13 @@ func busyRetry(retryAfter time.Duration, busyInARow int) time.Duration {
 
 // busy ends an attempt refused because the thread is busy with another
 // run: the turn is put back (not a failure, not a resend).
-func (t *turn) busy(ctx context.Context, d continuation.Decision) error {
-	if t.outOfRetries(&BusyError{}) {
-		t.endProgress(ctx)
-		return t.giveUp("the agent's thread was busy with another run: " + d.Reason)
-	}
+func (t *turn) busy(ctx context.Context, e ending) error {
 	t.endProgress(ctx)
-	t.mu.Lock()
-	n := 0
-	for i := len(t.rec.Attempts) - 2; i >= 0 && t.rec.Attempts[i].Outcome == OutcomeBusy; i-- {
-		n++
+	if e.GaveUp {
+		return t.giveUp(e.Reason)
 	}
-	delay := busyRetry(agentclient.RetryAfter(d.Err), n+1)
-	t.attempt().Outcome, t.attempt().Error = OutcomeBusy, d.Reason
+	t.mu.Lock()
+	t.attempt().Outcome, t.attempt().Error = e.Outcome, e.Reason
 	attempt := t.attempt().N
 	t.mu.Unlock()
 	// The refused send stored nothing: the next attempt sends without
@@ -313,7 +307,7 @@ func (t *turn) busy(ctx context.Context, d continuation.Decision) error {
 	if err := t.save(ctx); err != nil {
 		t.log.Warn("could not journal the attempt", "error", err.Error())
 	}
-	t.log.Info("the agent's thread is busy with another run; the turn waits", "reason", d.Reason, "retry_in", delay.String())
+	t.log.Info("the agent's thread is busy with another run; the turn waits", "reason", e.Reason, "retry_in", e.Delay.String())
 	t.w.obs.AttemptFinished(t.queue, "busy", time.Since(t.start))
-	return &BusyError{Delay: delay, Reason: d.Reason, Err: d.Err}
+	return &BusyError{Delay: e.Delay, Reason: e.Reason, Err: e.Err}
 }
