@@ -212,18 +212,6 @@ func (p *PendingApproval) answerTaskID() string {
 	return AnswerTaskIDAfter(p.RequestTaskID, len(p.FailedAnswers))
 }
 
-// ApprovalEvent is the "approval" field of reply events: on
-// approval_required the request (every pending call, its expiry); on the
-// accepted event of an answer turn the answer (decision, cause, reason).
-type ApprovalEvent struct {
-	RequestTaskID string      `json:"request_task_id"`
-	Calls         []ToolEvent `json:"calls,omitempty"`
-	ExpiresAt     time.Time   `json:"expires_at,omitzero"`
-	Decision      string      `json:"decision,omitempty"`
-	Cause         string      `json:"cause,omitempty"`
-	Reason        string      `json:"reason,omitempty"`
-}
-
 // ErrNoApproval is returned (wrapped) when no approval request is known by
 // the given task id or otid.
 var ErrNoApproval = errors.New("queue: no approval request")

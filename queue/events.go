@@ -120,6 +120,18 @@ type ToolEvent struct {
 	Truncated bool   `json:"truncated,omitempty"`
 }
 
+// ApprovalEvent is the "approval" field of reply events: on
+// approval_required the request (every pending call, its expiry); on the
+// accepted event of an answer turn the answer (decision, cause, reason).
+type ApprovalEvent struct {
+	RequestTaskID string      `json:"request_task_id"`
+	Calls         []ToolEvent `json:"calls,omitempty"`
+	ExpiresAt     time.Time   `json:"expires_at,omitzero"`
+	Decision      string      `json:"decision,omitempty"`
+	Cause         string      `json:"cause,omitempty"`
+	Reason        string      `json:"reason,omitempty"`
+}
+
 // ReplyEvent is one event in a conversation's reply stream. Its JSON form
 // (MarshalJSON) is the stream entry's fields with data as a nested object,
 // plus "id", the stream entry id.

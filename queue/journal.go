@@ -68,6 +68,21 @@ const (
 // no record of a turn, or it has expired.
 var ErrNotFound = errors.New("queue: turn record not found")
 
+// ApprovalRecord is what the journal keeps of an approval (TurnRecord.Approval).
+type ApprovalRecord struct {
+	RequestTaskID string    `json:"request_task_id"`
+	Calls         []string  `json:"calls,omitempty"` // "name (call id)"
+	RequestedAt   time.Time `json:"requested_at,omitzero"`
+	ExpiresAt     time.Time `json:"expires_at,omitzero"`
+	AnsweredBy    string    `json:"answered_by,omitempty"`
+	AnsweredAt    time.Time `json:"answered_at,omitzero"`
+	// Decision: approved, denied or mixed; Cause: user, expired, moved_on.
+	Decision string `json:"decision,omitempty"`
+	Cause    string `json:"cause,omitempty"`
+	// Waited is the time the request waited for its answer (a human).
+	Waited time.Duration `json:"waited_ns,omitempty"`
+}
+
 // TurnRecord is what the journal keeps about one turn (one task). Durations
 // are stored as integer nanoseconds (fields named …_ns).
 type TurnRecord struct {
