@@ -99,8 +99,9 @@ const (
 	maxAnswerTaskID = 200
 )
 
-// Decision answers one pending tool call.
-type Decision struct {
+// ApprovalVerdict answers one pending tool call: approve or deny (the
+// payload's "decisions"; continuation.Decision is something else).
+type ApprovalVerdict struct {
 	ToolCallID string `json:"tool_call_id"`
 	Approve    bool   `json:"approve"`
 	Reason     string `json:"reason,omitempty"`
@@ -112,8 +113,8 @@ type Decision struct {
 //	 "decisions": [{"tool_call_id": "call-1", "approve": false, "reason": "not today"}]}
 type Answer struct {
 	// RequestTaskID is the task id of the turn that asked.
-	RequestTaskID string     `json:"request_task_id"`
-	Decisions     []Decision `json:"decisions"`
+	RequestTaskID string            `json:"request_task_id"`
+	Decisions     []ApprovalVerdict `json:"decisions"`
 	// Cause: AnswerByUser (default), AnswerExpired, AnswerMovedOn.
 	Cause string `json:"cause,omitempty"`
 }
@@ -371,7 +372,7 @@ type ApprovalReply struct {
 	Approve bool
 	Reason  string
 	// Decisions answer call by call; they must name every pending call.
-	Decisions []Decision
+	Decisions []ApprovalVerdict
 	// SenderID and MessageID (the integration's id of the button press)
 	// go to the journal. Optional.
 	SenderID  string
@@ -433,11 +434,11 @@ func (c *Client) AnswerApproval(ctx context.Context, r ApprovalReply) (EnqueueRe
 }
 
 // decide turns r into one decision per pending call of p.
-func decide(p *PendingApproval, r ApprovalReply) ([]Decision, error) {
+func decide(p *PendingApproval, r ApprovalReply) ([]ApprovalVerdict, error) {
 	if len(r.Decisions) == 0 {
-		out := make([]Decision, 0, len(p.Calls))
+		out := make([]ApprovalVerdict, 0, len(p.Calls))
 		for _, c := range p.Calls {
-			out = append(out, Decision{ToolCallID: c.CallID, Approve: r.Approve, Reason: r.Reason})
+			out = append(out, ApprovalVerdict{ToolCallID: c.CallID, Approve: r.Approve, Reason: r.Reason})
 		}
 		return out, nil
 	}
@@ -567,10 +568,10 @@ func (c *Client) ApprovalConversation(ctx context.Context, request string) (Conv
 //	 "message_id": "cb-77", "sender_id": "user-42"}   optional
 type AnswerPayload struct {
 	Answer *struct {
-		Request   string     `json:"request"`
-		Approve   bool       `json:"approve"`
-		Reason    string     `json:"reason,omitempty"`
-		Decisions []Decision `json:"decisions,omitempty"`
+		Request   string            `json:"request"`
+		Approve   bool              `json:"approve"`
+		Reason    string            `json:"reason,omitempty"`
+		Decisions []ApprovalVerdict `json:"decisions,omitempty"`
 	} `json:"answer"`
 	MessageID string `json:"message_id,omitempty"`
 	SenderID  string `json:"sender_id,omitempty"`

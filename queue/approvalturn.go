@@ -23,7 +23,7 @@ const OutcomeAwaitingApproval = "awaiting_approval"
 
 // PhaseAwaitingApproval: the message waits for the answer to its chat's
 // approval request.
-const PhaseAwaitingApproval = "awaiting_approval"
+const PhaseAwaitingApproval ReplyPhase = "awaiting_approval"
 
 // approvalWaitDelay is how often a waiting message looks again (the answer
 // turn's release wakes it sooner).

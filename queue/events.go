@@ -84,15 +84,21 @@ func (t EventType) Final() bool {
 	return t == EventAnswer || t == EventApprovalRequired || t == EventError
 }
 
+// ReplyPhase is what a turn is doing, as its phase and accepted events say
+// (ReplyEvent.Phase) and the journal's timeline keeps (PhaseMark). One
+// word for the user's view of a turn: the continuation's and the budget's
+// phases are other things.
+type ReplyPhase string
+
 // Phases carried by phase (and accepted) events.
 const (
-	PhaseQueued      = "queued"
-	PhaseConnecting  = "connecting"
-	PhaseStreaming   = "streaming"
-	PhaseThinking    = "thinking"
-	PhaseToolRunning = "tool_running"
-	PhaseRecovering  = "recovering"
-	PhaseContinuing  = "continuing"
+	PhaseQueued      ReplyPhase = "queued"
+	PhaseConnecting             = "connecting"
+	PhaseStreaming              = "streaming"
+	PhaseThinking               = "thinking"
+	PhaseToolRunning            = "tool_running"
+	PhaseRecovering             = "recovering"
+	PhaseContinuing             = "continuing"
 )
 
 // Tool statuses carried by ToolEvent.Status.
@@ -147,7 +153,7 @@ type ReplyEvent struct {
 	Seq  int64
 	Time time.Time
 
-	Phase      string
+	Phase      ReplyPhase
 	Elapsed    time.Duration // sent in whole milliseconds
 	Position   int
 	Text       string
@@ -382,7 +388,7 @@ func appendReplyData(b []byte, ev *ReplyEvent) (_ []byte, ok bool) {
 	}
 	open := len(b)
 	b = append(b, '{')
-	b = codec.AppendStringField(b, `,"phase":`, ev.Phase)
+	b = codec.AppendStringField(b, `,"phase":`, string(ev.Phase))
 	b = codec.AppendIntField(b, `,"elapsed_ms":`, ev.Elapsed.Milliseconds())
 	if ev.Position != 0 || ev.Type == EventAccepted {
 		b = strconv.AppendInt(append(b, `,"position":`...), int64(ev.Position), 10)
@@ -737,7 +743,7 @@ func replyTruncateUTF8(s string, n int) string {
 // replyData is the wire form of the type-specific fields. Pointer fields are
 // the ones that are always present for some types.
 type replyData struct {
-	Phase      string         `json:"phase,omitempty"`
+	Phase      ReplyPhase     `json:"phase,omitempty"`
 	ElapsedMS  int64          `json:"elapsed_ms,omitempty"`
 	Position   *int           `json:"position,omitempty"`
 	Text       *string        `json:"text,omitempty"`

@@ -60,7 +60,7 @@ const (
 // Resend decisions (Attempt.ResendDecision); "" when the question never came up.
 const (
 	ResendNotNeeded = "not_needed"
-	ResendResent    = "resent"
+	ResendSent      = "resent"
 	ResendForbidden = "forbidden"
 )
 

@@ -161,7 +161,7 @@ func TestJournalRecentFilters(t *testing.T) {
 		retried.Outcome = OutcomeAnswered
 
 		resent := rjRecord("resent", at(4))
-		resent.Attempts = []Attempt{{N: 1, TimeoutClock: TimeoutClockTotal}, {N: 2, ResendDecision: ResendResent}}
+		resent.Attempts = []Attempt{{N: 1, TimeoutClock: TimeoutClockTotal}, {N: 2, ResendDecision: ResendSent}}
 		resent.Resends = 1
 		resent.Outcome = OutcomeAnswered
 

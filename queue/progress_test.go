@@ -533,7 +533,7 @@ func TestWaitingPhasesAreSuperseded(t *testing.T) {
 		wr, r, _ := gatedWriter(b, gate)
 		conv := Conversation{Integration: "test", ChatID: "supersede"}
 		p := wr.newProgress(conv, func(err error) { t.Error(err) })
-		ph := func(phase string) ReplyEvent { return ReplyEvent{Type: EventPhase, TaskID: "t", Phase: phase} }
+		ph := func(phase ReplyPhase) ReplyEvent { return ReplyEvent{Type: EventPhase, TaskID: "t", Phase: phase} }
 		// The first event is taken and blocks in its round trip; the rest wait.
 		p.push(ph(PhaseConnecting))
 		waitTaken(wr, p)
@@ -562,7 +562,7 @@ func TestWaitingPhasesAreSuperseded(t *testing.T) {
 		for _, ev := range evs {
 			s := string(ev.Type)
 			if ev.Phase != "" {
-				s += ":" + ev.Phase
+				s += ":" + string(ev.Phase)
 			}
 			if ev.Text != "" {
 				s += ":" + ev.Text

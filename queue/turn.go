@@ -337,7 +337,7 @@ type turn struct {
 	ixKnown    bool           // ix is set: the attempt read the record
 	att        int            // index of this attempt in rec.Attempts
 	st         *agentclient.StreamState
-	hb         *pace.Heartbeat
+	hb         *pace.Heartbeat[ReplyPhase]
 	deltas     *deltaPump
 	contPhase  continuation.Phase
 	agentPhase agentclient.Phase
@@ -624,8 +624,8 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 
 	t.st = agentclient.NewStreamState()
 	t.st.SetRunID(rec.RunID)
-	var beat string // the phase last emitted (emits never overlap)
-	t.hb = pace.NewHeartbeatSince(rec.FirstStartedAt, w.cfg.HeartbeatInterval, func(phase string, elapsed time.Duration) {
+	var beat ReplyPhase // the phase last emitted (emits never overlap)
+	t.hb = pace.NewHeartbeatSince(rec.FirstStartedAt, w.cfg.HeartbeatInterval, func(phase ReplyPhase, elapsed time.Duration) {
 		ev := ReplyEvent{Type: EventPhase, Phase: phase, Elapsed: elapsed}
 		if phase == beat {
 			// A repeat: it goes with the other turns' beats (lazyWindow).
@@ -862,7 +862,7 @@ func (t *turn) onPhase(p continuation.Phase) {
 	}
 }
 
-func replyPhaseOf(p agentclient.Phase) string {
+func replyPhaseOf(p agentclient.Phase) ReplyPhase {
 	switch p {
 	case agentclient.PhaseWaiting, agentclient.PhaseThinking:
 		return PhaseThinking

@@ -33,7 +33,7 @@ func (t *turn) finish(ctx context.Context, d continuation.Decision) error {
 	}
 	switch d.Resend {
 	case continuation.ResendDone:
-		a.ResendDecision = ResendResent
+		a.ResendDecision = ResendSent
 		t.rec.Resends++
 	case continuation.ResendForbidden:
 		a.ResendDecision = ResendForbidden

@@ -14,13 +14,13 @@ const DefaultHeartbeatInterval = 4 * time.Second
 // then every interval after the last emit while the phase stays the same.
 // Emits never overlap: emit is called from one goroutine at a time, and it
 // must not call Set or Stop itself. Always Stop a Heartbeat.
-type Heartbeat struct {
+type Heartbeat[P ~string] struct {
 	interval time.Duration
-	emit     func(phase string, elapsed time.Duration)
+	emit     func(phase P, elapsed time.Duration)
 	start    time.Time
 
 	emitMu   sync.Mutex // held while emitting; guards phase, lastEmit, stopped and timer
-	phase    string
+	phase    P
 	lastEmit time.Time
 	stopped  bool
 	timer    *time.Timer // re-armed after each beat; no goroutine while waiting
@@ -28,18 +28,18 @@ type Heartbeat struct {
 
 // NewHeartbeat starts a heartbeat; elapsed is measured from now. interval
 // <= 0 means DefaultHeartbeatInterval. Nothing is emitted until the first Set.
-func NewHeartbeat(interval time.Duration, emit func(phase string, elapsed time.Duration)) *Heartbeat {
+func NewHeartbeat[P ~string](interval time.Duration, emit func(phase P, elapsed time.Duration)) *Heartbeat[P] {
 	return NewHeartbeatSince(time.Now(), interval, emit)
 }
 
 // NewHeartbeatSince is NewHeartbeat with elapsed measured from start (for
 // example the turn's first start, so that a retried attempt reports the time
 // spent in the whole turn).
-func NewHeartbeatSince(start time.Time, interval time.Duration, emit func(phase string, elapsed time.Duration)) *Heartbeat {
+func NewHeartbeatSince[P ~string](start time.Time, interval time.Duration, emit func(phase P, elapsed time.Duration)) *Heartbeat[P] {
 	if interval <= 0 {
 		interval = DefaultHeartbeatInterval
 	}
-	h := &Heartbeat{interval: interval, emit: emit, start: start}
+	h := &Heartbeat[P]{interval: interval, emit: emit, start: start}
 	h.emitMu.Lock()
 	h.timer = time.AfterFunc(interval, h.tick)
 	h.emitMu.Unlock()
@@ -49,7 +49,7 @@ func NewHeartbeatSince(start time.Time, interval time.Duration, emit func(phase 
 // Set makes phase the current phase; when it differs from the previous one
 // it is emitted before Set returns. Setting "" pauses the repeats. After
 // Stop, Set does nothing.
-func (h *Heartbeat) Set(phase string) {
+func (h *Heartbeat[P]) Set(phase P) {
 	h.emitMu.Lock()
 	defer h.emitMu.Unlock()
 	if h.stopped || phase == h.phase {
@@ -62,13 +62,13 @@ func (h *Heartbeat) Set(phase string) {
 	h.emitLocked()
 }
 
-func (h *Heartbeat) emitLocked() {
+func (h *Heartbeat[P]) emitLocked() {
 	h.lastEmit = time.Now()
 	h.emit(h.phase, h.lastEmit.Sub(h.start))
 }
 
 // Phase returns the current phase.
-func (h *Heartbeat) Phase() string {
+func (h *Heartbeat[P]) Phase() P {
 	h.emitMu.Lock()
 	defer h.emitMu.Unlock()
 	return h.phase
@@ -76,7 +76,7 @@ func (h *Heartbeat) Phase() string {
 
 // Stop ends the heartbeat. When it returns, no emit is running or will run.
 // Stop may be called any number of times.
-func (h *Heartbeat) Stop() {
+func (h *Heartbeat[P]) Stop() {
 	h.emitMu.Lock()
 	defer h.emitMu.Unlock()
 	h.stopped = true
@@ -85,7 +85,7 @@ func (h *Heartbeat) Stop() {
 
 // tick runs on the timer: it emits when a beat is due and re-arms. A
 // Heartbeat holds a timer, not a goroutine, while a turn waits.
-func (h *Heartbeat) tick() {
+func (h *Heartbeat[P]) tick() {
 	h.emitMu.Lock()
 	defer h.emitMu.Unlock()
 	if h.stopped {
