@@ -617,7 +617,7 @@ func answerHTTP(c *Client, w http.ResponseWriter, r *http.Request, body []byte) 
 // answerRawFault refuses an answer body with a key given twice, or an id
 // that encoding/json decoded with replacement (see payloadjson.go).
 func answerRawFault(body []byte) error {
-	if d := duplicateKey(body); d != nil {
+	if d := duplicateKey(body, answerFields); d != nil {
 		return d.error()
 	}
 	var raw struct {

@@ -29,9 +29,9 @@ func decodePayloadJSON(b []byte, whole bool) (Payload, error) {
 		}
 		return json.NewDecoder(bytes.NewReader(b)).Decode(v)
 	}
-	if d := duplicateKey(b); d != nil {
+	if d := duplicateKey(b, payloadFields); d != nil {
 		p := salvageConversation(decode)
-		if top, _, _ := strings.Cut(d.path, "."); string(foldKey([]byte(top))) == "conversation" {
+		if top, _, _ := strings.Cut(d.path, "."); !d.unknown && string(foldKey([]byte(top))) == "conversation" {
 			p.Conversation = Conversation{}
 		}
 		return p, d.error()

@@ -3,7 +3,10 @@ package queue
 import (
 	"bytes"
 	"encoding/json"
+	"reflect"
 	"strconv"
+	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 )
@@ -15,14 +18,19 @@ import (
 // copy the UTF-8 check reads is the null. A payload names each key once;
 // duplicateKey finds the first that is given twice.
 
-// keyDup is a key given twice in one object.
+// keyDup is a key given twice in one object, or (unknown) a key that no
+// field of the payload matches.
 type keyDup struct {
 	path         string // "message_id", "conversation.chat_id", "images[1].url"
 	first, again string // the key as decoded, at its first and second appearance
+	unknown      bool
 }
 
 // error returns the *ValidationError naming the key.
 func (d *keyDup) error() error {
+	if d.unknown {
+		return invalid(d.path, "is not a field of the payload (unknown fields are refused: a misspelled field would be dropped)")
+	}
 	if d.first == d.again {
 		return invalid(d.path, "is given more than once (a payload names each key once)")
 	}
@@ -31,14 +39,54 @@ func (d *keyDup) error() error {
 }
 
 // duplicateKey returns the first key given twice in one object of the
-// JSON value at the start of b, or nil. The payload's own objects compare
-// keys as encoding/json matches them to fields (folded, escapes decoded);
-// the top-level "metadata" map compares them as written. It reads what it
-// can of malformed JSON and stops there (the decoder names that fault).
-func duplicateKey(b []byte) *keyDup {
+// JSON value at the start of b, or a key that no field of schema matches
+// (unknown), or nil. The payload's own objects compare keys as
+// encoding/json matches them to fields (folded, escapes decoded); the
+// top-level "metadata" map compares them as written, and takes any key. It
+// reads what it can of malformed JSON and stops there (the decoder names
+// that fault).
+func duplicateKey(b []byte, schema jsonFields) *keyDup {
 	s := keyScan{b: b, keys: make([]seenKey, 0, 14)} // room for a payload's keys, nested
-	return s.value(0, false)
+	return s.value(0, false, schema)
 }
+
+// jsonFields is the keys an object may hold (folded, as encoding/json
+// matches them to fields), each with the fields of its value when that is
+// an object or an array of objects (nil: any value).
+type jsonFields map[string]jsonFields
+
+// fieldsOf is the jsonFields of values of type t, from its json tags (nil
+// for a value that is not a struct or a slice of structs).
+func fieldsOf(t reflect.Type) jsonFields {
+	for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice || t.Kind() == reflect.Array {
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct || t == reflect.TypeFor[time.Time]() {
+		return nil
+	}
+	f := jsonFields{}
+	for i := range t.NumField() {
+		sf := t.Field(i)
+		if !sf.IsExported() {
+			continue
+		}
+		name, _, _ := strings.Cut(sf.Tag.Get("json"), ",")
+		if name == "-" {
+			continue
+		}
+		if name == "" {
+			name = sf.Name
+		}
+		f[string(foldKey([]byte(name)))] = fieldsOf(sf.Type)
+	}
+	return f
+}
+
+// The keys a task payload and an approval answer's body may hold.
+var (
+	payloadFields = fieldsOf(reflect.TypeFor[Payload]())
+	answerFields  = fieldsOf(reflect.TypeFor[AnswerPayload]())
+)
 
 // keyScan walks JSON bytes, from i. keys holds the keys of the objects
 // being scanned, innermost last (one slice for the whole scan).
@@ -68,15 +116,16 @@ func (s *keyScan) space() {
 	}
 }
 
-// value scans one value at depth; mapKeys: it is the metadata map.
-func (s *keyScan) value(depth int, mapKeys bool) *keyDup {
+// value scans one value at depth; mapKeys: it is the metadata map; schema:
+// the keys its objects may hold (nil: any).
+func (s *keyScan) value(depth int, mapKeys bool, schema jsonFields) *keyDup {
 	s.space()
 	if s.i >= len(s.b) {
 		return nil
 	}
 	switch s.b[s.i] {
 	case '{':
-		return s.object(depth, mapKeys)
+		return s.object(depth, mapKeys, schema)
 	case '[':
 		s.i++
 		for n := 0; ; n++ {
@@ -89,7 +138,7 @@ func (s *keyScan) value(depth int, mapKeys bool) *keyDup {
 				return nil
 			}
 			start := s.i
-			if d := s.value(depth+1, false); d != nil {
+			if d := s.value(depth+1, false, schema); d != nil {
 				d.path = "[" + strconv.Itoa(n) + "]" + childPath(d.path)
 				return d
 			}
@@ -120,7 +169,7 @@ func endsLiteral(c byte) bool {
 }
 
 // object scans an object; s.b[s.i] is '{'.
-func (s *keyScan) object(depth int, mapKeys bool) *keyDup {
+func (s *keyScan) object(depth int, mapKeys bool, schema jsonFields) *keyDup {
 	s.i++
 	first := len(s.keys)
 	defer func() { s.keys = s.keys[:first] }()
@@ -167,6 +216,13 @@ func (s *keyScan) object(depth int, mapKeys bool) *keyDup {
 		if prev >= 0 {
 			return &keyDup{path: string(s.keys[prev].key), first: string(s.keys[prev].key), again: string(key)}
 		}
+		var child jsonFields
+		if schema != nil && !mapKeys {
+			var known bool
+			if child, known = schema[string(cmp)]; !known {
+				return &keyDup{path: string(key), unknown: true}
+			}
+		}
 		s.keys = append(s.keys, seenKey{cmp: cmp, key: key})
 		if many == nil && len(s.keys)-first > linearKeys {
 			many = make(map[string]int)
@@ -176,7 +232,7 @@ func (s *keyScan) object(depth int, mapKeys bool) *keyDup {
 		} else if many != nil {
 			many[string(cmp)] = len(s.keys) - 1
 		}
-		if d := s.value(depth+1, depth == 0 && string(cmp) == "metadata"); d != nil {
+		if d := s.value(depth+1, depth == 0 && string(cmp) == "metadata", child); d != nil {
 			d.path = string(key) + childPath(d.path)
 			return d
 		}
