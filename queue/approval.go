@@ -256,11 +256,13 @@ func newApprovals(r *Replies) *approvals {
 	return &approvals{rdb: r.rdb, prefix: r.opts.Prefix, ttl: r.opts.TTL}
 }
 
-func (a *approvals) keys() store.Keys            { return store.Keys{Prefix: a.prefix} }
-func (a *approvals) reqKey(taskID string) string { return a.keys().ApprovalRequest(taskID) }
-func (a *approvals) otidKey(otid string) string  { return a.keys().ApprovalOtid(otid) }
+// store is the Redis side of the approvals.
+func (a *approvals) store() store.Approvals {
+	return store.Approvals{RDB: a.rdb, Keys: store.Keys{Prefix: a.prefix}}
+}
+
 func (a *approvals) pendingKey(agentID, scope string) string {
-	return a.keys().ApprovalPending(agentID, scope)
+	return store.Keys{Prefix: a.prefix}.ApprovalPending(agentID, scope)
 }
 
 // keyTTL is how long p's keys live: the replies' TTL past p's expiry (saturating at the
@@ -284,33 +286,18 @@ func (a *approvals) save(ctx context.Context, p *PendingApproval) error {
 	if err != nil {
 		return err
 	}
-	ttl := a.keyTTL(p)
-	_, err = a.rdb.TxPipelined(ctx, func(pl redis.Pipeliner) error {
-		pl.Set(ctx, a.reqKey(p.RequestTaskID), b, ttl)
-		pl.Set(ctx, a.otidKey(p.Otid), p.RequestTaskID, ttl)
-		pl.Set(ctx, a.pendingKey(p.AgentID, p.Scope), p.RequestTaskID, ttl)
-		return nil
-	})
-	return err
+	return a.store().Save(ctx, p.RequestTaskID, p.Otid, p.AgentID, p.Scope, b, a.keyTTL(p))
 }
 
 // get returns the request of task id or otid ref.
 func (a *approvals) get(ctx context.Context, ref string) (*PendingApproval, error) {
-	b, err := a.rdb.Get(ctx, a.reqKey(ref)).Bytes()
-	if errors.Is(err, redis.Nil) {
-		id, ierr := a.rdb.Get(ctx, a.otidKey(ref)).Result()
-		if errors.Is(ierr, redis.Nil) {
-			return nil, fmt.Errorf("%w with task id or otid %q (unknown, or expired)", ErrNoApproval, ref)
-		}
-		if ierr != nil {
-			return nil, ierr
-		}
-		b, err = a.rdb.Get(ctx, a.reqKey(id)).Bytes()
-		if errors.Is(err, redis.Nil) {
-			return nil, fmt.Errorf("%w with otid %q (expired)", ErrNoApproval, ref)
-		}
-	}
-	if err != nil {
+	b, byOtid, err := a.store().Record(ctx, ref)
+	switch {
+	case errors.Is(err, store.ErrNoRequest) && byOtid:
+		return nil, fmt.Errorf("%w with otid %q (expired)", ErrNoApproval, ref)
+	case errors.Is(err, store.ErrNoRequest):
+		return nil, fmt.Errorf("%w with task id or otid %q (unknown, or expired)", ErrNoApproval, ref)
+	case err != nil:
 		return nil, err
 	}
 	var p PendingApproval
@@ -322,7 +309,7 @@ func (a *approvals) get(ctx context.Context, ref string) (*PendingApproval, erro
 
 // pendingFor returns the unanswered request of the thread scope names, or nil.
 func (a *approvals) pendingFor(ctx context.Context, agentID, scope string) (*PendingApproval, error) {
-	id, err := a.rdb.Get(ctx, a.pendingKey(agentID, scope)).Result()
+	id, err := a.store().Pending(ctx, agentID, scope)
 	return a.pendingOf(ctx, id, err)
 }
 
@@ -356,10 +343,7 @@ func (a *approvals) answered(ctx context.Context, p *PendingApproval, answerTask
 	if err != nil {
 		return err
 	}
-	if err := a.rdb.Set(ctx, a.reqKey(p.RequestTaskID), b, a.ttl).Err(); err != nil {
-		return err
-	}
-	return store.ClearPending.Run(ctx, a.rdb, []string{a.pendingKey(p.AgentID, p.Scope)}, p.RequestTaskID).Err()
+	return a.store().Answered(ctx, p.RequestTaskID, p.AgentID, p.Scope, b, a.ttl)
 }
 
 // ApprovalReply is an answer to an approval request, for
