@@ -2,7 +2,6 @@ package queue
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -117,19 +116,19 @@ func (th *threads) resolveKnown(ctx context.Context, m Message, known string) (s
 	if id, ok := th.local(m, known); ok {
 		return id, nil
 	}
-	key := ThreadKey(th.prefix, m.AgentID, m.Conversation)
-	if id, err := th.rdb.Get(ctx, key).Result(); err == nil && id != "" {
+	st, hash := th.store(), threadHash(m.AgentID, m.Conversation)
+	if id, err := st.Known(ctx, hash); err == nil && id != "" {
 		return id, nil
-	} else if err != nil && !errors.Is(err, redis.Nil) {
+	} else if err != nil {
 		return "", fmt.Errorf("read the thread of the conversation: %w", err)
 	}
 	if th.lock {
-		unlock, err := th.acquire(ctx, key+":lock")
+		unlock, err := st.Lock(ctx, hash, th.lockTTL)
 		if err != nil {
-			return "", err
+			return "", fmt.Errorf("lock the thread of the conversation: %w", err)
 		}
 		defer unlock()
-		if id, err := th.rdb.Get(ctx, key).Result(); err == nil && id != "" {
+		if id, err := st.Known(ctx, hash); err == nil && id != "" {
 			return id, nil
 		}
 	}
@@ -137,7 +136,7 @@ func (th *threads) resolveKnown(ctx context.Context, m Message, known string) (s
 	if err != nil {
 		return "", err
 	}
-	if err := th.rdb.Set(ctx, key, id, 0).Err(); err != nil {
+	if err := st.Keep(ctx, hash, id); err != nil {
 		// The conversation exists and carries its tag: the next attempt
 		// finds it again with summary_search.
 		return "", fmt.Errorf("store the thread of the conversation: %w", err)
@@ -174,33 +173,9 @@ func (th *threads) findOrCreate(ctx context.Context, m Message) (string, error) 
 	return c.ID, nil
 }
 
-// acquire takes a short Redis lock, waiting for it (bounded by ctx).
-func (th *threads) acquire(ctx context.Context, key string) (func(), error) {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	token := hex.EncodeToString(b[:])
-	wait := 20 * time.Millisecond
-	for {
-		ok, err := th.rdb.SetNX(ctx, key, token, th.lockTTL).Result()
-		if err != nil {
-			return nil, fmt.Errorf("lock the thread of the conversation: %w", err)
-		}
-		if ok {
-			return func() {
-				uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-				defer cancel()
-				_ = store.Unlock.Run(uctx, th.rdb, []string{key}, token).Err()
-			}, nil
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, fmt.Errorf("lock the thread of the conversation: %w", ctx.Err())
-		case <-t.C:
-		}
-		wait = min(2*wait, 500*time.Millisecond)
-	}
+// store is the Redis side of the threads.
+func (th *threads) store() store.Threads {
+	return store.Threads{RDB: th.rdb, Keys: store.Keys{Prefix: th.prefix}}
 }
 
 // resolveThread sets the turn's Letta conversation: the one an earlier

@@ -56,3 +56,6 @@ func (k Keys) Thread(hash string) string {
 	}
 	return k.Prefix + "thread:" + hash
 }
+
+// ThreadLock serialises creating the Letta conversation of hash.
+func (k Keys) ThreadLock(hash string) string { return k.Thread(hash) + ":lock" }

@@ -19,6 +19,7 @@ func TestKeys(t *testing.T) {
 		{k.ApprovalOtid("o"), "p:approval:otid:o"},
 		{k.ApprovalPending("a", "s"), "p:approval:pending:a:s"},
 		{k.Thread("h"), "p:thread:h"},
+		{k.ThreadLock("h"), "p:thread:h:lock"},
 		{Keys{}.Thread("h"), "lettaq:thread:h"},
 	} {
 		if c.got != c.want {
