@@ -18,6 +18,8 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/lettaq/lettaq/queue/internal/store"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/lettaq/lettaq/queue/internal/codec"
 )
 
 // Approvals (human in the loop; WIRE.md "Approvals").
@@ -601,8 +603,8 @@ func answerHTTP(c *Client, w http.ResponseWriter, r *http.Request, body []byte) 
 // answerRawFault refuses an answer body with a key given twice, or an id
 // that encoding/json decoded with replacement (see payloadjson.go).
 func answerRawFault(body []byte) error {
-	if d := duplicateKey(body, answerFields); d != nil {
-		return d.error()
+	if d := codec.FindKeyFault(body, answerFields); d != nil {
+		return keyFaultError(d)
 	}
 	var raw struct {
 		Answer struct {

@@ -1,8 +1,10 @@
-// Package codec holds the pieces of lettaq's hand-written JSON encoders
-// (the journal record, the task result, the reply event's data): each
-// writes what encoding/json writes for the same value (HTML-safe string
-// escaping, invalid UTF-8 as \ufffd, RFC 3339 times, omitempty), without
-// its reflection (~10% of an instant turn's CPU when it was used).
+// Package codec holds the pieces of lettaq's hand-written JSON codecs: the
+// encoders' (the journal record, the task result, the reply event's data),
+// each writing what encoding/json writes for the same value (HTML-safe
+// string escaping, invalid UTF-8 as \ufffd, RFC 3339 times, omitempty)
+// without its reflection (~10% of an instant turn's CPU when it was used);
+// and the payload decoder's key checks (FindKeyFault: keys given twice, or
+// matching no field; a top-level "metadata" object is a map of any keys).
 package codec
 
 import (
