@@ -136,12 +136,12 @@ func TestApprovalParallelCallsAnsweredTogether(t *testing.T) {
 		t.Fatalf("calls %+v", calls)
 	}
 	_, err := e.client.AnswerApproval(context.Background(), queue.ApprovalReply{Request: req.TaskID,
-		Decisions: []queue.Decision{{ToolCallID: calls[0].CallID, Approve: true}}})
+		Decisions: []queue.ApprovalVerdict{{ToolCallID: calls[0].CallID, Approve: true}}})
 	if ve, ok := queue.IsValidationError(err); !ok || !strings.Contains(ve.Error(), calls[1].CallID) {
 		t.Fatalf("partial answer: %v", err)
 	}
 	ans, err := e.client.AnswerApproval(context.Background(), queue.ApprovalReply{Request: req.TaskID,
-		Decisions: []queue.Decision{{ToolCallID: calls[1].CallID, Approve: false, Reason: "keep it"}, {ToolCallID: calls[0].CallID, Approve: true}}})
+		Decisions: []queue.ApprovalVerdict{{ToolCallID: calls[1].CallID, Approve: false, Reason: "keep it"}, {ToolCallID: calls[0].CallID, Approve: true}}})
 	if err != nil {
 		t.Fatal(err)
 	}

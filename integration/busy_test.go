@@ -71,7 +71,7 @@ func TestBusyAgentSharedByChats(t *testing.T) {
 					retried++
 				}
 				for _, a := range rec.Attempts[1:] {
-					if a.ResendDecision == queue.ResendResent || a.ResendDecision == queue.ResendForbidden {
+					if a.ResendDecision == queue.ResendSent || a.ResendDecision == queue.ResendForbidden {
 						t.Errorf("task %s attempt %d: resend decision %q after a busy refusal; a refused send stored nothing, the retry just sends",
 							r.TaskID, a.N, a.ResendDecision)
 					}

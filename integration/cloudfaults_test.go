@@ -15,7 +15,7 @@ import (
 // today"), each answered by the simulator: the outcome at the chat, the attempts in the journal,
 // and the user messages per otid at the simulator.
 
-func hasPhaseEvent(evs []queue.ReplyEvent, phase string) bool {
+func hasPhaseEvent(evs []queue.ReplyEvent, phase queue.ReplyPhase) bool {
 	for _, ev := range evs {
 		if ev.Type == queue.EventPhase && ev.Phase == phase {
 			return true

@@ -293,7 +293,7 @@ func TestClusterTurns(t *testing.T) {
 				clock = a.TimeoutClock
 			}
 			for _, p := range a.Phases {
-				continuing = continuing || p.Phase == queue.PhaseContinuing
+				continuing = continuing || p.Phase == string(queue.PhaseContinuing)
 			}
 		}
 		switch {

@@ -275,7 +275,7 @@ func faultMatrix() []faultCase {
 		{name: "drop-before-response", fault: &lettasim.Fault{DropBeforeResponse: true},
 			final: queue.EventAnswer, stored: 1, outcome: queue.OutcomeAnswered},
 		{name: "5xx-before-store-resend", fault: &lettasim.Fault{Status5xxBeforeStore: 503},
-			final: queue.EventAnswer, stored: 1, resend: queue.ResendResent, outcome: queue.OutcomeAnswered},
+			final: queue.EventAnswer, stored: 1, resend: queue.ResendSent, outcome: queue.OutcomeAnswered},
 		// Letta's API rate limit stored nothing: no search, no resend decision;
 		// the next attempt sends (issue 30; it used to look, then resend).
 		{name: "429", fault: &lettasim.Fault{Status429: true, RetryAfter: simDur(100 * time.Millisecond)},

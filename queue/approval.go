@@ -16,7 +16,10 @@ import (
 	"unicode/utf8"
 
 	"github.com/hibiken/asynq"
+	"github.com/lettaq/lettaq/queue/internal/store"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/lettaq/lettaq/queue/internal/codec"
 )
 
 // Approvals (human in the loop; WIRE.md "Approvals").
@@ -98,8 +101,9 @@ const (
 	maxAnswerTaskID = 200
 )
 
-// Decision answers one pending tool call.
-type Decision struct {
+// ApprovalVerdict answers one pending tool call: approve or deny (the
+// payload's "decisions"; continuation.Result is something else).
+type ApprovalVerdict struct {
 	ToolCallID string `json:"tool_call_id"`
 	Approve    bool   `json:"approve"`
 	Reason     string `json:"reason,omitempty"`
@@ -111,8 +115,8 @@ type Decision struct {
 //	 "decisions": [{"tool_call_id": "call-1", "approve": false, "reason": "not today"}]}
 type Answer struct {
 	// RequestTaskID is the task id of the turn that asked.
-	RequestTaskID string     `json:"request_task_id"`
-	Decisions     []Decision `json:"decisions"`
+	RequestTaskID string            `json:"request_task_id"`
+	Decisions     []ApprovalVerdict `json:"decisions"`
 	// Cause: AnswerByUser (default), AnswerExpired, AnswerMovedOn.
 	Cause string `json:"cause,omitempty"`
 }
@@ -211,18 +215,6 @@ func (p *PendingApproval) answerTaskID() string {
 	return AnswerTaskIDAfter(p.RequestTaskID, len(p.FailedAnswers))
 }
 
-// ApprovalEvent is the "approval" field of reply events: on
-// approval_required the request (every pending call, its expiry); on the
-// accepted event of an answer turn the answer (decision, cause, reason).
-type ApprovalEvent struct {
-	RequestTaskID string      `json:"request_task_id"`
-	Calls         []ToolEvent `json:"calls,omitempty"`
-	ExpiresAt     time.Time   `json:"expires_at,omitzero"`
-	Decision      string      `json:"decision,omitempty"`
-	Cause         string      `json:"cause,omitempty"`
-	Reason        string      `json:"reason,omitempty"`
-}
-
 // ErrNoApproval is returned (wrapped) when no approval request is known by
 // the given task id or otid.
 var ErrNoApproval = errors.New("queue: no approval request")
@@ -266,10 +258,13 @@ func newApprovals(r *Replies) *approvals {
 	return &approvals{rdb: r.rdb, prefix: r.opts.Prefix, ttl: r.opts.TTL}
 }
 
-func (a *approvals) reqKey(taskID string) string { return a.prefix + "approval:req:" + taskID }
-func (a *approvals) otidKey(otid string) string  { return a.prefix + "approval:otid:" + otid }
+// store is the Redis side of the approvals.
+func (a *approvals) store() store.Approvals {
+	return store.Approvals{RDB: a.rdb, Keys: store.Keys{Prefix: a.prefix}}
+}
+
 func (a *approvals) pendingKey(agentID, scope string) string {
-	return a.prefix + "approval:pending:" + agentID + ":" + scope
+	return store.Keys{Prefix: a.prefix}.ApprovalPending(agentID, scope)
 }
 
 // keyTTL is how long p's keys live: the replies' TTL past p's expiry (saturating at the
@@ -293,33 +288,18 @@ func (a *approvals) save(ctx context.Context, p *PendingApproval) error {
 	if err != nil {
 		return err
 	}
-	ttl := a.keyTTL(p)
-	_, err = a.rdb.TxPipelined(ctx, func(pl redis.Pipeliner) error {
-		pl.Set(ctx, a.reqKey(p.RequestTaskID), b, ttl)
-		pl.Set(ctx, a.otidKey(p.Otid), p.RequestTaskID, ttl)
-		pl.Set(ctx, a.pendingKey(p.AgentID, p.Scope), p.RequestTaskID, ttl)
-		return nil
-	})
-	return err
+	return a.store().Save(ctx, p.RequestTaskID, p.Otid, p.AgentID, p.Scope, b, a.keyTTL(p))
 }
 
 // get returns the request of task id or otid ref.
 func (a *approvals) get(ctx context.Context, ref string) (*PendingApproval, error) {
-	b, err := a.rdb.Get(ctx, a.reqKey(ref)).Bytes()
-	if errors.Is(err, redis.Nil) {
-		id, ierr := a.rdb.Get(ctx, a.otidKey(ref)).Result()
-		if errors.Is(ierr, redis.Nil) {
-			return nil, fmt.Errorf("%w with task id or otid %q (unknown, or expired)", ErrNoApproval, ref)
-		}
-		if ierr != nil {
-			return nil, ierr
-		}
-		b, err = a.rdb.Get(ctx, a.reqKey(id)).Bytes()
-		if errors.Is(err, redis.Nil) {
-			return nil, fmt.Errorf("%w with otid %q (expired)", ErrNoApproval, ref)
-		}
-	}
-	if err != nil {
+	b, byOtid, err := a.store().Record(ctx, ref)
+	switch {
+	case errors.Is(err, store.ErrNoRequest) && byOtid:
+		return nil, fmt.Errorf("%w with otid %q (expired)", ErrNoApproval, ref)
+	case errors.Is(err, store.ErrNoRequest):
+		return nil, fmt.Errorf("%w with task id or otid %q (unknown, or expired)", ErrNoApproval, ref)
+	case err != nil:
 		return nil, err
 	}
 	var p PendingApproval
@@ -331,7 +311,7 @@ func (a *approvals) get(ctx context.Context, ref string) (*PendingApproval, erro
 
 // pendingFor returns the unanswered request of the thread scope names, or nil.
 func (a *approvals) pendingFor(ctx context.Context, agentID, scope string) (*PendingApproval, error) {
-	id, err := a.rdb.Get(ctx, a.pendingKey(agentID, scope)).Result()
+	id, err := a.store().Pending(ctx, agentID, scope)
 	return a.pendingOf(ctx, id, err)
 }
 
@@ -354,12 +334,6 @@ func (a *approvals) pendingOf(ctx context.Context, id string, err error) (*Pendi
 	return p, nil
 }
 
-// clearPendingLua: KEYS[1]=pending key; ARGV[1]=request task id. Deletes
-// the key only while it names that request.
-var clearPendingLua = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0`)
-
 // answered records that answer task answerTaskID ended the request p (ans
 // nil: its decision is not known).
 func (a *approvals) answered(ctx context.Context, p *PendingApproval, answerTaskID string, ans *Answer, at time.Time) error {
@@ -371,10 +345,7 @@ func (a *approvals) answered(ctx context.Context, p *PendingApproval, answerTask
 	if err != nil {
 		return err
 	}
-	if err := a.rdb.Set(ctx, a.reqKey(p.RequestTaskID), b, a.ttl).Err(); err != nil {
-		return err
-	}
-	return clearPendingLua.Run(ctx, a.rdb, []string{a.pendingKey(p.AgentID, p.Scope)}, p.RequestTaskID).Err()
+	return a.store().Answered(ctx, p.RequestTaskID, p.AgentID, p.Scope, b, a.ttl)
 }
 
 // ApprovalReply is an answer to an approval request, for
@@ -387,7 +358,7 @@ type ApprovalReply struct {
 	Approve bool
 	Reason  string
 	// Decisions answer call by call; they must name every pending call.
-	Decisions []Decision
+	Decisions []ApprovalVerdict
 	// SenderID and MessageID (the integration's id of the button press)
 	// go to the journal. Optional.
 	SenderID  string
@@ -449,11 +420,11 @@ func (c *Client) AnswerApproval(ctx context.Context, r ApprovalReply) (EnqueueRe
 }
 
 // decide turns r into one decision per pending call of p.
-func decide(p *PendingApproval, r ApprovalReply) ([]Decision, error) {
+func decide(p *PendingApproval, r ApprovalReply) ([]ApprovalVerdict, error) {
 	if len(r.Decisions) == 0 {
-		out := make([]Decision, 0, len(p.Calls))
+		out := make([]ApprovalVerdict, 0, len(p.Calls))
 		for _, c := range p.Calls {
-			out = append(out, Decision{ToolCallID: c.CallID, Approve: r.Approve, Reason: r.Reason})
+			out = append(out, ApprovalVerdict{ToolCallID: c.CallID, Approve: r.Approve, Reason: r.Reason})
 		}
 		return out, nil
 	}
@@ -583,10 +554,10 @@ func (c *Client) ApprovalConversation(ctx context.Context, request string) (Conv
 //	 "message_id": "cb-77", "sender_id": "user-42"}   optional
 type AnswerPayload struct {
 	Answer *struct {
-		Request   string     `json:"request"`
-		Approve   bool       `json:"approve"`
-		Reason    string     `json:"reason,omitempty"`
-		Decisions []Decision `json:"decisions,omitempty"`
+		Request   string            `json:"request"`
+		Approve   bool              `json:"approve"`
+		Reason    string            `json:"reason,omitempty"`
+		Decisions []ApprovalVerdict `json:"decisions,omitempty"`
 	} `json:"answer"`
 	MessageID string `json:"message_id,omitempty"`
 	SenderID  string `json:"sender_id,omitempty"`
@@ -632,8 +603,8 @@ func answerHTTP(c *Client, w http.ResponseWriter, r *http.Request, body []byte) 
 // answerRawFault refuses an answer body with a key given twice, or an id
 // that encoding/json decoded with replacement (see payloadjson.go).
 func answerRawFault(body []byte) error {
-	if d := duplicateKey(body); d != nil {
-		return d.error()
+	if d := codec.FindKeyFault(body, answerFields); d != nil {
+		return keyFaultError(d)
 	}
 	var raw struct {
 		Answer struct {

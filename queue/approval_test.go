@@ -55,12 +55,12 @@ func approvalClient(t *testing.T) (*Client, *Replies, *PendingApproval, string) 
 func TestAnswerApprovalRefusesPartialAnswers(t *testing.T) {
 	c, _, p, _ := approvalClient(t)
 	ctx := context.Background()
-	_, err := c.AnswerApproval(ctx, ApprovalReply{Request: p.RequestTaskID, Decisions: []Decision{{ToolCallID: "call-1", Approve: true}}})
+	_, err := c.AnswerApproval(ctx, ApprovalReply{Request: p.RequestTaskID, Decisions: []ApprovalVerdict{{ToolCallID: "call-1", Approve: true}}})
 	ve, ok := IsValidationError(err)
 	if !ok || ve.Field != "approval.decisions" || !strings.Contains(err.Error(), "call-2") || strings.Contains(err.Error(), "call-1,") {
 		t.Fatalf("partial answer: %v, want a validation error naming call-2", err)
 	}
-	_, err = c.AnswerApproval(ctx, ApprovalReply{Request: p.RequestTaskID, Decisions: []Decision{
+	_, err = c.AnswerApproval(ctx, ApprovalReply{Request: p.RequestTaskID, Decisions: []ApprovalVerdict{
 		{ToolCallID: "call-1"}, {ToolCallID: "call-2"}, {ToolCallID: "call-9"}}})
 	if ve, ok := IsValidationError(err); !ok || !strings.Contains(ve.Error(), "call-9") {
 		t.Fatalf("unknown call: %v", err)
@@ -153,13 +153,13 @@ func TestAnswerApprovalReplacesScheduledExpiry(t *testing.T) {
 
 func TestApprovalAndImagePayloadValidation(t *testing.T) {
 	conv := Conversation{Integration: "web", ChatID: "c"}
-	ans := &Answer{RequestTaskID: "turn:x", Decisions: []Decision{{ToolCallID: "call-1", Approve: true}}}
+	ans := &Answer{RequestTaskID: "turn:x", Decisions: []ApprovalVerdict{{ToolCallID: "call-1", Approve: true}}}
 	big := strings.Repeat("A", MaxImageBytes*4/3+8)
 	for field, m := range map[string]Message{
 		"text":                               {AgentID: "a", Text: "hi", Conversation: conv, Approval: ans},
 		"approval.decisions":                 {AgentID: "a", Conversation: conv, Approval: &Answer{RequestTaskID: "turn:x"}},
 		"approval.request_task_id":           {AgentID: "a", Conversation: conv, Approval: &Answer{Decisions: ans.Decisions}},
-		"approval.decisions[1].tool_call_id": {AgentID: "a", Conversation: conv, Approval: &Answer{RequestTaskID: "r", Decisions: []Decision{{ToolCallID: "c"}, {ToolCallID: "c"}}}},
+		"approval.decisions[1].tool_call_id": {AgentID: "a", Conversation: conv, Approval: &Answer{RequestTaskID: "r", Decisions: []ApprovalVerdict{{ToolCallID: "c"}, {ToolCallID: "c"}}}},
 		"images":                             {AgentID: "a", Text: "t", Conversation: conv, Images: make([]Image, MaxImages+1)},
 		"images[0].url":                      {AgentID: "a", Text: "t", Conversation: conv, Images: []Image{{URL: "file:///etc/passwd"}}},
 		"images[1].media_type":               {AgentID: "a", Conversation: conv, Images: []Image{{URL: "https://x.test/a.png"}, {MediaType: "text/html", Data: "QQ=="}}},

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/lettaq/lettaq/agentclient"
-	"github.com/lettaq/lettaq/continuation"
 )
 
 // The worker's side of approvals (see approval.go): a turn that ends with
@@ -24,7 +23,7 @@ const OutcomeAwaitingApproval = "awaiting_approval"
 
 // PhaseAwaitingApproval: the message waits for the answer to its chat's
 // approval request.
-const PhaseAwaitingApproval = "awaiting_approval"
+const PhaseAwaitingApproval ReplyPhase = "awaiting_approval"
 
 // approvalWaitDelay is how often a waiting message looks again (the answer
 // turn's release wakes it sooner).
@@ -357,33 +356,6 @@ func (t *turn) awaitApproval(ctx context.Context, log *slog.Logger, p *PendingAp
 	log.Info("the message waits for the answer to the chat's approval request", "retry_in", approvalWaitDelay.String())
 	t.w.obs.AttemptFinished(t.queue, "busy", time.Since(t.start))
 	return &BusyError{Delay: approvalWaitDelay, Reason: "waiting for the answer to approval request " + p.RequestTaskID}
-}
-
-// imageRejected: a 400 refusing a message with images is the server
-// failing to fetch one; the error names the URLs.
-func (t *turn) imageRejected(d continuation.Result, reason string) string {
-	if len(t.msg.Images) == 0 || agentclient.StatusCode(d.Err) != 400 {
-		return reason
-	}
-	if urls := imageURLs(t.msg.Images); urls != "" {
-		return "the server could not use the message's images (" + urls + "): " + reason
-	}
-	return reason
-}
-
-// ApprovalRecord is what the journal keeps of an approval (TurnRecord.Approval).
-type ApprovalRecord struct {
-	RequestTaskID string    `json:"request_task_id"`
-	Calls         []string  `json:"calls,omitempty"` // "name (call id)"
-	RequestedAt   time.Time `json:"requested_at,omitzero"`
-	ExpiresAt     time.Time `json:"expires_at,omitzero"`
-	AnsweredBy    string    `json:"answered_by,omitempty"`
-	AnsweredAt    time.Time `json:"answered_at,omitzero"`
-	// Decision: approved, denied or mixed; Cause: user, expired, moved_on.
-	Decision string `json:"decision,omitempty"`
-	Cause    string `json:"cause,omitempty"`
-	// Waited is the time the request waited for its answer (a human).
-	Waited time.Duration `json:"waited_ns,omitempty"`
 }
 
 func approvalRecordOf(p *PendingApproval) *ApprovalRecord {

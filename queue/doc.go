@@ -64,9 +64,9 @@
 //	Rejected, retryable (409 other)           –                          retrying            *RetryAfterError (Retry-After, ≥1s)
 //	Rejected, 409 pending approval            error, permanent           failed              SkipRetry → archived
 //	Busy (409 busy, another run)              –                          busy                *BusyError: put back (no retry used), Retry-After or 1s…16s
-//	Refused (503 deploy, 429 API rate limit)  phase rate_limited/…       not_admitted        *RetryAfterError (Retry-After ≤ MaxServerRetryAfter, else 2s…1m); intent withdrawn
+//	Refused (503 deploy, 429 API rate limit)  – (phase says which)     not_admitted        *RetryAfterError (Retry-After ≤ MaxServerRetryAfter, else 2s…1m); intent withdrawn
 //	Rejected, 429/402 account limit           error, permanent (cause)   failed              SkipRetry → archived
-//	NotAdmitted, model rate limit (BackOff)   phase rate_limited         not_admitted        *RetryAfterError (2s doubling, ≤1m); next attempt looks first
+//	NotAdmitted, model rate limit (BackOff)   – (phase rate_limited)     not_admitted        *RetryAfterError (2s doubling, ≤1m); next attempt looks first
 //	StillRunning (budget spent, run alive)    –                          still_running       *RetryAfterError (StuckRetryDelay)
 //	NotAdmitted, resend forbidden             error, permanent           failed              SkipRetry → archived
 //	NotAdmitted after a resend                –                          not_admitted        error → retry; next attempt looks first
@@ -79,6 +79,13 @@
 //	merged into another turn (coalescing)     by the answering turn      coalesced           nil
 //	message, its chat's approval unanswered   phase awaiting_approval    awaiting_approval   *BusyError: put back (policy wait, deny)
 //	  (ApprovalPolicy error)                  error, permanent           failed              SkipRetry → archived
+//
+// The rows from Completed to the put-back with no retry left are endOf's
+// (ending.go): a pure function from the decision to the final event, the
+// journal's outcome and what Asynq is told, which the turn then applies;
+// TestEndOfTable holds it to this table row by row. The others are decided
+// before there is a decision (the payload, the conversation's line, an
+// approval waiting).
 //
 // An approval answer (Message.Approval, made by Client.AnswerApproval) is a
 // turn like a message: the same table applies to it (see approval.go).

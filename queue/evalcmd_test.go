@@ -12,6 +12,7 @@ import (
 
 	"github.com/lettaq/lettaq/internal/testredis"
 	"github.com/lettaq/lettaq/ordering"
+	"github.com/lettaq/lettaq/queue/internal/store"
 )
 
 // A turn's last round trip (the final event, the journal's intent and
@@ -80,7 +81,7 @@ func TestTurnOpsAfterScriptFlush(t *testing.T) {
 				t.Fatal(err)
 			}
 			var wrote int64
-			result := scriptOp(writeResultScript, append(writeResultScript.Args(1, 1), asynqTaskKey("q", "t"), []byte(`{"ok":1}`)),
+			result := store.ScriptOp(store.WriteResult, append(store.WriteResult.Args(1, 1), asynqTaskKey("q", "t"), []byte(`{"ok":1}`)),
 				func(c *redis.Cmd) error {
 					var err error
 					wrote, err = c.Int64()
@@ -97,8 +98,8 @@ func TestTurnOpsAfterScriptFlush(t *testing.T) {
 					return err
 				}
 			}
-			ops := []pipelineOp{r.emitManyOp([]*preparedEvent{final}, nil), intent, save, result, release}
-			for i, err := range runOps(ctx, rdb, ops) {
+			ops := []store.Op{r.emitManyOp([]*preparedEvent{final}, nil), intent, save, result, release}
+			for i, err := range store.Run(ctx, rdb, ops) {
 				if err != nil {
 					t.Fatalf("op %d: %v", i, err)
 				}

@@ -12,7 +12,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lettaq/lettaq/internal/evalcmd"
+	"github.com/lettaq/lettaq/queue/internal/codec"
+	"github.com/lettaq/lettaq/queue/internal/store"
 )
 
 // Reply events: the wire format is specified in docs/reply-events.md (the one copy of it).
@@ -83,21 +84,27 @@ func (t EventType) Final() bool {
 	return t == EventAnswer || t == EventApprovalRequired || t == EventError
 }
 
+// ReplyPhase is what a turn is doing, as its phase and accepted events say
+// (ReplyEvent.Phase) and the journal's timeline keeps (PhaseMark). One
+// word for the user's view of a turn: the continuation's and the budget's
+// phases are other things.
+type ReplyPhase string
+
 // Phases carried by phase (and accepted) events.
 const (
-	PhaseQueued      = "queued"
-	PhaseConnecting  = "connecting"
-	PhaseStreaming   = "streaming"
-	PhaseThinking    = "thinking"
-	PhaseToolRunning = "tool_running"
-	PhaseRecovering  = "recovering"
-	PhaseContinuing  = "continuing"
+	PhaseQueued      ReplyPhase = "queued"
+	PhaseConnecting  ReplyPhase = "connecting"
+	PhaseStreaming   ReplyPhase = "streaming"
+	PhaseThinking    ReplyPhase = "thinking"
+	PhaseToolRunning ReplyPhase = "tool_running"
+	PhaseRecovering  ReplyPhase = "recovering"
+	PhaseContinuing  ReplyPhase = "continuing"
 	// PhaseRateLimited: Letta refused a request with 429 (its API rate
 	// limit, or the model's); the turn waits and tries again.
-	PhaseRateLimited = "rate_limited"
+	PhaseRateLimited ReplyPhase = "rate_limited"
 	// PhaseLettaDeploying: Letta Cloud refused the message while it
 	// deploys (503 cloud_api_shutting_down); sent again after Retry-After.
-	PhaseLettaDeploying = "letta_deploying"
+	PhaseLettaDeploying ReplyPhase = "letta_deploying"
 )
 
 // Tool statuses carried by ToolEvent.Status.
@@ -125,6 +132,18 @@ type ToolEvent struct {
 	Truncated bool   `json:"truncated,omitempty"`
 }
 
+// ApprovalEvent is the "approval" field of reply events: on
+// approval_required the request (every pending call, its expiry); on the
+// accepted event of an answer turn the answer (decision, cause, reason).
+type ApprovalEvent struct {
+	RequestTaskID string      `json:"request_task_id"`
+	Calls         []ToolEvent `json:"calls,omitempty"`
+	ExpiresAt     time.Time   `json:"expires_at,omitzero"`
+	Decision      string      `json:"decision,omitempty"`
+	Cause         string      `json:"cause,omitempty"`
+	Reason        string      `json:"reason,omitempty"`
+}
+
 // ReplyEvent is one event in a conversation's reply stream. Its JSON form
 // (MarshalJSON) is the stream entry's fields with data as a nested object,
 // plus "id", the stream entry id.
@@ -140,7 +159,7 @@ type ReplyEvent struct {
 	Seq  int64
 	Time time.Time
 
-	Phase      string
+	Phase      ReplyPhase
 	Elapsed    time.Duration // sent in whole milliseconds
 	Position   int
 	Text       string
@@ -206,43 +225,13 @@ func NewReplies(rdb redis.UniversalClient, opts RepliesOptions) *Replies {
 // Key returns the stream key of c (see the wire format above). It does not
 // validate c; Emit and Read do.
 func (r *Replies) Key(c Conversation) string {
-	return r.opts.Prefix + "replies:" + c.Integration + ":" + c.ChatID
+	return r.keys().Replies(c.Integration, c.ChatID)
 }
 
-func (r *Replies) seqKey(taskID string) string      { return r.opts.Prefix + "seq:" + taskID }
-func (r *Replies) answeredKey(taskID string) string { return r.opts.Prefix + "answered:" + taskID }
-func (r *Replies) acceptedKey(taskID string) string { return r.opts.Prefix + "accepted:" + taskID }
-
-// replyEmitScript increments the turn's seq and appends the event in one
-// step, so that stream order and seq order agree across workers. With a
-// third key (the answered marker) it writes nothing when the marker exists,
-// and sets it otherwise.
-//
-// KEYS: stream, seq[, answered]
-// ARGV: maxlen, ttl_ms, stream_ttl_ms, then 5 field/value pairs written
-// before "seq", then the 2 pairs written after it (prepare makes them).
-var replyEmitScript = redis.NewScript(`
-local once = #KEYS == 3
-if once and redis.call('EXISTS', KEYS[3]) == 1 then
-  return {0, '', 0}
-end
-local seq = redis.call('INCR', KEYS[2])
-local ttl = tonumber(ARGV[2])
-if ttl > 0 then redis.call('PEXPIRE', KEYS[2], ttl) end
-local id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*',
-  ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11], ARGV[12], ARGV[13],
-  'seq', tostring(seq), ARGV[14], ARGV[15], ARGV[16], ARGV[17])
-local sttl = tonumber(ARGV[3])
-if sttl > 0 then redis.call('PEXPIRE', KEYS[1], sttl) end
-if once then
-  if ttl > 0 then
-    redis.call('SET', KEYS[3], id, 'PX', ttl)
-  else
-    redis.call('SET', KEYS[3], id)
-  end
-end
-return {1, id, seq}
-`)
+func (r *Replies) keys() store.Keys                 { return store.Keys{Prefix: r.opts.Prefix} }
+func (r *Replies) seqKey(taskID string) string      { return r.keys().Seq(taskID) }
+func (r *Replies) answeredKey(taskID string) string { return r.keys().Answered(taskID) }
+func (r *Replies) acceptedKey(taskID string) string { return r.keys().Accepted(taskID) }
 
 // Emit appends ev to c's stream. It assigns Seq (from the turn's counter,
 // atomically with the append) and Time, and returns the event as written.
@@ -299,7 +288,7 @@ func (r *Replies) emit(ctx context.Context, c Conversation, ev ReplyEvent, marke
 	if err != nil {
 		return ev, false, err
 	}
-	res, err := replyEmitScript.Run(ctx, r.rdb, keys, args...).Slice()
+	res, err := store.ReplyEmit.Run(ctx, r.rdb, keys, args...).Slice()
 	if err != nil {
 		return ev, false, fmt.Errorf("queue: emit %s for task %s: %w", ev.Type, ev.TaskID, err)
 	}
@@ -315,7 +304,7 @@ func (r *Replies) emit(ctx context.Context, c Conversation, ev ReplyEvent, marke
 }
 
 // prepare validates ev, completes it (Parts, truncated tool return, Time)
-// and encodes it for replyEmitScript: keys stream, seq[, marker], args
+// and encodes it for store.ReplyEmit: keys stream, seq[, marker], args
 // maxlen, ttl, stream ttl, then the entry's field/value pairs.
 func (r *Replies) prepare(c Conversation, ev ReplyEvent, marker string) (ReplyEvent, []string, []any, error) {
 	ev, at, data, err := r.complete(c, ev)
@@ -405,13 +394,13 @@ func appendReplyData(b []byte, ev *ReplyEvent) (_ []byte, ok bool) {
 	}
 	open := len(b)
 	b = append(b, '{')
-	b = appendStringField(b, `,"phase":`, ev.Phase)
-	b = appendIntField(b, `,"elapsed_ms":`, ev.Elapsed.Milliseconds())
+	b = codec.AppendStringField(b, `,"phase":`, string(ev.Phase))
+	b = codec.AppendIntField(b, `,"elapsed_ms":`, ev.Elapsed.Milliseconds())
 	if ev.Position != 0 || ev.Type == EventAccepted {
 		b = strconv.AppendInt(append(b, `,"position":`...), int64(ev.Position), 10)
 	}
 	if ev.Text != "" || ev.Type == EventAnswerDelta || ev.Type == EventAnswer || ev.Type == EventError {
-		b = appendJSONString(append(b, `,"text":`...), ev.Text)
+		b = codec.AppendString(append(b, `,"text":`...), ev.Text)
 	}
 	if ev.Narration {
 		b = append(b, `,"narration":true`...)
@@ -422,82 +411,22 @@ func appendReplyData(b []byte, ev *ReplyEvent) (_ []byte, ok bool) {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = appendJSONString(b, p)
+			b = codec.AppendString(b, p)
 		}
 		b = append(b, ']')
 	}
 	if ev.Tool != nil {
 		b = appendToolEventJSON(append(b, `,"tool":`...), ev.Tool)
 	}
-	b = appendStringField(b, `,"stop_reason":`, ev.StopReason)
+	b = codec.AppendStringField(b, `,"stop_reason":`, ev.StopReason)
 	if ev.Permanent || ev.Type == EventError {
 		b = strconv.AppendBool(append(b, `,"permanent":`...), ev.Permanent)
 	}
-	b = appendStringField(b, `,"answered_by":`, ev.AnsweredBy)
-	return closeObject(b, open), true
+	b = codec.AppendStringField(b, `,"answered_by":`, ev.AnsweredBy)
+	return codec.CloseObject(b, open), true
 }
 
-// replyEmitManyScript is replyEmitScript for several events (of any turns
-// and conversations) in one call, in order. The seq key's expiry is set
-// when the counter is created; a stream's expiry is set once per call.
-// Each event's fields go to XADD directly, not through a table and unpack:
-// with the expiry set once, an instant turn's 7 events cost Redis 0.85 of
-// the time they did that way (BenchmarkEmitScript: ~37 against ~44 µs).
-//
-// KEYS: per event: stream, seq[, answered or accepted marker]
-// ARGV: maxlen, ttl_ms, stream_ttl_ms, then per event: "1" when it has a
-// marker (written once) else "0", then its 14 field/value strings (the 5
-// pairs before "seq", then the 2 after).
-// Returns per event: written (1, or 0 when its marker was there), entry id,
-// seq; or -1, the error, 0 when its own commands failed (a stream or seq key
-// of the wrong type): an event's error is its own (redis.pcall), the other
-// events of the call are written all the same (issue 24), and a failed event
-// takes no seq.
-var replyEmitManyScript = redis.NewScript(evalcmd.Register(`
-local maxlen = ARGV[1]
-local ttl = tonumber(ARGV[2])
-local sttl = tonumber(ARGV[3])
-local out = {}
-local expiring = {}
-local k, a = 1, 4
-while a <= #ARGV do
-  local stream, seqk = KEYS[k], KEYS[k + 1]
-  local marker = nil
-  if ARGV[a] == '1' then marker = KEYS[k + 2]; k = k + 3 else k = k + 2 end
-  if marker and redis.call('EXISTS', marker) == 1 then
-    out[#out + 1] = 0; out[#out + 1] = ''; out[#out + 1] = 0
-  else
-    local id
-    local seq = redis.pcall('INCR', seqk)
-    if type(seq) == 'table' then
-      id = seq -- the error
-    else
-      if ttl > 0 and seq == 1 then redis.call('PEXPIRE', seqk, ttl) end
-      id = redis.pcall('XADD', stream, 'MAXLEN', '~', maxlen, '*',
-        ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5],
-        ARGV[a + 6], ARGV[a + 7], ARGV[a + 8], ARGV[a + 9], ARGV[a + 10],
-        'seq', tostring(seq), ARGV[a + 11], ARGV[a + 12], ARGV[a + 13], ARGV[a + 14])
-      if type(id) == 'table' then redis.call('DECR', seqk) end
-    end
-    if type(id) == 'table' then
-      out[#out + 1] = -1; out[#out + 1] = id.err; out[#out + 1] = 0
-    else
-      if sttl > 0 and not expiring[stream] then
-        redis.call('PEXPIRE', stream, sttl)
-        expiring[stream] = true
-      end
-      if marker then
-        if ttl > 0 then redis.call('SET', marker, id, 'PX', ttl) else redis.call('SET', marker, id) end
-      end
-      out[#out + 1] = 1; out[#out + 1] = id; out[#out + 1] = seq
-    end
-  end
-  a = a + 15
-end
-return out
-`))
-
-// preparedEvent is an event encoded for replyEmitManyScript, and where its
+// preparedEvent is an event encoded for store.ReplyEmitMany, and where its
 // result goes.
 type preparedEvent struct {
 	typ  EventType
@@ -524,7 +453,7 @@ type preparedEvent struct {
 	busy bool
 }
 
-// eventHead is the front of an event's arguments to replyEmitManyScript,
+// eventHead is the front of an event's arguments to store.ReplyEmitMany,
 // boxed (a string made an interface value is allocated): its keys (stream,
 // seq[, marker]), then the written-once flag and the field/value pairs
 // before "time" but the type (task_id, otid, run_id, message_id; the type
@@ -540,7 +469,7 @@ type eventHead struct {
 func (h *eventHead) keys() []any { return h.args[:h.nkeys] }
 func (h *eventHead) rest() []any { return h.args[h.nkeys:] }
 
-// appendArgs appends pe's ARGV of replyEmitManyScript to args: the flag, the
+// appendArgs appends pe's ARGV of store.ReplyEmitMany to args: the flag, the
 // type, the head's pairs, time and data.
 func (pe *preparedEvent) appendArgs(args []any) []any {
 	r := pe.head.rest()
@@ -659,10 +588,10 @@ func (r *Replies) prepareInto(pe *preparedEvent, last **eventHead, c Conversatio
 	return nil
 }
 
-// emitManyOp writes evs in one call of replyEmitManyScript. The command's
+// emitManyOp writes evs in one call of store.ReplyEmitMany. The command's
 // arguments are one slice of their exact size, taken from args (nil: made
 // when the op runs).
-func (r *Replies) emitManyOp(evs []*preparedEvent, args *argArena) pipelineOp {
+func (r *Replies) emitManyOp(evs []*preparedEvent, args *argArena) store.Op {
 	return func(ctx context.Context, p redis.Pipeliner, sha bool) func() error {
 		var c *redis.Cmd
 		if sha {
@@ -670,13 +599,13 @@ func (r *Replies) emitManyOp(evs []*preparedEvent, args *argArena) pipelineOp {
 			_ = p.Process(ctx, c) // the error is c's, read below
 		} else {
 			keys, args := r.emitManyArgs(evs)
-			c = replyEmitManyScript.Eval(ctx, p, keys, args...)
+			c = store.ReplyEmitMany.Eval(ctx, p, keys, args...)
 		}
 		return func() error { return r.readEmitMany(c, evs) }
 	}
 }
 
-// emitManyCmd is EVALSHA of replyEmitManyScript for evs.
+// emitManyCmd is EVALSHA of store.ReplyEmitMany for evs.
 func (r *Replies) emitManyCmd(ctx context.Context, evs []*preparedEvent, arena *argArena) *redis.Cmd {
 	nk, na := 0, 0
 	for _, pe := range evs {
@@ -684,7 +613,7 @@ func (r *Replies) emitManyCmd(ctx context.Context, evs []*preparedEvent, arena *
 		na += len(pe.head.args) - pe.head.nkeys + 6
 	}
 	args := arena.take(3 + nk + 3 + na)
-	args = append(args, "evalsha", replyEmitManyScript.Hash(), nk)
+	args = append(args, "evalsha", store.ReplyEmitMany.Hash(), nk)
 	for _, pe := range evs {
 		args = append(args, pe.head.keys()...)
 	}
@@ -736,7 +665,7 @@ func (a *argArena) reset() {
 	a.want = 0
 }
 
-// emitManyArgs are replyEmitManyScript's keys and args for evs (for EVAL).
+// emitManyArgs are store.ReplyEmitMany's keys and args for evs (for EVAL).
 func (r *Replies) emitManyArgs(evs []*preparedEvent) ([]string, []any) {
 	var keys []string
 	args := []any{r.maxLenArg, r.ttlArg, r.streamTTLArg}
@@ -750,7 +679,7 @@ func (r *Replies) emitManyArgs(evs []*preparedEvent) ([]string, []any) {
 }
 
 // eventWriteError is an event's own failure in a script call that wrote the
-// others (see replyEmitManyScript): the event is surely not written.
+// others (see store.ReplyEmitMany): the event is surely not written.
 type eventWriteError struct {
 	typ EventType
 	msg string // Redis's error
@@ -758,7 +687,7 @@ type eventWriteError struct {
 
 func (e *eventWriteError) Error() string { return "queue: emit " + string(e.typ) + " event: " + e.msg }
 
-// readEmitMany reads replyEmitManyScript's reply into evs. Its error is the
+// readEmitMany reads store.ReplyEmitMany's reply into evs. Its error is the
 // call's (nothing was written, or what was is not known); an event whose own
 // commands failed gets its writeErr.
 func (r *Replies) readEmitMany(c *redis.Cmd, evs []*preparedEvent) error {
@@ -820,7 +749,7 @@ func replyTruncateUTF8(s string, n int) string {
 // replyData is the wire form of the type-specific fields. Pointer fields are
 // the ones that are always present for some types.
 type replyData struct {
-	Phase      string         `json:"phase,omitempty"`
+	Phase      ReplyPhase     `json:"phase,omitempty"`
 	ElapsedMS  int64          `json:"elapsed_ms,omitempty"`
 	Position   *int           `json:"position,omitempty"`
 	Text       *string        `json:"text,omitempty"`

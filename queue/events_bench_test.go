@@ -11,9 +11,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lettaq/lettaq/internal/testredis"
+	"github.com/lettaq/lettaq/queue/internal/store"
 )
 
-// emitManyTableUnpack is replyEmitManyScript as it was before 2026-11-26
+// emitManyTableUnpack is store.ReplyEmitMany as it was before 2026-11-26
 // (each event's XADD arguments built in a table and unpacked, the
 // stream's expiry set per event): BenchmarkEmitScript's baseline.
 var emitManyTableUnpack = redis.NewScript(`
@@ -50,7 +51,7 @@ return out
 `)
 
 // BenchmarkEmitScript measures what Redis spends running the reply events
-// of one instant turn: each op is one call of replyEmitManyScript with the
+// of one instant turn: each op is one call of store.ReplyEmitMany with the
 // 7 events of one turn in one stream (connecting, streaming, thinking, a
 // narration delta, streaming, the answer delta, the answer), and the same
 // call of its earlier form (table-unpack) as the baseline. It reports
@@ -93,7 +94,7 @@ func BenchmarkEmitScript(b *testing.B) {
 		emit func() error
 	}{
 		{"direct", func() error {
-			if errs := runOps(ctx, rdb, []pipelineOp{op}); len(errs) > 0 {
+			if errs := store.Run(ctx, rdb, []store.Op{op}); len(errs) > 0 {
 				return errs[0]
 			}
 			return nil

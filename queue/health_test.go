@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lettaq/lettaq/queue/internal/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -120,7 +121,7 @@ func TestReadyFollowsTheWriter(t *testing.T) {
 		var down sync.Mutex
 		isDown := true
 		exec := w.writer.exec
-		w.writer.exec = func(ctx context.Context, ops []pipelineOp) []error {
+		w.writer.exec = func(ctx context.Context, ops []store.Op) []error {
 			down.Lock()
 			d := isDown
 			down.Unlock()

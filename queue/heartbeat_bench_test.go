@@ -129,7 +129,7 @@ func FuzzReplyDataMatchesJSON(f *testing.F) {
 			}
 			return ""
 		}
-		ev := ReplyEvent{Type: types[int(typ)%len(types)], Phase: pick(0, s1), Elapsed: time.Duration(elapsed),
+		ev := ReplyEvent{Type: types[int(typ)%len(types)], Phase: ReplyPhase(pick(0, s1)), Elapsed: time.Duration(elapsed),
 			Text: pick(1, s2), Narration: bit(2), StopReason: pick(3, s1), Permanent: bit(4), AnsweredBy: pick(5, s2)}
 		if bit(6) {
 			ev.Position = pos

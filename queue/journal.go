@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lettaq/lettaq/internal/evalcmd"
+	"github.com/lettaq/lettaq/queue/internal/store"
 )
 
 // The turn journal: key layout.
@@ -60,13 +60,28 @@ const (
 // Resend decisions (Attempt.ResendDecision); "" when the question never came up.
 const (
 	ResendNotNeeded = "not_needed"
-	ResendResent    = "resent"
+	ResendSent      = "resent"
 	ResendForbidden = "forbidden"
 )
 
 // ErrNotFound is returned (wrapped; test with errors.Is) when the journal has
 // no record of a turn, or it has expired.
 var ErrNotFound = errors.New("queue: turn record not found")
+
+// ApprovalRecord is what the journal keeps of an approval (TurnRecord.Approval).
+type ApprovalRecord struct {
+	RequestTaskID string    `json:"request_task_id"`
+	Calls         []string  `json:"calls,omitempty"` // "name (call id)"
+	RequestedAt   time.Time `json:"requested_at,omitzero"`
+	ExpiresAt     time.Time `json:"expires_at,omitzero"`
+	AnsweredBy    string    `json:"answered_by,omitempty"`
+	AnsweredAt    time.Time `json:"answered_at,omitzero"`
+	// Decision: approved, denied or mixed; Cause: user, expired, moved_on.
+	Decision string `json:"decision,omitempty"`
+	Cause    string `json:"cause,omitempty"`
+	// Waited is the time the request waited for its answer (a human).
+	Waited time.Duration `json:"waited_ns,omitempty"`
+}
 
 // TurnRecord is what the journal keeps about one turn (one task). Durations
 // are stored as integer nanoseconds (fields named …_ns).
@@ -305,26 +320,16 @@ func NewJournal(rdb redis.UniversalClient, opts JournalOptions) *Journal {
 	return j
 }
 
-func (j *Journal) recordKey(taskID string) string {
-	return j.opts.Prefix + "journal:turn:" + taskID
-}
-
-func (j *Journal) intentsKey(taskID string) string {
-	return j.opts.Prefix + "journal:intents:" + taskID
-}
-
-func (j *Journal) otidKey(otid string) string {
-	return j.opts.Prefix + "journal:otid:" + otid
-}
+func (j *Journal) keys() store.Keys                { return store.Keys{Prefix: j.opts.Prefix} }
+func (j *Journal) recordKey(taskID string) string  { return j.keys().JournalTurn(taskID) }
+func (j *Journal) intentsKey(taskID string) string { return j.keys().JournalIntents(taskID) }
+func (j *Journal) otidKey(otid string) string      { return j.keys().JournalOtid(otid) }
 
 func (j *Journal) indexKey(f Filter) string {
-	if f == "" {
-		f = FilterAll
+	if f == "" || f == FilterAll {
+		return j.keys().JournalIndex("recent")
 	}
-	if f == FilterAll {
-		return j.opts.Prefix + "journal:idx:recent"
-	}
-	return j.opts.Prefix + "journal:idx:" + string(f)
+	return j.keys().JournalIndex(string(f))
 }
 
 // RecordIntent records, before the send, that attempt (by worker) is about
@@ -342,7 +347,7 @@ func (j *Journal) RecordIntent(ctx context.Context, taskID, otid string, attempt
 	if err != nil {
 		return nil, fmt.Errorf("queue: record intent: %w", err)
 	}
-	if err := runOps(ctx, j.rdb, []pipelineOp{j.intentOpOf(taskID, b, &prior)})[0]; err != nil {
+	if err := store.Run(ctx, j.rdb, []store.Op{j.intentOpOf(taskID, b, &prior)})[0]; err != nil {
 		return nil, err
 	}
 	return prior, nil
@@ -350,7 +355,7 @@ func (j *Journal) RecordIntent(ctx context.Context, taskID, otid string, attempt
 
 // intentOp is RecordIntent as a pipeline op: prior gets the intents
 // recorded before this one.
-func (j *Journal) intentOp(taskID, otid string, attempt int, worker string, prior *[]Intent) (pipelineOp, error) {
+func (j *Journal) intentOp(taskID, otid string, attempt int, worker string, prior *[]Intent) (store.Op, error) {
 	if taskID == "" || otid == "" {
 		return nil, fmt.Errorf("queue: record intent: task id and otid are required (task %q, otid %q)", taskID, otid)
 	}
@@ -366,7 +371,7 @@ func (j *Journal) intentOp(taskID, otid string, attempt int, worker string, prio
 // attempts exactly one thus sees the other's intent, without a script
 // (RPUSH is atomic, and the list only grows: nothing but the retention
 // removes an intent).
-func (j *Journal) intentOpOf(taskID string, b []byte, prior *[]Intent) pipelineOp {
+func (j *Journal) intentOpOf(taskID string, b []byte, prior *[]Intent) store.Op {
 	key := j.intentsKey(taskID)
 	return func(ctx context.Context, p redis.Pipeliner, _ bool) func() error {
 		push := p.RPush(ctx, key, b)
@@ -436,48 +441,6 @@ func journalDecodeIntents(taskID string, raw []string) ([]Intent, error) {
 	return out, nil
 }
 
-// journalSaveScript writes a record, its otid key and its index entries,
-// and refreshes the retention of the record's keys, in one command. Only a
-// save with keep finished runs it (it reads the record first); the others
-// run the same writes as plain commands (plainSaveOp).
-// KEYS: record, otid, intents, then the index keys. ARGV: record JSON, task
-// id, otid ("" for none), ttl ms, score, known ("1": ZADD, else ZADD NX:
-// keep the time of the first save), keep (index length), keep finished
-// ("1": write nothing over a record whose outcome is final), then one flag
-// per index key ("1": the record belongs in it, else it leaves it).
-// Returns 1, or 0 when a finished record was kept.
-var journalSaveScript = evalcmd.New(`
-if ARGV[8] == '1' then
-  local cur = redis.call('GET', KEYS[1])
-  if cur then
-    local ok, r = pcall(cjson.decode, cur)
-    if ok and type(r) == 'table' and (r.outcome == 'answered' or r.outcome == 'failed' or r.outcome == 'approval_required') then
-      return 0
-    end
-  end
-end
-local ttl = ARGV[4]
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ttl)
-if ARGV[3] ~= '' then redis.call('SET', KEYS[2], ARGV[2], 'PX', ttl) end
-redis.call('PEXPIRE', KEYS[3], ttl)
-local keep = tonumber(ARGV[7])
-for i = 4, #KEYS do
-  if ARGV[i + 5] == '1' then
-    local added
-    if ARGV[6] == '1' then
-      added = redis.call('ZADD', KEYS[i], ARGV[5], ARGV[2])
-    else
-      added = redis.call('ZADD', KEYS[i], 'NX', ARGV[5], ARGV[2])
-    end
-    if added > 0 then redis.call('ZREMRANGEBYRANK', KEYS[i], 0, -keep - 1) end
-    redis.call('PEXPIRE', KEYS[i], ttl)
-  elseif ARGV[i + 5] == '0' then
-    redis.call('ZREM', KEYS[i], ARGV[2])
-  end
-end
-return 1
-`)
-
 // Save writes rec (replacing any earlier version: last write wins), refreshes
 // its retention and updates the indexes, in one round trip.
 // rec is not modified; the stored copy gets UpdatedAt, and QueueWait and
@@ -487,10 +450,10 @@ func (j *Journal) Save(ctx context.Context, rec *TurnRecord) error {
 	if err != nil {
 		return err
 	}
-	return runOps(ctx, j.rdb, []pipelineOp{op})[0]
+	return store.Run(ctx, j.rdb, []store.Op{op})[0]
 }
 
-// saveOp is Save as a pipeline op (see pipelineOp). With keepFinished it
+// saveOp is Save as a pipeline op (see store.Op). With keepFinished it
 // writes nothing over a record whose outcome is final (answered, failed,
 // approval_required): an attempt that does not know whether its finish
 // reached Redis journals its retry that way.
@@ -498,7 +461,7 @@ func (j *Journal) Save(ctx context.Context, rec *TurnRecord) error {
 // ix (nil: none) is what the turn knows of its record's index entries: the
 // save skips what is surely there already and what surely is not, and ix
 // learns what the save wrote once it ran.
-func (j *Journal) saveOp(rec *TurnRecord, keepFinished bool, ix *journalIndexed) (pipelineOp, error) {
+func (j *Journal) saveOp(rec *TurnRecord, keepFinished bool, ix *journalIndexed) (store.Op, error) {
 	args, err := j.saveArgs(rec, keepFinished, ix)
 	if err != nil {
 		return nil, err
@@ -508,7 +471,7 @@ func (j *Journal) saveOp(rec *TurnRecord, keepFinished bool, ix *journalIndexed)
 	if !keepFinished && j.single() {
 		return j.plainSaveOp(args, taskID, ix, wrote), nil
 	}
-	return scriptOp(journalSaveScript, args, func(c *redis.Cmd) error {
+	return store.ScriptOp(store.JournalSave, args, func(c *redis.Cmd) error {
 		if err := c.Err(); err != nil {
 			return fmt.Errorf("queue: journal save %s: %w", taskID, err)
 		}
@@ -528,7 +491,7 @@ func (j *Journal) single() bool {
 
 // plainSaveOp is the save that args (saveArgs' command, without
 // keepFinished) describes, as plain commands in a MULTI … EXEC instead of
-// a call of journalSaveScript: Redis's thread spends 25–26 µs on a first
+// a call of store.JournalSave: Redis's thread spends 25–26 µs on a first
 // save this way against 36–38 µs on the script, the round trip included
 // (BenchmarkJournalSaveRedisCost; a script's redis.call costs Redis more
 // than the command itself, and its arguments are copied into Lua and back). Nothing in it
@@ -538,12 +501,12 @@ func (j *Journal) single() bool {
 // (SET and the intents' PEXPIRE) goes without one. For one Redis only (single):
 // a Cluster pipeline would send MULTI and EXEC, which have no key, to any
 // node.
-func (j *Journal) plainSaveOp(args []any, taskID string, ix *journalIndexed, wrote uint32) pipelineOp {
+func (j *Journal) plainSaveOp(args []any, taskID string, ix *journalIndexed, wrote uint32) store.Op {
 	return func(ctx context.Context, p redis.Pipeliner, _ bool) func() error {
 		nk := args[2].(int)
 		keys, a := args[3:3+nk], args[3+nk:]
 		// a: record JSON, task id, otid, ttl, score, known, keep, keep
-		// finished, then one flag per index key (see journalSaveScript).
+		// finished, then one flag per index key (see store.JournalSave).
 		ttl := a[3]
 		// A save that writes only the record (a turn's later saves: its
 		// index entries and otid key are written) needs no transaction.
@@ -654,7 +617,7 @@ func (ix *journalIndexed) init(read *TurnRecord) {
 	ix.sure.Store(sure)
 }
 
-// saveArgs encodes rec as the command of journalSaveScript; ix: see
+// saveArgs encodes rec as the command of store.JournalSave; ix: see
 // saveOp.
 func (j *Journal) saveArgs(rec *TurnRecord, keepFinished bool, ix *journalIndexed) (args []any, err error) {
 	if rec == nil || rec.TaskID == "" {
@@ -695,7 +658,7 @@ func (j *Journal) saveArgs(rec *TurnRecord, keepFinished bool, ix *journalIndexe
 	n1 := len(p) + len("journal:turn:") + len(r.TaskID)
 	n2 := n1 + len(p) + len("journal:otid:") + len(r.Otid)
 	const nkeys = 3 + len(journalSaveFilters)
-	args = journalSaveScript.Args(nkeys, 8+len(journalSaveFilters))
+	args = store.JournalSave.Args(nkeys, 8+len(journalSaveFilters))
 	args = append(args, all[:n1], all[n1:n2], all[n2:])
 	args = append(args, j.indexKeys[:]...)
 	args = append(args, b, r.TaskID, otid, j.ttlArg, score, boolAny(known), j.keepN, boolAny(keepFinished))

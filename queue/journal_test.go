@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lettaq/lettaq/queue/internal/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -39,10 +40,10 @@ func TestJournalSaveGet(t *testing.T) {
 			EnqueuedAt: t0, FirstStartedAt: t0.Add(250 * time.Millisecond), FinishedAt: t0.Add(9 * time.Second),
 			Attempts: []Attempt{
 				{N: 1, Worker: "w1", Start: t0.Add(250 * time.Millisecond), End: t0.Add(5 * time.Second),
-					Phases:       []PhaseMark{{PhaseConnecting, t0.Add(250 * time.Millisecond)}, {PhaseStreaming, t0.Add(time.Second)}},
+					Phases:       []PhaseMark{{string(PhaseConnecting), t0.Add(250 * time.Millisecond)}, {string(PhaseStreaming), t0.Add(time.Second)}},
 					TimeoutClock: TimeoutClockStall, SentOtid: true, Outcome: OutcomeRetrying, Error: "stream stalled"},
 				{N: 2, Worker: "w2", Start: t0.Add(6 * time.Second), End: t0.Add(9 * time.Second),
-					Phases: []PhaseMark{{PhaseRecovering, t0.Add(6 * time.Second)}}, Polls: 3, Resumes: 1,
+					Phases: []PhaseMark{{string(PhaseRecovering), t0.Add(6 * time.Second)}}, Polls: 3, Resumes: 1,
 					ResendDecision: ResendNotNeeded, Outcome: OutcomeAnswered},
 			},
 			Outcome: OutcomeAnswered, StopReason: "end_turn",
@@ -160,7 +161,7 @@ func TestJournalRecentFilters(t *testing.T) {
 		retried.Outcome = OutcomeAnswered
 
 		resent := rjRecord("resent", at(4))
-		resent.Attempts = []Attempt{{N: 1, TimeoutClock: TimeoutClockTotal}, {N: 2, ResendDecision: ResendResent}}
+		resent.Attempts = []Attempt{{N: 1, TimeoutClock: TimeoutClockTotal}, {N: 2, ResendDecision: ResendSent}}
 		resent.Resends = 1
 		resent.Outcome = OutcomeAnswered
 
@@ -494,7 +495,7 @@ func TestJournalSavesSkipKnownIndexEntries(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if errs := runOps(ctx, b.rdb, []pipelineOp{op}); errs[0] != nil {
+			if errs := store.Run(ctx, b.rdb, []store.Op{op}); errs[0] != nil {
 				t.Fatal(errs[0])
 			}
 			return args
@@ -571,7 +572,7 @@ func TestJournalSavesSkipKnownIndexEntries(t *testing.T) {
 }
 
 // A save without keepFinished is plain commands (plainSaveOp), not a call of
-// journalSaveScript: from the same arguments both leave the same keys, values,
+// store.JournalSave: from the same arguments both leave the same keys, values,
 // expiries and index entries, through a series of saves that add, keep and
 // remove index entries, with and without the turn's index knowledge, and with
 // the index trimmed to its length.
@@ -599,7 +600,7 @@ func TestPlainSaveMatchesScript(t *testing.T) {
 				t.Fatal(err)
 			}
 			wrote := journalIndexedBits(rec)
-			sop := scriptOp(journalSaveScript, args, func(c *redis.Cmd) error {
+			sop := store.ScriptOp(store.JournalSave, args, func(c *redis.Cmd) error {
 				if n, err := c.Int64(); err != nil || n != 1 {
 					return fmt.Errorf("script: %d %v", n, err)
 				}
@@ -608,7 +609,7 @@ func TestPlainSaveMatchesScript(t *testing.T) {
 				}
 				return nil
 			})
-			for i, err := range runOps(ctx, b.rdb, []pipelineOp{op, sop}) {
+			for i, err := range store.Run(ctx, b.rdb, []store.Op{op, sop}) {
 				if err != nil {
 					t.Fatalf("op %d: %v", i, err)
 				}
@@ -701,7 +702,7 @@ func TestPlainSaveReportsAFailedCommand(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		err = runOps(ctx, b.rdb, []pipelineOp{op})[0]
+		err = store.Run(ctx, b.rdb, []store.Op{op})[0]
 		if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
 			t.Fatalf("save: %v, want the index's WRONGTYPE", err)
 		}

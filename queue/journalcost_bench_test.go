@@ -8,12 +8,13 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lettaq/lettaq/internal/testredis"
+	"github.com/lettaq/lettaq/queue/internal/store"
 )
 
 // BenchmarkJournalSaveRedisCost measures what Redis spends on a turn's first
 // journal save (the record, its otid key, its entry in the recent index):
 // as plain commands in a MULTI … EXEC (plainSaveOp, what a worker on one
-// Redis sends) and as a call of journalSaveScript with the same arguments
+// Redis sends) and as a call of store.JournalSave with the same arguments
 // (what it sent before, and still sends on a Cluster). Each op is one round
 // trip; it reports Redis's main-thread CPU per save, redis-cpu-µs/save (INFO
 // cpu: meaningful on a Redis nothing else uses meanwhile; miniredis reports
@@ -28,15 +29,15 @@ func BenchmarkJournalSaveRedisCost(b *testing.B) {
 	rec := benchTurnRecord()
 	for _, v := range []struct {
 		name string
-		op   func(rec *TurnRecord) (pipelineOp, error)
+		op   func(rec *TurnRecord) (store.Op, error)
 	}{
-		{"transaction", func(rec *TurnRecord) (pipelineOp, error) { return j.saveOp(rec, false, nil) }},
-		{"script", func(rec *TurnRecord) (pipelineOp, error) {
+		{"transaction", func(rec *TurnRecord) (store.Op, error) { return j.saveOp(rec, false, nil) }},
+		{"script", func(rec *TurnRecord) (store.Op, error) {
 			args, err := j.saveArgs(rec, false, nil)
 			if err != nil {
 				return nil, err
 			}
-			return scriptOp(journalSaveScript, args, func(c *redis.Cmd) error { return c.Err() }), nil
+			return store.ScriptOp(store.JournalSave, args, func(c *redis.Cmd) error { return c.Err() }), nil
 		}},
 	} {
 		b.Run(v.name, func(b *testing.B) {
@@ -47,7 +48,7 @@ func BenchmarkJournalSaveRedisCost(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				if err := runOps(ctx, rdb, []pipelineOp{op})[0]; err != nil {
+				if err := store.Run(ctx, rdb, []store.Op{op})[0]; err != nil {
 					b.Fatal(err)
 				}
 			}

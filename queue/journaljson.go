@@ -2,10 +2,9 @@ package queue
 
 import (
 	"encoding/json"
+	"github.com/lettaq/lettaq/queue/internal/codec"
 	"strconv"
 	"sync"
-	"time"
-	"unicode/utf8"
 )
 
 // The journal record's JSON, written by hand: encoding/json's reflection
@@ -48,24 +47,24 @@ func marshalTurnRecord(r *TurnRecord) ([]byte, error) {
 func appendTurnRecordJSON(b []byte, r *TurnRecord) (_ []byte, ok bool) {
 	ok = true
 	b = append(b, `{"task_id":`...)
-	b = appendJSONString(b, r.TaskID)
-	b = appendStringField(b, `,"otid":`, r.Otid)
-	b = appendStringField(b, `,"agent_id":`, r.AgentID)
-	b = appendStringField(b, `,"run_id":`, r.RunID)
+	b = codec.AppendString(b, r.TaskID)
+	b = codec.AppendStringField(b, `,"otid":`, r.Otid)
+	b = codec.AppendStringField(b, `,"agent_id":`, r.AgentID)
+	b = codec.AppendStringField(b, `,"run_id":`, r.RunID)
 	b = append(b, `,"conversation":{"integration":`...)
-	b = appendJSONString(b, r.Conversation.Integration)
+	b = codec.AppendString(b, r.Conversation.Integration)
 	b = append(b, `,"chat_id":`...)
-	b = appendJSONString(b, r.Conversation.ChatID)
+	b = codec.AppendString(b, r.Conversation.ChatID)
 	b = append(b, '}')
-	b = appendStringField(b, `,"message_id":`, r.MessageID)
-	b = appendStringField(b, `,"queue":`, r.Queue)
-	b = appendStringField(b, `,"thread_mode":`, r.ThreadMode)
-	b = appendStringField(b, `,"letta_conversation_id":`, r.LettaConversationID)
-	b = appendTimeField(b, `,"enqueued_at":`, r.EnqueuedAt, &ok)
-	b = appendTimeField(b, `,"first_started_at":`, r.FirstStartedAt, &ok)
-	b = appendTimeField(b, `,"finished_at":`, r.FinishedAt, &ok)
-	b = appendTimeField(b, `,"updated_at":`, r.UpdatedAt, &ok)
-	b = appendIntField(b, `,"queue_wait_ns":`, int64(r.QueueWait))
+	b = codec.AppendStringField(b, `,"message_id":`, r.MessageID)
+	b = codec.AppendStringField(b, `,"queue":`, r.Queue)
+	b = codec.AppendStringField(b, `,"thread_mode":`, r.ThreadMode)
+	b = codec.AppendStringField(b, `,"letta_conversation_id":`, r.LettaConversationID)
+	b = codec.AppendTimeField(b, `,"enqueued_at":`, r.EnqueuedAt, &ok)
+	b = codec.AppendTimeField(b, `,"first_started_at":`, r.FirstStartedAt, &ok)
+	b = codec.AppendTimeField(b, `,"finished_at":`, r.FinishedAt, &ok)
+	b = codec.AppendTimeField(b, `,"updated_at":`, r.UpdatedAt, &ok)
+	b = codec.AppendIntField(b, `,"queue_wait_ns":`, int64(r.QueueWait))
 	if len(r.Attempts) > 0 {
 		b = append(b, `,"attempts":[`...)
 		for i := range r.Attempts {
@@ -76,12 +75,12 @@ func appendTurnRecordJSON(b []byte, r *TurnRecord) (_ []byte, ok bool) {
 		}
 		b = append(b, ']')
 	}
-	b = appendStringField(b, `,"outcome":`, r.Outcome)
-	b = appendStringField(b, `,"error":`, r.Error)
-	b = appendStringField(b, `,"stop_reason":`, r.StopReason)
-	b = appendStringField(b, `,"partial_answer":`, r.PartialAnswer)
-	b = appendIntField(b, `,"latency_ns":`, int64(r.Latency))
-	b = appendIntField(b, `,"ttft_ns":`, int64(r.TTFT))
+	b = codec.AppendStringField(b, `,"outcome":`, r.Outcome)
+	b = codec.AppendStringField(b, `,"error":`, r.Error)
+	b = codec.AppendStringField(b, `,"stop_reason":`, r.StopReason)
+	b = codec.AppendStringField(b, `,"partial_answer":`, r.PartialAnswer)
+	b = codec.AppendIntField(b, `,"latency_ns":`, int64(r.Latency))
+	b = codec.AppendIntField(b, `,"ttft_ns":`, int64(r.TTFT))
 	if u := r.Usage; u != nil {
 		b = appendUsageJSON(append(b, `,"usage":`...), u)
 	}
@@ -93,31 +92,31 @@ func appendTurnRecordJSON(b []byte, r *TurnRecord) (_ []byte, ok bool) {
 				b = append(b, ',')
 			}
 			b = append(b, `{"name":`...)
-			b = appendJSONString(b, t.Name)
-			b = appendStringField(b, `,"call_id":`, t.CallID)
-			b = appendIntField(b, `,"duration_ns":`, int64(t.Duration))
-			b = appendStringField(b, `,"status":`, t.Status)
+			b = codec.AppendString(b, t.Name)
+			b = codec.AppendStringField(b, `,"call_id":`, t.CallID)
+			b = codec.AppendIntField(b, `,"duration_ns":`, int64(t.Duration))
+			b = codec.AppendStringField(b, `,"status":`, t.Status)
 			b = append(b, '}')
 		}
 		b = append(b, ']')
 	}
-	b = appendStringsField(b, `,"warnings":`, r.Warnings)
+	b = codec.AppendStringsField(b, `,"warnings":`, r.Warnings)
 	if a := r.Approval; a != nil {
 		b = append(b, `,"approval":{"request_task_id":`...)
-		b = appendJSONString(b, a.RequestTaskID)
-		b = appendStringsField(b, `,"calls":`, a.Calls)
-		b = appendTimeField(b, `,"requested_at":`, a.RequestedAt, &ok)
-		b = appendTimeField(b, `,"expires_at":`, a.ExpiresAt, &ok)
-		b = appendStringField(b, `,"answered_by":`, a.AnsweredBy)
-		b = appendTimeField(b, `,"answered_at":`, a.AnsweredAt, &ok)
-		b = appendStringField(b, `,"decision":`, a.Decision)
-		b = appendStringField(b, `,"cause":`, a.Cause)
-		b = appendIntField(b, `,"waited_ns":`, int64(a.Waited))
+		b = codec.AppendString(b, a.RequestTaskID)
+		b = codec.AppendStringsField(b, `,"calls":`, a.Calls)
+		b = codec.AppendTimeField(b, `,"requested_at":`, a.RequestedAt, &ok)
+		b = codec.AppendTimeField(b, `,"expires_at":`, a.ExpiresAt, &ok)
+		b = codec.AppendStringField(b, `,"answered_by":`, a.AnsweredBy)
+		b = codec.AppendTimeField(b, `,"answered_at":`, a.AnsweredAt, &ok)
+		b = codec.AppendStringField(b, `,"decision":`, a.Decision)
+		b = codec.AppendStringField(b, `,"cause":`, a.Cause)
+		b = codec.AppendIntField(b, `,"waited_ns":`, int64(a.Waited))
 		b = append(b, '}')
 	}
-	b = appendIntField(b, `,"resends":`, int64(r.Resends))
-	b = appendStringField(b, `,"answered_by":`, r.AnsweredBy)
-	b = appendStringsField(b, `,"merged":`, r.Merged)
+	b = codec.AppendIntField(b, `,"resends":`, int64(r.Resends))
+	b = codec.AppendStringField(b, `,"answered_by":`, r.AnsweredBy)
+	b = codec.AppendStringsField(b, `,"merged":`, r.Merged)
 	b = append(b, '}')
 	return b, ok
 }
@@ -138,14 +137,14 @@ func marshalIntent(in *Intent) ([]byte, error) {
 func appendIntentJSON(b []byte, in *Intent) (_ []byte, ok bool) {
 	ok = true
 	b = append(b, `{"task_id":`...)
-	b = appendJSONString(b, in.TaskID)
+	b = codec.AppendString(b, in.TaskID)
 	b = append(b, `,"otid":`...)
-	b = appendJSONString(b, in.Otid)
+	b = codec.AppendString(b, in.Otid)
 	b = append(b, `,"attempt":`...)
 	b = strconv.AppendInt(b, int64(in.Attempt), 10)
-	b = appendStringField(b, `,"worker":`, in.Worker)
+	b = codec.AppendStringField(b, `,"worker":`, in.Worker)
 	b = append(b, `,"at":`...)
-	b = appendJSONTime(b, in.At, &ok)
+	b = codec.AppendTime(b, in.At, &ok)
 	if in.Refused {
 		b = append(b, `,"refused":true`...)
 	}
@@ -155,9 +154,9 @@ func appendIntentJSON(b []byte, in *Intent) (_ []byte, ok bool) {
 func appendAttemptJSON(b []byte, a *Attempt, ok *bool) []byte {
 	b = append(b, `{"n":`...)
 	b = strconv.AppendInt(b, int64(a.N), 10)
-	b = appendStringField(b, `,"worker":`, a.Worker)
-	b = appendTimeField(b, `,"start":`, a.Start, ok)
-	b = appendTimeField(b, `,"end":`, a.End, ok)
+	b = codec.AppendStringField(b, `,"worker":`, a.Worker)
+	b = codec.AppendTimeField(b, `,"start":`, a.Start, ok)
+	b = codec.AppendTimeField(b, `,"end":`, a.End, ok)
 	if len(a.Phases) > 0 {
 		b = append(b, `,"phases":[`...)
 		for i := range a.Phases {
@@ -166,171 +165,34 @@ func appendAttemptJSON(b []byte, a *Attempt, ok *bool) []byte {
 				b = append(b, ',')
 			}
 			b = append(b, `{"phase":`...)
-			b = appendJSONString(b, p.Phase)
+			b = codec.AppendString(b, p.Phase)
 			b = append(b, `,"at":`...)
-			b = appendJSONTime(b, p.At, ok)
+			b = codec.AppendTime(b, p.At, ok)
 			b = append(b, '}')
 		}
 		b = append(b, ']')
 	}
-	b = appendStringField(b, `,"timeout_clock":`, a.TimeoutClock)
-	b = appendIntField(b, `,"polls":`, int64(a.Polls))
-	b = appendIntField(b, `,"resumes":`, int64(a.Resumes))
-	b = appendStringField(b, `,"resend_decision":`, a.ResendDecision)
+	b = codec.AppendStringField(b, `,"timeout_clock":`, a.TimeoutClock)
+	b = codec.AppendIntField(b, `,"polls":`, int64(a.Polls))
+	b = codec.AppendIntField(b, `,"resumes":`, int64(a.Resumes))
+	b = codec.AppendStringField(b, `,"resend_decision":`, a.ResendDecision)
 	if a.SentOtid {
 		b = append(b, `,"sent_otid":true`...)
 	}
-	b = appendStringField(b, `,"outcome":`, a.Outcome)
-	b = appendStringField(b, `,"error":`, a.Error)
+	b = codec.AppendStringField(b, `,"outcome":`, a.Outcome)
+	b = codec.AppendStringField(b, `,"error":`, a.Error)
 	return append(b, '}')
 }
 
-// closeObject ends an object opened at b[open] ('{') whose fields were
+// codec.CloseObject ends an object opened at b[open] ('{') whose fields were
 // each written with a leading comma: the first comma goes.
 // appendUsageJSON appends u as json.Marshal writes a *Usage.
 func appendUsageJSON(b []byte, u *Usage) []byte {
 	o := len(b)
 	b = append(b, '{')
-	b = appendIntField(b, `,"prompt_tokens":`, int64(u.PromptTokens))
-	b = appendIntField(b, `,"completion_tokens":`, int64(u.CompletionTokens))
-	b = appendIntField(b, `,"total_tokens":`, int64(u.TotalTokens))
-	b = appendIntField(b, `,"step_count":`, int64(u.StepCount))
-	return closeObject(b, o)
-}
-
-func closeObject(b []byte, open int) []byte {
-	if len(b) > open+1 {
-		copy(b[open+1:], b[open+2:])
-		b = b[:len(b)-1]
-	}
-	return append(b, '}')
-}
-
-// appendStringField appends key (`,"name":`) and s, unless s is empty
-// (omitempty).
-func appendStringField(b []byte, key, s string) []byte {
-	if s == "" {
-		return b
-	}
-	return appendJSONString(append(b, key...), s)
-}
-
-// appendIntField appends key and n, unless n is 0 (omitempty).
-func appendIntField(b []byte, key string, n int64) []byte {
-	if n == 0 {
-		return b
-	}
-	return strconv.AppendInt(append(b, key...), n, 10)
-}
-
-// appendStringsField appends key and ss, unless ss is empty (omitempty).
-func appendStringsField(b []byte, key string, ss []string) []byte {
-	if len(ss) == 0 {
-		return b
-	}
-	b = append(b, key...)
-	b = append(b, '[')
-	for i, s := range ss {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = appendJSONString(b, s)
-	}
-	return append(b, ']')
-}
-
-// appendTimeField appends key and t, unless t is zero (omitzero).
-func appendTimeField(b []byte, key string, t time.Time, ok *bool) []byte {
-	if t.IsZero() {
-		return b
-	}
-	return appendJSONTime(append(b, key...), t, ok)
-}
-
-// appendJSONTime appends t as time.Time.MarshalJSON does; *ok becomes false
-// where MarshalJSON fails.
-func appendJSONTime(b []byte, t time.Time, ok *bool) []byte {
-	b = append(b, '"')
-	n0 := len(b)
-	b = t.AppendFormat(b, time.RFC3339Nano)
-	// MarshalJSON's checks (time.Time.appendStrictRFC3339).
-	switch {
-	case b[n0+len("9999")] != '-': // year not exactly 4 digits wide
-		*ok = false
-	case b[len(b)-1] != 'Z':
-		c := b[len(b)-len("Z07:00")]
-		h := 10*(b[len(b)-5]-'0') + (b[len(b)-4] - '0')
-		if ('0' <= c && c <= '9') || h >= 24 {
-			*ok = false
-		}
-	}
-	return append(b, '"')
-}
-
-// jsonSafe marks the bytes below utf8.RuneSelf that encoding/json writes
-// as they are (with HTML escaping, as json.Marshal does).
-var jsonSafe = func() (t [utf8.RuneSelf]bool) {
-	for c := 0x20; c < utf8.RuneSelf; c++ {
-		switch c {
-		case '"', '\\', '<', '>', '&':
-		default:
-			t[c] = true
-		}
-	}
-	return t
-}()
-
-const jsonHex = "0123456789abcdef"
-
-// appendJSONString appends s as a JSON string, as json.Marshal does
-// (encoding/json's appendString with escapeHTML).
-func appendJSONString(b []byte, s string) []byte {
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		if c := s[i]; c < utf8.RuneSelf {
-			if jsonSafe[c] {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '\\', '"':
-				b = append(b, '\\', c)
-			case '\b':
-				b = append(b, '\\', 'b')
-			case '\f':
-				b = append(b, '\\', 'f')
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', jsonHex[c>>4], jsonHex[c&0xF])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-			i++
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', jsonHex[r&0xF])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
+	b = codec.AppendIntField(b, `,"prompt_tokens":`, int64(u.PromptTokens))
+	b = codec.AppendIntField(b, `,"completion_tokens":`, int64(u.CompletionTokens))
+	b = codec.AppendIntField(b, `,"total_tokens":`, int64(u.TotalTokens))
+	b = codec.AppendIntField(b, `,"step_count":`, int64(u.StepCount))
+	return codec.CloseObject(b, o)
 }

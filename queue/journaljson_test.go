@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/lettaq/lettaq/queue/internal/store"
 	"testing"
 	"time"
 )
@@ -56,7 +57,7 @@ func TestTurnRecordJSONMatches(t *testing.T) {
 		UpdatedAt: t0.Add(2 * time.Second), QueueWait: time.Millisecond,
 		Attempts: []Attempt{
 			{N: 1, Worker: "w1", Start: t0, End: t0.Add(time.Second), Phases: []PhaseMark{{Phase: "connecting", At: t0}, {Phase: "streaming", At: t0.Add(10)}},
-				TimeoutClock: TimeoutClockStall, Polls: 2, Resumes: 1, ResendDecision: ResendResent, SentOtid: true, Outcome: OutcomeRetrying, Error: "boom"},
+				TimeoutClock: TimeoutClockStall, Polls: 2, Resumes: 1, ResendDecision: ResendSent, SentOtid: true, Outcome: OutcomeRetrying, Error: "boom"},
 			{N: 2},
 		},
 		Outcome: OutcomeAnswered, Error: "e", StopReason: "end_turn", PartialAnswer: "Let me <check>", Latency: time.Second, TTFT: -5,
@@ -263,7 +264,7 @@ func saveKeysArgs(j *Journal, rec *TurnRecord, keepFinished bool, ix *journalInd
 	if err != nil {
 		return nil, nil, err
 	}
-	if cmd[0] != "evalsha" || cmd[1] != journalSaveScript.Hash() {
+	if cmd[0] != "evalsha" || cmd[1] != store.JournalSave.Hash() {
 		return nil, nil, fmt.Errorf("saveArgs: command %v", cmd[:2])
 	}
 	n := cmd[2].(int)

@@ -193,7 +193,7 @@ func TestTextWithNULRefused(t *testing.T) {
 	}
 	m = validMessage()
 	m.Text = ""
-	m.Approval = &Answer{RequestTaskID: "turn:x", Decisions: []Decision{{ToolCallID: "call-1", Reason: "no\x00"}}}
+	m.Approval = &Answer{RequestTaskID: "turn:x", Decisions: []ApprovalVerdict{{ToolCallID: "call-1", Reason: "no\x00"}}}
 	if ve, ok := IsValidationError(m.Validate()); !ok || !strings.HasSuffix(ve.Field, ".reason") {
 		t.Errorf("a reason with a NUL: %v, want refused naming the reason", m.Validate())
 	}

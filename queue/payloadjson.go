@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/lettaq/lettaq/queue/internal/codec"
 )
 
 // Reading a payload from JSON. encoding/json quietly rewrites invalid UTF-8
@@ -29,12 +31,12 @@ func decodePayloadJSON(b []byte, whole bool) (Payload, error) {
 		}
 		return json.NewDecoder(bytes.NewReader(b)).Decode(v)
 	}
-	if d := duplicateKey(b); d != nil {
+	if d := codec.FindKeyFault(b, payloadFields); d != nil {
 		p := salvageConversation(decode)
-		if top, _, _ := strings.Cut(d.path, "."); string(foldKey([]byte(top))) == "conversation" {
+		if top, _, _ := strings.Cut(d.Path, "."); !d.Unknown && string(codec.FoldKey([]byte(top))) == "conversation" {
 			p.Conversation = Conversation{}
 		}
-		return p, d.error()
+		return p, keyFaultError(d)
 	}
 	var p Payload
 	var err error

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lettaq/lettaq/queue/internal/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -39,8 +40,8 @@ const lazyWindow = 250 * time.Millisecond
 type writer struct {
 	rdb     redis.UniversalClient
 	replies *Replies
-	// exec runs a round trip's ops (runOps; tests replace it).
-	exec func(ctx context.Context, ops []pipelineOp) []error
+	// exec runs a round trip's ops (store.Run; tests replace it).
+	exec func(ctx context.Context, ops []store.Op) []error
 	// tripped, when set, hears how each round trip went: its outage
 	// (batchOutage), or nil (Worker.Ready).
 	tripped func(error)
@@ -61,10 +62,10 @@ type writer struct {
 	evs    []*preparedEvent
 	refs   []itemRef
 	covers []refSpan
-	ops    []pipelineOp
+	ops    []store.Op
 	args   argArena
 	// followed[k]: a later op of the round trip writes for a turn that op
-	// k writes for (runOpsFollowed keeps them in order); last is each
+	// k writes for (store.RunFollowed keeps them in order); last is each
 	// turn's last op.
 	followed []bool
 	last     []int
@@ -89,8 +90,8 @@ const progressKeep = 1
 
 func newWriter(rdb redis.UniversalClient, replies *Replies) *writer {
 	wr := &writer{rdb: rdb, replies: replies}
-	wr.exec = func(ctx context.Context, ops []pipelineOp) []error {
-		return runOpsFollowed(ctx, wr.rdb, ops, wr.followed)
+	wr.exec = func(ctx context.Context, ops []store.Op) []error {
+		return store.RunFollowed(ctx, wr.rdb, ops, wr.followed)
 	}
 	return wr
 }
@@ -142,7 +143,7 @@ type progress struct {
 // barrier: flush).
 type progressItem struct {
 	ev   *preparedEvent
-	op   pipelineOp
+	op   store.Op
 	bar  *barrier    // set when the pusher waits for this item
 	save bool        // a journal save of the whole record (op, or rec: pushSave)
 	rec  recordSaver // set for a pushSave: its saveOp runs when the writer takes it
@@ -150,16 +151,16 @@ type progressItem struct {
 
 // encodedSaver is a save encoded when it was pushed.
 type encodedSaver struct {
-	op  pipelineOp
+	op  store.Op
 	err error
 }
 
-func (s encodedSaver) saveOp() (pipelineOp, error) { return s.op, s.err }
+func (s encodedSaver) saveOp() (store.Op, error) { return s.op, s.err }
 
 // recordSaver makes the journal save of a turn's record as it is when
 // called (turn.saveOp).
 type recordSaver interface {
-	saveOp() (pipelineOp, error)
+	saveOp() (store.Op, error)
 }
 
 // barrier is what a do call waits for: its last item's batch ran.
@@ -406,7 +407,7 @@ func (wr *writer) kick() {
 // one) and ops after everything queued before them, and returns when they
 // are written (the first error among them) or ctx ends. evs get their ID,
 // Seq and written flag.
-func (p *progress) do(ctx context.Context, evs []*preparedEvent, ops ...pipelineOp) error {
+func (p *progress) do(ctx context.Context, evs []*preparedEvent, ops ...store.Op) error {
 	return p.doThen(ctx, nil, evs, ops...)
 }
 
@@ -414,7 +415,7 @@ func (p *progress) do(ctx context.Context, evs []*preparedEvent, ops ...pipeline
 // on a goroutine of its own, once the writes are done after all (nil), or
 // failed or were dropped (their error; close drops what waits). Then it is
 // safe to read evs' results.
-func (p *progress) doThen(ctx context.Context, then func(error), evs []*preparedEvent, ops ...pipelineOp) error {
+func (p *progress) doThen(ctx context.Context, then func(error), evs []*preparedEvent, ops ...store.Op) error {
 	b := &barrier{done: make(chan error, 1)}
 	p.wr.mu.Lock()
 	if p.closed {
@@ -545,7 +546,7 @@ func (wr *writer) loop() {
 
 // follow sets wr.followed for the round trip's ops (covers and refs: which
 // items each op writes).
-func (wr *writer) follow(batch []taken, ops []pipelineOp, covers []refSpan, refs []itemRef) {
+func (wr *writer) follow(batch []taken, ops []store.Op, covers []refSpan, refs []itemRef) {
 	if cap(wr.last) < len(batch) {
 		wr.last = make([]int, len(batch))
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lettaq/lettaq/queue/internal/store"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 )
@@ -20,12 +21,12 @@ func gatedWriter(b rjBackend, gate chan struct{}) (*writer, *Replies, *atomic.In
 	r := NewReplies(b.rdb, RepliesOptions{Prefix: b.prefix})
 	wr := newWriter(b.rdb, r)
 	var trips atomic.Int64
-	wr.exec = func(ctx context.Context, ops []pipelineOp) []error {
+	wr.exec = func(ctx context.Context, ops []store.Op) []error {
 		if gate != nil {
 			<-gate
 		}
 		defer trips.Add(1) // counted once written
-		return runOps(ctx, b.rdb, ops)
+		return store.Run(ctx, b.rdb, ops)
 	}
 	return wr, r, &trips
 }
@@ -302,7 +303,7 @@ func TestRunOpsAfterScriptFlush(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for i, err := range runOps(ctx, b.rdb, []pipelineOp{r.emitManyOp(evs[:2], nil), save, r.emitManyOp(evs[2:], nil)}) {
+		for i, err := range store.Run(ctx, b.rdb, []store.Op{r.emitManyOp(evs[:2], nil), save, r.emitManyOp(evs[2:], nil)}) {
 			if err != nil {
 				t.Fatalf("op %d: %v", i, err)
 			}
@@ -377,7 +378,7 @@ func (s *testSaver) set(runID string) {
 	s.mu.Unlock()
 }
 
-func (s *testSaver) saveOp() (pipelineOp, error) {
+func (s *testSaver) saveOp() (store.Op, error) {
 	s.encodes.Add(1)
 	s.mu.Lock()
 	rec := s.rec
@@ -503,7 +504,7 @@ func TestSaveKeepsFinishedRecords(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if errs := runOps(ctx, b.rdb, []pipelineOp{op}); errs[0] != nil {
+			if errs := store.Run(ctx, b.rdb, []store.Op{op}); errs[0] != nil {
 				t.Fatal(errs[0])
 			}
 		}
@@ -532,7 +533,7 @@ func TestWaitingPhasesAreSuperseded(t *testing.T) {
 		wr, r, _ := gatedWriter(b, gate)
 		conv := Conversation{Integration: "test", ChatID: "supersede"}
 		p := wr.newProgress(conv, func(err error) { t.Error(err) })
-		ph := func(phase string) ReplyEvent { return ReplyEvent{Type: EventPhase, TaskID: "t", Phase: phase} }
+		ph := func(phase ReplyPhase) ReplyEvent { return ReplyEvent{Type: EventPhase, TaskID: "t", Phase: phase} }
 		// The first event is taken and blocks in its round trip; the rest wait.
 		p.push(ph(PhaseConnecting))
 		waitTaken(wr, p)
@@ -561,7 +562,7 @@ func TestWaitingPhasesAreSuperseded(t *testing.T) {
 		for _, ev := range evs {
 			s := string(ev.Type)
 			if ev.Phase != "" {
-				s += ":" + ev.Phase
+				s += ":" + string(ev.Phase)
 			}
 			if ev.Text != "" {
 				s += ":" + ev.Text
@@ -625,7 +626,7 @@ func waitQueued(wr *writer, p *progress, pe *preparedEvent) {
 func BenchmarkQueuedSaves(b *testing.B) {
 	j := NewJournal(nil, JournalOptions{})
 	wr := newWriter(nil, NewReplies(nil, RepliesOptions{}))
-	wr.exec = func(ctx context.Context, ops []pipelineOp) []error { return make([]error, len(ops)) }
+	wr.exec = func(ctx context.Context, ops []store.Op) []error { return make([]error, len(ops)) }
 	rec := benchTurnRecord()
 	rec.Outcome, rec.FinishedAt, rec.Usage = "", time.Time{}, nil
 	s := &testSaver{j: j, rec: *rec}

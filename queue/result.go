@@ -2,6 +2,7 @@ package queue
 
 import (
 	"fmt"
+	"github.com/lettaq/lettaq/queue/internal/codec"
 	"strconv"
 	"strings"
 	"time"
@@ -51,13 +52,13 @@ func oneLine(s string, n int) string {
 // result once, and json.Marshal's reflection cost the instant turn more
 // than the rest of the result together.
 func appendTurnResultJSON(b []byte, r *TurnResult) []byte {
-	b = appendJSONString(append(b, `{"summary":`...), r.Summary)
-	b = appendJSONString(append(b, `,"task_id":`...), r.TaskID)
-	b = appendJSONString(append(b, `,"otid":`...), r.Otid)
-	b = appendStringField(b, `,"run_id":`, r.RunID)
-	b = appendJSONString(append(b, `,"outcome":`...), r.Outcome)
-	b = appendJSONString(append(b, `,"answer":`...), r.Answer)
-	b = appendStringField(b, `,"stop_reason":`, r.StopReason)
+	b = codec.AppendString(append(b, `{"summary":`...), r.Summary)
+	b = codec.AppendString(append(b, `,"task_id":`...), r.TaskID)
+	b = codec.AppendString(append(b, `,"otid":`...), r.Otid)
+	b = codec.AppendStringField(b, `,"run_id":`, r.RunID)
+	b = codec.AppendString(append(b, `,"outcome":`...), r.Outcome)
+	b = codec.AppendString(append(b, `,"answer":`...), r.Answer)
+	b = codec.AppendStringField(b, `,"stop_reason":`, r.StopReason)
 	if r.Approval != nil {
 		b = appendToolEventJSON(append(b, `,"approval":`...), r.Approval)
 	}
@@ -65,10 +66,10 @@ func appendTurnResultJSON(b []byte, r *TurnResult) []byte {
 		b = appendUsageJSON(append(b, `,"usage":`...), u)
 	}
 	b = strconv.AppendInt(append(b, `,"attempts":`...), int64(r.Attempts), 10)
-	b = appendStringField(b, `,"answered_by":`, r.AnsweredBy)
-	b = appendStringsField(b, `,"merged":`, r.Merged)
+	b = codec.AppendStringField(b, `,"answered_by":`, r.AnsweredBy)
+	b = codec.AppendStringsField(b, `,"merged":`, r.Merged)
 	b = strconv.AppendInt(append(b, `,"queue_wait_ms":`...), r.QueueWaitMS, 10)
-	b = appendIntField(b, `,"ttft_ms":`, r.TTFTMS)
+	b = codec.AppendIntField(b, `,"ttft_ms":`, r.TTFTMS)
 	b = strconv.AppendInt(append(b, `,"latency_ms":`...), r.LatencyMS, 10)
 	b = strconv.AppendInt(append(b, `,"attempt_ms":`...), r.AttemptMS, 10)
 	return append(b, '}')
@@ -78,13 +79,13 @@ func appendTurnResultJSON(b []byte, r *TurnResult) []byte {
 func appendToolEventJSON(b []byte, t *ToolEvent) []byte {
 	o := len(b)
 	b = append(b, '{')
-	b = appendStringField(b, `,"name":`, t.Name)
-	b = appendStringField(b, `,"call_id":`, t.CallID)
-	b = appendStringField(b, `,"arguments":`, t.Arguments)
-	b = appendStringField(b, `,"status":`, t.Status)
-	b = appendStringField(b, `,"return":`, t.Return)
+	b = codec.AppendStringField(b, `,"name":`, t.Name)
+	b = codec.AppendStringField(b, `,"call_id":`, t.CallID)
+	b = codec.AppendStringField(b, `,"arguments":`, t.Arguments)
+	b = codec.AppendStringField(b, `,"status":`, t.Status)
+	b = codec.AppendStringField(b, `,"return":`, t.Return)
 	if t.Truncated {
 		b = append(b, `,"truncated":true`...)
 	}
-	return closeObject(b, o)
+	return codec.CloseObject(b, o)
 }

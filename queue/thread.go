@@ -2,7 +2,6 @@ package queue
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/lettaq/lettaq/agentclient"
 	"github.com/lettaq/lettaq/continuation"
+	"github.com/lettaq/lettaq/queue/internal/store"
 )
 
 // ThreadMode says which Letta message thread a lettaq conversation (agent +
@@ -69,10 +69,7 @@ func threadHash(agentID string, c Conversation) string {
 // ThreadKey is the Redis key (under the key prefix) that keeps the Letta
 // conversation id of a lettaq conversation. It never expires.
 func ThreadKey(prefix, agentID string, c Conversation) string {
-	if prefix == "" {
-		prefix = "lettaq:"
-	}
-	return prefix + "thread:" + threadHash(agentID, c)
+	return store.Keys{Prefix: prefix}.Thread(threadHash(agentID, c))
 }
 
 // threadLockSlack is added to the thread phase (the longest a holder may
@@ -119,19 +116,19 @@ func (th *threads) resolveKnown(ctx context.Context, m Message, known string) (s
 	if id, ok := th.local(m, known); ok {
 		return id, nil
 	}
-	key := ThreadKey(th.prefix, m.AgentID, m.Conversation)
-	if id, err := th.rdb.Get(ctx, key).Result(); err == nil && id != "" {
+	st, hash := th.store(), threadHash(m.AgentID, m.Conversation)
+	if id, err := st.Known(ctx, hash); err == nil && id != "" {
 		return id, nil
-	} else if err != nil && !errors.Is(err, redis.Nil) {
+	} else if err != nil {
 		return "", fmt.Errorf("read the thread of the conversation: %w", err)
 	}
 	if th.lock {
-		unlock, err := th.acquire(ctx, key+":lock")
+		unlock, err := st.Lock(ctx, hash, th.lockTTL)
 		if err != nil {
-			return "", err
+			return "", fmt.Errorf("lock the thread of the conversation: %w", err)
 		}
 		defer unlock()
-		if id, err := th.rdb.Get(ctx, key).Result(); err == nil && id != "" {
+		if id, err := st.Known(ctx, hash); err == nil && id != "" {
 			return id, nil
 		}
 	}
@@ -139,7 +136,7 @@ func (th *threads) resolveKnown(ctx context.Context, m Message, known string) (s
 	if err != nil {
 		return "", err
 	}
-	if err := th.rdb.Set(ctx, key, id, 0).Err(); err != nil {
+	if err := st.Keep(ctx, hash, id); err != nil {
 		// The conversation exists and carries its tag: the next attempt
 		// finds it again with summary_search.
 		return "", fmt.Errorf("store the thread of the conversation: %w", err)
@@ -176,36 +173,9 @@ func (th *threads) findOrCreate(ctx context.Context, m Message) (string, error) 
 	return c.ID, nil
 }
 
-// unlockScript deletes the lock only when it still holds our token.
-var unlockScript = redis.NewScript(`if redis.call("GET", KEYS[1]) == ARGV[1] then return redis.call("DEL", KEYS[1]) end return 0`)
-
-// acquire takes a short Redis lock, waiting for it (bounded by ctx).
-func (th *threads) acquire(ctx context.Context, key string) (func(), error) {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	token := hex.EncodeToString(b[:])
-	wait := 20 * time.Millisecond
-	for {
-		ok, err := th.rdb.SetNX(ctx, key, token, th.lockTTL).Result()
-		if err != nil {
-			return nil, fmt.Errorf("lock the thread of the conversation: %w", err)
-		}
-		if ok {
-			return func() {
-				uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-				defer cancel()
-				_ = unlockScript.Run(uctx, th.rdb, []string{key}, token).Err()
-			}, nil
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, fmt.Errorf("lock the thread of the conversation: %w", ctx.Err())
-		case <-t.C:
-		}
-		wait = min(2*wait, 500*time.Millisecond)
-	}
+// store is the Redis side of the threads.
+func (th *threads) store() store.Threads {
+	return store.Threads{RDB: th.rdb, Keys: store.Keys{Prefix: th.prefix}}
 }
 
 // resolveThread sets the turn's Letta conversation: the one an earlier
@@ -257,68 +227,4 @@ func (t *turn) threadFailed(ctx context.Context, err error) error {
 	}
 	retryable := agentclient.Classify(err) != agentclient.Permanent
 	return t.finish(ctx, continuation.Result{Outcome: continuation.Rejected, Err: err, Retryable: retryable, Reason: reason})
-}
-
-// OutcomeBusy ends an attempt refused because the agent's thread was busy
-// with another run (Attempt.Outcome).
-const OutcomeBusy = "busy"
-
-// BusyError puts a turn back while its Letta thread is busy with another
-// run: no failure (IsFailure says false, so Asynq does not count a retry),
-// retried after Delay (RetryDelay reads it).
-type BusyError struct {
-	Delay  time.Duration
-	Reason string
-	Err    error
-}
-
-func (e *BusyError) Error() string {
-	return fmt.Sprintf("lettaq: %s (retry in %v)", e.Reason, e.Delay)
-}
-
-func (e *BusyError) Unwrap() error { return e.Err }
-
-// busyRetry is the delay before a turn refused as busy tries again: the
-// server's Retry-After, else a backoff of 1 s doubling per busy attempt in
-// a row, up to 16 s.
-func busyRetry(retryAfter time.Duration, busyInARow int) time.Duration {
-	if retryAfter > 0 {
-		return retryAfter
-	}
-	d := time.Second
-	for i := 1; i < busyInARow && d < 16*time.Second; i++ {
-		d *= 2
-	}
-	return min(d, 16*time.Second)
-}
-
-// busy ends an attempt refused because the thread is busy with another
-// run: the turn is put back (not a failure, not a resend).
-func (t *turn) busy(ctx context.Context, d continuation.Result) error {
-	if t.outOfRetries(&BusyError{}) {
-		t.endProgress(ctx)
-		return t.giveUp("the agent's thread was busy with another run: " + d.Reason)
-	}
-	t.endProgress(ctx)
-	t.mu.Lock()
-	n := 0
-	for i := len(t.rec.Attempts) - 2; i >= 0 && t.rec.Attempts[i].Outcome == OutcomeBusy; i-- {
-		n++
-	}
-	delay := busyRetry(agentclient.RetryAfter(d.Err), n+1)
-	t.attempt().Outcome, t.attempt().Error = OutcomeBusy, d.Reason
-	attempt := t.attempt().N
-	t.mu.Unlock()
-	// The refused send stored nothing: the next attempt sends without
-	// searching for the otid first.
-	if err := t.w.journal.RecordRefusal(ctx, t.taskID, t.otid, attempt, t.w.cfg.WorkerID); err != nil {
-		t.redisFailed()
-		t.log.Warn("could not journal the refusal; the next attempt looks for the otid first", "error", err.Error())
-	}
-	if err := t.save(ctx); err != nil {
-		t.log.Warn("could not journal the attempt", "error", err.Error())
-	}
-	t.log.Info("the agent's thread is busy with another run; the turn waits", "reason", d.Reason, "retry_in", delay.String())
-	t.w.obs.AttemptFinished(t.queue, "busy", time.Since(t.start))
-	return &BusyError{Delay: delay, Reason: d.Reason, Err: d.Err}
 }

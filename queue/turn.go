@@ -16,6 +16,8 @@ import (
 	"github.com/lettaq/lettaq/agentclient"
 	"github.com/lettaq/lettaq/continuation"
 	"github.com/lettaq/lettaq/ordering"
+	"github.com/lettaq/lettaq/queue/internal/pace"
+	"github.com/lettaq/lettaq/queue/internal/store"
 )
 
 // TurnResult is what a finished turn writes as its Asynq task result
@@ -297,7 +299,7 @@ type turn struct {
 	ixKnown    bool           // ix is set: the attempt read the record
 	att        int            // index of this attempt in rec.Attempts
 	st         *agentclient.StreamState
-	hb         *Heartbeat
+	hb         *pace.Heartbeat[ReplyPhase]
 	deltas     *deltaPump
 	contPhase  continuation.Activity
 	agentPhase agentclient.Stage
@@ -319,7 +321,7 @@ func (t *turn) attempt() *Attempt { return &t.rec.Attempts[t.att] }
 
 // save journals the record after everything the attempt queued before (and
 // runs more with it), and waits for it.
-func (t *turn) save(ctx context.Context, more ...pipelineOp) error {
+func (t *turn) save(ctx context.Context, more ...store.Op) error {
 	if !t.w.oneRedis() {
 		t.progress.flush(ctx)
 		rec := t.recCopy()
@@ -335,7 +337,7 @@ func (t *turn) save(ctx context.Context, more ...pipelineOp) error {
 	op, err := t.saveOp()
 	if err == nil {
 		t.progress.dropQueuedSaves() // this record is newer
-		err = t.progress.do(ctx, nil, append([]pipelineOp{op}, more...)...)
+		err = t.progress.do(ctx, nil, append([]store.Op{op}, more...)...)
 	}
 	if err != nil {
 		t.redisFailed()
@@ -369,7 +371,7 @@ func (t *turn) saveLater() {
 	t.progress.pushSave(encodedSaver{op: op})
 }
 
-func (t *turn) saveOp() (pipelineOp, error) {
+func (t *turn) saveOp() (store.Op, error) {
 	rec := t.recCopy()
 	return t.w.journal.saveOp(&rec, false, t.indexed())
 }
@@ -582,8 +584,8 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 
 	t.st = agentclient.NewStreamState()
 	t.st.SetRunID(rec.RunID)
-	var beat string // the phase last emitted (emits never overlap)
-	t.hb = NewHeartbeatSince(rec.FirstStartedAt, w.cfg.HeartbeatInterval, func(phase string, elapsed time.Duration) {
+	var beat ReplyPhase // the phase last emitted (emits never overlap)
+	t.hb = pace.NewHeartbeatSince(rec.FirstStartedAt, w.cfg.HeartbeatInterval, func(phase ReplyPhase, elapsed time.Duration) {
 		ev := ReplyEvent{Type: EventPhase, Phase: phase, Elapsed: elapsed}
 		if phase == beat {
 			// A repeat: it goes with the other turns' beats (lazyWindow).
@@ -818,7 +820,7 @@ func (t *turn) onPhase(p continuation.Activity) {
 	}
 }
 
-func replyPhaseOf(p agentclient.Stage) string {
+func replyPhaseOf(p agentclient.Stage) ReplyPhase {
 	switch p {
 	case agentclient.StageWaiting, agentclient.StageThinking:
 		return PhaseThinking

@@ -13,7 +13,7 @@ import (
 
 	"github.com/lettaq/lettaq/agentclient"
 	"github.com/lettaq/lettaq/continuation"
-	"github.com/lettaq/lettaq/internal/evalcmd"
+	"github.com/lettaq/lettaq/queue/internal/store"
 )
 
 // finish maps the decision to reply events, the journal and Asynq.
@@ -33,7 +33,7 @@ func (t *turn) finish(ctx context.Context, d continuation.Result) error {
 	}
 	switch d.Resend {
 	case continuation.ResendSent:
-		a.ResendDecision = ResendResent
+		a.ResendDecision = ResendSent
 		t.rec.Resends++
 	case continuation.ResendForbidden:
 		a.ResendDecision = ResendForbidden
@@ -88,98 +88,78 @@ func (t *turn) finish(ctx context.Context, d continuation.Result) error {
 		slog.String("clock", string(d.Clock)), slog.Int("polls", d.Polls), slog.Int("resumes", d.Resumes),
 		slog.String("resend", string(d.Resend)))
 
-	switch d.Outcome {
-	case continuation.Completed:
-		t.deltas.finish(d.StopReason != "requires_approval")
-		if d.StopReason == "requires_approval" {
-			tool := &ToolEvent{Status: ToolStatusCall}
-			calls := approvalCalls(snap.Transcript)
-			if len(calls) > 0 {
-				tool = &calls[len(calls)-1]
-			}
-			ae, err := t.requestApproval(dctx, log, calls)
-			if err != nil {
-				return t.retry(dctx, log, d, time.Second, "record the approval request: "+err.Error())
-			}
-			return t.deliver(dctx, log, OutcomeApprovalRequired, ReplyEvent{Type: EventApprovalRequired, Tool: tool,
-				StopReason: d.StopReason, Approval: ae}, snap.Answer, tool)
-		}
-		return t.deliver(dctx, log, OutcomeAnswered, ReplyEvent{Type: EventAnswer, Text: snap.Answer,
-			StopReason: d.StopReason}, snap.Answer, nil)
-
-	case continuation.Failed:
-		t.deltas.finish(false)
-		if d.Sends == 0 && d.RunID == "" && snap.RunID == "" && d.Err != nil && !agentclient.IsProtocolError(d.Err) {
-			// Nothing was sent (the intent could not be journaled): retry.
-			return t.retry(dctx, log, d, 0, d.Reason)
-		}
-		if snap.Answer != "" {
-			// Text the agent gave before it failed: kept, cut, never
-			// delivered as the answer.
-			t.mu.Lock()
-			t.rec.PartialAnswer = cutText(snap.Answer, MaxPartialAnswer)
-			t.mu.Unlock()
-		}
-		if d.StopReason == "cancelled" {
-			for _, s := range snap.Transcript.UnansweredToolCalls() {
-				t.rec.Warnings = appendUnique(t.rec.Warnings, "tool "+s.ToolName+" ("+s.ToolCallID+") unanswered when the run was cancelled")
-			}
-		}
-		return t.fail(dctx, log, d.Reason, d.StopReason)
-
-	case continuation.Rejected:
-		t.deltas.finish(false)
-		if st := agentclient.StatusCode(d.Err); st >= 400 && st < 500 && d.Sends > 0 {
-			// Refused before anything was stored: the next attempt need not
-			// look for the otid, and may send under any resend policy.
-			t.mu.Lock()
-			n := t.attempt().N
-			t.mu.Unlock()
-			if err := w.journal.RecordRefusal(dctx, t.taskID, t.otid, n, w.cfg.WorkerID); err != nil {
-				t.redisFailed()
-				log.Warn("could not journal the refusal; the next attempt looks for the otid first", "error", err.Error())
-			}
-		}
-		if d.Retryable {
-			return t.retry(dctx, log, d, max(agentclient.RetryAfter(d.Err), time.Second), d.Reason)
-		}
-		return t.fail(dctx, log, t.imageRejected(d, d.Reason), "")
-
-	case continuation.StillRunning:
-		t.deltas.finish(false)
-		return t.retry(dctx, log, d, w.cfg.StuckRetryDelay, d.Reason)
-
-	case continuation.NotAdmitted:
-		t.deltas.finish(false)
-		if d.Resend == continuation.ResendForbidden {
-			return t.fail(dctx, log, "message not admitted and policy forbids resend: "+d.Reason, "")
-		}
-		if d.BackOff {
-			return t.retry(dctx, log, d, t.backoff(), d.Reason) // the model is rate limited
-		}
-		return t.retry(dctx, log, d, 0, d.Reason)
-
-	case continuation.Busy:
-		t.deltas.finish(false)
-		return t.busy(dctx, d)
-
-	case continuation.Refused:
-		t.deltas.finish(false)
-		return t.refused(dctx, log, d)
-
-	case continuation.Interrupted:
-		t.deltas.finish(false)
-		cause := t.leaseCause(ctx)
-		if cause == nil {
-			cause = d.Err
-		}
-		if cause == nil {
-			cause = context.Canceled
-		}
-		return t.retry(dctx, log, d, -1, "interrupted: "+d.Reason+": "+cause.Error(), cause)
+	t.mu.Lock()
+	busyInARow := 0
+	for i := len(t.rec.Attempts) - 2; i >= 0 && t.rec.Attempts[i].Outcome == OutcomeBusy; i-- {
+		busyInARow++
 	}
-	t.deltas.finish(false)
-	return t.retry(dctx, log, d, 0, "unexpected outcome "+d.Outcome.String()+": "+d.Reason)
+	t.mu.Unlock()
+	in := endingInput{D: d, RunID: snap.RunID, Retried: t.retried, MaxRetry: t.maxRetry, BusyInARow: busyInARow,
+		StuckRetryDelay: w.cfg.StuckRetryDelay}
+	if d.Outcome == continuation.Interrupted {
+		in.Cause = t.leaseCause(ctx)
+	}
+	e := endOf(in)
+	t.deltas.finish(e.Final == EventAnswer)
+	if d.Outcome == continuation.Refused && agentclient.RetryAfter(d.Err) > MaxServerRetryAfter {
+		log.Warn("Retry-After beyond the cap: not obeyed", "retry_after", agentclient.RetryAfter(d.Err).String(),
+			"cap", MaxServerRetryAfter.String())
+	}
+	if e.Refusal && (d.Outcome == continuation.Rejected || d.Outcome == continuation.Refused) {
+		t.mu.Lock()
+		n := t.attempt().N
+		t.mu.Unlock()
+		if err := w.journal.RecordRefusal(dctx, t.taskID, t.otid, n, w.cfg.WorkerID); err != nil {
+			t.redisFailed()
+			log.Warn("could not journal the refusal; the next attempt looks for the otid first", "error", err.Error())
+		}
+	}
+
+	switch {
+	case e.Final == EventApprovalRequired:
+		tool := &ToolEvent{Status: ToolStatusCall}
+		calls := approvalCalls(snap.Transcript)
+		if len(calls) > 0 {
+			tool = &calls[len(calls)-1]
+		}
+		ae, err := t.requestApproval(dctx, log, calls)
+		if err != nil {
+			return t.retry(dctx, log, endRetryOf(in, time.Second, "record the approval request: "+err.Error()))
+		}
+		return t.deliver(dctx, log, e.Outcome, ReplyEvent{Type: EventApprovalRequired, Tool: tool,
+			StopReason: e.StopReason, Approval: ae}, snap.Answer, tool)
+
+	case e.Final == EventAnswer:
+		return t.deliver(dctx, log, e.Outcome, ReplyEvent{Type: EventAnswer, Text: snap.Answer,
+			StopReason: e.StopReason}, snap.Answer, nil)
+
+	case e.Asynq == endPutBack, d.Outcome == continuation.Busy:
+		return t.busy(dctx, e)
+
+	case e.GaveUp:
+		return t.retry(dctx, log, e)
+
+	case e.Final == EventError:
+		if d.Outcome == continuation.Failed {
+			if snap.Answer != "" {
+				// Text the agent gave before it failed: kept, cut, never
+				// delivered as the answer.
+				t.mu.Lock()
+				t.rec.PartialAnswer = cutText(snap.Answer, MaxPartialAnswer)
+				t.mu.Unlock()
+			}
+			if d.StopReason == "cancelled" {
+				for _, s := range snap.Transcript.UnansweredToolCalls() {
+					t.rec.Warnings = appendUnique(t.rec.Warnings, "tool "+s.ToolName+" ("+s.ToolCallID+") unanswered when the run was cancelled")
+				}
+			}
+		}
+		if d.Outcome == continuation.Rejected {
+			e.Reason = t.imageRejected(d, e.Reason)
+		}
+		return t.fail(dctx, log, e.Reason, e.StopReason)
+	}
+	return t.retry(dctx, log, e)
 }
 
 // deliver emits the final event once, writes the result and journals the
@@ -231,7 +211,7 @@ func (t *turn) deliverAtOnce(ctx context.Context, log *slog.Logger, outcome stri
 	// and the result may land without the event; the next attempt, which
 	// does not take a record without the marker for finished (see run),
 	// writes over them.
-	ops := append(append([]pipelineOp{save}, t.resultOps(outcome, answer, approval)...), t.releaseOpsAfter(marker)...)
+	ops := append(append([]store.Op{save}, t.resultOps(outcome, answer, approval)...), t.releaseOpsAfter(marker)...)
 	t.progress.dropQueuedSaves() // this record is newer
 	t.mu.Lock()
 	lat, ttft := t.latency(now), t.rec.TTFT
@@ -359,7 +339,7 @@ func (t *turn) finalEvent(ctx context.Context, ev ReplyEvent) (emitted bool, err
 // save they go with, when the worker made its Redis client from Asynq's
 // connection (so Asynq's task hash is on it); else the result is written
 // through Asynq now.
-func (t *turn) resultOps(outcome, answer string, approval *ToolEvent) []pipelineOp {
+func (t *turn) resultOps(outcome, answer string, approval *ToolEvent) []store.Op {
 	if t.w.rdb == nil || t.w.replies.rdb != t.w.rdb {
 		t.writeResult(outcome, answer, approval)
 		return nil
@@ -370,10 +350,10 @@ func (t *turn) resultOps(outcome, answer string, approval *ToolEvent) []pipeline
 		return nil
 	}
 	key := asynqTaskKey(t.queue, t.taskID)
-	return []pipelineOp{scriptOp(writeResultScript, append(writeResultScript.Args(1, 1), key, b), func(c *redis.Cmd) error {
+	return []store.Op{store.ScriptOp(store.WriteResult, append(store.WriteResult.Args(1, 1), key, b), func(c *redis.Cmd) error {
 		err := c.Err()
-		if isNoScript(err) {
-			return err // runOps sends it again
+		if store.IsNoScript(err) {
+			return err // store.Run sends it again
 		}
 		if err != nil {
 			t.redisFailed()
@@ -382,18 +362,6 @@ func (t *turn) resultOps(outcome, answer string, approval *ToolEvent) []pipeline
 		return nil // the result is a summary: its loss does not fail the save
 	})}
 }
-
-// writeResultScript is Asynq's ResultWriter.Write (HSET of the task hash's
-// "result") for a task that still exists.
-var writeResultScript = evalcmd.New(`
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-redis.call('HSET', KEYS[1], 'result', ARGV[1])
-return 1
-`)
-
-// asynqTaskKey is the key of Asynq's hash of a task (asynq v0.26,
-// internal/base.TaskKey).
-func asynqTaskKey(qname, taskID string) string { return "asynq:{" + qname + "}:t:" + taskID }
 
 func (t *turn) writeResult(outcome, answer string, approval *ToolEvent) {
 	b, err := t.resultJSON(outcome, answer, approval)
@@ -461,44 +429,30 @@ func (t *turn) fail(ctx context.Context, log *slog.Logger, reason, stop string) 
 	return fmt.Errorf("lettaq: turn failed: %s: %w", reason, asynq.SkipRetry)
 }
 
-// retry ends the attempt and leaves the turn to the next one. delay < 0
-// marks an interruption; 0 lets RetryDelay back off.
-func (t *turn) retry(ctx context.Context, log *slog.Logger, d continuation.Result, delay time.Duration, reason string, cause ...error) error {
+// retry ends the attempt and leaves the turn to the next one (e, from
+// endOf: a retry, an interruption, or a retry given up for want of retries).
+func (t *turn) retry(ctx context.Context, log *slog.Logger, e ending) error {
 	t.endProgress(ctx)
-	var rerr error = &RetryAfterError{Delay: delay, Reason: reason, Err: d.Err}
-	if len(cause) > 0 {
-		rerr = &InterruptedError{Reason: reason, Err: cause[0]}
+	if e.GaveUp {
+		return t.fail(ctx, log, fmt.Sprintf("gave up after %d attempts: %s", t.retried+1, e.Reason), e.StopReason)
 	}
-	if t.outOfRetries(rerr) {
-		return t.fail(ctx, log, fmt.Sprintf("gave up after %d attempts: %s", t.retried+1, reason), d.StopReason)
+	var rerr error = &RetryAfterError{Delay: e.Delay, Reason: e.Reason, Err: e.Err}
+	if e.Asynq == endInterrupted {
+		rerr = &InterruptedError{Reason: e.Reason, Err: e.Err}
 	}
 	t.mu.Lock()
-	t.attempt().Outcome, t.attempt().Error = OutcomeRetrying, reason
-	if d.Outcome == continuation.StillRunning {
-		t.attempt().Outcome = OutcomeStillRunning
-	} else if d.Outcome == continuation.NotAdmitted || d.Outcome == continuation.Refused {
-		t.attempt().Outcome = OutcomeNotAdmitted
-	}
-	outcome := t.attempt().Outcome
+	t.attempt().Outcome, t.attempt().Error = e.Outcome, e.Reason
 	t.mu.Unlock()
 	if err := t.save(ctx); err != nil {
 		log.Warn("could not journal the attempt", "error", err.Error())
 	}
-	log.Info("turn attempt ends, retrying", "outcome", outcome, "reason", reason)
+	log.Info("turn attempt ends, retrying", "outcome", e.Outcome, "reason", e.Reason)
 	t.w.obs.AttemptFinished(t.queue, "retry", time.Since(t.start))
 	return rerr
 }
 
-// outOfRetries reports whether Asynq would archive the task if this attempt
-// ended with err: Asynq v0.26 archives a task whose Retried has reached its
-// MaxRetry whatever its handler returned, a put-back too. A failure
-// (Worker.isFailure) uses a retry, a put-back (busy, waiting for an answer
-// or for its turn) does not. A client gives a task one retry more than
-// ClientConfig.MaxRetry (TaskOptions), kept for put-backs: a failure is
-// retried while retried < maxRetry-1, so that a put-back always finds a
-// retry left — but after a crash on the last attempt (Asynq's recoverer
-// counts it). An attempt out of retries ends the turn with its final error
-// event instead (fail, giveUp): never archived in silence.
+// outOfRetries is outOfRetries for this attempt (with the worker's
+// IsFailure, ordering's too).
 func (t *turn) outOfRetries(err error) bool {
 	if t.w.isFailure(err) {
 		return t.retried+1 >= t.maxRetry

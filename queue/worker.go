@@ -21,6 +21,7 @@ import (
 	"github.com/lettaq/lettaq/budget"
 	"github.com/lettaq/lettaq/continuation"
 	"github.com/lettaq/lettaq/ordering"
+	"github.com/lettaq/lettaq/queue/internal/store"
 )
 
 // Observer is told what the worker does, for metrics. Methods are called
@@ -712,78 +713,10 @@ func QueuesString(q map[string]int) string {
 	return strings.Join(names, ",")
 }
 
-// RedisBufferSize is the size of each read and each write buffer of a
-// connection of the Redis clients lettaq makes (see LeanRedis), but the
-// write buffers of their pipeline pools.
-const RedisBufferSize = 4 << 10
-
-// RedisPipelineWriteBufferSize is the write buffer of a connection of a
-// lean client's pipeline pool, which holds RedisPipelinePoolSize of them
-// (a pipeline that finds them all busy takes a connection of the main
-// pool, with RedisBufferSize buffers). The worker's writer sends one
-// pipeline at a time, tens of KiB under load (the journal records, events,
-// starts and ends of many turns): with a 4 KiB buffer go-redis wrote it in
-// as many writes, each of which wakes Redis to read a part; an instant turn
-// cost the bench's process 6.4 write system calls, 5.0 with this.
-const RedisPipelineWriteBufferSize = 64 << 10
-
-// RedisPipelinePoolSize is the number of connections of a lean client's
-// pipeline pool (see RedisPipelineWriteBufferSize).
-const RedisPipelinePoolSize = 2
-
-// LeanRedis returns opt with clients whose connections have RedisBufferSize
-// read and write buffers, net/http's size, instead of go-redis's (32 KiB
-// each, and 128 KiB each on the connections of its pipeline pool), but the
-// RedisPipelinePoolSize connections of the pipeline pool, whose write
-// buffers are RedisPipelineWriteBufferSize (go-redis: 10 such). A worker
-// makes four clients (its own, the sequencer's, and Asynq's server and
-// inspector), each with a main and a pipeline pool that fill while many
-// turns start at once, and it keeps their connections: in the bench with
-// 3,000 thinking turns in flight (worker and enqueuer in one process) their
-// buffers held 9.1 MB with go-redis's sizes, ~1 MB with these. Nothing gets
-// too big for the smaller buffers: go-redis writes a command or a pipeline
-// larger than its buffer in several writes, and reads a reply larger than
-// it in several reads (a bulk string straight into its own slice). The
+// LeanRedis returns opt with clients whose connections have 4 KiB read and
+// write buffers instead of go-redis's 32 KiB (a worker keeps many
+// connections: ~1 MB of buffers instead of 9.1 MB with 3,000 thinking turns
+// in flight; the sizes and why are in queue/internal/store's Lean). The
 // worker and the client use it on the options they are given; an option of
 // a type other than Asynq's three is returned as it is.
-func LeanRedis(opt asynq.RedisConnOpt) asynq.RedisConnOpt {
-	switch opt.(type) {
-	case asynq.RedisClientOpt, *asynq.RedisClientOpt, asynq.RedisFailoverClientOpt, *asynq.RedisFailoverClientOpt,
-		asynq.RedisClusterClientOpt, *asynq.RedisClusterClientOpt:
-		return leanConnOpt{opt}
-	}
-	return opt
-}
-
-// leanConnOpt makes the client Asynq's option makes (the fields Asynq v0.26
-// copies), with RedisBufferSize buffers.
-type leanConnOpt struct{ opt asynq.RedisConnOpt }
-
-func (o leanConnOpt) MakeRedisClient() any {
-	const n, pw, pp = RedisBufferSize, RedisPipelineWriteBufferSize, RedisPipelinePoolSize
-	switch opt := o.opt.(type) {
-	case *asynq.RedisClientOpt:
-		return leanConnOpt{*opt}.MakeRedisClient()
-	case *asynq.RedisFailoverClientOpt:
-		return leanConnOpt{*opt}.MakeRedisClient()
-	case *asynq.RedisClusterClientOpt:
-		return leanConnOpt{*opt}.MakeRedisClient()
-	case asynq.RedisClientOpt:
-		return redis.NewClient(&redis.Options{Network: opt.Network, Addr: opt.Addr, Username: opt.Username,
-			Password: opt.Password, DB: opt.DB, DialTimeout: opt.DialTimeout, ReadTimeout: opt.ReadTimeout,
-			WriteTimeout: opt.WriteTimeout, PoolSize: opt.PoolSize, TLSConfig: opt.TLSConfig,
-			ReadBufferSize: n, WriteBufferSize: n, PipelineReadBufferSize: n, PipelineWriteBufferSize: pw, PipelinePoolSize: pp})
-	case asynq.RedisFailoverClientOpt:
-		return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: opt.MasterName,
-			SentinelAddrs: opt.SentinelAddrs, SentinelUsername: opt.SentinelUsername, SentinelPassword: opt.SentinelPassword,
-			Username: opt.Username, Password: opt.Password, DB: opt.DB, DialTimeout: opt.DialTimeout,
-			ReadTimeout: opt.ReadTimeout, WriteTimeout: opt.WriteTimeout, PoolSize: opt.PoolSize, TLSConfig: opt.TLSConfig,
-			ReadBufferSize: n, WriteBufferSize: n, PipelineReadBufferSize: n, PipelineWriteBufferSize: pw, PipelinePoolSize: pp})
-	case asynq.RedisClusterClientOpt:
-		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: opt.Addrs, MaxRedirects: opt.MaxRedirects,
-			Username: opt.Username, Password: opt.Password, DialTimeout: opt.DialTimeout, ReadTimeout: opt.ReadTimeout,
-			WriteTimeout: opt.WriteTimeout, TLSConfig: opt.TLSConfig,
-			ReadBufferSize: n, WriteBufferSize: n, PipelineReadBufferSize: n, PipelineWriteBufferSize: pw, PipelinePoolSize: pp})
-	}
-	return o.opt.MakeRedisClient()
-}
+func LeanRedis(opt asynq.RedisConnOpt) asynq.RedisConnOpt { return store.Lean(opt) }

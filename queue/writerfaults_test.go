@@ -15,6 +15,7 @@ import (
 
 	"github.com/lettaq/lettaq/internal/evalcmd"
 	"github.com/lettaq/lettaq/internal/testredis"
+	"github.com/lettaq/lettaq/queue/internal/store"
 )
 
 // errRefused is the error of a round trip that could not reach Redis.
@@ -31,7 +32,7 @@ func TestWriterForgetsAFailedRoundTrip(t *testing.T) {
 		wr := newWriter(b.rdb, r)
 		var down atomic.Bool
 		down.Store(true)
-		wr.exec = func(ctx context.Context, ops []pipelineOp) []error {
+		wr.exec = func(ctx context.Context, ops []store.Op) []error {
 			if down.Load() {
 				errs := make([]error, len(ops))
 				for i := range errs {
@@ -39,10 +40,10 @@ func TestWriterForgetsAFailedRoundTrip(t *testing.T) {
 				}
 				return errs
 			}
-			return runOps(ctx, b.rdb, ops)
+			return store.Run(ctx, b.rdb, ops)
 		}
 		ctx := context.Background()
-		set := func(key string) pipelineOp {
+		set := func(key string) store.Op {
 			return func(ctx context.Context, p redis.Pipeliner, _ bool) func() error {
 				c := p.Set(ctx, b.prefix+key, "1", time.Minute)
 				return c.Err
@@ -165,7 +166,7 @@ func TestWriterAttributesEachEventsError(t *testing.T) {
 
 // After a script flush (a Redis restarted without its scripts), a turn's
 // writes keep their order: an op queued after an event runs after the event
-// is written, in the same round trip as before (issue 24, defect 3: runOps
+// is written, in the same round trip as before (issue 24, defect 3: store.Run
 // sent the script calls that met NOSCRIPT again as EVAL in a second round
 // trip, after the plain commands of the first had run). On a redis-server of
 // the test's own (SCRIPT FLUSH would break the shared one's other users) and
@@ -183,7 +184,7 @@ func TestWriterKeepsOrderAfterScriptFlush(t *testing.T) {
 			wr := newWriter(rdb, r)
 			var trips atomic.Int64
 			exec := wr.exec
-			wr.exec = func(ctx context.Context, ops []pipelineOp) []error {
+			wr.exec = func(ctx context.Context, ops []store.Op) []error {
 				trips.Add(1)
 				return exec(ctx, ops)
 			}
@@ -200,7 +201,7 @@ func TestWriterKeepsOrderAfterScriptFlush(t *testing.T) {
 				// another event and a read: each read must see the
 				// events before it.
 				var lens [2]*redis.IntCmd
-				op := func(i int) pipelineOp {
+				op := func(i int) store.Op {
 					return func(ctx context.Context, pl redis.Pipeliner, sha bool) func() error {
 						lens[i] = pl.XLen(ctx, r.Key(conv))
 						return lens[i].Err
@@ -238,7 +239,7 @@ func TestWriterKeepsOrderAfterScriptFlush(t *testing.T) {
 }
 
 // BenchmarkFollowedScriptLoads: what a turn's last round trip pays for
-// keeping its writes in order after a script flush (runOpsFollowed): SCRIPT
+// keeping its writes in order after a script flush (store.RunFollowed): SCRIPT
 // LOAD of the scripts other ops follow (the events' and the task result's),
 // on a Redis that has them, in a pipeline of their own here. On a
 // redis-server of the benchmark's own, whose main thread's CPU is reported
@@ -247,7 +248,7 @@ func BenchmarkFollowedScriptLoads(b *testing.B) {
 	ctx := context.Background()
 	rdb := testredis.StartPersistent(b).Client(b)
 	srcs := []string{}
-	for _, sha := range []string{replyEmitManyScript.Hash(), writeResultScript.Hash()} {
+	for _, sha := range []string{store.ReplyEmitMany.Hash(), store.WriteResult.Hash()} {
 		src, ok := evalcmd.Source(sha)
 		if !ok {
 			b.Fatal("not registered")

@@ -10,12 +10,12 @@ import (
 // Every phase reads differently on the live view: a viewer must tell a lost
 // stream from the run being continued.
 func TestPhaseTextDistinct(t *testing.T) {
-	seen := map[string]string{}
-	for _, p := range []string{queue.PhaseConnecting, queue.PhaseStreaming, queue.PhaseThinking, queue.PhaseToolRunning,
+	seen := map[string]queue.ReplyPhase{}
+	for _, p := range []queue.ReplyPhase{queue.PhaseConnecting, queue.PhaseStreaming, queue.PhaseThinking, queue.PhaseToolRunning,
 		queue.PhaseRecovering, queue.PhaseContinuing} {
 		for _, run := range []string{"", "run-1"} {
 			text := phaseText(queue.ReplyEvent{Type: queue.EventPhase, Phase: p, RunID: run})
-			if text == "" || text == p && p != queue.PhaseThinking {
+			if text == "" || text == string(p) && p != queue.PhaseThinking {
 				t.Errorf("phase %q (run %q): no label (%q)", p, run, text)
 			}
 			if other, ok := seen[text]; ok && other != p {

@@ -71,7 +71,7 @@ func (v *viewer) show(ev queue.ReplyEvent) (exit int, done bool) {
 			v.setStatus("tool", toolText(t), t.since)
 			break
 		}
-		v.setStatus(ev.Phase, phaseText(ev), time.Time{})
+		v.setStatus(string(ev.Phase), phaseText(ev), time.Time{})
 	case queue.EventTool:
 		if ev.Tool == nil {
 			break
@@ -138,7 +138,7 @@ func (v *viewer) show(ev queue.ReplyEvent) (exit int, done bool) {
 }
 
 // phaseOverridesTool: phases that say more than a running tool's line (the stream broke).
-func phaseOverridesTool(p string) bool {
+func phaseOverridesTool(p queue.ReplyPhase) bool {
 	return p == queue.PhaseRecovering || p == queue.PhaseContinuing || p == queue.PhaseConnecting
 }
 
@@ -185,7 +185,7 @@ func phaseText(ev queue.ReplyEvent) string {
 	case queue.PhaseAwaitingApproval:
 		return "waiting: the agent's approval request in this conversation is not answered yet"
 	}
-	return ev.Phase
+	return string(ev.Phase)
 }
 
 // setStatus makes text the status line; since is when what it describes began (zero: now,

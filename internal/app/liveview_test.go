@@ -17,7 +17,9 @@ func newFakeClock() *fakeClock           { return &fakeClock{t: time.Unix(1_700_
 func toolEv(name, id, status string) queue.ReplyEvent {
 	return queue.ReplyEvent{Type: queue.EventTool, Tool: &queue.ToolEvent{Name: name, CallID: id, Status: status}}
 }
-func phaseEv(p string) queue.ReplyEvent { return queue.ReplyEvent{Type: queue.EventPhase, Phase: p} }
+func phaseEv(p queue.ReplyPhase) queue.ReplyEvent {
+	return queue.ReplyEvent{Type: queue.EventPhase, Phase: p}
+}
 func narrEv(s string) queue.ReplyEvent {
 	return queue.ReplyEvent{Type: queue.EventAnswerDelta, Text: s, Narration: true}
 }

@@ -1,4 +1,4 @@
-package queue
+package store
 
 import (
 	"context"
@@ -10,15 +10,15 @@ import (
 	"github.com/lettaq/lettaq/internal/evalcmd"
 )
 
-// pipelineOp puts its commands into a pipeline and returns how to read
+// Op puts its commands into a pipeline and returns how to read
 // their results once the pipeline ran. With sha, scripts go as EVALSHA;
 // without, as EVAL (the retry of an op whose script Redis did not have).
 // Ops let one round trip carry the writes of several steps (see writer).
-type pipelineOp func(ctx context.Context, p redis.Pipeliner, sha bool) (finish func() error)
+type Op func(ctx context.Context, p redis.Pipeliner, sha bool) (finish func() error)
 
-// scriptOp runs a call of s, args its command's arguments (s.Args,
+// ScriptOp runs a call of s, args its command's arguments (s.Args,
 // filled); read interprets its reply.
-func scriptOp(s *evalcmd.Script, args []any, read func(*redis.Cmd) error) pipelineOp {
+func ScriptOp(s *evalcmd.Script, args []any, read func(*redis.Cmd) error) Op {
 	return func(ctx context.Context, p redis.Pipeliner, sha bool) func() error {
 		c := s.Cmd(ctx, args, sha)
 		_ = p.Process(ctx, c) // the error is c's, read by read
@@ -26,14 +26,14 @@ func scriptOp(s *evalcmd.Script, args []any, read func(*redis.Cmd) error) pipeli
 	}
 }
 
-// runOps runs ops in one pipeline, in order, and returns each op's error
-// (see runOpsFollowed: ops are taken for the writes of one caller, each
+// Run runs ops in one pipeline, in order, and returns each op's error
+// (see RunFollowed: ops are taken for the writes of one caller, each
 // after the one before it).
-func runOps(ctx context.Context, rdb redis.UniversalClient, ops []pipelineOp) []error {
-	return runOpsFollowed(ctx, rdb, ops, nil)
+func Run(ctx context.Context, rdb redis.UniversalClient, ops []Op) []error {
+	return RunFollowed(ctx, rdb, ops, nil)
 }
 
-// runOpsFollowed runs ops in one pipeline, in order, and returns each op's
+// RunFollowed runs ops in one pipeline, in order, and returns each op's
 // error. followed[i] says that a later op of the round trip must run after
 // op i (the same turn's next write); nil: every op but the last.
 //
@@ -49,7 +49,7 @@ func runOps(ctx context.Context, rdb redis.UniversalClient, ops []pipelineOp) []
 //
 // On a cluster the loads are not sent (a pipeline's commands for different
 // nodes do not run in order anyway).
-func runOpsFollowed(ctx context.Context, rdb redis.UniversalClient, ops []pipelineOp, followed []bool) []error {
+func RunFollowed(ctx context.Context, rdb redis.UniversalClient, ops []Op, followed []bool) []error {
 	errs := make([]error, len(ops))
 	idx := make([]int, len(ops))
 	for i := range idx {
@@ -76,7 +76,7 @@ func runOpsFollowed(ctx context.Context, rdb redis.UniversalClient, ops []pipeli
 		var again []int
 		for k, i := range idx {
 			errs[i] = fins[k]()
-			if sha && isNoScript(errs[i]) {
+			if sha && IsNoScript(errs[i]) {
 				again = append(again, i)
 			}
 		}
@@ -123,6 +123,6 @@ func withLoads(ctx context.Context, rdb redis.UniversalClient, p redis.Pipeliner
 	return lp
 }
 
-func isNoScript(err error) bool {
+func IsNoScript(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "NOSCRIPT")
 }

@@ -1,4 +1,4 @@
-package queue
+package pace
 
 import (
 	"sync"
@@ -284,3 +284,32 @@ func TestHeartbeatSpacing(t *testing.T) {
 		t.Fatalf("%d beats", len(times))
 	}
 }
+
+// rjClock is a settable clock (a copy of package queue's test clock).
+type rjClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newRJClock() *rjClock {
+	return &rjClock{t: time.Date(2025, 3, 4, 5, 6, 7, 123456789, time.UTC)}
+}
+
+func (c *rjClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *rjClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// Phases as package queue names them (any strings do for a Heartbeat).
+const (
+	PhaseConnecting = "connecting"
+	PhaseStreaming  = "streaming"
+	PhaseThinking   = "thinking"
+)

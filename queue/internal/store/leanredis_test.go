@@ -1,4 +1,4 @@
-package queue
+package store
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 	"github.com/lettaq/lettaq/internal/testredis"
 )
 
-// TestLeanRedisOptions: the clients LeanRedis makes have RedisBufferSize
+// TestLeanRedisOptions: the clients Lean makes have RedisBufferSize
 // buffers, but a pipeline pool of RedisPipelinePoolSize connections with
 // RedisPipelineWriteBufferSize write buffers, and keep the option's other
 // settings.
@@ -24,7 +24,7 @@ func TestLeanRedisOptions(t *testing.T) {
 	failover := asynq.RedisFailoverClientOpt{MasterName: "m", SentinelAddrs: []string{"127.0.0.1:1"}, DB: 2, PoolSize: 5}
 	cluster := asynq.RedisClusterClientOpt{Addrs: []string{"127.0.0.1:1", "127.0.0.1:2"}, MaxRedirects: 4, Username: "u"}
 	for _, o := range []asynq.RedisConnOpt{plain, &plain, failover, &failover} {
-		c, ok := LeanRedis(o).MakeRedisClient().(*redis.Client)
+		c, ok := Lean(o).MakeRedisClient().(*redis.Client)
 		if !ok {
 			t.Fatalf("%T: not a *redis.Client", o)
 		}
@@ -46,7 +46,7 @@ func TestLeanRedisOptions(t *testing.T) {
 		}
 	}
 	for _, o := range []asynq.RedisConnOpt{cluster, &cluster} {
-		c, ok := LeanRedis(o).MakeRedisClient().(*redis.ClusterClient)
+		c, ok := Lean(o).MakeRedisClient().(*redis.ClusterClient)
 		if !ok {
 			t.Fatalf("%T: not a *redis.ClusterClient", o)
 		}
@@ -62,7 +62,7 @@ func TestLeanRedisOptions(t *testing.T) {
 	}
 	// Any other option is its own business.
 	other := otherConnOpt{}
-	if LeanRedis(other) != asynq.RedisConnOpt(other) {
+	if Lean(other) != asynq.RedisConnOpt(other) {
 		t.Error("an option of another type was wrapped")
 	}
 }
@@ -75,7 +75,7 @@ func (otherConnOpt) MakeRedisClient() any { return nil }
 // ends), a context that ends after 30 s, and a key prefix of the test's own.
 func leanClient(t *testing.T) (*redis.Client, context.Context, string) {
 	srv := testredis.New(t)
-	c := LeanRedis(asynq.RedisClientOpt{Addr: srv.Addr, DB: srv.DB}).MakeRedisClient().(*redis.Client)
+	c := Lean(asynq.RedisClientOpt{Addr: srv.Addr, DB: srv.DB}).MakeRedisClient().(*redis.Client)
 	t.Cleanup(func() { _ = c.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)

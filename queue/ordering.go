@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lettaq/lettaq/ordering"
+	"github.com/lettaq/lettaq/queue/internal/store"
 )
 
 // DefaultMaxCoalesce bounds how many waiting messages one turn takes in
@@ -131,39 +132,6 @@ func (o *orderer) close() {
 	}
 }
 
-// follower is a message merged into the turn (coalescing).
-type follower struct {
-	taskID string
-	msg    Message
-}
-
-// mergeText is the one user message of a turn that took followers: the
-// texts in order, separated by a blank line, each prefixed with its sender
-// ("sender: text") when the senders differ.
-func mergeText(head Message, fs []follower) string {
-	msgs := []Message{head}
-	for _, f := range fs {
-		msgs = append(msgs, f.msg)
-	}
-	differ := false
-	for _, m := range msgs[1:] {
-		if m.SenderID != head.SenderID {
-			differ = true
-		}
-	}
-	var b strings.Builder
-	for i, m := range msgs {
-		if i > 0 {
-			b.WriteString("\n\n")
-		}
-		if differ && m.SenderID != "" {
-			b.WriteString(m.SenderID + ": ")
-		}
-		b.WriteString(m.Text)
-	}
-	return b.String()
-}
-
 // acquire runs the ordering part of an attempt before the turn: it returns
 // a lease, or the error the handler returns (done is set when the handler
 // should end now with err, which may be nil).
@@ -239,98 +207,6 @@ func (t *turn) wakeAfterDeadHeads(ctx context.Context, err error) {
 	}
 }
 
-// coalesced ends a task whose message was merged into the turn of head:
-// the journal says so (outcome coalesced, AnsweredBy); the final reply
-// event of the message is written by head's turn when it ends (an answer
-// with answered_by and no text, or a permanent error).
-func (t *turn) coalesced(ctx context.Context, head string) error {
-	dctx, cancel := t.w.deliveryCtx(ctx)
-	defer cancel()
-	rec, err := t.w.journal.Get(dctx, t.taskID)
-	if err != nil {
-		rec = &TurnRecord{}
-	}
-	now := time.Now()
-	rec.TaskID, rec.Otid, rec.AgentID = t.taskID, t.otid, t.msg.AgentID
-	rec.Conversation, rec.MessageID, rec.Queue = t.msg.Conversation, t.msg.MessageID, t.queue
-	if rec.EnqueuedAt.IsZero() {
-		rec.EnqueuedAt = t.msg.EnqueuedAt
-	}
-	if rec.FirstStartedAt.IsZero() {
-		rec.FirstStartedAt = t.start
-	}
-	if rec.Outcome != OutcomeCoalesced {
-		rec.Attempts = append(rec.Attempts, Attempt{N: len(rec.Attempts) + 1, Worker: t.w.cfg.WorkerID,
-			Start: t.start, End: now.UTC(), Outcome: OutcomeCoalesced})
-	}
-	rec.Outcome, rec.AnsweredBy, rec.FinishedAt = OutcomeCoalesced, head, now.UTC()
-	t.rec = rec
-	if err := t.w.journal.Save(dctx, rec); err != nil {
-		t.redisFailed()
-		t.log.Warn("could not journal the coalesced turn", "error", err.Error())
-	}
-	t.writeResult(OutcomeCoalesced, "", nil)
-	t.log.Info("message merged into an earlier turn", "answered_by", head)
-	t.w.obs.AttemptFinished(t.queue, "done", time.Since(t.start))
-	t.w.obs.TurnFinished(t.queue, OutcomeCoalesced, t.latency(now), 0)
-	return nil
-}
-
-// takeFollowers sets t.followers: the messages merged into this turn by an
-// earlier attempt, or, on a first send (no intent journaled yet), those
-// waiting right behind it now.
-func (t *turn) takeFollowers(ctx context.Context, firstSend bool) error {
-	o := t.w.ord
-	if o == nil || !o.cfg.coalesces(t.msg.Conversation.Integration) {
-		return nil
-	}
-	ids, err := o.seq.MergedFollowers(ctx, t.key, t.taskID)
-	if err != nil {
-		return err
-	}
-	if len(ids) == 0 && firstSend {
-		if ids, err = o.seq.TakeFollowers(ctx, t.key, t.taskID, o.cfg.MaxCoalesce); err != nil {
-			return err
-		}
-		t.newFollowers = ids
-	}
-	t.followers = t.followers[:0]
-	for _, id := range ids {
-		info, err := ordering.FindTask(o.insp, t.queue, id)
-		if err != nil {
-			if errors.Is(err, asynq.ErrTaskNotFound) {
-				t.log.Warn("merged message's task is gone: its text is left out", "merged_task", id)
-				continue
-			}
-			return fmt.Errorf("load merged task %s: %w", id, err)
-		}
-		m, err := DecodePayload(info.Payload)
-		if err != nil {
-			t.log.Warn("merged message's payload is invalid: its text is left out", "merged_task", id, "error", err.Error())
-			continue
-		}
-		t.followers = append(t.followers, follower{taskID: id, msg: m})
-	}
-	return nil
-}
-
-// finishFollowers writes the final event of every merged message: ev's
-// kind, naming this turn in answered_by (an answer carries no text: the
-// text is in this turn's answer).
-func (t *turn) finishFollowers(ctx context.Context, ev ReplyEvent) {
-	for _, f := range t.followers {
-		fe := ReplyEvent{Type: ev.Type, TaskID: f.taskID, Otid: t.otid, RunID: ev.RunID, MessageID: f.msg.MessageID,
-			StopReason: ev.StopReason, Permanent: ev.Permanent, AnsweredBy: t.taskID, Tool: ev.Tool}
-		if ev.Type == EventError {
-			fe.Text = "the turn this message was merged into failed: " + ev.Text
-		}
-		if _, err := t.w.replies.EmitAnswerOnce(ctx, f.msg.Conversation, fe); err != nil {
-			t.redisFailed()
-			t.log.Warn("could not emit the merged message's final event", "merged_task", f.taskID, "error", err.Error())
-		}
-	}
-}
-
 // release ends the ordered attempt: the key is freed; when the turn is
 // over it leaves the line and the next one (and merged tasks put back to
 // wait) are woken.
@@ -375,7 +251,7 @@ func (t *turn) wake(ctx context.Context, next string) {
 // when the ordering keys are on the writer's Redis (the worker made both
 // clients from Asynq's connection). If the release does not happen there,
 // processTask releases as usual (releasing twice is harmless).
-func (t *turn) releaseOps() []pipelineOp { return t.releaseOpsAfter("") }
+func (t *turn) releaseOps() []store.Op { return t.releaseOpsAfter("") }
 
 // releaseOpsAfter is releaseOps for a release sent in the same round trip
 // as the turn's final event, whose marker is after: the release happens
@@ -384,7 +260,7 @@ func (t *turn) releaseOps() []pipelineOp { return t.releaseOpsAfter("") }
 // as for any attempt that retries). On a Redis that is not one server the
 // marker and the line need not share a slot, and the release is left to
 // processTask.
-func (t *turn) releaseOpsAfter(after string) []pipelineOp {
+func (t *turn) releaseOpsAfter(after string) []store.Op {
 	if t.lease == nil || !t.w.seqOnWorkerRedis() || t.w.replies.rdb != t.w.rdb {
 		return nil
 	}
@@ -392,7 +268,7 @@ func (t *turn) releaseOpsAfter(after string) []pipelineOp {
 		return nil
 	}
 	cmd, next := t.lease.ReleaseCmdAfter(true, after)
-	return []pipelineOp{func(ctx context.Context, p redis.Pipeliner, sha bool) func() error {
+	return []store.Op{func(ctx context.Context, p redis.Pipeliner, sha bool) func() error {
 		c := cmd(ctx, sha)
 		_ = p.Process(ctx, c) // the error is c's, read below
 		return func() error { return t.readRelease(c, next) }
@@ -402,8 +278,8 @@ func (t *turn) releaseOpsAfter(after string) []pipelineOp {
 // readRelease reads the reply of releaseOps' release.
 func (t *turn) readRelease(c *redis.Cmd, next func(*redis.Cmd) (string, error)) error {
 	n, err := next(c)
-	if isNoScript(err) {
-		return err // runOps sends it again
+	if store.IsNoScript(err) {
+		return err // store.Run sends it again
 	}
 	if errors.Is(err, ordering.ErrNotReleased) {
 		return nil // the final event is not written: processTask releases (not done)

@@ -1,0 +1,213 @@
+package queue
+
+import (
+	"context"
+	"time"
+
+	"github.com/lettaq/lettaq/agentclient"
+	"github.com/lettaq/lettaq/continuation"
+)
+
+// endAction is what the handler tells Asynq when an attempt ends.
+type endAction int
+
+const (
+	// endDone: nil, the task completes (its result written).
+	endDone endAction = iota
+	// endArchive: a permanent error (SkipRetry): Asynq archives the task.
+	endArchive
+	// endRetry: *RetryAfterError (endingInput.Delay; 0 backs off).
+	endRetry
+	// endInterrupted: *InterruptedError, retried at once.
+	endInterrupted
+	// endPutBack: *BusyError: put back without using a retry.
+	endPutBack
+)
+
+var endActionNames = [...]string{"done", "archive", "retry", "interrupted", "put back"}
+
+func (a endAction) String() string { return endActionNames[a] }
+
+// endingInput is what decides how an attempt ends (endOf): the
+// continuation's decision and the facts of the attempt it needs.
+type endingInput struct {
+	D continuation.Result
+	// RunID is the run the stream named ("" none).
+	RunID string
+	// Retried and MaxRetry are the task's retries used and allowed
+	// (Asynq's; see turn.outOfRetries).
+	Retried, MaxRetry int
+	// BusyInARow counts the attempts before this one that ended busy, one
+	// after the other.
+	BusyInARow int
+	// Cause is what interrupted an Interrupted attempt (the lease's loss,
+	// the shutdown; nil: the decision's error).
+	Cause error
+	// StuckRetryDelay is WorkerConfig.StuckRetryDelay.
+	StuckRetryDelay time.Duration
+}
+
+// ending is how an attempt ends, decided by endOf before anything is
+// written: the final event (none while the turn goes on), the journal's
+// outcome, and what Asynq is told. The turn applies it (turn.finish).
+type ending struct {
+	// Final is the final event's type: EventAnswer, EventApprovalRequired,
+	// EventError (permanent), or "" for none.
+	Final EventType
+	// Outcome is the journal's outcome of the attempt (of the turn when
+	// Final is set).
+	Outcome string
+	Asynq   endAction
+	// Delay is the retry's delay (endRetry: 0 lets RetryDelay back off) or
+	// the put-back's (endPutBack).
+	Delay time.Duration
+	// Reason is why (the error event's text when Final is EventError).
+	Reason string
+	// StopReason is the run's stop reason the final event carries.
+	StopReason string
+	// GaveUp: the attempt would have been retried but has no retry left:
+	// it ends the turn with a permanent error ("gave up after N attempts").
+	GaveUp bool
+	// Refusal: the server refused the send before storing anything (a 4xx,
+	// or continuation.Refused): the journal withdraws the attempt's intent.
+	Refusal bool
+	// Err is the error a retry or a put-back carries (the decision's, or
+	// the interruption's cause).
+	Err error
+}
+
+// endOf maps a continuation decision to how the attempt ends: the error
+// mapping table of the package documentation (doc.go), row by row
+// (TestEndOfTable). It writes nothing.
+func endOf(in endingInput) ending {
+	d := in.D
+	switch d.Outcome {
+	case continuation.Completed:
+		if d.StopReason == "requires_approval" {
+			return ending{Final: EventApprovalRequired, Outcome: OutcomeApprovalRequired, Asynq: endDone, StopReason: d.StopReason}
+		}
+		return ending{Final: EventAnswer, Outcome: OutcomeAnswered, Asynq: endDone, StopReason: d.StopReason}
+
+	case continuation.Failed:
+		if d.Sends == 0 && d.RunID == "" && in.RunID == "" && d.Err != nil && !agentclient.IsProtocolError(d.Err) {
+			// Nothing was sent (the intent could not be journaled): retry.
+			return endRetryOf(in, 0, d.Reason)
+		}
+		return endFail(d.Reason, d.StopReason)
+
+	case continuation.Rejected:
+		var e ending
+		if d.Retryable {
+			e = endRetryOf(in, max(agentclient.RetryAfter(d.Err), time.Second), d.Reason)
+		} else {
+			e = endFail(d.Reason, "")
+		}
+		// Refused before anything was stored: the next attempt need not
+		// look for the otid, and may send under any resend policy.
+		st := agentclient.StatusCode(d.Err)
+		e.Refusal = st >= 400 && st < 500 && d.Sends > 0
+		return e
+
+	case continuation.StillRunning:
+		return endRetryOf(in, in.StuckRetryDelay, d.Reason)
+
+	case continuation.NotAdmitted:
+		if d.Resend == continuation.ResendForbidden {
+			return endFail("message not admitted and policy forbids resend: "+d.Reason, "")
+		}
+		if d.BackOff {
+			// The model is rate limited: not sent again at once.
+			return endRetryOf(in, backoffDelay(in.Retried), d.Reason)
+		}
+		return endRetryOf(in, 0, d.Reason)
+
+	case continuation.Refused:
+		// The server refused the send saying it stored nothing (a deploy's
+		// 503, Letta's API rate limit): the intent is withdrawn, and the next
+		// attempt sends after the server's Retry-After (capped), same otid.
+		delay, note := refusalWait(agentclient.RetryAfter(d.Err))
+		if delay == 0 {
+			delay = backoffDelay(in.Retried)
+		}
+		reason := d.Reason
+		if note != "" {
+			reason += "; " + note
+		}
+		e := endRetryOf(in, delay, reason)
+		e.Refusal = true
+		return e
+
+	case continuation.Busy:
+		reason := "the agent's thread was busy with another run: " + d.Reason
+		if outOfRetries(&BusyError{}, in.Retried, in.MaxRetry) {
+			e := endFail(reason, "")
+			e.GaveUp = true
+			return e
+		}
+		return ending{Outcome: OutcomeBusy, Asynq: endPutBack, Reason: d.Reason, Err: d.Err,
+			Delay: busyRetry(agentclient.RetryAfter(d.Err), in.BusyInARow+1), Refusal: true}
+
+	case continuation.Interrupted:
+		cause := in.Cause
+		if cause == nil {
+			cause = d.Err
+		}
+		if cause == nil {
+			cause = context.Canceled
+		}
+		return endRetryOf(in, -1, "interrupted: "+d.Reason+": "+cause.Error())
+	}
+	return endRetryOf(in, 0, "unexpected outcome "+d.Outcome.String()+": "+d.Reason)
+}
+
+// endFail ends the turn with a permanent error.
+func endFail(reason, stop string) ending {
+	return ending{Final: EventError, Outcome: OutcomeFailed, Asynq: endArchive, Reason: reason, StopReason: stop}
+}
+
+// endRetryOf leaves the turn to the next attempt (delay < 0: an
+// interruption), or gives up when the attempt has no retry left.
+func endRetryOf(in endingInput, delay time.Duration, reason string) ending {
+	e := ending{Outcome: OutcomeRetrying, Asynq: endRetry, Delay: delay, Reason: reason, Err: in.D.Err}
+	var err error = &RetryAfterError{Delay: delay, Reason: reason, Err: in.D.Err}
+	if delay < 0 {
+		e.Asynq, e.Delay = endInterrupted, 0
+		e.Err = in.Cause
+		if e.Err == nil {
+			e.Err = in.D.Err
+		}
+		if e.Err == nil {
+			e.Err = context.Canceled
+		}
+		err = &InterruptedError{Reason: reason, Err: e.Err}
+	}
+	switch in.D.Outcome {
+	case continuation.StillRunning:
+		e.Outcome = OutcomeStillRunning
+	case continuation.NotAdmitted, continuation.Refused:
+		e.Outcome = OutcomeNotAdmitted
+	}
+	if outOfRetries(err, in.Retried, in.MaxRetry) {
+		g := endFail(reason, in.D.StopReason)
+		g.GaveUp = true
+		return g
+	}
+	return e
+}
+
+// outOfRetries reports whether Asynq would archive the task if this attempt
+// ended with err: Asynq v0.26 archives a task whose Retried has reached its
+// MaxRetry whatever its handler returned, a put-back too. A failure
+// (IsFailure) uses a retry, a put-back (busy, waiting for an answer or for
+// its turn) does not. A client gives a task one retry more than
+// ClientConfig.MaxRetry (TaskOptions), kept for put-backs: a failure is
+// retried while retried < maxRetry-1, so that a put-back always finds a
+// retry left — but after a crash on the last attempt (Asynq's recoverer
+// counts it). An attempt out of retries ends the turn with its final error
+// event instead (fail, giveUp): never archived in silence.
+func outOfRetries(err error, retried, maxRetry int) bool {
+	if IsFailure(err) {
+		return retried+1 >= maxRetry
+	}
+	return retried >= maxRetry
+}

@@ -1,0 +1,29 @@
+package store
+
+import "testing"
+
+// TestKeys pins every key's format: a deployment's data lives under them,
+// so a change here is a migration.
+func TestKeys(t *testing.T) {
+	k := Keys{Prefix: "p:"}
+	for _, c := range []struct{ got, want string }{
+		{k.Replies("tg", "42"), "p:replies:tg:42"},
+		{k.Seq("t"), "p:seq:t"},
+		{k.Answered("t"), "p:answered:t"},
+		{k.Accepted("t"), "p:accepted:t"},
+		{k.JournalTurn("t"), "p:journal:turn:t"},
+		{k.JournalIntents("t"), "p:journal:intents:t"},
+		{k.JournalOtid("o"), "p:journal:otid:o"},
+		{k.JournalIndex("recent"), "p:journal:idx:recent"},
+		{k.ApprovalRequest("t"), "p:approval:req:t"},
+		{k.ApprovalOtid("o"), "p:approval:otid:o"},
+		{k.ApprovalPending("a", "s"), "p:approval:pending:a:s"},
+		{k.Thread("h"), "p:thread:h"},
+		{k.ThreadLock("h"), "p:thread:h:lock"},
+		{Keys{}.Thread("h"), "lettaq:thread:h"},
+	} {
+		if c.got != c.want {
+			t.Errorf("key %q, want %q", c.got, c.want)
+		}
+	}
+}

@@ -1,0 +1,64 @@
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Threads keeps the Letta conversation id of each lettaq conversation
+// (named by its hash: of the agent and the conversation), and the short
+// lock that serialises creating one.
+type Threads struct {
+	RDB  redis.UniversalClient
+	Keys Keys
+}
+
+// Known returns the conversation id kept for hash ("" when none).
+func (th Threads) Known(ctx context.Context, hash string) (string, error) {
+	id, err := th.RDB.Get(ctx, th.Keys.Thread(hash)).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", nil
+	}
+	return id, err
+}
+
+// Keep stores the conversation id of hash; it never expires.
+func (th Threads) Keep(ctx context.Context, hash, id string) error {
+	return th.RDB.Set(ctx, th.Keys.Thread(hash), id, 0).Err()
+}
+
+// Lock takes hash's creation lock for at most ttl, waiting for it (bounded
+// by ctx), and returns its release.
+func (th Threads) Lock(ctx context.Context, hash string, ttl time.Duration) (unlock func(), err error) {
+	key := th.Keys.ThreadLock(hash)
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	token := hex.EncodeToString(b[:])
+	wait := 20 * time.Millisecond
+	for {
+		ok, err := th.RDB.SetNX(ctx, key, token, ttl).Result()
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			return func() {
+				uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+				defer cancel()
+				_ = Unlock.Run(uctx, th.RDB, []string{key}, token).Err()
+			}, nil
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+		wait = min(2*wait, 500*time.Millisecond)
+	}
+}
