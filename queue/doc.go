@@ -110,7 +110,7 @@
 // the call has its name, then success or error with the return),
 // answer_delta (line-buffered; reasoning with narration true), and one final
 // event. Each carries task_id, otid, run_id and message_id. The wire format
-// is documented at the top of events.go (see Replies); read it with XREAD
+// is docs/reply-events.md in the repository (see Replies); read it with XREAD
 // from any language, or with Replies.Read.
 //
 // Progress events (phase, tool, answer_delta) are written in order off the
