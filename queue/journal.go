@@ -543,23 +543,6 @@ func (j *Journal) saveArgs(rec *TurnRecord, keepFinished bool, ix *journalIndexe
 	return args, nil
 }
 
-func boolArg(b bool) string {
-	if b {
-		return "1"
-	}
-	return "0"
-}
-
-// boolAny is boolArg as a script argument, boxed once.
-func boolAny(b bool) any {
-	if b {
-		return argTrue
-	}
-	return argFalse
-}
-
-var argTrue, argFalse any = "1", "0"
-
 // journalTurnTime is the time a turn is indexed under.
 func journalTurnTime(r *TurnRecord) (time.Time, bool) {
 	switch {

@@ -63,7 +63,7 @@ type writer struct {
 	refs   []itemRef
 	covers []refSpan
 	ops    []store.Op
-	args   argArena
+	args   store.ArgArena
 	// followed[k]: a later op of the round trip writes for a turn that op
 	// k writes for (store.RunFollowed keeps them in order); last is each
 	// turn's last op.
@@ -593,7 +593,7 @@ func (wr *writer) write(batch []taken) {
 		clear(ops)
 		clear(evs)
 		wr.ops, wr.covers, wr.refs, wr.evs = keep(ops), keep(covers), keep(refs), keep(evs)
-		wr.args.reset()
+		wr.args.Reset()
 	}()
 	for {
 		moved := false
