@@ -456,6 +456,10 @@ func (pe *preparedEvent) Emitted(ok int64, id string, seq int64, msg string) {
 	}
 }
 
+// WriteErr is pe's own error in a call that wrote the others, for
+// store.Trip.
+func (pe *preparedEvent) WriteErr() error { return pe.writeErr }
+
 // newHead returns the head of ev with marker, for conversation c (see
 // store.Replies.NewHead: prev's boxes serve where they are the same).
 func (r *Replies) newHead(c Conversation, ev *ReplyEvent, marker string, prev *eventHead) *eventHead {
