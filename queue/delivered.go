@@ -2,12 +2,10 @@ package queue
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/hibiken/asynq"
-	"github.com/redis/go-redis/v9"
 )
 
 // FinalEvent returns the final event written for taskID's turn in c's
@@ -18,21 +16,14 @@ func (r *Replies) FinalEvent(ctx context.Context, c Conversation, taskID string)
 	if err := c.Validate(); err != nil {
 		return ev, false, err
 	}
-	id, err := r.rdb.Get(ctx, r.answeredKey(taskID)).Result()
-	if errors.Is(err, redis.Nil) {
-		return ev, false, nil
+	m, found, err := r.st.FinalEntry(ctx, r.Key(c), taskID)
+	if err != nil || !found {
+		if err != nil {
+			err = fmt.Errorf("queue: final event of %s: %w", taskID, err)
+		}
+		return ev, false, err
 	}
-	if err != nil {
-		return ev, false, fmt.Errorf("queue: final event of %s: %w", taskID, err)
-	}
-	msgs, err := r.rdb.XRange(ctx, r.Key(c), id, id).Result()
-	if err != nil {
-		return ev, false, fmt.Errorf("queue: final event of %s: %w", taskID, err)
-	}
-	if len(msgs) == 0 {
-		return ev, false, nil
-	}
-	return replyEventFromEntry(msgs[0]), true, nil
+	return replyEventFromEntry(m), true, nil
 }
 
 // finishDelivered finishes a turn whose final event reached the reply

@@ -200,8 +200,7 @@ type RepliesOptions struct {
 type Replies struct {
 	rdb  redis.UniversalClient
 	opts RepliesOptions
-	// The options' script arguments, boxed once.
-	maxLenArg, ttlArg, streamTTLArg any
+	st   *store.Replies
 }
 
 // NewReplies returns a Replies on rdb.
@@ -218,8 +217,8 @@ func NewReplies(rdb redis.UniversalClient, opts RepliesOptions) *Replies {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Replies{rdb: rdb, opts: opts,
-		maxLenArg: opts.MaxLen, ttlArg: opts.TTL.Milliseconds(), streamTTLArg: opts.StreamTTL.Milliseconds()}
+	st := store.NewReplies(rdb, store.Keys{Prefix: opts.Prefix}, opts.MaxLen, opts.TTL, opts.StreamTTL)
+	return &Replies{rdb: rdb, opts: opts, st: st}
 }
 
 // Key returns the stream key of c (see the wire format above). It does not
@@ -228,8 +227,7 @@ func (r *Replies) Key(c Conversation) string {
 	return r.keys().Replies(c.Integration, c.ChatID)
 }
 
-func (r *Replies) keys() store.Keys                 { return store.Keys{Prefix: r.opts.Prefix} }
-func (r *Replies) seqKey(taskID string) string      { return r.keys().Seq(taskID) }
+func (r *Replies) keys() store.Keys                 { return r.st.Keys }
 func (r *Replies) answeredKey(taskID string) string { return r.keys().Answered(taskID) }
 func (r *Replies) acceptedKey(taskID string) string { return r.keys().Accepted(taskID) }
 
@@ -276,51 +274,29 @@ func (r *Replies) EmitAcceptedOnce(ctx context.Context, c Conversation, ev Reply
 
 // Answered reports whether the final event of taskID's turn was written.
 func (r *Replies) Answered(ctx context.Context, taskID string) (bool, error) {
-	n, err := r.rdb.Exists(ctx, r.answeredKey(taskID)).Result()
+	ok, err := r.st.Answered(ctx, taskID)
 	if err != nil {
 		return false, fmt.Errorf("queue: answered %s: %w", taskID, err)
 	}
-	return n == 1, nil
+	return ok, nil
 }
 
 func (r *Replies) emit(ctx context.Context, c Conversation, ev ReplyEvent, marker string) (ReplyEvent, bool, error) {
-	ev, keys, args, err := r.prepare(c, ev, marker)
+	ev, at, data, err := r.complete(c, ev)
 	if err != nil {
 		return ev, false, err
 	}
-	res, err := store.ReplyEmit.Run(ctx, r.rdb, keys, args...).Slice()
+	written, id, seq, err := r.st.Emit(ctx, r.Key(c), ev.TaskID, marker,
+		"type", string(ev.Type), "task_id", ev.TaskID, "otid", ev.Otid, "run_id", ev.RunID, "message_id", ev.MessageID,
+		"time", at, "data", data)
 	if err != nil {
 		return ev, false, fmt.Errorf("queue: emit %s for task %s: %w", ev.Type, ev.TaskID, err)
 	}
-	if len(res) != 3 {
-		return ev, false, fmt.Errorf("queue: emit %s for task %s: unexpected script reply %v", ev.Type, ev.TaskID, res)
-	}
-	if ok, _ := res[0].(int64); ok != 1 {
+	if !written {
 		return ev, false, nil
 	}
-	ev.ID, _ = res[1].(string)
-	ev.Seq, _ = res[2].(int64)
+	ev.ID, ev.Seq = id, seq
 	return ev, true, nil
-}
-
-// prepare validates ev, completes it (Parts, truncated tool return, Time)
-// and encodes it for store.ReplyEmit: keys stream, seq[, marker], args
-// maxlen, ttl, stream ttl, then the entry's field/value pairs.
-func (r *Replies) prepare(c Conversation, ev ReplyEvent, marker string) (ReplyEvent, []string, []any, error) {
-	ev, at, data, err := r.complete(c, ev)
-	if err != nil {
-		return ev, nil, nil, err
-	}
-	keys := []string{r.Key(c), r.seqKey(ev.TaskID)}
-	if marker != "" {
-		keys = append(keys, marker)
-	}
-	args := []any{
-		r.opts.MaxLen, r.opts.TTL.Milliseconds(), r.opts.StreamTTL.Milliseconds(),
-		"type", string(ev.Type), "task_id", ev.TaskID, "otid", ev.Otid, "run_id", ev.RunID, "message_id", ev.MessageID,
-		"time", at, "data", data,
-	}
-	return ev, keys, args, nil
 }
 
 // complete validates ev and completes it (Parts, truncated tool return,
@@ -430,7 +406,7 @@ func appendReplyData(b []byte, ev *ReplyEvent) (_ []byte, ok bool) {
 // result goes.
 type preparedEvent struct {
 	typ  EventType
-	head *eventHead // keys and the fields before time, boxed
+	head *eventHead // keys and the fields before time, boxed (store.Head)
 	// The entry's time and data fields, boxed for the command's arguments.
 	at, data any
 	// written, id (the entry's) and seq are set once the script ran.
@@ -442,7 +418,7 @@ type preparedEvent struct {
 	id      string
 	seq     int64
 	// writeErr: the event's own commands failed in the script call that
-	// wrote the others (readEmitMany); the writer reports it as the
+	// wrote the others (store.EmitManyOp); the writer reports it as the
 	// event's error.
 	writeErr error
 	// err: for an event a caller waits for (progress.do), how its round
@@ -453,90 +429,41 @@ type preparedEvent struct {
 	busy bool
 }
 
-// eventHead is the front of an event's arguments to store.ReplyEmitMany,
-// boxed (a string made an interface value is allocated): its keys (stream,
-// seq[, marker]), then the written-once flag and the field/value pairs
-// before "time" but the type (task_id, otid, run_id, message_id; the type
-// goes with each event, see eventArgs). It is immutable: a turn's events
-// share one while these stay the same (a turn's phases, deltas and tools
-// alternate: the type is not part of it), so that an event boxes only its
-// time and data.
-type eventHead struct {
-	nkeys int
-	args  []any // keys, then the flag and pairs
-}
-
-func (h *eventHead) keys() []any { return h.args[:h.nkeys] }
-func (h *eventHead) rest() []any { return h.args[h.nkeys:] }
+// eventHead is the front of an event's arguments to store.ReplyEmitMany
+// (see store.Head).
+type eventHead = store.Head
 
 // appendArgs appends pe's ARGV of store.ReplyEmitMany to args: the flag, the
 // type, the head's pairs, time and data.
 func (pe *preparedEvent) appendArgs(args []any) []any {
-	r := pe.head.rest()
-	args = append(args, r[0], "type", typeArg(pe.typ))
-	args = append(args, r[1:]...)
-	return append(args, "time", pe.at, "data", pe.data)
+	return store.AppendEventArgs(args, pe.head, typeArg(pe.typ), pe.at, pe.data)
 }
 
-// fits reports whether h is the head of ev with marker, for the
-// conversation h was made for (the caller keeps one head per conversation).
-func (h *eventHead) fits(ev *ReplyEvent, marker string) bool {
-	if h == nil || (marker == "") != (h.nkeys == 2) || (marker != "" && h.args[2] != marker) {
-		return false
+// Encoded is pe for store.EmitManyOp.
+func (pe *preparedEvent) Encoded() (h *store.Head, typ, at, data any) {
+	return pe.head, typeArg(pe.typ), pe.at, pe.data
+}
+
+// Emitted takes pe's result from store.EmitManyOp: an event whose own
+// commands failed gets its writeErr.
+func (pe *preparedEvent) Emitted(ok int64, id string, seq int64, msg string) {
+	pe.written, pe.writeErr = ok == 1, nil
+	switch {
+	case pe.written:
+		pe.id, pe.seq = id, seq
+	case ok == -1:
+		pe.writeErr = &eventWriteError{typ: pe.typ, msg: msg}
 	}
-	r := h.rest()
-	return r[2] == ev.TaskID && r[4] == ev.Otid && r[6] == ev.RunID && r[8] == ev.MessageID
 }
 
-// newHead returns the head of ev with marker, for conversation c. prev,
-// when not nil, is an earlier head of c: its boxed values serve where they
-// are the same (the stream key always; a turn's next head differs in its
-// run id, message id or marker only), so that a head boxes what changed.
+// WriteErr is pe's own error in a call that wrote the others, for
+// store.Trip.
+func (pe *preparedEvent) WriteErr() error { return pe.writeErr }
+
+// newHead returns the head of ev with marker, for conversation c (see
+// store.Replies.NewHead: prev's boxes serve where they are the same).
 func (r *Replies) newHead(c Conversation, ev *ReplyEvent, marker string, prev *eventHead) *eventHead {
-	h := &eventHead{nkeys: 2}
-	if marker != "" {
-		h.nkeys = 3
-	}
-	var stream, seq, task, otid, run, msg any
-	if prev != nil {
-		pk, pr := prev.keys(), prev.rest()
-		stream = pk[0]
-		if pr[2] == ev.TaskID {
-			seq, task = pk[1], pr[2]
-		}
-		if pr[4] == ev.Otid {
-			otid = pr[4]
-		}
-		if pr[6] == ev.RunID {
-			run = pr[6]
-		}
-		if pr[8] == ev.MessageID {
-			msg = pr[8]
-		}
-	}
-	if stream == nil {
-		stream = r.Key(c)
-	}
-	if seq == nil {
-		seq, task = r.seqKey(ev.TaskID), ev.TaskID
-	}
-	if otid == nil {
-		otid = ev.Otid
-	}
-	if run == nil {
-		run = ev.RunID
-	}
-	if msg == nil {
-		msg = ev.MessageID
-	}
-	h.args = make([]any, 0, h.nkeys+9)
-	h.args = append(h.args, stream, seq)
-	if marker != "" {
-		h.args = append(h.args, marker)
-	}
-	h.args = append(h.args, boolAny(marker != ""), "task_id", task, "otid", otid,
-		"run_id", run, "message_id", msg)
-	return h
+	return r.st.NewHead(c.Integration, c.ChatID, ev.TaskID, ev.Otid, ev.RunID, ev.MessageID, marker, prev)
 }
 
 // typeArg is t boxed, without an allocation for the known types.
@@ -569,7 +496,7 @@ func (r *Replies) prepareInto(pe *preparedEvent, last **eventHead, c Conversatio
 		return err
 	}
 	var h *eventHead
-	if last != nil && (*last).fits(&ev, marker) {
+	if last != nil && (*last).Fits(ev.TaskID, ev.Otid, ev.RunID, ev.MessageID, marker) {
 		h = *last
 	} else {
 		var prev *eventHead
@@ -588,94 +515,11 @@ func (r *Replies) prepareInto(pe *preparedEvent, last **eventHead, c Conversatio
 	return nil
 }
 
-// emitManyOp writes evs in one call of store.ReplyEmitMany. The command's
-// arguments are one slice of their exact size, taken from args (nil: made
-// when the op runs).
-func (r *Replies) emitManyOp(evs []*preparedEvent, args *argArena) store.Op {
-	return func(ctx context.Context, p redis.Pipeliner, sha bool) func() error {
-		var c *redis.Cmd
-		if sha {
-			c = r.emitManyCmd(ctx, evs, args)
-			_ = p.Process(ctx, c) // the error is c's, read below
-		} else {
-			keys, args := r.emitManyArgs(evs)
-			c = store.ReplyEmitMany.Eval(ctx, p, keys, args...)
-		}
-		return func() error { return r.readEmitMany(c, evs) }
-	}
-}
-
-// emitManyCmd is EVALSHA of store.ReplyEmitMany for evs.
-func (r *Replies) emitManyCmd(ctx context.Context, evs []*preparedEvent, arena *argArena) *redis.Cmd {
-	nk, na := 0, 0
-	for _, pe := range evs {
-		nk += pe.head.nkeys
-		na += len(pe.head.args) - pe.head.nkeys + 6
-	}
-	args := arena.take(3 + nk + 3 + na)
-	args = append(args, "evalsha", store.ReplyEmitMany.Hash(), nk)
-	for _, pe := range evs {
-		args = append(args, pe.head.keys()...)
-	}
-	args = append(args, r.maxLenArg, r.ttlArg, r.streamTTLArg)
-	for _, pe := range evs {
-		args = pe.appendArgs(args)
-	}
-	c := redis.NewCmd(ctx, args...)
-	c.SetFirstKeyPos(3)
-	return c
-}
-
-// argArena hands out the arguments of a round trip's commands from one
-// array, reused from one round trip to the next (by the writer's goroutine
-// alone: reset it once the round trip's replies are read, when go-redis is
-// done with the commands). A nil arena makes new slices.
-type argArena struct {
-	buf  []any
-	used int
-	want int // what the last round trip needed
-}
-
-// argArenaKeep bounds the array an arena keeps (a round trip of 1,024
-// heartbeats needs about 17,000 arguments).
-const argArenaKeep = 1 << 15
-
-// take returns an empty slice with room for n arguments.
-func (a *argArena) take(n int) []any {
-	if a == nil {
-		return make([]any, 0, n)
-	}
-	a.want += n
-	if a.used+n > len(a.buf) {
-		return make([]any, 0, n)
-	}
-	s := a.buf[a.used : a.used : a.used+n]
-	a.used += n
-	return s
-}
-
-// reset lets go of the arguments handed out, and sizes the array for what
-// the last round trip needed.
-func (a *argArena) reset() {
-	clear(a.buf[:a.used])
-	a.used = 0
-	if a.want > len(a.buf) && a.want <= argArenaKeep {
-		a.buf = make([]any, a.want)
-	}
-	a.want = 0
-}
-
-// emitManyArgs are store.ReplyEmitMany's keys and args for evs (for EVAL).
-func (r *Replies) emitManyArgs(evs []*preparedEvent) ([]string, []any) {
-	var keys []string
-	args := []any{r.maxLenArg, r.ttlArg, r.streamTTLArg}
-	for _, pe := range evs {
-		for _, k := range pe.head.keys() {
-			keys = append(keys, k.(string))
-		}
-		args = pe.appendArgs(args)
-	}
-	return keys, args
+// emitManyOp writes evs in one call of store.ReplyEmitMany (see
+// store.EmitManyOp), its arguments taken from args (nil: made when the op
+// runs).
+func (r *Replies) emitManyOp(evs []*preparedEvent, args *store.ArgArena) store.Op {
+	return store.EmitManyOp(r.st, evs, args)
 }
 
 // eventWriteError is an event's own failure in a script call that wrote the
@@ -686,32 +530,6 @@ type eventWriteError struct {
 }
 
 func (e *eventWriteError) Error() string { return "queue: emit " + string(e.typ) + " event: " + e.msg }
-
-// readEmitMany reads store.ReplyEmitMany's reply into evs. Its error is the
-// call's (nothing was written, or what was is not known); an event whose own
-// commands failed gets its writeErr.
-func (r *Replies) readEmitMany(c *redis.Cmd, evs []*preparedEvent) error {
-	res, err := c.Slice()
-	if err != nil {
-		return fmt.Errorf("queue: emit %d events: %w", len(evs), err)
-	}
-	if len(res) != 3*len(evs) {
-		return fmt.Errorf("queue: emit %d events: unexpected script reply of %d values", len(evs), len(res))
-	}
-	for i, pe := range evs {
-		ok, _ := res[3*i].(int64)
-		pe.written, pe.writeErr = ok == 1, nil
-		switch {
-		case pe.written:
-			pe.id, _ = res[3*i+1].(string)
-			pe.seq, _ = res[3*i+2].(int64)
-		case ok == -1:
-			msg, _ := res[3*i+1].(string)
-			pe.writeErr = &eventWriteError{typ: pe.typ, msg: msg}
-		}
-	}
-	return nil
-}
 
 func validateReplyEvent(ev ReplyEvent) error {
 	if !ev.Type.Valid() {
@@ -904,40 +722,14 @@ func (r *Replies) Read(ctx context.Context, c Conversation, after string, count 
 	if err := c.Validate(); err != nil {
 		return nil, after, err
 	}
-	key := r.Key(c)
-	switch after {
-	case "", "0":
-		after = "0-0"
-	case "$":
-		last, err := r.rdb.XRevRangeN(ctx, key, "+", "-", 1).Result()
-		if err != nil {
-			return nil, after, fmt.Errorf("queue: read %s: %w", key, err)
-		}
-		after = "0-0"
-		if len(last) == 1 {
-			after = last[0].ID
-		}
-	}
-	args := &redis.XReadArgs{Streams: []string{key, after}, Count: count, Block: -1}
-	if count < 0 {
-		args.Count = 0
-	}
-	if block > 0 {
-		args.Block = max(block, time.Millisecond) // BLOCK 0 would wait forever
-	}
-	res, err := r.rdb.XRead(ctx, args).Result()
-	if errors.Is(err, redis.Nil) {
-		return nil, after, nil
-	}
+	msgs, after, err := r.st.Read(ctx, r.Key(c), after, count, block)
 	if err != nil {
-		return nil, after, fmt.Errorf("queue: read %s: %w", key, err)
+		return nil, after, err
 	}
 	lastID = after
-	for _, s := range res {
-		for _, m := range s.Messages {
-			events = append(events, replyEventFromEntry(m))
-			lastID = m.ID
-		}
+	for _, m := range msgs {
+		events = append(events, replyEventFromEntry(m))
+		lastID = m.ID
 	}
 	return events, lastID, nil
 }

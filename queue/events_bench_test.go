@@ -88,7 +88,7 @@ func BenchmarkEmitScript(b *testing.B) {
 		prepared[i] = pe
 	}
 	op := r.emitManyOp(prepared, nil)
-	keys, args := r.emitManyArgs(prepared)
+	keys, args := store.EmitManyArgs(r.st, prepared)
 	for _, v := range []struct {
 		name string
 		emit func() error
@@ -103,9 +103,9 @@ func BenchmarkEmitScript(b *testing.B) {
 		{"plain-commands", func() error {
 			p := rdb.Pipeline()
 			for _, pe := range prepared {
-				k := pe.head.keys()
+				k := pe.head.Keys()
 				p.Incr(ctx, k[1].(string))
-				xa := []any{"xadd", k[0], "maxlen", "~", r.maxLenArg, "*"}
+				xa := []any{"xadd", k[0], "maxlen", "~", r.st.MaxLenArg(), "*"}
 				xa = append(xa, pe.appendArgs(nil)[1:]...) // the fields (not the once flag)
 				p.Do(ctx, append(xa, "seq", "0")...)
 			}

@@ -602,8 +602,8 @@ func TestEventHeadSharesBoxes(t *testing.T) {
 		{"task", ReplyEvent{TaskID: "t2", Otid: "o1"}, ""},
 		{"otid", ReplyEvent{TaskID: "t1", Otid: "o2"}, ""},
 	} {
-		got := fmt.Sprintf("%#v", r.newHead(c, &tc.ev, tc.marker, prev).args)
-		if want := fmt.Sprintf("%#v", r.newHead(c, &tc.ev, tc.marker, nil).args); got != want {
+		got := fmt.Sprintf("%#v", r.newHead(c, &tc.ev, tc.marker, prev).Args())
+		if want := fmt.Sprintf("%#v", r.newHead(c, &tc.ev, tc.marker, nil).Args()); got != want {
 			t.Errorf("%s: %s, want %s", tc.name, got, want)
 		}
 	}

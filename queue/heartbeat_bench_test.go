@@ -182,8 +182,8 @@ func TestHeartbeatPrepareAllocs(t *testing.T) {
 	if err := r.prepareInto(&pe, &head, c, ev, ""); err != nil {
 		t.Fatal(err)
 	}
-	if r := head.rest(); head == first || r[5] != "run_id" || r[6] != "run-2" {
-		t.Errorf("head after a new run id: %v", head.args)
+	if r := head.Rest(); head == first || r[5] != "run_id" || r[6] != "run-2" {
+		t.Errorf("head after a new run id: %v", head.Args())
 	}
 	// Another type of event with the same fields keeps the head: a turn's phases, deltas
 	// and tools alternate.

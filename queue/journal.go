@@ -290,10 +290,7 @@ const DefaultLookupTimeout = 3 * time.Second
 type Journal struct {
 	rdb  redis.UniversalClient
 	opts JournalOptions
-	// What every save passes: the index keys (journalSaveFilters' order),
-	// and the retention in ms and MaxIndex as script arguments.
-	indexKeys     [len(journalSaveFilters)]any // boxed once
-	ttlArg, keepN any
+	st   *store.Journal
 }
 
 // NewJournal returns a Journal on rdb.
@@ -313,23 +310,26 @@ func NewJournal(rdb redis.UniversalClient, opts JournalOptions) *Journal {
 	if opts.LookupTimeout <= 0 {
 		opts.LookupTimeout = DefaultLookupTimeout
 	}
-	j := &Journal{rdb: rdb, opts: opts, ttlArg: opts.Retention.Milliseconds(), keepN: opts.MaxIndex}
+	names := make([]string, len(journalSaveFilters))
 	for i, f := range journalSaveFilters {
-		j.indexKeys[i] = j.indexKey(f)
+		names[i] = journalIndexName(f)
 	}
-	return j
+	st := store.NewJournal(rdb, store.Keys{Prefix: opts.Prefix}, opts.Retention, opts.MaxIndex, names)
+	return &Journal{rdb: rdb, opts: opts, st: st}
 }
 
-func (j *Journal) keys() store.Keys                { return store.Keys{Prefix: j.opts.Prefix} }
-func (j *Journal) recordKey(taskID string) string  { return j.keys().JournalTurn(taskID) }
-func (j *Journal) intentsKey(taskID string) string { return j.keys().JournalIntents(taskID) }
-func (j *Journal) otidKey(otid string) string      { return j.keys().JournalOtid(otid) }
+func (j *Journal) recordKey(taskID string) string  { return j.st.Keys.JournalTurn(taskID) }
+func (j *Journal) intentsKey(taskID string) string { return j.st.Keys.JournalIntents(taskID) }
+func (j *Journal) otidKey(otid string) string      { return j.st.Keys.JournalOtid(otid) }
 
-func (j *Journal) indexKey(f Filter) string {
+func (j *Journal) indexKey(f Filter) string { return j.st.Keys.JournalIndex(journalIndexName(f)) }
+
+// journalIndexName is the name of f's index in the store ("recent": all).
+func journalIndexName(f Filter) string {
 	if f == "" || f == FilterAll {
-		return j.keys().JournalIndex("recent")
+		return "recent"
 	}
-	return j.keys().JournalIndex(string(f))
+	return string(f)
 }
 
 // RecordIntent records, before the send, that attempt (by worker) is about
@@ -366,36 +366,13 @@ func (j *Journal) intentOp(taskID, otid string, attempt int, worker string, prio
 	return j.intentOpOf(taskID, b, prior), nil
 }
 
-// intentOpOf appends taskID's intent b and reads the list: the intents
-// before b are those ahead of the place RPUSH gave it. Of two racing
-// attempts exactly one thus sees the other's intent, without a script
-// (RPUSH is atomic, and the list only grows: nothing but the retention
-// removes an intent).
+// intentOpOf appends taskID's intent b (store.Journal.IntentOp): prior
+// gets the intents recorded before it.
 func (j *Journal) intentOpOf(taskID string, b []byte, prior *[]Intent) store.Op {
-	key := j.intentsKey(taskID)
-	return func(ctx context.Context, p redis.Pipeliner, _ bool) func() error {
-		push := p.RPush(ctx, key, b)
-		exp := p.PExpire(ctx, key, j.opts.Retention)
-		list := p.LRange(ctx, key, 0, -1)
-		return func() error {
-			n, err := push.Result()
-			if err == nil {
-				err = exp.Err()
-			}
-			var raw []string
-			if err == nil {
-				raw, err = list.Result()
-			}
-			if err == nil && int64(len(raw)) < n {
-				err = fmt.Errorf("the list has %d entries after the push made it %d", len(raw), n)
-			}
-			if err != nil {
-				return fmt.Errorf("queue: record intent for task %s: %w", taskID, err)
-			}
-			*prior, err = journalDecodeIntents(taskID, raw[:n-1])
-			return err
-		}
-	}
+	return j.st.IntentOp(taskID, b, func(raw []string) (err error) {
+		*prior, err = journalDecodeIntents(taskID, raw)
+		return err
+	})
 }
 
 // RecordRefusal withdraws attempt's latest intent: its send was refused by
@@ -407,12 +384,7 @@ func (j *Journal) RecordRefusal(ctx context.Context, taskID, otid string, attemp
 	if err != nil {
 		return fmt.Errorf("queue: record refusal: %w", err)
 	}
-	key := j.intentsKey(taskID)
-	if _, err := j.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.RPush(ctx, key, b)
-		p.PExpire(ctx, key, j.opts.Retention)
-		return nil
-	}); err != nil {
+	if err := j.st.AppendIntent(ctx, taskID, b); err != nil {
 		return fmt.Errorf("queue: record refusal for task %s: %w", taskID, err)
 	}
 	return nil
@@ -420,7 +392,7 @@ func (j *Journal) RecordRefusal(ctx context.Context, taskID, otid string, attemp
 
 // Intents returns the intents recorded for taskID, oldest first.
 func (j *Journal) Intents(ctx context.Context, taskID string) ([]Intent, error) {
-	raw, err := j.rdb.LRange(ctx, j.intentsKey(taskID), 0, -1).Result()
+	raw, err := j.st.Intents(ctx, taskID)
 	if err != nil {
 		return nil, fmt.Errorf("queue: intents of task %s: %w", taskID, err)
 	}
@@ -467,109 +439,12 @@ func (j *Journal) saveOp(rec *TurnRecord, keepFinished bool, ix *journalIndexed)
 		return nil, err
 	}
 	wrote := journalIndexedBits(rec)
-	taskID := rec.TaskID // not rec: the caller's copy of its record then stays on its stack
-	if !keepFinished && j.single() {
-		return j.plainSaveOp(args, taskID, ix, wrote), nil
+	var sure *atomic.Uint32
+	if ix != nil {
+		sure = &ix.sure
 	}
-	return store.ScriptOp(store.JournalSave, args, func(c *redis.Cmd) error {
-		if err := c.Err(); err != nil {
-			return fmt.Errorf("queue: journal save %s: %w", taskID, err)
-		}
-		if n, _ := c.Int64(); n == 1 && ix != nil {
-			ix.sure.Or(wrote)
-		}
-		return nil
-	}), nil
-}
-
-// single reports whether the journal's client is one Redis (not a Cluster
-// or a Ring), where a pipeline may carry a MULTI … EXEC of its own.
-func (j *Journal) single() bool {
-	_, ok := j.rdb.(*redis.Client)
-	return ok
-}
-
-// plainSaveOp is the save that args (saveArgs' command, without
-// keepFinished) describes, as plain commands in a MULTI … EXEC instead of
-// a call of store.JournalSave: Redis's thread spends 25–26 µs on a first
-// save this way against 36–38 µs on the script, the round trip included
-// (BenchmarkJournalSaveRedisCost; a script's redis.call costs Redis more
-// than the command itself, and its arguments are copied into Lua and back). Nothing in it
-// depends on what is stored, so it needs no script; the transaction keeps
-// it atomic, so that of two racing saves the record and its index entries
-// are one save's (TestJournalSaveConcurrent); a save of the record alone
-// (SET and the intents' PEXPIRE) goes without one. For one Redis only (single):
-// a Cluster pipeline would send MULTI and EXEC, which have no key, to any
-// node.
-func (j *Journal) plainSaveOp(args []any, taskID string, ix *journalIndexed, wrote uint32) store.Op {
-	return func(ctx context.Context, p redis.Pipeliner, _ bool) func() error {
-		nk := args[2].(int)
-		keys, a := args[3:3+nk], args[3+nk:]
-		// a: record JSON, task id, otid, ttl, score, known, keep, keep
-		// finished, then one flag per index key (see store.JournalSave).
-		ttl := a[3]
-		// A save that writes only the record (a turn's later saves: its
-		// index entries and otid key are written) needs no transaction.
-		tx := a[2] != ""
-		for _, f := range a[8:] {
-			tx = tx || f != "-"
-		}
-		cmds := make([]*redis.Cmd, 0, 5+3*(nk-3))
-		add := func(args ...any) {
-			c := redis.NewCmd(ctx, args...)
-			_ = p.Process(ctx, c) // the error is c's
-			cmds = append(cmds, c)
-		}
-		if tx {
-			add("multi")
-		}
-		add("set", keys[0], a[0], "px", ttl)
-		if a[2] != "" {
-			add("set", keys[1], a[1], "px", ttl)
-		}
-		add("pexpire", keys[2], ttl)
-		for i := 3; i < nk; i++ {
-			switch a[8+i-3] {
-			case "1":
-				if a[5] == "1" {
-					add("zadd", keys[i], a[4], a[1])
-				} else {
-					add("zadd", keys[i], "nx", a[4], a[1])
-				}
-				add("zremrangebyrank", keys[i], 0, -j.opts.MaxIndex-1)
-				add("pexpire", keys[i], ttl)
-			case "0":
-				add("zrem", keys[i], a[1])
-			}
-		}
-		if tx {
-			add("exec")
-		}
-		return func() error {
-			for _, c := range cmds {
-				if err := c.Err(); err != nil {
-					return fmt.Errorf("queue: journal save %s: %w", taskID, err)
-				}
-			}
-			if tx {
-				// EXEC's reply holds each command's result: an error
-				// among them is that command's (the others ran).
-				res, _ := cmds[len(cmds)-1].Val().([]any)
-				if len(res) != len(cmds)-2 {
-					return fmt.Errorf("queue: journal save %s: the transaction ran %d of %d commands", taskID, len(res), len(cmds)-2)
-				}
-				for _, r := range res {
-					if err, ok := r.(error); ok {
-						return fmt.Errorf("queue: journal save %s: %w", taskID, err)
-					}
-				}
-			}
-			if ix != nil {
-				ix.sure.Or(wrote)
-			}
-			return nil
-		}
-	}
+	// rec.TaskID, not rec: the caller's copy of its record then stays on its stack
+	return j.st.SaveOp(args, rec.TaskID, keepFinished, sure, wrote), nil
 }
 
 // journalIndexed is what one attempt knows of its turn's index entries
@@ -651,17 +526,7 @@ func (j *Journal) saveArgs(rec *TurnRecord, keepFinished bool, ix *journalIndexe
 	if sure&1 != 0 {
 		otid = "" // written with the record's first index entry
 	}
-	// The record, otid and intents keys: one string, three slices of it
-	// (each boxed: an allocation apiece).
-	p := j.opts.Prefix
-	all := p + "journal:turn:" + r.TaskID + p + "journal:otid:" + r.Otid + p + "journal:intents:" + r.TaskID
-	n1 := len(p) + len("journal:turn:") + len(r.TaskID)
-	n2 := n1 + len(p) + len("journal:otid:") + len(r.Otid)
-	const nkeys = 3 + len(journalSaveFilters)
-	args = store.JournalSave.Args(nkeys, 8+len(journalSaveFilters))
-	args = append(args, all[:n1], all[n1:n2], all[n2:])
-	args = append(args, j.indexKeys[:]...)
-	args = append(args, b, r.TaskID, otid, j.ttlArg, score, boolAny(known), j.keepN, boolAny(keepFinished))
+	args = j.st.SaveArgs(r.TaskID, r.Otid, otid, b, score, known, keepFinished)
 	for i, f := range journalSaveFilters {
 		bit := uint32(1) << i
 		switch {
@@ -678,23 +543,6 @@ func (j *Journal) saveArgs(rec *TurnRecord, keepFinished bool, ix *journalIndexe
 	return args, nil
 }
 
-func boolArg(b bool) string {
-	if b {
-		return "1"
-	}
-	return "0"
-}
-
-// boolAny is boolArg as a script argument, boxed once.
-func boolAny(b bool) any {
-	if b {
-		return argTrue
-	}
-	return argFalse
-}
-
-var argTrue, argFalse any = "1", "0"
-
 // journalTurnTime is the time a turn is indexed under.
 func journalTurnTime(r *TurnRecord) (time.Time, bool) {
 	switch {
@@ -710,8 +558,8 @@ func journalTurnTime(r *TurnRecord) (time.Time, bool) {
 
 // Get returns the record of taskID, or an error wrapping ErrNotFound.
 func (j *Journal) Get(ctx context.Context, taskID string) (*TurnRecord, error) {
-	b, err := j.rdb.Get(ctx, j.recordKey(taskID)).Bytes()
-	if errors.Is(err, redis.Nil) {
+	b, err := j.st.Record(ctx, taskID)
+	if errors.Is(err, store.ErrNoRecord) {
 		return nil, fmt.Errorf("%w: task %s", ErrNotFound, taskID)
 	}
 	if err != nil {
@@ -731,8 +579,8 @@ func journalDecodeRecord(taskID string, b []byte) (*TurnRecord, error) {
 // ByOtid returns the record of the turn with otid, or an error wrapping
 // ErrNotFound.
 func (j *Journal) ByOtid(ctx context.Context, otid string) (*TurnRecord, error) {
-	taskID, err := j.rdb.Get(ctx, j.otidKey(otid)).Result()
-	if errors.Is(err, redis.Nil) {
+	taskID, err := j.st.OtidTask(ctx, otid)
+	if errors.Is(err, store.ErrNoRecord) {
 		return nil, fmt.Errorf("%w: otid %s", ErrNotFound, otid)
 	}
 	if err != nil {
@@ -761,25 +609,21 @@ func (j *Journal) Recent(ctx context.Context, filter Filter, limit int) ([]*Turn
 	if limit <= 0 {
 		limit = 100
 	}
-	key := j.indexKey(filter)
+	index := journalIndexName(filter)
 	page := int64(max(limit, 50))
 	var (
 		out   []*TurnRecord
 		stale []any
 	)
 	for start := int64(0); len(out) < limit; start += page {
-		ids, err := j.rdb.ZRevRange(ctx, key, start, start+page-1).Result()
+		ids, err := j.st.IndexPage(ctx, index, start, start+page-1)
 		if err != nil {
 			return nil, fmt.Errorf("queue: journal recent %s: %w", filter, err)
 		}
 		if len(ids) == 0 {
 			break
 		}
-		keys := make([]string, len(ids))
-		for i, id := range ids {
-			keys[i] = j.recordKey(id)
-		}
-		vals, err := journalMGet(ctx, j.rdb, keys)
+		vals, err := j.st.Records(ctx, ids)
 		if err != nil {
 			return nil, fmt.Errorf("queue: journal recent %s: %w", filter, err)
 		}
@@ -806,32 +650,8 @@ func (j *Journal) Recent(ctx context.Context, filter Filter, limit int) ([]*Turn
 		}
 	}
 	if len(stale) > 0 {
-		if err := j.rdb.ZRem(ctx, key, stale...).Err(); err != nil {
+		if err := j.st.Unindex(ctx, index, stale...); err != nil {
 			return nil, fmt.Errorf("queue: journal recent %s: remove expired: %w", filter, err)
-		}
-	}
-	return out, nil
-}
-
-// journalMGet reads keys one GET each in a pipeline, which, unlike MGET,
-// also works when the keys live in different cluster slots.
-func journalMGet(ctx context.Context, rdb redis.UniversalClient, keys []string) ([]any, error) {
-	cmds := make([]*redis.StringCmd, len(keys))
-	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, k := range keys {
-			cmds[i] = p.Get(ctx, k)
-		}
-		return nil
-	})
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return nil, err
-	}
-	out := make([]any, len(keys))
-	for i, c := range cmds {
-		if s, err := c.Result(); err == nil {
-			out[i] = s
-		} else if !errors.Is(err, redis.Nil) {
-			return nil, err
 		}
 	}
 	return out, nil

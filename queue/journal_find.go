@@ -6,9 +6,6 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"sync"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // AmbiguousError is Lookup's error for a prefix that more than one turn's task id or otid
@@ -57,11 +54,11 @@ func (j *Journal) Lookup(ctx context.Context, id string) (*TurnRecord, error) {
 	sctx, cancel := context.WithTimeout(ctx, j.opts.LookupTimeout)
 	defer cancel()
 	const limit = MaxLookupCandidates + 1
-	cands, err := j.taskIDsWithPrefix(sctx, id, limit)
+	cands, err := j.st.TaskIDsWithPrefix(sctx, id, limit)
 	byOtid := false
 	if err == nil && len(cands) == 0 {
 		byOtid = true
-		cands, err = j.otidsWithPrefix(sctx, id, limit)
+		cands, err = j.st.OtidsWithPrefix(sctx, id, limit)
 	}
 	if err != nil {
 		if ctx.Err() == nil && errors.Is(sctx.Err(), context.DeadlineExceeded) {
@@ -89,110 +86,4 @@ func (j *Journal) Lookup(ctx context.Context, id string) (*TurnRecord, error) {
 	}
 	sort.Strings(e.Candidates)
 	return nil, e
-}
-
-// taskIDsWithPrefix returns up to limit indexed task ids that begin with p or with
-// "turn:"+p and whose record has not expired (the index keeps an entry until it is trimmed);
-// on an error, those found so far.
-func (j *Journal) taskIDsWithPrefix(ctx context.Context, p string, limit int) ([]string, error) {
-	key := j.indexKey(FilterAll)
-	seen := map[string]bool{}
-	var out, pending []string
-	// live moves pending ids whose record exists to out, no more than out has room for.
-	live := func() error {
-		for len(pending) > 0 && len(out) < limit {
-			batch := pending[:min(len(pending), limit-len(out))]
-			pending = pending[len(batch):]
-			pipe := j.rdb.Pipeline()
-			exists := make([]*redis.IntCmd, len(batch))
-			for i, id := range batch {
-				exists[i] = pipe.Exists(ctx, j.recordKey(id))
-			}
-			if _, err := pipe.Exec(ctx); err != nil {
-				return err
-			}
-			for i, id := range batch {
-				if exists[i].Val() == 1 {
-					out = append(out, id)
-				}
-			}
-		}
-		return nil
-	}
-	for _, pre := range []string{p, "turn:" + p} {
-		iter := j.rdb.ZScan(ctx, key, 0, globEscape(pre)+"*", 1000).Iterator()
-		for i := 0; len(out) < limit && iter.Next(ctx); i++ {
-			if i%2 == 1 {
-				continue // the scores
-			}
-			if m := iter.Val(); !seen[m] && strings.HasPrefix(m, pre) {
-				seen[m] = true
-				pending = append(pending, m)
-				if len(pending) >= limit-len(out) {
-					if err := live(); err != nil {
-						return out, fmt.Errorf("queue: journal lookup %q: %w", p, err)
-					}
-				}
-			}
-		}
-		if err := iter.Err(); err != nil {
-			return out, fmt.Errorf("queue: journal lookup %q: %w", p, err)
-		}
-		if err := live(); err != nil {
-			return out, fmt.Errorf("queue: journal lookup %q: %w", p, err)
-		}
-	}
-	return out, nil
-}
-
-// otidsWithPrefix returns up to limit otids with a journal key that begin with p; on an
-// error, those found so far.
-func (j *Journal) otidsWithPrefix(ctx context.Context, p string, limit int) ([]string, error) {
-	base := j.otidKey("")
-	match := globEscape(base+p) + "*"
-	var (
-		mu  sync.Mutex
-		out []string
-	)
-	full := func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(out) >= limit
-	}
-	scan := func(ctx context.Context, c redis.Cmdable) error {
-		iter := c.Scan(ctx, 0, match, 1000).Iterator()
-		for !full() && iter.Next(ctx) {
-			if k := iter.Val(); strings.HasPrefix(k, base+p) {
-				mu.Lock()
-				if len(out) < limit {
-					out = append(out, strings.TrimPrefix(k, base))
-				}
-				mu.Unlock()
-			}
-		}
-		return iter.Err()
-	}
-	var err error
-	if cc, ok := j.rdb.(*redis.ClusterClient); ok {
-		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scan(ctx, c) })
-	} else {
-		err = scan(ctx, j.rdb)
-	}
-	if err != nil {
-		return out, fmt.Errorf("queue: journal lookup otid %q: %w", p, err)
-	}
-	return out, nil
-}
-
-// globEscape escapes the characters of a Redis MATCH pattern.
-func globEscape(s string) string {
-	var b strings.Builder
-	for _, r := range s {
-		switch r {
-		case '*', '?', '[', ']', '\\', '^', '-':
-			b.WriteByte('\\')
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
 }

@@ -571,7 +571,7 @@ func TestJournalSavesSkipKnownIndexEntries(t *testing.T) {
 	})
 }
 
-// A save without keepFinished is plain commands (plainSaveOp), not a call of
+// A save without keepFinished is plain commands (store.Journal's plainSaveOp), not a call of
 // store.JournalSave: from the same arguments both leave the same keys, values,
 // expiries and index entries, through a series of saves that add, keep and
 // remove index entries, with and without the turn's index knowledge, and with

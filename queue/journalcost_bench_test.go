@@ -13,7 +13,7 @@ import (
 
 // BenchmarkJournalSaveRedisCost measures what Redis spends on a turn's first
 // journal save (the record, its otid key, its entry in the recent index):
-// as plain commands in a MULTI … EXEC (plainSaveOp, what a worker on one
+// as plain commands in a MULTI … EXEC (store.Journal's plainSaveOp, what a worker on one
 // Redis sends) and as a call of store.JournalSave with the same arguments
 // (what it sent before, and still sends on a Cluster). Each op is one round
 // trip; it reports Redis's main-thread CPU per save, redis-cpu-µs/save (INFO

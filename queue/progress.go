@@ -16,10 +16,7 @@ const progressMax = 256
 
 // writerMaxItems bounds the items one round trip of the writer carries
 // (a turn's waiting items are never split between two).
-const writerMaxItems = 1024
-
-// writerMaxEvents bounds the events of one script call.
-const writerMaxEvents = 256
+const writerMaxItems = store.MaxTripItems
 
 // writerTimeout bounds one round trip of the writer.
 const writerTimeout = 5 * time.Second
@@ -54,32 +51,12 @@ type writer struct {
 	// Scratch of the writer's goroutine (loop), reused from one round trip
 	// to the next, so that a round trip of heartbeats allocates little
 	// beyond what go-redis reads: the items taken from the turns' queues,
-	// their errors, and the ops that write them.
-	items  []progressItem
-	errs   []error
-	batch  []taken
-	pos    []int
-	evs    []*preparedEvent
-	refs   []itemRef
-	covers []refSpan
-	ops    []store.Op
-	args   argArena
-	// followed[k]: a later op of the round trip writes for a turn that op
-	// k writes for (store.RunFollowed keeps them in order); last is each
-	// turn's last op.
-	followed []bool
-	last     []int
+	// their errors, and the round trip that writes them (its ops).
+	items []progressItem
+	errs  []error
+	batch []taken
+	trip  store.Trip[*preparedEvent, progressItem, taken]
 }
-
-// itemRef is an item of a round trip: batch[t].items[i].
-type itemRef struct{ t, i int }
-
-// refSpan is the items an op covers: refs[from:to].
-type refSpan struct{ from, to int }
-
-// writerKeep bounds the scratch the writer keeps between round trips (in
-// items); a burst's larger scratch is let go.
-const writerKeep = 4 * writerMaxItems
 
 // progressKeep bounds the capacity a turn's queue keeps once the writer
 // took its items: one item, what a thinking turn queues at a time (its
@@ -91,7 +68,7 @@ const progressKeep = 1
 func newWriter(rdb redis.UniversalClient, replies *Replies) *writer {
 	wr := &writer{rdb: rdb, replies: replies}
 	wr.exec = func(ctx context.Context, ops []store.Op) []error {
-		return store.RunFollowed(ctx, wr.rdb, ops, wr.followed)
+		return store.RunFollowed(ctx, wr.rdb, ops, wr.trip.Followed())
 	}
 	return wr
 }
@@ -147,6 +124,18 @@ type progressItem struct {
 	bar  *barrier    // set when the pusher waits for this item
 	save bool        // a journal save of the whole record (op, or rec: pushSave)
 	rec  recordSaver // set for a pushSave: its saveOp runs when the writer takes it
+}
+
+// Event is its event, for store.Trip.
+func (it progressItem) Event() (*preparedEvent, bool) { return it.ev, it.ev != nil }
+
+// Op is its other writes, for store.Trip: a queued save is encoded when
+// the round trip reaches it (see pushSave).
+func (it progressItem) Op() (store.Op, error) {
+	if it.op == nil && it.rec != nil {
+		return it.rec.saveOp()
+	}
+	return it.op, nil
 }
 
 // encodedSaver is a save encoded when it was pushed.
@@ -488,6 +477,9 @@ type taken struct {
 	errs  []error
 }
 
+// Writes is tk's items and their errors, for store.Trip.
+func (tk taken) Writes() ([]progressItem, []error) { return tk.items, tk.errs }
+
 func (wr *writer) loop() {
 	for {
 		wr.mu.Lock()
@@ -495,9 +487,9 @@ func (wr *writer) loop() {
 		clear(wr.items)
 		clear(wr.errs)
 		clear(wr.batch)
-		wr.items, wr.errs, wr.batch = keep(wr.items), keep(wr.errs), keep(wr.batch)
+		wr.items, wr.errs, wr.batch = store.Keep(wr.items), store.Keep(wr.errs), store.Keep(wr.batch)
 		if len(wr.ready) == 0 {
-			wr.ready = keep(wr.ready)
+			wr.ready = store.Keep(wr.ready)
 			wr.running = false
 			wr.mu.Unlock()
 			return
@@ -544,118 +536,12 @@ func (wr *writer) loop() {
 	}
 }
 
-// follow sets wr.followed for the round trip's ops (covers and refs: which
-// items each op writes).
-func (wr *writer) follow(batch []taken, ops []store.Op, covers []refSpan, refs []itemRef) {
-	if cap(wr.last) < len(batch) {
-		wr.last = make([]int, len(batch))
-	}
-	last := wr.last[:len(batch)]
-	for k, c := range covers {
-		for _, r := range refs[c.from:c.to] {
-			last[r.t] = k
-		}
-	}
-	if cap(wr.followed) < len(ops) {
-		wr.followed = make([]bool, len(ops))
-	}
-	wr.followed = wr.followed[:len(ops)]
-	for k, c := range covers {
-		f := false
-		for _, r := range refs[c.from:c.to] {
-			f = f || last[r.t] > k
-		}
-		wr.followed[k] = f
-	}
-}
-
-// keep empties a scratch slice, keeping its array unless it grew past
-// writerKeep.
-func keep[T any](s []T) []T {
-	if cap(s) > writerKeep {
-		return nil
-	}
-	return s[:0]
-}
-
-// write runs one round trip for batch. The ops are built in rounds so that
-// each turn's items keep their order: a round is one script call with the
-// events at the front of every turn's remaining items, then the other ops
-// that follow them.
+// write runs one round trip for batch (store.Trip: each turn's items in
+// their order, the events of all turns in one script call), then tells
+// the turns.
 func (wr *writer) write(batch []taken) {
-	ops, covers, refs, evs := wr.ops[:0], wr.covers[:0], wr.refs[:0], wr.evs[:0]
-	if cap(wr.pos) < len(batch) {
-		wr.pos = make([]int, len(batch))
-	}
-	pos := wr.pos[:len(batch)]
-	clear(pos)
-	defer func() {
-		clear(ops)
-		clear(evs)
-		wr.ops, wr.covers, wr.refs, wr.evs = keep(ops), keep(covers), keep(refs), keep(evs)
-		wr.args.reset()
-	}()
-	for {
-		moved := false
-		// The ops hold their events' slice: evs and refs only grow
-		// within a round trip (a new array leaves the old one intact).
-		e0, r0 := len(evs), len(refs)
-		for t := range batch {
-			for pos[t] < len(batch[t].items) && batch[t].items[pos[t]].ev != nil {
-				evs = append(evs, batch[t].items[pos[t]].ev)
-				refs = append(refs, itemRef{t, pos[t]})
-				pos[t]++
-			}
-		}
-		for i := e0; i < len(evs); i += writerMaxEvents {
-			j := min(len(evs), i+writerMaxEvents)
-			ops = append(ops, wr.replies.emitManyOp(evs[i:j:j], &wr.args))
-			covers = append(covers, refSpan{r0 + i - e0, r0 + j - e0})
-			moved = true
-		}
-		for t := range batch {
-			for pos[t] < len(batch[t].items) && batch[t].items[pos[t]].ev == nil {
-				op := batch[t].items[pos[t]].op
-				if rec := batch[t].items[pos[t]].rec; op == nil && rec != nil {
-					// A queued save: encoded now, from the record as it is
-					// (see pushSave); the turn's earlier items are before it.
-					var err error
-					if op, err = rec.saveOp(); err != nil {
-						batch[t].errs[pos[t]] = err
-						op = nil
-					}
-				}
-				if op != nil {
-					ops = append(ops, op)
-					refs = append(refs, itemRef{t, pos[t]})
-					covers = append(covers, refSpan{len(refs) - 1, len(refs)})
-				}
-				pos[t]++
-				moved = true
-			}
-		}
-		if !moved {
-			break
-		}
-	}
-	if len(ops) > 0 {
-		wr.follow(batch, ops, covers, refs)
-		ctx, cancel := context.WithTimeout(context.Background(), writerTimeout)
-		errs := wr.exec(ctx, ops)
-		cancel()
-		for k, err := range errs {
-			for _, r := range refs[covers[k].from:covers[k].to] {
-				e := err
-				if ev := batch[r.t].items[r.i].ev; e == nil && ev != nil {
-					e = ev.writeErr // its own error, in a call that wrote the others
-				}
-				if e != nil {
-					batch[r.t].errs[r.i] = e
-				}
-			}
-		}
-	}
-	if wr.tripped != nil && len(ops) > 0 {
+	ran := wr.trip.Run(wr.replies.st, batch, writerTimeout, wr.exec)
+	if wr.tripped != nil && ran {
 		// What the turns are told, not only what Redis answered.
 		wr.tripped(batchOutage(batch))
 	}

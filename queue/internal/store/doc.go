@@ -4,6 +4,13 @@
 // RunFollowed: several steps' writes in one pipeline, in order, scripts
 // loaded first).
 //
+// The stores: Journal (the turn journal's records, intents, otid keys and
+// indexes, and the lookup's bounded scans), Replies (the reply streams,
+// their seq counters and markers, and the emit scripts' arguments and
+// results), Approvals and Threads; Trip is a writer's round trip (the
+// writes of many turns in one pipeline). Each works on bytes and encoded
+// fields: the records' and events' encodings are package queue's.
+//
 // Package queue keeps the public API (Message, Client, Worker, ReplyEvent
 // and the reply reader, the journal's queries, the approval answers) and
 // builds its stores on this package.

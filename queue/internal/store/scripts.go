@@ -17,7 +17,7 @@ import (
 //
 // KEYS: stream, seq[, answered]
 // ARGV: maxlen, ttl_ms, stream_ttl_ms, then 5 field/value pairs written
-// before "seq", then the 2 pairs written after it (prepare makes them).
+// before "seq", then the 2 pairs written after it (queue's Replies.emit passes them to Replies.Emit).
 var ReplyEmit = redis.NewScript(`
 local once = #KEYS == 3
 if once and redis.call('EXISTS', KEYS[3]) == 1 then
