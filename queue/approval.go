@@ -263,10 +263,6 @@ func (a *approvals) store() store.Approvals {
 	return store.Approvals{RDB: a.rdb, Keys: store.Keys{Prefix: a.prefix}}
 }
 
-func (a *approvals) pendingKey(agentID, scope string) string {
-	return store.Keys{Prefix: a.prefix}.ApprovalPending(agentID, scope)
-}
-
 // keyTTL is how long p's keys live: the replies' TTL past p's expiry (saturating at the
 // largest Duration, never wrapping negative: a negative TTL is a key without expiry).
 func (a *approvals) keyTTL(p *PendingApproval) time.Duration {

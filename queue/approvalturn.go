@@ -307,7 +307,7 @@ func (t *turn) settleAnswered(ctx context.Context, p *PendingApproval) bool {
 // approvalGate meets the chat's unanswered approval request, if any, before
 // a message turn sends. end is true when the attempt ends here.
 func (t *turn) approvalGate(ctx context.Context) (err error, end bool) {
-	pending, perr := t.pre.pending()
+	pending, perr := t.pre.Pending()
 	p, err := t.w.approvals.pendingOf(ctx, pending, perr)
 	if err != nil {
 		return t.retryEarly(err), true

@@ -147,11 +147,11 @@ func (t *turn) acquire(ctx context.Context) (lease *ordering.Lease, err error, d
 		// the writer may still run it.)
 		var a *ordering.Acquiring
 		var aerr error
-		var pre *startReads
+		var pre *store.StartReads
 		op := func(octx context.Context, p redis.Pipeliner, sha bool) func() error {
 			if sha { // (a second round is only for scripts that failed: none here)
 				if a, aerr = o.seq.AcquireIn(octx, p, t.key, t.taskID, t.w.cfg.WorkerID); aerr == nil {
-					pre = t.queueStartReads(octx, p, p)
+					pre = t.w.startStores().QueueStartReads(octx, p, p, t.startRead())
 				}
 			}
 			return func() error { return nil } // each command has its own error, read below
