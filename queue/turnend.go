@@ -349,8 +349,7 @@ func (t *turn) resultOps(outcome, answer string, approval *ToolEvent) []store.Op
 		t.log.Warn("could not write the task result", "error", err.Error())
 		return nil
 	}
-	key := asynqTaskKey(t.queue, t.taskID)
-	return []store.Op{store.ScriptOp(store.WriteResult, append(store.WriteResult.Args(1, 1), key, b), func(c *redis.Cmd) error {
+	return []store.Op{store.WriteResultOp(t.queue, t.taskID, b, func(c *redis.Cmd) error {
 		err := c.Err()
 		if store.IsNoScript(err) {
 			return err // store.Run sends it again
