@@ -36,7 +36,7 @@ import (
 // task — at the front of the conversation's line. An answer turn that gives
 // up before its answer reached Letta leaves the request pending (answerable
 // again, with a new expiry); the next answer's task id is
-// AnswerTaskIDAfter(request, failed answers). Its otid is derived from
+// AnswerTaskID's with the count of failed answers appended. Its otid is derived from
 // that task id as for any turn; it sends Letta's approval message and then
 // streams, continues and delivers like a message turn: the run may answer,
 // or ask for another approval.
@@ -85,9 +85,9 @@ func ParseApprovalPolicy(s string) (ApprovalPolicy, error) {
 	return "", fmt.Errorf("approval policy %q: want wait, deny or error", s)
 }
 
-// DefaultApprovalTimeout is how long an approval request waits for an
+// defaultApprovalTimeout is how long an approval request waits for an
 // answer before it is denied.
-const DefaultApprovalTimeout = 24 * time.Hour
+const defaultApprovalTimeout = 24 * time.Hour
 
 // MaxApprovalTimeout bounds WorkerConfig.ApprovalTimeout (366 days).
 const MaxApprovalTimeout = 366 * 24 * time.Hour
@@ -210,9 +210,9 @@ type PendingApproval struct {
 
 // answerTaskID is the task id of the request's next answer (or of its
 // expiry): AnswerTaskID of the request, or, after failed answers,
-// AnswerTaskIDAfter.
+// answerTaskIDAfter.
 func (p *PendingApproval) answerTaskID() string {
-	return AnswerTaskIDAfter(p.RequestTaskID, len(p.FailedAnswers))
+	return answerTaskIDAfter(p.RequestTaskID, len(p.FailedAnswers))
 }
 
 // ErrNoApproval is returned (wrapped) when no approval request is known by
@@ -231,11 +231,11 @@ func AnswerTaskID(requestTaskID string) string {
 	return id
 }
 
-// AnswerTaskIDAfter is the task id of the answer to the request of task
+// answerTaskIDAfter is the task id of the answer to the request of task
 // requestTaskID after failed answer turns (PendingApproval.FailedAnswers):
 // AnswerTaskID when failed is 0, else "answer#<failed+1>:" and the request's
 // id (hashed when long). An AnswerTaskID never has '#' after "answer".
-func AnswerTaskIDAfter(requestTaskID string, failed int) string {
+func answerTaskIDAfter(requestTaskID string, failed int) string {
 	if failed <= 0 {
 		return AnswerTaskID(requestTaskID)
 	}

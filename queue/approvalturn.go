@@ -336,7 +336,7 @@ func (t *turn) approvalGate(ctx context.Context) (err error, end bool) {
 // awaitApproval puts the message back until its chat's request is
 // answered (the answer turn is ahead of it in the line).
 func (t *turn) awaitApproval(ctx context.Context, log *slog.Logger, p *PendingApproval) error {
-	if t.outOfRetries(&BusyError{}) {
+	if t.outOfRetries(&busyError{}) {
 		return t.giveUp("waiting for the answer to approval request " + p.RequestTaskID)
 	}
 	t.mu.Lock()
@@ -355,7 +355,7 @@ func (t *turn) awaitApproval(ctx context.Context, log *slog.Logger, p *PendingAp
 	}
 	log.Info("the message waits for the answer to the chat's approval request", "retry_in", approvalWaitDelay.String())
 	t.w.obs.AttemptFinished(t.queue, "busy", time.Since(t.start))
-	return &BusyError{Delay: approvalWaitDelay, Reason: "waiting for the answer to approval request " + p.RequestTaskID}
+	return &busyError{Delay: approvalWaitDelay, Reason: "waiting for the answer to approval request " + p.RequestTaskID}
 }
 
 func approvalRecordOf(p *PendingApproval) *ApprovalRecord {

@@ -530,7 +530,7 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 	} else if err, end = t.approvalGate(ctx); end {
 		return err, true
 	}
-	intents = LiveIntents(intents)
+	intents = liveIntents(intents)
 	if err := t.takeFollowers(ctx, len(intents) == 0 && t.msg.Approval == nil); err != nil {
 		return t.retryEarly(err), true
 	}
@@ -725,7 +725,7 @@ func (t *turn) beforeSend(ctx context.Context, resend bool) error {
 			return err
 		}
 	}
-	prior = LiveIntents(prior)
+	prior = liveIntents(prior)
 	t.mu.Lock()
 	t.attempt().SentOtid = true
 	t.mu.Unlock()
