@@ -317,12 +317,6 @@ func NewJournal(rdb redis.UniversalClient, opts JournalOptions) *Journal {
 	return &Journal{rdb: rdb, opts: opts, st: st}
 }
 
-func (j *Journal) recordKey(taskID string) string  { return j.st.Keys.JournalTurn(taskID) }
-func (j *Journal) intentsKey(taskID string) string { return j.st.Keys.JournalIntents(taskID) }
-func (j *Journal) otidKey(otid string) string      { return j.st.Keys.JournalOtid(otid) }
-
-func (j *Journal) indexKey(f Filter) string { return j.st.Keys.JournalIndex(journalIndexName(f)) }
-
 // journalIndexName is the name of f's index in the store ("recent": all).
 func journalIndexName(f Filter) string {
 	if f == "" || f == FilterAll {
