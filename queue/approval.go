@@ -24,7 +24,7 @@ import (
 
 // Approvals (human in the loop; WIRE.md "Approvals").
 //
-// A turn whose run stops with requires_approval records a PendingApproval
+// A turn whose run stops with requires_approval records a pendingApproval
 // (every pending tool call, the run, the thread) under the turn's task id,
 // writes one approval_required event carrying it, and schedules its expiry.
 // At Letta the thread now refuses every new message until the calls are
@@ -36,14 +36,14 @@ import (
 // task — at the front of the conversation's line. An answer turn that gives
 // up before its answer reached Letta leaves the request pending (answerable
 // again, with a new expiry); the next answer's task id is
-// AnswerTaskIDAfter(request, failed answers). Its otid is derived from
+// AnswerTaskID's with the count of failed answers appended. Its otid is derived from
 // that task id as for any turn; it sends Letta's approval message and then
 // streams, continues and delivers like a message turn: the run may answer,
 // or ask for another approval.
 //
 // Keys (prefix as the reply streams'):
 //
-//	<prefix>approval:req:<task_id>               the PendingApproval, JSON
+//	<prefix>approval:req:<task_id>               the pendingApproval, JSON
 //	<prefix>approval:otid:<otid>                 task id of the requesting turn
 //	<prefix>approval:pending:<agent>:<scope>      task id of the thread's unanswered request
 //
@@ -85,9 +85,9 @@ func ParseApprovalPolicy(s string) (ApprovalPolicy, error) {
 	return "", fmt.Errorf("approval policy %q: want wait, deny or error", s)
 }
 
-// DefaultApprovalTimeout is how long an approval request waits for an
+// defaultApprovalTimeout is how long an approval request waits for an
 // answer before it is denied.
-const DefaultApprovalTimeout = 24 * time.Hour
+const defaultApprovalTimeout = 24 * time.Hour
 
 // MaxApprovalTimeout bounds WorkerConfig.ApprovalTimeout (366 days).
 const MaxApprovalTimeout = 366 * 24 * time.Hour
@@ -179,8 +179,8 @@ func (a *Answer) summary() string {
 	return "mixed"
 }
 
-// PendingApproval is an approval request as lettaq keeps it.
-type PendingApproval struct {
+// pendingApproval is an approval request as lettaq keeps it.
+type pendingApproval struct {
 	RequestTaskID       string       `json:"request_task_id"`
 	Otid                string       `json:"otid"`
 	RunID               string       `json:"run_id,omitempty"`
@@ -210,9 +210,9 @@ type PendingApproval struct {
 
 // answerTaskID is the task id of the request's next answer (or of its
 // expiry): AnswerTaskID of the request, or, after failed answers,
-// AnswerTaskIDAfter.
-func (p *PendingApproval) answerTaskID() string {
-	return AnswerTaskIDAfter(p.RequestTaskID, len(p.FailedAnswers))
+// answerTaskIDAfter.
+func (p *pendingApproval) answerTaskID() string {
+	return answerTaskIDAfter(p.RequestTaskID, len(p.FailedAnswers))
 }
 
 // ErrNoApproval is returned (wrapped) when no approval request is known by
@@ -231,11 +231,11 @@ func AnswerTaskID(requestTaskID string) string {
 	return id
 }
 
-// AnswerTaskIDAfter is the task id of the answer to the request of task
-// requestTaskID after failed answer turns (PendingApproval.FailedAnswers):
+// answerTaskIDAfter is the task id of the answer to the request of task
+// requestTaskID after failed answer turns (pendingApproval.FailedAnswers):
 // AnswerTaskID when failed is 0, else "answer#<failed+1>:" and the request's
 // id (hashed when long). An AnswerTaskID never has '#' after "answer".
-func AnswerTaskIDAfter(requestTaskID string, failed int) string {
+func answerTaskIDAfter(requestTaskID string, failed int) string {
 	if failed <= 0 {
 		return AnswerTaskID(requestTaskID)
 	}
@@ -263,13 +263,9 @@ func (a *approvals) store() store.Approvals {
 	return store.Approvals{RDB: a.rdb, Keys: store.Keys{Prefix: a.prefix}}
 }
 
-func (a *approvals) pendingKey(agentID, scope string) string {
-	return store.Keys{Prefix: a.prefix}.ApprovalPending(agentID, scope)
-}
-
 // keyTTL is how long p's keys live: the replies' TTL past p's expiry (saturating at the
 // largest Duration, never wrapping negative: a negative TTL is a key without expiry).
-func (a *approvals) keyTTL(p *PendingApproval) time.Duration {
+func (a *approvals) keyTTL(p *pendingApproval) time.Duration {
 	ttl := a.ttl
 	if !p.ExpiresAt.IsZero() {
 		if until := time.Until(p.ExpiresAt); until > 0 {
@@ -283,7 +279,7 @@ func (a *approvals) keyTTL(p *PendingApproval) time.Duration {
 }
 
 // save records p as its chat's unanswered request.
-func (a *approvals) save(ctx context.Context, p *PendingApproval) error {
+func (a *approvals) save(ctx context.Context, p *pendingApproval) error {
 	b, err := json.Marshal(p)
 	if err != nil {
 		return err
@@ -292,7 +288,7 @@ func (a *approvals) save(ctx context.Context, p *PendingApproval) error {
 }
 
 // get returns the request of task id or otid ref.
-func (a *approvals) get(ctx context.Context, ref string) (*PendingApproval, error) {
+func (a *approvals) get(ctx context.Context, ref string) (*pendingApproval, error) {
 	b, byOtid, err := a.store().Record(ctx, ref)
 	switch {
 	case errors.Is(err, store.ErrNoRequest) && byOtid:
@@ -302,7 +298,7 @@ func (a *approvals) get(ctx context.Context, ref string) (*PendingApproval, erro
 	case err != nil:
 		return nil, err
 	}
-	var p PendingApproval
+	var p pendingApproval
 	if err := json.Unmarshal(b, &p); err != nil {
 		return nil, fmt.Errorf("approval request %s: %w", ref, err)
 	}
@@ -310,14 +306,14 @@ func (a *approvals) get(ctx context.Context, ref string) (*PendingApproval, erro
 }
 
 // pendingFor returns the unanswered request of the thread scope names, or nil.
-func (a *approvals) pendingFor(ctx context.Context, agentID, scope string) (*PendingApproval, error) {
+func (a *approvals) pendingFor(ctx context.Context, agentID, scope string) (*pendingApproval, error) {
 	id, err := a.store().Pending(ctx, agentID, scope)
 	return a.pendingOf(ctx, id, err)
 }
 
 // pendingOf is pendingFor once the pending key was read (id and err of its
 // GET).
-func (a *approvals) pendingOf(ctx context.Context, id string, err error) (*PendingApproval, error) {
+func (a *approvals) pendingOf(ctx context.Context, id string, err error) (*pendingApproval, error) {
 	if errors.Is(err, redis.Nil) || (err == nil && id == "") {
 		return nil, nil
 	}
@@ -336,7 +332,7 @@ func (a *approvals) pendingOf(ctx context.Context, id string, err error) (*Pendi
 
 // answered records that answer task answerTaskID ended the request p (ans
 // nil: its decision is not known).
-func (a *approvals) answered(ctx context.Context, p *PendingApproval, answerTaskID string, ans *Answer, at time.Time) error {
+func (a *approvals) answered(ctx context.Context, p *pendingApproval, answerTaskID string, ans *Answer, at time.Time) error {
 	p.AnsweredBy, p.AnsweredAt = answerTaskID, at.UTC()
 	if ans != nil {
 		p.Decision, p.Cause = ans.summary(), ans.Cause
@@ -420,7 +416,7 @@ func (c *Client) AnswerApproval(ctx context.Context, r ApprovalReply) (EnqueueRe
 }
 
 // decide turns r into one decision per pending call of p.
-func decide(p *PendingApproval, r ApprovalReply) ([]ApprovalVerdict, error) {
+func decide(p *pendingApproval, r ApprovalReply) ([]ApprovalVerdict, error) {
 	if len(r.Decisions) == 0 {
 		out := make([]ApprovalVerdict, 0, len(p.Calls))
 		for _, c := range p.Calls {

@@ -63,7 +63,7 @@ func (w *Worker) observeApproval(event string, waited time.Duration) {
 }
 
 // approvalScope names the Letta thread m talks to, which a pending
-// approval blocks (see PendingApproval.Scope).
+// approval blocks (see pendingApproval.Scope).
 func (w *Worker) approvalScope(m Message) string {
 	switch {
 	case m.LettaConversationID != "" && m.LettaConversationID != agentclient.DefaultConversation:
@@ -93,7 +93,7 @@ func approvalCalls(tr agentclient.Transcript) []ToolEvent {
 // schedules its expiry. It returns the event's approval field.
 func (t *turn) requestApproval(ctx context.Context, log *slog.Logger, calls []ToolEvent) (*ApprovalEvent, error) {
 	now := time.Now()
-	p := &PendingApproval{RequestTaskID: t.taskID, Otid: t.otid, RunID: t.rec.RunID, AgentID: t.msg.AgentID,
+	p := &pendingApproval{RequestTaskID: t.taskID, Otid: t.otid, RunID: t.rec.RunID, AgentID: t.msg.AgentID,
 		Conversation: t.msg.Conversation, LettaConversationID: t.msg.LettaConversationID, Queue: t.queue,
 		Scope: t.w.approvalScope(t.msg),
 		Calls: calls, RequestedAt: now.UTC(), ExpiresAt: now.Add(t.w.cfg.ApprovalTimeout).UTC()}
@@ -128,7 +128,7 @@ func (t *turn) requestApproval(ctx context.Context, log *slog.Logger, calls []To
 // scheduleExpiry schedules the answer that denies p's calls at p.ExpiresAt
 // (a task with p's next answer id, which an answer that comes first
 // replaces).
-func (w *Worker) scheduleExpiry(ctx context.Context, p *PendingApproval) error {
+func (w *Worker) scheduleExpiry(ctx context.Context, p *pendingApproval) error {
 	if len(p.Calls) == 0 {
 		return nil
 	}
@@ -255,11 +255,11 @@ func (t *turn) answerFailed(ctx context.Context, log *slog.Logger) {
 
 // answerFailedOn records on the pending request p that its answer turn
 // answerTaskID gave up before its answer reached Letta: the next answer
-// gets a task id of its own (PendingApproval.answerTaskID) and a new expiry
+// gets a task id of its own (pendingApproval.answerTaskID) and a new expiry
 // is scheduled (at the old time, or ApprovalTimeout from now when that has
 // passed: the failed answer may have been the expiry). Nothing changes (ok
 // false) when p is answered or answerTaskID is not its current answer.
-func (w *Worker) answerFailedOn(ctx context.Context, p *PendingApproval, answerTaskID string) (ok bool, err error) {
+func (w *Worker) answerFailedOn(ctx context.Context, p *pendingApproval, answerTaskID string) (ok bool, err error) {
 	if p.AnsweredBy != "" || p.answerTaskID() != answerTaskID {
 		return false, nil
 	}
@@ -279,7 +279,7 @@ func (w *Worker) answerFailedOn(ctx context.Context, p *PendingApproval, answerT
 // record, or a write that failed there): an answer that reached Letta
 // marks p answered (true: the message goes on); one that gave up before
 // records the failed answer (the message keeps waiting for a new one).
-func (t *turn) settleAnswered(ctx context.Context, p *PendingApproval) bool {
+func (t *turn) settleAnswered(ctx context.Context, p *pendingApproval) bool {
 	id := p.answerTaskID()
 	rec, err := t.w.journal.Get(ctx, id)
 	if err != nil {
@@ -307,7 +307,7 @@ func (t *turn) settleAnswered(ctx context.Context, p *PendingApproval) bool {
 // approvalGate meets the chat's unanswered approval request, if any, before
 // a message turn sends. end is true when the attempt ends here.
 func (t *turn) approvalGate(ctx context.Context) (err error, end bool) {
-	pending, perr := t.pre.pending()
+	pending, perr := t.pre.Pending()
 	p, err := t.w.approvals.pendingOf(ctx, pending, perr)
 	if err != nil {
 		return t.retryEarly(err), true
@@ -335,8 +335,8 @@ func (t *turn) approvalGate(ctx context.Context) (err error, end bool) {
 
 // awaitApproval puts the message back until its chat's request is
 // answered (the answer turn is ahead of it in the line).
-func (t *turn) awaitApproval(ctx context.Context, log *slog.Logger, p *PendingApproval) error {
-	if t.outOfRetries(&BusyError{}) {
+func (t *turn) awaitApproval(ctx context.Context, log *slog.Logger, p *pendingApproval) error {
+	if t.outOfRetries(&busyError{}) {
 		return t.giveUp("waiting for the answer to approval request " + p.RequestTaskID)
 	}
 	t.mu.Lock()
@@ -355,10 +355,10 @@ func (t *turn) awaitApproval(ctx context.Context, log *slog.Logger, p *PendingAp
 	}
 	log.Info("the message waits for the answer to the chat's approval request", "retry_in", approvalWaitDelay.String())
 	t.w.obs.AttemptFinished(t.queue, "busy", time.Since(t.start))
-	return &BusyError{Delay: approvalWaitDelay, Reason: "waiting for the answer to approval request " + p.RequestTaskID}
+	return &busyError{Delay: approvalWaitDelay, Reason: "waiting for the answer to approval request " + p.RequestTaskID}
 }
 
-func approvalRecordOf(p *PendingApproval) *ApprovalRecord {
+func approvalRecordOf(p *pendingApproval) *ApprovalRecord {
 	r := &ApprovalRecord{RequestTaskID: p.RequestTaskID, RequestedAt: p.RequestedAt, ExpiresAt: p.ExpiresAt,
 		AnsweredBy: p.AnsweredBy, AnsweredAt: p.AnsweredAt, Decision: p.Decision, Cause: p.Cause}
 	for _, c := range p.Calls {

@@ -10,20 +10,20 @@ import (
 // with another run (Attempt.Outcome).
 const OutcomeBusy = "busy"
 
-// BusyError puts a turn back while its Letta thread is busy with another
-// run: no failure (IsFailure says false, so Asynq does not count a retry),
-// retried after Delay (RetryDelay reads it).
-type BusyError struct {
+// busyError puts a turn back while its Letta thread is busy with another
+// run: no failure (isFailure says false, so Asynq does not count a retry),
+// retried after Delay (retryDelay reads it).
+type busyError struct {
 	Delay  time.Duration
 	Reason string
 	Err    error
 }
 
-func (e *BusyError) Error() string {
+func (e *busyError) Error() string {
 	return fmt.Sprintf("lettaq: %s (retry in %v)", e.Reason, e.Delay)
 }
 
-func (e *BusyError) Unwrap() error { return e.Err }
+func (e *busyError) Unwrap() error { return e.Err }
 
 // busyRetry is the delay before a turn refused as busy tries again: the
 // server's Retry-After, else a backoff of 1 s doubling per busy attempt in
@@ -61,5 +61,5 @@ func (t *turn) busy(ctx context.Context, e ending) error {
 	}
 	t.log.Info("the agent's thread is busy with another run; the turn waits", "reason", e.Reason, "retry_in", e.Delay.String())
 	t.w.obs.AttemptFinished(t.queue, "busy", time.Since(t.start))
-	return &BusyError{Delay: e.Delay, Reason: e.Reason, Err: e.Err}
+	return &busyError{Delay: e.Delay, Reason: e.Reason, Err: e.Err}
 }

@@ -18,8 +18,8 @@ import (
 	"github.com/lettaq/lettaq/ordering"
 )
 
-// DefaultQueue is the Asynq queue turns go to unless configured otherwise.
-const DefaultQueue = "lettaq"
+// defaultQueue is the Asynq queue turns go to unless configured otherwise.
+const defaultQueue = "lettaq"
 
 // DefaultMaxRetry is how many times a failed turn is retried before it
 // fails for good.
@@ -44,7 +44,7 @@ type ClientConfig struct {
 	// Budget sets the task timeout (Budget.TaskTimeout()); use the same
 	// configuration as the workers. Zero value: budget.Default().
 	Budget budget.Config
-	// Queue, default DefaultQueue.
+	// Queue, default "lettaq".
 	Queue string
 	// MaxRetry is how many times a failed attempt is retried, default
 	// DefaultMaxRetry; negative means 0 (no retry). A put-back (the turn
@@ -104,7 +104,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		return nil, fmt.Errorf("queue: budget: %w", err)
 	}
 	if cfg.Queue == "" {
-		cfg.Queue = DefaultQueue
+		cfg.Queue = defaultQueue
 	}
 	if cfg.MaxRetry == 0 {
 		cfg.MaxRetry = DefaultMaxRetry

@@ -7,13 +7,13 @@ import (
 	"github.com/lettaq/lettaq/queue/internal/pace"
 )
 
-// DefaultDeltaMaxAge is how long text without a newline waits before it
+// defaultDeltaMaxAge is how long text without a newline waits before it
 // goes out as an answer_delta event (WorkerConfig.DeltaMaxAge).
-const DefaultDeltaMaxAge = pace.DefaultDeltaMaxAge
+const defaultDeltaMaxAge = pace.DefaultDeltaMaxAge
 
-// DefaultHeartbeatInterval is how often a waiting turn repeats its phase
+// defaultHeartbeatInterval is how often a waiting turn repeats its phase
 // (WorkerConfig.HeartbeatInterval).
-const DefaultHeartbeatInterval = pace.DefaultHeartbeatInterval
+const defaultHeartbeatInterval = pace.DefaultHeartbeatInterval
 
 // deltaPump turns answer and reasoning text into answer_delta events
 // through two DeltaBuffers, with one timer armed at the earliest deadline.

@@ -20,7 +20,7 @@
 //	 2. The Worker's handler, on every attempt: reads the journal record (the
 //	    run id an earlier attempt learned, whether it journaled an intent to
 //	    send); derives the otid (the payload's, else
-//	    uuid.NewSHA1(OtidNamespace, task id): the same on every attempt,
+//	    a UUID (version 5) of the task id, see OtidFor: the same on every attempt,
 //	    whether the task was retried, recovered after a crash, or put back at
 //	    shutdown); journals the intent to send *before* the send; and runs the
 //	    turn with continuation.Runner: send, stream, continue the run after a
@@ -61,23 +61,23 @@
 //	Failed (run failed or was cancelled)      error, permanent           failed              SkipRetry → archived
 //	Failed before anything was sent           –                          retrying            error → retry (backoff)
 //	Rejected (404 agent, 4xx)                 error, permanent           failed              SkipRetry → archived
-//	Rejected, retryable (409 other)           –                          retrying            *RetryAfterError (Retry-After, ≥1s)
+//	Rejected, retryable (409 other)           –                          retrying            retry after Retry-After (≥1s)
 //	Rejected, 409 pending approval            error, permanent           failed              SkipRetry → archived
-//	Busy (409 busy, another run)              –                          busy                *BusyError: put back (no retry used), Retry-After or 1s…16s
-//	Refused (503 deploy, 429 API rate limit)  – (phase says which)     not_admitted        *RetryAfterError (Retry-After ≤ MaxServerRetryAfter, else 2s…1m); intent withdrawn
+//	Busy (409 busy, another run)              –                          busy                put back (no retry used) for Retry-After or 1s…16s
+//	Refused (503 deploy, 429 API rate limit)  – (phase says which)     not_admitted        retry after Retry-After ≤ MaxServerRetryAfter, else 2s…1m; intent withdrawn
 //	Rejected, 429/402 account limit           error, permanent (cause)   failed              SkipRetry → archived
-//	NotAdmitted, model rate limit (BackOff)   – (phase rate_limited)     not_admitted        *RetryAfterError (2s doubling, ≤1m); next attempt looks first
-//	StillRunning (budget spent, run alive)    –                          still_running       *RetryAfterError (StuckRetryDelay)
+//	NotAdmitted, model rate limit (BackOff)   – (phase rate_limited)     not_admitted        retry after 2s doubling, ≤1m; next attempt looks first
+//	StillRunning (budget spent, run alive)    –                          still_running       retry after StuckRetryDelay
 //	NotAdmitted, resend forbidden             error, permanent           failed              SkipRetry → archived
 //	NotAdmitted after a resend                –                          not_admitted        error → retry; next attempt looks first
-//	Interrupted (shutdown, deadline)          –                          retrying            *InterruptedError → retry in 100ms
+//	Interrupted (shutdown, deadline)          –                          retrying            interrupted → retry in 100ms
 //	invalid payload                           error, permanent (if readable) failed          SkipRetry → archived
 //	any retry on the last allowed attempt     error, permanent           failed              SkipRetry → archived
 //	a put-back with no retry left (a crash    error, permanent           failed              SkipRetry → archived
 //	  used the one kept for put-backs)
 //	not its turn (ordering)                   –                          –                   put back (no retry used)
 //	merged into another turn (coalescing)     by the answering turn      coalesced           nil
-//	message, its chat's approval unanswered   phase awaiting_approval    awaiting_approval   *BusyError: put back (policy wait, deny)
+//	message, its chat's approval unanswered   phase awaiting_approval    awaiting_approval   put back (policy wait, deny)
 //	  (ApprovalPolicy error)                  error, permanent           failed              SkipRetry → archived
 //
 // The rows from Completed to the put-back with no retry left are endOf's
@@ -96,10 +96,11 @@
 // policy, instead of looking for an otid that cannot be there. A 5xx, a 429
 // or a cut connection never withdraws an intent.
 //
-// RetryDelay is the asynq.RetryDelayFunc that honours *RetryAfterError and
-// otherwise backs off exponentially (1s doubling, capped at 1 minute);
-// IsFailure keeps a shutdown interruption from counting as a failed try.
-// Run configures both (with ordering's put-back, see ServerConfig).
+// The worker's retry delay honours the delay an attempt asks for ("retry
+// after" above) and otherwise backs off exponentially (1s doubling, capped
+// at 1 minute); a shutdown interruption does not count as a failed try.
+// Run configures both in Asynq (with ordering's put-back, see
+// ServerConfig).
 //
 // # Reply events
 //

@@ -16,11 +16,11 @@ const (
 	endDone endAction = iota
 	// endArchive: a permanent error (SkipRetry): Asynq archives the task.
 	endArchive
-	// endRetry: *RetryAfterError (endingInput.Delay; 0 backs off).
+	// endRetry: *retryAfterError (endingInput.Delay; 0 backs off).
 	endRetry
-	// endInterrupted: *InterruptedError, retried at once.
+	// endInterrupted: *interruptedError, retried at once.
 	endInterrupted
-	// endPutBack: *BusyError: put back without using a retry.
+	// endPutBack: *busyError: put back without using a retry.
 	endPutBack
 )
 
@@ -58,7 +58,7 @@ type ending struct {
 	// Final is set).
 	Outcome string
 	Asynq   endAction
-	// Delay is the retry's delay (endRetry: 0 lets RetryDelay back off) or
+	// Delay is the retry's delay (endRetry: 0 lets retryDelay back off) or
 	// the put-back's (endPutBack).
 	Delay time.Duration
 	// Reason is why (the error event's text when Final is EventError).
@@ -139,7 +139,7 @@ func endOf(in endingInput) ending {
 
 	case continuation.Busy:
 		reason := "the agent's thread was busy with another run: " + d.Reason
-		if outOfRetries(&BusyError{}, in.Retried, in.MaxRetry) {
+		if outOfRetries(&busyError{}, in.Retried, in.MaxRetry) {
 			e := endFail(reason, "")
 			e.GaveUp = true
 			return e
@@ -169,7 +169,7 @@ func endFail(reason, stop string) ending {
 // interruption), or gives up when the attempt has no retry left.
 func endRetryOf(in endingInput, delay time.Duration, reason string) ending {
 	e := ending{Outcome: OutcomeRetrying, Asynq: endRetry, Delay: delay, Reason: reason, Err: in.D.Err}
-	var err error = &RetryAfterError{Delay: delay, Reason: reason, Err: in.D.Err}
+	var err error = &retryAfterError{Delay: delay, Reason: reason, Err: in.D.Err}
 	if delay < 0 {
 		e.Asynq, e.Delay = endInterrupted, 0
 		e.Err = in.Cause
@@ -179,7 +179,7 @@ func endRetryOf(in endingInput, delay time.Duration, reason string) ending {
 		if e.Err == nil {
 			e.Err = context.Canceled
 		}
-		err = &InterruptedError{Reason: reason, Err: e.Err}
+		err = &interruptedError{Reason: reason, Err: e.Err}
 	}
 	switch in.D.Outcome {
 	case continuation.StillRunning:
@@ -198,7 +198,7 @@ func endRetryOf(in endingInput, delay time.Duration, reason string) ending {
 // outOfRetries reports whether Asynq would archive the task if this attempt
 // ended with err: Asynq v0.26 archives a task whose Retried has reached its
 // MaxRetry whatever its handler returned, a put-back too. A failure
-// (IsFailure) uses a retry, a put-back (busy, waiting for an answer or for
+// (isFailure) uses a retry, a put-back (busy, waiting for an answer or for
 // its turn) does not. A client gives a task one retry more than
 // ClientConfig.MaxRetry (TaskOptions), kept for put-backs: a failure is
 // retried while retried < maxRetry-1, so that a put-back always finds a
@@ -206,7 +206,7 @@ func endRetryOf(in endingInput, delay time.Duration, reason string) ending {
 // counts it). An attempt out of retries ends the turn with its final error
 // event instead (fail, giveUp): never archived in silence.
 func outOfRetries(err error, retried, maxRetry int) bool {
-	if IsFailure(err) {
+	if isFailure(err) {
 		return retried+1 >= maxRetry
 	}
 	return retried >= maxRetry

@@ -59,12 +59,12 @@ func (e ending) columns() (event, journal, asynqCol string) {
 	case endRetry:
 		asynqCol = "error → retry"
 		if e.Delay != 0 {
-			asynqCol = "*RetryAfterError"
+			asynqCol = "retry after"
 		}
 	case endInterrupted:
-		asynqCol = "*InterruptedError"
+		asynqCol = "interrupted"
 	case endPutBack:
-		asynqCol = "*BusyError"
+		asynqCol = "put back"
 	}
 	return event, e.Outcome, asynqCol
 }

@@ -57,7 +57,7 @@ func TestTurnOpsAfterScriptFlush(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := rdb.HSet(ctx, asynqTaskKey("q", "t"), "state", "active").Err(); err != nil {
+			if err := rdb.HSet(ctx, store.AsynqTaskKey("q", "t"), "state", "active").Err(); err != nil {
 				t.Fatal(err)
 			}
 			if err := rdb.ScriptFlush(ctx).Err(); err != nil {
@@ -81,7 +81,7 @@ func TestTurnOpsAfterScriptFlush(t *testing.T) {
 				t.Fatal(err)
 			}
 			var wrote int64
-			result := store.ScriptOp(store.WriteResult, append(store.WriteResult.Args(1, 1), asynqTaskKey("q", "t"), []byte(`{"ok":1}`)),
+			result := store.ScriptOp(store.WriteResult, append(store.WriteResult.Args(1, 1), store.AsynqTaskKey("q", "t"), []byte(`{"ok":1}`)),
 				func(c *redis.Cmd) error {
 					var err error
 					wrote, err = c.Int64()
@@ -119,7 +119,7 @@ func TestTurnOpsAfterScriptFlush(t *testing.T) {
 			if rec, err := j.Get(ctx, "t"); err != nil || rec.Outcome != OutcomeAnswered {
 				t.Errorf("journal: %v %v", rec, err)
 			}
-			if res, _ := rdb.HGet(ctx, asynqTaskKey("q", "t"), "result").Result(); wrote != 1 || res != `{"ok":1}` {
+			if res, _ := rdb.HGet(ctx, store.AsynqTaskKey("q", "t"), "result").Result(); wrote != 1 || res != `{"ok":1}` {
 				t.Errorf("result %q (script %d)", res, wrote)
 			}
 			if holder, _, _ := seq.Holder(ctx, key); head != "t2" || holder != "" {

@@ -188,7 +188,7 @@ type RepliesOptions struct {
 	StreamTTL time.Duration
 	// PartLimits gives, per integration, the part size (in UTF-16 code
 	// units, as Telegram counts) used to fill Parts of an answer that has
-	// none; integrations not listed use SplitMessage's default (4096).
+	// none; integrations not listed use 4096.
 	PartLimits map[string]int
 	// Now is the clock for event times; default time.Now.
 	Now func() time.Time
@@ -235,7 +235,8 @@ func (r *Replies) acceptedKey(taskID string) string { return r.keys().Accepted(t
 // atomically with the append) and Time, and returns the event as written.
 // Type must be valid and TaskID set; a phase event needs Phase, tool and
 // approval_required events need Tool. An answer without Parts gets its text
-// split by SplitMessage. Final events that must be written once per turn go
+// split into parts of at most 4096 UTF-16 code units, cut at paragraph,
+// line or word boundaries. Final events that must be written once per turn go
 // through EmitAnswerOnce instead.
 func (r *Replies) Emit(ctx context.Context, c Conversation, ev ReplyEvent) (ReplyEvent, error) {
 	ev, _, err := r.emit(ctx, c, ev, "")
@@ -309,7 +310,7 @@ func (r *Replies) complete(c Conversation, ev ReplyEvent) (_ ReplyEvent, at, dat
 		return ev, "", "", err
 	}
 	if ev.Type == EventAnswer && ev.Parts == nil && ev.Text != "" {
-		ev.Parts = SplitMessage(ev.Text, r.opts.PartLimits[c.Integration])
+		ev.Parts = splitMessage(ev.Text, r.opts.PartLimits[c.Integration])
 	}
 	if ev.Tool != nil {
 		t := *ev.Tool

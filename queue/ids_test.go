@@ -127,7 +127,7 @@ func TestTaskIDReadable(t *testing.T) {
 	}
 	// The otid of an unchanged id is unchanged: the namespace and the id.
 	m := Message{AgentID: "a", Text: "t", Conversation: Conversation{Integration: "telegram", ChatID: "42"}, MessageID: "99"}
-	if got, want := OtidFor(m, TaskIDFor(m)), uuid.NewSHA1(OtidNamespace, []byte("turn:telegram:42:99")).String(); got != want {
+	if got, want := OtidFor(m, TaskIDFor(m)), uuid.NewSHA1(otidNamespace, []byte("turn:telegram:42:99")).String(); got != want {
 		t.Errorf("otid %s, want %s", got, want)
 	}
 }

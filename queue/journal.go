@@ -115,8 +115,7 @@ type TurnRecord struct {
 	StopReason string `json:"stop_reason,omitempty"`
 	// PartialAnswer: on a turn that failed after the agent had begun its
 	// answer (a failure stop reason after some text), that text, cut: not
-	// the agent's whole answer, never delivered as one. At most
-	// MaxPartialAnswer bytes.
+	// the agent's whole answer, never delivered as one. At most 8 KiB.
 	PartialAnswer string `json:"partial_answer,omitempty"`
 	// Latency is from enqueue to the end of the turn; Save fills it when it
 	// is zero and both times are known.
@@ -194,11 +193,11 @@ type Intent struct {
 	Refused bool      `json:"refused,omitempty"`
 }
 
-// LiveIntents returns the intents that may have led to a stored message:
+// liveIntents returns the intents that may have led to a stored message:
 // each refusal removes the latest earlier intent of the same attempt, and
 // is itself dropped. Anything else (a 5xx, a cut connection, a crash) keeps
 // the intent live.
-func LiveIntents(intents []Intent) []Intent {
+func liveIntents(intents []Intent) []Intent {
 	out := make([]Intent, 0, len(intents))
 	for _, in := range intents {
 		if !in.Refused {
@@ -278,12 +277,12 @@ type JournalOptions struct {
 	// Now is the clock for intents and UpdatedAt; default time.Now.
 	Now func() time.Time
 	// LookupTimeout bounds Lookup's search for the turns an id's beginning
-	// names; default DefaultLookupTimeout.
+	// names; default 3s.
 	LookupTimeout time.Duration
 }
 
-// DefaultLookupTimeout is JournalOptions.LookupTimeout's default.
-const DefaultLookupTimeout = 3 * time.Second
+// defaultLookupTimeout is JournalOptions.LookupTimeout's default.
+const defaultLookupTimeout = 3 * time.Second
 
 // Journal stores a record of every turn and every attempt, for operators.
 // It is safe for concurrent use.
@@ -308,7 +307,7 @@ func NewJournal(rdb redis.UniversalClient, opts JournalOptions) *Journal {
 		opts.Now = time.Now
 	}
 	if opts.LookupTimeout <= 0 {
-		opts.LookupTimeout = DefaultLookupTimeout
+		opts.LookupTimeout = defaultLookupTimeout
 	}
 	names := make([]string, len(journalSaveFilters))
 	for i, f := range journalSaveFilters {
@@ -317,12 +316,6 @@ func NewJournal(rdb redis.UniversalClient, opts JournalOptions) *Journal {
 	st := store.NewJournal(rdb, store.Keys{Prefix: opts.Prefix}, opts.Retention, opts.MaxIndex, names)
 	return &Journal{rdb: rdb, opts: opts, st: st}
 }
-
-func (j *Journal) recordKey(taskID string) string  { return j.st.Keys.JournalTurn(taskID) }
-func (j *Journal) intentsKey(taskID string) string { return j.st.Keys.JournalIntents(taskID) }
-func (j *Journal) otidKey(otid string) string      { return j.st.Keys.JournalOtid(otid) }
-
-func (j *Journal) indexKey(f Filter) string { return j.st.Keys.JournalIndex(journalIndexName(f)) }
 
 // journalIndexName is the name of f's index in the store ("recent": all).
 func journalIndexName(f Filter) string {

@@ -464,7 +464,7 @@ func TestLiveIntents(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			var got []int
-			for _, l := range LiveIntents(c.all) {
+			for _, l := range liveIntents(c.all) {
 				if l.Refused {
 					t.Fatalf("a refusal is live: %+v", l)
 				}

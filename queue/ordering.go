@@ -15,9 +15,9 @@ import (
 	"github.com/lettaq/lettaq/queue/internal/store"
 )
 
-// DefaultMaxCoalesce bounds how many waiting messages one turn takes in
+// defaultMaxCoalesce bounds how many waiting messages one turn takes in
 // (Ordering.MaxCoalesce).
-const DefaultMaxCoalesce = 20
+const defaultMaxCoalesce = 20
 
 // Ordering configures one turn at a time per conversation, in enqueue
 // order (package ordering). The zero value is the default: on, one line
@@ -40,25 +40,24 @@ type Ordering struct {
 	// queued right behind it (they arrived while the previous turn ran) are
 	// sent with it as one user message. Requires ScopeConversation.
 	Coalesce []string
-	// MaxCoalesce bounds the messages merged into one turn (default
-	// DefaultMaxCoalesce).
+	// MaxCoalesce bounds the messages merged into one turn (default 20).
 	MaxCoalesce int
 	// WaitCheck (clients only) is the safety net of a turn that waits for
 	// its conversation: Client.Enqueue makes a turn at position k a task
 	// scheduled WaitCheck × k ahead (at most 10 × WaitCheck), and the turn
-	// ahead of it moves it to pending as soon as it ends. Default
-	// DefaultWaitCheck.
+	// ahead of it moves it to pending as soon as it ends. Default 1
+	// minute.
 	WaitCheck time.Duration
 }
 
-// DefaultWaitCheck is Ordering.WaitCheck's default.
-const DefaultWaitCheck = time.Minute
+// defaultWaitCheck is Ordering.WaitCheck's default.
+const defaultWaitCheck = time.Minute
 
 // waitCheck is the process-in delay of a turn enqueued at position pos.
 func (o Ordering) waitCheck(pos int) time.Duration {
 	d := o.WaitCheck
 	if d <= 0 {
-		d = DefaultWaitCheck
+		d = defaultWaitCheck
 	}
 	return d * time.Duration(min(max(pos, 1), 10))
 }
@@ -147,11 +146,11 @@ func (t *turn) acquire(ctx context.Context) (lease *ordering.Lease, err error, d
 		// the writer may still run it.)
 		var a *ordering.Acquiring
 		var aerr error
-		var pre *startReads
+		var pre *store.StartReads
 		op := func(octx context.Context, p redis.Pipeliner, sha bool) func() error {
 			if sha { // (a second round is only for scripts that failed: none here)
 				if a, aerr = o.seq.AcquireIn(octx, p, t.key, t.taskID, t.w.cfg.WorkerID); aerr == nil {
-					pre = t.queueStartReads(octx, p, p)
+					pre = t.w.startStores().QueueStartReads(octx, p, p, t.startRead())
 				}
 			}
 			return func() error { return nil } // each command has its own error, read below

@@ -40,10 +40,10 @@ const (
 	maxTaskIDBytes = 200
 )
 
-// OtidNamespace is the UUID namespace of derived otids: a turn without an
-// otid of its own gets uuid.NewSHA1(OtidNamespace, []byte(taskID)), the same
+// otidNamespace is the UUID namespace of derived otids: a turn without an
+// otid of its own gets uuid.NewSHA1(otidNamespace, []byte(taskID)), the same
 // on every attempt of the task.
-var OtidNamespace = uuid.MustParse("8f4e6c2a-3b1d-5a7e-9c0f-1d2e3f4a5b6c")
+var otidNamespace = uuid.MustParse("8f4e6c2a-3b1d-5a7e-9c0f-1d2e3f4a5b6c")
 
 // Message is one inbound chat message to turn into an agent turn. It is
 // also the task payload (see Payload for the JSON form).
@@ -307,7 +307,7 @@ func OtidFor(m Message, taskID string) string {
 	if m.Otid != "" {
 		return m.Otid
 	}
-	return uuid.NewSHA1(OtidNamespace, []byte(taskID)).String()
+	return uuid.NewSHA1(otidNamespace, []byte(taskID)).String()
 }
 
 // IsValidationError reports whether err is (or wraps) a *ValidationError,

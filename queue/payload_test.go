@@ -116,19 +116,19 @@ func TestTaskIDAndOtid(t *testing.T) {
 }
 
 func TestRetryDelayAndIsFailure(t *testing.T) {
-	if d := RetryDelay(3, &RetryAfterError{Delay: 7 * time.Second}, nil); d != 7*time.Second {
+	if d := retryDelay(3, &retryAfterError{Delay: 7 * time.Second}, nil); d != 7*time.Second {
 		t.Fatalf("retry after: %v", d)
 	}
-	if d := RetryDelay(3, &InterruptedError{Err: context.Canceled}, nil); d != 100*time.Millisecond {
+	if d := retryDelay(3, &interruptedError{Err: context.Canceled}, nil); d != 100*time.Millisecond {
 		t.Fatalf("interrupted: %v", d)
 	}
 	for n, want := range map[int]time.Duration{0: time.Second, 2: 4 * time.Second, 20: time.Minute} {
-		d := RetryDelay(n, errors.New("x"), nil)
+		d := retryDelay(n, errors.New("x"), nil)
 		if d < want*8/10 || d > want*12/10 {
 			t.Errorf("n=%d: %v, want ~%v", n, d, want)
 		}
 	}
-	if IsFailure(&InterruptedError{Err: errShutdown}) || IsFailure(context.Canceled) || !IsFailure(errors.New("x")) || IsFailure(nil) {
+	if isFailure(&interruptedError{Err: errShutdown}) || isFailure(context.Canceled) || !isFailure(errors.New("x")) || isFailure(nil) {
 		t.Fatal("IsFailure")
 	}
 }

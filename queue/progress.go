@@ -23,7 +23,7 @@ const writerTimeout = 5 * time.Second
 
 // lazyWindow is how long a lazy event (a heartbeat: the phase again) may
 // wait for company: the heartbeats of all thinking turns due within it go
-// in one round trip and one command. With DefaultHeartbeatInterval (4 s) a
+// in one round trip and one command. With defaultHeartbeatInterval (4 s) a
 // typing indicator is refreshed within 4.25 s, inside the ~5 s it lasts.
 const lazyWindow = 250 * time.Millisecond
 

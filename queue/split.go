@@ -6,12 +6,12 @@ import (
 	"unicode/utf8"
 )
 
-// DefaultSplitLimit is the part size SplitMessage uses when given none:
+// defaultSplitLimit is the part size splitMessage uses when given none:
 // Telegram's limit for a message's text.
-const DefaultSplitLimit = 4096
+const defaultSplitLimit = 4096
 
-// SplitMessage cuts text into parts of at most limit UTF-16 code units
-// (limit <= 0: DefaultSplitLimit), for platforms that cap a message's length.
+// splitMessage cuts text into parts of at most limit UTF-16 code units
+// (limit <= 0: defaultSplitLimit), for platforms that cap a message's length.
 // Telegram and every JavaScript client count length in UTF-16 code units, in
 // which a character outside the Basic Multilingual Plane (most emoji) counts
 // two; a part within the limit in those units is within it in runes too.
@@ -24,15 +24,15 @@ const DefaultSplitLimit = 4096
 // single cluster is longer than limit, at a rune boundary. Separators stay
 // at the end of the part before the cut, so nothing is lost or added:
 //
-//	strings.Join(SplitMessage(text, limit), "") == text
+//	strings.Join(splitMessage(text, limit), "") == text
 //
 // Every part is non-empty, and longer than limit only when it is a single
 // rune of two units and limit is 1. Empty text gives no parts (nil); a text
 // of at most limit units gives one part, itself. Invalid UTF-8 bytes count
 // as one unit each and are kept as they are.
-func SplitMessage(text string, limit int) []string {
+func splitMessage(text string, limit int) []string {
 	if limit <= 0 {
-		limit = DefaultSplitLimit
+		limit = defaultSplitLimit
 	}
 	var parts []string
 	for text != "" {

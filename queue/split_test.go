@@ -44,20 +44,20 @@ func TestSplitMessage(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got := SplitMessage(c.text, c.limit)
+			got := splitMessage(c.text, c.limit)
 			if !reflect.DeepEqual(got, c.want) {
-				t.Fatalf("SplitMessage(%q, %d) = %q, want %q", c.text, c.limit, got, c.want)
+				t.Fatalf("splitMessage(%q, %d) = %q, want %q", c.text, c.limit, got, c.want)
 			}
 			splitCheck(t, c.text, c.limit, got)
 		})
 	}
 }
 
-// splitCheck asserts SplitMessage's promises.
+// splitCheck asserts splitMessage's promises.
 func splitCheck(t *testing.T, text string, limit int, parts []string) {
 	t.Helper()
 	if limit <= 0 {
-		limit = DefaultSplitLimit
+		limit = defaultSplitLimit
 	}
 	if strings.Join(parts, "") != text {
 		t.Fatalf("parts %q do not join to %q", parts, text)
@@ -87,7 +87,7 @@ func TestSplitMessageRandom(t *testing.T) {
 			b.WriteString(alphabet[r.IntN(len(alphabet))])
 		}
 		limit := 1 + r.IntN(20)
-		splitCheck(t, b.String(), limit, SplitMessage(b.String(), limit))
+		splitCheck(t, b.String(), limit, splitMessage(b.String(), limit))
 	}
 }
 
@@ -109,6 +109,6 @@ func FuzzSplitMessage(f *testing.F) {
 				limit = -limit + 1
 			}
 		}
-		splitCheck(t, text, limit, SplitMessage(text, limit))
+		splitCheck(t, text, limit, splitMessage(text, limit))
 	})
 }

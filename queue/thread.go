@@ -189,7 +189,7 @@ func (t *turn) resolveThread(ctx context.Context) (string, error) {
 	if mode != "" && (prev != "" || ThreadMode(mode) == ThreadAgent) && t.msg.LettaConversationID == "" {
 		return prev, nil
 	}
-	id, ok := t.w.threads.local(t.msg, t.pre.thread())
+	id, ok := t.w.threads.local(t.msg, t.pre.Thread())
 	if !ok {
 		var err error
 		if id, err = t.resolveRemote(ctx); err != nil {
@@ -215,7 +215,7 @@ func (t *turn) resolveThread(ctx context.Context) (string, error) {
 func (t *turn) resolveRemote(ctx context.Context) (string, error) {
 	rctx, cancel := context.WithTimeout(ctx, t.w.cfg.Budget.ThreadResolution()) // a phase of the task timeout
 	defer cancel()
-	return t.w.threads.resolveKnown(rctx, t.msg, t.pre.thread())
+	return t.w.threads.resolveKnown(rctx, t.msg, t.pre.Thread())
 }
 
 // threadFailed ends an attempt whose thread could not be resolved: a

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/lettaq/lettaq/agentclient"
 	"github.com/lettaq/lettaq/continuation"
@@ -274,7 +273,7 @@ type turn struct {
 	releaseSeen  bool         // processTask read released: a later release wakes the next turn itself (guarded by mu)
 	replyBytes   atomic.Int64 // progress text written to the reply stream (see replyAllowed)
 
-	pre *startReads // read before the attempt runs (until the thread is known)
+	pre *store.StartReads // read before the attempt runs (until the thread is known)
 
 	key          string          // ordering key ("" without ordering)
 	lease        *ordering.Lease // held while the attempt runs (nil without ordering)
@@ -393,93 +392,58 @@ func (t *turn) recCopy() TurnRecord {
 	return rec
 }
 
-// startReads is what an attempt reads from Redis before it runs, in one
+// startRead names what an attempt reads from Redis before it runs, in one
 // round trip (with the ordering lock's acquire when it can: see
 // turn.acquire): the attempt's record, whether its final event was written,
 // its intents, and what approvalGate (the chat's pending approval request)
-// and resolveThread (the chat's Letta conversation) need. The turn drops it
-// once its thread is known.
-type startReads struct {
-	rec, pend, thr *redis.StringCmd // pend, thr: nil when not read
-	intents        *redis.StringSliceCmd
-	ans            *redis.IntCmd
-}
-
-// queueStartReads queues the start's reads: the journal's in jp, the
-// others in rp (the same pipeline when both are on one client).
-func (t *turn) queueStartReads(ctx context.Context, jp, rp redis.Pipeliner) *startReads {
+// and resolveThread (the chat's Letta conversation) need. The turn drops
+// what it read (turn.pre) once its thread is known.
+func (t *turn) startRead() store.StartRead {
 	w := t.w
-	r := &startReads{
-		rec:     jp.Get(ctx, w.journal.recordKey(t.taskID)),
-		intents: jp.LRange(ctx, w.journal.intentsKey(t.taskID), 0, -1),
-		ans:     rp.Exists(ctx, w.replies.answeredKey(t.taskID)),
-	}
+	r := store.StartRead{TaskID: t.taskID}
 	if t.msg.Approval == nil {
-		r.pend = rp.Get(ctx, w.approvals.pendingKey(t.msg.AgentID, w.approvalScope(t.msg)))
+		r.Pending, r.AgentID, r.Scope = true, t.msg.AgentID, w.approvalScope(t.msg)
 	}
 	if w.threads.mode == ThreadConversation && t.msg.LettaConversationID == "" {
-		r.thr = rp.Get(ctx, ThreadKey(w.threads.prefix, t.msg.AgentID, t.msg.Conversation))
+		r.ThreadHash = threadHash(t.msg.AgentID, t.msg.Conversation)
 	}
 	return r
 }
 
-// pending is the chat's pending approval request ("" none).
-func (r *startReads) pending() (string, error) {
-	if r == nil || r.pend == nil {
-		return "", nil
-	}
-	return r.pend.Result()
-}
-
-// thread is the chat's Letta conversation id ("" none, not read, or not
-// readable: resolveThread reads it again).
-func (r *startReads) thread() string {
-	if r == nil || r.thr == nil {
-		return ""
-	}
-	id, _ := r.thr.Result()
-	return id
+// startStores are the stores startRead reads.
+func (w *Worker) startStores() store.StartStores {
+	return store.StartStores{Journal: w.journal.st, Replies: w.replies.st,
+		Approvals: w.approvals.store(), Threads: w.threads.store()}
 }
 
 // readStart reads what startReads says, unless acquire read it with the
 // lock.
 func (t *turn) readStart(ctx context.Context) (rec *TurnRecord, answered bool, intents []Intent, err error) {
-	w := t.w
 	if t.pre == nil {
-		jp := w.journal.rdb.Pipeline()
-		rp := jp
-		if w.replies.rdb != w.journal.rdb {
-			rp = w.replies.rdb.Pipeline()
-		}
-		t.pre = t.queueStartReads(ctx, jp, rp)
-		_, _ = jp.Exec(ctx)
-		if rp != jp {
-			_, _ = rp.Exec(ctx)
-		}
+		t.pre = t.w.startStores().ReadStart(ctx, t.startRead())
 	}
-	b, err := t.pre.rec.Bytes()
+	b, found, err := t.pre.Record()
 	switch {
-	case errors.Is(err, redis.Nil):
-		rec = &TurnRecord{}
 	case err != nil:
 		return nil, false, nil, fmt.Errorf("read the turn journal: queue: journal get %s: %w", t.taskID, err)
+	case !found:
+		rec = &TurnRecord{}
 	default:
 		if rec, err = journalDecodeRecord(t.taskID, b); err != nil {
 			return nil, false, nil, fmt.Errorf("read the turn journal: %w", err)
 		}
 	}
-	n, err := t.pre.ans.Result()
-	if err != nil {
+	if answered, err = t.pre.Answered(); err != nil {
 		return nil, false, nil, fmt.Errorf("queue: answered %s: %w", t.taskID, err)
 	}
-	raw, err := t.pre.intents.Result()
+	raw, err := t.pre.Intents()
 	if err == nil {
 		intents, err = journalDecodeIntents(t.taskID, raw)
 	}
 	if err != nil {
 		return nil, false, nil, fmt.Errorf("queue: intents of task %s: %w", t.taskID, err)
 	}
-	return rec, n == 1, intents, nil
+	return rec, answered, intents, nil
 }
 
 // run runs the attempt: prepare, then execute (see processTask for why
@@ -566,7 +530,7 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 	} else if err, end = t.approvalGate(ctx); end {
 		return err, true
 	}
-	intents = LiveIntents(intents)
+	intents = liveIntents(intents)
 	if err := t.takeFollowers(ctx, len(intents) == 0 && t.msg.Approval == nil); err != nil {
 		return t.retryEarly(err), true
 	}
@@ -761,7 +725,7 @@ func (t *turn) beforeSend(ctx context.Context, resend bool) error {
 			return err
 		}
 	}
-	prior = LiveIntents(prior)
+	prior = liveIntents(prior)
 	t.mu.Lock()
 	t.attempt().SentOtid = true
 	t.mu.Unlock()

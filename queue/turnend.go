@@ -145,7 +145,7 @@ func (t *turn) finish(ctx context.Context, d continuation.Result) error {
 				// Text the agent gave before it failed: kept, cut, never
 				// delivered as the answer.
 				t.mu.Lock()
-				t.rec.PartialAnswer = cutText(snap.Answer, MaxPartialAnswer)
+				t.rec.PartialAnswer = cutText(snap.Answer, maxPartialAnswer)
 				t.mu.Unlock()
 			}
 			if d.StopReason == "cancelled" {
@@ -301,7 +301,7 @@ func (t *turn) undelivered(ctx context.Context, log *slog.Logger, err error) err
 	} else {
 		_ = t.save(ctx)
 	}
-	rerr := &RetryAfterError{Delay: time.Second, Reason: "deliver the answer", Err: err}
+	rerr := &retryAfterError{Delay: time.Second, Reason: "deliver the answer", Err: err}
 	if t.outOfRetries(rerr) {
 		return t.fail(ctx, log, fmt.Sprintf("gave up after %d attempts: could not deliver the answer: %s", t.retried+1, err.Error()), "")
 	}
@@ -349,8 +349,7 @@ func (t *turn) resultOps(outcome, answer string, approval *ToolEvent) []store.Op
 		t.log.Warn("could not write the task result", "error", err.Error())
 		return nil
 	}
-	key := asynqTaskKey(t.queue, t.taskID)
-	return []store.Op{store.ScriptOp(store.WriteResult, append(store.WriteResult.Args(1, 1), key, b), func(c *redis.Cmd) error {
+	return []store.Op{store.WriteResultOp(t.queue, t.taskID, b, func(c *redis.Cmd) error {
 		err := c.Err()
 		if store.IsNoScript(err) {
 			return err // store.Run sends it again
@@ -436,9 +435,9 @@ func (t *turn) retry(ctx context.Context, log *slog.Logger, e ending) error {
 	if e.GaveUp {
 		return t.fail(ctx, log, fmt.Sprintf("gave up after %d attempts: %s", t.retried+1, e.Reason), e.StopReason)
 	}
-	var rerr error = &RetryAfterError{Delay: e.Delay, Reason: e.Reason, Err: e.Err}
+	var rerr error = &retryAfterError{Delay: e.Delay, Reason: e.Reason, Err: e.Err}
 	if e.Asynq == endInterrupted {
-		rerr = &InterruptedError{Reason: e.Reason, Err: e.Err}
+		rerr = &interruptedError{Reason: e.Reason, Err: e.Err}
 	}
 	t.mu.Lock()
 	t.attempt().Outcome, t.attempt().Error = e.Outcome, e.Reason
@@ -530,8 +529,8 @@ func appendUnique(s []string, v string) []string {
 	return append(s, v)
 }
 
-// MaxPartialAnswer bounds TurnRecord.PartialAnswer (a failed turn's text).
-const MaxPartialAnswer = 8 << 10
+// maxPartialAnswer bounds TurnRecord.PartialAnswer (a failed turn's text).
+const maxPartialAnswer = 8 << 10
 
 // cutText is s cut to at most n bytes, at a rune boundary.
 func cutText(s string, n int) string {

@@ -75,7 +75,7 @@ type WorkerConfig struct {
 	Budget budget.Config
 	// Concurrency: turns in flight at once (default 100).
 	Concurrency int
-	// Queues to work on, with priorities; default {DefaultQueue: 1}.
+	// Queues to work on, with priorities; default {"lettaq": 1}.
 	Queues map[string]int
 	// ShutdownTimeout: on shutdown, how long turns in flight may finish;
 	// after that they are interrupted and put back (default 10s).
@@ -117,7 +117,7 @@ type WorkerConfig struct {
 	// HeartbeatInterval repeats the phase event (default 4s).
 	HeartbeatInterval time.Duration
 	// DeltaMaxAge: how long answer text without a newline is held before an
-	// answer_delta (default DefaultDeltaMaxAge).
+	// answer_delta (default 1s).
 	DeltaMaxAge time.Duration
 	// StuckRetryDelay: when to retry a turn whose run was still going when
 	// its attempt's budget ran out (default 1s).
@@ -129,7 +129,7 @@ type WorkerConfig struct {
 	// request is unanswered (default ApprovalWait; see approval.go).
 	ApprovalPolicy ApprovalPolicy
 	// ApprovalTimeout: an unanswered approval request is denied this long
-	// after it was made (default DefaultApprovalTimeout).
+	// after it was made (default 24h).
 	ApprovalTimeout time.Duration
 	// MaxReplyBytes bounds the text (answer deltas, tool arguments and
 	// returns) one attempt of a turn writes to its reply stream as progress
@@ -242,7 +242,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		cfg.Concurrency = 100
 	}
 	if len(cfg.Queues) == 0 {
-		cfg.Queues = map[string]int{DefaultQueue: 1}
+		cfg.Queues = map[string]int{defaultQueue: 1}
 	}
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = 10 * time.Second
@@ -264,7 +264,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		cfg.DelayedTaskCheckInterval = time.Second
 	}
 	if cfg.HeartbeatInterval <= 0 {
-		cfg.HeartbeatInterval = DefaultHeartbeatInterval
+		cfg.HeartbeatInterval = defaultHeartbeatInterval
 	}
 	if cfg.StuckRetryDelay <= 0 {
 		cfg.StuckRetryDelay = time.Second
@@ -276,7 +276,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		cfg.DelayedTaskCheckInterval = time.Second
 	}
 	if cfg.Ordering.MaxCoalesce <= 0 {
-		cfg.Ordering.MaxCoalesce = DefaultMaxCoalesce
+		cfg.Ordering.MaxCoalesce = defaultMaxCoalesce
 	}
 	if len(cfg.Ordering.Coalesce) > 0 && !cfg.Ordering.Off && cfg.Ordering.Scope != ordering.ScopeConversation {
 		return nil, errors.New("queue: Ordering.Coalesce needs the conversation scope (an agent's line mixes chats)")
@@ -349,7 +349,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	}
 	w.cfg.ApprovalPolicy = pol
 	if w.cfg.ApprovalTimeout <= 0 {
-		w.cfg.ApprovalTimeout = DefaultApprovalTimeout
+		w.cfg.ApprovalTimeout = defaultApprovalTimeout
 	}
 	if w.cfg.ApprovalTimeout > MaxApprovalTimeout {
 		w.closeRedis()
@@ -403,9 +403,9 @@ func (w *Worker) Handler() asynq.Handler { return asynq.HandlerFunc(w.processTas
 // IsFailure and RetryDelayFunc also know the put-back of a turn that
 // waits for its conversation (ordering.IsFailure, ordering.RetryPolicy).
 func (w *Worker) ServerConfig() asynq.Config {
-	retry := asynq.RetryDelayFunc(RetryDelay)
+	retry := asynq.RetryDelayFunc(retryDelay)
 	if w.ord != nil {
-		retry = ordering.RetryPolicy{Fallback: RetryDelay}.Func()
+		retry = ordering.RetryPolicy{Fallback: retryDelay}.Func()
 	}
 	return asynq.Config{
 		Concurrency:              w.cfg.Concurrency,
@@ -429,9 +429,9 @@ func (w *Worker) ServerConfig() asynq.Config {
 // of the task's retries (IsFailure, and under ordering ordering.IsFailure).
 func (w *Worker) isFailure(err error) bool {
 	if w.ord != nil {
-		return IsFailure(err) && ordering.IsFailure(err)
+		return isFailure(err) && ordering.IsFailure(err)
 	}
-	return IsFailure(err)
+	return isFailure(err)
 }
 
 // Run works on the queues until ctx is done, then shuts down gracefully:
@@ -527,15 +527,15 @@ func (w *Worker) closeRedis() {
 	}
 }
 
-// RetryAfterError asks for the task to be retried after Delay (RetryDelay
+// retryAfterError asks for the task to be retried after Delay (retryDelay
 // reads it).
-type RetryAfterError struct {
+type retryAfterError struct {
 	Delay  time.Duration
 	Reason string
 	Err    error
 }
 
-func (e *RetryAfterError) Error() string {
+func (e *retryAfterError) Error() string {
 	s := e.Reason
 	if s == "" && e.Err != nil {
 		s = e.Err.Error()
@@ -545,35 +545,35 @@ func (e *RetryAfterError) Error() string {
 	return fmt.Sprintf("%s (retry in %v)", s, e.Delay)
 }
 
-func (e *RetryAfterError) Unwrap() error { return e.Err }
+func (e *retryAfterError) Unwrap() error { return e.Err }
 
-// InterruptedError ends an attempt that was interrupted (worker shutdown,
+// interruptedError ends an attempt that was interrupted (worker shutdown,
 // deadline): the turn is not finished, and the next attempt continues it.
-type InterruptedError struct {
+type interruptedError struct {
 	Reason string
 	Err    error
 }
 
-func (e *InterruptedError) Error() string {
+func (e *interruptedError) Error() string {
 	return "lettaq: turn interrupted: " + e.Reason
 }
 
-func (e *InterruptedError) Unwrap() error { return e.Err }
+func (e *interruptedError) Unwrap() error { return e.Err }
 
-// RetryDelay is the asynq.RetryDelayFunc for turns: the delay a
-// *RetryAfterError asks for, a short one after an interruption, else
+// retryDelay is the asynq.RetryDelayFunc for turns: the delay a
+// *retryAfterError asks for, a short one after an interruption, else
 // exponential backoff from 1s (doubling per retry, capped at 1 minute,
 // ±20% jitter).
-func RetryDelay(n int, err error, _ *asynq.Task) time.Duration {
-	var ra *RetryAfterError
+func retryDelay(n int, err error, _ *asynq.Task) time.Duration {
+	var ra *retryAfterError
 	if errors.As(err, &ra) {
 		return max(ra.Delay, 0)
 	}
-	var be *BusyError
+	var be *busyError
 	if errors.As(err, &be) {
 		return max(be.Delay, 0)
 	}
-	var ie *InterruptedError
+	var ie *interruptedError
 	if errors.As(err, &ie) || errors.Is(err, context.Canceled) {
 		return 100 * time.Millisecond
 	}
@@ -585,14 +585,14 @@ func RetryDelay(n int, err error, _ *asynq.Task) time.Duration {
 	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
 }
 
-// IsFailure is the asynq IsFailure predicate for turns: an attempt
+// isFailure is the asynq IsFailure predicate for turns: an attempt
 // interrupted by a shutdown (its context canceled) does not count as a
 // failed try.
-func IsFailure(err error) bool {
+func isFailure(err error) bool {
 	if err == nil {
 		return false
 	}
-	var be *BusyError
+	var be *busyError
 	if errors.As(err, &be) {
 		return false // the thread was busy: the turn only waits
 	}

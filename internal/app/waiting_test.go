@@ -58,7 +58,7 @@ func TestWaitingTurnsAreScheduledNotRetried(t *testing.T) {
 		for {
 			mu.Lock()
 			for _, id := range ids {
-				if info, err := insp.GetTaskInfo(queue.DefaultQueue, id); err == nil {
+				if info, err := insp.GetTaskInfo(DefaultQueue, id); err == nil {
 					st := info.State.String()
 					if info.LastErr != "" {
 						st += " (" + info.LastErr + ")"
@@ -92,7 +92,7 @@ func TestWaitingTurnsAreScheduledNotRetried(t *testing.T) {
 		mu.Unlock()
 	}
 	for _, id := range ids[1:] {
-		info, err := insp.GetTaskInfo(queue.DefaultQueue, id)
+		info, err := insp.GetTaskInfo(DefaultQueue, id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -113,10 +113,10 @@ func TestWaitingTurnsAreScheduledNotRetried(t *testing.T) {
 	}
 	for _, id := range ids {
 		// The answer is written before the handler returns: Asynq completes the task just after.
-		info, err := insp.GetTaskInfo(queue.DefaultQueue, id)
+		info, err := insp.GetTaskInfo(DefaultQueue, id)
 		for deadline := time.Now().Add(10 * time.Second); err == nil && info.State == asynq.TaskStateActive && time.Now().Before(deadline); {
 			time.Sleep(5 * time.Millisecond)
-			info, err = insp.GetTaskInfo(queue.DefaultQueue, id)
+			info, err = insp.GetTaskInfo(DefaultQueue, id)
 		}
 		if err != nil {
 			t.Fatal(err)

@@ -7,8 +7,10 @@
 // The stores: Journal (the turn journal's records, intents, otid keys and
 // indexes, and the lookup's bounded scans), Replies (the reply streams,
 // their seq counters and markers, and the emit scripts' arguments and
-// results), Approvals and Threads; Trip is a writer's round trip (the
-// writes of many turns in one pipeline). Each works on bytes and encoded
+// results), Approvals and Threads; StartStores reads what an attempt
+// needs before it runs (its record, intents and final-event marker, its
+// chat's pending approval and thread) in one round trip; Trip is a
+// writer's round trip (the writes of many turns in one pipeline). Each works on bytes and encoded
 // fields: the records' and events' encodings are package queue's.
 //
 // Package queue keeps the public API (Message, Client, Worker, ReplyEvent

@@ -1,0 +1,110 @@
+package store
+
+import (
+	"context"
+	"errors"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// StartRead names what an attempt reads before it runs: its record,
+// intents and final-event marker (by TaskID), and, when asked, its chat's
+// pending approval request and its conversation's thread.
+type StartRead struct {
+	TaskID string
+	// Pending: read the request the chat (AgentID, Scope) waits on.
+	Pending        bool
+	AgentID, Scope string
+	// ThreadHash: read the thread kept for this hash ("": not read).
+	ThreadHash string
+}
+
+// StartStores are the stores the start's reads go to.
+type StartStores struct {
+	Journal   *Journal
+	Replies   *Replies
+	Approvals Approvals
+	Threads   Threads
+}
+
+// StartReads holds the start's reads, queued on a pipeline: their results
+// are there once it ran.
+type StartReads struct {
+	rec, pend, thr *redis.StringCmd // pend, thr: nil when not read
+	intents        *redis.StringSliceCmd
+	ans            *redis.IntCmd
+}
+
+// QueueStartReads queues r's reads: the journal's in jp, the others in rp
+// (the same pipeline when both stores are on one client).
+func (s StartStores) QueueStartReads(ctx context.Context, jp, rp redis.Pipeliner, r StartRead) *StartReads {
+	sr := &StartReads{
+		rec:     jp.Get(ctx, s.Journal.Keys.JournalTurn(r.TaskID)),
+		intents: jp.LRange(ctx, s.Journal.Keys.JournalIntents(r.TaskID), 0, -1),
+		ans:     rp.Exists(ctx, s.Replies.Keys.Answered(r.TaskID)),
+	}
+	if r.Pending {
+		sr.pend = rp.Get(ctx, s.Approvals.Keys.ApprovalPending(r.AgentID, r.Scope))
+	}
+	if r.ThreadHash != "" {
+		sr.thr = rp.Get(ctx, s.Threads.Keys.Thread(r.ThreadHash))
+	}
+	return sr
+}
+
+// ReadStart runs r's reads in one round trip per client (one when the
+// journal and the replies share theirs). Each read's error is its own.
+func (s StartStores) ReadStart(ctx context.Context, r StartRead) *StartReads {
+	jp := s.Journal.RDB.Pipeline()
+	rp := jp
+	if s.Replies.RDB != s.Journal.RDB {
+		rp = s.Replies.RDB.Pipeline()
+	}
+	sr := s.QueueStartReads(ctx, jp, rp, r)
+	_, _ = jp.Exec(ctx)
+	if rp != jp {
+		_, _ = rp.Exec(ctx)
+	}
+	return sr
+}
+
+// Record is the attempt's journal record (found false: none yet).
+func (sr *StartReads) Record() (b []byte, found bool, err error) {
+	b, err = sr.rec.Bytes()
+	if errors.Is(err, redis.Nil) {
+		return nil, false, nil
+	}
+	return b, err == nil, err
+}
+
+// Answered says whether the attempt's final event was written.
+func (sr *StartReads) Answered() (bool, error) {
+	n, err := sr.ans.Result()
+	return n == 1, err
+}
+
+// Intents are the attempt's intents, oldest first.
+func (sr *StartReads) Intents() ([]string, error) { return sr.intents.Result() }
+
+// Pending is the task id of the request the chat waits on ("" for none or
+// not read).
+func (sr *StartReads) Pending() (string, error) {
+	if sr == nil || sr.pend == nil {
+		return "", nil
+	}
+	id, err := sr.pend.Result()
+	if errors.Is(err, redis.Nil) {
+		return "", nil
+	}
+	return id, err
+}
+
+// Thread is the conversation id kept for the thread ("" for none, not
+// read, or not readable: the caller reads it again).
+func (sr *StartReads) Thread() string {
+	if sr == nil || sr.thr == nil {
+		return ""
+	}
+	id, _ := sr.thr.Result()
+	return id
+}

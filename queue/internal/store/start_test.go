@@ -1,0 +1,84 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/lettaq/lettaq/internal/testredis"
+)
+
+// TestStartReads: the start's reads find what each store wrote under its
+// own keys, and report an empty Redis as nothing read (not as errors).
+func TestStartReads(t *testing.T) {
+	rdb := testredis.New(t).Client(t)
+	ctx := context.Background()
+	keys := Keys{Prefix: fmt.Sprintf("test:start:%d:", time.Now().UnixNano())}
+	s := StartStores{
+		Journal:   NewJournal(rdb, keys, time.Minute, 10, nil),
+		Replies:   NewReplies(rdb, keys, 10, time.Minute, 0),
+		Approvals: Approvals{RDB: rdb, Keys: keys},
+		Threads:   Threads{RDB: rdb, Keys: keys},
+	}
+	r := StartRead{TaskID: "t1", Pending: true, AgentID: "agent-1", Scope: "chat", ThreadHash: "h1"}
+
+	sr := s.ReadStart(ctx, r)
+	if b, found, err := sr.Record(); found || b != nil || err != nil {
+		t.Fatalf("empty: Record() = %q, %v, %v; want none", b, found, err)
+	}
+	if ans, err := sr.Answered(); ans || err != nil {
+		t.Fatalf("empty: Answered() = %v, %v", ans, err)
+	}
+	if in, err := sr.Intents(); len(in) != 0 || err != nil {
+		t.Fatalf("empty: Intents() = %q, %v", in, err)
+	}
+	if p, err := sr.Pending(); p != "" || err != nil {
+		t.Fatalf("empty: Pending() = %q, %v", p, err)
+	}
+	if th := sr.Thread(); th != "" {
+		t.Fatalf("empty: Thread() = %q", th)
+	}
+
+	t.Cleanup(func() {
+		rdb.Del(context.Background(), keys.JournalTurn("t1"), keys.JournalIntents("t1"), keys.Answered("t1"),
+			keys.ApprovalPending("agent-1", "chat"), keys.Thread("h1"))
+	})
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(rdb.Set(ctx, keys.JournalTurn("t1"), `{"task_id":"t1"}`, time.Minute).Err())
+	must(rdb.RPush(ctx, keys.JournalIntents("t1"), "a", "b").Err())
+	must(rdb.Set(ctx, keys.Answered("t1"), "1", time.Minute).Err())
+	must(rdb.Set(ctx, keys.ApprovalPending("agent-1", "chat"), "req-1", time.Minute).Err())
+	must(s.Threads.Keep(ctx, "h1", "conv-1"))
+
+	sr = s.ReadStart(ctx, r)
+	if b, found, err := sr.Record(); !found || string(b) != `{"task_id":"t1"}` || err != nil {
+		t.Errorf("Record() = %q, %v, %v", b, found, err)
+	}
+	if ans, err := sr.Answered(); !ans || err != nil {
+		t.Errorf("Answered() = %v, %v; want true", ans, err)
+	}
+	if in, err := sr.Intents(); fmt.Sprint(in) != "[a b]" || err != nil {
+		t.Errorf("Intents() = %q, %v", in, err)
+	}
+	if p, err := sr.Pending(); p != "req-1" || err != nil {
+		t.Errorf("Pending() = %q, %v", p, err)
+	}
+	if th := sr.Thread(); th != "conv-1" {
+		t.Errorf("Thread() = %q", th)
+	}
+
+	// Not asked: neither the pending request nor the thread is read.
+	sr = s.ReadStart(ctx, StartRead{TaskID: "t1"})
+	if p, err := sr.Pending(); p != "" || err != nil {
+		t.Errorf("not asked: Pending() = %q, %v", p, err)
+	}
+	if th := sr.Thread(); th != "" {
+		t.Errorf("not asked: Thread() = %q", th)
+	}
+}
