@@ -14,7 +14,7 @@ import (
 
 // A fresh clone has nothing beside it: every file the code and its tests read must be inside
 // the module. outsidePaths lists the string literals in the module's Go files that name a
-// relative path leaving the module (such as "../../shared/x.json" two folders down), as
+// relative path leaving the module (such as "../../../outside/x.json" two folders down), as
 // "file:line: literal".
 func outsidePaths(t *testing.T, root string) []string {
 	t.Helper()
@@ -89,9 +89,9 @@ func TestOutsidePathsFindsOne(t *testing.T) {
 	}
 	write("go.mod", "module example.test\n")
 	write("a/b/in_test.go", "package b\nconst inside = \"../../testdata/x.json\"\n")
-	write("a/b/out_test.go", "package b\nconst outside = \"../../../shared/x.json\"\n")
+	write("a/b/out_test.go", "package b\nconst outside = \"../../../outside/x.json\"\n")
 	found := outsidePaths(t, root)
-	if len(found) != 1 || !strings.Contains(found[0], "out_test.go:2") || !strings.Contains(found[0], "shared/x.json") {
-		t.Fatalf("found %q, want only out_test.go's shared path", found)
+	if len(found) != 1 || !strings.Contains(found[0], "out_test.go:2") || !strings.Contains(found[0], "outside/x.json") {
+		t.Fatalf("found %q, want only out_test.go's outside path", found)
 	}
 }
