@@ -6,15 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
 	"unicode/utf16"
-
-	"github.com/hibiken/asynq"
-
-	"github.com/lettaq/lettaq/internal/testredis"
 )
 
 // asciiJSON re-encodes a JSON document as Python's json.dumps does by default
@@ -39,22 +33,10 @@ func asciiJSON(b []byte) []byte {
 // that no escaping of a valid payload reaches. A body past the cap, and a payload over the
 // limit once decoded, are 413.
 func TestEnqueueHTTPHandlerLimitIsOnDecodedSize(t *testing.T) {
-	srv := testredis.RequireReal(t)
-	q := "lettaq-unit-httpsize-" + time.Now().Format("150405.000000")
-	c, err := NewClient(ClientConfig{Redis: asynq.RedisClientOpt{Addr: srv.Addr, DB: srv.DB}, Queue: q, Ordering: Ordering{Off: true}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	insp := asynq.NewInspector(asynq.RedisClientOpt{Addr: srv.Addr, DB: srv.DB})
-	defer func() { _ = insp.DeleteQueue(q, true); _ = insp.Close() }()
-	h := EnqueueHTTPHandler(c)
+	h, _, _ := enqueueHandler(t, "httpsize", Ordering{Off: true})
 	post := func(body []byte) (int, string) {
-		rr := httptest.NewRecorder()
-		req := httptest.NewRequest(http.MethodPost, "/enqueue", bytes.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		h.ServeHTTP(rr, req)
-		return rr.Code, rr.Body.String()
+		code, _, text := postEnqueue(h, "application/json", body)
+		return code, text
 	}
 	img := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{0x89}, MaxImageBytes))
 	text := strings.Repeat("漢", MaxTextBytes/3) // 65535 bytes

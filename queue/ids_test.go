@@ -2,7 +2,6 @@ package queue
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -277,26 +276,10 @@ func TestDecodePayloadNamesTypeErrors(t *testing.T) {
 // browser sends across sites without asking) is 415 naming the expected
 // type; type and UTF-8 errors are 400 naming their field.
 func TestEnqueueHTTPHandlerRefusesNonJSONAndNamesFields(t *testing.T) {
-	srv := testredis.RequireReal(t)
-	q := "lettaq-unit-http415-" + time.Now().Format("150405.000000")
-	c, err := NewClient(ClientConfig{Redis: asynq.RedisClientOpt{Addr: srv.Addr, DB: srv.DB}, Queue: q, Ordering: Ordering{Off: true}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	insp := asynq.NewInspector(asynq.RedisClientOpt{Addr: srv.Addr, DB: srv.DB})
-	defer func() { _ = insp.DeleteQueue(q, true); _ = insp.Close() }()
-	h := EnqueueHTTPHandler(c)
+	h, _, _ := enqueueHandler(t, "http415", Ordering{Off: true})
 	post := func(ctype, body string) (int, map[string]any) {
-		rr := httptest.NewRecorder()
-		req := httptest.NewRequest(http.MethodPost, "/enqueue", strings.NewReader(body))
-		if ctype != "" {
-			req.Header.Set("Content-Type", ctype)
-		}
-		h.ServeHTTP(rr, req)
-		var out map[string]any
-		_ = json.Unmarshal(rr.Body.Bytes(), &out)
-		return rr.Code, out
+		code, out, _ := postEnqueue(h, ctype, []byte(body))
+		return code, out
 	}
 	good := `{"agent_id":"a","text":"hi","conversation":{"integration":"web","chat_id":"c1"}}`
 	for _, ct := range []string{"text/plain", "text/plain; charset=utf-8", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", ""} {

@@ -9,10 +9,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/hibiken/asynq"
-
-	"github.com/lettaq/lettaq/internal/testredis"
 )
 
 func validMessage() Message {
@@ -134,24 +130,10 @@ func TestRetryDelayAndIsFailure(t *testing.T) {
 }
 
 func TestEnqueueHTTPHandler(t *testing.T) {
-	srv := testredis.RequireReal(t)
-	q := "lettaq-unit-http-" + time.Now().Format("150405.000000")
-	c, err := NewClient(ClientConfig{Redis: asynq.RedisClientOpt{Addr: srv.Addr, DB: srv.DB}, Queue: q})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	insp := asynq.NewInspector(asynq.RedisClientOpt{Addr: srv.Addr, DB: srv.DB})
-	defer func() { _ = insp.DeleteQueue(q, true); _ = insp.Close() }()
-	h := EnqueueHTTPHandler(c)
+	h, q, insp := enqueueHandler(t, "http", Ordering{})
 	post := func(body string) (int, map[string]any) {
-		rr := httptest.NewRecorder()
-		req := httptest.NewRequest(http.MethodPost, "/enqueue", strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		h.ServeHTTP(rr, req)
-		var out map[string]any
-		_ = json.Unmarshal(rr.Body.Bytes(), &out)
-		return rr.Code, out
+		code, out, _ := postEnqueue(h, "application/json", []byte(body))
+		return code, out
 	}
 	body := `{"agent_id":"a","text":"hi","conversation":{"integration":"web","chat_id":"c1"},"message_id":"m1"}`
 	code, out := post(body)

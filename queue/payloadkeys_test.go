@@ -5,16 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"reflect"
 	"strings"
 	"testing"
-	"time"
 	"unicode/utf8"
-
-	"github.com/hibiken/asynq"
-
-	"github.com/lettaq/lettaq/internal/testredis"
 )
 
 // dupBase is a clean payload whose string fields the duplicate-key tests give twice.
@@ -105,24 +99,10 @@ func TestDecodePayloadRefusesDuplicateKeys(t *testing.T) {
 // message_id; the second, a different message whose id is U+FFFD, is then
 // enqueued as a new task, not taken for a duplicate of the first.
 func TestEnqueueHTTPHandlerRefusesDuplicateKey(t *testing.T) {
-	srv := testredis.RequireReal(t)
-	q := "lettaq-unit-httpdup-" + time.Now().Format("150405.000000")
-	c, err := NewClient(ClientConfig{Redis: asynq.RedisClientOpt{Addr: srv.Addr, DB: srv.DB}, Queue: q, Ordering: Ordering{Off: true}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	insp := asynq.NewInspector(asynq.RedisClientOpt{Addr: srv.Addr, DB: srv.DB})
-	defer func() { _ = insp.DeleteQueue(q, true); _ = insp.Close() }()
-	h := EnqueueHTTPHandler(c)
+	h, q, _ := enqueueHandler(t, "httpdup", Ordering{Off: true})
 	post := func(body string) (int, map[string]any) {
-		rr := httptest.NewRecorder()
-		req := httptest.NewRequest(http.MethodPost, "/enqueue", strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		h.ServeHTTP(rr, req)
-		var out map[string]any
-		_ = json.Unmarshal(rr.Body.Bytes(), &out)
-		return rr.Code, out
+		code, out, _ := postEnqueue(h, "application/json", []byte(body))
+		return code, out
 	}
 	chat := "c-" + q
 	code, out := post(`{"agent_id":"a","text":"first","conversation":{"integration":"web","chat_id":"` + chat + `"},"message_id":"\ud800","message_id":null}`)
