@@ -25,8 +25,9 @@ const OutcomeAwaitingApproval = "awaiting_approval"
 // approval request.
 const PhaseAwaitingApproval ReplyPhase = "awaiting_approval"
 
-// approvalWaitDelay is how often a waiting message looks again (the answer
-// turn's release wakes it sooner).
+// approvalWaitDelay is how often a waiting message looks again without
+// ordering (under ordering it parks, and the answer turn's release wakes
+// it).
 const approvalWaitDelay = 5 * time.Second
 
 // ApprovalObserver, when the worker's Observer implements it, is told of
@@ -333,9 +334,13 @@ func (t *turn) approvalGate(ctx context.Context) (err error, end bool) {
 	return t.awaitApproval(ctx, log, p), true
 }
 
-// awaitApproval puts the message back until its chat's request is
-// answered (the answer turn is ahead of it in the line).
+// awaitApproval makes the message wait until its chat's request is
+// answered (the answer turn is ahead of it in the line): parked (see
+// parkApproval), or without ordering put back.
 func (t *turn) awaitApproval(ctx context.Context, log *slog.Logger, p *pendingApproval) error {
+	if err := t.parkApproval(ctx, log, p); err != nil {
+		return err
+	}
 	if t.outOfRetries(&busyError{}) {
 		return t.giveUp("waiting for the answer to approval request " + p.RequestTaskID)
 	}

@@ -109,6 +109,9 @@ type TurnRecord struct {
 	// when it is zero and both times are known.
 	QueueWait time.Duration `json:"queue_wait_ns,omitempty"`
 	Attempts  []Attempt     `json:"attempts,omitempty"`
+	// Waits: the times the turn waited without being run (parked, see
+	// parking.go), one per thing it waited behind.
+	Waits []Wait `json:"waits,omitempty"`
 
 	Outcome    string `json:"outcome,omitempty"`
 	Error      string `json:"error,omitempty"`
@@ -136,6 +139,18 @@ type TurnRecord struct {
 	AnsweredBy string `json:"answered_by,omitempty"`
 	// Merged lists the message ids merged into this turn.
 	Merged []string `json:"merged,omitempty"`
+}
+
+// Wait is a time a turn waited without being run (issue 29): behind the
+// turn ahead of it in its conversation's line, or behind its chat's open
+// approval request. A wait is one entry however often the turn looked
+// again; Until is set when it stopped waiting behind that (it started, or
+// waited behind something else).
+type Wait struct {
+	From   time.Time `json:"from"`
+	Until  time.Time `json:"until,omitzero"`
+	Behind string    `json:"behind"`
+	Reason string    `json:"reason,omitempty"`
 }
 
 // Attempt is one execution of a turn by a worker.

@@ -75,6 +75,23 @@ func appendTurnRecordJSON(b []byte, r *TurnRecord) (_ []byte, ok bool) {
 		}
 		b = append(b, ']')
 	}
+	if len(r.Waits) > 0 {
+		b = append(b, `,"waits":[`...)
+		for i := range r.Waits {
+			wt := &r.Waits[i]
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, `{"from":`...)
+			b = codec.AppendTime(b, wt.From, &ok)
+			b = codec.AppendTimeField(b, `,"until":`, wt.Until, &ok)
+			b = append(b, `,"behind":`...)
+			b = codec.AppendString(b, wt.Behind)
+			b = codec.AppendStringField(b, `,"reason":`, wt.Reason)
+			b = append(b, '}')
+		}
+		b = append(b, ']')
+	}
 	b = codec.AppendStringField(b, `,"outcome":`, r.Outcome)
 	b = codec.AppendStringField(b, `,"error":`, r.Error)
 	b = codec.AppendStringField(b, `,"stop_reason":`, r.StopReason)

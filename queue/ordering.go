@@ -42,24 +42,31 @@ type Ordering struct {
 	Coalesce []string
 	// MaxCoalesce bounds the messages merged into one turn (default 20).
 	MaxCoalesce int
-	// WaitCheck (clients only) is the safety net of a turn that waits for
-	// its conversation: Client.Enqueue makes a turn at position k a task
-	// scheduled WaitCheck × k ahead (at most 10 × WaitCheck), and the turn
-	// ahead of it moves it to pending as soon as it ends. Default 1
-	// minute.
+	// WaitCheck is the safety net of a turn that waits (for the turn ahead
+	// of it, or for its chat's approval request to be answered): the turn
+	// that frees its line wakes it within a second; should that wake-up be
+	// lost (a worker died holding the line), it looks again WaitCheck
+	// later. Client.Enqueue schedules a turn with turns ahead of it
+	// WaitCheck ahead, and a worker schedules a turn that parked (see
+	// parking.go) WaitCheck ahead. Default 10 minutes
+	// (LETTAQ_WAIT_CHECK).
 	WaitCheck time.Duration
 }
 
 // defaultWaitCheck is Ordering.WaitCheck's default.
-const defaultWaitCheck = time.Minute
+const defaultWaitCheck = 10 * time.Minute
 
-// waitCheck is the process-in delay of a turn enqueued at position pos.
-func (o Ordering) waitCheck(pos int) time.Duration {
-	d := o.WaitCheck
-	if d <= 0 {
-		d = defaultWaitCheck
+// waitCheck is the process-in delay of a turn enqueued at position pos
+// (> 0): WaitCheck, whatever the position (a waiting turn is woken by the
+// turn ahead of it; the delay is only the safety net).
+func (o Ordering) waitCheck(int) time.Duration { return o.recheck() }
+
+// recheck is WaitCheck or its default.
+func (o Ordering) recheck() time.Duration {
+	if o.WaitCheck <= 0 {
+		return defaultWaitCheck
 	}
-	return d * time.Duration(min(max(pos, 1), 10))
+	return o.WaitCheck
 }
 
 // OrderingPrefix is the ordering key prefix that goes with a reply and
@@ -136,7 +143,7 @@ func (o *orderer) close() {
 // should end now with err, which may be nil).
 func (t *turn) acquire(ctx context.Context) (lease *ordering.Lease, err error, done bool) {
 	o := t.w.ord
-	alive := ordering.InspectorAlive(o.insp, t.queue)
+	alive := t.w.aliveOrParked(ordering.InspectorAlive(o.insp, t.queue))
 	if t.w.startWithLock() {
 		// The acquire and the start's reads in one round trip: the reads
 		// run after the acquire, so with the lock taken by it they are what
@@ -179,6 +186,9 @@ func (t *turn) acquire(ctx context.Context) (lease *ordering.Lease, err error, d
 		return nil, nil, true
 	case ordering.IsNotYourTurn(err):
 		t.wakeAfterDeadHeads(ctx, err)
+		if perr := t.parkNotYourTurn(ctx, err); perr != nil {
+			return nil, perr, true // parked: it waits, woken by the turn ahead
+		}
 		// Put back: not a failure, no retry used (ordering.IsFailure),
 		// unless the task has none left (after a crash: see outOfRetries).
 		if t.outOfRetries(err) {
@@ -198,10 +208,9 @@ func (t *turn) wakeAfterDeadHeads(ctx context.Context, err error) {
 	if !errors.As(err, &nyt) || nyt.RemovedDead == 0 || nyt.HeadHeld || nyt.Head == "" || nyt.Head == t.taskID {
 		return
 	}
-	o := t.w.ord
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if werr := o.seq.Wake(rctx, o.insp, t.queue, t.key, nyt.Head); werr != nil {
+	if werr := t.w.wakeTask(rctx, t.queue, t.key, nyt.Head); werr != nil {
 		t.log.Debug("could not wake the new head of the line", "next", nyt.Head, "error", werr.Error())
 	}
 }
@@ -231,17 +240,16 @@ func (t *turn) wake(ctx context.Context, next string) {
 	if next == "" && len(t.newFollowers) == 0 {
 		return // nobody to wake (the usual case): no timer to make
 	}
-	o := t.w.ord
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	if next != "" {
-		if err := o.seq.Wake(rctx, o.insp, t.queue, t.key, next); err != nil {
+		if err := t.w.wakeTask(rctx, t.queue, t.key, next); err != nil {
 			t.log.Debug("could not wake the next turn", "next", next, "error", err.Error())
 		}
 	}
 	for _, id := range t.newFollowers {
 		// Merged tasks wait (scheduled, or put back): let them end now.
-		_ = o.seq.Wake(rctx, o.insp, t.queue, t.key, id)
+		_ = t.w.wakeTask(rctx, t.queue, t.key, id)
 	}
 }
 

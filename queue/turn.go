@@ -530,6 +530,11 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 	} else if err, end = t.approvalGate(ctx); end {
 		return err, true
 	}
+	if openWait(rec) != nil {
+		t.mu.Lock()
+		endWaits(rec, t.start) // it waited (parking.go): it starts now
+		t.mu.Unlock()
+	}
 	intents = liveIntents(intents)
 	if err := t.takeFollowers(ctx, len(intents) == 0 && t.msg.Approval == nil); err != nil {
 		return t.retryEarly(err), true

@@ -128,6 +128,10 @@ type WorkerConfig struct {
 	// ApprovalPolicy: what a message does while its chat's approval
 	// request is unanswered (default ApprovalWait; see approval.go).
 	ApprovalPolicy ApprovalPolicy
+	// ParkSweepEvery: how often the worker looks for waiting turns that a
+	// worker left parked in no Asynq queue (it died between the two steps
+	// of a park; see parking.go), default 30s.
+	ParkSweepEvery time.Duration
 	// ApprovalTimeout: an unanswered approval request is denied this long
 	// after it was made (default 24h).
 	ApprovalTimeout time.Duration
@@ -151,6 +155,7 @@ type Worker struct {
 	ownsRdb   bool
 	conn      asynq.RedisConnOpt // what the worker's and Asynq's clients are made from: LeanRedis(cfg.Redis)
 	ord       *orderer           // nil: no ordering
+	park      *parker            // waiting turns (parking.go); nil without ordering
 	threads   *threads
 	approvals *approvals
 	answerer  answerer
@@ -356,6 +361,9 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		return nil, fmt.Errorf("queue: ApprovalTimeout %v is more than %v", w.cfg.ApprovalTimeout, MaxApprovalTimeout)
 	}
 	w.approvals = newApprovals(w.replies)
+	if w.ord != nil {
+		w.park = newParker(w)
+	}
 	w.writer = newWriter(w.replies.rdb, w.replies)
 	w.writer.tripped = w.health.tripped
 	w.threads = &threads{mode: mode, rdb: w.replies.rdb, prefix: w.replies.opts.Prefix, client: w.client, lock: w.ord == nil,
@@ -453,6 +461,11 @@ func (w *Worker) run(ctx context.Context) error {
 	if err := srv.Start(mux); err != nil {
 		return fmt.Errorf("queue: start worker: %w", err)
 	}
+	if w.park != nil {
+		sctx, stopSweep := context.WithCancel(ctx)
+		defer stopSweep()
+		go w.park.sweeper(sctx, w.sweepEvery())
+	}
 	w.log.Info("worker started", "worker", w.cfg.WorkerID, "queues", QueuesString(w.cfg.Queues),
 		"concurrency", w.cfg.Concurrency, "task_timeout", w.cfg.Budget.TaskTimeout().String())
 	<-ctx.Done()
@@ -522,6 +535,7 @@ func (w *Worker) closeRedis() {
 		_ = w.answerer.c.Close()
 	}
 	w.ord.close()
+	w.park.close()
 	if w.ownsRdb {
 		_ = w.rdb.Close()
 	}
@@ -637,6 +651,11 @@ func (a asynqLogger) Debug(args ...any) { a.l.Debug(fmt.Sprint(args...)) }
 func (a asynqLogger) Info(args ...any)  { a.l.Info(fmt.Sprint(args...)) }
 func (a asynqLogger) Warn(args ...any) {
 	msg := fmt.Sprint(args...)
+	if strings.HasPrefix(msg, "revoke task id=") {
+		// A waiting turn parked (parking.go): routine, not a warning.
+		a.l.Debug("task revoked: the turn waits (parked)", "task_id", strings.TrimPrefix(msg, "revoke task id="))
+		return
+	}
 	if id, ok := strings.CutPrefix(msg, "Retry exhausted for task id="); ok {
 		if a.permanent != nil {
 			if attrs, ok := a.permanent.take(id); ok {

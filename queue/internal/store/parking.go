@@ -1,0 +1,165 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Parking keeps the turns that wait (issue 29): an attempt that finds it
+// must wait (not its turn in its conversation's line, or an approval
+// request open) writes a parking record and ends its Asynq task (revoked:
+// deleted, no retry used); the worker enqueues the task again with the
+// same id as soon as Asynq has deleted it, scheduled far ahead (the safety
+// net), and deletes the record. While the record exists the task may be
+// in no Asynq queue at all: the record holds everything needed to enqueue
+// it again (a worker that died in between: the sweeper, Due), and says
+// why it waits. An index (a sorted set by park time) lets the sweeper
+// find old records.
+//
+//	P park:<task>   HASH   see the Parked fields; PX ParkTTL
+//	P park:idx      ZSET   member task id, score park time in ms
+type Parking struct {
+	RDB  redis.UniversalClient
+	Keys Keys
+}
+
+// ParkTTL bounds how long a parking record outlives everything: the
+// sweeper deletes records long before (a record is normally gone within
+// milliseconds of its park).
+const ParkTTL = 7 * 24 * time.Hour
+
+// Parked is one parking record.
+type Parked struct {
+	TaskID    string
+	Type      string
+	Payload   []byte
+	Queue     string
+	MaxRetry  int
+	Timeout   time.Duration
+	Deadline  time.Time // zero: none
+	Retention time.Duration
+	// Behind is what the turn waits for (a task id, or "approval request
+	// <id>"); Reason says it for people.
+	Behind, Reason string
+	// Key is the turn's conversation line (ordering key), "" without one.
+	Key string
+	// Since: when the turn parked this time.
+	Since time.Time
+	// Woken: the turn ahead ended while the task was parked: it is
+	// enqueued to run now, not scheduled.
+	Woken bool
+	// Gen names this park (a task parks again after it ran again): Take
+	// deletes the record only of the park it names.
+	Gen string
+}
+
+// ParkKey is the parking record of taskID.
+func (k Keys) ParkKey(taskID string) string { return k.Prefix + "park:" + taskID }
+
+// ParkIndex is the index of parking records.
+func (k Keys) ParkIndex() string { return k.Prefix + "park:idx" }
+
+// Park writes p (replacing an older record of the task) and indexes it.
+func (s Parking) Park(ctx context.Context, p Parked) error {
+	key := s.Keys.ParkKey(p.TaskID)
+	dl := int64(0)
+	if !p.Deadline.IsZero() {
+		dl = p.Deadline.Unix()
+	}
+	_, err := s.RDB.Pipelined(ctx, func(pl redis.Pipeliner) error {
+		pl.Del(ctx, key)
+		pl.HSet(ctx, key, "type", p.Type, "payload", p.Payload, "queue", p.Queue,
+			"max_retry", p.MaxRetry, "timeout_ms", p.Timeout.Milliseconds(), "deadline", dl,
+			"retention_ms", p.Retention.Milliseconds(), "behind", p.Behind, "reason", p.Reason,
+			"key", p.Key, "since_ms", p.Since.UnixMilli(), "gen", p.Gen)
+		pl.PExpire(ctx, key, ParkTTL)
+		pl.ZAdd(ctx, s.Keys.ParkIndex(), redis.Z{Score: float64(p.Since.UnixMilli()), Member: p.TaskID})
+		return nil
+	})
+	return err
+}
+
+// parkWake marks a parking record woken, if it exists.
+//
+// KEYS: record. Returns 1 when it exists.
+var parkWake = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], 'woken', '1')
+return 1
+`)
+
+// parkTake deletes a parking record of one park and says whether it was
+// woken.
+//
+// KEYS: record. ARGV: gen ("": any). Returns -1 when there is none (or
+// another park's), else 1 (woken) or 0.
+var parkTake = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+if ARGV[1] ~= '' and redis.call('HGET', KEYS[1], 'gen') ~= ARGV[1] then return -1 end
+local w = redis.call('HGET', KEYS[1], 'woken')
+redis.call('DEL', KEYS[1])
+if w == '1' then return 1 end
+return 0
+`)
+
+// Wake marks taskID's record woken; false when it has none.
+func (s Parking) Wake(ctx context.Context, taskID string) (bool, error) {
+	n, err := parkWake.Run(ctx, s.RDB, []string{s.Keys.ParkKey(taskID)}).Int()
+	return n == 1, err
+}
+
+// Take deletes taskID's record of the park gen ("": whichever) and its
+// index entry, and says whether it was woken meanwhile; found is false
+// when there was none.
+func (s Parking) Take(ctx context.Context, taskID, gen string) (woken, found bool, err error) {
+	n, err := parkTake.Run(ctx, s.RDB, []string{s.Keys.ParkKey(taskID)}, gen).Int()
+	if err != nil {
+		return false, false, err
+	}
+	if n < 0 {
+		return false, false, nil
+	}
+	if err := s.RDB.ZRem(ctx, s.Keys.ParkIndex(), taskID).Err(); err != nil {
+		return n == 1, true, err
+	}
+	return n == 1, true, nil
+}
+
+// ErrNotParked: no parking record has that task id.
+var ErrNotParked = errors.New("not parked")
+
+// Get reads taskID's record (ErrNotParked when there is none).
+func (s Parking) Get(ctx context.Context, taskID string) (Parked, error) {
+	m, err := s.RDB.HGetAll(ctx, s.Keys.ParkKey(taskID)).Result()
+	if err != nil {
+		return Parked{}, err
+	}
+	if len(m) == 0 {
+		return Parked{}, ErrNotParked
+	}
+	num := func(f string) int64 { n, _ := strconv.ParseInt(m[f], 10, 64); return n }
+	p := Parked{TaskID: taskID, Type: m["type"], Payload: []byte(m["payload"]), Queue: m["queue"],
+		MaxRetry: int(num("max_retry")), Timeout: time.Duration(num("timeout_ms")) * time.Millisecond,
+		Retention: time.Duration(num("retention_ms")) * time.Millisecond,
+		Behind:    m["behind"], Reason: m["reason"], Key: m["key"],
+		Since: time.UnixMilli(num("since_ms")), Woken: m["woken"] == "1", Gen: m["gen"]}
+	if dl := num("deadline"); dl > 0 {
+		p.Deadline = time.Unix(dl, 0)
+	}
+	return p, nil
+}
+
+// Due lists up to limit task ids parked before t (oldest first).
+func (s Parking) Due(ctx context.Context, t time.Time, limit int) ([]string, error) {
+	return s.RDB.ZRangeByScore(ctx, s.Keys.ParkIndex(), &redis.ZRangeBy{
+		Min: "-inf", Max: strconv.FormatInt(t.UnixMilli(), 10), Count: int64(limit)}).Result()
+}
+
+// Unindex removes taskID from the index (its record is gone).
+func (s Parking) Unindex(ctx context.Context, taskID string) error {
+	return s.RDB.ZRem(ctx, s.Keys.ParkIndex(), taskID).Err()
+}

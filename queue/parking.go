@@ -1,0 +1,481 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/lettaq/lettaq/ordering"
+	"github.com/lettaq/lettaq/queue/internal/store"
+)
+
+// Waiting is a state, not a retry (issue 29). An attempt that finds it
+// must wait, because it is not its turn in its conversation's line
+// (acquire's NotYourTurn) or its chat's approval request is open
+// (approvalGate), parks: it writes a parking record (store.Parking) and
+// ends its Asynq task with asynq.RevokeTask (deleted: not retried, not
+// archived, no retry used). Right after, the worker enqueues the task again
+// with the same id as an Asynq scheduled task WaitCheck ahead (the safety
+// net: in asynqmon it reads as scheduled, far ahead) and deletes the
+// record. The turn that frees the line wakes it (wakeTask): a scheduled
+// task is moved to pending; a parked one, momentarily in no Asynq queue,
+// has its record marked woken, and its re-enqueue makes it pending. A
+// sweeper on every worker re-enqueues the records a worker left behind
+// (it died between the revoke and the re-enqueue). Nothing adds an
+// attempt to the journal: the record gets one Wait per thing waited
+// behind.
+
+// Defaults of the parking.
+const (
+	// defaultSweepEvery: how often a worker looks for parking records left
+	// behind.
+	defaultSweepEvery = 30 * time.Second
+	// sweepAge: a record younger than this is its worker's business.
+	sweepAge = 5 * time.Second
+	// reenqueueWait bounds how long the re-enqueue waits for Asynq to
+	// delete the revoked task (the sweeper does it after that).
+	reenqueueWait = 10 * time.Second
+	// wakeWait bounds how long wakeTask looks for a task that is between
+	// two states.
+	wakeWait = time.Second
+)
+
+// parker is the worker's side of parking (ordering only).
+type parker struct {
+	w       *Worker
+	st      store.Parking
+	recheck time.Duration // the safety net: Ordering.WaitCheck
+
+	acOnce sync.Once
+	ac     *asynq.Client
+
+	// afterRevoke, when set (tests), is called instead of the re-enqueue
+	// that follows a park: a worker that dies there.
+	afterRevoke func(p store.Parked)
+	sweeps      atomic.Int64 // re-enqueues done by the sweeper (tests)
+}
+
+func newParker(w *Worker) *parker {
+	return &parker{w: w, st: store.Parking{RDB: w.replies.rdb, Keys: store.Keys{Prefix: w.replies.opts.Prefix}},
+		recheck: w.cfg.Ordering.recheck()}
+}
+
+func (pk *parker) client() *asynq.Client {
+	pk.acOnce.Do(func() { pk.ac = asynq.NewClient(pk.w.conn) })
+	return pk.ac
+}
+
+func (pk *parker) close() {
+	if pk != nil && pk.ac != nil {
+		_ = pk.ac.Close()
+	}
+}
+
+// errParked is what the handler of a parked attempt returns.
+var errParked = fmt.Errorf("lettaq: the turn waits (parked): %w", asynq.RevokeTask)
+
+// park ends the attempt of a turn that waits behind behind (a task id, or
+// "approval request <id>"): the parking record, then the journal's wait,
+// then RevokeTask. It returns nil when the turn could not be parked (the
+// caller puts it back as before).
+func (t *turn) park(ctx context.Context, behind, reason string) error {
+	pk := t.w.park
+	if pk == nil {
+		return nil
+	}
+	info, err := t.w.ord.insp.GetTaskInfo(t.queue, t.taskID)
+	if err != nil {
+		t.log.Debug("could not read the task to park it: it is put back", "error", err.Error())
+		return nil
+	}
+	p := store.Parked{TaskID: t.taskID, Type: t.task.Type(), Payload: t.task.Payload(), Queue: t.queue,
+		MaxRetry: info.MaxRetry, Timeout: info.Timeout, Deadline: info.Deadline, Retention: info.Retention,
+		Behind: behind, Reason: reason, Key: t.key, Since: time.Now(),
+		Gen: strconv.FormatInt(time.Now().UnixNano(), 36) + ":" + t.w.cfg.WorkerID}
+	if err := pk.st.Park(ctx, p); err != nil {
+		t.redisFailed()
+		t.log.Warn("could not park the waiting turn: it is put back", "error", err.Error())
+		return nil
+	}
+	if pk.afterRevoke != nil {
+		go pk.afterRevoke(p)
+	} else {
+		go pk.reenqueueAfterRevoke(p)
+	}
+	t.w.obs.AttemptFinished(t.queue, "busy", time.Since(t.start))
+	return errParked
+}
+
+// reenqueueAfterRevoke waits for Asynq to delete the revoked task p, then
+// enqueues it again (enqueue).
+func (pk *parker) reenqueueAfterRevoke(p store.Parked) {
+	ctx, cancel := context.WithTimeout(context.Background(), reenqueueWait+5*time.Second)
+	defer cancel()
+	deadline := time.Now().Add(reenqueueWait)
+	backoff := 2 * time.Millisecond
+	for {
+		info, err := pk.w.ord.insp.GetTaskInfo(p.Queue, p.TaskID)
+		switch {
+		case errors.Is(err, asynq.ErrTaskNotFound) || errors.Is(err, asynq.ErrQueueNotFound):
+			if err := pk.enqueue(ctx, p); err != nil {
+				pk.w.log.Warn("could not enqueue the waiting turn again: the sweeper will", "task_id", p.TaskID, "error", err.Error())
+			}
+			return
+		case err == nil && info.State != asynq.TaskStateActive:
+			// Enqueued again by someone else (the sweeper, a duplicate
+			// enqueue of the same message): the record's job is done.
+			pk.settle(ctx, p, false)
+			return
+		}
+		if time.Now().After(deadline) {
+			pk.w.log.Warn("the parked task was not deleted in time: the sweeper will enqueue it again", "task_id", p.TaskID)
+			return
+		}
+		time.Sleep(backoff)
+		backoff = min(2*backoff, 50*time.Millisecond)
+	}
+}
+
+// enqueue makes the parked task p an Asynq task again, with its id:
+// scheduled a recheck ahead, or pending when it was woken; then deletes its
+// record (settle).
+func (pk *parker) enqueue(ctx context.Context, p store.Parked) error {
+	opts := []asynq.Option{asynq.TaskID(p.TaskID), asynq.Queue(p.Queue), asynq.MaxRetry(p.MaxRetry)}
+	if p.Timeout > 0 {
+		opts = append(opts, asynq.Timeout(p.Timeout))
+	}
+	if !p.Deadline.IsZero() {
+		opts = append(opts, asynq.Deadline(p.Deadline))
+	}
+	if p.Retention > 0 {
+		opts = append(opts, asynq.Retention(p.Retention))
+	}
+	if !p.Woken {
+		opts = append(opts, asynq.ProcessIn(pk.recheck))
+	}
+	_, err := pk.client().EnqueueContext(ctx, asynq.NewTask(p.Type, p.Payload), opts...)
+	if err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
+		return err
+	}
+	pk.settle(ctx, p, p.Woken && err == nil)
+	return nil
+}
+
+// settle deletes the record of p, which is in Asynq again; when it was
+// woken meanwhile (and not enqueued pending already) it runs now.
+func (pk *parker) settle(ctx context.Context, p store.Parked, pending bool) {
+	woken, _, err := pk.st.Take(ctx, p.TaskID, p.Gen)
+	if err != nil {
+		pk.w.log.Debug("could not delete the parking record", "task_id", p.TaskID, "error", err.Error())
+	}
+	if woken && !pending {
+		_ = pk.w.ord.insp.RunTask(p.Queue, p.TaskID)
+	}
+}
+
+// sweep re-enqueues the parking records older than sweepAge whose task is
+// in no Asynq queue (a worker died between a park and its re-enqueue), and
+// deletes those whose task is there.
+func (pk *parker) sweep(ctx context.Context) {
+	ids, err := pk.st.Due(ctx, time.Now().Add(-sweepAge), 100)
+	if err != nil {
+		return
+	}
+	for _, id := range ids {
+		p, err := pk.st.Get(ctx, id)
+		if errors.Is(err, store.ErrNotParked) {
+			_ = pk.st.Unindex(ctx, id)
+			continue
+		}
+		if err != nil {
+			return
+		}
+		info, err := ordering.FindTask(pk.w.ord.insp, p.Queue, id)
+		switch {
+		case errors.Is(err, asynq.ErrTaskNotFound):
+			if rec, jerr := pk.w.journal.Get(ctx, id); jerr == nil && (finalOutcome(rec.Outcome) || rec.Outcome == OutcomeCoalesced) {
+				_, _, _ = pk.st.Take(ctx, id, p.Gen) // finished: nothing to wait for
+				continue
+			}
+			if err := pk.enqueue(ctx, p); err != nil {
+				pk.w.log.Warn("could not enqueue a parked turn again", "task_id", id, "error", err.Error())
+				continue
+			}
+			pk.sweeps.Add(1)
+			pk.w.log.Info("a parked turn left behind by its worker is enqueued again", "task_id", id, "waits_behind", p.Behind)
+		case err == nil && info.State != asynq.TaskStateActive:
+			pk.settle(ctx, p, false)
+		}
+	}
+}
+
+// sweeper runs sweep every defaultSweepEvery until ctx ends.
+func (pk *parker) sweeper(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			sctx, cancel := context.WithTimeout(ctx, every)
+			pk.sweep(sctx)
+			cancel()
+		}
+	}
+}
+
+// wakeTask makes taskID, which waits in key's line, run now: a parked task
+// has its record marked woken (its re-enqueue makes it pending); a
+// scheduled or retry task is moved to pending. A task between two states
+// (its attempt still parking, or being enqueued again) is looked at again
+// for up to wakeWait. Without parking it is ordering's Wake.
+func (w *Worker) wakeTask(ctx context.Context, queue, key, taskID string) error {
+	o := w.ord
+	if w.park == nil || taskID == "" {
+		return o.seq.Wake(ctx, o.insp, queue, key, taskID)
+	}
+	deadline := time.Now().Add(wakeWait)
+	backoff := 2 * time.Millisecond
+	for {
+		if ok, err := w.park.st.Wake(ctx, taskID); err != nil || ok {
+			return err
+		}
+		info, err := ordering.FindTask(o.insp, queue, taskID)
+		switch {
+		case errors.Is(err, asynq.ErrTaskNotFound):
+			// Parked and not written yet, or enqueued again: look again.
+		case err != nil:
+			return err
+		default:
+			queue = info.Queue
+			switch info.State {
+			case asynq.TaskStateRetry, asynq.TaskStateScheduled:
+				if err := o.insp.RunTask(queue, taskID); err == nil {
+					return nil
+				}
+			case asynq.TaskStateActive:
+				if held, _, err := o.seq.Holder(ctx, key); err != nil || held == taskID {
+					return err
+				}
+			default:
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return nil
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		backoff = min(2*backoff, 50*time.Millisecond)
+	}
+}
+
+// aliveOrParked is alive that also counts a parked task (momentarily in no
+// Asynq queue) as alive: the dead-head check must not drop it.
+func (w *Worker) aliveOrParked(alive ordering.AliveFunc) ordering.AliveFunc {
+	if w.park == nil {
+		return alive
+	}
+	return func(ctx context.Context, taskID string) (bool, error) {
+		ok, err := alive(ctx, taskID)
+		if err != nil || ok {
+			return ok, err
+		}
+		_, perr := w.park.st.Get(ctx, taskID)
+		switch {
+		case perr == nil:
+			return true, nil
+		case errors.Is(perr, store.ErrNotParked):
+			// Its record may have gone after its re-enqueue, between the
+			// two reads: ask Asynq again.
+			return alive(ctx, taskID)
+		}
+		return true, perr
+	}
+}
+
+// unpark takes a waiting turn out of Asynq and out of its parking record
+// (for a cancel: issue 29 item 4): the scheduled or pending task is
+// deleted, the record removed. It reports whether it found the task
+// waiting (parked, scheduled, pending or in retry); an active task is left
+// alone (found false). The caller removes it from its line.
+func (w *Worker) unpark(ctx context.Context, queue, taskID string) (found bool, err error) {
+	if w.park != nil {
+		if _, ok, err := w.park.st.Take(ctx, taskID, ""); err != nil {
+			return false, err
+		} else if ok {
+			found = true
+		}
+	}
+	info, err := ordering.FindTask(w.ord.insp, queue, taskID)
+	switch {
+	case errors.Is(err, asynq.ErrTaskNotFound):
+		return found, nil
+	case err != nil:
+		return found, err
+	}
+	switch info.State {
+	case asynq.TaskStateScheduled, asynq.TaskStatePending, asynq.TaskStateRetry:
+		if err := w.ord.insp.DeleteTask(info.Queue, taskID); err != nil && !errors.Is(err, asynq.ErrTaskNotFound) {
+			return found, err
+		}
+		return true, nil
+	}
+	return found, nil
+}
+
+// WaitState says why a turn that has not started waits, from its parking
+// record or its Asynq task: "waiting behind <task id>" (or "behind
+// approval request <id>"), with since when; ok false when it is not
+// known to wait.
+func (w *Worker) WaitState(ctx context.Context, taskID string) (state string, since time.Time, ok bool) {
+	if w.park == nil {
+		return "", time.Time{}, false
+	}
+	p, err := w.park.st.Get(ctx, taskID)
+	if err != nil {
+		return "", time.Time{}, false
+	}
+	return "waiting behind " + p.Behind, p.Since, true
+}
+
+// recordWait journals that the turn waits behind behind (one Wait per
+// thing waited behind: nothing is written when the open wait is the same,
+// and first is false then). rec is the turn's record as read (nil: it is
+// read here).
+func (t *turn) recordWait(ctx context.Context, rec *TurnRecord, behind, reason string) (first bool) {
+	if rec == nil {
+		r, err := t.w.journal.Get(ctx, t.taskID)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			r = &TurnRecord{TaskID: t.taskID, Otid: t.otid, AgentID: t.msg.AgentID, Conversation: t.msg.Conversation,
+				MessageID: t.msg.MessageID, Queue: t.queue, EnqueuedAt: t.msg.EnqueuedAt}
+		case err != nil:
+			t.log.Debug("could not read the journal to record the wait", "error", err.Error())
+			return true
+		}
+		rec = r
+	}
+	if !addWait(rec, behind, reason, time.Now().UTC()) {
+		return false
+	}
+	if err := t.w.journal.Save(ctx, rec); err != nil {
+		t.log.Debug("could not journal the wait", "error", err.Error())
+	}
+	return true
+}
+
+// addWait adds a wait behind behind to rec, closing the open one if it is
+// behind something else; false when the open wait is already this one.
+func addWait(rec *TurnRecord, behind, reason string, now time.Time) bool {
+	if n := len(rec.Waits); n > 0 && rec.Waits[n-1].Until.IsZero() {
+		if rec.Waits[n-1].Behind == behind {
+			return false
+		}
+		rec.Waits[n-1].Until = now
+	}
+	rec.Waits = append(rec.Waits, Wait{From: now, Behind: behind, Reason: reason})
+	return true
+}
+
+// endWaits closes rec's open wait: the turn starts at now.
+func endWaits(rec *TurnRecord, now time.Time) {
+	if n := len(rec.Waits); n > 0 && rec.Waits[n-1].Until.IsZero() {
+		rec.Waits[n-1].Until = now.UTC()
+	}
+}
+
+// openWait is rec's open wait, nil when none.
+func openWait(rec *TurnRecord) *Wait {
+	if n := len(rec.Waits); n > 0 && rec.Waits[n-1].Until.IsZero() {
+		return &rec.Waits[n-1]
+	}
+	return nil
+}
+
+// logWait logs the turn's wait: Info when it starts waiting behind
+// something new, Debug for a look again.
+func (t *turn) logWait(first bool, msg string, attrs ...any) {
+	lvl := slog.LevelDebug
+	if first {
+		lvl = slog.LevelInfo
+	}
+	t.log.Log(context.Background(), lvl, msg, attrs...)
+}
+
+// parkNotYourTurn parks an attempt that is not its conversation's turn
+// (err: a *ordering.NotYourTurnError): its journal record gets the wait;
+// nil when it could not park (it is put back as before).
+func (t *turn) parkNotYourTurn(ctx context.Context, err error) error {
+	var nyt *ordering.NotYourTurnError
+	if t.w.park == nil || !errors.As(err, &nyt) || nyt.Head == "" || nyt.Head == t.taskID {
+		return nil
+	}
+	state := "waiting"
+	if nyt.HeadHeld {
+		state = "running"
+	}
+	reason := fmt.Sprintf("waiting for the turn ahead: %s (%s; position %d in the line)", nyt.Head, state, nyt.Position)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	perr := t.park(rctx, nyt.Head, reason)
+	if perr == nil {
+		return nil
+	}
+	first := t.recordWait(rctx, nil, nyt.Head, reason)
+	t.logWait(first, "the turn waits for the turn ahead of it", "behind", nyt.Head, "position", nyt.Position,
+		"recheck_in", t.w.park.recheck.String())
+	return perr
+}
+
+// sweepEvery is how often the worker's sweeper runs:
+// WorkerConfig.ParkSweepEvery, default defaultSweepEvery.
+func (w *Worker) sweepEvery() time.Duration {
+	if w.cfg.ParkSweepEvery > 0 {
+		return w.cfg.ParkSweepEvery
+	}
+	return defaultSweepEvery
+}
+
+// parkApproval parks a message that waits for the answer to its chat's
+// approval request p: the attempt is no attempt (the record is left as it
+// was, with one wait behind the request), the awaiting_approval phase is
+// emitted when the wait begins. nil when it could not park.
+func (t *turn) parkApproval(ctx context.Context, log *slog.Logger, p *pendingApproval) error {
+	behind := "approval request " + p.RequestTaskID
+	reason := "waiting for the answer to approval request " + p.RequestTaskID
+	perr := t.park(ctx, behind, reason)
+	if perr == nil {
+		return nil
+	}
+	t.mu.Lock()
+	t.rec.Attempts = t.rec.Attempts[:t.att]
+	if len(t.rec.Attempts) == 0 {
+		t.rec.FirstStartedAt = time.Time{}
+	}
+	first := addWait(t.rec, behind, reason, time.Now().UTC())
+	t.mu.Unlock()
+	if first {
+		t.emit(ReplyEvent{Type: EventPhase, Phase: PhaseAwaitingApproval,
+			Approval: &ApprovalEvent{RequestTaskID: p.RequestTaskID, ExpiresAt: p.ExpiresAt}})
+	}
+	t.endProgress(ctx)
+	if err := t.save(ctx); err != nil { // (replaces the save prepare queued)
+		log.Warn("could not journal the wait", "error", err.Error())
+	}
+	t.logWait(first, "the message waits for the answer to the chat's approval request", "recheck_in", t.w.park.recheck.String())
+	return perr
+}

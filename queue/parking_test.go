@@ -1,0 +1,166 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/lettaq/lettaq/internal/testredis"
+	"github.com/lettaq/lettaq/ordering"
+	"github.com/lettaq/lettaq/queue/internal/store"
+)
+
+// parkingEnv is a Client and a Worker (not running) on a queue and key
+// prefix of the test's own.
+func parkingEnv(t *testing.T) (*Client, *Worker, *asynq.Inspector, string) {
+	srv := testredis.RequireReal(t)
+	q := "lettaq-unit-park-" + time.Now().Format("150405.000000")
+	prefix := "lettaq-unit:" + q + ":"
+	rdb := srv.Client(t)
+	opt := asynq.RedisClientOpt{Addr: srv.Addr, DB: srv.DB}
+	ord := Ordering{Config: ordering.Config{Prefix: prefix + "ord:"}}
+	replies := NewReplies(rdb, RepliesOptions{Prefix: prefix})
+	c, err := NewClient(ClientConfig{Redis: opt, Queue: q, Ordering: ord, Replies: replies})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := NewWorker(WorkerConfig{Redis: opt, RedisClient: rdb, LettaURL: "http://127.0.0.1:1", Queues: map[string]int{q: 1},
+		RepliesOptions: RepliesOptions{Prefix: prefix}, JournalOptions: JournalOptions{Prefix: prefix}, Ordering: ord})
+	if err != nil {
+		t.Fatal(err)
+	}
+	insp := asynq.NewInspector(opt)
+	t.Cleanup(func() {
+		ctx := context.Background()
+		_ = insp.DeleteQueue(q, true)
+		_ = insp.Close()
+		_ = c.Close()
+		w.closeRedis()
+		iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+		for iter.Next(ctx) {
+			rdb.Del(ctx, iter.Val())
+		}
+	})
+	return c, w, insp, q
+}
+
+// parkAndDie does what a worker does when a turn parks, up to the revoke
+// (its record written, Asynq's task deleted), and dies there: the
+// re-enqueue never happens.
+func parkAndDie(t *testing.T, w *Worker, insp *asynq.Inspector, q, id string, since time.Time) store.Parked {
+	t.Helper()
+	ctx := context.Background()
+	info, err := insp.GetTaskInfo(q, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := store.Parked{TaskID: id, Type: info.Type, Payload: info.Payload, Queue: q, MaxRetry: info.MaxRetry,
+		Timeout: info.Timeout, Retention: info.Retention, Behind: "turn:ahead", Reason: "waiting for the turn ahead",
+		Since: since, Gen: "g1"}
+	if err := w.park.st.Park(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	if err := insp.DeleteTask(q, id); err != nil { // what RevokeTask does
+		t.Fatal(err)
+	}
+	return p
+}
+
+// A worker that died between a park's revoke and its re-enqueue leaves a
+// record and no task: another worker's sweeper enqueues the task again,
+// with its id, payload and options, scheduled far ahead (not a retry: the
+// retry count is 0); a record woken meanwhile makes it pending. While
+// parked, the task counts as alive for the dead-head check. A young record
+// is left to its worker.
+func TestSweeperRestoresAParkedTaskLeftBehind(t *testing.T) {
+	c, w, insp, q := parkingEnv(t)
+	ctx := context.Background()
+	conv := Conversation{Integration: "web", ChatID: "park-1"}
+	r1, err := c.Enqueue(ctx, Message{AgentID: "agent-1", Text: "first", Conversation: conv, MessageID: "m1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := c.Enqueue(ctx, Message{AgentID: "agent-1", Text: "second", Conversation: conv, MessageID: "m2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := insp.GetTaskInfo(q, r2.TaskID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before.State != asynq.TaskStateScheduled || time.Until(before.NextProcessAt) < 9*time.Minute {
+		t.Errorf("a turn behind another: %v, next process at %v; want scheduled ~10 min ahead", before.State, before.NextProcessAt)
+	}
+	young := parkAndDie(t, w, insp, q, r2.TaskID, time.Now())
+	alive := w.aliveOrParked(ordering.InspectorAlive(insp, q))
+	if ok, err := alive(ctx, r2.TaskID); !ok || err != nil {
+		t.Errorf("a parked task is alive: %v, %v", ok, err)
+	}
+	w.park.sweep(ctx)
+	if _, err := insp.GetTaskInfo(q, r2.TaskID); !errors.Is(err, asynq.ErrTaskNotFound) {
+		t.Fatalf("a young record was swept: %v", err)
+	}
+
+	// Old now: swept.
+	young.Since = time.Now().Add(-time.Minute)
+	if err := w.park.st.Park(ctx, young); err != nil {
+		t.Fatal(err)
+	}
+	w.park.sweep(ctx)
+	info, err := insp.GetTaskInfo(q, r2.TaskID)
+	if err != nil {
+		t.Fatalf("the sweeper did not enqueue the task again: %v", err)
+	}
+	if info.State != asynq.TaskStateScheduled || time.Until(info.NextProcessAt) < 9*time.Minute || info.Retried != 0 ||
+		string(info.Payload) != string(before.Payload) || info.MaxRetry != before.MaxRetry || info.Timeout != before.Timeout || info.Retention != before.Retention {
+		t.Errorf("restored task %+v; want scheduled ~10 min ahead as it was before: %+v", info, before)
+	}
+	if _, err := w.park.st.Get(ctx, r2.TaskID); !errors.Is(err, store.ErrNotParked) {
+		t.Errorf("the record stays after the sweep: %v", err)
+	}
+	if w.park.sweeps.Load() != 1 {
+		t.Errorf("%d sweeps, want 1", w.park.sweeps.Load())
+	}
+
+	// Woken while parked (the turn ahead ended): pending.
+	parkAndDie(t, w, insp, q, r2.TaskID, time.Now().Add(-time.Minute))
+	if err := w.wakeTask(ctx, q, c.cfg.Ordering.Key(Message{AgentID: "agent-1", Conversation: conv}), r2.TaskID); err != nil {
+		t.Fatal(err)
+	}
+	w.park.sweep(ctx)
+	if info, err := insp.GetTaskInfo(q, r2.TaskID); err != nil || info.State != asynq.TaskStatePending {
+		t.Errorf("woken while parked: %+v, %v; want pending", info, err)
+	}
+	_ = r1
+}
+
+// unpark (for a cancel) deletes a waiting task, parked or scheduled, and
+// its record; an unknown task is not found.
+func TestUnparkDropsAWaitingTurn(t *testing.T) {
+	c, w, insp, q := parkingEnv(t)
+	ctx := context.Background()
+	conv := Conversation{Integration: "web", ChatID: "park-2"}
+	if _, err := c.Enqueue(ctx, Message{AgentID: "agent-1", Text: "first", Conversation: conv, MessageID: "m1"}); err != nil {
+		t.Fatal(err)
+	}
+	r2, _ := c.Enqueue(ctx, Message{AgentID: "agent-1", Text: "second", Conversation: conv, MessageID: "m2"})
+	r3, _ := c.Enqueue(ctx, Message{AgentID: "agent-1", Text: "third", Conversation: conv, MessageID: "m3"})
+	parkAndDie(t, w, insp, q, r3.TaskID, time.Now())
+	for _, id := range []string{r2.TaskID, r3.TaskID} {
+		if found, err := w.unpark(ctx, q, id); !found || err != nil {
+			t.Errorf("unpark %s: %v, %v", id, found, err)
+		}
+		if _, err := insp.GetTaskInfo(q, id); !errors.Is(err, asynq.ErrTaskNotFound) {
+			t.Errorf("%s still in Asynq: %v", id, err)
+		}
+		if _, err := w.park.st.Get(ctx, id); !errors.Is(err, store.ErrNotParked) {
+			t.Errorf("%s still parked: %v", id, err)
+		}
+	}
+	if found, err := w.unpark(ctx, q, "turn:nope"); found || err != nil {
+		t.Errorf("unknown task: %v, %v", found, err)
+	}
+}
