@@ -461,6 +461,9 @@ func (t *turn) parkApproval(ctx context.Context, log *slog.Logger, p *pendingApp
 	if perr == nil {
 		return nil
 	}
+	if err := t.w.park.st.AddWaiter(ctx, p.RequestTaskID, t.taskID, t.queue, t.key); err != nil {
+		log.Debug("could not note the waiter on its approval request", "error", err.Error())
+	}
 	t.mu.Lock()
 	t.rec.Attempts = t.rec.Attempts[:t.att]
 	if len(t.rec.Attempts) == 0 {
@@ -478,4 +481,29 @@ func (t *turn) parkApproval(ctx context.Context, log *slog.Logger, p *pendingApp
 	}
 	t.logWait(first, "the message waits for the answer to the chat's approval request", "recheck_in", t.w.park.recheck.String())
 	return perr
+}
+
+// wakeApprovalWaiters wakes the turns that wait for the answer to approval
+// request requestTaskID, now answered, in lines other than key's (a chat
+// sharing the agent's thread: thread mode default); the one in key's own
+// line is woken when the answer turn leaves it.
+func (w *Worker) wakeApprovalWaiters(ctx context.Context, requestTaskID, key string) {
+	if w.park == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	ws, err := w.park.st.TakeWaiters(ctx, requestTaskID)
+	if err != nil {
+		w.log.Debug("could not read the turns that wait for the approval", "request_task_id", requestTaskID, "error", err.Error())
+		return
+	}
+	for _, wt := range ws {
+		if wt.Key == key {
+			continue
+		}
+		if err := w.wakeTask(ctx, wt.Queue, wt.Key, wt.TaskID); err != nil {
+			w.log.Debug("could not wake a turn that waited for the approval", "task_id", wt.TaskID, "error", err.Error())
+		}
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -20,8 +21,11 @@ import (
 // why it waits. An index (a sorted set by park time) lets the sweeper
 // find old records.
 //
-//	P park:<task>   HASH   see the Parked fields; PX ParkTTL
-//	P park:idx      ZSET   member task id, score park time in ms
+//	P park:<task>             HASH   see the Parked fields; PX ParkTTL
+//	P park:idx                ZSET   member task id, score park time in ms
+//	P park:behind:<request>   HASH   task id → queue "\n" line key: the turns
+//	                                 that wait for an approval request's
+//	                                 answer, in any line; PX ParkTTL
 type Parking struct {
 	RDB  redis.UniversalClient
 	Keys Keys
@@ -59,6 +63,9 @@ type Parked struct {
 
 // ParkKey is the parking record of taskID.
 func (k Keys) ParkKey(taskID string) string { return k.Prefix + "park:" + taskID }
+
+// ParkWaiters lists the turns that wait behind an approval request.
+func (k Keys) ParkWaiters(requestTaskID string) string { return k.Prefix + "park:behind:" + requestTaskID }
 
 // ParkIndex is the index of parking records.
 func (k Keys) ParkIndex() string { return k.Prefix + "park:idx" }
@@ -162,4 +169,40 @@ func (s Parking) Due(ctx context.Context, t time.Time, limit int) ([]string, err
 // Unindex removes taskID from the index (its record is gone).
 func (s Parking) Unindex(ctx context.Context, taskID string) error {
 	return s.RDB.ZRem(ctx, s.Keys.ParkIndex(), taskID).Err()
+}
+
+// AddWaiter notes that taskID (in queue, on line key) waits for the answer
+// to approval request requestTaskID.
+func (s Parking) AddWaiter(ctx context.Context, requestTaskID, taskID, queue, key string) error {
+	k := s.Keys.ParkWaiters(requestTaskID)
+	_, err := s.RDB.Pipelined(ctx, func(pl redis.Pipeliner) error {
+		pl.HSet(ctx, k, taskID, queue+"\n"+key)
+		pl.PExpire(ctx, k, ParkTTL)
+		return nil
+	})
+	return err
+}
+
+// Waiter is a turn that waits for an approval request's answer.
+type Waiter struct{ TaskID, Queue, Key string }
+
+// TakeWaiters returns and forgets the turns that wait for the answer to
+// approval request requestTaskID.
+func (s Parking) TakeWaiters(ctx context.Context, requestTaskID string) ([]Waiter, error) {
+	k := s.Keys.ParkWaiters(requestTaskID)
+	var all *redis.MapStringStringCmd
+	_, err := s.RDB.TxPipelined(ctx, func(pl redis.Pipeliner) error {
+		all = pl.HGetAll(ctx, k)
+		pl.Del(ctx, k)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	var out []Waiter
+	for id, v := range all.Val() {
+		q, key, _ := strings.Cut(v, "\n")
+		out = append(out, Waiter{TaskID: id, Queue: q, Key: key})
+	}
+	return out, nil
 }
