@@ -337,21 +337,6 @@ func (w *Worker) unpark(ctx context.Context, queue, taskID string) (found bool, 
 	return found, nil
 }
 
-// WaitState says why a turn that has not started waits, from its parking
-// record or its Asynq task: "waiting behind <task id>" (or "behind
-// approval request <id>"), with since when; ok false when it is not
-// known to wait.
-func (w *Worker) WaitState(ctx context.Context, taskID string) (state string, since time.Time, ok bool) {
-	if w.park == nil {
-		return "", time.Time{}, false
-	}
-	p, err := w.park.st.Get(ctx, taskID)
-	if err != nil {
-		return "", time.Time{}, false
-	}
-	return "waiting behind " + p.Behind, p.Since, true
-}
-
 // recordWait journals that the turn waits behind behind (one Wait per
 // thing waited behind: nothing is written when the open wait is the same,
 // and first is false then). rec is the turn's record as read (nil: it is

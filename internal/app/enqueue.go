@@ -185,7 +185,7 @@ Time budget: the task timeout is computed from the LETTAQ_* budget variables, as
 		if !checkEnqueueRedis(ctx, rdb, &o, connOpt, stderr) {
 			return ExitNoRedis
 		}
-		return runJournal(ctx, o, pos[1:], rdb, stdout, stderr)
+		return runJournal(ctx, o, pos[1:], rdb, connOpt, stdout, stderr)
 	}
 
 	answerVerb := ""

@@ -10,13 +10,14 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lettaq/lettaq/queue"
 )
 
 // runJournal is "enqueue journal [filter] [--limit N]" and "enqueue journal show <id>".
-func runJournal(ctx context.Context, o enqueueOpts, args []string, rdb redis.UniversalClient, stdout, stderr io.Writer) int {
+func runJournal(ctx context.Context, o enqueueOpts, args []string, rdb redis.UniversalClient, connOpt asynq.RedisConnOpt, stdout, stderr io.Writer) int {
 	j := queue.NewJournal(rdb, queue.JournalOptions{Prefix: o.prefix})
 	asJSON := o.jsonOut || !IsTerminal(stdout)
 	if len(args) > 0 && args[0] == "show" {
@@ -29,6 +30,25 @@ func runJournal(ctx context.Context, o enqueueOpts, args []string, rdb redis.Uni
 		if errors.As(err, &amb) {
 			fmt.Fprintf(stderr, "enqueue: journal show: %v\n", err)
 			return ExitUsage
+		}
+		if errors.Is(err, queue.ErrNotFound) {
+			// A turn that waits and has not started has no record yet.
+			insp := asynq.NewInspector(connOpt)
+			defer insp.Close()
+			wt, werr := queue.WaitingFinder{Inspector: insp, RDB: rdb, KeyPrefix: o.prefix,
+				Ordering: queueOrdering(o.ordering, o.prefix), Queues: []string{o.queueName}}.Find(ctx, args[1])
+			if errors.As(werr, &amb) {
+				fmt.Fprintf(stderr, "enqueue: journal show: %v\n", werr)
+				return ExitUsage
+			}
+			if werr == nil {
+				if asJSON {
+					_ = writeJSON(stdout, wt, true)
+					return ExitOK
+				}
+				writeWaiting(stdout, wt)
+				return ExitOK
+			}
 		}
 		if errors.Is(err, queue.ErrNotFound) {
 			fmt.Fprintf(stderr, "enqueue: journal show: no turn has the task id or otid %q, nor one beginning with it (or its record expired). Recent turns:\n  %s\n",
@@ -109,6 +129,27 @@ func writeTable(w io.Writer, recs []*queue.TurnRecord) {
 	}
 }
 
+// writeWaiting prints a turn that waits and has no journal record yet.
+func writeWaiting(w io.Writer, wt *queue.WaitingTurn) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	row := func(k, v string) {
+		if v != "" {
+			fmt.Fprintf(tw, "%s\t%s\n", k, cell(v))
+		}
+	}
+	row("task", wt.TaskID)
+	row("queue", wt.Queue)
+	row("state", wt.State)
+	row("reason", wt.Reason)
+	row("asynq", wt.Asynq)
+	if wt.Position >= 0 {
+		row("position", strconv.Itoa(wt.Position))
+	}
+	row("since", timeStr(wt.Since))
+	row("next check", timeStr(wt.NextCheck))
+	_ = tw.Flush()
+}
+
 func writeRecord(w io.Writer, r *queue.TurnRecord) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	row := func(k, v string) {
@@ -142,6 +183,9 @@ func writeRecord(w io.Writer, r *queue.TurnRecord) {
 	for _, m := range r.Warnings {
 		row("warning", m)
 	}
+	for _, wt := range r.Waits {
+		row("waited", waitLine(wt))
+	}
 	_ = tw.Flush()
 	for _, a := range r.Attempts {
 		fmt.Fprintf(w, "\nattempt %d on %s: %s", a.N, cell(a.Worker), cell(a.Outcome))
@@ -169,6 +213,15 @@ func writeRecord(w io.Writer, r *queue.TurnRecord) {
 			fmt.Fprintf(w, "  phases: %s\n", cell(strings.Join(phases, " → ")))
 		}
 	}
+}
+
+// waitLine summarises one wait of a turn: "1m56s behind approval request X", or "behind
+// turn:… for 3s so far" while it lasts.
+func waitLine(wt queue.Wait) string {
+	if wt.Until.IsZero() {
+		return fmt.Sprintf("behind %s for %s so far (%s)", wt.Behind, durStr(time.Since(wt.From)), wt.Reason)
+	}
+	return fmt.Sprintf("%s behind %s", durStr(wt.Until.Sub(wt.From)), wt.Behind)
 }
 
 // cell is a table cell or record value: whole (ids are never cut, so that journal show

@@ -3,8 +3,10 @@ package app
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
+	"time"
 
 	"github.com/hibiken/asynq"
 
@@ -25,12 +27,17 @@ type turnView struct {
 	Result json.RawMessage `json:"result,omitempty"`
 	// Journal is the turn's record (queue.TurnRecord): every attempt, phases, timings.
 	Journal *queue.TurnRecord `json:"journal,omitempty"`
+	// Waiting: for a turn that waits and has not started, what it waits
+	// behind (its line's head, or its chat's approval request).
+	Waiting *queue.WaitingTurn `json:"waiting,omitempty"`
 }
 
 // turnsHandler answers GET /turns/{id} with a turnView, looking for the task in queues. id is
-// a task id, an otid or the unique beginning of either (409 naming the turns when several
-// share it; 404 when neither Asynq nor the journal knows the turn).
-func turnsHandler(insp *asynq.Inspector, journal *queue.Journal, queues []string) http.Handler {
+// a task id, an otid or the unique beginning of either, as the monitor's ID column shows it
+// (409 naming the turns when several share it; 404 when neither Asynq nor the journal knows
+// the turn). A turn that waits and has no journal record yet is found through waiting (the
+// parking records, the queues' scheduled and pending tasks).
+func turnsHandler(insp *asynq.Inspector, journal *queue.Journal, queues []string, waiting queue.WaitingFinder) http.Handler {
 	var serve func(w http.ResponseWriter, r *http.Request, id string, whole bool)
 	serve = func(w http.ResponseWriter, r *http.Request, id string, whole bool) {
 		v := turnView{TaskID: id}
@@ -73,6 +80,24 @@ func turnsHandler(insp *asynq.Inspector, journal *queue.Journal, queues []string
 					return
 				}
 			}
+			wt, err := waiting.Find(r.Context(), id)
+			var amb *queue.AmbiguousError
+			switch {
+			case errors.As(err, &amb):
+				httpJSONError(w, http.StatusConflict, amb.Error())
+				return
+			case err == nil && (whole || wt.TaskID == id):
+				v.Waiting, v.Queue, v.State = wt, wt.Queue, wt.Asynq
+				v.Summary = waitingSummary(wt)
+				writeTurnView(w, v)
+				return
+			case err == nil:
+				serve(w, r, wt.TaskID, true)
+				return
+			case !errors.Is(err, queue.ErrNotFound):
+				httpJSONError(w, http.StatusInternalServerError, "look for a waiting turn: "+err.Error())
+				return
+			}
 			httpJSONError(w, http.StatusNotFound, "no task or journal record "+id)
 			return
 		}
@@ -87,17 +112,44 @@ func turnsHandler(insp *asynq.Inspector, journal *queue.Journal, queues []string
 				v.Summary = res.Summary
 			}
 		}
+		if v.Summary == "" && info != nil && (info.State == asynq.TaskStateScheduled || info.State == asynq.TaskStatePending) {
+			if wt, err := waiting.Find(r.Context(), info.ID); err == nil {
+				v.Waiting = wt
+				if wt.Behind != "" || v.Journal == nil {
+					v.Summary = waitingSummary(wt)
+				}
+			}
+		}
 		if v.Summary == "" {
 			v.Summary = turnSummary(info, v.Journal)
 		}
-		w.Header().Set("Content-Type", "application/json")
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(v)
+		writeTurnView(w, v)
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		serve(w, r, r.PathValue("id"), false)
 	})
+}
+
+func writeTurnView(w http.ResponseWriter, v turnView) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+// waitingSummary says what a waiting turn waits for.
+func waitingSummary(wt *queue.WaitingTurn) string {
+	s := wt.State
+	if wt.Reason != "" {
+		s += ": " + wt.Reason
+	}
+	if !wt.Since.IsZero() {
+		s += fmt.Sprintf(" (for %s)", time.Since(wt.Since).Round(time.Second))
+	}
+	if wt.Behind != "" {
+		s += "; runs as soon as that ends"
+	}
+	return s
 }
 
 // turnSummary says what a turn without a result is doing.
@@ -111,6 +163,9 @@ func turnSummary(info *asynq.TaskInfo, rec *queue.TurnRecord) string {
 			s += ": " + rec.Error
 		}
 		return s
+	}
+	if wt := openWait(rec); wt != nil && info.State != asynq.TaskStateActive {
+		return fmt.Sprintf("waiting behind %s: %s (for %s)", wt.Behind, wt.Reason, time.Since(wt.From).Round(time.Second))
 	}
 	switch info.State {
 	case asynq.TaskStateScheduled:
@@ -141,4 +196,12 @@ func queueNames(qs map[string]int) []string {
 	}
 	slices.Sort(names)
 	return names
+}
+
+// openWait is the record's wait that has not ended, nil when none.
+func openWait(rec *queue.TurnRecord) *queue.Wait {
+	if rec == nil || len(rec.Waits) == 0 || !rec.Waits[len(rec.Waits)-1].Until.IsZero() {
+		return nil
+	}
+	return &rec.Waits[len(rec.Waits)-1]
 }

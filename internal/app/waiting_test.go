@@ -103,7 +103,8 @@ func TestWaitingTurnsAreScheduledNotRetried(t *testing.T) {
 	if n := scrapeWaiting(t, r); n != 2 {
 		t.Errorf("lettaq_turns_waiting = %d while two turns wait, want 2", n)
 	}
-	if v := getTurn(t, r, ids[2], http.StatusOK); v.State != "scheduled" || !strings.HasPrefix(v.Summary, "waiting for the turn ahead") {
+	if v := getTurn(t, r, ids[2], http.StatusOK); v.State != "scheduled" || !strings.HasPrefix(v.Summary, "waiting behind "+ids[0]) ||
+		v.Waiting == nil || v.Waiting.Position != 2 || v.Waiting.Behind != ids[0] {
 		t.Errorf("/turns/%s while it waits: %+v", ids[2], v)
 	}
 
@@ -173,4 +174,46 @@ func getTurn(t *testing.T, r *Running, id string, code int) turnView {
 		t.Fatalf("/turns/%s = %d, want %d", id, resp.StatusCode, code)
 	}
 	return v
+}
+
+// monitorID is a task id as asynqmon's task tables show it: up to its first '-' (asynqmon's
+// ui/src/utils.ts uuidPrefix).
+func monitorID(id string) string {
+	if i := strings.IndexByte(id, '-'); i >= 0 {
+		return id[:i]
+	}
+	return id
+}
+
+// TestWaitingTurnIsFindable (issue 29 item 3): a turn that waits and never started (no journal
+// record yet) is found by /turns and enqueue journal show, by its full task id and by the id
+// as the monitor shows it, and says what it waits behind.
+func TestWaitingTurnIsFindable(t *testing.T) {
+	r := startDevWorker(t)
+	var ids []string
+	for i, text := range []string{"[[sim think=1500ms]] f1", "f2"} {
+		code, out, errOut := enqueue(t, r, "--chat=find", "--message-id=f"+strconv.Itoa(i+1)+"-x", "--json", text)
+		var res queue.EnqueueResult
+		if code != ExitOK || json.Unmarshal([]byte(out), &res) != nil {
+			t.Fatalf("enqueue %d: exit %d %q %q", i+1, code, out, errOut)
+		}
+		ids = append(ids, res.TaskID)
+	}
+	short := monitorID(ids[1])
+	if short == ids[1] {
+		t.Fatalf("the monitor shows %s whole", ids[1])
+	}
+	for _, id := range []string{ids[1], short} {
+		v := getTurn(t, r, id, http.StatusOK)
+		if v.TaskID != ids[1] || v.Waiting == nil || v.Waiting.State != "waiting behind "+ids[0] || !strings.HasPrefix(v.Summary, "waiting behind "+ids[0]) {
+			t.Errorf("/turns/%s while it waits: %+v (waiting %+v)", id, v, v.Waiting)
+		}
+		code, out, errOut := enqueue(t, r, "journal", "show", id)
+		if code != ExitOK || !strings.Contains(out, "waiting behind "+ids[0]) || !strings.Contains(out, ids[1]) {
+			t.Errorf("journal show %s while it waits: exit %d %q %q", id, code, out, errOut)
+		}
+	}
+	if code, out, errOut := enqueue(t, r, "--chat=find", "--message-id=f2-x", "--wait", "--timeout=60s", "f2"); code != ExitOK || !strings.Contains(out, "you said: f2") {
+		t.Fatalf("f2: exit %d %q %q", code, out, errOut)
+	}
 }

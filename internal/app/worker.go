@@ -169,7 +169,7 @@ func StartWorker(ctx context.Context, cfg WorkerSettings, logger *slog.Logger, s
 		h, closeMon = NewHTTPHandler(HTTPOptions{
 			Token: cfg.HTTPToken, Redis: rdb, RedisConnOpt: connOpt, MonitorWritable: cfg.MonitorWritable,
 			Metrics: metrics, Enqueue: q.enqueueHandler(), Logger: logger, Budget: &budgetInfo,
-			Turns: turnsHandler(inspector, q.w.Journal(), queueNames(cfg.Queues)),
+			Turns: turnsHandler(inspector, q.w.Journal(), queueNames(cfg.Queues), q.w.WaitingFinder()),
 			Ready: func() error {
 				if !r.ready.Load() {
 					return errors.New("not taking turns")
