@@ -65,7 +65,9 @@ type Parked struct {
 func (k Keys) ParkKey(taskID string) string { return k.Prefix + "park:" + taskID }
 
 // ParkWaiters lists the turns that wait behind an approval request.
-func (k Keys) ParkWaiters(requestTaskID string) string { return k.Prefix + "park:behind:" + requestTaskID }
+func (k Keys) ParkWaiters(requestTaskID string) string {
+	return k.Prefix + "park:behind:" + requestTaskID
+}
 
 // ParkIndex is the index of parking records.
 func (k Keys) ParkIndex() string { return k.Prefix + "park:idx" }
