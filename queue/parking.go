@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -364,10 +365,16 @@ func (t *turn) recordWait(ctx context.Context, rec *TurnRecord, behind, reason s
 }
 
 // addWait adds a wait behind behind to rec, closing the open one if it is
-// behind something else; false when the open wait is already this one.
+// behind something else; false when the open wait is already this one (the
+// answer turn of an approval request the turn waits behind is part of that
+// wait).
 func addWait(rec *TurnRecord, behind, reason string, now time.Time) bool {
 	if n := len(rec.Waits); n > 0 && rec.Waits[n-1].Until.IsZero() {
-		if rec.Waits[n-1].Behind == behind {
+		open := rec.Waits[n-1].Behind
+		if open == behind {
+			return false
+		}
+		if req, ok := strings.CutPrefix(open, "approval request "); ok && isAnswerOf(behind, req) {
 			return false
 		}
 		rec.Waits[n-1].Until = now
@@ -491,4 +498,19 @@ func (w *Worker) wakeApprovalWaiters(ctx context.Context, requestTaskID, key str
 			w.log.Debug("could not wake a turn that waited for the approval", "task_id", wt.TaskID, "error", err.Error())
 		}
 	}
+}
+
+// isAnswerOf reports whether taskID is an answer turn of the approval
+// request requestTaskID (answerTaskIDAfter: its first answer, or one after
+// failed ones).
+func isAnswerOf(taskID, requestTaskID string) bool {
+	if taskID == AnswerTaskID(requestTaskID) {
+		return true
+	}
+	rest, ok := strings.CutPrefix(taskID, "answer#")
+	if !ok {
+		return false
+	}
+	_, rest, ok = strings.Cut(rest, ":")
+	return ok && rest == strings.TrimPrefix(AnswerTaskID(requestTaskID), "answer:")
 }
