@@ -61,11 +61,15 @@ type parker struct {
 	// that follows a park: a worker that dies there.
 	afterRevoke func(p store.Parked)
 	sweeps      atomic.Int64 // re-enqueues done by the sweeper (tests)
+
+	pending   sync.WaitGroup // re-enqueues in flight (drain)
+	closed    chan struct{}  // closed by close: re-enqueues in flight give up (the sweeper does them)
+	closeOnce sync.Once
 }
 
 func newParker(w *Worker) *parker {
 	return &parker{w: w, st: store.Parking{RDB: w.replies.rdb, Keys: store.Keys{Prefix: w.replies.opts.Prefix}},
-		recheck: w.cfg.Ordering.recheck()}
+		recheck: w.cfg.Ordering.recheck(), closed: make(chan struct{})}
 }
 
 func (pk *parker) client() *asynq.Client {
@@ -73,8 +77,27 @@ func (pk *parker) client() *asynq.Client {
 	return pk.ac
 }
 
+// drain waits up to d for the re-enqueues in flight (a worker shutting
+// down: the handlers returned, Asynq deletes their revoked tasks).
+func (pk *parker) drain(d time.Duration) {
+	if pk == nil {
+		return
+	}
+	done := make(chan struct{})
+	go func() { pk.pending.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(d):
+	}
+}
+
 func (pk *parker) close() {
-	if pk != nil && pk.ac != nil {
+	if pk == nil {
+		return
+	}
+	pk.closeOnce.Do(func() { close(pk.closed) })
+	pk.drain(time.Second)
+	if pk.ac != nil {
 		_ = pk.ac.Close()
 	}
 }
@@ -108,7 +131,11 @@ func (t *turn) park(ctx context.Context, behind, reason string) error {
 	if pk.afterRevoke != nil {
 		go pk.afterRevoke(p)
 	} else {
-		go pk.reenqueueAfterRevoke(p)
+		pk.pending.Add(1)
+		go func() {
+			defer pk.pending.Done()
+			pk.reenqueueAfterRevoke(p)
+		}()
 	}
 	t.w.obs.AttemptFinished(t.queue, "busy", time.Since(t.start))
 	return errParked
@@ -139,7 +166,13 @@ func (pk *parker) reenqueueAfterRevoke(p store.Parked) {
 			pk.w.log.Warn("the parked task was not deleted in time: the sweeper will enqueue it again", "task_id", p.TaskID)
 			return
 		}
-		time.Sleep(backoff)
+		t := time.NewTimer(backoff)
+		select {
+		case <-pk.closed:
+			t.Stop()
+			return // the worker stops: the sweeper of a worker enqueues it again
+		case <-t.C:
+		}
 		backoff = min(2*backoff, 50*time.Millisecond)
 	}
 }

@@ -486,6 +486,8 @@ func (w *Worker) run(ctx context.Context) error {
 	case <-time.After(grace + time.Second):
 		w.log.Warn("worker: turns still finishing after shutdown")
 	}
+	w.park.drain(2 * time.Second) // the parked turns' re-enqueues
+
 	if w.ownsClient {
 		w.client.CloseIdleConnections()
 	}
@@ -534,8 +536,8 @@ func (w *Worker) closeRedis() {
 	if w.answerer.c != nil {
 		_ = w.answerer.c.Close()
 	}
+	w.park.close() // (its re-enqueues use the orderer's Inspector)
 	w.ord.close()
-	w.park.close()
 	if w.ownsRdb {
 		_ = w.rdb.Close()
 	}

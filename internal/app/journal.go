@@ -115,7 +115,10 @@ func writeTable(w io.Writer, recs []*queue.TurnRecord) {
 			when = r.UpdatedAt
 		}
 		outcome := r.Outcome
-		if outcome == "" {
+		switch {
+		case outcome == "" && openWait(r) != nil:
+			outcome = "waiting"
+		case outcome == "":
 			outcome = "running"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n",

@@ -39,6 +39,7 @@ func newQueueRunner(cfg WorkerSettings, connOpt asynq.RedisConnOpt, rdb redis.Un
 	}
 	ord := queueOrdering(cfg.Ordering, cfg.KeyPrefix)
 	ord.Config.Lease = cfg.OrderingLease
+	ord.WaitCheck = cfg.WaitCheck
 	ord.Coalesce = cfg.Coalesce
 	if len(ord.Coalesce) > 0 && cfg.Ordering != "conversation" {
 		return nil, &ConfigError{Errs: []error{errors.New("LETTAQ_COALESCE needs LETTAQ_ORDERING=conversation")}}
