@@ -151,11 +151,14 @@
 // workers (package ordering): Client.Enqueue joins the turn to its key's
 // line before the enqueue (also for a duplicate: idempotent) and reports its
 // Position, also in the accepted event; a turn with turns ahead of it is
-// enqueued as a scheduled task (Ordering.WaitCheck × position ahead, only
+// enqueued as a scheduled task (Ordering.WaitCheck ahead, 10 minutes: only
 // a safety net), which the turn ahead moves to pending when it ends. The
-// handler acquires the key before the attempt (a turn taken before its
-// turn is put back without using a retry: ServerConfig's IsFailure and
-// RetryDelayFunc know it), runs the attempt
+// handler acquires the key before the attempt; a turn taken before its
+// turn parks (parking.go): its task is revoked (no retry used, no attempt
+// journaled, one Wait in its record) and enqueued again with its id,
+// scheduled Ordering.WaitCheck ahead, until the turn ahead wakes it; a
+// message behind its chat's open approval request parks the same way. It
+// runs the attempt
 // under the lease (a lost lease interrupts it), and releases it after:
 // done when the turn ended (answered, failed, archived), so the next one is
 // woken at once; not done when it will be retried, so it keeps its place.
