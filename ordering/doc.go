@@ -197,6 +197,14 @@
 // landed yet (still active), waits for it briefly. It never runs an
 // archived task.
 //
+// Package queue does not put a waiting task back: it parks it (ends the
+// task with asynq.RevokeTask after writing what is needed to enqueue it
+// again, then enqueues it again with the same id, scheduled far ahead), so
+// that a task waiting for hours neither polls nor shows in Asynq's Retry
+// state; its wake-up also handles a task that is parked at that moment,
+// and its AliveFunc counts a parked task as alive. The put-back described
+// here remains for a caller that uses this package alone.
+//
 // # Put-back delays (refinement)
 //
 // A flat 200ms..1s put-back makes a long line churn: every waiting task
