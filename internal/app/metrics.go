@@ -169,7 +169,7 @@ var (
 	descPaused = prometheus.NewDesc("asynq_queue_paused_total",
 		"1 when the queue is paused.", []string{"queue"}, nil)
 	descWaiting = prometheus.NewDesc("lettaq_turns_waiting",
-		"Turns waiting for their conversation's turn ahead to end: scheduled tasks (how a turn queued behind another waits) plus tasks put back by the ordering safety net; approval expiries are not counted.", []string{"queue"}, nil)
+		"Turns waiting for their conversation's turn ahead to end, or for their chat's approval request to be answered: scheduled tasks (how a waiting turn waits) plus tasks put back by an older worker's ordering safety net; approval expiries are not counted.", []string{"queue"}, nil)
 	descApprovalsPending = prometheus.NewDesc("lettaq_approvals_pending",
 		"Approval requests waiting for a human: the scheduled expiries of unanswered requests.", []string{"queue"}, nil)
 	descScrapeErr = prometheus.NewDesc("lettaq_queue_scrape_errors",
