@@ -3,6 +3,8 @@ package queue
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -182,5 +184,22 @@ func TestAddWaitMergesLooks(t *testing.T) {
 	endWaits(rec, t0.Add(5*time.Minute))
 	if openWait(rec) != nil || !rec.Waits[1].Until.Equal(t0.Add(5*time.Minute).UTC()) {
 		t.Fatalf("ended: %+v", rec.Waits)
+	}
+}
+
+// Asynq's "revoke task id=…" warning, written for every turn that parks,
+// is a debug line, not a warning; its other warnings stay warnings.
+func TestRevokeIsNotAWarning(t *testing.T) {
+	var buf strings.Builder
+	l := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	a := newAsynqLogger(l, &permanentSet{}, &health{})
+	a.Warn("revoke task id=turn:web:1:m2")
+	a.Warn("something else")
+	out := buf.String()
+	if !strings.Contains(out, "level=DEBUG") || !strings.Contains(out, "task_id=turn:web:1:m2") || strings.Contains(out, "level=WARN msg=\"revoke") {
+		t.Errorf("revoke logged as %q", out)
+	}
+	if !strings.Contains(out, "level=WARN msg=\"something else\"") {
+		t.Errorf("other warnings: %q", out)
 	}
 }
