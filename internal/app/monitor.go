@@ -16,7 +16,8 @@ const readOnlyBanner = `<style>#root{position:relative}</style>` +
 	`<div id="lettaq-read-only" style="background:#fff3cd;color:#664d03;` +
 	`border-bottom:1px solid #ffe69c;font:14px/1.4 system-ui,sans-serif;padding:6px 16px;text-align:center">` +
 	`<b>Read-only monitor.</b> It shows queues and tasks but cannot run, retry, delete, archive or pause them ` +
-	`(lettaq worker: LETTAQ_MONITOR_WRITABLE=false). A turn's Result starts with a one-line "summary".</div>`
+	`(lettaq worker: LETTAQ_MONITOR_WRITABLE=false). A turn's Result starts with a one-line "summary". ` +
+	`A waiting turn is under Scheduled (its time is only a safety net): /turns/&lt;task id&gt; says what it waits behind.</div>`
 
 // monitorPages puts readOnlyBanner into the monitor's HTML pages when readOnly; its API
 // (/monitor/api/…) and assets pass through untouched.
