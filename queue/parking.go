@@ -181,6 +181,10 @@ func (pk *parker) reenqueueAfterRevoke(p store.Parked) {
 // scheduled a recheck ahead, or pending when it was woken; then deletes its
 // record (settle).
 func (pk *parker) enqueue(ctx context.Context, p store.Parked) error {
+	if p.Dropped {
+		pk.settle(ctx, p, false)
+		return nil
+	}
 	opts := []asynq.Option{asynq.TaskID(p.TaskID), asynq.Queue(p.Queue), asynq.MaxRetry(p.MaxRetry)}
 	if p.Timeout > 0 {
 		opts = append(opts, asynq.Timeout(p.Timeout))
@@ -203,14 +207,30 @@ func (pk *parker) enqueue(ctx context.Context, p store.Parked) error {
 }
 
 // settle deletes the record of p, which is in Asynq again; when it was
-// woken meanwhile (and not enqueued pending already) it runs now.
+// woken meanwhile (and not enqueued pending already) it runs now; when it
+// was dropped meanwhile (unpark) its task is deleted again.
 func (pk *parker) settle(ctx context.Context, p store.Parked, pending bool) {
-	woken, _, err := pk.st.Take(ctx, p.TaskID, p.Gen)
+	tk, err := pk.st.Take(ctx, p.TaskID, p.Gen)
 	if err != nil {
 		pk.w.log.Debug("could not delete the parking record", "task_id", p.TaskID, "error", err.Error())
 	}
-	if woken && !pending {
+	switch {
+	case tk.Dropped || p.Dropped:
+		pk.dropTask(p.Queue, p.TaskID)
+	case tk.Woken && !pending:
 		_ = pk.w.ord.insp.RunTask(p.Queue, p.TaskID)
+	}
+}
+
+// dropTask deletes a dropped turn's task if it waits in Asynq.
+func (pk *parker) dropTask(queue, taskID string) {
+	info, err := ordering.FindTask(pk.w.ord.insp, queue, taskID)
+	if err != nil {
+		return
+	}
+	switch info.State {
+	case asynq.TaskStateScheduled, asynq.TaskStatePending, asynq.TaskStateRetry:
+		_ = pk.w.ord.insp.DeleteTask(info.Queue, taskID)
 	}
 }
 
@@ -235,7 +255,7 @@ func (pk *parker) sweep(ctx context.Context) {
 		switch {
 		case errors.Is(err, asynq.ErrTaskNotFound):
 			if rec, jerr := pk.w.journal.Get(ctx, id); jerr == nil && (finalOutcome(rec.Outcome) || rec.Outcome == OutcomeCoalesced) {
-				_, _, _ = pk.st.Take(ctx, id, p.Gen) // finished: nothing to wait for
+				_, _ = pk.st.Take(ctx, id, p.Gen) // finished: nothing to wait for
 				continue
 			}
 			if err := pk.enqueue(ctx, p); err != nil {
@@ -341,17 +361,18 @@ func (w *Worker) aliveOrParked(alive ordering.AliveFunc) ordering.AliveFunc {
 	}
 }
 
-// unpark takes a waiting turn out of Asynq and out of its parking record
-// (for a cancel: issue 29 item 4): the scheduled or pending task is
-// deleted, the record removed. It reports whether it found the task
-// waiting (parked, scheduled, pending or in retry); an active task is left
-// alone (found false). The caller removes it from its line.
+// unpark takes a waiting turn out of Asynq (for a cancel: issue 29 item
+// 4): its scheduled, pending or retry task is deleted; a parked one (in no
+// Asynq queue for a moment) has its record marked dropped, so that its
+// re-enqueue does not happen, or deletes the task again right after. It
+// reports whether it found the task waiting; an active task is left alone
+// (found false: an attempt runs it, or is parking it; call again). The
+// caller removes the turn from its line (ordering.Sequencer.Remove) and
+// records the cancel, so that an attempt that starts meanwhile ends.
 func (w *Worker) unpark(ctx context.Context, queue, taskID string) (found bool, err error) {
 	if w.park != nil {
-		if _, ok, err := w.park.st.Take(ctx, taskID, ""); err != nil {
+		if found, err = w.park.st.Drop(ctx, taskID); err != nil {
 			return false, err
-		} else if ok {
-			found = true
 		}
 	}
 	info, err := ordering.FindTask(w.ord.insp, queue, taskID)

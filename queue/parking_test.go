@@ -139,8 +139,9 @@ func TestSweeperRestoresAParkedTaskLeftBehind(t *testing.T) {
 	_ = r1
 }
 
-// unpark (for a cancel) deletes a waiting task, parked or scheduled, and
-// its record; an unknown task is not found.
+// unpark (for a cancel) deletes a waiting task, scheduled or parked: a
+// parked one is not enqueued again by its re-enqueue; an unknown task is
+// not found.
 func TestUnparkDropsAWaitingTurn(t *testing.T) {
 	c, w, insp, q := parkingEnv(t)
 	ctx := context.Background()
@@ -158,9 +159,22 @@ func TestUnparkDropsAWaitingTurn(t *testing.T) {
 		if _, err := insp.GetTaskInfo(q, id); !errors.Is(err, asynq.ErrTaskNotFound) {
 			t.Errorf("%s still in Asynq: %v", id, err)
 		}
-		if _, err := w.park.st.Get(ctx, id); !errors.Is(err, store.ErrNotParked) {
-			t.Errorf("%s still parked: %v", id, err)
-		}
+	}
+	// The re-enqueue of the parked one (its worker was not dead, only
+	// slow) puts nothing back.
+	p, err := w.park.st.Get(ctx, r3.TaskID)
+	if err != nil || !p.Dropped {
+		t.Fatalf("the parked turn's record: %+v, %v; want dropped", p, err)
+	}
+	p.Dropped = false // as the worker's goroutine has it, read before the drop
+	if err := w.park.enqueue(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := insp.GetTaskInfo(q, r3.TaskID); !errors.Is(err, asynq.ErrTaskNotFound) {
+		t.Errorf("the dropped turn was enqueued again: %v", err)
+	}
+	if _, err := w.park.st.Get(ctx, r3.TaskID); !errors.Is(err, store.ErrNotParked) {
+		t.Errorf("the dropped turn's record stays: %v", err)
 	}
 	if found, err := w.unpark(ctx, q, "turn:nope"); found || err != nil {
 		t.Errorf("unknown task: %v, %v", found, err)

@@ -56,6 +56,9 @@ type Parked struct {
 	// Woken: the turn ahead ended while the task was parked: it is
 	// enqueued to run now, not scheduled.
 	Woken bool
+	// Dropped: the turn was cancelled while parked (Drop): it is not
+	// enqueued again, or deleted again once it was.
+	Dropped bool
 	// Gen names this park (a task parks again after it ran again): Take
 	// deletes the record only of the park it names.
 	Gen string
@@ -101,16 +104,27 @@ redis.call('HSET', KEYS[1], 'woken', '1')
 return 1
 `)
 
+// parkDrop marks a parking record dropped, if it exists.
+//
+// KEYS: record. Returns 1 when it exists.
+var parkDrop = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], 'dropped', '1')
+return 1
+`)
+
 // parkTake deletes a parking record of one park and says whether it was
-// woken.
+// woken or dropped.
 //
 // KEYS: record. ARGV: gen ("": any). Returns -1 when there is none (or
-// another park's), else 1 (woken) or 0.
+// another park's), else 2 (dropped), 1 (woken) or 0.
 var parkTake = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
 if ARGV[1] ~= '' and redis.call('HGET', KEYS[1], 'gen') ~= ARGV[1] then return -1 end
 local w = redis.call('HGET', KEYS[1], 'woken')
+local d = redis.call('HGET', KEYS[1], 'dropped')
 redis.call('DEL', KEYS[1])
+if d == '1' then return 2 end
 if w == '1' then return 1 end
 return 0
 `)
@@ -121,21 +135,28 @@ func (s Parking) Wake(ctx context.Context, taskID string) (bool, error) {
 	return n == 1, err
 }
 
+// Drop marks taskID's record dropped (its turn is cancelled); false when
+// it has none.
+func (s Parking) Drop(ctx context.Context, taskID string) (bool, error) {
+	n, err := parkDrop.Run(ctx, s.RDB, []string{s.Keys.ParkKey(taskID)}).Int()
+	return n == 1, err
+}
+
+// Taken says what Take found.
+type Taken struct{ Found, Woken, Dropped bool }
+
 // Take deletes taskID's record of the park gen ("": whichever) and its
-// index entry, and says whether it was woken meanwhile; found is false
-// when there was none.
-func (s Parking) Take(ctx context.Context, taskID, gen string) (woken, found bool, err error) {
+// index entry, and says whether it was woken or dropped meanwhile.
+func (s Parking) Take(ctx context.Context, taskID, gen string) (Taken, error) {
 	n, err := parkTake.Run(ctx, s.RDB, []string{s.Keys.ParkKey(taskID)}, gen).Int()
 	if err != nil {
-		return false, false, err
+		return Taken{}, err
 	}
 	if n < 0 {
-		return false, false, nil
+		return Taken{}, nil
 	}
-	if err := s.RDB.ZRem(ctx, s.Keys.ParkIndex(), taskID).Err(); err != nil {
-		return n == 1, true, err
-	}
-	return n == 1, true, nil
+	tk := Taken{Found: true, Woken: n == 1, Dropped: n == 2}
+	return tk, s.RDB.ZRem(ctx, s.Keys.ParkIndex(), taskID).Err()
 }
 
 // ErrNotParked: no parking record has that task id.
@@ -155,7 +176,7 @@ func (s Parking) Get(ctx context.Context, taskID string) (Parked, error) {
 		MaxRetry: int(num("max_retry")), Timeout: time.Duration(num("timeout_ms")) * time.Millisecond,
 		Retention: time.Duration(num("retention_ms")) * time.Millisecond,
 		Behind:    m["behind"], Reason: m["reason"], Key: m["key"],
-		Since: time.UnixMilli(num("since_ms")), Woken: m["woken"] == "1", Gen: m["gen"]}
+		Since: time.UnixMilli(num("since_ms")), Woken: m["woken"] == "1", Dropped: m["dropped"] == "1", Gen: m["gen"]}
 	if dl := num("deadline"); dl > 0 {
 		p.Deadline = time.Unix(dl, 0)
 	}
