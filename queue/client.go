@@ -27,8 +27,10 @@ const DefaultMaxRetry = 25
 
 // TaskMaxRetry is the Asynq max retry of a turn task whose failed attempts
 // are retried maxRetry times (negative: none): one more, which the worker
-// keeps for put-backs. A turn that waits (for its conversation, a busy
-// thread, an approval answer) is put back through Asynq's retry, and Asynq
+// keeps for put-backs. A turn that waits for a busy thread (or, without
+// ordering, for an approval answer) is put back through Asynq's retry
+// (under ordering, one that waits for its conversation or an approval
+// answer parks instead, see parking.go), and Asynq
 // v0.26 archives a task whose retries are used up whatever the error; the
 // kept retry means a waiting turn is never archived for waiting. A producer
 // in another language sets this (GET /budget answers it).
@@ -167,8 +169,8 @@ func (c *Client) TaskOptions(taskID string) []asynq.Option {
 // accepted event carries its position. A turn with turns ahead of it is
 // enqueued as a scheduled task (Asynq's Scheduled state: waiting, not
 // failed): the turn ahead of it, when it ends, moves it to pending
-// (ordering.Sequencer.Wake); its process-at time (Ordering.WaitCheck ×
-// position) is only the safety net. If the enqueue fails, a task that this
+// (ordering.Sequencer.Wake); its process-at time (Ordering.WaitCheck
+// ahead, 10 minutes by default) is only the safety net. If the enqueue fails, a task that this
 // call put in the line leaves it again (a duplicate's place is the
 // original's, and stays); if the join fails, nothing is enqueued.
 func (c *Client) Enqueue(ctx context.Context, m Message) (EnqueueResult, error) {

@@ -75,9 +75,9 @@
 //	any retry on the last allowed attempt     error, permanent           failed              SkipRetry → archived
 //	a put-back with no retry left (a crash    error, permanent           failed              SkipRetry → archived
 //	  used the one kept for put-backs)
-//	not its turn (ordering)                   –                          –                   put back (no retry used)
+//	not its turn (ordering)                   –                          – (a Wait)          parked: RevokeTask, enqueued again scheduled (no retry used)
 //	merged into another turn (coalescing)     by the answering turn      coalesced           nil
-//	message, its chat's approval unanswered   phase awaiting_approval    awaiting_approval   put back (policy wait, deny)
+//	message, its chat's approval unanswered   phase awaiting_approval    – (a Wait)          parked (policy wait, deny; put back without ordering)
 //	  (ApprovalPolicy error)                  error, permanent           failed              SkipRetry → archived
 //
 // The rows from Completed to the put-back with no retry left are endOf's
