@@ -128,13 +128,13 @@ type WorkerConfig struct {
 	// ApprovalPolicy: what a message does while its chat's approval
 	// request is unanswered (default ApprovalWait; see approval.go).
 	ApprovalPolicy ApprovalPolicy
+	// ApprovalTimeout: an unanswered approval request is denied this long
+	// after it was made (default 24h).
+	ApprovalTimeout time.Duration
 	// ParkSweepEvery: how often the worker looks for waiting turns that a
 	// worker left parked in no Asynq queue (it died between the two steps
 	// of a park; see parking.go), default 30s.
 	ParkSweepEvery time.Duration
-	// ApprovalTimeout: an unanswered approval request is denied this long
-	// after it was made (default 24h).
-	ApprovalTimeout time.Duration
 	// MaxReplyBytes bounds the text (answer deltas, tool arguments and
 	// returns) one attempt of a turn writes to its reply stream as progress
 	// events; past it, progress text is dropped (the final event still
