@@ -100,6 +100,10 @@ func (t *turn) finish(ctx context.Context, d continuation.Result) error {
 		in.Cause = t.leaseCause(ctx)
 	}
 	e := endOf(in)
+	if cr, phase, ok := t.cancelEnds(d); ok {
+		t.deltas.finish(false)
+		return t.endCancelled(dctx, log, *cr, phase, snap.Answer)
+	}
 	t.deltas.finish(e.Final == EventAnswer)
 	if d.Outcome == continuation.Refused && agentclient.RetryAfter(d.Err) > MaxServerRetryAfter {
 		log.Warn("Retry-After beyond the cap: not obeyed", "retry_after", agentclient.RetryAfter(d.Err).String(),

@@ -165,6 +165,7 @@ type Worker struct {
 	inflight  sync.WaitGroup               // handlers, so that shutdown waits for their bookkeeping
 	srv       atomic.Pointer[asynq.Server] // set by Run: its Ping uses Asynq's own connection
 	permanent permanentSet                 // tasks whose handler's error was permanent, until Asynq logs their archiving
+	cancels   cancelRegistry               // the turns running here, for the cancel channel (cancelturn.go)
 	health    health                       // what Ready says
 }
 
@@ -453,6 +454,7 @@ func (w *Worker) run(ctx context.Context) error {
 	if err := srv.Start(mux); err != nil {
 		return fmt.Errorf("queue: start worker: %w", err)
 	}
+	go w.watchCancels(ctx)
 	w.log.Info("worker started", "worker", w.cfg.WorkerID, "queues", QueuesString(w.cfg.Queues),
 		"concurrency", w.cfg.Concurrency, "task_timeout", w.cfg.Budget.TaskTimeout().String())
 	<-ctx.Done()
