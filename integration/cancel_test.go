@@ -336,3 +336,76 @@ func TestCancelChat(t *testing.T) {
 		t.Errorf("the waiting turn reached Letta %d times", n)
 	}
 }
+
+// The cancel record alone ends the turn at its next attempt's start, before anything is sent:
+// at the head of its line (the start's reads with the acquire), and behind a running turn (the
+// acquire's not-your-turn does not put it back: it leaves the line). Each is never sent, ends
+// cancelled, is archived without a retry, and the chat's next message runs.
+func TestCancelRecordEndsTheNextAttempt(t *testing.T) {
+	e := newEnv(t, withThreadMode(queue.ThreadConversation))
+	agent := e.sim.CreateAgent("cancel-record", slowScript(slowAnswer(100)))
+	ctx := context.Background()
+	record := func(taskID string) {
+		if err := e.rdb.Set(ctx, e.prefix+"cancel:"+taskID, `{"by":"by-hand"}`, time.Hour).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(c queue.Conversation, res queue.EnqueueResult) {
+		t.Helper()
+		final, evs := e.waitFinal(c, res.TaskID, 20*time.Second)
+		assertCancelledEvent(t, final, evs)
+		if n := e.sim.SendAttempts(res.Otid); n != 0 {
+			t.Errorf("%s was sent %d times, want 0", res.TaskID, n)
+		}
+		rec := e.record(res.TaskID)
+		if rec.Outcome != queue.OutcomeCancelled || rec.Cancel == nil || rec.Cancel.Phase != queue.CancelPhaseWaiting || rec.Cancel.By != "by-hand" {
+			t.Errorf("journal: outcome %q cancel %+v, want cancelled while waiting, by-hand", rec.Outcome, rec.Cancel)
+		}
+	}
+
+	// At the head of its line, before any worker runs.
+	c1 := e.conv("head")
+	head := e.enqueue(queue.Message{AgentID: agent, Conversation: c1, MessageID: "m1", Text: "one"})
+	after := e.enqueue(queue.Message{AgentID: agent, Conversation: c1, MessageID: "m2", Text: "two [[sim answer=ok]]"})
+	record(head.TaskID)
+	e.startWorker("w1")
+	e.startWorker("w2")
+	check(c1, head)
+	if f, _ := e.waitFinal(c1, after.TaskID, 20*time.Second); f.Type != queue.EventAnswer {
+		t.Fatalf("the message after: %+v", f)
+	}
+
+	// Behind a running turn, woken by hand.
+	c2 := e.conv("behind")
+	running := e.enqueue(queue.Message{AgentID: agent, Conversation: c2, MessageID: "m1", Text: "one"})
+	waiting := e.enqueue(queue.Message{AgentID: agent, Conversation: c2, MessageID: "m2", Text: "two"})
+	last := e.enqueue(queue.Message{AgentID: agent, Conversation: c2, MessageID: "m3", Text: "three [[sim answer=ok]]"})
+	e.waitEvent(c2, running.TaskID, func(ev queue.ReplyEvent) bool { return ev.Type == queue.EventAnswerDelta })
+	record(waiting.TaskID)
+	if err := e.insp.RunTask(e.queue, waiting.TaskID); err != nil {
+		t.Fatal(err)
+	}
+	check(c2, waiting)
+	for _, r := range []queue.EnqueueResult{running, last} {
+		if f, _ := e.waitFinal(c2, r.TaskID, 30*time.Second); f.Type != queue.EventAnswer {
+			t.Fatalf("%s: %+v, want its answer", r.TaskID, f)
+		}
+	}
+	// It ended at once, not when its turn came.
+	var order []string
+	for _, ev := range e.events(c2, "") {
+		if countFinal([]queue.ReplyEvent{ev}) == 1 {
+			order = append(order, ev.TaskID)
+		}
+	}
+	if len(order) != 3 || order[0] != waiting.TaskID {
+		t.Errorf("final events in the order %v: want the cancelled turn's first", order)
+	}
+	e.settled()
+	for _, id := range []string{head.TaskID, waiting.TaskID} {
+		info, err := e.insp.GetTaskInfo(e.queue, id)
+		if err != nil || info.State != asynq.TaskStateArchived || info.Retried != 0 {
+			t.Errorf("task %s: %+v (err %v), want archived, never retried", id, info, err)
+		}
+	}
+}

@@ -304,27 +304,16 @@ func (t *turn) cancelBeforeSend(found bool) error {
 	return errCancelledBeforeSend
 }
 
-// cancelEnds says whether the run's decision d ends the turn cancelled, and
-// in which phase. A run Letta completed first is answered; an attempt
-// interrupted (or whose budget ran out while the run went on) leaves the
-// cancel to the next attempt, which reads the record at its start; a run
-// that failed for a reason of its own fails. From here on Letta is not asked
-// to cancel any more.
-func (t *turn) cancelEnds(d continuation.Result) (cr *CancelRecord, phase string, ok bool) {
+// cancelDecided is told that the run's decision is made: from here on
+// Letta is not asked to cancel any more. It returns the turn's cancel (nil:
+// none) and the phase the turn is in (for endOf's cancelled ending).
+func (t *turn) cancelDecided(d continuation.Result) (cr *CancelRecord, phase string) {
 	t.cx.mu.Lock()
 	t.cx.ended = true
 	beforeSend, recovered := t.cx.beforeSend, t.cx.recovered
 	t.cx.mu.Unlock()
 	if cr = t.cancelAsked(); cr == nil {
-		return nil, "", false
-	}
-	switch d.Outcome {
-	case continuation.Completed, continuation.Interrupted, continuation.StillRunning:
-		return nil, "", false
-	case continuation.Failed:
-		if d.StopReason != "" && d.StopReason != StopReasonCancelled {
-			return nil, "", false
-		}
+		return nil, ""
 	}
 	switch {
 	case beforeSend:
@@ -335,7 +324,7 @@ func (t *turn) cancelEnds(d continuation.Result) (cr *CancelRecord, phase string
 	default:
 		phase = CancelPhaseStreaming
 	}
-	return cr, phase, true
+	return cr, phase
 }
 
 // cancelStart decides, at the start of an attempt whose record is built,
