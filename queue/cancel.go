@@ -357,6 +357,9 @@ func (c *Client) finishWaiting(ctx context.Context, insp *asynq.Inspector, queue
 	}
 	cr.Phase = CancelPhaseWaiting
 	rec.Outcome, rec.StopReason, rec.FinishedAt, rec.Error, rec.Cancel = OutcomeCancelled, StopReasonCancelled, now, "", &cr
+	if c.cfg.CancelObserver != nil {
+		c.cfg.CancelObserver.TurnCancelled(queueName, CancelPhaseWaiting)
+	}
 	if err := c.cancelJournal().Save(ctx, rec); err != nil {
 		return fmt.Errorf("queue: cancel %s: the journal: %w", id, err)
 	}
