@@ -34,6 +34,11 @@ func TestEnqueueCancelDev(t *testing.T) {
 	if code != ExitOK || !strings.Contains(out, "cancelling "+first.TaskID) || !strings.Contains(out, "cancelled turn:cli:c1:m2") {
 		t.Fatalf("cancel --chat --all: exit %d\nstdout %q\nstderr %q", code, out, errOut)
 	}
+	// A --wait on the cancelled turn's chat says it was cancelled (exit 1).
+	code, _, errOut = enqueue(t, r, "--wait", "--timeout=20s", "--agent="+DemoAgentSlow, "--chat=c1", "--message-id=m1", "think")
+	if code != ExitFailed || !strings.Contains(errOut, "cancelled: the turn was stopped") {
+		t.Errorf("--wait on the cancelled message: exit %d, stderr %q", code, errOut)
+	}
 	deadline := time.Now().Add(20 * time.Second)
 	for !strings.Contains(metricsText(t, r), `lettaq_turns_cancelled_total{phase="streaming",queue="lettaq"} 1`) {
 		if time.Now().After(deadline) {
