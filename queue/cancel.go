@@ -297,6 +297,15 @@ func (c *Client) cancelTurn(ctx context.Context, id string, cr CancelRecord) (Ca
 	if _, err := c.cfg.Replies.st.PutCancel(ctx, id, b, cancelTTL); err != nil {
 		return CancelledTurn{}, fmt.Errorf("queue: record the cancel of %s: %w", id, err)
 	}
+	if info != nil && info.State == asynq.TaskStateActive && c.seq != nil {
+		if pos, err := c.seq.Position(ctx, c.cfg.Ordering.Key(m), id); err == nil && pos > 0 {
+			// An attempt that is not its chat's turn (it is being put
+			// back, having read no record): it is waiting in a moment.
+			if info = c.awaitPutBack(ctx, insp, info); info == nil {
+				return CancelledTurn{TaskID: id, Otid: otid, Status: CancelDone}, nil // its attempt read the record
+			}
+		}
+	}
 	if info != nil && !c.dropWaiting(insp, info) {
 		// Running (or it started meanwhile): its worker stops it.
 		return CancelledTurn{TaskID: id, Otid: otid, Status: CancelAsked}, nil
@@ -309,6 +318,26 @@ func (c *Client) cancelTurn(ctx context.Context, id string, cr CancelRecord) (Ca
 		return CancelledTurn{}, err
 	}
 	return CancelledTurn{TaskID: id, Otid: otid, Status: CancelDone}, nil
+}
+
+// awaitPutBack waits (up to 2s) for the active attempt of a turn that is
+// not its chat's turn to end: it returns the task as it is then, or nil
+// when the attempt ended the turn itself (it read the cancel record: the
+// task is archived, its final event written).
+func (c *Client) awaitPutBack(ctx context.Context, insp *asynq.Inspector, info *asynq.TaskInfo) *asynq.TaskInfo {
+	deadline := time.Now().Add(2 * time.Second)
+	for info.State == asynq.TaskStateActive && time.Now().Before(deadline) && ctx.Err() == nil {
+		time.Sleep(20 * time.Millisecond)
+		next, err := insp.GetTaskInfo(info.Queue, info.ID)
+		if err != nil {
+			return info
+		}
+		info = next
+	}
+	if info.State == asynq.TaskStateArchived || info.State == asynq.TaskStateCompleted {
+		return nil
+	}
+	return info
 }
 
 // dropWaiting takes a waiting turn's task out of Asynq (scheduled, pending,
