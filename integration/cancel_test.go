@@ -3,6 +3,8 @@ package integration
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -407,5 +409,60 @@ func TestCancelRecordEndsTheNextAttempt(t *testing.T) {
 		if err != nil || info.State != asynq.TaskStateArchived || info.Retried != 0 {
 			t.Errorf("task %s: %+v (err %v), want archived, never retried", id, info, err)
 		}
+	}
+}
+
+// A turn cancelled while its attempt prepares (here: while its Letta conversation is being
+// created) is never sent: the send's check finds the cancel, and the turn ends cancelled in
+// the phase before_send.
+func TestCancelBeforeSend(t *testing.T) {
+	e := newEnv(t, withThreadMode(queue.ThreadConversation))
+	creating, release := make(chan struct{}, 1), make(chan struct{})
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && strings.TrimSuffix(r.URL.Path, "/") == "/v1/conversations" {
+			select {
+			case creating <- struct{}{}:
+			default:
+			}
+			<-release
+		}
+		e.sim.ServeHTTP(w, r)
+	}))
+	t.Cleanup(front.Close)
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+	e.lettaURL = front.URL
+	e.startWorker("w1")
+	e.startWorker("w2")
+	agent := e.sim.CreateAgent("cancel-before-send", nil)
+	c := e.conv("bs")
+	res := e.enqueue(queue.Message{AgentID: agent, Conversation: c, MessageID: "m1", Text: "hi"})
+	select {
+	case <-creating:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the turn never asked for its conversation")
+	}
+	if got := e.cancel(queue.CancelRequest{TaskID: res.TaskID}); got.Status != queue.CancelAsked {
+		t.Fatalf("cancel: %+v, want cancelling (its attempt is active)", got)
+	}
+	close(release) // (the publish, or else the send's own read of the record, stops it)
+	final, evs := e.waitFinal(c, res.TaskID, 20*time.Second)
+	assertCancelledEvent(t, final, evs)
+	e.settled()
+	if n := e.sim.SendAttempts(res.Otid); n != 0 {
+		t.Errorf("sent %d times, want 0", n)
+	}
+	rec := e.record(res.TaskID)
+	if rec.Outcome != queue.OutcomeCancelled || rec.Cancel == nil || rec.Cancel.Phase != queue.CancelPhaseBeforeSend {
+		t.Errorf("journal: outcome %q cancel %+v, want cancelled before send", rec.Outcome, rec.Cancel)
+	}
+	info, err := e.insp.GetTaskInfo(e.queue, res.TaskID)
+	if err != nil || info.State != asynq.TaskStateArchived || info.Retried != 0 {
+		t.Errorf("task %+v (err %v): want archived, never retried", info, err)
 	}
 }
