@@ -272,7 +272,13 @@ func TestCancelRacingRunEnd(t *testing.T) {
 // the attempt that recovers the turn on the other worker: it reads the record at its start,
 // cancels the run it finds in the journal, and follows it to its end; never resent.
 func TestCancelCarriedOutByRecoveringAttempt(t *testing.T) {
-	e := newEnv(t, withThreadMode(queue.ThreadConversation))
+	for _, mode := range []queue.ThreadMode{queue.ThreadConversation, queue.ThreadAgent} {
+		t.Run(string(mode), func(t *testing.T) { testCancelCarriedOutByRecoveringAttempt(t, mode) })
+	}
+}
+
+func testCancelCarriedOutByRecoveringAttempt(t *testing.T, mode queue.ThreadMode) {
+	e := newEnv(t, withThreadMode(mode))
 	stops := map[string]func(){"w1": e.startWorker("w1")}
 	agent := e.sim.CreateAgent("cancel-durable", slowScript(slowAnswer(1500)))
 	c := e.conv("cd")
@@ -303,8 +309,12 @@ func TestCancelCarriedOutByRecoveringAttempt(t *testing.T) {
 		len(rec.Attempts) != 2 || last.Worker != "w2" {
 		t.Errorf("journal: outcome %q cancel %+v attempts %s: want cancelled by w2's attempt in continuation", rec.Outcome, rec.Cancel, describeAttempts(rec))
 	}
-	if n := e.sim.Requests().ByEndpoint[lettasim.EndpointConvCancel].Requests; n < 1 {
-		t.Errorf("Letta's cancel was called %d times", n)
+	ep := lettasim.EndpointConvCancel
+	if mode == queue.ThreadAgent {
+		ep = lettasim.EndpointCancel // with the run's id, from the journal
+	}
+	if n := e.sim.Requests().ByEndpoint[ep].Requests; n < 1 {
+		t.Errorf("Letta's cancel (%v) was called %d times", ep, n)
 	}
 	if r := runOf(t, e.sim, agent, res.Otid); r.Status != "cancelled" {
 		t.Errorf("run %+v, want cancelled", r)
