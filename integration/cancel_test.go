@@ -3,9 +3,11 @@ package integration
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -474,5 +476,55 @@ func TestCancelBeforeSend(t *testing.T) {
 	info, err := e.insp.GetTaskInfo(e.queue, res.TaskID)
 	if err != nil || info.State != asynq.TaskStateArchived || info.Retried != 0 {
 		t.Errorf("task %+v (err %v): want archived, never retried", info, err)
+	}
+}
+
+// Durable, with a killed process: the worker running the turn is SIGKILLed, the cancel is
+// accepted while nobody runs the turn (recorded before it is acknowledged), and the attempt
+// that recovers the turn after Asynq's lease recovery (~1-2 min) reads the record, cancels the
+// run the journal names (agent endpoint, by run id) and follows it to its end: cancelled, never
+// sent again.
+func TestProcessKilledThenCancelled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("process test: waits for Asynq's lease recovery (~1-2 min)")
+	}
+	t.Parallel()
+	e := newEnv(t)
+	lease := envOrderLease + "=2s"
+	b := e.spawnWorker("B", lease)
+	b.signal(syscall.SIGSTOP) // A takes the turn
+	a := e.spawnWorker("A", lease)
+	agent := e.sim.CreateAgent("kill-cancel", nil)
+	c := e.conv("kill-cancel")
+	res := e.enqueue(queue.Message{AgentID: agent, Conversation: c, MessageID: "k1",
+		Text: fmt.Sprintf("[[sim think=%s answer=never]] think long", simDur(10*time.Minute))})
+	e.waitAttempt(res.TaskID, 1, "streaming")
+	b.signal(syscall.SIGCONT)
+	a.signal(syscall.SIGKILL)
+	a.wait(t, 10*time.Second)
+	got := e.cancel(queue.CancelRequest{TaskID: res.TaskID, By: "test"})
+	if got.Status != queue.CancelAsked {
+		t.Fatalf("cancel: %+v, want cancelling (the task is active until Asynq recovers it)", got)
+	}
+	t0 := time.Now()
+	time.Sleep(2 * time.Second)
+	e.spawnWorker("C", lease) // its first recovery check after the start is at ~+62s
+	final, evs := e.waitFinal(c, res.TaskID, 150*time.Second)
+	assertCancelledEvent(t, final, evs)
+	t.Logf("cancelled %v after the cancel was accepted", time.Since(t0).Round(time.Second))
+	e.settled()
+	if n := e.sim.SendAttempts(res.Otid); n != 1 {
+		t.Errorf("sent %d times, want 1", n)
+	}
+	if r := runOf(t, e.sim, agent, res.Otid); r.Status != "cancelled" {
+		t.Errorf("run %+v, want cancelled", r)
+	}
+	rec := e.record(res.TaskID)
+	last := rec.Attempts[len(rec.Attempts)-1]
+	if rec.Outcome != queue.OutcomeCancelled || rec.Cancel == nil || rec.Cancel.Phase != queue.CancelPhaseContinuation || last.Worker == "A" {
+		t.Errorf("journal: outcome %q cancel %+v attempts %s", rec.Outcome, rec.Cancel, describeAttempts(rec))
+	}
+	if n := e.sim.Requests().ByEndpoint[lettasim.EndpointCancel].Requests; n < 1 {
+		t.Errorf("the agent endpoint's cancel was called %d times", n)
 	}
 }

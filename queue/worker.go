@@ -44,7 +44,7 @@ type Observer interface {
 	// or "archived".
 	AttemptFinished(queue, result string, duration time.Duration)
 	// TurnFinished: a turn reached its end. outcome is one of the journal
-	// outcomes (answered, approval_required, failed); latency is from
+	// outcomes (answered, approval_required, failed, cancelled); latency is from
 	// enqueue to the end; ttft from enqueue to the first answer token (0
 	// when none was seen).
 	TurnFinished(queue, outcome string, latency, ttft time.Duration)

@@ -43,7 +43,7 @@ func NewMetrics(inspector *asynq.Inspector) *Metrics {
 	m := &Metrics{
 		Registry: reg,
 		turns: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "lettaq_turns_total", Help: "Turns finished, by queue and outcome (answered, approval_required, failed).",
+			Name: "lettaq_turns_total", Help: "Turns finished, by queue and outcome (answered, approval_required, failed, cancelled).",
 		}, []string{"queue", "outcome"}),
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "lettaq_attempts_total", Help: "Attempts ended, by queue and result (done, retry, busy, archived).",
