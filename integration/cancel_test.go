@@ -528,3 +528,29 @@ func TestProcessKilledThenCancelled(t *testing.T) {
 		t.Errorf("the agent endpoint's cancel was called %d times", n)
 	}
 }
+
+// A turn cancelled between attempts after a send whose fate is unknown (here a 503 after the
+// intent was journaled) is not dropped as if it never ran: an attempt starts at once, finds the
+// cancel, and never sends (the message is not at Letta: it ends before the send).
+func TestCancelBetweenAttemptsAfterASend(t *testing.T) {
+	e := newEnv(t, withThreadMode(queue.ThreadConversation))
+	e.startWorker("w1")
+	e.startWorker("w2")
+	agent := e.sim.CreateAgent("cancel-between", nil)
+	c := e.conv("between")
+	res := e.enqueue(queue.Message{AgentID: agent, Conversation: c, MessageID: "m1", Text: "[[sim status=503 times=4]] hi"})
+	waitState(t, e, res.TaskID, asynq.TaskStateRetry, 20*time.Second)
+	if got := e.cancel(queue.CancelRequest{TaskID: res.TaskID}); got.Status != queue.CancelAsked {
+		t.Fatalf("cancel: %+v, want cancelling (an attempt carries it out)", got)
+	}
+	final, evs := e.waitFinal(c, res.TaskID, 10*time.Second)
+	assertCancelledEvent(t, final, evs)
+	e.settled()
+	if n := e.sim.CountOtid(res.Otid); n != 0 {
+		t.Errorf("stored %d times, want 0", n)
+	}
+	rec := e.record(res.TaskID)
+	if rec.Outcome != queue.OutcomeCancelled || rec.Cancel == nil || rec.Cancel.Phase != queue.CancelPhaseBeforeSend || len(rec.Attempts) != 2 {
+		t.Errorf("journal: outcome %q cancel %+v attempts %s: want cancelled before its second send", rec.Outcome, rec.Cancel, describeAttempts(rec))
+	}
+}

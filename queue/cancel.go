@@ -306,6 +306,12 @@ func (c *Client) cancelTurn(ctx context.Context, id string, cr CancelRecord) (Ca
 			}
 		}
 	}
+	if info != nil && info.State != asynq.TaskStateActive && c.mayHaveReachedLetta(ctx, j, rec) {
+		// Between attempts after a send: its run may be going on at Letta.
+		// An attempt now reads the record, cancels the run and follows it.
+		_ = insp.RunTask(info.Queue, id)
+		return CancelledTurn{TaskID: id, Otid: otid, Status: CancelAsked}, nil
+	}
 	if info != nil && !c.dropWaiting(insp, info) {
 		// Running (or it started meanwhile): its worker stops it.
 		return CancelledTurn{TaskID: id, Otid: otid, Status: CancelAsked}, nil
@@ -338,6 +344,20 @@ func (c *Client) awaitPutBack(ctx context.Context, insp *asynq.Inspector, info *
 		return nil
 	}
 	return info
+}
+
+// mayHaveReachedLetta reports whether an earlier attempt of the turn may
+// have sent its message: the journal knows its run, or holds an intent to
+// send that was not withdrawn (when in doubt: yes).
+func (c *Client) mayHaveReachedLetta(ctx context.Context, j *Journal, rec *TurnRecord) bool {
+	if rec == nil {
+		return false
+	}
+	if rec.RunID != "" {
+		return true
+	}
+	intents, err := j.Intents(ctx, rec.TaskID)
+	return err != nil || len(liveIntents(intents)) > 0
 }
 
 // dropWaiting takes a waiting turn's task out of Asynq (scheduled, pending,
