@@ -22,7 +22,9 @@ import (
 //     set): the canceller itself ends it (dropWaiting, then
 //     finishWaiting): the task leaves Asynq and its chat's line, the next
 //     turn of the line is woken, and its final event says it was cancelled.
-//     It was never sent;
+//     It was never sent. But a turn between attempts that may have sent
+//     already (mayHaveReachedLetta) is run at once instead: that attempt
+//     reads the record and cancels its run (or never sends);
 //   - running (an attempt is active): the worker running it hears the
 //     publish (or reads the record when it (re)subscribes, or at the start
 //     of its next attempt) and asks Letta to cancel the run; the turn ends
