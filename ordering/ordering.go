@@ -363,6 +363,19 @@ func (s *Sequencer) Head(ctx context.Context, key string) (string, error) {
 	return h[0], nil
 }
 
+// Members returns the tasks of key's line, the head (running or next)
+// first.
+func (s *Sequencer) Members(ctx context.Context, key string) ([]string, error) {
+	if err := checkKey(key); err != nil {
+		return nil, err
+	}
+	m, err := s.rdb.ZRange(ctx, s.lineKey(key), 0, -1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("ordering: members of %q: %w", key, err)
+	}
+	return m, nil
+}
+
 // Len returns how many tasks are in key's line (the running one included).
 func (s *Sequencer) Len(ctx context.Context, key string) (int, error) {
 	if err := checkKey(key); err != nil {

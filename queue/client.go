@@ -67,6 +67,10 @@ type ClientConfig struct {
 	// is enqueued (on by default; Off, Scope and Config.Prefix must match
 	// the workers'). Coalesce is a worker setting and is ignored here.
 	Ordering Ordering
+	// CancelObserver, when set, is told of each waiting turn Cancel ends
+	// itself (phase waiting); the turns that workers end are told to
+	// theirs.
+	CancelObserver CancelObserver
 }
 
 // Client enqueues turns. It is safe for concurrent use.

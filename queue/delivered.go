@@ -43,6 +43,8 @@ func (t *turn) finishDelivered(ctx context.Context, rec *TurnRecord) error {
 	switch {
 	case !found:
 		rec.Warnings = appendUnique(rec.Warnings, "final event written but no longer in the reply stream: outcome taken as answered")
+	case ev.Type == EventError && ev.StopReason == StopReasonCancelled:
+		outcome = OutcomeCancelled
 	case ev.Type == EventError:
 		outcome, reason = OutcomeFailed, ev.Text
 	case ev.Type == EventApprovalRequired:
@@ -76,10 +78,10 @@ func (t *turn) finishDelivered(ctx context.Context, rec *TurnRecord) error {
 			t.finishFollowers(ctx, ev)
 		}
 	}
-	t.answerEnded(ctx, t.log, outcome == OutcomeFailed) // an answer turn's request may not have been told
+	t.answerEnded(ctx, t.log, outcome == OutcomeFailed || outcome == OutcomeCancelled) // an answer turn's request may not have been told
 	t.log.Info("final event was delivered by an earlier attempt; turn finished", "outcome", outcome,
 		"attempt", len(rec.Attempts), "answer_bytes", len(answer))
-	if outcome == OutcomeFailed {
+	if outcome == OutcomeFailed || outcome == OutcomeCancelled {
 		w.obs.AttemptFinished(t.queue, "archived", time.Since(t.start))
 		w.obs.TurnFinished(t.queue, outcome, t.latency(now), rec.TTFT)
 		t.writeResult(outcome, "", nil)

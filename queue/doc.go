@@ -71,11 +71,15 @@
 //	NotAdmitted, resend forbidden             error, permanent           failed              SkipRetry → archived
 //	NotAdmitted after a resend                –                          not_admitted        error → retry; next attempt looks first
 //	Interrupted (shutdown, deadline)          –                          retrying            interrupted → retry in 100ms
+//	Cancelled (Client.Cancel), run not done   error, permanent (stop     cancelled           SkipRetry → archived
+//	  (cancelled by Letta, or never sent)      reason cancelled)
+//	Cancelled, the run completed first        answer                     answered            nil (result written)
 //	invalid payload                           error, permanent (if readable) failed          SkipRetry → archived
 //	any retry on the last allowed attempt     error, permanent           failed              SkipRetry → archived
 //	a put-back with no retry left (a crash    error, permanent           failed              SkipRetry → archived
 //	  used the one kept for put-backs)
 //	not its turn (ordering)                   –                          – (a Wait)          parked: RevokeTask, enqueued again scheduled (no retry used)
+//	cancelled while waiting (never sent)      error, permanent           cancelled           deleted by the canceller, or SkipRetry
 //	merged into another turn (coalescing)     by the answering turn      coalesced           nil
 //	message, its chat's approval unanswered   phase awaiting_approval    – (a Wait)          parked (policy wait, deny; put back without ordering)
 //	  (ApprovalPolicy error)                  error, permanent           failed              SkipRetry → archived

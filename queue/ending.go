@@ -45,6 +45,9 @@ type endingInput struct {
 	Cause error
 	// StuckRetryDelay is WorkerConfig.StuckRetryDelay.
 	StuckRetryDelay time.Duration
+	// Cancelled: the turn's cancel was asked for (Client.Cancel) before
+	// its run was decided.
+	Cancelled bool
 }
 
 // ending is how an attempt ends, decided by endOf before anything is
@@ -81,6 +84,10 @@ type ending struct {
 // (TestEndOfTable). It writes nothing.
 func endOf(in endingInput) ending {
 	d := in.D
+	if in.Cancelled && cancelEnds(d) {
+		return ending{Final: EventError, Outcome: OutcomeCancelled, Asynq: endArchive, StopReason: StopReasonCancelled,
+			Reason: "cancelled"}
+	}
 	switch d.Outcome {
 	case continuation.Completed:
 		if d.StopReason == "requires_approval" {
@@ -158,6 +165,22 @@ func endOf(in endingInput) ending {
 		return endRetryOf(in, -1, "interrupted: "+d.Reason+": "+cause.Error())
 	}
 	return endRetryOf(in, 0, "unexpected outcome "+d.Outcome.String()+": "+d.Reason)
+}
+
+// cancelEnds reports whether a cancelled turn's decision d ends it
+// cancelled: a run Letta completed first is answered; an attempt
+// interrupted (or whose budget ran out while the run went on) leaves the
+// cancel to the next attempt, which reads the record at its start; a run
+// that failed for a reason of its own fails. Anything else (the run
+// cancelled, a send refused or never made) ends it cancelled.
+func cancelEnds(d continuation.Result) bool {
+	switch d.Outcome {
+	case continuation.Completed, continuation.Interrupted, continuation.StillRunning:
+		return false
+	case continuation.Failed:
+		return d.StopReason == "" || d.StopReason == StopReasonCancelled
+	}
+	return true
 }
 
 // endFail ends the turn with a permanent error.

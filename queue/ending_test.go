@@ -81,6 +81,7 @@ func TestEndOfTable(t *testing.T) {
 	with := func(d continuation.Result) endingInput { in := base; in.D = d; return in }
 	last := func(in endingInput) endingInput { in.Retried = in.MaxRetry - 1; return in }
 	crashed := func(in endingInput) endingInput { in.Retried = in.MaxRetry; return in }
+	cancelled := func(in endingInput) endingInput { in.Cancelled = true; return in }
 
 	cases := map[string]struct {
 		in    endingInput
@@ -96,6 +97,36 @@ func TestEndOfTable(t *testing.T) {
 					t.Errorf("reason %q, stop %q", e.Reason, e.StopReason)
 				}
 			}},
+		"Cancelled (Client.Cancel), run not done": {in: cancelled(with(continuation.Result{Outcome: continuation.Failed, Sends: 1,
+			RunID: "run-1", StopReason: "cancelled", Reason: "run was cancelled"})),
+			check: func(t *testing.T, e ending) {
+				if e.StopReason != StopReasonCancelled {
+					t.Errorf("stop %q", e.StopReason)
+				}
+				// A cancelled turn that was never sent (beforeSend refused,
+				// a busy thread, a refusal) ends the same way: never retried.
+				for _, d := range []continuation.Result{
+					{Outcome: continuation.Failed, Retryable: true, Err: errors.New("cancelled before send")},
+					{Outcome: continuation.Busy, Sends: 1}, {Outcome: continuation.NotAdmitted, Sends: 1},
+					{Outcome: continuation.Refused, Sends: 1}, {Outcome: continuation.Rejected, Sends: 1},
+				} {
+					if e := endOf(cancelled(with(d))); e.Outcome != OutcomeCancelled || e.Asynq != endArchive {
+						t.Errorf("%v: %s, %v; want cancelled, archived", d.Outcome, e.Outcome, e.Asynq)
+					}
+				}
+				// Interrupted or out of budget: the next attempt carries the cancel out;
+				// a failure of the run's own is a failure.
+				for _, d := range []continuation.Result{
+					{Outcome: continuation.Interrupted}, {Outcome: continuation.StillRunning, RunID: "run-1"},
+					{Outcome: continuation.Failed, Sends: 1, RunID: "run-1", StopReason: "llm_api_error"},
+				} {
+					if e := endOf(cancelled(with(d))); e.Outcome == OutcomeCancelled {
+						t.Errorf("%v (%s): cancelled, want the decision's own ending", d.Outcome, d.StopReason)
+					}
+				}
+			}},
+		"Cancelled, the run completed first": {in: cancelled(with(continuation.Result{Outcome: continuation.Completed, Sends: 1,
+			StopReason: "end_turn"}))},
 		"Failed before anything was sent": {in: with(continuation.Result{Outcome: continuation.Failed,
 			Err: errors.New("journal the intent: redis down"), Reason: "journal the intent"})},
 		"Rejected (404 agent, 4xx)": {in: with(continuation.Result{Outcome: continuation.Rejected, Sends: 1,
@@ -185,6 +216,7 @@ func TestEndOfTable(t *testing.T) {
 	elsewhere := map[string]string{
 		"invalid payload":                         "the handler's DecodePayload (turn.go; integration TestBadPayloadsArchived)",
 		"not its turn (ordering)":                 "turn.acquire (order.go; package ordering's put-back)",
+		"cancelled while waiting (never sent)":    "Client.Cancel's dropWaiting, turn.cancelStart and turn.cancelWaiting (cancel.go, cancelturn.go; integration TestCancelWaitingTurn, TestCancelRecordEndsTheNextAttempt)",
 		"merged into another turn (coalescing)":   "turn.coalesced (order.go; integration TestCoalescing)",
 		"message, its chat's approval unanswered": "turn.approvalGate (approvalturn.go), with its (ApprovalPolicy error) line",
 	}

@@ -42,7 +42,9 @@ const (
 	OutcomeApprovalRequired = "approval_required"
 	OutcomeStillRunning     = "still_running"
 	OutcomeNotAdmitted      = "not_admitted"
-	OutcomeCanceled         = "canceled"
+	// OutcomeCancelled: the turn was stopped (Client.Cancel); TurnRecord.Cancel
+	// says by whom, when and in which phase.
+	OutcomeCancelled = "cancelled"
 	// OutcomeRetrying ends an attempt that left the turn to a later attempt.
 	OutcomeRetrying = "retrying"
 	// OutcomeCoalesced: the message was answered by another turn (AnsweredBy).
@@ -139,6 +141,9 @@ type TurnRecord struct {
 	AnsweredBy string `json:"answered_by,omitempty"`
 	// Merged lists the message ids merged into this turn.
 	Merged []string `json:"merged,omitempty"`
+	// Cancel: on a cancelled turn (OutcomeCancelled), who asked, when,
+	// and the phase the turn was in when it stopped.
+	Cancel *CancelRecord `json:"cancel,omitempty"`
 }
 
 // Wait is a time a turn waited without being run (issue 29): behind the

@@ -262,7 +262,7 @@ func TestJournalUntimedRecord(t *testing.T) {
 			t.Fatal(err)
 		}
 		clock.Advance(time.Minute)
-		if err := j.Save(ctx, &TurnRecord{TaskID: "a", Outcome: OutcomeCanceled}); err != nil {
+		if err := j.Save(ctx, &TurnRecord{TaskID: "a", Outcome: OutcomeCancelled}); err != nil {
 			t.Fatal(err)
 		}
 		got, err := j.Recent(ctx, FilterAll, 0)

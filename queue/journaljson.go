@@ -134,6 +134,14 @@ func appendTurnRecordJSON(b []byte, r *TurnRecord) (_ []byte, ok bool) {
 	b = codec.AppendIntField(b, `,"resends":`, int64(r.Resends))
 	b = codec.AppendStringField(b, `,"answered_by":`, r.AnsweredBy)
 	b = codec.AppendStringsField(b, `,"merged":`, r.Merged)
+	if c := r.Cancel; c != nil {
+		b = append(b, `,"cancel":{"by":`...)
+		b = codec.AppendString(b, c.By)
+		b = codec.AppendTimeField(b, `,"at":`, c.At, &ok)
+		b = codec.AppendStringField(b, `,"reason":`, c.Reason)
+		b = codec.AppendStringField(b, `,"phase":`, c.Phase)
+		b = append(b, '}')
+	}
 	b = append(b, '}')
 	return b, ok
 }

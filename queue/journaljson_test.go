@@ -68,12 +68,13 @@ func TestTurnRecordJSONMatches(t *testing.T) {
 		Approval: &ApprovalRecord{RequestTaskID: "r", Calls: []string{"a (b)"}, RequestedAt: t0, ExpiresAt: t0.Add(time.Hour),
 			AnsweredBy: "x", AnsweredAt: t0.Add(time.Minute), Decision: "approved", Cause: "user", Waited: time.Minute},
 		Resends: 3, AnsweredBy: "other", Merged: []string{"m2", "m3"},
+		Cancel: &CancelRecord{By: "ops", At: t0, Reason: "wrong chat", Phase: CancelPhaseStreaming},
 	}
 	cases := map[string]TurnRecord{
 		"zero":        {},
 		"task only":   {TaskID: "t"},
 		"full":        full,
-		"empty parts": {TaskID: "t", Attempts: []Attempt{}, Waits: []Wait{}, Tools: []ToolSummary{}, Warnings: []string{}, Merged: []string{}, Usage: &Usage{}, Approval: &ApprovalRecord{}},
+		"empty parts": {TaskID: "t", Attempts: []Attempt{}, Waits: []Wait{}, Tools: []ToolSummary{}, Warnings: []string{}, Merged: []string{}, Usage: &Usage{}, Approval: &ApprovalRecord{}, Cancel: &CancelRecord{}},
 		"usage one":   {TaskID: "t", Usage: &Usage{StepCount: 1}},
 		"usage mid":   {TaskID: "t", Usage: &Usage{CompletionTokens: 9, TotalTokens: -1}},
 		"escapes": {TaskID: "a\"b\\c\n\r\t\b\f\x00\x1f\x7f<>&'", Otid: "\u2028\u2029\u2027\u202a", AgentID: "\xff\xfe ok \xc3",

@@ -167,12 +167,21 @@ func (t *turn) acquire(ctx context.Context) (lease *ordering.Lease, err error, d
 			// goes to this task's next attempt (the lock knows the task).
 			return nil, t.retryEarly(fmt.Errorf("ordering: acquire: %w", derr)), true
 		}
+		if pre != nil {
+			// The cancel record, read after the acquire whatever it
+			// answered: a cancelled turn that is not its chat's turn ends
+			// below instead of being put back.
+			if b, found, _ := pre.Cancel(); found {
+				t.noteCancel(b)
+			}
+		}
 		if err = aerr; err == nil {
 			if lease, err = a.Lease(ctx, alive); err == nil && a.First() {
 				t.pre = pre
 			}
 		}
 	} else {
+		t.readCancel(ctx) // (the start's reads come after the acquire here)
 		lease, err = o.seq.Acquire(ctx, t.key, t.taskID, t.w.cfg.WorkerID, alive)
 	}
 	var me *ordering.MergedError
@@ -184,6 +193,8 @@ func (t *turn) acquire(ctx context.Context) (lease *ordering.Lease, err error, d
 	case errors.Is(err, ordering.ErrDone):
 		t.log.Info("turn already finished (duplicate delivery)")
 		return nil, nil, true
+	case ordering.IsNotYourTurn(err) && t.cancelAsked() != nil:
+		return nil, t.cancelWaiting(ctx, err), true
 	case ordering.IsNotYourTurn(err):
 		t.wakeAfterDeadHeads(ctx, err)
 		if perr := t.parkNotYourTurn(ctx, err); perr != nil {

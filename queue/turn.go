@@ -66,6 +66,8 @@ func (w *Worker) processTask(ctx context.Context, task *asynq.Task) error {
 	if t == nil {
 		return err
 	}
+	w.cancels.add(t) // before the start's reads: a cancel from then on reaches it
+	defer w.cancels.remove(t)
 	defer t.closeProgress()
 	// An attempt that saw Redis fail ends only once Redis answers again, so
 	// that Asynq can record how it ended (see Worker.awaitRedis).
@@ -274,6 +276,7 @@ type turn struct {
 	replyBytes   atomic.Int64 // progress text written to the reply stream (see replyAllowed)
 
 	pre *store.StartReads // read before the attempt runs (until the thread is known)
+	cx  turnCancel        // its cancel, if one is asked for (cancelturn.go)
 
 	key          string          // ordering key ("" without ordering)
 	lease        *ordering.Lease // held while the attempt runs (nil without ordering)
@@ -465,6 +468,7 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 	if err != nil {
 		return t.retryEarly(err), true
 	}
+	t.cancelAtStart()
 	if !answered && (rec.Outcome == OutcomeAnswered || rec.Outcome == OutcomeApprovalRequired) {
 		// Journaled finished in the round trip that was to write the final
 		// event, which did not happen (deliverAtOnce): the turn goes on.
@@ -485,6 +489,9 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 		}
 		if rec.Outcome == OutcomeFailed {
 			return fmt.Errorf("lettaq: turn already failed: %s: %w", rec.Error, asynq.SkipRetry), true
+		}
+		if rec.Outcome == OutcomeCancelled {
+			return fmt.Errorf("lettaq: turn already cancelled: %w", asynq.SkipRetry), true
 		}
 		t.rec = rec
 		t.writeResult(rec.Outcome, "", nil)
@@ -521,6 +528,9 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 			acc.Phase = PhaseQueued
 		}
 		t.progress.pushOnce(acc, w.replies.acceptedKey(t.taskID))
+	}
+	if err, end := t.cancelStart(ctx, intents); end {
+		return err, true
 	}
 	var approvals []agentclient.ApprovalAnswer
 	if t.msg.Approval != nil {
@@ -595,6 +605,7 @@ func (t *turn) execute(ctx context.Context) error {
 	}
 	t.spec.ConversationID = convID
 	t.wctx, t.wcancel = wctx, cancel
+	t.threadKnown(convID)
 	return t.step(ctx)
 }
 
@@ -664,7 +675,7 @@ func (t *turn) leaseCause(ctx context.Context) error {
 func (t *turn) finishRun(ctx context.Context) error { return t.finish(ctx, t.dec) }
 
 func finalOutcome(o string) bool {
-	return o == OutcomeAnswered || o == OutcomeFailed || o == OutcomeApprovalRequired
+	return o == OutcomeAnswered || o == OutcomeFailed || o == OutcomeApprovalRequired || o == OutcomeCancelled
 }
 
 // retryEarly ends an attempt that failed before it could run (Redis
@@ -713,18 +724,29 @@ func (t *turn) beforeSend(ctx context.Context, resend bool) error {
 	t.mu.Lock()
 	n := t.attempt().N
 	t.mu.Unlock()
+	if err := t.cancelBeforeSend(false); err != nil {
+		return err
+	}
 	// The intent goes with everything the attempt queued before it (its
-	// journal record, the accepted event, progress): one round trip.
+	// journal record, the accepted event, progress): one round trip, which
+	// reads the turn's cancel record too.
 	var prior []Intent
+	var cancelled bool
 	if t.w.oneRedis() {
 		op, err := t.w.journal.intentOp(t.taskID, t.otid, n, t.w.cfg.WorkerID, &prior)
 		if err != nil {
 			return err
 		}
-		if err := t.progress.do(ctx, nil, op); err != nil {
+		if err := t.progress.do(ctx, nil, t.w.replies.st.CancelReadOp(t.taskID, &cancelled), op); err != nil {
+			return err
+		}
+		if err := t.cancelBeforeSend(cancelled); err != nil {
 			return err
 		}
 	} else {
+		if _, cancelled, _ = t.w.replies.st.GetCancel(ctx, t.taskID); cancelled {
+			return t.cancelBeforeSend(true)
+		}
 		var err error
 		if prior, err = t.w.journal.RecordIntent(ctx, t.taskID, t.otid, n, t.w.cfg.WorkerID); err != nil {
 			return err
@@ -754,6 +776,7 @@ func (t *turn) saveRunID() {
 	t.rec.RunID = id
 	t.mu.Unlock()
 	t.saveLater() // off the stream's reader, with the next progress events
+	t.runKnown()
 }
 
 func (t *turn) onPhase(p continuation.Activity) {

@@ -94,12 +94,17 @@ func (t *turn) finish(ctx context.Context, d continuation.Result) error {
 		busyInARow++
 	}
 	t.mu.Unlock()
+	cr, cancelPhase := t.cancelDecided(d)
 	in := endingInput{D: d, RunID: snap.RunID, Retried: t.retried, MaxRetry: t.maxRetry, BusyInARow: busyInARow,
-		StuckRetryDelay: w.cfg.StuckRetryDelay}
+		StuckRetryDelay: w.cfg.StuckRetryDelay, Cancelled: cr != nil}
 	if d.Outcome == continuation.Interrupted {
 		in.Cause = t.leaseCause(ctx)
 	}
 	e := endOf(in)
+	if e.Outcome == OutcomeCancelled {
+		t.deltas.finish(false)
+		return t.endCancelled(dctx, log, *cr, cancelPhase, snap.Answer)
+	}
 	t.deltas.finish(e.Final == EventAnswer)
 	if d.Outcome == continuation.Refused && agentclient.RetryAfter(d.Err) > MaxServerRetryAfter {
 		log.Warn("Retry-After beyond the cap: not obeyed", "retry_after", agentclient.RetryAfter(d.Err).String(),

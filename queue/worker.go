@@ -44,7 +44,7 @@ type Observer interface {
 	// or "archived".
 	AttemptFinished(queue, result string, duration time.Duration)
 	// TurnFinished: a turn reached its end. outcome is one of the journal
-	// outcomes (answered, approval_required, failed); latency is from
+	// outcomes (answered, approval_required, failed, cancelled); latency is from
 	// enqueue to the end; ttft from enqueue to the first answer token (0
 	// when none was seen).
 	TurnFinished(queue, outcome string, latency, ttft time.Duration)
@@ -170,6 +170,7 @@ type Worker struct {
 	inflight  sync.WaitGroup               // handlers, so that shutdown waits for their bookkeeping
 	srv       atomic.Pointer[asynq.Server] // set by Run: its Ping uses Asynq's own connection
 	permanent permanentSet                 // tasks whose handler's error was permanent, until Asynq logs their archiving
+	cancels   cancelRegistry               // the turns running here, for the cancel channel (cancelturn.go)
 	health    health                       // what Ready says
 }
 
@@ -466,6 +467,7 @@ func (w *Worker) run(ctx context.Context) error {
 		defer stopSweep()
 		go w.park.sweeper(sctx, w.sweepEvery())
 	}
+	go w.watchCancels(ctx)
 	w.log.Info("worker started", "worker", w.cfg.WorkerID, "queues", QueuesString(w.cfg.Queues),
 		"concurrency", w.cfg.Concurrency, "task_timeout", w.cfg.Budget.TaskTimeout().String())
 	<-ctx.Done()

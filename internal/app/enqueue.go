@@ -48,7 +48,7 @@ type enqueueOpts struct {
 	integration, chat, messageID, sender, otid                 string
 	reason                                                     string
 	images                                                     []queue.Image
-	dev, jsonOut, wait                                         bool
+	dev, jsonOut, wait, all                                    bool
 	timeout                                                    time.Duration
 	maxRetry, limit                                            int
 }
@@ -56,7 +56,9 @@ type enqueueOpts struct {
 const enqueueSynopsis = `enqueue [flags] TEXT            (or the text on stdin)
        enqueue [flags] journal [recent|stalls|retries|resends|failures] [--limit N]
        enqueue [flags] journal show <task-id|otid|the beginning of one>
-       enqueue [flags] approve|deny <task-id|otid> [--reason TEXT]`
+       enqueue [flags] approve|deny <task-id|otid> [--reason TEXT]
+       enqueue [flags] cancel <task-id|otid>
+       enqueue [flags] cancel --chat [INTEGRATION:]CHAT_ID --agent AGENT [--all]`
 
 const enqueueDesc = `Puts one chat message on the lettaq queue as an agent turn; with --wait, follows the
 conversation's reply events until the turn's answer (or error) arrives. "journal" shows what
@@ -64,11 +66,17 @@ the workers recorded about recent turns (a table on a terminal, JSON otherwise o
 "approve"/"deny" answer every pending tool call of the approval request of the turn named by
 its task id or otid (printed by --wait, and in the approval_required event): a turn of its
 own, ahead of the chat's waiting messages; with --wait it is followed like a message.
+"cancel" stops a turn named by its task id or otid (or the beginning of one, as journal show
+takes it; a turn that never started by its whole task id), or with --chat the chat's running
+turn (--all: also its waiting ones): a waiting turn is removed and never sent; a running one
+is stopped at Letta, and its final event (error, stop_reason cancelled) carries what the agent
+had said. A turn already answered is left as it is (exit 1).
 
 Exit codes (of the built command: go run exits 1 for any failure):
   0  answered (or, without --wait, enqueued; a duplicate message id also exits 0)
-  1  the turn failed (a permanent error event), or it could not be enqueued (Redis trouble)
-  2  bad input or configuration
+  1  the turn failed (a permanent error event), or it could not be enqueued (Redis trouble);
+     cancel: the turn was already answered
+  2  bad input or configuration (cancel: no turn has that id)
   3  --wait timed out before the turn ended
   4  the agent asks for approval of a tool call (approval_required)
   5  no Redis at the address (dev mode: no worker --dev running; else check REDIS_URL)`
@@ -103,6 +111,7 @@ func RunEnqueue(ctx context.Context, args []string, getenv func(string) string, 
 	fs.BoolVar(&o.dev, "dev", false, "")
 	fs.BoolVar(&o.jsonOut, "json", false, "")
 	fs.BoolVar(&o.wait, "wait", false, "")
+	fs.BoolVar(&o.all, "all", false, "")
 	o.timeout = 10 * time.Minute
 	fs.Var(durationValue{&o.timeout}, "timeout", "")
 	fs.StringVar(&o.ordering, "ordering", envOr("LETTAQ_ORDERING", "conversation"), "")
@@ -122,7 +131,8 @@ func RunEnqueue(ctx context.Context, args []string, getenv func(string) string, 
   --otid UUID          the turn's idempotency key at Letta (default: derived from the task id)
   --image URL|@FILE    an image sent with the text (repeatable): an http(s) URL, or a local
                        .png/.jpg/.gif/.webp file sent as base64
-  --reason TEXT        approve|deny: the reason told to the agent
+  --reason TEXT        approve|deny: the reason told to the agent; cancel: kept in the journal
+  --all                cancel --chat: the chat's waiting turns too, not only its running one
   --dev                reach a worker started with --dev (its in-memory Redis, agent `+DemoAgent+`)
   --wait               follow the turn until its answer: a live status line (time in the step, the
                        turn's total) and the answer as it grows on a terminal; plain lines on stderr
@@ -186,6 +196,13 @@ Time budget: the task timeout is computed from the LETTAQ_* budget variables, as
 			return ExitNoRedis
 		}
 		return runJournal(ctx, o, pos[1:], rdb, connOpt, stdout, stderr)
+	}
+
+	if len(pos) > 0 && pos[0] == "cancel" {
+		if !checkEnqueueRedis(ctx, rdb, &o, connOpt, stderr) {
+			return ExitNoRedis
+		}
+		return o.cancel(ctx, pos[1:], connOpt, b, rdb, stdout, stderr)
 	}
 
 	answerVerb := ""

@@ -27,6 +27,8 @@ type HTTPOptions struct {
 	Metrics *Metrics
 	// Enqueue, when set, is mounted at /enqueue.
 	Enqueue http.Handler
+	// Cancel, when set, is mounted at /cancel (auth, as /enqueue).
+	Cancel http.Handler
 	// Budget, when set, is served at /budget: the task options producers must use.
 	Budget *BudgetInfo
 	// Turns, when set, is mounted at /turns/{id} (auth): lettaq's view of one turn.
@@ -49,6 +51,7 @@ type HTTPOptions struct {
 //	/metrics    Prometheus (auth)
 //	/monitor/   asynqmon (auth; read-only unless MonitorWritable)
 //	/enqueue    the queue's HTTP enqueue endpoint, when provided (auth)
+//	/cancel     stop a turn (queue.CancelHTTPHandler), when provided (auth)
 //	/budget     the task timeout and task options producers must use, when provided (auth)
 //	/turns/{id} a turn: summary, Asynq state, result and journal record (auth)
 func NewHTTPHandler(o HTTPOptions) (http.Handler, func()) {
@@ -82,6 +85,9 @@ func NewHTTPHandler(o HTTPOptions) (http.Handler, func()) {
 	if o.Enqueue != nil {
 		mux.Handle("/enqueue", auth(o.Enqueue))
 	}
+	if o.Cancel != nil {
+		mux.Handle("/cancel", auth(o.Cancel))
+	}
 	if o.Budget != nil {
 		mux.Handle("GET /budget", auth(budgetHandler(*o.Budget)))
 	}
@@ -91,6 +97,7 @@ func NewHTTPHandler(o HTTPOptions) (http.Handler, func()) {
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("lettaq worker: /healthz /readyz /metrics /monitor/" + map[bool]string{true: " /enqueue", false: ""}[o.Enqueue != nil] +
+			map[bool]string{true: " /cancel", false: ""}[o.Cancel != nil] +
 			map[bool]string{true: " /budget", false: ""}[o.Budget != nil] + "\n"))
 	})
 	h := refuseCrossOrigin(mux)

@@ -126,7 +126,12 @@ func (v *viewer) show(ev queue.ReplyEvent) (exit int, done bool) {
 			if v.inAnswer {
 				fmt.Fprintln(v.out)
 			}
-			if !v.json {
+			switch {
+			case v.json:
+			case ev.StopReason == queue.StopReasonCancelled:
+				// (text is what the agent had said, not an error message)
+				fmt.Fprintf(v.errw, "cancelled: the turn was stopped before it finished\n")
+			default:
 				fmt.Fprintf(v.errw, "error: %s\n", ev.Text)
 			}
 			return ExitFailed, true

@@ -30,6 +30,7 @@ type Metrics struct {
 	queueWait    prometheus.Histogram
 	approvals    *prometheus.CounterVec
 	humanWait    prometheus.Histogram
+	cancelled    *prometheus.CounterVec
 }
 
 // turnBuckets cover a quick answer (~1s) up to a long agent turn (minutes).
@@ -42,7 +43,7 @@ func NewMetrics(inspector *asynq.Inspector) *Metrics {
 	m := &Metrics{
 		Registry: reg,
 		turns: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "lettaq_turns_total", Help: "Turns finished, by queue and outcome (answered, approval_required, failed).",
+			Name: "lettaq_turns_total", Help: "Turns finished, by queue and outcome (answered, approval_required, failed, cancelled).",
 		}, []string{"queue", "outcome"}),
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "lettaq_attempts_total", Help: "Attempts ended, by queue and result (done, retry, busy, archived).",
@@ -77,6 +78,9 @@ func NewMetrics(inspector *asynq.Inspector) *Metrics {
 		queueWait: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "lettaq_queue_wait_seconds", Help: "From enqueue to the start of an attempt.", Buckets: turnBuckets,
 		}),
+		cancelled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lettaq_turns_cancelled_total", Help: "Turns this worker ended cancelled (enqueue cancel, POST /cancel), by queue and phase (waiting, before_send, streaming, continuation). A waiting turn that enqueue cancel (another process) ends itself is not counted here.",
+		}, []string{"queue", "phase"}),
 		approvals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "lettaq_approvals_total", Help: "Approval requests by event (requested; answered by a person or a policy; expired: denied when nobody answered).",
 		}, []string{"event"}),
@@ -85,7 +89,7 @@ func NewMetrics(inspector *asynq.Inspector) *Metrics {
 			Buckets: []float64{1, 5, 15, 30, 60, 300, 900, 3600, 4 * 3600, 24 * 3600},
 		}),
 	}
-	reg.MustRegister(m.approvals, m.humanWait, m.turns, m.attempts, m.started, m.timeouts, m.polls, m.resumes, m.resends, m.inFlight,
+	reg.MustRegister(m.cancelled, m.approvals, m.humanWait, m.turns, m.attempts, m.started, m.timeouts, m.polls, m.resumes, m.resends, m.inFlight,
 		m.ttft, m.turnDuration, m.attemptDur, m.queueWait,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if inspector != nil {
@@ -137,6 +141,9 @@ func (m *Metrics) AttemptFinished(queue, result string, d time.Duration) {
 	m.attempts.WithLabelValues(queue, result).Inc()
 	m.attemptDur.Observe(d.Seconds())
 }
+
+// TurnCancelled implements queue.CancelObserver.
+func (m *Metrics) TurnCancelled(queue, phase string) { m.cancelled.WithLabelValues(queue, phase).Inc() }
 
 // TurnFinished implements queue.Observer.
 func (m *Metrics) TurnFinished(queue, outcome string, latency, ttft time.Duration) {

@@ -77,7 +77,8 @@ func newQueueRunner(cfg WorkerSettings, connOpt asynq.RedisConnOpt, rdb redis.Un
 	q := &queueRunner{w: w, letta: letta}
 	// /enqueue puts turns on the worker's first queue by weight.
 	client, err := queue.NewClient(queue.ClientConfig{Redis: connOpt, Budget: cfg.Budget,
-		Queue: firstQueue(cfg.Queues), MaxRetry: maxRetry(cfg.MaxRetry), Replies: replies, Ordering: ord})
+		Queue: firstQueue(cfg.Queues), MaxRetry: maxRetry(cfg.MaxRetry), Replies: replies, Ordering: ord,
+		CancelObserver: m})
 	if err != nil {
 		return nil, err
 	}
@@ -138,6 +139,8 @@ func firstQueue(qs map[string]int) string {
 func (q *queueRunner) enqueueHandler() http.Handler {
 	return enqueueHTTPHandler(queue.EnqueueHTTPHandler(q.client))
 }
+
+func (q *queueRunner) cancelHandler() http.Handler { return queue.CancelHTTPHandler(q.client) }
 
 // close releases what run would have (the worker stopped before it ran).
 func (q *queueRunner) close() {

@@ -8,7 +8,7 @@ import (
 )
 
 // StartRead names what an attempt reads before it runs: its record,
-// intents and final-event marker (by TaskID), and, when asked, its chat's
+// intents, final-event marker and cancel record (by TaskID), and, when asked, its chat's
 // pending approval request and its conversation's thread.
 type StartRead struct {
 	TaskID string
@@ -31,6 +31,7 @@ type StartStores struct {
 // are there once it ran.
 type StartReads struct {
 	rec, pend, thr *redis.StringCmd // pend, thr: nil when not read
+	cancel         *redis.StringCmd
 	intents        *redis.StringSliceCmd
 	ans            *redis.IntCmd
 }
@@ -42,6 +43,7 @@ func (s StartStores) QueueStartReads(ctx context.Context, jp, rp redis.Pipeliner
 		rec:     jp.Get(ctx, s.Journal.Keys.JournalTurn(r.TaskID)),
 		intents: jp.LRange(ctx, s.Journal.Keys.JournalIntents(r.TaskID), 0, -1),
 		ans:     rp.Exists(ctx, s.Replies.Keys.Answered(r.TaskID)),
+		cancel:  rp.Get(ctx, s.Replies.Keys.Cancel(r.TaskID)),
 	}
 	if r.Pending {
 		sr.pend = rp.Get(ctx, s.Approvals.Keys.ApprovalPending(r.AgentID, r.Scope))
@@ -81,6 +83,18 @@ func (sr *StartReads) Record() (b []byte, found bool, err error) {
 func (sr *StartReads) Answered() (bool, error) {
 	n, err := sr.ans.Result()
 	return n == 1, err
+}
+
+// Cancel is the turn's cancel record (found false: none, or not read).
+func (sr *StartReads) Cancel() (b []byte, found bool, err error) {
+	if sr == nil || sr.cancel == nil {
+		return nil, false, nil
+	}
+	b, err = sr.cancel.Bytes()
+	if errors.Is(err, redis.Nil) {
+		return nil, false, nil
+	}
+	return b, err == nil, err
 }
 
 // Intents are the attempt's intents, oldest first.

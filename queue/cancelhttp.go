@@ -1,0 +1,110 @@
+package queue
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+// maxCancelBodyBytes bounds the body CancelHTTPHandler reads.
+const maxCancelBodyBytes = 64 << 10
+
+// cancelBody is the JSON CancelHTTPHandler takes: CancelRequest, whose chat
+// may also be written "integration:chat_id".
+type cancelBody struct {
+	CancelRequest
+	Chat json.RawMessage `json:"chat,omitempty"`
+}
+
+// ParseChat parses "integration:chat_id" (the chat id may hold colons).
+func ParseChat(s string) (Conversation, error) {
+	integration, chat, ok := strings.Cut(s, ":")
+	if !ok || integration == "" || chat == "" {
+		return Conversation{}, invalid("chat", "%q is not integration:chat_id", s)
+	}
+	c := Conversation{Integration: integration, ChatID: chat}
+	return c, c.Validate()
+}
+
+// CancelHTTPHandler returns a handler that stops the turns named by the
+// JSON POSTed (Client.Cancel):
+//
+//	{"task_id": "turn:…"} | {"otid": "…"} | {"chat": "telegram:42" or {"integration": …, "chat_id": …}, "agent_id": "agent-…", "all": true}
+//	optional: "by", "reason" (kept in the journal)
+//
+// and answers
+//
+//	200 {"turns": [{"task_id", "otid", "status": "cancelled"|"cancelling"|"answered", "outcome"}]}   a turn was stopped (or its worker asked to)
+//	409 {"error": "…", "turns": […]}   every turn named had ended already: nothing changed
+//	404 {"error": "…"}                 no such turn (or the chat has none running or waiting)
+//	400 {"error": "…", "field": "…"}   the request names no turn, or more than one way
+//	405, 413, 415                      wrong method, body larger than 64 KiB, not application/json
+//	500 {"error": "…"}                 Redis trouble: try again
+func CancelHTTPHandler(c *Client) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			httpJSON(w, http.StatusMethodNotAllowed, map[string]string{"error": "use POST"})
+			return
+		}
+		if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+			w.Header().Set("Accept", "application/json")
+			httpJSON(w, http.StatusUnsupportedMediaType, map[string]string{
+				"error": "Content-Type must be application/json, not " + strconv.Quote(r.Header.Get("Content-Type"))})
+			return
+		}
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxCancelBodyBytes))
+		var tooLarge *http.MaxBytesError
+		switch {
+		case errors.As(err, &tooLarge):
+			httpJSON(w, http.StatusRequestEntityTooLarge, map[string]string{"error": fmt.Sprintf("body larger than %d bytes", maxCancelBodyBytes)})
+			return
+		case err != nil:
+			httpJSON(w, http.StatusBadRequest, map[string]string{"error": "body unreadable: " + err.Error()})
+			return
+		}
+		var b cancelBody
+		if err := json.Unmarshal(body, &b); err != nil {
+			httpJSON(w, http.StatusBadRequest, map[string]string{"error": "not a cancel request: " + err.Error()})
+			return
+		}
+		req := b.CancelRequest
+		if len(b.Chat) > 0 && string(b.Chat) != "null" {
+			var s string
+			var conv Conversation
+			if json.Unmarshal(b.Chat, &s) == nil {
+				conv, err = ParseChat(s)
+			} else if err = json.Unmarshal(b.Chat, &conv); err != nil {
+				err = invalid("chat", "want \"integration:chat_id\" or {\"integration\": …, \"chat_id\": …}")
+			}
+			if ve, ok := IsValidationError(err); ok {
+				httpJSON(w, http.StatusBadRequest, map[string]string{"error": ve.Error(), "field": ve.Field})
+				return
+			}
+			req.Chat = &conv
+		}
+		if req.By == "" {
+			req.By = "http"
+		}
+		res, err := c.Cancel(r.Context(), req)
+		if ve, ok := IsValidationError(err); ok {
+			httpJSON(w, http.StatusBadRequest, map[string]string{"error": ve.Error(), "field": ve.Field})
+			return
+		}
+		switch {
+		case errors.Is(err, ErrNotFound):
+			httpJSON(w, http.StatusNotFound, map[string]string{"error": err.Error()})
+		case err != nil:
+			httpJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+		case !res.Stopped():
+			httpJSON(w, http.StatusConflict, map[string]any{"error": "already answered: nothing to cancel", "turns": res.Turns})
+		default:
+			httpJSON(w, http.StatusOK, res)
+		}
+	})
+}

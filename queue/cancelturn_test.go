@@ -1,0 +1,68 @@
+package queue
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/lettaq/lettaq/internal/testredis"
+)
+
+// A worker's cancel channel: a cancel recorded while the worker was not subscribed is found
+// when it subscribes (the records of its running turns are read then), and one published
+// while it is subscribed reaches the turn it names; a turn not running here is left alone.
+func TestWatchCancels(t *testing.T) {
+	srv := testredis.New(t)
+	prefix := "lettaq-unit:watch-" + time.Now().Format("150405.000000") + ":"
+	w, err := NewWorker(WorkerConfig{Redis: asynq.RedisClientOpt{Addr: srv.Addr, DB: srv.DB}, LettaURL: "http://127.0.0.1:1",
+		RepliesOptions: RepliesOptions{Prefix: prefix}, JournalOptions: JournalOptions{Prefix: prefix}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.closeRedis)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	newTurn := func(id string) *turn {
+		tt := &turn{w: w, taskID: id, log: log, ids: &turnIDs{taskID: id}}
+		w.cancels.add(tt)
+		return tt
+	}
+	missed, heard, other := newTurn("turn:missed"), newTurn("turn:heard"), newTurn("turn:other")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// Recorded (and published) before the worker subscribes.
+	if _, err := w.replies.st.PutCancel(ctx, missed.taskID, []byte(`{"by":"early"}`), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { w.watchCancels(ctx); close(done) }()
+	waitFor := func(tt *turn, by string) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			if cr := tt.cancelAsked(); cr != nil {
+				if cr.By != by {
+					t.Errorf("%s: cancel by %q, want %q", tt.taskID, cr.By, by)
+				}
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s never heard of its cancel", tt.taskID)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	waitFor(missed, "early")
+	if _, err := w.replies.st.PutCancel(ctx, heard.taskID, []byte(`{"by":"later"}`), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(heard, "later")
+	if other.cancelAsked() != nil {
+		t.Error("a turn nobody cancelled was told it was")
+	}
+	cancel()
+	<-done
+}
