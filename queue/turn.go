@@ -60,13 +60,18 @@ type TurnResult struct {
 func (w *Worker) processTask(ctx context.Context, task *asynq.Task) error {
 	w.inflight.Add(1)
 	defer w.inflight.Done()
-	ctx, stopped := w.stops.add(ctx)
+	ctx, stopped, cancel := w.stops.addCancel(ctx)
 	defer stopped()
 	t, err := w.newTurn(ctx, task)
 	if t == nil {
 		return err
 	}
+	t.cancel = cancel
 	defer t.closeProgress()
+	if t.continuedElsewhere(ctx) {
+		return nil // a takeover continues the turn (takeover.go)
+	}
+	defer t.unregister()
 	// An attempt that saw Redis fail ends only once Redis answers again, so
 	// that Asynq can record how it ended (see Worker.awaitRedis).
 	defer t.awaitRedis(ctx)
@@ -97,13 +102,26 @@ func (w *Worker) newTurn(ctx context.Context, task *asynq.Task) (*turn, error) {
 	qname, _ := asynq.GetQueueName(ctx)
 	retried, _ := asynq.GetRetryCount(ctx)
 	maxRetry, _ := asynq.GetMaxRetry(ctx)
-	msg, perr := DecodePayload(task.Payload())
+	runner, asynqRetried, payload, from := taskID, retried, task.Payload(), ""
+	if task.Type() == TakeoverTaskType {
+		// The continuation of a dead worker's turn: the turn's own
+		// identity, this task as its runner (takeover.go).
+		p, err := decodeTakeover(payload)
+		if err != nil {
+			w.log.Warn("invalid takeover payload, archiving", "task_id", taskID, "error", err.Error())
+			return nil, fmt.Errorf("%w: %w", err, asynq.SkipRetry)
+		}
+		taskID, qname, payload, from = p.TaskID, p.Queue, p.Payload, p.From
+		retried, maxRetry = p.Retried+retried, p.MaxRetry
+	}
+	msg, perr := DecodePayload(payload)
 	if perr != nil {
 		return nil, w.rejectPayload(ctx, taskID, qname, msg, perr, start)
 	}
 	ids := &turnIDs{taskID: taskID, otid: OtidFor(msg, taskID)}
 	t := &turn{w: w, task: task, taskID: taskID, queue: qname, msg: msg, otid: ids.otid,
-		retried: retried, maxRetry: maxRetry, start: start, ids: ids, log: newTurnLogger(w.log, ids)}
+		retried: retried, maxRetry: maxRetry, start: start, ids: ids, log: newTurnLogger(w.log, ids),
+		runner: runner, asynqRetried: asynqRetried, takenOverFrom: from}
 	t.actx = ctx
 	t.progress = w.writer.newProgress(msg.Conversation, t.writeFailed)
 	if w.ord != nil {
@@ -147,6 +165,7 @@ func (t *turn) lead(ctx context.Context) (lctx context.Context, cancel context.C
 	if end {
 		return nil, nil, err, true
 	}
+	t.register(ctx)
 	// The wait for the conversation counts as queue wait: the attempt
 	// starts when it holds the key.
 	t.start = time.Now()
@@ -291,6 +310,15 @@ type turn struct {
 	wcancel context.CancelFunc
 
 	actx context.Context // the attempt's context (Asynq's): see detached
+
+	// Takeover (takeover.go).
+	runner        string                  // the Asynq task running this attempt (taskID, or a takeover's)
+	asynqRetried  int                     // the runner's own retry count
+	takenOverFrom string                  // a takeover: the dead worker instance
+	tkEpoch       *takeoverEpoch          // the registration the turn is under (nil: not registered)
+	tkEntry       []byte                  // its registry entry
+	fenced        atomic.Bool             // taken over from this worker: writes nothing more
+	cancel        context.CancelCauseFunc // ends the attempt's context (fence)
 
 	mu         sync.Mutex // guards rec and att while saving
 	rec        *TurnRecord
@@ -449,6 +477,7 @@ func (t *turn) readStart(ctx context.Context) (rec *TurnRecord, answered bool, i
 // run runs the attempt: prepare, then execute (see processTask for why
 // they are apart).
 func (t *turn) run(ctx context.Context) error {
+	t.register(ctx)
 	if err, end := t.prepare(ctx); end {
 		return err
 	}
@@ -502,7 +531,8 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 	if rec.FirstStartedAt.IsZero() {
 		rec.FirstStartedAt = t.start
 	}
-	rec.Attempts = append(rec.Attempts, Attempt{N: len(rec.Attempts) + 1, Worker: w.cfg.WorkerID, Start: t.start})
+	rec.Attempts = append(rec.Attempts, Attempt{N: len(rec.Attempts) + 1, Worker: w.cfg.WorkerID, Start: t.start,
+		TakenOverFrom: t.takenOverFrom})
 	t.rec, t.att = rec, len(rec.Attempts)-1
 	t.ids.setRunID(rec.RunID) // the run id the journal has
 	t.saveLater()
@@ -705,6 +735,9 @@ func (t *turn) mark(phase string) {
 }
 
 func (t *turn) beforeSend(ctx context.Context, resend bool) error {
+	if t.takenOver(ctx) {
+		return errTakenOver // fenced: another worker continues the turn
+	}
 	t.mu.Lock()
 	n := t.attempt().N
 	t.mu.Unlock()

@@ -18,6 +18,9 @@ import (
 
 // finish maps the decision to reply events, the journal and Asynq.
 func (t *turn) finish(ctx context.Context, d continuation.Result) error {
+	if t.takenOver(ctx) {
+		return t.endTakenOver() // fenced: another worker continues the turn
+	}
 	w := t.w
 	dctx, cancel := w.deliveryCtx(ctx)
 	defer cancel()

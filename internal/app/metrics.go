@@ -30,6 +30,7 @@ type Metrics struct {
 	queueWait    prometheus.Histogram
 	approvals    *prometheus.CounterVec
 	humanWait    prometheus.Histogram
+	takenOver    *prometheus.CounterVec
 }
 
 // turnBuckets cover a quick answer (~1s) up to a long agent turn (minutes).
@@ -84,8 +85,11 @@ func NewMetrics(inspector *asynq.Inspector) *Metrics {
 			Name: "lettaq_approval_wait_seconds", Help: "From an approval request to its answer (or expiry): time waiting for a human.",
 			Buckets: []float64{1, 5, 15, 30, 60, 300, 900, 3600, 4 * 3600, 24 * 3600},
 		}),
+		takenOver: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lettaq_turns_taken_over_total", Help: "Turns of a dead worker this worker took over (enqueued their continuation), by queue.",
+		}, []string{"queue"}),
 	}
-	reg.MustRegister(m.approvals, m.humanWait, m.turns, m.attempts, m.started, m.timeouts, m.polls, m.resumes, m.resends, m.inFlight,
+	reg.MustRegister(m.takenOver, m.approvals, m.humanWait, m.turns, m.attempts, m.started, m.timeouts, m.polls, m.resumes, m.resends, m.inFlight,
 		m.ttft, m.turnDuration, m.attemptDur, m.queueWait,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if inspector != nil {
@@ -97,6 +101,9 @@ func NewMetrics(inspector *asynq.Inspector) *Metrics {
 var _ interface {
 	Approval(string, time.Duration)
 } = (*Metrics)(nil)
+
+// TurnTakenOver implements queue.TakeoverObserver.
+func (m *Metrics) TurnTakenOver(queue string) { m.takenOver.WithLabelValues(queue).Inc() }
 
 // Approval implements queue.ApprovalObserver.
 func (m *Metrics) Approval(event string, waited time.Duration) {
