@@ -43,6 +43,8 @@ const (
 	// envThreadMode: the worker's thread mode (default agent); "agent" as
 	// the ordering scope with envOrdering=agent.
 	envThreadMode = "LETTAQ_E2E_THREAD_MODE"
+	// envTakeover: the worker's TakeoverAfter ("off": no takeover).
+	envTakeover = "LETTAQ_E2E_TAKEOVER"
 	// envApp runs the worker as cmd/worker wires it (app.StartWorker,
 	// with its HTTP server on a free port, printed as "HTTP <addr>").
 	envApp = "LETTAQ_E2E_APP"
@@ -91,8 +93,13 @@ func childWorker() int {
 	if v := os.Getenv(envCoalesce); v != "" {
 		ord.Coalesce = strings.Split(v, ",")
 	}
+	var takeover time.Duration
+	if os.Getenv(envTakeover) == "off" {
+		takeover = -1
+	}
 	w, err := queue.NewWorker(queue.WorkerConfig{
-		Redis: asynq.RedisClientOpt{Addr: os.Getenv(envRedis), DB: db}, Letta: lc, Budget: b, Concurrency: 50,
+		TakeoverAfter: takeover,
+		Redis:         asynq.RedisClientOpt{Addr: os.Getenv(envRedis), DB: db}, Letta: lc, Budget: b, Concurrency: 50,
 		Queues: map[string]int{os.Getenv(envQueue): 1}, ShutdownTimeout: 2 * time.Second, Logger: log,
 		WorkerID:          os.Getenv(envID),
 		RepliesOptions:    queue.RepliesOptions{Prefix: prefix},

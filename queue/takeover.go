@@ -97,6 +97,8 @@ type takeoverEpoch struct {
 	id     string
 	dead   atomic.Bool
 	lastOK atomic.Int64 // monotonic time (since takeover.base) of the last good beat
+
+	checkMu sync.Mutex // one confirm at a time
 }
 
 // takeover is the worker's side of the registry.
@@ -110,11 +112,12 @@ type takeover struct {
 	client *asynq.Client
 	insp   *asynq.Inspector
 
-	mu      sync.Mutex
-	epoch   *takeoverEpoch
-	turns   map[*turn]struct{} // registered turns, of any epoch
-	okSince time.Duration      // beats good without a gap since then (-1: not now)
-	beats   int
+	mu       sync.Mutex
+	epoch    *takeoverEpoch
+	turns    map[*turn]struct{} // registered turns, of any epoch
+	okSince  time.Duration      // the watcher's beats good without a gap since then (-1: not now)
+	lastTick time.Duration      // the watcher's last good beat (not confirm's)
+	beats    int
 }
 
 func newTakeover(w *Worker) *takeover {
@@ -177,8 +180,10 @@ func (tk *takeover) tick(ctx context.Context) {
 		return
 	}
 	now := tk.now()
-	prev := time.Duration(e.lastOK.Swap(int64(now)))
+	e.lastOK.Store(int64(now))
 	tk.mu.Lock()
+	prev := tk.lastTick
+	tk.lastTick = now
 	if tk.okSince < 0 || prev == 0 || now-prev > tk.after/2 {
 		tk.okSince = now // a gap: the watcher waits for a whole TakeoverAfter of good beats
 	}
@@ -399,15 +404,43 @@ func (t *turn) takenOver(ctx context.Context) bool {
 	if tk.now()-time.Duration(e.lastOK.Load()) <= tk.after/2 {
 		return false
 	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-	defer cancel()
-	dead, err := tk.st.Tombstoned(cctx, e.id)
-	if err != nil || !dead {
+	if !tk.confirm(ctx, e) {
 		return false
 	}
-	tk.tombstoned(e)
 	t.fenced.Store(true)
 	return true
+}
+
+// fencedNow is takenOver for the writer (progress.fenced): the writes of
+// a taken-over turn are dropped.
+func (t *turn) fencedNow() bool { return t.takenOver(t.actx) }
+
+// confirm beats now for e, whose last good beat is old: it reports whether
+// e was tombstoned (and fences its turns then). A beat refreshes e's score
+// in the same step, so that no claim can take it between the check and the
+// write that follows (but for a pause right there: see docs/reliability.md).
+// Concurrent callers share one beat. An error counts as not tombstoned.
+func (tk *takeover) confirm(ctx context.Context, e *takeoverEpoch) bool {
+	e.checkMu.Lock()
+	defer e.checkMu.Unlock()
+	if e.dead.Load() {
+		return true
+	}
+	if tk.now()-time.Duration(e.lastOK.Load()) <= tk.after/2 {
+		return false // another caller just beat
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	b, err := tk.st.Beat(cctx, e.id, 1<<40)
+	if err != nil {
+		return false
+	}
+	if b.Tombstoned {
+		tk.tombstoned(e)
+		return true
+	}
+	e.lastOK.Store(int64(tk.now()))
+	return false
 }
 
 // endTakenOver ends an attempt whose turn was taken over: it writes

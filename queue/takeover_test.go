@@ -72,6 +72,7 @@ func (e *takeoverEnv) worker(id string, after time.Duration) *Worker {
 func primeEligible(tk *takeover) {
 	tk.base = time.Now().Add(-3 * tk.after)
 	tk.epoch.lastOK.Store(int64(tk.now()))
+	tk.lastTick = tk.now()
 	tk.okSince = 1
 	tk.beats = 1
 }
@@ -194,7 +195,7 @@ func TestTakeoverWatcherJustBackNotEligible(t *testing.T) {
 	}
 	// Eligible, then a gap in its own beats (it was paused): not eligible.
 	primeEligible(a.tk)
-	a.tk.epoch.lastOK.Store(int64(a.tk.now() - 2*time.Second))
+	a.tk.lastTick = a.tk.now() - 2*time.Second
 	a.tk.tick(context.Background())
 	if n := len(e.takeoverTasks()); n != 0 {
 		t.Fatalf("a watcher back from a pause took %d turns over", n)

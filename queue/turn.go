@@ -67,6 +67,7 @@ func (w *Worker) processTask(ctx context.Context, task *asynq.Task) error {
 		return err
 	}
 	t.cancel = cancel
+	t.progress.fenced = t.fencedNow
 	defer t.closeProgress()
 	if t.continuedElsewhere(ctx) {
 		return nil // a takeover continues the turn (takeover.go)
@@ -349,6 +350,9 @@ func (t *turn) attempt() *Attempt { return &t.rec.Attempts[t.att] }
 // save journals the record after everything the attempt queued before (and
 // runs more with it), and waits for it.
 func (t *turn) save(ctx context.Context, more ...store.Op) error {
+	if t.fenced.Load() {
+		return errTakenOver
+	}
 	if !t.w.oneRedis() {
 		t.progress.flush(ctx)
 		rec := t.recCopy()
@@ -377,6 +381,9 @@ func (t *turn) save(ctx context.Context, more ...store.Op) error {
 // see beforeSend; a newer save that comes first replaces it), and a failure
 // is only logged.
 func (t *turn) saveLater() {
+	if t.fenced.Load() {
+		return
+	}
 	if !t.w.oneRedis() {
 		// The journal has a client of its own: a direct write (it does
 		// not wait for the reply streams).

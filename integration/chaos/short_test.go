@@ -45,7 +45,9 @@ func TestChaosShort(t *testing.T) {
 		Outage:   3 * time.Second,
 		// Asynq's recovery is due ~62 s after the kill; the rest is margin
 		// for a loaded machine.
-		Wait: 150 * time.Second, Settle: 20 * time.Second, Seed: 7,
+		// The killed worker's original tasks end (taken over: at once, sending
+		// nothing) when Asynq recovers them, ~62 s after the kill.
+		Wait: 150 * time.Second, Settle: 80 * time.Second, Seed: 7, TakeoverAfter: 5 * time.Second,
 		RedisServer: server, Dir: t.TempDir(),
 	}
 	var log strings.Builder

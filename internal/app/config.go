@@ -273,7 +273,7 @@ var workerSettings = []setting{
 			return errors.New("want conversation, agent or off")
 		}},
 	{envvar.Var{Name: "LETTAQ_ORDERING_LEASE", Default: "60s",
-		Help: "lease of a conversation's lock, renewed every third of it while its turn runs; a turn whose worker cannot reach Redis this long stops (a killed worker's turn keeps its place and runs again when Asynq recovers it)"},
+		Help: "lease of a conversation's lock, renewed every third of it while its turn runs; a turn whose worker cannot reach Redis this long stops (a killed worker's turn keeps its place and runs again when another worker takes it over, see LETTAQ_TAKEOVER_AFTER, or Asynq recovers it)"},
 		durSetting(func(c *WorkerSettings) *time.Duration { return &c.OrderingLease }, 100*time.Millisecond)},
 	{envvar.Var{Name: "LETTAQ_TAKEOVER_AFTER", Default: "5s",
 		Help: "a worker whose beats (every second) stop this long is taken for dead and its running turns are continued by another worker, under the same otid and journal record, without sending twice; 0 turns it off (a killed worker's turns then wait for Asynq's recovery, 1 to 3 minutes)"},
