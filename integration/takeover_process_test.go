@@ -10,6 +10,8 @@ import (
 
 	"context"
 
+	"github.com/hibiken/asynq"
+
 	"github.com/lettaq/lettaq/integration/lettasim"
 	"github.com/lettaq/lettaq/queue"
 )
@@ -70,17 +72,43 @@ func (e *env) checkTakenOver(tc takenTurn, dead string, t0 time.Time) (takeover,
 // that runs three turns (one mid-stream, one mid-continuation, one
 // mid-approval-answer) is killed with SIGKILL; the two survivors continue
 // each turn within seconds, under its otid and journal record, without a
-// second message at the simulator and without using a retry. Asynq's own
-// recovery (LETTAQ_TAKEOVER_AFTER=0) takes 61-69 s here
-// (TestProcessKilledMidStreamAndMidContinuation, go run ./integration/chaos).
+// second message at the simulator and without using a retry.
 func TestProcessTakeoverAfterSIGKILL(t *testing.T) {
 	if testing.Short() {
 		t.Skip("process test")
 	}
 	t.Parallel()
+	takeovers := killThreeTurns(t, true)
+	if max := takeovers[len(takeovers)-1]; max > 15*time.Second {
+		t.Errorf("takeover took %v, want < 15s", max)
+	}
+	if med := takeovers[len(takeovers)/2]; med > 10*time.Second {
+		t.Errorf("median takeover %v, want ≤ 10s", med)
+	}
+}
+
+// The figure before: the same run with takeover off, where the killed
+// worker's turns wait for Asynq's recovery (its lease, and the survivors'
+// recoverer, due a minute after their start).
+func TestProcessTakeoverOffWaitsForAsynq(t *testing.T) {
+	if testing.Short() {
+		t.Skip("process test: waits for Asynq's lease recovery (~1-2 min)")
+	}
+	t.Parallel()
+	killThreeTurns(t, false)
+}
+
+// killThreeTurns runs three turns on worker A (one mid-stream, one
+// mid-continuation, one mid-approval-answer), starts B and C, SIGKILLs A,
+// checks each turn is answered once, and logs and returns the takeover
+// times (death to the next attempt's start), sorted.
+func killThreeTurns(t *testing.T, takeover bool) []time.Duration {
 	e := newEnv(t, withThreadMode(queue.ThreadConversation))
-	mode := envThreadMode + "=" + string(queue.ThreadConversation)
-	a := e.spawnWorker("A", mode)
+	env := []string{envThreadMode + "=" + string(queue.ThreadConversation)}
+	if !takeover {
+		env = append(env, envTakeover+"=off")
+	}
+	a := e.spawnWorker("A", env...)
 	think := simDur(6 * time.Second)
 	agent := e.sim.CreateAgent("tk-stream", nil)
 	agent2 := e.sim.CreateAgent("tk-cont", nil)
@@ -106,15 +134,20 @@ func TestProcessTakeoverAfterSIGKILL(t *testing.T) {
 	e.waitAttempt(cont.TaskID, 1, "continuing")
 	e.waitAttempt(ans.TaskID, 1, "streaming")
 	// The survivors start now, so that A holds all three turns.
-	e.spawnWorker("B", mode)
-	e.spawnWorker("C", mode)
+	e.spawnWorker("B", env...)
+	e.spawnWorker("C", env...)
 	t0 := time.Now()
 	a.signal(syscall.SIGKILL)
 	a.wait(t, 10*time.Second)
 	var takeovers, answers []time.Duration
 	for _, tc := range []takenTurn{{"mid-stream", stream, c, "stream-survived"}, {"mid-continuation", cont, c2, "cont-survived"},
 		{"mid-approval-answer", ans, c3, "deleted after the takeover"}} {
-		tk, an := e.checkTakenOver(tc, "A", t0)
+		var tk, an time.Duration
+		if takeover {
+			tk, an = e.checkTakenOver(tc, "A", t0)
+		} else {
+			tk, an = e.checkRecovered(tc, "A", t0)
+		}
 		takeovers, answers = append(takeovers, tk), append(answers, an)
 	}
 	if msgs := e.sim.ApprovalMessages(agent3); len(msgs) != 1 || msgs[0].Otid != ans.Otid {
@@ -125,16 +158,56 @@ func TestProcessTakeoverAfterSIGKILL(t *testing.T) {
 	}
 	slices.Sort(takeovers)
 	slices.Sort(answers)
-	t.Logf("takeover after SIGKILL (death → takeover attempt starts), %d turns: min %v, median %v, max %v; answered: min %v, median %v, max %v; user messages per otid at the simulator: 1",
-		len(takeovers), takeovers[0].Round(time.Millisecond), takeovers[len(takeovers)/2].Round(time.Millisecond),
+	how := "takeover on (5s)"
+	if !takeover {
+		how = "takeover off (Asynq's recovery)"
+	}
+	t.Logf("%s: continued after SIGKILL (death → next attempt starts), %d turns: min %v, median %v, max %v; answered: min %v, median %v, max %v; user messages per otid at the simulator: 1",
+		how, len(takeovers), takeovers[0].Round(time.Millisecond), takeovers[len(takeovers)/2].Round(time.Millisecond),
 		takeovers[len(takeovers)-1].Round(time.Millisecond), answers[0].Round(time.Millisecond),
 		answers[len(answers)/2].Round(time.Millisecond), answers[len(answers)-1].Round(time.Millisecond))
-	if max := takeovers[len(takeovers)-1]; max > 15*time.Second {
-		t.Errorf("takeover took %v, want < 15s", max)
+	return takeovers
+}
+
+// checkRecovered is checkTakenOver for a turn Asynq recovered (takeover
+// off): answered once, its next attempt on another worker.
+func (e *env) checkRecovered(tc takenTurn, dead string, t0 time.Time) (recovered, answered time.Duration) {
+	e.t.Helper()
+	final, evs := e.waitFinal(tc.conv, tc.res.TaskID, 150*time.Second)
+	answered = time.Since(t0)
+	if final.Type != queue.EventAnswer || final.Text != tc.answer {
+		e.t.Fatalf("%s: final %+v; %s", tc.name, final, summarize(evs))
 	}
-	if med := takeovers[len(takeovers)/2]; med > 10*time.Second {
-		t.Errorf("median takeover %v, want ≤ 10s", med)
+	rec := e.record(tc.res.TaskID)
+	if len(rec.Attempts) < 2 || rec.Attempts[0].Worker != dead || rec.Attempts[1].Worker == dead || rec.Attempts[1].TakenOverFrom != "" {
+		e.t.Fatalf("%s: journal: %s", tc.name, describeAttempts(rec))
 	}
+	if n := e.sim.CountOtid(tc.res.Otid); n != 1 {
+		e.t.Errorf("%s: %d messages with its otid at the simulator, want 1", tc.name, n)
+	}
+	recovered = rec.Attempts[1].Start.Sub(t0)
+	e.t.Logf("%s: recovered %v after SIGKILL, answered %v after: %s", tc.name, recovered.Round(time.Millisecond),
+		answered.Round(time.Millisecond), describeAttempts(rec))
+	return recovered, answered
+}
+
+// takeoverTasks lists the takeover tasks in the env's queue, in any state.
+func (e *env) takeoverTasks() []string {
+	e.t.Helper()
+	var ids []string
+	for _, list := range []func(string, ...asynq.ListOption) ([]*asynq.TaskInfo, error){e.insp.ListPendingTasks,
+		e.insp.ListActiveTasks, e.insp.ListScheduledTasks, e.insp.ListRetryTasks, e.insp.ListCompletedTasks, e.insp.ListArchivedTasks} {
+		tasks, err := list(e.queue)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		for _, ti := range tasks {
+			if ti.Type == queue.TakeoverTaskType {
+				ids = append(ids, ti.ID)
+			}
+		}
+	}
+	return ids
 }
 
 // Fencing (issue 30 item 2): the worker running a turn is stopped
