@@ -394,9 +394,11 @@ func TestProcessKilledMidStreamAndMidContinuation(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	// Asynq recovers a task once its lease (30s, extended every 5s) expired
-	// 30s ago, checking every minute from a server's start: a worker that
-	// starts now checks at ~+62s.
+	// B takes the turns over ~5s after the kill (fast takeover). Asynq
+	// recovers A's original tasks once their lease (30s, extended every 5s)
+	// expired 30s ago, checking every minute from a server's start: C,
+	// started now, checks at ~+62s; the originals then end at once, sending
+	// nothing (settled, below, waits for that).
 	time.Sleep(2 * time.Second)
 	e.spawnWorker("C") // its first recovery check after the start is at ~+62s
 	for _, tc := range []struct {

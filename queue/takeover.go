@@ -111,6 +111,9 @@ type takeover struct {
 	log    *slog.Logger
 	client *asynq.Client
 	insp   *asynq.Inspector
+	// running: the beats run (Worker.Run); a worker whose handler runs
+	// under another server (Worker.Handler) registers nothing.
+	running atomic.Bool
 
 	mu       sync.Mutex
 	epoch    *takeoverEpoch
@@ -148,6 +151,7 @@ func (tk *takeover) run(ctx context.Context) {
 	tk.insp = asynq.NewInspector(tk.w.conn)
 	defer tk.client.Close()
 	defer tk.insp.Close()
+	defer tk.running.Store(false)
 	tk.log.Info("takeover on", "instance", tk.current().id, "after", tk.after.String(), "beat", tk.beat.String())
 	for {
 		tk.tick(ctx)
@@ -226,7 +230,9 @@ func (tk *takeover) entriesLocked(e *takeoverEpoch) map[string][]byte {
 	m := make(map[string][]byte)
 	for t := range tk.turns {
 		if t.tkEpoch == e {
-			m[t.taskID] = t.tkEntry
+			if b, err := t.entry(); err == nil {
+				m[t.taskID] = b
+			}
 		}
 	}
 	return m
@@ -287,9 +293,9 @@ func (tk *takeover) takeOver(ctx context.Context, dead, taskID, raw string) {
 		return
 	}
 	info, err := tk.insp.GetTaskInfo(e.Queue, e.Runner)
-	if err != nil {
+	if err != nil || info.State == asynq.TaskStateCompleted || info.State == asynq.TaskStateArchived {
 		// Finished in the meantime (or deleted): nothing to continue.
-		log.Info("the dead worker's turn is gone from its queue: not taken over", "runner", e.Runner, "error", err.Error())
+		log.Info("the dead worker's turn is gone from its queue or ended: not taken over", "runner", e.Runner)
 		return
 	}
 	payload := info.Payload
@@ -338,22 +344,27 @@ func (tk *takeover) leave() {
 // then only recovered by Asynq's lease, as without takeover.
 func (t *turn) register(ctx context.Context) {
 	tk := t.w.tk
-	if tk == nil || t.tkEpoch != nil {
+	if tk == nil || t.tkEpoch != nil || !tk.running.Load() {
 		return
 	}
-	b, err := json.Marshal(takeoverEntry{Queue: t.queue, Runner: t.runner, Key: t.key, Retried: t.retried, MaxRetry: t.maxRetry})
+	b, err := t.entry()
 	if err != nil {
 		return
 	}
 	tk.mu.Lock()
 	e := tk.epoch
-	t.tkEpoch, t.tkEntry = e, b
+	t.tkEpoch = e
 	tk.turns[t] = struct{}{}
 	tk.mu.Unlock()
 	if err := tk.st.Register(ctx, e.id, t.taskID, b); err != nil {
 		t.redisFailed()
 		t.log.Debug("could not register the turn for takeover", "error", err.Error())
 	}
+}
+
+// entry is the turn's registry entry.
+func (t *turn) entry() ([]byte, error) {
+	return json.Marshal(takeoverEntry{Queue: t.queue, Runner: t.runner, Key: t.key, Retried: t.retried, MaxRetry: t.maxRetry})
 }
 
 // unregister takes the turn out of the registry when its attempt ends.

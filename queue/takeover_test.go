@@ -63,6 +63,7 @@ func (e *takeoverEnv) worker(id string, after time.Duration) *Worker {
 	}
 	w.tk.client = asynq.NewClient(w.conn)
 	w.tk.insp = asynq.NewInspector(w.conn)
+	w.tk.running.Store(true)
 	e.t.Cleanup(func() { _ = w.tk.client.Close(); _ = w.tk.insp.Close(); w.closeRedis() })
 	return w
 }

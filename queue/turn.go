@@ -317,7 +317,6 @@ type turn struct {
 	asynqRetried  int                     // the runner's own retry count
 	takenOverFrom string                  // a takeover: the dead worker instance
 	tkEpoch       *takeoverEpoch          // the registration the turn is under (nil: not registered)
-	tkEntry       []byte                  // its registry entry
 	fenced        atomic.Bool             // taken over from this worker: writes nothing more
 	cancel        context.CancelCauseFunc // ends the attempt's context (fence)
 

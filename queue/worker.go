@@ -40,8 +40,9 @@ type Observer interface {
 	// Resend: the resend gate decided ("resent" or "forbidden").
 	Resend(decision string)
 	// AttemptFinished: an attempt ended. result is "done" (the turn is
-	// finished), "retry", "busy" (put back: the Letta thread was busy)
-	// or "archived".
+	// finished), "retry", "busy" (put back: the Letta thread was busy),
+	// "archived" or "taken_over" (another worker continues the turn: this
+	// worker was taken for dead, see takeover.go).
 	AttemptFinished(queue, result string, duration time.Duration)
 	// TurnFinished: a turn reached its end. outcome is one of the journal
 	// outcomes (answered, approval_required, failed); latency is from
@@ -517,6 +518,7 @@ func (w *Worker) startTakeover() (stop func()) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
+	w.tk.running.Store(true) // turns register from now on
 	go func() { defer close(done); w.tk.run(ctx) }()
 	return func() {
 		cancel()

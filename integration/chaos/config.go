@@ -16,8 +16,8 @@ type Config struct {
 	Schedule []Action      // kills, graceful stops and Redis restarts
 	Outage   time.Duration // how long Redis stays down per restart
 	// Wait bounds how long the run waits, after the window and the
-	// schedule, for every turn to end; Asynq recovers a SIGKILLed worker's
-	// turns only 60-120 s after the kill.
+	// schedule, for every turn to end; with takeover off, Asynq recovers a
+	// SIGKILLed worker's turns only 60-120 s after the kill.
 	Wait time.Duration
 	Seed int64
 	// Settle bounds how long the run then waits for the queue to hold

@@ -46,7 +46,7 @@ func NewMetrics(inspector *asynq.Inspector) *Metrics {
 			Name: "lettaq_turns_total", Help: "Turns finished, by queue and outcome (answered, approval_required, failed).",
 		}, []string{"queue", "outcome"}),
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "lettaq_attempts_total", Help: "Attempts ended, by queue and result (done, retry, busy, archived).",
+			Name: "lettaq_attempts_total", Help: "Attempts ended, by queue and result (done, retry, busy, archived, taken_over).",
 		}, []string{"queue", "result"}),
 		started: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "lettaq_attempts_started_total", Help: "Attempts started, by queue and kind (first, retry).",
