@@ -296,3 +296,29 @@ func TestTakeoverBeatFindsTombstoneAndLeave(t *testing.T) {
 		t.Fatalf("a stopped worker is still registered: %v", err)
 	}
 }
+
+// A Redis that lost the registry (a restart without persistence): the
+// worker's next beat registers its running turns again, so that they can
+// still be taken over.
+func TestTakeoverRegistryLostRegistersAgain(t *testing.T) {
+	e := newTakeoverEnv(t)
+	w := e.worker("A", 2*time.Second)
+	ctx := context.Background()
+	w.tk.tick(ctx)
+	tr := &turn{w: w, taskID: "turn-r", queue: e.queue, runner: "turn-r", log: w.log, actx: ctx}
+	tr.register(ctx)
+	id := w.tk.current().id
+	turns := e.prefix + "takeover:turns:" + id
+	if !e.rdb.HExists(ctx, turns, "turn-r").Val() {
+		t.Fatal("the running turn is not registered")
+	}
+	e.rdb.Del(ctx, e.prefix+"takeover:workers", turns)
+	w.tk.tick(ctx)
+	if !e.rdb.HExists(ctx, turns, "turn-r").Val() {
+		t.Fatal("the beat after the registry was lost did not register the running turn again")
+	}
+	tr.unregister()
+	if e.rdb.HExists(ctx, turns, "turn-r").Val() {
+		t.Fatal("an ended turn is still registered")
+	}
+}
