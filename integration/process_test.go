@@ -400,7 +400,7 @@ func TestProcessKilledMidStreamAndMidContinuation(t *testing.T) {
 	// started now, checks at ~+62s; the originals then end at once, sending
 	// nothing (settled, below, waits for that).
 	time.Sleep(2 * time.Second)
-	e.spawnWorker("C") // its first recovery check after the start is at ~+62s
+	cw := e.spawnWorker("C") // its first recovery check after the start is at ~+62s
 	for _, tc := range []struct {
 		res    queue.EnqueueResult
 		conv   queue.Conversation
@@ -432,5 +432,13 @@ func TestProcessKilledMidStreamAndMidContinuation(t *testing.T) {
 	e.settled()
 	if n := countFinal(e.events(c, "")) + countFinal(e.events(c2, "")); n != 3 {
 		t.Fatalf("%d final events", n)
+	}
+	// The originals, recovered by Asynq after the takeovers answered, ended
+	// at once: nothing more reached the agent.
+	if n := strings.Count(b.out.String()+cw.out.String(), "turn continued by another runner"); n != 2 {
+		t.Errorf("%d recovered originals ended as taken over, want 2", n)
+	}
+	if n := e.sim.CountOtid(stream.Otid) + e.sim.CountOtid(cont.Otid); n != 2 {
+		t.Errorf("%d messages of the killed turns at the simulator after Asynq's recovery, want 2", n)
 	}
 }

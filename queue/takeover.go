@@ -276,10 +276,24 @@ func (tk *takeover) claim(ctx context.Context, me, dead string) {
 		return
 	}
 	tk.log.Warn("a worker stopped beating: taking its turns over", "dead", dead, "turns", len(turns))
+	// Each turn costs three round trips (its task's payload, the enqueue,
+	// the marker): a dead worker with thousands of turns is taken over by
+	// takeoverParallel at a time.
+	sem := make(chan struct{}, takeoverParallel)
+	var wg sync.WaitGroup
 	for id, raw := range turns {
-		tk.takeOver(ctx, dead, id, raw)
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			tk.takeOver(ctx, dead, id, raw)
+		}()
 	}
+	wg.Wait()
 }
+
+// takeoverParallel bounds the turns of a dead worker taken over at once.
+const takeoverParallel = 32
 
 // takeoverTaskID is the Asynq task id of the takeover of taskID from dead.
 func takeoverTaskID(dead, taskID string) string { return "takeover:" + dead + ":" + taskID }
