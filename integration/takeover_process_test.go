@@ -156,6 +156,22 @@ func killThreeTurns(t *testing.T, takeover bool) []time.Duration {
 	if n := e.sim.SendAttempts(ans.Otid); n != 1 {
 		t.Errorf("the approval answer was sent %d times", n)
 	}
+	// Every finished turn left the registry (with its last writes): the
+	// survivors list nothing, the dead worker's list went with its claim.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		keys, err := e.rdb.Keys(context.Background(), e.prefix+"takeover:turns:*").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(keys) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("finished turns still registered: %v", keys)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	slices.Sort(takeovers)
 	slices.Sort(answers)
 	how := "takeover on (5s)"

@@ -280,6 +280,18 @@ func (p *progress) pushSave(rec recordSaver) {
 	p.scheduleLocked()
 }
 
+// pushOp queues op to go with the attempt's next round trip; nobody waits
+// for it (a failure is told to failed).
+func (p *progress) pushOp(op store.Op) {
+	p.wr.mu.Lock()
+	defer p.wr.mu.Unlock()
+	if p.closed {
+		return
+	}
+	p.queue = append(p.queue, progressItem{op: op})
+	p.scheduleLocked()
+}
+
 // dropQueuedSaves drops the journal saves still waiting: the caller is
 // about to write a newer record.
 func (p *progress) dropQueuedSaves() {

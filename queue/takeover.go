@@ -370,10 +370,19 @@ func (t *turn) register(ctx context.Context) {
 	t.tkEpoch = e
 	tk.turns[t] = struct{}{}
 	tk.mu.Unlock()
-	if err := tk.st.Register(ctx, e.id, t.taskID, b); err != nil {
-		t.redisFailed()
-		t.log.Debug("could not register the turn for takeover", "error", err.Error())
+	// With the attempt's next writes (its journal record, the accepted
+	// event), at the latest with the intent before its send: a worker that
+	// dies before has sent nothing, and Asynq's recovery runs the turn.
+	t.progress.pushOp(tk.st.RegisterOp(e.id, t.taskID, b))
+}
+
+// unregisterOps take the turn out of the registry with its last writes
+// (deliverAtOnce), so that unregister has nothing left to do.
+func (t *turn) unregisterOps() []store.Op {
+	if t.tkEpoch == nil {
+		return nil
 	}
+	return []store.Op{t.w.tk.st.UnregisterOp(t.tkEpoch.id, t.taskID, func() { t.tkGone.Store(true) })}
 }
 
 // entry is the turn's registry entry.
@@ -390,8 +399,8 @@ func (t *turn) unregister() {
 	tk.mu.Lock()
 	delete(tk.turns, t)
 	tk.mu.Unlock()
-	if t.tkEpoch.dead.Load() {
-		return // claimed: the hash is gone, and the turn writes nothing
+	if t.tkEpoch.dead.Load() || t.tkGone.Load() {
+		return // claimed (the hash is gone, and the turn writes nothing), or done with its last writes
 	}
 	ctx, cancel := context.WithTimeout(t.detached(), 2*time.Second)
 	defer cancel()

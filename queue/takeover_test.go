@@ -306,7 +306,9 @@ func TestTakeoverRegistryLostRegistersAgain(t *testing.T) {
 	ctx := context.Background()
 	w.tk.tick(ctx)
 	tr := &turn{w: w, taskID: "turn-r", queue: e.queue, runner: "turn-r", log: w.log, actx: ctx}
+	tr.progress = w.writer.newProgress(Conversation{Integration: "test", ChatID: "r"}, func(error) {})
 	tr.register(ctx)
+	tr.progress.flush(ctx) // the registration goes with the attempt's next writes
 	id := w.tk.current().id
 	turns := e.prefix + "takeover:turns:" + id
 	if !e.rdb.HExists(ctx, turns, "turn-r").Val() {

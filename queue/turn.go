@@ -317,6 +317,7 @@ type turn struct {
 	asynqRetried  int                     // the runner's own retry count
 	takenOverFrom string                  // a takeover: the dead worker instance
 	tkEpoch       *takeoverEpoch          // the registration the turn is under (nil: not registered)
+	tkGone        atomic.Bool             // unregistered with the turn's last writes
 	fenced        atomic.Bool             // taken over from this worker: writes nothing more
 	cancel        context.CancelCauseFunc // ends the attempt's context (fence)
 

@@ -215,7 +215,8 @@ func (t *turn) deliverAtOnce(ctx context.Context, log *slog.Logger, outcome stri
 	// does not take a record without the marker for finished (see run),
 	// writes over them.
 	ops := append(append([]store.Op{save}, t.resultOps(outcome, answer, approval)...), t.releaseOpsAfter(marker)...)
-	t.progress.dropQueuedSaves() // this record is newer
+	ops = append(ops, t.unregisterOps()...) // (takeover.go)
+	t.progress.dropQueuedSaves()            // this record is newer
 	t.mu.Lock()
 	lat, ttft := t.latency(now), t.rec.TTFT
 	t.mu.Unlock()

@@ -149,6 +149,43 @@ func (s *Takeover) Register(ctx context.Context, instance, taskID string, entry 
 	return s.rdb.HSet(ctx, s.keys.TakeoverTurns(instance), taskID, entry).Err()
 }
 
+// RegisterOp is Register as an op of a writer's round trip.
+func (s *Takeover) RegisterOp(instance, taskID string, entry []byte) Op {
+	return s.hashOp(func(ctx context.Context, p redis.Pipeliner) redis.Cmder {
+		return p.HSet(ctx, s.keys.TakeoverTurns(instance), taskID, entry)
+	})
+}
+
+// UnregisterOp is Unregister as an op of a turn's last round trip; done is
+// told when it was written.
+func (s *Takeover) UnregisterOp(instance, taskID string, done func()) Op {
+	op := s.hashOp(func(ctx context.Context, p redis.Pipeliner) redis.Cmder {
+		return p.HDel(ctx, s.keys.TakeoverTurns(instance), taskID)
+	})
+	return func(ctx context.Context, p redis.Pipeliner, sha bool) func() error {
+		finish := op(ctx, p, sha)
+		return func() error {
+			err := finish()
+			if err == nil {
+				done()
+			}
+			return err
+		}
+	}
+}
+
+// hashOp queues one command (in the round trip's first pass only: a second
+// pass is for scripts Redis did not know).
+func (s *Takeover) hashOp(cmd func(context.Context, redis.Pipeliner) redis.Cmder) Op {
+	return func(ctx context.Context, p redis.Pipeliner, sha bool) func() error {
+		if !sha {
+			return func() error { return nil }
+		}
+		c := cmd(ctx, p)
+		return func() error { return c.Err() }
+	}
+}
+
 // RegisterAll writes every turn of instance (field → entry) again, after
 // the registry was lost.
 func (s *Takeover) RegisterAll(ctx context.Context, instance string, turns map[string][]byte) error {
