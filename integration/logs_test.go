@@ -35,7 +35,7 @@ func TestEveryTurnLogLineCarriesItsIDs(t *testing.T) {
 		if err := json.Unmarshal([]byte(l), &m); err != nil {
 			t.Fatalf("not JSON: %s", l)
 		}
-		if m["component"] == "asynq" || strings.HasPrefix(m["msg"].(string), "worker ") {
+		if m["component"] == "asynq" || m["component"] == "takeover" || strings.HasPrefix(m["msg"].(string), "worker ") {
 			continue // the worker's own lines
 		}
 		turnLines++

@@ -43,6 +43,8 @@ const (
 	// envThreadMode: the worker's thread mode (default agent); "agent" as
 	// the ordering scope with envOrdering=agent.
 	envThreadMode = "LETTAQ_E2E_THREAD_MODE"
+	// envTakeover: the worker's TakeoverAfter ("off": no takeover).
+	envTakeover = "LETTAQ_E2E_TAKEOVER"
 	// envApp runs the worker as cmd/worker wires it (app.StartWorker,
 	// with its HTTP server on a free port, printed as "HTTP <addr>").
 	envApp = "LETTAQ_E2E_APP"
@@ -91,8 +93,13 @@ func childWorker() int {
 	if v := os.Getenv(envCoalesce); v != "" {
 		ord.Coalesce = strings.Split(v, ",")
 	}
+	var takeover time.Duration
+	if os.Getenv(envTakeover) == "off" {
+		takeover = -1
+	}
 	w, err := queue.NewWorker(queue.WorkerConfig{
-		Redis: asynq.RedisClientOpt{Addr: os.Getenv(envRedis), DB: db}, Letta: lc, Budget: b, Concurrency: 50,
+		TakeoverAfter: takeover,
+		Redis:         asynq.RedisClientOpt{Addr: os.Getenv(envRedis), DB: db}, Letta: lc, Budget: b, Concurrency: 50,
 		Queues: map[string]int{os.Getenv(envQueue): 1}, ShutdownTimeout: 2 * time.Second, Logger: log,
 		WorkerID:          os.Getenv(envID),
 		RepliesOptions:    queue.RepliesOptions{Prefix: prefix},
@@ -318,6 +325,12 @@ func TestProcessGracefulShutdownMidTurn(t *testing.T) {
 		t.Fatalf("journal: %s", describeAttempts(rec))
 	}
 	t.Logf("answered %v after SIGTERM: %s", time.Since(t0).Round(time.Millisecond), describeAttempts(rec))
+	// A graceful stop leaves the takeover registry: past the takeover time
+	// (5s) nobody took the put-back turn over (issue 30 item 3).
+	time.Sleep(time.Until(t0.Add(8 * time.Second)))
+	if ids := e.takeoverTasks(); len(ids) != 0 || rec.Attempts[len(rec.Attempts)-1].TakenOverFrom != "" {
+		t.Fatalf("a stopped worker's turn was taken over: %v; %s", ids, describeAttempts(rec))
+	}
 }
 
 func TestProcessKilledMidStreamAndMidContinuation(t *testing.T) {
@@ -381,11 +394,13 @@ func TestProcessKilledMidStreamAndMidContinuation(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	// Asynq recovers a task once its lease (30s, extended every 5s) expired
-	// 30s ago, checking every minute from a server's start: a worker that
-	// starts now checks at ~+62s.
+	// B takes the turns over ~5s after the kill (fast takeover). Asynq
+	// recovers A's original tasks once their lease (30s, extended every 5s)
+	// expired 30s ago, checking every minute from a server's start: C,
+	// started now, checks at ~+62s; the originals then end at once, sending
+	// nothing (settled, below, waits for that).
 	time.Sleep(2 * time.Second)
-	e.spawnWorker("C") // its first recovery check after the start is at ~+62s
+	cw := e.spawnWorker("C") // its first recovery check after the start is at ~+62s
 	for _, tc := range []struct {
 		res    queue.EnqueueResult
 		conv   queue.Conversation
@@ -417,5 +432,13 @@ func TestProcessKilledMidStreamAndMidContinuation(t *testing.T) {
 	e.settled()
 	if n := countFinal(e.events(c, "")) + countFinal(e.events(c2, "")); n != 3 {
 		t.Fatalf("%d final events", n)
+	}
+	// The originals, recovered by Asynq after the takeovers answered, ended
+	// at once: nothing more reached the agent.
+	if n := strings.Count(b.out.String()+cw.out.String(), "turn continued by another runner"); n != 2 {
+		t.Errorf("%d recovered originals ended as taken over, want 2", n)
+	}
+	if n := e.sim.CountOtid(stream.Otid) + e.sim.CountOtid(cont.Otid); n != 2 {
+		t.Errorf("%d messages of the killed turns at the simulator after Asynq's recovery, want 2", n)
 	}
 }

@@ -15,9 +15,12 @@
 //     (Release with done=false) keeps its place at the head, so no later
 //     message overtakes it;
 //   - a worker killed while holding a key leaves its task at the head: once
-//     Asynq recovers it (its own lease, 30s, plus the recoverer's 30s
-//     margin: a minute or two), it re-acquires the key at once (a takeover,
-//     below) and finishes. Order holds. The lock itself lives at most a
+//     the task runs again, it re-acquires the key at once (a takeover,
+//     below) and finishes. Order holds. lettaq's workers run it again
+//     within seconds (package queue's fast takeover: a task of their own
+//     that acquires by the turn's task id); without that, Asynq recovers it
+//     (its own lease, 30s, plus the recoverer's 30s margin: a minute or
+//     two). The lock itself lives at most a
 //     lease (Config.Lease, default 1m) past the last renewal, which bounds
 //     how long a head that finished without releasing (Redis failed at that
 //     moment) blocks the key before the dead-head check removes it.
@@ -74,8 +77,8 @@
 //
 // The default lease, one minute, is longer than Asynq's own (30s) on
 // purpose: the lock does not decide when a killed worker's turn runs again
-// (Asynq's recovery does, and the recovered attempt takes the lock over by
-// task id), a worker cut off from Redis has its handler cancelled by Asynq
+// (package queue's takeover or Asynq's recovery does, and that attempt
+// takes the lock over by task id), a worker cut off from Redis has its handler cancelled by Asynq
 // after 30s anyway, and a longer lease halves the extensions (one per lock
 // every 20s). What it lengthens: a head that finished but could not
 // release blocks its key up to a minute, and an attempt taken over is told

@@ -46,6 +46,14 @@
 //     task context ends. Asynq v0.26 records an attempt's end with one write
 //     that it never really retries; a task whose end was lost stays active
 //     until Asynq's lease recovery, 1 to 2 minutes later.
+//   - A killed worker's turns continue on another worker within seconds
+//     (WorkerConfig.TakeoverAfter, default 5s, after its last beat), not
+//     when Asynq's lease gives them back: see takeover.go. The takeover
+//     runs the turn under its own identity (task id, otid, journal record,
+//     line) and uses none of its retries; the original task, recovered by
+//     Asynq later, finds the turn taken over and ends without writing. A
+//     worker that was only paused or cut off and finds it was taken over
+//     stops those turns and writes nothing more for them (fencing).
 //   - The handler returns before Asynq's deadline: the work runs under a
 //     context that ends DeliveryAllowance + SafetyMargin/2 before it, and
 //     the budget sizes the task timeout for the worst case.

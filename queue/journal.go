@@ -176,6 +176,9 @@ type Attempt struct {
 	SentOtid bool   `json:"sent_otid,omitempty"`
 	Outcome  string `json:"outcome,omitempty"`
 	Error    string `json:"error,omitempty"`
+	// TakenOverFrom: the attempt continued the turn of a worker that died
+	// (its instance id; fast takeover, see takeover.go).
+	TakenOverFrom string `json:"taken_over_from,omitempty"`
 }
 
 // PhaseMark is when an attempt entered a phase.

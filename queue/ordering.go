@@ -143,7 +143,7 @@ func (o *orderer) close() {
 // should end now with err, which may be nil).
 func (t *turn) acquire(ctx context.Context) (lease *ordering.Lease, err error, done bool) {
 	o := t.w.ord
-	alive := t.w.aliveOrParked(ordering.InspectorAlive(o.insp, t.queue))
+	alive := t.w.aliveOrParked(t.w.takeoverAlive(ordering.InspectorAlive(o.insp, t.queue)))
 	if t.w.startWithLock() {
 		// The acquire and the start's reads in one round trip: the reads
 		// run after the acquire, so with the lock taken by it they are what
@@ -230,7 +230,7 @@ func (t *turn) wakeAfterDeadHeads(ctx context.Context, err error) {
 // over it leaves the line and the next one (and merged tasks put back to
 // wait) are woken.
 func (t *turn) release(ctx context.Context, lease *ordering.Lease, err error) {
-	done := err == nil || errors.Is(err, asynq.SkipRetry)
+	done := (err == nil || errors.Is(err, asynq.SkipRetry)) && !t.fenced.Load() // a taken-over turn keeps its place
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	next, rerr := lease.Release(rctx, done)

@@ -114,6 +114,13 @@ func (t *turn) park(ctx context.Context, behind, reason string) error {
 	if pk == nil {
 		return nil
 	}
+	if t.runner != t.taskID {
+		// A takeover (takeover.go) runs the turn under a task of its own
+		// while the original task may still be active in Asynq: the turn's
+		// id cannot be enqueued again now. It is put back, as without
+		// parking (rare: a taken-over turn held its line).
+		return nil
+	}
 	info, err := t.w.ord.insp.GetTaskInfo(t.queue, t.taskID)
 	if err != nil {
 		t.log.Debug("could not read the task to park it: it is put back", "error", err.Error())

@@ -96,6 +96,9 @@ type progress struct {
 	wr     *writer
 	conv   Conversation
 	failed func(error) // a queued write failed (nobody waits for it)
+	// fenced, when set, says the turn was taken over from this worker: the
+	// writer drops its writes (takeover.go).
+	fenced func() bool
 
 	// head is the boxed front of the attempt's last event, which the next
 	// shares when its fields are the same (see eventHead). Guarded by hmu.
@@ -274,6 +277,18 @@ func (p *progress) pushSave(rec recordSaver) {
 	}
 	p.dropSavesLocked()
 	p.queue = append(p.queue, progressItem{rec: rec, save: true})
+	p.scheduleLocked()
+}
+
+// pushOp queues op to go with the attempt's next round trip; nobody waits
+// for it (a failure is told to failed).
+func (p *progress) pushOp(op store.Op) {
+	p.wr.mu.Lock()
+	defer p.wr.mu.Unlock()
+	if p.closed {
+		return
+	}
+	p.queue = append(p.queue, progressItem{op: op})
 	p.scheduleLocked()
 }
 
@@ -540,6 +555,7 @@ func (wr *writer) loop() {
 // their order, the events of all turns in one script call), then tells
 // the turns.
 func (wr *writer) write(batch []taken) {
+	batch = wr.dropFenced(batch)
 	ran := wr.trip.Run(wr.replies.st, batch, writerTimeout, wr.exec)
 	if wr.tripped != nil && ran {
 		// What the turns are told, not only what Redis answered.
@@ -581,4 +597,35 @@ func (wr *writer) write(batch []taken) {
 			tk.p.failed(lost)
 		}
 	}
+}
+
+// dropFenced takes out of batch the writes of turns taken over from this
+// worker (their progress's fenced): they end with errTakenOver, unwritten,
+// so that a worker that was paused or cut off writes nothing for them.
+func (wr *writer) dropFenced(batch []taken) []taken {
+	kept := batch[:0]
+	for _, tk := range batch {
+		if tk.p.fenced == nil || !tk.p.fenced() {
+			kept = append(kept, tk)
+			continue
+		}
+		wr.mu.Lock()
+		for _, it := range tk.items {
+			if it.ev != nil {
+				it.ev.err, it.ev.busy = errTakenOver, false
+			}
+			if it.bar == nil {
+				continue
+			}
+			if it.bar.err == nil {
+				it.bar.err = errTakenOver
+			}
+			if it.bar.n--; it.bar.n == 0 {
+				it.bar.done <- it.bar.err
+			}
+		}
+		wr.mu.Unlock()
+	}
+	clear(batch[len(kept):])
+	return kept
 }

@@ -60,7 +60,7 @@ type TurnResult struct {
 func (w *Worker) processTask(ctx context.Context, task *asynq.Task) error {
 	w.inflight.Add(1)
 	defer w.inflight.Done()
-	ctx, stopped := w.stops.add(ctx)
+	ctx, stopped, cancel := w.stops.addCancel(ctx)
 	defer stopped()
 	t, err := w.newTurn(ctx, task)
 	if t == nil {
@@ -68,7 +68,13 @@ func (w *Worker) processTask(ctx context.Context, task *asynq.Task) error {
 	}
 	w.cancels.add(t) // before the start's reads: a cancel from then on reaches it
 	defer w.cancels.remove(t)
+	t.cancel = cancel
+	t.progress.fenced = t.fencedNow
 	defer t.closeProgress()
+	if t.continuedElsewhere(ctx) {
+		return nil // a takeover continues the turn (takeover.go)
+	}
+	defer t.unregister()
 	// An attempt that saw Redis fail ends only once Redis answers again, so
 	// that Asynq can record how it ended (see Worker.awaitRedis).
 	defer t.awaitRedis(ctx)
@@ -99,13 +105,26 @@ func (w *Worker) newTurn(ctx context.Context, task *asynq.Task) (*turn, error) {
 	qname, _ := asynq.GetQueueName(ctx)
 	retried, _ := asynq.GetRetryCount(ctx)
 	maxRetry, _ := asynq.GetMaxRetry(ctx)
-	msg, perr := DecodePayload(task.Payload())
+	runner, asynqRetried, payload, from := taskID, retried, task.Payload(), ""
+	if task.Type() == TakeoverTaskType {
+		// The continuation of a dead worker's turn: the turn's own
+		// identity, this task as its runner (takeover.go).
+		p, err := decodeTakeover(payload)
+		if err != nil {
+			w.log.Warn("invalid takeover payload, archiving", "task_id", taskID, "error", err.Error())
+			return nil, fmt.Errorf("%w: %w", err, asynq.SkipRetry)
+		}
+		taskID, qname, payload, from = p.TaskID, p.Queue, p.Payload, p.From
+		retried, maxRetry = p.Retried+retried, p.MaxRetry
+	}
+	msg, perr := DecodePayload(payload)
 	if perr != nil {
 		return nil, w.rejectPayload(ctx, taskID, qname, msg, perr, start)
 	}
 	ids := &turnIDs{taskID: taskID, otid: OtidFor(msg, taskID)}
 	t := &turn{w: w, task: task, taskID: taskID, queue: qname, msg: msg, otid: ids.otid,
-		retried: retried, maxRetry: maxRetry, start: start, ids: ids, log: newTurnLogger(w.log, ids)}
+		retried: retried, maxRetry: maxRetry, start: start, ids: ids, log: newTurnLogger(w.log, ids),
+		runner: runner, asynqRetried: asynqRetried, takenOverFrom: from}
 	t.actx = ctx
 	t.progress = w.writer.newProgress(msg.Conversation, t.writeFailed)
 	if w.ord != nil {
@@ -149,6 +168,7 @@ func (t *turn) lead(ctx context.Context) (lctx context.Context, cancel context.C
 	if end {
 		return nil, nil, err, true
 	}
+	t.register(ctx)
 	// The wait for the conversation counts as queue wait: the attempt
 	// starts when it holds the key.
 	t.start = time.Now()
@@ -295,6 +315,15 @@ type turn struct {
 
 	actx context.Context // the attempt's context (Asynq's): see detached
 
+	// Takeover (takeover.go).
+	runner        string                  // the Asynq task running this attempt (taskID, or a takeover's)
+	asynqRetried  int                     // the runner's own retry count
+	takenOverFrom string                  // a takeover: the dead worker instance
+	tkEpoch       *takeoverEpoch          // the registration the turn is under (nil: not registered)
+	tkGone        atomic.Bool             // unregistered with the turn's last writes
+	fenced        atomic.Bool             // taken over from this worker: writes nothing more
+	cancel        context.CancelCauseFunc // ends the attempt's context (fence)
+
 	mu         sync.Mutex // guards rec and att while saving
 	rec        *TurnRecord
 	ix         journalIndexed // the record's index entries (see indexed)
@@ -324,6 +353,9 @@ func (t *turn) attempt() *Attempt { return &t.rec.Attempts[t.att] }
 // save journals the record after everything the attempt queued before (and
 // runs more with it), and waits for it.
 func (t *turn) save(ctx context.Context, more ...store.Op) error {
+	if t.fenced.Load() {
+		return errTakenOver
+	}
 	if !t.w.oneRedis() {
 		t.progress.flush(ctx)
 		rec := t.recCopy()
@@ -352,6 +384,9 @@ func (t *turn) save(ctx context.Context, more ...store.Op) error {
 // see beforeSend; a newer save that comes first replaces it), and a failure
 // is only logged.
 func (t *turn) saveLater() {
+	if t.fenced.Load() {
+		return
+	}
 	if !t.w.oneRedis() {
 		// The journal has a client of its own: a direct write (it does
 		// not wait for the reply streams).
@@ -452,6 +487,7 @@ func (t *turn) readStart(ctx context.Context) (rec *TurnRecord, answered bool, i
 // run runs the attempt: prepare, then execute (see processTask for why
 // they are apart).
 func (t *turn) run(ctx context.Context) error {
+	t.register(ctx)
 	if err, end := t.prepare(ctx); end {
 		return err
 	}
@@ -509,7 +545,8 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 	if rec.FirstStartedAt.IsZero() {
 		rec.FirstStartedAt = t.start
 	}
-	rec.Attempts = append(rec.Attempts, Attempt{N: len(rec.Attempts) + 1, Worker: w.cfg.WorkerID, Start: t.start})
+	rec.Attempts = append(rec.Attempts, Attempt{N: len(rec.Attempts) + 1, Worker: w.cfg.WorkerID, Start: t.start,
+		TakenOverFrom: t.takenOverFrom})
 	t.rec, t.att = rec, len(rec.Attempts)-1
 	t.ids.setRunID(rec.RunID) // the run id the journal has
 	t.saveLater()
@@ -721,6 +758,9 @@ func (t *turn) mark(phase string) {
 }
 
 func (t *turn) beforeSend(ctx context.Context, resend bool) error {
+	if t.takenOver(ctx) {
+		return errTakenOver // fenced: another worker continues the turn
+	}
 	t.mu.Lock()
 	n := t.attempt().N
 	t.mu.Unlock()

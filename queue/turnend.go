@@ -18,6 +18,9 @@ import (
 
 // finish maps the decision to reply events, the journal and Asynq.
 func (t *turn) finish(ctx context.Context, d continuation.Result) error {
+	if t.takenOver(ctx) {
+		return t.endTakenOver() // fenced: another worker continues the turn
+	}
 	w := t.w
 	dctx, cancel := w.deliveryCtx(ctx)
 	defer cancel()
@@ -217,7 +220,8 @@ func (t *turn) deliverAtOnce(ctx context.Context, log *slog.Logger, outcome stri
 	// does not take a record without the marker for finished (see run),
 	// writes over them.
 	ops := append(append([]store.Op{save}, t.resultOps(outcome, answer, approval)...), t.releaseOpsAfter(marker)...)
-	t.progress.dropQueuedSaves() // this record is newer
+	ops = append(ops, t.unregisterOps()...) // (takeover.go)
+	t.progress.dropQueuedSaves()            // this record is newer
 	t.mu.Lock()
 	lat, ttft := t.latency(now), t.rec.TTFT
 	t.mu.Unlock()

@@ -40,8 +40,9 @@ type Observer interface {
 	// Resend: the resend gate decided ("resent" or "forbidden").
 	Resend(decision string)
 	// AttemptFinished: an attempt ended. result is "done" (the turn is
-	// finished), "retry", "busy" (put back: the Letta thread was busy)
-	// or "archived".
+	// finished), "retry", "busy" (put back: the Letta thread was busy),
+	// "archived" or "taken_over" (another worker continues the turn: this
+	// worker was taken for dead, see takeover.go).
 	AttemptFinished(queue, result string, duration time.Duration)
 	// TurnFinished: a turn reached its end. outcome is one of the journal
 	// outcomes (answered, approval_required, failed, cancelled); latency is from
@@ -135,6 +136,14 @@ type WorkerConfig struct {
 	// worker left parked in no Asynq queue (it died between the two steps
 	// of a park; see parking.go), default 30s.
 	ParkSweepEvery time.Duration
+	// TakeoverAfter: a worker whose beats stop this long is taken for dead
+	// and its running turns are continued by another worker (fast
+	// takeover, see takeover.go; default DefaultTakeoverAfter). Negative:
+	// off, a dead worker's turns wait for Asynq's recovery (60 to 165 s).
+	TakeoverAfter time.Duration
+	// TakeoverBeat: how often the worker beats and watches the others'
+	// beats (default 1s, at most TakeoverAfter/3).
+	TakeoverBeat time.Duration
 	// MaxReplyBytes bounds the text (answer deltas, tool arguments and
 	// returns) one attempt of a turn writes to its reply stream as progress
 	// events; past it, progress text is dropped (the final event still
@@ -172,6 +181,7 @@ type Worker struct {
 	permanent permanentSet                 // tasks whose handler's error was permanent, until Asynq logs their archiving
 	cancels   cancelRegistry               // the turns running here, for the cancel channel (cancelturn.go)
 	health    health                       // what Ready says
+	tk        *takeover                    // the takeover registry (nil: off)
 }
 
 // errShutdown is the cause of the handlers' context when the worker shuts
@@ -196,6 +206,13 @@ type turnStop struct{ cancel context.CancelCauseFunc }
 // add returns a child of ctx that shutdown cancels (at once if it began),
 // and done, which unregisters and cancels it.
 func (s *turnStops) add(ctx context.Context) (context.Context, func()) {
+	c, done, _ := s.addCancel(ctx)
+	return c, done
+}
+
+// addCancel is add that also returns the context's cancel (for a cause of
+// its own: a turn taken over, see turn.fence).
+func (s *turnStops) addCancel(ctx context.Context) (context.Context, func(), context.CancelCauseFunc) {
 	c, cancel := context.WithCancelCause(ctx)
 	e := &turnStop{cancel}
 	s.mu.Lock()
@@ -215,7 +232,7 @@ func (s *turnStops) add(ctx context.Context) (context.Context, func()) {
 		delete(s.m, e)
 		s.mu.Unlock()
 		cancel(context.Canceled)
-	}
+	}, cancel
 }
 
 // stop cancels every registered context with errShutdown, and every one
@@ -367,6 +384,16 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	}
 	w.writer = newWriter(w.replies.rdb, w.replies)
 	w.writer.tripped = w.health.tripped
+	if w.cfg.TakeoverAfter == 0 {
+		w.cfg.TakeoverAfter = DefaultTakeoverAfter
+	}
+	if w.cfg.TakeoverAfter > 0 {
+		if w.cfg.TakeoverBeat <= 0 {
+			w.cfg.TakeoverBeat = defaultTakeoverBeat
+		}
+		w.cfg.TakeoverBeat = min(w.cfg.TakeoverBeat, w.cfg.TakeoverAfter/3)
+		w.tk = newTakeover(w)
+	}
 	w.threads = &threads{mode: mode, rdb: w.replies.rdb, prefix: w.replies.opts.Prefix, client: w.client, lock: w.ord == nil,
 		lockTTL: w.cfg.Budget.ThreadResolution() + threadLockSlack}
 	return w, nil
@@ -459,6 +486,7 @@ func (w *Worker) run(ctx context.Context) error {
 	w.srv.Store(srv)
 	mux := asynq.NewServeMux()
 	mux.Handle(TaskType, w.Handler())
+	mux.Handle(TakeoverTaskType, w.Handler())
 	if err := srv.Start(mux); err != nil {
 		return fmt.Errorf("queue: start worker: %w", err)
 	}
@@ -468,6 +496,7 @@ func (w *Worker) run(ctx context.Context) error {
 		go w.park.sweeper(sctx, w.sweepEvery())
 	}
 	go w.watchCancels(ctx)
+	stopBeats := w.startTakeover()
 	w.log.Info("worker started", "worker", w.cfg.WorkerID, "queues", QueuesString(w.cfg.Queues),
 		"concurrency", w.cfg.Concurrency, "task_timeout", w.cfg.Budget.TaskTimeout().String())
 	<-ctx.Done()
@@ -490,10 +519,29 @@ func (w *Worker) run(ctx context.Context) error {
 	}
 	w.park.drain(2 * time.Second) // the parked turns' re-enqueues
 
+	stopBeats()
 	if w.ownsClient {
 		w.client.CloseIdleConnections()
 	}
 	return nil
+}
+
+// startTakeover starts the takeover registry's beats; stop ends them and
+// takes the worker out of the registry (a graceful stop: its turns were
+// put back through Asynq and are not taken over).
+func (w *Worker) startTakeover() (stop func()) {
+	if w.tk == nil {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	w.tk.running.Store(true) // turns register from now on
+	go func() { defer close(done); w.tk.run(ctx) }()
+	return func() {
+		cancel()
+		<-done
+		w.tk.leave()
+	}
 }
 
 // awaitRedis returns once Redis answers again, or when ctx (the attempt's

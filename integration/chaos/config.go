@@ -16,13 +16,17 @@ type Config struct {
 	Schedule []Action      // kills, graceful stops and Redis restarts
 	Outage   time.Duration // how long Redis stays down per restart
 	// Wait bounds how long the run waits, after the window and the
-	// schedule, for every turn to end; Asynq recovers a SIGKILLed worker's
-	// turns only 60-120 s after the kill.
+	// schedule, for every turn to end; with takeover off, Asynq recovers a
+	// SIGKILLed worker's turns only 60-120 s after the kill.
 	Wait time.Duration
 	Seed int64
 	// Settle bounds how long the run then waits for the queue to hold
 	// nothing Asynq could still run.
 	Settle time.Duration
+	// TakeoverAfter is the workers' LETTAQ_TAKEOVER_AFTER: a killed
+	// worker's turns continue elsewhere this long after its last beat
+	// (0: off, they wait for Asynq's recovery, 60-70 s here).
+	TakeoverAfter time.Duration
 	// RedisServer is the redis-server binary; Dir the run's directory
 	// (Redis's data, the workers' logs).
 	RedisServer string
@@ -35,7 +39,12 @@ func DefaultConfig() Config {
 		Workers: 3, Chats: 20, Messages: 4, Duration: 30 * time.Second,
 		Schedule: []Action{{KillWorker, 5 * time.Second}, {TermWorker, 12 * time.Second},
 			{KillWorker, 18 * time.Second}, {RestartRedis, 24 * time.Second}},
-		Outage: 3 * time.Second, Wait: 140 * time.Second, Settle: 10 * time.Second, Seed: 1,
+		Outage: 3 * time.Second, Wait: 140 * time.Second, Seed: 1,
+		// The killed workers' original tasks stay active in Asynq until its
+		// recovery (60-70 s after the kill) ends them: taken over, they end
+		// at once and send nothing, which the settled queue then shows.
+		Settle:        90 * time.Second,
+		TakeoverAfter: 5 * time.Second,
 	}
 }
 

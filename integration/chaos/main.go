@@ -52,6 +52,7 @@ func runMain(args []string) int {
 	fs.DurationVar(&cfg.Outage, "outage", cfg.Outage, "how long Redis stays down per restart")
 	fs.DurationVar(&cfg.Wait, "wait", cfg.Wait, "how long to wait, after the window and the schedule, for every turn to end")
 	fs.DurationVar(&cfg.Settle, "settle", cfg.Settle, "how long to wait then for the queue to settle")
+	fs.DurationVar(&cfg.TakeoverAfter, "takeover-after", cfg.TakeoverAfter, "the workers' LETTAQ_TAKEOVER_AFTER (0: off, a killed worker's turns wait for Asynq's recovery)")
 	fs.Int64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the turns' timing and faults")
 	fs.StringVar(&cfg.Dir, "dir", "", "directory for Redis's data and the workers' logs, kept (default: a new temporary one, removed when the run passes)")
 	if err := fs.Parse(args); err != nil {

@@ -79,7 +79,8 @@ func Run(ctx context.Context, cfg Config, log io.Writer) (*Report, error) {
 	tag := randHex(4)
 	r := &run{cfg: cfg, log: log, bin: bin, rs: rs, sim: sim, queue: "chaos-" + tag, rnd: mrand.New(mrand.NewSource(cfg.Seed))}
 	prefix := "chaos:" + tag + ":"
-	r.env = []string{envRedis + "=" + rs.Addr, envPrefix + "=" + prefix, envQueue + "=" + r.queue, envLetta + "=" + sim.URL}
+	r.env = []string{envRedis + "=" + rs.Addr, envPrefix + "=" + prefix, envQueue + "=" + r.queue, envLetta + "=" + sim.URL,
+		envTakeover + "=" + cfg.TakeoverAfter.String()}
 	r.rdb = redis.NewClient(&redis.Options{Addr: rs.Addr})
 	defer r.rdb.Close()
 	r.replies = queue.NewReplies(r.rdb, queue.RepliesOptions{Prefix: prefix})

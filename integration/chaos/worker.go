@@ -29,6 +29,8 @@ const (
 	envQueue  = "LETTAQ_CHAOS_QUEUE"
 	envLetta  = "LETTAQ_CHAOS_LETTA_URL"
 	envID     = "LETTAQ_CHAOS_WORKER_ID"
+	// envTakeover is the worker's LETTAQ_TAKEOVER_AFTER (Config.TakeoverAfter).
+	envTakeover = "LETTAQ_CHAOS_TAKEOVER_AFTER"
 )
 
 // childWorker runs a worker until SIGTERM (graceful) or SIGKILL, and
@@ -47,6 +49,7 @@ func childWorker() int {
 		"LETTAQ_TASK_CHECK_INTERVAL": "50ms",
 		"LETTAQ_HEARTBEAT_INTERVAL":  "200ms",
 		"LETTAQ_SHUTDOWN_TIMEOUT":    "2s",
+		"LETTAQ_TAKEOVER_AFTER":      os.Getenv(envTakeover),
 	}
 	cfg, err := app.ParseWorkerSettings(nil, func(k string) string { return vars[k] }, io.Discard)
 	if err != nil {

@@ -55,6 +55,7 @@ type WorkerSettings struct {
 	Ordering          string        // conversation | agent | off
 	OrderingLease     time.Duration // lease of a conversation's lock
 	WaitCheck         time.Duration // safety net of a waiting turn (queue.Ordering.WaitCheck)
+	TakeoverAfter     time.Duration // a silent worker's turns are taken over after this; 0: off
 	Coalesce          []string      // integrations whose waiting messages are merged
 	ThreadMode        queue.ThreadMode
 	ApprovalPolicy    queue.ApprovalPolicy
@@ -273,11 +274,24 @@ var workerSettings = []setting{
 			return errors.New("want conversation, agent or off")
 		}},
 	{envvar.Var{Name: "LETTAQ_ORDERING_LEASE", Default: "60s",
-		Help: "lease of a conversation's lock, renewed every third of it while its turn runs; a turn whose worker cannot reach Redis this long stops (a killed worker's turn keeps its place and runs again when Asynq recovers it)"},
+		Help: "lease of a conversation's lock, renewed every third of it while its turn runs; a turn whose worker cannot reach Redis this long stops (a killed worker's turn keeps its place and runs again when another worker takes it over, see LETTAQ_TAKEOVER_AFTER, or Asynq recovers it)"},
 		durSetting(func(c *WorkerSettings) *time.Duration { return &c.OrderingLease }, 100*time.Millisecond)},
 	{envvar.Var{Name: "LETTAQ_WAIT_CHECK", Default: "10m",
 		Help: "safety net of a message that waits (behind the turn ahead of it in its conversation, or behind its chat's open approval request): the event that frees it wakes it within a second; should that wake-up be lost, it looks again this long after it began to wait. It waits as an Asynq scheduled task this far ahead, never in Retry"},
 		durSetting(func(c *WorkerSettings) *time.Duration { return &c.WaitCheck }, time.Second)},
+	{envvar.Var{Name: "LETTAQ_TAKEOVER_AFTER", Default: "5s",
+		Help: "a worker whose beats (every second) stop this long is taken for dead and its running turns are continued by another worker, under the same otid and journal record, without sending twice; 0 turns it off (a killed worker's turns then wait for Asynq's recovery, 1 to 3 minutes)"},
+		func(c *WorkerSettings, raw string) error {
+			d, err := envvar.ParseDuration(raw)
+			if err != nil {
+				return err
+			}
+			if d != 0 && d < 2*time.Second {
+				return errors.New("must be 0 (off) or at least 2s")
+			}
+			c.TakeoverAfter = d
+			return nil
+		}},
 	{envvar.Var{Name: "LETTAQ_COALESCE", Default: "",
 		Help: "comma-separated integrations (e.g. telegram,slack) whose messages that arrive while their conversation is busy are sent together as the next turn's one user message; needs LETTAQ_ORDERING=conversation"},
 		func(c *WorkerSettings, raw string) error {

@@ -31,6 +31,7 @@ type Metrics struct {
 	approvals    *prometheus.CounterVec
 	humanWait    prometheus.Histogram
 	cancelled    *prometheus.CounterVec
+	takenOver    *prometheus.CounterVec
 }
 
 // turnBuckets cover a quick answer (~1s) up to a long agent turn (minutes).
@@ -46,7 +47,7 @@ func NewMetrics(inspector *asynq.Inspector) *Metrics {
 			Name: "lettaq_turns_total", Help: "Turns finished, by queue and outcome (answered, approval_required, failed, cancelled).",
 		}, []string{"queue", "outcome"}),
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "lettaq_attempts_total", Help: "Attempts ended, by queue and result (done, retry, busy, archived).",
+			Name: "lettaq_attempts_total", Help: "Attempts ended, by queue and result (done, retry, busy, archived, taken_over).",
 		}, []string{"queue", "result"}),
 		started: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "lettaq_attempts_started_total", Help: "Attempts started, by queue and kind (first, retry).",
@@ -88,8 +89,11 @@ func NewMetrics(inspector *asynq.Inspector) *Metrics {
 			Name: "lettaq_approval_wait_seconds", Help: "From an approval request to its answer (or expiry): time waiting for a human.",
 			Buckets: []float64{1, 5, 15, 30, 60, 300, 900, 3600, 4 * 3600, 24 * 3600},
 		}),
+		takenOver: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lettaq_turns_taken_over_total", Help: "Turns of a dead worker this worker took over (enqueued their continuation), by queue.",
+		}, []string{"queue"}),
 	}
-	reg.MustRegister(m.cancelled, m.approvals, m.humanWait, m.turns, m.attempts, m.started, m.timeouts, m.polls, m.resumes, m.resends, m.inFlight,
+	reg.MustRegister(m.cancelled, m.takenOver, m.approvals, m.humanWait, m.turns, m.attempts, m.started, m.timeouts, m.polls, m.resumes, m.resends, m.inFlight,
 		m.ttft, m.turnDuration, m.attemptDur, m.queueWait,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if inspector != nil {
@@ -101,6 +105,9 @@ func NewMetrics(inspector *asynq.Inspector) *Metrics {
 var _ interface {
 	Approval(string, time.Duration)
 } = (*Metrics)(nil)
+
+// TurnTakenOver implements queue.TakeoverObserver.
+func (m *Metrics) TurnTakenOver(queue string) { m.takenOver.WithLabelValues(queue).Inc() }
 
 // Approval implements queue.ApprovalObserver.
 func (m *Metrics) Approval(event string, waited time.Duration) {

@@ -62,6 +62,7 @@ func newQueueRunner(cfg WorkerSettings, connOpt asynq.RedisConnOpt, rdb redis.Un
 		TaskCheckInterval: cfg.TaskCheckInterval,
 		HeartbeatInterval: cfg.HeartbeatInterval,
 		Ordering:          ord,
+		TakeoverAfter:     takeoverAfter(cfg.TakeoverAfter),
 		ThreadMode:        cfg.ThreadMode,
 		ApprovalPolicy:    cfg.ApprovalPolicy,
 		ApprovalTimeout:   cfg.ApprovalTimeout,
@@ -152,4 +153,13 @@ func (q *queueRunner) run(ctx context.Context) error {
 	defer q.letta.CloseIdleConnections() // once the turns are over
 	defer q.client.Close()
 	return q.w.Run(ctx)
+}
+
+// takeoverAfter maps LETTAQ_TAKEOVER_AFTER to WorkerConfig.TakeoverAfter
+// (0 there is the default; off is negative).
+func takeoverAfter(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }

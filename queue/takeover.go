@@ -1,0 +1,535 @@
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/lettaq/lettaq/ordering"
+	"github.com/lettaq/lettaq/queue/internal/store"
+)
+
+// Fast takeover (issue 30). Asynq finds the tasks of a worker process that
+// died (OOM kill, node loss, kill -9) only through its lease: 60 to 165 s
+// later, and it uses one of the task's retries. lettaq keeps a registry of
+// its own instead (queue/internal/store's takeover keys): every worker
+// beats every TakeoverBeat and lists the turns it runs; every worker
+// watches the others' beats, and the first to see one silent for
+// TakeoverAfter claims it (atomically: one claimer), tombstones it, and
+// enqueues a takeover task per turn it ran. A takeover task runs its turn
+// under the turn's own identity (task id, otid, journal record, reply
+// stream, ordering line), down the usual retry path: the journal's intent
+// says the message may have been sent, so the attempt finds the run by its
+// otid and continues it; nothing is sent twice. Under ordering its acquire
+// by the same task id takes the conversation's lock over with a new token,
+// which fences the original holder's lease.
+//
+// The original task, when Asynq recovers it later (Retried > 0), finds the
+// turn taken over (takenover marker naming another runner) and ends at
+// once, writing nothing. A worker that was only paused or cut off (a long
+// GC, a frozen VM, a partition) finds its tombstone at its next beat and
+// stops its turns, and before a send or a final write it checks its
+// tombstone when its last good beat is old (fencing).
+
+// TakeoverTaskType is the Asynq task type of a takeover: the continuation
+// of a turn whose worker died, on another worker.
+const TakeoverTaskType = "lettaq:takeover"
+
+const (
+	// DefaultTakeoverAfter is WorkerConfig.TakeoverAfter's default.
+	DefaultTakeoverAfter = 5 * time.Second
+	// defaultTakeoverBeat is WorkerConfig.TakeoverBeat's default.
+	defaultTakeoverBeat = time.Second
+	// takeoverTombstoneTTL: how long a claimed worker's tombstone is kept
+	// (a worker paused longer than that and then resumed is fenced by its
+	// lost ordering lease and the journal gate only).
+	takeoverTombstoneTTL = time.Hour
+	// takenOverTTL: how long a turn's takeover marker is kept (longer than
+	// Asynq's recovery of the original takes).
+	takenOverTTL = 24 * time.Hour
+	// takeoverRetention: a finished takeover task stays visible (its
+	// TaskInfo) this long.
+	takeoverRetention = time.Hour
+)
+
+// errTakenOver is the cause of a turn's context when its worker finds the
+// turn was taken over by another worker (fencing).
+var errTakenOver = errors.New("lettaq: the turn was taken over by another worker")
+
+// TakeoverObserver, when the worker's Observer implements it, is told of
+// each turn this worker took over from a dead one.
+type TakeoverObserver interface {
+	TurnTakenOver(queue string)
+}
+
+// takeoverEntry is what the registry keeps of a running turn (the value of
+// its field in the worker's turns hash).
+type takeoverEntry struct {
+	Queue    string `json:"queue"`
+	Runner   string `json:"runner"`
+	Key      string `json:"key,omitempty"`
+	Retried  int    `json:"retried"`
+	MaxRetry int    `json:"max_retry"`
+}
+
+// takeoverPayload is a takeover task's payload: the turn to continue and
+// its original payload.
+type takeoverPayload struct {
+	TaskID   string `json:"task_id"`
+	Queue    string `json:"queue"`
+	From     string `json:"from"`
+	Retried  int    `json:"retried"`
+	MaxRetry int    `json:"max_retry"`
+	Payload  []byte `json:"payload"`
+}
+
+// takeoverEpoch is one registration of this worker process in the
+// registry: a new one (new instance id) after the old one was tombstoned.
+type takeoverEpoch struct {
+	id     string
+	dead   atomic.Bool
+	lastOK atomic.Int64 // monotonic time (since takeover.base) of the last good beat
+
+	checkMu sync.Mutex // one confirm at a time
+}
+
+// takeover is the worker's side of the registry.
+type takeover struct {
+	w      *Worker
+	st     *store.Takeover
+	after  time.Duration
+	beat   time.Duration
+	base   time.Time
+	log    *slog.Logger
+	client *asynq.Client
+	insp   *asynq.Inspector
+	// running: the beats run (Worker.Run); a worker whose handler runs
+	// under another server (Worker.Handler) registers nothing.
+	running atomic.Bool
+
+	mu       sync.Mutex
+	epoch    *takeoverEpoch
+	turns    map[*turn]struct{} // registered turns, of any epoch
+	okSince  time.Duration      // the watcher's beats good without a gap since then (-1: not now)
+	lastTick time.Duration      // the watcher's last good beat (not confirm's)
+	beats    int
+}
+
+func newTakeover(w *Worker) *takeover {
+	tk := &takeover{w: w, after: w.cfg.TakeoverAfter, beat: w.cfg.TakeoverBeat, base: time.Now(),
+		log: w.log.With(slog.String("component", "takeover")),
+		st:  store.NewTakeover(w.replies.rdb, store.Keys{Prefix: w.replies.opts.Prefix}), okSince: -1,
+		turns: make(map[*turn]struct{})}
+	tk.epoch = tk.newEpoch()
+	return tk
+}
+
+func (tk *takeover) newEpoch() *takeoverEpoch {
+	return &takeoverEpoch{id: fmt.Sprintf("%s/%08x", tk.w.cfg.WorkerID, rand.Uint32())}
+}
+
+func (tk *takeover) now() time.Duration { return time.Since(tk.base) }
+
+// current is the epoch that turns register under now.
+func (tk *takeover) current() *takeoverEpoch {
+	tk.mu.Lock()
+	defer tk.mu.Unlock()
+	return tk.epoch
+}
+
+// run beats and watches until ctx ends.
+func (tk *takeover) run(ctx context.Context) {
+	tk.client = asynq.NewClient(tk.w.conn)
+	tk.insp = asynq.NewInspector(tk.w.conn)
+	defer tk.client.Close()
+	defer tk.insp.Close()
+	defer tk.running.Store(false)
+	tk.log.Info("takeover on", "instance", tk.current().id, "after", tk.after.String(), "beat", tk.beat.String())
+	for {
+		tk.tick(ctx)
+		// ±10% jitter, so that the watchers do not all look at once.
+		d := time.Duration(float64(tk.beat) * (0.9 + 0.2*rand.Float64()))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(d):
+		}
+	}
+}
+
+// tick is one beat: record it, fence this worker when it was claimed,
+// re-register its turns when the registry lost them, and claim the
+// workers that stopped beating.
+func (tk *takeover) tick(ctx context.Context) {
+	e := tk.current()
+	bctx, cancel := context.WithTimeout(ctx, max(tk.beat, time.Second))
+	b, err := tk.st.Beat(bctx, e.id, tk.after)
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			tk.log.Debug("takeover beat failed", "error", err.Error())
+		}
+		return
+	}
+	if b.Tombstoned {
+		tk.tombstoned(e)
+		return
+	}
+	now := tk.now()
+	e.lastOK.Store(int64(now))
+	tk.mu.Lock()
+	prev := tk.lastTick
+	tk.lastTick = now
+	if tk.okSince < 0 || prev == 0 || now-prev > tk.after/2 {
+		tk.okSince = now // a gap: the watcher waits for a whole TakeoverAfter of good beats
+	}
+	eligible := now-tk.okSince >= tk.after
+	first := tk.beats == 0
+	tk.beats++
+	var mine map[string][]byte
+	if b.Lost && !first || b.Turns < tk.countLocked(e) {
+		mine = tk.entriesLocked(e)
+	}
+	tk.mu.Unlock()
+	if len(mine) > 0 {
+		// Redis lost the registry (a restart without persistence): the
+		// running turns are registered again.
+		if err := tk.st.RegisterAll(ctx, e.id, mine); err != nil {
+			tk.log.Warn("could not register the running turns again", "error", err.Error())
+		} else {
+			tk.log.Info("the takeover registry had lost this worker's turns: registered again", "turns", len(mine))
+		}
+	}
+	if !eligible {
+		return
+	}
+	for _, dead := range b.Stale {
+		tk.claim(ctx, e.id, dead)
+	}
+}
+
+func (tk *takeover) countLocked(e *takeoverEpoch) int {
+	n := 0
+	for t := range tk.turns {
+		if t.tkEpoch == e {
+			n++
+		}
+	}
+	return n
+}
+
+func (tk *takeover) entriesLocked(e *takeoverEpoch) map[string][]byte {
+	m := make(map[string][]byte)
+	for t := range tk.turns {
+		if t.tkEpoch == e {
+			if b, err := t.entry(); err == nil {
+				m[t.taskID] = b
+			}
+		}
+	}
+	return m
+}
+
+// tombstoned: another worker took this one for dead and took its turns
+// over. They stop at once and write nothing more; the worker goes on under
+// a new instance id.
+func (tk *takeover) tombstoned(e *takeoverEpoch) {
+	tk.mu.Lock()
+	if tk.epoch != e {
+		tk.mu.Unlock()
+		return
+	}
+	e.dead.Store(true)
+	tk.epoch = tk.newEpoch()
+	tk.okSince = -1
+	var stop []*turn
+	for t := range tk.turns {
+		if t.tkEpoch == e {
+			stop = append(stop, t)
+		}
+	}
+	tk.mu.Unlock()
+	tk.log.Warn("this worker was taken for dead and its turns taken over by another: stopping them, writing nothing more for them",
+		"instance", e.id, "turns", len(stop), "new_instance", tk.current().id)
+	for _, t := range stop {
+		t.fence()
+	}
+}
+
+// claim takes the turns of the dead worker over, when this watcher is the
+// one that claims it.
+func (tk *takeover) claim(ctx context.Context, me, dead string) {
+	turns, ok, err := tk.st.Claim(ctx, dead, me, tk.after, takeoverTombstoneTTL)
+	if err != nil {
+		tk.log.Warn("could not claim a dead worker", "dead", dead, "error", err.Error())
+		return
+	}
+	if !ok {
+		return
+	}
+	tk.log.Warn("a worker stopped beating: taking its turns over", "dead", dead, "turns", len(turns))
+	// Each turn costs three round trips (its task's payload, the enqueue,
+	// the marker): a dead worker with thousands of turns is taken over by
+	// takeoverParallel at a time.
+	sem := make(chan struct{}, takeoverParallel)
+	var wg sync.WaitGroup
+	for id, raw := range turns {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			tk.takeOver(ctx, dead, id, raw)
+		}()
+	}
+	wg.Wait()
+}
+
+// takeoverParallel bounds the turns of a dead worker taken over at once.
+const takeoverParallel = 32
+
+// takeoverTaskID is the Asynq task id of the takeover of taskID from dead.
+func takeoverTaskID(dead, taskID string) string { return "takeover:" + dead + ":" + taskID }
+
+// takeOver enqueues the takeover task of one turn of the dead worker.
+func (tk *takeover) takeOver(ctx context.Context, dead, taskID, raw string) {
+	log := tk.log.With(slog.String("task_id", taskID), slog.String("dead", dead))
+	var e takeoverEntry
+	if err := json.Unmarshal([]byte(raw), &e); err != nil || e.Queue == "" || e.Runner == "" {
+		log.Warn("unreadable takeover entry: left to Asynq's recovery", "entry", raw)
+		return
+	}
+	info, err := tk.insp.GetTaskInfo(e.Queue, e.Runner)
+	if err != nil || info.State == asynq.TaskStateCompleted || info.State == asynq.TaskStateArchived {
+		// Finished in the meantime (or deleted): nothing to continue.
+		log.Info("the dead worker's turn is gone from its queue or ended: not taken over", "runner", e.Runner)
+		return
+	}
+	payload := info.Payload
+	if info.Type == TakeoverTaskType {
+		var p takeoverPayload
+		if err := json.Unmarshal(info.Payload, &p); err != nil {
+			log.Warn("unreadable takeover payload: left to Asynq's recovery", "runner", e.Runner, "error", err.Error())
+			return
+		}
+		payload = p.Payload
+	}
+	b, err := json.Marshal(takeoverPayload{TaskID: taskID, Queue: e.Queue, From: dead, Retried: e.Retried,
+		MaxRetry: e.MaxRetry, Payload: payload})
+	if err != nil {
+		log.Warn("could not encode the takeover", "error", err.Error())
+		return
+	}
+	runner := takeoverTaskID(dead, taskID)
+	_, err = tk.client.EnqueueContext(ctx, asynq.NewTask(TakeoverTaskType, b), asynq.TaskID(runner), asynq.Queue(e.Queue),
+		asynq.MaxRetry(max(e.MaxRetry-e.Retried, 0)), asynq.Timeout(tk.w.cfg.Budget.TaskTimeout()),
+		asynq.Retention(takeoverRetention))
+	if err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
+		log.Warn("could not enqueue the takeover: left to Asynq's recovery", "error", err.Error())
+		return
+	}
+	if err := tk.st.MarkTakenOver(ctx, taskID, runner, takenOverTTL); err != nil {
+		log.Warn("could not mark the turn taken over", "error", err.Error())
+	}
+	if o, ok := tk.w.obs.(TakeoverObserver); ok {
+		o.TurnTakenOver(e.Queue)
+	}
+	log.Info("turn taken over", "runner", runner, "was", e.Runner)
+}
+
+// leave takes this worker out of the registry at a graceful stop.
+func (tk *takeover) leave() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := tk.st.Leave(ctx, tk.current().id); err != nil {
+		tk.log.Warn("could not leave the takeover registry", "error", err.Error())
+	}
+}
+
+// register notes in the registry that this worker runs the turn (after it
+// got its conversation, when ordered). A failure is logged: the turn is
+// then only recovered by Asynq's lease, as without takeover.
+func (t *turn) register(ctx context.Context) {
+	tk := t.w.tk
+	if tk == nil || t.tkEpoch != nil || !tk.running.Load() {
+		return
+	}
+	b, err := t.entry()
+	if err != nil {
+		return
+	}
+	tk.mu.Lock()
+	e := tk.epoch
+	t.tkEpoch = e
+	tk.turns[t] = struct{}{}
+	tk.mu.Unlock()
+	// With the attempt's next writes (its journal record, the accepted
+	// event), at the latest with the intent before its send: a worker that
+	// dies before has sent nothing, and Asynq's recovery runs the turn.
+	t.progress.pushOp(tk.st.RegisterOp(e.id, t.taskID, b))
+}
+
+// unregisterOps take the turn out of the registry with its last writes
+// (deliverAtOnce), so that unregister has nothing left to do.
+func (t *turn) unregisterOps() []store.Op {
+	if t.tkEpoch == nil {
+		return nil
+	}
+	return []store.Op{t.w.tk.st.UnregisterOp(t.tkEpoch.id, t.taskID, func() { t.tkGone.Store(true) })}
+}
+
+// entry is the turn's registry entry.
+func (t *turn) entry() ([]byte, error) {
+	return json.Marshal(takeoverEntry{Queue: t.queue, Runner: t.runner, Key: t.key, Retried: t.retried, MaxRetry: t.maxRetry})
+}
+
+// unregister takes the turn out of the registry when its attempt ends.
+func (t *turn) unregister() {
+	tk := t.w.tk
+	if tk == nil || t.tkEpoch == nil {
+		return
+	}
+	tk.mu.Lock()
+	delete(tk.turns, t)
+	tk.mu.Unlock()
+	if t.tkEpoch.dead.Load() || t.tkGone.Load() {
+		return // claimed (the hash is gone, and the turn writes nothing), or done with its last writes
+	}
+	ctx, cancel := context.WithTimeout(t.detached(), 2*time.Second)
+	defer cancel()
+	if err := tk.st.Unregister(ctx, t.tkEpoch.id, t.taskID); err != nil {
+		t.log.Debug("could not unregister the turn", "error", err.Error())
+	}
+}
+
+// fence stops a turn that was taken over: its context ends with
+// errTakenOver, and it writes nothing more (see takenOver).
+func (t *turn) fence() {
+	t.fenced.Store(true)
+	if t.cancel != nil {
+		t.cancel(errTakenOver)
+	}
+}
+
+// takenOver reports whether the turn was taken over from this worker. When
+// the worker's last good beat is older than half of TakeoverAfter (it was
+// paused, or cut off from Redis), it asks Redis whether it was tombstoned.
+// A failed check counts as not taken over (the write it guards fails too,
+// or goes through when Redis is back, and the tombstone is checked then).
+func (t *turn) takenOver(ctx context.Context) bool {
+	if t.fenced.Load() {
+		return true
+	}
+	tk, e := t.w.tk, t.tkEpoch
+	if tk == nil || e == nil {
+		return false
+	}
+	if e.dead.Load() {
+		t.fenced.Store(true)
+		return true
+	}
+	if tk.now()-time.Duration(e.lastOK.Load()) <= tk.after/2 {
+		return false
+	}
+	if !tk.confirm(ctx, e) {
+		return false
+	}
+	t.fenced.Store(true)
+	return true
+}
+
+// fencedNow is takenOver for the writer (progress.fenced): the writes of
+// a taken-over turn are dropped.
+func (t *turn) fencedNow() bool { return t.takenOver(t.actx) }
+
+// confirm beats now for e, whose last good beat is old: it reports whether
+// e was tombstoned (and fences its turns then). A beat refreshes e's score
+// in the same step, so that no claim can take it between the check and the
+// write that follows (but for a pause right there: see docs/reliability.md).
+// Concurrent callers share one beat. An error counts as not tombstoned.
+func (tk *takeover) confirm(ctx context.Context, e *takeoverEpoch) bool {
+	e.checkMu.Lock()
+	defer e.checkMu.Unlock()
+	if e.dead.Load() {
+		return true
+	}
+	if tk.now()-time.Duration(e.lastOK.Load()) <= tk.after/2 {
+		return false // another caller just beat
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	b, err := tk.st.Beat(cctx, e.id, 1<<40)
+	if err != nil {
+		return false
+	}
+	if b.Tombstoned {
+		tk.tombstoned(e)
+		return true
+	}
+	e.lastOK.Store(int64(tk.now()))
+	return false
+}
+
+// endTakenOver ends an attempt whose turn was taken over: it writes
+// nothing (no event, no journal, no release of the line).
+func (t *turn) endTakenOver() error {
+	t.log.Warn("turn taken over by another worker: this attempt stops and writes nothing")
+	t.w.obs.AttemptFinished(t.queue, "taken_over", time.Since(t.start))
+	return nil
+}
+
+// continuedElsewhere reports whether this runner of the turn is not its
+// newest one: Asynq recovered a task (or a takeover task) whose turn a
+// takeover continues. It reads the marker only for a task that Asynq ran
+// before (a first attempt was never taken over).
+func (t *turn) continuedElsewhere(ctx context.Context) bool {
+	if t.w.tk == nil || t.asynqRetried == 0 {
+		return false
+	}
+	by, err := t.w.tk.st.TakenOverBy(ctx, t.taskID)
+	if err != nil || by == "" || by == t.runner {
+		return false
+	}
+	t.log.Info("turn continued by another runner: this attempt ends", "continued_by", by, "runner", t.runner)
+	return true
+}
+
+// decodeTakeover reads a takeover task's payload into the turn's ids.
+func decodeTakeover(b []byte) (takeoverPayload, error) {
+	var p takeoverPayload
+	if err := json.Unmarshal(b, &p); err != nil {
+		return p, fmt.Errorf("queue: takeover payload: %w", err)
+	}
+	if p.TaskID == "" || len(p.Payload) == 0 {
+		return p, errors.New("queue: takeover payload: no task id or payload")
+	}
+	return p, nil
+}
+
+// takeoverAlive wraps alive (ordering's test of a dead head): a head whose
+// task is gone is alive still when its turn was taken over and the
+// takeover's task is alive (the original ends at once once Asynq recovers
+// it, while the takeover may wait for a retry).
+func (w *Worker) takeoverAlive(alive ordering.AliveFunc) ordering.AliveFunc {
+	if w.tk == nil {
+		return alive
+	}
+	return func(ctx context.Context, taskID string) (bool, error) {
+		ok, err := alive(ctx, taskID)
+		if ok || err != nil {
+			return ok, err
+		}
+		by, err := w.tk.st.TakenOverBy(ctx, taskID)
+		if err != nil || by == "" || by == taskID {
+			return false, err
+		}
+		return alive(ctx, by)
+	}
+}

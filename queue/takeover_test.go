@@ -1,0 +1,326 @@
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lettaq/lettaq/internal/testredis"
+	"github.com/lettaq/lettaq/queue/internal/store"
+)
+
+// takeoverEnv is a Redis with a key prefix and a queue of its own, and
+// workers on it whose takeover registries the tests drive by hand.
+type takeoverEnv struct {
+	t      *testing.T
+	rdb    *redis.Client
+	opt    asynq.RedisClientOpt
+	prefix string
+	queue  string
+	st     *store.Takeover
+}
+
+func newTakeoverEnv(t *testing.T) *takeoverEnv {
+	srv := testredis.RequireReal(t)
+	rdb := srv.Client(t)
+	e := &takeoverEnv{t: t, rdb: rdb, opt: asynq.RedisClientOpt{Addr: srv.Addr, DB: srv.DB},
+		prefix: "lettaq-tk-test:" + randomHex(t) + ":", queue: "lettaq-tk-" + randomHex(t)}
+	e.st = store.NewTakeover(rdb, store.Keys{Prefix: e.prefix})
+	t.Cleanup(func() {
+		insp := asynq.NewInspector(e.opt)
+		_ = insp.DeleteQueue(e.queue, true)
+		_ = insp.Close()
+		keys, _ := rdb.Keys(context.Background(), e.prefix+"*").Result()
+		if len(keys) > 0 {
+			rdb.Del(context.Background(), keys...)
+		}
+	})
+	return e
+}
+
+func randomHex(t *testing.T) string {
+	return fmt.Sprintf("%x", rand.Uint64())
+}
+
+// worker makes a worker whose registry is ready to tick (not running).
+func (e *takeoverEnv) worker(id string, after time.Duration) *Worker {
+	e.t.Helper()
+	w, err := NewWorker(WorkerConfig{Redis: e.opt, WorkerID: id, LettaURL: "http://127.0.0.1:1",
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), TakeoverAfter: after,
+		RepliesOptions: RepliesOptions{Prefix: e.prefix}, JournalOptions: JournalOptions{Prefix: e.prefix},
+		Queues: map[string]int{e.queue: 1}})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	w.tk.client = asynq.NewClient(w.conn)
+	w.tk.insp = asynq.NewInspector(w.conn)
+	w.tk.running.Store(true)
+	e.t.Cleanup(func() { _ = w.tk.client.Close(); _ = w.tk.insp.Close(); w.closeRedis() })
+	return w
+}
+
+// primeEligible makes tk's watcher eligible at its next good beat, as if
+// it had beaten well for longer than TakeoverAfter.
+func primeEligible(tk *takeover) {
+	tk.base = time.Now().Add(-3 * tk.after)
+	tk.epoch.lastOK.Store(int64(tk.now()))
+	tk.lastTick = tk.now()
+	tk.okSince = 1
+	tk.beats = 1
+}
+
+// deadWorker registers a worker instance whose last beat is ago, running
+// one turn (a real task in the queue) per id in turns.
+func (e *takeoverEnv) deadWorker(instance string, ago time.Duration, turns ...string) {
+	e.t.Helper()
+	ctx := context.Background()
+	// The score on Redis's clock.
+	now, err := e.rdb.Time(ctx).Result()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.rdb.ZAdd(ctx, e.prefix+"takeover:workers", redis.Z{Score: float64(now.Add(-ago).UnixMilli()), Member: instance})
+	c := asynq.NewClient(e.opt)
+	defer c.Close()
+	for _, id := range turns {
+		b, _ := json.Marshal(map[string]any{"v": 1, "agent_id": "agent-1", "text": "hi",
+			"conversation": map[string]string{"integration": "test", "chat_id": id}})
+		if _, err := c.Enqueue(asynq.NewTask(TaskType, b), asynq.TaskID(id), asynq.Queue(e.queue), asynq.MaxRetry(5)); err != nil {
+			e.t.Fatal(err)
+		}
+		entry, _ := json.Marshal(takeoverEntry{Queue: e.queue, Runner: id, Retried: 2, MaxRetry: 5})
+		if err := e.st.Register(ctx, instance, id, entry); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+}
+
+func (e *takeoverEnv) takeoverTasks() []*asynq.TaskInfo {
+	insp := asynq.NewInspector(e.opt)
+	defer insp.Close()
+	var out []*asynq.TaskInfo
+	tasks, _ := insp.ListPendingTasks(e.queue)
+	for _, ti := range tasks {
+		if ti.Type == TakeoverTaskType {
+			out = append(out, ti)
+		}
+	}
+	return out
+}
+
+// Two watchers see one dead worker at once: exactly one claims it, and one
+// takeover task per turn is made, with the turn's payload, no retry used,
+// and the turn marked taken over.
+func TestTakeoverTwoWatchersClaimOnce(t *testing.T) {
+	e := newTakeoverEnv(t)
+	a, b := e.worker("A", 2*time.Second), e.worker("B", 2*time.Second)
+	primeEligible(a.tk)
+	primeEligible(b.tk)
+	e.deadWorker("D/1", 10*time.Second, "turn-1", "turn-2")
+	var wg sync.WaitGroup
+	for _, w := range []*Worker{a, b} {
+		wg.Add(1)
+		go func() { defer wg.Done(); w.tk.tick(context.Background()) }()
+	}
+	wg.Wait()
+	tasks := e.takeoverTasks()
+	if len(tasks) != 2 {
+		t.Fatalf("%d takeover tasks, want 2 (one per turn)", len(tasks))
+	}
+	for _, ti := range tasks {
+		p, err := decodeTakeover(ti.Payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ti.ID != takeoverTaskID("D/1", p.TaskID) || p.From != "D/1" || p.Retried != 2 || p.MaxRetry != 5 || ti.MaxRetry != 3 {
+			t.Errorf("takeover %s: %+v (max retry %d)", ti.ID, p, ti.MaxRetry)
+		}
+		if m, err := DecodePayload(p.Payload); err != nil || m.Conversation.ChatID != p.TaskID {
+			t.Errorf("takeover %s: the turn's payload is not carried: %v %+v", ti.ID, err, m)
+		}
+		if by, _ := e.st.TakenOverBy(context.Background(), p.TaskID); by != ti.ID {
+			t.Errorf("turn %s marked taken over by %q, want %s", p.TaskID, by, ti.ID)
+		}
+	}
+	if dead, _ := e.st.Tombstoned(context.Background(), "D/1"); !dead {
+		t.Error("the dead worker has no tombstone")
+	}
+	if n := e.rdb.Exists(context.Background(), e.prefix+"takeover:turns:D/1").Val(); n != 0 {
+		t.Error("the dead worker's turns hash is still there")
+	}
+	// Another round finds nobody to claim.
+	a.tk.tick(context.Background())
+	if n := len(e.takeoverTasks()); n != 2 {
+		t.Fatalf("%d takeover tasks after a second round", n)
+	}
+}
+
+// A worker that beats is never claimed, however eager the watcher.
+func TestTakeoverLiveWorkerNotClaimed(t *testing.T) {
+	e := newTakeoverEnv(t)
+	a, live := e.worker("A", 2*time.Second), e.worker("L", 2*time.Second)
+	primeEligible(a.tk)
+	live.tk.tick(context.Background()) // a beat now
+	e.st.Register(context.Background(), live.tk.current().id, "turn-live", []byte(`{"queue":"q","runner":"turn-live"}`))
+	a.tk.tick(context.Background())
+	if n := len(e.takeoverTasks()); n != 0 {
+		t.Fatalf("%d takeover tasks of a live worker", n)
+	}
+	// The claim itself refuses a recent beat.
+	if _, ok, err := e.st.Claim(context.Background(), live.tk.current().id, "A", 2*time.Second, time.Hour); err != nil || ok {
+		t.Fatalf("claim of a live worker: ok %v, err %v", ok, err)
+	}
+	if dead, _ := e.st.Tombstoned(context.Background(), live.tk.current().id); dead {
+		t.Fatal("a live worker was tombstoned")
+	}
+}
+
+// A watcher that just came back (first beat, or after a gap in its own
+// beats) judges nobody until its beats were good for TakeoverAfter.
+func TestTakeoverWatcherJustBackNotEligible(t *testing.T) {
+	e := newTakeoverEnv(t)
+	a := e.worker("A", 2*time.Second)
+	e.deadWorker("D/2", 10*time.Second, "turn-3")
+	a.tk.tick(context.Background()) // first beat: not eligible
+	if n := len(e.takeoverTasks()); n != 0 {
+		t.Fatalf("a watcher on its first beat took %d turns over", n)
+	}
+	// Eligible, then a gap in its own beats (it was paused): not eligible.
+	primeEligible(a.tk)
+	a.tk.lastTick = a.tk.now() - 2*time.Second
+	a.tk.tick(context.Background())
+	if n := len(e.takeoverTasks()); n != 0 {
+		t.Fatalf("a watcher back from a pause took %d turns over", n)
+	}
+	primeEligible(a.tk)
+	a.tk.tick(context.Background())
+	if n := len(e.takeoverTasks()); n != 1 {
+		t.Fatalf("an eligible watcher took %d turns over, want 1", n)
+	}
+}
+
+// The original task of a taken-over turn, run again by Asynq (Retried >
+// 0), ends; the takeover itself, and a first attempt, go on (a first
+// attempt does not read the marker).
+func TestTakeoverMarkerEndsOlderRunner(t *testing.T) {
+	e := newTakeoverEnv(t)
+	w := e.worker("A", 2*time.Second)
+	ctx := context.Background()
+	if err := e.st.MarkTakenOver(ctx, "turn-9", takeoverTaskID("D/9", "turn-9"), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	mk := func(runner string, retried int) *turn {
+		return &turn{w: w, taskID: "turn-9", runner: runner, asynqRetried: retried, log: w.log}
+	}
+	if !mk("turn-9", 1).continuedElsewhere(ctx) {
+		t.Error("the recovered original does not see the takeover")
+	}
+	if mk("turn-9", 0).continuedElsewhere(ctx) {
+		t.Error("a first attempt read the marker")
+	}
+	if mk(takeoverTaskID("D/9", "turn-9"), 1).continuedElsewhere(ctx) {
+		t.Error("the takeover's own retry ends")
+	}
+	if !mk(takeoverTaskID("D/8", "turn-9"), 1).continuedElsewhere(ctx) {
+		t.Error("an older takeover goes on")
+	}
+}
+
+// A turn whose worker's last good beat is old asks Redis before it writes:
+// tombstoned, it stops (and every turn of that registration is fenced);
+// not tombstoned, it goes on. With a fresh beat nothing is asked.
+func TestTakeoverFencingStaleBeat(t *testing.T) {
+	e := newTakeoverEnv(t)
+	w := e.worker("A", 2*time.Second)
+	ctx := context.Background()
+	ep := w.tk.current()
+	t1 := &turn{w: w, taskID: "turn-f1", log: w.log, tkEpoch: ep}
+	t2 := &turn{w: w, taskID: "turn-f2", log: w.log, tkEpoch: ep}
+	canceled := make(chan error, 1)
+	t2.cancel = func(err error) { canceled <- err }
+	w.tk.turns[t1], w.tk.turns[t2] = struct{}{}, struct{}{}
+	ep.lastOK.Store(int64(w.tk.now())) // fresh beat
+	e.rdb.Set(ctx, e.prefix+"takeover:dead:"+ep.id, "B", time.Hour)
+	if t1.takenOver(ctx) {
+		t.Fatal("a turn with a fresh beat asked Redis (or stopped)")
+	}
+	ep.lastOK.Store(int64(w.tk.now() - 2*time.Second)) // paused past TakeoverAfter/2
+	if !t1.takenOver(ctx) {
+		t.Fatal("a tombstoned worker with a stale beat goes on writing")
+	}
+	if !t2.fenced.Load() || !ep.dead.Load() || w.tk.current() == ep {
+		t.Fatal("the other turns of the claimed registration are not fenced, or the worker did not re-register")
+	}
+	if err := <-canceled; err != errTakenOver {
+		t.Fatalf("the fenced turn's context ended with %v", err)
+	}
+	// A stale beat without a tombstone: the turn goes on.
+	ep2 := w.tk.current()
+	t3 := &turn{w: w, taskID: "turn-f3", log: w.log, tkEpoch: ep2}
+	ep2.lastOK.Store(int64(w.tk.now() - 2*time.Second))
+	if t3.takenOver(ctx) {
+		t.Fatal("a worker that was not claimed stopped its turn")
+	}
+}
+
+// A worker whose beat finds its tombstone fences its turns and goes on
+// under a new instance id; a graceful stop takes it out of the registry.
+func TestTakeoverBeatFindsTombstoneAndLeave(t *testing.T) {
+	e := newTakeoverEnv(t)
+	w := e.worker("A", 2*time.Second)
+	ctx := context.Background()
+	ep := w.tk.current()
+	t1 := &turn{w: w, taskID: "turn-t1", log: w.log, tkEpoch: ep}
+	w.tk.turns[t1] = struct{}{}
+	e.rdb.Set(ctx, e.prefix+"takeover:dead:"+ep.id, "B", time.Hour)
+	w.tk.tick(ctx)
+	if !t1.fenced.Load() || w.tk.current() == ep {
+		t.Fatal("the beat did not fence the claimed worker's turns")
+	}
+	w.tk.tick(ctx)
+	id := w.tk.current().id
+	if _, err := e.rdb.ZScore(ctx, e.prefix+"takeover:workers", id).Result(); err != nil {
+		t.Fatalf("the new instance does not beat: %v", err)
+	}
+	w.tk.leave()
+	if _, err := e.rdb.ZScore(ctx, e.prefix+"takeover:workers", id).Result(); err != redis.Nil {
+		t.Fatalf("a stopped worker is still registered: %v", err)
+	}
+}
+
+// A Redis that lost the registry (a restart without persistence): the
+// worker's next beat registers its running turns again, so that they can
+// still be taken over.
+func TestTakeoverRegistryLostRegistersAgain(t *testing.T) {
+	e := newTakeoverEnv(t)
+	w := e.worker("A", 2*time.Second)
+	ctx := context.Background()
+	w.tk.tick(ctx)
+	tr := &turn{w: w, taskID: "turn-r", queue: e.queue, runner: "turn-r", log: w.log, actx: ctx}
+	tr.progress = w.writer.newProgress(Conversation{Integration: "test", ChatID: "r"}, func(error) {})
+	tr.register(ctx)
+	tr.progress.flush(ctx) // the registration goes with the attempt's next writes
+	id := w.tk.current().id
+	turns := e.prefix + "takeover:turns:" + id
+	if !e.rdb.HExists(ctx, turns, "turn-r").Val() {
+		t.Fatal("the running turn is not registered")
+	}
+	e.rdb.Del(ctx, e.prefix+"takeover:workers", turns)
+	w.tk.tick(ctx)
+	if !e.rdb.HExists(ctx, turns, "turn-r").Val() {
+		t.Fatal("the beat after the registry was lost did not register the running turn again")
+	}
+	tr.unregister()
+	if e.rdb.HExists(ctx, turns, "turn-r").Val() {
+		t.Fatal("an ended turn is still registered")
+	}
+}
