@@ -212,6 +212,10 @@ func (c *Client) cancelTargets(ctx context.Context, r CancelRequest) ([]string, 
 			if err == nil {
 				return []string{id}, nil
 			}
+			// Nor does a parked one, in no Asynq queue for a moment.
+			if p, err := c.parked(ctx, id); err == nil && p != nil {
+				return []string{id}, nil
+			}
 		}
 		rec, err := c.cancelJournal().Lookup(ctx, id)
 		if errors.Is(err, ErrNotFound) {
@@ -294,6 +298,7 @@ func (c *Client) cancelTurn(ctx context.Context, id string, cr CancelRecord) (Ca
 		return CancelledTurn{}, fmt.Errorf("queue: cancel %s: %w", id, ierr)
 	}
 	var parked *store.Parked
+	var continued bool // by a takeover's task
 	if info == nil {
 		if parked, err = c.parked(ctx, id); err != nil {
 			return CancelledTurn{}, fmt.Errorf("queue: cancel %s: %w", id, err)
@@ -308,10 +313,18 @@ func (c *Client) cancelTurn(ctx context.Context, id string, cr CancelRecord) (Ca
 		}
 	case info != nil:
 		if info.State == asynq.TaskStateCompleted || info.State == asynq.TaskStateArchived {
-			if ended.Outcome == "" {
-				ended.Outcome = info.State.String()
+			// The original task of a turn that a takeover continues
+			// (takeover.go) ends at once when Asynq recovers it: the turn
+			// runs on under the takeover's task, whose worker stops it.
+			if continued, err = c.continuedByTakeover(ctx, insp, info.Queue, id); err != nil {
+				return CancelledTurn{}, fmt.Errorf("queue: cancel %s: %w", id, err)
 			}
-			return ended, nil
+			if !continued {
+				if ended.Outcome == "" {
+					ended.Outcome = info.State.String()
+				}
+				return ended, nil
+			}
 		}
 		if m, err = DecodePayload(info.Payload); err != nil {
 			return CancelledTurn{}, fmt.Errorf("queue: cancel %s: %w", id, err)
@@ -331,6 +344,9 @@ func (c *Client) cancelTurn(ctx context.Context, id string, cr CancelRecord) (Ca
 	// The record first: from here on every attempt of the turn ends it.
 	if _, err := c.cfg.Replies.st.PutCancel(ctx, id, b, cancelTTL); err != nil {
 		return CancelledTurn{}, fmt.Errorf("queue: record the cancel of %s: %w", id, err)
+	}
+	if continued {
+		return CancelledTurn{TaskID: id, Otid: otid, Status: CancelAsked}, nil
 	}
 	if info != nil && info.State == asynq.TaskStateActive && c.seq != nil {
 		if pos, err := c.seq.Position(ctx, c.cfg.Ordering.Key(m), id); err == nil && pos > 0 {
@@ -377,6 +393,23 @@ func (c *Client) cancelTurn(ctx context.Context, id string, cr CancelRecord) (Ca
 		return CancelledTurn{}, err
 	}
 	return CancelledTurn{TaskID: id, Otid: otid, Status: CancelDone}, nil
+}
+
+// continuedByTakeover reports whether the turn id, whose own task has
+// ended, runs on under a takeover's task that has not (takeover.go).
+func (c *Client) continuedByTakeover(ctx context.Context, insp *asynq.Inspector, queueName, id string) (bool, error) {
+	by, err := store.NewTakeover(c.cfg.Replies.rdb, store.Keys{Prefix: c.cfg.Replies.opts.Prefix}).TakenOverBy(ctx, id)
+	if err != nil || by == "" || by == id {
+		return false, err
+	}
+	info, err := ordering.FindTask(insp, queueName, by)
+	if errors.Is(err, asynq.ErrTaskNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return info.State != asynq.TaskStateCompleted && info.State != asynq.TaskStateArchived, nil
 }
 
 // awaitPutBack waits (up to 2s) for the active attempt of a turn that is
