@@ -3,11 +3,7 @@ package queue
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
-	"io"
-	"mime"
 	"net/http"
-	"strconv"
 	"strings"
 )
 
@@ -47,25 +43,8 @@ func ParseChat(s string) (Conversation, error) {
 //	500 {"error": "…"}                 Redis trouble: try again
 func CancelHTTPHandler(c *Client) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost {
-			w.Header().Set("Allow", http.MethodPost)
-			httpJSON(w, http.StatusMethodNotAllowed, map[string]string{"error": "use POST"})
-			return
-		}
-		if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
-			w.Header().Set("Accept", "application/json")
-			httpJSON(w, http.StatusUnsupportedMediaType, map[string]string{
-				"error": "Content-Type must be application/json, not " + strconv.Quote(r.Header.Get("Content-Type"))})
-			return
-		}
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxCancelBodyBytes))
-		var tooLarge *http.MaxBytesError
-		switch {
-		case errors.As(err, &tooLarge):
-			httpJSON(w, http.StatusRequestEntityTooLarge, map[string]string{"error": fmt.Sprintf("body larger than %d bytes", maxCancelBodyBytes)})
-			return
-		case err != nil:
-			httpJSON(w, http.StatusBadRequest, map[string]string{"error": "body unreadable: " + err.Error()})
+		body, ok := readJSONPost(w, r, maxCancelBodyBytes)
+		if !ok {
 			return
 		}
 		var b cancelBody
@@ -76,6 +55,7 @@ func CancelHTTPHandler(c *Client) http.Handler {
 		req := b.CancelRequest
 		if len(b.Chat) > 0 && string(b.Chat) != "null" {
 			var s string
+			var err error
 			var conv Conversation
 			if json.Unmarshal(b.Chat, &s) == nil {
 				conv, err = ParseChat(s)

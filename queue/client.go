@@ -279,27 +279,8 @@ func payloadBytes(p Payload) int {
 // answerHTTP): same answers, and 404 when the request is unknown.
 func EnqueueHTTPHandler(c *Client) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost {
-			w.Header().Set("Allow", http.MethodPost)
-			httpJSON(w, http.StatusMethodNotAllowed, map[string]string{"error": "use POST"})
-			return
-		}
-		if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
-			// A browser sends text/plain, form and multipart bodies across sites
-			// without asking first (no CORS preflight); application/json it does not.
-			w.Header().Set("Accept", "application/json")
-			httpJSON(w, http.StatusUnsupportedMediaType, map[string]string{
-				"error": "Content-Type must be application/json, not " + strconv.Quote(r.Header.Get("Content-Type"))})
-			return
-		}
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxHTTPRawBodyBytes))
-		var tooLarge *http.MaxBytesError
-		switch {
-		case errors.As(err, &tooLarge):
-			httpJSON(w, http.StatusRequestEntityTooLarge, map[string]string{"error": fmt.Sprintf("body larger than %d bytes", maxHTTPRawBodyBytes)})
-			return
-		case err != nil: // e.g. the listener's body timeout
-			httpJSON(w, http.StatusBadRequest, map[string]string{"error": "body unreadable: " + err.Error()})
+		body, ok := readJSONPost(w, r, maxHTTPRawBodyBytes)
+		if !ok {
 			return
 		}
 		if answerHTTP(c, w, r, body) {
@@ -331,6 +312,37 @@ func EnqueueHTTPHandler(c *Client) http.Handler {
 	})
 }
 
+// readJSONPost reads the body of a POST of application/json of at most
+// limit bytes; when it is not one, it answers (405, 415, 413 or 400, with
+// a JSON error naming what was wrong) and ok is false.
+func readJSONPost(w http.ResponseWriter, r *http.Request, limit int64) (body []byte, ok bool) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		httpJSON(w, http.StatusMethodNotAllowed, map[string]string{"error": "use POST"})
+		return nil, false
+	}
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		// A browser sends text/plain, form and multipart bodies across sites
+		// without asking first (no CORS preflight); application/json it does not.
+		w.Header().Set("Accept", "application/json")
+		httpJSON(w, http.StatusUnsupportedMediaType, map[string]string{
+			"error": "Content-Type must be application/json, not " + strconv.Quote(r.Header.Get("Content-Type"))})
+		return nil, false
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		httpJSON(w, http.StatusRequestEntityTooLarge, map[string]string{"error": fmt.Sprintf("body larger than %d bytes", limit)})
+		return nil, false
+	case err != nil: // e.g. the listener's body timeout
+		httpJSON(w, http.StatusBadRequest, map[string]string{"error": "body unreadable: " + err.Error()})
+		return nil, false
+	}
+	return body, true
+}
+
+// httpJSON writes v as JSON with status.
 func httpJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
