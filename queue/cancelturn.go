@@ -413,16 +413,8 @@ func (t *turn) cancelWaiting(ctx context.Context, nyt error) error {
 	if _, err := w.replies.EmitAnswerOnce(dctx, t.msg.Conversation, ev); err != nil {
 		return t.retryEarly(fmt.Errorf("write the cancelled event: %w", err))
 	}
-	rec, err := w.journal.Get(dctx, t.taskID)
-	if err != nil {
-		rec = &TurnRecord{}
-	}
+	rec := t.storedRecord(dctx)
 	now := time.Now().UTC()
-	rec.TaskID, rec.Otid, rec.AgentID = t.taskID, t.otid, t.msg.AgentID
-	rec.Conversation, rec.MessageID, rec.Queue = t.msg.Conversation, t.msg.MessageID, t.queue
-	if rec.EnqueuedAt.IsZero() {
-		rec.EnqueuedAt = t.msg.EnqueuedAt
-	}
 	rec.Attempts = append(rec.Attempts, Attempt{N: len(rec.Attempts) + 1, Worker: w.cfg.WorkerID, Start: t.start.UTC(),
 		End: now, Outcome: OutcomeCancelled})
 	rec.Outcome, rec.StopReason, rec.FinishedAt, rec.Error, rec.Cancel = OutcomeCancelled, StopReasonCancelled, now, "", &cr

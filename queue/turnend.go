@@ -468,6 +468,22 @@ func (t *turn) outOfRetries(err error) bool {
 	return t.retried >= t.maxRetry
 }
 
+// storedRecord is the turn's journal record as stored (a new one when it
+// has none, or it cannot be read), with the turn's identity filled in: for
+// an attempt that ends the turn before it has a record of its own.
+func (t *turn) storedRecord(ctx context.Context) *TurnRecord {
+	rec, err := t.w.journal.Get(ctx, t.taskID)
+	if err != nil {
+		rec = &TurnRecord{}
+	}
+	rec.TaskID, rec.Otid, rec.AgentID = t.taskID, t.otid, t.msg.AgentID
+	rec.Conversation, rec.MessageID, rec.Queue = t.msg.Conversation, t.msg.MessageID, t.queue
+	if rec.EnqueuedAt.IsZero() {
+		rec.EnqueuedAt = t.msg.EnqueuedAt
+	}
+	return rec
+}
+
 // giveUp ends a turn whose attempt is out of retries (outOfRetries) with a
 // permanent error: through fail once the attempt has its journal record,
 // else (the attempt ended before it ran: its turn never came, or Redis
@@ -493,16 +509,8 @@ func (t *turn) giveUp(reason string) error {
 		t.log.Info("turn already finished by an earlier attempt")
 		return nil
 	}
-	rec, err := w.journal.Get(ctx, t.taskID)
-	if err != nil {
-		rec = &TurnRecord{}
-	}
+	rec := t.storedRecord(ctx)
 	now := time.Now().UTC()
-	rec.TaskID, rec.Otid, rec.AgentID = t.taskID, t.otid, t.msg.AgentID
-	rec.Conversation, rec.MessageID, rec.Queue = t.msg.Conversation, t.msg.MessageID, t.queue
-	if rec.EnqueuedAt.IsZero() {
-		rec.EnqueuedAt = t.msg.EnqueuedAt
-	}
 	if rec.FirstStartedAt.IsZero() {
 		rec.FirstStartedAt = t.start
 	}
