@@ -48,11 +48,15 @@ const (
 	wakeWait = time.Second
 )
 
-// parker is the worker's side of parking (ordering only).
+// parker is the worker's side of parking, with or without ordering.
 type parker struct {
 	w       *Worker
 	st      store.Parking
 	recheck time.Duration // the safety net: Ordering.WaitCheck
+	// insp is the orderer's Inspector, or without ordering one of the
+	// parker's own (ownsInsp: closed with it).
+	insp     *asynq.Inspector
+	ownsInsp bool
 
 	acOnce sync.Once
 	ac     *asynq.Client
@@ -68,8 +72,14 @@ type parker struct {
 }
 
 func newParker(w *Worker) *parker {
-	return &parker{w: w, st: store.Parking{RDB: w.replies.rdb, Keys: store.Keys{Prefix: w.replies.opts.Prefix}},
+	pk := &parker{w: w, st: store.Parking{RDB: w.replies.rdb, Keys: store.Keys{Prefix: w.replies.opts.Prefix}},
 		recheck: w.cfg.Ordering.recheck(), closed: make(chan struct{})}
+	if w.ord != nil {
+		pk.insp = w.ord.insp
+	} else {
+		pk.insp, pk.ownsInsp = asynq.NewInspector(w.conn), true
+	}
+	return pk
 }
 
 func (pk *parker) client() *asynq.Client {
@@ -100,6 +110,9 @@ func (pk *parker) close() {
 	if pk.ac != nil {
 		_ = pk.ac.Close()
 	}
+	if pk.ownsInsp {
+		_ = pk.insp.Close()
+	}
 }
 
 // errParked is what the handler of a parked attempt returns.
@@ -121,15 +134,12 @@ func (t *turn) park(ctx context.Context, behind, reason string) error {
 		// parking (rare: a taken-over turn held its line).
 		return nil
 	}
-	info, err := t.w.ord.insp.GetTaskInfo(t.queue, t.taskID)
+	info, err := pk.insp.GetTaskInfo(t.queue, t.taskID)
 	if err != nil {
 		t.log.Debug("could not read the task to park it: it is put back", "error", err.Error())
 		return nil
 	}
-	p := store.Parked{TaskID: t.taskID, Type: t.task.Type(), Payload: t.task.Payload(), Queue: t.queue,
-		MaxRetry: info.MaxRetry, Timeout: info.Timeout, Deadline: info.Deadline, Retention: info.Retention,
-		Behind: behind, Reason: reason, Key: t.key, Since: time.Now(),
-		Gen: strconv.FormatInt(time.Now().UnixNano(), 36) + ":" + t.w.cfg.WorkerID}
+	p := parkedOf(info, t.task, behind, reason, t.key, t.w.cfg.WorkerID)
 	if err := pk.st.Park(ctx, p); err != nil {
 		t.redisFailed()
 		t.log.Warn("could not park the waiting turn: it is put back", "error", err.Error())
@@ -148,6 +158,19 @@ func (t *turn) park(ctx context.Context, behind, reason string) error {
 	return errParked
 }
 
+// parkedOf is the parking record of the active task info (task: its type
+// and payload) that waits behind behind on line key. The task is enqueued
+// again with the retries it has left (a new Asynq task starts at Retried
+// 0): info.MaxRetry − info.Retried, at least 1, the one TaskMaxRetry keeps
+// for put-backs (a takeover task gets the same, takeover.go).
+func parkedOf(info *asynq.TaskInfo, task *asynq.Task, behind, reason, key, workerID string) store.Parked {
+	now := time.Now()
+	return store.Parked{TaskID: info.ID, Type: task.Type(), Payload: task.Payload(), Queue: info.Queue,
+		MaxRetry: max(info.MaxRetry-info.Retried, 1), Timeout: info.Timeout, Deadline: info.Deadline, Retention: info.Retention,
+		Behind: behind, Reason: reason, Key: key, Since: now,
+		Gen: strconv.FormatInt(now.UnixNano(), 36) + ":" + workerID}
+}
+
 // reenqueueAfterRevoke waits for Asynq to delete the revoked task p, then
 // enqueues it again (enqueue).
 func (pk *parker) reenqueueAfterRevoke(p store.Parked) {
@@ -156,7 +179,7 @@ func (pk *parker) reenqueueAfterRevoke(p store.Parked) {
 	deadline := time.Now().Add(reenqueueWait)
 	backoff := 2 * time.Millisecond
 	for {
-		info, err := pk.w.ord.insp.GetTaskInfo(p.Queue, p.TaskID)
+		info, err := pk.insp.GetTaskInfo(p.Queue, p.TaskID)
 		switch {
 		case errors.Is(err, asynq.ErrTaskNotFound) || errors.Is(err, asynq.ErrQueueNotFound):
 			if err := pk.enqueue(ctx, p); err != nil {
@@ -225,19 +248,19 @@ func (pk *parker) settle(ctx context.Context, p store.Parked, pending bool) {
 	case tk.Dropped || p.Dropped:
 		pk.dropTask(p.Queue, p.TaskID)
 	case tk.Woken && !pending:
-		_ = pk.w.ord.insp.RunTask(p.Queue, p.TaskID)
+		_ = pk.insp.RunTask(p.Queue, p.TaskID)
 	}
 }
 
 // dropTask deletes a dropped turn's task if it waits in Asynq.
 func (pk *parker) dropTask(queue, taskID string) {
-	info, err := ordering.FindTask(pk.w.ord.insp, queue, taskID)
+	info, err := ordering.FindTask(pk.insp, queue, taskID)
 	if err != nil {
 		return
 	}
 	switch info.State {
 	case asynq.TaskStateScheduled, asynq.TaskStatePending, asynq.TaskStateRetry:
-		_ = pk.w.ord.insp.DeleteTask(info.Queue, taskID)
+		_ = pk.insp.DeleteTask(info.Queue, taskID)
 	}
 }
 
@@ -258,7 +281,7 @@ func (pk *parker) sweep(ctx context.Context) {
 		if err != nil {
 			return
 		}
-		info, err := ordering.FindTask(pk.w.ord.insp, p.Queue, id)
+		info, err := ordering.FindTask(pk.insp, p.Queue, id)
 		switch {
 		case errors.Is(err, asynq.ErrTaskNotFound):
 			if rec, jerr := pk.w.journal.Get(ctx, id); jerr == nil && (finalOutcome(rec.Outcome) || rec.Outcome == OutcomeCoalesced) {

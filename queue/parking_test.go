@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -215,5 +216,45 @@ func TestRevokeIsNotAWarning(t *testing.T) {
 	}
 	if !strings.Contains(out, "level=WARN msg=\"something else\"") {
 		t.Errorf("other warnings: %q", out)
+	}
+}
+
+// A parked task is enqueued again with the retries it had left: Retried 2
+// of MaxRetry 5 comes back as Retried 0 of MaxRetry 3, so a turn that used
+// retries before it waited does not get them all again; one with none left
+// keeps the one TaskMaxRetry keeps for put-backs.
+func TestParkedTaskKeepsTheRetriesItHadLeft(t *testing.T) {
+	c, w, insp, q := parkingEnv(t)
+	ctx := context.Background()
+	for i, tc := range []struct{ retried, maxRetry, want int }{{2, 5, 3}, {5, 5, 1}, {0, 26, 26}} {
+		r, err := c.Enqueue(ctx, Message{AgentID: "agent-1", Text: "hi", Conversation: Conversation{Integration: "web", ChatID: fmt.Sprint("park-r", i)},
+			MessageID: "m1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := insp.GetTaskInfo(q, r.TaskID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		active := *info // as an attempt that retried sees it
+		active.Retried, active.MaxRetry = tc.retried, tc.maxRetry
+		p := parkedOf(&active, asynq.NewTask(info.Type, info.Payload), "turn:ahead", "waiting for the turn ahead", "", "w1")
+		if err := w.park.st.Park(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		if err := insp.DeleteTask(q, r.TaskID); err != nil { // what RevokeTask does
+			t.Fatal(err)
+		}
+		if err := w.park.enqueue(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		back, err := insp.GetTaskInfo(q, r.TaskID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if back.MaxRetry != tc.want || back.Retried != 0 || back.State != asynq.TaskStateScheduled {
+			t.Errorf("retried %d of %d, parked: back %v with retried %d of %d; want scheduled with 0 of %d",
+				tc.retried, tc.maxRetry, back.State, back.Retried, back.MaxRetry, tc.want)
+		}
 	}
 }
