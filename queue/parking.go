@@ -24,14 +24,22 @@ import (
 // ends its Asynq task with asynq.RevokeTask (deleted: not retried, not
 // archived, no retry used). Right after, the worker enqueues the task again
 // with the same id as an Asynq scheduled task WaitCheck ahead (the safety
-// net: in asynqmon it reads as scheduled, far ahead) and deletes the
-// record. The turn that frees the line wakes it (wakeTask): a scheduled
-// task is moved to pending; a parked one, momentarily in no Asynq queue,
-// has its record marked woken, and its re-enqueue makes it pending. A
-// sweeper on every worker re-enqueues the records a worker left behind
-// (it died between the revoke and the re-enqueue). Nothing adds an
-// attempt to the journal: the record gets one Wait per thing waited
-// behind.
+// net: in asynqmon it reads as scheduled, far ahead), with the retries it
+// had left (parkedOf), and deletes the record. The event that frees it
+// wakes it (wakeTask): the turn that frees the line, or the answer (or
+// expiry) of the approval request, which wakes the waiters noted under the
+// request (AddWaiter, wakeApprovalWaiters). A scheduled task is moved to
+// pending; a parked one, momentarily in no Asynq queue, has its record
+// marked woken, and its re-enqueue makes it pending. A sweeper on every
+// worker re-enqueues the records a worker left behind (it died between the
+// revoke and the re-enqueue). Nothing adds an attempt to the journal: the
+// record gets one Wait per thing waited behind.
+//
+// Parking does not need ordering: without it (Ordering.Off) there is no
+// line and no NotYourTurn, but a message behind its chat's approval
+// request parks the same way; the parker then has an Inspector of its own,
+// and the answer wakes every waiter of the request (with ordering the one
+// in the answer's own line is woken by the answer turn's release).
 
 // Defaults of the parking.
 const (
@@ -316,14 +324,21 @@ func (pk *parker) sweeper(ctx context.Context, every time.Duration) {
 	}
 }
 
-// wakeTask makes taskID, which waits in key's line, run now: a parked task
-// has its record marked woken (its re-enqueue makes it pending); a
-// scheduled or retry task is moved to pending. A task between two states
-// (its attempt still parking, or being enqueued again) is looked at again
-// for up to wakeWait. Without parking it is ordering's Wake.
+// wakeTask makes taskID, which waits in key's line ("": without
+// ordering), run now: a parked task has its record marked woken (its
+// re-enqueue makes it pending); a scheduled or retry task is moved to
+// pending. A task between two states (its attempt still parking, or being
+// enqueued again) is looked at again for up to wakeWait. An active task
+// under ordering is looked at again unless it holds key's line (its
+// attempt may be parking); without ordering it is left alone (it runs, or
+// its attempt parks and sees for itself what freed it: parkApproval).
+// Without a task id it is ordering's Wake of key's head.
 func (w *Worker) wakeTask(ctx context.Context, queue, key, taskID string) error {
 	o := w.ord
-	if w.park == nil || taskID == "" {
+	if taskID == "" {
+		if o == nil {
+			return nil
+		}
 		return o.seq.Wake(ctx, o.insp, queue, key, taskID)
 	}
 	deadline := time.Now().Add(wakeWait)
@@ -332,7 +347,7 @@ func (w *Worker) wakeTask(ctx context.Context, queue, key, taskID string) error 
 		if ok, err := w.park.st.Wake(ctx, taskID); err != nil || ok {
 			return err
 		}
-		info, err := ordering.FindTask(o.insp, queue, taskID)
+		info, err := ordering.FindTask(w.park.insp, queue, taskID)
 		switch {
 		case errors.Is(err, asynq.ErrTaskNotFound):
 			// Parked and not written yet, or enqueued again: look again.
@@ -342,10 +357,13 @@ func (w *Worker) wakeTask(ctx context.Context, queue, key, taskID string) error 
 			queue = info.Queue
 			switch info.State {
 			case asynq.TaskStateRetry, asynq.TaskStateScheduled:
-				if err := o.insp.RunTask(queue, taskID); err == nil {
+				if err := w.park.insp.RunTask(queue, taskID); err == nil {
 					return nil
 				}
 			case asynq.TaskStateActive:
+				if o == nil {
+					return nil
+				}
 				if held, _, err := o.seq.Holder(ctx, key); err != nil || held == taskID {
 					return err
 				}
@@ -400,12 +418,10 @@ func (w *Worker) aliveOrParked(alive ordering.AliveFunc) ordering.AliveFunc {
 // caller removes the turn from its line (ordering.Sequencer.Remove) and
 // records the cancel, so that an attempt that starts meanwhile ends.
 func (w *Worker) unpark(ctx context.Context, queue, taskID string) (found bool, err error) {
-	if w.park != nil {
-		if found, err = w.park.st.Drop(ctx, taskID); err != nil {
-			return false, err
-		}
+	if found, err = w.park.st.Drop(ctx, taskID); err != nil {
+		return false, err
 	}
-	info, err := ordering.FindTask(w.ord.insp, queue, taskID)
+	info, err := ordering.FindTask(w.park.insp, queue, taskID)
 	switch {
 	case errors.Is(err, asynq.ErrTaskNotFound):
 		return found, nil
@@ -414,7 +430,7 @@ func (w *Worker) unpark(ctx context.Context, queue, taskID string) (found bool, 
 	}
 	switch info.State {
 	case asynq.TaskStateScheduled, asynq.TaskStatePending, asynq.TaskStateRetry:
-		if err := w.ord.insp.DeleteTask(info.Queue, taskID); err != nil && !errors.Is(err, asynq.ErrTaskNotFound) {
+		if err := w.park.insp.DeleteTask(info.Queue, taskID); err != nil && !errors.Is(err, asynq.ErrTaskNotFound) {
 			return found, err
 		}
 		return true, nil
@@ -527,9 +543,16 @@ func (w *Worker) sweepEvery() time.Duration {
 }
 
 // parkApproval parks a message that waits for the answer to its chat's
-// approval request p: the attempt is no attempt (the record is left as it
-// was, with one wait behind the request), the awaiting_approval phase is
-// emitted when the wait begins. nil when it could not park.
+// approval request p, with or without ordering: the attempt is no attempt
+// (the record is left as it was, with one wait behind the request), the
+// awaiting_approval phase is emitted when the wait begins. nil when it
+// could not park.
+//
+// The message is noted as a waiter of the request, which the answer (or
+// the expiry) wakes (wakeApprovalWaiters). An answer recorded between the
+// gate's read and that note would miss it: the request is read again after
+// the note, and a message whose request was answered meanwhile wakes
+// itself (its record is marked woken: its re-enqueue makes it pending).
 func (t *turn) parkApproval(ctx context.Context, log *slog.Logger, p *pendingApproval) error {
 	behind := "approval request " + p.RequestTaskID
 	reason := "waiting for the answer to approval request " + p.RequestTaskID
@@ -539,6 +562,11 @@ func (t *turn) parkApproval(ctx context.Context, log *slog.Logger, p *pendingApp
 	}
 	if err := t.w.park.st.AddWaiter(ctx, p.RequestTaskID, t.taskID, t.queue, t.key); err != nil {
 		log.Debug("could not note the waiter on its approval request", "error", err.Error())
+	}
+	if now, err := t.w.approvals.get(ctx, p.RequestTaskID); errors.Is(err, ErrNoApproval) || (err == nil && now.AnsweredBy != "") {
+		if _, err := t.w.park.st.Wake(ctx, t.taskID); err != nil {
+			log.Debug("could not wake the message whose approval request was answered meanwhile", "error", err.Error())
+		}
 	}
 	t.mu.Lock()
 	t.rec.Attempts = t.rec.Attempts[:t.att]
@@ -560,13 +588,12 @@ func (t *turn) parkApproval(ctx context.Context, log *slog.Logger, p *pendingApp
 }
 
 // wakeApprovalWaiters wakes the turns that wait for the answer to approval
-// request requestTaskID, now answered, in lines other than key's (a chat
-// sharing the agent's thread: thread mode default); the one in key's own
-// line is woken when the answer turn leaves it.
+// request requestTaskID, now answered (or expired). Under ordering it
+// wakes those in lines other than key's (a chat sharing the agent's
+// thread: thread mode default); the one in key's own line is woken when
+// the answer turn leaves it. Without ordering there are no lines (every
+// key is ""): it wakes them all.
 func (w *Worker) wakeApprovalWaiters(ctx context.Context, requestTaskID, key string) {
-	if w.park == nil {
-		return
-	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	ws, err := w.park.st.TakeWaiters(ctx, requestTaskID)
@@ -575,7 +602,7 @@ func (w *Worker) wakeApprovalWaiters(ctx context.Context, requestTaskID, key str
 		return
 	}
 	for _, wt := range ws {
-		if wt.Key == key {
+		if w.ord != nil && wt.Key == key {
 			continue
 		}
 		if err := w.wakeTask(ctx, wt.Queue, wt.Key, wt.TaskID); err != nil {
