@@ -265,3 +265,90 @@ func TestWaitingBehindAnApprovalParks(t *testing.T) {
 		})
 	}
 }
+
+// TestWaitingBehindAnApprovalParksWithoutOrdering: with ordering off
+// (LETTAQ_ORDERING=off) a message sent while its chat's approval request
+// is open parks too: scheduled, never in Retry, no retry used, one attempt
+// and one wait behind the request in its journal, however often it looks
+// again ("answered": WaitCheck 150 ms). It is woken within a second of the
+// answer, or of the expiry; with a safety net of an hour ("woken",
+// "expired") only the wake-up can start it that soon.
+func TestWaitingBehindAnApprovalParksWithoutOrdering(t *testing.T) {
+	for _, how := range []string{"answered", "woken", "expired"} {
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, withThreadMode(queue.ThreadConversation), withoutOrdering())
+			mod := func(c *queue.WorkerConfig) {
+				c.Ordering.WaitCheck = time.Hour
+				switch how {
+				case "answered":
+					c.Ordering.WaitCheck = 150 * time.Millisecond
+				case "expired":
+					c.ApprovalTimeout = 2 * time.Second
+				}
+			}
+			e.startWorker("w1", mod)
+			e.startWorker("w2", mod)
+			agent := e.sim.CreateAgent("park-appr-off", nil)
+			c := e.conv("park-appr-off")
+			req, _ := e.requestApproval(agent, c, "m1", "delete_file")
+			msg := e.enqueue(queue.Message{AgentID: agent, Conversation: c, MessageID: "m2", Text: "hello"})
+			w := watchStates(e, msg.TaskID)
+			e.waitEvent(c, msg.TaskID, func(ev queue.ReplyEvent) bool {
+				return ev.Type == queue.EventPhase && ev.Phase == queue.PhaseAwaitingApproval
+			})
+			if how != "expired" {
+				time.Sleep(time.Second) // it waits ("answered": looking again every 150 ms)
+				info, err := e.insp.GetTaskInfo(e.queue, msg.TaskID)
+				if err != nil || info.State != asynq.TaskStateScheduled || info.Retried != 0 {
+					t.Errorf("the waiting message: %s, %v; want scheduled, 0 retries", taskState(info), err)
+				}
+				if rec, err := e.journal.Get(context.Background(), msg.TaskID); err != nil {
+					t.Errorf("the waiting message's journal: %v", err)
+				} else if len(rec.Attempts) != 0 || len(rec.Waits) != 1 {
+					t.Errorf("the waiting message's journal: attempts %s, waits %+v; want no attempt, one wait", describeAttempts(rec), rec.Waits)
+				}
+				if _, err := e.client.Approve(context.Background(), req.TaskID, ""); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if f, evs := e.waitFinal(c, msg.TaskID, 30*time.Second); f.Type != queue.EventAnswer {
+				t.Fatalf("message: %+v; %s", f, summarize(evs))
+			}
+			e.settled()
+			w.check(t)
+			t.Logf("states: %v", w.seen)
+			// Without ordering nothing holds the message behind the answer
+			// turn: it is freed when the request is recorded answered.
+			ar := e.record(req.TaskID).Approval
+			if ar == nil || ar.AnsweredAt.IsZero() {
+				t.Fatalf("the request's journal has no answer: %+v", ar)
+			}
+			rec := checkWaited(t, e, msg.TaskID, "approval request "+req.TaskID, ar.AnsweredAt)
+			if len(rec.Waits) != 1 {
+				t.Errorf("waits %+v, want one", rec.Waits)
+			}
+			n := 0
+			for _, ev := range e.events(c, msg.TaskID) {
+				if ev.Type == queue.EventPhase && ev.Phase == queue.PhaseAwaitingApproval {
+					n++
+				}
+			}
+			if n != 1 {
+				t.Errorf("%d awaiting_approval events, want 1", n)
+			}
+			if n := e.sim.CountOtid(msg.Otid); n != 1 {
+				t.Errorf("the message was sent %d times", n)
+			}
+		})
+	}
+}
+
+// taskState says a task's state for a failure message (nil: none).
+func taskState(info *asynq.TaskInfo) string {
+	if info == nil {
+		return "none"
+	}
+	return fmt.Sprintf("%v (retried %d of %d, last error %q, next process at in %v)", info.State, info.Retried, info.MaxRetry,
+		info.LastErr, time.Until(info.NextProcessAt).Round(time.Millisecond))
+}

@@ -17,17 +17,17 @@ import (
 // unanswered request with the ApprovalPolicy.
 
 // OutcomeAwaitingApproval ends an attempt of a message that waits for its
-// chat's approval request to be answered (policy wait or deny): it is put
-// back like a busy turn, without a retry used.
+// chat's approval request to be answered (policy wait or deny) and could
+// not park (parking.go: its task could not be read, or a takeover runs
+// it): it is put back like a busy turn, without a retry used.
 const OutcomeAwaitingApproval = "awaiting_approval"
 
 // PhaseAwaitingApproval: the message waits for the answer to its chat's
 // approval request.
 const PhaseAwaitingApproval ReplyPhase = "awaiting_approval"
 
-// approvalWaitDelay is how often a waiting message looks again without
-// ordering (under ordering it parks, and the answer turn's release wakes
-// it).
+// approvalWaitDelay is how often a waiting message that could not park
+// looks again (a parked one is woken by the answer: parkApproval).
 const approvalWaitDelay = 5 * time.Second
 
 // ApprovalObserver, when the worker's Observer implements it, is told of
@@ -337,8 +337,8 @@ func (t *turn) approvalGate(ctx context.Context) (err error, end bool) {
 }
 
 // awaitApproval makes the message wait until its chat's request is
-// answered (the answer turn is ahead of it in the line): parked (see
-// parkApproval), or without ordering put back.
+// answered: parked (see parkApproval), with or without ordering, or put
+// back every approvalWaitDelay when it could not park.
 func (t *turn) awaitApproval(ctx context.Context, log *slog.Logger, p *pendingApproval) error {
 	if err := t.parkApproval(ctx, log, p); err != nil {
 		return err

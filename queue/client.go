@@ -27,10 +27,10 @@ const DefaultMaxRetry = 25
 
 // TaskMaxRetry is the Asynq max retry of a turn task whose failed attempts
 // are retried maxRetry times (negative: none): one more, which the worker
-// keeps for put-backs. A turn that waits for a busy thread (or, without
-// ordering, for an approval answer) is put back through Asynq's retry
-// (under ordering, one that waits for its conversation or an approval
-// answer parks instead, see parking.go), and Asynq
+// keeps for put-backs. A turn that waits for a busy thread is put back
+// through Asynq's retry (one that waits for its conversation or an
+// approval answer parks instead, see parking.go, and is enqueued again
+// with the retries it had left, at least this one), and Asynq
 // v0.26 archives a task whose retries are used up whatever the error; the
 // kept retry means a waiting turn is never archived for waiting. A producer
 // in another language sets this (GET /budget answers it).

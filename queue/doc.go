@@ -86,10 +86,10 @@
 //	any retry on the last allowed attempt     error, permanent           failed              SkipRetry → archived
 //	a put-back with no retry left (a crash    error, permanent           failed              SkipRetry → archived
 //	  used the one kept for put-backs)
-//	not its turn (ordering)                   –                          – (a Wait)          parked: RevokeTask, enqueued again scheduled (no retry used)
+//	not its turn (ordering)                   –                          – (a Wait)          parked: RevokeTask, enqueued again scheduled with the retries it had left (no retry used)
 //	cancelled while waiting (never sent)      error, permanent           cancelled           deleted by the canceller, or SkipRetry
 //	merged into another turn (coalescing)     by the answering turn      coalesced           nil
-//	message, its chat's approval unanswered   phase awaiting_approval    – (a Wait)          parked (policy wait, deny; put back without ordering)
+//	message, its chat's approval unanswered   phase awaiting_approval    – (a Wait)          parked (policy wait, deny; with or without ordering)
 //	  (ApprovalPolicy error)                  error, permanent           failed              SkipRetry → archived
 //
 // The rows from Completed to the put-back with no retry left are endOf's

@@ -43,13 +43,12 @@ type Ordering struct {
 	// MaxCoalesce bounds the messages merged into one turn (default 20).
 	MaxCoalesce int
 	// WaitCheck is the safety net of a turn that waits (for the turn ahead
-	// of it, or for its chat's approval request to be answered): the turn
-	// that frees its line wakes it within a second; should that wake-up be
-	// lost (a worker died holding the line), it looks again WaitCheck
-	// later. Client.Enqueue schedules a turn with turns ahead of it
-	// WaitCheck ahead, and a worker schedules a turn that parked (see
-	// parking.go) WaitCheck ahead. Default 10 minutes
-	// (LETTAQ_WAIT_CHECK).
+	// of it, or for its chat's approval request to be answered, also with
+	// Off): the event that frees it wakes it within a second; should that
+	// wake-up be lost (a worker died holding the line), it looks again
+	// WaitCheck later. Client.Enqueue schedules a turn with turns ahead of
+	// it WaitCheck ahead, and a worker schedules a turn that parked (see
+	// parking.go) WaitCheck ahead. Default 10 minutes (LETTAQ_WAIT_CHECK).
 	WaitCheck time.Duration
 }
 

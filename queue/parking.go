@@ -24,14 +24,22 @@ import (
 // ends its Asynq task with asynq.RevokeTask (deleted: not retried, not
 // archived, no retry used). Right after, the worker enqueues the task again
 // with the same id as an Asynq scheduled task WaitCheck ahead (the safety
-// net: in asynqmon it reads as scheduled, far ahead) and deletes the
-// record. The turn that frees the line wakes it (wakeTask): a scheduled
-// task is moved to pending; a parked one, momentarily in no Asynq queue,
-// has its record marked woken, and its re-enqueue makes it pending. A
-// sweeper on every worker re-enqueues the records a worker left behind
-// (it died between the revoke and the re-enqueue). Nothing adds an
-// attempt to the journal: the record gets one Wait per thing waited
-// behind.
+// net: in asynqmon it reads as scheduled, far ahead), with the retries it
+// had left (parkedOf), and deletes the record. The event that frees it
+// wakes it (wakeTask): the turn that frees the line, or the answer (or
+// expiry) of the approval request, which wakes the waiters noted under the
+// request (AddWaiter, wakeApprovalWaiters). A scheduled task is moved to
+// pending; a parked one, momentarily in no Asynq queue, has its record
+// marked woken, and its re-enqueue makes it pending. A sweeper on every
+// worker re-enqueues the records a worker left behind (it died between the
+// revoke and the re-enqueue). Nothing adds an attempt to the journal: the
+// record gets one Wait per thing waited behind.
+//
+// Parking does not need ordering: without it (Ordering.Off) there is no
+// line and no NotYourTurn, but a message behind its chat's approval
+// request parks the same way; the parker then has an Inspector of its own,
+// and the answer wakes every waiter of the request (with ordering the one
+// in the answer's own line is woken by the answer turn's release).
 
 // Defaults of the parking.
 const (
@@ -48,11 +56,15 @@ const (
 	wakeWait = time.Second
 )
 
-// parker is the worker's side of parking (ordering only).
+// parker is the worker's side of parking, with or without ordering.
 type parker struct {
 	w       *Worker
 	st      store.Parking
 	recheck time.Duration // the safety net: Ordering.WaitCheck
+	// insp is the orderer's Inspector, or without ordering one of the
+	// parker's own (ownsInsp: closed with it).
+	insp     *asynq.Inspector
+	ownsInsp bool
 
 	acOnce sync.Once
 	ac     *asynq.Client
@@ -68,8 +80,14 @@ type parker struct {
 }
 
 func newParker(w *Worker) *parker {
-	return &parker{w: w, st: store.Parking{RDB: w.replies.rdb, Keys: store.Keys{Prefix: w.replies.opts.Prefix}},
+	pk := &parker{w: w, st: store.Parking{RDB: w.replies.rdb, Keys: store.Keys{Prefix: w.replies.opts.Prefix}},
 		recheck: w.cfg.Ordering.recheck(), closed: make(chan struct{})}
+	if w.ord != nil {
+		pk.insp = w.ord.insp
+	} else {
+		pk.insp, pk.ownsInsp = asynq.NewInspector(w.conn), true
+	}
+	return pk
 }
 
 func (pk *parker) client() *asynq.Client {
@@ -100,6 +118,9 @@ func (pk *parker) close() {
 	if pk.ac != nil {
 		_ = pk.ac.Close()
 	}
+	if pk.ownsInsp {
+		_ = pk.insp.Close()
+	}
 }
 
 // errParked is what the handler of a parked attempt returns.
@@ -121,15 +142,12 @@ func (t *turn) park(ctx context.Context, behind, reason string) error {
 		// parking (rare: a taken-over turn held its line).
 		return nil
 	}
-	info, err := t.w.ord.insp.GetTaskInfo(t.queue, t.taskID)
+	info, err := pk.insp.GetTaskInfo(t.queue, t.taskID)
 	if err != nil {
 		t.log.Debug("could not read the task to park it: it is put back", "error", err.Error())
 		return nil
 	}
-	p := store.Parked{TaskID: t.taskID, Type: t.task.Type(), Payload: t.task.Payload(), Queue: t.queue,
-		MaxRetry: info.MaxRetry, Timeout: info.Timeout, Deadline: info.Deadline, Retention: info.Retention,
-		Behind: behind, Reason: reason, Key: t.key, Since: time.Now(),
-		Gen: strconv.FormatInt(time.Now().UnixNano(), 36) + ":" + t.w.cfg.WorkerID}
+	p := parkedOf(info, t.task, behind, reason, t.key, t.w.cfg.WorkerID)
 	if err := pk.st.Park(ctx, p); err != nil {
 		t.redisFailed()
 		t.log.Warn("could not park the waiting turn: it is put back", "error", err.Error())
@@ -148,6 +166,19 @@ func (t *turn) park(ctx context.Context, behind, reason string) error {
 	return errParked
 }
 
+// parkedOf is the parking record of the active task info (task: its type
+// and payload) that waits behind behind on line key. The task is enqueued
+// again with the retries it has left (a new Asynq task starts at Retried
+// 0): info.MaxRetry − info.Retried, at least 1, the one TaskMaxRetry keeps
+// for put-backs (a takeover task gets the same, takeover.go).
+func parkedOf(info *asynq.TaskInfo, task *asynq.Task, behind, reason, key, workerID string) store.Parked {
+	now := time.Now()
+	return store.Parked{TaskID: info.ID, Type: task.Type(), Payload: task.Payload(), Queue: info.Queue,
+		MaxRetry: max(info.MaxRetry-info.Retried, 1), Timeout: info.Timeout, Deadline: info.Deadline, Retention: info.Retention,
+		Behind: behind, Reason: reason, Key: key, Since: now,
+		Gen: strconv.FormatInt(now.UnixNano(), 36) + ":" + workerID}
+}
+
 // reenqueueAfterRevoke waits for Asynq to delete the revoked task p, then
 // enqueues it again (enqueue).
 func (pk *parker) reenqueueAfterRevoke(p store.Parked) {
@@ -156,7 +187,7 @@ func (pk *parker) reenqueueAfterRevoke(p store.Parked) {
 	deadline := time.Now().Add(reenqueueWait)
 	backoff := 2 * time.Millisecond
 	for {
-		info, err := pk.w.ord.insp.GetTaskInfo(p.Queue, p.TaskID)
+		info, err := pk.insp.GetTaskInfo(p.Queue, p.TaskID)
 		switch {
 		case errors.Is(err, asynq.ErrTaskNotFound) || errors.Is(err, asynq.ErrQueueNotFound):
 			if err := pk.enqueue(ctx, p); err != nil {
@@ -225,19 +256,19 @@ func (pk *parker) settle(ctx context.Context, p store.Parked, pending bool) {
 	case tk.Dropped || p.Dropped:
 		pk.dropTask(p.Queue, p.TaskID)
 	case tk.Woken && !pending:
-		_ = pk.w.ord.insp.RunTask(p.Queue, p.TaskID)
+		_ = pk.insp.RunTask(p.Queue, p.TaskID)
 	}
 }
 
 // dropTask deletes a dropped turn's task if it waits in Asynq.
 func (pk *parker) dropTask(queue, taskID string) {
-	info, err := ordering.FindTask(pk.w.ord.insp, queue, taskID)
+	info, err := ordering.FindTask(pk.insp, queue, taskID)
 	if err != nil {
 		return
 	}
 	switch info.State {
 	case asynq.TaskStateScheduled, asynq.TaskStatePending, asynq.TaskStateRetry:
-		_ = pk.w.ord.insp.DeleteTask(info.Queue, taskID)
+		_ = pk.insp.DeleteTask(info.Queue, taskID)
 	}
 }
 
@@ -258,7 +289,7 @@ func (pk *parker) sweep(ctx context.Context) {
 		if err != nil {
 			return
 		}
-		info, err := ordering.FindTask(pk.w.ord.insp, p.Queue, id)
+		info, err := ordering.FindTask(pk.insp, p.Queue, id)
 		switch {
 		case errors.Is(err, asynq.ErrTaskNotFound):
 			if rec, jerr := pk.w.journal.Get(ctx, id); jerr == nil && (finalOutcome(rec.Outcome) || rec.Outcome == OutcomeCoalesced) {
@@ -293,14 +324,21 @@ func (pk *parker) sweeper(ctx context.Context, every time.Duration) {
 	}
 }
 
-// wakeTask makes taskID, which waits in key's line, run now: a parked task
-// has its record marked woken (its re-enqueue makes it pending); a
-// scheduled or retry task is moved to pending. A task between two states
-// (its attempt still parking, or being enqueued again) is looked at again
-// for up to wakeWait. Without parking it is ordering's Wake.
+// wakeTask makes taskID, which waits in key's line ("": without
+// ordering), run now: a parked task has its record marked woken (its
+// re-enqueue makes it pending); a scheduled or retry task is moved to
+// pending. A task between two states (its attempt still parking, or being
+// enqueued again) is looked at again for up to wakeWait. An active task
+// under ordering is looked at again unless it holds key's line (its
+// attempt may be parking); without ordering it is left alone (it runs, or
+// its attempt parks and sees for itself what freed it: parkApproval).
+// Without a task id it is ordering's Wake of key's head.
 func (w *Worker) wakeTask(ctx context.Context, queue, key, taskID string) error {
 	o := w.ord
-	if w.park == nil || taskID == "" {
+	if taskID == "" {
+		if o == nil {
+			return nil
+		}
 		return o.seq.Wake(ctx, o.insp, queue, key, taskID)
 	}
 	deadline := time.Now().Add(wakeWait)
@@ -309,7 +347,7 @@ func (w *Worker) wakeTask(ctx context.Context, queue, key, taskID string) error 
 		if ok, err := w.park.st.Wake(ctx, taskID); err != nil || ok {
 			return err
 		}
-		info, err := ordering.FindTask(o.insp, queue, taskID)
+		info, err := ordering.FindTask(w.park.insp, queue, taskID)
 		switch {
 		case errors.Is(err, asynq.ErrTaskNotFound):
 			// Parked and not written yet, or enqueued again: look again.
@@ -319,10 +357,13 @@ func (w *Worker) wakeTask(ctx context.Context, queue, key, taskID string) error 
 			queue = info.Queue
 			switch info.State {
 			case asynq.TaskStateRetry, asynq.TaskStateScheduled:
-				if err := o.insp.RunTask(queue, taskID); err == nil {
+				if err := w.park.insp.RunTask(queue, taskID); err == nil {
 					return nil
 				}
 			case asynq.TaskStateActive:
+				if o == nil {
+					return nil
+				}
 				if held, _, err := o.seq.Holder(ctx, key); err != nil || held == taskID {
 					return err
 				}
@@ -377,12 +418,10 @@ func (w *Worker) aliveOrParked(alive ordering.AliveFunc) ordering.AliveFunc {
 // caller removes the turn from its line (ordering.Sequencer.Remove) and
 // records the cancel, so that an attempt that starts meanwhile ends.
 func (w *Worker) unpark(ctx context.Context, queue, taskID string) (found bool, err error) {
-	if w.park != nil {
-		if found, err = w.park.st.Drop(ctx, taskID); err != nil {
-			return false, err
-		}
+	if found, err = w.park.st.Drop(ctx, taskID); err != nil {
+		return false, err
 	}
-	info, err := ordering.FindTask(w.ord.insp, queue, taskID)
+	info, err := ordering.FindTask(w.park.insp, queue, taskID)
 	switch {
 	case errors.Is(err, asynq.ErrTaskNotFound):
 		return found, nil
@@ -391,7 +430,7 @@ func (w *Worker) unpark(ctx context.Context, queue, taskID string) (found bool, 
 	}
 	switch info.State {
 	case asynq.TaskStateScheduled, asynq.TaskStatePending, asynq.TaskStateRetry:
-		if err := w.ord.insp.DeleteTask(info.Queue, taskID); err != nil && !errors.Is(err, asynq.ErrTaskNotFound) {
+		if err := w.park.insp.DeleteTask(info.Queue, taskID); err != nil && !errors.Is(err, asynq.ErrTaskNotFound) {
 			return found, err
 		}
 		return true, nil
@@ -504,9 +543,16 @@ func (w *Worker) sweepEvery() time.Duration {
 }
 
 // parkApproval parks a message that waits for the answer to its chat's
-// approval request p: the attempt is no attempt (the record is left as it
-// was, with one wait behind the request), the awaiting_approval phase is
-// emitted when the wait begins. nil when it could not park.
+// approval request p, with or without ordering: the attempt is no attempt
+// (the record is left as it was, with one wait behind the request), the
+// awaiting_approval phase is emitted when the wait begins. nil when it
+// could not park.
+//
+// The message is noted as a waiter of the request, which the answer (or
+// the expiry) wakes (wakeApprovalWaiters). An answer recorded between the
+// gate's read and that note would miss it: the request is read again after
+// the note, and a message whose request was answered meanwhile wakes
+// itself (its record is marked woken: its re-enqueue makes it pending).
 func (t *turn) parkApproval(ctx context.Context, log *slog.Logger, p *pendingApproval) error {
 	behind := "approval request " + p.RequestTaskID
 	reason := "waiting for the answer to approval request " + p.RequestTaskID
@@ -516,6 +562,11 @@ func (t *turn) parkApproval(ctx context.Context, log *slog.Logger, p *pendingApp
 	}
 	if err := t.w.park.st.AddWaiter(ctx, p.RequestTaskID, t.taskID, t.queue, t.key); err != nil {
 		log.Debug("could not note the waiter on its approval request", "error", err.Error())
+	}
+	if now, err := t.w.approvals.get(ctx, p.RequestTaskID); errors.Is(err, ErrNoApproval) || (err == nil && now.AnsweredBy != "") {
+		if _, err := t.w.park.st.Wake(ctx, t.taskID); err != nil {
+			log.Debug("could not wake the message whose approval request was answered meanwhile", "error", err.Error())
+		}
 	}
 	t.mu.Lock()
 	t.rec.Attempts = t.rec.Attempts[:t.att]
@@ -537,13 +588,12 @@ func (t *turn) parkApproval(ctx context.Context, log *slog.Logger, p *pendingApp
 }
 
 // wakeApprovalWaiters wakes the turns that wait for the answer to approval
-// request requestTaskID, now answered, in lines other than key's (a chat
-// sharing the agent's thread: thread mode default); the one in key's own
-// line is woken when the answer turn leaves it.
+// request requestTaskID, now answered (or expired). Under ordering it
+// wakes those in lines other than key's (a chat sharing the agent's
+// thread: thread mode default); the one in key's own line is woken when
+// the answer turn leaves it. Without ordering there are no lines (every
+// key is ""): it wakes them all.
 func (w *Worker) wakeApprovalWaiters(ctx context.Context, requestTaskID, key string) {
-	if w.park == nil {
-		return
-	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	ws, err := w.park.st.TakeWaiters(ctx, requestTaskID)
@@ -552,7 +602,7 @@ func (w *Worker) wakeApprovalWaiters(ctx context.Context, requestTaskID, key str
 		return
 	}
 	for _, wt := range ws {
-		if wt.Key == key {
+		if w.ord != nil && wt.Key == key {
 			continue
 		}
 		if err := w.wakeTask(ctx, wt.Queue, wt.Key, wt.TaskID); err != nil {

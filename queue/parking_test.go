@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -16,14 +17,19 @@ import (
 )
 
 // parkingEnv is a Client and a Worker (not running) on a queue and key
-// prefix of the test's own.
+// prefix of the test's own, under ordering.
 func parkingEnv(t *testing.T) (*Client, *Worker, *asynq.Inspector, string) {
+	return parkingEnvWith(t, false)
+}
+
+// parkingEnvWith is parkingEnv, with ordering off when off.
+func parkingEnvWith(t *testing.T, off bool) (*Client, *Worker, *asynq.Inspector, string) {
 	srv := testredis.RequireReal(t)
 	q := "lettaq-unit-park-" + time.Now().Format("150405.000000")
 	prefix := "lettaq-unit:" + q + ":"
 	rdb := srv.Client(t)
 	opt := asynq.RedisClientOpt{Addr: srv.Addr, DB: srv.DB}
-	ord := Ordering{Config: ordering.Config{Prefix: prefix + "ord:"}}
+	ord := Ordering{Off: off, Config: ordering.Config{Prefix: prefix + "ord:"}}
 	replies := NewReplies(rdb, RepliesOptions{Prefix: prefix})
 	c, err := NewClient(ClientConfig{Redis: opt, Queue: q, Ordering: ord, Replies: replies})
 	if err != nil {
@@ -215,5 +221,89 @@ func TestRevokeIsNotAWarning(t *testing.T) {
 	}
 	if !strings.Contains(out, "level=WARN msg=\"something else\"") {
 		t.Errorf("other warnings: %q", out)
+	}
+}
+
+// A parked task is enqueued again with the retries it had left: Retried 2
+// of MaxRetry 5 comes back as Retried 0 of MaxRetry 3, so a turn that used
+// retries before it waited does not get them all again; one with none left
+// keeps the one TaskMaxRetry keeps for put-backs.
+func TestParkedTaskKeepsTheRetriesItHadLeft(t *testing.T) {
+	c, w, insp, q := parkingEnv(t)
+	ctx := context.Background()
+	for i, tc := range []struct{ retried, maxRetry, want int }{{2, 5, 3}, {5, 5, 1}, {0, 26, 26}} {
+		r, err := c.Enqueue(ctx, Message{AgentID: "agent-1", Text: "hi", Conversation: Conversation{Integration: "web", ChatID: fmt.Sprint("park-r", i)},
+			MessageID: "m1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := insp.GetTaskInfo(q, r.TaskID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		active := *info // as an attempt that retried sees it
+		active.Retried, active.MaxRetry = tc.retried, tc.maxRetry
+		p := parkedOf(&active, asynq.NewTask(info.Type, info.Payload), "turn:ahead", "waiting for the turn ahead", "", "w1")
+		if err := w.park.st.Park(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		if err := insp.DeleteTask(q, r.TaskID); err != nil { // what RevokeTask does
+			t.Fatal(err)
+		}
+		if err := w.park.enqueue(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		back, err := insp.GetTaskInfo(q, r.TaskID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if back.MaxRetry != tc.want || back.Retried != 0 || back.State != asynq.TaskStateScheduled {
+			t.Errorf("retried %d of %d, parked: back %v with retried %d of %d; want scheduled with 0 of %d",
+				tc.retried, tc.maxRetry, back.State, back.Retried, back.MaxRetry, tc.want)
+		}
+	}
+}
+
+// Without ordering, a message that read its chat's approval request as
+// pending and parks after the answer was recorded (and its waiters woken,
+// before the message was noted among them) wakes itself: its parking
+// record is marked woken, so its re-enqueue makes it pending at once
+// instead of a WaitCheck later.
+func TestParkApprovalWakesItselfWhenAnsweredMeanwhile(t *testing.T) {
+	c, w, insp, q := parkingEnvWith(t, true)
+	ctx := context.Background()
+	if w.ord != nil || w.park == nil {
+		t.Fatalf("ordering off: orderer %v, parker %v; want none, one", w.ord, w.park)
+	}
+	conv := Conversation{Integration: "web", ChatID: "park-race"}
+	r, err := c.Enqueue(ctx, Message{AgentID: "agent-1", Text: "hi", Conversation: conv, MessageID: "m2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := insp.GetTaskInfo(q, r.TaskID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &pendingApproval{RequestTaskID: "turn:web:park-race:m1", AgentID: "agent-1", Conversation: conv, Queue: q,
+		Scope: "chat:" + conv.String(), Calls: []ToolEvent{{Name: "delete_file", CallID: "call-1"}},
+		RequestedAt: time.Now().UTC(), ExpiresAt: time.Now().Add(time.Hour).UTC()}
+	if err := w.approvals.save(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	stale := *req // what the message's gate read
+	if err := w.approvals.answered(ctx, req, AnswerTaskID(req.RequestTaskID), nil, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	w.wakeApprovalWaiters(ctx, req.RequestTaskID, "") // the answer's wake-up: nobody noted yet
+	w.park.afterRevoke = func(store.Parked) {}        // the re-enqueue is looked at below
+	tt := &turn{w: w, taskID: r.TaskID, runner: r.TaskID, queue: q, task: asynq.NewTask(info.Type, info.Payload),
+		log: w.log, start: time.Now(), rec: &TurnRecord{TaskID: r.TaskID, Attempts: []Attempt{{N: 1}}},
+		progress: w.writer.newProgress(conv, func(error) {})}
+	if err := tt.parkApproval(ctx, w.log, &stale); !errors.Is(err, asynq.RevokeTask) {
+		t.Fatalf("parkApproval: %v; want parked", err)
+	}
+	p, err := w.park.st.Get(ctx, r.TaskID)
+	if err != nil || !p.Woken {
+		t.Errorf("the parked message's record: woken %v, %v; want woken", p.Woken, err)
 	}
 }

@@ -164,7 +164,7 @@ type Worker struct {
 	ownsRdb   bool
 	conn      asynq.RedisConnOpt // what the worker's and Asynq's clients are made from: LeanRedis(cfg.Redis)
 	ord       *orderer           // nil: no ordering
-	park      *parker            // waiting turns (parking.go); nil without ordering
+	park      *parker            // waiting turns (parking.go)
 	threads   *threads
 	approvals *approvals
 	answerer  answerer
@@ -379,9 +379,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		return nil, fmt.Errorf("queue: ApprovalTimeout %v is more than %v", w.cfg.ApprovalTimeout, MaxApprovalTimeout)
 	}
 	w.approvals = newApprovals(w.replies)
-	if w.ord != nil {
-		w.park = newParker(w)
-	}
+	w.park = newParker(w)
 	w.writer = newWriter(w.replies.rdb, w.replies)
 	w.writer.tripped = w.health.tripped
 	if w.cfg.TakeoverAfter == 0 {
@@ -490,11 +488,9 @@ func (w *Worker) run(ctx context.Context) error {
 	if err := srv.Start(mux); err != nil {
 		return fmt.Errorf("queue: start worker: %w", err)
 	}
-	if w.park != nil {
-		sctx, stopSweep := context.WithCancel(ctx)
-		defer stopSweep()
-		go w.park.sweeper(sctx, w.sweepEvery())
-	}
+	sctx, stopSweep := context.WithCancel(ctx)
+	defer stopSweep()
+	go w.park.sweeper(sctx, w.sweepEvery())
 	go w.watchCancels(ctx)
 	stopBeats := w.startTakeover()
 	w.log.Info("worker started", "worker", w.cfg.WorkerID, "queues", QueuesString(w.cfg.Queues),
@@ -586,7 +582,7 @@ func (w *Worker) closeRedis() {
 	if w.answerer.c != nil {
 		_ = w.answerer.c.Close()
 	}
-	w.park.close() // (its re-enqueues use the orderer's Inspector)
+	w.park.close() // (under ordering its re-enqueues use the orderer's Inspector)
 	w.ord.close()
 	if w.ownsRdb {
 		_ = w.rdb.Close()
