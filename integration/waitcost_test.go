@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -93,8 +94,10 @@ func TestApprovalWaitCost24h(t *testing.T) {
 	if len(rec.Attempts) != 1 || len(rec.Waits) != 1 {
 		t.Errorf("journal: %d attempts, %d waits; want 1 and 1", len(rec.Attempts), len(rec.Waits))
 	}
-	if sizes[0] != sizes[1] || sizes[1] != sizes[2] {
-		t.Errorf("the journal record grew while the message waited: %v", sizes)
+	// Constant: the same fields each time (updated_at, written with
+	// RFC3339Nano, drops trailing zeros: a few bytes either way).
+	if slices.Max(sizes)-slices.Min(sizes) > 8 {
+		t.Errorf("the journal record changed size while the message waited: %v", sizes)
 	}
 	if checks < 10 {
 		t.Errorf("%d looks: the message did not look again while it waited", checks)

@@ -549,7 +549,6 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 		TakenOverFrom: t.takenOverFrom})
 	t.rec, t.att = rec, len(rec.Attempts)-1
 	t.ids.setRunID(rec.RunID) // the run id the journal has
-	t.saveLater()
 	var wait time.Duration
 	if !rec.EnqueuedAt.IsZero() {
 		wait = t.start.Sub(rec.EnqueuedAt)
@@ -582,6 +581,10 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 		endWaits(rec, t.start) // it waited (parking.go): it starts now
 		t.mu.Unlock()
 	}
+	// The attempt is journaled once it is sure to run: an attempt that
+	// waits (parks) above leaves no attempt in the record, not even for
+	// the moment between a queued save and the park's own.
+	t.saveLater()
 	intents = liveIntents(intents)
 	if err := t.takeFollowers(ctx, len(intents) == 0 && t.msg.Approval == nil); err != nil {
 		return t.retryEarly(err), true
