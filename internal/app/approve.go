@@ -104,6 +104,13 @@ func (o enqueueOpts) answer(ctx context.Context, verb string, args []string, con
 	return runAnswer(ctx, o, verb, args, client, replies, stdout, stderr)
 }
 
+// queueOrdering is the ordering of o's client: the workers' (--ordering, --wait-check).
+func (o *enqueueOpts) queueOrdering() queue.Ordering {
+	ord := queueOrdering(o.ordering, o.prefix)
+	ord.WaitCheck = o.waitCheck
+	return ord
+}
+
 // newClient is the queue client (and the reply streams it writes the accepted event to) for a
 // message or an answer, with o's queue, retries and ordering; on a bad setting it says why on
 // stderr and returns nil and the exit code.
@@ -116,7 +123,7 @@ func (o *enqueueOpts) newClient(connOpt asynq.RedisConnOpt, b budget.Config, rdb
 	}
 	replies := queue.NewReplies(rdb, queue.RepliesOptions{Prefix: o.prefix})
 	client, err := queue.NewClient(queue.ClientConfig{Redis: connOpt, Budget: b, Queue: o.queueName,
-		MaxRetry: maxRetry(o.maxRetry), Replies: replies, Ordering: queueOrdering(o.ordering, o.prefix)})
+		MaxRetry: maxRetry(o.maxRetry), Replies: replies, Ordering: o.queueOrdering()})
 	if err != nil {
 		fmt.Fprintf(stderr, "enqueue: %v\n", err)
 		return nil, nil, ExitUsage

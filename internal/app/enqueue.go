@@ -39,6 +39,7 @@ var EnqueueVars = []envvar.Var{
 	{Name: "LETTAQ_DEV_REDIS_ADDR", Flag: "dev-redis-addr", Default: DefaultDevRedisAddr, Help: "with --dev: the dev worker's in-memory Redis"},
 	{Name: "LETTAQ_ORDERING", Flag: "ordering", Default: "conversation", Help: "conversation, agent or off (as the worker's): the turn joins its line"},
 	{Name: "LETTAQ_MAX_RETRY", Flag: "max-retry", Default: "25", Help: "retries after the first attempt"},
+	{Name: "LETTAQ_WAIT_CHECK", Flag: "wait-check", Default: "10m", Help: "a message behind its chat's running turn waits as a task scheduled this far ahead, the safety net: the turn ahead wakes it as it ends (as the worker's)"},
 }
 
 type enqueueOpts struct {
@@ -51,6 +52,7 @@ type enqueueOpts struct {
 	dev, jsonOut, wait, all                                    bool
 	timeout                                                    time.Duration
 	maxRetry, limit                                            int
+	waitCheck                                                  time.Duration
 }
 
 const enqueueSynopsis = `enqueue [flags] TEXT            (or the text on stdin)
@@ -120,6 +122,11 @@ func RunEnqueue(ctx context.Context, args []string, getenv func(string) string, 
 		return ExitUsage
 	}
 	fs.Var(countValue{&o.maxRetry}, "max-retry", "")
+	if err := (durationValue{&o.waitCheck}).Set(envOr("LETTAQ_WAIT_CHECK", "10m")); err != nil {
+		fmt.Fprintf(stderr, "enqueue: LETTAQ_WAIT_CHECK=%q: %v\n", getenv("LETTAQ_WAIT_CHECK"), err)
+		return ExitUsage
+	}
+	fs.Var(durationValue{&o.waitCheck}, "wait-check", "")
 	o.limit = 20
 	fs.Var(intValue{&o.limit}, "limit", "")
 	usage := func() {

@@ -3,12 +3,14 @@ package app
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/google/uuid"
+	"github.com/hibiken/asynq"
 )
 
 // A negative retry count is bad input, from the flag or the environment: it used to be taken
@@ -83,5 +85,47 @@ func TestEnqueueWaitGivesUpOnVanishedDevRedis(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatalf("enqueue --wait still retrying 20s after the dev Redis went away; stderr so far:\n%s", errOut.String())
+	}
+}
+
+// A message behind its chat's turn is scheduled the safety net ahead that the workers use:
+// LETTAQ_WAIT_CHECK, or --wait-check (it was the queue's 10-minute default whatever was set).
+func TestEnqueueWaitCheck(t *testing.T) {
+	for name, c := range map[string]struct {
+		args []string
+		env  map[string]string
+		want time.Duration
+	}{
+		"default": {nil, nil, 10 * time.Minute},
+		"env":     {nil, map[string]string{"LETTAQ_WAIT_CHECK": "3m"}, 3 * time.Minute},
+		"flag":    {[]string{"--wait-check", "90s"}, map[string]string{"LETTAQ_WAIT_CHECK": "3m"}, 90 * time.Second},
+	} {
+		mr := miniredis.RunT(t)
+		agent, chat := "agent-"+uuid.NewString(), "chat-"+name
+		var ids []string
+		for _, text := range []string{"first", "second"} {
+			var out, errOut syncBuf
+			args := append([]string{"--redis-url", "redis://" + mr.Addr() + "/0", "--agent", agent, "--chat", chat, "--json"}, c.args...)
+			if code := RunEnqueue(context.Background(), append(args, text), env(c.env), strings.NewReader(""), &out, &errOut); code != ExitOK {
+				t.Fatalf("%s: enqueue %s: exit %d, stderr %q", name, text, code, errOut.String())
+			}
+			var res struct {
+				TaskID string `json:"task_id"`
+			}
+			if err := json.Unmarshal([]byte(out.String()), &res); err != nil || res.TaskID == "" {
+				t.Fatalf("%s: enqueue output %q: %v", name, out.String(), err)
+			}
+			ids = append(ids, res.TaskID)
+		}
+		insp := asynq.NewInspector(asynq.RedisClientOpt{Addr: mr.Addr()})
+		info, err := insp.GetTaskInfo(DefaultQueue, ids[1])
+		_ = insp.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		ahead := time.Until(info.NextProcessAt)
+		if info.State != asynq.TaskStateScheduled || ahead < c.want-5*time.Second || ahead > c.want+time.Second {
+			t.Errorf("%s: the second message is %s, %v ahead; want scheduled %v ahead", name, info.State, ahead.Round(time.Second), c.want)
+		}
 	}
 }
