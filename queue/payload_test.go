@@ -115,6 +115,11 @@ func TestRetryDelayAndIsFailure(t *testing.T) {
 	if d := retryDelay(3, &retryAfterError{Delay: 7 * time.Second}, nil); d != 7*time.Second {
 		t.Fatalf("retry after: %v", d)
 	}
+	// A retry that asks for no delay (a message not admitted, sent again) backs off like any
+	// other: it used to run at once, against its ending's comment.
+	if d := retryDelay(0, &retryAfterError{}, nil); d < 800*time.Millisecond || d > 1200*time.Millisecond {
+		t.Fatalf("retry with no delay asked: %v, want the backoff's ~1s", d)
+	}
 	if d := retryDelay(3, &interruptedError{Err: context.Canceled}, nil); d != 100*time.Millisecond {
 		t.Fatalf("interrupted: %v", d)
 	}

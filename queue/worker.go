@@ -623,13 +623,14 @@ func (e *interruptedError) Error() string {
 func (e *interruptedError) Unwrap() error { return e.Err }
 
 // retryDelay is the asynq.RetryDelayFunc for turns: the delay a
-// *retryAfterError asks for, a short one after an interruption, else
+// *retryAfterError asks for (none asked: the backoff below), a short one
+// after an interruption, else
 // exponential backoff from 1s (doubling per retry, capped at 1 minute,
 // ±20% jitter).
 func retryDelay(n int, err error, _ *asynq.Task) time.Duration {
 	var ra *retryAfterError
-	if errors.As(err, &ra) {
-		return max(ra.Delay, 0)
+	if errors.As(err, &ra) && ra.Delay > 0 {
+		return ra.Delay
 	}
 	var be *busyError
 	if errors.As(err, &be) {
