@@ -198,7 +198,7 @@ func (c *Client) Enqueue(ctx context.Context, m Message) (EnqueueResult, error) 
 		}
 		res.Position, joined = pos, added
 		if pos > 0 {
-			opts = append(opts, asynq.ProcessIn(c.cfg.Ordering.waitCheck(pos)))
+			opts = append(opts, asynq.ProcessIn(c.cfg.Ordering.recheck()))
 		}
 	}
 	_, err = c.ac.EnqueueContext(ctx, asynq.NewTask(TaskType, b), opts...)

@@ -55,12 +55,9 @@ type Ordering struct {
 // defaultWaitCheck is Ordering.WaitCheck's default.
 const defaultWaitCheck = 10 * time.Minute
 
-// waitCheck is the process-in delay of a turn enqueued at position pos
-// (> 0): WaitCheck, whatever the position (a waiting turn is woken by the
-// turn ahead of it; the delay is only the safety net).
-func (o Ordering) waitCheck(int) time.Duration { return o.recheck() }
-
-// recheck is WaitCheck or its default.
+// recheck is WaitCheck or its default: the process-in delay of a waiting
+// turn, whatever its position (it is woken by the turn ahead of it; the
+// delay is only the safety net).
 func (o Ordering) recheck() time.Duration {
 	if o.WaitCheck <= 0 {
 		return defaultWaitCheck
