@@ -11,7 +11,6 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lettaq/lettaq/internal/testredis"
 	"github.com/lettaq/lettaq/ordering"
 	"github.com/lettaq/lettaq/queue/internal/store"
 )
@@ -37,7 +36,7 @@ func assertWoken(t *testing.T, w *Worker, id, what string) {
 	t.Helper()
 	p, err := w.park.st.Get(context.Background(), id)
 	if err != nil || !p.Woken {
-		t.Errorf("%s: the parked turn behind %s: woken %v, %v; want woken (else it waits its WaitCheck)", what, id, p.Woken, err)
+		t.Errorf("%s: the parked turn %s: woken %v, %v; want woken (else it waits its WaitCheck)", what, id, p.Woken, err)
 	}
 }
 
@@ -100,8 +99,8 @@ func TestCancelRacingTheTurnAheadWakesTheNewHead(t *testing.T) {
 	parkAndDie(t, w, insp, q, ids[2], time.Now())
 
 	// A client whose line commands go through the hook.
-	srv := testredis.RequireReal(t)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, DB: srv.DB})
+	opt := c.cfg.Redis.(asynq.RedisClientOpt)
+	rdb := redis.NewClient(&redis.Options{Addr: opt.Addr, DB: opt.DB})
 	t.Cleanup(func() { _ = rdb.Close() })
 	hook := &beforeRemoval{line: c.cfg.Ordering.Config.Prefix, task: ids[1], f: func() {
 		// The turn ahead ends: it leaves the line and wakes the next (the
