@@ -65,9 +65,9 @@ const cancelTTL = 7 * 24 * time.Hour
 
 // CancelRequest names the turns Client.Cancel stops: one turn by TaskID or
 // Otid (either takes a whole task id or otid: never the beginning of one,
-// which could name another turn), or a chat's turns (Chat and AgentID, under ordering): the one at the
-// head of its line (running, or next to run), and with All every turn of
-// the chat's line.
+// which could name another turn), or a chat's turns (Chat and AgentID,
+// under ordering): the one at the head of its line (running, or next to
+// run), and with All every turn of the chat's line.
 type CancelRequest struct {
 	TaskID  string        `json:"task_id,omitempty"`
 	Otid    string        `json:"otid,omitempty"`
