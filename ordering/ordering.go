@@ -331,6 +331,24 @@ func (s *Sequencer) Remove(ctx context.Context, key, taskID string) error {
 	return nil
 }
 
+// Leave is Remove that also returns the task to wake: the new head when
+// taskID headed the line and nobody holds its lock, "" otherwise (the head
+// did not change, or the holder's Release returns the head). The
+// removal and the look at the line are one script: a turn ahead that ends
+// meanwhile either finds taskID still at the head (and its Release returns
+// taskID, not the turn behind it) or has left the line already, and then
+// Leave returns the new head.
+func (s *Sequencer) Leave(ctx context.Context, key, taskID string) (next string, err error) {
+	if err := checkKey(key); err != nil {
+		return "", err
+	}
+	next, err = leaveLua.Run(ctx, s.rdb, []string{s.lineKey(key), s.lockKey(key)}, taskID).Text()
+	if err != nil {
+		return "", fmt.Errorf("ordering: leave %s on %q: %w", taskID, key, err)
+	}
+	return next, nil
+}
+
 // Position returns taskID's 0-based place in key's line, -1 when it is not
 // in the line.
 func (s *Sequencer) Position(ctx context.Context, key, taskID string) (int, error) {

@@ -85,6 +85,19 @@ if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
 return redis.call('ZREM', KEYS[1], ARGV[1])
 `)
 
+// leaveLua: KEYS[1]=line, KEYS[2]=lock; ARGV[1]=task. Removes task from
+// the line; returns the new head when task was the head and the lock is
+// free, else an empty string.
+var leaveLua = redis.NewScript(`
+local r = redis.call('ZRANK', KEYS[1], ARGV[1])
+if not r then return '' end
+redis.call('ZREM', KEYS[1], ARGV[1])
+if r ~= 0 then return '' end
+if redis.call('EXISTS', KEYS[2]) == 1 then return '' end
+local h = redis.call('ZRANGE', KEYS[1], 0, 0)
+return h[1] or ''
+`)
+
 // extendLua: KEYS[1]=lock; ARGV[1]=token, ARGV[2]=leaseMs. Returns 1 if
 // extended (still ours), 0 otherwise.
 var extendLua = redis.NewScript(`

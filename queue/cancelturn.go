@@ -423,7 +423,7 @@ func (t *turn) cancelWaiting(ctx context.Context, nyt error) error {
 		t.redisFailed()
 		t.log.Warn("could not journal the cancelled turn", "error", err.Error())
 	}
-	if err := w.ord.seq.Remove(dctx, t.key, t.taskID); err != nil {
+	if err := w.waker().leave(dctx, t.queue, t.key, t.taskID); err != nil {
 		t.redisFailed()
 		t.log.Warn("could not take the cancelled turn out of its conversation's line", "error", err.Error())
 	}

@@ -524,8 +524,9 @@ func (t *turn) giveUp(reason string) error {
 	}
 	if w.ord != nil && t.lease == nil {
 		// Never its turn: it leaves the line (a lease, when held, is
-		// released as done by the caller).
-		if err := w.ord.seq.Remove(ctx, t.key, t.taskID); err != nil {
+		// released as done by the caller), and the turn behind it is woken
+		// when it headed the line (its acquire failed at the head).
+		if err := w.waker().leave(ctx, t.queue, t.key, t.taskID); err != nil {
 			t.redisFailed()
 			t.log.Warn("could not take the failed turn out of its conversation's line", "error", err.Error())
 		}
