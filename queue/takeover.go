@@ -115,19 +115,26 @@ type takeover struct {
 	// under another server (Worker.Handler) registers nothing.
 	running atomic.Bool
 
-	mu       sync.Mutex
-	epoch    *takeoverEpoch
-	turns    map[*turn]struct{} // registered turns, of any epoch
-	okSince  time.Duration      // the watcher's beats good without a gap since then (-1: not now)
-	lastTick time.Duration      // the watcher's last good beat (not confirm's)
-	beats    int
+	// reregMu is held by a beat that writes the running turns back (from
+	// its list of them to its last write's end), and taken by a turn's
+	// end before it reads rewritten: a turn that ends while its entry is
+	// being written back removes it again.
+	reregMu sync.Mutex
+
+	mu        sync.Mutex
+	epoch     *takeoverEpoch
+	turns     map[*turn]struct{} // registered turns, of any epoch
+	rewritten map[*turn]struct{} // turns a beat wrote back, until they end
+	okSince   time.Duration      // the watcher's beats good without a gap since then (-1: not now)
+	lastTick  time.Duration      // the watcher's last good beat (not confirm's)
+	beats     int
 }
 
 func newTakeover(w *Worker) *takeover {
 	tk := &takeover{w: w, after: w.cfg.TakeoverAfter, beat: w.cfg.TakeoverBeat, base: time.Now(),
 		log: w.log.With(slog.String("component", "takeover")),
 		st:  store.NewTakeover(w.replies.rdb, store.Keys{Prefix: w.replies.opts.Prefix}), okSince: -1,
-		turns: make(map[*turn]struct{})}
+		turns: make(map[*turn]struct{}), rewritten: make(map[*turn]struct{})}
 	tk.epoch = tk.newEpoch()
 	return tk
 }
@@ -185,6 +192,7 @@ func (tk *takeover) tick(ctx context.Context) {
 	}
 	now := tk.now()
 	e.lastOK.Store(int64(now))
+	tk.reregMu.Lock()
 	tk.mu.Lock()
 	prev := tk.lastTick
 	tk.lastTick = now
@@ -194,20 +202,12 @@ func (tk *takeover) tick(ctx context.Context) {
 	eligible := now-tk.okSince >= tk.after
 	first := tk.beats == 0
 	tk.beats++
-	var mine map[string][]byte
+	var again []*turn
 	if b.Lost && !first || b.Turns < tk.countLocked(e) {
-		mine = tk.entriesLocked(e)
+		again = tk.runningLocked(e)
 	}
 	tk.mu.Unlock()
-	if len(mine) > 0 {
-		// Redis lost the registry (a restart without persistence): the
-		// running turns are registered again.
-		if err := tk.st.RegisterAll(ctx, e.id, mine); err != nil {
-			tk.log.Warn("could not register the running turns again", "error", err.Error())
-		} else {
-			tk.log.Info("the takeover registry had lost this worker's turns: registered again", "turns", len(mine))
-		}
-	}
+	tk.registerAgain(ctx, e, again) // unlocks reregMu
 	if !eligible {
 		return
 	}
@@ -216,26 +216,58 @@ func (tk *takeover) tick(ctx context.Context) {
 	}
 }
 
+// running reports whether t is a running turn of e's: registered under
+// it, not ended by its last writes, not fenced.
+func (t *turn) running(e *takeoverEpoch) bool {
+	return t.tkEpoch == e && !t.tkGone.Load() && !t.fenced.Load()
+}
+
 func (tk *takeover) countLocked(e *takeoverEpoch) int {
 	n := 0
 	for t := range tk.turns {
-		if t.tkEpoch == e {
+		if t.running(e) {
 			n++
 		}
 	}
 	return n
 }
 
-func (tk *takeover) entriesLocked(e *takeoverEpoch) map[string][]byte {
-	m := make(map[string][]byte)
+func (tk *takeover) runningLocked(e *takeoverEpoch) []*turn {
+	var out []*turn
 	for t := range tk.turns {
-		if t.tkEpoch == e {
-			if b, err := t.entry(); err == nil {
-				m[t.taskID] = b
-			}
+		if t.running(e) {
+			out = append(out, t)
 		}
 	}
-	return m
+	return out
+}
+
+// registerAgain writes the running turns of e back, when the registry lost
+// them (a Redis restart without persistence), and unlocks reregMu. A turn
+// whose last writes took it out meanwhile finds itself in rewritten at its
+// end (unregister), and takes its entry out again.
+func (tk *takeover) registerAgain(ctx context.Context, e *takeoverEpoch, turns []*turn) {
+	defer tk.reregMu.Unlock()
+	if len(turns) == 0 {
+		return
+	}
+	m := make(map[string][]byte, len(turns))
+	for _, t := range turns {
+		if b, err := t.entry(); err == nil {
+			m[t.taskID] = b
+		}
+	}
+	err := tk.st.RegisterAll(ctx, e.id, m)
+	tk.mu.Lock()
+	for _, t := range turns {
+		tk.rewritten[t] = struct{}{} // (on an error too: some may have been written)
+	}
+	tk.mu.Unlock()
+	if err != nil {
+		tk.log.Warn("could not register the running turns again", "error", err.Error())
+		return
+	}
+	tk.log.Info("the takeover registry had lost this worker's turns: registered again", "turns", len(m))
 }
 
 // tombstoned: another worker took this one for dead and took its turns
@@ -399,7 +431,15 @@ func (t *turn) unregister() {
 	tk.mu.Lock()
 	delete(tk.turns, t)
 	tk.mu.Unlock()
-	if t.tkEpoch.dead.Load() || t.tkGone.Load() {
+	// A beat writing the running turns back has this turn in its list, or
+	// no longer: after it, rewritten says whether it wrote this one back.
+	tk.reregMu.Lock()
+	tk.mu.Lock()
+	_, again := tk.rewritten[t]
+	delete(tk.rewritten, t)
+	tk.mu.Unlock()
+	tk.reregMu.Unlock()
+	if t.tkEpoch.dead.Load() || t.tkGone.Load() && !again {
 		return // claimed (the hash is gone, and the turn writes nothing), or done with its last writes
 	}
 	ctx, cancel := context.WithTimeout(t.detached(), 2*time.Second)

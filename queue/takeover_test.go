@@ -324,3 +324,31 @@ func TestTakeoverRegistryLostRegistersAgain(t *testing.T) {
 		t.Fatal("an ended turn is still registered")
 	}
 }
+
+// A turn whose last writes took it out of the registry, still in the
+// worker's list of running turns when a beat finds the registry short of
+// turns, is not written back for the instance's life: the beat does not
+// register it again, and its end removes whatever a beat wrote back.
+func TestTakeoverFinishedTurnNotRegisteredAgain(t *testing.T) {
+	e := newTakeoverEnv(t)
+	w := e.worker("A", 2*time.Second)
+	ctx := context.Background()
+	w.tk.tick(ctx)
+	tr := &turn{w: w, taskID: "turn-done", queue: e.queue, runner: "turn-done", log: w.log, actx: ctx}
+	tr.progress = w.writer.newProgress(Conversation{Integration: "test", ChatID: "done"}, func(error) {})
+	tr.register(ctx)
+	tr.progress.flush(ctx)
+	turns := e.prefix + "takeover:turns:" + w.tk.current().id
+	if !e.rdb.HExists(ctx, turns, "turn-done").Val() {
+		t.Fatal("the running turn is not registered")
+	}
+	// Its last writes take it out; the beat comes before the attempt's end.
+	if err := tr.progress.do(ctx, nil, tr.unregisterOps()...); err != nil {
+		t.Fatal(err)
+	}
+	w.tk.tick(ctx)
+	tr.unregister()
+	if e.rdb.HExists(ctx, turns, "turn-done").Val() {
+		t.Fatal("a finished turn is registered again and stays for the instance's life")
+	}
+}
