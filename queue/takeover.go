@@ -190,6 +190,7 @@ func (tk *takeover) tick(ctx context.Context) {
 		tk.tombstoned(e)
 		return
 	}
+	tk.stopTaken(e, b.Taken)
 	now := tk.now()
 	e.lastOK.Store(int64(now))
 	tk.reregMu.Lock()
@@ -251,13 +252,13 @@ func (tk *takeover) registerAgain(ctx context.Context, e *takeoverEpoch, turns [
 	if len(turns) == 0 {
 		return
 	}
-	m := make(map[string][]byte, len(turns))
+	regs := make([]store.Registration, 0, len(turns))
 	for _, t := range turns {
-		if b, err := t.entry(); err == nil {
-			m[t.taskID] = b
+		if r, err := t.registration(e); err == nil {
+			regs = append(regs, r)
 		}
 	}
-	err := tk.st.RegisterAll(ctx, e.id, m)
+	err := tk.st.RegisterAll(ctx, regs)
 	tk.mu.Lock()
 	for _, t := range turns {
 		tk.rewritten[t] = struct{}{} // (on an error too: some may have been written)
@@ -267,7 +268,30 @@ func (tk *takeover) registerAgain(ctx context.Context, e *takeoverEpoch, turns [
 		tk.log.Warn("could not register the running turns again", "error", err.Error())
 		return
 	}
-	tk.log.Info("the takeover registry had lost this worker's turns: registered again", "turns", len(m))
+	tk.log.Info("the takeover registry had lost this worker's turns: registered again", "turns", len(regs))
+}
+
+// stopTaken stops the runners of e's turns that another runner registered
+// since (Beat.Taken): one runner of a turn at a time, the newest. They
+// write nothing more, as a turn taken over from a dead worker.
+func (tk *takeover) stopTaken(e *takeoverEpoch, taken []store.Holder) {
+	if len(taken) == 0 {
+		return
+	}
+	var stop []*turn
+	tk.mu.Lock()
+	for t := range tk.turns {
+		for _, h := range taken {
+			if t.tkEpoch == e && t.taskID == h.TaskID && t.runner == h.Runner {
+				stop = append(stop, t)
+			}
+		}
+	}
+	tk.mu.Unlock()
+	for _, t := range stop {
+		t.log.Warn("another runner holds the turn now: this attempt stops and writes nothing more", "runner", t.runner)
+		t.fence()
+	}
 }
 
 // tombstoned: another worker took this one for dead and took its turns
@@ -338,6 +362,10 @@ func (tk *takeover) takeOver(ctx context.Context, dead, taskID, raw string) {
 		log.Warn("unreadable takeover entry: left to Asynq's recovery", "entry", raw)
 		return
 	}
+	if h, live := tk.liveHolder(ctx, taskID); live && h.Instance != dead {
+		log.Info("the dead worker's turn runs on a live worker: not taken over", "holder", h.Instance, "holder_runner", h.Runner)
+		return
+	}
 	info, err := tk.insp.GetTaskInfo(e.Queue, e.Runner)
 	if err != nil || info.State == asynq.TaskStateCompleted || info.State == asynq.TaskStateArchived {
 		// Finished in the meantime (or deleted): nothing to continue.
@@ -376,6 +404,17 @@ func (tk *takeover) takeOver(ctx context.Context, dead, taskID, raw string) {
 	log.Info("turn taken over", "runner", runner, "was", e.Runner)
 }
 
+// liveHolder returns the runner that holds the turn now when its worker is
+// alive (a failed read counts as none).
+func (tk *takeover) liveHolder(ctx context.Context, taskID string) (store.Holder, bool) {
+	h, ok, err := tk.st.LiveHolder(ctx, taskID, tk.after)
+	if err != nil {
+		tk.log.Debug("could not read the turn's holder", "task_id", taskID, "error", err.Error())
+		return store.Holder{}, false
+	}
+	return h, ok
+}
+
 // leave takes this worker out of the registry at a graceful stop.
 func (tk *takeover) leave() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -393,19 +432,23 @@ func (t *turn) register(ctx context.Context) {
 	if tk == nil || t.tkEpoch != nil || !tk.running.Load() {
 		return
 	}
-	b, err := t.entry()
+	tk.mu.Lock()
+	e := tk.epoch
+	r, err := t.registration(e)
+	if err == nil {
+		t.tkEpoch = e
+		tk.turns[t] = struct{}{}
+	}
+	tk.mu.Unlock()
 	if err != nil {
 		return
 	}
-	tk.mu.Lock()
-	e := tk.epoch
-	t.tkEpoch = e
-	tk.turns[t] = struct{}{}
-	tk.mu.Unlock()
 	// With the attempt's next writes (its journal record, the accepted
 	// event), at the latest with the intent before its send: a worker that
 	// dies before has sent nothing, and Asynq's recovery runs the turn.
-	t.progress.pushOp(tk.st.RegisterOp(e.id, t.taskID, b))
+	// From then on this runner holds the turn: one that held it before
+	// stops at its worker's next beat.
+	t.progress.pushOp(tk.st.RegisterOp(r))
 }
 
 // unregisterOps take the turn out of the registry with its last writes
@@ -414,12 +457,14 @@ func (t *turn) unregisterOps() []store.Op {
 	if t.tkEpoch == nil {
 		return nil
 	}
-	return []store.Op{t.w.tk.st.UnregisterOp(t.tkEpoch.id, t.taskID, func() { t.tkGone.Store(true) })}
+	return []store.Op{t.w.tk.st.UnregisterOp(t.tkEpoch.id, t.taskID, t.runner, func() { t.tkGone.Store(true) })}
 }
 
-// entry is the turn's registry entry.
-func (t *turn) entry() ([]byte, error) {
-	return json.Marshal(takeoverEntry{Queue: t.queue, Runner: t.runner, Key: t.key, Retried: t.retried, MaxRetry: t.maxRetry})
+// registration is the turn's registration under e.
+func (t *turn) registration(e *takeoverEpoch) (store.Registration, error) {
+	b, err := json.Marshal(takeoverEntry{Queue: t.queue, Runner: t.runner, Key: t.key, Retried: t.retried, MaxRetry: t.maxRetry})
+	return store.Registration{Instance: e.id, TaskID: t.taskID, Runner: t.runner, Entry: b,
+		HolderTTL: takenOverTTL, LostTTL: takeoverTombstoneTTL}, err
 }
 
 // unregister takes the turn out of the registry when its attempt ends.
@@ -444,7 +489,7 @@ func (t *turn) unregister() {
 	}
 	ctx, cancel := context.WithTimeout(t.detached(), 2*time.Second)
 	defer cancel()
-	if err := tk.st.Unregister(ctx, t.tkEpoch.id, t.taskID); err != nil {
+	if err := tk.st.Unregister(ctx, t.tkEpoch.id, t.taskID, t.runner); err != nil {
 		t.log.Debug("could not unregister the turn", "error", err.Error())
 	}
 }
@@ -479,7 +524,7 @@ func (t *turn) takenOver(ctx context.Context) bool {
 		return false
 	}
 	if !tk.confirm(ctx, e) {
-		return false
+		return t.fenced.Load() // (another runner may have taken this turn: confirm's beat stops it)
 	}
 	t.fenced.Store(true)
 	return true
@@ -514,6 +559,7 @@ func (tk *takeover) confirm(ctx context.Context, e *takeoverEpoch) bool {
 		return true
 	}
 	e.lastOK.Store(int64(tk.now()))
+	tk.stopTaken(e, b.Taken)
 	return false
 }
 
@@ -530,7 +576,21 @@ func (t *turn) endTakenOver() error {
 // takeover continues. It reads the marker only for a task that Asynq ran
 // before (a first attempt was never taken over).
 func (t *turn) continuedElsewhere(ctx context.Context) bool {
-	if t.w.tk == nil || t.asynqRetried == 0 {
+	if t.w.tk == nil {
+		return false
+	}
+	if t.takenOverFrom != "" {
+		// A takeover does not start while another runner of the turn is
+		// alive (Asynq recovered the turn before the dead worker was
+		// claimed, or another takeover runs it).
+		me := t.w.tk.current().id
+		if h, live := t.w.tk.liveHolder(ctx, t.taskID); live && (h.Instance != me || h.Runner != t.runner) {
+			t.log.Info("turn run by another live runner: this takeover ends", "holder", h.Instance, "holder_runner", h.Runner,
+				"runner", t.runner)
+			return true
+		}
+	}
+	if t.asynqRetried == 0 {
 		return false
 	}
 	by, err := t.w.tk.st.TakenOverBy(ctx, t.taskID)

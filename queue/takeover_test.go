@@ -98,7 +98,8 @@ func (e *takeoverEnv) deadWorker(instance string, ago time.Duration, turns ...st
 			e.t.Fatal(err)
 		}
 		entry, _ := json.Marshal(takeoverEntry{Queue: e.queue, Runner: id, Retried: 2, MaxRetry: 5})
-		if err := e.st.Register(ctx, instance, id, entry); err != nil {
+		if err := e.st.Register(ctx, store.Registration{Instance: instance, TaskID: id, Runner: id, Entry: entry,
+			HolderTTL: time.Hour, LostTTL: time.Hour}); err != nil {
 			e.t.Fatal(err)
 		}
 	}
@@ -170,7 +171,8 @@ func TestTakeoverLiveWorkerNotClaimed(t *testing.T) {
 	a, live := e.worker("A", 2*time.Second), e.worker("L", 2*time.Second)
 	primeEligible(a.tk)
 	live.tk.tick(context.Background()) // a beat now
-	e.st.Register(context.Background(), live.tk.current().id, "turn-live", []byte(`{"queue":"q","runner":"turn-live"}`))
+	e.st.Register(context.Background(), store.Registration{Instance: live.tk.current().id, TaskID: "turn-live", Runner: "turn-live",
+		Entry: []byte(`{"queue":"q","runner":"turn-live"}`), HolderTTL: time.Hour, LostTTL: time.Hour})
 	a.tk.tick(context.Background())
 	if n := len(e.takeoverTasks()); n != 0 {
 		t.Fatalf("%d takeover tasks of a live worker", n)

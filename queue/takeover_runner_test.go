@@ -1,0 +1,93 @@
+package queue
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// One runner of a turn at a time. A worker killed mid-turn while no other
+// worker was up: the first worker to start runs the turn's task at once
+// (Asynq's recovery), and its watcher, eligible a TakeoverAfter later,
+// claims the dead worker. The claim does not take the running turn over; a
+// takeover that was made all the same (the claim came first) does not
+// start while the recovered runner is alive; and a runner that another
+// registered after it stops, at its worker's next beat or at its next
+// fencing check, not only at its start.
+func TestTakeoverRecoveredTurnNotRunTwice(t *testing.T) {
+	e := newTakeoverEnv(t)
+	a, b := e.worker("A", 2*time.Second), e.worker("B", 2*time.Second)
+	ctx := context.Background()
+	e.deadWorker("D/6", 62*time.Second, "turn-6")
+	a.tk.tick(ctx)
+	b.tk.tick(ctx)
+	newRunner := func(w *Worker, runner, from string, retried int) *turn {
+		tr := &turn{w: w, taskID: "turn-6", queue: e.queue, runner: runner, asynqRetried: retried, takenOverFrom: from,
+			log: w.log, actx: ctx}
+		tr.progress = w.writer.newProgress(Conversation{Integration: "test", ChatID: "turn-6"}, func(error) {})
+		tr.cancel = func(error) {}
+		return tr
+	}
+	start := func(tr *turn) {
+		tr.register(ctx)
+		tr.progress.flush(ctx) // the registration goes with the attempt's first writes
+	}
+
+	// Asynq's recovery runs the original on A.
+	orig := newRunner(a, "turn-6", "", 1)
+	if orig.continuedElsewhere(ctx) {
+		t.Fatal("the recovered original ends, with no other runner")
+	}
+	start(orig)
+	a.tk.tick(ctx)
+	if orig.fenced.Load() {
+		t.Fatal("the only runner of the turn was stopped")
+	}
+
+	// A's watcher is eligible and claims the dead worker.
+	primeEligible(a.tk)
+	a.tk.tick(ctx)
+	if dead, _ := e.st.Tombstoned(ctx, "D/6"); !dead {
+		t.Fatal("the dead worker was not claimed")
+	}
+	if n := len(e.takeoverTasks()); n != 0 {
+		t.Errorf("%d takeover tasks for a turn that runs on a live worker, want 0", n)
+	}
+
+	// A takeover made before the original registered does not start.
+	tko := newRunner(b, takeoverTaskID("D/6", "turn-6"), "D/6", 0)
+	if !tko.continuedElsewhere(ctx) {
+		t.Error("a takeover starts while the recovered original runs")
+	}
+
+	// One that registers all the same stops the original at A's next beat.
+	start(tko)
+	a.tk.tick(ctx)
+	if !orig.fenced.Load() {
+		t.Fatal("the original goes on after another runner registered the turn")
+	}
+	b.tk.tick(ctx)
+	if tko.fenced.Load() {
+		t.Fatal("the newest runner was stopped")
+	}
+
+	// Another runner on A takes the turn: B's takeover learns it at its
+	// next fencing check (its last good beat old: it asks Redis).
+	other := newRunner(a, takeoverTaskID("D/7", "turn-6"), "D/7", 0)
+	start(other)
+	tko.tkEpoch.lastOK.Store(int64(b.tk.now() - 2*time.Second))
+	if !tko.takenOver(ctx) {
+		t.Fatal("a runner whose turn another registered goes on writing")
+	}
+	if other.takenOver(ctx) {
+		t.Fatal("the newest runner is fenced")
+	}
+	// Their ends leave nothing registered.
+	for _, tr := range []*turn{orig, tko, other} {
+		tr.unregister()
+	}
+	if n := e.rdb.Exists(ctx, e.prefix+"takeover:holder:turn-6", e.prefix+"takeover:turns:"+a.tk.current().id,
+		e.prefix+"takeover:turns:"+b.tk.current().id).Val(); n != 0 {
+		t.Fatalf("%d registry keys left after every runner ended", n)
+	}
+}
