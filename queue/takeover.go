@@ -38,6 +38,13 @@ import (
 // GC, a frozen VM, a partition) finds its tombstone at its next beat and
 // stops its turns, and before a send or a final write it checks its
 // tombstone when its last good beat is old (fencing).
+//
+// One runner of a turn at a time: a runner's registration makes it the
+// turn's holder and takes the turn from the previous holder (out of its
+// worker's hash, so that a claim does not take it over; named in that
+// worker's lost set, so that its next beat, or the beat of a fencing
+// check, stops that runner: stopTaken). A takeover task does not start
+// while a live runner holds its turn (continuedElsewhere).
 
 // TakeoverTaskType is the Asynq task type of a takeover: the continuation
 // of a turn whose worker died, on another worker.
