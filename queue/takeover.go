@@ -339,8 +339,8 @@ func (tk *takeover) claim(ctx context.Context, me, dead string) {
 		return
 	}
 	tk.log.Warn("a worker stopped beating: taking its turns over", "dead", dead, "turns", len(turns))
-	// Each turn costs three round trips (its task's payload, the enqueue,
-	// the marker): a dead worker with thousands of turns is taken over by
+	// Each turn costs four round trips (its holder, its task's payload,
+	// the enqueue, the marker): a dead worker with thousands of turns is taken over by
 	// takeoverParallel at a time.
 	sem := make(chan struct{}, takeoverParallel)
 	var wg sync.WaitGroup
