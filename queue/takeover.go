@@ -251,7 +251,9 @@ func (tk *takeover) runningLocked(e *takeoverEpoch) []*turn {
 }
 
 // registerAgain writes the running turns of e back, when the registry lost
-// them (a Redis restart without persistence), and unlocks reregMu. A turn
+// them (a Redis restart without persistence) or their registration did not
+// reach it, and unlocks reregMu. A turn that a live runner holds now is
+// left to it. A turn
 // whose last writes took it out meanwhile finds itself in rewritten at its
 // end (unregister), and takes its entry out again.
 func (tk *takeover) registerAgain(ctx context.Context, e *takeoverEpoch, turns []*turn) {
@@ -260,17 +262,24 @@ func (tk *takeover) registerAgain(ctx context.Context, e *takeoverEpoch, turns [
 		return
 	}
 	regs := make([]store.Registration, 0, len(turns))
+	of := make([]*turn, 0, len(turns))
 	for _, t := range turns {
 		if r, err := t.registration(e); err == nil {
-			regs = append(regs, r)
+			regs, of = append(regs, r), append(of, t)
 		}
 	}
-	err := tk.st.RegisterAll(ctx, regs)
+	held, err := tk.st.RegisterAll(ctx, regs)
 	tk.mu.Lock()
 	for _, t := range turns {
 		tk.rewritten[t] = struct{}{} // (on an error too: some may have been written)
 	}
 	tk.mu.Unlock()
+	for i, h := range held {
+		if h {
+			of[i].log.Warn("a live runner elsewhere holds the turn: this attempt stops and writes nothing more", "runner", of[i].runner)
+			of[i].fence()
+		}
+	}
 	if err != nil {
 		tk.log.Warn("could not register the running turns again", "error", err.Error())
 		return
@@ -471,7 +480,7 @@ func (t *turn) unregisterOps() []store.Op {
 func (t *turn) registration(e *takeoverEpoch) (store.Registration, error) {
 	b, err := json.Marshal(takeoverEntry{Queue: t.queue, Runner: t.runner, Key: t.key, Retried: t.retried, MaxRetry: t.maxRetry})
 	return store.Registration{Instance: e.id, TaskID: t.taskID, Runner: t.runner, Entry: b,
-		HolderTTL: takenOverTTL, LostTTL: takeoverTombstoneTTL}, err
+		HolderTTL: takenOverTTL, LostTTL: takeoverTombstoneTTL, After: t.w.tk.after}, err
 }
 
 // unregister takes the turn out of the registry when its attempt ends.

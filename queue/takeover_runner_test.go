@@ -91,3 +91,38 @@ func TestTakeoverRecoveredTurnNotRunTwice(t *testing.T) {
 		t.Fatalf("%d registry keys left after every runner ended", n)
 	}
 }
+
+// A running turn whose registration did not reach Redis is written back at
+// its worker's next beat, taking the turn from a holder that is not alive
+// (the dead worker whose turn Asynq recovered): a claim of that worker
+// then does not take it over. From a live holder it takes nothing.
+func TestTakeoverRegisterAgainTakesFromDeadHolder(t *testing.T) {
+	e := newTakeoverEnv(t)
+	a, b := e.worker("A", 2*time.Second), e.worker("B", 2*time.Second)
+	ctx := context.Background()
+	e.deadWorker("D/8", 62*time.Second, "turn-8")
+	a.tk.tick(ctx)
+	b.tk.tick(ctx)
+	// Asynq's recovery runs the turn on A; its registration was lost.
+	orig := &turn{w: a, taskID: "turn-8", queue: e.queue, runner: "turn-8", asynqRetried: 1, log: a.log, actx: ctx,
+		tkEpoch: a.tk.current()}
+	a.tk.turns[orig] = struct{}{}
+	a.tk.tick(ctx)
+	if !e.rdb.HExists(ctx, e.prefix+"takeover:turns:"+a.tk.current().id, "turn-8").Val() {
+		t.Fatal("the running turn was not written back while its holder is a dead worker")
+	}
+	if e.rdb.HExists(ctx, e.prefix+"takeover:turns:D/8", "turn-8").Val() {
+		t.Fatal("the dead worker still lists the turn: a claim would take it over")
+	}
+	// B, whose registration of the turn was lost too, takes nothing from A,
+	// and stops its runner.
+	other := &turn{w: b, taskID: "turn-8", queue: e.queue, runner: "turn-8", log: b.log, actx: ctx, tkEpoch: b.tk.current()}
+	b.tk.turns[other] = struct{}{}
+	b.tk.tick(ctx)
+	if e.rdb.HExists(ctx, e.prefix+"takeover:turns:"+b.tk.current().id, "turn-8").Val() {
+		t.Fatal("a written-back registration took the turn from a live runner")
+	}
+	if !other.fenced.Load() || orig.fenced.Load() {
+		t.Fatalf("runner stopped: the one without the turn %v, the holder %v; want true, false", other.fenced.Load(), orig.fenced.Load())
+	}
+}

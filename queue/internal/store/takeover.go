@@ -75,24 +75,31 @@ return {had, redis.call('HLEN', KEYS[3]), stale, lost}
 `)
 
 // takeoverRegister registers a runner of a turn under its instance and
-// makes it the turn's holder. With take, a holder that is another runner
-// loses the turn: it is taken out of that instance's hash (unless that is
-// me's: the field is overwritten) and told through its lost set. Without
-// take (a registry written back after Redis lost it) nothing is written
-// when another runner holds the turn.
+// makes it the turn's holder. A holder that is another runner loses the
+// turn: it is taken out of that instance's hash (unless that is me's: the
+// field is overwritten) and told through its lost set. Without take (a
+// registry written back after Redis lost it, or a registration that did
+// not reach it) nothing is written when the holder is alive: its instance
+// not tombstoned, its last beat within after, the turn in its hash.
 //
-// KEYS: turns:<me>, holder:<task>
-// ARGV: me, task, entry, runner, take (1/0), holder_ttl_ms, lost_ttl_ms, prefix
-// Returns 1 when registered, 0 when not (another holds it, without take).
+// KEYS: turns:<me>, holder:<task>, workers
+// ARGV: me, task, entry, runner, take (1/0), holder_ttl_ms, lost_ttl_ms, prefix, after_ms
+// Returns 1 when registered, 0 when not (a live holder, without take).
 var takeoverRegister = evalcmd.New(`
 local mine = ARGV[1] .. '\n' .. ARGV[4]
 local cur = redis.call('GET', KEYS[2])
 if cur and cur ~= mine then
-  if ARGV[5] ~= '1' then return 0 end
   local sep = string.find(cur, '\n', 1, true)
   if sep then
     local inst = string.sub(cur, 1, sep - 1)
-    if inst ~= ARGV[1] then redis.call('HDEL', ARGV[8] .. 'takeover:turns:' .. inst, ARGV[2]) end
+    local old = ARGV[8] .. 'takeover:turns:' .. inst
+    if ARGV[5] ~= '1' and redis.call('EXISTS', ARGV[8] .. 'takeover:dead:' .. inst) == 0 then
+      local s = redis.call('ZSCORE', KEYS[3], inst)
+      local t = redis.call('TIME')
+      local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+      if s and tonumber(s) >= now - tonumber(ARGV[9]) and redis.call('HEXISTS', old, ARGV[2]) == 1 then return 0 end
+    end
+    if inst ~= ARGV[1] then redis.call('HDEL', old, ARGV[2]) end
     local lost = ARGV[8] .. 'takeover:lost:' .. inst
     redis.call('SADD', lost, ARGV[2] .. '\n' .. string.sub(cur, sep + 1))
     redis.call('PEXPIRE', lost, ARGV[7])
@@ -258,6 +265,9 @@ type Registration struct {
 	// HolderTTL bounds the turn's holder key (a runner that ends without
 	// its unregistration leaves it that long); LostTTL the lost set's.
 	HolderTTL, LostTTL time.Duration
+	// After: a holder whose last beat is older is not alive (the takeover
+	// delay; RegisterAll's test).
+	After time.Duration
 }
 
 func (s *Takeover) registerArgs(r Registration, take bool) []any {
@@ -265,8 +275,9 @@ func (s *Takeover) registerArgs(r Registration, take bool) []any {
 	if take {
 		t = 1
 	}
-	return append(takeoverRegister.Args(2, 8), s.keys.TakeoverTurns(r.Instance), s.keys.TakeoverHolder(r.TaskID),
-		r.Instance, r.TaskID, r.Entry, r.Runner, t, r.HolderTTL.Milliseconds(), r.LostTTL.Milliseconds(), s.keys.Prefix)
+	return append(takeoverRegister.Args(3, 9), s.keys.TakeoverTurns(r.Instance), s.keys.TakeoverHolder(r.TaskID),
+		s.keys.TakeoverWorkers(), r.Instance, r.TaskID, r.Entry, r.Runner, t, r.HolderTTL.Milliseconds(),
+		r.LostTTL.Milliseconds(), s.keys.Prefix, r.After.Milliseconds())
 }
 
 // Register registers r now (see RegisterOp).
@@ -298,11 +309,13 @@ func (s *Takeover) unregisterArgs(instance, taskID, runner string) []any {
 		instance, taskID, runner)
 }
 
-// RegisterAll registers the turns again after the registry was lost, each
-// only when no other runner holds it now.
-func (s *Takeover) RegisterAll(ctx context.Context, turns []Registration) error {
+// RegisterAll registers the turns again (the registry lost them, or their
+// registration did not reach it), each unless another runner that is
+// alive holds it now: those are returned (held[i]: turns[i] was not
+// registered), for their runners to stop.
+func (s *Takeover) RegisterAll(ctx context.Context, turns []Registration) (held []bool, err error) {
 	if len(turns) == 0 {
-		return nil
+		return nil, nil
 	}
 	p := s.rdb.Pipeline()
 	cmds := make([]*redis.Cmd, len(turns))
@@ -311,12 +324,16 @@ func (s *Takeover) RegisterAll(ctx context.Context, turns []Registration) error 
 		_ = p.Process(ctx, cmds[i])
 	}
 	_, _ = p.Exec(ctx)
-	for _, c := range cmds {
-		if err := c.Err(); err != nil {
-			return err
+	held = make([]bool, len(turns))
+	for i, c := range cmds {
+		n, e := c.Int()
+		if e != nil {
+			err = e
+			continue
 		}
+		held[i] = n == 0
 	}
-	return nil
+	return held, err
 }
 
 // Unregister notes that instance's runner no longer runs taskID.
