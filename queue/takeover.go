@@ -131,6 +131,7 @@ type takeover struct {
 	mu        sync.Mutex
 	epoch     *takeoverEpoch
 	turns     map[*turn]struct{} // registered turns, of any epoch
+	pending   map[*turn]struct{} // registered turns whose registration has not run yet
 	rewritten map[*turn]struct{} // turns a beat wrote back, until they end
 	okSince   time.Duration      // the watcher's beats good without a gap since then (-1: not now)
 	lastTick  time.Duration      // the watcher's last good beat (not confirm's)
@@ -141,7 +142,8 @@ func newTakeover(w *Worker) *takeover {
 	tk := &takeover{w: w, after: w.cfg.TakeoverAfter, beat: w.cfg.TakeoverBeat, base: time.Now(),
 		log: w.log.With(slog.String("component", "takeover")),
 		st:  store.NewTakeover(w.replies.rdb, store.Keys{Prefix: w.replies.opts.Prefix}), okSince: -1,
-		turns: make(map[*turn]struct{}), rewritten: make(map[*turn]struct{})}
+		turns: make(map[*turn]struct{}), rewritten: make(map[*turn]struct{}),
+		pending: make(map[*turn]struct{})}
 	tk.epoch = tk.newEpoch()
 	return tk
 }
@@ -230,20 +232,17 @@ func (t *turn) running(e *takeoverEpoch) bool {
 	return t.tkEpoch == e && !t.tkGone.Load() && !t.fenced.Load()
 }
 
+// countLocked counts e's running turns whose registration ran: those the
+// registry should hold (one whose registration waits for its round trip
+// is written by it).
 func (tk *takeover) countLocked(e *takeoverEpoch) int {
-	n := 0
-	for t := range tk.turns {
-		if t.running(e) {
-			n++
-		}
-	}
-	return n
+	return len(tk.runningLocked(e))
 }
 
 func (tk *takeover) runningLocked(e *takeoverEpoch) []*turn {
 	var out []*turn
 	for t := range tk.turns {
-		if t.running(e) {
+		if _, waits := tk.pending[t]; !waits && t.running(e) {
 			out = append(out, t)
 		}
 	}
@@ -454,6 +453,7 @@ func (t *turn) register(ctx context.Context) {
 	if err == nil {
 		t.tkEpoch = e
 		tk.turns[t] = struct{}{}
+		tk.pending[t] = struct{}{}
 	}
 	tk.mu.Unlock()
 	if err != nil {
@@ -464,7 +464,11 @@ func (t *turn) register(ctx context.Context) {
 	// dies before has sent nothing, and Asynq's recovery runs the turn.
 	// From then on this runner holds the turn: one that held it before
 	// stops at its worker's next beat.
-	t.progress.pushOp(tk.st.RegisterOp(r))
+	t.progress.pushOp(tk.st.RegisterOp(r, func() {
+		tk.mu.Lock()
+		delete(tk.pending, t)
+		tk.mu.Unlock()
+	}))
 }
 
 // unregisterOps take the turn out of the registry with its last writes
@@ -491,6 +495,7 @@ func (t *turn) unregister() {
 	}
 	tk.mu.Lock()
 	delete(tk.turns, t)
+	delete(tk.pending, t)
 	tk.mu.Unlock()
 	// A beat writing the running turns back has this turn in its list, or
 	// no longer: after it, rewritten says whether it wrote this one back.

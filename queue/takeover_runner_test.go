@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/lettaq/lettaq/queue/internal/store"
 )
 
 // One runner of a turn at a time. A worker killed mid-turn while no other
@@ -125,4 +127,35 @@ func TestTakeoverRegisterAgainTakesFromDeadHolder(t *testing.T) {
 	if !other.fenced.Load() || orig.fenced.Load() {
 		t.Fatalf("runner stopped: the one without the turn %v, the holder %v; want true, false", other.fenced.Load(), orig.fenced.Load())
 	}
+}
+
+// A turn whose registration waits for its attempt's next round trip is not
+// written back by a beat meanwhile (each beat would write every running
+// turn again while turns start): its own round trip registers it.
+func TestTakeoverPendingRegistrationNotWrittenBack(t *testing.T) {
+	e := newTakeoverEnv(t)
+	w := e.worker("A", 2*time.Second)
+	ctx := context.Background()
+	w.tk.tick(ctx)
+	// The writer's round trips wait for gate.
+	gate := make(chan struct{})
+	exec := w.writer.exec
+	w.writer.exec = func(ctx context.Context, ops []store.Op) []error {
+		<-gate
+		return exec(ctx, ops)
+	}
+	tr := &turn{w: w, taskID: "turn-p", queue: e.queue, runner: "turn-p", log: w.log, actx: ctx}
+	tr.progress = w.writer.newProgress(Conversation{Integration: "test", ChatID: "p"}, func(error) {})
+	tr.register(ctx)
+	turns := e.prefix + "takeover:turns:" + w.tk.current().id
+	w.tk.tick(ctx)
+	if e.rdb.HExists(ctx, turns, "turn-p").Val() {
+		t.Fatal("a beat wrote back a turn whose registration waits for its round trip")
+	}
+	close(gate)
+	tr.progress.flush(ctx)
+	if !e.rdb.HExists(ctx, turns, "turn-p").Val() {
+		t.Fatal("the turn's round trip did not register it")
+	}
+	tr.unregister()
 }

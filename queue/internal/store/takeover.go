@@ -288,8 +288,12 @@ func (s *Takeover) Register(ctx context.Context, r Registration) error {
 // RegisterOp registers r as an op of a writer's round trip: r's runner
 // holds the turn from then on, and a runner that held it before is told
 // (its instance's next beat: Beat.Taken).
-func (s *Takeover) RegisterOp(r Registration) Op {
-	return ScriptOp(takeoverRegister, s.registerArgs(r, true), func(c *redis.Cmd) error { return c.Err() })
+// ran is told once the op ran (written or not).
+func (s *Takeover) RegisterOp(r Registration, ran func()) Op {
+	return ScriptOp(takeoverRegister, s.registerArgs(r, true), func(c *redis.Cmd) error {
+		ran()
+		return c.Err()
+	})
 }
 
 // UnregisterOp is Unregister as an op of a turn's last round trip; done is
@@ -317,21 +321,19 @@ func (s *Takeover) RegisterAll(ctx context.Context, turns []Registration) (held 
 	if len(turns) == 0 {
 		return nil, nil
 	}
-	p := s.rdb.Pipeline()
-	cmds := make([]*redis.Cmd, len(turns))
-	for i, r := range turns {
-		cmds[i] = takeoverRegister.Cmd(ctx, s.registerArgs(r, false), false) // EVAL: rare, and no NOSCRIPT in a pipeline
-		_ = p.Process(ctx, cmds[i])
-	}
-	_, _ = p.Exec(ctx)
 	held = make([]bool, len(turns))
-	for i, c := range cmds {
-		n, e := c.Int()
+	ops := make([]Op, len(turns))
+	for i, r := range turns {
+		ops[i] = ScriptOp(takeoverRegister, s.registerArgs(r, false), func(c *redis.Cmd) error {
+			n, err := c.Int()
+			held[i] = err == nil && n == 0
+			return err
+		})
+	}
+	for _, e := range Run(ctx, s.rdb, ops) {
 		if e != nil {
 			err = e
-			continue
 		}
-		held[i] = n == 0
 	}
 	return held, err
 }
