@@ -170,10 +170,11 @@ func (s *Sequencer) JoinAdded(ctx context.Context, key, taskID string) (pos int,
 }
 
 // Acquire lets taskID run its turn: it succeeds only when taskID heads
-// key's line and the lock is free or held by an earlier attempt of taskID
-// itself (a recovered or retried attempt takes the lock over; the earlier
-// attempt's lease then reports Lost). The lease is renewed in the
-// background until Release.
+// key's line and the lock is free, or when the lock is held by an earlier
+// attempt of taskID itself, wherever taskID is in the line (a recovered,
+// retried or taken-over attempt takes the lock over, also behind a task
+// that joined in front of it meanwhile; the earlier attempt's lease then
+// reports Lost). The lease is renewed in the background until Release.
 //
 // Otherwise it returns a *NotYourTurnError. When the head is not running
 // (lock free) and alive (may be nil) says it will never run, the head is

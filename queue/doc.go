@@ -53,7 +53,9 @@
 //     line) and uses none of its retries; the original task, recovered by
 //     Asynq later, finds the turn taken over and ends without writing. A
 //     worker that was only paused or cut off and finds it was taken over
-//     stops those turns and writes nothing more for them (fencing).
+//     stops those turns and writes nothing more for them (fencing). One
+//     runner of a turn at a time: a turn that a live runner holds is not
+//     taken over, and a runner stops once another registered the turn.
 //   - The handler returns before Asynq's deadline: the work runs under a
 //     context that ends DeliveryAllowance + SafetyMargin/2 before it, and
 //     the budget sizes the task timeout for the worst case.

@@ -98,7 +98,8 @@ func (e *takeoverEnv) deadWorker(instance string, ago time.Duration, turns ...st
 			e.t.Fatal(err)
 		}
 		entry, _ := json.Marshal(takeoverEntry{Queue: e.queue, Runner: id, Retried: 2, MaxRetry: 5})
-		if err := e.st.Register(ctx, instance, id, entry); err != nil {
+		if err := e.st.Register(ctx, store.Registration{Instance: instance, TaskID: id, Runner: id, Entry: entry,
+			HolderTTL: time.Hour, LostTTL: time.Hour}); err != nil {
 			e.t.Fatal(err)
 		}
 	}
@@ -170,7 +171,8 @@ func TestTakeoverLiveWorkerNotClaimed(t *testing.T) {
 	a, live := e.worker("A", 2*time.Second), e.worker("L", 2*time.Second)
 	primeEligible(a.tk)
 	live.tk.tick(context.Background()) // a beat now
-	e.st.Register(context.Background(), live.tk.current().id, "turn-live", []byte(`{"queue":"q","runner":"turn-live"}`))
+	e.st.Register(context.Background(), store.Registration{Instance: live.tk.current().id, TaskID: "turn-live", Runner: "turn-live",
+		Entry: []byte(`{"queue":"q","runner":"turn-live"}`), HolderTTL: time.Hour, LostTTL: time.Hour})
 	a.tk.tick(context.Background())
 	if n := len(e.takeoverTasks()); n != 0 {
 		t.Fatalf("%d takeover tasks of a live worker", n)
@@ -322,5 +324,33 @@ func TestTakeoverRegistryLostRegistersAgain(t *testing.T) {
 	tr.unregister()
 	if e.rdb.HExists(ctx, turns, "turn-r").Val() {
 		t.Fatal("an ended turn is still registered")
+	}
+}
+
+// A turn whose last writes took it out of the registry, still in the
+// worker's list of running turns when a beat finds the registry short of
+// turns, is not written back for the instance's life: the beat does not
+// register it again, and its end removes whatever a beat wrote back.
+func TestTakeoverFinishedTurnNotRegisteredAgain(t *testing.T) {
+	e := newTakeoverEnv(t)
+	w := e.worker("A", 2*time.Second)
+	ctx := context.Background()
+	w.tk.tick(ctx)
+	tr := &turn{w: w, taskID: "turn-done", queue: e.queue, runner: "turn-done", log: w.log, actx: ctx}
+	tr.progress = w.writer.newProgress(Conversation{Integration: "test", ChatID: "done"}, func(error) {})
+	tr.register(ctx)
+	tr.progress.flush(ctx)
+	turns := e.prefix + "takeover:turns:" + w.tk.current().id
+	if !e.rdb.HExists(ctx, turns, "turn-done").Val() {
+		t.Fatal("the running turn is not registered")
+	}
+	// Its last writes take it out; the beat comes before the attempt's end.
+	if err := tr.progress.do(ctx, nil, tr.unregisterOps()...); err != nil {
+		t.Fatal(err)
+	}
+	w.tk.tick(ctx)
+	tr.unregister()
+	if e.rdb.HExists(ctx, turns, "turn-done").Val() {
+		t.Fatal("a finished turn is registered again and stays for the instance's life")
 	}
 }
