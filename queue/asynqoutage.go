@@ -30,11 +30,13 @@ func asynqRedisLine(msg string) bool {
 }
 
 // outageText reports whether an error's text (as Asynq prints it) says Redis
-// cannot be reached or cannot take writes now.
+// cannot be reached or cannot take writes now (full: "OOM command not
+// allowed when used memory > 'maxmemory'").
 func outageText(s string) bool {
 	for _, p := range []string{"connection refused", "i/o timeout", "EOF", "connection reset", "broken pipe",
 		"no route to host", "network is unreachable", "no such host", "deadline exceeded",
-		"use of closed network connection", "client is closed", "pool timeout", "LOADING", "READONLY", "MASTERDOWN", "CLUSTERDOWN"} {
+		"use of closed network connection", "client is closed", "pool timeout", "LOADING", "READONLY", "MASTERDOWN", "CLUSTERDOWN",
+		"OOM command not allowed"} {
 		if strings.Contains(s, p) {
 			return true
 		}
