@@ -60,6 +60,6 @@ func (t *turn) busy(ctx context.Context, e ending) error {
 		t.log.Warn("could not journal the attempt", "error", err.Error())
 	}
 	t.log.Info("the agent's thread is busy with another run; the turn waits", "reason", e.Reason, "retry_in", e.Delay.String())
-	t.w.obs.AttemptFinished(t.queue, "busy", time.Since(t.start))
+	t.obs.AttemptFinished(t.queue, "busy", time.Since(t.start))
 	return &busyError{Delay: e.Delay, Reason: e.Reason, Err: e.Err}
 }
