@@ -57,6 +57,9 @@ func (t *turn) busy(ctx context.Context, e ending) error {
 		t.log.Warn("could not journal the refusal; the next attempt looks for the otid first", "error", err.Error())
 	}
 	if err := t.save(ctx); err != nil {
+		if t.fenced.Load() {
+			return t.endTakenOver() // the takeover goes on with the turn
+		}
 		t.log.Warn("could not journal the attempt", "error", err.Error())
 	}
 	t.log.Info("the agent's thread is busy with another run; the turn waits", "reason", e.Reason, "retry_in", e.Delay.String())

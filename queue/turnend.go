@@ -240,6 +240,10 @@ func (t *turn) deliverAtOnce(ctx context.Context, log *slog.Logger, outcome stri
 	}
 	wrote := pe.written
 	switch {
+	case errors.Is(pe.err, errTakenOver):
+		// Fenced: nothing was written. The marker the next check would
+		// find is the takeover's answer, not this attempt's.
+		return t.endTakenOver()
 	case pe.err != nil:
 		// The write may have happened all the same (a reply lost on the
 		// way back): the answered marker says.
@@ -292,6 +296,9 @@ func (t *turn) deliveredBy(log *slog.Logger, outcome, answer string, now time.Ti
 
 // undelivered ends an attempt whose final event could not be written.
 func (t *turn) undelivered(ctx context.Context, log *slog.Logger, err error) error {
+	if errors.Is(err, errTakenOver) || t.fenced.Load() {
+		return t.endTakenOver() // not written because another worker continues the turn
+	}
 	// The answer is the whole point: retry; the next attempt finds the
 	// run by its id and polls the answer again.
 	t.redisFailed()
@@ -425,6 +432,9 @@ func (t *turn) fail(ctx context.Context, log *slog.Logger, reason, stop string) 
 	t.rec.Outcome, t.rec.Error, t.rec.StopReason, t.rec.FinishedAt = OutcomeFailed, reason, stop, now.UTC()
 	t.mu.Unlock()
 	if err := t.save(ctx, t.releaseOps()...); err != nil {
+		if t.fenced.Load() {
+			return t.endTakenOver() // its writes were dropped: the takeover ends the turn
+		}
 		log.Warn("could not journal the failed turn", "error", err.Error())
 	}
 	if stop != "" {
@@ -452,6 +462,9 @@ func (t *turn) retry(ctx context.Context, log *slog.Logger, e ending) error {
 	t.attempt().Outcome, t.attempt().Error = e.Outcome, e.Reason
 	t.mu.Unlock()
 	if err := t.save(ctx); err != nil {
+		if t.fenced.Load() {
+			return t.endTakenOver() // the takeover goes on with the turn, not a retry
+		}
 		log.Warn("could not journal the attempt", "error", err.Error())
 	}
 	log.Info("turn attempt ends, retrying", "outcome", e.Outcome, "reason", e.Reason)
