@@ -87,6 +87,10 @@ func (o *outageLog) line(l *slog.Logger, msg string, now time.Time) {
 	if o.folded > 0 {
 		attrs = append(attrs, "folded", o.folded)
 	}
-	l.Warn("waiting for Redis: Asynq cannot reach it", attrs...)
+	what := "waiting for Redis: Asynq cannot reach it"
+	if strings.Contains(msg, "OOM command not allowed") {
+		what = "waiting for Redis: it is full (maxmemory, noeviction) and refuses Asynq's writes"
+	}
+	l.Warn(what, attrs...)
 	o.folded, o.next, o.step = 0, now.Add(o.step), min(2*o.step, outageWarnMax)
 }

@@ -206,8 +206,15 @@ func TestReadyWhenRedisIsFull(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if !asynqRedisLine("Dequeue error: OOM command not allowed when used memory > 'maxmemory'.") {
+	oom := "Dequeue error: OOM command not allowed when used memory > 'maxmemory'."
+	if !asynqRedisLine(oom) {
 		t.Error("Asynq's dequeue error on a full Redis not taken for Redis trouble")
+	}
+	c := &capture{}
+	var o outageLog
+	o.line(slog.New(c), oom, time.Now())
+	if warns := c.lines(slog.LevelWarn); len(warns) != 1 || !strings.Contains(warns[0], "full") {
+		t.Errorf("Asynq's line on a full Redis logged %q, want it to say Redis is full", warns)
 	}
 	if err := free(); err != nil {
 		t.Fatal(err)
