@@ -389,9 +389,9 @@ func (t *turn) endCancelled(ctx context.Context, log *slog.Logger, cr CancelReco
 	}
 	log.Info("turn cancelled", "outcome", OutcomeCancelled, "phase", phase, "by", cr.By, "answer_bytes", len(text))
 	t.w.permanent.add(t.taskID, "otid", t.otid, "run_id", runID)
-	t.w.obs.AttemptFinished(t.queue, "archived", time.Since(t.start))
+	t.obs.AttemptFinished(t.queue, "archived", time.Since(t.start))
 	t.w.turnCancelled(t.queue, phase)
-	t.w.obs.TurnFinished(t.queue, OutcomeCancelled, t.latency(now), t.rec.TTFT)
+	t.obs.TurnFinished(t.queue, OutcomeCancelled, t.latency(now), t.rec.TTFT)
 	return fmt.Errorf("lettaq: turn cancelled by %s: %w", cr.By, asynq.SkipRetry)
 }
 
@@ -429,9 +429,9 @@ func (t *turn) cancelWaiting(ctx context.Context, nyt error) error {
 	}
 	t.log.Info("turn cancelled", "outcome", OutcomeCancelled, "phase", CancelPhaseWaiting, "by", cr.By)
 	w.permanent.add(t.taskID, "otid", t.otid)
-	w.obs.AttemptFinished(t.queue, "archived", time.Since(t.start))
+	t.obs.AttemptFinished(t.queue, "archived", time.Since(t.start))
 	w.turnCancelled(t.queue, CancelPhaseWaiting)
-	w.obs.TurnFinished(t.queue, OutcomeCancelled, t.latency(now), 0)
+	t.obs.TurnFinished(t.queue, OutcomeCancelled, t.latency(now), 0)
 	return fmt.Errorf("lettaq: turn cancelled by %s: %w", cr.By, asynq.SkipRetry)
 }
 

@@ -162,7 +162,7 @@ func (t *turn) park(ctx context.Context, behind, reason string) error {
 			pk.reenqueueAfterRevoke(p)
 		}()
 	}
-	t.w.obs.AttemptFinished(t.queue, "busy", time.Since(t.start))
+	t.obs.AttemptFinished(t.queue, "busy", time.Since(t.start))
 	return errParked
 }
 

@@ -588,7 +588,7 @@ func (tk *takeover) confirm(ctx context.Context, e *takeoverEpoch) bool {
 // nothing (no event, no journal, no release of the line).
 func (t *turn) endTakenOver() error {
 	t.log.Warn("turn taken over by another worker: this attempt stops and writes nothing")
-	t.w.obs.AttemptFinished(t.queue, "taken_over", time.Since(t.start))
+	t.obs.AttemptFinished(t.queue, "taken_over", time.Since(t.start))
 	return nil
 }
 
