@@ -644,8 +644,9 @@ var errSearchStuck = errors.New("the history server did not page past the cursor
 // end of the history, or at a page all older than the turn (less the
 // slack): one old-dated row among newer ones (a message stored late, or
 // with a date of its own) is no sign that the search went past the turn.
-// A page with nothing new (a server that ignores the cursor) is an
-// incomplete search (errSearchStuck), never a complete one.
+// A page shorter than the limit is the end of the history. A full page
+// with nothing new (a server that ignores the cursor) is an incomplete
+// search (errSearchStuck), never a complete one.
 func (r *Runner) searchOnce(ctx context.Context, loop *budget.Loop, t Turn, d *Result) (runID string, found bool, err error) {
 	cursor := ""
 	floor := t.Started.Add(-r.cfg.HistorySlack)
@@ -687,7 +688,10 @@ func (r *Runner) searchOnce(ctx context.Context, loop *budget.Loop, t Turn, d *R
 				oldestID = c.ID
 			}
 		}
-		if len(msgs) == 0 {
+		if len(msgs) < size {
+			// A page shorter than asked for is the end of the history,
+			// whatever the cursor (a server that ignores it answers the
+			// same short page again: it is the whole history).
 			return "", false, nil
 		}
 		if oldestID == "" || oldestID == cursor || !fresh {
