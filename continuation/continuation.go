@@ -549,6 +549,13 @@ func (r *Runner) continueTurn(ctx context.Context, t Turn, st *agentclient.Strea
 			d.Outcome = StillRunning
 			d.Reason = "message admitted but its run is not known yet"
 			return d
+		case errors.Is(err, errThreadNotFound):
+			// The thread itself is gone (a conversation deleted, an agent
+			// removed): nothing can be found in it, and a send to it would
+			// be refused the same way.
+			d.Outcome, d.Err, d.Retryable = Rejected, err, false
+			d.Reason = "the turn's thread no longer exists: " + err.Error()
+			return d
 		case !searched:
 			// The history could not be read: no evidence either way, so
 			// no resend. The next attempt looks again.
@@ -604,7 +611,7 @@ func (r *Runner) findRun(ctx context.Context, h Hooks, t Turn, d *Result) (runID
 			return id, true, true, nil
 		}
 		switch {
-		case agentclient.IsProtocolError(err):
+		case agentclient.IsProtocolError(err), errors.Is(err, errThreadNotFound):
 			return "", false, searched, err
 		case err == nil:
 			searched = true
@@ -632,6 +639,11 @@ var errSearchCut = errors.New("admission grace ended mid-search")
 func sleep(ctx context.Context, loop *budget.Loop, retryAfter time.Duration) error {
 	return loop.SleepAtLeast(ctx, retryAfter)
 }
+
+// errThreadNotFound: the history's first page was answered 404: the thread
+// (the conversation, or the agent) does not exist any more. A 404 past the
+// first page is a cursor the server does not know, not this.
+var errThreadNotFound = errors.New("the thread's history was not found")
 
 // errSearchStuck: the server answered a page with nothing the search had
 // not seen (it ignores the cursor): the history was not searched through.
@@ -662,6 +674,9 @@ func (r *Runner) searchOnce(ctx context.Context, loop *budget.Loop, t Turn, d *R
 		if err != nil && size > 1 && errors.Is(err, agentclient.ErrResponseTooLarge) {
 			size /= 2 // big messages: a smaller page fits
 			continue
+		}
+		if err != nil && cursor == "" && agentclient.IsNotFound(err) {
+			return "", false, fmt.Errorf("%w: %w", errThreadNotFound, err)
 		}
 		if err != nil {
 			return "", false, err

@@ -56,7 +56,9 @@
 //	              history found no message with the otid within the    LETTAQ_RESEND_POLICY=if-not-admitted,
 //	              admission grace                                      else a permanent error
 //	Rejected      the send was refused permanently (unknown agent,     report; permanent unless Retryable
-//	              validation, credits): nothing was stored
+//	              validation, credits): nothing was stored; or the
+//	              thread is gone (its history answers 404: a
+//	              conversation deleted mid-turn)
 //	Interrupted   the caller's context ended                           retry; the state and journal keep
 //	                                                                   what was learned
 //
