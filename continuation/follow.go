@@ -346,8 +346,8 @@ func (r *Runner) pollMessages(ctx context.Context, loop *budget.Loop, st *agentc
 // inPosition orders a page of a run's messages by their own position (date,
 // else seq_id), not the list's: a server may list a page newest first
 // whatever order was asked (WIRE.md: the order inside a page is not
-// reliable). A page that is newest first as a whole is turned round first,
-// so that messages of one date keep their order.
+// reliable). Messages of one date (the parts of one message: its reasoning,
+// then its tool call or text) keep the list's order.
 func inPosition(msgs []agentclient.Message) []agentclient.Message {
 	if len(msgs) < 2 {
 		return msgs
@@ -372,9 +372,6 @@ func inPosition(msgs []agentclient.Message) []agentclient.Message {
 	idx := make([]int, len(msgs))
 	for i := range idx {
 		idx[i] = i
-	}
-	if before(len(msgs)-1, 0) {
-		slices.Reverse(idx)
 	}
 	slices.SortStableFunc(idx, func(a, b int) int {
 		switch {

@@ -1,0 +1,63 @@
+package integration
+
+import (
+	"testing"
+	"time"
+
+	"github.com/lettaq/lettaq/integration/lettasim"
+	"github.com/lettaq/lettaq/queue"
+)
+
+// A Letta whose resume ignores starting_after (it replays the run's stream
+// from its start): the turn's stream is cut after the answer, the follow
+// resumes the run, and the answer is delivered once, not "Hello world!"
+// twice over.
+func TestResumeThatReplaysDeliversTheAnswerOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, withThreadMode(queue.ThreadConversation))
+	e.startWorker("w1")
+	agent := e.sim.CreateAgent("replay", &lettasim.Script{Steps: []lettasim.Step{
+		{Kind: lettasim.Assistant, Text: "Hello world!"},
+		{Kind: lettasim.Reasoning, Text: "Anything else?", Delay: simDur(500 * time.Millisecond)},
+	}})
+	e.sim.SetFault(agent, lettasim.Fault{DisconnectAfter: 2, IgnoreStartingAfter: true})
+	c := e.conv("replay")
+	res := e.enqueue(queue.Message{AgentID: agent, Conversation: c, Text: "hi"})
+	final, evs := e.waitFinal(c, res.TaskID, 30*time.Second)
+	if final.Type != queue.EventAnswer || final.Text != "Hello world!" {
+		t.Fatalf("final %s %q, want the answer once; %s; attempts: %s", final.Type, final.Text, summarize(evs), describeAttempts(e.record(res.TaskID)))
+	}
+	if rec := e.record(res.TaskID); len(rec.Attempts) != 1 || rec.Attempts[0].Resumes == 0 {
+		t.Errorf("want one attempt that resumed: %s", describeAttempts(rec))
+	}
+	if n := e.sim.CountOtid(res.Otid); n != 1 {
+		t.Errorf("%d messages with the otid, want 1", n)
+	}
+}
+
+// A Letta whose run messages ignore the after cursor and list each page
+// newest first: a turn whose stream stalls (the run ends meanwhile) and
+// whose resume is refused polls the run, and delivers its answers in their
+// order, once.
+func TestPollOnMisorderedListsDeliversTheAnswerInOrder(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, withThreadMode(queue.ThreadConversation))
+	e.startWorker("w1")
+	agent := e.sim.CreateAgent("misordered", &lettasim.Script{Steps: []lettasim.Step{
+		{Kind: lettasim.Reasoning, Text: "Thinking."},
+		{Kind: lettasim.Assistant, Text: "first", Delay: simDur(300 * time.Millisecond)},
+		{Kind: lettasim.Assistant, Text: "second"},
+		{Kind: lettasim.Assistant, Text: "third"},
+	}})
+	e.sim.SetFault(agent, lettasim.Fault{StallAfter: 2, StallFor: lettasim.Forever, ResumeStatus: 503})
+	e.sim.SetListFault(agent, lettasim.ListFault{IgnoreAfter: true, ReverseOrder: true})
+	c := e.conv("misordered")
+	res := e.enqueue(queue.Message{AgentID: agent, Conversation: c, Text: "hi"})
+	final, evs := e.waitFinal(c, res.TaskID, 30*time.Second)
+	if want := "first\n\nsecond\n\nthird"; final.Type != queue.EventAnswer || final.Text != want {
+		t.Fatalf("final %s %q, want %q; %s; attempts: %s", final.Type, final.Text, want, summarize(evs), describeAttempts(e.record(res.TaskID)))
+	}
+	if n := e.sim.CountOtid(res.Otid); n != 1 {
+		t.Errorf("%d messages with the otid, want 1", n)
+	}
+}
