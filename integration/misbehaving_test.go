@@ -1,6 +1,9 @@
 package integration
 
 import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -59,5 +62,42 @@ func TestPollOnMisorderedListsDeliversTheAnswerInOrder(t *testing.T) {
 	}
 	if n := e.sim.CountOtid(res.Otid); n != 1 {
 		t.Errorf("%d messages with the otid, want 1", n)
+	}
+}
+
+// A conversation deleted while its turn's send was on the way (the message
+// stored, the connection dropped before any answer, the conversation gone
+// before the worker looks for the otid): every read of it answers 404, and
+// the turn ends at once with a permanent error, after one attempt, instead
+// of StillRunning after each attempt's admission grace until its retries
+// are spent.
+func TestConversationDeletedMidTurnEndsTheTurn(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, withThreadMode(queue.ThreadConversation))
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if id, ok := strings.CutPrefix(r.URL.Path, "/v1/conversations/"); ok && r.Method == http.MethodPost && strings.HasSuffix(id, "/messages") {
+			// The send's connection drops (a panic the server recovers): the
+			// conversation is deleted on the way.
+			defer e.sim.DeleteConversation(strings.TrimSuffix(id, "/messages"))
+		}
+		e.sim.ServeHTTP(w, r)
+	}))
+	t.Cleanup(front.Close)
+	e.lettaURL = front.URL
+	e.startWorker("w1")
+	agent := e.sim.CreateAgent("deleted", nil)
+	e.sim.SetFault(agent, lettasim.Fault{DropBeforeResponse: true})
+	c := e.conv("deleted")
+	res := e.enqueue(queue.Message{AgentID: agent, Conversation: c, Text: "hi"})
+	final, evs := e.waitFinal(c, res.TaskID, 20*time.Second)
+	rec := e.record(res.TaskID)
+	if final.Type != queue.EventError || !final.Permanent || !strings.Contains(final.Text, "no longer exists") {
+		t.Fatalf("final %s %q, want a permanent error saying the thread is gone; %s; attempts: %s", final.Type, final.Text, summarize(evs), describeAttempts(rec))
+	}
+	if len(rec.Attempts) != 1 {
+		t.Errorf("%d attempts, want 1: %s", len(rec.Attempts), describeAttempts(rec))
+	}
+	if n := e.sim.SendAttempts(res.Otid); n != 1 {
+		t.Errorf("%d sends, want 1", n)
 	}
 }
