@@ -47,7 +47,7 @@ func (t *turn) busy(ctx context.Context, e ending) error {
 		return t.giveUp(e.Reason)
 	}
 	t.mu.Lock()
-	t.attempt().Outcome, t.attempt().Error = e.Outcome, e.Reason
+	t.attempt().Outcome, t.attempt().Error, t.attempt().RetryIn = e.Outcome, e.Reason, e.Delay
 	attempt := t.attempt().N
 	t.mu.Unlock()
 	// The refused send stored nothing: the next attempt sends without

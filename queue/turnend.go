@@ -460,6 +460,9 @@ func (t *turn) retry(ctx context.Context, log *slog.Logger, e ending) error {
 	}
 	t.mu.Lock()
 	t.attempt().Outcome, t.attempt().Error = e.Outcome, e.Reason
+	if e.Asynq == endRetry {
+		t.attempt().RetryIn = e.Delay
+	}
 	t.mu.Unlock()
 	if err := t.save(ctx); err != nil {
 		if t.fenced.Load() {
@@ -467,7 +470,7 @@ func (t *turn) retry(ctx context.Context, log *slog.Logger, e ending) error {
 		}
 		log.Warn("could not journal the attempt", "error", err.Error())
 	}
-	log.Info("turn attempt ends, retrying", "outcome", e.Outcome, "reason", e.Reason)
+	log.Info("turn attempt ends, retrying", "outcome", e.Outcome, "reason", e.Reason, "retry_in", e.Delay.String())
 	t.obs.AttemptFinished(t.queue, "retry", time.Since(t.start))
 	return rerr
 }

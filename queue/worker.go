@@ -645,11 +645,7 @@ func retryDelay(n int, err error, _ *asynq.Task) time.Duration {
 	if errors.As(err, &ie) || errors.Is(err, context.Canceled) {
 		return 100 * time.Millisecond
 	}
-	d := time.Second
-	for i := 0; i < n && d < time.Minute; i++ {
-		d *= 2
-	}
-	d = min(d, time.Minute)
+	d := retryBackoff(n)
 	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
 }
 
