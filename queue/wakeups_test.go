@@ -157,6 +157,7 @@ func TestGiveUpWithoutALeaseWakesTheNext(t *testing.T) {
 	}
 	tt := &turn{w: w, taskID: ids[0], runner: ids[0], queue: q, key: key, msg: msg, actx: ctx,
 		task: asynq.NewTask(info.Type, info.Payload), log: w.log, start: time.Now()}
+	tt.obs.Observer = w.obs
 	if err := tt.giveUp("could not start: redis down"); !errors.Is(err, asynq.SkipRetry) {
 		t.Fatalf("giveUp: %v", err)
 	}
