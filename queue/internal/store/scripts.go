@@ -26,7 +26,7 @@ import (
 // event whose n is not above it was written by this very call sent before
 // (its reply lost, go-redis sent it again) and is not written again; it
 // returns as written, with its entry id and seq when it is that last event
-// (else '' and 0).
+// (else an empty id and 0).
 //
 // seq never goes back below floor, the highest seq the writer was told for
 // the turn: after Redis lost its last writes (a crash with appendfsync
