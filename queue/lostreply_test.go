@@ -170,3 +170,38 @@ func TestLostReplySingleEmitWrittenOnce(t *testing.T) {
 		t.Fatalf("after lost replies: %d entries, answer emitted %v; want 2, true", n, emitted)
 	}
 }
+
+// An intent whose push's reply is lost after Redis ran it, sent again by
+// go-redis, is recorded once, and the attempt does not read its own intent
+// as another attempt's (which made it look for the otid before sending,
+// and fail under the resend policy never).
+func TestLostReplyIntentRecordedOnce(t *testing.T) {
+	lr := newLostReplyRedis(t)
+	ctx := context.Background()
+	j := NewJournal(lr.rdb, JournalOptions{Prefix: lr.prefix})
+	key := j.st.Keys.JournalIntents("t1")
+	f := lr.proxy.DropReply(faultproxy.Any(faultproxy.Command("rpush", key), scriptCall(key)))
+	prior, err := j.RecordIntent(ctx, "t1", "otid-1", 1, "w1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFired(t, f)
+	n, _ := lr.direct.LLen(ctx, key).Result()
+	if len(prior) != 0 || n != 1 {
+		t.Fatalf("intent pushed once, its reply lost: %d prior intents %v, %d in the list; want none and 1", len(prior), prior, n)
+	}
+	// A refusal sent again is recorded once too.
+	f = lr.proxy.DropReply(faultproxy.Any(faultproxy.Command("rpush", key), scriptCall(key)))
+	if err := j.RecordRefusal(ctx, "t1", "otid-1", 1, "w1"); err != nil {
+		t.Fatal(err)
+	}
+	waitFired(t, f)
+	if n, _ := lr.direct.LLen(ctx, key).Result(); n != 2 {
+		t.Fatalf("refusal pushed once, its reply lost: %d in the list; want 2", n)
+	}
+	// A second attempt sees the first's intent (and refusal).
+	prior, err = j.RecordIntent(ctx, "t1", "otid-1", 2, "w1")
+	if err != nil || len(prior) != 2 || prior[0].Attempt != 1 {
+		t.Fatalf("second attempt's prior = %v, %v; want the first's intent and refusal", prior, err)
+	}
+}

@@ -158,6 +158,21 @@ end
 return 1
 `)
 
+// IntentPush appends an intent (or a refusal) to a task's list of intents
+// unless the list already holds it, refreshes the list's retention, and
+// returns the intents ahead of it. An intent's JSON is unique (its attempt,
+// worker and the nanosecond it was made): finding it means this very push
+// ran before (its reply lost, go-redis sent it again), so it is not
+// appended twice, nor read as another attempt's.
+// KEYS: intents. ARGV: intent, ttl ms.
+var IntentPush = evalcmd.New(`
+local pos = redis.call('LPOS', KEYS[1], ARGV[1])
+if not pos then pos = redis.call('RPUSH', KEYS[1], ARGV[1]) - 1 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+if pos == 0 then return {} end
+return redis.call('LRANGE', KEYS[1], 0, pos - 1)
+`)
+
 // WriteResult is Asynq's ResultWriter.Write (HSET of the task hash's
 // "result") for a task that still exists.
 var WriteResult = evalcmd.New(`
