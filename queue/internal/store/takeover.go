@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -55,22 +56,29 @@ return out
 `)
 
 // takeoverClaim claims a dead worker: only when its last beat is still
-// older than the takeover delay, it leaves the set, gets its tombstone, and
-// its turns hash is returned and deleted. Exactly one claimer gets them.
+// older than the takeover delay, it leaves the set, gets its tombstone
+// (the claimer and the call's token), and its turns hash is returned. Exactly
+// one claimer gets them. The hash is kept a minute more (a dead worker
+// writes nothing to it): a call sent again (its reply lost after it ran:
+// go-redis retries) finds its own token in the tombstone and gets the same
+// turns, which it would otherwise lose for good.
 //
 // KEYS: workers, dead:<it>, turns:<it>
-// ARGV: it, after_ms, tombstone_ttl_ms, claimer
+// ARGV: it, after_ms, tombstone_ttl_ms, claimer, token
 // Returns nil when not claimed; else the hash as {field, value, ...}.
 var takeoverClaim = redis.NewScript(`
 local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if not s then return false end
+if not s then
+  if redis.call('GET', KEYS[2]) == ARGV[4] .. ' ' .. ARGV[5] then return redis.call('HGETALL', KEYS[3]) end
+  return false
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if tonumber(s) >= now - tonumber(ARGV[2]) then return false end
 redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('SET', KEYS[2], ARGV[4], 'PX', ARGV[3])
+redis.call('SET', KEYS[2], ARGV[4] .. ' ' .. ARGV[5], 'PX', ARGV[3])
 local h = redis.call('HGETALL', KEYS[3])
-redis.call('DEL', KEYS[3])
+redis.call('PEXPIRE', KEYS[3], 60000)
 return h
 `)
 
@@ -130,7 +138,7 @@ func (s *Takeover) Beat(ctx context.Context, instance string, after time.Duratio
 func (s *Takeover) Claim(ctx context.Context, instance, claimer string, after, tombstoneTTL time.Duration) (map[string]string, bool, error) {
 	k := s.keys
 	v, err := takeoverClaim.Run(ctx, s.rdb, []string{k.TakeoverWorkers(), k.TakeoverDead(instance), k.TakeoverTurns(instance)},
-		instance, after.Milliseconds(), tombstoneTTL.Milliseconds(), claimer).StringSlice()
+		instance, after.Milliseconds(), tombstoneTTL.Milliseconds(), claimer, uuid.NewString()).StringSlice()
 	if errors.Is(err, redis.Nil) {
 		return nil, false, nil
 	}
