@@ -31,6 +31,10 @@ func (k Keys) TakeoverTurns(instance string) string { return k.Prefix + "takeove
 // TakeoverDead is the tombstone of a claimed worker instance.
 func (k Keys) TakeoverDead(instance string) string { return k.Prefix + "takeover:dead:" + instance }
 
+// TakeoverClaimed keeps a minute the turns of a claimed worker instance,
+// for the claim's call sent again (see takeoverClaim).
+func (k Keys) TakeoverClaimed(instance string) string { return k.Prefix + "takeover:claimed:" + instance }
+
 // TakenOver names the runner of a turn's newest takeover.
 func (k Keys) TakenOver(taskID string) string { return k.Prefix + "takeover:taken:" + taskID }
 
@@ -57,19 +61,19 @@ return out
 
 // takeoverClaim claims a dead worker: only when its last beat is still
 // older than the takeover delay, it leaves the set, gets its tombstone
-// (the claimer and the call's token), and its turns hash is returned. Exactly
-// one claimer gets them. The hash is kept a minute more (a dead worker
-// writes nothing to it): a call sent again (its reply lost after it ran:
-// go-redis retries) finds its own token in the tombstone and gets the same
-// turns, which it would otherwise lose for good.
+// (the claimer and the call's token), and its turns hash is returned and
+// moved to claimed:<it> for a minute. Exactly one claimer gets them. A call
+// sent again (its reply lost after it ran: go-redis retries) finds its own
+// token in the tombstone and gets the same turns from claimed:<it>, which
+// it would otherwise lose for good.
 //
-// KEYS: workers, dead:<it>, turns:<it>
+// KEYS: workers, dead:<it>, turns:<it>, claimed:<it>
 // ARGV: it, after_ms, tombstone_ttl_ms, claimer, token
 // Returns nil when not claimed; else the hash as {field, value, ...}.
 var takeoverClaim = redis.NewScript(`
 local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not s then
-  if redis.call('GET', KEYS[2]) == ARGV[4] .. ' ' .. ARGV[5] then return redis.call('HGETALL', KEYS[3]) end
+  if redis.call('GET', KEYS[2]) == ARGV[4] .. ' ' .. ARGV[5] then return redis.call('HGETALL', KEYS[4]) end
   return false
 end
 local t = redis.call('TIME')
@@ -78,7 +82,10 @@ if tonumber(s) >= now - tonumber(ARGV[2]) then return false end
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('SET', KEYS[2], ARGV[4] .. ' ' .. ARGV[5], 'PX', ARGV[3])
 local h = redis.call('HGETALL', KEYS[3])
-redis.call('PEXPIRE', KEYS[3], 60000)
+if #h > 0 then
+  redis.call('RENAME', KEYS[3], KEYS[4])
+  redis.call('PEXPIRE', KEYS[4], 60000)
+end
 return h
 `)
 
@@ -137,7 +144,7 @@ func (s *Takeover) Beat(ctx context.Context, instance string, after time.Duratio
 // another).
 func (s *Takeover) Claim(ctx context.Context, instance, claimer string, after, tombstoneTTL time.Duration) (map[string]string, bool, error) {
 	k := s.keys
-	v, err := takeoverClaim.Run(ctx, s.rdb, []string{k.TakeoverWorkers(), k.TakeoverDead(instance), k.TakeoverTurns(instance)},
+	v, err := takeoverClaim.Run(ctx, s.rdb, []string{k.TakeoverWorkers(), k.TakeoverDead(instance), k.TakeoverTurns(instance), k.TakeoverClaimed(instance)},
 		instance, after.Milliseconds(), tombstoneTTL.Milliseconds(), claimer, uuid.NewString()).StringSlice()
 	if errors.Is(err, redis.Nil) {
 		return nil, false, nil
