@@ -33,7 +33,9 @@ func (k Keys) TakeoverDead(instance string) string { return k.Prefix + "takeover
 
 // TakeoverClaimed keeps a minute the turns of a claimed worker instance,
 // for the claim's call sent again (see takeoverClaim).
-func (k Keys) TakeoverClaimed(instance string) string { return k.Prefix + "takeover:claimed:" + instance }
+func (k Keys) TakeoverClaimed(instance string) string {
+	return k.Prefix + "takeover:claimed:" + instance
+}
 
 // TakenOver names the runner of a turn's newest takeover.
 func (k Keys) TakenOver(taskID string) string { return k.Prefix + "takeover:taken:" + taskID }
