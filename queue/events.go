@@ -182,7 +182,8 @@ type RepliesOptions struct {
 	Prefix string
 	// MaxLen caps each conversation stream (XADD MAXLEN ~); default 10,000.
 	MaxLen int64
-	// TTL of the per-turn keys (answered marker, seq counter); default 7 days.
+	// TTL of the per-turn keys (answered marker, seq counter, emitted
+	// marks); default 7 days.
 	TTL time.Duration
 	// StreamTTL, when > 0, expires a conversation's stream that long after
 	// its last event. Default 0: streams are only capped by MaxLen.
