@@ -12,6 +12,7 @@ import (
 
 	"github.com/lettaq/lettaq/internal/faultproxy"
 	"github.com/lettaq/lettaq/internal/testredis"
+	"github.com/lettaq/lettaq/ordering"
 	"github.com/lettaq/lettaq/queue/internal/store"
 )
 
@@ -203,5 +204,45 @@ func TestLostReplyIntentRecordedOnce(t *testing.T) {
 	prior, err = j.RecordIntent(ctx, "t1", "otid-1", 2, "w1")
 	if err != nil || len(prior) != 2 || prior[0].Attempt != 1 {
 		t.Fatalf("second attempt's prior = %v, %v; want the first's intent and refusal", prior, err)
+	}
+}
+
+// An enqueue whose reply is lost after Redis ran it, sent again by go-redis,
+// is not reported as a duplicate of itself: the message is new, its
+// accepted event is written at once, and a caller that drops duplicates
+// does not drop it.
+func TestLostReplyEnqueueIsNotItsOwnDuplicate(t *testing.T) {
+	lr := newLostReplyRedis(t)
+	ctx := context.Background()
+	q := "lettaq-lostreply-" + uuid.NewString()[:8]
+	replies := NewReplies(lr.rdb, RepliesOptions{Prefix: lr.prefix})
+	c, err := NewClient(ClientConfig{Redis: asynq.RedisClientOpt{Addr: lr.proxy.Addr, DB: lr.srv.DB}, Queue: q,
+		Ordering: Ordering{Config: ordering.Config{Prefix: lr.prefix + "ord:"}}, Replies: replies})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	insp := asynq.NewInspector(asynq.RedisClientOpt{Addr: lr.srv.Addr, DB: lr.srv.DB})
+	defer func() { _ = insp.DeleteQueue(q, true); _ = insp.Close() }()
+	conv := Conversation{Integration: "web", ChatID: "lost"}
+	// A first message loads Asynq's scripts.
+	if _, err := c.Enqueue(ctx, Message{AgentID: "agent", Text: "first", Conversation: conv, MessageID: "1"}); err != nil {
+		t.Fatal(err)
+	}
+	f := lr.proxy.DropReply(faultproxy.Any(faultproxy.Command("evalsha", "{"+q+"}:t:"), faultproxy.Command("eval", "{"+q+"}:t:")))
+	res, err := c.Enqueue(ctx, Message{AgentID: "agent", Text: "second", Conversation: conv, MessageID: "2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFired(t, f)
+	if res.Duplicate {
+		t.Fatalf("a new message whose enqueue's reply was lost: %+v; want it not a duplicate", res)
+	}
+	if ok, _ := lr.direct.Exists(ctx, replies.acceptedKey(res.TaskID)).Result(); ok != 1 {
+		t.Error("no accepted event for the new message")
+	}
+	// The same message again is a duplicate.
+	if res, err := c.Enqueue(ctx, Message{AgentID: "agent", Text: "second", Conversation: conv, MessageID: "2"}); err != nil || !res.Duplicate {
+		t.Fatalf("the same message again: %+v, %v; want a duplicate", res, err)
 	}
 }
