@@ -2,12 +2,14 @@ package integration
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/hibiken/asynq"
 
 	"github.com/lettaq/lettaq/budget"
+	"github.com/lettaq/lettaq/integration/lettasim"
 	"github.com/lettaq/lettaq/internal/faultproxy"
 	"github.com/lettaq/lettaq/queue"
 )
@@ -35,7 +37,7 @@ func TestLostReplyOfTheIntent(t *testing.T) {
 			final, _ := e.waitFinal(c, res.TaskID, 30*time.Second)
 			select {
 			case <-f.Fired():
-			default:
+			case <-time.After(5 * time.Second):
 				t.Fatal("the intent's reply was never dropped")
 			}
 			if final.Type != queue.EventAnswer {
@@ -52,5 +54,42 @@ func TestLostReplyOfTheIntent(t *testing.T) {
 				t.Errorf("%d attempts, want 1", len(rec.Attempts))
 			}
 		})
+	}
+}
+
+// A worker whose Redis connection closes after Redis wrote a round trip of
+// answer deltas, before its reply came (go-redis then sends the round trip
+// again), writes each event once: the deltas join to the answer, and every
+// event of the turn has a seq of its own, in stream order.
+func TestLostReplyOfTheEvents(t *testing.T) {
+	e := newEnv(t, withoutOrdering())
+	p := faultproxy.Start(t, e.redis.Addr)
+	e.startWorker("w1", func(c *queue.WorkerConfig) { c.Redis = asynq.RedisClientOpt{Addr: p.Addr, DB: e.redis.DB} })
+	agent := e.sim.CreateAgent("lostev", &lettasim.Script{Tokens: true, Steps: []lettasim.Step{
+		{Kind: lettasim.Assistant, Text: "Hello there, how are you today?"},
+	}})
+	c := e.conv("lostev")
+	f := p.DropReply(faultproxy.Any(faultproxy.Command("evalsha", "answer_delta"), faultproxy.Command("eval", "answer_delta")))
+	res := e.enqueue(queue.Message{AgentID: agent, Text: "hi", Conversation: c, MessageID: "m1"})
+	final, _ := e.waitFinal(c, res.TaskID, 30*time.Second)
+	select {
+	case <-f.Fired():
+	case <-time.After(5 * time.Second):
+		t.Fatal("no round trip of deltas lost its reply")
+	}
+	e.oneMessagePerOtid(c, res)
+	var joined strings.Builder
+	var last int64
+	for _, ev := range e.events(c, res.TaskID) {
+		if ev.Seq <= last {
+			t.Errorf("seq %d after %d (%s)", ev.Seq, last, ev.Type)
+		}
+		last = ev.Seq
+		if ev.Type == queue.EventAnswerDelta && !ev.Narration {
+			joined.WriteString(ev.Text)
+		}
+	}
+	if joined.String() != final.Text {
+		t.Errorf("deltas join to %q, the answer is %q", joined.String(), final.Text)
 	}
 }
