@@ -93,3 +93,46 @@ func TestLostReplyOfTheEvents(t *testing.T) {
 		t.Errorf("deltas join to %q, the answer is %q", joined.String(), final.Text)
 	}
 }
+
+// A worker whose Redis connection closes after Redis ran a head's take of
+// the messages waiting behind it (coalescing), before its reply came
+// (go-redis then sends the take again), still sends their texts with the
+// head's: the agent gets the merged message, and each merged message gets
+// its final event.
+func TestLostReplyOfTheTake(t *testing.T) {
+	e := newEnv(t)
+	p := faultproxy.Start(t, e.redis.Addr)
+	e.startWorker("w1", func(c *queue.WorkerConfig) {
+		c.Redis = asynq.RedisClientOpt{Addr: p.Addr, DB: e.redis.DB}
+		c.Ordering.Coalesce = []string{"test"}
+	})
+	agent := e.sim.CreateAgent("losttake", nil)
+	c := e.conv("losttake")
+	long := e.enqueue(queue.Message{AgentID: agent, Conversation: c, MessageID: "first",
+		Text: fmt.Sprintf("[[sim think=%s answer=one]] first", simDur(1500*time.Millisecond))})
+	e.waitAttempt(long.TaskID, 1, "streaming")
+	f := p.DropReply(faultproxy.Any(faultproxy.Command("evalsha", "group:"), faultproxy.Command("eval", "group:")))
+	var rs []queue.EnqueueResult
+	for _, txt := range []string{"second", "third", "fourth"} {
+		rs = append(rs, e.enqueue(queue.Message{AgentID: agent, Conversation: c, MessageID: txt, Text: txt}))
+	}
+	e.waitFinal(c, long.TaskID, 20*time.Second)
+	finals := make([]queue.ReplyEvent, len(rs))
+	for i, r := range rs {
+		finals[i], _ = e.waitFinal(c, r.TaskID, 20*time.Second)
+	}
+	select {
+	case <-f.Fired():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the take's reply was never dropped")
+	}
+	got := e.sim.UserMessages(agent)
+	if len(got) != 2 || got[1].Text != "second\n\nthird\n\nfourth" {
+		t.Fatalf("the agent received %d user messages (%+v), want 2, the second merged", len(got), got)
+	}
+	for i, fe := range finals {
+		if fe.Type != queue.EventAnswer || fe.AnsweredBy != rs[0].TaskID {
+			t.Errorf("final of %s: %+v (want an answer, answered_by %s)", rs[i].TaskID, fe, rs[0].TaskID)
+		}
+	}
+}
