@@ -12,7 +12,9 @@ import (
 // after such a gap would make a transcript with text missing in its
 // middle, so a resume checks the numbering and stops at the first gap,
 // before the chunk after it is applied (SeqGapError): the caller reads the
-// run's messages instead, which are whole.
+// run's messages instead, which are whole. A chunk numbered at or before
+// the last one applied (a server that ignored starting_after and replays
+// from the start) is dropped.
 
 // SeqGapError is the cause (StreamError.Err) of a resumed stream that
 // skipped chunks: after Want-1 came Got.
@@ -42,26 +44,30 @@ func (s *StreamState) expectSeqAfter(after int64, check bool) {
 
 // seqGap checks m's seq_id against the numbering expectSeqAfter set: the
 // gap, or nil (pings repeat the last seq_id and are not checked; a stream
-// without seq_ids, not background, has nothing to check).
-func (s *StreamState) seqGap(m Message) *SeqGapError {
+// without seq_ids, not background, has nothing to check). replayed says m
+// numbers at or before a chunk already applied (a server that ignored
+// starting_after, and replays the run from an earlier chunk): drop it,
+// applying it again would append its text twice.
+func (s *StreamState) seqGap(m Message) (replayed bool, gap *SeqGapError) {
 	if _, ok := m.(*Ping); ok {
-		return nil
+		return false, nil
 	}
 	c := m.Base()
 	if c.SeqID == nil {
-		return nil
+		return false, nil
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.seqCheck {
-		return nil
+		return false, nil
 	}
 	switch seq := *c.SeqID; {
 	case seq > s.seqNext:
 		s.seqCheck = false
-		return &SeqGapError{Want: s.seqNext, Got: seq}
+		return false, &SeqGapError{Want: s.seqNext, Got: seq}
 	case seq == s.seqNext:
 		s.seqNext++
+		return false, nil
 	}
-	return nil
+	return true, nil
 }

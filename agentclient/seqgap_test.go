@@ -52,3 +52,38 @@ func TestResumeStopsAtSeqGap(t *testing.T) {
 		}
 	})
 }
+
+// A resume whose server ignores starting_after replays the run's stream from
+// its start: the chunks the state applied already (seq_id up to
+// starting_after) are dropped, not appended a second time.
+func TestResumeDropsReplayedChunks(t *testing.T) {
+	leakCheck(t)
+	eachTransport(t, func(t *testing.T, tr StreamTransport) {
+		rs := newRaw(t, func(w http.ResponseWriter, r *http.Request) { // from the start, whatever was asked
+			startSSE(w)
+			sse(w, data(`{"message_type":"ping","id":"ping-1","run_id":"run-1","seq_id":0}`), tokenChunk(1, "Hello"),
+				tokenChunk(2, " wor"), tokenChunk(3, "ld!"), data(`{"message_type":"stop_reason","stop_reason":"end_turn","seq_id":4}`),
+				data("[DONE]"))
+		})
+		c := newClient(t, tr, rs.URL, Clocks{})
+		st := NewStreamState()
+		st.Apply(mustDecode(t, `{"id":"message-1","message_type":"assistant_message","run_id":"run-1","seq_id":1,"content":"Hello"}`), false, time.Now())
+		st.Apply(mustDecode(t, `{"id":"message-1","message_type":"assistant_message","run_id":"run-1","seq_id":2,"content":" wor"}`), false, time.Now())
+		var events int
+		err := c.ResumeStream(context.Background(), ResumeRequest{RunID: "run-1", StartingAfter: 2}, st,
+			StreamOptions{OnEvent: func(ev Event) {
+				if ev.Message != nil && ev.Message.Base().MessageType == TypeAssistant {
+					events++
+				}
+			}})
+		if err != nil {
+			t.Fatalf("resume: %v", err)
+		}
+		if st.Answer() != "Hello world!" || st.StopReason() != "end_turn" {
+			t.Errorf("answer %q stop %q: want %q, the replayed chunks dropped", st.Answer(), st.StopReason(), "Hello world!")
+		}
+		if events != 1 {
+			t.Errorf("%d assistant events handed on, want 1 (the replayed ones are not new)", events)
+		}
+	})
+}

@@ -517,8 +517,10 @@ func handleFrame(fr sseFrame, ping **Ping, st *StreamState, onEvent func(Event),
 	if fr.Event == "error" {
 		m = errorFrame(m, fr.Data)
 	}
-	if g := st.seqGap(m); g != nil {
+	if replayed, g := st.seqGap(m); g != nil {
 		return true, seqGapEnd(g, st)
+	} else if replayed {
+		return false, nil // applied already (the server replayed from an earlier chunk)
 	}
 	now := time.Now()
 	// Stream chunks append: token deltas join, and in step mode each

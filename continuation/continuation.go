@@ -549,6 +549,13 @@ func (r *Runner) continueTurn(ctx context.Context, t Turn, st *agentclient.Strea
 			d.Outcome = StillRunning
 			d.Reason = "message admitted but its run is not known yet"
 			return d
+		case errors.Is(err, errThreadNotFound):
+			// The thread itself is gone (a conversation deleted, an agent
+			// removed): nothing can be found in it, and a send to it would
+			// be refused the same way.
+			d.Outcome, d.Err, d.Retryable = Rejected, err, false
+			d.Reason = "the turn's thread no longer exists: " + err.Error()
+			return d
 		case !searched:
 			// The history could not be read: no evidence either way, so
 			// no resend. The next attempt looks again.
@@ -604,7 +611,7 @@ func (r *Runner) findRun(ctx context.Context, h Hooks, t Turn, d *Result) (runID
 			return id, true, true, nil
 		}
 		switch {
-		case agentclient.IsProtocolError(err):
+		case agentclient.IsProtocolError(err), errors.Is(err, errThreadNotFound):
 			return "", false, searched, err
 		case err == nil:
 			searched = true
@@ -633,6 +640,11 @@ func sleep(ctx context.Context, loop *budget.Loop, retryAfter time.Duration) err
 	return loop.SleepAtLeast(ctx, retryAfter)
 }
 
+// errThreadNotFound: the history's first page was answered 404: the thread
+// (the conversation, or the agent) does not exist any more. A 404 past the
+// first page is a cursor the server does not know, not this.
+var errThreadNotFound = errors.New("the thread's history was not found")
+
 // errSearchStuck: the server answered a page with nothing the search had
 // not seen (it ignores the cursor): the history was not searched through.
 var errSearchStuck = errors.New("the history server did not page past the cursor: the search is incomplete")
@@ -644,8 +656,9 @@ var errSearchStuck = errors.New("the history server did not page past the cursor
 // end of the history, or at a page all older than the turn (less the
 // slack): one old-dated row among newer ones (a message stored late, or
 // with a date of its own) is no sign that the search went past the turn.
-// A page with nothing new (a server that ignores the cursor) is an
-// incomplete search (errSearchStuck), never a complete one.
+// A page shorter than the limit is the end of the history. A full page
+// with nothing new (a server that ignores the cursor) is an incomplete
+// search (errSearchStuck), never a complete one.
 func (r *Runner) searchOnce(ctx context.Context, loop *budget.Loop, t Turn, d *Result) (runID string, found bool, err error) {
 	cursor := ""
 	floor := t.Started.Add(-r.cfg.HistorySlack)
@@ -661,6 +674,9 @@ func (r *Runner) searchOnce(ctx context.Context, loop *budget.Loop, t Turn, d *R
 		if err != nil && size > 1 && errors.Is(err, agentclient.ErrResponseTooLarge) {
 			size /= 2 // big messages: a smaller page fits
 			continue
+		}
+		if err != nil && cursor == "" && agentclient.IsNotFound(err) {
+			return "", false, fmt.Errorf("%w: %w", errThreadNotFound, err)
 		}
 		if err != nil {
 			return "", false, err
@@ -687,7 +703,10 @@ func (r *Runner) searchOnce(ctx context.Context, loop *budget.Loop, t Turn, d *R
 				oldestID = c.ID
 			}
 		}
-		if len(msgs) == 0 {
+		if len(msgs) < size {
+			// A page shorter than asked for is the end of the history,
+			// whatever the cursor (a server that ignores it answers the
+			// same short page again: it is the whole history).
 			return "", false, nil
 		}
 		if oldestID == "" || oldestID == cursor || !fresh {

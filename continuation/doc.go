@@ -20,8 +20,12 @@
 //     background run (and LETTAQ_RESUME is on), otherwise, or when resume is
 //     refused (400, 410, 503) or stalls, polls the run and its messages after
 //     the last message id seen, so each poll costs only what is new, whatever
-//     the length of the history; merges what arrives into the same transcript
-//     without duplicating steps;
+//     the length of the history (a server that ignores the cursor is asked
+//     for the whole run in one larger page, never for the same page again);
+//     merges what arrives into the same transcript, in the messages' own
+//     order (their dates, not the list's), without duplicating steps; a
+//     resumed stream drops the chunks it was given before (a server that
+//     ignores starting_after);
 //  4. decides.
 //
 // A conversation send is always background: Letta maps its otid to its run
@@ -52,7 +56,9 @@
 //	              history found no message with the otid within the    LETTAQ_RESEND_POLICY=if-not-admitted,
 //	              admission grace                                      else a permanent error
 //	Rejected      the send was refused permanently (unknown agent,     report; permanent unless Retryable
-//	              validation, credits): nothing was stored
+//	              validation, credits): nothing was stored; or the
+//	              thread is gone (its history answers 404: a
+//	              conversation deleted mid-turn)
 //	Interrupted   the caller's context ended                           retry; the state and journal keep
 //	                                                                   what was learned
 //

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -254,13 +255,32 @@ func (r *Runner) followWithin(ctx context.Context, t Turn, st *agentclient.Strea
 // messages, so the pages after it are unread.
 var errPollCut = errors.New("the continuation window closed with the run's messages read only in part")
 
+// errPollStuck: the server answered a full page of the run's messages with
+// nothing after the cursor (it ignores `after`), and a page large enough
+// to hold the whole run could not be had: the messages past it are unread.
+var errPollStuck = errors.New("the run's messages server did not page past the cursor, and the run does not fit in one page")
+
+// Page sizes of a poll of the run's messages: the usual one, and the
+// largest one asked for from a server that ignores the cursor (the whole
+// run in one page).
+const (
+	pollPage    = 100
+	pollPageMax = 1600
+)
+
 // pollMessages reads the run's messages after cursor, page by page, merging
-// them as complete messages. It returns how many arrived and the new cursor.
-// A cursor the server does not know (404) falls back to the run's start:
-// merging is idempotent, so re-reading costs bytes, never duplicates.
+// them as complete messages, in their own order (inPosition). It returns
+// how many messages were new to the state and the new cursor. A cursor the
+// server does not know (404) falls back to the run's start: merging is
+// idempotent, so re-reading costs bytes, never duplicates. A full page with
+// nothing after the cursor (a server that ignores `after`) is not asked for
+// again: the poll asks for the run in one larger page (up to pollPageMax),
+// and says errPollStuck when even that does not hold it.
 func (r *Runner) pollMessages(ctx context.Context, loop *budget.Loop, st *agentclient.StreamState, h Hooks, runID, cursor string) (int, string, error) {
-	page := 100
-	total := 0
+	page := pollPage
+	fresh := 0
+	given := map[string]bool{} // ids this poll was given
+	grownFrom, shrunk := 0, false
 	for {
 		rctx, cancel := loop.RequestContext(ctx)
 		msgs, err := r.c.ListRunMessages(rctx, runID, agentclient.ListOptions{After: cursor, Limit: page, Order: "asc"})
@@ -273,31 +293,100 @@ func (r *Runner) pollMessages(ctx context.Context, loop *budget.Loop, st *agentc
 			// Big messages (long tool returns): a smaller page fits, and
 			// only one message over the limit is the server's fault.
 			page /= 2
+			shrunk = true
 			continue
 		}
 		if err != nil {
-			return total, cursor, err
+			return fresh, cursor, err
 		}
 		now := time.Now()
 		st.SetTranscriptLimit(r.c.Limits().Transcript)
-		for _, m := range msgs {
+		moved := false
+		for _, m := range inPosition(msgs) {
+			id := m.Base().ID
+			known := id == "" || st.HasMessage(id)
 			u := st.Apply(m, true, now)
+			if !known && st.HasMessage(id) {
+				fresh++
+			}
 			if h.OnEvent != nil {
 				h.OnEvent(agentclient.Event{Message: m, Update: u})
 			}
-			if id := m.Base().ID; id != "" {
+			if id != "" {
+				if !given[id] {
+					given[id], moved = true, true
+				}
 				cursor = id
 			}
 		}
-		total += len(msgs)
-		if len(msgs) < page {
-			return total, cursor, nil
+		switch {
+		case !moved && grownFrom > 0 && len(msgs) <= grownFrom:
+			// A larger page came back no longer, with nothing new: the
+			// server caps the page too. Its short length is no end.
+			return fresh, cursor, errPollStuck
+		case len(msgs) < page:
+			return fresh, cursor, nil
+		case !moved:
+			// A full page of what this poll was given already: the server
+			// ignores `after`. Asking again would get the same page; ask
+			// for the whole run in one.
+			if shrunk || page >= pollPageMax {
+				return fresh, cursor, errPollStuck
+			}
+			grownFrom, page = page, min(page*4, pollPageMax)
+			continue
 		}
 		if loop.Done() {
 			// A full page: there may be more, and the window has closed.
-			return total, cursor, errPollCut
+			return fresh, cursor, errPollCut
 		}
 	}
+}
+
+// inPosition orders a page of a run's messages by their own position (date,
+// else seq_id), not the list's: a server may list a page newest first
+// whatever order was asked (WIRE.md: the order inside a page is not
+// reliable). Messages of one date (the parts of one message: its reasoning,
+// then its tool call or text) keep the list's order.
+func inPosition(msgs []agentclient.Message) []agentclient.Message {
+	if len(msgs) < 2 {
+		return msgs
+	}
+	dates := make([]time.Time, len(msgs))
+	dated, numbered := true, true
+	for i, m := range msgs {
+		c := m.Base()
+		ts, err := time.Parse(time.RFC3339Nano, c.Date)
+		dates[i], dated = ts, dated && err == nil
+		numbered = numbered && c.SeqID != nil
+	}
+	if !dated && !numbered {
+		return msgs
+	}
+	before := func(a, b int) bool {
+		if dated && !dates[a].Equal(dates[b]) {
+			return dates[a].Before(dates[b])
+		}
+		return numbered && *msgs[a].Base().SeqID < *msgs[b].Base().SeqID
+	}
+	idx := make([]int, len(msgs))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortStableFunc(idx, func(a, b int) int {
+		switch {
+		case before(a, b):
+			return -1
+		case before(b, a):
+			return 1
+		}
+		return 0
+	})
+	out := make([]agentclient.Message, len(msgs))
+	for i, j := range idx {
+		out[i] = msgs[j]
+	}
+	return out
 }
 
 // drain reads what the run stored after the stream ended (bounded by the

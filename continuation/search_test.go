@@ -120,3 +120,21 @@ func TestSearchPageTooLargeAsksForSmallerPages(t *testing.T) {
 		t.Fatalf("searchOnce = %q found=%v err=%v: want the turn's message (run-m0)", runID, found, err)
 	}
 }
+
+// A history shorter than a page is the whole history, whatever the
+// cursor: a server that ignores `after` answers the same short page again,
+// and the search must not wait for that second page to end. A short page
+// ends the search, complete: the message was not stored.
+func TestSearchShortPageOnAServerIgnoringAfterIsComplete(t *testing.T) {
+	now := time.Now()
+	rows := []map[string]any{
+		row("m2", "assistant_message", "", now),
+		row("m1", "user_message", "other", now.Add(-time.Second)),
+	}
+	r := historyServerLimited(t, rows, true, 0, 50)
+	loop := r.b.AdmissionLoop(time.Now())
+	_, found, err := r.searchOnce(context.Background(), loop, Turn{AgentID: "agent-1", Otid: "ours", Started: now.Add(-time.Minute)}, &Result{})
+	if found || err != nil {
+		t.Fatalf("searchOnce found=%v err=%v: want a complete search that did not find the otid", found, err)
+	}
+}

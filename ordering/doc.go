@@ -162,7 +162,10 @@
 // places it. (Join then Enqueue works too, thanks to the grace; if the
 // Enqueue fails, call Remove only when JoinAdded said this call added the
 // task: a duplicate's join changed nothing, and its Remove would take the
-// original's place.)
+// original's place.) A task that leaves its line without running (cancelled,
+// given up) leaves with Leave and Wakes the task it returns: the new head,
+// learnt in the removal's own script, so that a turn ahead ending at the
+// same moment cannot leave it unwoken.
 //
 // Server:
 //

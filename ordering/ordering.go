@@ -170,10 +170,11 @@ func (s *Sequencer) JoinAdded(ctx context.Context, key, taskID string) (pos int,
 }
 
 // Acquire lets taskID run its turn: it succeeds only when taskID heads
-// key's line and the lock is free or held by an earlier attempt of taskID
-// itself (a recovered or retried attempt takes the lock over; the earlier
-// attempt's lease then reports Lost). The lease is renewed in the
-// background until Release.
+// key's line and the lock is free, or when the lock is held by an earlier
+// attempt of taskID itself, wherever taskID is in the line (a recovered,
+// retried or taken-over attempt takes the lock over, also behind a task
+// that joined in front of it meanwhile; the earlier attempt's lease then
+// reports Lost). The lease is renewed in the background until Release.
 //
 // Otherwise it returns a *NotYourTurnError. When the head is not running
 // (lock free) and alive (may be nil) says it will never run, the head is
@@ -329,6 +330,24 @@ func (s *Sequencer) Remove(ctx context.Context, key, taskID string) error {
 		return fmt.Errorf("ordering: remove %s on %q: %w", taskID, key, err)
 	}
 	return nil
+}
+
+// Leave is Remove that also returns the task to wake: the new head when
+// taskID headed the line and nobody holds its lock, "" otherwise (the head
+// did not change, or the holder's Release returns the head). The
+// removal and the look at the line are one script: a turn ahead that ends
+// meanwhile either finds taskID still at the head (and its Release returns
+// taskID, not the turn behind it) or has left the line already, and then
+// Leave returns the new head.
+func (s *Sequencer) Leave(ctx context.Context, key, taskID string) (next string, err error) {
+	if err := checkKey(key); err != nil {
+		return "", err
+	}
+	next, err = leaveLua.Run(ctx, s.rdb, []string{s.lineKey(key), s.lockKey(key)}, taskID).Text()
+	if err != nil {
+		return "", fmt.Errorf("ordering: leave %s on %q: %w", taskID, key, err)
+	}
+	return next, nil
 }
 
 // Position returns taskID's 0-based place in key's line, -1 when it is not

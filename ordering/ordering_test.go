@@ -775,3 +775,41 @@ func TestAcquireReportsTheDeadHeadsItRemoved(t *testing.T) {
 		}
 	})
 }
+
+// Leave removes a task and names the task to wake: the new head, when the
+// task left the head of a line that nobody else holds; nobody when it left
+// from behind the head, when another task holds the line (its Release
+// names the head), or when it was not in the line.
+func TestLeaveNamesTheNewHead(t *testing.T) {
+	eachBackend(t, ordering.Config{}, func(t *testing.T, b backend, s *ordering.Sequencer) {
+		ctx := context.Background()
+		key := ordering.ConversationKey("agent-1", "tg", "leave")
+		for _, id := range []string{"a", "b", "c", "d", "e"} {
+			if _, err := s.Join(ctx, key, id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		l := must[*ordering.Lease](t)(s.Acquire(ctx, key, "a", "w", nil))
+		for _, tc := range []struct{ id, next string }{
+			{"c", ""}, // behind the head
+			{"x", ""}, // not in the line
+			{"a", ""}, // the head, but a holds the line: its Release names b
+		} {
+			if next, err := s.Leave(ctx, key, tc.id); err != nil || next != tc.next {
+				t.Fatalf("Leave(%s) = %q, %v; want %q", tc.id, next, err, tc.next)
+			}
+		}
+		if next, err := l.Release(ctx, true); err != nil || next != "b" {
+			t.Fatalf("Release = %q, %v; want b", next, err)
+		}
+		if next, err := s.Leave(ctx, key, "b"); err != nil || next != "d" {
+			t.Fatalf("Leave(b) = %q, %v; want d (the new head, free)", next, err)
+		}
+		if next, err := s.Leave(ctx, key, "d"); err != nil || next != "e" {
+			t.Fatalf("Leave(d) = %q, %v; want e", next, err)
+		}
+		if next, err := s.Leave(ctx, key, "e"); err != nil || next != "" {
+			t.Fatalf("Leave(e) = %q, %v; want \"\" (empty line)", next, err)
+		}
+	})
+}

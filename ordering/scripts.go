@@ -41,6 +41,9 @@ return {redis.call('ZRANK', KEYS[1], ARGV[1]), 0}
 // KEYS[4]=done marker of task;
 // ARGV[1]=task, ARGV[2]=token, ARGV[3]=holder, ARGV[4]=leaseMs,
 // ARGV[5]=nowMs, ARGV[6]=autojoin ("1"/"0").
+// The head takes a free lock; the task that holds the lock takes it again
+// (a new token: the turn continued elsewhere) wherever it is in the line,
+// since a task that joined in front of it (JoinFront) waits for it anyway.
 // Returns one of:
 //
 //	{'merged', headTask}
@@ -64,11 +67,13 @@ end
 local h = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 local lock = redis.call('HMGET', KEYS[2], 'task', 'token')
 local held = lock[1] or ''
-if h[1] ~= ARGV[1] then
-  return {'wait', redis.call('ZRANK', KEYS[1], ARGV[1]), h[1], held, h[2]}
-end
-if held ~= '' and held ~= ARGV[1] then
-  return {'wait', 0, h[1], held, h[2]}
+if held ~= ARGV[1] then
+  if h[1] ~= ARGV[1] then
+    return {'wait', redis.call('ZRANK', KEYS[1], ARGV[1]), h[1], held, h[2]}
+  end
+  if held ~= '' then
+    return {'wait', 0, h[1], held, h[2]}
+  end
 end
 local prev = lock[2] or ''
 redis.call('HSET', KEYS[2], 'task', ARGV[1], 'token', ARGV[2], 'holder', ARGV[3])
@@ -83,6 +88,19 @@ local h = redis.call('ZRANGE', KEYS[1], 0, 0)
 if h[1] ~= ARGV[1] then return 0 end
 if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
 return redis.call('ZREM', KEYS[1], ARGV[1])
+`)
+
+// leaveLua: KEYS[1]=line, KEYS[2]=lock; ARGV[1]=task. Removes task from
+// the line; returns the new head when task was the head and the lock is
+// free, else an empty string.
+var leaveLua = redis.NewScript(`
+local r = redis.call('ZRANK', KEYS[1], ARGV[1])
+if not r then return '' end
+redis.call('ZREM', KEYS[1], ARGV[1])
+if r ~= 0 then return '' end
+if redis.call('EXISTS', KEYS[2]) == 1 then return '' end
+local h = redis.call('ZRANGE', KEYS[1], 0, 0)
+return h[1] or ''
 `)
 
 // extendLua: KEYS[1]=lock; ARGV[1]=token, ARGV[2]=leaseMs. Returns 1 if

@@ -361,7 +361,7 @@ func (t *turn) awaitApproval(ctx context.Context, log *slog.Logger, p *pendingAp
 		log.Warn("could not journal the attempt", "error", err.Error())
 	}
 	log.Info("the message waits for the answer to the chat's approval request", "retry_in", approvalWaitDelay.String())
-	t.w.obs.AttemptFinished(t.queue, "busy", time.Since(t.start))
+	t.obs.AttemptFinished(t.queue, "busy", time.Since(t.start))
 	return &busyError{Delay: approvalWaitDelay, Reason: "waiting for the answer to approval request " + p.RequestTaskID}
 }
 

@@ -30,11 +30,13 @@ func asynqRedisLine(msg string) bool {
 }
 
 // outageText reports whether an error's text (as Asynq prints it) says Redis
-// cannot be reached or cannot take writes now.
+// cannot be reached or cannot take writes now (full: "OOM command not
+// allowed when used memory > 'maxmemory'").
 func outageText(s string) bool {
 	for _, p := range []string{"connection refused", "i/o timeout", "EOF", "connection reset", "broken pipe",
 		"no route to host", "network is unreachable", "no such host", "deadline exceeded",
-		"use of closed network connection", "client is closed", "pool timeout", "LOADING", "READONLY", "MASTERDOWN", "CLUSTERDOWN"} {
+		"use of closed network connection", "client is closed", "pool timeout", "LOADING", "READONLY", "MASTERDOWN", "CLUSTERDOWN",
+		"OOM command not allowed"} {
 		if strings.Contains(s, p) {
 			return true
 		}
@@ -85,6 +87,10 @@ func (o *outageLog) line(l *slog.Logger, msg string, now time.Time) {
 	if o.folded > 0 {
 		attrs = append(attrs, "folded", o.folded)
 	}
-	l.Warn("waiting for Redis: Asynq cannot reach it", attrs...)
+	what := "waiting for Redis: Asynq cannot reach it"
+	if strings.Contains(msg, "OOM command not allowed") {
+		what = "waiting for Redis: it is full (maxmemory, noeviction) and refuses Asynq's writes"
+	}
+	l.Warn(what, attrs...)
 	o.folded, o.next, o.step = 0, now.Add(o.step), min(2*o.step, outageWarnMax)
 }

@@ -47,7 +47,7 @@ func (t *turn) busy(ctx context.Context, e ending) error {
 		return t.giveUp(e.Reason)
 	}
 	t.mu.Lock()
-	t.attempt().Outcome, t.attempt().Error = e.Outcome, e.Reason
+	t.attempt().Outcome, t.attempt().Error, t.attempt().RetryIn = e.Outcome, e.Reason, e.Delay
 	attempt := t.attempt().N
 	t.mu.Unlock()
 	// The refused send stored nothing: the next attempt sends without
@@ -57,9 +57,12 @@ func (t *turn) busy(ctx context.Context, e ending) error {
 		t.log.Warn("could not journal the refusal; the next attempt looks for the otid first", "error", err.Error())
 	}
 	if err := t.save(ctx); err != nil {
+		if t.fenced.Load() {
+			return t.endTakenOver() // the takeover goes on with the turn
+		}
 		t.log.Warn("could not journal the attempt", "error", err.Error())
 	}
 	t.log.Info("the agent's thread is busy with another run; the turn waits", "reason", e.Reason, "retry_in", e.Delay.String())
-	t.w.obs.AttemptFinished(t.queue, "busy", time.Since(t.start))
+	t.obs.AttemptFinished(t.queue, "busy", time.Since(t.start))
 	return &busyError{Delay: e.Delay, Reason: e.Reason, Err: e.Err}
 }

@@ -64,11 +64,10 @@ const StopReasonCancelled = "cancelled"
 const cancelTTL = 7 * 24 * time.Hour
 
 // CancelRequest names the turns Client.Cancel stops: one turn by TaskID or
-// Otid (either takes a task id, an otid, or the unique beginning of one, as
-// Journal.Lookup does; a turn that never started is found by its full task
-// id), or a chat's turns (Chat and AgentID, under ordering): the one at the
-// head of its line (running, or next to run), and with All every turn of
-// the chat's line.
+// Otid (either takes a whole task id or otid: never the beginning of one,
+// which could name another turn), or a chat's turns (Chat and AgentID,
+// under ordering): the one at the head of its line (running, or next to
+// run), and with All every turn of the chat's line.
 type CancelRequest struct {
 	TaskID  string        `json:"task_id,omitempty"`
 	Otid    string        `json:"otid,omitempty"`
@@ -217,9 +216,12 @@ func (c *Client) cancelTargets(ctx context.Context, r CancelRequest) ([]string, 
 				return []string{id}, nil
 			}
 		}
-		rec, err := c.cancelJournal().Lookup(ctx, id)
+		// The whole id, never the beginning of one (Journal.Lookup, for
+		// people reading the journal): a message not enqueued yet would
+		// cancel another whose id begins with its own.
+		rec, err := c.cancelJournal().ByIDOrOtid(ctx, id)
 		if errors.Is(err, ErrNotFound) {
-			return nil, fmt.Errorf("%w: no turn has the task id or otid %q (a turn that never started is found by its whole task id)", ErrNotFound, id)
+			return nil, fmt.Errorf("%w: no turn has the task id or otid %q (a cancel takes the whole id)", ErrNotFound, id)
 		}
 		if err != nil {
 			return nil, err
@@ -462,20 +464,14 @@ func (c *Client) dropWaiting(insp *asynq.Inspector, info *asynq.TaskInfo) bool {
 }
 
 // finishWaiting ends a waiting turn whose task dropWaiting removed: it
-// leaves its chat's line (the next turn is woken when it was the head), its
-// final event says it was cancelled, and its journal record is finished.
+// leaves its chat's line (waker.leave: the next turn is woken when it was
+// the head, parked or not), its final event says it was cancelled, and its
+// journal record is finished.
 func (c *Client) finishWaiting(ctx context.Context, insp *asynq.Inspector, queueName, id, otid string, m Message, rec *TurnRecord, cr CancelRecord) error {
 	ctx = context.WithoutCancel(ctx) // the task is gone: finish it whatever the caller does
 	if c.seq != nil {
-		key := c.cfg.Ordering.Key(m)
-		pos, _ := c.seq.Position(ctx, key, id)
-		if err := c.seq.Remove(ctx, key, id); err != nil {
+		if err := c.waker(insp).leave(ctx, queueName, c.cfg.Ordering.Key(m), id); err != nil {
 			return fmt.Errorf("queue: cancel %s: %w", id, err)
-		}
-		if pos == 0 {
-			if head, err := c.seq.Head(ctx, key); err == nil && head != "" {
-				_ = c.seq.Wake(ctx, insp, queueName, key, head)
-			}
 		}
 	}
 	ev := ReplyEvent{Type: EventError, TaskID: id, Otid: otid, MessageID: m.MessageID, StopReason: StopReasonCancelled, Permanent: true}

@@ -389,9 +389,9 @@ func (t *turn) endCancelled(ctx context.Context, log *slog.Logger, cr CancelReco
 	}
 	log.Info("turn cancelled", "outcome", OutcomeCancelled, "phase", phase, "by", cr.By, "answer_bytes", len(text))
 	t.w.permanent.add(t.taskID, "otid", t.otid, "run_id", runID)
-	t.w.obs.AttemptFinished(t.queue, "archived", time.Since(t.start))
+	t.obs.AttemptFinished(t.queue, "archived", time.Since(t.start))
 	t.w.turnCancelled(t.queue, phase)
-	t.w.obs.TurnFinished(t.queue, OutcomeCancelled, t.latency(now), t.rec.TTFT)
+	t.obs.TurnFinished(t.queue, OutcomeCancelled, t.latency(now), t.rec.TTFT)
 	return fmt.Errorf("lettaq: turn cancelled by %s: %w", cr.By, asynq.SkipRetry)
 }
 
@@ -423,15 +423,15 @@ func (t *turn) cancelWaiting(ctx context.Context, nyt error) error {
 		t.redisFailed()
 		t.log.Warn("could not journal the cancelled turn", "error", err.Error())
 	}
-	if err := w.ord.seq.Remove(dctx, t.key, t.taskID); err != nil {
+	if err := w.waker().leave(dctx, t.queue, t.key, t.taskID); err != nil {
 		t.redisFailed()
 		t.log.Warn("could not take the cancelled turn out of its conversation's line", "error", err.Error())
 	}
 	t.log.Info("turn cancelled", "outcome", OutcomeCancelled, "phase", CancelPhaseWaiting, "by", cr.By)
 	w.permanent.add(t.taskID, "otid", t.otid)
-	w.obs.AttemptFinished(t.queue, "archived", time.Since(t.start))
+	t.obs.AttemptFinished(t.queue, "archived", time.Since(t.start))
 	w.turnCancelled(t.queue, CancelPhaseWaiting)
-	w.obs.TurnFinished(t.queue, OutcomeCancelled, t.latency(now), 0)
+	t.obs.TurnFinished(t.queue, OutcomeCancelled, t.latency(now), 0)
 	return fmt.Errorf("lettaq: turn cancelled by %s: %w", cr.By, asynq.SkipRetry)
 }
 

@@ -82,13 +82,13 @@ func (t *turn) finishDelivered(ctx context.Context, rec *TurnRecord) error {
 	t.log.Info("final event was delivered by an earlier attempt; turn finished", "outcome", outcome,
 		"attempt", len(rec.Attempts), "answer_bytes", len(answer))
 	if outcome == OutcomeFailed || outcome == OutcomeCancelled {
-		w.obs.AttemptFinished(t.queue, "archived", time.Since(t.start))
-		w.obs.TurnFinished(t.queue, outcome, t.latency(now), rec.TTFT)
+		t.obs.AttemptFinished(t.queue, "archived", time.Since(t.start))
+		t.obs.TurnFinished(t.queue, outcome, t.latency(now), rec.TTFT)
 		t.writeResult(outcome, "", nil)
 		return fmt.Errorf("lettaq: turn failed: %s: %w", reason, asynq.SkipRetry)
 	}
 	t.writeResult(outcome, answer, approval)
-	w.obs.AttemptFinished(t.queue, "done", time.Since(t.start))
-	w.obs.TurnFinished(t.queue, outcome, t.latency(now), rec.TTFT)
+	t.obs.AttemptFinished(t.queue, "done", time.Since(t.start))
+	t.obs.TurnFinished(t.queue, outcome, t.latency(now), rec.TTFT)
 	return nil
 }

@@ -53,7 +53,9 @@
 //     line) and uses none of its retries; the original task, recovered by
 //     Asynq later, finds the turn taken over and ends without writing. A
 //     worker that was only paused or cut off and finds it was taken over
-//     stops those turns and writes nothing more for them (fencing).
+//     stops those turns and writes nothing more for them (fencing). One
+//     runner of a turn at a time: a turn that a live runner holds is not
+//     taken over, and a runner stops once another registered the turn.
 //   - The handler returns before Asynq's deadline: the work runs under a
 //     context that ends DeliveryAllowance + SafetyMargin/2 before it, and
 //     the budget sizes the task timeout for the worst case.
@@ -67,17 +69,22 @@
 //	Completed                                 answer                     answered            nil (result written)
 //	Completed, stop requires_approval         approval_required          approval_required   nil (result written)
 //	Failed (run failed or was cancelled)      error, permanent           failed              SkipRetry → archived
-//	Failed before anything was sent           –                          retrying            error → retry (backoff)
+//	Failed before anything was sent           –                          retrying            retry after the backoff
 //	Rejected (404 agent, 4xx)                 error, permanent           failed              SkipRetry → archived
-//	Rejected, retryable (409 other)           –                          retrying            retry after Retry-After (≥1s)
+//	Rejected, retryable (409 other)           –                          retrying            retry after Retry-After or the
+//	  (also: the chat's conversation not                                                     backoff, whichever is longer
+//	  resolved, Letta unreachable)
 //	Rejected, 409 pending approval            error, permanent           failed              SkipRetry → archived
 //	Busy (409 busy, another run)              –                          busy                put back (no retry used) for Retry-After or 1s…16s
 //	Refused (503 deploy, 429 API rate limit)  – (phase says which)     not_admitted        retry after Retry-After ≤ MaxServerRetryAfter, else 2s…1m; intent withdrawn
 //	Rejected, 429/402 account limit           error, permanent (cause)   failed              SkipRetry → archived
 //	NotAdmitted, model rate limit (BackOff)   – (phase rate_limited)     not_admitted        retry after 2s doubling, ≤1m; next attempt looks first
 //	StillRunning (budget spent, run alive)    –                          still_running       retry after StuckRetryDelay
+//	StillRunning, history or run unreadable   –                          still_running       retry after StuckRetryDelay or the
+//	                                                                                         backoff, whichever is longer
 //	NotAdmitted, resend forbidden             error, permanent           failed              SkipRetry → archived
-//	NotAdmitted after a resend                –                          not_admitted        error → retry; next attempt looks first
+//	NotAdmitted after a resend                –                          not_admitted        retry after the backoff; next attempt
+//	                                                                                         looks first
 //	Interrupted (shutdown, deadline)          –                          retrying            interrupted → retry in 100ms
 //	Cancelled (Client.Cancel), run not done   error, permanent (stop     cancelled           SkipRetry → archived
 //	  (cancelled by Letta, or never sent)      reason cancelled)
@@ -108,11 +115,17 @@
 // policy, instead of looking for an otid that cannot be there. A 5xx, a 429
 // or a cut connection never withdraws an intent.
 //
-// The worker's retry delay honours the delay an attempt asks for ("retry
-// after" above) and otherwise backs off exponentially (1s doubling, capped
-// at 1 minute); a shutdown interruption does not count as a failed try.
-// Run configures both in Asynq (with ordering's put-back, see
-// ServerConfig).
+// "The backoff" is 1s doubling per retry already made, capped at 1 minute
+// (retryBackoff): a failed attempt is never retried sooner, whatever delay
+// its path or the server asked for, so that the retries of a turn
+// (MaxRetry, 25 by default) span about 20 minutes of waits and a Letta
+// outage or restart of minutes loses no message (go test ./queue -run
+// TestTransientRetriesBackOff -v prints the figure). A run still alive
+// and an interruption are no failures: they retry after StuckRetryDelay
+// and 100ms. The attempt journals its delay (Attempt.RetryIn; journal
+// show prints "next attempt in"); a shutdown interruption does not count
+// as a failed try. Run configures the delays in Asynq (with ordering's
+// put-back, see ServerConfig).
 //
 // # Reply events
 //

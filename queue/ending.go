@@ -16,7 +16,7 @@ const (
 	endDone endAction = iota
 	// endArchive: a permanent error (SkipRetry): Asynq archives the task.
 	endArchive
-	// endRetry: *retryAfterError (endingInput.Delay; 0 backs off).
+	// endRetry: *retryAfterError after ending.Delay (at least retryBackoff).
 	endRetry
 	// endInterrupted: *interruptedError, retried at once.
 	endInterrupted
@@ -61,8 +61,8 @@ type ending struct {
 	// Final is set).
 	Outcome string
 	Asynq   endAction
-	// Delay is the retry's delay (endRetry: 0 lets retryDelay back off) or
-	// the put-back's (endPutBack).
+	// Delay is the retry's delay (endRetry: never less than retryBackoff)
+	// or the put-back's (endPutBack). The attempt journals it.
 	Delay time.Duration
 	// Reason is why (the error event's text when Final is EventError).
 	Reason string
@@ -105,7 +105,10 @@ func endOf(in endingInput) ending {
 	case continuation.Rejected:
 		var e ending
 		if d.Retryable {
-			e = endRetryOf(in, max(agentclient.RetryAfter(d.Err), time.Second), d.Reason)
+			// A 409 with Retry-After, the chat's conversation not resolved
+			// (Letta unreachable): the server's delay or the backoff,
+			// whichever is longer.
+			e = endRetryOf(in, agentclient.RetryAfter(d.Err), d.Reason)
 		} else {
 			e = endFail(d.Reason, "")
 		}
@@ -116,6 +119,14 @@ func endOf(in endingInput) ending {
 		return e
 
 	case continuation.StillRunning:
+		if d.Err == nil {
+			// The run is alive (the follow's budget is spent) or its
+			// message names no run yet: nothing failed, so the next
+			// attempt follows it again soon, without backing off.
+			return endRetryAt(in, in.StuckRetryDelay, d.Reason)
+		}
+		// The history or the run could not be read (Letta unreachable):
+		// a transient failure, backed off.
 		return endRetryOf(in, in.StuckRetryDelay, d.Reason)
 
 	case continuation.NotAdmitted:
@@ -162,7 +173,7 @@ func endOf(in endingInput) ending {
 		if cause == nil {
 			cause = context.Canceled
 		}
-		return endRetryOf(in, -1, "interrupted: "+d.Reason+": "+cause.Error())
+		return endRetryAt(in, -1, "interrupted: "+d.Reason+": "+cause.Error())
 	}
 	return endRetryOf(in, 0, "unexpected outcome "+d.Outcome.String()+": "+d.Reason)
 }
@@ -188,9 +199,32 @@ func endFail(reason, stop string) ending {
 	return ending{Final: EventError, Outcome: OutcomeFailed, Asynq: endArchive, Reason: reason, StopReason: stop}
 }
 
-// endRetryOf leaves the turn to the next attempt (delay < 0: an
-// interruption), or gives up when the attempt has no retry left.
+// retryBackoff is the least a turn waits after a failed attempt: 1 s
+// doubling per retry already made (retried), capped at 1 minute, as the
+// package documentation promises. With the default MaxRetry the retries
+// then span about 20 minutes of waits (TestTransientRetriesBackOff prints
+// it), so that a Letta outage or restart of minutes loses no message,
+// where retries a second apart were spent in 25 s.
+func retryBackoff(retried int) time.Duration {
+	d := time.Second
+	for i := 0; i < retried && d < time.Minute; i++ {
+		d *= 2
+	}
+	return min(d, time.Minute)
+}
+
+// endRetryOf leaves the turn to the next attempt after a transient
+// failure: after delay (what the server asked for, or the path's own), but
+// never sooner than retryBackoff; or gives up when the attempt has no retry
+// left.
 func endRetryOf(in endingInput, delay time.Duration, reason string) ending {
+	return endRetryAt(in, max(delay, retryBackoff(in.Retried)), reason)
+}
+
+// endRetryAt is endRetryOf with delay as it is (delay < 0: an
+// interruption): for the attempts that end without a failure to back off
+// from.
+func endRetryAt(in endingInput, delay time.Duration, reason string) ending {
 	e := ending{Outcome: OutcomeRetrying, Asynq: endRetry, Delay: delay, Reason: reason, Err: in.D.Err}
 	var err error = &retryAfterError{Delay: delay, Reason: reason, Err: in.D.Err}
 	if delay < 0 {

@@ -57,10 +57,7 @@ func (e ending) columns() (event, journal, asynqCol string) {
 	case endArchive:
 		asynqCol = "SkipRetry"
 	case endRetry:
-		asynqCol = "error → retry"
-		if e.Delay != 0 {
-			asynqCol = "retry after"
-		}
+		asynqCol = "retry after"
 	case endInterrupted:
 		asynqCol = "interrupted"
 	case endPutBack:
@@ -184,6 +181,16 @@ func TestEndOfTable(t *testing.T) {
 					t.Errorf("delay %v, want StuckRetryDelay", e.Delay)
 				}
 			}},
+		"StillRunning, history or run unreadable": {in: func() endingInput {
+			in := with(continuation.Result{Outcome: continuation.StillRunning, Sends: 1,
+				Err: errors.New("connection refused"), Reason: "could not search the history"})
+			in.Retried = 6
+			return in
+		}(), check: func(t *testing.T, e ending) {
+			if e.Delay != time.Minute {
+				t.Errorf("delay %v, want the backoff after 6 retries (1m, over StuckRetryDelay)", e.Delay)
+			}
+		}},
 		"NotAdmitted, resend forbidden": {in: with(continuation.Result{Outcome: continuation.NotAdmitted, Sends: 1,
 			Resend: continuation.ResendForbidden, Reason: "not admitted"})},
 		"NotAdmitted after a resend": {in: with(continuation.Result{Outcome: continuation.NotAdmitted, Sends: 2,
@@ -260,5 +267,83 @@ func TestEndOfTable(t *testing.T) {
 		if !seen[name] {
 			t.Errorf("%q is no row of doc.go's table", name)
 		}
+	}
+}
+
+// A transient failure backs off 1 s doubling per retry made, up to a
+// minute, on every path a Letta outage takes (the chat's conversation not
+// resolved, a send refused with a retryable status, the history unreadable,
+// a send never made): the task's retries then ride out an outage of many
+// minutes instead of being spent a second apart. The figure is the sum of
+// the delays before the turn gives up, with the default MaxRetry (attempts
+// that fail at once, a refused connection, add nothing to it).
+func TestTransientRetriesBackOff(t *testing.T) {
+	refused := &agentclient.Error{Op: "list conversations", Err: errors.New("connect: connection refused")}
+	paths := map[string]continuation.Result{
+		"thread unresolved": {Outcome: continuation.Rejected, Retryable: true, Err: refused,
+			Reason: "could not resolve the agent's Letta conversation"},
+		"409 with Retry-After 1s": {Outcome: continuation.Rejected, Retryable: true, Sends: 1,
+			Err: &agentclient.Error{Op: "send message", StatusCode: http.StatusConflict, RetryAfter: time.Second}},
+		"history unreadable": {Outcome: continuation.StillRunning, Sends: 1, Err: refused,
+			Reason: "could not search the agent's history"},
+		"not sent":     {Outcome: continuation.Failed, Retryable: true, Err: errors.New("journal: redis down")},
+		"not admitted": {Outcome: continuation.NotAdmitted, Sends: 2, Resend: continuation.ResendSent},
+	}
+	maxRetry := TaskMaxRetry(DefaultMaxRetry)
+	for name, d := range paths {
+		t.Run(name, func(t *testing.T) {
+			var total time.Duration
+			var delays []time.Duration
+			for retried := 0; ; retried++ {
+				e := endOf(endingInput{D: d, Retried: retried, MaxRetry: maxRetry, StuckRetryDelay: time.Second})
+				if e.GaveUp {
+					break
+				}
+				if e.Asynq != endRetry {
+					t.Fatalf("retried %d: %v, want a retry", retried, e.Asynq)
+				}
+				if want := min(time.Second<<retried, time.Minute); e.Delay < want {
+					t.Fatalf("retried %d: retry after %v, want at least %v (1s doubling, capped at 1m); delays so far %v",
+						retried, e.Delay, want, delays)
+				}
+				delays = append(delays, e.Delay)
+				total += e.Delay
+			}
+			t.Logf("%d retries, %v of waits before the turn gives up", len(delays), total)
+			if total < 15*time.Minute {
+				t.Errorf("the retries ride out %v of outage, want at least 15m", total)
+			}
+		})
+	}
+	// The run is alive (the follow's budget was spent, nothing failed):
+	// followed again after StuckRetryDelay, no backoff.
+	e := endOf(endingInput{D: continuation.Result{Outcome: continuation.StillRunning, Sends: 1, RunID: "run-1"},
+		Retried: 10, MaxRetry: maxRetry, StuckRetryDelay: time.Second})
+	if e.Delay != time.Second {
+		t.Errorf("a run still alive: retry after %v, want StuckRetryDelay", e.Delay)
+	}
+}
+
+// The chat's conversation not resolved because Letta did not answer within
+// the resolution's own time limit (a proxy that holds connections) is a
+// transient failure backed off like a refused connection, not an
+// interruption retried in 100ms; only the attempt's own end interrupts it.
+func TestThreadUnresolvedIsTransient(t *testing.T) {
+	slow := &agentclient.Error{Op: "list conversations", Err: context.DeadlineExceeded}
+	d := threadUnresolved(context.Background(), slow)
+	if d.Outcome != continuation.Rejected || !d.Retryable {
+		t.Fatalf("%v retryable=%v (%s): want Rejected, retryable", d.Outcome, d.Retryable, d.Reason)
+	}
+	if e := endOf(endingInput{D: d, Retried: 3, MaxRetry: 26}); e.Asynq != endRetry || e.Delay != 8*time.Second {
+		t.Errorf("%v after %v, want a retry after the backoff (8s after 3 retries)", e.Asynq, e.Delay)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if d := threadUnresolved(ctx, slow); d.Outcome != continuation.Interrupted {
+		t.Errorf("the attempt's context ended: %v, want Interrupted", d.Outcome)
+	}
+	refused := &agentclient.Error{Op: "list conversations", StatusCode: http.StatusNotFound}
+	if d := threadUnresolved(context.Background(), refused); d.Outcome != continuation.Rejected || d.Retryable {
+		t.Errorf("404: %v retryable=%v, want Rejected for good", d.Outcome, d.Retryable)
 	}
 }

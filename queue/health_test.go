@@ -10,8 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lettaq/lettaq/queue/internal/store"
+	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/lettaq/lettaq/internal/testredis"
+	"github.com/lettaq/lettaq/queue/internal/store"
 )
 
 // capture is a slog handler that keeps its records.
@@ -163,4 +166,67 @@ func TestReadyFollowsTheWriter(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	})
+}
+
+// A full Redis (maxmemory reached under noeviction) answers PING but
+// refuses every write with OOM: the worker is not ready while its writes
+// are refused, its own probe (a write, not a PING) does not take it for
+// ready while Redis stays full, and it is ready again by itself once memory
+// is freed. Asynq's lines about OOM count as Redis trouble too.
+func TestReadyWhenRedisIsFull(t *testing.T) {
+	rs := testredis.StartPersistent(t)
+	rdb := rs.Client(t)
+	prefix := "lettaqtest:" + uuid.NewString() + ":"
+	r := NewReplies(rdb, RepliesOptions{Prefix: prefix})
+	w := &Worker{replies: r, cfg: WorkerConfig{WorkerID: "w1"}}
+	w.writer = newWriter(rdb, r)
+	w.writer.tripped = w.health.tripped
+	ctx := context.Background()
+	free, err := testredis.Fill(ctx, rdb, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := w.writer.newProgress(Conversation{Integration: "test", ChatID: "full"}, func(error) {})
+	defer p.close()
+	werr := p.do(ctx, nil, func(ctx context.Context, pl redis.Pipeliner, _ bool) func() error {
+		return pl.Set(ctx, prefix+"x", "y", time.Minute).Err
+	})
+	if !redis.HasErrorPrefix(werr, "OOM") {
+		t.Fatalf("write while full: %v", werr)
+	}
+	if err := w.Ready(); err == nil || !strings.Contains(err.Error(), "OOM") {
+		t.Fatalf("ready while the writes are refused: %v", err)
+	}
+	// Ready's probe runs (at most every probeEvery): Redis still full, the
+	// worker stays not ready.
+	deadline := time.Now().Add(3 * probeEvery)
+	for time.Now().Before(deadline) {
+		if err := w.Ready(); err == nil {
+			t.Fatal("ready while Redis is still full (the probe took a PING for a write?)")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	oom := "Dequeue error: OOM command not allowed when used memory > 'maxmemory'."
+	if !asynqRedisLine(oom) {
+		t.Error("Asynq's dequeue error on a full Redis not taken for Redis trouble")
+	}
+	c := &capture{}
+	var o outageLog
+	o.line(slog.New(c), oom, time.Now())
+	if warns := c.lines(slog.LevelWarn); len(warns) != 1 || !strings.Contains(warns[0], "full") {
+		t.Errorf("Asynq's line on a full Redis logged %q, want it to say Redis is full", warns)
+	}
+	if err := free(); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for w.Ready() != nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("still not ready 10 s after memory was freed: %v", w.Ready())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if ttl := rdb.TTL(ctx, prefix+"ready:w1").Val(); ttl <= 0 || ttl > 10*time.Second {
+		t.Errorf("the probe's key has TTL %v, want a few seconds", ttl)
+	}
 }

@@ -177,6 +177,9 @@ type Attempt struct {
 	SentOtid bool   `json:"sent_otid,omitempty"`
 	Outcome  string `json:"outcome,omitempty"`
 	Error    string `json:"error,omitempty"`
+	// RetryIn is the delay the attempt asked Asynq for before the next
+	// one (a retry or a put-back); 0 when it ended the turn.
+	RetryIn time.Duration `json:"retry_in_ns,omitempty"`
 	// TakenOverFrom: the attempt continued the turn of a worker that died
 	// (its instance id; fast takeover, see takeover.go).
 	TakenOverFrom string `json:"taken_over_from,omitempty"`

@@ -30,6 +30,16 @@ func (e *AmbiguousError) Error() string {
 	return fmt.Sprintf("%q is the beginning of %s turns' ids: %s; give more of the id", e.Prefix, n, list)
 }
 
+// ByIDOrOtid returns the record of the turn whose task id or otid is id,
+// exactly (Lookup also takes the beginning of one); an error wrapping
+// ErrNotFound when none.
+func (j *Journal) ByIDOrOtid(ctx context.Context, id string) (*TurnRecord, error) {
+	if rec, err := j.Get(ctx, id); !errors.Is(err, ErrNotFound) {
+		return rec, err
+	}
+	return j.ByOtid(ctx, id)
+}
+
 // Lookup returns the record of the turn that id names: a task id, an otid, or the unique
 // beginning of either (a trailing "…" or "...", as a cut table column shows, is ignored; a
 // bare "turn:" is implied for task ids). A prefix that several turns share gives an
@@ -45,10 +55,7 @@ func (j *Journal) Lookup(ctx context.Context, id string) (*TurnRecord, error) {
 	if id == "" {
 		return nil, fmt.Errorf("%w: empty id", ErrNotFound)
 	}
-	if rec, err := j.Get(ctx, id); !errors.Is(err, ErrNotFound) {
-		return rec, err
-	}
-	if rec, err := j.ByOtid(ctx, id); !errors.Is(err, ErrNotFound) {
+	if rec, err := j.ByIDOrOtid(ctx, id); !errors.Is(err, ErrNotFound) {
 		return rec, err
 	}
 	sctx, cancel := context.WithTimeout(ctx, j.opts.LookupTimeout)

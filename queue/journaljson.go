@@ -206,6 +206,7 @@ func appendAttemptJSON(b []byte, a *Attempt, ok *bool) []byte {
 	}
 	b = codec.AppendStringField(b, `,"outcome":`, a.Outcome)
 	b = codec.AppendStringField(b, `,"error":`, a.Error)
+	b = codec.AppendIntField(b, `,"retry_in_ns":`, int64(a.RetryIn))
 	b = codec.AppendStringField(b, `,"taken_over_from":`, a.TakenOverFrom)
 	return append(b, '}')
 }

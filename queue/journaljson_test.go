@@ -57,7 +57,7 @@ func TestTurnRecordJSONMatches(t *testing.T) {
 		UpdatedAt: t0.Add(2 * time.Second), QueueWait: time.Millisecond,
 		Attempts: []Attempt{
 			{N: 1, Worker: "w1", Start: t0, End: t0.Add(time.Second), Phases: []PhaseMark{{Phase: "connecting", At: t0}, {Phase: "streaming", At: t0.Add(10)}},
-				TimeoutClock: TimeoutClockStall, Polls: 2, Resumes: 1, ResendDecision: ResendSent, SentOtid: true, Outcome: OutcomeRetrying, Error: "boom"},
+				TimeoutClock: TimeoutClockStall, Polls: 2, Resumes: 1, ResendDecision: ResendSent, SentOtid: true, Outcome: OutcomeRetrying, Error: "boom", RetryIn: 4 * time.Second},
 			{N: 2},
 		},
 		Waits:   []Wait{{From: t0, Until: t0.Add(time.Minute), Behind: "task-0", Reason: "waiting <behind>"}, {From: t0, Behind: "approval request r"}},

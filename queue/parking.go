@@ -162,7 +162,7 @@ func (t *turn) park(ctx context.Context, behind, reason string) error {
 			pk.reenqueueAfterRevoke(p)
 		}()
 	}
-	t.w.obs.AttemptFinished(t.queue, "busy", time.Since(t.start))
+	t.obs.AttemptFinished(t.queue, "busy", time.Since(t.start))
 	return errParked
 }
 
@@ -324,67 +324,6 @@ func (pk *parker) sweeper(ctx context.Context, every time.Duration) {
 	}
 }
 
-// wakeTask makes taskID, which waits in key's line ("": without
-// ordering), run now: a parked task has its record marked woken (its
-// re-enqueue makes it pending); a scheduled or retry task is moved to
-// pending. A task between two states (its attempt still parking, or being
-// enqueued again) is looked at again for up to wakeWait. An active task
-// under ordering is looked at again unless it holds key's line (its
-// attempt may be parking); without ordering it is left alone (it runs, or
-// its attempt parks and sees for itself what freed it: parkApproval).
-// Without a task id it is ordering's Wake of key's head.
-func (w *Worker) wakeTask(ctx context.Context, queue, key, taskID string) error {
-	o := w.ord
-	if taskID == "" {
-		if o == nil {
-			return nil
-		}
-		return o.seq.Wake(ctx, o.insp, queue, key, taskID)
-	}
-	deadline := time.Now().Add(wakeWait)
-	backoff := 2 * time.Millisecond
-	for {
-		if ok, err := w.park.st.Wake(ctx, taskID); err != nil || ok {
-			return err
-		}
-		info, err := ordering.FindTask(w.park.insp, queue, taskID)
-		switch {
-		case errors.Is(err, asynq.ErrTaskNotFound):
-			// Parked and not written yet, or enqueued again: look again.
-		case err != nil:
-			return err
-		default:
-			queue = info.Queue
-			switch info.State {
-			case asynq.TaskStateRetry, asynq.TaskStateScheduled:
-				if err := w.park.insp.RunTask(queue, taskID); err == nil {
-					return nil
-				}
-			case asynq.TaskStateActive:
-				if o == nil {
-					return nil
-				}
-				if held, _, err := o.seq.Holder(ctx, key); err != nil || held == taskID {
-					return err
-				}
-			default:
-				return nil
-			}
-		}
-		if time.Now().After(deadline) {
-			return nil
-		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
-		}
-		backoff = min(2*backoff, 50*time.Millisecond)
-	}
-}
-
 // aliveOrParked is alive that also counts a parked task (momentarily in no
 // Asynq queue) as alive: the dead-head check must not drop it.
 func (w *Worker) aliveOrParked(alive ordering.AliveFunc) ordering.AliveFunc {
@@ -526,6 +465,9 @@ func (t *turn) parkNotYourTurn(ctx context.Context, err error) error {
 	perr := t.park(rctx, nyt.Head, reason)
 	if perr == nil {
 		return nil
+	}
+	if err := t.w.waker().wakeIfFreed(rctx, t.key, t.taskID); err != nil {
+		t.log.Debug("could not look at the line again after the park", "error", err.Error())
 	}
 	first := t.recordWait(rctx, nil, nyt.Head, reason)
 	t.logWait(first, "the turn waits for the turn ahead of it", "behind", nyt.Head, "position", nyt.Position,

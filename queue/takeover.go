@@ -38,6 +38,13 @@ import (
 // GC, a frozen VM, a partition) finds its tombstone at its next beat and
 // stops its turns, and before a send or a final write it checks its
 // tombstone when its last good beat is old (fencing).
+//
+// One runner of a turn at a time: a runner's registration makes it the
+// turn's holder and takes the turn from the previous holder (out of its
+// worker's hash, so that a claim does not take it over; named in that
+// worker's lost set, so that its next beat, or the beat of a fencing
+// check, stops that runner: stopTaken). A takeover task does not start
+// while a live runner holds its turn (continuedElsewhere).
 
 // TakeoverTaskType is the Asynq task type of a takeover: the continuation
 // of a turn whose worker died, on another worker.
@@ -115,19 +122,28 @@ type takeover struct {
 	// under another server (Worker.Handler) registers nothing.
 	running atomic.Bool
 
-	mu       sync.Mutex
-	epoch    *takeoverEpoch
-	turns    map[*turn]struct{} // registered turns, of any epoch
-	okSince  time.Duration      // the watcher's beats good without a gap since then (-1: not now)
-	lastTick time.Duration      // the watcher's last good beat (not confirm's)
-	beats    int
+	// reregMu is held by a beat that writes the running turns back (from
+	// its list of them to its last write's end), and taken by a turn's
+	// end before it reads rewritten: a turn that ends while its entry is
+	// being written back removes it again.
+	reregMu sync.Mutex
+
+	mu        sync.Mutex
+	epoch     *takeoverEpoch
+	turns     map[*turn]struct{} // registered turns, of any epoch
+	pending   map[*turn]struct{} // registered turns whose registration has not run yet
+	rewritten map[*turn]struct{} // turns a beat wrote back, until they end
+	okSince   time.Duration      // the watcher's beats good without a gap since then (-1: not now)
+	lastTick  time.Duration      // the watcher's last good beat (not confirm's)
+	beats     int
 }
 
 func newTakeover(w *Worker) *takeover {
 	tk := &takeover{w: w, after: w.cfg.TakeoverAfter, beat: w.cfg.TakeoverBeat, base: time.Now(),
 		log: w.log.With(slog.String("component", "takeover")),
 		st:  store.NewTakeover(w.replies.rdb, store.Keys{Prefix: w.replies.opts.Prefix}), okSince: -1,
-		turns: make(map[*turn]struct{})}
+		turns: make(map[*turn]struct{}), rewritten: make(map[*turn]struct{}),
+		pending: make(map[*turn]struct{})}
 	tk.epoch = tk.newEpoch()
 	return tk
 }
@@ -183,8 +199,10 @@ func (tk *takeover) tick(ctx context.Context) {
 		tk.tombstoned(e)
 		return
 	}
+	tk.stopTaken(e, b.Taken)
 	now := tk.now()
 	e.lastOK.Store(int64(now))
+	tk.reregMu.Lock()
 	tk.mu.Lock()
 	prev := tk.lastTick
 	tk.lastTick = now
@@ -194,20 +212,12 @@ func (tk *takeover) tick(ctx context.Context) {
 	eligible := now-tk.okSince >= tk.after
 	first := tk.beats == 0
 	tk.beats++
-	var mine map[string][]byte
+	var again []*turn
 	if b.Lost && !first || b.Turns < tk.countLocked(e) {
-		mine = tk.entriesLocked(e)
+		again = tk.runningLocked(e)
 	}
 	tk.mu.Unlock()
-	if len(mine) > 0 {
-		// Redis lost the registry (a restart without persistence): the
-		// running turns are registered again.
-		if err := tk.st.RegisterAll(ctx, e.id, mine); err != nil {
-			tk.log.Warn("could not register the running turns again", "error", err.Error())
-		} else {
-			tk.log.Info("the takeover registry had lost this worker's turns: registered again", "turns", len(mine))
-		}
-	}
+	tk.registerAgain(ctx, e, again) // unlocks reregMu
 	if !eligible {
 		return
 	}
@@ -216,26 +226,87 @@ func (tk *takeover) tick(ctx context.Context) {
 	}
 }
 
-func (tk *takeover) countLocked(e *takeoverEpoch) int {
-	n := 0
-	for t := range tk.turns {
-		if t.tkEpoch == e {
-			n++
-		}
-	}
-	return n
+// running reports whether t is a running turn of e's: registered under
+// it, not ended by its last writes, not fenced.
+func (t *turn) running(e *takeoverEpoch) bool {
+	return t.tkEpoch == e && !t.tkGone.Load() && !t.fenced.Load()
 }
 
-func (tk *takeover) entriesLocked(e *takeoverEpoch) map[string][]byte {
-	m := make(map[string][]byte)
+// countLocked counts e's running turns whose registration ran: those the
+// registry should hold (one whose registration waits for its round trip
+// is written by it).
+func (tk *takeover) countLocked(e *takeoverEpoch) int {
+	return len(tk.runningLocked(e))
+}
+
+func (tk *takeover) runningLocked(e *takeoverEpoch) []*turn {
+	var out []*turn
 	for t := range tk.turns {
-		if t.tkEpoch == e {
-			if b, err := t.entry(); err == nil {
-				m[t.taskID] = b
+		if _, waits := tk.pending[t]; !waits && t.running(e) {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// registerAgain writes the running turns of e back, when the registry lost
+// them (a Redis restart without persistence) or their registration did not
+// reach it, and unlocks reregMu. A turn that a live runner holds now is
+// left to it. A turn
+// whose last writes took it out meanwhile finds itself in rewritten at its
+// end (unregister), and takes its entry out again.
+func (tk *takeover) registerAgain(ctx context.Context, e *takeoverEpoch, turns []*turn) {
+	defer tk.reregMu.Unlock()
+	if len(turns) == 0 {
+		return
+	}
+	regs := make([]store.Registration, 0, len(turns))
+	of := make([]*turn, 0, len(turns))
+	for _, t := range turns {
+		if r, err := t.registration(e); err == nil {
+			regs, of = append(regs, r), append(of, t)
+		}
+	}
+	held, err := tk.st.RegisterAll(ctx, regs)
+	tk.mu.Lock()
+	for _, t := range turns {
+		tk.rewritten[t] = struct{}{} // (on an error too: some may have been written)
+	}
+	tk.mu.Unlock()
+	for i, h := range held {
+		if h {
+			of[i].log.Warn("a live runner elsewhere holds the turn: this attempt stops and writes nothing more", "runner", of[i].runner)
+			of[i].fence()
+		}
+	}
+	if err != nil {
+		tk.log.Warn("could not register the running turns again", "error", err.Error())
+		return
+	}
+	tk.log.Info("the takeover registry had lost this worker's turns: registered again", "turns", len(regs))
+}
+
+// stopTaken stops the runners of e's turns that another runner registered
+// since (Beat.Taken): one runner of a turn at a time, the newest. They
+// write nothing more, as a turn taken over from a dead worker.
+func (tk *takeover) stopTaken(e *takeoverEpoch, taken []store.Holder) {
+	if len(taken) == 0 {
+		return
+	}
+	var stop []*turn
+	tk.mu.Lock()
+	for t := range tk.turns {
+		for _, h := range taken {
+			if t.tkEpoch == e && t.taskID == h.TaskID && t.runner == h.Runner {
+				stop = append(stop, t)
 			}
 		}
 	}
-	return m
+	tk.mu.Unlock()
+	for _, t := range stop {
+		t.log.Warn("another runner holds the turn now: this attempt stops and writes nothing more", "runner", t.runner)
+		t.fence()
+	}
 }
 
 // tombstoned: another worker took this one for dead and took its turns
@@ -276,8 +347,8 @@ func (tk *takeover) claim(ctx context.Context, me, dead string) {
 		return
 	}
 	tk.log.Warn("a worker stopped beating: taking its turns over", "dead", dead, "turns", len(turns))
-	// Each turn costs three round trips (its task's payload, the enqueue,
-	// the marker): a dead worker with thousands of turns is taken over by
+	// Each turn costs four round trips (its holder, its task's payload,
+	// the enqueue, the marker): a dead worker with thousands of turns is taken over by
 	// takeoverParallel at a time.
 	sem := make(chan struct{}, takeoverParallel)
 	var wg sync.WaitGroup
@@ -304,6 +375,10 @@ func (tk *takeover) takeOver(ctx context.Context, dead, taskID, raw string) {
 	var e takeoverEntry
 	if err := json.Unmarshal([]byte(raw), &e); err != nil || e.Queue == "" || e.Runner == "" {
 		log.Warn("unreadable takeover entry: left to Asynq's recovery", "entry", raw)
+		return
+	}
+	if h, live := tk.liveHolder(ctx, taskID); live && h.Instance != dead {
+		log.Info("the dead worker's turn runs on a live worker: not taken over", "holder", h.Instance, "holder_runner", h.Runner)
 		return
 	}
 	info, err := tk.insp.GetTaskInfo(e.Queue, e.Runner)
@@ -344,6 +419,17 @@ func (tk *takeover) takeOver(ctx context.Context, dead, taskID, raw string) {
 	log.Info("turn taken over", "runner", runner, "was", e.Runner)
 }
 
+// liveHolder returns the runner that holds the turn now when its worker is
+// alive (a failed read counts as none).
+func (tk *takeover) liveHolder(ctx context.Context, taskID string) (store.Holder, bool) {
+	h, ok, err := tk.st.LiveHolder(ctx, taskID, tk.after)
+	if err != nil {
+		tk.log.Debug("could not read the turn's holder", "task_id", taskID, "error", err.Error())
+		return store.Holder{}, false
+	}
+	return h, ok
+}
+
 // leave takes this worker out of the registry at a graceful stop.
 func (tk *takeover) leave() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -361,19 +447,28 @@ func (t *turn) register(ctx context.Context) {
 	if tk == nil || t.tkEpoch != nil || !tk.running.Load() {
 		return
 	}
-	b, err := t.entry()
+	tk.mu.Lock()
+	e := tk.epoch
+	r, err := t.registration(e)
+	if err == nil {
+		t.tkEpoch = e
+		tk.turns[t] = struct{}{}
+		tk.pending[t] = struct{}{}
+	}
+	tk.mu.Unlock()
 	if err != nil {
 		return
 	}
-	tk.mu.Lock()
-	e := tk.epoch
-	t.tkEpoch = e
-	tk.turns[t] = struct{}{}
-	tk.mu.Unlock()
 	// With the attempt's next writes (its journal record, the accepted
 	// event), at the latest with the intent before its send: a worker that
 	// dies before has sent nothing, and Asynq's recovery runs the turn.
-	t.progress.pushOp(tk.st.RegisterOp(e.id, t.taskID, b))
+	// From then on this runner holds the turn: one that held it before
+	// stops at its worker's next beat.
+	t.progress.pushOp(tk.st.RegisterOp(r, func() {
+		tk.mu.Lock()
+		delete(tk.pending, t)
+		tk.mu.Unlock()
+	}))
 }
 
 // unregisterOps take the turn out of the registry with its last writes
@@ -382,12 +477,14 @@ func (t *turn) unregisterOps() []store.Op {
 	if t.tkEpoch == nil {
 		return nil
 	}
-	return []store.Op{t.w.tk.st.UnregisterOp(t.tkEpoch.id, t.taskID, func() { t.tkGone.Store(true) })}
+	return []store.Op{t.w.tk.st.UnregisterOp(t.tkEpoch.id, t.taskID, t.runner, func() { t.tkGone.Store(true) })}
 }
 
-// entry is the turn's registry entry.
-func (t *turn) entry() ([]byte, error) {
-	return json.Marshal(takeoverEntry{Queue: t.queue, Runner: t.runner, Key: t.key, Retried: t.retried, MaxRetry: t.maxRetry})
+// registration is the turn's registration under e.
+func (t *turn) registration(e *takeoverEpoch) (store.Registration, error) {
+	b, err := json.Marshal(takeoverEntry{Queue: t.queue, Runner: t.runner, Key: t.key, Retried: t.retried, MaxRetry: t.maxRetry})
+	return store.Registration{Instance: e.id, TaskID: t.taskID, Runner: t.runner, Entry: b,
+		HolderTTL: takenOverTTL, LostTTL: takeoverTombstoneTTL, After: t.w.tk.after}, err
 }
 
 // unregister takes the turn out of the registry when its attempt ends.
@@ -398,13 +495,22 @@ func (t *turn) unregister() {
 	}
 	tk.mu.Lock()
 	delete(tk.turns, t)
+	delete(tk.pending, t)
 	tk.mu.Unlock()
-	if t.tkEpoch.dead.Load() || t.tkGone.Load() {
+	// A beat writing the running turns back has this turn in its list, or
+	// no longer: after it, rewritten says whether it wrote this one back.
+	tk.reregMu.Lock()
+	tk.mu.Lock()
+	_, again := tk.rewritten[t]
+	delete(tk.rewritten, t)
+	tk.mu.Unlock()
+	tk.reregMu.Unlock()
+	if t.tkEpoch.dead.Load() || t.tkGone.Load() && !again {
 		return // claimed (the hash is gone, and the turn writes nothing), or done with its last writes
 	}
 	ctx, cancel := context.WithTimeout(t.detached(), 2*time.Second)
 	defer cancel()
-	if err := tk.st.Unregister(ctx, t.tkEpoch.id, t.taskID); err != nil {
+	if err := tk.st.Unregister(ctx, t.tkEpoch.id, t.taskID, t.runner); err != nil {
 		t.log.Debug("could not unregister the turn", "error", err.Error())
 	}
 }
@@ -439,7 +545,7 @@ func (t *turn) takenOver(ctx context.Context) bool {
 		return false
 	}
 	if !tk.confirm(ctx, e) {
-		return false
+		return t.fenced.Load() // (another runner may have taken this turn: confirm's beat stops it)
 	}
 	t.fenced.Store(true)
 	return true
@@ -474,6 +580,7 @@ func (tk *takeover) confirm(ctx context.Context, e *takeoverEpoch) bool {
 		return true
 	}
 	e.lastOK.Store(int64(tk.now()))
+	tk.stopTaken(e, b.Taken)
 	return false
 }
 
@@ -481,7 +588,7 @@ func (tk *takeover) confirm(ctx context.Context, e *takeoverEpoch) bool {
 // nothing (no event, no journal, no release of the line).
 func (t *turn) endTakenOver() error {
 	t.log.Warn("turn taken over by another worker: this attempt stops and writes nothing")
-	t.w.obs.AttemptFinished(t.queue, "taken_over", time.Since(t.start))
+	t.obs.AttemptFinished(t.queue, "taken_over", time.Since(t.start))
 	return nil
 }
 
@@ -490,7 +597,21 @@ func (t *turn) endTakenOver() error {
 // takeover continues. It reads the marker only for a task that Asynq ran
 // before (a first attempt was never taken over).
 func (t *turn) continuedElsewhere(ctx context.Context) bool {
-	if t.w.tk == nil || t.asynqRetried == 0 {
+	if t.w.tk == nil {
+		return false
+	}
+	if t.takenOverFrom != "" {
+		// A takeover does not start while another runner of the turn is
+		// alive (Asynq recovered the turn before the dead worker was
+		// claimed, or another takeover runs it).
+		me := t.w.tk.current().id
+		if h, live := t.w.tk.liveHolder(ctx, t.taskID); live && (h.Instance != me || h.Runner != t.runner) {
+			t.log.Info("turn run by another live runner: this takeover ends", "holder", h.Instance, "holder_runner", h.Runner,
+				"runner", t.runner)
+			return true
+		}
+	}
+	if t.asynqRetried == 0 {
 		return false
 	}
 	by, err := t.w.tk.st.TakenOverBy(ctx, t.taskID)

@@ -7,6 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -98,7 +100,8 @@ func (e *takeoverEnv) deadWorker(instance string, ago time.Duration, turns ...st
 			e.t.Fatal(err)
 		}
 		entry, _ := json.Marshal(takeoverEntry{Queue: e.queue, Runner: id, Retried: 2, MaxRetry: 5})
-		if err := e.st.Register(ctx, instance, id, entry); err != nil {
+		if err := e.st.Register(ctx, store.Registration{Instance: instance, TaskID: id, Runner: id, Entry: entry,
+			HolderTTL: time.Hour, LostTTL: time.Hour}); err != nil {
 			e.t.Fatal(err)
 		}
 	}
@@ -170,7 +173,8 @@ func TestTakeoverLiveWorkerNotClaimed(t *testing.T) {
 	a, live := e.worker("A", 2*time.Second), e.worker("L", 2*time.Second)
 	primeEligible(a.tk)
 	live.tk.tick(context.Background()) // a beat now
-	e.st.Register(context.Background(), live.tk.current().id, "turn-live", []byte(`{"queue":"q","runner":"turn-live"}`))
+	e.st.Register(context.Background(), store.Registration{Instance: live.tk.current().id, TaskID: "turn-live", Runner: "turn-live",
+		Entry: []byte(`{"queue":"q","runner":"turn-live"}`), HolderTTL: time.Hour, LostTTL: time.Hour})
 	a.tk.tick(context.Background())
 	if n := len(e.takeoverTasks()); n != 0 {
 		t.Fatalf("%d takeover tasks of a live worker", n)
@@ -322,5 +326,106 @@ func TestTakeoverRegistryLostRegistersAgain(t *testing.T) {
 	tr.unregister()
 	if e.rdb.HExists(ctx, turns, "turn-r").Val() {
 		t.Fatal("an ended turn is still registered")
+	}
+}
+
+// A turn whose last writes took it out of the registry, still in the
+// worker's list of running turns when a beat finds the registry short of
+// turns, is not written back for the instance's life: the beat does not
+// register it again, and its end removes whatever a beat wrote back.
+func TestTakeoverFinishedTurnNotRegisteredAgain(t *testing.T) {
+	e := newTakeoverEnv(t)
+	w := e.worker("A", 2*time.Second)
+	ctx := context.Background()
+	w.tk.tick(ctx)
+	tr := &turn{w: w, taskID: "turn-done", queue: e.queue, runner: "turn-done", log: w.log, actx: ctx}
+	tr.progress = w.writer.newProgress(Conversation{Integration: "test", ChatID: "done"}, func(error) {})
+	tr.register(ctx)
+	tr.progress.flush(ctx)
+	turns := e.prefix + "takeover:turns:" + w.tk.current().id
+	if !e.rdb.HExists(ctx, turns, "turn-done").Val() {
+		t.Fatal("the running turn is not registered")
+	}
+	// Its last writes take it out; the beat comes before the attempt's end.
+	if err := tr.progress.do(ctx, nil, tr.unregisterOps()...); err != nil {
+		t.Fatal(err)
+	}
+	w.tk.tick(ctx)
+	tr.unregister()
+	if e.rdb.HExists(ctx, turns, "turn-done").Val() {
+		t.Fatal("a finished turn is registered again and stays for the instance's life")
+	}
+}
+
+// reportObs records what an Observer hears of attempts and turns.
+type reportObs struct {
+	NopObserver
+	mu       sync.Mutex
+	attempts []string
+	turns    []string
+}
+
+func (o *reportObs) AttemptFinished(_, result string, _ time.Duration) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.attempts = append(o.attempts, result)
+}
+
+func (o *reportObs) TurnFinished(_, outcome string, _, _ time.Duration) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.turns = append(o.turns, outcome)
+}
+
+// A worker paused between finish's look at its fence and the final write
+// (its beat stale on resuming) whose turn was taken over and answered
+// elsewhere: its writes are dropped, and it says so, in its log and to its
+// Observer (attempt taken_over, no turn finished), instead of taking the
+// answer the takeover wrote for its own.
+func TestTakeoverFencedDeliveryReportsTakenOver(t *testing.T) {
+	e := newTakeoverEnv(t)
+	w := e.worker("A", 2*time.Second)
+	obs := &reportObs{}
+	w.obs = obs
+	c := &capture{}
+	ctx := context.Background()
+	ep := w.tk.current()
+	id := "turn-fd"
+	conv := Conversation{Integration: "test", ChatID: "fd-" + randomHex(t)}
+	tr := &turn{w: w, taskID: id, otid: "otid-fd", queue: e.queue, runner: id, log: slog.New(c), actx: ctx,
+		tkEpoch: ep, start: time.Now(), ids: &turnIDs{taskID: id, otid: "otid-fd"},
+		msg: Message{AgentID: "agent-1", Conversation: conv, MessageID: "m1"}}
+	tr.obs.Observer = w.obs
+	tr.progress = w.writer.newProgress(conv, tr.writeFailed)
+	tr.progress.fenced = tr.fencedNow
+	defer tr.progress.close()
+	tr.rec = &TurnRecord{TaskID: id, Otid: "otid-fd", Conversation: conv,
+		Attempts: []Attempt{{N: 1, Worker: "A", Start: tr.start}}}
+	tr.obs.TaskStarted(e.queue, 1, 0)
+	// Meanwhile: B claimed A (its tombstone) and wrote the turn's answer
+	// (the final event's marker); A's last good beat is old.
+	e.rdb.Set(ctx, e.prefix+"answered:"+id, "1", time.Hour)
+	e.rdb.Set(ctx, e.prefix+"takeover:dead:"+ep.id, "B", time.Hour)
+	ep.lastOK.Store(int64(w.tk.now() - 2*time.Second))
+	if err := tr.deliver(ctx, tr.log, OutcomeAnswered, ReplyEvent{Type: EventAnswer, Text: "from A"}, "from A", nil); err != nil {
+		t.Errorf("deliver: %v", err)
+	}
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	if len(obs.turns) != 0 || len(obs.attempts) != 1 || obs.attempts[0] != "taken_over" {
+		t.Errorf("the fenced attempt reported attempts %v, turns %v; want taken_over, no turn", obs.attempts, obs.turns)
+	}
+	var lines []string
+	for _, l := range append(c.lines(slog.LevelInfo), c.lines(slog.LevelWarn)...) {
+		lines = append(lines, l)
+		if strings.Contains(l, "turn finished") || strings.Contains(l, "written though its write reported an error") {
+			t.Errorf("the fenced attempt logged %q", l)
+		}
+	}
+	if !slices.ContainsFunc(lines, func(l string) bool { return strings.Contains(l, "turn taken over by another worker") }) {
+		t.Errorf("the fenced attempt did not say it was taken over: %q", lines)
+	}
+	if n := e.rdb.XLen(ctx, e.prefix+"replies:test:"+conv.ChatID).Val(); n != 0 {
+		t.Errorf("the fenced attempt wrote %d events", n)
 	}
 }

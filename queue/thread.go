@@ -218,13 +218,22 @@ func (t *turn) resolveRemote(ctx context.Context) (string, error) {
 	return t.w.threads.resolveKnown(rctx, t.msg, t.pre.Thread())
 }
 
-// threadFailed ends an attempt whose thread could not be resolved: a
-// permanent Letta refusal (unknown agent) fails the turn, the rest retries.
+// threadFailed ends an attempt whose thread could not be resolved (see
+// threadUnresolved).
 func (t *turn) threadFailed(ctx context.Context, err error) error {
+	return t.finish(ctx, threadUnresolved(ctx, err))
+}
+
+// threadUnresolved is the decision of an attempt whose thread could not be
+// resolved: a permanent Letta refusal (unknown agent) fails the turn; the
+// attempt's own end (its context) interrupts it; the rest (Letta
+// unreachable, a 5xx, the resolution's own time limit with Letta not
+// answering) is a transient failure, retried after the backoff.
+func threadUnresolved(ctx context.Context, err error) continuation.Result {
 	reason := "could not resolve the agent's Letta conversation: " + err.Error()
-	if ctx.Err() != nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return t.finish(ctx, continuation.Result{Outcome: continuation.Interrupted, Err: err, Reason: reason})
+	if ctx.Err() != nil || errors.Is(err, context.Canceled) {
+		return continuation.Result{Outcome: continuation.Interrupted, Err: err, Reason: reason}
 	}
 	retryable := agentclient.Classify(err) != agentclient.Permanent
-	return t.finish(ctx, continuation.Result{Outcome: continuation.Rejected, Err: err, Retryable: retryable, Reason: reason})
+	return continuation.Result{Outcome: continuation.Rejected, Err: err, Retryable: retryable, Reason: reason}
 }

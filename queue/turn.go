@@ -126,6 +126,7 @@ func (w *Worker) newTurn(ctx context.Context, task *asynq.Task) (*turn, error) {
 		retried: retried, maxRetry: maxRetry, start: start, ids: ids, log: newTurnLogger(w.log, ids),
 		runner: runner, asynqRetried: asynqRetried, takenOverFrom: from}
 	t.actx = ctx
+	t.obs.Observer = w.obs
 	t.progress = w.writer.newProgress(msg.Conversation, t.writeFailed)
 	if w.ord != nil {
 		t.key = w.ord.cfg.Key(msg)
@@ -230,7 +231,10 @@ func (t *turn) closeProgress() {
 func (t *turn) redisFailed() { t.redisTrouble.Store(true) }
 
 // awaitRedis waits for Redis (Worker.awaitRedis) when a Redis read or write
-// of this attempt failed since the last wait.
+// of this attempt failed since the last wait, then journals the attempt's
+// record once more: how the attempt ended may be among the writes that
+// failed, and the next attempt would find this one with no end and no
+// outcome.
 func (t *turn) awaitRedis(ctx context.Context) {
 	if !t.redisTrouble.Swap(false) {
 		return
@@ -244,6 +248,31 @@ func (t *turn) awaitRedis(ctx context.Context) {
 		return
 	}
 	t.log.Info("Redis answers again; the attempt ends", "waited", waited)
+	if t.rec == nil || t.fenced.Load() {
+		return // no record of its own, or not its to write
+	}
+	rec := t.recCopy()
+	if t.att >= len(rec.Attempts) || rec.Attempts[t.att].End.IsZero() {
+		return // no attempt of its own, or not ended
+	}
+	// Never over a finished record: this attempt's finish may have landed
+	// after all, or its writes said finished without the final event (the
+	// next attempt sees to that: see prepare).
+	op, err := t.w.journal.saveOp(&rec, true, t.indexed())
+	if err != nil {
+		return
+	}
+	sctx, cancel := context.WithTimeout(t.detached(), writerTimeout)
+	defer cancel()
+	if t.w.oneRedis() {
+		t.progress.dropQueuedSaves()
+		err = t.progress.do(sctx, nil, op)
+	} else {
+		err = store.Run(sctx, t.w.journal.rdb, []store.Op{op})[0]
+	}
+	if err != nil {
+		t.log.Warn("could not journal how the attempt ended", "error", err.Error())
+	}
 }
 
 // deliveryCtx is for writes that must happen even when the attempt's
@@ -272,7 +301,7 @@ func (w *Worker) rejectPayload(ctx context.Context, taskID, qname string, msg Me
 	if err := w.journal.Save(dctx, rec); err != nil {
 		w.log.Warn("could not journal the invalid payload", "task_id", taskID, "error", err.Error())
 	}
-	w.obs.AttemptFinished(qname, "archived", now.Sub(start))
+	// No attempt started (see attemptObs): the turn ends.
 	w.obs.TurnFinished(qname, OutcomeFailed, 0, 0)
 	return fmt.Errorf("%w: %w", perr, asynq.SkipRetry)
 }
@@ -287,6 +316,7 @@ type turn struct {
 	retried, maxRetry int
 	start             time.Time
 	log               *slog.Logger // every line carries task_id, otid and the run_id known then
+	obs               attemptObs   // the worker's Observer, as this attempt tells it
 	ids               *turnIDs
 	progress          *progress // progress events, written off the stream's reader
 
@@ -553,7 +583,7 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 	if !rec.EnqueuedAt.IsZero() {
 		wait = t.start.Sub(rec.EnqueuedAt)
 	}
-	w.obs.TaskStarted(t.queue, t.attempt().N, wait)
+	t.obs.TaskStarted(t.queue, t.attempt().N, wait)
 	if t.attempt().N == 1 {
 		acc := ReplyEvent{TaskID: t.taskID, Otid: t.otid, MessageID: t.msg.MessageID}
 		if t.msg.Approval != nil {
@@ -727,7 +757,7 @@ func (t *turn) retryEarly(err error) error {
 		return t.giveUp("could not start: " + err.Error())
 	}
 	t.log.Warn("turn attempt could not start", "error", err.Error())
-	t.w.obs.AttemptFinished(t.queue, "retry", time.Since(t.start))
+	t.obs.AttemptFinished(t.queue, "retry", time.Since(t.start))
 	return rerr
 }
 

@@ -231,7 +231,7 @@ func (t *turn) deliverAtOnce(ctx context.Context, log *slog.Logger, outcome stri
 		// nothing: the turn finished here.
 		if pe.written {
 			log.Info("the final event was written after the attempt stopped waiting for it: turn finished", "outcome", outcome)
-			t.w.obs.TurnFinished(t.queue, outcome, lat, ttft)
+			t.obs.TurnFinished(t.queue, outcome, lat, ttft)
 		}
 	}
 	err = t.progress.doThen(ctx, late, []*preparedEvent{pe}, ops...)
@@ -240,6 +240,10 @@ func (t *turn) deliverAtOnce(ctx context.Context, log *slog.Logger, outcome stri
 	}
 	wrote := pe.written
 	switch {
+	case errors.Is(pe.err, errTakenOver):
+		// Fenced: nothing was written. The marker the next check would
+		// find is the takeover's answer, not this attempt's.
+		return t.endTakenOver()
 	case pe.err != nil:
 		// The write may have happened all the same (a reply lost on the
 		// way back): the answered marker says.
@@ -283,15 +287,18 @@ func (t *turn) delivered(log *slog.Logger, outcome, answer string, now time.Time
 // finished (only the attempt whose write put the final event there does).
 func (t *turn) deliveredBy(log *slog.Logger, outcome, answer string, now time.Time, count bool) error {
 	log.Info("turn finished", "outcome", outcome, "attempt", t.attempt().N, "answer_bytes", len(answer))
-	t.w.obs.AttemptFinished(t.queue, "done", time.Since(t.start))
+	t.obs.AttemptFinished(t.queue, "done", time.Since(t.start))
 	if count {
-		t.w.obs.TurnFinished(t.queue, outcome, t.latency(now), t.rec.TTFT)
+		t.obs.TurnFinished(t.queue, outcome, t.latency(now), t.rec.TTFT)
 	}
 	return nil
 }
 
 // undelivered ends an attempt whose final event could not be written.
 func (t *turn) undelivered(ctx context.Context, log *slog.Logger, err error) error {
+	if errors.Is(err, errTakenOver) || t.fenced.Load() {
+		return t.endTakenOver() // not written because another worker continues the turn
+	}
 	// The answer is the whole point: retry; the next attempt finds the
 	// run by its id and polls the answer again.
 	t.redisFailed()
@@ -315,7 +322,7 @@ func (t *turn) undelivered(ctx context.Context, log *slog.Logger, err error) err
 		return t.fail(ctx, log, fmt.Sprintf("gave up after %d attempts: could not deliver the answer: %s", t.retried+1, err.Error()), "")
 	}
 	log.Warn("could not deliver the answer, retrying", "outcome", OutcomeRetrying, "error", err.Error())
-	t.w.obs.AttemptFinished(t.queue, "retry", time.Since(t.start))
+	t.obs.AttemptFinished(t.queue, "retry", time.Since(t.start))
 	return rerr
 }
 
@@ -425,6 +432,9 @@ func (t *turn) fail(ctx context.Context, log *slog.Logger, reason, stop string) 
 	t.rec.Outcome, t.rec.Error, t.rec.StopReason, t.rec.FinishedAt = OutcomeFailed, reason, stop, now.UTC()
 	t.mu.Unlock()
 	if err := t.save(ctx, t.releaseOps()...); err != nil {
+		if t.fenced.Load() {
+			return t.endTakenOver() // its writes were dropped: the takeover ends the turn
+		}
 		log.Warn("could not journal the failed turn", "error", err.Error())
 	}
 	if stop != "" {
@@ -432,8 +442,8 @@ func (t *turn) fail(ctx context.Context, log *slog.Logger, reason, stop string) 
 	}
 	log.Warn("turn failed", "outcome", OutcomeFailed, "reason", reason)
 	t.w.permanent.add(t.taskID, "otid", t.otid, "run_id", t.rec.RunID) // for the archiving's log line
-	t.w.obs.AttemptFinished(t.queue, "archived", time.Since(t.start))
-	t.w.obs.TurnFinished(t.queue, OutcomeFailed, t.latency(now), t.rec.TTFT)
+	t.obs.AttemptFinished(t.queue, "archived", time.Since(t.start))
+	t.obs.TurnFinished(t.queue, OutcomeFailed, t.latency(now), t.rec.TTFT)
 	return fmt.Errorf("lettaq: turn failed: %s: %w", reason, asynq.SkipRetry)
 }
 
@@ -450,12 +460,18 @@ func (t *turn) retry(ctx context.Context, log *slog.Logger, e ending) error {
 	}
 	t.mu.Lock()
 	t.attempt().Outcome, t.attempt().Error = e.Outcome, e.Reason
+	if e.Asynq == endRetry {
+		t.attempt().RetryIn = e.Delay
+	}
 	t.mu.Unlock()
 	if err := t.save(ctx); err != nil {
+		if t.fenced.Load() {
+			return t.endTakenOver() // the takeover goes on with the turn, not a retry
+		}
 		log.Warn("could not journal the attempt", "error", err.Error())
 	}
-	log.Info("turn attempt ends, retrying", "outcome", e.Outcome, "reason", e.Reason)
-	t.w.obs.AttemptFinished(t.queue, "retry", time.Since(t.start))
+	log.Info("turn attempt ends, retrying", "outcome", e.Outcome, "reason", e.Reason, "retry_in", e.Delay.String())
+	t.obs.AttemptFinished(t.queue, "retry", time.Since(t.start))
 	return rerr
 }
 
@@ -524,16 +540,17 @@ func (t *turn) giveUp(reason string) error {
 	}
 	if w.ord != nil && t.lease == nil {
 		// Never its turn: it leaves the line (a lease, when held, is
-		// released as done by the caller).
-		if err := w.ord.seq.Remove(ctx, t.key, t.taskID); err != nil {
+		// released as done by the caller), and the turn behind it is woken
+		// when it headed the line (its acquire failed at the head).
+		if err := w.waker().leave(ctx, t.queue, t.key, t.taskID); err != nil {
 			t.redisFailed()
 			t.log.Warn("could not take the failed turn out of its conversation's line", "error", err.Error())
 		}
 	}
 	t.log.Warn("turn failed", "outcome", OutcomeFailed, "reason", reason)
 	w.permanent.add(t.taskID, "otid", t.otid)
-	w.obs.AttemptFinished(t.queue, "archived", time.Since(t.start))
-	w.obs.TurnFinished(t.queue, OutcomeFailed, t.latency(now), 0)
+	t.obs.AttemptFinished(t.queue, "archived", time.Since(t.start))
+	t.obs.TurnFinished(t.queue, OutcomeFailed, t.latency(now), 0)
 	return fmt.Errorf("lettaq: turn failed: %s: %w", reason, asynq.SkipRetry)
 }
 

@@ -40,9 +40,14 @@ type Observer interface {
 	// Resend: the resend gate decided ("resent" or "forbidden").
 	Resend(decision string)
 	// AttemptFinished: an attempt ended. result is "done" (the turn is
-	// finished), "retry", "busy" (put back: the Letta thread was busy),
-	// "archived" or "taken_over" (another worker continues the turn: this
-	// worker was taken for dead, see takeover.go).
+	// finished), "retry", "busy" (put back: the Letta thread was busy, or
+	// it waits for its chat's approval request), "archived" or "taken_over"
+	// (another worker continues the turn: this worker was taken for dead,
+	// see takeover.go). It follows the attempt's TaskStarted, once: a look
+	// at a turn that ends before its attempt starts (an unusable payload, a
+	// start whose reads from Redis failed, a turn that waits for the turn
+	// ahead of it or was merged into another) is told neither, so that
+	// started less finished is the attempts in flight.
 	AttemptFinished(queue, result string, duration time.Duration)
 	// TurnFinished: a turn reached its end. outcome is one of the journal
 	// outcomes (answered, approval_required, failed, cancelled); latency is from
@@ -640,11 +645,7 @@ func retryDelay(n int, err error, _ *asynq.Task) time.Duration {
 	if errors.As(err, &ie) || errors.Is(err, context.Canceled) {
 		return 100 * time.Millisecond
 	}
-	d := time.Second
-	for i := 0; i < n && d < time.Minute; i++ {
-		d *= 2
-	}
-	d = min(d, time.Minute)
+	d := retryBackoff(n)
 	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
 }
 

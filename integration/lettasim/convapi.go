@@ -19,6 +19,27 @@ func (s *Sim) CreateConversation(agentID, summary string) string {
 	return s.newConversation(s.mustAgent(agentID), summary).id
 }
 
+// DeleteConversation removes a conversation, as if deleted through Letta's API while its
+// turns run: from then on every endpoint of it (send, messages, resume, cancel) answers 404
+// and listing the agent's conversations no longer shows it. Its runs go on and stay readable
+// through the runs endpoints. It reports whether the conversation existed.
+func (s *Sim) DeleteConversation(convID string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	th := s.convs[convID]
+	if th == nil {
+		return false
+	}
+	delete(s.convs, convID)
+	for i, o := range s.convOrder {
+		if o == th {
+			s.convOrder = append(s.convOrder[:i:i], s.convOrder[i+1:]...)
+			break
+		}
+	}
+	return true
+}
+
 // Conversations returns the conversations of an agent ("" for every agent), oldest first.
 func (s *Sim) Conversations(agentID string) []ConversationInfo {
 	s.mu.RLock()

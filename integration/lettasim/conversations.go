@@ -382,6 +382,9 @@ func (s *Sim) resumeRun(w http.ResponseWriter, req *http.Request, r *run, after 
 	if int64(pos) != after {
 		pos = int(^uint(0) >> 1)
 	}
+	if r.replayAll {
+		pos = 0
+	}
 	s.streamRun(w, req, r, pos, pings, connFault{})
 }
 

@@ -375,15 +375,23 @@ func (d *directive) apply(key, v string, sp *scriptSpec) error {
 	case "resume":
 		fault()
 		f.ResumeStatus, err = parseInt(key, v, 400)
-	case "slow_list", "fail_list":
+	case "ignore_starting_after":
+		fault()
+		f.IgnoreStartingAfter, err = parseBool(key, v)
+	case "slow_list", "fail_list", "ignore_after", "reverse_order":
 		fault()
 		if d.list == nil {
 			d.list = &ListFault{}
 		}
-		if key == "slow_list" {
+		switch key {
+		case "slow_list":
 			d.list.Delay, err = parseDur(key, v, false)
-		} else {
+		case "fail_list":
 			d.list.Fail, err = parseInt(key, v, 0)
+		case "ignore_after":
+			d.list.IgnoreAfter, err = parseBool(key, v)
+		default:
+			d.list.ReverseOrder, err = parseBool(key, v)
 		}
 	default:
 		return fmt.Errorf("lettasim directive: unknown key %q (see the lettasim package doc)", key)

@@ -205,7 +205,10 @@
 //	end=reason                  EndWith, after end_after=N|all steps (default 0), error_type=T
 //	exception                   UnhandledException
 //	resume=400|410|503          ResumeStatus
+//	ignore_starting_after       IgnoreStartingAfter: resumes replay the run's stream from its start
 //	slow_list=D fail_list=N     set the agent's ListFault (read endpoints)
+//	ignore_after reverse_order  set the agent's ListFault: the message lists ignore the after
+//	                            cursor (IgnoreAfter), list each page reversed (ReverseOrder)
 //	times=N|always              apply the faults to the first N attempts (default 1)
 //
 // Directive faults count attempts per otid: a client that retries a turn with the same otid,
@@ -221,7 +224,7 @@
 //	AdmitDelay → Status429 / PendingApproval / Busy / Status5xxBeforeStore → [message stored, run started] →
 //	Status5xxAfterStore / DropBeforeResponse → FirstByteDelay → stream (StallAfter/StallFor,
 //	DisconnectAfter) ; the run: EndWith after EndAfter steps, UnhandledException ;
-//	resumes of the run: ResumeStatus
+//	resumes of the run: ResumeStatus, IgnoreStartingAfter
 //
 // Connection faults (stall, disconnect, first byte) never touch the run: it goes on and its
 // messages land in history, which is what a client's continuation logic must find. A

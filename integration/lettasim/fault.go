@@ -108,6 +108,10 @@ type Fault struct {
 	// ResumeStatus makes POST /v1/runs/{id}/stream for this turn's run answer this status
 	// (400, 410 or 503) instead of resuming.
 	ResumeStatus int
+	// IgnoreStartingAfter makes every resume of this turn's run (the run's stream endpoint,
+	// or the conversation's) replay the run's stream from its start, whatever starting_after
+	// asked for: chunks the client has already come again.
+	IgnoreStartingAfter bool
 }
 
 // String lists the fields that are set, e.g. "Fault{DisconnectAfter:3 StallFor:60s}".
@@ -134,7 +138,7 @@ func (f Fault) isZero() bool {
 	return f.AdmitDelay == 0 && !f.Status429 && f.Status429Code == "" && !f.Deploy503 && !f.Busy && !f.BusyAfterStore && f.BusyForm == "" && !f.PendingApproval && f.RetryAfter == 0 && f.Status5xxBeforeStore == 0 &&
 		f.Status5xxAfterStore == 0 && !f.DropBeforeResponse && f.FirstByteDelay == 0 &&
 		f.StallFor == 0 && f.StallAfter == 0 && f.DisconnectAfter == 0 && f.EndWith == "" &&
-		f.EndAfter == 0 && f.ErrorType == "" && !f.UnhandledException && f.ResumeStatus == 0
+		f.EndAfter == 0 && f.ErrorType == "" && !f.UnhandledException && f.ResumeStatus == 0 && !f.IgnoreStartingAfter
 }
 
 // ListFault slows or fails the read endpoints of an agent: GET .../agents/{id}/messages,
@@ -146,6 +150,14 @@ type ListFault struct {
 	// Fail: the next Fail requests answer FailStatus (default 503) {"detail": ...}.
 	Fail       int
 	FailStatus int
+	// IgnoreAfter makes the message lists (the agent's, a conversation's, a run's) answer
+	// every page as the first: the after cursor is ignored (a cursor that does not exist is
+	// no 404 either).
+	IgnoreAfter bool
+	// ReverseOrder lists the rows of each message page in the order opposite to the one
+	// asked for (WIRE.md: the order inside a page is not reliable); the messages of one row
+	// (a reasoning and its tool call or text, sharing an id) keep their order.
+	ReverseOrder bool
 }
 
 type faultSlot struct {

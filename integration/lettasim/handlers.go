@@ -286,6 +286,20 @@ func (s *Sim) applyListFault(w http.ResponseWriter, req *http.Request, a *agent)
 	return true
 }
 
+// listQuirks are the ListFault's misbehaviours of the message lists for agent a (and every
+// agent): ignore the after cursor, list each page in reverse.
+func (s *Sim) listQuirks(a *agent) (ignoreAfter, reverseOrder bool) {
+	s.mu.Lock()
+	ignoreAfter, reverseOrder = s.globalList.IgnoreAfter, s.globalList.ReverseOrder
+	s.mu.Unlock()
+	if a != nil {
+		a.mu.RLock()
+		ignoreAfter, reverseOrder = ignoreAfter || a.list.IgnoreAfter, reverseOrder || a.list.ReverseOrder
+		a.mu.RUnlock()
+	}
+	return ignoreAfter, reverseOrder
+}
+
 func (s *Sim) handleListMessages(w http.ResponseWriter, req *http.Request) {
 	a := s.agentOr404(w, req)
 	if a == nil {
@@ -307,6 +321,10 @@ func (s *Sim) listThread(w http.ResponseWriter, req *http.Request, a *agent, th 
 	if !ok {
 		return
 	}
+	ignoreAfter, reverseOrder := s.listQuirks(a)
+	if ignoreAfter {
+		p.after = ""
+	}
 	a.mu.RLock()
 	afterPos, beforePos, missing := cursorPositions(p, func(id string) (int, bool) {
 		rw := a.lookup(id)
@@ -326,6 +344,9 @@ func (s *Sim) listThread(w http.ResponseWriter, req *http.Request, a *agent, th 
 	}
 	rows := page(all, afterPos, beforePos, p.limit, p.desc)
 	if p.desc && s.cfg.DescPagesOldestFirst {
+		reverse(rows)
+	}
+	if reverseOrder {
 		reverse(rows)
 	}
 	b := appendRows(make([]byte, 0, 600*len(rows)+2), rows)

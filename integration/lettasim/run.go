@@ -21,6 +21,7 @@ type run struct {
 	otid         string
 	created      time.Time
 	resumeStatus int
+	replayAll    bool    // Fault.IgnoreStartingAfter: resumes start from the run's first chunk
 	th           *thread // the thread whose conversation endpoint started it; nil: agent endpoints
 	maxChunks    int     // background runs keep at most ~this many chunks (0: all)
 

@@ -37,6 +37,10 @@ func (s *Sim) handleRunMessages(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	a := r.a
+	ignoreAfter, reverseOrder := s.listQuirks(a)
+	if ignoreAfter {
+		p.after = ""
+	}
 	a.mu.RLock()
 	afterPos, beforePos, missing := cursorPositions(p, func(id string) (int, bool) {
 		rw := a.lookup(id)
@@ -51,6 +55,9 @@ func (s *Sim) handleRunMessages(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	rows := page(r.rows, afterPos, beforePos, p.limit, p.desc)
+	if reverseOrder {
+		reverse(rows)
+	}
 	b := appendRows(make([]byte, 0, 600*len(rows)+2), rows)
 	a.mu.RUnlock()
 	writeJSON(w, http.StatusOK, b)

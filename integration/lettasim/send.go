@@ -212,6 +212,7 @@ func (s *Sim) startTurn(p *sendPlan, th *thread) (*run, *refusal) {
 	}
 	r := newRun(a, p.background(), p.mode == modeAsync, p.otid)
 	r.resumeStatus = p.f.ResumeStatus
+	r.replayAll = p.f.IgnoreStartingAfter
 	r.th = th
 	if r.background && s.maxChunks > 0 {
 		r.maxChunks = s.maxChunks

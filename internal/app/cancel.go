@@ -34,7 +34,7 @@ func (o enqueueOpts) cancelRequest(ctx context.Context, args []string, rdb redis
 		}
 		r.TaskID = args[0]
 		if !strings.HasPrefix(args[0], "turn:") {
-			r.TaskID, r.Otid = "", args[0] // an otid (or the beginning of an id): looked up
+			r.TaskID, r.Otid = "", args[0] // an otid (or another kind of task id): matched whole
 		}
 		return r, nil
 	case len(args) == 0 && o.chat != "":

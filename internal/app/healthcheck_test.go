@@ -26,7 +26,7 @@ func TestHealthcheckAgainstReadyz(t *testing.T) {
 	mr := miniredis.RunT(t)
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer rdb.Close()
-	probe := newRedisProbe(rdb, 20*time.Millisecond, time.Second, nil)
+	probe := newRedisProbe(rdb, nil, 20*time.Millisecond, time.Second, nil)
 	defer probe.Close()
 	h, closeMon := NewHTTPHandler(HTTPOptions{Token: "tok", Redis: rdb, probe: probe})
 	defer closeMon()

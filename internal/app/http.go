@@ -1,6 +1,7 @@
 package app
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
 	"time"
@@ -16,9 +17,13 @@ type HTTPOptions struct {
 	// Token protects /metrics, /monitor/ and /enqueue when set ("" leaves them open, which
 	// the worker allows only on loopback).
 	Token string
-	// Redis answers /readyz: PINGed every second in the background, /readyz answers from the
-	// last result.
+	// Redis answers /readyz: PINGed every second in the background (or written to: ProbeWrite),
+	// /readyz answers from the last result.
 	Redis redis.UniversalClient
+	// ProbeWrite, when set, is the background check instead of the PING: a small write
+	// (queue.Worker.ProbeWrite), so that a Redis that answers but refuses writes (full, under
+	// noeviction) makes the worker not ready.
+	ProbeWrite func(context.Context) error
 	// RedisConnOpt is what the monitor connects with; nil leaves /monitor/ out.
 	RedisConnOpt asynq.RedisConnOpt
 	// MonitorWritable lets the monitor change tasks; read-only otherwise.
@@ -46,7 +51,7 @@ type HTTPOptions struct {
 // host but /healthz and /readyz (see loopbackHostOnly):
 //
 //	/healthz    200 while the process runs (no auth)
-//	/readyz     200 {"status":"ready"} when the last PING of Redis (every 1 s, 3 s timeout) answered and Ready
+//	/readyz     200 {"status":"ready"} when the last check of Redis (every 1 s, 3 s timeout) passed and Ready
 //	            passes, 503 {"status":"not ready"} otherwise (no auth); ?verbose=1 (auth) says why
 //	/metrics    Prometheus (auth)
 //	/monitor/   asynqmon (auth; read-only unless MonitorWritable)
@@ -64,7 +69,7 @@ func NewHTTPHandler(o HTTPOptions) (http.Handler, func()) {
 	auth := requireToken(o.Token)
 	probe := o.probe
 	if probe == nil && o.Redis != nil {
-		probe = newRedisProbe(o.Redis, time.Second, 3*time.Second, o.Logger)
+		probe = newRedisProbe(o.Redis, o.ProbeWrite, time.Second, 3*time.Second, o.Logger)
 		closer = probe.Close
 	}
 	mux.Handle("GET /readyz", readyzHandler(probe, o.Ready, auth))

@@ -34,7 +34,7 @@ func TestHTTPHealthReadyAndAuth(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer rdb.Close()
 	connOpt := asynq.RedisClientOpt{Addr: mr.Addr()}
-	probe := newRedisProbe(rdb, 20*time.Millisecond, time.Second, nil)
+	probe := newRedisProbe(rdb, nil, 20*time.Millisecond, time.Second, nil)
 	defer probe.Close()
 	h, closeMon := NewHTTPHandler(HTTPOptions{Token: "s3cret", Redis: rdb, RedisConnOpt: connOpt, probe: probe,
 		Metrics: NewMetrics(asynq.NewInspectorFromRedisClient(rdb)),

@@ -193,7 +193,12 @@ func writeRecord(w io.Writer, r *queue.TurnRecord) {
 	for _, a := range r.Attempts {
 		fmt.Fprintf(w, "\nattempt %d on %s: %s", a.N, cell(a.Worker), cell(a.Outcome))
 		if !a.Start.IsZero() && !a.End.IsZero() {
-			fmt.Fprintf(w, " after %s", durStr(a.End.Sub(a.Start)))
+			fmt.Fprintf(w, " (ran %s)", durStr(a.End.Sub(a.Start)))
+		}
+		if a.RetryIn > 0 {
+			// The delay the attempt asked for before the next one (the backoff,
+			// a Retry-After, a put-back's wait): not its own duration.
+			fmt.Fprintf(w, ", next attempt in %s", durStr(a.RetryIn))
 		}
 		fmt.Fprintln(w)
 		if a.TimeoutClock != "" {

@@ -5,7 +5,7 @@ import (
 	"net/http"
 )
 
-// readyzHandler answers /readyz from the probe's last PING (never waits on Redis): 200
+// readyzHandler answers /readyz from the probe's last check (never waits on Redis): 200
 // {"status":"ready"} or 503 {"status":"not ready"}, without authentication and without
 // details. /readyz?verbose=1 (behind the token, through auth) adds why: {"redis": "ok" or the
 // error, "worker": "ok" or why not}.

@@ -126,11 +126,13 @@ func waitForRedis(ctx context.Context, rdb redis.UniversalClient, addr string, l
 	}
 }
 
-// redisProbe keeps the result of the last PING of Redis, refreshed in the background every
-// interval (each PING bounded by timeout), so that /readyz answers at once during an outage.
-// It logs when Redis stops and starts answering.
+// redisProbe keeps the result of the last check of Redis (a PING, or the worker's small write:
+// see HTTPOptions.ProbeWrite), refreshed in the background every interval (each check bounded
+// by timeout), so that /readyz answers at once during an outage. It logs when Redis stops and
+// starts answering (or taking writes).
 type redisProbe struct {
 	rdb      redis.UniversalClient
+	write    func(context.Context) error // the check, when not a PING
 	interval time.Duration
 	timeout  time.Duration
 	log      *slog.Logger
@@ -144,12 +146,13 @@ type redisProbe struct {
 	done    chan struct{}
 }
 
-func newRedisProbe(rdb redis.UniversalClient, interval, timeout time.Duration, logger *slog.Logger) *redisProbe {
+// newRedisProbe starts a probe of rdb: a PING, or write when not nil.
+func newRedisProbe(rdb redis.UniversalClient, write func(context.Context) error, interval, timeout time.Duration, logger *slog.Logger) *redisProbe {
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &redisProbe{rdb: rdb, interval: interval, timeout: timeout, log: logger, stop: cancel,
+	p := &redisProbe{rdb: rdb, write: write, interval: interval, timeout: timeout, log: logger, stop: cancel,
 		done: make(chan struct{}), next: make(chan struct{}), first: make(chan struct{})}
 	go p.loop(ctx)
 	return p
@@ -159,7 +162,7 @@ func (p *redisProbe) loop(ctx context.Context) {
 	defer close(p.done)
 	for {
 		pctx, cancel := context.WithTimeout(ctx, p.timeout)
-		err := p.rdb.Ping(pctx).Err()
+		err := p.check(pctx)
 		cancel()
 		if ctx.Err() != nil {
 			return
@@ -174,6 +177,8 @@ func (p *redisProbe) loop(ctx context.Context) {
 		}
 		p.mu.Unlock()
 		switch {
+		case err != nil && (was == nil || first) && redis.HasErrorPrefix(err, "OOM"):
+			p.log.Error("Redis is full: it refuses writes (maxmemory reached under noeviction): not ready", "error", err.Error())
 		case err != nil && (was == nil || first):
 			p.log.Warn("Redis does not answer: not ready", "error", err.Error())
 		case err == nil && was != nil && !first:
@@ -189,7 +194,20 @@ func (p *redisProbe) loop(ctx context.Context) {
 	}
 }
 
-// Err is the last PING's error (nil: Redis answered). Before the first PING has ended it waits
+// check is one check of Redis: the write when there is one, else a PING. A full Redis's refusal
+// says so (its own text names no cause an operator can act on).
+func (p *redisProbe) check(ctx context.Context) error {
+	if p.write == nil {
+		return p.rdb.Ping(ctx).Err()
+	}
+	err := p.write(ctx)
+	if redis.HasErrorPrefix(err, "OOM") {
+		return fmt.Errorf("Redis is full: it refuses writes (maxmemory reached under noeviction; free memory or raise maxmemory): %w", err)
+	}
+	return err
+}
+
+// Err is the last check's error (nil: Redis answered). Before the first PING has ended it waits
 // for it (at most the PING's timeout), so that a worker is ready as soon as it starts.
 func (p *redisProbe) Err() error {
 	select {

@@ -21,6 +21,7 @@ func TestKeys(t *testing.T) {
 		{k.ApprovalPending("a", "s"), "p:approval:pending:a:s"},
 		{k.Thread("h"), "p:thread:h"},
 		{k.ThreadLock("h"), "p:thread:h:lock"},
+		{k.Ready("w1"), "p:ready:w1"},
 		{Keys{}.Thread("h"), "lettaq:thread:h"},
 	} {
 		if c.got != c.want {

@@ -49,7 +49,8 @@ func TestLostReplyClaimGetsTheTurns(t *testing.T) {
 	if _, err := dead.Beat(ctx, "dead", time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	if err := dead.Register(ctx, "dead", "t1", []byte(`{"q":"default"}`)); err != nil {
+	if err := dead.Register(ctx, Registration{Instance: "dead", TaskID: "t1", Runner: "r1", Entry: []byte(`{"q":"default"}`),
+		HolderTTL: time.Minute, LostTTL: time.Minute, After: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(20 * time.Millisecond)

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/lettaq/lettaq/internal/evalcmd"
 )
 
 // The takeover registry (issue 30): which worker processes are alive and
@@ -17,10 +20,19 @@ import (
 //
 //	P takeover:workers          ZSET  member: a worker's instance id; score: its last beat (Redis's clock, ms)
 //	P takeover:turns:<instance> HASH  field: a turn's task id; value: its TakeoverEntry (JSON, package queue's)
-//	P takeover:dead:<instance>  STRING the tombstone of a claimed worker (value: the claimer)
+//	P takeover:dead:<instance>  STRING the tombstone of a claimed worker (value: the claimer and the claim's token)
+//	P takeover:claimed:<instance> HASH the claimed worker's turns, kept a minute for the claim sent again
 //	P takeover:taken:<task id>  STRING the runner (Asynq task id) of the turn's newest takeover
+//	P takeover:holder:<task id> STRING who runs the turn: "<instance>\n<runner>" (the newest registration)
+//	P takeover:lost:<instance>  SET    "<task id>\n<runner>" of the instance's turns that another runner registered since
 //
-// The times are Redis's (TIME), so that the workers' clocks do not matter.
+// One runner of a turn at a time: a runner's registration takes the
+// turn's holder over, takes the turn out of the previous holder's hash (so
+// that a claim of that instance no longer finds it) and tells the previous
+// holder through its lost set, which its next beat reads: it stops that
+// runner. The times are Redis's (TIME), so that the workers' clocks do not
+// matter. The scripts build the keys of other instances from the prefix
+// (ARGV): every key here shares the prefix's hash tag, so one slot.
 
 // TakeoverWorkers is the set of live workers by last beat.
 func (k Keys) TakeoverWorkers() string { return k.Prefix + "takeover:workers" }
@@ -37,28 +49,112 @@ func (k Keys) TakeoverClaimed(instance string) string {
 	return k.Prefix + "takeover:claimed:" + instance
 }
 
+// TakeoverHolder names the instance and runner that run a turn now.
+func (k Keys) TakeoverHolder(taskID string) string { return k.Prefix + "takeover:holder:" + taskID }
+
+// TakeoverLost lists the turns of an instance that another runner took.
+func (k Keys) TakeoverLost(instance string) string { return k.Prefix + "takeover:lost:" + instance }
+
 // TakenOver names the runner of a turn's newest takeover.
 func (k Keys) TakenOver(taskID string) string { return k.Prefix + "takeover:taken:" + taskID }
 
 // takeoverBeat records a worker's beat and returns the workers whose last
-// beat is older than the takeover delay.
+// beat is older than the takeover delay, and the turns another runner took
+// from it since its last beat.
 //
-// KEYS: workers, dead:<me>, turns:<me>
+// KEYS: workers, dead:<me>, turns:<me>, lost:<me>
 // ARGV: me, after_ms
 // Returns {-1} when me is tombstoned (nothing written); else {1 when me had
-// a score before (0: the registry lost it), HLEN turns:<me>, stale...}.
+// a score before (0: the registry lost it), HLEN turns:<me>, {stale...},
+// {lost...}}.
 var takeoverBeat = redis.NewScript(`
 if redis.call('EXISTS', KEYS[2]) == 1 then return {-1} end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local had = redis.call('ZSCORE', KEYS[1], ARGV[1]) and 1 or 0
 redis.call('ZADD', KEYS[1], now, ARGV[1])
-local out = {had, redis.call('HLEN', KEYS[3])}
-local stale = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. (now - tonumber(ARGV[2])), 'LIMIT', 0, 100)
-for _, id in ipairs(stale) do
-  if id ~= ARGV[1] then out[#out + 1] = id end
+local stale = {}
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. (now - tonumber(ARGV[2])), 'LIMIT', 0, 100)) do
+  if id ~= ARGV[1] then stale[#stale + 1] = id end
 end
-return out
+local lost = redis.call('SMEMBERS', KEYS[4])
+if #lost > 0 then redis.call('DEL', KEYS[4]) end
+return {had, redis.call('HLEN', KEYS[3]), stale, lost}
+`)
+
+// takeoverRegister registers a runner of a turn under its instance and
+// makes it the turn's holder. A holder that is another runner loses the
+// turn: it is taken out of that instance's hash (unless that is me's: the
+// field is overwritten) and told through its lost set. Without take (a
+// registry written back after Redis lost it, or a registration that did
+// not reach it) nothing is written when the holder is alive: its instance
+// not tombstoned, its last beat within after, the turn in its hash.
+//
+// KEYS: turns:<me>, holder:<task>, workers
+// ARGV: me, task, entry, runner, take (1/0), holder_ttl_ms, lost_ttl_ms, prefix, after_ms
+// Returns 1 when registered, 0 when not (a live holder, without take).
+var takeoverRegister = evalcmd.New(`
+local mine = ARGV[1] .. '\n' .. ARGV[4]
+local cur = redis.call('GET', KEYS[2])
+if cur and cur ~= mine then
+  local sep = string.find(cur, '\n', 1, true)
+  if sep then
+    local inst = string.sub(cur, 1, sep - 1)
+    local old = ARGV[8] .. 'takeover:turns:' .. inst
+    if ARGV[5] ~= '1' and redis.call('EXISTS', ARGV[8] .. 'takeover:dead:' .. inst) == 0 then
+      local s = redis.call('ZSCORE', KEYS[3], inst)
+      local t = redis.call('TIME')
+      local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+      if s and tonumber(s) >= now - tonumber(ARGV[9]) and redis.call('HEXISTS', old, ARGV[2]) == 1 then return 0 end
+    end
+    if inst ~= ARGV[1] then redis.call('HDEL', old, ARGV[2]) end
+    local lost = ARGV[8] .. 'takeover:lost:' .. inst
+    redis.call('SADD', lost, ARGV[2] .. '\n' .. string.sub(cur, sep + 1))
+    redis.call('PEXPIRE', lost, ARGV[7])
+  end
+end
+redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])
+redis.call('SET', KEYS[2], mine, 'PX', ARGV[6])
+return 1
+`)
+
+// takeoverUnregister takes a runner's turn out of its instance's hash and
+// ends its hold, unless another runner on the same instance holds the turn
+// now (the field is that runner's).
+//
+// KEYS: turns:<me>, holder:<task>
+// ARGV: me, task, runner
+var takeoverUnregister = evalcmd.New(`
+local mine = ARGV[1] .. '\n' .. ARGV[3]
+local cur = redis.call('GET', KEYS[2])
+if cur == mine then
+  redis.call('DEL', KEYS[2])
+elseif cur and string.sub(cur, 1, #ARGV[1] + 1) == ARGV[1] .. '\n' then
+  return 0
+end
+redis.call('HDEL', KEYS[1], ARGV[2])
+return 1
+`)
+
+// takeoverLiveHolder returns the turn's holder when its instance is alive:
+// not tombstoned, its last beat within after, the turn in its hash.
+//
+// KEYS: holder:<task>, workers
+// ARGV: task, after_ms, prefix
+var takeoverLiveHolder = redis.NewScript(`
+local cur = redis.call('GET', KEYS[1])
+if not cur then return false end
+local sep = string.find(cur, '\n', 1, true)
+if not sep then return false end
+local inst = string.sub(cur, 1, sep - 1)
+if redis.call('EXISTS', ARGV[3] .. 'takeover:dead:' .. inst) == 1 then return false end
+local s = redis.call('ZSCORE', KEYS[2], inst)
+if not s then return false end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if tonumber(s) < now - tonumber(ARGV[2]) then return false end
+if redis.call('HEXISTS', ARGV[3] .. 'takeover:turns:' .. inst, ARGV[1]) == 0 then return false end
+return cur
 `)
 
 // takeoverClaim claims a dead worker: only when its last beat is still
@@ -114,28 +210,47 @@ type Beat struct {
 	Turns int
 	// Stale are the other workers whose last beat is older than after.
 	Stale []string
+	// Taken are the worker's turns that another runner registered since
+	// the last beat: the runners to stop.
+	Taken []Holder
+}
+
+// Holder is a runner of a turn.
+type Holder struct {
+	TaskID   string
+	Instance string // "" in Beat.Taken: the beating worker
+	Runner   string
 }
 
 // Beat records instance's beat and lists the stale workers.
 func (s *Takeover) Beat(ctx context.Context, instance string, after time.Duration) (Beat, error) {
 	k := s.keys
-	v, err := takeoverBeat.Run(ctx, s.rdb, []string{k.TakeoverWorkers(), k.TakeoverDead(instance), k.TakeoverTurns(instance)},
-		instance, after.Milliseconds()).Slice()
+	v, err := takeoverBeat.Run(ctx, s.rdb, []string{k.TakeoverWorkers(), k.TakeoverDead(instance), k.TakeoverTurns(instance),
+		k.TakeoverLost(instance)}, instance, after.Milliseconds()).Slice()
 	if err != nil {
 		return Beat{}, err
 	}
 	if len(v) == 1 {
 		return Beat{Tombstoned: true}, nil
 	}
-	if len(v) < 2 {
+	if len(v) != 4 {
 		return Beat{}, fmt.Errorf("store: takeover beat: unexpected reply %v", v)
 	}
 	had, _ := v[0].(int64)
 	n, _ := v[1].(int64)
 	b := Beat{Lost: had == 0, Turns: int(n)}
-	for _, x := range v[2:] {
+	stale, _ := v[2].([]any)
+	for _, x := range stale {
 		if id, ok := x.(string); ok {
 			b.Stale = append(b.Stale, id)
+		}
+	}
+	lost, _ := v[3].([]any)
+	for _, x := range lost {
+		if e, ok := x.(string); ok {
+			if task, runner, ok := strings.Cut(e, "\n"); ok {
+				b.Taken = append(b.Taken, Holder{TaskID: task, Runner: runner})
+			}
 		}
 	}
 	return b, nil
@@ -161,64 +276,105 @@ func (s *Takeover) Claim(ctx context.Context, instance, claimer string, after, t
 	return turns, true, nil
 }
 
-// Register notes that instance runs the turn taskID (entry: its JSON).
-func (s *Takeover) Register(ctx context.Context, instance, taskID string, entry []byte) error {
-	return s.rdb.HSet(ctx, s.keys.TakeoverTurns(instance), taskID, entry).Err()
+// Registration is one runner's registration of a turn.
+type Registration struct {
+	Instance, TaskID, Runner string
+	Entry                    []byte // its registry entry (JSON, package queue's)
+	// HolderTTL bounds the turn's holder key (a runner that ends without
+	// its unregistration leaves it that long); LostTTL the lost set's.
+	HolderTTL, LostTTL time.Duration
+	// After: a holder whose last beat is older is not alive (the takeover
+	// delay; RegisterAll's test).
+	After time.Duration
 }
 
-// RegisterOp is Register as an op of a writer's round trip.
-func (s *Takeover) RegisterOp(instance, taskID string, entry []byte) Op {
-	return s.hashOp(func(ctx context.Context, p redis.Pipeliner) redis.Cmder {
-		return p.HSet(ctx, s.keys.TakeoverTurns(instance), taskID, entry)
+func (s *Takeover) registerArgs(r Registration, take bool) []any {
+	t := 0
+	if take {
+		t = 1
+	}
+	return append(takeoverRegister.Args(3, 9), s.keys.TakeoverTurns(r.Instance), s.keys.TakeoverHolder(r.TaskID),
+		s.keys.TakeoverWorkers(), r.Instance, r.TaskID, r.Entry, r.Runner, t, r.HolderTTL.Milliseconds(),
+		r.LostTTL.Milliseconds(), s.keys.Prefix, r.After.Milliseconds())
+}
+
+// Register registers r now (see RegisterOp).
+func (s *Takeover) Register(ctx context.Context, r Registration) error {
+	return takeoverRegister.Call(ctx, s.rdb, s.registerArgs(r, true)).Err()
+}
+
+// RegisterOp registers r as an op of a writer's round trip: r's runner
+// holds the turn from then on, and a runner that held it before is told
+// (its instance's next beat: Beat.Taken).
+// ran is told once the op ran (written or not).
+func (s *Takeover) RegisterOp(r Registration, ran func()) Op {
+	return ScriptOp(takeoverRegister, s.registerArgs(r, true), func(c *redis.Cmd) error {
+		ran()
+		return c.Err()
 	})
 }
 
 // UnregisterOp is Unregister as an op of a turn's last round trip; done is
 // told when it was written.
-func (s *Takeover) UnregisterOp(instance, taskID string, done func()) Op {
-	op := s.hashOp(func(ctx context.Context, p redis.Pipeliner) redis.Cmder {
-		return p.HDel(ctx, s.keys.TakeoverTurns(instance), taskID)
+func (s *Takeover) UnregisterOp(instance, taskID, runner string, done func()) Op {
+	return ScriptOp(takeoverUnregister, s.unregisterArgs(instance, taskID, runner), func(c *redis.Cmd) error {
+		err := c.Err()
+		if err == nil {
+			done()
+		}
+		return err
 	})
-	return func(ctx context.Context, p redis.Pipeliner, sha bool) func() error {
-		finish := op(ctx, p, sha)
-		return func() error {
-			err := finish()
-			if err == nil {
-				done()
-			}
-			return err
-		}
-	}
 }
 
-// hashOp queues one command (in the round trip's first pass only: a second
-// pass is for scripts Redis did not know).
-func (s *Takeover) hashOp(cmd func(context.Context, redis.Pipeliner) redis.Cmder) Op {
-	return func(ctx context.Context, p redis.Pipeliner, sha bool) func() error {
-		if !sha {
-			return func() error { return nil }
-		}
-		c := cmd(ctx, p)
-		return func() error { return c.Err() }
-	}
+func (s *Takeover) unregisterArgs(instance, taskID, runner string) []any {
+	return append(takeoverUnregister.Args(2, 3), s.keys.TakeoverTurns(instance), s.keys.TakeoverHolder(taskID),
+		instance, taskID, runner)
 }
 
-// RegisterAll writes every turn of instance (field → entry) again, after
-// the registry was lost.
-func (s *Takeover) RegisterAll(ctx context.Context, instance string, turns map[string][]byte) error {
+// RegisterAll registers the turns again (the registry lost them, or their
+// registration did not reach it), each unless another runner that is
+// alive holds it now: those are returned (held[i]: turns[i] was not
+// registered), for their runners to stop.
+func (s *Takeover) RegisterAll(ctx context.Context, turns []Registration) (held []bool, err error) {
 	if len(turns) == 0 {
-		return nil
+		return nil, nil
 	}
-	args := make([]any, 0, 2*len(turns))
-	for id, e := range turns {
-		args = append(args, id, e)
+	held = make([]bool, len(turns))
+	ops := make([]Op, len(turns))
+	for i, r := range turns {
+		ops[i] = ScriptOp(takeoverRegister, s.registerArgs(r, false), func(c *redis.Cmd) error {
+			n, err := c.Int()
+			held[i] = err == nil && n == 0
+			return err
+		})
 	}
-	return s.rdb.HSet(ctx, s.keys.TakeoverTurns(instance), args...).Err()
+	for _, e := range Run(ctx, s.rdb, ops) {
+		if e != nil {
+			err = e
+		}
+	}
+	return held, err
 }
 
-// Unregister notes that instance no longer runs taskID.
-func (s *Takeover) Unregister(ctx context.Context, instance, taskID string) error {
-	return s.rdb.HDel(ctx, s.keys.TakeoverTurns(instance), taskID).Err()
+// Unregister notes that instance's runner no longer runs taskID.
+func (s *Takeover) Unregister(ctx context.Context, instance, taskID, runner string) error {
+	return takeoverUnregister.Call(ctx, s.rdb, s.unregisterArgs(instance, taskID, runner)).Err()
+}
+
+// LiveHolder returns the runner that holds the turn taskID when its
+// instance is alive (beat within after, not tombstoned, the turn in its
+// hash); ok false otherwise.
+func (s *Takeover) LiveHolder(ctx context.Context, taskID string, after time.Duration) (h Holder, ok bool, err error) {
+	v, err := takeoverLiveHolder.Run(ctx, s.rdb, []string{s.keys.TakeoverHolder(taskID), s.keys.TakeoverWorkers()},
+		taskID, after.Milliseconds(), s.keys.Prefix).Text()
+	if errors.Is(err, redis.Nil) {
+		return Holder{}, false, nil
+	}
+	if err != nil {
+		return Holder{}, false, err
+	}
+	inst, runner, _ := strings.Cut(v, "\n")
+	return Holder{TaskID: taskID, Instance: inst, Runner: runner}, true, nil
 }
 
 // Leave takes instance out of the registry (a graceful stop: its turns

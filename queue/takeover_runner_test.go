@@ -1,0 +1,161 @@
+package queue
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/lettaq/lettaq/queue/internal/store"
+)
+
+// One runner of a turn at a time. A worker killed mid-turn while no other
+// worker was up: the first worker to start runs the turn's task at once
+// (Asynq's recovery), and its watcher, eligible a TakeoverAfter later,
+// claims the dead worker. The claim does not take the running turn over; a
+// takeover that was made all the same (the claim came first) does not
+// start while the recovered runner is alive; and a runner that another
+// registered after it stops, at its worker's next beat or at its next
+// fencing check, not only at its start.
+func TestTakeoverRecoveredTurnNotRunTwice(t *testing.T) {
+	e := newTakeoverEnv(t)
+	a, b := e.worker("A", 2*time.Second), e.worker("B", 2*time.Second)
+	ctx := context.Background()
+	e.deadWorker("D/6", 62*time.Second, "turn-6")
+	a.tk.tick(ctx)
+	b.tk.tick(ctx)
+	newRunner := func(w *Worker, runner, from string, retried int) *turn {
+		tr := &turn{w: w, taskID: "turn-6", queue: e.queue, runner: runner, asynqRetried: retried, takenOverFrom: from,
+			log: w.log, actx: ctx}
+		tr.progress = w.writer.newProgress(Conversation{Integration: "test", ChatID: "turn-6"}, func(error) {})
+		tr.cancel = func(error) {}
+		return tr
+	}
+	start := func(tr *turn) {
+		tr.register(ctx)
+		tr.progress.flush(ctx) // the registration goes with the attempt's first writes
+	}
+
+	// Asynq's recovery runs the original on A.
+	orig := newRunner(a, "turn-6", "", 1)
+	if orig.continuedElsewhere(ctx) {
+		t.Fatal("the recovered original ends, with no other runner")
+	}
+	start(orig)
+	a.tk.tick(ctx)
+	if orig.fenced.Load() {
+		t.Fatal("the only runner of the turn was stopped")
+	}
+
+	// A's watcher is eligible and claims the dead worker.
+	primeEligible(a.tk)
+	a.tk.tick(ctx)
+	if dead, _ := e.st.Tombstoned(ctx, "D/6"); !dead {
+		t.Fatal("the dead worker was not claimed")
+	}
+	if n := len(e.takeoverTasks()); n != 0 {
+		t.Errorf("%d takeover tasks for a turn that runs on a live worker, want 0", n)
+	}
+
+	// A takeover made before the original registered does not start.
+	tko := newRunner(b, takeoverTaskID("D/6", "turn-6"), "D/6", 0)
+	if !tko.continuedElsewhere(ctx) {
+		t.Error("a takeover starts while the recovered original runs")
+	}
+
+	// One that registers all the same stops the original at A's next beat.
+	start(tko)
+	a.tk.tick(ctx)
+	if !orig.fenced.Load() {
+		t.Fatal("the original goes on after another runner registered the turn")
+	}
+	b.tk.tick(ctx)
+	if tko.fenced.Load() {
+		t.Fatal("the newest runner was stopped")
+	}
+
+	// Another runner on A takes the turn: B's takeover learns it at its
+	// next fencing check (its last good beat old: it asks Redis).
+	other := newRunner(a, takeoverTaskID("D/7", "turn-6"), "D/7", 0)
+	start(other)
+	tko.tkEpoch.lastOK.Store(int64(b.tk.now() - 2*time.Second))
+	if !tko.takenOver(ctx) {
+		t.Fatal("a runner whose turn another registered goes on writing")
+	}
+	if other.takenOver(ctx) {
+		t.Fatal("the newest runner is fenced")
+	}
+	// Their ends leave nothing registered.
+	for _, tr := range []*turn{orig, tko, other} {
+		tr.unregister()
+	}
+	if n := e.rdb.Exists(ctx, e.prefix+"takeover:holder:turn-6", e.prefix+"takeover:turns:"+a.tk.current().id,
+		e.prefix+"takeover:turns:"+b.tk.current().id).Val(); n != 0 {
+		t.Fatalf("%d registry keys left after every runner ended", n)
+	}
+}
+
+// A running turn whose registration did not reach Redis is written back at
+// its worker's next beat, taking the turn from a holder that is not alive
+// (the dead worker whose turn Asynq recovered): a claim of that worker
+// then does not take it over. From a live holder it takes nothing.
+func TestTakeoverRegisterAgainTakesFromDeadHolder(t *testing.T) {
+	e := newTakeoverEnv(t)
+	a, b := e.worker("A", 2*time.Second), e.worker("B", 2*time.Second)
+	ctx := context.Background()
+	e.deadWorker("D/8", 62*time.Second, "turn-8")
+	a.tk.tick(ctx)
+	b.tk.tick(ctx)
+	// Asynq's recovery runs the turn on A; its registration was lost.
+	orig := &turn{w: a, taskID: "turn-8", queue: e.queue, runner: "turn-8", asynqRetried: 1, log: a.log, actx: ctx,
+		tkEpoch: a.tk.current()}
+	a.tk.turns[orig] = struct{}{}
+	a.tk.tick(ctx)
+	if !e.rdb.HExists(ctx, e.prefix+"takeover:turns:"+a.tk.current().id, "turn-8").Val() {
+		t.Fatal("the running turn was not written back while its holder is a dead worker")
+	}
+	if e.rdb.HExists(ctx, e.prefix+"takeover:turns:D/8", "turn-8").Val() {
+		t.Fatal("the dead worker still lists the turn: a claim would take it over")
+	}
+	// B, whose registration of the turn was lost too, takes nothing from A,
+	// and stops its runner.
+	other := &turn{w: b, taskID: "turn-8", queue: e.queue, runner: "turn-8", log: b.log, actx: ctx, tkEpoch: b.tk.current()}
+	b.tk.turns[other] = struct{}{}
+	b.tk.tick(ctx)
+	if e.rdb.HExists(ctx, e.prefix+"takeover:turns:"+b.tk.current().id, "turn-8").Val() {
+		t.Fatal("a written-back registration took the turn from a live runner")
+	}
+	if !other.fenced.Load() || orig.fenced.Load() {
+		t.Fatalf("runner stopped: the one without the turn %v, the holder %v; want true, false", other.fenced.Load(), orig.fenced.Load())
+	}
+}
+
+// A turn whose registration waits for its attempt's next round trip is not
+// written back by a beat meanwhile (each beat would write every running
+// turn again while turns start): its own round trip registers it.
+func TestTakeoverPendingRegistrationNotWrittenBack(t *testing.T) {
+	e := newTakeoverEnv(t)
+	w := e.worker("A", 2*time.Second)
+	ctx := context.Background()
+	w.tk.tick(ctx)
+	// The writer's round trips wait for gate.
+	gate := make(chan struct{})
+	exec := w.writer.exec
+	w.writer.exec = func(ctx context.Context, ops []store.Op) []error {
+		<-gate
+		return exec(ctx, ops)
+	}
+	tr := &turn{w: w, taskID: "turn-p", queue: e.queue, runner: "turn-p", log: w.log, actx: ctx}
+	tr.progress = w.writer.newProgress(Conversation{Integration: "test", ChatID: "p"}, func(error) {})
+	tr.register(ctx)
+	turns := e.prefix + "takeover:turns:" + w.tk.current().id
+	w.tk.tick(ctx)
+	if e.rdb.HExists(ctx, turns, "turn-p").Val() {
+		t.Fatal("a beat wrote back a turn whose registration waits for its round trip")
+	}
+	close(gate)
+	tr.progress.flush(ctx)
+	if !e.rdb.HExists(ctx, turns, "turn-p").Val() {
+		t.Fatal("the turn's round trip did not register it")
+	}
+	tr.unregister()
+}
