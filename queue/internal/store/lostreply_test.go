@@ -115,3 +115,35 @@ func TestLostReplyParkTakeSaysWoken(t *testing.T) {
 		t.Fatalf("a second take = %+v, %v; want none", tk, err)
 	}
 }
+
+// A beat whose reply is lost after Redis ran it, sent again, still tells
+// the worker the turns another runner took from it (the first run emptied
+// the lost set: the worker kept running them beside their new runner) and
+// that the registry had lost it.
+func TestLostReplyBeatTellsTaken(t *testing.T) {
+	p, rdb, direct, k := lostReply(t)
+	ctx := context.Background()
+	st := NewTakeover(rdb, k)
+	other := NewTakeover(direct, k)
+	reg := func(s *Takeover, inst, runner string) {
+		t.Helper()
+		if err := s.Register(ctx, Registration{Instance: inst, TaskID: "t1", Runner: runner, Entry: []byte(`{}`),
+			HolderTTL: time.Minute, LostTTL: time.Minute, After: time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reg(other, "me", "r1")
+	reg(other, "you", "r2") // takes t1 from me
+	f := p.DropReply(scriptOn(k.TakeoverLost("me")))
+	b, err := st.Beat(ctx, "me", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fired(t, f)
+	if len(b.Taken) != 1 || b.Taken[0].TaskID != "t1" || !b.Lost {
+		t.Fatalf("beat with its reply lost = %+v; want t1 taken, and the registry lost", b)
+	}
+	if b, err := st.Beat(ctx, "me", time.Hour); err != nil || len(b.Taken) != 0 || b.Lost {
+		t.Fatalf("the next beat = %+v, %v; want nothing taken, not lost", b, err)
+	}
+}

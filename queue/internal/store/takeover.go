@@ -22,6 +22,7 @@ import (
 //	P takeover:turns:<instance> HASH  field: a turn's task id; value: its TakeoverEntry (JSON, package queue's)
 //	P takeover:dead:<instance>  STRING the tombstone of a claimed worker (value: the claimer and the claim's token)
 //	P takeover:claimed:<instance> HASH the claimed worker's turns, kept a minute for the claim sent again
+//	P takeover:beat:<instance>  STRING JSON [token, had, lost]: what the last beat that found something found, a minute
 //	P takeover:taken:<task id>  STRING the runner (Asynq task id) of the turn's newest takeover
 //	P takeover:holder:<task id> STRING who runs the turn: "<instance>\n<runner>" (the newest registration)
 //	P takeover:lost:<instance>  SET    "<task id>\n<runner>" of the instance's turns that another runner registered since
@@ -49,6 +50,10 @@ func (k Keys) TakeoverClaimed(instance string) string {
 	return k.Prefix + "takeover:claimed:" + instance
 }
 
+// TakeoverBeatMemo keeps a minute what a worker instance's last beat found
+// (see takeoverBeat).
+func (k Keys) TakeoverBeatMemo(instance string) string { return k.Prefix + "takeover:beat:" + instance }
+
 // TakeoverHolder names the instance and runner that run a turn now.
 func (k Keys) TakeoverHolder(taskID string) string { return k.Prefix + "takeover:holder:" + taskID }
 
@@ -60,25 +65,41 @@ func (k Keys) TakenOver(taskID string) string { return k.Prefix + "takeover:take
 
 // takeoverBeat records a worker's beat and returns the workers whose last
 // beat is older than the takeover delay, and the turns another runner took
-// from it since its last beat.
+// from it since its last beat. A beat that found the registry without it,
+// or took turns out of its lost set, keeps what it found a minute in
+// beat:<me> with the call's token: a call sent again (its reply lost after
+// it ran: go-redis retries) says the same, instead of "nothing taken" (the
+// worker would keep running turns that have a new runner) and "not lost"
+// (it would not write its turns back).
 //
-// KEYS: workers, dead:<me>, turns:<me>, lost:<me>
-// ARGV: me, after_ms
+// KEYS: workers, dead:<me>, turns:<me>, lost:<me>, beat:<me>
+// ARGV: me, after_ms, token
 // Returns {-1} when me is tombstoned (nothing written); else {1 when me had
 // a score before (0: the registry lost it), HLEN turns:<me>, {stale...},
 // {lost...}}.
 var takeoverBeat = redis.NewScript(`
 if redis.call('EXISTS', KEYS[2]) == 1 then return {-1} end
+local had, lost
+local memo = redis.call('GET', KEYS[5])
+if memo then
+  local v = cjson.decode(memo)
+  if v[1] == ARGV[3] then had = v[2]; lost = v[3] end
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local had = redis.call('ZSCORE', KEYS[1], ARGV[1]) and 1 or 0
+if not had then
+  had = redis.call('ZSCORE', KEYS[1], ARGV[1]) and 1 or 0
+  lost = redis.call('SMEMBERS', KEYS[4])
+  if #lost > 0 then redis.call('DEL', KEYS[4]) end
+  if had == 0 or #lost > 0 then
+    redis.call('SET', KEYS[5], cjson.encode({ARGV[3], had, lost}), 'PX', 60000)
+  end
+end
 redis.call('ZADD', KEYS[1], now, ARGV[1])
 local stale = {}
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. (now - tonumber(ARGV[2])), 'LIMIT', 0, 100)) do
   if id ~= ARGV[1] then stale[#stale + 1] = id end
 end
-local lost = redis.call('SMEMBERS', KEYS[4])
-if #lost > 0 then redis.call('DEL', KEYS[4]) end
 return {had, redis.call('HLEN', KEYS[3]), stale, lost}
 `)
 
@@ -226,7 +247,7 @@ type Holder struct {
 func (s *Takeover) Beat(ctx context.Context, instance string, after time.Duration) (Beat, error) {
 	k := s.keys
 	v, err := takeoverBeat.Run(ctx, s.rdb, []string{k.TakeoverWorkers(), k.TakeoverDead(instance), k.TakeoverTurns(instance),
-		k.TakeoverLost(instance)}, instance, after.Milliseconds()).Slice()
+		k.TakeoverLost(instance), k.TakeoverBeatMemo(instance)}, instance, after.Milliseconds(), uuid.NewString()).Slice()
 	if err != nil {
 		return Beat{}, err
 	}
