@@ -41,6 +41,8 @@
 //	P lock:{K}            HASH   task, token (one per Acquire), holder; PX lease
 //	P merged:{K}:<task>   STRING head task id the task was merged into; PX MergedTTL
 //	P group:{K}:<head>    LIST   the tasks merged into head, in order; PX MergedTTL
+//	P group:{K}:<head>:take  STRING JSON [token, task…]: the last TakeFollowers call that
+//	                      took any, and what it took (a call sent again returns it); PX MergedTTL
 //	P done:{K}:<task>     STRING "1": the task's turn finished; PX DoneTTL
 //
 // Every key of one conversation carries the hash tag {K}, so all of them

@@ -427,13 +427,15 @@ func (s *Sequencer) Holder(ctx context.Context, key string) (taskID, holder stri
 // as merged into headTaskID, so that the head's turn sends their texts with
 // its own, as one user message. It returns them in line order. headTaskID
 // must be the head (ErrNotHead otherwise); call it while holding its lease.
-// max ≤ 0 takes nothing.
+// max ≤ 0 takes nothing. A call sent again by the client after its reply
+// was lost returns what it took (each call carries a token of its own).
 func (s *Sequencer) TakeFollowers(ctx context.Context, key, headTaskID string, max int) ([]string, error) {
 	if err := checkKey(key); err != nil {
 		return nil, err
 	}
-	res, err := takeLua.Run(ctx, s.rdb, []string{s.lineKey(key), s.groupKey(key, headTaskID)},
-		headTaskID, max, s.cfg.MergedTTL.Milliseconds(), s.mergedPrefix(key)).Slice()
+	group := s.groupKey(key, headTaskID)
+	res, err := takeLua.Run(ctx, s.rdb, []string{s.lineKey(key), group, group + ":take"},
+		headTaskID, max, s.cfg.MergedTTL.Milliseconds(), s.mergedPrefix(key), uuid.NewString()).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("ordering: take followers of %s on %q: %w", headTaskID, key, err)
 	}

@@ -152,10 +152,19 @@ local h = redis.call('ZRANGE', KEYS[1], 0, 0)
 return {h[1] or '', ours}
 `)
 
-// takeLua: KEYS[1]=line, KEYS[2]=group list of head; ARGV[1]=head,
-// ARGV[2]=max, ARGV[3]=ttlMs, ARGV[4]=merged key prefix (ends with ':').
+// takeLua: KEYS[1]=line, KEYS[2]=group list of head, KEYS[3]=the head's
+// last take; ARGV[1]=head, ARGV[2]=max, ARGV[3]=ttlMs, ARGV[4]=merged key
+// prefix (ends with ':'), ARGV[5]=the call's token.
 // Returns {'nothead', head} or {'ok', follower...}.
+// A call sent again (its reply lost after it ran: go-redis retries) finds
+// its token in the last take and returns what it took then, instead of
+// taking nothing more (its followers, marked merged, would be lost).
 var takeLua = redis.NewScript(`
+local last = redis.call('GET', KEYS[3])
+if last then
+  local v = cjson.decode(last)
+  if v[1] == ARGV[5] then return {'ok', unpack(v, 2)} end
+end
 local h = redis.call('ZRANGE', KEYS[1], 0, 0)
 if h[1] ~= ARGV[1] then return {'nothead', h[1] or ''} end
 local n = tonumber(ARGV[2])
@@ -168,5 +177,8 @@ for _, t in ipairs(f) do
   redis.call('RPUSH', KEYS[2], t)
 end
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
+local taken = {ARGV[5]}
+for _, t in ipairs(f) do taken[#taken + 1] = t end
+redis.call('SET', KEYS[3], cjson.encode(taken), 'PX', ARGV[3])
 return {'ok', unpack(f)}
 `)

@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -178,7 +179,8 @@ func (c *Client) TaskOptions(taskID string) []asynq.Option {
 // call put in the line leaves it again (a duplicate's place is the
 // original's, and stays); if the join fails, nothing is enqueued.
 func (c *Client) Enqueue(ctx context.Context, m Message) (EnqueueResult, error) {
-	if m.EnqueuedAt.IsZero() {
+	stamped := m.EnqueuedAt.IsZero() // the payload is this call's alone (its time)
+	if stamped {
 		m.EnqueuedAt = c.cfg.Now().UTC()
 	}
 	b, err := EncodePayload(m)
@@ -204,7 +206,10 @@ func (c *Client) Enqueue(ctx context.Context, m Message) (EnqueueResult, error) 
 	_, err = c.ac.EnqueueContext(ctx, asynq.NewTask(TaskType, b), opts...)
 	switch {
 	case errors.Is(err, asynq.ErrTaskIDConflict):
-		res.Duplicate = true
+		// An enqueue whose reply was lost after it ran, sent again by
+		// go-redis, conflicts with itself: the task then holds this very
+		// call's payload.
+		res.Duplicate = !stamped || !c.holdsPayload(id, b)
 	case err != nil:
 		if joined {
 			c.leaveLine(ctx, key, id)
@@ -224,6 +229,14 @@ func (c *Client) Enqueue(ctx context.Context, m Message) (EnqueueResult, error) 
 			TaskID: id, Otid: res.Otid, MessageID: m.MessageID, Position: max(res.Position, 0)})
 	}
 	return res, nil
+}
+
+// holdsPayload reports whether the task id holds payload b.
+func (c *Client) holdsPayload(id string, b []byte) bool {
+	insp, done := c.inspector()
+	defer done()
+	info, err := insp.GetTaskInfo(c.cfg.Queue, id)
+	return err == nil && bytes.Equal(info.Payload, b)
 }
 
 // leaveLine undoes the join of an Enqueue whose enqueue failed: the task

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -181,7 +182,8 @@ type RepliesOptions struct {
 	Prefix string
 	// MaxLen caps each conversation stream (XADD MAXLEN ~); default 10,000.
 	MaxLen int64
-	// TTL of the per-turn keys (answered marker, seq counter); default 7 days.
+	// TTL of the per-turn keys (answered marker, seq counter, emitted
+	// marks); default 7 days.
 	TTL time.Duration
 	// StreamTTL, when > 0, expires a conversation's stream that long after
 	// its last event. Default 0: streams are only capped by MaxLen.
@@ -428,6 +430,27 @@ type preparedEvent struct {
 	// busy: a progress's reusable event (progress.beat) is queued or
 	// being written. Guarded by the writer's mu.
 	busy bool
+	// The event's write key (see store.ReplyEmitMany): its attempt's
+	// token and its number there (set when it is queued, in queue order),
+	// and the attempt's seq floor, raised by each event written.
+	wtok  any
+	wn    int64
+	floor *seqFloor
+}
+
+// seqFloor is the highest seq an attempt's writer was told for its turn:
+// its next event never takes a lower one, even after Redis lost its last
+// writes (see store.ReplyEmitMany).
+type seqFloor struct{ v atomic.Int64 }
+
+// raise makes the floor at least seq.
+func (f *seqFloor) raise(seq int64) {
+	for {
+		cur := f.v.Load()
+		if seq <= cur || f.v.CompareAndSwap(cur, seq) {
+			return
+		}
+	}
 }
 
 // eventHead is the front of an event's arguments to store.ReplyEmitMany
@@ -437,7 +460,7 @@ type eventHead = store.Head
 // appendArgs appends pe's ARGV of store.ReplyEmitMany to args: the flag, the
 // type, the head's pairs, time and data.
 func (pe *preparedEvent) appendArgs(args []any) []any {
-	return store.AppendEventArgs(args, pe.head, typeArg(pe.typ), pe.at, pe.data)
+	return store.AppendEventArgs(args, pe.head, pe)
 }
 
 // Encoded is pe for store.EmitManyOp.
@@ -452,9 +475,20 @@ func (pe *preparedEvent) Emitted(ok int64, id string, seq int64, msg string) {
 	switch {
 	case pe.written:
 		pe.id, pe.seq = id, seq
+		if pe.floor != nil {
+			pe.floor.raise(seq)
+		}
 	case ok == -1:
 		pe.writeErr = &eventWriteError{typ: pe.typ, msg: msg}
 	}
+}
+
+// WriteKey is pe's write key, for store.EmitManyOp.
+func (pe *preparedEvent) WriteKey() (token any, n, floor int64) {
+	if pe.floor != nil {
+		floor = pe.floor.v.Load()
+	}
+	return pe.wtok, pe.wn, floor
 }
 
 // WriteErr is pe's own error in a call that wrote the others, for

@@ -195,7 +195,7 @@ func TestHeartbeatPrepareAllocs(t *testing.T) {
 	if head != second {
 		t.Error("an answer delta after a phase made a new head")
 	}
-	if args := pe.appendArgs(nil); len(args) != 15 || args[1] != "type" || args[2] != "answer_delta" || args[9] != "message_id" || args[11] != "time" {
+	if args := pe.appendArgs(nil); len(args) != 18 || args[4] != "type" || args[5] != "answer_delta" || args[12] != "message_id" || args[14] != "time" {
 		t.Errorf("event args %v", args)
 	}
 }

@@ -21,7 +21,8 @@ import (
 //
 //	lettaq:journal:turn:<task_id>     STRING  the TurnRecord as one JSON value (SET … PX)
 //	lettaq:journal:intents:<task_id>  LIST    one JSON Intent per attempt that meant to
-//	                                          send, oldest first (RPUSH, never rewritten)
+//	                                          send, oldest first (appended once each, by
+//	                                          store.IntentPush; never rewritten)
 //	lettaq:journal:otid:<otid>        STRING  the task id of the turn with that otid
 //	lettaq:journal:idx:recent         ZSET    every turn: member task id, score = turn
 //	                                          time in Unix ms (EnqueuedAt, else first start,

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/lettaq/lettaq/queue/internal/store"
 	"github.com/redis/go-redis/v9"
 )
@@ -117,6 +119,21 @@ type progress struct {
 	// once it is written (!beat.busy): a thinking turn's beats allocate
 	// little more than their time and data fields.
 	beat *preparedEvent
+
+	// The attempt's write keys (see store.ReplyEmitMany): its token, the
+	// number of its last queued event (guarded by wr.mu), and its seq
+	// floor. An event's number is given when it is queued, so numbers grow
+	// in the order the writer sends the events.
+	wtok  any
+	lastN int64
+	floor seqFloor
+}
+
+// keyLocked gives pe its write key: the attempt's token and the next
+// number.
+func (p *progress) keyLocked(pe *preparedEvent) {
+	p.lastN++
+	pe.wtok, pe.wn, pe.floor = p.wtok, p.lastN, &p.floor
 }
 
 // progressItem is an event, or other writes (op), or neither (a bare
@@ -163,7 +180,7 @@ type barrier struct {
 }
 
 func (wr *writer) newProgress(c Conversation, failed func(error)) *progress {
-	return &progress{wr: wr, conv: c, failed: failed}
+	return &progress{wr: wr, conv: c, failed: failed, wtok: uuid.NewString()}
 }
 
 // push queues ev for writing; it never waits on Redis.
@@ -201,6 +218,7 @@ func (p *progress) pushEvent(ev ReplyEvent, lazy bool) {
 		}
 		p.dropOne()
 	}
+	p.keyLocked(pe)
 	p.queue = append(p.queue, progressItem{ev: pe})
 	if lazy {
 		p.scheduleLazyLocked()
@@ -253,6 +271,7 @@ func (p *progress) pushOnce(ev ReplyEvent, marker string) {
 		p.dropped++
 		return
 	}
+	p.keyLocked(pe)
 	p.queue = append(p.queue, progressItem{ev: pe})
 	p.scheduleLocked()
 }
@@ -430,6 +449,7 @@ func (p *progress) doThen(ctx context.Context, then func(error), evs []*prepared
 		p.supersedeLocked()
 	}
 	for _, pe := range evs {
+		p.keyLocked(pe)
 		p.queue = append(p.queue, progressItem{ev: pe, bar: b})
 	}
 	for _, op := range ops {

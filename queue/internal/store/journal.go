@@ -59,45 +59,29 @@ func (j *Journal) OtidTask(ctx context.Context, otid string) (string, error) {
 }
 
 // IntentOp appends taskID's intent b and reads the list: the intents
-// before b are those ahead of the place RPUSH gave it, which read gets. Of
-// two racing attempts exactly one thus sees the other's intent, without a
-// script (RPUSH is atomic, and the list only grows: nothing but the
-// retention removes an intent).
+// before b are those ahead of its place, which read gets. Of two racing
+// attempts exactly one thus sees the other's intent (IntentPush is atomic,
+// and the list only grows: nothing but the retention removes an intent).
+// The push is idempotent (see IntentPush): sent again after its reply was
+// lost, it finds b in the list and reads the intents ahead of it, not b.
 func (j *Journal) IntentOp(taskID string, b []byte, read func(prior []string) error) Op {
-	key := j.Keys.JournalIntents(taskID)
-	return func(ctx context.Context, p redis.Pipeliner, _ bool) func() error {
-		push := p.RPush(ctx, key, b)
-		exp := p.PExpire(ctx, key, j.Retention)
-		list := p.LRange(ctx, key, 0, -1)
-		return func() error {
-			n, err := push.Result()
-			if err == nil {
-				err = exp.Err()
-			}
-			var raw []string
-			if err == nil {
-				raw, err = list.Result()
-			}
-			if err == nil && int64(len(raw)) < n {
-				err = fmt.Errorf("the list has %d entries after the push made it %d", len(raw), n)
-			}
-			if err != nil {
-				return fmt.Errorf("queue: record intent for task %s: %w", taskID, err)
-			}
-			return read(raw[:n-1])
+	args := IntentPush.Args(1, 2)
+	args = append(args, j.Keys.JournalIntents(taskID), b, j.ttlArg)
+	return ScriptOp(IntentPush, args, func(c *redis.Cmd) error {
+		raw, err := c.StringSlice()
+		if err != nil {
+			return fmt.Errorf("queue: record intent for task %s: %w", taskID, err)
 		}
-	}
+		return read(raw)
+	})
 }
 
-// AppendIntent appends b to taskID's intents (a refusal: nothing read).
+// AppendIntent appends b to taskID's intents (a refusal: nothing read),
+// once (IntentPush).
 func (j *Journal) AppendIntent(ctx context.Context, taskID string, b []byte) error {
-	key := j.Keys.JournalIntents(taskID)
-	_, err := j.RDB.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.RPush(ctx, key, b)
-		p.PExpire(ctx, key, j.Retention)
-		return nil
-	})
-	return err
+	args := IntentPush.Args(1, 2)
+	args = append(args, j.Keys.JournalIntents(taskID), b, j.ttlArg)
+	return IntentPush.Call(ctx, j.RDB, args).Err()
 }
 
 // Intents returns the intents recorded for taskID, oldest first.

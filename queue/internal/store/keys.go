@@ -18,6 +18,12 @@ func (k Keys) Replies(integration, chatID string) string {
 // Seq is the counter of a task's reply events.
 func (k Keys) Seq(taskID string) string { return k.Prefix + "seq:" + taskID }
 
+// Emitted records, per writer of a task's events (an attempt, or one
+// Replies.Emit call), the last event it wrote: its number, entry id and
+// seq (a hash), so that an event sent again (its reply lost, the client
+// retried) is not written twice.
+func (k Keys) Emitted(taskID string) string { return k.Prefix + "emitted:" + taskID }
+
 // Answered marks that a task's final event is written.
 func (k Keys) Answered(taskID string) string { return k.Prefix + "answered:" + taskID }
 

@@ -9,6 +9,7 @@ func TestKeys(t *testing.T) {
 	for _, c := range []struct{ got, want string }{
 		{k.Replies("tg", "42"), "p:replies:tg:42"},
 		{k.Seq("t"), "p:seq:t"},
+		{k.Emitted("t"), "p:emitted:t"},
 		{k.Answered("t"), "p:answered:t"},
 		{k.Accepted("t"), "p:accepted:t"},
 		{k.JournalTurn("t"), "p:journal:turn:t"},

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -67,6 +68,10 @@ type Parked struct {
 // ParkKey is the parking record of taskID.
 func (k Keys) ParkKey(taskID string) string { return k.Prefix + "park:" + taskID }
 
+// ParkTook keeps a minute what the last Take of taskID's record found
+// (see parkTake).
+func (k Keys) ParkTook(taskID string) string { return k.Prefix + "park:took:" + taskID }
+
 // ParkWaiters lists the turns that wait behind an approval request.
 func (k Keys) ParkWaiters(requestTaskID string) string {
 	return k.Prefix + "park:behind:" + requestTaskID
@@ -114,19 +119,30 @@ return 1
 `)
 
 // parkTake deletes a parking record of one park and says whether it was
-// woken or dropped.
+// woken or dropped. What it said is kept a minute under the record's
+// "took" key with the call's token: a call sent again (its reply lost after
+// it ran: go-redis retries) says the same, instead of "none" (a woken turn
+// would then wait for its recheck, a dropped one be left in Asynq).
 //
-// KEYS: record. ARGV: gen ("": any). Returns -1 when there is none (or
-// another park's), else 2 (dropped), 1 (woken) or 0.
+// KEYS: record, took. ARGV: gen ("": any), token. Returns -1 when there is
+// none (or another park's), else 2 (dropped), 1 (woken) or 0.
 var parkTake = redis.NewScript(`
-if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  local took = redis.call('GET', KEYS[2])
+  if took then
+    local tok, r = string.match(took, '^(%S+) (%d)$')
+    if tok == ARGV[2] then return tonumber(r) end
+  end
+  return -1
+end
 if ARGV[1] ~= '' and redis.call('HGET', KEYS[1], 'gen') ~= ARGV[1] then return -1 end
 local w = redis.call('HGET', KEYS[1], 'woken')
 local d = redis.call('HGET', KEYS[1], 'dropped')
 redis.call('DEL', KEYS[1])
-if d == '1' then return 2 end
-if w == '1' then return 1 end
-return 0
+local r = 0
+if d == '1' then r = 2 elseif w == '1' then r = 1 end
+redis.call('SET', KEYS[2], ARGV[2] .. ' ' .. r, 'PX', 60000)
+return r
 `)
 
 // Wake marks taskID's record woken; false when it has none.
@@ -148,7 +164,7 @@ type Taken struct{ Found, Woken, Dropped bool }
 // Take deletes taskID's record of the park gen ("": whichever) and its
 // index entry, and says whether it was woken or dropped meanwhile.
 func (s Parking) Take(ctx context.Context, taskID, gen string) (Taken, error) {
-	n, err := parkTake.Run(ctx, s.RDB, []string{s.Keys.ParkKey(taskID)}, gen).Int()
+	n, err := parkTake.Run(ctx, s.RDB, []string{s.Keys.ParkKey(taskID), s.Keys.ParkTook(taskID)}, gen, uuid.NewString()).Int()
 	if err != nil {
 		return Taken{}, err
 	}

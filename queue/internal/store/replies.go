@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -64,24 +65,34 @@ func (r *Replies) FinalEntry(ctx context.Context, stream, taskID string) (m redi
 	return msgs[0], true, nil
 }
 
-// Emit appends an entry of fields (the 7 field/value pairs ReplyEmit
-// takes) to stream, with the next seq of taskID's counter, in one call of
-// ReplyEmit. With marker (a key) it writes nothing when the marker exists
-// (written false), and sets it otherwise.
+// Emit appends an entry of fields (the 7 field/value pairs ReplyEmitMany
+// takes: the 5 before "seq", then the 2 after) to stream, with the next seq
+// of taskID's counter, in one call of ReplyEmitMany. With marker (a key) it
+// writes nothing when the marker exists (written false), and sets it
+// otherwise. The call is its own writer (a token of its own): sent again
+// by go-redis after a lost reply, it is not written twice, and reports the
+// entry it wrote.
 func (r *Replies) Emit(ctx context.Context, stream, taskID, marker string, fields ...any) (written bool, id string, seq int64, err error) {
-	keys := []string{stream, r.Keys.Seq(taskID)}
+	keys := []string{stream, r.Keys.Seq(taskID), r.Keys.Emitted(taskID)}
+	flag := "0"
 	if marker != "" {
 		keys = append(keys, marker)
+		flag = "1"
 	}
-	args := append([]any{r.MaxLen, r.TTL.Milliseconds(), r.StreamTTL.Milliseconds()}, fields...)
-	res, err := ReplyEmit.Run(ctx, r.RDB, keys, args...).Slice()
+	args := append([]any{r.maxLenArg, r.ttlArg, r.streamTTLArg, flag, uuid.NewString(), 1, 0}, fields...)
+	res, err := ReplyEmitMany.Run(ctx, r.RDB, keys, args...).Slice()
 	if err != nil {
 		return false, "", 0, err
 	}
 	if len(res) != 3 {
 		return false, "", 0, fmt.Errorf("unexpected script reply %v", res)
 	}
-	if ok, _ := res[0].(int64); ok != 1 {
+	switch ok, _ := res[0].(int64); ok {
+	case 1:
+	case -1:
+		msg, _ := res[1].(string)
+		return false, "", 0, errors.New(msg)
+	default:
 		return false, "", 0, nil
 	}
 	id, _ = res[1].(string)
@@ -130,8 +141,8 @@ func (r *Replies) Read(ctx context.Context, key, after string, count int64, bloc
 }
 
 // Head is the front of an event's arguments to ReplyEmitMany, boxed (a
-// string made an interface value is allocated): its keys (stream, seq[,
-// marker]), then the written-once flag and the field/value pairs before
+// string made an interface value is allocated): its keys (stream, seq,
+// emitted[, marker]), then the written-once flag and the field/value pairs before
 // "time" but the type (task_id, otid, run_id, message_id; the type goes
 // with each event, see Emission). It is immutable: a turn's events share
 // one while these stay the same (a turn's phases, deltas and tools
@@ -145,7 +156,7 @@ type Head struct {
 // Args is the head's arguments: its keys, then the flag and pairs.
 func (h *Head) Args() []any { return h.args }
 
-// Keys is the head's keys: stream, seq[, marker].
+// Keys is the head's keys: stream, seq, emitted[, marker].
 func (h *Head) Keys() []any { return h.args[:h.nkeys] }
 
 // Rest is the head's flag and pairs.
@@ -155,7 +166,7 @@ func (h *Head) Rest() []any { return h.args[h.nkeys:] }
 // and messageID with marker, for the conversation h was made for (the
 // caller keeps one head per conversation).
 func (h *Head) Fits(taskID, otid, runID, messageID, marker string) bool {
-	if h == nil || (marker == "") != (h.nkeys == 2) || (marker != "" && h.args[2] != marker) {
+	if h == nil || (marker == "") != (h.nkeys == 3) || (marker != "" && h.args[3] != marker) {
 		return false
 	}
 	r := h.Rest()
@@ -169,16 +180,16 @@ func (h *Head) Fits(taskID, otid, runID, messageID, marker string) bool {
 // differs in its run id, message id or marker only), so that a head boxes
 // what changed.
 func (r *Replies) NewHead(integration, chatID, taskID, otid, runID, messageID, marker string, prev *Head) *Head {
-	h := &Head{nkeys: 2}
+	h := &Head{nkeys: 3}
 	if marker != "" {
-		h.nkeys = 3
+		h.nkeys = 4
 	}
-	var stream, seq, task, otidv, run, msg any
+	var stream, seq, emitted, task, otidv, run, msg any
 	if prev != nil {
 		pk, pr := prev.Keys(), prev.Rest()
 		stream = pk[0]
 		if pr[2] == taskID {
-			seq, task = pk[1], pr[2]
+			seq, emitted, task = pk[1], pk[2], pr[2]
 		}
 		if pr[4] == otid {
 			otidv = pr[4]
@@ -194,7 +205,7 @@ func (r *Replies) NewHead(integration, chatID, taskID, otid, runID, messageID, m
 		stream = r.Keys.Replies(integration, chatID)
 	}
 	if seq == nil {
-		seq, task = r.Keys.Seq(taskID), taskID
+		seq, emitted, task = r.Keys.Seq(taskID), r.Keys.Emitted(taskID), taskID
 	}
 	if otidv == nil {
 		otidv = otid
@@ -206,7 +217,7 @@ func (r *Replies) NewHead(integration, chatID, taskID, otid, runID, messageID, m
 		msg = messageID
 	}
 	h.args = make([]any, 0, h.nkeys+9)
-	h.args = append(h.args, stream, seq)
+	h.args = append(h.args, stream, seq, emitted)
 	if marker != "" {
 		h.args = append(h.args, marker)
 	}
@@ -220,6 +231,11 @@ type Emission interface {
 	// Encoded is the event's head, and its type, time and data fields
 	// (boxed).
 	Encoded() (h *Head, typ, at, data any)
+	// WriteKey is what makes the event's write idempotent and its seq
+	// never go back (see ReplyEmitMany): its writer's token (boxed; nil or
+	// "": none), its number n in the writer's events, and floor, the
+	// highest seq the writer was told for the turn.
+	WriteKey() (token any, n, floor int64)
 	// Emitted takes the event's result: ok 1 written (its entry id and
 	// seq), 0 not (its marker was there), -1 its own commands failed (msg:
 	// Redis's error).
@@ -227,10 +243,16 @@ type Emission interface {
 }
 
 // AppendEventArgs appends an event's ARGV of ReplyEmitMany to args: the
-// head's flag, the type, the head's pairs, time and data.
-func AppendEventArgs(args []any, h *Head, typ, at, data any) []any {
+// head's flag, the write key (token, n, floor), the type, the head's pairs,
+// time and data.
+func AppendEventArgs(args []any, h *Head, e Emission) []any {
+	_, typ, at, data := e.Encoded()
+	token, n, floor := e.WriteKey()
+	if token == nil {
+		token = ""
+	}
 	r := h.Rest()
-	args = append(args, r[0], "type", typ)
+	args = append(args, r[0], token, n, floor, "type", typ)
 	args = append(args, r[1:]...)
 	return append(args, "time", at, "data", data)
 }
@@ -259,7 +281,7 @@ func emitManyCmd[E Emission](ctx context.Context, r *Replies, evs []E, arena *Ar
 	for _, e := range evs {
 		h, _, _, _ := e.Encoded()
 		nk += h.nkeys
-		na += len(h.args) - h.nkeys + 6
+		na += len(h.args) - h.nkeys + 9
 	}
 	args := arena.Take(3 + nk + 3 + na)
 	args = append(args, "evalsha", ReplyEmitMany.Hash(), nk)
@@ -269,8 +291,8 @@ func emitManyCmd[E Emission](ctx context.Context, r *Replies, evs []E, arena *Ar
 	}
 	args = append(args, r.maxLenArg, r.ttlArg, r.streamTTLArg)
 	for _, e := range evs {
-		h, typ, at, data := e.Encoded()
-		args = AppendEventArgs(args, h, typ, at, data)
+		h, _, _, _ := e.Encoded()
+		args = AppendEventArgs(args, h, e)
 	}
 	c := redis.NewCmd(ctx, args...)
 	c.SetFirstKeyPos(3)
@@ -282,11 +304,11 @@ func EmitManyArgs[E Emission](r *Replies, evs []E) ([]string, []any) {
 	var keys []string
 	args := []any{r.maxLenArg, r.ttlArg, r.streamTTLArg}
 	for _, e := range evs {
-		h, typ, at, data := e.Encoded()
+		h, _, _, _ := e.Encoded()
 		for _, k := range h.Keys() {
 			keys = append(keys, k.(string))
 		}
-		args = AppendEventArgs(args, h, typ, at, data)
+		args = AppendEventArgs(args, h, e)
 	}
 	return keys, args
 }

@@ -10,48 +10,37 @@ import (
 // arguments (the functions named in their comments that build the
 // arguments are package queue's stores).
 
-// ReplyEmit increments the turn's seq and appends the event in one
-// step, so that stream order and seq order agree across workers. With a
-// third key (the answered marker) it writes nothing when the marker exists,
-// and sets it otherwise.
+// ReplyEmitMany appends events (of any turns and conversations) to their
+// streams in one call, in order, each with the next seq of its turn's
+// counter, so that stream order and seq order agree across workers. The seq
+// key's expiry is set when the counter is created; a stream's expiry is set
+// once per call. Each event's fields go to XADD directly, not through a
+// table and unpack: with the expiry set once, an instant turn's 7 events
+// cost Redis 0.85 of the time they did that way (BenchmarkEmitScript: ~37
+// against ~44 µs).
 //
-// KEYS: stream, seq[, answered]
-// ARGV: maxlen, ttl_ms, stream_ttl_ms, then 5 field/value pairs written
-// before "seq", then the 2 pairs written after it (queue's Replies.emit passes them to Replies.Emit).
-var ReplyEmit = redis.NewScript(`
-local once = #KEYS == 3
-if once and redis.call('EXISTS', KEYS[3]) == 1 then
-  return {0, '', 0}
-end
-local seq = redis.call('INCR', KEYS[2])
-local ttl = tonumber(ARGV[2])
-if ttl > 0 then redis.call('PEXPIRE', KEYS[2], ttl) end
-local id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*',
-  ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11], ARGV[12], ARGV[13],
-  'seq', tostring(seq), ARGV[14], ARGV[15], ARGV[16], ARGV[17])
-local sttl = tonumber(ARGV[3])
-if sttl > 0 then redis.call('PEXPIRE', KEYS[1], sttl) end
-if once then
-  if ttl > 0 then
-    redis.call('SET', KEYS[3], id, 'PX', ttl)
-  else
-    redis.call('SET', KEYS[3], id)
-  end
-end
-return {1, id, seq}
-`)
-
-// ReplyEmitMany is ReplyEmit for several events (of any turns
-// and conversations) in one call, in order. The seq key's expiry is set
-// when the counter is created; a stream's expiry is set once per call.
-// Each event's fields go to XADD directly, not through a table and unpack:
-// with the expiry set once, an instant turn's 7 events cost Redis 0.85 of
-// the time they did that way (BenchmarkEmitScript: ~37 against ~44 µs).
+// Written once per write key: an event names its writer (a token: the
+// attempt's, or one Replies.Emit call's) and its number n in the writer's
+// events, increasing in the order the writer sends them. The emitted hash of
+// the turn keeps, per writer, the last event it wrote (n, entry id, seq): an
+// event whose n is not above it was written by this very call sent before
+// (its reply lost, go-redis sent it again) and is not written again; it
+// returns as written, with its entry id and seq when it is that last event
+// (else an empty id and 0).
 //
-// KEYS: per event: stream, seq[, answered or accepted marker]
+// seq never goes back below floor, the highest seq the writer was told for
+// the turn: after Redis lost its last writes (a crash with appendfsync
+// everysec, a failover to a lagging replica) the counter may be behind what
+// a consumer showed, and the next event then takes floor + 1.
+//
+// With a marker key (answered or accepted) an event is written only when
+// the marker does not exist, and sets it to the entry id.
+//
+// KEYS: per event: stream, seq, emitted[, answered or accepted marker]
 // ARGV: maxlen, ttl_ms, stream_ttl_ms, then per event: "1" when it has a
-// marker (written once) else "0", then its 14 field/value strings (the 5
-// pairs before "seq", then the 2 after).
+// marker (written once) else "0", its writer token ("" for none), n, floor,
+// then its 14 field/value strings (the 5 pairs before "seq", then the 2
+// after).
 // Returns per event: written (1, or 0 when its marker was there), entry id,
 // seq; or -1, the error, 0 when its own commands failed (a stream or seq key
 // of the wrong type): an event's error is its own (redis.pcall), the other
@@ -65,10 +54,29 @@ local out = {}
 local expiring = {}
 local k, a = 1, 4
 while a <= #ARGV do
-  local stream, seqk = KEYS[k], KEYS[k + 1]
+  local stream, seqk, wk = KEYS[k], KEYS[k + 1], KEYS[k + 2]
   local marker = nil
-  if ARGV[a] == '1' then marker = KEYS[k + 2]; k = k + 3 else k = k + 2 end
-  if marker and redis.call('EXISTS', marker) == 1 then
+  if ARGV[a] == '1' then marker = KEYS[k + 3]; k = k + 4 else k = k + 3 end
+  local tok, n = ARGV[a + 1], tonumber(ARGV[a + 2])
+  local done = false
+  if tok ~= '' then
+    local last = redis.pcall('HGET', wk, tok)
+    if type(last) == 'string' then
+      local ln, lid, lseq = string.match(last, '^(%d+) (%S*) (%d+)$')
+      if ln and tonumber(ln) >= n then
+        done = true
+        out[#out + 1] = 1
+        if tonumber(ln) == n then
+          out[#out + 1] = lid; out[#out + 1] = tonumber(lseq)
+        else
+          out[#out + 1] = ''; out[#out + 1] = 0
+        end
+      end
+    end
+  end
+  if done then
+    -- written by this call before
+  elseif marker and redis.call('EXISTS', marker) == 1 then
     out[#out + 1] = 0; out[#out + 1] = ''; out[#out + 1] = 0
   else
     local id
@@ -77,11 +85,14 @@ while a <= #ARGV do
       id = seq -- the error
     else
       if ttl > 0 and seq == 1 then redis.call('PEXPIRE', seqk, ttl) end
+      local floor = tonumber(ARGV[a + 3])
+      local bumped = seq <= floor
+      if bumped then seq = redis.call('INCRBY', seqk, floor + 1 - seq) end
       id = redis.pcall('XADD', stream, 'MAXLEN', '~', maxlen, '*',
-        ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5],
-        ARGV[a + 6], ARGV[a + 7], ARGV[a + 8], ARGV[a + 9], ARGV[a + 10],
-        'seq', tostring(seq), ARGV[a + 11], ARGV[a + 12], ARGV[a + 13], ARGV[a + 14])
-      if type(id) == 'table' then redis.call('DECR', seqk) end
+        ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7], ARGV[a + 8],
+        ARGV[a + 9], ARGV[a + 10], ARGV[a + 11], ARGV[a + 12], ARGV[a + 13],
+        'seq', tostring(seq), ARGV[a + 14], ARGV[a + 15], ARGV[a + 16], ARGV[a + 17])
+      if type(id) == 'table' and not bumped then redis.call('DECR', seqk) end
     end
     if type(id) == 'table' then
       out[#out + 1] = -1; out[#out + 1] = id.err; out[#out + 1] = 0
@@ -93,10 +104,14 @@ while a <= #ARGV do
       if marker then
         if ttl > 0 then redis.call('SET', marker, id, 'PX', ttl) else redis.call('SET', marker, id) end
       end
+      if tok ~= '' then
+        local added = redis.pcall('HSET', wk, tok, ARGV[a + 2] .. ' ' .. id .. ' ' .. seq)
+        if added == 1 and ttl > 0 then redis.call('PEXPIRE', wk, ttl) end
+      end
       out[#out + 1] = 1; out[#out + 1] = id; out[#out + 1] = seq
     end
   end
-  a = a + 15
+  a = a + 18
 end
 return out
 `))
@@ -141,6 +156,21 @@ for i = 4, #KEYS do
   end
 end
 return 1
+`)
+
+// IntentPush appends an intent (or a refusal) to a task's list of intents
+// unless the list already holds it, refreshes the list's retention, and
+// returns the intents ahead of it. An intent's JSON is unique (its attempt,
+// worker and the nanosecond it was made): finding it means this very push
+// ran before (its reply lost, go-redis sent it again), so it is not
+// appended twice, nor read as another attempt's.
+// KEYS: intents. ARGV: intent, ttl ms.
+var IntentPush = evalcmd.New(`
+local pos = redis.call('LPOS', KEYS[1], ARGV[1])
+if not pos then pos = redis.call('RPUSH', KEYS[1], ARGV[1]) - 1 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+if pos == 0 then return {} end
+return redis.call('LRANGE', KEYS[1], 0, pos - 1)
 `)
 
 // WriteResult is Asynq's ResultWriter.Write (HSET of the task hash's

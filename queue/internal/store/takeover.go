@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lettaq/lettaq/internal/evalcmd"
@@ -19,7 +20,9 @@ import (
 //
 //	P takeover:workers          ZSET  member: a worker's instance id; score: its last beat (Redis's clock, ms)
 //	P takeover:turns:<instance> HASH  field: a turn's task id; value: its TakeoverEntry (JSON, package queue's)
-//	P takeover:dead:<instance>  STRING the tombstone of a claimed worker (value: the claimer)
+//	P takeover:dead:<instance>  STRING the tombstone of a claimed worker (value: the claimer and the claim's token)
+//	P takeover:claimed:<instance> HASH the claimed worker's turns, kept a minute for the claim sent again
+//	P takeover:beat:<instance>  STRING JSON [token, had, lost]: what the last beat that found something found, a minute
 //	P takeover:taken:<task id>  STRING the runner (Asynq task id) of the turn's newest takeover
 //	P takeover:holder:<task id> STRING who runs the turn: "<instance>\n<runner>" (the newest registration)
 //	P takeover:lost:<instance>  SET    "<task id>\n<runner>" of the instance's turns that another runner registered since
@@ -41,6 +44,16 @@ func (k Keys) TakeoverTurns(instance string) string { return k.Prefix + "takeove
 // TakeoverDead is the tombstone of a claimed worker instance.
 func (k Keys) TakeoverDead(instance string) string { return k.Prefix + "takeover:dead:" + instance }
 
+// TakeoverClaimed keeps a minute the turns of a claimed worker instance,
+// for the claim's call sent again (see takeoverClaim).
+func (k Keys) TakeoverClaimed(instance string) string {
+	return k.Prefix + "takeover:claimed:" + instance
+}
+
+// TakeoverBeatMemo keeps a minute what a worker instance's last beat found
+// (see takeoverBeat).
+func (k Keys) TakeoverBeatMemo(instance string) string { return k.Prefix + "takeover:beat:" + instance }
+
 // TakeoverHolder names the instance and runner that run a turn now.
 func (k Keys) TakeoverHolder(taskID string) string { return k.Prefix + "takeover:holder:" + taskID }
 
@@ -52,25 +65,41 @@ func (k Keys) TakenOver(taskID string) string { return k.Prefix + "takeover:take
 
 // takeoverBeat records a worker's beat and returns the workers whose last
 // beat is older than the takeover delay, and the turns another runner took
-// from it since its last beat.
+// from it since its last beat. A beat that found the registry without it,
+// or took turns out of its lost set, keeps what it found a minute in
+// beat:<me> with the call's token: a call sent again (its reply lost after
+// it ran: go-redis retries) says the same, instead of "nothing taken" (the
+// worker would keep running turns that have a new runner) and "not lost"
+// (it would not write its turns back).
 //
-// KEYS: workers, dead:<me>, turns:<me>, lost:<me>
-// ARGV: me, after_ms
+// KEYS: workers, dead:<me>, turns:<me>, lost:<me>, beat:<me>
+// ARGV: me, after_ms, token
 // Returns {-1} when me is tombstoned (nothing written); else {1 when me had
 // a score before (0: the registry lost it), HLEN turns:<me>, {stale...},
 // {lost...}}.
 var takeoverBeat = redis.NewScript(`
 if redis.call('EXISTS', KEYS[2]) == 1 then return {-1} end
+local had, lost
+local memo = redis.call('GET', KEYS[5])
+if memo then
+  local v = cjson.decode(memo)
+  if v[1] == ARGV[3] then had = v[2]; lost = v[3] end
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local had = redis.call('ZSCORE', KEYS[1], ARGV[1]) and 1 or 0
+if not had then
+  had = redis.call('ZSCORE', KEYS[1], ARGV[1]) and 1 or 0
+  lost = redis.call('SMEMBERS', KEYS[4])
+  if #lost > 0 then redis.call('DEL', KEYS[4]) end
+  if had == 0 or #lost > 0 then
+    redis.call('SET', KEYS[5], cjson.encode({ARGV[3], had, lost}), 'PX', 60000)
+  end
+end
 redis.call('ZADD', KEYS[1], now, ARGV[1])
 local stale = {}
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. (now - tonumber(ARGV[2])), 'LIMIT', 0, 100)) do
   if id ~= ARGV[1] then stale[#stale + 1] = id end
 end
-local lost = redis.call('SMEMBERS', KEYS[4])
-if #lost > 0 then redis.call('DEL', KEYS[4]) end
 return {had, redis.call('HLEN', KEYS[3]), stale, lost}
 `)
 
@@ -150,22 +179,32 @@ return cur
 `)
 
 // takeoverClaim claims a dead worker: only when its last beat is still
-// older than the takeover delay, it leaves the set, gets its tombstone, and
-// its turns hash is returned and deleted. Exactly one claimer gets them.
+// older than the takeover delay, it leaves the set, gets its tombstone
+// (the claimer and the call's token), and its turns hash is returned and
+// moved to claimed:<it> for a minute. Exactly one claimer gets them. A call
+// sent again (its reply lost after it ran: go-redis retries) finds its own
+// token in the tombstone and gets the same turns from claimed:<it>, which
+// it would otherwise lose for good.
 //
-// KEYS: workers, dead:<it>, turns:<it>
-// ARGV: it, after_ms, tombstone_ttl_ms, claimer
+// KEYS: workers, dead:<it>, turns:<it>, claimed:<it>
+// ARGV: it, after_ms, tombstone_ttl_ms, claimer, token
 // Returns nil when not claimed; else the hash as {field, value, ...}.
 var takeoverClaim = redis.NewScript(`
 local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if not s then return false end
+if not s then
+  if redis.call('GET', KEYS[2]) == ARGV[4] .. ' ' .. ARGV[5] then return redis.call('HGETALL', KEYS[4]) end
+  return false
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if tonumber(s) >= now - tonumber(ARGV[2]) then return false end
 redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('SET', KEYS[2], ARGV[4], 'PX', ARGV[3])
+redis.call('SET', KEYS[2], ARGV[4] .. ' ' .. ARGV[5], 'PX', ARGV[3])
 local h = redis.call('HGETALL', KEYS[3])
-redis.call('DEL', KEYS[3])
+if #h > 0 then
+  redis.call('RENAME', KEYS[3], KEYS[4])
+  redis.call('PEXPIRE', KEYS[4], 60000)
+end
 return h
 `)
 
@@ -208,7 +247,7 @@ type Holder struct {
 func (s *Takeover) Beat(ctx context.Context, instance string, after time.Duration) (Beat, error) {
 	k := s.keys
 	v, err := takeoverBeat.Run(ctx, s.rdb, []string{k.TakeoverWorkers(), k.TakeoverDead(instance), k.TakeoverTurns(instance),
-		k.TakeoverLost(instance)}, instance, after.Milliseconds()).Slice()
+		k.TakeoverLost(instance), k.TakeoverBeatMemo(instance)}, instance, after.Milliseconds(), uuid.NewString()).Slice()
 	if err != nil {
 		return Beat{}, err
 	}
@@ -243,8 +282,8 @@ func (s *Takeover) Beat(ctx context.Context, instance string, after time.Duratio
 // another).
 func (s *Takeover) Claim(ctx context.Context, instance, claimer string, after, tombstoneTTL time.Duration) (map[string]string, bool, error) {
 	k := s.keys
-	v, err := takeoverClaim.Run(ctx, s.rdb, []string{k.TakeoverWorkers(), k.TakeoverDead(instance), k.TakeoverTurns(instance)},
-		instance, after.Milliseconds(), tombstoneTTL.Milliseconds(), claimer).StringSlice()
+	v, err := takeoverClaim.Run(ctx, s.rdb, []string{k.TakeoverWorkers(), k.TakeoverDead(instance), k.TakeoverTurns(instance), k.TakeoverClaimed(instance)},
+		instance, after.Milliseconds(), tombstoneTTL.Milliseconds(), claimer, uuid.NewString()).StringSlice()
 	if errors.Is(err, redis.Nil) {
 		return nil, false, nil
 	}

@@ -45,6 +45,15 @@ func (th Threads) Lock(ctx context.Context, hash string, ttl time.Duration) (unl
 		if err != nil {
 			return nil, err
 		}
+		if !ok {
+			// Our own SET NX, sent again by go-redis after its reply was
+			// lost, finds the lock it took: it is ours.
+			held, err := th.RDB.Get(ctx, key).Result()
+			if err != nil && !errors.Is(err, redis.Nil) {
+				return nil, err
+			}
+			ok = held == token
+		}
 		if ok {
 			return func() {
 				uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
