@@ -697,14 +697,37 @@ func RedisConnOpt(redisURL string, clusterAddrs []string) (asynq.RedisConnOpt, e
 	if err != nil {
 		return nil, fmt.Errorf("REDIS_URL=%q: %s", redactURL(redisURL), strings.TrimPrefix(urlParseError(err, redisURL), "asynq: "))
 	}
+	if o, ok := opt.(asynq.RedisClientOpt); ok && o.Network != "unix" {
+		if err := checkHostPort(o.Addr); err != nil {
+			return nil, fmt.Errorf("REDIS_URL=%q: %v", redactURL(redisURL), err)
+		}
+	}
 	if len(clusterAddrs) == 0 {
 		return opt, nil
+	}
+	for _, a := range clusterAddrs {
+		if err := checkHostPort(a); err != nil {
+			return nil, fmt.Errorf("LETTAQ_REDIS_CLUSTER_ADDRS (--redis-cluster-addrs): %q: %v", redactURL(a), err)
+		}
 	}
 	co := asynq.RedisClusterClientOpt{Addrs: clusterAddrs}
 	if o, ok := opt.(asynq.RedisClientOpt); ok {
 		co.Username, co.Password, co.TLSConfig = o.Username, o.Password, o.TLSConfig
 	}
 	return co, nil
+}
+
+// checkHostPort checks a host:port whose port is a number from 1 to 65535: a port out of range
+// is a configuration error, not a Redis that does not answer.
+func checkHostPort(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port", addr)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("port %q is not a number from 1 to 65535", port)
+	}
+	return nil
 }
 
 // IsLoopback reports whether a listen address only accepts local connections.

@@ -14,16 +14,21 @@ import (
 // as absent.
 const enqueueRedisWait = 3 * time.Second
 
-// checkEnqueueRedis PINGs Redis before enqueue does anything else. When it does not answer it
-// writes one message naming the address and what to do, and returns false (exit ExitNoRedis).
-func checkEnqueueRedis(ctx context.Context, rdb redis.UniversalClient, o *enqueueOpts, connOpt asynq.RedisConnOpt, stderr io.Writer) bool {
+// checkEnqueueRedis PINGs Redis before enqueue does anything else and returns ExitOK when it
+// answers. When it does not it writes one message naming the address and what to do, and
+// returns ExitNoRedis; when it refuses the credentials, ExitUsage (a configuration error).
+func checkEnqueueRedis(ctx context.Context, rdb redis.UniversalClient, o *enqueueOpts, connOpt asynq.RedisConnOpt, stderr io.Writer) int {
 	pctx, cancel := context.WithTimeout(ctx, enqueueRedisWait)
 	defer cancel()
 	err := rdb.Ping(pctx).Err()
 	if err == nil {
-		return true
+		return ExitOK
 	}
 	addr := redisAddr(connOpt)
+	if cerr := redisRefusedCredentials(err, addr); cerr != nil {
+		fmt.Fprintf(stderr, "enqueue: %v\n", cerr)
+		return ExitUsage
+	}
 	if o.dev {
 		// The dev worker must listen where this enqueue looks: the same dev Redis address
 		// and key prefix, which o.commandLine repeats when not the default.
@@ -32,5 +37,5 @@ func checkEnqueueRedis(ctx context.Context, rdb redis.UniversalClient, o *enqueu
 	} else {
 		fmt.Fprintf(stderr, "enqueue: no Redis at %s (is REDIS_URL / --redis-url the workers' Redis, and is it running?): %v\n", addr, err)
 	}
-	return false
+	return ExitNoRedis
 }

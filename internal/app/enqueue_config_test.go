@@ -1,0 +1,88 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+)
+
+// unreachableRedisURL returns a redis:// URL at a loopback port nothing listens on (taken and
+// closed): a connection to it is refused at once.
+func unreachableRedisURL(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	return "redis://" + addr + "/0"
+}
+
+// TestEnqueueChecksConfigurationBeforeRedis: a bad setting is refused with exit 2 and a
+// message naming it, whether or not a Redis answers (it used to be exit 5 without a Redis and
+// 2 with one, since enqueue connected before it looked at the rest of its configuration).
+func TestEnqueueChecksConfigurationBeforeRedis(t *testing.T) {
+	down := unreachableRedisURL(t)
+	for _, c := range []struct {
+		name string
+		env  map[string]string
+		args []string
+		want string // in the message
+	}{
+		{"letta url with a password", map[string]string{"LETTA_BASE_URL": "http://user:pw@letta:8283"}, nil, "LETTA_BASE_URL"},
+		{"letta url not http", map[string]string{"LETTA_BASE_URL": "letta:8283"}, nil, "LETTA_BASE_URL"},
+		{"redis port out of range", map[string]string{"REDIS_URL": "redis://127.0.0.1:99999/0"}, nil, "REDIS_URL"},
+		{"wait timeout 0", nil, []string{"--wait", "--timeout=0"}, "--timeout"},
+		{"negative timeout", nil, []string{"--timeout=-1s"}, "--timeout"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			env := map[string]string{"REDIS_URL": down}
+			for k, v := range c.env {
+				env[k] = v
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			var out, errOut bytes.Buffer
+			args := append(append([]string{}, c.args...), "--agent", "some-agent-name", "--ordering", "off", "--queue", "lettaq-unit-cfgfirst", "hello")
+			code := RunEnqueue(ctx, args, func(k string) string { return env[k] }, strings.NewReader(""), &out, &errOut)
+			if code != ExitUsage || !strings.Contains(errOut.String(), c.want) {
+				t.Fatalf("exit %d, want %d with a message naming %s:\n%s%s", code, ExitUsage, c.want, out.String(), errOut.String())
+			}
+		})
+	}
+}
+
+// TestRedisCredentialsRefusedArePermanent: a Redis that refuses REDIS_URL's credentials (a
+// wrong password, or none where one is needed) is a configuration error: enqueue exits 2
+// saying so (not 5, "is it running?"), and the worker exits 2 at start instead of waiting
+// for Redis forever.
+func TestRedisCredentialsRefusedArePermanent(t *testing.T) {
+	m := miniredis.RunT(t)
+	m.RequireAuth("right")
+	for _, url := range []string{"redis://:wrong@" + m.Addr() + "/0", "redis://" + m.Addr() + "/0"} {
+		env := map[string]string{"REDIS_URL": url, "LETTAQ_HTTP_ADDR": "off"}
+		getenv := func(k string) string { return env[k] }
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		var out, errOut bytes.Buffer
+		code := RunEnqueue(ctx, []string{"--agent", "agent-00000000-0000-4000-8000-000000000000", "--ordering", "off", "hello"},
+			getenv, strings.NewReader(""), &out, &errOut)
+		if code != ExitUsage || !strings.Contains(errOut.String(), "permanent") || strings.Contains(errOut.String(), "is it running") {
+			t.Errorf("enqueue %s: exit %d, want %d with a message that the credentials are refused (permanent):\n%s", redactURL(url), code, ExitUsage, errOut.String())
+		}
+		out.Reset()
+		errOut.Reset()
+		start := time.Now()
+		code = RunWorker(ctx, nil, getenv, &out, &errOut)
+		cancel()
+		if code != ExitUsage || !strings.Contains(errOut.String(), "permanent") {
+			t.Errorf("worker %s: exit %d after %v, want %d at start with a message that the credentials are refused (permanent):\n%s",
+				redactURL(url), code, time.Since(start).Round(time.Millisecond), ExitUsage, errOut.String())
+		}
+	}
+}
