@@ -3,7 +3,6 @@ package app
 import (
 	"bytes"
 	"context"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -11,24 +10,11 @@ import (
 	"github.com/alicebob/miniredis/v2"
 )
 
-// unreachableRedisURL returns a redis:// URL at a loopback port nothing listens on (taken and
-// closed): a connection to it is refused at once.
-func unreachableRedisURL(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close()
-	return "redis://" + addr + "/0"
-}
-
 // TestEnqueueChecksConfigurationBeforeRedis: a bad setting is refused with exit 2 and a
 // message naming it, whether or not a Redis answers (it used to be exit 5 without a Redis and
 // 2 with one, since enqueue connected before it looked at the rest of its configuration).
 func TestEnqueueChecksConfigurationBeforeRedis(t *testing.T) {
-	down := unreachableRedisURL(t)
+	down := "redis://" + closedAddr(t) + "/0"
 	for _, c := range []struct {
 		name string
 		env  map[string]string

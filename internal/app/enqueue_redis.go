@@ -32,8 +32,13 @@ func checkEnqueueRedis(ctx context.Context, rdb redis.UniversalClient, o *enqueu
 	if o.dev {
 		// The dev worker must listen where this enqueue looks: the same dev Redis address
 		// and key prefix, which o.commandLine repeats when not the default.
-		fmt.Fprintf(stderr, "enqueue: no Redis at %s (is the dev worker running? start it with `%s`, or `%s` in a clone): %v\n",
-			addr, o.commandLine("worker"), o.commandLine("go run ./cmd/worker"), err)
+		if workerCommand == "go run ./cmd/worker" {
+			fmt.Fprintf(stderr, "enqueue: no Redis at %s (is the dev worker running? start it with `%s`): %v\n",
+				addr, o.commandLine(workerCommand), err)
+		} else {
+			fmt.Fprintf(stderr, "enqueue: no Redis at %s (is the dev worker running? start it with `%s`, or `%s` in a clone): %v\n",
+				addr, o.commandLine(workerCommand), o.commandLine("go run ./cmd/worker"), err)
+		}
 	} else {
 		fmt.Fprintf(stderr, "enqueue: no Redis at %s (is REDIS_URL / --redis-url the workers' Redis, and is it running?): %v\n", addr, err)
 	}
