@@ -75,7 +75,8 @@ is stopped at Letta, and its final event (error, stop_reason cancelled) carries 
 had said. A turn already answered is left as it is (exit 1).
 
 Exit codes (of the built command: go run exits 1 for any failure):
-  0  answered (or, without --wait, enqueued; a duplicate message id also exits 0)
+  0  answered (or, without --wait, enqueued; a duplicate message id also exits 0; the same
+     message id with another text is refused, exit 2)
   1  the turn failed (a permanent error event), or it could not be enqueued (Redis trouble);
      cancel: the turn was already answered
   2  bad input or configuration, checked before anything connects, or a Redis that refuses
@@ -298,7 +299,8 @@ Time budget: the task timeout is computed from the LETTAQ_* budget variables, as
 	res, err := client.Enqueue(ectx, msg)
 	cancel()
 	if err != nil {
-		if _, ok := queue.IsValidationError(err); ok {
+		var conflict *queue.MessageIDConflictError
+		if _, ok := queue.IsValidationError(err); ok || errors.As(err, &conflict) {
 			fmt.Fprintf(stderr, "enqueue: %v\n", err)
 			return ExitUsage
 		}

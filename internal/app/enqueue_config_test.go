@@ -72,3 +72,19 @@ func TestRedisCredentialsRefusedArePermanent(t *testing.T) {
 		}
 	}
 }
+
+// The same --message-id with another text is refused, exit 2, naming both texts' hashes; the
+// same text again is the duplicate it always was (exit 0).
+func TestEnqueueMessageIDReusedWithOtherText(t *testing.T) {
+	r := startDevWorker(t)
+	if code, _, errOut := enqueue(t, r, "--message-id=reused", "one"); code != ExitOK {
+		t.Fatalf("first: exit %d %q", code, errOut)
+	}
+	if code, out, errOut := enqueue(t, r, "--message-id=reused", "one"); code != ExitOK || !strings.Contains(out, "duplicate") {
+		t.Errorf("the same text again: exit %d, stdout %q, stderr %q; want 0, a duplicate", code, out, errOut)
+	}
+	code, out, errOut := enqueue(t, r, "--message-id=reused", "two")
+	if code != ExitUsage || strings.Count(errOut, "sha256") != 1 || !strings.Contains(errOut, "another text") {
+		t.Errorf("another text: exit %d, stdout %q, stderr %q; want %d naming both texts' hashes", code, out, errOut, ExitUsage)
+	}
+}
