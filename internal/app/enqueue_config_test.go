@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
 )
 
 // TestEnqueueChecksConfigurationBeforeRedis: a bad setting is refused with exit 2 and a
@@ -86,5 +87,44 @@ func TestEnqueueMessageIDReusedWithOtherText(t *testing.T) {
 	code, out, errOut := enqueue(t, r, "--message-id=reused", "two")
 	if code != ExitUsage || strings.Count(errOut, "sha256") != 1 || !strings.Contains(errOut, "another text") {
 		t.Errorf("another text: exit %d, stdout %q, stderr %q; want %d naming both texts' hashes", code, out, errOut, ExitUsage)
+	}
+}
+
+// The worker's retention settings reach Redis: a finished turn's journal keys expire within
+// LETTAQ_JOURNAL_RETENTION and its reply stream within LETTAQ_REPLY_STREAM_TTL (they were
+// fixed in Go: 7 days, and never).
+func TestWorkerRetentionSettings(t *testing.T) {
+	r, _ := startDevWorkerWith(t, "--journal-retention=2h", "--reply-stream-ttl=1h")
+	if code, _, errOut := enqueue(t, r, "--wait", "--timeout=30s", "--chat=ttl", "hello"); code != ExitOK {
+		t.Fatalf("exit %d %q", code, errOut)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: r.RedisAddr})
+	defer rdb.Close()
+	ctx := context.Background()
+	keys, err := rdb.Keys(ctx, "lettaq:*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var journal, stream int
+	for _, k := range keys {
+		ttl, err := rdb.TTL(ctx, k).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case strings.HasPrefix(k, "lettaq:replies:"):
+			stream++
+			if ttl <= 0 || ttl > time.Hour {
+				t.Errorf("reply stream %s: TTL %v, want at most 1h", k, ttl)
+			}
+		case strings.HasPrefix(k, "lettaq:journal:"):
+			journal++
+			if ttl <= 0 || ttl > 2*time.Hour {
+				t.Errorf("journal key %s: TTL %v, want at most 2h", k, ttl)
+			}
+		}
+	}
+	if journal == 0 || stream == 0 {
+		t.Errorf("%d journal keys and %d reply streams among %q", journal, stream, keys)
 	}
 }
