@@ -181,6 +181,10 @@ Time budget: the task timeout is computed from the LETTAQ_* budget variables, as
 		fmt.Fprintf(stderr, "enqueue: %v\n", err)
 		return ExitUsage
 	}
+	if err := o.checkOrdering(); err != nil {
+		fmt.Fprintf(stderr, "enqueue: %v\n", err)
+		return ExitUsage
+	}
 	if !o.dev {
 		if err := checkLettaBaseURL(o.lettaURL); err != nil {
 			fmt.Fprintf(stderr, "enqueue: LETTA_BASE_URL=%q (flag --letta-base-url): %v\n", redactURL(o.lettaURL), err)

@@ -27,6 +27,7 @@ func TestEnqueueChecksConfigurationBeforeRedis(t *testing.T) {
 		{"redis port out of range", map[string]string{"REDIS_URL": "redis://127.0.0.1:99999/0"}, nil, "REDIS_URL"},
 		{"wait timeout 0", nil, []string{"--wait", "--timeout=0"}, "--timeout"},
 		{"negative timeout", nil, []string{"--timeout=-1s"}, "--timeout"},
+		{"unknown ordering", nil, []string{"--ordering=sometimes"}, "--ordering"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			env := map[string]string{"REDIS_URL": down}
@@ -36,7 +37,7 @@ func TestEnqueueChecksConfigurationBeforeRedis(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
 			var out, errOut bytes.Buffer
-			args := append(append([]string{}, c.args...), "--agent", "some-agent-name", "--ordering", "off", "--queue", "lettaq-unit-cfgfirst", "hello")
+			args := append(append([]string{"--agent", "some-agent-name", "--ordering", "off", "--queue", "lettaq-unit-cfgfirst"}, c.args...), "hello")
 			code := RunEnqueue(ctx, args, func(k string) string { return env[k] }, strings.NewReader(""), &out, &errOut)
 			if code != ExitUsage || !strings.Contains(errOut.String(), c.want) {
 				t.Fatalf("exit %d, want %d with a message naming %s:\n%s%s", code, ExitUsage, c.want, out.String(), errOut.String())
