@@ -203,8 +203,8 @@ func (c *Client) Enqueue(ctx context.Context, m Message) (EnqueueResult, error) 
 	switch {
 	case errors.Is(err, asynq.ErrTaskIDConflict):
 		if cerr := c.sameMessage(m, id); cerr != nil {
-			if joined { // the first message's task has left the line: this one must not stay
-				c.leaveLine(ctx, key, id)
+			if joined { // this call put the id back in a line the first message's task had left
+				_ = c.seq.Remove(context.WithoutCancel(ctx), key, id)
 			}
 			return EnqueueResult{}, cerr
 		}

@@ -51,6 +51,20 @@ func TestMessageIDReusedWithOtherText(t *testing.T) {
 			conflict.EnqueuedHash == conflict.NewHash || !strings.Contains(err.Error(), conflict.EnqueuedHash) || !strings.Contains(err.Error(), conflict.NewHash) {
 			t.Errorf("ordered=%v: %+v: %v; want both texts' hashes named", ordered, conflict, err)
 		}
+		if ordered {
+			// A line the first task has left (with no done mark): the refused message's join
+			// put the id back, and the refusal takes it out again.
+			key := c.cfg.Ordering.Key(m)
+			if err := c.seq.Remove(ctx, key, first.TaskID); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.Enqueue(ctx, other); !errors.As(err, &conflict) {
+				t.Fatalf("refused again: %v", err)
+			}
+			if pos, err := c.seq.Position(ctx, key, first.TaskID); err != nil || pos != -1 {
+				t.Errorf("after the refusal the id is at %d (%v) in the line, want -1 (not in it)", pos, err)
+			}
+		}
 		body, _ := json.Marshal(Payload{AgentID: other.AgentID, Text: other.Text, Conversation: other.Conversation, MessageID: other.MessageID})
 		if code, out, raw := postEnqueue(EnqueueHTTPHandler(c), "application/json", body); code != http.StatusConflict || out["field"] != "message_id" {
 			t.Errorf("ordered=%v: POST /enqueue of the message id with another text: %d %s; want 409 naming message_id", ordered, code, raw)
