@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -105,7 +106,8 @@ func TestCancelWaitingTurn(t *testing.T) {
 // A running turn is cancelled mid-stream: the worker running it asks Letta to cancel (the
 // conversation's cancel, or the agent endpoint's cancel of its run), the stream ends with
 // stop_reason cancelled, and the final event carries what the agent had said. It is sent once,
-// never retried (archived with no retry used), and the chat's next message runs after it.
+// never retried (completed with the cancelled result, no retry used: a cancel is no failure in
+// Asynq's metrics), and the chat's next message runs after it.
 func TestCancelRunningTurn(t *testing.T) {
 	for _, mode := range []queue.ThreadMode{queue.ThreadConversation, queue.ThreadAgent} {
 		t.Run(string(mode), func(t *testing.T) {
@@ -150,10 +152,7 @@ func TestCancelRunningTurn(t *testing.T) {
 			if n := e.sim.CountOtid(first.Otid); n != 1 {
 				t.Errorf("the cancelled turn's message was stored %d times, want 1", n)
 			}
-			info, err := e.insp.GetTaskInfo(e.queue, first.TaskID)
-			if err != nil || info.State != asynq.TaskStateArchived || info.Retried != 0 {
-				t.Errorf("task %+v (err %v): want archived, never retried", info, err)
-			}
+			assertCompletedCancelled(t, e, first.TaskID)
 			rec := e.record(first.TaskID)
 			if rec.Outcome != queue.OutcomeCancelled || rec.Cancel == nil || rec.Cancel.Phase != queue.CancelPhaseStreaming || len(rec.Attempts) != 1 {
 				t.Errorf("journal: outcome %q cancel %+v attempts %d: want cancelled while streaming, one attempt", rec.Outcome, rec.Cancel, len(rec.Attempts))
@@ -354,7 +353,7 @@ func TestCancelChat(t *testing.T) {
 // The cancel record alone ends the turn at its next attempt's start, before anything is sent:
 // at the head of its line (the start's reads with the acquire), and behind a running turn (the
 // acquire's not-your-turn does not put it back: it leaves the line). Each is never sent, ends
-// cancelled, is archived without a retry, and the chat's next message runs.
+// cancelled, completes with the cancelled result without a retry, and the chat's next message runs.
 func TestCancelRecordEndsTheNextAttempt(t *testing.T) {
 	e := newEnv(t, withThreadMode(queue.ThreadConversation))
 	agent := e.sim.CreateAgent("cancel-record", slowScript(slowAnswer(100)))
@@ -417,10 +416,7 @@ func TestCancelRecordEndsTheNextAttempt(t *testing.T) {
 	}
 	e.settled()
 	for _, id := range []string{head.TaskID, waiting.TaskID} {
-		info, err := e.insp.GetTaskInfo(e.queue, id)
-		if err != nil || info.State != asynq.TaskStateArchived || info.Retried != 0 {
-			t.Errorf("task %s: %+v (err %v), want archived, never retried", id, info, err)
-		}
+		assertCompletedCancelled(t, e, id)
 	}
 }
 
@@ -473,10 +469,7 @@ func TestCancelBeforeSend(t *testing.T) {
 	if rec.Outcome != queue.OutcomeCancelled || rec.Cancel == nil || rec.Cancel.Phase != queue.CancelPhaseBeforeSend {
 		t.Errorf("journal: outcome %q cancel %+v, want cancelled before send", rec.Outcome, rec.Cancel)
 	}
-	info, err := e.insp.GetTaskInfo(e.queue, res.TaskID)
-	if err != nil || info.State != asynq.TaskStateArchived || info.Retried != 0 {
-		t.Errorf("task %+v (err %v): want archived, never retried", info, err)
-	}
+	assertCompletedCancelled(t, e, res.TaskID)
 }
 
 // Durable, with a killed process: the worker running the turn is SIGKILLed, the cancel is
@@ -554,5 +547,25 @@ func TestCancelBetweenAttemptsAfterASend(t *testing.T) {
 	rec := e.record(res.TaskID)
 	if rec.Outcome != queue.OutcomeCancelled || rec.Cancel == nil || rec.Cancel.Phase != queue.CancelPhaseBeforeSend || len(rec.Attempts) != 2 {
 		t.Errorf("journal: outcome %q cancel %+v attempts %s: want cancelled before its second send", rec.Outcome, rec.Cancel, describeAttempts(rec))
+	}
+}
+
+// assertCompletedCancelled: the cancelled turn's task completed (a normal ending: not archived,
+// which asynqmon and asynq_tasks_failed_total count as a failure), never retried, with the
+// cancelled outcome as its result.
+func assertCompletedCancelled(t *testing.T, e *env, id string) {
+	t.Helper()
+	info, err := e.insp.GetTaskInfo(e.queue, id)
+	if err != nil || info.State != asynq.TaskStateCompleted || info.Retried != 0 {
+		if err != nil {
+			t.Errorf("task %s: %v, want it completed", id, err)
+		} else {
+			t.Errorf("task %s: %s, retried %d, last error %q; want completed, never retried", id, info.State, info.Retried, info.LastErr)
+		}
+		return
+	}
+	var r queue.TurnResult
+	if err := json.Unmarshal(info.Result, &r); err != nil || r.Outcome != queue.OutcomeCancelled {
+		t.Errorf("task %s: result %s (%v), want outcome cancelled", id, info.Result, err)
 	}
 }

@@ -417,7 +417,7 @@ func (c *Client) continuedByTakeover(ctx context.Context, insp *asynq.Inspector,
 // awaitPutBack waits (up to 2s) for the active attempt of a turn that is
 // not its chat's turn to end: it returns the task as it is then (nil when
 // it is in no queue: parked, or ended), and gone when the attempt ended
-// the turn itself (it read the cancel record: the task is archived, its
+// the turn itself (it read the cancel record: the task is completed, its
 // final event written).
 func (c *Client) awaitPutBack(ctx context.Context, insp *asynq.Inspector, info *asynq.TaskInfo) (_ *asynq.TaskInfo, gone bool) {
 	deadline := time.Now().Add(2 * time.Second)

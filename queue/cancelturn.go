@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lettaq/lettaq/agentclient"
@@ -38,7 +37,9 @@ import (
 //     cancelled, and the turn ends cancelled with what the agent had said; a
 //     run that ended first is answered as usual (cancelEnds).
 //
-// A cancelled turn's attempt returns asynq.SkipRetry: never retried.
+// A cancelled turn's attempt returns nil with its result written (outcome
+// cancelled): the task completes, never retried, and counts as processed,
+// not failed, in Asynq's metrics.
 
 // CancelObserver is an Observer that is also told of cancelled turns (the
 // phase is one of the CancelPhase… constants). A worker's Observer that
@@ -347,8 +348,10 @@ func (t *turn) cancelStart(ctx context.Context, intents []Intent) (err error, en
 
 // endCancelled ends the turn cancelled: the final event (error, permanent,
 // stop_reason cancelled, text what the agent had said), the journal
-// (outcome cancelled, TurnRecord.Cancel) and SkipRetry. The conversation is
-// released with the journal's save.
+// (outcome cancelled, TurnRecord.Cancel) and the task's result (outcome
+// cancelled): the task completes, never retried. A cancel is a normal
+// ending, not a failure (an archived task counts in Asynq's failed
+// metrics). The conversation is released with the journal's save.
 func (t *turn) endCancelled(ctx context.Context, log *slog.Logger, cr CancelRecord, phase, text string) error {
 	t.cx.mu.Lock()
 	t.cx.ended = true
@@ -384,15 +387,14 @@ func (t *turn) endCancelled(ctx context.Context, log *slog.Logger, cr CancelReco
 		t.rec.PartialAnswer = cutText(text, maxPartialAnswer)
 	}
 	t.mu.Unlock()
-	if err := t.save(dctx, t.releaseOps()...); err != nil {
+	if err := t.save(dctx, append(t.resultOps(OutcomeCancelled, text, nil), t.releaseOps()...)...); err != nil {
 		log.Warn("could not journal the cancelled turn", "error", err.Error())
 	}
 	log.Info("turn cancelled", "outcome", OutcomeCancelled, "phase", phase, "by", cr.By, "answer_bytes", len(text))
-	t.w.permanent.add(t.taskID, "otid", t.otid, "run_id", runID)
-	t.obs.AttemptFinished(t.queue, "archived", time.Since(t.start))
+	t.obs.AttemptFinished(t.queue, "done", time.Since(t.start))
 	t.w.turnCancelled(t.queue, phase)
 	t.obs.TurnFinished(t.queue, OutcomeCancelled, t.latency(now), t.rec.TTFT)
-	return fmt.Errorf("lettaq: turn cancelled by %s: %w", cr.By, asynq.SkipRetry)
+	return nil
 }
 
 // cancelWaiting ends a cancelled turn that is not its chat's turn (its
@@ -427,12 +429,12 @@ func (t *turn) cancelWaiting(ctx context.Context, nyt error) error {
 		t.redisFailed()
 		t.log.Warn("could not take the cancelled turn out of its conversation's line", "error", err.Error())
 	}
+	t.writeResult(OutcomeCancelled, "", nil)
 	t.log.Info("turn cancelled", "outcome", OutcomeCancelled, "phase", CancelPhaseWaiting, "by", cr.By)
-	w.permanent.add(t.taskID, "otid", t.otid)
-	t.obs.AttemptFinished(t.queue, "archived", time.Since(t.start))
+	t.obs.AttemptFinished(t.queue, "done", time.Since(t.start))
 	w.turnCancelled(t.queue, CancelPhaseWaiting)
 	t.obs.TurnFinished(t.queue, OutcomeCancelled, t.latency(now), 0)
-	return fmt.Errorf("lettaq: turn cancelled by %s: %w", cr.By, asynq.SkipRetry)
+	return nil // completed with the cancelled result: a normal ending, not a failure
 }
 
 // turnCancelled tells the observer of a cancelled turn (CancelObserver).

@@ -1,7 +1,6 @@
 package queue
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -64,7 +63,7 @@ type ClientConfig struct {
 	Replies *Replies
 	// Now is the clock for EnqueuedAt; default time.Now.
 	Now func() time.Time
-	// Ordering: each new turn joins its conversation's line right after it
+	// Ordering: each new turn joins its conversation's line just before it
 	// is enqueued (on by default; Off, Scope and Config.Prefix must match
 	// the workers'). Coalesce is a worker setting and is ignored here.
 	Ordering Ordering
@@ -80,7 +79,7 @@ type Client struct {
 	cfg  ClientConfig
 	seq  *ordering.Sequencer   // nil: no ordering
 	rdb  redis.UniversalClient // owned by the sequencer we made
-	insp *asynq.Inspector      // under ordering: wakes a waiting turn
+	insp *asynq.Inspector      // wakes a waiting turn (under ordering); reads a duplicate's message
 }
 
 // EnqueueResult says what Enqueue did.
@@ -132,18 +131,15 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 			return nil, err
 		}
 		c.seq, c.rdb = seq, rdb
-		c.insp = asynq.NewInspector(conn)
 	}
+	c.insp = asynq.NewInspector(conn)
 	c.ac = asynq.NewClient(conn)
 	return c, nil
 }
 
 // Close closes the connection to Redis.
 func (c *Client) Close() error {
-	err := c.ac.Close()
-	if c.insp != nil {
-		err = errors.Join(err, c.insp.Close())
-	}
+	err := errors.Join(c.ac.Close(), c.insp.Close())
 	if c.rdb != nil {
 		err = errors.Join(err, c.rdb.Close())
 	}
@@ -166,8 +162,9 @@ func (c *Client) TaskOptions(taskID string) []asynq.Option {
 
 // Enqueue validates m and makes it a task. A message whose MessageID was
 // enqueued before (and whose task is still retained) is not enqueued
-// again: the result names the existing task with Duplicate set. Validation
-// errors are *ValidationError.
+// again: the result names the existing task with Duplicate set; with
+// another text (or images) it is refused with a *MessageIDConflictError.
+// Validation errors are *ValidationError.
 //
 // Under ordering, the task first joins its conversation's line (a
 // duplicate joins again: that is idempotent and keeps its place), and the
@@ -206,10 +203,14 @@ func (c *Client) Enqueue(ctx context.Context, m Message) (EnqueueResult, error) 
 	_, err = c.ac.EnqueueContext(ctx, asynq.NewTask(TaskType, b), opts...)
 	switch {
 	case errors.Is(err, asynq.ErrTaskIDConflict):
-		// An enqueue whose reply was lost after it ran, sent again by
-		// go-redis, conflicts with itself: the task then holds this very
-		// call's payload.
-		res.Duplicate = !stamped || !c.holdsPayload(id, b)
+		dup, cerr := c.existingTask(m, id, b, stamped)
+		if cerr != nil {
+			if joined { // this call put the id back in a line the first message's task had left
+				_ = c.seq.Remove(context.WithoutCancel(ctx), key, id)
+			}
+			return EnqueueResult{}, cerr
+		}
+		res.Duplicate = dup
 	case err != nil:
 		if joined {
 			c.leaveLine(ctx, key, id)
@@ -229,14 +230,6 @@ func (c *Client) Enqueue(ctx context.Context, m Message) (EnqueueResult, error) 
 			TaskID: id, Otid: res.Otid, MessageID: m.MessageID, Position: max(res.Position, 0)})
 	}
 	return res, nil
-}
-
-// holdsPayload reports whether the task id holds payload b.
-func (c *Client) holdsPayload(id string, b []byte) bool {
-	insp, done := c.inspector()
-	defer done()
-	info, err := insp.GetTaskInfo(c.cfg.Queue, id)
-	return err == nil && bytes.Equal(info.Payload, b)
 }
 
 // leaveLine undoes the join of an Enqueue whose enqueue failed: the task
@@ -283,6 +276,7 @@ func payloadBytes(p Payload) int {
 //
 //	202 {"task_id": "…", "duplicate": false, "queue": "lettaq", "otid": "…"}
 //	400 {"error": "…", "field": "text"}        invalid payload
+//	409 {"error": "…", "field": "message_id"}  the message id was enqueued before with another text
 //	400 {"error": "…"}                         body unreadable (e.g. too slow)
 //	405, 413                                   wrong method, payload too large (decoded; see MaxHTTPBodyBytes)
 //	415 {"error": "…"}                         Content-Type is not application/json
@@ -315,6 +309,11 @@ func EnqueueHTTPHandler(c *Client) http.Handler {
 		res, err := c.Enqueue(r.Context(), p.Message())
 		if ve, ok := IsValidationError(err); ok {
 			httpJSON(w, http.StatusBadRequest, map[string]string{"error": ve.Error(), "field": ve.Field})
+			return
+		}
+		var conflict *MessageIDConflictError
+		if errors.As(err, &conflict) {
+			httpJSON(w, http.StatusConflict, map[string]string{"error": conflict.Error(), "field": "message_id"})
 			return
 		}
 		if err != nil {

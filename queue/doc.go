@@ -14,7 +14,8 @@
 //	    ("turn:<integration>:<chat_id>:<message_id>", '%' and ':' in each part
 //	    percent-encoded, hashed when longer than 200 bytes; see TaskIDFor) so
 //	    that a webhook delivered twice makes one task (the second
-//	    Enqueue returns the same id with Duplicate set), and enqueues with
+//	    Enqueue returns the same id with Duplicate set; the same message id
+//	    with another text is refused, *MessageIDConflictError), and enqueues with
 //	    Timeout(budget.TaskTimeout()), MaxRetry, Queue and Retention. It writes
 //	    the accepted event. EnqueueHTTPHandler does the same over HTTP.
 //	 2. The Worker's handler, on every attempt: reads the journal record (the
@@ -27,7 +28,7 @@
 //	    lost stream, and resend (same otid) only when there is no evidence the
 //	    message was admitted and the policy allows it. The run id is journaled
 //	    as soon as the stream names it, so a crash mid-stream still leaves it.
-//	 3. The Decision is mapped to reply events, the journal and Asynq (below).
+//	 3. The Result (continuation.Result) is mapped to reply events, the journal and Asynq (below).
 //
 // # Guarantees
 //
@@ -86,7 +87,7 @@
 //	NotAdmitted after a resend                –                          not_admitted        retry after the backoff; next attempt
 //	                                                                                         looks first
 //	Interrupted (shutdown, deadline)          –                          retrying            interrupted → retry in 100ms
-//	Cancelled (Client.Cancel), run not done   error, permanent (stop     cancelled           SkipRetry → archived
+//	Cancelled (Client.Cancel), run not done   error, permanent (stop     cancelled           nil (result written: completed, not failed)
 //	  (cancelled by Letta, or never sent)      reason cancelled)
 //	Cancelled, the run completed first        answer                     answered            nil (result written)
 //	invalid payload                           error, permanent (if readable) failed          SkipRetry → archived
@@ -94,7 +95,7 @@
 //	a put-back with no retry left (a crash    error, permanent           failed              SkipRetry → archived
 //	  used the one kept for put-backs)
 //	not its turn (ordering)                   –                          – (a Wait)          parked: RevokeTask, enqueued again scheduled with the retries it had left (no retry used)
-//	cancelled while waiting (never sent)      error, permanent           cancelled           deleted by the canceller, or SkipRetry
+//	cancelled while waiting (never sent)      error, permanent           cancelled           deleted by the canceller, or nil (result written)
 //	merged into another turn (coalescing)     by the answering turn      coalesced           nil
 //	message, its chat's approval unanswered   phase awaiting_approval    – (a Wait)          parked (policy wait, deny; with or without ordering)
 //	  (ApprovalPolicy error)                  error, permanent           failed              SkipRetry → archived

@@ -85,7 +85,9 @@ type ending struct {
 func endOf(in endingInput) ending {
 	d := in.D
 	if in.Cancelled && cancelEnds(d) {
-		return ending{Final: EventError, Outcome: OutcomeCancelled, Asynq: endArchive, StopReason: StopReasonCancelled,
+		// A cancel is a normal ending: the task completes with the cancelled result (not
+		// archived, which counts as a failure in Asynq's metrics and asynqmon).
+		return ending{Final: EventError, Outcome: OutcomeCancelled, Asynq: endDone, StopReason: StopReasonCancelled,
 			Reason: "cancelled"}
 	}
 	switch d.Outcome {

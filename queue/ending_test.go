@@ -107,8 +107,8 @@ func TestEndOfTable(t *testing.T) {
 					{Outcome: continuation.Busy, Sends: 1}, {Outcome: continuation.NotAdmitted, Sends: 1},
 					{Outcome: continuation.Refused, Sends: 1}, {Outcome: continuation.Rejected, Sends: 1},
 				} {
-					if e := endOf(cancelled(with(d))); e.Outcome != OutcomeCancelled || e.Asynq != endArchive {
-						t.Errorf("%v: %s, %v; want cancelled, archived", d.Outcome, e.Outcome, e.Asynq)
+					if e := endOf(cancelled(with(d))); e.Outcome != OutcomeCancelled || e.Asynq != endDone {
+						t.Errorf("%v: %s, %v; want cancelled, done (the task completes)", d.Outcome, e.Outcome, e.Asynq)
 					}
 				}
 				// Interrupted or out of budget: the next attempt carries the cancel out;

@@ -50,8 +50,9 @@ var otidNamespace = uuid.MustParse("8f4e6c2a-3b1d-5a7e-9c0f-1d2e3f4a5b6c")
 type Message struct {
 	// AgentID is the Letta agent that answers. Required.
 	AgentID string
-	// Text is the user's message: non-empty, valid UTF-8, at most
-	// MaxTextBytes.
+	// Text is the user's message: valid UTF-8, at most MaxTextBytes;
+	// required unless the message carries Images (an image-only message
+	// has none) or is an Approval answer.
 	Text string
 	// SenderID is passed to Letta as the message's sender_id. Optional.
 	SenderID string

@@ -79,8 +79,9 @@ type Load struct {
 	NewPerSec float64
 }
 
-// defaultLoads: 10k and 100k concurrent thinking turns, with 100 and 1,000 new turns a second.
-var defaultLoads = []Load{{10000, 100}, {10000, 1000}, {100000, 100}, {100000, 1000}}
+// defaultLoads: a first deployment's 100 and 1,000 thinking turns (1 and 10 new a second),
+// then 10k and 100k concurrent thinking turns, with 100 and 1,000 new turns a second.
+var defaultLoads = []Load{{100, 1}, {1000, 10}, {10000, 100}, {10000, 1000}, {100000, 100}, {100000, 1000}}
 
 // Plan is what a Load needs.
 type Plan struct {
@@ -124,6 +125,18 @@ func PlanFor(f PerTurn, a Assumptions, l Load) Plan {
 	return p
 }
 
+// FinishedTurnsPerWeek is how many finished turns a week one Redis shard (a.ShardMemory, filled
+// to a.Target) keeps at a steady rate, each kept for its retention (Asynq's task for
+// a.TaskRetention, lettaq's journal and reply keys for a.JournalRetention): past that rate a
+// Redis with noeviction refuses every write, enqueues included.
+func FinishedTurnsPerWeek(f PerTurn, a Assumptions) float64 {
+	byteSeconds := f.RedisAsynqBytesPerFinishedTurn*a.TaskRetention.Seconds() + f.RedisLettaqBytesPerFinishedTurn*a.JournalRetention.Seconds()
+	if byteSeconds <= 0 {
+		return math.Inf(1)
+	}
+	return a.ShardMemory * a.Target / byteSeconds * (7 * 24 * time.Hour).Seconds()
+}
+
 // ceilDiv is ⌈a/b⌉ (0 when a is 0), with a relative tolerance so that a quotient a float
 // rounding puts a hair above a whole number stays that number.
 func ceilDiv(a, b float64) int {
@@ -147,6 +160,8 @@ func CapacityTable(f PerTurn, a Assumptions, loads []Load) string {
 		f.RedisCommandsPerNewTurn, us(f.RedisCPUPerNewTurn), f.RedisCommandsPerMinPerThinkingTurn)
 	fmt.Fprintf(&b, "assumptions: a worker has %s and %.0f CPUs, a Redis shard %s; every resource planned at %.0f%%\n\n",
 		size(a.WorkerMemory), a.WorkerCPUs, size(a.ShardMemory), 100*a.Target)
+	fmt.Fprintf(&b, "finished turns that fit: a Redis of %s, filled to %.0f%%, keeps %.0f finished turns a week (%.2f a second, steady)\n\n",
+		size(a.ShardMemory), 100*a.Target, FinishedTurnsPerWeek(f, a), FinishedTurnsPerWeek(f, a)/(7*24*3600))
 	b.WriteString("| thinking turns | new turns/s | workers (by memory / by CPU) | Redis memory: in flight + retained | Redis commands/s | Redis main thread | shards (by CPU / by memory) |\n")
 	b.WriteString("|---|---|---|---|---|---|---|\n")
 	for _, l := range loads {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"math"
 	"strconv"
 	"strings"
 	"testing"
@@ -37,6 +38,18 @@ func TestCapacityPlanByHand(t *testing.T) {
 	}
 	if !closePlan(p, want) {
 		t.Errorf("plan\n%+v\nwant\n%+v", p, want)
+	}
+}
+
+// The finished turns a week that fit in a shard: its memory at the target over what a turn
+// keeps for how long.
+func TestFinishedTurnsPerWeekByHand(t *testing.T) {
+	// 1e9 B × 0.5 / (10 B × 100 s + 20 B × 1000 s) = 23809.52…/s, × 604800 s a week.
+	if got, want := FinishedTurnsPerWeek(roundPerTurn, roundAssumptions), 1e9*0.5/21000*604800; math.Abs(got-want) > 1e-6*want {
+		t.Errorf("FinishedTurnsPerWeek = %v, want %v", got, want)
+	}
+	if table := CapacityTable(roundPerTurn, roundAssumptions, nil); !strings.Contains(table, "keeps 14400000000 finished turns a week") {
+		t.Errorf("the table does not say how many finished turns a week fit:\n%s", table)
 	}
 }
 

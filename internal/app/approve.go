@@ -111,16 +111,20 @@ func (o *enqueueOpts) queueOrdering() queue.Ordering {
 	return ord
 }
 
-// newClient is the queue client (and the reply streams it writes the accepted event to) for a
-// message or an answer, with o's queue, retries and ordering; on a bad setting it says why on
-// stderr and returns nil and the exit code.
-func (o *enqueueOpts) newClient(connOpt asynq.RedisConnOpt, b budget.Config, rdb redis.UniversalClient, stderr io.Writer) (*queue.Client, *queue.Replies, int) {
+// checkOrdering normalizes --ordering and refuses a value the workers do not know (RunEnqueue
+// calls it with the other settings, before anything connects).
+func (o *enqueueOpts) checkOrdering() error {
 	switch o.ordering = strings.ToLower(o.ordering); o.ordering {
 	case "conversation", "agent", "off":
-	default:
-		fmt.Fprintf(stderr, "enqueue: --ordering: want conversation, agent or off\n")
-		return nil, nil, ExitUsage
+		return nil
 	}
+	return fmt.Errorf("--ordering (LETTAQ_ORDERING) %q: want conversation, agent or off", o.ordering)
+}
+
+// newClient is the queue client (and the reply streams it writes the accepted event to) for a
+// message or an answer, with o's queue, retries and ordering (checked: checkOrdering); on a
+// bad setting it says why on stderr and returns nil and the exit code.
+func (o *enqueueOpts) newClient(connOpt asynq.RedisConnOpt, b budget.Config, rdb redis.UniversalClient, stderr io.Writer) (*queue.Client, *queue.Replies, int) {
 	replies := queue.NewReplies(rdb, queue.RepliesOptions{Prefix: o.prefix})
 	client, err := queue.NewClient(queue.ClientConfig{Redis: connOpt, Budget: b, Queue: o.queueName,
 		MaxRetry: maxRetry(o.maxRetry), Replies: replies, Ordering: o.queueOrdering()})

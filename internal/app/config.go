@@ -55,6 +55,8 @@ type WorkerSettings struct {
 	Ordering          string        // conversation | agent | off
 	OrderingLease     time.Duration // lease of a conversation's lock
 	WaitCheck         time.Duration // safety net of a waiting turn (queue.Ordering.WaitCheck)
+	JournalRetention  time.Duration // queue.JournalOptions.Retention
+	ReplyStreamTTL    time.Duration // queue.RepliesOptions.StreamTTL (0: never)
 	TakeoverAfter     time.Duration // a silent worker's turns are taken over after this; 0: off
 	Coalesce          []string      // integrations whose waiting messages are merged
 	ThreadMode        queue.ThreadMode
@@ -279,6 +281,12 @@ var workerSettings = []setting{
 	{envvar.Var{Name: "LETTAQ_WAIT_CHECK", Default: "10m",
 		Help: "safety net of a message that waits (behind the turn ahead of it in its conversation, or behind its chat's open approval request): the event that frees it wakes it within a second; should that wake-up be lost, it looks again this long after it began to wait. It waits as an Asynq scheduled task this far ahead, never in Retry"},
 		durSetting(func(c *WorkerSettings) *time.Duration { return &c.WaitCheck }, time.Second)},
+	{envvar.Var{Name: "LETTAQ_JOURNAL_RETENTION", Default: "168h",
+		Help: "how long a turn's journal record (its attempts, intents and the journal's indexes) is kept after its last write; with LETTAQ_REPLY_STREAM_TTL, what bounds a Redis that keeps every finished turn (see docs/operations.md, Redis memory)"},
+		durSetting(func(c *WorkerSettings) *time.Duration { return &c.JournalRetention }, time.Minute)},
+	{envvar.Var{Name: "LETTAQ_REPLY_STREAM_TTL", Default: "0",
+		Help: "a conversation's reply stream expires this long after its last event (a consumer that reads later finds nothing); 0: never, each stream is only capped at 10,000 events"},
+		durSetting(func(c *WorkerSettings) *time.Duration { return &c.ReplyStreamTTL }, 0)},
 	{envvar.Var{Name: "LETTAQ_TAKEOVER_AFTER", Default: "5s",
 		Help: "a worker whose beats (every second) stop this long is taken for dead and its running turns are continued by another worker, under the same otid and journal record, without sending twice; 0 turns it off (a killed worker's turns then wait for Asynq's recovery, 1 to 3 minutes)"},
 		func(c *WorkerSettings, raw string) error {
@@ -697,14 +705,37 @@ func RedisConnOpt(redisURL string, clusterAddrs []string) (asynq.RedisConnOpt, e
 	if err != nil {
 		return nil, fmt.Errorf("REDIS_URL=%q: %s", redactURL(redisURL), strings.TrimPrefix(urlParseError(err, redisURL), "asynq: "))
 	}
+	if o, ok := opt.(asynq.RedisClientOpt); ok && o.Network != "unix" {
+		if err := checkHostPort(o.Addr); err != nil {
+			return nil, fmt.Errorf("REDIS_URL=%q: %v", redactURL(redisURL), err)
+		}
+	}
 	if len(clusterAddrs) == 0 {
 		return opt, nil
+	}
+	for _, a := range clusterAddrs {
+		if err := checkHostPort(a); err != nil {
+			return nil, fmt.Errorf("LETTAQ_REDIS_CLUSTER_ADDRS (--redis-cluster-addrs): %q: %v", redactURL(a), err)
+		}
 	}
 	co := asynq.RedisClusterClientOpt{Addrs: clusterAddrs}
 	if o, ok := opt.(asynq.RedisClientOpt); ok {
 		co.Username, co.Password, co.TLSConfig = o.Username, o.Password, o.TLSConfig
 	}
 	return co, nil
+}
+
+// checkHostPort checks a host:port whose port is a number from 1 to 65535: a port out of range
+// is a configuration error, not a Redis that does not answer.
+func checkHostPort(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port", addr)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("port %q is not a number from 1 to 65535", port)
+	}
+	return nil
 }
 
 // IsLoopback reports whether a listen address only accepts local connections.

@@ -75,10 +75,12 @@ is stopped at Letta, and its final event (error, stop_reason cancelled) carries 
 had said. A turn already answered is left as it is (exit 1).
 
 Exit codes (of the built command: go run exits 1 for any failure):
-  0  answered (or, without --wait, enqueued; a duplicate message id also exits 0)
+  0  answered (or, without --wait, enqueued; a duplicate message id also exits 0; the same
+     message id with another text is refused, exit 2)
   1  the turn failed (a permanent error event), or it could not be enqueued (Redis trouble);
      cancel: the turn was already answered
-  2  bad input or configuration (cancel: no turn has that id)
+  2  bad input or configuration, checked before anything connects, or a Redis that refuses
+     REDIS_URL's credentials (cancel: no turn has that id)
   3  --wait timed out before the turn ended
   4  the agent asks for approval of a tool call (approval_required)
   5  no Redis at the address (dev mode: no worker --dev running; else check REDIS_URL)`
@@ -115,7 +117,7 @@ func RunEnqueue(ctx context.Context, args []string, getenv func(string) string, 
 	fs.BoolVar(&o.wait, "wait", false, "")
 	fs.BoolVar(&o.all, "all", false, "")
 	o.timeout = 10 * time.Minute
-	fs.Var(durationValue{&o.timeout}, "timeout", "")
+	fs.Var(positiveDurationValue{&o.timeout}, "timeout", "")
 	fs.StringVar(&o.ordering, "ordering", envOr("LETTAQ_ORDERING", "conversation"), "")
 	if err := (countValue{&o.maxRetry}).Set(envOr("LETTAQ_MAX_RETRY", strconv.Itoa(queue.DefaultMaxRetry))); err != nil {
 		fmt.Fprintf(stderr, "enqueue: LETTAQ_MAX_RETRY=%q: %v\n", getenv("LETTAQ_MAX_RETRY"), err)
@@ -144,7 +146,7 @@ func RunEnqueue(ctx context.Context, args []string, getenv func(string) string, 
   --wait               follow the turn until its answer: a live status line (time in the step, the
                        turn's total) and the answer as it grows on a terminal; plain lines on stderr
                        and the answer on stdout otherwise
-  --timeout D          give up waiting after D (exit 3; the turn goes on) (default 10m)
+  --timeout D          give up waiting after D, more than 0 (exit 3; the turn goes on) (default 10m)
   --json               machine output: the enqueue result, then (with --wait) one reply event per line
   --limit N            journal: how many turns (default 20)
 Time budget: the task timeout is computed from the LETTAQ_* budget variables, as in the worker
@@ -172,10 +174,22 @@ Time budget: the task timeout is computed from the LETTAQ_* budget variables, as
 	}
 	warnUnknownVars(NewLogger(stderr, strings.ToLower(getenv("LETTAQ_LOG_FORMAT")), "info"), getenv)
 
+	// Every setting is checked before anything connects: a bad one exits 2 whether or not a
+	// Redis answers.
 	connOpt, err := o.connOpt()
 	if err != nil {
 		fmt.Fprintf(stderr, "enqueue: %v\n", err)
 		return ExitUsage
+	}
+	if err := o.checkOrdering(); err != nil {
+		fmt.Fprintf(stderr, "enqueue: %v\n", err)
+		return ExitUsage
+	}
+	if !o.dev {
+		if err := checkLettaBaseURL(o.lettaURL); err != nil {
+			fmt.Fprintf(stderr, "enqueue: LETTA_BASE_URL=%q (flag --letta-base-url): %v\n", redactURL(o.lettaURL), err)
+			return ExitUsage
+		}
 	}
 	if co, ok := connOpt.(asynq.RedisClusterClientOpt); ok {
 		if err := checkClusterKeyPrefix(o.prefix, co.Addrs); err != nil {
@@ -199,15 +213,15 @@ Time budget: the task timeout is computed from the LETTAQ_* budget variables, as
 	SetRedisLogger(NewLogger(stderr, "auto", "warn"), slog.LevelDebug) // go-redis's own lines: hidden
 
 	if len(pos) > 0 && pos[0] == "journal" {
-		if !checkEnqueueRedis(ctx, rdb, &o, connOpt, stderr) {
-			return ExitNoRedis
+		if code := checkEnqueueRedis(ctx, rdb, &o, connOpt, stderr); code != ExitOK {
+			return code
 		}
 		return runJournal(ctx, o, pos[1:], rdb, connOpt, stdout, stderr)
 	}
 
 	if len(pos) > 0 && pos[0] == "cancel" {
-		if !checkEnqueueRedis(ctx, rdb, &o, connOpt, stderr) {
-			return ExitNoRedis
+		if code := checkEnqueueRedis(ctx, rdb, &o, connOpt, stderr); code != ExitOK {
+			return code
 		}
 		return o.cancel(ctx, pos[1:], connOpt, b, rdb, stdout, stderr)
 	}
@@ -243,8 +257,8 @@ Time budget: the task timeout is computed from the LETTAQ_* budget variables, as
 		fmt.Fprintf(stderr, "enqueue: --agent (or LETTAQ_AGENT_ID) is required\n")
 		return ExitUsage
 	}
-	if !checkEnqueueRedis(ctx, rdb, &o, connOpt, stderr) {
-		return ExitNoRedis
+	if code := checkEnqueueRedis(ctx, rdb, &o, connOpt, stderr); code != ExitOK {
+		return code
 	}
 	id, badName, err := resolveAgentArg(ctx, o, rdb)
 	if err != nil {
@@ -289,7 +303,8 @@ Time budget: the task timeout is computed from the LETTAQ_* budget variables, as
 	res, err := client.Enqueue(ectx, msg)
 	cancel()
 	if err != nil {
-		if _, ok := queue.IsValidationError(err); ok {
+		var conflict *queue.MessageIDConflictError
+		if _, ok := queue.IsValidationError(err); ok || errors.As(err, &conflict) {
 			fmt.Fprintf(stderr, "enqueue: %v\n", err)
 			return ExitUsage
 		}

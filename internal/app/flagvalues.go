@@ -30,6 +30,24 @@ func (d durationValue) Set(s string) error {
 	return nil
 }
 
+// positiveDurationValue is a durationValue that must be more than 0 (a wait of 0 or less
+// means nothing: it used to be taken, the message enqueued, and the wait over at once).
+type positiveDurationValue struct{ p *time.Duration }
+
+func (d positiveDurationValue) String() string { return durationValue(d).String() }
+
+func (d positiveDurationValue) Set(s string) error {
+	var v time.Duration
+	if err := (durationValue{&v}).Set(s); err != nil {
+		return err
+	}
+	if v <= 0 {
+		return errors.New("must be more than 0")
+	}
+	*d.p = v
+	return nil
+}
+
 // intValue is a flag.Value for an integer whose errors say what was expected.
 type intValue struct{ p *int }
 

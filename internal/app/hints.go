@@ -14,30 +14,55 @@ import (
 // enqueueCommand is how hints name the enqueue command: "go run ./cmd/enqueue" under go run
 // (and in tests), the path as invoked when it has one (./enqueue), else the bare name (on
 // PATH).
-var enqueueCommand = func() string {
-	a := os.Args[0]
-	if strings.Contains(filepath.ToSlash(a), "/go-build") {
-		return "go run ./cmd/enqueue"
-	}
-	if a == "" {
-		return "enqueue"
-	}
-	return shQuote(a)
-}()
+var enqueueCommand = commandBeside(os.Args[0], "enqueue", os.Getenv)
+
+// workerCommand is how enqueue's hints name the worker: the one beside enqueue as it was
+// invoked (bin/enqueue → bin/worker), "go run ./cmd/worker" under go run.
+var workerCommand = commandBeside(os.Args[0], "worker", os.Getenv)
 
 // greetingEnqueue is how the dev worker's greeting names the enqueue command, given how the
 // worker was invoked (os.Args[0]): "go run ./cmd/enqueue" under go run, else the enqueue built
 // beside it (bin/worker → bin/enqueue, ./worker → ./enqueue; worker found on PATH → enqueue).
 func greetingEnqueue(workerArg0 string) string {
-	a := filepath.ToSlash(workerArg0)
-	if a == "" || strings.Contains(a, "/go-build") {
-		return "go run ./cmd/enqueue"
+	return commandBeside(workerArg0, "enqueue", os.Getenv)
+}
+
+// commandBeside names the command name (enqueue or worker) for a user who invoked arg0: "go
+// run ./cmd/NAME" when arg0 is a binary go run built, else NAME in arg0's folder as arg0 was
+// written, or the bare name when arg0 has no folder (found on PATH).
+func commandBeside(arg0, name string, getenv func(string) string) string {
+	a := filepath.ToSlash(arg0)
+	if a == "" {
+		return name
+	}
+	if builtByGoRun(a, getenv) {
+		return "go run ./cmd/" + name
 	}
 	i := strings.LastIndexByte(a, '/')
 	if i < 0 {
-		return "enqueue"
+		return name
 	}
-	return shQuote(a[:i+1] + "enqueue")
+	return shQuote(a[:i+1] + name)
+}
+
+// builtByGoRun reports whether the executable at path (slashes) is one go run built: in a
+// go-build folder of the temporary directory, or in the build cache (GOCACHE, else its default
+// under the user's cache folder), which go run uses for the executables it keeps; GOCACHE may
+// be any path.
+func builtByGoRun(path string, getenv func(string) string) bool {
+	if strings.Contains(path, "/go-build") {
+		return true
+	}
+	dirs := []string{getenv("GOCACHE"), getenv("GOTMPDIR")}
+	if d, err := os.UserCacheDir(); err == nil {
+		dirs = append(dirs, filepath.Join(d, "go-build"))
+	}
+	for _, d := range dirs {
+		if d = strings.TrimRight(filepath.ToSlash(d), "/"); d != "" && strings.HasPrefix(path, d+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 // hint returns the command line that runs enqueue with o's connection settings and args.

@@ -2,7 +2,12 @@ package app
 
 import (
 	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -244,5 +249,100 @@ func TestHintCarriesSettings(t *testing.T) {
 	o = enqueueOpts{redisURL: DefaultRedisURL, prefix: "lettaq:", devRedis: DefaultDevRedisAddr}
 	if got := o.commandLine("enqueue", "journal", "recent"); got != "enqueue journal recent" {
 		t.Errorf("defaults: hint %q", got)
+	}
+}
+
+// commandsBeside links the test binary as DIR/bin/enqueue and DIR/bin/worker (TestMain runs
+// it as the command it is named after) and returns DIR: the commands as go build -o bin/
+// makes them.
+func commandsBeside(t *testing.T) string {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"enqueue", "worker"} {
+		if err := os.Symlink(exe, filepath.Join(dir, "bin", name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// shIn runs line with sh in dir and returns its exit code and output.
+func shIn(t *testing.T, dir, line string) (int, string) {
+	t.Helper()
+	cmd := exec.Command("sh", "-c", line)
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		t.Fatalf("%s: %v", line, err)
+	}
+	return cmd.ProcessState.ExitCode(), string(out)
+}
+
+// bin/enqueue --dev with no dev worker names the worker to start as it was invoked
+// (bin/worker, not worker), and that line, run as printed by a shell, starts the dev worker
+// the same bin/enqueue then reaches.
+func TestDevWorkerHintRunsAsPrinted(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a dev worker process")
+	}
+	dir := commandsBeside(t)
+	addr := closedAddr(t)
+	code, out := shIn(t, dir, "bin/enqueue --dev --dev-redis-addr="+addr+" journal recent")
+	_, rest, ok := strings.Cut(out, "start it with `")
+	hint, _, ok2 := strings.Cut(rest, "`")
+	if code != ExitNoRedis || !ok || !ok2 {
+		t.Fatalf("exit %d, want %d with a command to start the dev worker:\n%s", code, ExitNoRedis, out)
+	}
+	if !strings.HasPrefix(hint, "bin/worker ") {
+		t.Fatalf("the hint %q does not name the worker beside bin/enqueue (bin/worker)", hint)
+	}
+	worker := exec.Command("sh", "-c", "exec "+hint)
+	worker.Dir = dir
+	var wout syncBuf
+	worker.Stdout, worker.Stderr = &wout, &wout
+	if err := worker.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = worker.Process.Signal(syscall.SIGTERM)
+		_ = worker.Wait()
+	}()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		code, out = shIn(t, dir, "bin/enqueue --dev --dev-redis-addr="+addr+" journal recent")
+		if code == ExitOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the printed %q did not start a dev worker bin/enqueue reaches: enqueue exit %d:\n%s\nworker:\n%s", hint, code, out, wout.String())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// Under go run, hints name go run ./cmd/…, also when the build cache (where go run keeps the
+// executables it builds) is a folder whose path has no "go-build" in it.
+func TestHintsNameGoRunWhateverGOCACHE(t *testing.T) {
+	cache := t.TempDir()
+	t.Setenv("GOCACHE", cache)
+	arg0 := filepath.Join(cache, "3f", "3f0a9c-d", "worker")
+	if got := greetingEnqueue(arg0); got != "go run ./cmd/enqueue" {
+		t.Errorf("greetingEnqueue(%q) with GOCACHE=%s = %q, want go run ./cmd/enqueue", arg0, cache, got)
+	}
+	if got := commandBeside(filepath.Join(cache, "3f", "3f0a9c-d", "enqueue"), "worker", os.Getenv); got != "go run ./cmd/worker" {
+		t.Errorf("the worker beside a cached enqueue = %q, want go run ./cmd/worker", got)
+	}
+	for arg0, want := range map[string]string{"bin/enqueue": "bin/worker", "enqueue": "worker", "/tmp/go-build1/b001/exe/enqueue": "go run ./cmd/worker"} {
+		if got := commandBeside(arg0, "worker", os.Getenv); got != want {
+			t.Errorf("commandBeside(%q, worker) = %q, want %q", arg0, got, want)
+		}
 	}
 }

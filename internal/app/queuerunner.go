@@ -44,8 +44,8 @@ func newQueueRunner(cfg WorkerSettings, connOpt asynq.RedisConnOpt, rdb redis.Un
 	if len(ord.Coalesce) > 0 && cfg.Ordering != "conversation" {
 		return nil, &ConfigError{Errs: []error{errors.New("LETTAQ_COALESCE needs LETTAQ_ORDERING=conversation")}}
 	}
-	replies := queue.NewReplies(rdb, queue.RepliesOptions{Prefix: cfg.KeyPrefix})
-	journal := queue.NewJournal(rdb, queue.JournalOptions{Prefix: cfg.KeyPrefix})
+	replies := queue.NewReplies(rdb, queue.RepliesOptions{Prefix: cfg.KeyPrefix, StreamTTL: cfg.ReplyStreamTTL})
+	journal := queue.NewJournal(rdb, queue.JournalOptions{Prefix: cfg.KeyPrefix, Retention: cfg.JournalRetention})
 	w, err := queue.NewWorker(queue.WorkerConfig{
 		Redis:             connOpt,
 		Letta:             letta,

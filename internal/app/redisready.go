@@ -83,6 +83,22 @@ func redisAddr(o asynq.RedisConnOpt) string {
 	return fmt.Sprintf("%T", o)
 }
 
+// redisRefusedCredentials returns a permanent configuration error when err is Redis refusing
+// the connection's credentials (a wrong password or user, or none where one is needed), else
+// nil. Waiting does not mend it: the password in REDIS_URL must change.
+func redisRefusedCredentials(err error, addr string) error {
+	if err == nil {
+		return nil
+	}
+	msg := err.Error()
+	for _, p := range []string{"WRONGPASS", "NOAUTH", "ERR AUTH", "ERR invalid password", "ERR Client sent AUTH", "NOPERM"} {
+		if strings.HasPrefix(msg, p) {
+			return &ConfigError{Errs: []error{fmt.Errorf("REDIS_URL: Redis at %s refuses its credentials (permanent: correct the user and password in REDIS_URL; waiting will not help): %s", addr, msg)}}
+		}
+	}
+	return nil
+}
+
 // Backoff of the worker's wait for Redis at start.
 const (
 	redisWaitFirst = 500 * time.Millisecond
@@ -92,7 +108,8 @@ const (
 
 // waitForRedis returns nil once rdb answers PING, or ctx's error. It waits without a bound (a
 // worker started before its Redis, as in a compose file, just waits), writing one warning per
-// backoff step (500 ms doubling to 30 s) that names the address and the error.
+// backoff step (500 ms doubling to 30 s) that names the address and the error. A Redis that
+// refuses the credentials ends the wait with a *ConfigError: that is permanent.
 // firstErr, when not nil, is the error of a PING just made: it counts as the first attempt.
 func waitForRedis(ctx context.Context, rdb redis.UniversalClient, addr string, logger *slog.Logger, firstErr error) error {
 	delay := redisWaitFirst
@@ -112,6 +129,9 @@ func waitForRedis(ctx context.Context, rdb redis.UniversalClient, addr string, l
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		if cerr := redisRefusedCredentials(err, addr); cerr != nil {
+			return cerr
 		}
 		logger.Warn("waiting for Redis: not taking turns until it answers", "redis", addr, "attempt", attempt,
 			"retry_in", delay.String(), "error", err.Error())

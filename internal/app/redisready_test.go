@@ -128,8 +128,7 @@ func TestEnqueueWithoutRedis(t *testing.T) {
 		code := RunEnqueue(context.Background(), args, env(nil), strings.NewReader(""), &out, &errOut)
 		msg := errOut.String()
 		if code != ExitNoRedis || strings.Count(msg, "\n") != 1 ||
-			!strings.HasPrefix(msg, "enqueue: no Redis at "+addr+" (is the dev worker running? start it with `worker --dev --dev-redis-addr="+addr+"`, "+
-				"or `go run ./cmd/worker --dev --dev-redis-addr="+addr+"` in a clone)") {
+			!strings.HasPrefix(msg, "enqueue: no Redis at "+addr+" (is the dev worker running? start it with `"+workerCommand+" --dev --dev-redis-addr="+addr+"`") {
 			t.Errorf("%v: exit %d, stderr %q", args, code, msg)
 		}
 	}

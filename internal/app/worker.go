@@ -80,6 +80,10 @@ func RunWorker(ctx context.Context, args []string, getenv func(string) string, s
 	<-r.Done()
 	if r.err != nil {
 		logger.Error("worker stopped", "err", r.err)
+		var ce *ConfigError
+		if errors.As(r.err, &ce) {
+			return ExitUsage
+		}
 		return ExitFailed
 	}
 	return ExitOK
@@ -197,7 +201,11 @@ func StartWorker(ctx context.Context, cfg WorkerSettings, logger *slog.Logger, s
 		defer close(r.done)
 		up := pingErr == nil
 		if !up {
-			up = waitForRedis(ctx, rdb, redisAddr(connOpt), logger, pingErr) == nil
+			werr := waitForRedis(ctx, rdb, redisAddr(connOpt), logger, pingErr)
+			up = werr == nil
+			if _, ok := werr.(*ConfigError); ok {
+				r.err = werr // the worker exits 2: its Redis refuses its credentials
+			}
 		}
 		if up {
 			logPersistence(ctx, rdb, logger, cfg.Dev)

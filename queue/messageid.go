@@ -1,0 +1,67 @@
+package queue
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+)
+
+// MessageIDConflictError is Client.Enqueue's answer to a message whose MessageID was enqueued
+// before with another content (text and images): a message id names one message, so that is a
+// client bug (an idempotency key reused for other content, which payment APIs refuse too),
+// not a duplicate delivery. Nothing is enqueued. EnqueueHTTPHandler answers it 409.
+type MessageIDConflictError struct {
+	MessageID string
+	// TaskID is the task of the message enqueued first.
+	TaskID string
+	// EnqueuedHash and NewHash are ContentHash of the message enqueued first and of this one.
+	EnqueuedHash, NewHash string
+}
+
+func (e *MessageIDConflictError) Error() string {
+	return fmt.Sprintf("queue: message id %q was enqueued before with another text (task %s, content sha256 %s; this message: %s): give this message its own id, or send the same text again",
+		e.MessageID, e.TaskID, e.EnqueuedHash, e.NewHash)
+}
+
+// ContentHash is the sha256 (hex) of what a message says: its text and its images. Two
+// deliveries of one message have the same.
+func ContentHash(m Message) string {
+	h := sha256.New()
+	h.Write([]byte(m.Text))
+	for _, im := range m.Images {
+		h.Write([]byte{0})
+		h.Write([]byte(im.URL))
+		h.Write([]byte{0})
+		h.Write([]byte(im.MediaType))
+		h.Write([]byte{0})
+		h.Write([]byte(im.Data))
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// existingTask judges the task that holds id when m's enqueue (payload b)
+// found it taken. An enqueue whose reply was lost after it ran, sent again by
+// go-redis, conflicts with itself: the task then holds this very call's
+// payload (stamped: it carries this call's own enqueue time), and the call is
+// not a duplicate. A task holding a message with another content is a
+// *MessageIDConflictError; the same content is a duplicate. A task that cannot
+// be read (gone meanwhile, Redis trouble, a payload of another version) is
+// taken as a duplicate, as every one was before contents were compared.
+func (c *Client) existingTask(m Message, id string, b []byte, stamped bool) (duplicate bool, err error) {
+	info, err := c.insp.GetTaskInfo(c.cfg.Queue, id)
+	if err != nil {
+		return true, nil
+	}
+	if stamped && bytes.Equal(info.Payload, b) {
+		return false, nil
+	}
+	first, err := DecodePayload(info.Payload)
+	if err != nil {
+		return true, nil
+	}
+	if a, h := ContentHash(first), ContentHash(m); a != h {
+		return false, &MessageIDConflictError{MessageID: m.MessageID, TaskID: id, EnqueuedHash: a, NewHash: h}
+	}
+	return true, nil
+}
