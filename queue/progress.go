@@ -44,6 +44,8 @@ type writer struct {
 	// tripped, when set, hears how each round trip went: its outage
 	// (batchOutage), or nil (Worker.Ready).
 	tripped func(error)
+	// lazyWait is lazyWindow (tests set another).
+	lazyWait time.Duration
 
 	mu        sync.Mutex
 	ready     []*progress // turns with queued items, in the order they became ready
@@ -68,7 +70,7 @@ type writer struct {
 const progressKeep = 1
 
 func newWriter(rdb redis.UniversalClient, replies *Replies) *writer {
-	wr := &writer{rdb: rdb, replies: replies}
+	wr := &writer{rdb: rdb, replies: replies, lazyWait: lazyWindow}
 	wr.exec = func(ctx context.Context, ops []store.Op) []error {
 		return store.RunFollowed(ctx, wr.rdb, ops, wr.trip.Followed())
 	}
@@ -404,7 +406,7 @@ func (p *progress) scheduleLocked() {
 func (p *progress) scheduleLazyLocked() {
 	p.readyLocked()
 	if !p.wr.running && p.wr.lazyTimer == nil {
-		p.wr.lazyTimer = time.AfterFunc(lazyWindow, p.wr.kick)
+		p.wr.lazyTimer = time.AfterFunc(p.wr.lazyWait, p.wr.kick)
 	}
 }
 
