@@ -491,7 +491,7 @@ func TestJournalSavesSkipKnownIndexEntries(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			op, err := j.saveOp(rec, keepFinished, ix)
+			op, err := j.saveOp(rec, keepFinished, 0, ix)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -503,7 +503,7 @@ func TestJournalSavesSkipKnownIndexEntries(t *testing.T) {
 		// The index arguments: otid, then per journalSaveFilters "1" add, "0" remove, "-" leave.
 		idx := func(args []any) string {
 			s := fmt.Sprint(args[2] != "")
-			for _, a := range args[8:] {
+			for _, a := range args[9:] {
 				s += " " + a.(string)
 			}
 			return s
@@ -591,11 +591,11 @@ func TestPlainSaveMatchesScript(t *testing.T) {
 			if known {
 				ixp, ixs = ixPlain, ixScript
 			}
-			op, err := plain.saveOp(rec, false, ixp)
+			op, err := plain.saveOp(rec, false, 0, ixp)
 			if err != nil {
 				t.Fatal(err)
 			}
-			args, err := script.saveArgs(rec, false, ixs)
+			args, err := script.saveArgs(rec, false, 0, ixs)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -698,7 +698,7 @@ func TestPlainSaveReportsAFailedCommand(t *testing.T) {
 		now := time.Now()
 		rec := rjRecord("t", now)
 		rec.FirstStartedAt = now
-		op, err := j.saveOp(rec, false, &ix)
+		op, err := j.saveOp(rec, false, 0, &ix)
 		if err != nil {
 			t.Fatal(err)
 		}

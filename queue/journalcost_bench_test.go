@@ -31,9 +31,9 @@ func BenchmarkJournalSaveRedisCost(b *testing.B) {
 		name string
 		op   func(rec *TurnRecord) (store.Op, error)
 	}{
-		{"transaction", func(rec *TurnRecord) (store.Op, error) { return j.saveOp(rec, false, nil) }},
+		{"transaction", func(rec *TurnRecord) (store.Op, error) { return j.saveOp(rec, false, 0, nil) }},
 		{"script", func(rec *TurnRecord) (store.Op, error) {
-			args, err := j.saveArgs(rec, false, nil)
+			args, err := j.saveArgs(rec, false, 0, nil)
 			if err != nil {
 				return nil, err
 			}

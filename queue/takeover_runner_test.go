@@ -159,3 +159,61 @@ func TestTakeoverPendingRegistrationNotWrittenBack(t *testing.T) {
 	}
 	tr.unregister()
 }
+
+// Of two runners of one turn (both got past their start before either
+// registered), the newer one's record stays: a save of the stale one in
+// the second before its beat stops it changes nothing, even when the newer
+// one already finished the turn.
+func TestTakeoverStaleRunnerSaveKeepsNewerRecord(t *testing.T) {
+	e := newTakeoverEnv(t)
+	a, b := e.worker("A", 2*time.Second), e.worker("B", 2*time.Second)
+	ctx := context.Background()
+	a.tk.tick(ctx)
+	b.tk.tick(ctx)
+	begin := func(w *Worker, runner, from string) *turn {
+		tr := &turn{w: w, taskID: "turn-j", queue: e.queue, runner: runner, takenOverFrom: from, log: w.log, actx: ctx,
+			start: time.Now()}
+		tr.progress = w.writer.newProgress(Conversation{Integration: "test", ChatID: "turn-j"}, func(error) {})
+		tr.cancel = func(error) {}
+		rec, _, _, err := tr.readStart(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec.TaskID = "turn-j"
+		rec.Attempts = append(rec.Attempts, Attempt{N: len(rec.Attempts) + 1, Worker: w.cfg.WorkerID, Start: tr.start,
+			TakenOverFrom: from})
+		tr.rec, tr.att = rec, len(rec.Attempts)-1
+		return tr
+	}
+	// The stale runner starts and journals its attempt; the newer one
+	// starts before the stale one's registration ran.
+	stale := begin(a, "turn-j", "")
+	newer := begin(b, takeoverTaskID("D/9", "turn-j"), "D/9")
+	stale.register(ctx)
+	if err := stale.save(ctx); err != nil {
+		t.Fatal(err)
+	}
+	newer.register(ctx)
+	// The newer runner finishes the turn within the stale one's last beat.
+	newer.rec.Outcome, newer.rec.FinishedAt = OutcomeAnswered, time.Now()
+	newer.attempt().Outcome = OutcomeAnswered
+	if err := newer.save(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The stale runner, not told yet, journals its progress.
+	stale.attempt().Phases = append(stale.attempt().Phases, PhaseMark{Phase: "streaming", At: time.Now()})
+	_ = stale.save(ctx)
+	rec, err := b.journal.Get(ctx, "turn-j")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Outcome != OutcomeAnswered || len(rec.Attempts) != 1 || rec.Attempts[0].TakenOverFrom != "D/9" {
+		t.Fatalf("the journal holds outcome %q, attempts %+v; want the newer runner's answered record", rec.Outcome, rec.Attempts)
+	}
+	// The stale runner stops at its worker's next beat; the newer one not.
+	a.tk.tick(ctx)
+	b.tk.tick(ctx)
+	if !stale.fenced.Load() || newer.fenced.Load() {
+		t.Fatalf("stopped: the stale runner %v, the newer %v; want true, false", stale.fenced.Load(), newer.fenced.Load())
+	}
+}

@@ -358,6 +358,7 @@ type turn struct {
 	rec        *TurnRecord
 	ix         journalIndexed // the record's index entries (see indexed)
 	ixKnown    bool           // ix is set: the attempt read the record
+	runnerN    int64          // the runner's number: the turn's newest runner saves its record (see Journal.saveOp)
 	att        int            // index of this attempt in rec.Attempts
 	st         *agentclient.StreamState
 	hb         *pace.Heartbeat[ReplyPhase]
@@ -389,7 +390,7 @@ func (t *turn) save(ctx context.Context, more ...store.Op) error {
 	if !t.w.oneRedis() {
 		t.progress.flush(ctx)
 		rec := t.recCopy()
-		err := t.w.journal.Save(ctx, &rec)
+		err := t.w.journal.save(ctx, &rec, t.runnerN)
 		if err == nil {
 			err = t.progress.do(ctx, nil, more...)
 		}
@@ -423,7 +424,7 @@ func (t *turn) saveLater() {
 		ctx, cancel := context.WithTimeout(t.detached(), writerTimeout)
 		defer cancel()
 		rec := t.recCopy()
-		if err := t.w.journal.Save(ctx, &rec); err != nil {
+		if err := t.w.journal.save(ctx, &rec, t.runnerN); err != nil {
 			t.writeFailed(err)
 		}
 		return
@@ -440,7 +441,7 @@ func (t *turn) saveLater() {
 
 func (t *turn) saveOp() (store.Op, error) {
 	rec := t.recCopy()
-	return t.w.journal.saveOp(&rec, false, t.indexed())
+	return t.w.journal.saveOp(&rec, false, t.runnerN, t.indexed())
 }
 
 // indexed is what the attempt knows of its record's index entries, nil
@@ -510,6 +511,9 @@ func (t *turn) readStart(ctx context.Context) (rec *TurnRecord, answered bool, i
 	}
 	if err != nil {
 		return nil, false, nil, fmt.Errorf("queue: intents of task %s: %w", t.taskID, err)
+	}
+	if t.runnerN, err = t.pre.Runner(); err != nil {
+		return nil, false, nil, fmt.Errorf("queue: number the runner of task %s: %w", t.taskID, err)
 	}
 	return rec, answered, intents, nil
 }
