@@ -440,8 +440,9 @@ func (tk *takeover) leave() {
 }
 
 // register notes in the registry that this worker runs the turn (after it
-// got its conversation, when ordered). A failure is logged: the turn is
-// then only recovered by Asynq's lease, as without takeover.
+// got its conversation, when ordered, and its start read numbered its
+// runner). A failure is logged: the turn is then only recovered by Asynq's
+// lease, as without takeover.
 func (t *turn) register(ctx context.Context) {
 	tk := t.w.tk
 	if tk == nil || t.tkEpoch != nil || !tk.running.Load() {
@@ -468,6 +469,11 @@ func (t *turn) register(ctx context.Context) {
 		tk.mu.Lock()
 		delete(tk.pending, t)
 		tk.mu.Unlock()
+	}, func() {
+		// A runner of the turn that started after this one holds it (and
+		// writes its record): this one is the stale one.
+		t.log.Warn("a runner of the turn that started later holds it: this attempt stops and writes nothing more", "runner", t.runner)
+		t.fence()
 	}))
 }
 
@@ -484,7 +490,7 @@ func (t *turn) unregisterOps() []store.Op {
 func (t *turn) registration(e *takeoverEpoch) (store.Registration, error) {
 	b, err := json.Marshal(takeoverEntry{Queue: t.queue, Runner: t.runner, Key: t.key, Retried: t.retried, MaxRetry: t.maxRetry})
 	return store.Registration{Instance: e.id, TaskID: t.taskID, Runner: t.runner, Entry: b,
-		HolderTTL: takenOverTTL, LostTTL: takeoverTombstoneTTL, After: t.w.tk.after}, err
+		HolderTTL: takenOverTTL, LostTTL: takeoverTombstoneTTL, After: t.w.tk.after, Number: t.runnerN}, err
 }
 
 // unregister takes the turn out of the registry when its attempt ends.

@@ -170,21 +170,7 @@ func TestTakeoverStaleRunnerSaveKeepsNewerRecord(t *testing.T) {
 	ctx := context.Background()
 	a.tk.tick(ctx)
 	b.tk.tick(ctx)
-	begin := func(w *Worker, runner, from string) *turn {
-		tr := &turn{w: w, taskID: "turn-j", queue: e.queue, runner: runner, takenOverFrom: from, log: w.log, actx: ctx,
-			start: time.Now()}
-		tr.progress = w.writer.newProgress(Conversation{Integration: "test", ChatID: "turn-j"}, func(error) {})
-		tr.cancel = func(error) {}
-		rec, _, _, err := tr.readStart(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rec.TaskID = "turn-j"
-		rec.Attempts = append(rec.Attempts, Attempt{N: len(rec.Attempts) + 1, Worker: w.cfg.WorkerID, Start: tr.start,
-			TakenOverFrom: from})
-		tr.rec, tr.att = rec, len(rec.Attempts)-1
-		return tr
-	}
+	begin := func(w *Worker, runner, from string) *turn { return beginRunner(t, w, e.queue, "turn-j", runner, from) }
 	// The stale runner starts and journals its attempt; the newer one
 	// starts before the stale one's registration ran.
 	stale := begin(a, "turn-j", "")
@@ -216,4 +202,59 @@ func TestTakeoverStaleRunnerSaveKeepsNewerRecord(t *testing.T) {
 	if !stale.fenced.Load() || newer.fenced.Load() {
 		t.Fatalf("stopped: the stale runner %v, the newer %v; want true, false", stale.fenced.Load(), newer.fenced.Load())
 	}
+}
+
+// Of two runners of one turn, the one that started later holds it even
+// when its registration came first: the earlier one's registration takes
+// nothing from it and stops the earlier one, whose saves write nothing.
+func TestTakeoverLaterStartedRunnerKeepsTurn(t *testing.T) {
+	e := newTakeoverEnv(t)
+	a, b := e.worker("A", 2*time.Second), e.worker("B", 2*time.Second)
+	ctx := context.Background()
+	a.tk.tick(ctx)
+	b.tk.tick(ctx)
+	stale := beginRunner(t, a, e.queue, "turn-k", "turn-k", "")
+	newer := beginRunner(t, b, e.queue, "turn-k", takeoverTaskID("D/10", "turn-k"), "D/10")
+	newer.register(ctx)
+	if err := newer.save(ctx); err != nil {
+		t.Fatal(err)
+	}
+	stale.register(ctx)
+	stale.progress.flush(ctx)
+	a.tk.tick(ctx)
+	b.tk.tick(ctx)
+	if !stale.fenced.Load() || newer.fenced.Load() {
+		t.Fatalf("stopped: the runner that started first %v, the later one %v; want true, false", stale.fenced.Load(), newer.fenced.Load())
+	}
+	newer.rec.Outcome, newer.rec.FinishedAt = OutcomeAnswered, time.Now()
+	if err := newer.save(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_ = stale.save(ctx)
+	if rec, err := b.journal.Get(ctx, "turn-k"); err != nil || rec.Outcome != OutcomeAnswered || rec.Attempts[0].TakenOverFrom != "D/10" {
+		t.Fatalf("the journal holds %+v (%v); want the later runner's answered record", rec, err)
+	}
+	if h, ok, _ := e.st.LiveHolder(ctx, "turn-k", 2*time.Second); !ok || h.Runner != newer.runner {
+		t.Fatalf("the turn's holder is %+v (%v), want the later runner", h, ok)
+	}
+}
+
+// beginRunner starts a runner of taskID on w as prepare does, up to its
+// registration: its start read, and its attempt in its record.
+func beginRunner(t *testing.T, w *Worker, queue, taskID, runner, from string) *turn {
+	t.Helper()
+	ctx := context.Background()
+	tr := &turn{w: w, taskID: taskID, queue: queue, runner: runner, takenOverFrom: from, log: w.log, actx: ctx,
+		start: time.Now()}
+	tr.progress = w.writer.newProgress(Conversation{Integration: "test", ChatID: taskID}, func(error) {})
+	tr.cancel = func(error) {}
+	rec, _, _, err := tr.readStart(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.TaskID = taskID
+	rec.Attempts = append(rec.Attempts, Attempt{N: len(rec.Attempts) + 1, Worker: w.cfg.WorkerID, Start: tr.start,
+		TakenOverFrom: from})
+	tr.rec, tr.att = rec, len(rec.Attempts)-1
+	return tr
 }

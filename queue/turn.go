@@ -169,7 +169,6 @@ func (t *turn) lead(ctx context.Context) (lctx context.Context, cancel context.C
 	if end {
 		return nil, nil, err, true
 	}
-	t.register(ctx)
 	// The wait for the conversation counts as queue wait: the attempt
 	// starts when it holds the key.
 	t.start = time.Now()
@@ -521,7 +520,6 @@ func (t *turn) readStart(ctx context.Context) (rec *TurnRecord, answered bool, i
 // run runs the attempt: prepare, then execute (see processTask for why
 // they are apart).
 func (t *turn) run(ctx context.Context) error {
-	t.register(ctx)
 	if err, end := t.prepare(ctx); end {
 		return err
 	}
@@ -538,6 +536,7 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 	if err != nil {
 		return t.retryEarly(err), true
 	}
+	t.register(ctx) // (once its start read numbered the runner)
 	t.cancelAtStart()
 	if !answered && (rec.Outcome == OutcomeAnswered || rec.Outcome == OutcomeApprovalRequired) {
 		// Journaled finished in the round trip that was to write the final
