@@ -44,7 +44,13 @@ import (
 // worker's hash, so that a claim does not take it over; named in that
 // worker's lost set, so that its next beat, or the beat of a fencing
 // check, stops that runner: stopTaken). A takeover task does not start
-// while a live runner holds its turn (continuedElsewhere).
+// while a live runner holds its turn (continuedElsewhere). The newest
+// runner is the one that started last: each start read numbers the
+// runner (store.StartReads.Runner), a registration takes nothing from a
+// live holder numbered higher (the registering runner stops instead), and
+// a journal save writes nothing over a record that a runner numbered
+// higher saved (Journal.saveOp): the runner that holds the turn writes its
+// record, and a stale one overwrites nothing before it learns it lost.
 
 // TakeoverTaskType is the Asynq task type of a takeover: the continuation
 // of a turn whose worker died, on another worker.
