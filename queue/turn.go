@@ -257,7 +257,7 @@ func (t *turn) awaitRedis(ctx context.Context) {
 	// Never over a finished record: this attempt's finish may have landed
 	// after all, or its writes said finished without the final event (the
 	// next attempt sees to that: see prepare).
-	op, err := t.w.journal.saveOp(&rec, true, t.indexed())
+	op, err := t.w.journal.saveOp(&rec, true, t.runnerN, t.indexed())
 	if err != nil {
 		return
 	}
