@@ -56,7 +56,9 @@
 //     worker that was only paused or cut off and finds it was taken over
 //     stops those turns and writes nothing more for them (fencing). One
 //     runner of a turn at a time: a turn that a live runner holds is not
-//     taken over, and a runner stops once another registered the turn.
+//     taken over, and a runner stops once a runner that started after it
+//     registered the turn; the journal keeps the record of the newest
+//     runner (a save of an earlier one writes nothing: Journal.saveOp).
 //   - The handler returns before Asynq's deadline: the work runs under a
 //     context that ends DeliveryAllowance + SafetyMargin/2 before it, and
 //     the budget sizes the task timeout for the worst case.

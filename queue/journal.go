@@ -24,6 +24,9 @@ import (
 //	                                          send, oldest first (appended once each, by
 //	                                          store.IntentPush; never rewritten)
 //	lettaq:journal:otid:<otid>        STRING  the task id of the turn with that otid
+//	lettaq:journal:runners:<task_id>  HASH    next: the number of the turn's newest runner
+//	                                          (HINCRBY at its start); saved: the highest
+//	                                          number whose save wrote the record (see saveOp)
 //	lettaq:journal:idx:recent         ZSET    every turn: member task id, score = turn
 //	                                          time in Unix ms (EnqueuedAt, else first start,
 //	                                          else time of first save)
@@ -438,7 +441,12 @@ func journalDecodeIntents(taskID string, raw []string) ([]Intent, error) {
 // rec is not modified; the stored copy gets UpdatedAt, and QueueWait and
 // Latency when they are zero and can be computed.
 func (j *Journal) Save(ctx context.Context, rec *TurnRecord) error {
-	op, err := j.saveOp(rec, false, nil)
+	return j.save(ctx, rec, 0)
+}
+
+// save is Save for the runner numbered runner (0: none; see saveOp).
+func (j *Journal) save(ctx context.Context, rec *TurnRecord, runner int64) error {
+	op, err := j.saveOp(rec, false, runner, nil)
 	if err != nil {
 		return err
 	}
@@ -450,11 +458,20 @@ func (j *Journal) Save(ctx context.Context, rec *TurnRecord) error {
 // approval_required): an attempt that does not know whether its finish
 // reached Redis journals its retry that way.
 //
+// runner is the number of the attempt's runner (store.StartReads.Runner;
+// 0: none, the save writes whatever is stored): the save writes nothing
+// over a record that a runner with a higher number saved, one that started
+// later. Of two runners of one turn for a moment (a takeover and the
+// worker it took the turn from, paused, or Asynq's recovery of it), the
+// one that no longer runs the turn thus overwrites nothing of the other's
+// until it learns it lost the turn (takeover.go): the record stays the
+// newest runner's, finished when it finished.
+//
 // ix (nil: none) is what the turn knows of its record's index entries: the
 // save skips what is surely there already and what surely is not, and ix
 // learns what the save wrote once it ran.
-func (j *Journal) saveOp(rec *TurnRecord, keepFinished bool, ix *journalIndexed) (store.Op, error) {
-	args, err := j.saveArgs(rec, keepFinished, ix)
+func (j *Journal) saveOp(rec *TurnRecord, keepFinished bool, runner int64, ix *journalIndexed) (store.Op, error) {
+	args, err := j.saveArgs(rec, keepFinished, runner, ix)
 	if err != nil {
 		return nil, err
 	}
@@ -464,7 +481,7 @@ func (j *Journal) saveOp(rec *TurnRecord, keepFinished bool, ix *journalIndexed)
 		sure = &ix.sure
 	}
 	// rec.TaskID, not rec: the caller's copy of its record then stays on its stack
-	return j.st.SaveOp(args, rec.TaskID, keepFinished, sure, wrote), nil
+	return j.st.SaveOp(args, rec.TaskID, keepFinished, runner, sure, wrote), nil
 }
 
 // journalIndexed is what one attempt knows of its turn's index entries
@@ -514,7 +531,7 @@ func (ix *journalIndexed) init(read *TurnRecord) {
 
 // saveArgs encodes rec as the command of store.JournalSave; ix: see
 // saveOp.
-func (j *Journal) saveArgs(rec *TurnRecord, keepFinished bool, ix *journalIndexed) (args []any, err error) {
+func (j *Journal) saveArgs(rec *TurnRecord, keepFinished bool, runner int64, ix *journalIndexed) (args []any, err error) {
 	if rec == nil || rec.TaskID == "" {
 		return nil, errors.New("queue: journal save: record has no task id")
 	}
@@ -546,7 +563,7 @@ func (j *Journal) saveArgs(rec *TurnRecord, keepFinished bool, ix *journalIndexe
 	if sure&1 != 0 {
 		otid = "" // written with the record's first index entry
 	}
-	args = j.st.SaveArgs(r.TaskID, r.Otid, otid, b, score, known, keepFinished)
+	args = j.st.SaveArgs(r.TaskID, r.Otid, otid, b, score, known, keepFinished, runner)
 	for i, f := range journalSaveFilters {
 		bit := uint32(1) << i
 		switch {

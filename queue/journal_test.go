@@ -491,7 +491,7 @@ func TestJournalSavesSkipKnownIndexEntries(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			op, err := j.saveOp(rec, keepFinished, ix)
+			op, err := j.saveOp(rec, keepFinished, 0, ix)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -503,7 +503,7 @@ func TestJournalSavesSkipKnownIndexEntries(t *testing.T) {
 		// The index arguments: otid, then per journalSaveFilters "1" add, "0" remove, "-" leave.
 		idx := func(args []any) string {
 			s := fmt.Sprint(args[2] != "")
-			for _, a := range args[8:] {
+			for _, a := range args[9:] {
 				s += " " + a.(string)
 			}
 			return s
@@ -591,11 +591,11 @@ func TestPlainSaveMatchesScript(t *testing.T) {
 			if known {
 				ixp, ixs = ixPlain, ixScript
 			}
-			op, err := plain.saveOp(rec, false, ixp)
+			op, err := plain.saveOp(rec, false, 0, ixp)
 			if err != nil {
 				t.Fatal(err)
 			}
-			args, err := script.saveArgs(rec, false, ixs)
+			args, err := script.saveArgs(rec, false, 0, ixs)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -698,7 +698,7 @@ func TestPlainSaveReportsAFailedCommand(t *testing.T) {
 		now := time.Now()
 		rec := rjRecord("t", now)
 		rec.FirstStartedAt = now
-		op, err := j.saveOp(rec, false, &ix)
+		op, err := j.saveOp(rec, false, 0, &ix)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -708,6 +708,52 @@ func TestPlainSaveReportsAFailedCommand(t *testing.T) {
 		}
 		if ix.sure.Load() != 0 {
 			t.Fatalf("the turn learned index entries %b from a failed save", ix.sure.Load())
+		}
+	})
+}
+
+// A save carrying its runner's number writes nothing over a record that a
+// runner numbered higher saved; the same save sent again (a retry) writes
+// again, and a save without a number (not a runner's) always writes.
+func TestJournalSaveNumberedRunner(t *testing.T) {
+	rjEach(t, func(t *testing.T, b rjBackend) {
+		ctx := context.Background()
+		j := NewJournal(b.rdb, JournalOptions{Prefix: b.prefix})
+		save := func(runner int64, worker string) {
+			t.Helper()
+			rec := &TurnRecord{TaskID: "t1", Otid: "o1", Attempts: []Attempt{{N: 1, Worker: worker}}}
+			op, err := j.saveOp(rec, false, runner, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := store.Run(ctx, b.rdb, []store.Op{op})[0]; err != nil {
+				t.Fatal(err)
+			}
+		}
+		stored := func() string {
+			t.Helper()
+			rec, err := j.Get(ctx, "t1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return rec.Attempts[0].Worker
+		}
+		for _, step := range []struct {
+			runner       int64
+			worker, want string
+		}{
+			{2, "second", "second"},
+			{1, "first", "second"},                // started earlier: writes nothing
+			{2, "second, later", "second, later"}, // the same runner again (or a retry)
+			{3, "third", "third"},
+			{2, "second", "third"},
+			{0, "cancel", "cancel"}, // not a runner's save
+			{2, "second", "cancel"}, // the numbers stay
+		} {
+			save(step.runner, step.worker)
+			if got := stored(); got != step.want {
+				t.Fatalf("after runner %d's save the record is %q's, want %q's", step.runner, got, step.want)
+			}
 		}
 	})
 }

@@ -13,9 +13,10 @@ import (
 
 // BenchmarkJournalSaveRedisCost measures what Redis spends on a turn's first
 // journal save (the record, its otid key, its entry in the recent index):
-// as plain commands in a MULTI … EXEC (store.Journal's plainSaveOp, what a worker on one
-// Redis sends) and as a call of store.JournalSave with the same arguments
-// (what it sent before, and still sends on a Cluster). Each op is one round
+// as plain commands in a MULTI … EXEC (store.Journal's plainSaveOp, what a save without
+// a runner's number sends on one Redis), as a call of store.JournalSave with the same
+// arguments (what it sends on a Cluster), and as the save of a numbered runner
+// (a running turn's: the script, which compares the number and writes it). Each op is one round
 // trip; it reports Redis's main-thread CPU per save, redis-cpu-µs/save (INFO
 // cpu: meaningful on a Redis nothing else uses meanwhile; miniredis reports
 // none). On a Redis 7.0 of its own, 2-CPU VM: 25–26 against 36–38 µs (the
@@ -31,14 +32,15 @@ func BenchmarkJournalSaveRedisCost(b *testing.B) {
 		name string
 		op   func(rec *TurnRecord) (store.Op, error)
 	}{
-		{"transaction", func(rec *TurnRecord) (store.Op, error) { return j.saveOp(rec, false, nil) }},
+		{"transaction", func(rec *TurnRecord) (store.Op, error) { return j.saveOp(rec, false, 0, nil) }},
 		{"script", func(rec *TurnRecord) (store.Op, error) {
-			args, err := j.saveArgs(rec, false, nil)
+			args, err := j.saveArgs(rec, false, 0, nil)
 			if err != nil {
 				return nil, err
 			}
 			return store.ScriptOp(store.JournalSave, args, func(c *redis.Cmd) error { return c.Err() }), nil
 		}},
+		{"numbered", func(rec *TurnRecord) (store.Op, error) { return j.saveOp(rec, false, 1, nil) }},
 	} {
 		b.Run(v.name, func(b *testing.B) {
 			r := *rec

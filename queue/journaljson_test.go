@@ -227,7 +227,7 @@ func BenchmarkJournalSaveOp(b *testing.B) {
 	r := benchTurnRecord()
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := j.saveOp(r, false, nil); err != nil {
+		if _, err := j.saveOp(r, false, 0, nil); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -242,19 +242,19 @@ func TestJournalSaveArgsKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{j.recordKey("task:1"), j.otidKey("o-1"), j.intentsKey("task:1")}
+	want := []string{j.recordKey("task:1"), j.otidKey("o-1"), j.intentsKey("task:1"), "{p}:journal:runners:task:1"}
 	for _, f := range append([]Filter{FilterAll}, journalFlagFilters...) {
 		want = append(want, j.indexKey(f))
 	}
 	if fmt.Sprint(keys) != fmt.Sprint(want) {
 		t.Fatalf("keys %q, want %q", keys, want)
 	}
-	if got := fmt.Sprint(args[1:]); got != "[task:1 o-1 3600000 "+fmt.Sprint(args[4])+" 0 7 1 1 1 1 1 1]" {
+	if got := fmt.Sprint(args[1:]); got != "[task:1 o-1 3600000 "+fmt.Sprint(args[4])+" 0 7 1 0 1 1 1 1 1]" {
 		t.Fatalf("args %v", got)
 	}
 	r.Otid, r.Outcome, r.Resends, r.Attempts = "", "", 0, nil
 	keys, args, _ = saveKeysArgs(j, r, false, nil)
-	if keys[1] != "{p}:journal:otid:" || fmt.Sprint(args[7:]) != "[0 1 0 0 0 0]" {
+	if keys[1] != "{p}:journal:otid:" || fmt.Sprint(args[7:]) != "[0 0 1 0 0 0 0]" {
 		t.Fatalf("keys %q args %v", keys, args[7:])
 	}
 }
@@ -262,7 +262,7 @@ func TestJournalSaveArgsKeys(t *testing.T) {
 // saveKeysArgs is saveArgs' command split as go-redis's Script.Run takes
 // it: the keys, then the arguments.
 func saveKeysArgs(j *Journal, rec *TurnRecord, keepFinished bool, ix *journalIndexed) ([]string, []any, error) {
-	cmd, err := j.saveArgs(rec, keepFinished, ix)
+	cmd, err := j.saveArgs(rec, keepFinished, 0, ix)
 	if err != nil {
 		return nil, nil, err
 	}

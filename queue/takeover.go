@@ -44,7 +44,13 @@ import (
 // worker's hash, so that a claim does not take it over; named in that
 // worker's lost set, so that its next beat, or the beat of a fencing
 // check, stops that runner: stopTaken). A takeover task does not start
-// while a live runner holds its turn (continuedElsewhere).
+// while a live runner holds its turn (continuedElsewhere). The newest
+// runner is the one that started last: each start read numbers the
+// runner (store.StartReads.Runner), a registration takes nothing from a
+// live holder numbered higher (the registering runner stops instead), and
+// a journal save writes nothing over a record that a runner numbered
+// higher saved (Journal.saveOp): the runner that holds the turn writes its
+// record, and a stale one overwrites nothing before it learns it lost.
 
 // TakeoverTaskType is the Asynq task type of a takeover: the continuation
 // of a turn whose worker died, on another worker.
@@ -440,8 +446,9 @@ func (tk *takeover) leave() {
 }
 
 // register notes in the registry that this worker runs the turn (after it
-// got its conversation, when ordered). A failure is logged: the turn is
-// then only recovered by Asynq's lease, as without takeover.
+// got its conversation, when ordered, and its start read numbered its
+// runner). A failure is logged: the turn is then only recovered by Asynq's
+// lease, as without takeover.
 func (t *turn) register(ctx context.Context) {
 	tk := t.w.tk
 	if tk == nil || t.tkEpoch != nil || !tk.running.Load() {
@@ -468,6 +475,11 @@ func (t *turn) register(ctx context.Context) {
 		tk.mu.Lock()
 		delete(tk.pending, t)
 		tk.mu.Unlock()
+	}, func() {
+		// A runner of the turn that started after this one holds it (and
+		// writes its record): this one is the stale one.
+		t.log.Warn("a runner of the turn that started later holds it: this attempt stops and writes nothing more", "runner", t.runner)
+		t.fence()
 	}))
 }
 
@@ -484,7 +496,7 @@ func (t *turn) unregisterOps() []store.Op {
 func (t *turn) registration(e *takeoverEpoch) (store.Registration, error) {
 	b, err := json.Marshal(takeoverEntry{Queue: t.queue, Runner: t.runner, Key: t.key, Retried: t.retried, MaxRetry: t.maxRetry})
 	return store.Registration{Instance: e.id, TaskID: t.taskID, Runner: t.runner, Entry: b,
-		HolderTTL: takenOverTTL, LostTTL: takeoverTombstoneTTL, After: t.w.tk.after}, err
+		HolderTTL: takenOverTTL, LostTTL: takeoverTombstoneTTL, After: t.w.tk.after, Number: t.runnerN}, err
 }
 
 // unregister takes the turn out of the registry when its attempt ends.

@@ -159,3 +159,102 @@ func TestTakeoverPendingRegistrationNotWrittenBack(t *testing.T) {
 	}
 	tr.unregister()
 }
+
+// Of two runners of one turn (both got past their start before either
+// registered), the newer one's record stays: a save of the stale one in
+// the second before its beat stops it changes nothing, even when the newer
+// one already finished the turn.
+func TestTakeoverStaleRunnerSaveKeepsNewerRecord(t *testing.T) {
+	e := newTakeoverEnv(t)
+	a, b := e.worker("A", 2*time.Second), e.worker("B", 2*time.Second)
+	ctx := context.Background()
+	a.tk.tick(ctx)
+	b.tk.tick(ctx)
+	begin := func(w *Worker, runner, from string) *turn { return beginRunner(t, w, e.queue, "turn-j", runner, from) }
+	// The stale runner starts and journals its attempt; the newer one
+	// starts before the stale one's registration ran.
+	stale := begin(a, "turn-j", "")
+	newer := begin(b, takeoverTaskID("D/9", "turn-j"), "D/9")
+	stale.register(ctx)
+	if err := stale.save(ctx); err != nil {
+		t.Fatal(err)
+	}
+	newer.register(ctx)
+	// The newer runner finishes the turn within the stale one's last beat.
+	newer.rec.Outcome, newer.rec.FinishedAt = OutcomeAnswered, time.Now()
+	newer.attempt().Outcome = OutcomeAnswered
+	if err := newer.save(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The stale runner, not told yet, journals its progress.
+	stale.attempt().Phases = append(stale.attempt().Phases, PhaseMark{Phase: "streaming", At: time.Now()})
+	_ = stale.save(ctx)
+	rec, err := b.journal.Get(ctx, "turn-j")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Outcome != OutcomeAnswered || len(rec.Attempts) != 1 || rec.Attempts[0].TakenOverFrom != "D/9" {
+		t.Fatalf("the journal holds outcome %q, attempts %+v; want the newer runner's answered record", rec.Outcome, rec.Attempts)
+	}
+	// The stale runner stops at its worker's next beat; the newer one not.
+	a.tk.tick(ctx)
+	b.tk.tick(ctx)
+	if !stale.fenced.Load() || newer.fenced.Load() {
+		t.Fatalf("stopped: the stale runner %v, the newer %v; want true, false", stale.fenced.Load(), newer.fenced.Load())
+	}
+}
+
+// Of two runners of one turn, the one that started later holds it even
+// when its registration came first: the earlier one's registration takes
+// nothing from it and stops the earlier one, whose saves write nothing.
+func TestTakeoverLaterStartedRunnerKeepsTurn(t *testing.T) {
+	e := newTakeoverEnv(t)
+	a, b := e.worker("A", 2*time.Second), e.worker("B", 2*time.Second)
+	ctx := context.Background()
+	a.tk.tick(ctx)
+	b.tk.tick(ctx)
+	stale := beginRunner(t, a, e.queue, "turn-k", "turn-k", "")
+	newer := beginRunner(t, b, e.queue, "turn-k", takeoverTaskID("D/10", "turn-k"), "D/10")
+	newer.register(ctx)
+	if err := newer.save(ctx); err != nil {
+		t.Fatal(err)
+	}
+	stale.register(ctx)
+	stale.progress.flush(ctx)
+	a.tk.tick(ctx)
+	b.tk.tick(ctx)
+	if !stale.fenced.Load() || newer.fenced.Load() {
+		t.Fatalf("stopped: the runner that started first %v, the later one %v; want true, false", stale.fenced.Load(), newer.fenced.Load())
+	}
+	newer.rec.Outcome, newer.rec.FinishedAt = OutcomeAnswered, time.Now()
+	if err := newer.save(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_ = stale.save(ctx)
+	if rec, err := b.journal.Get(ctx, "turn-k"); err != nil || rec.Outcome != OutcomeAnswered || rec.Attempts[0].TakenOverFrom != "D/10" {
+		t.Fatalf("the journal holds %+v (%v); want the later runner's answered record", rec, err)
+	}
+	if h, ok, _ := e.st.LiveHolder(ctx, "turn-k", 2*time.Second); !ok || h.Runner != newer.runner {
+		t.Fatalf("the turn's holder is %+v (%v), want the later runner", h, ok)
+	}
+}
+
+// beginRunner starts a runner of taskID on w as prepare does, up to its
+// registration: its start read, and its attempt in its record.
+func beginRunner(t *testing.T, w *Worker, queue, taskID, runner, from string) *turn {
+	t.Helper()
+	ctx := context.Background()
+	tr := &turn{w: w, taskID: taskID, queue: queue, runner: runner, takenOverFrom: from, log: w.log, actx: ctx,
+		start: time.Now()}
+	tr.progress = w.writer.newProgress(Conversation{Integration: "test", ChatID: taskID}, func(error) {})
+	tr.cancel = func(error) {}
+	rec, _, _, err := tr.readStart(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.TaskID = taskID
+	rec.Attempts = append(rec.Attempts, Attempt{N: len(rec.Attempts) + 1, Worker: w.cfg.WorkerID, Start: tr.start,
+		TakenOverFrom: from})
+	tr.rec, tr.att = rec, len(rec.Attempts)-1
+	return tr
+}

@@ -169,7 +169,6 @@ func (t *turn) lead(ctx context.Context) (lctx context.Context, cancel context.C
 	if end {
 		return nil, nil, err, true
 	}
-	t.register(ctx)
 	// The wait for the conversation counts as queue wait: the attempt
 	// starts when it holds the key.
 	t.start = time.Now()
@@ -258,7 +257,7 @@ func (t *turn) awaitRedis(ctx context.Context) {
 	// Never over a finished record: this attempt's finish may have landed
 	// after all, or its writes said finished without the final event (the
 	// next attempt sees to that: see prepare).
-	op, err := t.w.journal.saveOp(&rec, true, t.indexed())
+	op, err := t.w.journal.saveOp(&rec, true, t.runnerN, t.indexed())
 	if err != nil {
 		return
 	}
@@ -358,6 +357,7 @@ type turn struct {
 	rec        *TurnRecord
 	ix         journalIndexed // the record's index entries (see indexed)
 	ixKnown    bool           // ix is set: the attempt read the record
+	runnerN    int64          // the runner's number: the turn's newest runner saves its record (see Journal.saveOp)
 	att        int            // index of this attempt in rec.Attempts
 	st         *agentclient.StreamState
 	hb         *pace.Heartbeat[ReplyPhase]
@@ -389,7 +389,7 @@ func (t *turn) save(ctx context.Context, more ...store.Op) error {
 	if !t.w.oneRedis() {
 		t.progress.flush(ctx)
 		rec := t.recCopy()
-		err := t.w.journal.Save(ctx, &rec)
+		err := t.w.journal.save(ctx, &rec, t.runnerN)
 		if err == nil {
 			err = t.progress.do(ctx, nil, more...)
 		}
@@ -423,7 +423,7 @@ func (t *turn) saveLater() {
 		ctx, cancel := context.WithTimeout(t.detached(), writerTimeout)
 		defer cancel()
 		rec := t.recCopy()
-		if err := t.w.journal.Save(ctx, &rec); err != nil {
+		if err := t.w.journal.save(ctx, &rec, t.runnerN); err != nil {
 			t.writeFailed(err)
 		}
 		return
@@ -440,7 +440,7 @@ func (t *turn) saveLater() {
 
 func (t *turn) saveOp() (store.Op, error) {
 	rec := t.recCopy()
-	return t.w.journal.saveOp(&rec, false, t.indexed())
+	return t.w.journal.saveOp(&rec, false, t.runnerN, t.indexed())
 }
 
 // indexed is what the attempt knows of its record's index entries, nil
@@ -511,13 +511,15 @@ func (t *turn) readStart(ctx context.Context) (rec *TurnRecord, answered bool, i
 	if err != nil {
 		return nil, false, nil, fmt.Errorf("queue: intents of task %s: %w", t.taskID, err)
 	}
+	if t.runnerN, err = t.pre.Runner(); err != nil {
+		return nil, false, nil, fmt.Errorf("queue: number the runner of task %s: %w", t.taskID, err)
+	}
 	return rec, answered, intents, nil
 }
 
 // run runs the attempt: prepare, then execute (see processTask for why
 // they are apart).
 func (t *turn) run(ctx context.Context) error {
-	t.register(ctx)
 	if err, end := t.prepare(ctx); end {
 		return err
 	}
@@ -534,6 +536,7 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 	if err != nil {
 		return t.retryEarly(err), true
 	}
+	t.register(ctx) // (once its start read numbered the runner)
 	t.cancelAtStart()
 	if !answered && (rec.Outcome == OutcomeAnswered || rec.Outcome == OutcomeApprovalRequired) {
 		// Journaled finished in the round trip that was to write the final

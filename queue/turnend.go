@@ -310,7 +310,7 @@ func (t *turn) undelivered(ctx context.Context, log *slog.Logger, err error) err
 	// still, late): never write the retry over a finished record.
 	if t.w.oneRedis() {
 		rec := t.recCopy()
-		if op, err := t.w.journal.saveOp(&rec, true, t.indexed()); err == nil {
+		if op, err := t.w.journal.saveOp(&rec, true, t.runnerN, t.indexed()); err == nil {
 			t.progress.dropQueuedSaves()
 			_ = t.progress.do(ctx, nil, op)
 		}

@@ -92,21 +92,24 @@ func (j *Journal) Intents(ctx context.Context, taskID string) ([]string, error) 
 // SaveArgs begins the command of JournalSave that writes record, the
 // record of taskID (with otid: its otid key's name; otidArg: the otid to
 // write, "" for none) under score (known: the turn's time, else the time
-// of its first save); the caller appends one flag per index, in the order
+// of its first save), for the runner numbered runner (0: none; see
+// StartReads.Runner); the caller appends one flag per index, in the order
 // of NewJournal's indexes: "1" add (or move: ZADD), "0" remove, "-" leave
 // as it is.
-func (j *Journal) SaveArgs(taskID, otid, otidArg string, record []byte, score int64, known, keepFinished bool) []any {
-	// The record, otid and intents keys: one string, three slices of it
-	// (each boxed: an allocation apiece).
+func (j *Journal) SaveArgs(taskID, otid, otidArg string, record []byte, score int64, known, keepFinished bool, runner int64) []any {
+	// The record, otid, intents and runners keys: one string, four slices
+	// of it (each boxed: an allocation apiece).
 	p := j.Keys.Prefix
-	all := p + "journal:turn:" + taskID + p + "journal:otid:" + otid + p + "journal:intents:" + taskID
+	all := p + "journal:turn:" + taskID + p + "journal:otid:" + otid + p + "journal:intents:" + taskID +
+		p + "journal:runners:" + taskID
 	n1 := len(p) + len("journal:turn:") + len(taskID)
 	n2 := n1 + len(p) + len("journal:otid:") + len(otid)
-	nkeys := 3 + len(j.indexKeys)
-	args := JournalSave.Args(nkeys, 8+len(j.indexKeys))
-	args = append(args, all[:n1], all[n1:n2], all[n2:])
+	n3 := n2 + len(p) + len("journal:intents:") + len(taskID)
+	nkeys := 4 + len(j.indexKeys)
+	args := JournalSave.Args(nkeys, 9+len(j.indexKeys))
+	args = append(args, all[:n1], all[n1:n2], all[n2:n3], all[n3:])
 	args = append(args, j.indexKeys...)
-	args = append(args, record, taskID, otidArg, j.ttlArg, score, boolAny(known), j.keepN, boolAny(keepFinished))
+	args = append(args, record, taskID, otidArg, j.ttlArg, score, boolAny(known), j.keepN, boolAny(keepFinished), runner)
 	return args
 }
 
@@ -122,10 +125,12 @@ var argTrue, argFalse any = "1", "0"
 
 // SaveOp is the save that args (SaveArgs' command and its flags)
 // describes, as a pipeline op. With keepFinished it writes nothing over a
-// record whose outcome is final (the script reads it first). Once the save
-// ran and wrote the index entries, sure (nil: none) gets the bits wrote.
-func (j *Journal) SaveOp(args []any, taskID string, keepFinished bool, sure *atomic.Uint32, wrote uint32) Op {
-	if !keepFinished && j.Single() {
+// record whose outcome is final, and with a runner's number nothing over a
+// record that a runner with a higher number saved (the script reads them
+// first). Once the save ran and wrote the index entries, sure (nil: none)
+// gets the bits wrote.
+func (j *Journal) SaveOp(args []any, taskID string, keepFinished bool, runner int64, sure *atomic.Uint32, wrote uint32) Op {
+	if !keepFinished && runner == 0 && j.Single() {
 		return j.plainSaveOp(args, taskID, sure, wrote)
 	}
 	return ScriptOp(JournalSave, args, func(c *redis.Cmd) error {
@@ -147,7 +152,7 @@ func (j *Journal) Single() bool {
 }
 
 // plainSaveOp is the save that args (SaveArgs' command, without
-// keepFinished) describes, as plain commands in a MULTI … EXEC instead of
+// keepFinished or a runner's number) describes, as plain commands in a MULTI … EXEC instead of
 // a call of JournalSave: Redis's thread spends 25–26 µs on a first
 // save this way against 36–38 µs on the script, the round trip included
 // (BenchmarkJournalSaveRedisCost; a script's redis.call costs Redis more
@@ -163,15 +168,16 @@ func (j *Journal) plainSaveOp(args []any, taskID string, sure *atomic.Uint32, wr
 		nk := args[2].(int)
 		keys, a := args[3:3+nk], args[3+nk:]
 		// a: record JSON, task id, otid, ttl, score, known, keep, keep
-		// finished, then one flag per index key (see JournalSave).
+		// finished, runner, then one flag per index key (see
+		// JournalSave).
 		ttl := a[3]
 		// A save that writes only the record (a turn's later saves: its
 		// index entries and otid key are written) needs no transaction.
 		tx := a[2] != ""
-		for _, f := range a[8:] {
+		for _, f := range a[9:] {
 			tx = tx || f != "-"
 		}
-		cmds := make([]*redis.Cmd, 0, 5+3*(nk-3))
+		cmds := make([]*redis.Cmd, 0, 5+3*(nk-4))
 		add := func(args ...any) {
 			c := redis.NewCmd(ctx, args...)
 			_ = p.Process(ctx, c) // the error is c's
@@ -185,8 +191,8 @@ func (j *Journal) plainSaveOp(args []any, taskID string, sure *atomic.Uint32, wr
 			add("set", keys[1], a[1], "px", ttl)
 		}
 		add("pexpire", keys[2], ttl)
-		for i := 3; i < nk; i++ {
-			switch a[8+i-3] {
+		for i := 4; i < nk; i++ { // (keys[3], the runners, is the script's)
+			switch a[i+5] {
 			case "1":
 				if a[5] == "1" {
 					add("zadd", keys[i], a[4], a[1])

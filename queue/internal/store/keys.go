@@ -36,6 +36,11 @@ func (k Keys) JournalTurn(taskID string) string { return k.Prefix + "journal:tur
 // JournalIntents is the list of a task's send intents.
 func (k Keys) JournalIntents(taskID string) string { return k.Prefix + "journal:intents:" + taskID }
 
+// JournalRunners numbers a task's runners: field "next" the last number
+// given to a runner at its start, "saved" the highest of a runner whose
+// save wrote the record (see JournalSave).
+func (k Keys) JournalRunners(taskID string) string { return k.Prefix + "journal:runners:" + taskID }
+
 // JournalOtid maps an otid to its task.
 func (k Keys) JournalOtid(otid string) string { return k.Prefix + "journal:otid:" + otid }
 

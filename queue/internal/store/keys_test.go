@@ -15,6 +15,7 @@ func TestKeys(t *testing.T) {
 		{k.JournalTurn("t"), "p:journal:turn:t"},
 		{k.JournalIntents("t"), "p:journal:intents:t"},
 		{k.JournalOtid("o"), "p:journal:otid:o"},
+		{k.JournalRunners("t"), "p:journal:runners:t"},
 		{k.JournalIndex("recent"), "p:journal:idx:recent"},
 		{k.ApprovalRequest("t"), "p:approval:req:t"},
 		{k.ApprovalOtid("o"), "p:approval:otid:o"},

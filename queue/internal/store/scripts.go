@@ -117,16 +117,22 @@ return out
 `))
 
 // JournalSave writes a record, its otid key and its index entries,
-// and refreshes the retention of the record's keys, in one command. Only a
-// save with keep finished runs it (it reads the record first); the others
-// run the same writes as plain commands (plainSaveOp).
-// KEYS: record, otid, intents, then the index keys. ARGV: record JSON, task
-// id, otid ("" for none), ttl ms, score, known ("1": ZADD, else ZADD NX:
-// keep the time of the first save), keep (index length), keep finished
-// ("1": write nothing over a record whose outcome is final), then one flag
-// per index key ("1": the record belongs in it, else it leaves it).
-// Returns 1, or 0 when a finished record was kept.
+// and refreshes the retention of the record's keys, in one command. A save
+// with keep finished or a runner's number runs it (it reads first); the
+// others run the same writes as plain commands (plainSaveOp).
+// KEYS: record, otid, intents, runners, then the index keys. ARGV: record
+// JSON, task id, otid ("" for none), ttl ms, score, known ("1": ZADD, else
+// ZADD NX: keep the time of the first save), keep (index length), keep
+// finished ("1": write nothing over a record whose outcome is final), the
+// runner's number ("0": none; else nothing is written when a runner with a
+// higher number saved the record: one runner of a turn at a time, the
+// newest), then one flag per index key ("1": the record belongs in it,
+// else it leaves it).
+// Returns 1, 0 when a finished record was kept, -1 when a newer runner's
+// record was.
 var JournalSave = evalcmd.New(`
+local n = tonumber(ARGV[9])
+if n > 0 and n < tonumber(redis.call('HGET', KEYS[4], 'saved') or '0') then return -1 end
 if ARGV[8] == '1' then
   local cur = redis.call('GET', KEYS[1])
   if cur then
@@ -140,8 +146,12 @@ local ttl = ARGV[4]
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ttl)
 if ARGV[3] ~= '' then redis.call('SET', KEYS[2], ARGV[2], 'PX', ttl) end
 redis.call('PEXPIRE', KEYS[3], ttl)
+if n > 0 then
+  redis.call('HSET', KEYS[4], 'saved', n)
+  redis.call('PEXPIRE', KEYS[4], ttl)
+end
 local keep = tonumber(ARGV[7])
-for i = 4, #KEYS do
+for i = 5, #KEYS do
   if ARGV[i + 5] == '1' then
     local added
     if ARGV[6] == '1' then

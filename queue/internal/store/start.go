@@ -9,7 +9,8 @@ import (
 
 // StartRead names what an attempt reads before it runs: its record,
 // intents, final-event marker and cancel record (by TaskID), and, when asked, its chat's
-// pending approval request and its conversation's thread.
+// pending approval request and its conversation's thread. It also numbers
+// the attempt's runner (the one write among them: see Runner).
 type StartRead struct {
 	TaskID string
 	// Pending: read the request the chat (AgentID, Scope) waits on.
@@ -33,7 +34,7 @@ type StartReads struct {
 	rec, pend, thr *redis.StringCmd // pend, thr: nil when not read
 	cancel         *redis.StringCmd
 	intents        *redis.StringSliceCmd
-	ans            *redis.IntCmd
+	ans, runner    *redis.IntCmd
 }
 
 // QueueStartReads queues r's reads: the journal's in jp, the others in rp
@@ -42,9 +43,11 @@ func (s StartStores) QueueStartReads(ctx context.Context, jp, rp redis.Pipeliner
 	sr := &StartReads{
 		rec:     jp.Get(ctx, s.Journal.Keys.JournalTurn(r.TaskID)),
 		intents: jp.LRange(ctx, s.Journal.Keys.JournalIntents(r.TaskID), 0, -1),
+		runner:  jp.HIncrBy(ctx, s.Journal.Keys.JournalRunners(r.TaskID), "next", 1),
 		ans:     rp.Exists(ctx, s.Replies.Keys.Answered(r.TaskID)),
 		cancel:  rp.Get(ctx, s.Replies.Keys.Cancel(r.TaskID)),
 	}
+	jp.PExpire(ctx, s.Journal.Keys.JournalRunners(r.TaskID), s.Journal.Retention)
 	if r.Pending {
 		sr.pend = rp.Get(ctx, s.Approvals.Keys.ApprovalPending(r.AgentID, r.Scope))
 	}
@@ -96,6 +99,13 @@ func (sr *StartReads) Cancel() (b []byte, found bool, err error) {
 	}
 	return b, err == nil, err
 }
+
+// Runner is the number of the attempt's runner: higher than that of every
+// runner of the task that started before its start read. Its saves carry
+// it, so that a runner that is no longer the newest writes no record
+// (JournalSave). HINCRBY, not idempotent, but a retry that counts twice
+// only leaves a number out.
+func (sr *StartReads) Runner() (int64, error) { return sr.runner.Result() }
 
 // Intents are the attempt's intents, oldest first.
 func (sr *StartReads) Intents() ([]string, error) { return sr.intents.Result() }

@@ -25,10 +25,11 @@ import (
 //	P takeover:beat:<instance>  STRING JSON [token, had, lost]: what the last beat that found something found, a minute
 //	P takeover:taken:<task id>  STRING the runner (Asynq task id) of the turn's newest takeover
 //	P takeover:holder:<task id> STRING who runs the turn: "<instance>\n<runner>" (the newest registration)
+//	P takeover:number:<task id> STRING the holder's runner number (the journal's: see Registration.Number)
 //	P takeover:lost:<instance>  SET    "<task id>\n<runner>" of the instance's turns that another runner registered since
 //
 // One runner of a turn at a time: a runner's registration takes the
-// turn's holder over, takes the turn out of the previous holder's hash (so
+// turn's holder over (unless a live holder has a higher runner number), takes the turn out of the previous holder's hash (so
 // that a claim of that instance no longer finds it) and tells the previous
 // holder through its lost set, which its next beat reads: it stops that
 // runner. The times are Redis's (TIME), so that the workers' clocks do not
@@ -56,6 +57,9 @@ func (k Keys) TakeoverBeatMemo(instance string) string { return k.Prefix + "take
 
 // TakeoverHolder names the instance and runner that run a turn now.
 func (k Keys) TakeoverHolder(taskID string) string { return k.Prefix + "takeover:holder:" + taskID }
+
+// TakeoverNumber is the runner number of a turn's holder.
+func (k Keys) TakeoverNumber(taskID string) string { return k.Prefix + "takeover:number:" + taskID }
 
 // TakeoverLost lists the turns of an instance that another runner took.
 func (k Keys) TakeoverLost(instance string) string { return k.Prefix + "takeover:lost:" + instance }
@@ -106,28 +110,36 @@ return {had, redis.call('HLEN', KEYS[3]), stale, lost}
 // takeoverRegister registers a runner of a turn under its instance and
 // makes it the turn's holder. A holder that is another runner loses the
 // turn: it is taken out of that instance's hash (unless that is me's: the
-// field is overwritten) and told through its lost set. Without take (a
-// registry written back after Redis lost it, or a registration that did
-// not reach it) nothing is written when the holder is alive: its instance
-// not tombstoned, its last beat within after, the turn in its hash.
+// field is overwritten) and told through its lost set. Nothing is written
+// when the holder is alive (its instance not tombstoned, its last beat
+// within after, the turn in its hash) and either take is off (a registry
+// written back after Redis lost it, or a registration that did not reach
+// it) or the holder's runner number is higher than me's (it started later:
+// its journal saves are the ones that write the record, see
+// Registration.Number).
 //
-// KEYS: turns:<me>, holder:<task>, workers
-// ARGV: me, task, entry, runner, take (1/0), holder_ttl_ms, lost_ttl_ms, prefix, after_ms
-// Returns 1 when registered, 0 when not (a live holder, without take).
+// KEYS: turns:<me>, holder:<task>, workers, number:<task>
+// ARGV: me, task, entry, runner, take (1/0), holder_ttl_ms, lost_ttl_ms, prefix, after_ms, number (0: none)
+// Returns 1 when registered; 0 when not, a live holder, without take; -1
+// when not, a live holder numbered higher.
 var takeoverRegister = evalcmd.New(`
 local mine = ARGV[1] .. '\n' .. ARGV[4]
+local n = tonumber(ARGV[10])
 local cur = redis.call('GET', KEYS[2])
 if cur and cur ~= mine then
   local sep = string.find(cur, '\n', 1, true)
   if sep then
     local inst = string.sub(cur, 1, sep - 1)
     local old = ARGV[8] .. 'takeover:turns:' .. inst
-    if ARGV[5] ~= '1' and redis.call('EXISTS', ARGV[8] .. 'takeover:dead:' .. inst) == 0 then
+    local function alive()
+      if redis.call('EXISTS', ARGV[8] .. 'takeover:dead:' .. inst) == 1 then return false end
       local s = redis.call('ZSCORE', KEYS[3], inst)
       local t = redis.call('TIME')
       local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-      if s and tonumber(s) >= now - tonumber(ARGV[9]) and redis.call('HEXISTS', old, ARGV[2]) == 1 then return 0 end
+      return s and tonumber(s) >= now - tonumber(ARGV[9]) and redis.call('HEXISTS', old, ARGV[2]) == 1
     end
+    if ARGV[5] ~= '1' and alive() then return 0 end
+    if n > 0 and n < tonumber(redis.call('GET', KEYS[4]) or '0') and alive() then return -1 end
     if inst ~= ARGV[1] then redis.call('HDEL', old, ARGV[2]) end
     local lost = ARGV[8] .. 'takeover:lost:' .. inst
     redis.call('SADD', lost, ARGV[2] .. '\n' .. string.sub(cur, sep + 1))
@@ -136,6 +148,11 @@ if cur and cur ~= mine then
 end
 redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])
 redis.call('SET', KEYS[2], mine, 'PX', ARGV[6])
+if n > 0 then
+  redis.call('SET', KEYS[4], n, 'PX', ARGV[6])
+else
+  redis.call('DEL', KEYS[4])
+end
 return 1
 `)
 
@@ -143,13 +160,13 @@ return 1
 // ends its hold, unless another runner on the same instance holds the turn
 // now (the field is that runner's).
 //
-// KEYS: turns:<me>, holder:<task>
+// KEYS: turns:<me>, holder:<task>, number:<task>
 // ARGV: me, task, runner
 var takeoverUnregister = evalcmd.New(`
 local mine = ARGV[1] .. '\n' .. ARGV[3]
 local cur = redis.call('GET', KEYS[2])
 if cur == mine then
-  redis.call('DEL', KEYS[2])
+  redis.call('DEL', KEYS[2], KEYS[3])
 elseif cur and string.sub(cur, 1, #ARGV[1] + 1) == ARGV[1] .. '\n' then
   return 0
 end
@@ -307,6 +324,10 @@ type Registration struct {
 	// After: a holder whose last beat is older is not alive (the takeover
 	// delay; RegisterAll's test).
 	After time.Duration
+	// Number is the runner's number (StartReads.Runner; 0: none): a live
+	// holder numbered higher keeps the turn, so that the runner that holds
+	// it is the one whose journal saves write the record.
+	Number int64
 }
 
 func (s *Takeover) registerArgs(r Registration, take bool) []any {
@@ -314,9 +335,9 @@ func (s *Takeover) registerArgs(r Registration, take bool) []any {
 	if take {
 		t = 1
 	}
-	return append(takeoverRegister.Args(3, 9), s.keys.TakeoverTurns(r.Instance), s.keys.TakeoverHolder(r.TaskID),
-		s.keys.TakeoverWorkers(), r.Instance, r.TaskID, r.Entry, r.Runner, t, r.HolderTTL.Milliseconds(),
-		r.LostTTL.Milliseconds(), s.keys.Prefix, r.After.Milliseconds())
+	return append(takeoverRegister.Args(4, 10), s.keys.TakeoverTurns(r.Instance), s.keys.TakeoverHolder(r.TaskID),
+		s.keys.TakeoverWorkers(), s.keys.TakeoverNumber(r.TaskID), r.Instance, r.TaskID, r.Entry, r.Runner, t,
+		r.HolderTTL.Milliseconds(), r.LostTTL.Milliseconds(), s.keys.Prefix, r.After.Milliseconds(), r.Number)
 }
 
 // Register registers r now (see RegisterOp).
@@ -326,12 +347,17 @@ func (s *Takeover) Register(ctx context.Context, r Registration) error {
 
 // RegisterOp registers r as an op of a writer's round trip: r's runner
 // holds the turn from then on, and a runner that held it before is told
-// (its instance's next beat: Beat.Taken).
+// (its instance's next beat: Beat.Taken); unless a live holder numbered
+// higher keeps it: held is told then, for r's runner to stop.
 // ran is told once the op ran (written or not).
-func (s *Takeover) RegisterOp(r Registration, ran func()) Op {
+func (s *Takeover) RegisterOp(r Registration, ran, held func()) Op {
 	return ScriptOp(takeoverRegister, s.registerArgs(r, true), func(c *redis.Cmd) error {
 		ran()
-		return c.Err()
+		n, err := c.Int()
+		if err == nil && n < 0 {
+			held()
+		}
+		return err
 	})
 }
 
@@ -348,13 +374,13 @@ func (s *Takeover) UnregisterOp(instance, taskID, runner string, done func()) Op
 }
 
 func (s *Takeover) unregisterArgs(instance, taskID, runner string) []any {
-	return append(takeoverUnregister.Args(2, 3), s.keys.TakeoverTurns(instance), s.keys.TakeoverHolder(taskID),
-		instance, taskID, runner)
+	return append(takeoverUnregister.Args(3, 3), s.keys.TakeoverTurns(instance), s.keys.TakeoverHolder(taskID),
+		s.keys.TakeoverNumber(taskID), instance, taskID, runner)
 }
 
 // RegisterAll registers the turns again (the registry lost them, or their
 // registration did not reach it), each unless another runner that is
-// alive holds it now: those are returned (held[i]: turns[i] was not
+// alive holds it now (any, as take is off): those are returned (held[i]: turns[i] was not
 // registered), for their runners to stop.
 func (s *Takeover) RegisterAll(ctx context.Context, turns []Registration) (held []bool, err error) {
 	if len(turns) == 0 {
@@ -365,7 +391,7 @@ func (s *Takeover) RegisterAll(ctx context.Context, turns []Registration) (held 
 	for i, r := range turns {
 		ops[i] = ScriptOp(takeoverRegister, s.registerArgs(r, false), func(c *redis.Cmd) error {
 			n, err := c.Int()
-			held[i] = err == nil && n == 0
+			held[i] = err == nil && n <= 0
 			return err
 		})
 	}
