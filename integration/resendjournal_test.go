@@ -29,11 +29,10 @@ func (h *resendIntentHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook
 func (h *resendIntentHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		for _, c := range cmds {
-			if c.Name() != "rpush" || len(c.Args()) < 2 {
+			if !pushesIntent(c, h.key) {
 				continue
 			}
-			k, _ := c.Args()[1].(string)
-			if strings.HasPrefix(k, h.key) && h.intents.Add(1) == 2 {
+			if h.intents.Add(1) == 2 {
 				h.failed.Store(true)
 				for _, c := range cmds {
 					c.SetErr(errOutage)
@@ -43,6 +42,23 @@ func (h *resendIntentHook) ProcessPipelineHook(next redis.ProcessPipelineHook) r
 		}
 		return next(ctx, cmds)
 	}
+}
+
+// pushesIntent reports whether c appends to an intents list under prefix:
+// the intent push, a script whose first key is the list (an RPUSH before).
+func pushesIntent(c redis.Cmder, prefix string) bool {
+	args := c.Args()
+	var k any
+	switch c.Name() {
+	case "rpush":
+		k = args[1]
+	case "eval", "evalsha":
+		if len(args) > 3 {
+			k = args[3]
+		}
+	}
+	key, _ := k.(string)
+	return key != "" && strings.HasPrefix(key, prefix)
 }
 
 // A resend whose intent cannot be journaled is not sent, and the turn is
