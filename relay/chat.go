@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/relay/internal/store"
 )
 
 // turn is what a chat shows of one turn, rebuilt from its events: the
@@ -31,14 +32,19 @@ type turn struct {
 // chat is one chat's state in this process.
 type chat struct {
 	conv     queue.Conversation
-	lease    string
-	applied  string // last entry applied to memory
-	cursor   string // last entry durably advanced to
+	fence    store.Fence
+	until    time.Time // the lease's end (real time)
+	applied  string    // last entry applied to memory
+	cursor   string    // last entry durably advanced to
 	turns    map[string]*turn
 	order    []string          // task ids, first seen first
 	opened   map[string]string // turns opened since the last Advance
 	done     []string          // turns finished since the last Advance
 	recent   []string          // recently finished task ids: their late events are ignored
+	// saved are message ids found in Redis for turns not yet open in
+	// memory (stored before the cursor passed the turn's first event): the
+	// turn takes them when its events are applied again.
+	saved map[string]map[string]string
 	lastEdit time.Time
 	waitTill time.Time // a 429 asked to wait until then
 	// pendingSince is the write time of the oldest event applied since the
@@ -71,6 +77,10 @@ func (c *chat) apply(ev queue.ReplyEvent) {
 	t := c.turns[ev.TaskID]
 	if t == nil {
 		t = &turn{task: ev.TaskID, from: ev.ID, msgs: map[string]string{}, shown: map[string]string{}}
+		for s, id := range c.saved[ev.TaskID] {
+			t.msgs[s] = id
+		}
+		delete(c.saved, ev.TaskID)
 		c.turns[ev.TaskID] = t
 		c.order = append(c.order, ev.TaskID)
 		c.opened[ev.TaskID] = ev.ID

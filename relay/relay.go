@@ -75,6 +75,7 @@ type Relay struct {
 
 	mu    sync.Mutex
 	chats map[queue.Conversation]*chat
+	run   *runner
 }
 
 // New returns a Relay.
@@ -106,6 +107,19 @@ func New(cfg Config) *Relay {
 // Store is the relay's storage (for the runner and tests in this module).
 func (r *Relay) store() *store.Store { return r.st }
 
+// Lease fences a Drain's Redis writes: they fail once the lease Key no longer
+// holds Token. No message is sent after Until (real time), which the holder
+// sets a margin before the lease can expire: a send and the store of its id
+// take milliseconds, and a lease that ran out between them would let the next
+// holder send the message again. The zero Lease fences nothing.
+type Lease struct {
+	Key, Token string
+	Until      time.Time
+}
+
+// errLeaseShort stops a Drain that should not send any more under its lease.
+var errLeaseShort = errors.New("relay: lease too short to send")
+
 // errWait is returned by sync when a call must wait (throttle or 429).
 var errWait = errors.New("relay: wait")
 
@@ -113,18 +127,18 @@ var errWait = errors.New("relay: wait")
 // It returns when the stream is drained, with the time at which c needs
 // another Drain even without new events (a throttled edit, a typing
 // refresh, a 429's wait; zero: none), or with an error (the cursor stays at
-// the last entry whose effects are all on the platform). lease fences its
-// Redis writes ("" for none).
-func (r *Relay) Drain(ctx context.Context, c queue.Conversation, lease string) (time.Time, error) {
+// the last entry whose effects are all on the platform). fence fences its
+// Redis writes (the zero Fence: none).
+func (r *Relay) Drain(ctx context.Context, c queue.Conversation, l Lease) (time.Time, error) {
 	ad := r.cfg.Adapters[c.Integration]
 	if ad == nil {
 		return time.Time{}, fmt.Errorf("relay: no adapter for integration %q", c.Integration)
 	}
-	ch, err := r.chat(ctx, c, lease)
+	ch, err := r.chat(ctx, c)
 	if err != nil {
 		return time.Time{}, err
 	}
-	ch.lease = lease
+	ch.fence, ch.until = store.Fence{Key: l.Key, Token: l.Token}, l.Until
 	for {
 		if now := r.cfg.Now(); now.Before(ch.waitTill) {
 			return ch.waitTill, nil
@@ -157,7 +171,7 @@ func (r *Relay) Drain(ctx context.Context, c queue.Conversation, lease string) (
 
 // chat returns c's state in memory, loading it from Redis (and replaying its
 // open turns' events) when this process does not hold it.
-func (r *Relay) chat(ctx context.Context, c queue.Conversation, lease string) (*chat, error) {
+func (r *Relay) chat(ctx context.Context, c queue.Conversation) (*chat, error) {
 	r.mu.Lock()
 	ch := r.chats[c]
 	r.mu.Unlock()
@@ -215,11 +229,15 @@ func (r *Relay) chat(ctx context.Context, c queue.Conversation, lease string) (*
 		t.from = f
 		delete(ch.opened, task)
 	}
+	ch.saved = map[string]map[string]string{}
 	for task, slots := range st.Msgs {
-		if t := ch.turns[task]; t != nil {
-			for s, id := range slots {
-				t.msgs[s] = id
-			}
+		t := ch.turns[task]
+		if t == nil {
+			ch.saved[task] = slots
+			continue
+		}
+		for s, id := range slots {
+			t.msgs[s] = id
 		}
 	}
 	r.mu.Lock()
@@ -254,7 +272,7 @@ func (r *Relay) advance(ctx context.Context, ch *chat) error {
 		return nil
 	}
 	r.cfg.Step("advance.before")
-	if err := r.st.Advance(ctx, ch.conv, ch.lease, ch.applied, ch.opened, ch.done); err != nil {
+	if err := r.st.Advance(ctx, ch.conv, ch.fence, ch.applied, ch.opened, ch.done); err != nil {
 		return err
 	}
 	r.cfg.Step("advance.after")
@@ -338,7 +356,10 @@ func (r *Relay) syncTurn(ctx context.Context, ad Adapter, lim Limits, ch *chat, 
 			}
 			delete(t.msgs, s)
 		}
-		if !t.status.IsZero() {
+		// Always: a process killed after it showed the status may not have
+		// recorded that it did. An adapter whose platform clears the status
+		// with the next message makes this a no-op.
+		{
 			if err := r.call(ctx, ch, "status", func() error { return ad.Status(ctx, ch.conv, Status{Kind: StatusClear}) }); err != nil {
 				return ch.waitTill, err
 			}
@@ -370,6 +391,9 @@ func (r *Relay) syncTurn(ctx context.Context, ad Adapter, lim Limits, ch *chat, 
 func (r *Relay) show(ctx context.Context, ad Adapter, ch *chat, t *turn, slot string, m Message) (bool, error) {
 	id, ok := t.msgs[slot]
 	if !ok {
+		if !ch.until.IsZero() && time.Now().After(ch.until) {
+			return false, errLeaseShort
+		}
 		var sent string
 		err := r.call(ctx, ch, "send", func() error {
 			var err error
@@ -380,7 +404,7 @@ func (r *Relay) show(ctx context.Context, ad Adapter, ch *chat, t *turn, slot st
 			return false, err
 		}
 		start := r.cfg.Now()
-		if err := r.st.SaveMsg(ctx, ch.conv, ch.lease, t.task, slot, sent); err != nil {
+		if err := r.st.SaveMsg(ctx, ch.conv, ch.fence, t.task, slot, sent); err != nil {
 			// The message is on the platform and its id is not stored: the
 			// one window (docs/relay.md). Forget the chat in memory so that
 			// nothing else of the turn happens before a reload.

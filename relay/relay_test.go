@@ -111,7 +111,7 @@ func (e *env) emit(ev queue.ReplyEvent) {
 
 func (e *env) drain() time.Time {
 	e.t.Helper()
-	next, err := e.r.Drain(e.ctx, e.conv, "")
+	next, err := e.r.Drain(e.ctx, e.conv, relay.Lease{})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -418,5 +418,28 @@ func TestRestartMidStreamEditsTheSameMessage(t *testing.T) {
 	e.drain()
 	if got := e.texts(); len(got) != 1 || got[0] != a.Text || e.count("send") != 1 {
 		t.Fatalf("chat shows %q after %d sends, want one message", got, e.count("send"))
+	}
+}
+
+func TestRestartBeforeTheCursorMovedKeepsTheMessage(t *testing.T) {
+	e := newEnv(t, relay.Limits{})
+	e.cfg.Step = func(step string) {
+		if step == "advance.before" {
+			panic("killed")
+		}
+	}
+	e.restart()
+	a := ev(queue.EventAnswer, "t1")
+	a.Text = "Hello"
+	e.emit(a)
+	func() {
+		defer func() { _ = recover() }()
+		e.drain()
+	}()
+	e.cfg.Step = nil
+	e.restart()
+	e.drain()
+	if got := e.texts(); len(got) != 1 || e.count("send") != 1 {
+		t.Fatalf("after a crash before the cursor moved: %d sends, chat shows %q; want one message", e.count("send"), got)
 	}
 }

@@ -11,9 +11,9 @@
 //	                number, or "a" for the approval request); written right after
 //	                the platform accepted the message, before anything else
 //
-// The hash expires TTL after its last write. Writes that carry a lease token
-// are fenced: they fail with ErrLeaseLost when the chat's lease
-// (<prefix>relay:lease:<integration>:<chat_id>) is not that token.
+// The hash expires TTL after its last write. Writes that carry a Fence fail
+// with ErrLeaseLost when the lease it names is no longer held with its token
+// (the chat's shard was taken over: see shards.go).
 package store
 
 import (
@@ -54,9 +54,10 @@ func (s *Store) ChatKey(c queue.Conversation) string {
 	return s.prefix + "relay:chat:" + c.Integration + ":" + c.ChatID
 }
 
-// LeaseKey is the chat's lease.
-func (s *Store) LeaseKey(c queue.Conversation) string {
-	return s.prefix + "relay:lease:" + c.Integration + ":" + c.ChatID
+// Fence names a lease and the token its holder got; the zero Fence fences
+// nothing.
+type Fence struct {
+	Key, Token string
 }
 
 // PressKey maps a button's short key to its approval request.
@@ -118,8 +119,8 @@ func (s *Store) Load(ctx context.Context, c queue.Conversation) (State, error) {
 	return st, nil
 }
 
-// fence is the Lua prologue that refuses a write whose lease is not ARGV[1]
-// ("" writes unfenced).
+// fence is the Lua prologue that refuses a write when KEYS[2] does not hold
+// ARGV[1] ("" writes unfenced).
 const fence = `
 if ARGV[1] ~= '' and redis.call('GET', KEYS[2]) ~= ARGV[1] then
   return redis.error_reply('LEASELOST')
@@ -135,9 +136,9 @@ return 1
 // SaveMsg stores the platform id of task's message in slot. The relay calls
 // it right after the platform accepted the message: until it returns, a crash
 // leaves a message the relay does not know (docs/relay.md, "The window").
-func (s *Store) SaveMsg(ctx context.Context, c queue.Conversation, lease, task, slot, id string) error {
-	err := saveMsgScript.Run(ctx, s.rdb, []string{s.ChatKey(c), s.LeaseKey(c)},
-		lease, s.ttl.Milliseconds(), "m:"+task+":"+slot, id).Err()
+func (s *Store) SaveMsg(ctx context.Context, c queue.Conversation, f Fence, task, slot, id string) error {
+	err := saveMsgScript.Run(ctx, s.rdb, []string{s.ChatKey(c), f.key(s)},
+		f.Token, s.ttl.Milliseconds(), "m:"+task+":"+slot, id).Err()
 	return leaseErr(err)
 }
 
@@ -173,15 +174,15 @@ return 1
 // → first entry id; an open turn keeps its first id) and forgets the finished
 // ones (their open mark and message ids), in one script: after it, no crash can
 // make the relay show those turns again.
-func (s *Store) Advance(ctx context.Context, c queue.Conversation, lease, entry string, opened map[string]string, finished []string) error {
-	args := []any{lease, s.ttl.Milliseconds(), entry, len(opened)}
+func (s *Store) Advance(ctx context.Context, c queue.Conversation, f Fence, entry string, opened map[string]string, finished []string) error {
+	args := []any{f.Token, s.ttl.Milliseconds(), entry, len(opened)}
 	for t, from := range opened {
 		args = append(args, t, from)
 	}
 	for _, t := range finished {
 		args = append(args, t)
 	}
-	err := advanceScript.Run(ctx, s.rdb, []string{s.ChatKey(c), s.LeaseKey(c)}, args...).Err()
+	err := advanceScript.Run(ctx, s.rdb, []string{s.ChatKey(c), f.key(s)}, args...).Err()
 	return leaseErr(err)
 }
 
@@ -200,4 +201,13 @@ func leaseErr(err error) error {
 		return ErrLeaseLost
 	}
 	return err
+}
+
+// key is the fence's lease key, or one that is never written when unfenced
+// (a script names its keys even when it does not read them).
+func (f Fence) key(s *Store) string {
+	if f.Key == "" {
+		return s.prefix + "relay:nofence"
+	}
+	return f.Key
 }
