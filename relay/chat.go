@@ -31,20 +31,20 @@ type turn struct {
 
 // chat is one chat's state in this process.
 type chat struct {
-	conv     queue.Conversation
-	fence    store.Fence
-	until    time.Time // the lease's end (real time)
-	applied  string    // last entry applied to memory
-	cursor   string    // last entry durably advanced to
-	turns    map[string]*turn
-	order    []string          // task ids, first seen first
-	opened   map[string]string // turns opened since the last Advance
-	done     []string          // turns finished since the last Advance
-	recent   []string          // recently finished task ids: their late events are ignored
+	conv    queue.Conversation
+	fence   store.Fence
+	until   time.Time // the lease's end (real time)
+	applied string    // last entry applied to memory
+	cursor  string    // last entry durably advanced to
+	turns   map[string]*turn
+	order   []string          // task ids, first seen first
+	opened  map[string]string // turns opened since the last Advance
+	done    []string          // turns finished since the last Advance
+	recent  []string          // recently finished task ids: their late events are ignored
 	// saved are message ids found in Redis for turns not yet open in
 	// memory (stored before the cursor passed the turn's first event): the
 	// turn takes them when its events are applied again.
-	saved map[string]map[string]string
+	saved    map[string]map[string]string
 	lastEdit time.Time
 	waitTill time.Time // a 429 asked to wait until then
 	// pendingSince is the write time of the oldest event applied since the
