@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lettaq/lettaq/internal/testredis"
@@ -441,5 +442,49 @@ func TestRestartBeforeTheCursorMovedKeepsTheMessage(t *testing.T) {
 	e.drain()
 	if got := e.texts(); len(got) != 1 || e.count("send") != 1 {
 		t.Fatalf("after a crash before the cursor moved: %d sends, chat shows %q; want one message", e.count("send"), got)
+	}
+}
+
+func TestMetricsCountEventsCallsAndRateLimits(t *testing.T) {
+	e := newEnv(t, relay.Limits{})
+	reg := prometheus.NewRegistry()
+	e.cfg.Metrics = relay.NewMetrics(reg)
+	e.restart()
+	d := ev(queue.EventAnswerDelta, "t1")
+	d.Text = "hi "
+	e.emit(d)
+	e.drain()
+	e.clock.Add(2 * time.Second)
+	e.plat.RateLimitNext("edit", time.Second)
+	d.Text = "there"
+	e.emit(d)
+	e.drain()
+	sums := map[string]float64{}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			key := mf.GetName()
+			for _, l := range m.GetLabel() {
+				key += "," + l.GetName() + "=" + l.GetValue()
+			}
+			sums[key] += m.GetCounter().GetValue() + float64(m.GetHistogram().GetSampleCount())
+		}
+	}
+	for key, want := range map[string]float64{
+		"lettaq_relay_events_total,integration=fake":                                         2,
+		"lettaq_relay_platform_calls_total,integration=fake,method=send,status=ok":           1,
+		"lettaq_relay_platform_calls_total,integration=fake,method=edit,status=rate_limited": 1,
+		"lettaq_relay_rate_limited_total,integration=fake":                                   1,
+		"lettaq_relay_unsaved_window_seconds":                                                1,
+	} {
+		if sums[key] != want {
+			t.Errorf("%s = %v, want %v (all: %v)", key, sums[key], want, sums)
+		}
+	}
+	if sums["lettaq_relay_lag_seconds"] < 1 {
+		t.Errorf("no lag observed: %v", sums)
 	}
 }
