@@ -26,6 +26,7 @@ type turn struct {
 	msgs    map[string]string // slot → platform message id (durable)
 	shown   map[string]string // slot → text last put there by this process
 	status  time.Time         // when typing/tool status was last shown
+	seen    time.Time         // when this process last applied an event of it
 	pressOK bool              // the approval's button mapping is stored
 }
 
@@ -69,7 +70,7 @@ func (c *chat) finishedRecently(task string) bool {
 
 // apply folds one event into memory; it calls nothing. An event of a turn
 // with seq at or below the last applied is ignored (docs/reply-events.md).
-func (c *chat) apply(ev queue.ReplyEvent) {
+func (c *chat) apply(ev queue.ReplyEvent, now time.Time) {
 	c.applied = ev.ID
 	if ev.TaskID == "" || c.finishedRecently(ev.TaskID) {
 		return
@@ -85,6 +86,7 @@ func (c *chat) apply(ev queue.ReplyEvent) {
 		c.order = append(c.order, ev.TaskID)
 		c.opened[ev.TaskID] = ev.ID
 	}
+	t.seen = now
 	if ev.Seq != 0 && ev.Seq <= t.lastSeq || t.final != nil {
 		return
 	}

@@ -107,6 +107,10 @@ func New(cfg Config) *Relay {
 // Store is the relay's storage (for the runner and tests in this module).
 func (r *Relay) store() *store.Store { return r.st }
 
+// StatusIdle is how long after a turn's last event the relay keeps its typing
+// indicator alive.
+const StatusIdle = time.Minute
+
 // Lease fences a Drain's Redis writes: they fail once the lease Key no longer
 // holds Token. No message is sent after Until (real time), which the holder
 // sets a margin before the lease can expire: a send and the store of its id
@@ -148,7 +152,7 @@ func (r *Relay) Drain(ctx context.Context, c queue.Conversation, l Lease) (time.
 			return time.Time{}, err
 		}
 		for _, ev := range evs {
-			ch.apply(ev)
+			ch.apply(ev, r.cfg.Now())
 			if ch.pendingSince.IsZero() {
 				ch.pendingSince = ev.Time
 			}
@@ -209,7 +213,7 @@ func (r *Relay) chat(ctx context.Context, c queue.Conversation) (*chat, error) {
 					break replay
 				}
 				if _, open := st.Open[ev.TaskID]; open {
-					ch.apply(ev)
+					ch.apply(ev, r.cfg.Now())
 				}
 			}
 			if int64(len(evs)) < r.cfg.Batch {
@@ -369,8 +373,13 @@ func (r *Relay) syncTurn(ctx context.Context, ad Adapter, lim Limits, ch *chat, 
 		return time.Time{}, nil
 	}
 	// Running: keep the indicator alive, refreshed a fifth of its life before
-	// the platform lets it expire.
+	// the platform lets it expire, while the turn shows signs of life (a
+	// running turn repeats its phase every 4 s): a turn whose final event
+	// never comes must not show typing for ever.
 	refresh := lim.StatusTTL * 4 / 5
+	if now.Sub(t.seen) > StatusIdle {
+		return time.Time{}, nil
+	}
 	if t.status.IsZero() || now.Sub(t.status) >= refresh {
 		s := Status{Kind: StatusTyping, Text: "thinking…"}
 		if t.tool != "" {

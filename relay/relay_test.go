@@ -488,3 +488,19 @@ func TestMetricsCountEventsCallsAndRateLimits(t *testing.T) {
 		t.Errorf("no lag observed: %v", sums)
 	}
 }
+
+func TestTypingStopsWhenTheTurnFallsSilent(t *testing.T) {
+	e := newEnv(t, relay.Limits{StatusTTL: 5 * time.Second})
+	e.emit(ev(queue.EventAccepted, "t1"))
+	next := e.drain()
+	for i := 0; !next.IsZero() && i < 100; i++ {
+		e.clock.Add(next.Sub(e.clock.Now()))
+		next = e.drain()
+	}
+	if !next.IsZero() {
+		t.Fatal("typing is refreshed for ever for a turn with no event")
+	}
+	if n := e.count("status"); n < 10 || n > 20 {
+		t.Fatalf("%d typing refreshes, want one every 4 s for a minute", n)
+	}
+}
