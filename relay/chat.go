@@ -28,6 +28,10 @@ type turn struct {
 	status  time.Time         // when typing/tool status was last shown
 	seen    time.Time         // when this process last applied an event of it
 	pressOK bool              // the approval's button mapping is stored
+	// answers is the approval request this turn answers (its accepted
+	// event's approval): its buttons come off when the turn is shown.
+	answers  *queue.ApprovalEvent
+	answered bool // the request's buttons were taken off
 }
 
 // chat is one chat's state in this process.
@@ -98,6 +102,11 @@ func (c *chat) apply(ev queue.ReplyEvent, now time.Time) {
 		t.runID = ev.RunID
 	}
 	switch ev.Type {
+	case queue.EventAccepted:
+		if ev.Approval != nil && ev.Approval.RequestTaskID != "" && ev.Approval.Decision != "" {
+			a := *ev.Approval
+			t.answers = &a
+		}
 	case queue.EventAnswerDelta:
 		if !ev.Narration {
 			t.text += ev.Text

@@ -91,15 +91,56 @@ func (r *Relay) Press(ctx context.Context, c queue.Conversation, data, sender st
 	if err != nil {
 		return res, err
 	}
-	word := "✅ Approved"
+	decision := "approved"
 	if verdict == "n" {
-		word = "❌ Denied"
+		decision = "denied"
 	}
+	word := answerWord(decision, queue.AnswerByUser)
 	// A second press changes nothing: the first one's edit stands.
 	if ad := r.cfg.Adapters[c.Integration]; ad != nil && pv.MsgID != "" && !res.Duplicate {
-		if err := ad.Edit(ctx, c, pv.MsgID, Message{Text: pv.Text + "\n\n" + word + "."}); err != nil {
+		if err := ad.Edit(ctx, c, pv.MsgID, Message{Text: pv.Text + "\n\n" + word}); err != nil {
 			r.log.Warn("relay: could not take the buttons off", "chat", c.String(), "err", err)
 		}
 	}
 	return res, nil
+}
+
+// answerWord says how an approval request was answered, under its text.
+func answerWord(decision, cause string) string {
+	switch {
+	case cause == queue.AnswerExpired:
+		return "⌛ Expired: denied."
+	case cause == queue.AnswerMovedOn:
+		return "↪️ Denied: the conversation moved on."
+	case decision == "approved":
+		return "✅ Approved."
+	case decision == "denied":
+		return "❌ Denied."
+	}
+	return "Answered."
+}
+
+// unbutton takes the buttons off the request an answer turn answers (after
+// an expiry, or a press another replica handled), once per turn: an edit,
+// idempotent.
+func (r *Relay) unbutton(ctx context.Context, ad Adapter, ch *chat, t *turn) error {
+	raw, err := r.st.Press(ctx, pressShort(t.answers.RequestTaskID))
+	if errors.Is(err, redis.Nil) {
+		t.answered = true
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var pv pressValue
+	if err := json.Unmarshal([]byte(raw), &pv); err != nil || pv.MsgID == "" || pv.Chat != ch.conv {
+		t.answered = true
+		return nil
+	}
+	m := Message{Text: pv.Text + "\n\n" + answerWord(t.answers.Decision, t.answers.Cause)}
+	if err := r.call(ctx, ch, "edit", func() error { return ad.Edit(ctx, ch.conv, pv.MsgID, m) }); err != nil && !errors.Is(err, ErrPermanent) {
+		return err
+	}
+	t.answered = true
+	return nil
 }

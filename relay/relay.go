@@ -328,6 +328,11 @@ func (r *Relay) syncTurn(ctx context.Context, ad Adapter, lim Limits, ch *chat, 
 		ch.forget(t.task)
 		return time.Time{}, nil
 	}
+	if t.answers != nil && !t.answered {
+		if err := r.unbutton(ctx, ad, ch, t); err != nil {
+			return ch.waitTill, err
+		}
+	}
 	pending := false
 	for i, p := range v.parts {
 		ok, err := r.show(ctx, ad, ch, t, strconv.Itoa(i), Message{Text: p})

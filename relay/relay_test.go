@@ -499,3 +499,20 @@ func TestTypingStopsWhenTheTurnFallsSilent(t *testing.T) {
 		t.Fatalf("%d typing refreshes, want one every 4 s for a minute", n)
 	}
 }
+
+func TestExpiredApprovalLosesItsButtons(t *testing.T) {
+	e := newEnv(t, relay.Limits{})
+	ap := ev(queue.EventApprovalRequired, "t1")
+	ap.Tool = &queue.ToolEvent{Name: "rm"}
+	ap.Approval = &queue.ApprovalEvent{RequestTaskID: "t1", Calls: []queue.ToolEvent{{Name: "rm"}}, ExpiresAt: time.Now().Add(time.Hour)}
+	e.emit(ap)
+	e.drain()
+	acc := ev(queue.EventAccepted, "answer-t1")
+	acc.Approval = &queue.ApprovalEvent{RequestTaskID: "t1", Decision: "denied", Cause: queue.AnswerExpired}
+	e.emit(acc)
+	e.drain()
+	msgs := e.plat.Messages(e.conv)
+	if len(msgs) != 1 || len(msgs[0].Buttons) != 0 || !strings.Contains(msgs[0].Text, "Expired") {
+		t.Fatalf("after the expiry the request shows %+v, want no buttons and Expired", msgs)
+	}
+}
