@@ -104,9 +104,6 @@ func New(cfg Config) *Relay {
 	}
 }
 
-// Store is the relay's storage (for the runner and tests in this module).
-func (r *Relay) store() *store.Store { return r.st }
-
 // StatusIdle is how long after a turn's last event the relay keeps its typing
 // indicator alive.
 const StatusIdle = time.Minute
