@@ -1,0 +1,345 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lettaq/lettaq/internal/envvar"
+	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/relay"
+	"github.com/lettaq/lettaq/relay/fakeplatform"
+)
+
+// RelaySettings is the relay's whole configuration.
+type RelaySettings struct {
+	RedisURL        string
+	KeyPrefix       string
+	RelayID         string
+	Shards          int
+	Lease           time.Duration
+	Workers         int
+	EditEvery       time.Duration
+	AgentID         string
+	LogFormat       string
+	LogLevel        string
+	HTTPAddr        string
+	HTTPToken       string
+	FakeURL         string
+	FakeIntegration string
+	FakePartLimit   int
+	KillAt          string
+}
+
+type relaySetting struct {
+	envvar.Var
+	apply func(c *RelaySettings, raw string) error
+}
+
+// DefaultRelayHTTPAddr is the relay's listener (the worker's is 8080).
+const DefaultRelayHTTPAddr = "127.0.0.1:8081"
+
+var relaySettings = []relaySetting{
+	{envvar.Var{Name: "REDIS_URL", Default: DefaultRedisURL, Help: "the Redis the workers write their reply streams to (redis://[:password@]host:port/db, rediss://)"},
+		func(c *RelaySettings, raw string) error {
+			if _, err := RedisConnOpt(raw, nil); err != nil {
+				return errors.New(strings.TrimPrefix(err.Error(), "REDIS_URL="+strconv.Quote(redactURL(raw))+": "))
+			}
+			c.RedisURL = raw
+			return nil
+		}},
+	{envvar.Var{Name: "LETTAQ_KEY_PREFIX", Default: "lettaq:", Help: "the workers' key prefix (reply streams); the relay's own keys go under it too"},
+		func(c *RelaySettings, raw string) error {
+			if raw == "" {
+				return errors.New("must not be empty")
+			}
+			c.KeyPrefix = raw
+			return nil
+		}},
+	{envvar.Var{Name: "LETTAQ_RELAY_ID", Default: "<hostname>-<pid>", Help: "this replica's name in the logs and in Redis (relay:replicas)"},
+		func(c *RelaySettings, raw string) error { c.RelayID = raw; return nil }},
+	{envvar.Var{Name: "LETTAQ_RELAY_SHARDS", Default: "64", Help: "how many shards the chats are spread over; the same on every replica; more replicas than shards leaves some idle"},
+		func(c *RelaySettings, raw string) error { return relayInt(&c.Shards, raw, 1, 4096) }},
+	{envvar.Var{Name: "LETTAQ_RELAY_LEASE", Default: "5s", Help: "a replica that stops renewing its shards (every fifth of this) loses them this long after its last renewal: its chats are taken over by the others within about this"},
+		func(c *RelaySettings, raw string) error { return relayDur(&c.Lease, raw, time.Second) }},
+	{envvar.Var{Name: "LETTAQ_RELAY_WORKERS", Default: "32", Help: "chats one replica drains at once (platform calls wait on the network, not the CPU)"},
+		func(c *RelaySettings, raw string) error { return relayInt(&c.Workers, raw, 1, 100000) }},
+	{envvar.Var{Name: "LETTAQ_RELAY_EDIT_EVERY", Default: "1s", Help: "the least time between two edits of a growing answer in one chat (Telegram: ~1 message a second per chat)"},
+		func(c *RelaySettings, raw string) error { return relayDur(&c.EditEvery, raw, 100*time.Millisecond) }},
+	{envvar.Var{Name: "LETTAQ_RELAY_AGENT_ID", Default: "", Help: "the agent of the chats, so that /stop also finds a turn the relay has not shown yet (a turn it shows is cancelled by its task id without it)"},
+		func(c *RelaySettings, raw string) error { c.AgentID = raw; return nil }},
+	{envvar.Var{Name: "LETTAQ_LOG_FORMAT", Default: "auto", Help: "auto (colored text on a terminal, JSON otherwise), json or text"},
+		func(c *RelaySettings, raw string) error {
+			switch raw = strings.ToLower(raw); raw {
+			case "auto", "json", "text":
+				c.LogFormat = raw
+				return nil
+			}
+			return errors.New("want auto, json or text")
+		}},
+	{envvar.Var{Name: "LETTAQ_LOG_LEVEL", Default: "info", Help: "debug, info, warn or error"},
+		func(c *RelaySettings, raw string) error {
+			if _, err := ParseLevel(raw); err != nil {
+				return err
+			}
+			c.LogLevel = strings.ToLower(raw)
+			return nil
+		}},
+	{envvar.Var{Name: "LETTAQ_HTTP_ADDR", Default: DefaultRelayHTTPAddr, Help: `address of the HTTP listener (/healthz, /readyz, /metrics); "off" disables it; any address but loopback requires LETTAQ_HTTP_TOKEN`},
+		func(c *RelaySettings, raw string) error {
+			if raw != "off" {
+				if _, _, err := net.SplitHostPort(raw); err != nil {
+					return errors.New(`want host:port (e.g. 127.0.0.1:8081) or "off"`)
+				}
+			}
+			c.HTTPAddr = raw
+			return nil
+		}},
+	{envvar.Var{Name: "LETTAQ_HTTP_TOKEN", Default: "", Secret: true, Help: "token for /metrics and /readyz?verbose: Authorization: Bearer <token>; required off loopback"},
+		func(c *RelaySettings, raw string) error { c.HTTPToken = raw; return nil }},
+	{envvar.Var{Name: "LETTAQ_RELAY_FAKE_URL", Default: "", Help: "the fake platform's URL (relay/fakeplatform; tests and trials): the only adapter so far, and required"},
+		func(c *RelaySettings, raw string) error { c.FakeURL = raw; return nil }},
+	{envvar.Var{Name: "LETTAQ_RELAY_FAKE_INTEGRATION", Default: "fake", Help: "the integration whose chats go to the fake platform"},
+		func(c *RelaySettings, raw string) error {
+			if raw == "" || strings.ContainsAny(raw, ": \t") {
+				return errors.New("must be non-empty, without ':' or spaces")
+			}
+			c.FakeIntegration = raw
+			return nil
+		}},
+	{envvar.Var{Name: "LETTAQ_RELAY_FAKE_PART_LIMIT", Default: "4096", Help: "the fake platform's longest message, in UTF-16 code units"},
+		func(c *RelaySettings, raw string) error { return relayInt(&c.FakePartLimit, raw, 1, 1<<20) }},
+	{envvar.Var{Name: "LETTAQ_RELAY_KILL_AT", Default: "", Help: "testing only: <step>[#n] makes the process SIGKILL itself at the n-th (default 1st) time it reaches step (see relay.Steps)"},
+		func(c *RelaySettings, raw string) error {
+			if raw == "" {
+				return nil
+			}
+			step, _, _ := strings.Cut(raw, "#")
+			for _, s := range relay.Steps {
+				if s == step {
+					c.KillAt = raw
+					return nil
+				}
+			}
+			return fmt.Errorf("unknown step; want one of %s", strings.Join(relay.Steps, ", "))
+		}},
+}
+
+func relayInt(p *int, raw string, lo, hi int) error {
+	n, err := envvar.ParseInt(raw)
+	if err != nil {
+		return err
+	}
+	if n < lo || n > hi {
+		return fmt.Errorf("must be between %d and %d", lo, hi)
+	}
+	*p = n
+	return nil
+}
+
+func relayDur(p *time.Duration, raw string, lo time.Duration) error {
+	d, err := envvar.ParseDuration(raw)
+	if err != nil {
+		return err
+	}
+	if d < lo {
+		return fmt.Errorf("must be at least %v", lo)
+	}
+	*p = d
+	return nil
+}
+
+// RelayVars lists every variable the relay reads, in --help's order.
+func RelayVars() []envvar.Var {
+	var vs []envvar.Var
+	for _, s := range relaySettings {
+		v := s.Var
+		v.Flag = envvar.FlagName(v.Name)
+		vs = append(vs, v)
+	}
+	return vs
+}
+
+// ParseRelaySettings reads the relay's configuration as ParseWorkerSettings
+// reads the worker's: flag over variable over default; errors name both.
+func ParseRelaySettings(args []string, getenv func(string) string, out io.Writer) (RelaySettings, error) {
+	fs := flag.NewFlagSet("relay", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	vars := RelayVars()
+	vals := map[string]*string{}
+	for _, v := range vars {
+		p := new(string)
+		vals[v.Name] = p
+		fs.Var(strFlag{p}, v.Flag, v.Help+" (env "+v.Name+")")
+	}
+	err := fs.Parse(args)
+	l := lookup{getenv: getenv, flagged: map[string]string{}}
+	fs.Visit(func(f *flag.Flag) {
+		for _, v := range vars {
+			if v.Flag == f.Name {
+				l.flagged[v.Name] = *vals[v.Name]
+			}
+		}
+	})
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			WriteUsage(out, "relay [flags]", "Carries the reply streams into the chats: typing, tool status, the growing answer by\nedits, approvals as buttons; replicas share the chats. Every flag overrides the\nenvironment variable named with it.", vars, nil)
+			return RelaySettings{}, errHelp
+		}
+		return RelaySettings{}, &ConfigError{Errs: []error{err}}
+	}
+	if fs.NArg() > 0 {
+		return RelaySettings{}, &ConfigError{Errs: []error{fmt.Errorf("unexpected argument %q (configuration is by flags and environment variables; see --help)", fs.Arg(0))}}
+	}
+	var c RelaySettings
+	var errs []error
+	for _, s := range relaySettings {
+		raw, fromFlag := l.get(s.Name)
+		if raw == "" {
+			raw = s.Default
+		}
+		if s.Name == "LETTAQ_RELAY_ID" && raw == s.Default {
+			host, _ := os.Hostname()
+			raw = fmt.Sprintf("%s-%d", host, os.Getpid())
+		}
+		if err := s.apply(&c, raw); err != nil {
+			errs = append(errs, varError(s.Var, raw, fromFlag, err))
+		}
+	}
+	if len(errs) == 0 && c.FakeURL == "" {
+		errs = append(errs, errors.New("LETTAQ_RELAY_FAKE_URL (flag --relay-fake-url) is not set: the relay needs a platform adapter, and the fake platform is the only one so far"))
+	}
+	if len(errs) == 0 && c.HTTPAddr != "off" && c.HTTPToken == "" && !IsLoopback(c.HTTPAddr) {
+		errs = append(errs, fmt.Errorf("LETTAQ_HTTP_TOKEN (--http-token) is required when LETTAQ_HTTP_ADDR (%s) is not a loopback address", c.HTTPAddr))
+	}
+	if len(errs) > 0 {
+		return RelaySettings{}, &ConfigError{Errs: errs}
+	}
+	return c, nil
+}
+
+// RunRelay is cmd/relay: it exits 0 after SIGTERM/SIGINT, 1 on failure, 2 on
+// bad configuration.
+func RunRelay(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	cfg, err := ParseRelaySettings(args, getenv, stdout)
+	if errors.Is(err, errHelp) {
+		return ExitOK
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "relay: configuration error:\n%v\n", err)
+		return ExitUsage
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	logger := NewLogger(stderr, cfg.LogFormat, cfg.LogLevel)
+	SetRedisLogger(logger, slog.LevelWarn)
+	if err := runRelay(ctx, cfg, logger); err != nil {
+		logger.Error("relay stopped", "err", err)
+		return ExitFailed
+	}
+	return ExitOK
+}
+
+func runRelay(ctx context.Context, cfg RelaySettings, logger *slog.Logger) error {
+	opt, err := redis.ParseURL(cfg.RedisURL)
+	if err != nil {
+		return err
+	}
+	rdb := redis.NewClient(opt)
+	defer rdb.Close()
+	connOpt, _ := RedisConnOpt(cfg.RedisURL, nil)
+	replies := queue.NewReplies(rdb, queue.RepliesOptions{Prefix: cfg.KeyPrefix})
+	client, err := queue.NewClient(queue.ClientConfig{Redis: connOpt, Replies: replies})
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	reg := prometheus.NewRegistry()
+	r := relay.New(relay.Config{
+		Redis: rdb, Prefix: cfg.KeyPrefix, Control: client, AgentID: cfg.AgentID, EditEvery: cfg.EditEvery,
+		Adapters: map[string]relay.Adapter{cfg.FakeIntegration: &fakeplatform.Client{URL: cfg.FakeURL,
+			Limit: relay.Limits{PartLimit: cfg.FakePartLimit}}},
+		Step: killAt(cfg.KillAt), Metrics: relay.NewMetrics(reg), Logger: logger,
+	})
+	probe := newRedisProbe(rdb, time.Second, time.Second, logger)
+	defer probe.Close()
+	if cfg.HTTPAddr != "off" {
+		mux := http.NewServeMux()
+		auth := requireToken(cfg.HTTPToken)
+		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+		mux.Handle("/readyz", readyzHandler(probe, r.Ready, auth))
+		mux.Handle("/metrics", auth(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
+		ln, err := net.Listen("tcp", cfg.HTTPAddr)
+		if err != nil {
+			return err
+		}
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = srv.Serve(ln) }()
+		defer srv.Close()
+		logger.Info("relay listening", "addr", ln.Addr().String())
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for ctx.Err() == nil {
+			if err := r.Notify(ctx, cfg.Shards); err != nil && ctx.Err() == nil {
+				logger.Warn("relay: notifications lost; listening again", "err", err)
+				time.Sleep(time.Second)
+				if n, err := r.Sweep(ctx, cfg.Shards); err == nil && n > 0 {
+					logger.Info("relay: sweep marked chats", "chats", n)
+				}
+			}
+		}
+	}()
+	if n, err := r.Sweep(ctx, cfg.Shards); err != nil {
+		logger.Warn("relay: start sweep failed", "err", err)
+	} else {
+		logger.Info("relay: start sweep done", "marked", n)
+	}
+	err = r.Run(ctx, relay.RunConfig{ID: cfg.RelayID, Shards: cfg.Shards, LeaseTTL: cfg.Lease, Workers: cfg.Workers})
+	wg.Wait()
+	return err
+}
+
+// killAt returns the relay's step hook for LETTAQ_RELAY_KILL_AT: SIGKILL this
+// process the n-th time the step is reached.
+func killAt(spec string) func(string) {
+	if spec == "" {
+		return nil
+	}
+	step, nth, _ := strings.Cut(spec, "#")
+	n, _ := strconv.Atoi(nth)
+	n = max(n, 1)
+	var mu sync.Mutex
+	seen := 0
+	return func(s string) {
+		if s != step {
+			return
+		}
+		mu.Lock()
+		seen++
+		hit := seen == n
+		mu.Unlock()
+		if hit {
+			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {} // SIGKILL is not delivered synchronously
+		}
+	}
+}
