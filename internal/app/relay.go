@@ -277,7 +277,12 @@ func runRelay(ctx context.Context, cfg RelaySettings, logger *slog.Logger) error
 			Limit: relay.Limits{PartLimit: cfg.FakePartLimit}}},
 		Step: killAt(cfg.KillAt), Metrics: relay.NewMetrics(reg), Logger: logger,
 	})
-	probe := newRedisProbe(rdb, time.Second, time.Second, logger)
+	// Ready only while Redis takes writes: a full Redis (noeviction) answers
+	// PING but refuses the cursor and message-id writes the relay lives on.
+	readyKey := cfg.KeyPrefix + "relay:ready:" + cfg.RelayID
+	probe := newRedisProbe(rdb, func(ctx context.Context) error {
+		return rdb.Set(ctx, readyKey, "1", 10*time.Second).Err()
+	}, time.Second, time.Second, logger)
 	defer probe.Close()
 	if cfg.HTTPAddr != "off" {
 		mux := http.NewServeMux()
