@@ -14,7 +14,25 @@ import (
 
 func newStore(t *testing.T) *Store {
 	t.Helper()
-	return New(testredis.New(t).Client(t), fmt.Sprintf("storetest%d:", rand.Int64()), 0)
+	s, _ := newStoreOn(t)
+	return s
+}
+
+// newStoreOn is newStore with its server, for a test whose keys must expire
+// (miniredis's clock moves only when told: see passes).
+func newStoreOn(t *testing.T) (*Store, *testredis.Server) {
+	t.Helper()
+	srv := testredis.New(t)
+	return New(srv.Client(t), fmt.Sprintf("storetest%d:", rand.Int64()), 0), srv
+}
+
+// passes lets d go by on srv: real time on a real Redis, and miniredis's
+// clock moved as far (its keys expire only then).
+func passes(srv *testredis.Server, d time.Duration) {
+	time.Sleep(d)
+	if srv.Mini != nil {
+		srv.Mini.FastForward(d)
+	}
 }
 
 // A mark that comes while a chat is drained keeps it dirty: Clean removes
@@ -49,7 +67,7 @@ func TestCleanKeepsAMarkMadeDuringTheDrain(t *testing.T) {
 // A replica whose shard was taken over writes nothing more for its chats.
 func TestWritesAreFencedByTheShardLease(t *testing.T) {
 	ctx := context.Background()
-	s := newStore(t)
+	s, srv := newStoreOn(t)
 	c := queue.Conversation{Integration: "fake", ChatID: "c1"}
 	sh := Shard(c, 4)
 	if ok, err := s.AcquireShard(ctx, sh, "old", 50*time.Millisecond); !ok || err != nil {
@@ -59,7 +77,7 @@ func TestWritesAreFencedByTheShardLease(t *testing.T) {
 	if err := s.SaveMsg(ctx, c, old, "t1", "0", "m1"); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond)
+	passes(srv, 100*time.Millisecond) // the old lease's 50 ms
 	if ok, err := s.AcquireShard(ctx, sh, "new", time.Second); !ok || err != nil {
 		t.Fatalf("takeover: %v %v", ok, err)
 	}
