@@ -177,16 +177,6 @@ func (c *Client) parked(ctx context.Context, id string) (*store.Parked, error) {
 	return &p, nil
 }
 
-// inspector is the client's Asynq inspector (made for the call when the
-// client has none: without ordering); done closes one made here.
-func (c *Client) inspector() (insp *asynq.Inspector, done func()) {
-	if c.insp != nil {
-		return c.insp, func() {}
-	}
-	insp = asynq.NewInspector(LeanRedis(c.cfg.Redis))
-	return insp, func() { _ = insp.Close() }
-}
-
 // cancelTargets resolves r to task ids.
 func (c *Client) cancelTargets(ctx context.Context, r CancelRequest) ([]string, error) {
 	n := 0
@@ -205,9 +195,7 @@ func (c *Client) cancelTargets(ctx context.Context, r CancelRequest) ([]string, 
 		}
 		if r.TaskID != "" {
 			// A turn that never started has no journal record: Asynq has it.
-			insp, done := c.inspector()
-			_, err := ordering.FindTask(insp, c.cfg.Queue, id)
-			done()
+			_, err := ordering.FindTask(c.insp, c.cfg.Queue, id)
 			if err == nil {
 				return []string{id}, nil
 			}
@@ -293,8 +281,7 @@ func (c *Client) cancelTurn(ctx context.Context, id string, cr CancelRecord) (Ca
 		}
 		return ended, nil
 	}
-	insp, done := c.inspector()
-	defer done()
+	insp := c.insp
 	info, ierr := ordering.FindTask(insp, c.cfg.Queue, id)
 	if ierr != nil && !errors.Is(ierr, asynq.ErrTaskNotFound) {
 		return CancelledTurn{}, fmt.Errorf("queue: cancel %s: %w", id, ierr)

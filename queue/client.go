@@ -79,7 +79,7 @@ type Client struct {
 	cfg  ClientConfig
 	seq  *ordering.Sequencer   // nil: no ordering
 	rdb  redis.UniversalClient // owned by the sequencer we made
-	insp *asynq.Inspector      // wakes a waiting turn (under ordering); reads a duplicate's message
+	insp *asynq.Inspector      // wakes a waiting turn (under ordering); reads a duplicate's message; finds a turn to cancel
 }
 
 // EnqueueResult says what Enqueue did.
