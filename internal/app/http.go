@@ -38,6 +38,9 @@ type HTTPOptions struct {
 	Budget *BudgetInfo
 	// Turns, when set, is mounted at /turns/{id} (auth): lettaq's view of one turn.
 	Turns http.Handler
+	// Chat, when set, is the web chat page (relay/webchat), mounted at /chat/ (auth, as
+	// /monitor/, whose ?token= entry it shares).
+	Chat http.Handler
 	// Ready, when set, must also pass for /readyz (e.g. "the worker is taking tasks").
 	Ready  func() error
 	Logger *slog.Logger
@@ -59,6 +62,7 @@ type HTTPOptions struct {
 //	/cancel     stop a turn (queue.CancelHTTPHandler), when provided (auth)
 //	/budget     the task timeout and task options producers must use, when provided (auth)
 //	/turns/{id} a turn: summary, Asynq state, result and journal record (auth)
+//	/chat/      the web chat page, when provided (auth; takes ?token= once, as /monitor/)
 func NewHTTPHandler(o HTTPOptions) (http.Handler, func()) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -99,11 +103,20 @@ func NewHTTPHandler(o HTTPOptions) (http.Handler, func()) {
 	if o.Turns != nil {
 		mux.Handle("GET /turns/{id...}", auth(o.Turns))
 	}
+	if o.Chat != nil {
+		mux.Handle("/chat/", auth(http.StripPrefix("/chat", o.Chat)))
+		mux.HandleFunc("GET /chat", func(w http.ResponseWriter, r *http.Request) {
+			u := *r.URL // keep the query (?token=)
+			u.Path = "/chat/"
+			http.Redirect(w, r, u.RequestURI(), http.StatusMovedPermanently)
+		})
+	}
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("lettaq worker: /healthz /readyz /metrics /monitor/" + map[bool]string{true: " /enqueue", false: ""}[o.Enqueue != nil] +
 			map[bool]string{true: " /cancel", false: ""}[o.Cancel != nil] +
-			map[bool]string{true: " /budget", false: ""}[o.Budget != nil] + "\n"))
+			map[bool]string{true: " /budget", false: ""}[o.Budget != nil] +
+			map[bool]string{true: " /chat/", false: ""}[o.Chat != nil] + "\n"))
 	})
 	h := refuseCrossOrigin(mux)
 	if o.Token == "" {

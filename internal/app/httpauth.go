@@ -17,8 +17,10 @@ import (
 
 const (
 	tokenCookie = "lettaq_monitor"
-	// monitorEntry is the one path that takes ?token=.
+	// monitorEntry and chatEntry are the paths that take ?token=, each with its own cookie
+	// (scoped to its path): the pages a person opens in a browser.
 	monitorEntry = "/monitor/"
+	chatEntry    = "/chat/"
 	// sessionTTL is how long the monitor's cookie is good for.
 	sessionTTL = 12 * time.Hour
 )
@@ -88,9 +90,9 @@ func bearerToken(h string) (string, bool) {
 }
 
 // requireToken accepts the token as "Authorization: Bearer <token>" or as the password of basic
-// auth (any user name: browsers ask for it). Under /monitor/ it also accepts the session
-// cookie, which GET /monitor/?token=<token> sets (then redirects to drop the token from the
-// address); ?token= is refused anywhere else. An empty token lets everything through.
+// auth (any user name: browsers ask for it). Under /monitor/ and /chat/ it also accepts the
+// session cookie, which GET /monitor/?token=<token> (or /chat/?token=) sets for that path (then
+// redirects to drop the token from the address); ?token= is refused anywhere else. An empty token lets everything through.
 func requireToken(token string) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		if token == "" {
@@ -106,14 +108,19 @@ func requireToken(token string) func(http.Handler) http.Handler {
 				next.ServeHTTP(w, r)
 				return
 			}
-			inMonitor := strings.HasPrefix(r.URL.Path, monitorEntry)
-			if c, err := r.Cookie(tokenCookie); err == nil && inMonitor && a.validSession(c.Value) {
+			entry := ""
+			for _, e := range []string{monitorEntry, chatEntry} {
+				if strings.HasPrefix(r.URL.Path, e) {
+					entry = e
+				}
+			}
+			if c, err := r.Cookie(tokenCookie); err == nil && entry != "" && a.validSession(c.Value) {
 				next.ServeHTTP(w, r)
 				return
 			}
 			q := r.URL.Query()
-			if r.URL.Path == monitorEntry && (r.Method == http.MethodGet || r.Method == http.MethodHead) && a.ok(q.Get("token")) {
-				http.SetCookie(w, &http.Cookie{Name: tokenCookie, Value: a.session(), Path: monitorEntry,
+			if entry != "" && r.URL.Path == entry && (r.Method == http.MethodGet || r.Method == http.MethodHead) && a.ok(q.Get("token")) {
+				http.SetCookie(w, &http.Cookie{Name: tokenCookie, Value: a.session(), Path: entry,
 					MaxAge: int(sessionTTL / time.Second), HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: overTLS(r)})
 				// Drop the token from the address bar.
 				u := *r.URL
@@ -123,7 +130,7 @@ func requireToken(token string) func(http.Handler) http.Handler {
 				return
 			}
 			w.Header().Set("WWW-Authenticate", `Basic realm="lettaq", charset="UTF-8"`)
-			http.Error(w, "unauthorized: send the LETTAQ_HTTP_TOKEN as a Bearer token or as the basic-auth password (the monitor also takes it once, at "+monitorEntry+"?token=)", http.StatusUnauthorized)
+			http.Error(w, "unauthorized: send the LETTAQ_HTTP_TOKEN as a Bearer token or as the basic-auth password (the monitor and the chat page also take it once, at "+monitorEntry+"?token= or "+chatEntry+"?token=)", http.StatusUnauthorized)
 		})
 	}
 }

@@ -20,9 +20,10 @@ var _ queue.Observer = (*Metrics)(nil)
 
 // queueRunner is the queue worker plus the client behind /enqueue.
 type queueRunner struct {
-	w      *queue.Worker
-	client *queue.Client
-	letta  *agentclient.Client
+	w       *queue.Worker
+	client  *queue.Client
+	letta   *agentclient.Client
+	replies *queue.Replies
 }
 
 func newQueueRunner(cfg WorkerSettings, connOpt asynq.RedisConnOpt, rdb redis.UniversalClient, lettaURL string, m *Metrics, logger *slog.Logger) (*queueRunner, error) {
@@ -75,7 +76,7 @@ func newQueueRunner(cfg WorkerSettings, connOpt asynq.RedisConnOpt, rdb redis.Un
 	if cfg.ThreadMode == queue.ThreadDefault && cfg.Ordering == "conversation" {
 		logger.Warn("LETTAQ_THREAD_MODE=default with LETTAQ_ORDERING=conversation: the chats of an agent share its one thread, which takes one run at a time; their turns will wait on each other as busy (set LETTAQ_ORDERING=agent)")
 	}
-	q := &queueRunner{w: w, letta: letta}
+	q := &queueRunner{w: w, letta: letta, replies: replies}
 	// /enqueue puts turns on the worker's first queue by weight.
 	client, err := queue.NewClient(queue.ClientConfig{Redis: connOpt, Budget: cfg.Budget,
 		Queue: firstQueue(cfg.Queues), MaxRetry: maxRetry(cfg.MaxRetry), Replies: replies, Ordering: ord,

@@ -169,11 +169,17 @@ func StartWorker(ctx context.Context, cfg WorkerSettings, logger *slog.Logger, s
 			return nil, &ConfigError{Errs: []error{fmt.Errorf("LETTAQ_HTTP_ADDR=%q: %v", addr, err)}}
 		}
 		var h http.Handler
+		var chat http.Handler
+		if cfg.Dev {
+			chat = newWebChat(webChatOptions{Redis: rdb, Prefix: cfg.KeyPrefix, Client: q.client, Replies: q.replies,
+				Agents: devAgents(r.Dev), JournalURL: "/turns/", Logger: logger})
+		}
 		budgetInfo := NewBudgetInfo(cfg)
 		h, closeMon = NewHTTPHandler(HTTPOptions{
 			Token: cfg.HTTPToken, Redis: rdb, ProbeWrite: q.w.ProbeWrite, RedisConnOpt: connOpt, MonitorWritable: cfg.MonitorWritable,
 			Metrics: metrics, Enqueue: q.enqueueHandler(), Cancel: q.cancelHandler(), Logger: logger, Budget: &budgetInfo,
 			Turns: turnsHandler(inspector, q.w.Journal(), queueNames(cfg.Queues), q.w.WaitingFinder()),
+			Chat:  chat,
 			Ready: func() error {
 				if !r.ready.Load() {
 					return errors.New("not taking turns")
@@ -261,6 +267,7 @@ lettaq dev mode: everything runs in this process.
   Letta simulator      %s   (agents by name: %s; see GET /v1/agents/)
 `, r.RedisAddr, r.LettaURL, strings.Join(DemoAgentNames, ", "))
 	if r.HTTPAddr != "" {
+		fmt.Fprintf(w, "  Web chat             http://%s/chat/\n", r.HTTPAddr)
 		fmt.Fprintf(w, "  Monitor              http://%s/monitor/\n  Metrics              http://%s/metrics\n", r.HTTPAddr, r.HTTPAddr)
 	}
 	// The commands must reach this worker as printed: its Redis address and key prefix.
