@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"image"
+	"image/png"
 	"net/url"
 	"os"
 	"os/exec"
@@ -205,6 +207,21 @@ func TestWebChatInBrowser(t *testing.T) {
 	}
 	p.shot("quick-answer")
 
+	// 1b. An image, uploaded with the file picker, goes to the agent with the text.
+	img := filepath.Join(t.TempDir(), "dot.png")
+	writeTestPNG(t, img)
+	p.do("attach an image", chromedp.SetUploadFiles("#image", []string{img}))
+	p.wait("the image attached", `document.getElementById('attached').textContent === '1 image attached'`, 5*time.Second)
+	p.say("look")
+	p.wait("the answer to the image", `[...document.querySelectorAll('.agent[data-final="1"] .answer')].some(e => e.textContent === 'you said: look (and 1 image)')`, 20*time.Second)
+	if bs := p.state(); len(bs) != 4 || bs[2].Text != "look" || bs[2].Meta != "1 image" {
+		p.fail("after the image: want my message with its image noted, then the answer")
+	}
+	if got := r.Dev.Sim.UserMessages(r.Dev.Agents[DemoAgent]); len(got) != 2 || got[1].Images != 1 {
+		p.fail("the agent received %+v, want a second message with 1 image", got)
+	}
+	p.shot("image-answer")
+
 	// 2. A tool call: its status line while it runs, then the answer.
 	p.pick(DemoAgentTools)
 	p.say("what is lettaq?")
@@ -290,4 +307,21 @@ func TestWebChatInBrowser(t *testing.T) {
 		t.Errorf("the page threw:\n%s", s)
 	}
 	t.Logf("browser test ran %v", time.Since(start).Round(100*time.Millisecond))
+}
+
+// writeTestPNG writes a small PNG image to path.
+func writeTestPNG(t *testing.T, path string) {
+	t.Helper()
+	m := image.NewRGBA(image.Rect(0, 0, 8, 8))
+	for i := range m.Pix {
+		m.Pix[i] = 0x80
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := png.Encode(f, m); err != nil {
+		t.Fatal(err)
+	}
 }
