@@ -4,6 +4,8 @@ import (
 	"context"
 	"strings"
 	"time"
+
+	"github.com/lettaq/lettaq/queue"
 )
 
 // Notify marks every chat whose reply stream gets an entry, from Redis's
@@ -40,7 +42,7 @@ func (r *Relay) Notify(ctx context.Context, shards int) error {
 				return nil
 			}
 			c, ok := r.st.ChatOfStream(m.Payload)
-			if !ok {
+			if !ok || !r.relays(c) {
 				continue
 			}
 			for {
@@ -62,7 +64,7 @@ func (r *Relay) Sweep(ctx context.Context, shards int) (marked int, err error) {
 	iter := r.cfg.Redis.Scan(ctx, 0, r.st.RepliesPrefix()+"*", 1000).Iterator()
 	for iter.Next(ctx) {
 		c, ok := r.st.ChatOfStream(iter.Val())
-		if !ok {
+		if !ok || !r.relays(c) {
 			continue
 		}
 		last, err := r.cfg.Redis.XRevRangeN(ctx, iter.Val(), "+", "-", 1).Result()
@@ -81,4 +83,12 @@ func (r *Relay) Sweep(ctx context.Context, shards int) (marked int, err error) {
 		}
 	}
 	return marked, iter.Err()
+}
+
+// relays reports whether c is a chat of an integration this relay has an
+// adapter for: the others' streams are read by someone else (the web chat
+// page's browsers read theirs themselves), and marking them would only make
+// Drain fail for them every second.
+func (r *Relay) relays(c queue.Conversation) bool {
+	return r.cfg.Adapters[c.Integration] != nil
 }
