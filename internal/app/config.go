@@ -760,6 +760,10 @@ func WriteUsage(w io.Writer, synopsis, desc string, vars []envvar.Var, extra []s
 	}
 	fmt.Fprintf(w, "\nFlags and environment variables:\n")
 	budgetHeader := false
+	hasDev := false // dev mode's budget is told only where there is a dev mode
+	for _, v := range vars {
+		hasDev = hasDev || v.Name == "LETTAQ_DEV"
+	}
 	for _, v := range vars {
 		if v.Budget && !budgetHeader {
 			budgetHeader = true
@@ -772,7 +776,7 @@ func WriteUsage(w io.Writer, synopsis, desc string, vars []envvar.Var, extra []s
 			def = `""`
 		}
 		fmt.Fprintf(w, "  --%s  (env %s, default %s)\n", v.Flag, v.Name, def)
-		if dev, ok := DevBudgetDefaults[v.Name]; ok && v.Budget {
+		if dev, ok := DevBudgetDefaults[v.Name]; ok && v.Budget && hasDev {
 			fmt.Fprintf(w, "        %s [dev mode: %s]\n", v.Help, dev)
 		} else {
 			fmt.Fprintf(w, "        %s\n", v.Help)

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"strconv"
@@ -21,10 +22,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lettaq/lettaq/agentclient"
+	"github.com/lettaq/lettaq/budget"
 	"github.com/lettaq/lettaq/internal/envvar"
 	"github.com/lettaq/lettaq/queue"
 	"github.com/lettaq/lettaq/relay"
 	"github.com/lettaq/lettaq/relay/fakeplatform"
+	"github.com/lettaq/lettaq/relay/webchat"
 )
 
 // RelaySettings is the relay's whole configuration.
@@ -45,6 +49,14 @@ type RelaySettings struct {
 	FakeIntegration string
 	FakePartLimit   int
 	KillAt          string
+	// WebAgents are the agents the web chat page offers (none: no page); WebAnyAgent also
+	// takes an agent id the user types; WebJournalURL is where a turn's journal is linked.
+	WebAgents     []webchat.Agent
+	WebAnyAgent   bool
+	WebJournalURL string
+	// Budget is the workers' time budget: the turns the web chat page enqueues, and the
+	// answers to approval requests, get its task timeout.
+	Budget budget.Config
 }
 
 type relaySetting struct {
@@ -101,7 +113,7 @@ var relaySettings = []relaySetting{
 			c.LogLevel = strings.ToLower(raw)
 			return nil
 		}},
-	{envvar.Var{Name: "LETTAQ_HTTP_ADDR", Default: DefaultRelayHTTPAddr, Help: `address of the HTTP listener (/healthz, /readyz, /metrics); "off" disables it; any address but loopback requires LETTAQ_HTTP_TOKEN`},
+	{envvar.Var{Name: "LETTAQ_HTTP_ADDR", Default: DefaultRelayHTTPAddr, Help: `address of the HTTP listener (/healthz, /readyz, /metrics, /chat/); "off" disables it; any address but loopback requires LETTAQ_HTTP_TOKEN`},
 		func(c *RelaySettings, raw string) error {
 			if raw != "off" {
 				if _, _, err := net.SplitHostPort(raw); err != nil {
@@ -111,9 +123,9 @@ var relaySettings = []relaySetting{
 			c.HTTPAddr = raw
 			return nil
 		}},
-	{envvar.Var{Name: "LETTAQ_HTTP_TOKEN", Default: "", Secret: true, Help: "token for /metrics and /readyz?verbose: Authorization: Bearer <token>; required off loopback"},
+	{envvar.Var{Name: "LETTAQ_HTTP_TOKEN", Default: "", Secret: true, Help: "token for /metrics, /readyz?verbose and /chat/: Authorization: Bearer <token> or basic auth with the token as password; the chat page also takes it once as /chat/?token=<token> (then a session cookie); required off loopback"},
 		func(c *RelaySettings, raw string) error { c.HTTPToken = raw; return nil }},
-	{envvar.Var{Name: "LETTAQ_RELAY_FAKE_URL", Default: "", Help: "the fake platform's URL (relay/fakeplatform; tests and trials): the only adapter so far, and required"},
+	{envvar.Var{Name: "LETTAQ_RELAY_FAKE_URL", Default: "", Help: "the fake platform's URL (relay/fakeplatform; tests and trials): the only adapter so far; it or LETTAQ_RELAY_WEB_AGENTS is required"},
 		func(c *RelaySettings, raw string) error { c.FakeURL = raw; return nil }},
 	{envvar.Var{Name: "LETTAQ_RELAY_FAKE_INTEGRATION", Default: "fake", Help: "the integration whose chats go to the fake platform"},
 		func(c *RelaySettings, raw string) error {
@@ -125,6 +137,41 @@ var relaySettings = []relaySetting{
 		}},
 	{envvar.Var{Name: "LETTAQ_RELAY_FAKE_PART_LIMIT", Default: "4096", Help: "the fake platform's longest message, in UTF-16 code units"},
 		func(c *RelaySettings, raw string) error { return relayInt(&c.FakePartLimit, raw, 1, 1<<20) }},
+	{envvar.Var{Name: "LETTAQ_RELAY_WEB_AGENTS", Default: "", Help: "the web chat page at /chat/ (behind LETTAQ_HTTP_TOKEN): the agents it offers, comma-separated name=agent-<uuid> (or a bare agent id); * also lets a user type any agent id; unset: no page. Its turns get the task timeout of the budget variables below: set them as the workers'"},
+		func(c *RelaySettings, raw string) error {
+			c.WebAgents, c.WebAnyAgent = nil, false
+			for _, item := range strings.Split(raw, ",") {
+				item = strings.TrimSpace(item)
+				if item == "" {
+					continue
+				}
+				if item == "*" {
+					c.WebAnyAgent = true
+					continue
+				}
+				name, id, named := strings.Cut(item, "=")
+				if !named {
+					id = name
+				}
+				name, id = strings.TrimSpace(name), strings.TrimSpace(id)
+				if !agentclient.IsAgentID(id) {
+					return fmt.Errorf("%q: %q is not an agent id (agent-<uuid4>)", item, id)
+				}
+				c.WebAgents = append(c.WebAgents, webchat.Agent{Name: name, ID: id})
+			}
+			return nil
+		}},
+	{envvar.Var{Name: "LETTAQ_RELAY_WEB_JOURNAL_URL", Default: "", Help: "the web chat page links each turn to this address with the task id appended: a worker's /turns/ (e.g. https://worker.example/turns/); unset: no link"},
+		func(c *RelaySettings, raw string) error {
+			if raw != "" {
+				u, err := url.Parse(raw)
+				if err != nil || (u.Scheme != "http" && u.Scheme != "https" && u.Scheme != "") {
+					return errors.New("want an http(s) address or a path, e.g. https://worker.example/turns/")
+				}
+			}
+			c.WebJournalURL = raw
+			return nil
+		}},
 	{envvar.Var{Name: "LETTAQ_RELAY_KILL_AT", Default: "", Help: "testing only: <step>[#n] makes the process SIGKILL itself at the n-th (default 1st) time it reaches step (see relay.Steps)"},
 		func(c *RelaySettings, raw string) error {
 			if raw == "" {
@@ -173,7 +220,7 @@ func RelayVars() []envvar.Var {
 		v.Flag = envvar.FlagName(v.Name)
 		vs = append(vs, v)
 	}
-	return vs
+	return append(vs, budget.Vars()...)
 }
 
 // ParseRelaySettings reads the relay's configuration as ParseWorkerSettings
@@ -222,8 +269,17 @@ func ParseRelaySettings(args []string, getenv func(string) string, out io.Writer
 			errs = append(errs, varError(s.Var, raw, fromFlag, err))
 		}
 	}
-	if len(errs) == 0 && c.FakeURL == "" {
-		errs = append(errs, errors.New("LETTAQ_RELAY_FAKE_URL (flag --relay-fake-url) is not set: the relay needs a platform adapter, and the fake platform is the only one so far"))
+	getBudget := func(name string) string { raw, _ := l.get(name); return raw }
+	b, err := budget.FromEnv(getBudget)
+	if err != nil {
+		errs = append(errs, annotateBudgetErr(err, l))
+	}
+	c.Budget = b
+	if len(errs) == 0 && c.FakeURL == "" && len(c.WebAgents) == 0 && !c.WebAnyAgent {
+		errs = append(errs, errors.New("neither LETTAQ_RELAY_FAKE_URL (flag --relay-fake-url) nor LETTAQ_RELAY_WEB_AGENTS (--relay-web-agents) is set: the relay needs something to deliver to (the fake platform, or the web chat page)"))
+	}
+	if len(errs) == 0 && (len(c.WebAgents) > 0 || c.WebAnyAgent) && c.HTTPAddr == "off" {
+		errs = append(errs, errors.New("LETTAQ_RELAY_WEB_AGENTS is set and LETTAQ_HTTP_ADDR is off: the web chat page is served by the HTTP listener"))
 	}
 	if len(errs) == 0 && c.HTTPAddr != "off" && c.HTTPToken == "" && !IsLoopback(c.HTTPAddr) {
 		errs = append(errs, fmt.Errorf("LETTAQ_HTTP_TOKEN (--http-token) is required when LETTAQ_HTTP_ADDR (%s) is not a loopback address", c.HTTPAddr))
@@ -265,17 +321,23 @@ func runRelay(ctx context.Context, cfg RelaySettings, logger *slog.Logger) error
 	defer rdb.Close()
 	connOpt, _ := RedisConnOpt(cfg.RedisURL, nil)
 	replies := queue.NewReplies(rdb, queue.RepliesOptions{Prefix: cfg.KeyPrefix})
-	client, err := queue.NewClient(queue.ClientConfig{Redis: connOpt, Replies: replies})
+	// The workers' budget and ordering keys: an answer to an approval and a web chat message
+	// are turns with their task timeout, in their chat's line.
+	client, err := queue.NewClient(queue.ClientConfig{Redis: connOpt, Replies: replies, Budget: cfg.Budget,
+		Ordering: queueOrdering("conversation", cfg.KeyPrefix)})
 	if err != nil {
 		return err
 	}
 	defer client.Close()
 	reg := prometheus.NewRegistry()
+	adapters := map[string]relay.Adapter{}
+	if cfg.FakeURL != "" {
+		adapters[cfg.FakeIntegration] = &fakeplatform.Client{URL: cfg.FakeURL, Limit: relay.Limits{PartLimit: cfg.FakePartLimit}}
+	}
 	r := relay.New(relay.Config{
 		Redis: rdb, Prefix: cfg.KeyPrefix, Control: client, AgentID: cfg.AgentID, EditEvery: cfg.EditEvery,
-		Adapters: map[string]relay.Adapter{cfg.FakeIntegration: &fakeplatform.Client{URL: cfg.FakeURL,
-			Limit: relay.Limits{PartLimit: cfg.FakePartLimit}}},
-		Step: killAt(cfg.KillAt), Metrics: relay.NewMetrics(reg), Logger: logger,
+		Adapters: adapters,
+		Step:     killAt(cfg.KillAt), Metrics: relay.NewMetrics(reg), Logger: logger,
 	})
 	// Ready only while Redis takes writes: a full Redis (noeviction) answers
 	// PING but refuses the cursor and message-id writes the relay lives on.
@@ -290,11 +352,22 @@ func runRelay(ctx context.Context, cfg RelaySettings, logger *slog.Logger) error
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 		mux.Handle("/readyz", readyzHandler(probe, r.Ready, auth))
 		mux.Handle("/metrics", auth(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
+		var h http.Handler = mux
+		if len(cfg.WebAgents) > 0 || cfg.WebAnyAgent {
+			chat := newWebChat(webChatOptions{Redis: rdb, Prefix: cfg.KeyPrefix, Client: client, Replies: replies,
+				Agents: cfg.WebAgents, AnyAgent: cfg.WebAnyAgent, JournalURL: cfg.WebJournalURL, Logger: logger})
+			mux.Handle("/chat/", auth(http.StripPrefix("/chat", chat)))
+			// A browser page: refuse other sites' pages, and, without a token, other hosts.
+			h = refuseCrossOrigin(mux)
+			if cfg.HTTPToken == "" {
+				h = loopbackHostOnly(h)
+			}
+		}
 		ln, err := net.Listen("tcp", cfg.HTTPAddr)
 		if err != nil {
 			return err
 		}
-		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 		go func() { _ = srv.Serve(ln) }()
 		defer srv.Close()
 		logger.Info("relay listening", "addr", ln.Addr().String())

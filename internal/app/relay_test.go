@@ -18,6 +18,10 @@ func TestRelayConfigErrorsExit2NamingTheVariable(t *testing.T) {
 		{map[string]string{"LETTAQ_RELAY_FAKE_URL": "http://x", "LETTAQ_RELAY_KILL_AT": "nowhere"}, nil, "LETTAQ_RELAY_KILL_AT"},
 		{map[string]string{}, nil, "LETTAQ_RELAY_FAKE_URL"},
 		{map[string]string{"LETTAQ_RELAY_FAKE_URL": "http://x", "LETTAQ_HTTP_ADDR": "0.0.0.0:8081"}, nil, "LETTAQ_HTTP_TOKEN"},
+		{map[string]string{"LETTAQ_RELAY_WEB_AGENTS": "demo=not-an-agent"}, nil, "LETTAQ_RELAY_WEB_AGENTS"},
+		{map[string]string{"LETTAQ_RELAY_WEB_AGENTS": "*", "LETTAQ_HTTP_ADDR": "off"}, nil, "LETTAQ_HTTP_ADDR is off"},
+		{map[string]string{"LETTAQ_RELAY_WEB_AGENTS": "*", "LETTAQ_RELAY_WEB_JOURNAL_URL": "ftp://x/"}, nil, "LETTAQ_RELAY_WEB_JOURNAL_URL"},
+		{map[string]string{"LETTAQ_RELAY_WEB_AGENTS": "*", "LETTAQ_STREAM_TOTAL": "soon"}, nil, "LETTAQ_STREAM_TOTAL"},
 	} {
 		var out, errOut bytes.Buffer
 		code := RunRelay(context.Background(), tc.args, func(k string) string { return tc.env[k] }, &out, &errOut)
