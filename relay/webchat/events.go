@@ -26,8 +26,8 @@ type sseEvent struct {
 
 // events streams the chat's reply events as Server-Sent Events, each with
 // the stream entry id as its SSE id, from the entry after Last-Event-ID (or
-// ?after=, or the stream's start). It ends when the client goes away (within
-// Config.Block) or a write fails.
+// ?after=, or the stream's start). It ends when the client goes away (its
+// last read of the stream within Config.Block) or a write fails.
 func (h *handler) events(w http.ResponseWriter, r *http.Request) {
 	c, err := chat(r.URL.Query().Get("chat"))
 	if err != nil {
@@ -65,8 +65,8 @@ func (h *handler) events(w http.ResponseWriter, r *http.Request) {
 	}
 	lastWrite := time.Now()
 	for {
-		evs, next, err := h.cfg.Stream.Read(ctx, c, after, 100, h.cfg.Block)
-		if ctx.Err() != nil {
+		evs, next, ok, err := h.read(ctx, c, after)
+		if !ok {
 			return
 		}
 		if err != nil {
@@ -104,6 +104,29 @@ func (h *handler) events(w http.ResponseWriter, r *http.Request) {
 		if err == nil {
 			after = next
 		}
+	}
+}
+
+// read is one read of the stream, which returns as soon as ctx ends (ok
+// false): a blocking XREAD is not interrupted by its context, and a handler
+// that waited for it would hold the server's shutdown up to Config.Block. The
+// read itself then ends within Block, by itself.
+func (h *handler) read(ctx context.Context, c queue.Conversation, after string) (evs []queue.ReplyEvent, next string, ok bool, err error) {
+	type result struct {
+		evs  []queue.ReplyEvent
+		next string
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		evs, next, err := h.cfg.Stream.Read(ctx, c, after, 100, h.cfg.Block)
+		done <- result{evs, next, err}
+	}()
+	select {
+	case <-ctx.Done():
+		return nil, after, false, nil
+	case r := <-done:
+		return r.evs, r.next, ctx.Err() == nil, r.err
 	}
 }
 
