@@ -143,9 +143,9 @@ func agentBubbles(bs []bubble) []bubble {
 }
 
 // The web chat page in a real browser (headless Chromium) against a dev-mode worker: a quick
-// answer, a tool call, the slow agent across a lost stream, an approval approved from its
-// button, a stop, and a reload mid-answer with a second tab open, asserting what the page
-// shows at each step. Screenshots go to a folder it logs (LETTAQ_BROWSER_SHOTS picks it).
+// answer, an image, a tool call, the slow agent across a lost stream, an approval approved from
+// its button, a stop, a reload mid-answer with a second tab open, and an agent-initiated
+// message, asserting what the page shows at each step. Screenshots go to a folder it logs (LETTAQ_BROWSER_SHOTS picks it).
 func TestWebChatInBrowser(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a browser: skipped with -short")
@@ -303,6 +303,22 @@ func TestWebChatInBrowser(t *testing.T) {
 	}
 	p.shot("reload-answer-done")
 	p2.shot("second-tab")
+
+	// 7. An agent-initiated message (a notify event, written as the worker writes events)
+	// shows as an agent message of its own, in both tabs.
+	chatID, err := chromedp.Run(ctx, chromedp.Evaluate[string](`JSON.parse(localStorage.getItem('lettaq.webchat')).chat`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Dev.Redis.XAdd(r.Config.KeyPrefix+"replies:web:"+chatID, "*", []string{"type", "notify", "task_id", "notify:k1",
+		"otid", "", "run_id", "", "message_id", "k1", "seq", "1", "time", time.Now().UTC().Format(time.RFC3339Nano),
+		"data", `{"text":"A reminder from your agent."}`}); err != nil {
+		t.Fatal(err)
+	}
+	for _, pg := range []*browserPage{p, p2} {
+		pg.wait("the agent's own message", `[...document.querySelectorAll('.agent.notify')].map(e => e.textContent).join('|') === 'A reminder from your agent.'`, 10*time.Second)
+	}
+	p.shot("notify")
 	if s := jsErrors.String(); s != "" {
 		t.Errorf("the page threw:\n%s", s)
 	}
