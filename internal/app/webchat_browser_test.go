@@ -6,11 +6,17 @@ import (
 	"fmt"
 	"image"
 	"image/png"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -68,6 +74,7 @@ type browserPage struct {
 	ctx   context.Context
 	shots string
 	n     int
+	start time.Time
 }
 
 func (p *browserPage) state() []bubble {
@@ -112,9 +119,11 @@ func (p *browserPage) shot(name string) {
 		p.t.Errorf("screenshot %s: %v", name, err)
 		return
 	}
-	if err := os.WriteFile(filepath.Join(p.shots, fmt.Sprintf("%02d-%s.png", p.n, name)), png, 0o644); err != nil {
+	file := fmt.Sprintf("%02d-%s.png", p.n, name)
+	if err := os.WriteFile(filepath.Join(p.shots, file), png, 0o644); err != nil {
 		p.t.Error(err)
 	}
+	p.t.Logf("%5.1fs %s", time.Since(p.start).Seconds(), file)
 }
 
 // pick chooses an agent in the picker, which starts a new chat with it.
@@ -144,8 +153,8 @@ func agentBubbles(bs []bubble) []bubble {
 
 // The web chat page in a real browser (headless Chromium) against a dev-mode worker: a quick
 // answer, an image, a tool call, the slow agent across a lost stream, an approval approved from
-// its button, a stop, a reload mid-answer with a second tab open, and an agent-initiated
-// message, asserting what the page shows at each step. Screenshots go to a folder it logs (LETTAQ_BROWSER_SHOTS picks it).
+// its button, a stop, a dropped connection and a reload mid-answer (with a second tab open),
+// and an agent-initiated message, asserting what the page shows at each step. Screenshots go to a folder it logs (LETTAQ_BROWSER_SHOTS picks it).
 func TestWebChatInBrowser(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a browser: skipped with -short")
@@ -154,7 +163,20 @@ func TestWebChatInBrowser(t *testing.T) {
 	start := time.Now()
 	// Short clocks: the stream clock fires after 2.5s, so a 4s thought outlives it.
 	r, _ := startDevWorkerWith(t, "--stream-total=2500ms", "--stall-timeout=1500ms", "--content-idle-notice=1s")
-	base := "http://" + r.HTTPAddr + "/chat/"
+	// The browser reaches the worker through a proxy that can drop its connections.
+	target, _ := url.Parse("http://" + r.HTTPAddr)
+	var resumes atomic.Int32 // event streams asked for with Last-Event-ID
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.Header.Get("Last-Event-ID") != "" {
+			resumes.Add(1)
+		}
+		rp := httputil.NewSingleHostReverseProxy(target)
+		rp.FlushInterval = -1                    // pass each event on at once
+		rp.ErrorLog = log.New(io.Discard, "", 0) // a page that goes away is no error here
+		rp.ServeHTTP(w, req)
+	}))
+	defer proxy.Close()
+	base := proxy.URL + "/chat/"
 
 	shots := os.Getenv("LETTAQ_BROWSER_SHOTS")
 	if shots == "" {
@@ -186,7 +208,7 @@ func TestWebChatInBrowser(t *testing.T) {
 		}
 	}))
 	defer cancel()
-	p := &browserPage{t: t, ctx: ctx, shots: shots}
+	p := &browserPage{t: t, ctx: ctx, shots: shots, start: start}
 	p.do("open the page", chromedp.EmulateViewport(820, 560), chromedp.Navigate(base))
 	p.wait("the agents", `document.querySelectorAll('#agent option').length === 4 && document.body.dataset.connected === '1'`, 10*time.Second)
 
@@ -278,22 +300,41 @@ func TestWebChatInBrowser(t *testing.T) {
 	p.do("press Stop", chromedp.Click("#stop"))
 	p.wait("the stopped turn", `[...document.querySelectorAll('.agent[data-final="1"] .status')].some(e => e.textContent === 'Stopped.')`, 20*time.Second)
 	p.wait("Stop disabled", `document.getElementById('stop').disabled`, 5*time.Second)
+	// The stop reached the agent: the run of the thought (the slow agent's last) was cancelled.
+	if runs := r.Dev.Sim.Runs(r.Dev.Agents[DemoAgentSlow]); len(runs) == 0 || runs[len(runs)-1].Status != "cancelled" {
+		p.fail("the slow agent's runs %+v: want the last one cancelled", runs)
+	}
 	p.shot("stopped")
 
-	// 6. A reload mid-answer, with a second tab on the same chat: the answer goes on from the
-	// stream, once, in both.
+	// 6. A dropped connection mid-answer: the browser reconnects with Last-Event-ID, and the
+	// answer goes on, nothing doubled.
 	p.pick(DemoAgent)
 	long := strings.TrimSpace(strings.Repeat("the answer grows word by word while the page reloads ", 12))
 	p.say(long)
 	p.wait("the answer growing", `[...document.querySelectorAll('.agent .answer')].some(e => e.textContent.length > 20) && !document.querySelector('.agent[data-final="1"]')`, 15*time.Second)
+	proxy.CloseClientConnections()
+	p.wait("the whole answer after the drop", `!!document.querySelector('.agent[data-final="1"]')`, 20*time.Second)
+	want := "you said: " + long
+	if bs := p.state(); len(bs) != 2 || bs[0].Text != long || bs[1].Answer != want {
+		p.fail("after a dropped connection: want my message once and the whole answer once")
+	}
+	if resumes.Load() == 0 {
+		p.fail("the browser did not reconnect with Last-Event-ID")
+	}
+	p.shot("dropped-connection")
+
+	// 7. A reload mid-answer, with a second tab on the same chat: the answer goes on from the
+	// stream, once, in both.
+	p.pick(DemoAgent)
+	p.say(long)
+	p.wait("the answer growing", `[...document.querySelectorAll('.agent .answer')].some(e => e.textContent.length > 20) && !document.querySelector('.agent[data-final="1"]')`, 15*time.Second)
 	tab2, cancel2 := chromedp.NewContext(ctx)
 	defer cancel2()
-	p2 := &browserPage{t: t, ctx: tab2, shots: shots, n: 50}
+	p2 := &browserPage{t: t, ctx: tab2, shots: shots, n: 50, start: start}
 	p2.do("open a second tab", chromedp.EmulateViewport(820, 560), chromedp.Navigate(base))
 	p.do("reload", chromedp.Reload())
 	p.wait("the growing answer after the reload", `[...document.querySelectorAll('.agent .answer')].some(e => e.textContent.length > 0)`, 10*time.Second)
 	p.shot("reloaded-mid-answer")
-	want := "you said: " + long
 	for i, pg := range []*browserPage{p, p2} {
 		pg.wait("the whole answer", `!!document.querySelector('.agent[data-final="1"]')`, 20*time.Second)
 		bs := pg.state()
@@ -304,7 +345,7 @@ func TestWebChatInBrowser(t *testing.T) {
 	p.shot("reload-answer-done")
 	p2.shot("second-tab")
 
-	// 7. An agent-initiated message (a notify event, written as the worker writes events)
+	// 8. An agent-initiated message (a notify event, written as the worker writes events)
 	// shows as an agent message of its own, in both tabs.
 	chatID, err := chromedp.Run(ctx, chromedp.Evaluate[string](`JSON.parse(localStorage.getItem('lettaq.webchat')).chat`))
 	if err != nil {
