@@ -1,8 +1,10 @@
 package relay_test
 
 import (
+	"errors"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf16"
 
 	"github.com/hibiken/asynq"
@@ -151,5 +153,26 @@ func TestUnknownEventTypeIsPassedOver(t *testing.T) {
 	e.drain()
 	if got := e.texts(); len(got) != 1 || got[0] != "Hi" {
 		t.Fatalf("chat shows %q, want the answer", got)
+	}
+}
+
+// /stop stops turns, not a notify: one still waiting to be shown (the
+// platform asked to wait) is not cancelled, and the chat has nothing running.
+func TestStopLeavesANotifyAlone(t *testing.T) {
+	e := newEnv(t, relay.Limits{})
+	e.plat.RateLimitNext("send", 30*time.Second)
+	e.notify("Backup finished.", "backup-1")
+	e.drain()
+	if len(e.texts()) != 0 {
+		t.Fatalf("chat shows %q before the wait ended", e.texts())
+	}
+	_, err := e.r.Command(e.ctx, e.conv, "/stop", "u1")
+	if !errors.Is(err, queue.ErrNotFound) || len(e.ctl.cancels) != 0 {
+		t.Fatalf("/stop with only a notify pending: %v, cancels %+v; want nothing running and no cancel", err, e.ctl.cancels)
+	}
+	e.clock.Add(30 * time.Second)
+	e.drain()
+	if got := e.texts(); len(got) != 1 || got[0] != "Backup finished." {
+		t.Fatalf("after the wait the chat shows %q", got)
 	}
 }
