@@ -233,3 +233,33 @@ func mustJSON(t *testing.T, v any) string {
 	}
 	return string(b)
 }
+
+// On Redis Cluster, with a hash-tagged prefix, the notify script's keys
+// (the stream and the key's marker) share a slot: a notify is written once,
+// and its retry is a duplicate.
+func TestNotifyOnCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-node Redis Cluster")
+	}
+	cl := testredis.StartCluster(t, 3)
+	r := NewReplies(cl.Client(t), RepliesOptions{Prefix: "{lettaq}:"})
+	c, err := NewClient(ClientConfig{Redis: asynq.RedisClusterClientOpt{Addrs: cl.Addrs}, Replies: r, Ordering: Ordering{Off: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := context.Background()
+	conv := Conversation{Integration: "telegram", ChatID: "42"}
+	var ids []string
+	for i := range 2 {
+		res, err := c.Notify(ctx, Notice{Chat: conv, Text: "hello", Key: "k1"})
+		if err != nil || res.Duplicate != (i == 1) {
+			t.Fatalf("notify %d on the cluster: %+v, %v", i+1, res, err)
+		}
+		ids = append(ids, res.ID)
+	}
+	evs, _, err := r.Read(ctx, conv, "0", 10, 0)
+	if err != nil || len(evs) != 1 || evs[0].ID != ids[0] || ids[1] != ids[0] {
+		t.Fatalf("stream on the cluster: %+v, %v; want one notify %s", evs, err, ids[0])
+	}
+}
