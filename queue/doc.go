@@ -30,6 +30,10 @@
 //	    as soon as the stream names it, so a crash mid-stream still leaves it.
 //	 3. The Result (continuation.Result) is mapped to reply events, the journal and Asynq (below).
 //
+// Client.Notify (NotifyHTTPHandler over HTTP) writes a message of the agent
+// side's own accord into a chat: one notify event in its reply stream, once
+// per key (notify.go).
+//
 // # Guarantees
 //
 //   - One user message per turn at the agent: the otid is stable, the intent

@@ -68,12 +68,16 @@ const (
 	EventApprovalRequired EventType = "approval_required"
 	// EventError: the turn failed; Permanent says whether it will be retried.
 	EventError EventType = "error"
+	// EventNotify: a message the agent's side writes into the chat of its
+	// own accord (Client.Notify), answering no user message; one event,
+	// its task id "notify:<key>", seq 1, Text the message (see notify.go).
+	EventNotify EventType = "notify"
 )
 
 // Valid reports whether t is one of the known event types.
 func (t EventType) Valid() bool {
 	switch t {
-	case EventAccepted, EventPhase, EventTool, EventAnswerDelta, EventAnswer, EventApprovalRequired, EventError:
+	case EventAccepted, EventPhase, EventTool, EventAnswerDelta, EventAnswer, EventApprovalRequired, EventError, EventNotify:
 		return true
 	}
 	return false
@@ -574,6 +578,8 @@ func validateReplyEvent(ev ReplyEvent) error {
 		return fmt.Errorf("%w: %s event has no task id", ErrInvalidEvent, ev.Type)
 	}
 	switch ev.Type {
+	case EventNotify:
+		return fmt.Errorf("%w: a notify event is written by Client.Notify (once per key), not Emit", ErrInvalidEvent)
 	case EventPhase:
 		if ev.Phase == "" {
 			return fmt.Errorf("%w: phase event has no phase", ErrInvalidEvent)

@@ -264,3 +264,43 @@ func ExampleWorker_Run() {
 		log.Fatal(err)
 	}
 }
+
+// A scheduled job writes into a chat of its own accord: one notify event in
+// the chat's reply stream, which the relay shows as a message. Sent again
+// with the same key (the job retried), it writes nothing new. (An in-memory
+// Redis stands in for yours.)
+func ExampleClient_Notify() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		log.Fatal(err)
+	}
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	replies := queue.NewReplies(rdb, queue.RepliesOptions{})
+	c, err := queue.NewClient(queue.ClientConfig{Redis: asynq.RedisClientOpt{Addr: mr.Addr()}, Replies: replies})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	chat := queue.Conversation{Integration: "telegram", ChatID: "123"}
+	n := queue.Notice{Chat: chat, Text: "Your daily digest: 3 new items.", Key: "digest-2026-12-02"}
+	for range 2 {
+		res, err := c.Notify(context.Background(), n)
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Println(res.TaskID, "duplicate:", res.Duplicate)
+	}
+	evs, _, err := replies.Read(context.Background(), chat, "0", 10, 0)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, ev := range evs {
+		fmt.Println(ev.Type, ev.Seq, ev.Text)
+	}
+	// Output:
+	// notify:digest-2026-12-02 duplicate: false
+	// notify:digest-2026-12-02 duplicate: true
+	// notify 1 Your daily digest: 3 new items.
+}

@@ -48,6 +48,12 @@ func splitMessage(text string, limit int) []string {
 	return parts
 }
 
+// SplitMessage cuts text into parts of at most limit UTF-16 code units
+// (limit <= 0: 4096) as an answer's parts are cut (see splitMessage): at a
+// paragraph, line or word boundary where one fits. A relay cuts a notify's
+// text with it, at its platform's limit.
+func SplitMessage(text string, limit int) []string { return splitMessage(text, limit) }
+
 // splitPrefixEnd returns the byte length of the longest prefix of s that is
 // at most n UTF-16 code units (at least one rune), and whether that is all
 // of s.

@@ -76,8 +76,8 @@ func (c *chat) finishedRecently(task string) bool {
 // with seq at or below the last applied is ignored (docs/reply-events.md).
 func (c *chat) apply(ev queue.ReplyEvent, now time.Time) {
 	c.applied = ev.ID
-	if ev.TaskID == "" || c.finishedRecently(ev.TaskID) {
-		return
+	if ev.TaskID == "" || !ev.Type.Valid() || c.finishedRecently(ev.TaskID) {
+		return // an event of a type this relay does not know is passed over (docs/reply-events.md)
 	}
 	t := c.turns[ev.TaskID]
 	if t == nil {
@@ -120,7 +120,7 @@ func (c *chat) apply(ev queue.ReplyEvent, now time.Time) {
 		if ev.Phase != queue.PhaseToolRunning {
 			t.tool = ""
 		}
-	case queue.EventAnswer, queue.EventApprovalRequired:
+	case queue.EventAnswer, queue.EventApprovalRequired, queue.EventNotify:
 		e := ev
 		t.final = &e
 	case queue.EventError:
@@ -155,6 +155,9 @@ type view struct {
 	approve *Message // slot "a"
 	over    bool
 	silent  bool // answered by another turn (coalescing): shows nothing of its own
+	// quiet: the turn never shows a status, so its end clears none (a
+	// notify: another turn of the chat may be showing one).
+	quiet bool
 }
 
 func (t *turn) view(limit int) view {
@@ -172,6 +175,8 @@ func (t *turn) view(limit int) view {
 			parts = splitUnits(f.Text, limit)
 		}
 		return view{parts: parts, over: true}
+	case queue.EventNotify:
+		return view{parts: queue.SplitMessage(f.Text, limit), over: true, quiet: true}
 	case queue.EventApprovalRequired:
 		v := view{parts: splitUnits(t.text, limit), over: true}
 		m := approvalMessage(f)

@@ -32,6 +32,11 @@ func (r *Relay) Command(ctx context.Context, c queue.Conversation, text, sender 
 	if err != nil {
 		return queue.CancelResult{}, err
 	}
+	for task := range st.Open {
+		if strings.HasPrefix(task, queue.NotifyTaskPrefix) {
+			delete(st.Open, task) // a notify being shown: no turn to stop
+		}
+	}
 	var last queue.CancelResult
 	for task := range st.Open {
 		res, err := r.cfg.Control.Cancel(ctx, queue.CancelRequest{TaskID: task, By: sender, Reason: "/stop"})

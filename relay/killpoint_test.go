@@ -14,12 +14,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lettaq/lettaq/internal/testredis"
 	"github.com/lettaq/lettaq/queue"
 	"github.com/lettaq/lettaq/relay"
 	"github.com/lettaq/lettaq/relay/fakeplatform"
+	"github.com/lettaq/lettaq/relay/internal/store"
 )
 
 var (
@@ -55,6 +57,8 @@ type killScenario struct {
 	name   string
 	events []queue.ReplyEvent
 	want   []string // the visible messages' texts (a prefix match for the approval request)
+	// quiet: the turn shows no status (a notify), so its end clears none.
+	quiet bool
 }
 
 const killPartLimit = 60
@@ -86,25 +90,30 @@ func killScenarios() []killScenario {
 		ev.Tool = &queue.ToolEvent{Name: "delete_file", Arguments: `{"path":"/tmp/x"}`}
 		ev.Approval = &queue.ApprovalEvent{RequestTaskID: "turn1", Calls: []queue.ToolEvent{*ev.Tool}, ExpiresAt: time.Now().Add(time.Hour)}
 	})
+	// A notify, sent twice with its key (a retried call: one event), longer
+	// than the part limit: two messages, cut at a word boundary.
+	note := "Reminder: the quarterly report is due on Friday; the draft is in the shared folder."
+	notify := queue.ReplyEvent{Type: queue.EventNotify, TaskID: queue.NotifyTaskPrefix + "report-due", Text: note}
 	return []killScenario{
+		{name: "notify", events: []queue.ReplyEvent{notify, notify}, want: queue.SplitMessage(note, killPartLimit), quiet: true},
 		{"quick", []queue.ReplyEvent{accepted, streaming,
-			e(queue.EventAnswer, func(ev *queue.ReplyEvent) { ev.Text = "Hello there!" })}, []string{"Hello there!"}},
-		{"streamed-parts", longEvents, parts},
+			e(queue.EventAnswer, func(ev *queue.ReplyEvent) { ev.Text = "Hello there!" })}, []string{"Hello there!"}, false},
+		{"streamed-parts", longEvents, parts, false},
 		{"tool", []queue.ReplyEvent{accepted,
 			e(queue.EventTool, func(ev *queue.ReplyEvent) { ev.Tool = &queue.ToolEvent{Name: "weather", Status: "call"} }),
 			e(queue.EventTool, func(ev *queue.ReplyEvent) {
 				ev.Tool = &queue.ToolEvent{Name: "weather", Status: "success", Return: "sunny"}
 			}),
 			delta("It is "), delta("sunny."),
-			e(queue.EventAnswer, func(ev *queue.ReplyEvent) { ev.Text = "It is sunny." })}, []string{"It is sunny."}},
+			e(queue.EventAnswer, func(ev *queue.ReplyEvent) { ev.Text = "It is sunny." })}, []string{"It is sunny."}, false},
 		{"approval", []queue.ReplyEvent{accepted, delta("I will delete it."), approval},
-			[]string{"I will delete it.", "🔐 The agent asks to run:"}},
+			[]string{"I will delete it.", "🔐 The agent asks to run:"}, false},
 		{"error", []queue.ReplyEvent{accepted, delta("Partial"),
 			e(queue.EventError, func(ev *queue.ReplyEvent) { ev.Text, ev.Permanent = "boom", true })},
-			[]string{"Partial\n\n⚠️ Sorry, this answer failed: boom"}},
+			[]string{"Partial\n\n⚠️ Sorry, this answer failed: boom"}, false},
 		{"cancelled", []queue.ReplyEvent{accepted, delta("Let me"),
 			e(queue.EventError, func(ev *queue.ReplyEvent) { ev.Text, ev.Permanent, ev.StopReason = "Let me", true, "cancelled" })},
-			[]string{"Let me\n\n⏹ Stopped."}},
+			[]string{"Let me\n\n⏹ Stopped."}, false},
 	}
 }
 
@@ -125,18 +134,24 @@ func TestKillAtEveryStepShowsEachMessageOnce(t *testing.T) {
 	var windows, runs int
 	for _, sc := range killScenarios() {
 		t.Run(sc.name, func(t *testing.T) {
+			var killedAt []string
 			for _, step := range relay.Steps {
 				for n := 1; n <= 8; n++ {
-					reached, dup := killRun(t, bin, red.Addr, rdb, sc, fmt.Sprintf("%s#%d", step, n))
+					at := fmt.Sprintf("%s#%d", step, n)
+					reached, dup := killRun(t, bin, red.Addr, rdb, sc, at)
 					runs++
 					if dup {
 						windows++
+						at += " (window)"
 					}
 					if !reached {
 						break
 					}
+					killedAt = append(killedAt, at)
 				}
 			}
+			t.Logf("%s: killed at %d points, each then showing %d message(s), each created once but in the window: %s",
+				sc.name, len(killedAt), len(sc.want), strings.Join(killedAt, ", "))
 		})
 	}
 	t.Logf("%d kill runs; %d landed in the window (killed after the platform's accept, before the id's save)", runs, windows)
@@ -156,6 +171,11 @@ func killRun(t *testing.T, bin, addr string, rdb *redis.Client, sc killScenario,
 	conv := queue.Conversation{Integration: "fake", ChatID: "chat1"}
 
 	replies := queue.NewReplies(rdb, queue.RepliesOptions{Prefix: prefix})
+	client, err := queue.NewClient(queue.ClientConfig{Redis: asynq.RedisClientOpt{Addr: addr}, Replies: replies, Ordering: queue.Ordering{Off: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
 	env := []string{"REDIS_URL=redis://" + addr + "/0", "LETTAQ_KEY_PREFIX=" + prefix, "LETTAQ_HTTP_ADDR=off",
 		"LETTAQ_RELAY_FAKE_URL=" + srv.URL, "LETTAQ_RELAY_FAKE_PART_LIMIT=" + fmt.Sprint(killPartLimit), "LETTAQ_RELAY_LEASE=1s",
 		"LETTAQ_RELAY_EDIT_EVERY=100ms", "LETTAQ_RELAY_SHARDS=4", "LETTAQ_LOG_LEVEL=info", "LETTAQ_LOG_FORMAT=text"}
@@ -176,9 +196,12 @@ func killRun(t *testing.T, bin, addr string, rdb *redis.Client, sc killScenario,
 	go func() {
 		for _, ev := range sc.events {
 			var err error
-			if ev.Type.Final() {
+			switch {
+			case ev.Type == queue.EventNotify: // as an agent's job sends it
+				_, err = client.Notify(ctx, queue.Notice{Chat: conv, Text: ev.Text, Key: strings.TrimPrefix(ev.TaskID, queue.NotifyTaskPrefix)})
+			case ev.Type.Final():
 				_, err = replies.EmitAnswerOnce(ctx, conv, ev)
-			} else {
+			default:
 				_, err = replies.Emit(ctx, conv, ev)
 			}
 			if err != nil {
@@ -190,27 +213,40 @@ func killRun(t *testing.T, bin, addr string, rdb *redis.Client, sc killScenario,
 	}()
 	window := strings.HasPrefix(step, "send.after#")
 	done := func(*fakeplatform.Platform) bool {
-		return (shows(plat.Messages(conv), sc.want) || window && showsWithOrphan(plat.Messages(conv), sc.want)) && cleared(plat.Calls())
+		return (shows(plat.Messages(conv), sc.want) || window && showsWithOrphan(plat.Messages(conv), sc.want)) && (sc.quiet || cleared(plat.Calls()))
 	}
-	// Either the kill comes, or the first relay shows the whole turn without
-	// reaching step.
+	// Either the kill comes, or the first relay shows the whole turn and
+	// moves its cursor to the stream's last entry (its last step: a turn
+	// shown but not yet advanced has kill points left) without reaching step.
 	select {
 	case err := <-exited:
 		if ws, ok := err.(*exec.ExitError); !ok || ws.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
 			t.Fatalf("%s: relay exited with %v, want SIGKILL", step, err)
 		}
 		reached = true
-	case <-waitCh(ctx, plat, done):
+	case <-settledCh(ctx, rdb, prefix, conv, waitCh(ctx, plat, done)):
 		_ = killed.Process.Signal(syscall.SIGTERM)
-		<-exited
+		// It may have reached step (after its last write) meanwhile.
+		var ws syscall.WaitStatus
+		if ee, ok := (<-exited).(*exec.ExitError); ok {
+			ws, _ = ee.Sys().(syscall.WaitStatus)
+		}
+		reached = ws.Signaled() && ws.Signal() == syscall.SIGKILL
 	case <-ctx.Done():
 		_ = killed.Process.Kill()
 		<-exited
 		t.Fatalf("%s: neither killed nor shown: the chat shows %q, want %q\nrelay log:\n%s", step, texts(plat.Messages(conv)), sc.want, logs.String())
 	}
 	if reached {
+		// The second relay shows the turn and makes it durable (anything it
+		// would send again, it sends before its cursor reaches the end).
 		second := start()
-		err := plat.Wait(ctx, done)
+		var err error
+		select {
+		case <-settledCh(ctx, rdb, prefix, conv, waitCh(ctx, plat, done)):
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
 		_ = second.Process.Signal(syscall.SIGTERM)
 		_ = second.Wait()
 		if err != nil {
@@ -224,6 +260,14 @@ func killRun(t *testing.T, bin, addr string, rdb *redis.Client, sc killScenario,
 		}
 	}
 	visible := plat.Messages(conv)
+	if sc.quiet {
+		for _, c := range plat.Calls() {
+			if c.Method == "status" {
+				t.Errorf("%s: a status call (%s) for a turn that shows none", step, c.Kind)
+				break
+			}
+		}
+	}
 	switch {
 	case sends == len(sc.want) && len(visible) == len(sc.want):
 	case window && sends == len(sc.want)+1 && showsWithOrphan(visible, sc.want):
@@ -285,6 +329,38 @@ func texts(msgs []fakeplatform.Msg) []string {
 		out = append(out, m.Text)
 	}
 	return out
+}
+
+// settledCh is closed once shown is and the relay's cursor of conv is at
+// the last entry of its stream (the chat's state is durable: nothing left to
+// do). Polled: the cursor's write sends no signal the test could wait on.
+func settledCh(ctx context.Context, rdb *redis.Client, prefix string, conv queue.Conversation, shown <-chan struct{}) <-chan struct{} {
+	ch := make(chan struct{})
+	chatKey := store.New(rdb, prefix, 0).ChatKey(conv)
+	stream := queue.NewReplies(rdb, queue.RepliesOptions{Prefix: prefix}).Key(conv)
+	go func() {
+		select {
+		case <-shown:
+		case <-ctx.Done():
+			return
+		}
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			last, err := rdb.XRevRangeN(ctx, stream, "+", "-", 1).Result()
+			cursor, _ := rdb.HGet(ctx, chatKey, "cursor").Result()
+			if err == nil && len(last) == 1 && cursor == last[0].ID {
+				close(ch)
+				return
+			}
+			select {
+			case <-tick.C:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return ch
 }
 
 func waitCh(ctx context.Context, p *fakeplatform.Platform, cond func(*fakeplatform.Platform) bool) <-chan struct{} {

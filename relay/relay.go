@@ -362,10 +362,11 @@ func (r *Relay) syncTurn(ctx context.Context, ad Adapter, lim Limits, ch *chat, 
 			}
 			delete(t.msgs, s)
 		}
-		// Always: a process killed after it showed the status may not have
-		// recorded that it did. An adapter whose platform clears the status
-		// with the next message makes this a no-op.
-		{
+		// Always (but for a turn that never shows one): a process killed
+		// after it showed the status may not have recorded that it did. An
+		// adapter whose platform clears the status with the next message
+		// makes this a no-op.
+		if !v.quiet {
 			if err := r.call(ctx, ch, "status", func() error { return ad.Status(ctx, ch.conv, Status{Kind: StatusClear}) }); err != nil {
 				return ch.waitTill, err
 			}

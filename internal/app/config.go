@@ -364,7 +364,7 @@ var workerSettings = []setting{
 			return nil
 		}},
 	{envvar.Var{Name: "LETTAQ_HTTP_ADDR", Default: DefaultHTTPAddr,
-		Help: `address of the HTTP listener (/healthz, /readyz, /metrics, /monitor/, /enqueue, /cancel); "off" disables it; any address but loopback requires LETTAQ_HTTP_TOKEN`},
+		Help: `address of the HTTP listener (/healthz, /readyz, /metrics, /monitor/, /enqueue, /cancel, /notify); "off" disables it; any address but loopback requires LETTAQ_HTTP_TOKEN`},
 		func(c *WorkerSettings, raw string) error {
 			if raw != "off" {
 				if _, _, err := net.SplitHostPort(raw); err != nil {
@@ -375,7 +375,7 @@ var workerSettings = []setting{
 			return nil
 		}},
 	{envvar.Var{Name: "LETTAQ_HTTP_TOKEN", Default: "", Secret: true,
-		Help: "token for /metrics, /monitor/, /enqueue and /cancel: Authorization: Bearer <token> or basic auth with the token as password; the monitor also takes it once as /monitor/?token=<token> (then a session cookie); required off loopback"},
+		Help: "token for /metrics, /monitor/, /enqueue, /cancel and /notify: Authorization: Bearer <token> or basic auth with the token as password; the monitor also takes it once as /monitor/?token=<token> (then a session cookie); required off loopback"},
 		stringSetting(func(c *WorkerSettings) *string { return &c.HTTPToken })},
 	{envvar.Var{Name: "LETTAQ_MONITOR_WRITABLE", Default: "false", Bool: true,
 		Help: "let the monitor (asynqmon at /monitor/) delete, run and archive tasks; read-only by default"},

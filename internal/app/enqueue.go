@@ -47,7 +47,7 @@ type enqueueOpts struct {
 	lettaURL, lettaKey                                         string
 	ordering                                                   string
 	integration, chat, messageID, sender, otid                 string
-	reason                                                     string
+	reason, key                                                string
 	images                                                     []queue.Image
 	dev, jsonOut, wait, all                                    bool
 	timeout                                                    time.Duration
@@ -60,7 +60,8 @@ const enqueueSynopsis = `enqueue [flags] TEXT            (or the text on stdin)
        enqueue [flags] journal show <task-id|otid|the beginning of one>
        enqueue [flags] approve|deny <task-id|otid> [--reason TEXT]
        enqueue [flags] cancel <task-id|otid>
-       enqueue [flags] cancel --chat [INTEGRATION:]CHAT_ID --agent AGENT [--all]`
+       enqueue [flags] cancel --chat [INTEGRATION:]CHAT_ID --agent AGENT [--all]
+       enqueue [flags] notify --chat [INTEGRATION:]CHAT_ID [--key KEY] TEXT   (or the text on stdin)`
 
 const enqueueDesc = `Puts one chat message on the lettaq queue as an agent turn; with --wait, follows the
 conversation's reply events until the turn's answer (or error) arrives. "journal" shows what
@@ -73,6 +74,11 @@ takes it; a turn that never started by its whole task id), or with --chat the ch
 turn (--all: also its waiting ones): a waiting turn is removed and never sent; a running one
 is stopped at Letta, and its final event (error, stop_reason cancelled) carries what the agent
 had said. A turn already answered is left as it is (exit 1).
+"notify" writes TEXT into the chat of its own accord (a scheduled job, a tool on the agent's
+side): one event of type notify in the chat's reply stream, which the relay shows as a message
+of its own. --key names the message (1 to 128 of A-Z a-z 0-9 - . _ ~): the same key again in
+the same chat (within 7 days) writes nothing new, so a retry is safe; without --key one is
+minted and printed. At most 16384 bytes of text.
 
 Exit codes (of the built command: go run exits 1 for any failure):
   0  answered (or, without --wait, enqueued; a duplicate message id also exits 0; the same
@@ -80,7 +86,8 @@ Exit codes (of the built command: go run exits 1 for any failure):
   1  the turn failed (a permanent error event), or it could not be enqueued (Redis trouble);
      cancel: the turn was already answered
   2  bad input or configuration, checked before anything connects, or a Redis that refuses
-     REDIS_URL's credentials (cancel: no turn has that id)
+     REDIS_URL's credentials (cancel: no turn has that id; notify: the key was used in the chat
+     for another text)
   3  --wait timed out before the turn ended
   4  the agent asks for approval of a tool call (approval_required)
   5  no Redis at the address (dev mode: no worker --dev running; else check REDIS_URL)`
@@ -111,6 +118,7 @@ func RunEnqueue(ctx context.Context, args []string, getenv func(string) string, 
 	fs.StringVar(&o.sender, "sender", "", "")
 	fs.StringVar(&o.otid, "otid", "", "")
 	fs.StringVar(&o.reason, "reason", "", "")
+	fs.StringVar(&o.key, "key", "", "")
 	fs.Var(imagesValue{&o.images}, "image", "")
 	fs.BoolVar(&o.dev, "dev", false, "")
 	fs.BoolVar(&o.jsonOut, "json", false, "")
@@ -134,7 +142,8 @@ func RunEnqueue(ctx context.Context, args []string, getenv func(string) string, 
 	usage := func() {
 		WriteUsage(stdout, enqueueSynopsis, enqueueDesc, EnqueueVars, nil)
 		fmt.Fprint(stdout, `  --integration NAME   the chat integration, part of the conversation (default cli)
-  --chat ID            the chat id, part of the conversation (default: the sender, else "local")
+  --chat ID            the chat id, part of the conversation (default: the sender, else "local");
+                       cancel and notify take INTEGRATION:CHAT_ID (or CHAT_ID with --integration)
   --message-id ID      the integration's message id: a message enqueued twice makes one turn
   --sender ID          passed to Letta as sender_id
   --otid UUID          the turn's idempotency key at Letta (default: derived from the task id)
@@ -142,6 +151,8 @@ func RunEnqueue(ctx context.Context, args []string, getenv func(string) string, 
                        .png/.jpg/.gif/.webp file sent as base64
   --reason TEXT        approve|deny: the reason told to the agent; cancel: kept in the journal
   --all                cancel --chat: the chat's waiting turns too, not only its running one
+  --key KEY            notify: the message's idempotency key (default: minted and printed); the
+                       same key again in the chat writes nothing new
   --dev                reach a worker started with --dev (its in-memory Redis, agent `+DemoAgent+`)
   --wait               follow the turn until its answer: a live status line (time in the step, the
                        turn's total) and the answer as it grows on a terminal; plain lines on stderr
@@ -224,6 +235,18 @@ Time budget: the task timeout is computed from the LETTAQ_* budget variables, as
 			return code
 		}
 		return o.cancel(ctx, pos[1:], connOpt, b, rdb, stdout, stderr)
+	}
+
+	if len(pos) > 0 && pos[0] == "notify" {
+		n, minted, err := o.notice(pos[1:], stdin)
+		if err != nil {
+			fmt.Fprintf(stderr, "enqueue: notify: %v\n", err)
+			return ExitUsage
+		}
+		if code := checkEnqueueRedis(ctx, rdb, &o, connOpt, stderr); code != ExitOK {
+			return code
+		}
+		return o.notify(ctx, n, minted, connOpt, b, rdb, stdout, stderr)
 	}
 
 	answerVerb := ""

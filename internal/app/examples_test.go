@@ -14,7 +14,8 @@ import (
 
 // The reply-stream consumers of docs/enqueue-from-other-languages.md, in Python (redis-py) and
 // Node (ioredis), follow a dev worker's turn to its answer. Each runs when its interpreter and
-// client library are there (.ci/run installs them), and is skipped otherwise.
+// client library are there (.ci/run installs them), and is skipped otherwise. A notify written
+// into the chat before the turn (a message of its own, task id notify:<key>) is passed over.
 func TestOtherLanguageConsumersFollowToTheAnswer(t *testing.T) {
 	examples, err := filepath.Abs("../../docs/examples")
 	if err != nil {
@@ -49,6 +50,9 @@ func TestOtherLanguageConsumersFollowToTheAnswer(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			chat := "ex-" + strings.Fields(c.name)[0]
 			text := "one two three four five six seven eight nine ten"
+			if code, _, errOut := enqueue(t, r, "notify", "--chat=web:"+chat, "--key=before", "A notify before the turn"); code != ExitOK {
+				t.Fatalf("enqueue notify: exit %d %q", code, errOut)
+			}
 			code, out, errOut := enqueue(t, r, "--json", "--chat="+chat, "--integration=web", text)
 			if code != ExitOK {
 				t.Fatalf("enqueue: exit %d %q", code, errOut)

@@ -34,6 +34,8 @@ type HTTPOptions struct {
 	Enqueue http.Handler
 	// Cancel, when set, is mounted at /cancel (auth, as /enqueue).
 	Cancel http.Handler
+	// Notify, when set, is mounted at /notify (auth, as /enqueue).
+	Notify http.Handler
 	// Budget, when set, is served at /budget: the task options producers must use.
 	Budget *BudgetInfo
 	// Turns, when set, is mounted at /turns/{id} (auth): lettaq's view of one turn.
@@ -60,6 +62,7 @@ type HTTPOptions struct {
 //	/monitor/   asynqmon (auth; read-only unless MonitorWritable)
 //	/enqueue    the queue's HTTP enqueue endpoint, when provided (auth)
 //	/cancel     stop a turn (queue.CancelHTTPHandler), when provided (auth)
+//	/notify     write a message into a chat (queue.NotifyHTTPHandler), when provided (auth)
 //	/budget     the task timeout and task options producers must use, when provided (auth)
 //	/turns/{id} a turn: summary, Asynq state, result and journal record (auth)
 //	/chat/      the web chat page, when provided (auth; takes ?token= once, as /monitor/)
@@ -97,6 +100,9 @@ func NewHTTPHandler(o HTTPOptions) (http.Handler, func()) {
 	if o.Cancel != nil {
 		mux.Handle("/cancel", auth(o.Cancel))
 	}
+	if o.Notify != nil {
+		mux.Handle("/notify", auth(o.Notify))
+	}
 	if o.Budget != nil {
 		mux.Handle("GET /budget", auth(budgetHandler(*o.Budget)))
 	}
@@ -115,6 +121,7 @@ func NewHTTPHandler(o HTTPOptions) (http.Handler, func()) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("lettaq worker: /healthz /readyz /metrics /monitor/" + map[bool]string{true: " /enqueue", false: ""}[o.Enqueue != nil] +
 			map[bool]string{true: " /cancel", false: ""}[o.Cancel != nil] +
+			map[bool]string{true: " /notify", false: ""}[o.Notify != nil] +
 			map[bool]string{true: " /budget", false: ""}[o.Budget != nil] +
 			map[bool]string{true: " /chat/", false: ""}[o.Chat != nil] + "\n"))
 	})

@@ -38,7 +38,8 @@ func TestHTTPHealthReadyAndAuth(t *testing.T) {
 	defer probe.Close()
 	h, closeMon := NewHTTPHandler(HTTPOptions{Token: "s3cret", Redis: rdb, RedisConnOpt: connOpt, probe: probe,
 		Metrics: NewMetrics(asynq.NewInspectorFromRedisClient(rdb)),
-		Enqueue: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(202) })})
+		Enqueue: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(202) }),
+		Notify:  http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(202) })})
 	defer closeMon()
 	ts := httptest.NewServer(h)
 	defer ts.Close()
@@ -54,7 +55,7 @@ func TestHTTPHealthReadyAndAuth(t *testing.T) {
 	if code, body := get(t, c, ts.URL+"/readyz?verbose=1", map[string]string{"Authorization": "Bearer s3cret"}); code != 200 || !strings.Contains(body, `"redis":"ok"`) {
 		t.Errorf("/readyz?verbose=1 = %d %q", code, body)
 	}
-	for _, p := range []string{"/metrics", "/monitor/", "/monitor/api/queues", "/enqueue"} {
+	for _, p := range []string{"/metrics", "/monitor/", "/monitor/api/queues", "/enqueue", "/notify"} {
 		if code, _ := get(t, c, ts.URL+p, nil); code != http.StatusUnauthorized {
 			t.Errorf("%s without token = %d, want 401", p, code)
 		}

@@ -144,6 +144,8 @@ func (q *queueRunner) enqueueHandler() http.Handler {
 
 func (q *queueRunner) cancelHandler() http.Handler { return queue.CancelHTTPHandler(q.client) }
 
+func (q *queueRunner) notifyHandler() http.Handler { return queue.NotifyHTTPHandler(q.client) }
+
 // close releases what run would have (the worker stopped before it ran).
 func (q *queueRunner) close() {
 	_ = q.client.Close()

@@ -177,7 +177,7 @@ func StartWorker(ctx context.Context, cfg WorkerSettings, logger *slog.Logger, s
 		budgetInfo := NewBudgetInfo(cfg)
 		h, closeMon = NewHTTPHandler(HTTPOptions{
 			Token: cfg.HTTPToken, Redis: rdb, ProbeWrite: q.w.ProbeWrite, RedisConnOpt: connOpt, MonitorWritable: cfg.MonitorWritable,
-			Metrics: metrics, Enqueue: q.enqueueHandler(), Cancel: q.cancelHandler(), Logger: logger, Budget: &budgetInfo,
+			Metrics: metrics, Enqueue: q.enqueueHandler(), Cancel: q.cancelHandler(), Notify: q.notifyHandler(), Logger: logger, Budget: &budgetInfo,
 			Turns: turnsHandler(inspector, q.w.Journal(), queueNames(cfg.Queues), q.w.WaitingFinder()),
 			Chat:  chat,
 			Ready: func() error {

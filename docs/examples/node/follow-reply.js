@@ -26,7 +26,7 @@ async function follow(redis, key, taskId, lastId, timeoutMs, onEvent) {
         lastId = id;
         const f = {};
         for (let i = 0; i + 1 < flat.length; i += 2) f[flat[i]] = flat[i + 1];
-        if (f.task_id !== taskId) continue; // another turn of the same chat
+        if (f.task_id !== taskId) continue; // another turn of the same chat, or a notify (its own task id)
         const seq = Number(f.seq || 0);
         if (seq <= seen) continue;
         seen = seq;

@@ -30,7 +30,7 @@ def follow(r, key, task_id, last_id="0", timeout=600.0):
             for entry_id, f in entries:
                 last_id = entry_id
                 if f.get("task_id") != task_id:
-                    continue  # another turn of the same chat
+                    continue  # another turn of the same chat, or a notify (its own task id)
                 seq = int(f.get("seq") or 0)
                 if seq <= seen:
                     continue

@@ -30,6 +30,14 @@ func (k Keys) Answered(taskID string) string { return k.Prefix + "answered:" + t
 // Accepted marks that a task's accepted event is written.
 func (k Keys) Accepted(taskID string) string { return k.Prefix + "accepted:" + taskID }
 
+// Notified marks that the notify of key was written into the reply stream
+// of the conversation (integration, chat id): its entry id, the sha256 of
+// its text and the token of the call that wrote it (see NotifyOnce). A key
+// holds no ':' (queue.Notice.Validate), so that the last ':' ends the chat id.
+func (k Keys) Notified(integration, chatID, key string) string {
+	return k.Prefix + "notified:" + integration + ":" + chatID + ":" + key
+}
+
 // JournalTurn is a task's journal record.
 func (k Keys) JournalTurn(taskID string) string { return k.Prefix + "journal:turn:" + taskID }
 

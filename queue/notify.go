@@ -1,0 +1,171 @@
+package queue
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+)
+
+// Agent-initiated messages: a scheduled job or a tool on the agent's side
+// writes into a chat of its own accord, answering no user message.
+// Client.Notify puts the text into the chat's reply stream as one event of
+// type notify (docs/reply-events.md, "A notify"), which a relay shows as a
+// message of its own, once. The caller names the message with a key: a
+// notify sent again with the same key (the caller retried, or go-redis
+// sent the script again after a lost reply) is the same one event.
+
+// Limits of a Notice.
+const (
+	// MaxNotifyTextBytes bounds Notice.Text (16 KiB): about four Telegram
+	// messages of 4096 characters; a longer text belongs in a document.
+	MaxNotifyTextBytes = 16 << 10
+	// MaxNotifyKeyBytes bounds Notice.Key.
+	MaxNotifyKeyBytes = 128
+)
+
+// NotifyTaskPrefix starts the task id of a notify event: "notify:<key>".
+const NotifyTaskPrefix = "notify:"
+
+// Notice is a message to write into a chat.
+type Notice struct {
+	// Chat is the conversation whose reply stream takes the message.
+	Chat Conversation `json:"chat"`
+	// Text is the message, as the chat shows it.
+	Text string `json:"text"`
+	// Key names the message (its idempotency key): 1 to 128 of the
+	// characters A-Z a-z 0-9 - . _ ~ (e.g. NewNotifyKey's UUID, or
+	// "digest-2026-12-02"). A notify with a key already written into the
+	// same chat (within RepliesOptions.TTL, 7 days by default) writes
+	// nothing; a key is scoped to its chat.
+	Key string `json:"key"`
+}
+
+// NewNotifyKey returns a fresh key for a Notice (a random UUID): keep it
+// to send the notice again if the first call's outcome is not known.
+func NewNotifyKey() string { return uuid.NewString() }
+
+// NotifyResult says what Notify did.
+type NotifyResult struct {
+	// TaskID is the event's task id, "notify:<key>".
+	TaskID string `json:"task_id"`
+	// ID is the stream entry id of the event (the one written first, for a
+	// duplicate).
+	ID string `json:"id"`
+	// Key is the notice's key.
+	Key string `json:"key"`
+	// Duplicate is true when an earlier call with this key wrote the
+	// event: nothing was written now.
+	Duplicate bool `json:"duplicate"`
+}
+
+// NotifyKeyConflictError is Notify's answer to a key that an earlier
+// notify of the same chat used for another text: a key names one message,
+// so that is a caller's bug. Nothing is written. NotifyHTTPHandler
+// answers it 409.
+type NotifyKeyConflictError struct {
+	Chat Conversation
+	Key  string
+	// ID is the entry the key's first notify wrote.
+	ID string
+}
+
+func (e *NotifyKeyConflictError) Error() string {
+	return fmt.Sprintf("queue: notify key %q was used in chat %s for another text (entry %s): give this message its own key, or send the same text again",
+		e.Key, e.Chat, e.ID)
+}
+
+// Validate checks n. The error is a *ValidationError naming the field at
+// fault: "chat", "text" or "key".
+func (n Notice) Validate() error {
+	c := n.Chat
+	for _, p := range []struct{ what, v string }{{"integration", c.Integration}, {"chat id", c.ChatID}} {
+		switch {
+		case p.v == "":
+			return invalid("chat", "has no %s (want integration:chat_id)", p.what)
+		case len(p.v) > MaxIDBytes:
+			return invalid("chat", "%s is %d bytes, more than %d", p.what, len(p.v), MaxIDBytes)
+		case !utf8.ValidString(p.v):
+			return invalid("chat", "%s is not valid UTF-8", p.what)
+		}
+		for i, r := range p.v {
+			if isControl(r) {
+				return invalid("chat", "%s holds the control character %U at byte %d", p.what, r, i)
+			}
+		}
+	}
+	if strings.ContainsAny(c.Integration, ": \t\r\n") {
+		return invalid("chat", "integration %q must not contain ':' or whitespace", c.Integration)
+	}
+	switch {
+	case strings.TrimSpace(n.Text) == "":
+		return invalid("text", "must not be empty (nor only white space)")
+	case len(n.Text) > MaxNotifyTextBytes:
+		return invalid("text", "is %d bytes, more than the limit of %d", len(n.Text), MaxNotifyTextBytes)
+	case !utf8.ValidString(n.Text):
+		return invalid("text", "is not valid UTF-8")
+	case strings.IndexByte(n.Text, 0) >= 0:
+		return invalid("text", "holds a NUL character (U+0000) at byte %d, which chat platforms refuse", strings.IndexByte(n.Text, 0))
+	}
+	return checkNotifyKey(n.Key)
+}
+
+// checkNotifyKey checks a notify key (see Notice.Key).
+func checkNotifyKey(k string) error {
+	switch {
+	case k == "":
+		return invalid("key", "must not be empty: choose one per message (e.g. queue.NewNotifyKey) and send it again with a retry")
+	case len(k) > MaxNotifyKeyBytes:
+		return invalid("key", "is %d bytes, more than %d", len(k), MaxNotifyKeyBytes)
+	}
+	for i, r := range k {
+		if !('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' || r == '-' || r == '.' || r == '_' || r == '~') {
+			return invalid("key", "%q holds %q at byte %d: a key is made of A-Z a-z 0-9 - . _ ~", k, r, i)
+		}
+	}
+	return nil
+}
+
+// Notify writes n into its chat's reply stream as a notify event, once per
+// key and chat (see Notice.Key): the check of the key's marker
+// (<prefix>notified:<integration>:<chat_id>:<key>, kept RepliesOptions.TTL),
+// the append and the marker are one script. The same key again with the
+// same text is a Duplicate naming the first event; with another text, a
+// *NotifyKeyConflictError. Validation errors are *ValidationError. Client
+// needs ClientConfig.Replies.
+func (c *Client) Notify(ctx context.Context, n Notice) (NotifyResult, error) {
+	if c.cfg.Replies == nil {
+		return NotifyResult{}, errors.New("queue: Notify needs ClientConfig.Replies")
+	}
+	return c.cfg.Replies.notify(ctx, n)
+}
+
+// notify is Client.Notify on r's streams.
+func (r *Replies) notify(ctx context.Context, n Notice) (NotifyResult, error) {
+	if err := n.Validate(); err != nil {
+		return NotifyResult{}, err
+	}
+	ev := ReplyEvent{Type: EventNotify, TaskID: NotifyTaskPrefix + n.Key, Seq: 1, Text: n.Text, Time: r.opts.Now().UTC()}
+	at, data, err := encodeTimeData(&ev)
+	if err != nil {
+		return NotifyResult{}, err
+	}
+	h := sha256.Sum256([]byte(n.Text))
+	sum, token := hex.EncodeToString(h[:]), uuid.NewString()
+	got, err := r.st.Notify(ctx, r.Key(n.Chat), r.keys().Notified(n.Chat.Integration, n.Chat.ChatID, n.Key), sum, token,
+		"type", string(EventNotify), "task_id", ev.TaskID, "otid", "", "run_id", "", "message_id", "",
+		"seq", "1", "time", at, "data", data)
+	if err != nil {
+		return NotifyResult{}, fmt.Errorf("queue: notify %s in %s: %w", ev.TaskID, n.Chat, err)
+	}
+	res := NotifyResult{TaskID: ev.TaskID, ID: got.ID, Key: n.Key, Duplicate: got.Token != token}
+	if res.Duplicate && got.Sum != sum {
+		return NotifyResult{}, &NotifyKeyConflictError{Chat: n.Chat, Key: n.Key, ID: got.ID}
+	}
+	return res, nil
+}
