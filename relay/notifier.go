@@ -4,6 +4,10 @@ import (
 	"context"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lettaq/lettaq/queue"
 )
 
 // Notify marks every chat whose reply stream gets an entry, from Redis's
@@ -57,28 +61,59 @@ func (r *Relay) Notify(ctx context.Context, shards int) error {
 
 // Sweep marks every chat whose reply stream has entries past the relay's
 // cursor (SCAN over the reply streams): what happened while no replica
-// listened to the notifications.
+// listened to the notifications. Each page of the SCAN costs three more round
+// trips whatever its size (the streams' last entries, the cursors, the marks).
 func (r *Relay) Sweep(ctx context.Context, shards int) (marked int, err error) {
-	iter := r.cfg.Redis.Scan(ctx, 0, r.st.RepliesPrefix()+"*", 1000).Iterator()
-	for iter.Next(ctx) {
-		c, ok := r.st.ChatOfStream(iter.Val())
-		if !ok {
-			continue
-		}
-		last, err := r.cfg.Redis.XRevRangeN(ctx, iter.Val(), "+", "-", 1).Result()
-		if err != nil || len(last) == 0 {
-			continue
-		}
-		st, err := r.st.Load(ctx, c)
+	var cursor uint64
+	for {
+		keys, next, err := r.cfg.Redis.Scan(ctx, cursor, r.st.RepliesPrefix()+"*", 1000).Result()
 		if err != nil {
 			return marked, err
 		}
-		if st.Cursor == "" || !entryLE(last[0].ID, st.Cursor) {
-			if err := r.Mark(ctx, c, shards); err != nil {
-				return marked, err
-			}
-			marked++
+		n, err := r.sweepPage(ctx, keys, shards)
+		marked += n
+		if err != nil || next == 0 {
+			return marked, err
+		}
+		cursor = next
+	}
+}
+
+// sweepPage marks the chats of keys (reply streams) whose last entry is past
+// their cursor.
+func (r *Relay) sweepPage(ctx context.Context, keys []string, shards int) (int, error) {
+	var chats []queue.Conversation
+	var streams []string
+	for _, k := range keys {
+		if c, ok := r.st.ChatOfStream(k); ok {
+			chats, streams = append(chats, c), append(streams, k)
 		}
 	}
-	return marked, iter.Err()
+	if len(chats) == 0 {
+		return 0, nil
+	}
+	p := r.cfg.Redis.Pipeline()
+	lasts := make([]*redis.XMessageSliceCmd, len(streams))
+	for i, k := range streams {
+		lasts[i] = p.XRevRangeN(ctx, k, "+", "-", 1)
+	}
+	_, _ = p.Exec(ctx) // each command's error is looked at below
+	cursors, err := r.st.Cursors(ctx, chats)
+	if err != nil {
+		return 0, err
+	}
+	var news []queue.Conversation
+	for i, c := range chats {
+		last, err := lasts[i].Result()
+		if err != nil || len(last) == 0 {
+			continue // not a stream, or gone since the SCAN
+		}
+		if cursors[i] == "" || !entryLE(last[0].ID, cursors[i]) {
+			news = append(news, c)
+		}
+	}
+	if err := r.st.MarkAll(ctx, news, shards); err != nil {
+		return 0, err
+	}
+	return len(news), nil
 }
