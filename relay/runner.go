@@ -281,14 +281,15 @@ func (rn *runner) dispatch(ctx context.Context) {
 	}()
 	for ctx.Err() == nil {
 		shards := rn.active()
-		for _, sh := range shards {
-			ds, err := rn.r.st.Dirty(ctx, sh, 1000)
-			if err != nil {
-				rn.r.log.Warn("relay: read marks failed", "shard", sh, "err", err)
-				continue
+		if len(shards) > 0 {
+			all, err := rn.r.st.DirtyAll(ctx, shards, 1000)
+			if err != nil && ctx.Err() == nil {
+				rn.r.log.Warn("relay: read marks failed", "err", err)
 			}
-			for _, d := range ds {
-				rn.offer(ctx, sh, d)
+			for _, sh := range shards {
+				for _, d := range all[sh] {
+					rn.offer(ctx, sh, d)
+				}
 			}
 		}
 		wait := rn.rc.Poll
