@@ -95,6 +95,11 @@ type RelayRun struct {
 	// every in-flight chat was loaded again and its message edited.
 	Reload   time.Duration
 	Reloaded int // the chats still marked (in flight) when the relays stopped
+	// Burst: one event to each chat written back to back (BurstWrite), and
+	// every one applied (BurstApply, from the first write).
+	BurstWrite, BurstApply time.Duration
+	BurstTrips             float64
+	BurstTripsTop          []nameCount
 	// Live turns: platform calls per answered turn by method, and the lag
 	// from an event's time field to the next platform call in its chat.
 	QuickCalls, StreamCalls map[string]float64
@@ -452,6 +457,33 @@ func relayRun(ctx context.Context, c RelayConfig, n int, log io.Writer) (*RelayR
 		return nil, err
 	}
 
+	// A burst: one more answer_delta to every in-flight chat, written back to back,
+	// found through the keyspace notifications.
+	fmt.Fprintf(log, "relay ×%d: a burst of %d events…\n", n, c.Chats)
+	events0 := rs.events()
+	rs.count.trace.Store(true)
+	trips0, _ = rs.count.snapshot()
+	t0 = time.Now()
+	if err := each(64, func(w int) error {
+		for i := w; i < len(bg); i += 64 {
+			if _, err := replies.Emit(ctx, bg[i], queue.ReplyEvent{Type: queue.EventAnswerDelta, TaskID: "t-" + bg[i].ChatID, Text: "+"}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	out.BurstWrite = time.Since(t0)
+	if err := until(ctx, 10*time.Minute, "burst", func() bool { return rs.events()-events0 >= c.Chats }); err != nil {
+		return nil, err
+	}
+	out.BurstApply = time.Since(t0)
+	trips1, _ = rs.count.snapshot()
+	rs.count.trace.Store(false)
+	out.BurstTrips = float64(trips1-trips0) / float64(c.Chats)
+	out.BurstTripsTop = rs.count.names()
+
 	// Live turns beside the in-flight chats.
 	fmt.Fprintf(log, "relay ×%d: %d quick and %d streamed turns over %v…\n", n, c.Quick, c.Streamed, c.StreamFor)
 	live := c.Quick + c.Streamed
@@ -508,15 +540,21 @@ func relayRun(ctx context.Context, c RelayConfig, n int, log io.Writer) (*RelayR
 		_, id, _ := strings.Cut(cl.Chat, ":")
 		switch {
 		case strings.HasPrefix(id, "q"):
-			out.QuickCalls[callName(cl)] += 1 / float64(c.Quick)
+			out.QuickCalls[callName(cl)]++
 		case strings.HasPrefix(id, "s"):
-			out.StreamCalls[callName(cl)] += 1 / float64(c.Streamed)
+			out.StreamCalls[callName(cl)]++
 		default:
 			continue
 		}
 		if cl.Status == 200 {
 			byChat[cl.Chat] = append(byChat[cl.Chat], cl)
 		}
+	}
+	for k := range out.QuickCalls {
+		out.QuickCalls[k] /= float64(c.Quick)
+	}
+	for k := range out.StreamCalls {
+		out.StreamCalls[k] /= float64(c.Streamed)
 	}
 	for i := range live {
 		id := fmt.Sprintf("q%d", i)
@@ -597,11 +635,15 @@ func (r *RelayResults) Table() string {
 		fmt.Fprintf(&b, "| **%d replica(s)**: catch-up, %d events in the streams when the relay starts (sweep %.2f s included) | %.0f events/s (%.0f per replica) in %.2f s | %.0f events/s: a bare XREAD of each stream, %d readers | %.3f |\n",
 			x.Replicas, x.Events, x.Sweep.Seconds(), eps, eps/float64(x.Replicas), x.CatchUp.Seconds(), bare, c.Workers, eps/bare)
 		fmt.Fprintf(&b, "| Redis round trips per event (catch-up) | %.2f: %s | %.2f | %.1f× |\n",
-			x.CatchUpTrips, topCalls(x.CatchUpTripsTop, x.Events), x.BareTrips, x.CatchUpTrips/x.BareTrips)
-		fmt.Fprintf(&b, "| platform calls per chat caught up (typing + the message) | %.2f | | |\n", x.CatchUpCalls)
-		fmt.Fprintf(&b, "| live heap per in-flight chat (after a GC; the relays' heap minus none) | %d bytes | | |\n", x.HeapPerChat)
+			x.CatchUpTrips, topCalls(shortPipelines(x.CatchUpTripsTop), x.Events), x.BareTrips, x.CatchUpTrips/x.BareTrips)
+		fmt.Fprintf(&b, "| platform calls per chat caught up (typing, its refreshes while the catch-up lasts, the message) | %.2f | | |\n", x.CatchUpCalls)
+		fmt.Fprintf(&b, "| live heap per in-flight chat (after a GC, every chat in flight, less the same once the relays stopped; each holds its %d-character answer) | %d bytes | | |\n", c.Deltas*100, x.HeapPerChat)
 		fmt.Fprintf(&b, "| restart: new replicas load every in-flight chat (%d) and edit its message | %.2f s (%.0f chats/s) | | |\n",
 			x.Reloaded, x.Reload.Seconds(), float64(x.Reloaded)/x.Reload.Seconds())
+		fmt.Fprintf(&b, "| burst: one answer_delta to each in-flight chat, 64 writers back to back; applied (through the keyspace notifications) | all applied %.2f s after the first write: %.0f events/s | written in %.2f s: %.0f events/s | %.3f |\n",
+			x.BurstApply.Seconds(), float64(c.Chats)/x.BurstApply.Seconds(), x.BurstWrite.Seconds(), float64(c.Chats)/x.BurstWrite.Seconds(), x.BurstWrite.Seconds()/x.BurstApply.Seconds())
+		fmt.Fprintf(&b, "| the relays' Redis round trips per event (burst; typing refreshes included) | %.2f: %s | | |\n",
+			x.BurstTrips, topCalls(shortPipelines(x.BurstTripsTop), c.Chats))
 		fmt.Fprintf(&b, "| platform calls per quick answer (%d turns) | %s | | |\n", c.Quick, callsLine(x.QuickCalls))
 		fmt.Fprintf(&b, "| platform calls per %d-character answer streamed over %v (%d turns) | %s | | |\n",
 			c.Deltas*100, c.StreamFor, c.Streamed, callsLine(x.StreamCalls))
@@ -617,6 +659,23 @@ func (r *RelayResults) Table() string {
 		}
 	}
 	return b.String()
+}
+
+// shortPipelines names a pipeline of one command repeated by the command and
+// the count ("pipeline[64× zrange]").
+func shortPipelines(ncs []nameCount) []nameCount {
+	out := slices.Clone(ncs)
+	for i, nc := range out {
+		inner, ok := strings.CutPrefix(nc.name, "pipeline[")
+		if !ok {
+			continue
+		}
+		ws := strings.Fields(strings.TrimSuffix(inner, "]"))
+		if len(ws) > 1 && !slices.ContainsFunc(ws, func(w string) bool { return w != ws[0] }) {
+			out[i].name = fmt.Sprintf("pipeline[%d× %s]", len(ws), ws[0])
+		}
+	}
+	return out
 }
 
 func callsLine(m map[string]float64) string {
