@@ -34,8 +34,13 @@ func (r *Relay) Notify(ctx context.Context, shards int) error {
 	if _, err := sub.Receive(ctx); err != nil {
 		return err
 	}
+	if shards <= 0 {
+		shards = 64
+	}
 	ch := sub.Channel()
 	for {
+		var batch []queue.Conversation
+		seen := map[queue.Conversation]bool{}
 		select {
 		case <-ctx.Done():
 			return nil
@@ -43,20 +48,43 @@ func (r *Relay) Notify(ctx context.Context, shards int) error {
 			if !ok {
 				return nil
 			}
-			c, ok := r.st.ChatOfStream(m.Payload)
-			if !ok {
-				continue
-			}
-			for {
-				err := r.Mark(ctx, c, shards)
-				if err == nil || ctx.Err() != nil {
-					break
+			batch = r.notified(batch, seen, m)
+		}
+		// What else has come meanwhile is marked with it, in one round trip.
+	more:
+		for len(batch) < notifyBatch {
+			select {
+			case m, ok := <-ch:
+				if !ok {
+					break more
 				}
-				r.log.Warn("relay: mark failed; trying again", "chat", c.String(), "err", err)
-				time.Sleep(100 * time.Millisecond)
+				batch = r.notified(batch, seen, m)
+			default:
+				break more
 			}
 		}
+		for len(batch) > 0 {
+			err := r.st.MarkAll(ctx, batch, shards)
+			if err == nil || ctx.Err() != nil {
+				break
+			}
+			r.log.Warn("relay: mark failed; trying again", "chats", len(batch), "err", err)
+			time.Sleep(100 * time.Millisecond)
+		}
 	}
+}
+
+// notifyBatch is the most chats Notify marks in one round trip.
+const notifyBatch = 512
+
+// notified adds the chat of a notification to batch, once.
+func (r *Relay) notified(batch []queue.Conversation, seen map[queue.Conversation]bool, m *redis.Message) []queue.Conversation {
+	c, ok := r.st.ChatOfStream(m.Payload)
+	if !ok || seen[c] {
+		return batch
+	}
+	seen[c] = true
+	return append(batch, c)
 }
 
 // Sweep marks every chat whose reply stream has entries past the relay's
