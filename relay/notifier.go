@@ -18,17 +18,13 @@ import (
 // when it may; where CONFIG is refused, enable them in redis.conf.
 //
 // Notifications are not stored: an event written while no replica listens is
-// found by Sweep, which Run's caller runs at start.
+// found by Sweep, which Run's caller runs at start, and which Notify runs
+// itself each time its subscription is made again after a lost connection
+// (go-redis reconnects by itself; a restarted Redis has also forgotten a
+// CONFIG SET, which Notify then makes again).
 func (r *Relay) Notify(ctx context.Context, shards int) error {
 	rdb := r.cfg.Redis
-	if cur, err := rdb.ConfigGet(ctx, "notify-keyspace-events").Result(); err == nil {
-		v := cur["notify-keyspace-events"]
-		if !(strings.Contains(v, "E") && (strings.Contains(v, "t") || strings.Contains(v, "A"))) {
-			if err := rdb.ConfigSet(ctx, "notify-keyspace-events", v+"Et").Err(); err != nil {
-				r.log.Warn("relay: cannot turn keyspace notifications on; set notify-keyspace-events Et", "err", err)
-			}
-		}
-	}
+	r.notificationsOn(ctx)
 	sub := rdb.PSubscribe(ctx, "__keyevent@*__:xadd")
 	defer sub.Close()
 	if _, err := sub.Receive(ctx); err != nil {
@@ -37,10 +33,19 @@ func (r *Relay) Notify(ctx context.Context, shards int) error {
 	if shards <= 0 {
 		shards = 64
 	}
-	ch := sub.Channel()
+	ch := sub.ChannelWithSubscriptions(redis.WithChannelSize(1024))
 	for {
 		var batch []queue.Conversation
 		seen := map[queue.Conversation]bool{}
+		resubscribed := false
+		take := func(m any) {
+			switch m := m.(type) {
+			case *redis.Message:
+				batch = r.notified(batch, seen, m)
+			case *redis.Subscription:
+				resubscribed = true
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return nil
@@ -48,7 +53,7 @@ func (r *Relay) Notify(ctx context.Context, shards int) error {
 			if !ok {
 				return nil
 			}
-			batch = r.notified(batch, seen, m)
+			take(m)
 		}
 		// What else has come meanwhile is marked with it, in one round trip.
 	more:
@@ -58,7 +63,7 @@ func (r *Relay) Notify(ctx context.Context, shards int) error {
 				if !ok {
 					break more
 				}
-				batch = r.notified(batch, seen, m)
+				take(m)
 			default:
 				break more
 			}
@@ -70,6 +75,33 @@ func (r *Relay) Notify(ctx context.Context, shards int) error {
 			}
 			r.log.Warn("relay: mark failed; trying again", "chats", len(batch), "err", err)
 			time.Sleep(100 * time.Millisecond)
+		}
+		if resubscribed {
+			// The subscription was lost and made again: what was written
+			// meanwhile sent no notification to this replica.
+			r.notificationsOn(ctx)
+			n, err := r.Sweep(ctx, shards)
+			if err != nil {
+				r.log.Warn("relay: sweep after the notifications came back failed", "err", err)
+			} else {
+				r.log.Info("relay: notifications back; sweep marked chats", "chats", n)
+			}
+		}
+	}
+}
+
+// notificationsOn turns the XADD keyspace notifications on when they are not
+// and CONFIG is allowed.
+func (r *Relay) notificationsOn(ctx context.Context) {
+	rdb := r.cfg.Redis
+	cur, err := rdb.ConfigGet(ctx, "notify-keyspace-events").Result()
+	if err != nil {
+		return
+	}
+	v := cur["notify-keyspace-events"]
+	if !(strings.Contains(v, "E") && (strings.Contains(v, "t") || strings.Contains(v, "A"))) {
+		if err := rdb.ConfigSet(ctx, "notify-keyspace-events", v+"Et").Err(); err != nil {
+			r.log.Warn("relay: cannot turn keyspace notifications on; set notify-keyspace-events Et", "err", err)
 		}
 	}
 }

@@ -120,3 +120,59 @@ func TestNotifyMarksWhatCameMeanwhileInOneRoundTrip(t *testing.T) {
 		t.Errorf("%d round trips marked %d chats whose notifications had come meanwhile: want them marked together", n, chats)
 	}
 }
+
+// TestNotifyFindsWhatWasWrittenWhileRedisRestarted: go-redis makes the
+// subscription again by itself after a Redis restart, and the restarted Redis
+// has forgotten the CONFIG SET that turned the notifications on; an event
+// written then is marked all the same (Notify turns them on again and sweeps).
+func TestNotifyFindsWhatWasWrittenWhileRedisRestarted(t *testing.T) {
+	red := testredis.StartPersistent(t) // its own: it is restarted
+	rdb := red.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const prefix, shards = "notifyrestart:", 4
+	r := relay.New(relay.Config{Redis: red.Client(t), Prefix: prefix, Logger: slog.New(slog.DiscardHandler),
+		Adapters: map[string]relay.Adapter{"fake": fakeplatform.New(relay.Limits{})}})
+	done := make(chan struct{})
+	nctx, stop := context.WithCancel(ctx)
+	go func() { defer close(done); _ = r.Notify(nctx, shards) }()
+	defer func() { stop(); <-done }()
+	replies := queue.NewReplies(rdb, queue.RepliesOptions{Prefix: prefix})
+	st := store.New(rdb, prefix, 0)
+	isMarked := func(c queue.Conversation) bool {
+		ds, _ := st.Dirty(ctx, store.Shard(c, shards), 1000)
+		for _, d := range ds {
+			if d.Chat == c {
+				return true
+			}
+		}
+		return false
+	}
+	waitMarked := func(c queue.Conversation, emit bool) {
+		t.Helper()
+		for !isMarked(c) {
+			if emit {
+				if _, err := replies.Emit(ctx, c, queue.ReplyEvent{Type: queue.EventAccepted, TaskID: "t" + c.ChatID}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("%s is not marked", c)
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+	waitMarked(queue.Conversation{Integration: "fake", ChatID: "before"}, true) // the subscription is live
+	if err := red.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	after := queue.Conversation{Integration: "fake", ChatID: "after"}
+	if _, err := replies.Emit(ctx, after, queue.ReplyEvent{Type: queue.EventAccepted, TaskID: "t-after"}); err != nil {
+		t.Fatal(err)
+	}
+	waitMarked(after, false)
+	if v, _ := rdb.ConfigGet(ctx, "notify-keyspace-events").Result(); !strings.Contains(v["notify-keyspace-events"], "E") {
+		t.Errorf("notifications not turned on again after the restart: %q", v)
+	}
+}
