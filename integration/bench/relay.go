@@ -661,20 +661,34 @@ func (r *RelayResults) Table() string {
 	return b.String()
 }
 
-// shortPipelines names a pipeline of one command repeated by the command and
-// the count ("pipeline[64× zrange]").
+// shortPipelines names a pipeline by the commands in it, each once
+// ("pipeline[zincrby lpush ltrim]" for any number of marks), and adds up the
+// pipelines that get the same name.
 func shortPipelines(ncs []nameCount) []nameCount {
-	out := slices.Clone(ncs)
-	for i, nc := range out {
-		inner, ok := strings.CutPrefix(nc.name, "pipeline[")
-		if !ok {
-			continue
+	by := map[string]int64{}
+	for _, nc := range ncs {
+		name := nc.name
+		if inner, ok := strings.CutPrefix(name, "pipeline["); ok {
+			var seen []string
+			for _, w := range strings.Fields(strings.TrimSuffix(inner, "]")) {
+				if !slices.Contains(seen, w) {
+					seen = append(seen, w)
+				}
+			}
+			name = "pipeline[" + strings.Join(seen, " ") + "]"
 		}
-		ws := strings.Fields(strings.TrimSuffix(inner, "]"))
-		if len(ws) > 1 && !slices.ContainsFunc(ws, func(w string) bool { return w != ws[0] }) {
-			out[i].name = fmt.Sprintf("pipeline[%d× %s]", len(ws), ws[0])
-		}
+		by[name] += nc.n
 	}
+	out := make([]nameCount, 0, len(by))
+	for name, n := range by {
+		out = append(out, nameCount{name, n})
+	}
+	slices.SortFunc(out, func(a, b nameCount) int {
+		if a.n != b.n {
+			return int(b.n - a.n)
+		}
+		return strings.Compare(a.name, b.name)
+	})
 	return out
 }
 
