@@ -112,7 +112,7 @@ const notifyBatch = 512
 // notified adds the chat of a notification to batch, once.
 func (r *Relay) notified(batch []queue.Conversation, seen map[queue.Conversation]bool, m *redis.Message) []queue.Conversation {
 	c, ok := r.st.ChatOfStream(m.Payload)
-	if !ok || seen[c] {
+	if !ok || seen[c] || !r.relays(c) {
 		return batch
 	}
 	seen[c] = true
@@ -145,7 +145,7 @@ func (r *Relay) sweepPage(ctx context.Context, keys []string, shards int) (int, 
 	var chats []queue.Conversation
 	var streams []string
 	for _, k := range keys {
-		if c, ok := r.st.ChatOfStream(k); ok {
+		if c, ok := r.st.ChatOfStream(k); ok && r.relays(c) {
 			chats, streams = append(chats, c), append(streams, k)
 		}
 	}
@@ -176,4 +176,12 @@ func (r *Relay) sweepPage(ctx context.Context, keys []string, shards int) (int, 
 		return 0, err
 	}
 	return len(news), nil
+}
+
+// relays reports whether c is a chat of an integration this relay has an
+// adapter for: the others' streams are read by someone else (the web chat
+// page's browsers read theirs themselves), and marking them would only make
+// Drain fail for them every second.
+func (r *Relay) relays(c queue.Conversation) bool {
+	return r.cfg.Adapters[c.Integration] != nil
 }

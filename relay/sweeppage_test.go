@@ -64,6 +64,12 @@ func TestSweepMarksTheChatsWithNews(t *testing.T) {
 	for i := range chats {
 		c := queue.Conversation{Integration: "fake", ChatID: fmt.Sprintf("c%d", i)}
 		first, err := replies.Emit(ctx, c, queue.ReplyEvent{Type: queue.EventAccepted, TaskID: "t" + c.ChatID})
+		if i%100 == 0 { // a chat of an integration without an adapter: never marked
+			other := queue.Conversation{Integration: "web", ChatID: c.ChatID}
+			if _, err := replies.Emit(ctx, other, queue.ReplyEvent{Type: queue.EventAccepted, TaskID: "w" + c.ChatID}); err != nil {
+				t.Fatal(err)
+			}
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
