@@ -56,10 +56,10 @@ func (g *markGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 	}
 }
 
-// TestNotifyMarksWhatCameMeanwhileInOneRoundTrip: every chat whose stream gets
+// TestKeyspaceNotificationsThatCameMeanwhileAreMarkedInOneRoundTrip: every chat whose stream gets
 // an entry is marked, and the notifications that came while a mark was on its
 // way are marked together, not one round trip each.
-func TestNotifyMarksWhatCameMeanwhileInOneRoundTrip(t *testing.T) {
+func TestKeyspaceNotificationsThatCameMeanwhileAreMarkedInOneRoundTrip(t *testing.T) {
 	red := testredis.StartPersistent(t) // its own: Notify turns keyspace notifications on
 	rdb := red.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -121,11 +121,11 @@ func TestNotifyMarksWhatCameMeanwhileInOneRoundTrip(t *testing.T) {
 	}
 }
 
-// TestNotifyFindsWhatWasWrittenWhileRedisRestarted: go-redis makes the
+// TestKeyspaceNotificationsFindWhatWasWrittenWhileRedisRestarted: go-redis makes the
 // subscription again by itself after a Redis restart, and the restarted Redis
 // has forgotten the CONFIG SET that turned the notifications on; an event
 // written then is marked all the same (Notify turns them on again and sweeps).
-func TestNotifyFindsWhatWasWrittenWhileRedisRestarted(t *testing.T) {
+func TestKeyspaceNotificationsFindWhatWasWrittenWhileRedisRestarted(t *testing.T) {
 	red := testredis.StartPersistent(t) // its own: it is restarted
 	rdb := red.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
