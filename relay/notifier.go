@@ -5,6 +5,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/lettaq/lettaq/queue"
 )
 
@@ -16,24 +18,34 @@ import (
 // when it may; where CONFIG is refused, enable them in redis.conf.
 //
 // Notifications are not stored: an event written while no replica listens is
-// found by Sweep, which Run's caller runs at start.
+// found by Sweep, which Run's caller runs at start, and which Notify runs
+// itself each time its subscription is made again after a lost connection
+// (go-redis reconnects by itself; a restarted Redis has also forgotten a
+// CONFIG SET, which Notify then makes again).
 func (r *Relay) Notify(ctx context.Context, shards int) error {
 	rdb := r.cfg.Redis
-	if cur, err := rdb.ConfigGet(ctx, "notify-keyspace-events").Result(); err == nil {
-		v := cur["notify-keyspace-events"]
-		if !(strings.Contains(v, "E") && (strings.Contains(v, "t") || strings.Contains(v, "A"))) {
-			if err := rdb.ConfigSet(ctx, "notify-keyspace-events", v+"Et").Err(); err != nil {
-				r.log.Warn("relay: cannot turn keyspace notifications on; set notify-keyspace-events Et", "err", err)
-			}
-		}
-	}
+	r.notificationsOn(ctx)
 	sub := rdb.PSubscribe(ctx, "__keyevent@*__:xadd")
 	defer sub.Close()
 	if _, err := sub.Receive(ctx); err != nil {
 		return err
 	}
-	ch := sub.Channel()
+	if shards <= 0 {
+		shards = 64
+	}
+	ch := sub.ChannelWithSubscriptions(redis.WithChannelSize(1024))
 	for {
+		var batch []queue.Conversation
+		seen := map[queue.Conversation]bool{}
+		resubscribed := false
+		take := func(m any) {
+			switch m := m.(type) {
+			case *redis.Message:
+				batch = r.notified(batch, seen, m)
+			case *redis.Subscription:
+				resubscribed = true
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return nil
@@ -41,48 +53,129 @@ func (r *Relay) Notify(ctx context.Context, shards int) error {
 			if !ok {
 				return nil
 			}
-			c, ok := r.st.ChatOfStream(m.Payload)
-			if !ok || !r.relays(c) {
-				continue
-			}
-			for {
-				err := r.Mark(ctx, c, shards)
-				if err == nil || ctx.Err() != nil {
-					break
+			take(m)
+		}
+		// What else has come meanwhile is marked with it, in one round trip.
+	more:
+		for len(batch) < notifyBatch {
+			select {
+			case m, ok := <-ch:
+				if !ok {
+					break more
 				}
-				r.log.Warn("relay: mark failed; trying again", "chat", c.String(), "err", err)
-				time.Sleep(100 * time.Millisecond)
+				take(m)
+			default:
+				break more
+			}
+		}
+		for len(batch) > 0 {
+			err := r.st.MarkAll(ctx, batch, shards)
+			if err == nil || ctx.Err() != nil {
+				break
+			}
+			r.log.Warn("relay: mark failed; trying again", "chats", len(batch), "err", err)
+			time.Sleep(100 * time.Millisecond)
+		}
+		if resubscribed {
+			// The subscription was lost and made again: what was written
+			// meanwhile sent no notification to this replica.
+			r.notificationsOn(ctx)
+			n, err := r.Sweep(ctx, shards)
+			if err != nil {
+				r.log.Warn("relay: sweep after the notifications came back failed", "err", err)
+			} else {
+				r.log.Info("relay: notifications back; sweep marked chats", "chats", n)
 			}
 		}
 	}
 }
 
+// notificationsOn turns the XADD keyspace notifications on when they are not
+// and CONFIG is allowed.
+func (r *Relay) notificationsOn(ctx context.Context) {
+	rdb := r.cfg.Redis
+	cur, err := rdb.ConfigGet(ctx, "notify-keyspace-events").Result()
+	if err != nil {
+		return
+	}
+	v := cur["notify-keyspace-events"]
+	if !(strings.Contains(v, "E") && (strings.Contains(v, "t") || strings.Contains(v, "A"))) {
+		if err := rdb.ConfigSet(ctx, "notify-keyspace-events", v+"Et").Err(); err != nil {
+			r.log.Warn("relay: cannot turn keyspace notifications on; set notify-keyspace-events Et", "err", err)
+		}
+	}
+}
+
+// notifyBatch is the most chats Notify marks in one round trip.
+const notifyBatch = 512
+
+// notified adds the chat of a notification to batch, once.
+func (r *Relay) notified(batch []queue.Conversation, seen map[queue.Conversation]bool, m *redis.Message) []queue.Conversation {
+	c, ok := r.st.ChatOfStream(m.Payload)
+	if !ok || seen[c] || !r.relays(c) {
+		return batch
+	}
+	seen[c] = true
+	return append(batch, c)
+}
+
 // Sweep marks every chat whose reply stream has entries past the relay's
 // cursor (SCAN over the reply streams): what happened while no replica
-// listened to the notifications.
+// listened to the notifications. Each page of the SCAN costs three more round
+// trips whatever its size (the streams' last entries, the cursors, the marks).
 func (r *Relay) Sweep(ctx context.Context, shards int) (marked int, err error) {
-	iter := r.cfg.Redis.Scan(ctx, 0, r.st.RepliesPrefix()+"*", 1000).Iterator()
-	for iter.Next(ctx) {
-		c, ok := r.st.ChatOfStream(iter.Val())
-		if !ok || !r.relays(c) {
-			continue
-		}
-		last, err := r.cfg.Redis.XRevRangeN(ctx, iter.Val(), "+", "-", 1).Result()
-		if err != nil || len(last) == 0 {
-			continue
-		}
-		st, err := r.st.Load(ctx, c)
+	var cursor uint64
+	for {
+		keys, next, err := r.cfg.Redis.Scan(ctx, cursor, r.st.RepliesPrefix()+"*", 1000).Result()
 		if err != nil {
 			return marked, err
 		}
-		if st.Cursor == "" || !entryLE(last[0].ID, st.Cursor) {
-			if err := r.Mark(ctx, c, shards); err != nil {
-				return marked, err
-			}
-			marked++
+		n, err := r.sweepPage(ctx, keys, shards)
+		marked += n
+		if err != nil || next == 0 {
+			return marked, err
+		}
+		cursor = next
+	}
+}
+
+// sweepPage marks the chats of keys (reply streams) whose last entry is past
+// their cursor.
+func (r *Relay) sweepPage(ctx context.Context, keys []string, shards int) (int, error) {
+	var chats []queue.Conversation
+	var streams []string
+	for _, k := range keys {
+		if c, ok := r.st.ChatOfStream(k); ok && r.relays(c) {
+			chats, streams = append(chats, c), append(streams, k)
 		}
 	}
-	return marked, iter.Err()
+	if len(chats) == 0 {
+		return 0, nil
+	}
+	p := r.cfg.Redis.Pipeline()
+	lasts := make([]*redis.XMessageSliceCmd, len(streams))
+	for i, k := range streams {
+		lasts[i] = p.XRevRangeN(ctx, k, "+", "-", 1)
+	}
+	_, _ = p.Exec(ctx) // each command's error is looked at below
+	cursors, err := r.st.Cursors(ctx, chats)
+	if err != nil {
+		return 0, err
+	}
+	var news []queue.Conversation
+	for i, c := range chats {
+		last, err := lasts[i].Result()
+		if err != nil || len(last) == 0 {
+			continue // not a stream, or gone since the SCAN
+		}
+		if cursors[i] == "" || !entryLE(last[0].ID, cursors[i]) {
+			news = append(news, c)
+		}
+	}
+	if err := r.st.MarkAll(ctx, news, shards); err != nil {
+		return 0, err
+	}
+	return len(news), nil
 }
 
 // relays reports whether c is a chat of an integration this relay has an

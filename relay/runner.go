@@ -68,6 +68,14 @@ type shardLease struct {
 	busy    int // drains in flight
 }
 
+// timer is when a chat needs a drain with no news (a throttled edit, a
+// typing refresh), and the version of the mark its drain saw: a mark with a
+// higher version is news, drained at once.
+type timer struct {
+	at      time.Time
+	version float64
+}
+
 // runner is one replica's loops: shards (lease, renew, share), dispatch
 // (wake-ups, marks, timers) and the workers that drain chats.
 type runner struct {
@@ -77,7 +85,7 @@ type runner struct {
 	mu       sync.Mutex
 	held     map[int]*shardLease
 	inflight map[queue.Conversation]bool
-	timers   map[queue.Conversation]time.Time
+	timers   map[queue.Conversation]timer
 	jobs     []chan store.DirtyChat
 	kick     chan struct{}
 	healthy  atomic.Int64 // unix ns of the last successful lease round
@@ -89,7 +97,7 @@ type runner struct {
 func (r *Relay) Run(ctx context.Context, rc RunConfig) error {
 	rc.defaults()
 	rn := &runner{r: r, rc: rc, held: map[int]*shardLease{}, inflight: map[queue.Conversation]bool{},
-		timers: map[queue.Conversation]time.Time{}, kick: make(chan struct{}, 1)}
+		timers: map[queue.Conversation]timer{}, kick: make(chan struct{}, 1)}
 	r.mu.Lock()
 	r.run = rn
 	r.mu.Unlock()
@@ -273,14 +281,15 @@ func (rn *runner) dispatch(ctx context.Context) {
 	}()
 	for ctx.Err() == nil {
 		shards := rn.active()
-		for _, sh := range shards {
-			ds, err := rn.r.st.Dirty(ctx, sh, 1000)
-			if err != nil {
-				rn.r.log.Warn("relay: read marks failed", "shard", sh, "err", err)
-				continue
+		if len(shards) > 0 {
+			all, err := rn.r.st.DirtyAll(ctx, shards, 1000)
+			if err != nil && ctx.Err() == nil {
+				rn.r.log.Warn("relay: read marks failed", "err", err)
 			}
-			for _, d := range ds {
-				rn.offer(ctx, sh, d)
+			for _, sh := range shards {
+				for _, d := range all[sh] {
+					rn.offer(ctx, sh, d)
+				}
 			}
 		}
 		wait := rn.rc.Poll
@@ -294,8 +303,8 @@ func (rn *runner) dispatch(ctx context.Context) {
 		}
 		rn.mu.Lock()
 		now := time.Now()
-		for _, at := range rn.timers {
-			if d := at.Sub(now); d < wait {
+		for _, tm := range rn.timers {
+			if d := tm.at.Sub(now); d < wait {
 				wait = max(d, time.Millisecond)
 			}
 		}
@@ -320,7 +329,9 @@ func (rn *runner) active() []int {
 }
 
 // offer sends d to its worker unless it is being drained, or waits for a
-// time of its own (a throttled edit, a typing refresh) that has not come.
+// time of its own (a throttled edit, a typing refresh) that has not come and
+// no event came since its last drain (a new event is applied at once; the
+// drain itself puts off what must wait, such as an edit).
 func (rn *runner) offer(ctx context.Context, sh int, d store.DirtyChat) {
 	rn.mu.Lock()
 	l := rn.held[sh]
@@ -328,7 +339,7 @@ func (rn *runner) offer(ctx context.Context, sh int, d store.DirtyChat) {
 		rn.mu.Unlock()
 		return
 	}
-	if at, ok := rn.timers[d.Chat]; ok && time.Now().Before(at) {
+	if tm, ok := rn.timers[d.Chat]; ok && time.Now().Before(tm.at) && d.Version <= tm.version {
 		rn.mu.Unlock()
 		return
 	}
@@ -373,7 +384,7 @@ func (rn *runner) work(ctx context.Context, jobs <-chan store.DirtyChat) {
 		if next.IsZero() {
 			delete(rn.timers, d.Chat)
 		} else {
-			rn.timers[d.Chat] = next
+			rn.timers[d.Chat] = timer{at: next, version: d.Version}
 		}
 		if l != nil {
 			l.busy--

@@ -19,6 +19,8 @@
 //	GOMEMLIMIT=450MiB go run ./integration/bench -latency 0 -throughput 0 -think 90s
 //	                                                # the worker under a GC memory limit
 //	go run ./integration/bench -stream-transport net/http   # streams through net/http's pool
+//	go run ./integration/bench -relay               # the relay instead: 10,000 chats in flight
+//	                                                # (docs/relay.md, Figures)
 //	go run ./integration/bench -capacity            # the capacity plan past one machine from
 //	                                                # today's per-turn figures (docs/performance.md)
 //	GODEBUG=memprofilerate=512 go run ./integration/bench -latency 0 -throughput 0 -concurrent 3000 \
@@ -142,7 +144,36 @@ func main() {
 	flag.BoolVar(&c.SimInProcess, "sim-in-process", false, "run the throughput run's simulator in the benchmark's process (default: a child process, as Letta is a server of its own)")
 	perTurn, assume := capacityFlags(flag.CommandLine)
 	capacity := flag.Bool("capacity", false, "print the capacity plan past one machine from the -per-* figures (today's by default) and the -plan-* assumptions, and exit (needs no Redis)")
+	var rc RelayConfig
+	relayMode := flag.Bool("relay", false, "measure the relay instead (docs/relay.md, Figures): events/s, platform calls per turn, lag, memory per in-flight chat; prints its own table and exits")
+	flag.StringVar(&rc.RedisURL, "relay-redis", "", "the relay run's Redis (default: a redis-server of its own, without persistence, on a free loopback port)")
+	flag.IntVar(&rc.Chats, "relay-chats", 10000, "chats with a turn in flight")
+	flag.IntVar(&rc.Deltas, "relay-deltas", 20, "answer_delta events of 100 characters per answer")
+	replicas := flag.String("relay-replicas", "1,2", "relay replica counts, one run each")
+	flag.IntVar(&rc.Workers, "relay-workers", 32, "workers per replica (LETTAQ_RELAY_WORKERS)")
+	flag.DurationVar(&rc.Latency, "relay-latency", 0, "added to every platform call")
+	flag.IntVar(&rc.Quick, "relay-quick", 500, "quick answers written live")
+	flag.IntVar(&rc.Streamed, "relay-streamed", 200, "streamed answers written live")
+	flag.DurationVar(&rc.StreamFor, "relay-stream-for", 10*time.Second, "how long a streamed answer takes to write")
 	flag.Parse()
+	if *relayMode {
+		for _, f := range strings.Split(*replicas, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 {
+				fmt.Fprintf(os.Stderr, "bench: -relay-replicas: %q is not a replica count\n", f)
+				os.Exit(2)
+			}
+			rc.Replicas = append(rc.Replicas, n)
+		}
+		raiseFileLimit()
+		res, err := RunRelay(context.Background(), rc, os.Stderr)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		fmt.Print(res.Table())
+		return
+	}
 	if *capacity {
 		if assume.Target <= 0 || assume.Target > 1 {
 			fmt.Fprintln(os.Stderr, "bench: -plan-target must be in (0,1]")

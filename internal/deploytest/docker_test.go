@@ -163,7 +163,7 @@ func TestDockerignore(t *testing.T) {
 	}
 	_, here, _, _ := runtime.Caller(0)
 	root := filepath.Join(filepath.Dir(here), "..", "..")
-	cmd := exec.Command("go", "list", "-deps", "-f", "{{if .Module}}{{if .Module.Main}}{{.Dir}}{{range .GoFiles}} {{.}}{{end}}{{end}}{{end}}", "./cmd/worker", "./cmd/enqueue")
+	cmd := exec.Command("go", "list", "-deps", "-f", "{{if .Module}}{{if .Module.Main}}{{.Dir}}{{range .GoFiles}} {{.}}{{end}}{{end}}{{end}}", "./cmd/worker", "./cmd/enqueue", "./cmd/relay")
 	cmd.Dir = root
 	out, err := cmd.Output()
 	if err != nil {

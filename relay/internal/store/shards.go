@@ -80,6 +80,48 @@ func (s *Store) Dirty(ctx context.Context, shard int, n int64) ([]DirtyChat, err
 	return out, err
 }
 
+// DirtyAll is Dirty for several shards in one round trip: up to n chats of
+// each, by shard.
+func (s *Store) DirtyAll(ctx context.Context, shards []int, n int64) (map[int][]DirtyChat, error) {
+	p := s.rdb.Pipeline()
+	cmds := make([]*redis.ZSliceCmd, len(shards))
+	for i, sh := range shards {
+		cmds[i] = p.ZRangeWithScores(ctx, s.dirtyKey(sh), 0, n-1)
+	}
+	if _, err := p.Exec(ctx); err != nil {
+		return nil, err
+	}
+	out := make(map[int][]DirtyChat, len(shards))
+	for i, sh := range shards {
+		for _, z := range cmds[i].Val() {
+			m, _ := z.Member.(string)
+			out[sh] = append(out[sh], DirtyChat{Chat: parseMember(m), Version: z.Score})
+		}
+	}
+	return out, nil
+}
+
+// MarkAll is Mark for many chats in one round trip (each chat's mark, then one
+// wake-up per shard).
+func (s *Store) MarkAll(ctx context.Context, cs []queue.Conversation, shards int) error {
+	if len(cs) == 0 {
+		return nil
+	}
+	p := s.rdb.Pipeline()
+	woken := map[int]bool{}
+	for _, c := range cs {
+		sh := Shard(c, shards)
+		p.ZIncrBy(ctx, s.dirtyKey(sh), 1, member(c))
+		woken[sh] = true
+	}
+	for sh := range woken {
+		p.LPush(ctx, s.wakeKey(sh), "1")
+		p.LTrim(ctx, s.wakeKey(sh), 0, 0)
+	}
+	_, err := p.Exec(ctx)
+	return err
+}
+
 var cleanScript = redis.NewScript(`
 if tonumber(redis.call('ZSCORE', KEYS[1], ARGV[1])) == tonumber(ARGV[2]) then
   redis.call('ZREM', KEYS[1], ARGV[1])
@@ -95,13 +137,28 @@ func (s *Store) Clean(ctx context.Context, d DirtyChat, shards int) error {
 		strconv.FormatFloat(d.Version, 'f', -1, 64)).Err()
 }
 
-// Wait blocks until one of shards is marked, or timeout.
+// Wait blocks until one of shards is marked, or timeout (to the millisecond:
+// a throttled edit or a typing refresh is due then).
 func (s *Store) Wait(ctx context.Context, shards []int, timeout time.Duration) error {
 	keys := make([]string, len(shards))
 	for i, sh := range shards {
 		keys[i] = s.wakeKey(sh)
 	}
-	err := s.rdb.BLPop(ctx, timeout, keys...).Err()
+	var err error
+	if timeout < time.Second {
+		// go-redis's BLPop rounds a timeout below a second up to one second
+		// (and logs it); Redis (6.0 and later) takes a fraction of a second,
+		// and the client's read timeout (3 s by default) is above it.
+		args := make([]any, 0, len(keys)+2)
+		args = append(args, "blpop")
+		for _, k := range keys {
+			args = append(args, k)
+		}
+		args = append(args, strconv.FormatFloat(max(timeout, time.Millisecond).Seconds(), 'f', 3, 64))
+		err = s.rdb.Do(ctx, args...).Err()
+	} else {
+		err = s.rdb.BLPop(ctx, timeout, keys...).Err()
+	}
 	if err == redis.Nil {
 		return nil
 	}

@@ -119,6 +119,28 @@ func (s *Store) Load(ctx context.Context, c queue.Conversation) (State, error) {
 	return st, nil
 }
 
+// Cursors returns the cursor of each chat ("" when none), in one round trip.
+func (s *Store) Cursors(ctx context.Context, cs []queue.Conversation) ([]string, error) {
+	p := s.rdb.Pipeline()
+	cmds := make([]*redis.StringCmd, len(cs))
+	for i, c := range cs {
+		cmds[i] = p.HGet(ctx, s.ChatKey(c), "cursor")
+	}
+	_, _ = p.Exec(ctx)
+	out := make([]string, len(cs))
+	for i, cmd := range cmds {
+		v, err := cmd.Result()
+		switch {
+		case err == redis.Nil:
+		case err != nil:
+			return nil, err
+		default:
+			out[i] = v
+		}
+	}
+	return out, nil
+}
+
 // fence is the Lua prologue that refuses a write when KEYS[2] does not hold
 // ARGV[1] ("" writes unfenced).
 const fence = `
