@@ -48,8 +48,7 @@ func (c *capture) lines(level slog.Level) []string {
 // A routine Redis restart logs at warn: Asynq's lines about the outage
 // (dequeue, forwarding, server state, lease extension, each repeated) fold
 // into one "waiting for Redis" warning per backoff step (500 ms doubling),
-// and an outage longer than a task's lease (30 s) is an error, once (issue
-// 24). Asynq's other errors, and these lines with an error that is not an
+// and an outage longer than a task's lease (30 s) is an error, once. Asynq's other errors, and these lines with an error that is not an
 // outage, stay errors.
 func TestAsynqOutageLinesFold(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -113,8 +112,8 @@ func TestAsynqOutageLinesFold(t *testing.T) {
 
 // Ready follows the writer: a round trip that fails as a whole (Redis
 // unreachable) makes the worker not ready, naming the error; with no turn
-// writing, Ready's own probe through the writer finds Redis back (issue 24:
-// /readyz said ready while every write of the worker failed).
+// writing, Ready's own probe through the writer finds Redis back (/readyz
+// used to say ready while every write of the worker failed).
 func TestReadyFollowsTheWriter(t *testing.T) {
 	rjEach(t, func(t *testing.T, b rjBackend) {
 		r := NewReplies(b.rdb, RepliesOptions{Prefix: b.prefix})

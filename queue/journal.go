@@ -150,7 +150,7 @@ type TurnRecord struct {
 	Cancel *CancelRecord `json:"cancel,omitempty"`
 }
 
-// Wait is a time a turn waited without being run (issue 29): behind the
+// Wait is a time a turn waited without being run: behind the
 // turn ahead of it in its conversation's line, or behind its chat's open
 // approval request. A wait is one entry however often the turn looked
 // again; Until is set when it stopped waiting behind that (it started, or

@@ -270,7 +270,7 @@ func (t *turn) releaseOps() []store.Op { return t.releaseOpsAfter("") }
 // releaseOpsAfter is releaseOps for a release sent in the same round trip
 // as the turn's final event, whose marker is after: the release happens
 // only if the marker exists then, so that a final event whose write failed
-// never lets go of its turn's place (issue 24; processTask then releases
+// never lets go of its turn's place (processTask then releases
 // as for any attempt that retries). On a Redis that is not one server the
 // marker and the line need not share a slot, and the release is left to
 // processTask.

@@ -17,7 +17,7 @@ import (
 	"github.com/lettaq/lettaq/queue/internal/store"
 )
 
-// Waiting is a state, not a retry (issue 29). An attempt that finds it
+// Waiting is a state, not a retry. An attempt that finds it
 // must wait, because it is not its turn in its conversation's line
 // (acquire's NotYourTurn) or its chat's approval request is open
 // (approvalGate), parks: it writes a parking record (store.Parking) and
@@ -348,8 +348,7 @@ func (w *Worker) aliveOrParked(alive ordering.AliveFunc) ordering.AliveFunc {
 	}
 }
 
-// unpark takes a waiting turn out of Asynq (for a cancel: issue 29 item
-// 4): its scheduled, pending or retry task is deleted; a parked one (in no
+// unpark takes a waiting turn out of Asynq (for a cancel): its scheduled, pending or retry task is deleted; a parked one (in no
 // Asynq queue for a moment) has its record marked dropped, so that its
 // re-enqueue does not happen, or deletes the task again right after. It
 // reports whether it found the task waiting; an active task is left alone

@@ -17,7 +17,7 @@ import (
 	"github.com/lettaq/lettaq/queue/internal/store"
 )
 
-// Fast takeover (issue 30). Asynq finds the tasks of a worker process that
+// Fast takeover. Asynq finds the tasks of a worker process that
 // died (OOM kill, node loss, kill -9) only through its lease: 60 to 165 s
 // later, and it uses one of the task's retries. lettaq keeps a registry of
 // its own instead (queue/internal/store's takeover keys): every worker

@@ -215,7 +215,7 @@ func (t *turn) deliverAtOnce(ctx context.Context, log *slog.Logger, outcome stri
 		return t.undelivered(ctx, log, err)
 	}
 	// The release happens only with the final event written (its marker):
-	// a pipeline's commands each run on their own (issue 24). The record
+	// a pipeline's commands each run on their own. The record
 	// and the result may land without the event; the next attempt, which
 	// does not take a record without the marker for finished (see run),
 	// writes over them.

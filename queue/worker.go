@@ -670,7 +670,7 @@ func isFailure(err error) bool {
 // Its lines about a Redis outage (asynqRedisLines) tell the worker's health
 // (Worker.Ready), and fold into one "waiting for Redis" warning per backoff
 // step: a routine restart of Redis is a warning, not a page of errors; an
-// outage longer than a task's lease is an error, once (issue 24).
+// outage longer than a task's lease is an error, once.
 type asynqLogger struct {
 	l         *slog.Logger
 	permanent *permanentSet
