@@ -10,10 +10,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/lettaq/lettaq/agentclient"
 	"github.com/lettaq/lettaq/continuation"
+	"github.com/lettaq/lettaq/queue/internal/cancelsub"
 )
 
 // The worker's side of a cancel (Client.Cancel; see cancel.go).
@@ -105,40 +104,32 @@ type turnCancel struct {
 	recovered  bool          // the attempt started with its run known
 }
 
-// watchCancels follows the cancel channel until ctx ends: a cancel of a
-// turn this worker runs is noted on the turn (noteCancel). On every
-// (re)subscription the records of the running turns are read, for the
-// cancels published while the worker was not subscribed.
-func (w *Worker) watchCancels(ctx context.Context) {
-	ps := w.replies.st.SubscribeCancels(ctx)
-	defer func() { _ = ps.Close() }()
-	ch := ps.ChannelWithSubscriptions()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case m, ok := <-ch:
-			if !ok {
-				return
-			}
-			switch m := m.(type) {
-			case *redis.Subscription:
-				w.recheckCancels(ctx)
-			case *redis.Message:
-				t := w.cancels.get(m.Payload)
-				if t == nil {
-					continue // not running here (its start reads the record)
-				}
-				b, found, err := w.replies.st.GetCancel(ctx, m.Payload)
-				if err != nil {
-					t.log.Warn("could not read the turn's cancel record", "error", err.Error())
-					b, found = nil, true // the publish says there is one
-				}
-				if found {
-					t.noteCancel(b)
-				}
-			}
-		}
+// cancelSubscriber is the worker's subscription to the cancel channel
+// (queue/internal/cancelsub): a cancel of a turn this worker runs is noted
+// on the turn (noteCancel); on every (re)subscription the records of the
+// running turns are read, for the cancels published while the worker was
+// not subscribed.
+func (w *Worker) cancelSubscriber() *cancelsub.Subscriber {
+	return &cancelsub.Subscriber{Subscribe: w.replies.st.SubscribeCancels, Resync: w.recheckCancels, Heard: w.heardCancel}
+}
+
+// watchCancels follows the cancel channel until ctx ends.
+func (w *Worker) watchCancels(ctx context.Context) { w.cancelSubscriber().Run(ctx) }
+
+// heardCancel notes the cancel the channel published for taskID, when the
+// turn runs here (else its start reads the record).
+func (w *Worker) heardCancel(ctx context.Context, taskID string) {
+	t := w.cancels.get(taskID)
+	if t == nil {
+		return
+	}
+	b, found, err := w.replies.st.GetCancel(ctx, taskID)
+	if err != nil {
+		t.log.Warn("could not read the turn's cancel record", "error", err.Error())
+		b, found = nil, true // the publish says there is one
+	}
+	if found {
+		t.noteCancel(b)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/lettaq/lettaq/ordering"
+	"github.com/lettaq/lettaq/queue/internal/service"
 	"github.com/lettaq/lettaq/queue/internal/store"
 )
 
@@ -308,20 +309,14 @@ func (pk *parker) sweep(ctx context.Context) {
 	}
 }
 
-// sweeper runs sweep every defaultSweepEvery until ctx ends.
-func (pk *parker) sweeper(ctx context.Context, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			sctx, cancel := context.WithTimeout(ctx, every)
-			pk.sweep(sctx)
-			cancel()
-		}
-	}
+// sweeper is the loop that runs sweep every every, each sweep bounded by
+// every.
+func (pk *parker) sweeper(every time.Duration) *service.Ticker {
+	return &service.Ticker{Every: every, Tick: func(ctx context.Context) {
+		sctx, cancel := context.WithTimeout(ctx, every)
+		defer cancel()
+		pk.sweep(sctx)
+	}}
 }
 
 // aliveOrParked is alive that also counts a parked task (momentarily in no

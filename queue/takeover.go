@@ -14,6 +14,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/lettaq/lettaq/ordering"
+	"github.com/lettaq/lettaq/queue/internal/service"
 	"github.com/lettaq/lettaq/queue/internal/store"
 )
 
@@ -127,6 +128,7 @@ type takeover struct {
 	// running: the beats run (Worker.Run); a worker whose handler runs
 	// under another server (Worker.Handler) registers nothing.
 	running atomic.Bool
+	ticker  *service.Ticker // the beats (Start, Stop)
 
 	// reregMu is held by a beat that writes the running turns back (from
 	// its list of them to its last write's end), and taken by a turn's
@@ -167,24 +169,30 @@ func (tk *takeover) current() *takeoverEpoch {
 	return tk.epoch
 }
 
-// run beats and watches until ctx ends.
-func (tk *takeover) run(ctx context.Context) {
+// Start starts the beats and the watch (a service.Ticker of tick, every
+// TakeoverBeat ±10%, so that the watchers do not all look at once): turns
+// register from now on.
+func (tk *takeover) Start(ctx context.Context) error {
 	tk.client = asynq.NewClient(tk.w.conn)
 	tk.insp = asynq.NewInspector(tk.w.conn)
-	defer tk.client.Close()
-	defer tk.insp.Close()
-	defer tk.running.Store(false)
+	tk.running.Store(true)
 	tk.log.Info("takeover on", "instance", tk.current().id, "after", tk.after.String(), "beat", tk.beat.String())
-	for {
-		tk.tick(ctx)
-		// ±10% jitter, so that the watchers do not all look at once.
-		d := time.Duration(float64(tk.beat) * (0.9 + 0.2*rand.Float64()))
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(d):
-		}
+	tk.ticker = &service.Ticker{Every: tk.beat, Jitter: 0.1, Immediate: true, Tick: tk.tick}
+	return tk.ticker.Start(ctx)
+}
+
+// Stop ends the beats and takes the worker out of the registry (a graceful
+// stop: its turns were put back through Asynq and are not taken over).
+func (tk *takeover) Stop() {
+	if tk.ticker == nil {
+		return
 	}
+	tk.ticker.Stop()
+	tk.ticker = nil
+	tk.running.Store(false)
+	_ = tk.client.Close()
+	_ = tk.insp.Close()
+	tk.leave()
 }
 
 // tick is one beat: record it, fence this worker when it was claimed,

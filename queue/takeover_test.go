@@ -429,3 +429,44 @@ func TestTakeoverFencedDeliveryReportsTakenOver(t *testing.T) {
 		t.Errorf("the fenced attempt wrote %d events", n)
 	}
 }
+
+// The takeover component on its own: Start beats at once (the worker is in the registry
+// before its first turn), Stop ends the beats and takes the worker out of the registry, and a
+// second Stop does nothing.
+func TestTakeoverStartBeatsStopLeaves(t *testing.T) {
+	e := newTakeoverEnv(t)
+	w, err := NewWorker(WorkerConfig{Redis: e.opt, WorkerID: "S", LettaURL: "http://127.0.0.1:1",
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), TakeoverAfter: 3 * time.Second,
+		RepliesOptions: RepliesOptions{Prefix: e.prefix}, JournalOptions: JournalOptions{Prefix: e.prefix},
+		Queues: map[string]int{e.queue: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.closeRedis)
+	ctx := context.Background()
+	if w.tk.running.Load() {
+		t.Fatal("turns register before Start")
+	}
+	if err := w.tk.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	id := w.tk.current().id
+	deadline := time.Now().Add(5 * time.Second)
+	for e.rdb.ZScore(ctx, e.prefix+"takeover:workers", id).Err() != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("no beat 5 s after Start")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !w.tk.running.Load() {
+		t.Error("turns do not register after Start")
+	}
+	w.tk.Stop()
+	w.tk.Stop()
+	if w.tk.running.Load() {
+		t.Error("turns still register after Stop")
+	}
+	if err := e.rdb.ZScore(ctx, e.prefix+"takeover:workers", id).Err(); err != redis.Nil {
+		t.Errorf("a stopped worker is still registered: %v", err)
+	}
+}

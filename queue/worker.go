@@ -21,6 +21,8 @@ import (
 	"github.com/lettaq/lettaq/budget"
 	"github.com/lettaq/lettaq/continuation"
 	"github.com/lettaq/lettaq/ordering"
+	"github.com/lettaq/lettaq/queue/internal/health"
+	"github.com/lettaq/lettaq/queue/internal/service"
 	"github.com/lettaq/lettaq/queue/internal/store"
 )
 
@@ -185,7 +187,7 @@ type Worker struct {
 	srv       atomic.Pointer[asynq.Server] // set by Run: its Ping uses Asynq's own connection
 	permanent permanentSet                 // tasks whose handler's error was permanent, until Asynq logs their archiving
 	cancels   cancelRegistry               // the turns running here, for the cancel channel (cancelturn.go)
-	health    health                       // what Ready says
+	health    health.Health                // what Ready says
 	tk        *takeover                    // the takeover registry (nil: off)
 }
 
@@ -386,7 +388,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	w.approvals = newApprovals(w.replies)
 	w.park = newParker(w)
 	w.writer = newWriter(w.replies.rdb, w.replies)
-	w.writer.tripped = w.health.tripped
+	w.writer.tripped = w.health.Tripped
 	if w.cfg.TakeoverAfter == 0 {
 		w.cfg.TakeoverAfter = DefaultTakeoverAfter
 	}
@@ -490,14 +492,17 @@ func (w *Worker) run(ctx context.Context) error {
 	mux := asynq.NewServeMux()
 	mux.Handle(TaskType, w.Handler())
 	mux.Handle(TakeoverTaskType, w.Handler())
+	// The worker's own loops, started before Asynq's server (turns register
+	// for takeover from their first attempt) and stopped after it, in the
+	// reverse order (docs/architecture.md).
+	loops := w.loops()
+	if err := loops.Start(context.Background()); err != nil {
+		return fmt.Errorf("queue: start worker: %w", err)
+	}
+	defer loops.Stop()
 	if err := srv.Start(mux); err != nil {
 		return fmt.Errorf("queue: start worker: %w", err)
 	}
-	sctx, stopSweep := context.WithCancel(ctx)
-	defer stopSweep()
-	go w.park.sweeper(sctx, w.sweepEvery())
-	go w.watchCancels(ctx)
-	stopBeats := w.startTakeover()
 	w.log.Info("worker started", "worker", w.cfg.WorkerID, "queues", QueuesString(w.cfg.Queues),
 		"concurrency", w.cfg.Concurrency, "task_timeout", w.cfg.Budget.TaskTimeout().String())
 	<-ctx.Done()
@@ -520,29 +525,33 @@ func (w *Worker) run(ctx context.Context) error {
 	}
 	w.park.drain(2 * time.Second) // the parked turns' re-enqueues
 
-	stopBeats()
 	if w.ownsClient {
 		w.client.CloseIdleConnections()
 	}
 	return nil
 }
 
-// startTakeover starts the takeover registry's beats; stop ends them and
-// takes the worker out of the registry (a graceful stop: its turns were
-// put back through Asynq and are not taken over).
-func (w *Worker) startTakeover() (stop func()) {
-	if w.tk == nil {
-		return func() {}
+// loops are the worker's background loops, in the order they start (they
+// stop in the reverse order):
+//
+//  1. the takeover beats and watch (takeover.go), when on: first, so that
+//     every turn registers; last to stop, so that a worker that stops is
+//     not taken for dead while its turns are put back, and then it leaves
+//     the registry;
+//  2. the park sweeper (parking.go): turns a dead worker left parked in no
+//     Asynq queue are enqueued again;
+//  3. the cancel subscriber (cancelturn.go): cancels of the turns running
+//     here, heard as they are published.
+//
+// The readiness probe is no loop: Ready starts one on demand, at most one
+// at a time (queue/internal/health).
+func (w *Worker) loops() *service.Group {
+	var g service.Group
+	if w.tk != nil {
+		g.Add(w.tk)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	w.tk.running.Store(true) // turns register from now on
-	go func() { defer close(done); w.tk.run(ctx) }()
-	return func() {
-		cancel()
-		<-done
-		w.tk.leave()
-	}
+	g.Add(w.park.sweeper(w.sweepEvery()), w.cancelSubscriber())
+	return &g
 }
 
 // awaitRedis returns once Redis answers again, or when ctx (the attempt's
@@ -667,34 +676,27 @@ func isFailure(err error) bool {
 // it archives a task, also one whose handler returned a permanent error (SkipRetry) and was
 // never retried; lettaq's line says which it was instead.
 //
-// Its lines about a Redis outage (asynqRedisLines) tell the worker's health
-// (Worker.Ready), and fold into one "waiting for Redis" warning per backoff
-// step: a routine restart of Redis is a warning, not a page of errors; an
-// outage longer than a task's lease is an error, once.
+// Its lines about a Redis outage tell the worker's health (Worker.Ready), and
+// fold into one "waiting for Redis" warning per backoff step
+// (queue/internal/outage): a routine restart of Redis is a warning, not a page
+// of errors; an outage longer than a task's lease is an error, once.
 type asynqLogger struct {
 	l         *slog.Logger
 	permanent *permanentSet
-	health    *health
+	health    *health.Health
 }
 
 // NewAsynqLogger returns an asynq.Logger that writes to l.
-func NewAsynqLogger(l *slog.Logger) asynq.Logger { return asynqLogger{l: l, health: &health{}} }
+func NewAsynqLogger(l *slog.Logger) asynq.Logger { return asynqLogger{l: l, health: &health.Health{}} }
 
-func newAsynqLogger(l *slog.Logger, permanent *permanentSet, h *health) asynq.Logger {
+func newAsynqLogger(l *slog.Logger, permanent *permanentSet, h *health.Health) asynq.Logger {
 	return asynqLogger{l: l, permanent: permanent, health: h}
 }
 
 // outage logs an Asynq line about a Redis outage (see asynqLogger); false
 // when msg is not one.
 func (a asynqLogger) outage(msg string) bool {
-	if a.health == nil || !asynqRedisLine(msg) {
-		return false
-	}
-	a.health.asynqTrouble(msg)
-	a.health.mu.Lock()
-	a.health.outage.line(a.l, msg, a.health.clock())
-	a.health.mu.Unlock()
-	return true
+	return a.health != nil && a.health.AsynqLine(a.l, msg)
 }
 
 func (a asynqLogger) Debug(args ...any) { a.l.Debug(fmt.Sprint(args...)) }
