@@ -492,26 +492,67 @@ func (w *Worker) run(ctx context.Context) error {
 	mux := asynq.NewServeMux()
 	mux.Handle(TaskType, w.Handler())
 	mux.Handle(TakeoverTaskType, w.Handler())
-	// The worker's own loops, started before Asynq's server (turns register
-	// for takeover from their first attempt) and stopped after it, in the
-	// reverse order (docs/architecture.md).
-	loops := w.loops()
-	if err := loops.Start(context.Background()); err != nil {
-		return fmt.Errorf("queue: start worker: %w", err)
-	}
-	defer loops.Stop()
-	if err := srv.Start(mux); err != nil {
+	parts := w.parts(&asynqServer{w: w, srv: srv, mux: mux})
+	if err := parts.Start(context.Background()); err != nil {
 		return fmt.Errorf("queue: start worker: %w", err)
 	}
 	w.log.Info("worker started", "worker", w.cfg.WorkerID, "queues", QueuesString(w.cfg.Queues),
 		"concurrency", w.cfg.Concurrency, "task_timeout", w.cfg.Budget.TaskTimeout().String())
 	<-ctx.Done()
 	w.log.Info("worker shutting down", "worker", w.cfg.WorkerID, "timeout", w.cfg.ShutdownTimeout.String())
+	parts.Stop()
+	if w.ownsClient {
+		w.client.CloseIdleConnections()
+	}
+	return nil
+}
+
+// parts are what a running worker is made of, in the order they start;
+// they stop in the reverse order:
+//
+//  1. the takeover beats and watch (takeover.go), when on: first, so that
+//     every turn registers from its first attempt; last to stop, so that
+//     a worker that stops is not taken for dead while its turns are put
+//     back, and then it leaves the registry;
+//  2. Asynq's server, which runs the turns (asynqServer);
+//  3. the park sweeper (parking.go): turns a dead worker left parked in no
+//     Asynq queue are enqueued again;
+//  4. the cancel subscriber (cancelturn.go): cancels of the turns running
+//     here, heard as they are published. It stops first: a worker that
+//     shuts down hears no more cancels, and the attempt that continues an
+//     interrupted turn elsewhere reads its cancel record at its start.
+//
+// The readiness probe is no loop: Ready starts one on demand, at most one
+// at a time (queue/internal/health).
+func (w *Worker) parts(server service.Service) *service.Group {
+	var g service.Group
+	if w.tk != nil {
+		g.Add(w.tk)
+	}
+	g.Add(server, w.park.sweeper(w.sweepEvery()), w.cancelSubscriber())
+	return &g
+}
+
+// asynqServer is Asynq's server as one of the worker's parts.
+type asynqServer struct {
+	w   *Worker
+	srv *asynq.Server
+	mux *asynq.ServeMux
+}
+
+func (a *asynqServer) Start(context.Context) error { return a.srv.Start(a.mux) }
+
+// Stop shuts the server down gracefully: it stops taking tasks, lets
+// turns in flight finish for ShutdownTimeout, interrupts the rest a little
+// before that (their state is journaled) so that Asynq puts them back, and
+// waits for the handlers' bookkeeping and the parked turns' re-enqueues.
+func (a *asynqServer) Stop() {
+	w := a.w
 	// Interrupt the turns still running shortly before Asynq gives up on
 	// them, so that each journals its state and returns on its own.
 	grace := min(2*time.Second, w.cfg.ShutdownTimeout/4)
 	t := time.AfterFunc(w.cfg.ShutdownTimeout-grace, w.stops.stop)
-	srv.Shutdown()
+	a.srv.Shutdown()
 	t.Stop()
 	w.stops.stop()
 	// Asynq stops waiting for a handler once its context is done; wait for
@@ -524,34 +565,6 @@ func (w *Worker) run(ctx context.Context) error {
 		w.log.Warn("worker: turns still finishing after shutdown")
 	}
 	w.park.drain(2 * time.Second) // the parked turns' re-enqueues
-
-	if w.ownsClient {
-		w.client.CloseIdleConnections()
-	}
-	return nil
-}
-
-// loops are the worker's background loops, in the order they start (they
-// stop in the reverse order):
-//
-//  1. the takeover beats and watch (takeover.go), when on: first, so that
-//     every turn registers; last to stop, so that a worker that stops is
-//     not taken for dead while its turns are put back, and then it leaves
-//     the registry;
-//  2. the park sweeper (parking.go): turns a dead worker left parked in no
-//     Asynq queue are enqueued again;
-//  3. the cancel subscriber (cancelturn.go): cancels of the turns running
-//     here, heard as they are published.
-//
-// The readiness probe is no loop: Ready starts one on demand, at most one
-// at a time (queue/internal/health).
-func (w *Worker) loops() *service.Group {
-	var g service.Group
-	if w.tk != nil {
-		g.Add(w.tk)
-	}
-	g.Add(w.park.sweeper(w.sweepEvery()), w.cancelSubscriber())
-	return &g
 }
 
 // awaitRedis returns once Redis answers again, or when ctx (the attempt's
