@@ -53,13 +53,7 @@ import (
 // higher saved (Journal.saveOp): the runner that holds the turn writes its
 // record, and a stale one overwrites nothing before it learns it lost.
 
-// TakeoverTaskType is the Asynq task type of a takeover: the continuation
-// of a turn whose worker died, on another worker.
-const TakeoverTaskType = "lettaq:takeover"
-
 const (
-	// DefaultTakeoverAfter is WorkerConfig.TakeoverAfter's default.
-	DefaultTakeoverAfter = 5 * time.Second
 	// defaultTakeoverBeat is WorkerConfig.TakeoverBeat's default.
 	defaultTakeoverBeat = time.Second
 	// takeoverTombstoneTTL: how long a claimed worker's tombstone is kept
