@@ -6,11 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"sync"
 	"time"
 
-	"github.com/lettaq/lettaq/agentclient"
 	"github.com/lettaq/lettaq/continuation"
 	"github.com/lettaq/lettaq/queue/internal/cancelsub"
 )
@@ -90,18 +88,25 @@ func (r *cancelRegistry) ids() []string {
 	return out
 }
 
-// turnCancel is a turn's side of its cancel (guarded by mu: the cancel
-// channel's goroutine, the stream's reader and the turn all reach it).
-type turnCancel struct {
-	mu         sync.Mutex
-	rec        *CancelRecord // the cancel asked for (nil: none)
-	thread     bool          // the turn's Letta thread is known (threadKnown)
-	convID     string        // its conversation ("": the agent endpoints)
-	asking     bool          // a call to Letta's cancel is under way or done
-	waitRun    bool          // Letta's cancel waits for the run's id
-	ended      bool          // the turn is finishing: Letta is not asked any more
-	beforeSend bool          // beforeSend refused the send
-	recovered  bool          // the attempt started with its run known
+// cancelRun is the turn as its cancel's view of the run at Letta
+// (cancel.Run): (*cancelRun)(t).
+type cancelRun turn
+
+func (r *cancelRun) RunID() string { return r.ids.currentRunID() }
+
+// CancelRun asks Letta to cancel the turn's run: the conversation's cancel,
+// or on the agent endpoints the agent's cancel of this run.
+func (r *cancelRun) CancelRun(conv, runID string) error {
+	t := (*turn)(r)
+	ctx, cancel := context.WithTimeout(t.detached(), t.w.cfg.Budget.RequestTimeout)
+	defer cancel()
+	var err error
+	if conv == "" {
+		_, err = t.w.client.CancelRuns(ctx, t.msg.AgentID, []string{runID})
+	} else {
+		_, err = t.w.client.CancelConversation(ctx, conv, t.msg.AgentID)
+	}
+	return err
 }
 
 // cancelSubscriber is the worker's subscription to the cancel channel
@@ -161,30 +166,9 @@ func (t *turn) noteCancel(b []byte) {
 	if len(b) > 0 && json.Unmarshal(b, &cr) != nil {
 		cr = CancelRecord{By: "unknown"}
 	}
-	t.cx.mu.Lock()
-	first := t.cx.rec == nil
-	if first {
-		t.cx.rec = &cr
-	}
-	ask := t.cx.thread && !t.cx.ended
-	t.cx.mu.Unlock()
-	if first {
+	if t.cx.Note(cr, (*cancelRun)(t), t.log) {
 		t.log.Info("the turn is cancelled", "by", cr.By)
 	}
-	if ask {
-		t.askLetta()
-	}
-}
-
-// cancelAsked is the turn's cancel, nil when none was asked for.
-func (t *turn) cancelAsked() *CancelRecord {
-	t.cx.mu.Lock()
-	defer t.cx.mu.Unlock()
-	if t.cx.rec == nil {
-		return nil
-	}
-	cr := *t.cx.rec
-	return &cr
 }
 
 // cancelAtStart notes a cancel record that the start's reads found (pre,
@@ -205,94 +189,19 @@ func (t *turn) readCancel(ctx context.Context) {
 	}
 }
 
-// threadKnown tells the cancel the turn's Letta thread (execute): from here
-// on a cancel asks Letta.
-func (t *turn) threadKnown(convID string) {
-	t.cx.mu.Lock()
-	t.cx.thread, t.cx.convID = true, convID
-	ask := t.cx.rec != nil
-	t.cx.mu.Unlock()
-	if ask {
-		t.askLetta()
-	}
-}
-
-// runKnown tells the cancel that the run's id is known now (saveRunID).
-func (t *turn) runKnown() {
-	t.cx.mu.Lock()
-	ask := t.cx.waitRun && t.cx.rec != nil && !t.cx.ended
-	t.cx.mu.Unlock()
-	if ask {
-		t.askLetta()
-	}
-}
-
-// askLetta asks Letta to cancel the turn's run, once, off the caller's
-// goroutine: the conversation's cancel, or on the agent endpoints the
-// agent's cancel of this run (never without its id: the agent may be
-// running other chats' runs). A 409 before the run is known (nothing runs
-// yet) asks again once it is; any other failure leaves the turn to end as
-// Letta ends it.
-func (t *turn) askLetta() {
-	t.cx.mu.Lock()
-	if t.cx.asking || t.cx.ended || !t.cx.thread {
-		t.cx.mu.Unlock()
-		return
-	}
-	conv, runID := t.cx.convID, t.ids.currentRunID()
-	if conv == "" && runID == "" {
-		t.cx.waitRun = true
-		t.cx.mu.Unlock()
-		return
-	}
-	t.cx.asking, t.cx.waitRun = true, false
-	t.cx.mu.Unlock()
-	go func() {
-		ctx, cancel := context.WithTimeout(t.detached(), t.w.cfg.Budget.RequestTimeout)
-		defer cancel()
-		var err error
-		if conv == "" {
-			_, err = t.w.client.CancelRuns(ctx, t.msg.AgentID, []string{runID})
-		} else {
-			_, err = t.w.client.CancelConversation(ctx, conv, t.msg.AgentID)
-		}
-		log := t.log.With(slog.String("conversation", conv))
-		switch {
-		case err == nil:
-			log.Info("asked Letta to cancel the turn's run")
-		case agentclient.StatusCode(err) == http.StatusConflict && runID == "":
-			// Nothing runs yet (the send is on its way): again once the run
-			// is known.
-			t.cx.mu.Lock()
-			t.cx.asking, t.cx.waitRun = false, true
-			t.cx.mu.Unlock()
-			log.Info("Letta has no run to cancel yet: asking again once the run is known")
-			if t.ids.currentRunID() != "" {
-				t.runKnown()
-			}
-		case agentclient.StatusCode(err) == http.StatusConflict:
-			log.Info("Letta has no run to cancel: the turn ends as its run did", "error", err.Error())
-		default:
-			log.Warn("Letta's cancel failed: the turn ends as its run does", "error", err.Error())
-		}
-	}()
-}
-
 // cancelBeforeSend is beforeSend's check: the turn was cancelled (found
 // says the round trip of the intent read a record).
 func (t *turn) cancelBeforeSend(found bool) error {
-	if found && t.cancelAsked() == nil {
+	if found && t.cx.Asked() == nil {
 		t.readCancel(t.detached())
-		if t.cancelAsked() == nil {
+		if t.cx.Asked() == nil {
 			t.noteCancel(nil)
 		}
 	}
-	if t.cancelAsked() == nil {
+	if t.cx.Asked() == nil {
 		return nil
 	}
-	t.cx.mu.Lock()
-	t.cx.beforeSend = true
-	t.cx.mu.Unlock()
+	t.cx.RefusedSend()
 	return errCancelledBeforeSend
 }
 
@@ -300,11 +209,8 @@ func (t *turn) cancelBeforeSend(found bool) error {
 // Letta is not asked to cancel any more. It returns the turn's cancel (nil:
 // none) and the phase the turn is in (for endOf's cancelled ending).
 func (t *turn) cancelDecided(d continuation.Result) (cr *CancelRecord, phase string) {
-	t.cx.mu.Lock()
-	t.cx.ended = true
-	beforeSend, recovered := t.cx.beforeSend, t.cx.recovered
-	t.cx.mu.Unlock()
-	if cr = t.cancelAsked(); cr == nil {
+	beforeSend, recovered := t.cx.End()
+	if cr = t.cx.Asked(); cr == nil {
 		return nil, ""
 	}
 	switch {
@@ -323,16 +229,14 @@ func (t *turn) cancelDecided(d continuation.Result) (cr *CancelRecord, phase str
 // what a cancel does: a turn never sent ends here (end); one that may have
 // reached Letta goes on, and its run is cancelled once its thread is known.
 func (t *turn) cancelStart(ctx context.Context, intents []Intent) (err error, end bool) {
-	cr := t.cancelAsked()
+	cr := t.cx.Asked()
 	if cr == nil {
 		return nil, false
 	}
 	if len(liveIntents(intents)) == 0 && t.rec.RunID == "" {
 		return t.endCancelled(ctx, t.log, *cr, CancelPhaseWaiting, ""), true
 	}
-	t.cx.mu.Lock()
-	t.cx.recovered = t.rec.RunID != ""
-	t.cx.mu.Unlock()
+	t.cx.Recovered(t.rec.RunID != "")
 	t.log.Info("the turn was cancelled while it may have reached Letta: its run is cancelled, never sent again")
 	return nil, false
 }
@@ -344,9 +248,7 @@ func (t *turn) cancelStart(ctx context.Context, intents []Intent) (err error, en
 // ending, not a failure (an archived task counts in Asynq's failed
 // metrics). The conversation is released with the journal's save.
 func (t *turn) endCancelled(ctx context.Context, log *slog.Logger, cr CancelRecord, phase, text string) error {
-	t.cx.mu.Lock()
-	t.cx.ended = true
-	t.cx.mu.Unlock()
+	t.cx.End()
 	dctx, cancel := t.w.deliveryCtx(ctx)
 	defer cancel()
 	cr.Phase = phase
@@ -396,11 +298,9 @@ func (t *turn) cancelWaiting(ctx context.Context, nyt error) error {
 	t.wakeAfterDeadHeads(ctx, nyt)
 	dctx, cancel := w.deliveryCtx(ctx)
 	defer cancel()
-	cr := *t.cancelAsked()
+	cr := *t.cx.Asked()
 	cr.Phase = CancelPhaseWaiting
-	t.cx.mu.Lock()
-	t.cx.ended = true
-	t.cx.mu.Unlock()
+	t.cx.End()
 	ev := ReplyEvent{Type: EventError, TaskID: t.taskID, Otid: t.otid, MessageID: t.msg.MessageID,
 		StopReason: StopReasonCancelled, Permanent: true}
 	if _, err := w.replies.EmitAnswerOnce(dctx, t.msg.Conversation, ev); err != nil {

@@ -43,7 +43,7 @@ func TestWatchCancels(t *testing.T) {
 		t.Helper()
 		deadline := time.Now().Add(5 * time.Second)
 		for {
-			if cr := tt.cancelAsked(); cr != nil {
+			if cr := tt.cx.Asked(); cr != nil {
 				if cr.By != by {
 					t.Errorf("%s: cancel by %q, want %q", tt.taskID, cr.By, by)
 				}
@@ -60,7 +60,7 @@ func TestWatchCancels(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(heard, "later")
-	if other.cancelAsked() != nil {
+	if other.cx.Asked() != nil {
 		t.Error("a turn nobody cancelled was told it was")
 	}
 	cancel()

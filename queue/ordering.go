@@ -189,7 +189,7 @@ func (t *turn) acquire(ctx context.Context) (lease *ordering.Lease, err error, d
 	case errors.Is(err, ordering.ErrDone):
 		t.log.Info("turn already finished (duplicate delivery)")
 		return nil, nil, true
-	case ordering.IsNotYourTurn(err) && t.cancelAsked() != nil:
+	case ordering.IsNotYourTurn(err) && t.cx.Asked() != nil:
 		return nil, t.cancelWaiting(ctx, err), true
 	case ordering.IsNotYourTurn(err):
 		t.wakeAfterDeadHeads(ctx, err)

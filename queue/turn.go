@@ -15,6 +15,7 @@ import (
 	"github.com/lettaq/lettaq/agentclient"
 	"github.com/lettaq/lettaq/continuation"
 	"github.com/lettaq/lettaq/ordering"
+	"github.com/lettaq/lettaq/queue/internal/cancel"
 	"github.com/lettaq/lettaq/queue/internal/pace"
 	"github.com/lettaq/lettaq/queue/internal/store"
 )
@@ -324,8 +325,8 @@ type turn struct {
 	releaseSeen  bool         // processTask read released: a later release wakes the next turn itself (guarded by mu)
 	replyBytes   atomic.Int64 // progress text written to the reply stream (see replyAllowed)
 
-	pre *store.StartReads // read before the attempt runs (until the thread is known)
-	cx  turnCancel        // its cancel, if one is asked for (cancelturn.go)
+	pre *store.StartReads         // read before the attempt runs (until the thread is known)
+	cx  cancel.Turn[CancelRecord] // its cancel, if one is asked for (cancelturn.go)
 
 	key          string          // ordering key ("" without ordering)
 	lease        *ordering.Lease // held while the attempt runs (nil without ordering)
@@ -678,7 +679,7 @@ func (t *turn) execute(ctx context.Context) error {
 	}
 	t.spec.ConversationID = convID
 	t.wctx, t.wcancel = wctx, cancel
-	t.threadKnown(convID)
+	t.cx.ThreadKnown(convID, (*cancelRun)(t), t.log)
 	return t.step(ctx)
 }
 
@@ -852,7 +853,7 @@ func (t *turn) saveRunID() {
 	t.rec.RunID = id
 	t.mu.Unlock()
 	t.saveLater() // off the stream's reader, with the next progress events
-	t.runKnown()
+	t.cx.RunKnown((*cancelRun)(t), t.log)
 }
 
 func (t *turn) onPhase(p continuation.Activity) {
