@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/lettaq/lettaq/continuation"
@@ -48,51 +47,21 @@ type CancelObserver interface {
 // errCancelledBeforeSend is beforeSend's refusal of a cancelled turn.
 var errCancelledBeforeSend = errors.New("lettaq: the turn was cancelled before it was sent")
 
-// cancelRegistry holds the turns a worker is running, by task id, for the
-// cancel channel.
-type cancelRegistry struct {
-	mu sync.Mutex
-	m  map[string]*turn
-}
-
-func (r *cancelRegistry) add(t *turn) {
-	r.mu.Lock()
-	if r.m == nil {
-		r.m = make(map[string]*turn)
-	}
-	r.m[t.taskID] = t
-	r.mu.Unlock()
-}
-
-func (r *cancelRegistry) remove(t *turn) {
-	r.mu.Lock()
-	if r.m[t.taskID] == t {
-		delete(r.m, t.taskID)
-	}
-	r.mu.Unlock()
-}
-
-func (r *cancelRegistry) get(id string) *turn {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.m[id]
-}
-
-func (r *cancelRegistry) ids() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := make([]string, 0, len(r.m))
-	for id := range r.m {
-		out = append(out, id)
-	}
-	return out
-}
-
 // cancelRun is the turn as its cancel's view of the run at Letta
 // (cancel.Run): (*cancelRun)(t).
 type cancelRun turn
 
 func (r *cancelRun) RunID() string { return r.ids.currentRunID() }
+
+// NoteCancel notes the cancel the channel published (cancel.Running).
+func (r *cancelRun) NoteCancel(b []byte, readErr error) {
+	t := (*turn)(r)
+	if readErr != nil {
+		t.log.Warn("could not read the turn's cancel record", "error", readErr.Error())
+		b = nil // the publish says there is one
+	}
+	t.noteCancel(b)
+}
 
 // CancelRun asks Letta to cancel the turn's run: the conversation's cancel,
 // or on the agent endpoints the agent's cancel of this run.
@@ -113,51 +82,13 @@ func (r *cancelRun) CancelRun(conv, runID string) error {
 // (queue/internal/cancelsub): a cancel of a turn this worker runs is noted
 // on the turn (noteCancel); on every (re)subscription the records of the
 // running turns are read, for the cancels published while the worker was
-// not subscribed.
+// not subscribed (cancel.Running).
 func (w *Worker) cancelSubscriber() *cancelsub.Subscriber {
-	return &cancelsub.Subscriber{Subscribe: w.replies.st.SubscribeCancels, Resync: w.recheckCancels, Heard: w.heardCancel}
+	return &cancelsub.Subscriber{Subscribe: w.replies.st.SubscribeCancels, Resync: w.cancels.Resync, Heard: w.cancels.Heard}
 }
 
 // watchCancels follows the cancel channel until ctx ends.
 func (w *Worker) watchCancels(ctx context.Context) { w.cancelSubscriber().Run(ctx) }
-
-// heardCancel notes the cancel the channel published for taskID, when the
-// turn runs here (else its start reads the record).
-func (w *Worker) heardCancel(ctx context.Context, taskID string) {
-	t := w.cancels.get(taskID)
-	if t == nil {
-		return
-	}
-	b, found, err := w.replies.st.GetCancel(ctx, taskID)
-	if err != nil {
-		t.log.Warn("could not read the turn's cancel record", "error", err.Error())
-		b, found = nil, true // the publish says there is one
-	}
-	if found {
-		t.noteCancel(b)
-	}
-}
-
-// recheckCancels reads the cancel records of the turns running here.
-func (w *Worker) recheckCancels(ctx context.Context) {
-	ids := w.cancels.ids()
-	if len(ids) == 0 {
-		return
-	}
-	recs, err := w.replies.st.GetCancels(ctx, ids)
-	if err != nil {
-		w.log.Warn("could not read the cancel records of the running turns", "error", err.Error())
-		return
-	}
-	for i, b := range recs {
-		if b == nil {
-			continue
-		}
-		if t := w.cancels.get(ids[i]); t != nil {
-			t.noteCancel(b)
-		}
-	}
-}
 
 // noteCancel notes the turn's cancel (b: its record's JSON), and asks
 // Letta to cancel the run when the turn has one underway.

@@ -27,7 +27,7 @@ func TestWatchCancels(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	newTurn := func(id string) *turn {
 		tt := &turn{w: w, taskID: id, log: log, ids: &turnIDs{taskID: id}}
-		w.cancels.add(tt)
+		w.cancels.Add(tt.taskID, (*cancelRun)(tt))
 		return tt
 	}
 	missed, heard, other := newTurn("turn:missed"), newTurn("turn:heard"), newTurn("turn:other")

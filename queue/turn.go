@@ -67,8 +67,8 @@ func (w *Worker) processTask(ctx context.Context, task *asynq.Task) error {
 	if t == nil {
 		return err
 	}
-	w.cancels.add(t) // before the start's reads: a cancel from then on reaches it
-	defer w.cancels.remove(t)
+	w.cancels.Add(t.taskID, (*cancelRun)(t)) // before the start's reads: a cancel from then on reaches it
+	defer w.cancels.Remove(t.taskID, (*cancelRun)(t))
 	t.cancel = cancel
 	t.progress.fenced = t.fencedNow
 	defer t.closeProgress()

@@ -21,6 +21,7 @@ import (
 	"github.com/lettaq/lettaq/budget"
 	"github.com/lettaq/lettaq/continuation"
 	"github.com/lettaq/lettaq/ordering"
+	"github.com/lettaq/lettaq/queue/internal/cancel"
 	"github.com/lettaq/lettaq/queue/internal/health"
 	"github.com/lettaq/lettaq/queue/internal/service"
 	"github.com/lettaq/lettaq/queue/internal/store"
@@ -186,7 +187,7 @@ type Worker struct {
 	inflight  sync.WaitGroup               // handlers, so that shutdown waits for their bookkeeping
 	srv       atomic.Pointer[asynq.Server] // set by Run: its Ping uses Asynq's own connection
 	permanent permanentSet                 // tasks whose handler's error was permanent, until Asynq logs their archiving
-	cancels   cancelRegistry               // the turns running here, for the cancel channel (cancelturn.go)
+	cancels   cancel.Running[*cancelRun]   // the turns running here, for the cancel channel (cancelturn.go)
 	health    health.Health                // what Ready says
 	tk        *takeover                    // the takeover registry (nil: off)
 }
@@ -385,6 +386,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		w.closeRedis()
 		return nil, fmt.Errorf("queue: ApprovalTimeout %v is more than %v", w.cfg.ApprovalTimeout, MaxApprovalTimeout)
 	}
+	w.cancels.Records, w.cancels.Log = w.replies.st, w.log
 	w.approvals = newApprovals(w.replies)
 	w.park = newParker(w)
 	w.writer = newWriter(w.replies.rdb, w.replies)
