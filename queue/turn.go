@@ -16,6 +16,7 @@ import (
 	"github.com/lettaq/lettaq/continuation"
 	"github.com/lettaq/lettaq/ordering"
 	"github.com/lettaq/lettaq/queue/internal/cancel"
+	"github.com/lettaq/lettaq/queue/internal/claim"
 	"github.com/lettaq/lettaq/queue/internal/pace"
 	"github.com/lettaq/lettaq/queue/internal/store"
 )
@@ -110,7 +111,7 @@ func (w *Worker) newTurn(ctx context.Context, task *asynq.Task) (*turn, error) {
 	if task.Type() == TakeoverTaskType {
 		// The continuation of a dead worker's turn: the turn's own
 		// identity, this task as its runner (takeover.go).
-		p, err := decodeTakeover(payload)
+		p, err := claim.DecodePayload(payload)
 		if err != nil {
 			w.log.Warn("invalid takeover payload, archiving", "task_id", taskID, "error", err.Error())
 			return nil, fmt.Errorf("%w: %w", err, asynq.SkipRetry)
