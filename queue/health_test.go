@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lettaq/lettaq/internal/testredis"
+	"github.com/lettaq/lettaq/queue/internal/asynqlog"
 	"github.com/lettaq/lettaq/queue/internal/health"
 	"github.com/lettaq/lettaq/queue/internal/outage"
 	"github.com/lettaq/lettaq/queue/internal/store"
@@ -56,7 +57,7 @@ func TestAsynqOutageLinesFold(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	h := &health.Health{Now: func() time.Time { return now }}
 	c := &capture{}
-	a := newAsynqLogger(slog.New(c), nil, h)
+	a := asynqlog.New(slog.New(c), nil, h)
 	refused := "dial tcp 127.0.0.1:6379: connect: connection refused"
 	asynqLines := func(d time.Duration) {
 		// What Asynq writes during d of an outage: a dequeue error every

@@ -441,7 +441,7 @@ func (t *turn) fail(ctx context.Context, log *slog.Logger, reason, stop string) 
 		log = log.With("stop_reason", stop)
 	}
 	log.Warn("turn failed", "outcome", OutcomeFailed, "reason", reason)
-	t.w.permanent.add(t.taskID, "otid", t.otid, "run_id", t.rec.RunID) // for the archiving's log line
+	t.w.permanent.Add(t.taskID, "otid", t.otid, "run_id", t.rec.RunID) // for the archiving's log line
 	t.obs.AttemptFinished(t.queue, "archived", time.Since(t.start))
 	t.obs.TurnFinished(t.queue, OutcomeFailed, t.latency(now), t.rec.TTFT)
 	return fmt.Errorf("lettaq: turn failed: %s: %w", reason, asynq.SkipRetry)
@@ -548,7 +548,7 @@ func (t *turn) giveUp(reason string) error {
 		}
 	}
 	t.log.Warn("turn failed", "outcome", OutcomeFailed, "reason", reason)
-	w.permanent.add(t.taskID, "otid", t.otid)
+	w.permanent.Add(t.taskID, "otid", t.otid)
 	t.obs.AttemptFinished(t.queue, "archived", time.Since(t.start))
 	t.obs.TurnFinished(t.queue, OutcomeFailed, t.latency(now), 0)
 	return fmt.Errorf("lettaq: turn failed: %s: %w", reason, asynq.SkipRetry)

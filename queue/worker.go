@@ -21,6 +21,7 @@ import (
 	"github.com/lettaq/lettaq/budget"
 	"github.com/lettaq/lettaq/continuation"
 	"github.com/lettaq/lettaq/ordering"
+	"github.com/lettaq/lettaq/queue/internal/asynqlog"
 	"github.com/lettaq/lettaq/queue/internal/cancel"
 	"github.com/lettaq/lettaq/queue/internal/health"
 	"github.com/lettaq/lettaq/queue/internal/service"
@@ -186,7 +187,7 @@ type Worker struct {
 	runOnce   sync.Once
 	inflight  sync.WaitGroup               // handlers, so that shutdown waits for their bookkeeping
 	srv       atomic.Pointer[asynq.Server] // set by Run: its Ping uses Asynq's own connection
-	permanent permanentSet                 // tasks whose handler's error was permanent, until Asynq logs their archiving
+	permanent asynqlog.Permanent           // tasks whose handler's error was permanent, until Asynq logs their archiving
 	cancels   cancel.Running[*cancelRun]   // the turns running here, for the cancel channel (cancelturn.go)
 	health    health.Health                // what Ready says
 	tk        *takeover                    // the takeover registry (nil: off)
@@ -458,11 +459,11 @@ func (w *Worker) ServerConfig() asynq.Config {
 		IsFailure:                w.isFailure,
 		Queues:                   w.cfg.Queues,
 		ShutdownTimeout:          w.cfg.ShutdownTimeout,
-		Logger:                   newAsynqLogger(w.log.With(slog.String("component", "asynq")), &w.permanent, &w.health),
+		Logger:                   asynqlog.New(w.log.With(slog.String("component", "asynq")), &w.permanent, &w.health),
 		LogLevel:                 asynq.WarnLevel,
 		ErrorHandler: asynq.ErrorHandlerFunc(func(ctx context.Context, _ *asynq.Task, err error) {
 			if id, ok := asynq.GetTaskID(ctx); ok && errors.Is(err, asynq.SkipRetry) {
-				w.permanent.add(id)
+				w.permanent.Add(id)
 			}
 		}),
 	}
@@ -687,98 +688,10 @@ func isFailure(err error) bool {
 	return !errors.Is(err, context.Canceled) && !errors.Is(err, errShutdown)
 }
 
-// asynqLogger adapts slog to asynq.Logger. Asynq logs "Retry exhausted for task id=…" when
-// it archives a task, also one whose handler returned a permanent error (SkipRetry) and was
-// never retried; lettaq's line says which it was instead.
-//
-// Its lines about a Redis outage tell the worker's health (Worker.Ready), and
-// fold into one "waiting for Redis" warning per backoff step
-// (queue/internal/outage): a routine restart of Redis is a warning, not a page
-// of errors; an outage longer than a task's lease is an error, once.
-type asynqLogger struct {
-	l         *slog.Logger
-	permanent *permanentSet
-	health    *health.Health
-}
-
-// NewAsynqLogger returns an asynq.Logger that writes to l.
-func NewAsynqLogger(l *slog.Logger) asynq.Logger { return asynqLogger{l: l, health: &health.Health{}} }
-
-func newAsynqLogger(l *slog.Logger, permanent *permanentSet, h *health.Health) asynq.Logger {
-	return asynqLogger{l: l, permanent: permanent, health: h}
-}
-
-// outage logs an Asynq line about a Redis outage (see asynqLogger); false
-// when msg is not one.
-func (a asynqLogger) outage(msg string) bool {
-	return a.health != nil && a.health.AsynqLine(a.l, msg)
-}
-
-func (a asynqLogger) Debug(args ...any) { a.l.Debug(fmt.Sprint(args...)) }
-func (a asynqLogger) Info(args ...any)  { a.l.Info(fmt.Sprint(args...)) }
-func (a asynqLogger) Warn(args ...any) {
-	msg := fmt.Sprint(args...)
-	if strings.HasPrefix(msg, "revoke task id=") {
-		// A waiting turn parked (parking.go): routine, not a warning.
-		a.l.Debug("task revoked: the turn waits (parked)", "task_id", strings.TrimPrefix(msg, "revoke task id="))
-		return
-	}
-	if id, ok := strings.CutPrefix(msg, "Retry exhausted for task id="); ok {
-		if a.permanent != nil {
-			if attrs, ok := a.permanent.take(id); ok {
-				a.l.Info("task archived: its error is permanent, so it was not retried", attrs...)
-				return
-			}
-		}
-		a.l.Warn("task archived: its retries are used up", "task_id", id)
-		return
-	}
-	if a.outage(msg) {
-		return
-	}
-	a.l.Warn(msg)
-}
-
-func (a asynqLogger) Error(args ...any) {
-	msg := fmt.Sprint(args...)
-	if a.outage(msg) {
-		return
-	}
-	a.l.Error(msg)
-}
-func (a asynqLogger) Fatal(args ...any) {
-	a.l.Error(fmt.Sprint(args...), "fatal", true)
-	os.Exit(1)
-}
-
-// permanentSet holds the ids of tasks that failed permanently, with the ids of their turn
-// (otid, run_id) when known, until Asynq logs their archiving (right after, on the same
-// goroutine). It forgets everything past 10,000 tasks.
-type permanentSet struct {
-	mu  sync.Mutex
-	ids map[string][]any
-}
-
-// add notes a task id; a turn's attrs given before or after are kept.
-func (p *permanentSet) add(id string, attrs ...any) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.ids == nil || len(p.ids) >= 10000 {
-		p.ids = map[string][]any{}
-	}
-	if len(attrs) > 0 || p.ids[id] == nil {
-		p.ids[id] = append([]any{"task_id", id}, attrs...)
-	}
-}
-
-// take returns the log attrs of id (task_id first) and forgets it.
-func (p *permanentSet) take(id string) ([]any, bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	attrs, ok := p.ids[id]
-	delete(p.ids, id)
-	return attrs, ok
-}
+// NewAsynqLogger returns an asynq.Logger that writes to l: give it to an
+// asynq.Server of your own (Worker.Run uses one that also tells the
+// worker's readiness).
+func NewAsynqLogger(l *slog.Logger) asynq.Logger { return asynqlog.New(l, nil, &health.Health{}) }
 
 // QueuesString writes queue weights as LETTAQ_QUEUES takes them ("critical=6,lettaq=1"),
 // highest weight first, for logs.
