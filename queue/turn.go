@@ -62,7 +62,7 @@ type TurnResult struct {
 func (w *Worker) processTask(ctx context.Context, task *asynq.Task) error {
 	w.inflight.Add(1)
 	defer w.inflight.Done()
-	ctx, stopped, cancel := w.stops.addCancel(ctx)
+	ctx, stopped, cancel := w.stops.Add(ctx)
 	defer stopped()
 	t, err := w.newTurn(ctx, task)
 	if t == nil {

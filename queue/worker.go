@@ -183,7 +183,7 @@ type Worker struct {
 	// the client's idle connections when it stops.
 	ownsClient bool
 
-	stops     turnStops // what shutdown cancels: the handlers' contexts
+	stops     service.Stops // what shutdown cancels: the handlers' contexts (with errShutdown)
 	runOnce   sync.Once
 	inflight  sync.WaitGroup               // handlers, so that shutdown waits for their bookkeeping
 	srv       atomic.Pointer[asynq.Server] // set by Run: its Ping uses Asynq's own connection
@@ -196,68 +196,6 @@ type Worker struct {
 // errShutdown is the cause of the handlers' context when the worker shuts
 // down with turns in flight.
 var errShutdown = errors.New("lettaq: worker shutting down")
-
-// turnStops cancels the handlers' contexts at shutdown. Asynq's BaseContext
-// would do it, but every task's context would then be a child of that one
-// cancelable context: Asynq's goroutine that waits for each handler makes
-// the task's context, and registering it there (a lock and a map shared
-// by every task) grows that goroutine's stack to 4 KiB, which it keeps for
-// as long as the turn thinks. A handler registers its own context instead,
-// on its own goroutine, whose stack is large at that point anyway.
-type turnStops struct {
-	mu       sync.Mutex
-	stopping bool
-	m        map[*turnStop]struct{}
-}
-
-type turnStop struct{ cancel context.CancelCauseFunc }
-
-// add returns a child of ctx that shutdown cancels (at once if it began),
-// and done, which unregisters and cancels it.
-func (s *turnStops) add(ctx context.Context) (context.Context, func()) {
-	c, done, _ := s.addCancel(ctx)
-	return c, done
-}
-
-// addCancel is add that also returns the context's cancel (for a cause of
-// its own: a turn taken over, see turn.fence).
-func (s *turnStops) addCancel(ctx context.Context) (context.Context, func(), context.CancelCauseFunc) {
-	c, cancel := context.WithCancelCause(ctx)
-	e := &turnStop{cancel}
-	s.mu.Lock()
-	stopping := s.stopping
-	if !stopping {
-		if s.m == nil {
-			s.m = make(map[*turnStop]struct{})
-		}
-		s.m[e] = struct{}{}
-	}
-	s.mu.Unlock()
-	if stopping {
-		cancel(errShutdown)
-	}
-	return c, func() {
-		s.mu.Lock()
-		delete(s.m, e)
-		s.mu.Unlock()
-		cancel(context.Canceled)
-	}, cancel
-}
-
-// stop cancels every registered context with errShutdown, and every one
-// added from now on.
-func (s *turnStops) stop() {
-	s.mu.Lock()
-	s.stopping = true
-	es := make([]*turnStop, 0, len(s.m))
-	for e := range s.m {
-		es = append(es, e)
-	}
-	s.mu.Unlock()
-	for _, e := range es {
-		e.cancel(errShutdown)
-	}
-}
 
 // NewWorker checks cfg and returns a Worker. It does not connect yet.
 func NewWorker(cfg WorkerConfig) (*Worker, error) {
@@ -554,10 +492,10 @@ func (a *asynqServer) Stop() {
 	// Interrupt the turns still running shortly before Asynq gives up on
 	// them, so that each journals its state and returns on its own.
 	grace := min(2*time.Second, w.cfg.ShutdownTimeout/4)
-	t := time.AfterFunc(w.cfg.ShutdownTimeout-grace, w.stops.stop)
+	t := time.AfterFunc(w.cfg.ShutdownTimeout-grace, func() { w.stops.Stop(errShutdown) })
 	a.srv.Shutdown()
 	t.Stop()
-	w.stops.stop()
+	w.stops.Stop(errShutdown)
 	// Asynq stops waiting for a handler once its context is done; wait for
 	// the handlers to journal how they ended.
 	done := make(chan struct{})
