@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,6 +18,7 @@ import (
 	"github.com/lettaq/lettaq/queue/internal/claim"
 	"github.com/lettaq/lettaq/queue/internal/pace"
 	"github.com/lettaq/lettaq/queue/internal/store"
+	"github.com/lettaq/lettaq/queue/internal/tools"
 )
 
 // TurnResult is what a finished turn writes as its Asynq task result
@@ -367,17 +367,7 @@ type turn struct {
 	contPhase  continuation.Activity
 	agentPhase agentclient.Stage
 	firstToken time.Time
-	tools      []*toolTrack
-	toolIdx    map[string]*toolTrack
-}
-
-type toolTrack struct {
-	name, callID string
-	called       time.Time
-	returned     time.Time
-	status       string
-	emittedCall  bool
-	emittedRet   bool
+	tools      tools.Calls
 }
 
 func (t *turn) attempt() *Attempt { return &t.rec.Attempts[t.att] }
@@ -956,45 +946,14 @@ func (t *turn) toolStep(idx int, now time.Time) {
 }
 
 func (t *turn) onTool(s agentclient.Step, idx int, now time.Time) {
-	key := s.ToolCallID
-	if key == "" {
-		key = "step:" + strconv.Itoa(idx)
-	}
-	tt := t.toolIdx[key]
-	if tt == nil {
-		if t.toolIdx == nil {
-			// Made at the first tool call: a turn that only thinks holds no map.
-			t.toolIdx = make(map[string]*toolTrack)
-		}
-		tt = &toolTrack{callID: s.ToolCallID}
-		t.toolIdx[key] = tt
-		t.tools = append(t.tools, tt)
-	}
-	if tt.name == "" {
-		tt.name = s.ToolName
-	}
-	switch s.Kind {
-	case agentclient.StepToolCall:
-		if tt.called.IsZero() {
-			tt.called = now
-		}
-		if !tt.emittedCall && tt.name != "" {
-			tt.emittedCall = true
-			t.deltas.flush() // what the agent said before the call comes first
-			t.emit(ReplyEvent{Type: EventTool, Tool: &ToolEvent{Name: tt.name, CallID: s.ToolCallID,
-				Arguments: s.Arguments, Status: ToolStatusCall}})
-		}
-	case agentclient.StepToolReturn:
-		if tt.emittedRet {
-			return
-		}
-		tt.emittedRet = true
-		tt.returned = now
-		tt.status = s.Status
-		if tt.status == "" {
-			tt.status = ToolStatusSuccess
-		}
-		t.emit(ReplyEvent{Type: EventTool, Tool: &ToolEvent{Name: tt.name, CallID: s.ToolCallID,
-			Status: tt.status, Return: s.ToolReturn}})
+	c, tellCall, tellReturn := t.tools.Step(s, idx, now, ToolStatusSuccess)
+	switch {
+	case tellCall:
+		t.deltas.flush() // what the agent said before the call comes first
+		t.emit(ReplyEvent{Type: EventTool, Tool: &ToolEvent{Name: c.Name, CallID: s.ToolCallID,
+			Arguments: s.Arguments, Status: ToolStatusCall}})
+	case tellReturn:
+		t.emit(ReplyEvent{Type: EventTool, Tool: &ToolEvent{Name: c.Name, CallID: s.ToolCallID,
+			Status: c.Status, Return: s.ToolReturn}})
 	}
 }

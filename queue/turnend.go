@@ -57,12 +57,12 @@ func (t *turn) finish(ctx context.Context, d continuation.Result) error {
 		t.rec.Usage = &Usage{PromptTokens: int(u.PromptTokens), CompletionTokens: int(u.CompletionTokens),
 			TotalTokens: int(u.TotalTokens), StepCount: int(u.StepCount)}
 	}
-	if len(t.tools) > 0 {
+	if calls := t.tools.All(); len(calls) > 0 {
 		t.rec.Tools = t.rec.Tools[:0]
-		for _, tt := range t.tools {
-			ts := ToolSummary{Name: tt.name, CallID: tt.callID, Status: tt.status}
-			if !tt.called.IsZero() && !tt.returned.IsZero() {
-				ts.Duration = tt.returned.Sub(tt.called)
+		for _, c := range calls {
+			ts := ToolSummary{Name: c.Name, CallID: c.CallID, Status: c.Status}
+			if !c.Called.IsZero() && !c.Returned.IsZero() {
+				ts.Duration = c.Returned.Sub(c.Called)
 			}
 			if ts.Status == "" {
 				ts.Status = "unanswered"
