@@ -398,7 +398,7 @@ func TestLoopSleepAtLeast(t *testing.T) {
 }
 
 // TestResumeClampedPerClockOverruns shows that the property test sees a resume whose connect
-// and total clocks are each clamped to what remains of the follow window (issue 25: the code
+// and total clocks are each clamped to what remains of the follow window (the code
 // did that, and the model did not): modelled that way, the follow overruns ContinuationMax and
 // the attempt the budget, for the issue's configuration and for many random ones.
 func TestResumeClampedPerClockOverruns(t *testing.T) {
@@ -423,7 +423,7 @@ func TestResumeClampedPerClockOverruns(t *testing.T) {
 	if f := tr.TermTotal(TermContinuation); f <= issue.ContinuationMax {
 		t.Fatalf("per-clock resume: follow %v within ContinuationMax %v; the model cannot tell the two apart", f, issue.ContinuationMax)
 	}
-	t.Logf("issue 25's configuration: per-clock resume follows %v (ContinuationMax %v), attempt %v; one deadline: %v",
+	t.Logf("the overrun configuration: per-clock resume follows %v (ContinuationMax %v), attempt %v; one deadline: %v",
 		tr.TermTotal(TermContinuation), issue.ContinuationMax, tr.Total, issue.WorstCase(nil))
 	over := 0
 	cs := validConfigs(t, 6, propertyCount()/3)

@@ -194,7 +194,7 @@ func TestServerErrorBeforeStore(t *testing.T) {
 			t.Errorf("reason %q does not name the 503 first", d.Reason)
 		}
 	})
-	// Issue 30: a 429 of Letta's own API rate limit refused the send, nothing
+	// A 429 of Letta's own API rate limit refused the send, nothing
 	// was stored: no search, the turn is Refused and the next attempt (the
 	// queue's, after Retry-After) sends again. (Before, it was looked for,
 	// then resent at once into the same rate limit.)

@@ -69,7 +69,7 @@ func TestBusyWithOwnRunIsFollowed(t *testing.T) {
 
 // A busy 409 for another run ends the attempt as Busy: retryable, no
 // resend. A busy naming no run (the hosted form) costs one look at the
-// history for the otid (issue 30: it may be this turn's own run); here the
+// history for the otid (it may be this turn's own run); here the
 // history cannot be read (404), so the turn waits.
 func TestBusyWithAnotherRunWaits(t *testing.T) {
 	for body, lookups := range map[string]int{

@@ -14,10 +14,10 @@ import (
 	"github.com/lettaq/lettaq/integration/lettasim"
 )
 
-// issue25Budget is the valid configuration of issue 25's third finding:
+// overrunBudget is a valid configuration whose follow once outran its window:
 // resend never, background, resume; connect 1.5 s, stream total 2 s,
 // continuation 2 s.
-func issue25Budget(b *budget.Config) {
+func overrunBudget(b *budget.Config) {
 	b.ResendPolicy, b.Background, b.Resume = budget.ResendNever, true, true
 	b.ConnectTimeout, b.StallTimeout, b.StreamTotal = 1500*time.Millisecond, time.Second, 2*time.Second
 	b.ContinuationMax, b.RequestTimeout, b.AdmissionGrace = 2*time.Second, 200*time.Millisecond, 200*time.Millisecond
@@ -51,15 +51,15 @@ func (p *phaseClock) get(ph continuation.Activity) time.Time {
 // The follow draws every request and clock from its window's one deadline:
 // a resume whose first byte comes late (1.4 s, under the connect clock)
 // and then only pings ends with the window, not connect + a whole stream
-// total later; and the attempt stays within the model's worst case. Issue
-// 25 measured, before: follow 3.402s (ContinuationMax 2s); attempt 6.805s;
+// total later; and the attempt stays within the model's worst case.
+// Before the window bounded it: follow 3.402s (ContinuationMax 2s); attempt 6.805s;
 // simulated worst case 5.9s; TaskTimeout 6s.
 func TestFollowResumeStaysInItsWindow(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs the issue's figures in real time (about 6 s)")
+		t.Skip("runs the overrun's figures in real time (about 6 s)")
 	}
 	sc := lettasim.ThinkingScript(10*time.Hour, "late") // thinks for 36 s of the simulator's clock
-	e := newEnv(t, &sc, issue25Budget)
+	e := newEnv(t, &sc, overrunBudget)
 	const firstByte = 1400 * time.Millisecond
 	e.proxied(t, func(w http.ResponseWriter, r *http.Request, next http.Handler) {
 		if r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, "/v1/runs/") && strings.HasSuffix(r.URL.Path, "/stream") {

@@ -128,13 +128,13 @@ func (ws *worstServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // the real Runner against a server that makes each wait as long as its
 // clock allows spends no more in each part of the attempt than the model
 // says (the model's thread and delivery are the queue's, not run here).
-// A follow that outlives its window (issue 25: a resume whose connect and
+// A follow that outlives its window (a resume whose connect and
 // total clocks were each clamped to the window) fails it.
 func TestCodeFollowsTheBudgetModel(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real time: about 15 s")
 	}
-	const slack = 350 * time.Millisecond // scheduling and loopback on a loaded machine, per part (the overrun of issue 25 was ~250 units: 750 ms)
+	const slack = 350 * time.Millisecond // scheduling and loopback on a loaded machine, per part (the overrun this guards against was ~250 units: 750 ms)
 	for _, path := range budget.Paths() {
 		t.Run(string(path), func(t *testing.T) {
 			b := modelBudget()

@@ -16,7 +16,7 @@ import (
 	"github.com/lettaq/lettaq/queue"
 )
 
-// TestApprovalAnswerThatGivesUpStaysAnswerable (issue 24, defect 7): Letta
+// TestApprovalAnswerThatGivesUpStaysAnswerable: Letta
 // answers 503 to an approval answer until its turn gives up. The answer
 // never reached Letta, so the request stays pending: the user answers again
 // (a new answer turn, not a duplicate), the tool runs, and a later message
@@ -94,7 +94,7 @@ func asString(v any) string {
 	return fmt.Sprint(v)
 }
 
-// TestApprovalAnsweredRecordFailsAfterTheAnswer (issue 24, also-check): the
+// TestApprovalAnsweredRecordFailsAfterTheAnswer: the
 // answer turn delivered its answer (Letta took it) but the write that marks
 // the request answered failed. The next message of the chat must not wait
 // for that request for good: it finds the answer turn finished in the
@@ -155,7 +155,7 @@ func (h *failSecondGet) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
-// TestApprovalRequestRedeliveredAfterItsAnswer (issue 24, also-check): the
+// TestApprovalRequestRedeliveredAfterItsAnswer: the
 // requesting turn recorded its approval request, but could not schedule
 // its expiry (a Redis read failed), so the turn is retried before its
 // approval_required event was written. Meanwhile the request is answered

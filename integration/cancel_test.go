@@ -18,7 +18,7 @@ import (
 	"github.com/lettaq/lettaq/queue"
 )
 
-// Stopping a turn (issue 29 item 4): every test runs two workers.
+// Stopping a turn: every test runs two workers.
 
 // slowAnswer is an answer the simulator types one word per token delay: words words.
 func slowAnswer(words int) string {

@@ -11,7 +11,7 @@ import (
 	"github.com/lettaq/lettaq/queue"
 )
 
-// Letta Cloud's error vocabulary (issue 30 items 5–8; WIRE.md, "Errors Letta Cloud returns
+// Letta Cloud's error vocabulary (WIRE.md, "Errors Letta Cloud returns
 // today"), each answered by the simulator: the outcome at the chat, the attempts in the journal,
 // and the user messages per otid at the simulator.
 
@@ -71,8 +71,8 @@ func TestCloudDeploy503IsSentAgainWithoutSearch(t *testing.T) {
 	}
 }
 
-// Letta's own API rate limit refuses the send, and the history reads too (issue 30: today the
-// chat saw only "recovering" phases for 14 minutes, then "gave up after 26 attempts"): the turn
+// Letta's own API rate limit refuses the send, and the history reads too (the
+// chat used to see only "recovering" phases for 14 minutes, then "gave up after 26 attempts"): the turn
 // says rate_limited, sends again after Retry-After without reading the history, and is answered
 // with one message at Letta.
 func TestCloudAPIRateLimitIsSentAgainWithoutSearch(t *testing.T) {

@@ -12,8 +12,8 @@ import (
 
 // A final event that could not be written does not release its turn's place
 // in the line: the attempt retries, the next message of the chat waits, and
-// the answer arrives once the stream can be written again (issue 24, defect
-// 2: the release went in the same round trip as the final event, each on its
+// the answer arrives once the stream can be written again (the
+// release used to go in the same round trip as the final event, each on its
 // own, so the line let go of a turn whose answer was not written; the retry
 // then found its turn done, and the answer was lost). A's stream key is made a
 // string (WRONGTYPE) while A thinks, and set right once A's attempt failed to

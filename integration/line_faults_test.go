@@ -44,7 +44,7 @@ func (h *cancelAfterJoin) ProcessHook(next redis.ProcessHook) redis.ProcessHook 
 	}
 }
 
-// TestFailedDuplicateEnqueueKeepsTheOriginalsPlace (issue 24, defect 4): a
+// TestFailedDuplicateEnqueueKeepsTheOriginalsPlace: a
 // webhook redelivered while its message waits for a retry (a 503) enqueues
 // it again; that duplicate enqueue's context ends right after its join (the
 // webhook's caller gave up), so its enqueue fails. The original must keep
@@ -97,7 +97,7 @@ func TestFailedDuplicateEnqueueKeepsTheOriginalsPlace(t *testing.T) {
 	checkSerialRuns(t, e.sim, agent, 2)
 }
 
-// TestDeadHeadCheckLooksInTheHeadsQueue (issue 24, defect 5): with workers
+// TestDeadHeadCheckLooksInTheHeadsQueue: with workers
 // on two queues (LETTAQ_QUEUES), a chat's m1 in queue A waits for a retry
 // (a 503) at the head of the line while m2 of the same chat, in queue B,
 // asks for its turn: m1 is alive (in A), so m2 waits for it.
@@ -135,7 +135,7 @@ func TestDeadHeadCheckLooksInTheHeadsQueue(t *testing.T) {
 	checkSerialRuns(t, e.sim, agent, 2)
 }
 
-// TestPutBackOnTheLastAttemptIsNotArchived (issue 24, defect 6): with
+// TestPutBackOnTheLastAttemptIsNotArchived: with
 // MaxRetry 1, a turn's first attempt fails (a 503: its one retry used) and
 // its second is refused 409 busy (a put-back, not a failure). Asynq v0.26
 // archives a task whose retries are used up whatever its handler returned:
@@ -234,7 +234,7 @@ func TestPutBackWithNoRetryLeftEndsWithAFinalEvent(t *testing.T) {
 	}
 }
 
-// TestDeadHeadRemovedByALaterTurnWakesTheNewHead (issue 24): the head of a
+// TestDeadHeadRemovedByALaterTurnWakesTheNewHead: the head of a
 // line is a task that was never enqueued (its client died between join and
 // enqueue); m2 waits behind it, scheduled a minute ahead (the safety net of
 // Ordering.WaitCheck); m3, third, runs first and removes the dead head. m2

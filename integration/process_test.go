@@ -326,7 +326,7 @@ func TestProcessGracefulShutdownMidTurn(t *testing.T) {
 	}
 	t.Logf("answered %v after SIGTERM: %s", time.Since(t0).Round(time.Millisecond), describeAttempts(rec))
 	// A graceful stop leaves the takeover registry: past the takeover time
-	// (5s) nobody took the put-back turn over (issue 30 item 3).
+	// (5s) nobody took the put-back turn over.
 	time.Sleep(time.Until(t0.Add(8 * time.Second)))
 	if ids := e.takeoverTasks(); len(ids) != 0 || rec.Attempts[len(rec.Attempts)-1].TakenOverFrom != "" {
 		t.Fatalf("a stopped worker's turn was taken over: %v; %s", ids, describeAttempts(rec))

@@ -16,13 +16,13 @@ import (
 
 // TestProcessReadyzAcrossRedisRestart runs a worker process wired as
 // cmd/worker (its HTTP server, /readyz) on a redis-server of the test's own,
-// and restarts Redis under load, as issue 24's chaos run did: 20 turns at
+// and restarts Redis under load, as a chaos run does: 20 turns at
 // once to warm up; then 6 turns thinking 4 s and 12 thinking 1 to 3 s;
 // Redis stopped 1 s later and started 8 s after that; 3 new turns 3 s after
 // it is back. /readyz must answer 503 (saying why, verbose with the token)
 // during the outage and 200 again by itself once Redis is back; the 3 new
 // turns and the 18 in flight must be answered, each once, and each user
-// message must reach the agent once (issue 24, defect 1: the worker never
+// message must reach the agent once (the worker never
 // ran another turn after such an outage, while /readyz said ready).
 func TestProcessReadyzAcrossRedisRestart(t *testing.T) {
 	if testing.Short() {
@@ -144,7 +144,7 @@ func TestProcessReadyzAcrossRedisRestart(t *testing.T) {
 	if code, body := readyz(); code != http.StatusOK {
 		t.Errorf("/readyz at the end: %d %s", code, body)
 	}
-	// An 8 s restart is routine: warnings, no error lines (issue 24).
+	// An 8 s restart is routine: warnings, no error lines.
 	var errs []string
 	for _, l := range strings.Split(w.out.String(), "\n") {
 		if strings.Contains(l, "level=ERROR") {

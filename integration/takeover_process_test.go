@@ -68,7 +68,7 @@ func (e *env) checkTakenOver(tc takenTurn, dead string, t0 time.Time) (takeover,
 	return takeover, answered
 }
 
-// The takeover figure (issue 30 items 1 and 4): three workers; the one
+// The takeover figure: three workers; the one
 // that runs three turns (one mid-stream, one mid-continuation, one
 // mid-approval-answer) is killed with SIGKILL; the two survivors continue
 // each turn within seconds, under its otid and journal record, without a
@@ -226,7 +226,7 @@ func (e *env) takeoverTasks() []string {
 	return ids
 }
 
-// Fencing (issue 30 item 2): the worker running a turn is stopped
+// Fencing: the worker running a turn is stopped
 // (SIGSTOP) past the takeover time; a survivor takes the turn over and
 // answers; the stopped worker, resumed (SIGCONT), finds it was taken over,
 // stops the turn and writes nothing: one final event, nothing after it,

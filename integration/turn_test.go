@@ -277,7 +277,7 @@ func faultMatrix() []faultCase {
 		{name: "5xx-before-store-resend", fault: &lettasim.Fault{Status5xxBeforeStore: 503},
 			final: queue.EventAnswer, stored: 1, resend: queue.ResendSent, outcome: queue.OutcomeAnswered},
 		// Letta's API rate limit stored nothing: no search, no resend decision;
-		// the next attempt sends (issue 30; it used to look, then resend).
+		// the next attempt sends (it used to look, then resend).
 		{name: "429", fault: &lettasim.Fault{Status429: true, RetryAfter: simDur(100 * time.Millisecond)},
 			final: queue.EventAnswer, stored: 1, outcome: queue.OutcomeAnswered},
 		{name: "first-byte-delay", fault: &lettasim.Fault{FirstByteDelay: simDur(1500 * time.Millisecond)},

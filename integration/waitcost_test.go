@@ -29,13 +29,13 @@ func redisCommands(t *testing.T, e *env) int64 {
 	return 0
 }
 
-// TestApprovalWaitCost24h (issue 29 item 2): a message waits 24 h behind
+// TestApprovalWaitCost24h: a message waits 24 h behind
 // an approval request nobody answers (LETTAQ_APPROVAL_TIMEOUT's default),
 // with time scaled by 1/6000: the safety net of 10 min is 100 ms, the 24 h
 // are 14.4 s. It prints the Redis commands the wait cost (the Redis is the
 // test's own; an idle period of the same workers first gives the
 // baseline) and the size of the message's journal record, which stays
-// constant. Before issue 29 the message was run again every 5 s: 17,280
+// constant. When waiting was a retry, the message was run again every 5 s: 17,280
 // attempts in 24 h, each one more Attempt in its record.
 func TestApprovalWaitCost24h(t *testing.T) {
 	if testing.Short() {

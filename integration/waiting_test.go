@@ -14,7 +14,7 @@ import (
 	"github.com/lettaq/lettaq/queue"
 )
 
-// Waiting is a state, not a retry (issue 29): a turn that waits parks
+// Waiting is a state, not a retry: a turn that waits parks
 // (revoked from Asynq, enqueued again scheduled WaitCheck ahead), is woken
 // by the event that frees its line, never goes to Retry, uses no retry and
 // journals one wait, not an attempt per look.

@@ -239,7 +239,7 @@ func BenchmarkOrdering(b *testing.B) {
 
 // TestInspectorAliveAndWakeFindOtherQueues: a conversation's tasks may sit
 // in different Asynq queues; the dead-head check and Wake find a task in a
-// queue other than the one they are given (issue 24, defect 5).
+// queue other than the one they are given.
 func TestInspectorAliveAndWakeFindOtherQueues(t *testing.T) {
 	srv := testredis.RequireReal(t)
 	opt := asynq.RedisClientOpt{Addr: srv.Addr, DB: srv.DB}

@@ -30,7 +30,7 @@ var ErrNotReleased = errors.New("ordering: not released: the write it waits for 
 // after exists (a turn's final event's marker, written with the event), else
 // it changes nothing and next returns ErrNotReleased. A pipeline's commands
 // each run on their own: without this, a release sent after a final event
-// whose write failed let go of the turn's place all the same (issue 24).
+// whose write failed let go of the turn's place all the same.
 // after must be on the same Redis (on a cluster, in the line's slot); ""
 // releases unconditionally.
 func (l *Lease) ReleaseCmdAfter(done bool, after string) (cmd func(ctx context.Context, sha bool) *redis.Cmd, next func(*redis.Cmd) (string, error)) {

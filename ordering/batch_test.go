@@ -12,7 +12,7 @@ import (
 // ReleaseCmdAfter releases only when the key it waits for exists (the
 // final event's marker, written in the same pipeline before it): without
 // it the release changes nothing, the task keeps the lock and its place,
-// and Release later does the rest (issue 24).
+// and Release later does the rest.
 func TestReleaseCmdAfter(t *testing.T) {
 	eachBackend(t, ordering.Config{}, func(t *testing.T, b backend, s *ordering.Sequencer) {
 		ctx := context.Background()

@@ -700,7 +700,7 @@ func TestAcquireInAPipeline(t *testing.T) {
 	})
 }
 
-// TestJoinOfAMergedTaskDoesNotRejoin (issue 24): a task that TakeFollowers
+// TestJoinOfAMergedTaskDoesNotRejoin: a task that TakeFollowers
 // merged into an earlier turn left the line for good, as a finished one
 // did: a late Join (a duplicate delivery of its webhook) or JoinFront does
 // not put it back, where it would head the line with nobody to run it.
@@ -728,7 +728,7 @@ func TestJoinOfAMergedTaskDoesNotRejoin(t *testing.T) {
 	})
 }
 
-// TestDeadHeadGraceIgnoresAFastClock (issue 24): a client whose clock runs
+// TestDeadHeadGraceIgnoresAFastClock: a client whose clock runs
 // an hour fast joins a task whose enqueue never happens. Its join time is
 // an hour ahead of the workers': the grace is for a join whose enqueue is
 // still on its way (DeadHeadGrace), not for an hour, so the dead head is
@@ -753,7 +753,7 @@ func TestDeadHeadGraceIgnoresAFastClock(t *testing.T) {
 	})
 }
 
-// TestAcquireReportsTheDeadHeadsItRemoved (issue 24): a task that is not
+// TestAcquireReportsTheDeadHeadsItRemoved: a task that is not
 // next removes the dead head: its NotYourTurnError says so and names the
 // new head, which its caller wakes (nobody else will: the turn ahead of it
 // never ends).

@@ -89,9 +89,6 @@ func ParseApprovalPolicy(s string) (ApprovalPolicy, error) {
 // answer before it is denied.
 const defaultApprovalTimeout = 24 * time.Hour
 
-// MaxApprovalTimeout bounds WorkerConfig.ApprovalTimeout (366 days).
-const MaxApprovalTimeout = 366 * 24 * time.Hour
-
 // Causes of an answer (Answer.Cause).
 const (
 	AnswerByUser    = "user"     // a person answered

@@ -16,16 +16,6 @@ import (
 // turn sends the decisions instead of text; a message turn meets its chat's
 // unanswered request with the ApprovalPolicy.
 
-// OutcomeAwaitingApproval ends an attempt of a message that waits for its
-// chat's approval request to be answered (policy wait or deny) and could
-// not park (parking.go: its task could not be read, or a takeover runs
-// it): it is put back like a busy turn, without a retry used.
-const OutcomeAwaitingApproval = "awaiting_approval"
-
-// PhaseAwaitingApproval: the message waits for the answer to its chat's
-// approval request.
-const PhaseAwaitingApproval ReplyPhase = "awaiting_approval"
-
 // approvalWaitDelay is how often a waiting message that could not park
 // looks again (a parked one is woken by the answer: parkApproval).
 const approvalWaitDelay = 5 * time.Second

@@ -6,10 +6,6 @@ import (
 	"time"
 )
 
-// OutcomeBusy ends an attempt refused because the agent's thread was busy
-// with another run (Attempt.Outcome).
-const OutcomeBusy = "busy"
-
 // busyError puts a turn back while its Letta thread is busy with another
 // run: no failure (isFailure says false, so Asynq does not count a retry),
 // retried after Delay (retryDelay reads it).

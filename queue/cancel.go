@@ -13,7 +13,7 @@ import (
 	"github.com/lettaq/lettaq/queue/internal/store"
 )
 
-// Stopping a turn (issue 29): Client.Cancel writes a cancel record for the
+// Stopping a turn: Client.Cancel writes a cancel record for the
 // turn (store: <prefix>cancel:<task id>) before it answers, then publishes
 // the task id. What happens next depends on where the turn is:
 //

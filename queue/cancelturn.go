@@ -6,14 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
-	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
-	"github.com/lettaq/lettaq/agentclient"
 	"github.com/lettaq/lettaq/continuation"
+	"github.com/lettaq/lettaq/queue/internal/cancelsub"
 )
 
 // The worker's side of a cancel (Client.Cancel; see cancel.go).
@@ -51,117 +47,48 @@ type CancelObserver interface {
 // errCancelledBeforeSend is beforeSend's refusal of a cancelled turn.
 var errCancelledBeforeSend = errors.New("lettaq: the turn was cancelled before it was sent")
 
-// cancelRegistry holds the turns a worker is running, by task id, for the
-// cancel channel.
-type cancelRegistry struct {
-	mu sync.Mutex
-	m  map[string]*turn
+// cancelRun is the turn as its cancel's view of the run at Letta
+// (cancel.Run): (*cancelRun)(t).
+type cancelRun turn
+
+func (r *cancelRun) RunID() string { return r.ids.currentRunID() }
+
+// NoteCancel notes the cancel the channel published (cancel.Running).
+func (r *cancelRun) NoteCancel(b []byte, readErr error) {
+	t := (*turn)(r)
+	if readErr != nil {
+		t.log.Warn("could not read the turn's cancel record", "error", readErr.Error())
+		b = nil // the publish says there is one
+	}
+	t.noteCancel(b)
 }
 
-func (r *cancelRegistry) add(t *turn) {
-	r.mu.Lock()
-	if r.m == nil {
-		r.m = make(map[string]*turn)
+// CancelRun asks Letta to cancel the turn's run: the conversation's cancel,
+// or on the agent endpoints the agent's cancel of this run.
+func (r *cancelRun) CancelRun(conv, runID string) error {
+	t := (*turn)(r)
+	ctx, cancel := context.WithTimeout(t.detached(), t.w.cfg.Budget.RequestTimeout)
+	defer cancel()
+	var err error
+	if conv == "" {
+		_, err = t.w.client.CancelRuns(ctx, t.msg.AgentID, []string{runID})
+	} else {
+		_, err = t.w.client.CancelConversation(ctx, conv, t.msg.AgentID)
 	}
-	r.m[t.taskID] = t
-	r.mu.Unlock()
+	return err
 }
 
-func (r *cancelRegistry) remove(t *turn) {
-	r.mu.Lock()
-	if r.m[t.taskID] == t {
-		delete(r.m, t.taskID)
-	}
-	r.mu.Unlock()
+// cancelSubscriber is the worker's subscription to the cancel channel
+// (queue/internal/cancelsub): a cancel of a turn this worker runs is noted
+// on the turn (noteCancel); on every (re)subscription the records of the
+// running turns are read, for the cancels published while the worker was
+// not subscribed (cancel.Running).
+func (w *Worker) cancelSubscriber() *cancelsub.Subscriber {
+	return &cancelsub.Subscriber{Subscribe: w.replies.st.SubscribeCancels, Resync: w.cancels.Resync, Heard: w.cancels.Heard}
 }
 
-func (r *cancelRegistry) get(id string) *turn {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.m[id]
-}
-
-func (r *cancelRegistry) ids() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := make([]string, 0, len(r.m))
-	for id := range r.m {
-		out = append(out, id)
-	}
-	return out
-}
-
-// turnCancel is a turn's side of its cancel (guarded by mu: the cancel
-// channel's goroutine, the stream's reader and the turn all reach it).
-type turnCancel struct {
-	mu         sync.Mutex
-	rec        *CancelRecord // the cancel asked for (nil: none)
-	thread     bool          // the turn's Letta thread is known (threadKnown)
-	convID     string        // its conversation ("": the agent endpoints)
-	asking     bool          // a call to Letta's cancel is under way or done
-	waitRun    bool          // Letta's cancel waits for the run's id
-	ended      bool          // the turn is finishing: Letta is not asked any more
-	beforeSend bool          // beforeSend refused the send
-	recovered  bool          // the attempt started with its run known
-}
-
-// watchCancels follows the cancel channel until ctx ends: a cancel of a
-// turn this worker runs is noted on the turn (noteCancel). On every
-// (re)subscription the records of the running turns are read, for the
-// cancels published while the worker was not subscribed.
-func (w *Worker) watchCancels(ctx context.Context) {
-	ps := w.replies.st.SubscribeCancels(ctx)
-	defer func() { _ = ps.Close() }()
-	ch := ps.ChannelWithSubscriptions()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case m, ok := <-ch:
-			if !ok {
-				return
-			}
-			switch m := m.(type) {
-			case *redis.Subscription:
-				w.recheckCancels(ctx)
-			case *redis.Message:
-				t := w.cancels.get(m.Payload)
-				if t == nil {
-					continue // not running here (its start reads the record)
-				}
-				b, found, err := w.replies.st.GetCancel(ctx, m.Payload)
-				if err != nil {
-					t.log.Warn("could not read the turn's cancel record", "error", err.Error())
-					b, found = nil, true // the publish says there is one
-				}
-				if found {
-					t.noteCancel(b)
-				}
-			}
-		}
-	}
-}
-
-// recheckCancels reads the cancel records of the turns running here.
-func (w *Worker) recheckCancels(ctx context.Context) {
-	ids := w.cancels.ids()
-	if len(ids) == 0 {
-		return
-	}
-	recs, err := w.replies.st.GetCancels(ctx, ids)
-	if err != nil {
-		w.log.Warn("could not read the cancel records of the running turns", "error", err.Error())
-		return
-	}
-	for i, b := range recs {
-		if b == nil {
-			continue
-		}
-		if t := w.cancels.get(ids[i]); t != nil {
-			t.noteCancel(b)
-		}
-	}
-}
+// watchCancels follows the cancel channel until ctx ends.
+func (w *Worker) watchCancels(ctx context.Context) { w.cancelSubscriber().Run(ctx) }
 
 // noteCancel notes the turn's cancel (b: its record's JSON), and asks
 // Letta to cancel the run when the turn has one underway.
@@ -170,30 +97,9 @@ func (t *turn) noteCancel(b []byte) {
 	if len(b) > 0 && json.Unmarshal(b, &cr) != nil {
 		cr = CancelRecord{By: "unknown"}
 	}
-	t.cx.mu.Lock()
-	first := t.cx.rec == nil
-	if first {
-		t.cx.rec = &cr
-	}
-	ask := t.cx.thread && !t.cx.ended
-	t.cx.mu.Unlock()
-	if first {
+	if t.cx.Note(cr, (*cancelRun)(t), t.log) {
 		t.log.Info("the turn is cancelled", "by", cr.By)
 	}
-	if ask {
-		t.askLetta()
-	}
-}
-
-// cancelAsked is the turn's cancel, nil when none was asked for.
-func (t *turn) cancelAsked() *CancelRecord {
-	t.cx.mu.Lock()
-	defer t.cx.mu.Unlock()
-	if t.cx.rec == nil {
-		return nil
-	}
-	cr := *t.cx.rec
-	return &cr
 }
 
 // cancelAtStart notes a cancel record that the start's reads found (pre,
@@ -214,94 +120,19 @@ func (t *turn) readCancel(ctx context.Context) {
 	}
 }
 
-// threadKnown tells the cancel the turn's Letta thread (execute): from here
-// on a cancel asks Letta.
-func (t *turn) threadKnown(convID string) {
-	t.cx.mu.Lock()
-	t.cx.thread, t.cx.convID = true, convID
-	ask := t.cx.rec != nil
-	t.cx.mu.Unlock()
-	if ask {
-		t.askLetta()
-	}
-}
-
-// runKnown tells the cancel that the run's id is known now (saveRunID).
-func (t *turn) runKnown() {
-	t.cx.mu.Lock()
-	ask := t.cx.waitRun && t.cx.rec != nil && !t.cx.ended
-	t.cx.mu.Unlock()
-	if ask {
-		t.askLetta()
-	}
-}
-
-// askLetta asks Letta to cancel the turn's run, once, off the caller's
-// goroutine: the conversation's cancel, or on the agent endpoints the
-// agent's cancel of this run (never without its id: the agent may be
-// running other chats' runs). A 409 before the run is known (nothing runs
-// yet) asks again once it is; any other failure leaves the turn to end as
-// Letta ends it.
-func (t *turn) askLetta() {
-	t.cx.mu.Lock()
-	if t.cx.asking || t.cx.ended || !t.cx.thread {
-		t.cx.mu.Unlock()
-		return
-	}
-	conv, runID := t.cx.convID, t.ids.currentRunID()
-	if conv == "" && runID == "" {
-		t.cx.waitRun = true
-		t.cx.mu.Unlock()
-		return
-	}
-	t.cx.asking, t.cx.waitRun = true, false
-	t.cx.mu.Unlock()
-	go func() {
-		ctx, cancel := context.WithTimeout(t.detached(), t.w.cfg.Budget.RequestTimeout)
-		defer cancel()
-		var err error
-		if conv == "" {
-			_, err = t.w.client.CancelRuns(ctx, t.msg.AgentID, []string{runID})
-		} else {
-			_, err = t.w.client.CancelConversation(ctx, conv, t.msg.AgentID)
-		}
-		log := t.log.With(slog.String("conversation", conv))
-		switch {
-		case err == nil:
-			log.Info("asked Letta to cancel the turn's run")
-		case agentclient.StatusCode(err) == http.StatusConflict && runID == "":
-			// Nothing runs yet (the send is on its way): again once the run
-			// is known.
-			t.cx.mu.Lock()
-			t.cx.asking, t.cx.waitRun = false, true
-			t.cx.mu.Unlock()
-			log.Info("Letta has no run to cancel yet: asking again once the run is known")
-			if t.ids.currentRunID() != "" {
-				t.runKnown()
-			}
-		case agentclient.StatusCode(err) == http.StatusConflict:
-			log.Info("Letta has no run to cancel: the turn ends as its run did", "error", err.Error())
-		default:
-			log.Warn("Letta's cancel failed: the turn ends as its run does", "error", err.Error())
-		}
-	}()
-}
-
 // cancelBeforeSend is beforeSend's check: the turn was cancelled (found
 // says the round trip of the intent read a record).
 func (t *turn) cancelBeforeSend(found bool) error {
-	if found && t.cancelAsked() == nil {
+	if found && t.cx.Asked() == nil {
 		t.readCancel(t.detached())
-		if t.cancelAsked() == nil {
+		if t.cx.Asked() == nil {
 			t.noteCancel(nil)
 		}
 	}
-	if t.cancelAsked() == nil {
+	if t.cx.Asked() == nil {
 		return nil
 	}
-	t.cx.mu.Lock()
-	t.cx.beforeSend = true
-	t.cx.mu.Unlock()
+	t.cx.RefusedSend()
 	return errCancelledBeforeSend
 }
 
@@ -309,11 +140,8 @@ func (t *turn) cancelBeforeSend(found bool) error {
 // Letta is not asked to cancel any more. It returns the turn's cancel (nil:
 // none) and the phase the turn is in (for endOf's cancelled ending).
 func (t *turn) cancelDecided(d continuation.Result) (cr *CancelRecord, phase string) {
-	t.cx.mu.Lock()
-	t.cx.ended = true
-	beforeSend, recovered := t.cx.beforeSend, t.cx.recovered
-	t.cx.mu.Unlock()
-	if cr = t.cancelAsked(); cr == nil {
+	beforeSend, recovered := t.cx.End()
+	if cr = t.cx.Asked(); cr == nil {
 		return nil, ""
 	}
 	switch {
@@ -332,16 +160,14 @@ func (t *turn) cancelDecided(d continuation.Result) (cr *CancelRecord, phase str
 // what a cancel does: a turn never sent ends here (end); one that may have
 // reached Letta goes on, and its run is cancelled once its thread is known.
 func (t *turn) cancelStart(ctx context.Context, intents []Intent) (err error, end bool) {
-	cr := t.cancelAsked()
+	cr := t.cx.Asked()
 	if cr == nil {
 		return nil, false
 	}
 	if len(liveIntents(intents)) == 0 && t.rec.RunID == "" {
 		return t.endCancelled(ctx, t.log, *cr, CancelPhaseWaiting, ""), true
 	}
-	t.cx.mu.Lock()
-	t.cx.recovered = t.rec.RunID != ""
-	t.cx.mu.Unlock()
+	t.cx.Recovered(t.rec.RunID != "")
 	t.log.Info("the turn was cancelled while it may have reached Letta: its run is cancelled, never sent again")
 	return nil, false
 }
@@ -353,9 +179,7 @@ func (t *turn) cancelStart(ctx context.Context, intents []Intent) (err error, en
 // ending, not a failure (an archived task counts in Asynq's failed
 // metrics). The conversation is released with the journal's save.
 func (t *turn) endCancelled(ctx context.Context, log *slog.Logger, cr CancelRecord, phase, text string) error {
-	t.cx.mu.Lock()
-	t.cx.ended = true
-	t.cx.mu.Unlock()
+	t.cx.End()
 	dctx, cancel := t.w.deliveryCtx(ctx)
 	defer cancel()
 	cr.Phase = phase
@@ -405,11 +229,9 @@ func (t *turn) cancelWaiting(ctx context.Context, nyt error) error {
 	t.wakeAfterDeadHeads(ctx, nyt)
 	dctx, cancel := w.deliveryCtx(ctx)
 	defer cancel()
-	cr := *t.cancelAsked()
+	cr := *t.cx.Asked()
 	cr.Phase = CancelPhaseWaiting
-	t.cx.mu.Lock()
-	t.cx.ended = true
-	t.cx.mu.Unlock()
+	t.cx.End()
 	ev := ReplyEvent{Type: EventError, TaskID: t.taskID, Otid: t.otid, MessageID: t.msg.MessageID,
 		StopReason: StopReasonCancelled, Permanent: true}
 	if _, err := w.replies.EmitAnswerOnce(dctx, t.msg.Conversation, ev); err != nil {

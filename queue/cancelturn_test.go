@@ -27,7 +27,7 @@ func TestWatchCancels(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	newTurn := func(id string) *turn {
 		tt := &turn{w: w, taskID: id, log: log, ids: &turnIDs{taskID: id}}
-		w.cancels.add(tt)
+		w.cancels.Add(tt.taskID, (*cancelRun)(tt))
 		return tt
 	}
 	missed, heard, other := newTurn("turn:missed"), newTurn("turn:heard"), newTurn("turn:other")
@@ -43,7 +43,7 @@ func TestWatchCancels(t *testing.T) {
 		t.Helper()
 		deadline := time.Now().Add(5 * time.Second)
 		for {
-			if cr := tt.cancelAsked(); cr != nil {
+			if cr := tt.cx.Asked(); cr != nil {
 				if cr.By != by {
 					t.Errorf("%s: cancel by %q, want %q", tt.taskID, cr.By, by)
 				}
@@ -60,7 +60,7 @@ func TestWatchCancels(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(heard, "later")
-	if other.cancelAsked() != nil {
+	if other.cx.Asked() != nil {
 		t.Error("a turn nobody cancelled was told it was")
 	}
 	cancel()

@@ -21,10 +21,6 @@ import (
 // defaultQueue is the Asynq queue turns go to unless configured otherwise.
 const defaultQueue = "lettaq"
 
-// DefaultMaxRetry is how many times a failed turn is retried before it
-// fails for good.
-const DefaultMaxRetry = 25
-
 // TaskMaxRetry is the Asynq max retry of a turn task whose failed attempts
 // are retried maxRetry times (negative: none): one more, which the worker
 // keeps for put-backs. A turn that waits for a busy thread is put back
@@ -35,9 +31,6 @@ const DefaultMaxRetry = 25
 // kept retry means a waiting turn is never archived for waiting. A producer
 // in another language sets this (GET /budget answers it).
 func TaskMaxRetry(maxRetry int) int { return max(maxRetry, 0) + 1 }
-
-// DefaultRetention is how long a finished task (and its result) is kept.
-const DefaultRetention = 24 * time.Hour
 
 // ClientConfig configures a Client.
 type ClientConfig struct {
@@ -244,11 +237,6 @@ func (c *Client) leaveLine(ctx context.Context, key, id string) {
 	}
 	_ = c.waker(c.insp).leave(context.WithoutCancel(ctx), c.cfg.Queue, key, id)
 }
-
-// MaxHTTPBodyBytes bounds the payload EnqueueHTTPHandler takes, decoded
-// (payloadBytes): the text, the images' base64 data, and room for the rest.
-// The same message is accepted however its producer escapes its JSON.
-const MaxHTTPBodyBytes = MaxTextBytes + MaxImagesBytes/3*4 + 64<<10
 
 // maxHTTPRawBodyBytes bounds the body EnqueueHTTPHandler reads, before it
 // is decoded: a payload within MaxHTTPBodyBytes written with every

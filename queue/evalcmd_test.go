@@ -19,7 +19,7 @@ import (
 // record, the task's result, the conversation's release), on a Redis
 // without the scripts (restarted, flushed): the scripts of the ops that
 // other ops follow are loaded first in the same round trip (SCRIPT LOAD), so
-// that nothing overtakes them (issue 24: they used to be sent again as EVAL
+// that nothing overtakes them (they used to be sent again as EVAL
 // in a second round trip, after the plain commands had run); the last op,
 // followed by nothing, is answered NOSCRIPT and sent again as EVAL; the
 // intent and the record, plain commands, go once; and each does what it

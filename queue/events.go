@@ -110,6 +110,9 @@ const (
 	// PhaseLettaDeploying: Letta Cloud refused the message while it
 	// deploys (503 cloud_api_shutting_down); sent again after Retry-After.
 	PhaseLettaDeploying ReplyPhase = "letta_deploying"
+	// PhaseAwaitingApproval: the message waits for the answer to its
+	// chat's approval request.
+	PhaseAwaitingApproval ReplyPhase = "awaiting_approval"
 )
 
 // Tool statuses carried by ToolEvent.Status.
@@ -118,10 +121,6 @@ const (
 	ToolStatusSuccess = "success"
 	ToolStatusError   = "error"
 )
-
-// MaxToolReturnBytes is the most of a tool's return that an event carries;
-// Emit cuts longer returns (at a rune boundary) and sets Truncated.
-const MaxToolReturnBytes = 2048
 
 // ErrInvalidEvent is returned (wrapped) when a reply event or its
 // conversation cannot be written.

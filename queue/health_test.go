@@ -14,6 +14,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lettaq/lettaq/internal/testredis"
+	"github.com/lettaq/lettaq/queue/internal/asynqlog"
+	"github.com/lettaq/lettaq/queue/internal/health"
+	"github.com/lettaq/lettaq/queue/internal/outage"
 	"github.com/lettaq/lettaq/queue/internal/store"
 )
 
@@ -48,16 +51,15 @@ func (c *capture) lines(level slog.Level) []string {
 // A routine Redis restart logs at warn: Asynq's lines about the outage
 // (dequeue, forwarding, server state, lease extension, each repeated) fold
 // into one "waiting for Redis" warning per backoff step (500 ms doubling),
-// and an outage longer than a task's lease (30 s) is an error, once (issue
-// 24). Asynq's other errors, and these lines with an error that is not an
+// and an outage longer than a task's lease (30 s) is an error, once. Asynq's other errors, and these lines with an error that is not an
 // outage, stay errors.
 func TestAsynqOutageLinesFold(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	h := &health{now: func() time.Time { return now }}
+	h := &health.Health{Now: func() time.Time { return now }}
 	c := &capture{}
-	a := newAsynqLogger(slog.New(c), nil, h)
+	a := asynqlog.New(slog.New(c), nil, h)
 	refused := "dial tcp 127.0.0.1:6379: connect: connection refused"
-	outage := func(d time.Duration) {
+	asynqLines := func(d time.Duration) {
 		// What Asynq writes during d of an outage: a dequeue error every
 		// 3 s, forwarding every 5 s, server state and leases every 5 s.
 		for at := time.Duration(0); at < d; at += 250 * time.Millisecond {
@@ -72,7 +74,7 @@ func TestAsynqOutageLinesFold(t *testing.T) {
 			}
 		}
 	}
-	outage(8 * time.Second) // a routine restart
+	asynqLines(8 * time.Second) // a routine restart
 	if errs := c.lines(slog.LevelError); len(errs) > 0 {
 		t.Errorf("an 8 s outage logged errors: %q", errs)
 	}
@@ -82,19 +84,19 @@ func TestAsynqOutageLinesFold(t *testing.T) {
 	if len(warns) != 3 || warns[0] != "waiting for Redis: Asynq cannot reach it" {
 		t.Errorf("an 8 s outage: warnings %q, want 3 of waiting for Redis", warns)
 	}
-	if err := h.ready(nil); err == nil || !strings.Contains(err.Error(), "connection refused") {
+	if err := h.Ready(nil); err == nil || !strings.Contains(err.Error(), "connection refused") {
 		t.Errorf("ready during the outage: %v", err)
 	}
-	now = now.Add(asynqTroubleFor)
-	if err := h.ready(nil); err != nil {
-		t.Errorf("ready %v after the outage: %v", asynqTroubleFor, err)
+	now = now.Add(health.TroubleFor)
+	if err := h.Ready(nil); err != nil {
+		t.Errorf("ready %v after the outage: %v", health.TroubleFor, err)
 	}
 
-	// A long outage (a new one: after outageGap): an error once, past
+	// A long outage (a new one: after outage.Gap): an error once, past
 	// the lease.
-	now = now.Add(outageGap)
+	now = now.Add(outage.Gap)
 	c.recs = nil
-	outage(2 * time.Minute)
+	asynqLines(2 * time.Minute)
 	if errs := c.lines(slog.LevelError); len(errs) != 1 || !strings.Contains(errs[0], "longer than a task's lease") {
 		t.Errorf("a 2 min outage: errors %q, want one about the lease", errs)
 	}
@@ -113,14 +115,14 @@ func TestAsynqOutageLinesFold(t *testing.T) {
 
 // Ready follows the writer: a round trip that fails as a whole (Redis
 // unreachable) makes the worker not ready, naming the error; with no turn
-// writing, Ready's own probe through the writer finds Redis back (issue 24:
-// /readyz said ready while every write of the worker failed).
+// writing, Ready's own probe through the writer finds Redis back (/readyz
+// used to say ready while every write of the worker failed).
 func TestReadyFollowsTheWriter(t *testing.T) {
 	rjEach(t, func(t *testing.T, b rjBackend) {
 		r := NewReplies(b.rdb, RepliesOptions{Prefix: b.prefix})
 		w := &Worker{replies: r}
 		w.writer = newWriter(b.rdb, r)
-		w.writer.tripped = w.health.tripped
+		w.writer.tripped = w.health.Tripped
 		var down sync.Mutex
 		isDown := true
 		exec := w.writer.exec
@@ -157,7 +159,7 @@ func TestReadyFollowsTheWriter(t *testing.T) {
 		down.Lock()
 		isDown = false
 		down.Unlock()
-		w.health.tripped(errRefused)
+		w.health.Tripped(errRefused)
 		deadline := time.Now().Add(10 * time.Second)
 		for w.Ready() != nil {
 			if time.Now().After(deadline) {
@@ -180,7 +182,7 @@ func TestReadyWhenRedisIsFull(t *testing.T) {
 	r := NewReplies(rdb, RepliesOptions{Prefix: prefix})
 	w := &Worker{replies: r, cfg: WorkerConfig{WorkerID: "w1"}}
 	w.writer = newWriter(rdb, r)
-	w.writer.tripped = w.health.tripped
+	w.writer.tripped = w.health.Tripped
 	ctx := context.Background()
 	free, err := testredis.Fill(ctx, rdb, prefix)
 	if err != nil {
@@ -197,9 +199,9 @@ func TestReadyWhenRedisIsFull(t *testing.T) {
 	if err := w.Ready(); err == nil || !strings.Contains(err.Error(), "OOM") {
 		t.Fatalf("ready while the writes are refused: %v", err)
 	}
-	// Ready's probe runs (at most every probeEvery): Redis still full, the
+	// Ready's probe runs (at most every health.ProbeEvery): Redis still full, the
 	// worker stays not ready.
-	deadline := time.Now().Add(3 * probeEvery)
+	deadline := time.Now().Add(3 * health.ProbeEvery)
 	for time.Now().Before(deadline) {
 		if err := w.Ready(); err == nil {
 			t.Fatal("ready while Redis is still full (the probe took a PING for a write?)")
@@ -207,12 +209,12 @@ func TestReadyWhenRedisIsFull(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	oom := "Dequeue error: OOM command not allowed when used memory > 'maxmemory'."
-	if !asynqRedisLine(oom) {
+	if !outage.IsAsynqLine(oom) {
 		t.Error("Asynq's dequeue error on a full Redis not taken for Redis trouble")
 	}
 	c := &capture{}
-	var o outageLog
-	o.line(slog.New(c), oom, time.Now())
+	var o outage.Log
+	o.Line(slog.New(c), oom, time.Now())
 	if warns := c.lines(slog.LevelWarn); len(warns) != 1 || !strings.Contains(warns[0], "full") {
 		t.Errorf("Asynq's line on a full Redis logged %q, want it to say Redis is full", warns)
 	}

@@ -17,18 +17,6 @@ import (
 // fetch is a permanent 400: the turn fails at once, its error event names
 // the URL, and the message is never sent again.
 
-// Limits on Message.Images, checked at enqueue.
-const (
-	// MaxImages bounds the images of one message.
-	MaxImages = 4
-	// MaxImageURLBytes bounds one image URL.
-	MaxImageURLBytes = 2048
-	// MaxImageBytes bounds one image's decoded data (1 MiB).
-	MaxImageBytes = 1 << 20
-	// MaxImagesBytes bounds the decoded data of all images of a message.
-	MaxImagesBytes = 2 << 20
-)
-
 // Image is one image of a message: URL, or Data (base64, standard
 // encoding) with MediaType.
 type Image struct {

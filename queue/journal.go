@@ -53,6 +53,14 @@ const (
 	OutcomeRetrying = "retrying"
 	// OutcomeCoalesced: the message was answered by another turn (AnsweredBy).
 	OutcomeCoalesced = "coalesced"
+	// OutcomeBusy ends an attempt refused because the agent's thread was
+	// busy with another run (Attempt.Outcome).
+	OutcomeBusy = "busy"
+	// OutcomeAwaitingApproval ends an attempt of a message that waits for its
+	// chat's approval request to be answered (policy wait or deny) and could
+	// not park (parking.go: its task could not be read, or a takeover runs
+	// it): it is put back like a busy turn, without a retry used.
+	OutcomeAwaitingApproval = "awaiting_approval"
 )
 
 // Which clock ended an attempt (Attempt.TimeoutClock); "" when none did.
@@ -150,7 +158,7 @@ type TurnRecord struct {
 	Cancel *CancelRecord `json:"cancel,omitempty"`
 }
 
-// Wait is a time a turn waited without being run (issue 29): behind the
+// Wait is a time a turn waited without being run: behind the
 // turn ahead of it in its conversation's line, or behind its chat's open
 // approval request. A wait is one entry however often the turn looked
 // again; Until is set when it stopped waiting behind that (it started, or

@@ -17,9 +17,6 @@ type AmbiguousError struct {
 	More       bool
 }
 
-// MaxLookupCandidates bounds AmbiguousError.Candidates.
-const MaxLookupCandidates = 10
-
 func (e *AmbiguousError) Error() string {
 	n := fmt.Sprintf("%d", len(e.Candidates))
 	list := strings.Join(e.Candidates, ", ")

@@ -1,8 +1,68 @@
 package queue
 
-// DefaultMaxReplyBytes bounds the progress text one attempt of a turn
-// writes to its reply stream (WorkerConfig.MaxReplyBytes).
-const DefaultMaxReplyBytes = 4 << 20
+import "time"
+
+// Limits checked at enqueue, and again when a task reaches a worker.
+const (
+	// MaxTextBytes bounds Message.Text (64 KiB).
+	MaxTextBytes = 64 << 10
+	// MaxMetadataEntries, MaxMetadataKeyBytes and MaxMetadataValueBytes
+	// bound Message.Metadata; MaxMetadataBytes bounds its keys and values
+	// together.
+	MaxMetadataEntries    = 32
+	MaxMetadataKeyBytes   = 64
+	MaxMetadataValueBytes = 1024
+	MaxMetadataBytes      = 4 << 10
+	// MaxIDBytes bounds agent_id, sender_id, message_id and the two parts
+	// of the conversation.
+	MaxIDBytes = 512
+	// maxTaskIDBytes: a derived task id longer than this is hashed.
+	maxTaskIDBytes = 200
+)
+
+// Limits on Message.Images, checked at enqueue.
+const (
+	// MaxImages bounds the images of one message.
+	MaxImages = 4
+	// MaxImageURLBytes bounds one image URL.
+	MaxImageURLBytes = 2048
+	// MaxImageBytes bounds one image's decoded data (1 MiB).
+	MaxImageBytes = 1 << 20
+	// MaxImagesBytes bounds the decoded data of all images of a message.
+	MaxImagesBytes = 2 << 20
+)
+
+// Defaults and bounds of the Client's and the Worker's settings.
+const (
+	// DefaultMaxRetry is how many times a failed turn is retried before it
+	// fails for good.
+	DefaultMaxRetry = 25
+	// DefaultRetention is how long a finished task (and its result) is kept.
+	DefaultRetention = 24 * time.Hour
+	// DefaultMaxReplyBytes bounds the progress text one attempt of a turn
+	// writes to its reply stream (WorkerConfig.MaxReplyBytes).
+	DefaultMaxReplyBytes = 4 << 20
+	// DefaultTakeoverAfter is WorkerConfig.TakeoverAfter's default.
+	DefaultTakeoverAfter = 5 * time.Second
+	// MaxApprovalTimeout bounds WorkerConfig.ApprovalTimeout (366 days).
+	MaxApprovalTimeout = 366 * 24 * time.Hour
+	// MaxHTTPBodyBytes bounds the payload EnqueueHTTPHandler takes, decoded
+	// (payloadBytes): the text, the images' base64 data, and room for the
+	// rest. The same message is accepted however its producer escapes its
+	// JSON.
+	MaxHTTPBodyBytes = MaxTextBytes + MaxImagesBytes/3*4 + 64<<10
+	// MaxLookupCandidates bounds AmbiguousError.Candidates.
+	MaxLookupCandidates = 10
+	// MaxServerRetryAfter caps the wait a refusal's Retry-After asks for
+	// (continuation.Refused: a deploy's 503, Letta's API rate limit). A
+	// longer one is reported (in the attempt's error and a warning), not
+	// obeyed.
+	MaxServerRetryAfter = time.Minute
+	// MaxToolReturnBytes is the most of a tool's return that an event
+	// carries; Emit cuts longer returns (at a rune boundary) and sets
+	// Truncated.
+	MaxToolReturnBytes = 2048
+)
 
 // progressBytes is the text a progress event carries.
 func progressBytes(ev ReplyEvent) int {

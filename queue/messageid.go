@@ -15,7 +15,7 @@ type MessageIDConflictError struct {
 	MessageID string
 	// TaskID is the task of the message enqueued first.
 	TaskID string
-	// EnqueuedHash and NewHash are ContentHash of the message enqueued first and of this one.
+	// EnqueuedHash and NewHash are contentHash of the message enqueued first and of this one.
 	EnqueuedHash, NewHash string
 }
 
@@ -24,9 +24,9 @@ func (e *MessageIDConflictError) Error() string {
 		e.MessageID, e.TaskID, e.EnqueuedHash, e.NewHash)
 }
 
-// ContentHash is the sha256 (hex) of what a message says: its text and its images. Two
+// contentHash is the sha256 (hex) of what a message says: its text and its images. Two
 // deliveries of one message have the same.
-func ContentHash(m Message) string {
+func contentHash(m Message) string {
 	h := sha256.New()
 	h.Write([]byte(m.Text))
 	for _, im := range m.Images {
@@ -60,7 +60,7 @@ func (c *Client) existingTask(m Message, id string, b []byte, stamped bool) (dup
 	if err != nil {
 		return true, nil
 	}
-	if a, h := ContentHash(first), ContentHash(m); a != h {
+	if a, h := contentHash(first), contentHash(m); a != h {
 		return false, &MessageIDConflictError{MessageID: m.MessageID, TaskID: id, EnqueuedHash: a, NewHash: h}
 	}
 	return true, nil

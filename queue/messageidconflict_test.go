@@ -47,7 +47,7 @@ func TestMessageIDReusedWithOtherText(t *testing.T) {
 		if !errors.As(err, &conflict) {
 			t.Fatalf("ordered=%v: the message id with another text: %+v, %v; want a *MessageIDConflictError", ordered, res, err)
 		}
-		if conflict.TaskID != first.TaskID || conflict.EnqueuedHash != ContentHash(m) || conflict.NewHash != ContentHash(other) ||
+		if conflict.TaskID != first.TaskID || conflict.EnqueuedHash != contentHash(m) || conflict.NewHash != contentHash(other) ||
 			conflict.EnqueuedHash == conflict.NewHash || !strings.Contains(err.Error(), conflict.EnqueuedHash) || !strings.Contains(err.Error(), conflict.NewHash) {
 			t.Errorf("ordered=%v: %+v: %v; want both texts' hashes named", ordered, conflict, err)
 		}

@@ -189,7 +189,7 @@ func (t *turn) acquire(ctx context.Context) (lease *ordering.Lease, err error, d
 	case errors.Is(err, ordering.ErrDone):
 		t.log.Info("turn already finished (duplicate delivery)")
 		return nil, nil, true
-	case ordering.IsNotYourTurn(err) && t.cancelAsked() != nil:
+	case ordering.IsNotYourTurn(err) && t.cx.Asked() != nil:
 		return nil, t.cancelWaiting(ctx, err), true
 	case ordering.IsNotYourTurn(err):
 		t.wakeAfterDeadHeads(ctx, err)
@@ -270,7 +270,7 @@ func (t *turn) releaseOps() []store.Op { return t.releaseOpsAfter("") }
 // releaseOpsAfter is releaseOps for a release sent in the same round trip
 // as the turn's final event, whose marker is after: the release happens
 // only if the marker exists then, so that a final event whose write failed
-// never lets go of its turn's place (issue 24; processTask then releases
+// never lets go of its turn's place (processTask then releases
 // as for any attempt that retries). On a Redis that is not one server the
 // marker and the line need not share a slot, and the release is left to
 // processTask.

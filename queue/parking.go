@@ -14,10 +14,11 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/lettaq/lettaq/ordering"
+	"github.com/lettaq/lettaq/queue/internal/service"
 	"github.com/lettaq/lettaq/queue/internal/store"
 )
 
-// Waiting is a state, not a retry (issue 29). An attempt that finds it
+// Waiting is a state, not a retry. An attempt that finds it
 // must wait, because it is not its turn in its conversation's line
 // (acquire's NotYourTurn) or its chat's approval request is open
 // (approvalGate), parks: it writes a parking record (store.Parking) and
@@ -308,20 +309,14 @@ func (pk *parker) sweep(ctx context.Context) {
 	}
 }
 
-// sweeper runs sweep every defaultSweepEvery until ctx ends.
-func (pk *parker) sweeper(ctx context.Context, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			sctx, cancel := context.WithTimeout(ctx, every)
-			pk.sweep(sctx)
-			cancel()
-		}
-	}
+// sweeper is the loop that runs sweep every every, each sweep bounded by
+// every.
+func (pk *parker) sweeper(every time.Duration) *service.Ticker {
+	return &service.Ticker{Every: every, Tick: func(ctx context.Context) {
+		sctx, cancel := context.WithTimeout(ctx, every)
+		defer cancel()
+		pk.sweep(sctx)
+	}}
 }
 
 // aliveOrParked is alive that also counts a parked task (momentarily in no
@@ -348,8 +343,7 @@ func (w *Worker) aliveOrParked(alive ordering.AliveFunc) ordering.AliveFunc {
 	}
 }
 
-// unpark takes a waiting turn out of Asynq (for a cancel: issue 29 item
-// 4): its scheduled, pending or retry task is deleted; a parked one (in no
+// unpark takes a waiting turn out of Asynq (for a cancel): its scheduled, pending or retry task is deleted; a parked one (in no
 // Asynq queue for a moment) has its record marked dropped, so that its
 // re-enqueue does not happen, or deletes the task again right after. It
 // reports whether it found the task waiting; an active task is left alone

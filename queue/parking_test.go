@@ -13,6 +13,8 @@ import (
 
 	"github.com/lettaq/lettaq/internal/testredis"
 	"github.com/lettaq/lettaq/ordering"
+	"github.com/lettaq/lettaq/queue/internal/asynqlog"
+	"github.com/lettaq/lettaq/queue/internal/health"
 	"github.com/lettaq/lettaq/queue/internal/store"
 )
 
@@ -212,7 +214,7 @@ func TestAddWaitMergesLooks(t *testing.T) {
 func TestRevokeIsNotAWarning(t *testing.T) {
 	var buf strings.Builder
 	l := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	a := newAsynqLogger(l, &permanentSet{}, &health{})
+	a := asynqlog.New(l, &asynqlog.Permanent{}, &health.Health{})
 	a.Warn("revoke task id=turn:web:1:m2")
 	a.Warn("something else")
 	out := buf.String()

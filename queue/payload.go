@@ -15,29 +15,16 @@ import (
 	"github.com/lettaq/lettaq/agentclient"
 )
 
-// TaskType is the Asynq task type of a turn.
-const TaskType = "lettaq:turn"
-
-// PayloadVersion is the version of the payload format this package writes
-// and the only one it accepts.
-const PayloadVersion = 1
-
-// Limits checked at enqueue, and again when a task reaches a worker.
+// The Asynq task types of lettaq, and the version of its payload format.
 const (
-	// MaxTextBytes bounds Message.Text (64 KiB).
-	MaxTextBytes = 64 << 10
-	// MaxMetadataEntries, MaxMetadataKeyBytes and MaxMetadataValueBytes
-	// bound Message.Metadata; MaxMetadataBytes bounds its keys and values
-	// together.
-	MaxMetadataEntries    = 32
-	MaxMetadataKeyBytes   = 64
-	MaxMetadataValueBytes = 1024
-	MaxMetadataBytes      = 4 << 10
-	// MaxIDBytes bounds agent_id, sender_id, message_id and the two parts
-	// of the conversation.
-	MaxIDBytes = 512
-	// maxTaskIDBytes: a derived task id longer than this is hashed.
-	maxTaskIDBytes = 200
+	// TaskType is the Asynq task type of a turn.
+	TaskType = "lettaq:turn"
+	// TakeoverTaskType is the Asynq task type of a takeover: the
+	// continuation of a turn whose worker died, on another worker.
+	TakeoverTaskType = "lettaq:takeover"
+	// PayloadVersion is the version of the payload format this package
+	// writes and the only one it accepts.
+	PayloadVersion = 1
 )
 
 // otidNamespace is the UUID namespace of derived otids: a turn without an

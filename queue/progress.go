@@ -544,7 +544,7 @@ func (wr *writer) loop() {
 		items, errs, batch := wr.items[:0], wr.errs[:n], wr.batch[:0]
 		// The array may hold the errors of an earlier round trip (keep
 		// cut the slice, not what is behind it): a write here reports only
-		// its own error (issue 24: an outage's errors came back for good).
+		// its own error (an outage's errors came back for good).
 		clear(errs)
 		for j := range k {
 			p := wr.ready[j]

@@ -5,11 +5,6 @@ import (
 	"time"
 )
 
-// MaxServerRetryAfter caps the wait a refusal's Retry-After asks for
-// (continuation.Refused: a deploy's 503, Letta's API rate limit). A longer
-// one is reported (in the attempt's error and a warning), not obeyed.
-const MaxServerRetryAfter = time.Minute
-
 // refusalWait is the delay before a refused turn sends again: the
 // server's Retry-After up to MaxServerRetryAfter (0 without one: the
 // usual backoff), and a note when the server asked for more.

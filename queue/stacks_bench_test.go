@@ -18,7 +18,7 @@ import (
 // does: see processTask): per task, after three GCs.
 // With a cancelable BaseContext every task's context registers in that one
 // context from Asynq's goroutine that waits for the handler, which grows
-// that goroutine to 4 KiB (see turnStops): the worker gives Asynq none.
+// that goroutine to 4 KiB (see service.Stops): the worker gives Asynq none.
 //
 //	go test -run '^$' -bench WaitingTaskStacks -benchtime 1x ./queue/
 func BenchmarkWaitingTaskStacks(b *testing.B) {

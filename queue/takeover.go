@@ -14,10 +14,12 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/lettaq/lettaq/ordering"
+	"github.com/lettaq/lettaq/queue/internal/claim"
+	"github.com/lettaq/lettaq/queue/internal/service"
 	"github.com/lettaq/lettaq/queue/internal/store"
 )
 
-// Fast takeover (issue 30). Asynq finds the tasks of a worker process that
+// Fast takeover. Asynq finds the tasks of a worker process that
 // died (OOM kill, node loss, kill -9) only through its lease: 60 to 165 s
 // later, and it uses one of the task's retries. lettaq keeps a registry of
 // its own instead (queue/internal/store's takeover keys): every worker
@@ -52,25 +54,9 @@ import (
 // higher saved (Journal.saveOp): the runner that holds the turn writes its
 // record, and a stale one overwrites nothing before it learns it lost.
 
-// TakeoverTaskType is the Asynq task type of a takeover: the continuation
-// of a turn whose worker died, on another worker.
-const TakeoverTaskType = "lettaq:takeover"
-
 const (
-	// DefaultTakeoverAfter is WorkerConfig.TakeoverAfter's default.
-	DefaultTakeoverAfter = 5 * time.Second
 	// defaultTakeoverBeat is WorkerConfig.TakeoverBeat's default.
 	defaultTakeoverBeat = time.Second
-	// takeoverTombstoneTTL: how long a claimed worker's tombstone is kept
-	// (a worker paused longer than that and then resumed is fenced by its
-	// lost ordering lease and the journal gate only).
-	takeoverTombstoneTTL = time.Hour
-	// takenOverTTL: how long a turn's takeover marker is kept (longer than
-	// Asynq's recovery of the original takes).
-	takenOverTTL = 24 * time.Hour
-	// takeoverRetention: a finished takeover task stays visible (its
-	// TaskInfo) this long.
-	takeoverRetention = time.Hour
 )
 
 // errTakenOver is the cause of a turn's context when its worker finds the
@@ -81,27 +67,6 @@ var errTakenOver = errors.New("lettaq: the turn was taken over by another worker
 // each turn this worker took over from a dead one.
 type TakeoverObserver interface {
 	TurnTakenOver(queue string)
-}
-
-// takeoverEntry is what the registry keeps of a running turn (the value of
-// its field in the worker's turns hash).
-type takeoverEntry struct {
-	Queue    string `json:"queue"`
-	Runner   string `json:"runner"`
-	Key      string `json:"key,omitempty"`
-	Retried  int    `json:"retried"`
-	MaxRetry int    `json:"max_retry"`
-}
-
-// takeoverPayload is a takeover task's payload: the turn to continue and
-// its original payload.
-type takeoverPayload struct {
-	TaskID   string `json:"task_id"`
-	Queue    string `json:"queue"`
-	From     string `json:"from"`
-	Retried  int    `json:"retried"`
-	MaxRetry int    `json:"max_retry"`
-	Payload  []byte `json:"payload"`
 }
 
 // takeoverEpoch is one registration of this worker process in the
@@ -127,6 +92,7 @@ type takeover struct {
 	// running: the beats run (Worker.Run); a worker whose handler runs
 	// under another server (Worker.Handler) registers nothing.
 	running atomic.Bool
+	ticker  *service.Ticker // the beats (Start, Stop)
 
 	// reregMu is held by a beat that writes the running turns back (from
 	// its list of them to its last write's end), and taken by a turn's
@@ -167,24 +133,30 @@ func (tk *takeover) current() *takeoverEpoch {
 	return tk.epoch
 }
 
-// run beats and watches until ctx ends.
-func (tk *takeover) run(ctx context.Context) {
+// Start starts the beats and the watch (a service.Ticker of tick, every
+// TakeoverBeat ±10%, so that the watchers do not all look at once): turns
+// register from now on.
+func (tk *takeover) Start(ctx context.Context) error {
 	tk.client = asynq.NewClient(tk.w.conn)
 	tk.insp = asynq.NewInspector(tk.w.conn)
-	defer tk.client.Close()
-	defer tk.insp.Close()
-	defer tk.running.Store(false)
+	tk.running.Store(true)
 	tk.log.Info("takeover on", "instance", tk.current().id, "after", tk.after.String(), "beat", tk.beat.String())
-	for {
-		tk.tick(ctx)
-		// ±10% jitter, so that the watchers do not all look at once.
-		d := time.Duration(float64(tk.beat) * (0.9 + 0.2*rand.Float64()))
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(d):
-		}
+	tk.ticker = &service.Ticker{Every: tk.beat, Jitter: 0.1, Immediate: true, Tick: tk.tick}
+	return tk.ticker.Start(ctx)
+}
+
+// Stop ends the beats and takes the worker out of the registry (a graceful
+// stop: its turns were put back through Asynq and are not taken over).
+func (tk *takeover) Stop() {
+	if tk.ticker == nil {
+		return
 	}
+	tk.ticker.Stop()
+	tk.ticker = nil
+	tk.running.Store(false)
+	_ = tk.client.Close()
+	_ = tk.insp.Close()
+	tk.leave()
 }
 
 // tick is one beat: record it, fence this worker when it was claimed,
@@ -342,98 +314,14 @@ func (tk *takeover) tombstoned(e *takeoverEpoch) {
 }
 
 // claim takes the turns of the dead worker over, when this watcher is the
-// one that claims it.
+// one that claims it (queue/internal/claim).
 func (tk *takeover) claim(ctx context.Context, me, dead string) {
-	turns, ok, err := tk.st.Claim(ctx, dead, me, tk.after, takeoverTombstoneTTL)
-	if err != nil {
-		tk.log.Warn("could not claim a dead worker", "dead", dead, "error", err.Error())
-		return
-	}
-	if !ok {
-		return
-	}
-	tk.log.Warn("a worker stopped beating: taking its turns over", "dead", dead, "turns", len(turns))
-	// Each turn costs four round trips (its holder, its task's payload,
-	// the enqueue, the marker): a dead worker with thousands of turns is taken over by
-	// takeoverParallel at a time.
-	sem := make(chan struct{}, takeoverParallel)
-	var wg sync.WaitGroup
-	for id, raw := range turns {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			tk.takeOver(ctx, dead, id, raw)
-		}()
-	}
-	wg.Wait()
-}
-
-// takeoverParallel bounds the turns of a dead worker taken over at once.
-const takeoverParallel = 32
-
-// takeoverTaskID is the Asynq task id of the takeover of taskID from dead.
-func takeoverTaskID(dead, taskID string) string { return "takeover:" + dead + ":" + taskID }
-
-// takeOver enqueues the takeover task of one turn of the dead worker.
-func (tk *takeover) takeOver(ctx context.Context, dead, taskID, raw string) {
-	log := tk.log.With(slog.String("task_id", taskID), slog.String("dead", dead))
-	var e takeoverEntry
-	if err := json.Unmarshal([]byte(raw), &e); err != nil || e.Queue == "" || e.Runner == "" {
-		log.Warn("unreadable takeover entry: left to Asynq's recovery", "entry", raw)
-		return
-	}
-	if h, live := tk.liveHolder(ctx, taskID); live && h.Instance != dead {
-		log.Info("the dead worker's turn runs on a live worker: not taken over", "holder", h.Instance, "holder_runner", h.Runner)
-		return
-	}
-	info, err := tk.insp.GetTaskInfo(e.Queue, e.Runner)
-	if err != nil || info.State == asynq.TaskStateCompleted || info.State == asynq.TaskStateArchived {
-		// Finished in the meantime (or deleted): nothing to continue.
-		log.Info("the dead worker's turn is gone from its queue or ended: not taken over", "runner", e.Runner)
-		return
-	}
-	payload := info.Payload
-	if info.Type == TakeoverTaskType {
-		var p takeoverPayload
-		if err := json.Unmarshal(info.Payload, &p); err != nil {
-			log.Warn("unreadable takeover payload: left to Asynq's recovery", "runner", e.Runner, "error", err.Error())
-			return
-		}
-		payload = p.Payload
-	}
-	b, err := json.Marshal(takeoverPayload{TaskID: taskID, Queue: e.Queue, From: dead, Retried: e.Retried,
-		MaxRetry: e.MaxRetry, Payload: payload})
-	if err != nil {
-		log.Warn("could not encode the takeover", "error", err.Error())
-		return
-	}
-	runner := takeoverTaskID(dead, taskID)
-	_, err = tk.client.EnqueueContext(ctx, asynq.NewTask(TakeoverTaskType, b), asynq.TaskID(runner), asynq.Queue(e.Queue),
-		asynq.MaxRetry(max(e.MaxRetry-e.Retried, 0)), asynq.Timeout(tk.w.cfg.Budget.TaskTimeout()),
-		asynq.Retention(takeoverRetention))
-	if err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
-		log.Warn("could not enqueue the takeover: left to Asynq's recovery", "error", err.Error())
-		return
-	}
-	if err := tk.st.MarkTakenOver(ctx, taskID, runner, takenOverTTL); err != nil {
-		log.Warn("could not mark the turn taken over", "error", err.Error())
-	}
+	c := claim.Claimer{Store: tk.st, Client: tk.client, Inspector: tk.insp, Log: tk.log, After: tk.after,
+		TaskType: TakeoverTaskType, Timeout: tk.w.cfg.Budget.TaskTimeout()}
 	if o, ok := tk.w.obs.(TakeoverObserver); ok {
-		o.TurnTakenOver(e.Queue)
+		c.TakenOver = o.TurnTakenOver
 	}
-	log.Info("turn taken over", "runner", runner, "was", e.Runner)
-}
-
-// liveHolder returns the runner that holds the turn now when its worker is
-// alive (a failed read counts as none).
-func (tk *takeover) liveHolder(ctx context.Context, taskID string) (store.Holder, bool) {
-	h, ok, err := tk.st.LiveHolder(ctx, taskID, tk.after)
-	if err != nil {
-		tk.log.Debug("could not read the turn's holder", "task_id", taskID, "error", err.Error())
-		return store.Holder{}, false
-	}
-	return h, ok
+	c.Claim(ctx, me, dead)
 }
 
 // leave takes this worker out of the registry at a graceful stop.
@@ -494,9 +382,9 @@ func (t *turn) unregisterOps() []store.Op {
 
 // registration is the turn's registration under e.
 func (t *turn) registration(e *takeoverEpoch) (store.Registration, error) {
-	b, err := json.Marshal(takeoverEntry{Queue: t.queue, Runner: t.runner, Key: t.key, Retried: t.retried, MaxRetry: t.maxRetry})
+	b, err := json.Marshal(claim.Entry{Queue: t.queue, Runner: t.runner, Key: t.key, Retried: t.retried, MaxRetry: t.maxRetry})
 	return store.Registration{Instance: e.id, TaskID: t.taskID, Runner: t.runner, Entry: b,
-		HolderTTL: takenOverTTL, LostTTL: takeoverTombstoneTTL, After: t.w.tk.after, Number: t.runnerN}, err
+		HolderTTL: claim.MarkerTTL, LostTTL: claim.TombstoneTTL, After: t.w.tk.after, Number: t.runnerN}, err
 }
 
 // unregister takes the turn out of the registry when its attempt ends.
@@ -617,7 +505,7 @@ func (t *turn) continuedElsewhere(ctx context.Context) bool {
 		// alive (Asynq recovered the turn before the dead worker was
 		// claimed, or another takeover runs it).
 		me := t.w.tk.current().id
-		if h, live := t.w.tk.liveHolder(ctx, t.taskID); live && (h.Instance != me || h.Runner != t.runner) {
+		if h, live := claim.LiveHolder(ctx, t.w.tk.st, t.taskID, t.w.tk.after, t.w.tk.log); live && (h.Instance != me || h.Runner != t.runner) {
 			t.log.Info("turn run by another live runner: this takeover ends", "holder", h.Instance, "holder_runner", h.Runner,
 				"runner", t.runner)
 			return true
@@ -632,18 +520,6 @@ func (t *turn) continuedElsewhere(ctx context.Context) bool {
 	}
 	t.log.Info("turn continued by another runner: this attempt ends", "continued_by", by, "runner", t.runner)
 	return true
-}
-
-// decodeTakeover reads a takeover task's payload into the turn's ids.
-func decodeTakeover(b []byte) (takeoverPayload, error) {
-	var p takeoverPayload
-	if err := json.Unmarshal(b, &p); err != nil {
-		return p, fmt.Errorf("queue: takeover payload: %w", err)
-	}
-	if p.TaskID == "" || len(p.Payload) == 0 {
-		return p, errors.New("queue: takeover payload: no task id or payload")
-	}
-	return p, nil
 }
 
 // takeoverAlive wraps alive (ordering's test of a dead head): a head whose

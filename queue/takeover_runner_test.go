@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lettaq/lettaq/queue/internal/claim"
 	"github.com/lettaq/lettaq/queue/internal/store"
 )
 
@@ -57,7 +58,7 @@ func TestTakeoverRecoveredTurnNotRunTwice(t *testing.T) {
 	}
 
 	// A takeover made before the original registered does not start.
-	tko := newRunner(b, takeoverTaskID("D/6", "turn-6"), "D/6", 0)
+	tko := newRunner(b, claim.TaskID("D/6", "turn-6"), "D/6", 0)
 	if !tko.continuedElsewhere(ctx) {
 		t.Error("a takeover starts while the recovered original runs")
 	}
@@ -75,7 +76,7 @@ func TestTakeoverRecoveredTurnNotRunTwice(t *testing.T) {
 
 	// Another runner on A takes the turn: B's takeover learns it at its
 	// next fencing check (its last good beat old: it asks Redis).
-	other := newRunner(a, takeoverTaskID("D/7", "turn-6"), "D/7", 0)
+	other := newRunner(a, claim.TaskID("D/7", "turn-6"), "D/7", 0)
 	start(other)
 	tko.tkEpoch.lastOK.Store(int64(b.tk.now() - 2*time.Second))
 	if !tko.takenOver(ctx) {
@@ -174,7 +175,7 @@ func TestTakeoverStaleRunnerSaveKeepsNewerRecord(t *testing.T) {
 	// The stale runner starts and journals its attempt; the newer one
 	// starts before the stale one's registration ran.
 	stale := begin(a, "turn-j", "")
-	newer := begin(b, takeoverTaskID("D/9", "turn-j"), "D/9")
+	newer := begin(b, claim.TaskID("D/9", "turn-j"), "D/9")
 	stale.register(ctx)
 	if err := stale.save(ctx); err != nil {
 		t.Fatal(err)
@@ -214,7 +215,7 @@ func TestTakeoverLaterStartedRunnerKeepsTurn(t *testing.T) {
 	a.tk.tick(ctx)
 	b.tk.tick(ctx)
 	stale := beginRunner(t, a, e.queue, "turn-k", "turn-k", "")
-	newer := beginRunner(t, b, e.queue, "turn-k", takeoverTaskID("D/10", "turn-k"), "D/10")
+	newer := beginRunner(t, b, e.queue, "turn-k", claim.TaskID("D/10", "turn-k"), "D/10")
 	newer.register(ctx)
 	if err := newer.save(ctx); err != nil {
 		t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lettaq/lettaq/internal/testredis"
+	"github.com/lettaq/lettaq/queue/internal/claim"
 	"github.com/lettaq/lettaq/queue/internal/store"
 )
 
@@ -99,7 +100,7 @@ func (e *takeoverEnv) deadWorker(instance string, ago time.Duration, turns ...st
 		if _, err := c.Enqueue(asynq.NewTask(TaskType, b), asynq.TaskID(id), asynq.Queue(e.queue), asynq.MaxRetry(5)); err != nil {
 			e.t.Fatal(err)
 		}
-		entry, _ := json.Marshal(takeoverEntry{Queue: e.queue, Runner: id, Retried: 2, MaxRetry: 5})
+		entry, _ := json.Marshal(claim.Entry{Queue: e.queue, Runner: id, Retried: 2, MaxRetry: 5})
 		if err := e.st.Register(ctx, store.Registration{Instance: instance, TaskID: id, Runner: id, Entry: entry,
 			HolderTTL: time.Hour, LostTTL: time.Hour}); err != nil {
 			e.t.Fatal(err)
@@ -140,11 +141,11 @@ func TestTakeoverTwoWatchersClaimOnce(t *testing.T) {
 		t.Fatalf("%d takeover tasks, want 2 (one per turn)", len(tasks))
 	}
 	for _, ti := range tasks {
-		p, err := decodeTakeover(ti.Payload)
+		p, err := claim.DecodePayload(ti.Payload)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ti.ID != takeoverTaskID("D/1", p.TaskID) || p.From != "D/1" || p.Retried != 2 || p.MaxRetry != 5 || ti.MaxRetry != 3 {
+		if ti.ID != claim.TaskID("D/1", p.TaskID) || p.From != "D/1" || p.Retried != 2 || p.MaxRetry != 5 || ti.MaxRetry != 3 {
 			t.Errorf("takeover %s: %+v (max retry %d)", ti.ID, p, ti.MaxRetry)
 		}
 		if m, err := DecodePayload(p.Payload); err != nil || m.Conversation.ChatID != p.TaskID {
@@ -219,7 +220,7 @@ func TestTakeoverMarkerEndsOlderRunner(t *testing.T) {
 	e := newTakeoverEnv(t)
 	w := e.worker("A", 2*time.Second)
 	ctx := context.Background()
-	if err := e.st.MarkTakenOver(ctx, "turn-9", takeoverTaskID("D/9", "turn-9"), time.Hour); err != nil {
+	if err := e.st.MarkTakenOver(ctx, "turn-9", claim.TaskID("D/9", "turn-9"), time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	mk := func(runner string, retried int) *turn {
@@ -231,10 +232,10 @@ func TestTakeoverMarkerEndsOlderRunner(t *testing.T) {
 	if mk("turn-9", 0).continuedElsewhere(ctx) {
 		t.Error("a first attempt read the marker")
 	}
-	if mk(takeoverTaskID("D/9", "turn-9"), 1).continuedElsewhere(ctx) {
+	if mk(claim.TaskID("D/9", "turn-9"), 1).continuedElsewhere(ctx) {
 		t.Error("the takeover's own retry ends")
 	}
-	if !mk(takeoverTaskID("D/8", "turn-9"), 1).continuedElsewhere(ctx) {
+	if !mk(claim.TaskID("D/8", "turn-9"), 1).continuedElsewhere(ctx) {
 		t.Error("an older takeover goes on")
 	}
 }
@@ -427,5 +428,46 @@ func TestTakeoverFencedDeliveryReportsTakenOver(t *testing.T) {
 	}
 	if n := e.rdb.XLen(ctx, e.prefix+"replies:test:"+conv.ChatID).Val(); n != 0 {
 		t.Errorf("the fenced attempt wrote %d events", n)
+	}
+}
+
+// The takeover component on its own: Start beats at once (the worker is in the registry
+// before its first turn), Stop ends the beats and takes the worker out of the registry, and a
+// second Stop does nothing.
+func TestTakeoverStartBeatsStopLeaves(t *testing.T) {
+	e := newTakeoverEnv(t)
+	w, err := NewWorker(WorkerConfig{Redis: e.opt, WorkerID: "S", LettaURL: "http://127.0.0.1:1",
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), TakeoverAfter: 3 * time.Second,
+		RepliesOptions: RepliesOptions{Prefix: e.prefix}, JournalOptions: JournalOptions{Prefix: e.prefix},
+		Queues: map[string]int{e.queue: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.closeRedis)
+	ctx := context.Background()
+	if w.tk.running.Load() {
+		t.Fatal("turns register before Start")
+	}
+	if err := w.tk.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	id := w.tk.current().id
+	deadline := time.Now().Add(5 * time.Second)
+	for e.rdb.ZScore(ctx, e.prefix+"takeover:workers", id).Err() != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("no beat 5 s after Start")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !w.tk.running.Load() {
+		t.Error("turns do not register after Start")
+	}
+	w.tk.Stop()
+	w.tk.Stop()
+	if w.tk.running.Load() {
+		t.Error("turns still register after Stop")
+	}
+	if err := e.rdb.ZScore(ctx, e.prefix+"takeover:workers", id).Err(); err != redis.Nil {
+		t.Errorf("a stopped worker is still registered: %v", err)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,8 +14,11 @@ import (
 	"github.com/lettaq/lettaq/agentclient"
 	"github.com/lettaq/lettaq/continuation"
 	"github.com/lettaq/lettaq/ordering"
+	"github.com/lettaq/lettaq/queue/internal/cancel"
+	"github.com/lettaq/lettaq/queue/internal/claim"
 	"github.com/lettaq/lettaq/queue/internal/pace"
 	"github.com/lettaq/lettaq/queue/internal/store"
+	"github.com/lettaq/lettaq/queue/internal/tools"
 )
 
 // TurnResult is what a finished turn writes as its Asynq task result
@@ -60,14 +62,14 @@ type TurnResult struct {
 func (w *Worker) processTask(ctx context.Context, task *asynq.Task) error {
 	w.inflight.Add(1)
 	defer w.inflight.Done()
-	ctx, stopped, cancel := w.stops.addCancel(ctx)
+	ctx, stopped, cancel := w.stops.Add(ctx)
 	defer stopped()
 	t, err := w.newTurn(ctx, task)
 	if t == nil {
 		return err
 	}
-	w.cancels.add(t) // before the start's reads: a cancel from then on reaches it
-	defer w.cancels.remove(t)
+	w.cancels.Add(t.taskID, (*cancelRun)(t)) // before the start's reads: a cancel from then on reaches it
+	defer w.cancels.Remove(t.taskID, (*cancelRun)(t))
 	t.cancel = cancel
 	t.progress.fenced = t.fencedNow
 	defer t.closeProgress()
@@ -109,7 +111,7 @@ func (w *Worker) newTurn(ctx context.Context, task *asynq.Task) (*turn, error) {
 	if task.Type() == TakeoverTaskType {
 		// The continuation of a dead worker's turn: the turn's own
 		// identity, this task as its runner (takeover.go).
-		p, err := decodeTakeover(payload)
+		p, err := claim.DecodePayload(payload)
 		if err != nil {
 			w.log.Warn("invalid takeover payload, archiving", "task_id", taskID, "error", err.Error())
 			return nil, fmt.Errorf("%w: %w", err, asynq.SkipRetry)
@@ -324,8 +326,8 @@ type turn struct {
 	releaseSeen  bool         // processTask read released: a later release wakes the next turn itself (guarded by mu)
 	replyBytes   atomic.Int64 // progress text written to the reply stream (see replyAllowed)
 
-	pre *store.StartReads // read before the attempt runs (until the thread is known)
-	cx  turnCancel        // its cancel, if one is asked for (cancelturn.go)
+	pre *store.StartReads         // read before the attempt runs (until the thread is known)
+	cx  cancel.Turn[CancelRecord] // its cancel, if one is asked for (cancelturn.go)
 
 	key          string          // ordering key ("" without ordering)
 	lease        *ordering.Lease // held while the attempt runs (nil without ordering)
@@ -365,17 +367,7 @@ type turn struct {
 	contPhase  continuation.Activity
 	agentPhase agentclient.Stage
 	firstToken time.Time
-	tools      []*toolTrack
-	toolIdx    map[string]*toolTrack
-}
-
-type toolTrack struct {
-	name, callID string
-	called       time.Time
-	returned     time.Time
-	status       string
-	emittedCall  bool
-	emittedRet   bool
+	tools      tools.Calls
 }
 
 func (t *turn) attempt() *Attempt { return &t.rec.Attempts[t.att] }
@@ -678,7 +670,7 @@ func (t *turn) execute(ctx context.Context) error {
 	}
 	t.spec.ConversationID = convID
 	t.wctx, t.wcancel = wctx, cancel
-	t.threadKnown(convID)
+	t.cx.ThreadKnown(convID, (*cancelRun)(t), t.log)
 	return t.step(ctx)
 }
 
@@ -852,7 +844,7 @@ func (t *turn) saveRunID() {
 	t.rec.RunID = id
 	t.mu.Unlock()
 	t.saveLater() // off the stream's reader, with the next progress events
-	t.runKnown()
+	t.cx.RunKnown((*cancelRun)(t), t.log)
 }
 
 func (t *turn) onPhase(p continuation.Activity) {
@@ -954,45 +946,14 @@ func (t *turn) toolStep(idx int, now time.Time) {
 }
 
 func (t *turn) onTool(s agentclient.Step, idx int, now time.Time) {
-	key := s.ToolCallID
-	if key == "" {
-		key = "step:" + strconv.Itoa(idx)
-	}
-	tt := t.toolIdx[key]
-	if tt == nil {
-		if t.toolIdx == nil {
-			// Made at the first tool call: a turn that only thinks holds no map.
-			t.toolIdx = make(map[string]*toolTrack)
-		}
-		tt = &toolTrack{callID: s.ToolCallID}
-		t.toolIdx[key] = tt
-		t.tools = append(t.tools, tt)
-	}
-	if tt.name == "" {
-		tt.name = s.ToolName
-	}
-	switch s.Kind {
-	case agentclient.StepToolCall:
-		if tt.called.IsZero() {
-			tt.called = now
-		}
-		if !tt.emittedCall && tt.name != "" {
-			tt.emittedCall = true
-			t.deltas.flush() // what the agent said before the call comes first
-			t.emit(ReplyEvent{Type: EventTool, Tool: &ToolEvent{Name: tt.name, CallID: s.ToolCallID,
-				Arguments: s.Arguments, Status: ToolStatusCall}})
-		}
-	case agentclient.StepToolReturn:
-		if tt.emittedRet {
-			return
-		}
-		tt.emittedRet = true
-		tt.returned = now
-		tt.status = s.Status
-		if tt.status == "" {
-			tt.status = ToolStatusSuccess
-		}
-		t.emit(ReplyEvent{Type: EventTool, Tool: &ToolEvent{Name: tt.name, CallID: s.ToolCallID,
-			Status: tt.status, Return: s.ToolReturn}})
+	c, tellCall, tellReturn := t.tools.Step(s, idx, now, ToolStatusSuccess)
+	switch {
+	case tellCall:
+		t.deltas.flush() // what the agent said before the call comes first
+		t.emit(ReplyEvent{Type: EventTool, Tool: &ToolEvent{Name: c.Name, CallID: s.ToolCallID,
+			Arguments: s.Arguments, Status: ToolStatusCall}})
+	case tellReturn:
+		t.emit(ReplyEvent{Type: EventTool, Tool: &ToolEvent{Name: c.Name, CallID: s.ToolCallID,
+			Status: c.Status, Return: s.ToolReturn}})
 	}
 }

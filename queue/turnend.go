@@ -57,12 +57,12 @@ func (t *turn) finish(ctx context.Context, d continuation.Result) error {
 		t.rec.Usage = &Usage{PromptTokens: int(u.PromptTokens), CompletionTokens: int(u.CompletionTokens),
 			TotalTokens: int(u.TotalTokens), StepCount: int(u.StepCount)}
 	}
-	if len(t.tools) > 0 {
+	if calls := t.tools.All(); len(calls) > 0 {
 		t.rec.Tools = t.rec.Tools[:0]
-		for _, tt := range t.tools {
-			ts := ToolSummary{Name: tt.name, CallID: tt.callID, Status: tt.status}
-			if !tt.called.IsZero() && !tt.returned.IsZero() {
-				ts.Duration = tt.returned.Sub(tt.called)
+		for _, c := range calls {
+			ts := ToolSummary{Name: c.Name, CallID: c.CallID, Status: c.Status}
+			if !c.Called.IsZero() && !c.Returned.IsZero() {
+				ts.Duration = c.Returned.Sub(c.Called)
 			}
 			if ts.Status == "" {
 				ts.Status = "unanswered"
@@ -215,7 +215,7 @@ func (t *turn) deliverAtOnce(ctx context.Context, log *slog.Logger, outcome stri
 		return t.undelivered(ctx, log, err)
 	}
 	// The release happens only with the final event written (its marker):
-	// a pipeline's commands each run on their own (issue 24). The record
+	// a pipeline's commands each run on their own. The record
 	// and the result may land without the event; the next attempt, which
 	// does not take a record without the marker for finished (see run),
 	// writes over them.
@@ -441,7 +441,7 @@ func (t *turn) fail(ctx context.Context, log *slog.Logger, reason, stop string) 
 		log = log.With("stop_reason", stop)
 	}
 	log.Warn("turn failed", "outcome", OutcomeFailed, "reason", reason)
-	t.w.permanent.add(t.taskID, "otid", t.otid, "run_id", t.rec.RunID) // for the archiving's log line
+	t.w.permanent.Add(t.taskID, "otid", t.otid, "run_id", t.rec.RunID) // for the archiving's log line
 	t.obs.AttemptFinished(t.queue, "archived", time.Since(t.start))
 	t.obs.TurnFinished(t.queue, OutcomeFailed, t.latency(now), t.rec.TTFT)
 	return fmt.Errorf("lettaq: turn failed: %s: %w", reason, asynq.SkipRetry)
@@ -548,7 +548,7 @@ func (t *turn) giveUp(reason string) error {
 		}
 	}
 	t.log.Warn("turn failed", "outcome", OutcomeFailed, "reason", reason)
-	w.permanent.add(t.taskID, "otid", t.otid)
+	w.permanent.Add(t.taskID, "otid", t.otid)
 	t.obs.AttemptFinished(t.queue, "archived", time.Since(t.start))
 	t.obs.TurnFinished(t.queue, OutcomeFailed, t.latency(now), 0)
 	return fmt.Errorf("lettaq: turn failed: %s: %w", reason, asynq.SkipRetry)

@@ -16,7 +16,7 @@ import (
 )
 
 // WaitingTurn is what is known of a turn that waits and has not started
-// (it may have no journal record yet): issue 29 item 3.
+// (it may have no journal record yet).
 type WaitingTurn struct {
 	TaskID string `json:"task_id"`
 	Queue  string `json:"queue,omitempty"`

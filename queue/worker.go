@@ -21,6 +21,10 @@ import (
 	"github.com/lettaq/lettaq/budget"
 	"github.com/lettaq/lettaq/continuation"
 	"github.com/lettaq/lettaq/ordering"
+	"github.com/lettaq/lettaq/queue/internal/asynqlog"
+	"github.com/lettaq/lettaq/queue/internal/cancel"
+	"github.com/lettaq/lettaq/queue/internal/health"
+	"github.com/lettaq/lettaq/queue/internal/service"
 	"github.com/lettaq/lettaq/queue/internal/store"
 )
 
@@ -179,81 +183,19 @@ type Worker struct {
 	// the client's idle connections when it stops.
 	ownsClient bool
 
-	stops     turnStops // what shutdown cancels: the handlers' contexts
+	stops     service.Stops // what shutdown cancels: the handlers' contexts (with errShutdown)
 	runOnce   sync.Once
 	inflight  sync.WaitGroup               // handlers, so that shutdown waits for their bookkeeping
 	srv       atomic.Pointer[asynq.Server] // set by Run: its Ping uses Asynq's own connection
-	permanent permanentSet                 // tasks whose handler's error was permanent, until Asynq logs their archiving
-	cancels   cancelRegistry               // the turns running here, for the cancel channel (cancelturn.go)
-	health    health                       // what Ready says
+	permanent asynqlog.Permanent           // tasks whose handler's error was permanent, until Asynq logs their archiving
+	cancels   cancel.Running[*cancelRun]   // the turns running here, for the cancel channel (cancelturn.go)
+	health    health.Health                // what Ready says
 	tk        *takeover                    // the takeover registry (nil: off)
 }
 
 // errShutdown is the cause of the handlers' context when the worker shuts
 // down with turns in flight.
 var errShutdown = errors.New("lettaq: worker shutting down")
-
-// turnStops cancels the handlers' contexts at shutdown. Asynq's BaseContext
-// would do it, but every task's context would then be a child of that one
-// cancelable context: Asynq's goroutine that waits for each handler makes
-// the task's context, and registering it there (a lock and a map shared
-// by every task) grows that goroutine's stack to 4 KiB, which it keeps for
-// as long as the turn thinks. A handler registers its own context instead,
-// on its own goroutine, whose stack is large at that point anyway.
-type turnStops struct {
-	mu       sync.Mutex
-	stopping bool
-	m        map[*turnStop]struct{}
-}
-
-type turnStop struct{ cancel context.CancelCauseFunc }
-
-// add returns a child of ctx that shutdown cancels (at once if it began),
-// and done, which unregisters and cancels it.
-func (s *turnStops) add(ctx context.Context) (context.Context, func()) {
-	c, done, _ := s.addCancel(ctx)
-	return c, done
-}
-
-// addCancel is add that also returns the context's cancel (for a cause of
-// its own: a turn taken over, see turn.fence).
-func (s *turnStops) addCancel(ctx context.Context) (context.Context, func(), context.CancelCauseFunc) {
-	c, cancel := context.WithCancelCause(ctx)
-	e := &turnStop{cancel}
-	s.mu.Lock()
-	stopping := s.stopping
-	if !stopping {
-		if s.m == nil {
-			s.m = make(map[*turnStop]struct{})
-		}
-		s.m[e] = struct{}{}
-	}
-	s.mu.Unlock()
-	if stopping {
-		cancel(errShutdown)
-	}
-	return c, func() {
-		s.mu.Lock()
-		delete(s.m, e)
-		s.mu.Unlock()
-		cancel(context.Canceled)
-	}, cancel
-}
-
-// stop cancels every registered context with errShutdown, and every one
-// added from now on.
-func (s *turnStops) stop() {
-	s.mu.Lock()
-	s.stopping = true
-	es := make([]*turnStop, 0, len(s.m))
-	for e := range s.m {
-		es = append(es, e)
-	}
-	s.mu.Unlock()
-	for _, e := range es {
-		e.cancel(errShutdown)
-	}
-}
 
 // NewWorker checks cfg and returns a Worker. It does not connect yet.
 func NewWorker(cfg WorkerConfig) (*Worker, error) {
@@ -383,10 +325,11 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		w.closeRedis()
 		return nil, fmt.Errorf("queue: ApprovalTimeout %v is more than %v", w.cfg.ApprovalTimeout, MaxApprovalTimeout)
 	}
+	w.cancels.Records, w.cancels.Log = w.replies.st, w.log
 	w.approvals = newApprovals(w.replies)
 	w.park = newParker(w)
 	w.writer = newWriter(w.replies.rdb, w.replies)
-	w.writer.tripped = w.health.tripped
+	w.writer.tripped = w.health.Tripped
 	if w.cfg.TakeoverAfter == 0 {
 		w.cfg.TakeoverAfter = DefaultTakeoverAfter
 	}
@@ -454,11 +397,11 @@ func (w *Worker) ServerConfig() asynq.Config {
 		IsFailure:                w.isFailure,
 		Queues:                   w.cfg.Queues,
 		ShutdownTimeout:          w.cfg.ShutdownTimeout,
-		Logger:                   newAsynqLogger(w.log.With(slog.String("component", "asynq")), &w.permanent, &w.health),
+		Logger:                   asynqlog.New(w.log.With(slog.String("component", "asynq")), &w.permanent, &w.health),
 		LogLevel:                 asynq.WarnLevel,
 		ErrorHandler: asynq.ErrorHandlerFunc(func(ctx context.Context, _ *asynq.Task, err error) {
 			if id, ok := asynq.GetTaskID(ctx); ok && errors.Is(err, asynq.SkipRetry) {
-				w.permanent.add(id)
+				w.permanent.Add(id)
 			}
 		}),
 	}
@@ -490,25 +433,69 @@ func (w *Worker) run(ctx context.Context) error {
 	mux := asynq.NewServeMux()
 	mux.Handle(TaskType, w.Handler())
 	mux.Handle(TakeoverTaskType, w.Handler())
-	if err := srv.Start(mux); err != nil {
+	parts := w.parts(&asynqServer{w: w, srv: srv, mux: mux})
+	if err := parts.Start(context.Background()); err != nil {
 		return fmt.Errorf("queue: start worker: %w", err)
 	}
-	sctx, stopSweep := context.WithCancel(ctx)
-	defer stopSweep()
-	go w.park.sweeper(sctx, w.sweepEvery())
-	go w.watchCancels(ctx)
-	stopBeats := w.startTakeover()
 	w.log.Info("worker started", "worker", w.cfg.WorkerID, "queues", QueuesString(w.cfg.Queues),
 		"concurrency", w.cfg.Concurrency, "task_timeout", w.cfg.Budget.TaskTimeout().String())
 	<-ctx.Done()
 	w.log.Info("worker shutting down", "worker", w.cfg.WorkerID, "timeout", w.cfg.ShutdownTimeout.String())
+	parts.Stop()
+	if w.ownsClient {
+		w.client.CloseIdleConnections()
+	}
+	return nil
+}
+
+// parts are what a running worker is made of, in the order they start;
+// they stop in the reverse order:
+//
+//  1. the takeover beats and watch (takeover.go), when on: first, so that
+//     every turn registers from its first attempt; last to stop, so that
+//     a worker that stops is not taken for dead while its turns are put
+//     back, and then it leaves the registry;
+//  2. Asynq's server, which runs the turns (asynqServer);
+//  3. the park sweeper (parking.go): turns a dead worker left parked in no
+//     Asynq queue are enqueued again;
+//  4. the cancel subscriber (cancelturn.go): cancels of the turns running
+//     here, heard as they are published. It stops first: a worker that
+//     shuts down hears no more cancels, and the attempt that continues an
+//     interrupted turn elsewhere reads its cancel record at its start.
+//
+// The readiness probe is no loop: Ready starts one on demand, at most one
+// at a time (queue/internal/health).
+func (w *Worker) parts(server service.Service) *service.Group {
+	var g service.Group
+	if w.tk != nil {
+		g.Add(w.tk)
+	}
+	g.Add(server, w.park.sweeper(w.sweepEvery()), w.cancelSubscriber())
+	return &g
+}
+
+// asynqServer is Asynq's server as one of the worker's parts.
+type asynqServer struct {
+	w   *Worker
+	srv *asynq.Server
+	mux *asynq.ServeMux
+}
+
+func (a *asynqServer) Start(context.Context) error { return a.srv.Start(a.mux) }
+
+// Stop shuts the server down gracefully: it stops taking tasks, lets
+// turns in flight finish for ShutdownTimeout, interrupts the rest a little
+// before that (their state is journaled) so that Asynq puts them back, and
+// waits for the handlers' bookkeeping and the parked turns' re-enqueues.
+func (a *asynqServer) Stop() {
+	w := a.w
 	// Interrupt the turns still running shortly before Asynq gives up on
 	// them, so that each journals its state and returns on its own.
 	grace := min(2*time.Second, w.cfg.ShutdownTimeout/4)
-	t := time.AfterFunc(w.cfg.ShutdownTimeout-grace, w.stops.stop)
-	srv.Shutdown()
+	t := time.AfterFunc(w.cfg.ShutdownTimeout-grace, func() { w.stops.Stop(errShutdown) })
+	a.srv.Shutdown()
 	t.Stop()
-	w.stops.stop()
+	w.stops.Stop(errShutdown)
 	// Asynq stops waiting for a handler once its context is done; wait for
 	// the handlers to journal how they ended.
 	done := make(chan struct{})
@@ -519,30 +506,6 @@ func (w *Worker) run(ctx context.Context) error {
 		w.log.Warn("worker: turns still finishing after shutdown")
 	}
 	w.park.drain(2 * time.Second) // the parked turns' re-enqueues
-
-	stopBeats()
-	if w.ownsClient {
-		w.client.CloseIdleConnections()
-	}
-	return nil
-}
-
-// startTakeover starts the takeover registry's beats; stop ends them and
-// takes the worker out of the registry (a graceful stop: its turns were
-// put back through Asynq and are not taken over).
-func (w *Worker) startTakeover() (stop func()) {
-	if w.tk == nil {
-		return func() {}
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	w.tk.running.Store(true) // turns register from now on
-	go func() { defer close(done); w.tk.run(ctx) }()
-	return func() {
-		cancel()
-		<-done
-		w.tk.leave()
-	}
 }
 
 // awaitRedis returns once Redis answers again, or when ctx (the attempt's
@@ -663,105 +626,10 @@ func isFailure(err error) bool {
 	return !errors.Is(err, context.Canceled) && !errors.Is(err, errShutdown)
 }
 
-// asynqLogger adapts slog to asynq.Logger. Asynq logs "Retry exhausted for task id=…" when
-// it archives a task, also one whose handler returned a permanent error (SkipRetry) and was
-// never retried; lettaq's line says which it was instead.
-//
-// Its lines about a Redis outage (asynqRedisLines) tell the worker's health
-// (Worker.Ready), and fold into one "waiting for Redis" warning per backoff
-// step: a routine restart of Redis is a warning, not a page of errors; an
-// outage longer than a task's lease is an error, once (issue 24).
-type asynqLogger struct {
-	l         *slog.Logger
-	permanent *permanentSet
-	health    *health
-}
-
-// NewAsynqLogger returns an asynq.Logger that writes to l.
-func NewAsynqLogger(l *slog.Logger) asynq.Logger { return asynqLogger{l: l, health: &health{}} }
-
-func newAsynqLogger(l *slog.Logger, permanent *permanentSet, h *health) asynq.Logger {
-	return asynqLogger{l: l, permanent: permanent, health: h}
-}
-
-// outage logs an Asynq line about a Redis outage (see asynqLogger); false
-// when msg is not one.
-func (a asynqLogger) outage(msg string) bool {
-	if a.health == nil || !asynqRedisLine(msg) {
-		return false
-	}
-	a.health.asynqTrouble(msg)
-	a.health.mu.Lock()
-	a.health.outage.line(a.l, msg, a.health.clock())
-	a.health.mu.Unlock()
-	return true
-}
-
-func (a asynqLogger) Debug(args ...any) { a.l.Debug(fmt.Sprint(args...)) }
-func (a asynqLogger) Info(args ...any)  { a.l.Info(fmt.Sprint(args...)) }
-func (a asynqLogger) Warn(args ...any) {
-	msg := fmt.Sprint(args...)
-	if strings.HasPrefix(msg, "revoke task id=") {
-		// A waiting turn parked (parking.go): routine, not a warning.
-		a.l.Debug("task revoked: the turn waits (parked)", "task_id", strings.TrimPrefix(msg, "revoke task id="))
-		return
-	}
-	if id, ok := strings.CutPrefix(msg, "Retry exhausted for task id="); ok {
-		if a.permanent != nil {
-			if attrs, ok := a.permanent.take(id); ok {
-				a.l.Info("task archived: its error is permanent, so it was not retried", attrs...)
-				return
-			}
-		}
-		a.l.Warn("task archived: its retries are used up", "task_id", id)
-		return
-	}
-	if a.outage(msg) {
-		return
-	}
-	a.l.Warn(msg)
-}
-
-func (a asynqLogger) Error(args ...any) {
-	msg := fmt.Sprint(args...)
-	if a.outage(msg) {
-		return
-	}
-	a.l.Error(msg)
-}
-func (a asynqLogger) Fatal(args ...any) {
-	a.l.Error(fmt.Sprint(args...), "fatal", true)
-	os.Exit(1)
-}
-
-// permanentSet holds the ids of tasks that failed permanently, with the ids of their turn
-// (otid, run_id) when known, until Asynq logs their archiving (right after, on the same
-// goroutine). It forgets everything past 10,000 tasks.
-type permanentSet struct {
-	mu  sync.Mutex
-	ids map[string][]any
-}
-
-// add notes a task id; a turn's attrs given before or after are kept.
-func (p *permanentSet) add(id string, attrs ...any) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.ids == nil || len(p.ids) >= 10000 {
-		p.ids = map[string][]any{}
-	}
-	if len(attrs) > 0 || p.ids[id] == nil {
-		p.ids[id] = append([]any{"task_id", id}, attrs...)
-	}
-}
-
-// take returns the log attrs of id (task_id first) and forgets it.
-func (p *permanentSet) take(id string) ([]any, bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	attrs, ok := p.ids[id]
-	delete(p.ids, id)
-	return attrs, ok
-}
+// NewAsynqLogger returns an asynq.Logger that writes to l: give it to an
+// asynq.Server of your own (Worker.Run uses one that also tells the
+// worker's readiness).
+func NewAsynqLogger(l *slog.Logger) asynq.Logger { return asynqlog.New(l, nil, &health.Health{}) }
 
 // QueuesString writes queue weights as LETTAQ_QUEUES takes them ("critical=6,lettaq=1"),
 // highest weight first, for logs.

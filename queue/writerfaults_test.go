@@ -23,7 +23,7 @@ var errRefused = errors.New("dial tcp 127.0.0.1:1: connect: connection refused")
 
 // A round trip that failed (Redis down) leaves nothing behind: the writes of
 // the next round trips, once Redis is back, are reported as they went, not
-// with the failed round trip's errors (issue 24, defect 1: writer.loop's
+// with the failed round trip's errors (writer.loop's
 // scratch of errors was never cleared, so a worker failed every later write
 // with the outage's error, for good).
 func TestWriterForgetsAFailedRoundTrip(t *testing.T) {
@@ -89,8 +89,8 @@ func TestWriterForgetsAFailedRoundTrip(t *testing.T) {
 
 // One turn's bad stream key (WRONGTYPE) fails only that turn's event, in
 // whichever order the turns' events share the round trip's script call: the
-// other turn's final event is written and reported written (issue 24,
-// defect 2: the script's error went to every event of the call; events
+// other turn's final event is written and reported written (the
+// script's error used to go to every event of the call; events
 // before it were written but reported failed, events after it never
 // written).
 func TestWriterAttributesEachEventsError(t *testing.T) {
@@ -166,7 +166,7 @@ func TestWriterAttributesEachEventsError(t *testing.T) {
 
 // After a script flush (a Redis restarted without its scripts), a turn's
 // writes keep their order: an op queued after an event runs after the event
-// is written, in the same round trip as before (issue 24, defect 3: store.Run
+// is written, in the same round trip as before (store.Run
 // sent the script calls that met NOSCRIPT again as EVAL in a second round
 // trip, after the plain commands of the first had run). On a redis-server of
 // the test's own (SCRIPT FLUSH would break the shared one's other users) and

@@ -13,7 +13,7 @@ import (
 )
 
 // The cancel endpoints behave as WIRE.md says Letta's do, and what they answer validates
-// against Letta's schema (issue 29 item 5), point by point.
+// against Letta's schema, point by point.
 func TestCancelMatchesLetta(t *testing.T) {
 	srv := newServer(t, lettasim.Config{TimeScale: 0.01})
 	agent := srv.CreateAgent("cancel-wire", &lettasim.Script{Tokens: true, TokenDelay: time.Hour, Steps: []lettasim.Step{

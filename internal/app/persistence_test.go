@@ -31,7 +31,7 @@ func persistenceLines(t *testing.T, rdb redis.UniversalClient, dev bool) []strin
 	return out
 }
 
-// The worker checks Redis's persistence at start (issue 24): a Redis that
+// The worker checks Redis's persistence at start: a Redis that
 // persists nothing, or whose settings cannot be read (CONFIG refused), is a
 // warning outside dev mode; snapshots only, or an append-only file, are
 // said at info. On miniredis (no CONFIG) and on a redis-server of the

@@ -185,7 +185,7 @@ func monitorID(id string) string {
 	return id
 }
 
-// TestWaitingTurnIsFindable (issue 29 item 3): a turn that waits and never started (no journal
+// TestWaitingTurnIsFindable: a turn that waits and never started (no journal
 // record yet) is found by /turns and enqueue journal show, by its full task id and by the id
 // as the monitor shows it, and says what it waits behind.
 func TestWaitingTurnIsFindable(t *testing.T) {

@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-// Found by following the README from a fresh clone (issue 13's proof).
+// Found by following the README from a fresh clone.
 
 // A demo agent's answer reaches the reply stream in several answer_delta events, so the live
 // view shows it grow (with the queue's default batching of a second, a demo answer, which

@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Parking keeps the turns that wait (issue 29): an attempt that finds it
+// Parking keeps the turns that wait: an attempt that finds it
 // must wait (not its turn in its conversation's line, or an approval
 // request open) writes a parking record and ends its Asynq task (revoked:
 // deleted, no retry used); the worker enqueues the task again with the

@@ -42,7 +42,7 @@ func Run(ctx context.Context, rdb redis.UniversalClient, ops []Op) []error {
 // and the commands after it run all the same. So the scripts that a
 // followed op calls are loaded first, in the same round trip (SCRIPT LOAD,
 // registered scripts: evalcmd.Register), and a later write never overtakes
-// an earlier one (issue 24: a turn's journal save, intent or release ran
+// an earlier one (a turn's journal save, intent or release ran
 // before its event, sent again as EVAL in a second round trip). Ops whose
 // script Redis still did not have (no later op of theirs followed) run
 // again, in order, as EVAL in a second round trip.

@@ -44,7 +44,7 @@ import (
 // Returns per event: written (1, or 0 when its marker was there), entry id,
 // seq; or -1, the error, 0 when its own commands failed (a stream or seq key
 // of the wrong type): an event's error is its own (redis.pcall), the other
-// events of the call are written all the same (issue 24), and a failed event
+// events of the call are written all the same, and a failed event
 // takes no seq.
 var ReplyEmitMany = redis.NewScript(evalcmd.Register(`
 local maxlen = ARGV[1]

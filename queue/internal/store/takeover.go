@@ -13,7 +13,7 @@ import (
 	"github.com/lettaq/lettaq/internal/evalcmd"
 )
 
-// The takeover registry (issue 30): which worker processes are alive and
+// The takeover registry: which worker processes are alive and
 // which turns each one runs, so that a surviving worker can continue the
 // turns of one that died long before Asynq's lease would give them back.
 // Its keys, under the worker's key prefix:

@@ -1,4 +1,4 @@
-package queue
+package service
 
 import (
 	"context"
@@ -6,38 +6,39 @@ import (
 	"testing"
 )
 
-// Shutdown cancels the handlers' contexts registered with turnStops, with
-// errShutdown as the cause, and every one registered after it began; a
-// handler that ended is forgotten.
-func TestTurnStopsCancelAtShutdown(t *testing.T) {
-	var s turnStops
+var errShutdown = errors.New("shutting down")
+
+// Stop cancels the handlers' contexts registered with Stops, with its cause, and every one
+// registered after it began; a handler that ended is forgotten.
+func TestStopsCancelAtShutdown(t *testing.T) {
+	var s Stops
 	parent, cancelParent := context.WithCancel(context.Background())
 	defer cancelParent()
-	a, doneA := s.add(parent)
-	b, doneB := s.add(parent)
+	a, doneA, _ := s.Add(parent)
+	b, doneB, _ := s.Add(parent)
 	doneB()
-	if !errors.Is(context.Cause(b), context.Canceled) || len(s.m) != 1 {
-		t.Fatalf("an ended handler: cause %v, %d registered", context.Cause(b), len(s.m))
+	if !errors.Is(context.Cause(b), context.Canceled) || s.registered() != 1 {
+		t.Fatalf("an ended handler: cause %v, %d registered", context.Cause(b), s.registered())
 	}
 	if a.Err() != nil {
 		t.Fatal("a running handler's context ended before shutdown")
 	}
-	s.stop()
+	s.Stop(errShutdown)
 	if !errors.Is(context.Cause(a), errShutdown) {
 		t.Fatalf("running handler's cause %v, want errShutdown", context.Cause(a))
 	}
-	c, doneC := s.add(parent)
+	c, doneC, _ := s.Add(parent)
 	if !errors.Is(context.Cause(c), errShutdown) {
 		t.Fatalf("a handler starting during shutdown: cause %v, want errShutdown", context.Cause(c))
 	}
 	doneA()
 	doneC()
-	if len(s.m) != 0 {
-		t.Fatalf("%d still registered", len(s.m))
+	if s.registered() != 0 {
+		t.Fatalf("%d still registered", s.registered())
 	}
 	// Asynq's own cancellation still reaches the handler.
-	var s2 turnStops
-	d, doneD := s2.add(parent)
+	var s2 Stops
+	d, doneD, _ := s2.Add(parent)
 	defer doneD()
 	cancelParent()
 	if d.Err() == nil {
