@@ -9,7 +9,7 @@ import (
 
 // Variables with lettaq's prefixes that the commands do not read but lettaq's own tests and
 // benchmark do: never reported as unknown.
-var testVarPrefixes = []string{"LETTAQ_E2E_", "LETTAQ_TEST_", "LETTAQ_BENCH_", "LETTAQ_REQUIRE_REDIS", "LETTAQ_PRINT_TABLE"}
+var testVarPrefixes = []string{"LETTAQ_E2E_", "LETTAQ_TEST_", "LETTAQ_BENCH_", "LETTAQ_REQUIRE_", "LETTAQ_BROWSER_", "LETTAQ_PRINT_TABLE"}
 
 // unknownVar is an environment variable with lettaq's prefix that no command reads.
 type unknownVar struct {
@@ -17,11 +17,12 @@ type unknownVar struct {
 	Closest string // the known variable it is probably a misspelling of, "" if none is close
 }
 
-// knownVarNames is every variable the worker or enqueue reads (a shared environment serves both).
+// knownVarNames is every variable the worker, enqueue or the relay reads (a shared environment
+// serves them all).
 func knownVarNames() []string {
 	seen := map[string]bool{}
 	var names []string
-	for _, v := range append(WorkerVars(), EnqueueVars...) {
+	for _, v := range append(append(WorkerVars(), EnqueueVars...), RelayVars()...) {
 		if !seen[v.Name] {
 			seen[v.Name] = true
 			names = append(names, v.Name)

@@ -2,8 +2,11 @@ package app
 
 import (
 	"context"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -113,5 +116,50 @@ func TestFlagValueErrorsSayWhatToWrite(t *testing.T) {
 	_, err := ParseWorkerSettings(nil, env(map[string]string{"LETTAQ_SHUTDOWN_TIMEOUT": "60"}), nil)
 	if err == nil || !strings.Contains(err.Error(), `LETTAQ_SHUTDOWN_TIMEOUT="60": write a duration with a unit, e.g. 60s`) {
 		t.Errorf("worker: %v", err)
+	}
+}
+
+// TestVarsTheTestsReadAreNotReportedUnknown: .ci/run exports the variables lettaq's own tests
+// read (LETTAQ_REQUIRE_BROWSER, say) into the environment of every command the tests start; a
+// worker started there must not warn about them, or the tests that count its warnings fail.
+// Every LETTAQ_ name a Go file in the repository passes to os.Getenv is known or a test's.
+func TestVarsTheTestsReadAreNotReportedUnknown(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	re := regexp.MustCompile(`Getenv\("(LETTAQ_[A-Z0-9_]+)"\)`)
+	seen := map[string]bool{}
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == ".git" || d.Name() == "node_modules") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, m := range re.FindAllStringSubmatch(string(b), -1) {
+			seen[m[1]] = true
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) < 3 {
+		t.Fatalf("found only %v: the scan is broken", seen)
+	}
+	var environ []string
+	for name := range seen {
+		environ = append(environ, name+"=1")
+	}
+	for _, u := range unknownVars(environ, func(string) string { return "1" }) {
+		t.Errorf("%s is read by lettaq's code or tests but a command would warn that it is unknown", u.Name)
 	}
 }
