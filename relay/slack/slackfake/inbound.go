@@ -92,7 +92,7 @@ func (in *Inbound) Press(url, channel, threadTS, ts, user, value string) (*http.
 		"channel":   map[string]any{"id": channel},
 		"container": map[string]any{"type": "message", "message_ts": ts, "channel_id": channel, "thread_ts": threadTS},
 		"message":   map[string]any{"ts": ts, "thread_ts": threadTS},
-		"actions":   []map[string]any{{"type": "button", "action_id": "press", "value": value, "action_ts": "1.0"}},
+		"actions":   []map[string]any{{"type": "button", "block_id": "relay_buttons", "action_id": "relay_0", "value": value, "action_ts": "1.0"}},
 	})
 	return in.Post(url, "application/x-www-form-urlencoded", []byte(url2form("payload", string(payload))), nil)
 }
