@@ -163,3 +163,10 @@ func classify(method string, err error) error {
 	}
 	return fmt.Errorf("slack: %s: %w", method, err)
 }
+
+// SetPartLimit sets the longest message part, in characters (at most 3,000).
+func (a *Adapter) SetPartLimit(n int) {
+	if n > 0 && n <= DefaultLimits.PartLimit {
+		a.limits.PartLimit = n
+	}
+}
