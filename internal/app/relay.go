@@ -127,7 +127,7 @@ var relaySettings = []relaySetting{
 		}},
 	{envvar.Var{Name: "LETTAQ_HTTP_TOKEN", Default: "", Secret: true, Help: "token for /metrics, /readyz?verbose and /chat/: Authorization: Bearer <token> or basic auth with the token as password; the chat page also takes it once as /chat/?token=<token> (then a session cookie); required off loopback"},
 		func(c *RelaySettings, raw string) error { c.HTTPToken = raw; return nil }},
-	{envvar.Var{Name: "LETTAQ_RELAY_FAKE_URL", Default: "", Help: "the fake platform's URL (relay/fakeplatform; tests and trials): the only adapter so far; it or LETTAQ_RELAY_WEB_AGENTS is required"},
+	{envvar.Var{Name: "LETTAQ_RELAY_FAKE_URL", Default: "", Help: "the fake platform's URL (relay/fakeplatform; tests and trials); it, LETTAQ_RELAY_WEB_AGENTS or LETTAQ_SLACK_BOT_TOKEN is required"},
 		func(c *RelaySettings, raw string) error { c.FakeURL = raw; return nil }},
 	{envvar.Var{Name: "LETTAQ_RELAY_FAKE_INTEGRATION", Default: "fake", Help: "the integration whose chats go to the fake platform"},
 		func(c *RelaySettings, raw string) error {
