@@ -125,6 +125,9 @@ func TestFakeEnforcesSizes(t *testing.T) {
 // outside a thread has none and makes no call.
 func TestAdapterStatusInThreadsOnly(t *testing.T) {
 	ad, f := newAdapter(t, slackfake.Options{})
+	if ttl := ad.Limits().StatusTTL; ttl != 2*time.Minute {
+		t.Fatalf("StatusTTL %v, want Slack's 2m (the relay refreshes before it)", ttl)
+	}
 	ctx := context.Background()
 	conv := relayslack.Conversation("C1", "1.1")
 	for _, s := range []relay.Status{{Kind: relay.StatusTyping}, {Kind: relay.StatusTool, Text: "web_search"}, {Kind: relay.StatusClear}} {

@@ -68,11 +68,11 @@ func (in *Inbound) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	switch strings.TrimSuffix(r.URL.Path[strings.LastIndex(r.URL.Path, "/"):], "/") {
 	case "/events":
-		in.event(w, r.Context(), body)
+		in.event(r.Context(), w, body)
 	case "/interactivity":
-		in.interaction(w, r.Context(), body)
+		in.interaction(r.Context(), w, body)
 	case "/commands":
-		in.command(w, r.Context(), body)
+		in.command(r.Context(), w, body)
 	default:
 		http.NotFound(w, r)
 	}
@@ -92,7 +92,7 @@ var mention = regexp.MustCompile(`<@[A-Z0-9]+(\|[^>]*)?>`)
 // enqueued (or ignored), and 500 when the enqueue failed, so that Slack
 // delivers the event again: the enqueue's message id (channel/ts) makes a
 // redelivered event one task.
-func (in *Inbound) event(w http.ResponseWriter, ctx context.Context, body []byte) {
+func (in *Inbound) event(ctx context.Context, w http.ResponseWriter, body []byte) {
 	ev, err := slackevents.ParseEvent(json.RawMessage(body), slackevents.OptionNoVerifyToken())
 	if err != nil {
 		http.Error(w, "unreadable event", http.StatusBadRequest)
@@ -182,7 +182,7 @@ func (in *Inbound) stop(ctx context.Context, conv queue.Conversation, user strin
 
 // interaction handles a button press: an approval button goes to the
 // relay's Press in the conversation of the message's thread.
-func (in *Inbound) interaction(w http.ResponseWriter, ctx context.Context, body []byte) {
+func (in *Inbound) interaction(ctx context.Context, w http.ResponseWriter, body []byte) {
 	form, err := url.ParseQuery(string(body))
 	if err != nil {
 		http.Error(w, "unreadable form", http.StatusBadRequest)
@@ -220,7 +220,7 @@ func (in *Inbound) interaction(w http.ResponseWriter, ctx context.Context, body 
 // slash command, so it stops the DM's conversation outside threads; in a
 // thread the user says "stop" to the app instead (a mention in a channel),
 // which the answer tells them.
-func (in *Inbound) command(w http.ResponseWriter, ctx context.Context, body []byte) {
+func (in *Inbound) command(ctx context.Context, w http.ResponseWriter, body []byte) {
 	form, err := url.ParseQuery(string(body))
 	if err != nil {
 		http.Error(w, "unreadable form", http.StatusBadRequest)

@@ -40,12 +40,12 @@ func (f *Fake) Inbound() *Inbound { return &Inbound{Secret: f.opt.SigningSecret}
 
 // Post sends body with contentType to url, signed; extra headers (Slack's
 // X-Slack-Retry-Num on a redelivery) are added.
-func (in *Inbound) Post(url, contentType string, body []byte, extra http.Header) (*http.Response, error) {
+func (in *Inbound) Post(to, contentType string, body []byte, extra http.Header) (*http.Response, error) {
 	now := time.Now
 	if in.Now != nil {
 		now = in.Now
 	}
-	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+	req, err := http.NewRequest(http.MethodPost, to, bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}
@@ -66,7 +66,7 @@ func (in *Inbound) Post(url, contentType string, body []byte, extra http.Header)
 // Event sends an Events API event_callback wrapping event (an app_mention or
 // message event as Slack sends it), with event id eventID; retry > 0 marks a
 // redelivery (X-Slack-Retry-Num).
-func (in *Inbound) Event(url, eventID string, event map[string]any, retry int) (*http.Response, error) {
+func (in *Inbound) Event(to, eventID string, event map[string]any, retry int) (*http.Response, error) {
 	body, _ := json.Marshal(map[string]any{
 		"token": "unused", "team_id": "T0FAKE", "api_app_id": "A0FAKE", "type": "event_callback",
 		"event_id": eventID, "event_time": time.Now().Unix(), "event": event,
@@ -75,18 +75,18 @@ func (in *Inbound) Event(url, eventID string, event map[string]any, retry int) (
 	if retry > 0 {
 		extra = http.Header{"X-Slack-Retry-Num": {strconv.Itoa(retry)}, "X-Slack-Retry-Reason": {"http_timeout"}}
 	}
-	return in.Post(url, "application/json", body, extra)
+	return in.Post(to, "application/json", body, extra)
 }
 
 // URLVerification sends the challenge Slack sends when the request URL is set.
-func (in *Inbound) URLVerification(url, challenge string) (*http.Response, error) {
+func (in *Inbound) URLVerification(to, challenge string) (*http.Response, error) {
 	body, _ := json.Marshal(map[string]any{"token": "unused", "type": "url_verification", "challenge": challenge})
-	return in.Post(url, "application/json", body, nil)
+	return in.Post(to, "application/json", body, nil)
 }
 
 // Press sends a block_actions interaction: user pressed the button with
 // value in the message ts of channel (in thread threadTS, "" for none).
-func (in *Inbound) Press(url, channel, threadTS, ts, user, value string) (*http.Response, error) {
+func (in *Inbound) Press(to, channel, threadTS, ts, user, value string) (*http.Response, error) {
 	payload, _ := json.Marshal(map[string]any{
 		"type": "block_actions", "user": map[string]any{"id": user}, "team": map[string]any{"id": "T0FAKE"},
 		"channel":   map[string]any{"id": channel},
@@ -94,13 +94,11 @@ func (in *Inbound) Press(url, channel, threadTS, ts, user, value string) (*http.
 		"message":   map[string]any{"ts": ts, "thread_ts": threadTS},
 		"actions":   []map[string]any{{"type": "button", "block_id": "relay_buttons", "action_id": "relay_0", "value": value, "action_ts": "1.0"}},
 	})
-	return in.Post(url, "application/x-www-form-urlencoded", []byte(url2form("payload", string(payload))), nil)
+	return in.Post(to, "application/x-www-form-urlencoded", []byte(url.Values{"payload": {string(payload)}}.Encode()), nil)
 }
 
 // Command sends a slash command (e.g. /stop) typed by user in channel.
-func (in *Inbound) Command(u, command, text, channel, user string) (*http.Response, error) {
+func (in *Inbound) Command(to, command, text, channel, user string) (*http.Response, error) {
 	form := url.Values{"command": {command}, "text": {text}, "channel_id": {channel}, "user_id": {user}, "team_id": {"T0FAKE"}}
-	return in.Post(u, "application/x-www-form-urlencoded", []byte(form.Encode()), nil)
+	return in.Post(to, "application/x-www-form-urlencoded", []byte(form.Encode()), nil)
 }
-
-func url2form(k, v string) string { return url.Values{k: {v}}.Encode() }
