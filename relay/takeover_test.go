@@ -16,6 +16,7 @@ import (
 	"github.com/lettaq/lettaq/queue"
 	"github.com/lettaq/lettaq/relay"
 	"github.com/lettaq/lettaq/relay/fakeplatform"
+	"github.com/lettaq/lettaq/relay/internal/killtest"
 )
 
 // TestDeadReplicasChatsAreTakenOver runs two relay processes that share four
@@ -26,7 +27,7 @@ func TestDeadReplicasChatsAreTakenOver(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the relay binary")
 	}
-	bin := relayBinary(t)
+	bin := killtest.Binary(t)
 	red := testredis.StartPersistent(t)
 	rdb := red.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -36,7 +37,7 @@ func TestDeadReplicasChatsAreTakenOver(t *testing.T) {
 	srv := httptest.NewServer(plat.Handler())
 	defer srv.Close()
 	replies := queue.NewReplies(rdb, queue.RepliesOptions{Prefix: prefix})
-	var logs syncBuf
+	var logs killtest.Logs
 	start := func(id string) *exec.Cmd {
 		cmd := exec.Command(bin)
 		cmd.Env = append(os.Environ(), "REDIS_URL=redis://"+red.Addr+"/0", "LETTAQ_KEY_PREFIX="+prefix,

@@ -28,6 +28,7 @@ import (
 	"github.com/lettaq/lettaq/queue"
 	"github.com/lettaq/lettaq/relay"
 	"github.com/lettaq/lettaq/relay/fakeplatform"
+	relayslack "github.com/lettaq/lettaq/relay/slack"
 	"github.com/lettaq/lettaq/relay/webchat"
 )
 
@@ -57,6 +58,7 @@ type RelaySettings struct {
 	// Budget is the workers' time budget: the turns the web chat page enqueues, and the
 	// answers to approval requests, get its task timeout.
 	Budget budget.Config
+	Slack  SlackSettings
 }
 
 type relaySetting struct {
@@ -125,7 +127,7 @@ var relaySettings = []relaySetting{
 		}},
 	{envvar.Var{Name: "LETTAQ_HTTP_TOKEN", Default: "", Secret: true, Help: "token for /metrics, /readyz?verbose and /chat/: Authorization: Bearer <token> or basic auth with the token as password; the chat page also takes it once as /chat/?token=<token> (then a session cookie); required off loopback"},
 		func(c *RelaySettings, raw string) error { c.HTTPToken = raw; return nil }},
-	{envvar.Var{Name: "LETTAQ_RELAY_FAKE_URL", Default: "", Help: "the fake platform's URL (relay/fakeplatform; tests and trials): the only adapter so far; it or LETTAQ_RELAY_WEB_AGENTS is required"},
+	{envvar.Var{Name: "LETTAQ_RELAY_FAKE_URL", Default: "", Help: "the fake platform's URL (relay/fakeplatform; tests and trials); it, LETTAQ_RELAY_WEB_AGENTS or LETTAQ_SLACK_BOT_TOKEN is required"},
 		func(c *RelaySettings, raw string) error { c.FakeURL = raw; return nil }},
 	{envvar.Var{Name: "LETTAQ_RELAY_FAKE_INTEGRATION", Default: "fake", Help: "the integration whose chats go to the fake platform"},
 		func(c *RelaySettings, raw string) error {
@@ -275,8 +277,9 @@ func ParseRelaySettings(args []string, getenv func(string) string, out io.Writer
 		errs = append(errs, annotateBudgetErr(err, l))
 	}
 	c.Budget = b
-	if len(errs) == 0 && c.FakeURL == "" && len(c.WebAgents) == 0 && !c.WebAnyAgent {
-		errs = append(errs, errors.New("neither LETTAQ_RELAY_FAKE_URL (flag --relay-fake-url) nor LETTAQ_RELAY_WEB_AGENTS (--relay-web-agents) is set: the relay needs something to deliver to (the fake platform, or the web chat page)"))
+	errs = append(errs, checkSlack(c)...)
+	if len(errs) == 0 && c.FakeURL == "" && len(c.WebAgents) == 0 && !c.WebAnyAgent && !c.Slack.enabled() {
+		errs = append(errs, errors.New("none of LETTAQ_RELAY_FAKE_URL (flag --relay-fake-url), LETTAQ_RELAY_WEB_AGENTS (--relay-web-agents) or LETTAQ_SLACK_BOT_TOKEN (--slack-bot-token) is set: the relay needs something to deliver to (the fake platform, the web chat page, Slack)"))
 	}
 	if len(errs) == 0 && (len(c.WebAgents) > 0 || c.WebAnyAgent) && c.HTTPAddr == "off" {
 		errs = append(errs, errors.New("LETTAQ_RELAY_WEB_AGENTS is set and LETTAQ_HTTP_ADDR is off: the web chat page is served by the HTTP listener"))
@@ -334,6 +337,11 @@ func runRelay(ctx context.Context, cfg RelaySettings, logger *slog.Logger) error
 	if cfg.FakeURL != "" {
 		adapters[cfg.FakeIntegration] = &fakeplatform.Client{URL: cfg.FakeURL, Limit: relay.Limits{PartLimit: cfg.FakePartLimit}}
 	}
+	if cfg.Slack.enabled() {
+		if adapters[relayslack.Integration], err = newSlackAdapter(ctx, cfg.Slack, logger); err != nil {
+			return err
+		}
+	}
 	r := relay.New(relay.Config{
 		Redis: rdb, Prefix: cfg.KeyPrefix, Control: client, AgentID: cfg.AgentID, EditEvery: cfg.EditEvery,
 		Adapters: adapters,
@@ -352,6 +360,9 @@ func runRelay(ctx context.Context, cfg RelaySettings, logger *slog.Logger) error
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 		mux.Handle("/readyz", readyzHandler(probe, r.Ready, auth))
 		mux.Handle("/metrics", auth(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
+		if cfg.Slack.enabled() {
+			mux.Handle(SlackPath, slackInbound(cfg.Slack, cfg.AgentID, client, r, logger))
+		}
 		var h http.Handler = mux
 		if len(cfg.WebAgents) > 0 || cfg.WebAnyAgent {
 			chat := newWebChat(webChatOptions{Redis: rdb, Prefix: cfg.KeyPrefix, Client: client, Replies: replies,
