@@ -139,6 +139,7 @@ func (s *Server) getUpdates(w http.ResponseWriter, ctx context.Context, p map[st
 		s.mu.Lock()
 		if s.webhook != "" {
 			s.calls = append(s.calls, Call{Method: "getUpdates", Params: p, At: time.Now(), Code: 409})
+			s.notify()
 			s.mu.Unlock()
 			writeErr(w, &apiError{code: 409, desc: "Conflict: can't use getUpdates method while webhook is active; use deleteWebhook to delete the webhook first"})
 			return
@@ -153,6 +154,7 @@ func (s *Server) getUpdates(w http.ResponseWriter, ctx context.Context, p map[st
 		changed := s.changed
 		if len(out) > 0 || !time.Now().Before(deadline) {
 			s.calls = append(s.calls, Call{Method: "getUpdates", Params: p, At: time.Now(), Code: 200})
+			s.notify()
 			s.mu.Unlock()
 			if out == nil {
 				out = []models.Update{}
