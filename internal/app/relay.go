@@ -28,6 +28,7 @@ import (
 	"github.com/lettaq/lettaq/queue"
 	"github.com/lettaq/lettaq/relay"
 	"github.com/lettaq/lettaq/relay/fakeplatform"
+	"github.com/lettaq/lettaq/relay/telegram"
 	"github.com/lettaq/lettaq/relay/webchat"
 )
 
@@ -57,6 +58,8 @@ type RelaySettings struct {
 	// Budget is the workers' time budget: the turns the web chat page enqueues, and the
 	// answers to approval requests, get its task timeout.
 	Budget budget.Config
+	// Telegram is the Telegram bot (relaytelegram.go).
+	Telegram TelegramSettings
 }
 
 type relaySetting struct {
@@ -125,7 +128,7 @@ var relaySettings = []relaySetting{
 		}},
 	{envvar.Var{Name: "LETTAQ_HTTP_TOKEN", Default: "", Secret: true, Help: "token for /metrics, /readyz?verbose and /chat/: Authorization: Bearer <token> or basic auth with the token as password; the chat page also takes it once as /chat/?token=<token> (then a session cookie); required off loopback"},
 		func(c *RelaySettings, raw string) error { c.HTTPToken = raw; return nil }},
-	{envvar.Var{Name: "LETTAQ_RELAY_FAKE_URL", Default: "", Help: "the fake platform's URL (relay/fakeplatform; tests and trials): the only adapter so far; it or LETTAQ_RELAY_WEB_AGENTS is required"},
+	{envvar.Var{Name: "LETTAQ_RELAY_FAKE_URL", Default: "", Help: "the fake platform's URL (relay/fakeplatform; tests and trials); it, LETTAQ_RELAY_WEB_AGENTS or LETTAQ_TELEGRAM_TOKEN is required"},
 		func(c *RelaySettings, raw string) error { c.FakeURL = raw; return nil }},
 	{envvar.Var{Name: "LETTAQ_RELAY_FAKE_INTEGRATION", Default: "fake", Help: "the integration whose chats go to the fake platform"},
 		func(c *RelaySettings, raw string) error {
@@ -275,8 +278,11 @@ func ParseRelaySettings(args []string, getenv func(string) string, out io.Writer
 		errs = append(errs, annotateBudgetErr(err, l))
 	}
 	c.Budget = b
-	if len(errs) == 0 && c.FakeURL == "" && len(c.WebAgents) == 0 && !c.WebAnyAgent {
-		errs = append(errs, errors.New("neither LETTAQ_RELAY_FAKE_URL (flag --relay-fake-url) nor LETTAQ_RELAY_WEB_AGENTS (--relay-web-agents) is set: the relay needs something to deliver to (the fake platform, or the web chat page)"))
+	if len(errs) == 0 {
+		errs = append(errs, telegramCheck(c)...)
+	}
+	if len(errs) == 0 && c.FakeURL == "" && len(c.WebAgents) == 0 && !c.WebAnyAgent && c.Telegram.Token == "" {
+		errs = append(errs, errors.New("none of LETTAQ_RELAY_FAKE_URL (flag --relay-fake-url), LETTAQ_RELAY_WEB_AGENTS (--relay-web-agents) and LETTAQ_TELEGRAM_TOKEN (--telegram-token) is set: the relay needs something to deliver to (the fake platform, the web chat page, a Telegram bot)"))
 	}
 	if len(errs) == 0 && (len(c.WebAgents) > 0 || c.WebAnyAgent) && c.HTTPAddr == "off" {
 		errs = append(errs, errors.New("LETTAQ_RELAY_WEB_AGENTS is set and LETTAQ_HTTP_ADDR is off: the web chat page is served by the HTTP listener"))
@@ -334,6 +340,13 @@ func runRelay(ctx context.Context, cfg RelaySettings, logger *slog.Logger) error
 	if cfg.FakeURL != "" {
 		adapters[cfg.FakeIntegration] = &fakeplatform.Client{URL: cfg.FakeURL, Limit: relay.Limits{PartLimit: cfg.FakePartLimit}}
 	}
+	tg, err := newRelayTelegram(cfg, rdb, client, logger)
+	if err != nil {
+		return err
+	}
+	if tg != nil {
+		adapters[telegram.Integration] = tg.adapter
+	}
 	r := relay.New(relay.Config{
 		Redis: rdb, Prefix: cfg.KeyPrefix, Control: client, AgentID: cfg.AgentID, EditEvery: cfg.EditEvery,
 		Adapters: adapters,
@@ -352,6 +365,9 @@ func runRelay(ctx context.Context, cfg RelaySettings, logger *slog.Logger) error
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 		mux.Handle("/readyz", readyzHandler(probe, r.Ready, auth))
 		mux.Handle("/metrics", auth(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
+		if tg != nil && cfg.Telegram.Webhook {
+			mux.Handle(TelegramWebhookPath, tg.webhook()) // its own secret, not the listener's token
+		}
 		var h http.Handler = mux
 		if len(cfg.WebAgents) > 0 || cfg.WebAnyAgent {
 			chat := newWebChat(webChatOptions{Redis: rdb, Prefix: cfg.KeyPrefix, Client: client, Replies: replies,
@@ -373,6 +389,10 @@ func runRelay(ctx context.Context, cfg RelaySettings, logger *slog.Logger) error
 		logger.Info("relay listening", "addr", ln.Addr().String())
 	}
 	var wg sync.WaitGroup
+	if tg != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); tg.run(ctx, r) }()
+	}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()

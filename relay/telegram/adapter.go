@@ -260,3 +260,31 @@ func (p *pacer) wait(ctx context.Context) error {
 	}
 	return nil
 }
+
+// Me is the bot as getMe tells it.
+type Me struct {
+	ID       int64
+	Username string
+}
+
+// Me asks Telegram who the bot is (and so checks the token).
+func (a *Adapter) Me(ctx context.Context) (Me, error) {
+	u, err := a.bot.GetMe(ctx)
+	if err != nil {
+		return Me{}, mapErr("getMe", err)
+	}
+	return Me{ID: u.ID, Username: u.Username}, nil
+}
+
+// PointInbound sets the bot's inbound up: setWebhook with url and secret, or
+// (polling) deleteWebhook, as getUpdates is refused while a webhook is set.
+// Pending updates are kept either way.
+func (a *Adapter) PointInbound(ctx context.Context, url, secret string, webhook bool) error {
+	if webhook {
+		_, err := a.bot.SetWebhook(ctx, &bot.SetWebhookParams{URL: url, SecretToken: secret,
+			AllowedUpdates: []string{"message", "callback_query"}})
+		return mapErr("setWebhook", err)
+	}
+	_, err := a.bot.DeleteWebhook(ctx, &bot.DeleteWebhookParams{})
+	return mapErr("deleteWebhook", err)
+}
