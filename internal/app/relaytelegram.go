@@ -27,6 +27,7 @@ type TelegramSettings struct {
 	WebhookSecret string
 	Allow         map[int64]bool
 	GroupAll      bool
+	PartLimit     int
 }
 
 // TelegramWebhookPath is where the relay's listener takes Telegram's webhook.
@@ -110,6 +111,8 @@ var telegramSettings = []relaySetting{
 			}
 			return errors.New("want mention or all")
 		}},
+	{envvar.Var{Name: "LETTAQ_TELEGRAM_PART_LIMIT", Default: "4096", Help: "testing only: the longest message the bot sends, in UTF-16 code units (Telegram's limit, 4096, is the most)"},
+		func(c *RelaySettings, raw string) error { return relayInt(&c.Telegram.PartLimit, raw, 1, 4096) }},
 }
 
 // telegramCheck is the Telegram settings' cross-checks.
@@ -152,7 +155,7 @@ func newRelayTelegram(cfg RelaySettings, rdb redis.UniversalClient, enqueue tele
 	if cfg.Telegram.Token == "" {
 		return nil, nil
 	}
-	a, err := telegram.New(telegram.Config{Token: cfg.Telegram.Token, ServerURL: cfg.Telegram.APIURL})
+	a, err := telegram.New(telegram.Config{Token: cfg.Telegram.Token, ServerURL: cfg.Telegram.APIURL, PartLimit: cfg.Telegram.PartLimit})
 	if err != nil {
 		return nil, err
 	}

@@ -45,6 +45,9 @@ type Config struct {
 	PerSecond int
 	// HTTPClient makes the calls (default: a client with a 30 s timeout).
 	HTTPClient *http.Client
+	// PartLimit is the longest message the relay sends, in UTF-16 code
+	// units (default and most: Telegram's 4096; tests set less).
+	PartLimit int
 }
 
 // Adapter is Telegram as the relay drives it (relay.Adapter).
@@ -66,6 +69,9 @@ func New(cfg Config) (*Adapter, error) {
 	if cfg.PerSecond <= 0 {
 		cfg.PerSecond = 30
 	}
+	if cfg.PartLimit <= 0 || cfg.PartLimit > 4096 {
+		cfg.PartLimit = 4096
+	}
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = &http.Client{Timeout: 30 * time.Second}
 	}
@@ -79,10 +85,22 @@ func New(cfg Config) (*Adapter, error) {
 	return &Adapter{cfg: cfg, bot: b, pace: &pacer{every: time.Second / time.Duration(cfg.PerSecond)}}, nil
 }
 
-// Limits implements relay.Adapter: 4096 UTF-16 code units a message, typing
-// shown for 5 s.
+// Limits implements relay.Adapter: 4096 UTF-16 code units a message (or
+// Config.PartLimit), typing shown for 5 s.
 func (a *Adapter) Limits() relay.Limits {
-	return relay.Limits{PartLimit: 4096, StatusTTL: 5 * time.Second}
+	return relay.Limits{PartLimit: a.cfg.PartLimit, StatusTTL: 5 * time.Second}
+}
+
+// blank is what a message shows while its text is only white space, which
+// Telegram refuses ("message text is empty"): a growing answer that begins
+// with a line break.
+const blank = "…"
+
+func nonBlank(s string) string {
+	if strings.TrimSpace(s) == "" {
+		return blank
+	}
+	return s
 }
 
 // ChatOf returns the Telegram chat and forum topic of a conversation.
@@ -127,6 +145,7 @@ func (a *Adapter) Send(ctx context.Context, c queue.Conversation, m relay.Messag
 	if err != nil {
 		return "", err
 	}
+	m.Text = nonBlank(m.Text)
 	p := &bot.SendMessageParams{ChatID: chat, MessageThreadID: topic, Text: HTML(m.Text), ParseMode: models.ParseModeHTML,
 		ReplyMarkup: keyboard(m.Buttons)}
 	if err := a.pace.wait(ctx); err != nil {
@@ -158,6 +177,7 @@ func (a *Adapter) Edit(ctx context.Context, c queue.Conversation, id string, m r
 	if err != nil {
 		return fmt.Errorf("telegram: message id %q: %w", id, relay.ErrPermanent)
 	}
+	m.Text = nonBlank(m.Text)
 	p := &bot.EditMessageTextParams{ChatID: chat, MessageID: mid, Text: HTML(m.Text), ParseMode: models.ParseModeHTML,
 		ReplyMarkup: keyboard(m.Buttons)}
 	if err := a.pace.wait(ctx); err != nil {

@@ -153,3 +153,17 @@ func TestHTMLEscapesAndConvertsMarkdown(t *testing.T) {
 		}
 	}
 }
+
+func TestAdapterShowsBlankTextAsEllipsis(t *testing.T) {
+	fake, a := newAdapter(t, telegramfake.Rules{})
+	id, err := a.Send(context.Background(), telegram.Conversation(7, 0), relay.Message{Text: "\n"})
+	if err != nil {
+		t.Fatalf("a growing answer's first line break: %v", err)
+	}
+	if err := a.Edit(context.Background(), telegram.Conversation(7, 0), id, relay.Message{Text: "\nHello"}); err != nil {
+		t.Fatal(err)
+	}
+	if ms := fake.BotMessages(7); len(ms) != 1 || ms[0].Text != "Hello" {
+		t.Fatalf("chat shows %+v", ms)
+	}
+}

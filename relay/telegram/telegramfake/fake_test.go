@@ -137,3 +137,14 @@ func TestFakeDeliversUpdatesToWebhookWithSecret(t *testing.T) {
 		}
 	}
 }
+
+func TestFakeTakesMethodsWithoutParameters(t *testing.T) {
+	_, b := newBot(t, telegramfake.Rules{})
+	me, err := b.GetMe(context.Background())
+	if err != nil || me.Username != telegramfake.BotUsername {
+		t.Fatalf("getMe: %v %v", me, err)
+	}
+	if _, err := b.DeleteWebhook(context.Background(), &bot.DeleteWebhookParams{}); err != nil {
+		t.Fatal(err)
+	}
+}
