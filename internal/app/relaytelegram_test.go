@@ -3,8 +3,16 @@ package app
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/lettaq/lettaq/internal/testredis"
+	"github.com/lettaq/lettaq/relay/telegram/telegramfake"
 )
 
 func TestRelayTelegramConfigErrorsExit2NamingTheVariable(t *testing.T) {
@@ -46,5 +54,33 @@ func TestRelayTelegramSettingsParse(t *testing.T) {
 	if c.Telegram.Token != "1:abc" || !c.Telegram.Allow[7] || !c.Telegram.Allow[-100123] || !c.Telegram.GroupAll || c.Telegram.Webhook ||
 		c.Telegram.APIURL != "https://api.telegram.org" {
 		t.Fatalf("parsed %+v", c.Telegram)
+	}
+}
+
+// TestRelayTelegramBotTakesAMessageAndShowsTyping runs the relay as a
+// Telegram bot against the fake Bot API: a user's message is polled,
+// enqueued as a turn (its accepted event lands in the chat's reply stream),
+// and the relay shows typing in that chat.
+func TestRelayTelegramBotTakesAMessageAndShowsTyping(t *testing.T) {
+	red := testredis.StartPersistent(t)
+	fake := telegramfake.New("", telegramfake.Rules{})
+	srv := httptest.NewServer(fake.Handler())
+	defer srv.Close()
+	defer fake.Close()
+	env := map[string]string{"REDIS_URL": "redis://" + red.Addr + "/0", "LETTAQ_KEY_PREFIX": fmt.Sprintf("tg%d:", rand.Int64()),
+		"LETTAQ_HTTP_ADDR": "off", "LETTAQ_TELEGRAM_TOKEN": telegramfake.Token, "LETTAQ_TELEGRAM_API_URL": srv.URL,
+		"LETTAQ_RELAY_AGENT_ID": "agent-00000000-0000-4000-8000-000000000000", "LETTAQ_RELAY_LEASE": "1s", "LETTAQ_LOG_FORMAT": "text"}
+	ctx, cancel := context.WithCancel(context.Background())
+	exit := make(chan int, 1)
+	go func() { exit <- RunRelay(ctx, nil, func(k string) string { return env[k] }, io.Discard, io.Discard) }()
+	fake.SendText(telegramfake.From{Chat: 7}, "hello")
+	wctx, wcancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer wcancel()
+	if err := fake.Wait(wctx, func(f *telegramfake.Server) bool { return f.Count(7, "sendChatAction") > 0 }); err != nil {
+		t.Fatal("no typing in the chat: the message did not become a turn the relay shows")
+	}
+	cancel()
+	if code := <-exit; code != ExitOK {
+		t.Fatalf("relay exited %d", code)
 	}
 }
