@@ -41,7 +41,9 @@ type Config struct {
 	// in tests, a local Bot API server's in production).
 	ServerURL string
 	// PerSecond bounds the messages (sends and edits) the adapter makes a
-	// second over all chats (default 30: Telegram's global limit).
+	// second over all chats (default 28: under Telegram's global limit of
+	// 30 with room for the network's jitter, which can bring two spaced
+	// calls closer together at Telegram's end).
 	PerSecond int
 	// HTTPClient makes the calls (default: a client with a 30 s timeout).
 	HTTPClient *http.Client
@@ -67,7 +69,7 @@ func New(cfg Config) (*Adapter, error) {
 	}
 	cfg.ServerURL = strings.TrimRight(cfg.ServerURL, "/")
 	if cfg.PerSecond <= 0 {
-		cfg.PerSecond = 30
+		cfg.PerSecond = 28
 	}
 	if cfg.PartLimit <= 0 || cfg.PartLimit > 4096 {
 		cfg.PartLimit = 4096

@@ -150,7 +150,11 @@ func command(text string, es []models.MessageEntity, me string) string {
 		if e.Type != models.MessageEntityTypeBotCommand || e.Offset != 0 {
 			continue
 		}
-		word := strings.Fields(text)[0]
+		fields := strings.Fields(text)
+		if len(fields) == 0 {
+			return ""
+		}
+		word := fields[0]
 		name, to, addressed := strings.Cut(word, "@")
 		if addressed && !strings.EqualFold(to, me) {
 			return ""
