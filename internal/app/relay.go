@@ -97,7 +97,7 @@ var relaySettings = []relaySetting{
 		func(c *RelaySettings, raw string) error { return relayInt(&c.Workers, raw, 1, 100000) }},
 	{envvar.Var{Name: "LETTAQ_RELAY_EDIT_EVERY", Default: "1s", Help: "the least time between two edits of a growing answer in one chat (Telegram: ~1 message a second per chat)"},
 		func(c *RelaySettings, raw string) error { return relayDur(&c.EditEvery, raw, 100*time.Millisecond) }},
-	{envvar.Var{Name: "LETTAQ_RELAY_AGENT_ID", Default: "", Help: "the agent of the chats, so that /stop also finds a turn the relay has not shown yet (a turn it shows is cancelled by its task id without it)"},
+	{envvar.Var{Name: "LETTAQ_RELAY_AGENT_ID", Default: "", Help: "the agent of the chats, so that /stop also finds a turn the relay has not shown yet (a turn it shows is cancelled by its task id without it); with LETTAQ_TELEGRAM_TOKEN, the agent that answers the bot's chats (required)"},
 		func(c *RelaySettings, raw string) error { c.AgentID = raw; return nil }},
 	{envvar.Var{Name: "LETTAQ_LOG_FORMAT", Default: "auto", Help: "auto (colored text on a terminal, JSON otherwise), json or text"},
 		func(c *RelaySettings, raw string) error {
