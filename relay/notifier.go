@@ -33,6 +33,14 @@ func (r *Relay) Notify(ctx context.Context, shards int) error {
 	if shards <= 0 {
 		shards = 64
 	}
+	// An event written before the subscription was made sent its
+	// notification to no one: a sweep made now finds it (the caller's sweep
+	// at start may have run before the subscription).
+	if n, err := r.Sweep(ctx, shards); err != nil && ctx.Err() == nil {
+		r.log.Warn("relay: sweep after subscribing failed", "err", err)
+	} else if n > 0 {
+		r.log.Info("relay: sweep after subscribing marked chats", "chats", n)
+	}
 	ch := sub.ChannelWithSubscriptions(redis.WithChannelSize(1024))
 	for {
 		var batch []queue.Conversation

@@ -29,6 +29,7 @@ import (
 	"github.com/lettaq/lettaq/relay"
 	"github.com/lettaq/lettaq/relay/fakeplatform"
 	relayslack "github.com/lettaq/lettaq/relay/slack"
+	"github.com/lettaq/lettaq/relay/telegram"
 	"github.com/lettaq/lettaq/relay/webchat"
 )
 
@@ -58,7 +59,10 @@ type RelaySettings struct {
 	// Budget is the workers' time budget: the turns the web chat page enqueues, and the
 	// answers to approval requests, get its task timeout.
 	Budget budget.Config
-	Slack  SlackSettings
+	// Slack is the Slack app (relayslack.go).
+	Slack SlackSettings
+	// Telegram is the Telegram bot (relaytelegram.go).
+	Telegram TelegramSettings
 }
 
 type relaySetting struct {
@@ -96,7 +100,7 @@ var relaySettings = []relaySetting{
 		func(c *RelaySettings, raw string) error { return relayInt(&c.Workers, raw, 1, 100000) }},
 	{envvar.Var{Name: "LETTAQ_RELAY_EDIT_EVERY", Default: "1s", Help: "the least time between two edits of a growing answer in one chat (Telegram: ~1 message a second per chat)"},
 		func(c *RelaySettings, raw string) error { return relayDur(&c.EditEvery, raw, 100*time.Millisecond) }},
-	{envvar.Var{Name: "LETTAQ_RELAY_AGENT_ID", Default: "", Help: "the agent of the chats, so that /stop also finds a turn the relay has not shown yet (a turn it shows is cancelled by its task id without it)"},
+	{envvar.Var{Name: "LETTAQ_RELAY_AGENT_ID", Default: "", Help: "the agent of the chats, so that /stop also finds a turn the relay has not shown yet (a turn it shows is cancelled by its task id without it); with LETTAQ_TELEGRAM_TOKEN, the agent that answers the bot's chats (required)"},
 		func(c *RelaySettings, raw string) error { c.AgentID = raw; return nil }},
 	{envvar.Var{Name: "LETTAQ_LOG_FORMAT", Default: "auto", Help: "auto (colored text on a terminal, JSON otherwise), json or text"},
 		func(c *RelaySettings, raw string) error {
@@ -127,7 +131,7 @@ var relaySettings = []relaySetting{
 		}},
 	{envvar.Var{Name: "LETTAQ_HTTP_TOKEN", Default: "", Secret: true, Help: "token for /metrics, /readyz?verbose and /chat/: Authorization: Bearer <token> or basic auth with the token as password; the chat page also takes it once as /chat/?token=<token> (then a session cookie); required off loopback"},
 		func(c *RelaySettings, raw string) error { c.HTTPToken = raw; return nil }},
-	{envvar.Var{Name: "LETTAQ_RELAY_FAKE_URL", Default: "", Help: "the fake platform's URL (relay/fakeplatform; tests and trials); it, LETTAQ_RELAY_WEB_AGENTS or LETTAQ_SLACK_BOT_TOKEN is required"},
+	{envvar.Var{Name: "LETTAQ_RELAY_FAKE_URL", Default: "", Help: "the fake platform's URL (relay/fakeplatform; tests and trials); it, LETTAQ_RELAY_WEB_AGENTS, LETTAQ_TELEGRAM_TOKEN or LETTAQ_SLACK_BOT_TOKEN is required"},
 		func(c *RelaySettings, raw string) error { c.FakeURL = raw; return nil }},
 	{envvar.Var{Name: "LETTAQ_RELAY_FAKE_INTEGRATION", Default: "fake", Help: "the integration whose chats go to the fake platform"},
 		func(c *RelaySettings, raw string) error {
@@ -278,8 +282,11 @@ func ParseRelaySettings(args []string, getenv func(string) string, out io.Writer
 	}
 	c.Budget = b
 	errs = append(errs, checkSlack(c)...)
-	if len(errs) == 0 && c.FakeURL == "" && len(c.WebAgents) == 0 && !c.WebAnyAgent && !c.Slack.enabled() {
-		errs = append(errs, errors.New("none of LETTAQ_RELAY_FAKE_URL (flag --relay-fake-url), LETTAQ_RELAY_WEB_AGENTS (--relay-web-agents) or LETTAQ_SLACK_BOT_TOKEN (--slack-bot-token) is set: the relay needs something to deliver to (the fake platform, the web chat page, Slack)"))
+	if len(errs) == 0 {
+		errs = append(errs, telegramCheck(c)...)
+	}
+	if len(errs) == 0 && c.FakeURL == "" && len(c.WebAgents) == 0 && !c.WebAnyAgent && c.Telegram.Token == "" && !c.Slack.enabled() {
+		errs = append(errs, errors.New("none of LETTAQ_RELAY_FAKE_URL (flag --relay-fake-url), LETTAQ_RELAY_WEB_AGENTS (--relay-web-agents), LETTAQ_TELEGRAM_TOKEN (--telegram-token) and LETTAQ_SLACK_BOT_TOKEN (--slack-bot-token) is set: the relay needs something to deliver to (the fake platform, the web chat page, a Telegram bot, a Slack app)"))
 	}
 	if len(errs) == 0 && (len(c.WebAgents) > 0 || c.WebAnyAgent) && c.HTTPAddr == "off" {
 		errs = append(errs, errors.New("LETTAQ_RELAY_WEB_AGENTS is set and LETTAQ_HTTP_ADDR is off: the web chat page is served by the HTTP listener"))
@@ -342,6 +349,13 @@ func runRelay(ctx context.Context, cfg RelaySettings, logger *slog.Logger) error
 			return err
 		}
 	}
+	tg, err := newRelayTelegram(cfg, rdb, client, logger)
+	if err != nil {
+		return err
+	}
+	if tg != nil {
+		adapters[telegram.Integration] = tg.adapter
+	}
 	r := relay.New(relay.Config{
 		Redis: rdb, Prefix: cfg.KeyPrefix, Control: client, AgentID: cfg.AgentID, EditEvery: cfg.EditEvery,
 		Adapters: adapters,
@@ -362,6 +376,9 @@ func runRelay(ctx context.Context, cfg RelaySettings, logger *slog.Logger) error
 		mux.Handle("/metrics", auth(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
 		if cfg.Slack.enabled() {
 			mux.Handle(SlackPath, slackInbound(cfg.Slack, cfg.AgentID, client, r, logger))
+		}
+		if tg != nil && cfg.Telegram.Webhook {
+			mux.Handle(TelegramWebhookPath, tg.webhook()) // its own secret, not the listener's token
 		}
 		var h http.Handler = mux
 		if len(cfg.WebAgents) > 0 || cfg.WebAnyAgent {
@@ -384,6 +401,10 @@ func runRelay(ctx context.Context, cfg RelaySettings, logger *slog.Logger) error
 		logger.Info("relay listening", "addr", ln.Addr().String())
 	}
 	var wg sync.WaitGroup
+	if tg != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); tg.run(ctx, r) }()
+	}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()

@@ -372,6 +372,12 @@ func texts(msgs []fakeplatform.Msg) []string {
 	return out
 }
 
+// Settled is closed once shown is and the relay's cursor of conv is at the
+// last entry of its stream: for a platform's own kill-point run.
+func Settled(ctx context.Context, rdb *redis.Client, prefix string, conv queue.Conversation, shown <-chan struct{}) <-chan struct{} {
+	return settledCh(ctx, rdb, prefix, conv, shown)
+}
+
 // settledCh is closed once shown is and the relay's cursor of conv is at
 // the last entry of its stream (the chat's state is durable: nothing left to
 // do). Polled: the cursor's write sends no signal the test could wait on.

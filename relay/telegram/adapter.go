@@ -1,0 +1,312 @@
+// Package telegram is the relay's Telegram adapter, on the Bot API library
+// github.com/go-telegram/bot: outbound, relay.Adapter (sendMessage,
+// editMessageText, deleteMessage, sendChatAction, with Telegram's error
+// answers mapped to the relay's rules); inbound, an update becomes a lettaq
+// message, a command or a button press (Inbound), taken from getUpdates long
+// polling (Poller, its offset kept in Redis) or from a webhook (Webhook, its
+// secret token checked).
+//
+// A chat is the conversation {telegram, "<chat id>"}, or "<chat id>/<topic
+// id>" for a topic of a forum group. See docs/telegram.md.
+package telegram
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-telegram/bot"
+	"github.com/go-telegram/bot/models"
+
+	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/relay"
+)
+
+// Integration is the integration name of Telegram's chats.
+const Integration = "telegram"
+
+// DefaultServerURL is Telegram's Bot API.
+const DefaultServerURL = "https://api.telegram.org"
+
+// Config configures an Adapter.
+type Config struct {
+	// Token is the bot's token from BotFather. Required; never logged.
+	Token string
+	// ServerURL is the Bot API's address (default DefaultServerURL; a fake's
+	// in tests, a local Bot API server's in production).
+	ServerURL string
+	// PerSecond bounds the messages (sends and edits) the adapter makes a
+	// second over all chats (default 28: under Telegram's global limit of
+	// 30 with room for the network's jitter, which can bring two spaced
+	// calls closer together at Telegram's end).
+	PerSecond int
+	// HTTPClient makes the calls (default: a client with a 30 s timeout).
+	HTTPClient *http.Client
+	// PartLimit is the longest message the relay sends, in UTF-16 code
+	// units (default and most: Telegram's 4096; tests set less).
+	PartLimit int
+}
+
+// Adapter is Telegram as the relay drives it (relay.Adapter).
+type Adapter struct {
+	cfg  Config
+	bot  *bot.Bot
+	pace *pacer
+}
+
+// New returns an Adapter. It makes no call to Telegram.
+func New(cfg Config) (*Adapter, error) {
+	if cfg.Token == "" {
+		return nil, errors.New("telegram: no bot token")
+	}
+	if cfg.ServerURL == "" {
+		cfg.ServerURL = DefaultServerURL
+	}
+	cfg.ServerURL = strings.TrimRight(cfg.ServerURL, "/")
+	if cfg.PerSecond <= 0 {
+		cfg.PerSecond = 28
+	}
+	if cfg.PartLimit <= 0 || cfg.PartLimit > 4096 {
+		cfg.PartLimit = 4096
+	}
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = &http.Client{Timeout: 30 * time.Second}
+	}
+	b, err := bot.New(cfg.Token, bot.WithServerURL(cfg.ServerURL), bot.WithSkipGetMe(),
+		bot.WithHTTPClient(cfg.HTTPClient.Timeout, cfg.HTTPClient),
+		// The library's own error log would be its polling's; it does not poll.
+		bot.WithErrorsHandler(func(error) {}))
+	if err != nil {
+		return nil, fmt.Errorf("telegram: %w", err)
+	}
+	return &Adapter{cfg: cfg, bot: b, pace: &pacer{every: time.Second / time.Duration(cfg.PerSecond)}}, nil
+}
+
+// Limits implements relay.Adapter: 4096 UTF-16 code units a message (or
+// Config.PartLimit), typing shown for 5 s.
+func (a *Adapter) Limits() relay.Limits {
+	return relay.Limits{PartLimit: a.cfg.PartLimit, StatusTTL: 5 * time.Second}
+}
+
+// blank is what a message shows while its text is only white space, which
+// Telegram refuses ("message text is empty"): a growing answer that begins
+// with a line break.
+const blank = "…"
+
+func nonBlank(s string) string {
+	if strings.TrimSpace(s) == "" {
+		return blank
+	}
+	return s
+}
+
+// ChatOf returns the Telegram chat and forum topic of a conversation.
+func ChatOf(c queue.Conversation) (chat int64, topic int, err error) {
+	id, t, hasTopic := strings.Cut(c.ChatID, "/")
+	chat, err = strconv.ParseInt(id, 10, 64)
+	if err != nil || chat == 0 {
+		return 0, 0, fmt.Errorf("telegram: chat id %q is not a Telegram chat: %w", c.ChatID, relay.ErrPermanent)
+	}
+	if hasTopic {
+		if topic, err = strconv.Atoi(t); err != nil || topic <= 0 {
+			return 0, 0, fmt.Errorf("telegram: chat id %q has a bad topic: %w", c.ChatID, relay.ErrPermanent)
+		}
+	}
+	return chat, topic, nil
+}
+
+// Conversation is the lettaq chat of a Telegram chat and forum topic (0: none).
+func Conversation(chat int64, topic int) queue.Conversation {
+	id := strconv.FormatInt(chat, 10)
+	if topic > 0 {
+		id += "/" + strconv.Itoa(topic)
+	}
+	return queue.Conversation{Integration: Integration, ChatID: id}
+}
+
+func keyboard(bs []relay.Button) models.ReplyMarkup {
+	if len(bs) == 0 {
+		return nil
+	}
+	row := make([]models.InlineKeyboardButton, 0, len(bs))
+	for _, b := range bs {
+		row = append(row, models.InlineKeyboardButton{Text: b.Label, CallbackData: b.Data})
+	}
+	return &models.InlineKeyboardMarkup{InlineKeyboard: [][]models.InlineKeyboardButton{row}}
+}
+
+// Send implements relay.Adapter: sendMessage in HTML, again in plain text
+// when Telegram refuses the entities.
+func (a *Adapter) Send(ctx context.Context, c queue.Conversation, m relay.Message) (string, error) {
+	chat, topic, err := ChatOf(c)
+	if err != nil {
+		return "", err
+	}
+	m.Text = nonBlank(m.Text)
+	p := &bot.SendMessageParams{ChatID: chat, MessageThreadID: topic, Text: HTML(m.Text), ParseMode: models.ParseModeHTML,
+		ReplyMarkup: keyboard(m.Buttons)}
+	if err := a.pace.wait(ctx); err != nil {
+		return "", err
+	}
+	msg, err := a.bot.SendMessage(ctx, p)
+	if entityError(err) {
+		p.Text, p.ParseMode = m.Text, ""
+		if err := a.pace.wait(ctx); err != nil {
+			return "", err
+		}
+		msg, err = a.bot.SendMessage(ctx, p)
+	}
+	if err != nil {
+		return "", mapErr("sendMessage", err)
+	}
+	return strconv.Itoa(msg.ID), nil
+}
+
+// Edit implements relay.Adapter: editMessageText (without buttons it takes
+// the inline keyboard away); "message is not modified" is success, a
+// message gone is permanent.
+func (a *Adapter) Edit(ctx context.Context, c queue.Conversation, id string, m relay.Message) error {
+	chat, _, err := ChatOf(c)
+	if err != nil {
+		return err
+	}
+	mid, err := strconv.Atoi(id)
+	if err != nil {
+		return fmt.Errorf("telegram: message id %q: %w", id, relay.ErrPermanent)
+	}
+	m.Text = nonBlank(m.Text)
+	p := &bot.EditMessageTextParams{ChatID: chat, MessageID: mid, Text: HTML(m.Text), ParseMode: models.ParseModeHTML,
+		ReplyMarkup: keyboard(m.Buttons)}
+	if err := a.pace.wait(ctx); err != nil {
+		return err
+	}
+	_, err = a.bot.EditMessageText(ctx, p)
+	if entityError(err) {
+		p.Text, p.ParseMode = m.Text, ""
+		if err := a.pace.wait(ctx); err != nil {
+			return err
+		}
+		_, err = a.bot.EditMessageText(ctx, p)
+	}
+	if badRequest(err, "message is not modified") {
+		return nil
+	}
+	return mapErr("editMessageText", err)
+}
+
+// Delete implements relay.Adapter; a message already gone is success.
+func (a *Adapter) Delete(ctx context.Context, c queue.Conversation, id string) error {
+	chat, _, err := ChatOf(c)
+	if err != nil {
+		return err
+	}
+	mid, err := strconv.Atoi(id)
+	if err != nil {
+		return fmt.Errorf("telegram: message id %q: %w", id, relay.ErrPermanent)
+	}
+	_, err = a.bot.DeleteMessage(ctx, &bot.DeleteMessageParams{ChatID: chat, MessageID: mid})
+	if badRequest(err, "message to delete not found") {
+		return nil
+	}
+	return mapErr("deleteMessage", err)
+}
+
+// Status implements relay.Adapter: typing by sendChatAction (a tool's line
+// has no place on Telegram: typing too); clearing makes no call, as
+// Telegram ends the typing with the bot's next message or after 5 s.
+func (a *Adapter) Status(ctx context.Context, c queue.Conversation, s relay.Status) error {
+	if s.Kind == relay.StatusClear {
+		return nil
+	}
+	chat, topic, err := ChatOf(c)
+	if err != nil {
+		return err
+	}
+	_, err = a.bot.SendChatAction(ctx, &bot.SendChatActionParams{ChatID: chat, MessageThreadID: topic, Action: models.ChatActionTyping})
+	return mapErr("sendChatAction", err)
+}
+
+// entityError reports Telegram's refusal of a text's HTML.
+func entityError(err error) bool { return badRequest(err, "can't parse entities") }
+
+func badRequest(err error, text string) bool {
+	return err != nil && errors.Is(err, bot.ErrorBadRequest) && strings.Contains(err.Error(), text)
+}
+
+// mapErr turns the library's errors into the relay's: a 429 into
+// *relay.RateLimitedError, a refusal that no retry cures (403: blocked or
+// kicked; 400: the chat or message is not there, the request is bad) into
+// one wrapping relay.ErrPermanent. The library's errors carry no token.
+func mapErr(method string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if tm, ok := err.(*bot.TooManyRequestsError); ok {
+		return &relay.RateLimitedError{RetryAfter: time.Duration(max(tm.RetryAfter, 1)) * time.Second}
+	}
+	if errors.Is(err, bot.ErrorForbidden) || errors.Is(err, bot.ErrorBadRequest) {
+		return fmt.Errorf("telegram: %s: %v: %w", method, err, relay.ErrPermanent)
+	}
+	return fmt.Errorf("telegram: %s: %w", method, err)
+}
+
+// pacer spaces the messages of every chat: at most one per every.
+type pacer struct {
+	mu    sync.Mutex
+	next  time.Time
+	every time.Duration
+}
+
+func (p *pacer) wait(ctx context.Context) error {
+	p.mu.Lock()
+	now := time.Now()
+	at := p.next
+	if at.Before(now) {
+		at = now
+	}
+	p.next = at.Add(p.every)
+	p.mu.Unlock()
+	if d := time.Until(at); d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// Me is the bot as getMe tells it.
+type Me struct {
+	ID       int64
+	Username string
+}
+
+// Me asks Telegram who the bot is (and so checks the token).
+func (a *Adapter) Me(ctx context.Context) (Me, error) {
+	u, err := a.bot.GetMe(ctx)
+	if err != nil {
+		return Me{}, mapErr("getMe", err)
+	}
+	return Me{ID: u.ID, Username: u.Username}, nil
+}
+
+// PointInbound sets the bot's inbound up: setWebhook with url and secret, or
+// (polling) deleteWebhook, as getUpdates is refused while a webhook is set.
+// Pending updates are kept either way.
+func (a *Adapter) PointInbound(ctx context.Context, url, secret string, webhook bool) error {
+	if webhook {
+		_, err := a.bot.SetWebhook(ctx, &bot.SetWebhookParams{URL: url, SecretToken: secret,
+			AllowedUpdates: []string{"message", "callback_query"}})
+		return mapErr("setWebhook", err)
+	}
+	_, err := a.bot.DeleteWebhook(ctx, &bot.DeleteWebhookParams{})
+	return mapErr("deleteWebhook", err)
+}
