@@ -326,8 +326,8 @@ type turn struct {
 	releaseSeen  bool         // processTask read released: a later release wakes the next turn itself (guarded by mu)
 	replyBytes   atomic.Int64 // progress text written to the reply stream (see replyAllowed)
 
-	pre *store.StartReads         // read before the attempt runs (until the thread is known)
-	cx  cancel.Turn[CancelRecord] // its cancel, if one is asked for (cancelturn.go)
+	pre *store.StartReads // read before the attempt runs (until the thread is known)
+	cx  cancel.Turn       // its cancel, if one is asked for (cancelturn.go)
 
 	key          string          // ordering key ("" without ordering)
 	lease        *ordering.Lease // held while the attempt runs (nil without ordering)
