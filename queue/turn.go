@@ -16,9 +16,8 @@ import (
 	"github.com/lettaq/lettaq/ordering"
 	"github.com/lettaq/lettaq/queue/internal/cancel"
 	"github.com/lettaq/lettaq/queue/internal/claim"
-	"github.com/lettaq/lettaq/queue/internal/pace"
+	"github.com/lettaq/lettaq/queue/internal/live"
 	"github.com/lettaq/lettaq/queue/internal/store"
-	"github.com/lettaq/lettaq/queue/internal/tools"
 )
 
 // TurnResult is what a finished turn writes as its Asynq task result
@@ -355,19 +354,14 @@ type turn struct {
 	fenced        atomic.Bool             // taken over from this worker: writes nothing more
 	cancel        context.CancelCauseFunc // ends the attempt's context (fence)
 
-	mu         sync.Mutex // guards rec and att while saving
-	rec        *TurnRecord
-	ix         journalIndexed // the record's index entries (see indexed)
-	ixKnown    bool           // ix is set: the attempt read the record
-	runnerN    int64          // the runner's number: the turn's newest runner saves its record (see Journal.saveOp)
-	att        int            // index of this attempt in rec.Attempts
-	st         *agentclient.StreamState
-	hb         *pace.Heartbeat[ReplyPhase]
-	deltas     *deltaPump
-	contPhase  continuation.Activity
-	agentPhase agentclient.Stage
-	firstToken time.Time
-	tools      tools.Calls
+	mu      sync.Mutex // guards rec and att while saving
+	rec     *TurnRecord
+	ix      journalIndexed // the record's index entries (see indexed)
+	ixKnown bool           // ix is set: the attempt read the record
+	runnerN int64          // the runner's number: the turn's newest runner saves its record (see Journal.saveOp)
+	att     int            // index of this attempt in rec.Attempts
+	st      *agentclient.StreamState
+	view    live.Stream // the chat's view of the run: phases, answer text, tool calls
 }
 
 func (t *turn) attempt() *Attempt { return &t.rec.Attempts[t.att] }
@@ -628,20 +622,7 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 
 	t.st = agentclient.NewStreamState()
 	t.st.SetRunID(rec.RunID)
-	var beat ReplyPhase // the phase last emitted (emits never overlap)
-	t.hb = pace.NewHeartbeatSince(rec.FirstStartedAt, w.cfg.HeartbeatInterval, func(phase ReplyPhase, elapsed time.Duration) {
-		ev := ReplyEvent{Type: EventPhase, Phase: phase, Elapsed: elapsed}
-		if phase == beat {
-			// A repeat: it goes with the other turns' beats (lazyWindow).
-			t.emitLazy(ev)
-			return
-		}
-		beat = phase
-		t.emit(ev)
-	})
-	t.deltas = newDeltaPump(w.cfg.DeltaMaxAge, func(text string, narration bool) {
-		t.emit(ReplyEvent{Type: EventAnswerDelta, Text: text, Narration: narration})
-	})
+	t.view.Start(rec.FirstStartedAt, w.cfg.HeartbeatInterval, w.cfg.DeltaMaxAge, t.emitEvent, t.mark)
 	// What the run at Letta needs lives in the turn: the goroutine waits
 	// under execute, whose frame must stay small (see processTask).
 	t.spec = continuation.Turn{AgentID: t.msg.AgentID, Otid: t.otid, Text: text, SenderID: t.msg.SenderID,
@@ -663,7 +644,7 @@ func (t *turn) execute(ctx context.Context) error {
 	convID, err := t.resolveThread(wctx)
 	t.pre = nil // read: not kept while the turn waits
 	if err != nil {
-		t.hb.Stop()
+		t.view.StopHeartbeat()
 		err = t.threadFailed(ctx, err)
 		cancel()
 		return err
@@ -692,7 +673,7 @@ func (t *turn) step(ctx context.Context) error {
 	}
 	defer t.wcancel()
 	t.wctx = nil
-	t.hb.Stop()
+	t.view.StopHeartbeat()
 	return t.finishRun(ctx)
 }
 
@@ -758,9 +739,6 @@ func (t *turn) retryEarly(err error) error {
 
 // emit queues a progress event (see progress): it never waits on Redis.
 func (t *turn) emit(ev ReplyEvent) { t.emitEvent(ev, false) }
-
-// emitLazy is emit for an event that may wait lazyWindow for company.
-func (t *turn) emitLazy(ev ReplyEvent) { t.emitEvent(ev, true) }
 
 func (t *turn) emitEvent(ev ReplyEvent, lazy bool) {
 	ev, ok := t.replyBudget(ev)
@@ -848,22 +826,7 @@ func (t *turn) saveRunID() {
 }
 
 func (t *turn) onPhase(p continuation.Activity) {
-	t.contPhase = p
-	t.mark(string(p))
-	switch p {
-	case continuation.ActivityConnecting, continuation.ActivityResending:
-		t.hb.Set(PhaseConnecting)
-	case continuation.ActivityStreaming:
-		t.hb.Set(PhaseStreaming)
-	case continuation.ActivityRecovering:
-		t.hb.Set(PhaseRecovering)
-	case continuation.ActivityContinuing:
-		t.hb.Set(PhaseContinuing)
-	case continuation.ActivityRateLimited:
-		t.hb.Set(PhaseRateLimited)
-	case continuation.ActivityLettaDeploying:
-		t.hb.Set(PhaseLettaDeploying)
-	}
+	t.view.OnActivity(p)
 	switch p {
 	case continuation.ActivityRecovering, continuation.ActivityContinuing, continuation.ActivityResending:
 		// Journal the way the attempt took (and the run id, once known), so
@@ -880,80 +843,7 @@ func (t *turn) onPhase(p continuation.Activity) {
 	}
 }
 
-func replyPhaseOf(p agentclient.Stage) ReplyPhase {
-	switch p {
-	case agentclient.StageWaiting, agentclient.StageThinking:
-		return PhaseThinking
-	case agentclient.StageToolCall:
-		return PhaseToolRunning
-	case agentclient.StageAnswering:
-		return PhaseStreaming
-	}
-	return ""
-}
-
 func (t *turn) onEvent(ev agentclient.Event) {
 	t.saveRunID()
-	now := time.Now()
-	u := ev.Update
-	// Events leave in the order things happened at the agent: text said before a tool
-	// call or a phase change is flushed before it, and a tool's call or return comes
-	// before the phase it leads to.
-	if u.Step >= 0 && (u.Kind == agentclient.StepToolCall || u.Kind == agentclient.StepToolReturn) {
-		t.toolStep(u.Step, now)
-	}
-	if ap := t.st.Stage(); ap != t.agentPhase {
-		t.agentPhase = ap
-		if rp := replyPhaseOf(ap); rp != "" {
-			if ap != agentclient.StageWaiting {
-				t.mark(string(ap))
-			}
-			if t.contPhase == continuation.ActivityContinuing && ap == agentclient.StageWaiting {
-				rp = PhaseContinuing
-			}
-			t.deltas.flush()
-			t.hb.Set(rp)
-		}
-	}
-	if u.Step < 0 {
-		return
-	}
-	switch u.Kind {
-	case agentclient.StepAssistant:
-		if u.Delta != "" {
-			if t.firstToken.IsZero() {
-				t.firstToken = now
-			}
-			t.deltas.write(false, u.Delta)
-		}
-	case agentclient.StepReasoning:
-		if u.Delta != "" {
-			t.deltas.write(true, u.Delta)
-		}
-	}
-}
-
-// toolStep passes on the tool step idx. Not inlined: onEvent runs for
-// every ping, and its frame stays small (see agentclient's handleFrame for
-// the figure).
-//
-//go:noinline
-func (t *turn) toolStep(idx int, now time.Time) {
-	snap := t.st.Snapshot()
-	if idx < len(snap.Transcript.Steps) {
-		t.onTool(snap.Transcript.Steps[idx], idx, now)
-	}
-}
-
-func (t *turn) onTool(s agentclient.Step, idx int, now time.Time) {
-	c, tellCall, tellReturn := t.tools.Step(s, idx, now, ToolStatusSuccess)
-	switch {
-	case tellCall:
-		t.deltas.flush() // what the agent said before the call comes first
-		t.emit(ReplyEvent{Type: EventTool, Tool: &ToolEvent{Name: c.Name, CallID: s.ToolCallID,
-			Arguments: s.Arguments, Status: ToolStatusCall}})
-	case tellReturn:
-		t.emit(ReplyEvent{Type: EventTool, Tool: &ToolEvent{Name: c.Name, CallID: s.ToolCallID,
-			Status: c.Status, Return: s.ToolReturn}})
-	}
+	t.view.OnEvent(ev, t.st)
 }

@@ -57,7 +57,7 @@ func (t *turn) finish(ctx context.Context, d continuation.Result) error {
 		t.rec.Usage = &Usage{PromptTokens: int(u.PromptTokens), CompletionTokens: int(u.CompletionTokens),
 			TotalTokens: int(u.TotalTokens), StepCount: int(u.StepCount)}
 	}
-	if calls := t.tools.All(); len(calls) > 0 {
+	if calls := t.view.Tools(); len(calls) > 0 {
 		t.rec.Tools = t.rec.Tools[:0]
 		for _, c := range calls {
 			ts := ToolSummary{Name: c.Name, CallID: c.CallID, Status: c.Status}
@@ -70,8 +70,8 @@ func (t *turn) finish(ctx context.Context, d continuation.Result) error {
 			t.rec.Tools = append(t.rec.Tools, ts)
 		}
 	}
-	if t.rec.TTFT == 0 && !t.firstToken.IsZero() && !t.rec.EnqueuedAt.IsZero() {
-		t.rec.TTFT = t.firstToken.Sub(t.rec.EnqueuedAt)
+	if t.rec.TTFT == 0 && !t.view.FirstToken().IsZero() && !t.rec.EnqueuedAt.IsZero() {
+		t.rec.TTFT = t.view.FirstToken().Sub(t.rec.EnqueuedAt)
 	}
 	t.mu.Unlock()
 
@@ -105,10 +105,10 @@ func (t *turn) finish(ctx context.Context, d continuation.Result) error {
 	}
 	e := endOf(in)
 	if e.Outcome == OutcomeCancelled {
-		t.deltas.finish(false)
+		t.view.Finish(false)
 		return t.endCancelled(dctx, log, *cr, cancelPhase, snap.Answer)
 	}
-	t.deltas.finish(e.Final == EventAnswer)
+	t.view.Finish(e.Final == EventAnswer)
 	if d.Outcome == continuation.Refused && agentclient.RetryAfter(d.Err) > MaxServerRetryAfter {
 		log.Warn("Retry-After beyond the cap: not obeyed", "retry_after", agentclient.RetryAfter(d.Err).String(),
 			"cap", MaxServerRetryAfter.String())
