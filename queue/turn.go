@@ -16,6 +16,7 @@ import (
 	"github.com/lettaq/lettaq/ordering"
 	"github.com/lettaq/lettaq/queue/internal/cancel"
 	"github.com/lettaq/lettaq/queue/internal/claim"
+	"github.com/lettaq/lettaq/queue/internal/fence"
 	"github.com/lettaq/lettaq/queue/internal/live"
 	"github.com/lettaq/lettaq/queue/internal/store"
 )
@@ -69,7 +70,7 @@ func (w *Worker) processTask(ctx context.Context, task *asynq.Task) error {
 	}
 	w.cancels.Add(t.taskID, (*cancelRun)(t)) // before the start's reads: a cancel from then on reaches it
 	defer w.cancels.Remove(t.taskID, (*cancelRun)(t))
-	t.cancel = cancel
+	t.rn.OnFence(cancel)
 	t.progress.fenced = t.fencedNow
 	defer t.closeProgress()
 	if t.continuedElsewhere(ctx) {
@@ -125,7 +126,7 @@ func (w *Worker) newTurn(ctx context.Context, task *asynq.Task) (*turn, error) {
 	ids := &turnIDs{taskID: taskID, otid: OtidFor(msg, taskID)}
 	t := &turn{w: w, task: task, taskID: taskID, queue: qname, msg: msg, otid: ids.otid,
 		retried: retried, maxRetry: maxRetry, start: start, ids: ids, log: newTurnLogger(w.log, ids),
-		runner: runner, asynqRetried: asynqRetried, takenOverFrom: from}
+		rn: fence.Runner{ID: runner, Retried: asynqRetried, From: from}}
 	t.actx = ctx
 	t.obs.Observer = w.obs
 	t.progress = w.writer.newProgress(msg.Conversation, t.writeFailed)
@@ -248,7 +249,7 @@ func (t *turn) awaitRedis(ctx context.Context) {
 		return
 	}
 	t.log.Info("Redis answers again; the attempt ends", "waited", waited)
-	if t.rec == nil || t.fenced.Load() {
+	if t.rec == nil || t.rn.IsFenced() {
 		return // no record of its own, or not its to write
 	}
 	rec := t.recCopy()
@@ -346,13 +347,8 @@ type turn struct {
 	actx context.Context // the attempt's context (Asynq's): see detached
 
 	// Takeover (takeover.go).
-	runner        string                  // the Asynq task running this attempt (taskID, or a takeover's)
-	asynqRetried  int                     // the runner's own retry count
-	takenOverFrom string                  // a takeover: the dead worker instance
-	tkEpoch       *takeoverEpoch          // the registration the turn is under (nil: not registered)
-	tkGone        atomic.Bool             // unregistered with the turn's last writes
-	fenced        atomic.Bool             // taken over from this worker: writes nothing more
-	cancel        context.CancelCauseFunc // ends the attempt's context (fence)
+	rn      fence.Runner   // the runner: which task runs the attempt, fenced, gone (fence.Runner.Fence ends actx)
+	tkEpoch *takeoverEpoch // the registration the turn is under (nil: not registered)
 
 	mu      sync.Mutex // guards rec and att while saving
 	rec     *TurnRecord
@@ -369,7 +365,7 @@ func (t *turn) attempt() *Attempt { return &t.rec.Attempts[t.att] }
 // save journals the record after everything the attempt queued before (and
 // runs more with it), and waits for it.
 func (t *turn) save(ctx context.Context, more ...store.Op) error {
-	if t.fenced.Load() {
+	if t.rn.IsFenced() {
 		return errTakenOver
 	}
 	if !t.w.oneRedis() {
@@ -400,7 +396,7 @@ func (t *turn) save(ctx context.Context, more ...store.Op) error {
 // see beforeSend; a newer save that comes first replaces it), and a failure
 // is only logged.
 func (t *turn) saveLater() {
-	if t.fenced.Load() {
+	if t.rn.IsFenced() {
 		return
 	}
 	if !t.w.oneRedis() {
@@ -565,7 +561,7 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 		rec.FirstStartedAt = t.start
 	}
 	rec.Attempts = append(rec.Attempts, Attempt{N: len(rec.Attempts) + 1, Worker: w.cfg.WorkerID, Start: t.start,
-		TakenOverFrom: t.takenOverFrom})
+		TakenOverFrom: t.rn.From})
 	t.rec, t.att = rec, len(rec.Attempts)-1
 	t.ids.setRunID(rec.RunID) // the run id the journal has
 	var wait time.Duration

@@ -296,7 +296,7 @@ func (t *turn) deliveredBy(log *slog.Logger, outcome, answer string, now time.Ti
 
 // undelivered ends an attempt whose final event could not be written.
 func (t *turn) undelivered(ctx context.Context, log *slog.Logger, err error) error {
-	if errors.Is(err, errTakenOver) || t.fenced.Load() {
+	if errors.Is(err, errTakenOver) || t.rn.IsFenced() {
 		return t.endTakenOver() // not written because another worker continues the turn
 	}
 	// The answer is the whole point: retry; the next attempt finds the
@@ -432,7 +432,7 @@ func (t *turn) fail(ctx context.Context, log *slog.Logger, reason, stop string) 
 	t.rec.Outcome, t.rec.Error, t.rec.StopReason, t.rec.FinishedAt = OutcomeFailed, reason, stop, now.UTC()
 	t.mu.Unlock()
 	if err := t.save(ctx, t.releaseOps()...); err != nil {
-		if t.fenced.Load() {
+		if t.rn.IsFenced() {
 			return t.endTakenOver() // its writes were dropped: the takeover ends the turn
 		}
 		log.Warn("could not journal the failed turn", "error", err.Error())
@@ -465,7 +465,7 @@ func (t *turn) retry(ctx context.Context, log *slog.Logger, e ending) error {
 	}
 	t.mu.Unlock()
 	if err := t.save(ctx); err != nil {
-		if t.fenced.Load() {
+		if t.rn.IsFenced() {
 			return t.endTakenOver() // the takeover goes on with the turn, not a retry
 		}
 		log.Warn("could not journal the attempt", "error", err.Error())
