@@ -53,7 +53,7 @@ func (t *turn) busy(ctx context.Context, e ending) error {
 		t.log.Warn("could not journal the refusal; the next attempt looks for the otid first", "error", err.Error())
 	}
 	if err := t.save(ctx); err != nil {
-		if t.fenced.Load() {
+		if t.rn.IsFenced() {
 			return t.endTakenOver() // the takeover goes on with the turn
 		}
 		t.log.Warn("could not journal the attempt", "error", err.Error())

@@ -10,6 +10,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/lettaq/lettaq/ordering"
+	"github.com/lettaq/lettaq/queue/internal/record"
 	"github.com/lettaq/lettaq/queue/internal/store"
 )
 
@@ -31,15 +32,9 @@ import (
 //     of its next attempt) and asks Letta to cancel the run; the turn ends
 //     with whatever Letta says happened (see cancelturn.go).
 
-// CancelRecord is what a cancel records: who asked, when, why, and, in the
-// journal of the cancelled turn (TurnRecord.Cancel), the phase the turn was
-// in when it stopped (CancelPhase…).
-type CancelRecord struct {
-	By     string    `json:"by"`
-	At     time.Time `json:"at,omitzero"`
-	Reason string    `json:"reason,omitempty"`
-	Phase  string    `json:"phase,omitempty"`
-}
+// CancelRecord is what a cancel records: who asked, when, why, and the
+// phase the turn was in when it stopped (CancelPhase…).
+type CancelRecord = record.CancelRecord
 
 // The phases a turn is cancelled in (CancelRecord.Phase).
 const (

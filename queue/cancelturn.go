@@ -148,7 +148,7 @@ func (t *turn) cancelDecided(d continuation.Result) (cr *CancelRecord, phase str
 	case beforeSend:
 		phase = CancelPhaseBeforeSend
 	case recovered || d.Polls > 0 || d.Resumes > 0 ||
-		t.contPhase == continuation.ActivityRecovering || t.contPhase == continuation.ActivityContinuing:
+		t.view.Activity() == continuation.ActivityRecovering || t.view.Activity() == continuation.ActivityContinuing:
 		phase = CancelPhaseContinuation
 	default:
 		phase = CancelPhaseStreaming

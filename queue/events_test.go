@@ -109,14 +109,14 @@ var rjConv = Conversation{Integration: "telegram", ChatID: "-100123:45"}
 
 func TestRepliesKey(t *testing.T) {
 	r := NewReplies(nil, RepliesOptions{})
-	if got, want := r.Key(Conversation{"slack", "C1:T2"}), "lettaq:replies:slack:C1:T2"; got != want {
+	if got, want := r.Key(Conversation{Integration: "slack", ChatID: "C1:T2"}), "lettaq:replies:slack:C1:T2"; got != want {
 		t.Fatalf("Key = %q, want %q", got, want)
 	}
 	r = NewReplies(nil, RepliesOptions{Prefix: "{x}:"})
-	if got, want := r.Key(Conversation{"web", "abc"}), "{x}:replies:web:abc"; got != want {
+	if got, want := r.Key(Conversation{Integration: "web", ChatID: "abc"}), "{x}:replies:web:abc"; got != want {
 		t.Fatalf("Key = %q, want %q", got, want)
 	}
-	for _, c := range []Conversation{{"", "1"}, {"tele:gram", "1"}, {"tele gram", "1"}, {"telegram", ""}} {
+	for _, c := range []Conversation{{Integration: "", ChatID: "1"}, {Integration: "tele:gram", ChatID: "1"}, {Integration: "tele gram", ChatID: "1"}, {Integration: "telegram", ChatID: ""}} {
 		if err := c.Validate(); !errors.Is(err, ErrInvalidEvent) {
 			t.Errorf("Validate(%+v) = %v, want ErrInvalidEvent", c, err)
 		}

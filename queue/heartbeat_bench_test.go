@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/lettaq/lettaq/queue/internal/record"
 	"runtime"
 	"strings"
 	"testing"
@@ -108,7 +109,7 @@ func TestReplyDataMatchesJSON(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want, _ := json.Marshal(replyDataOf(ev))
+		want, _ := json.Marshal(record.DataOf(ev))
 		if gotData != string(want) || gotAt != at.Format(time.RFC3339Nano) {
 			t.Errorf("%+v: got %s %s, want %s %s", ev, gotAt, gotData, at.Format(time.RFC3339Nano), want)
 		}
@@ -145,7 +146,7 @@ func FuzzReplyDataMatchesJSON(f *testing.F) {
 				Return: pick(14, s1+s2), Truncated: bit(15)}
 		}
 		got, ok := appendReplyData(nil, &ev)
-		want, err := json.Marshal(replyDataOf(ev))
+		want, err := json.Marshal(record.DataOf(ev))
 		if !ok || err != nil || string(got) != string(want) {
 			t.Fatalf("%+v: got %s (%v), want %s (%v)", ev, got, ok, want, err)
 		}

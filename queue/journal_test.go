@@ -40,10 +40,10 @@ func TestJournalSaveGet(t *testing.T) {
 			EnqueuedAt: t0, FirstStartedAt: t0.Add(250 * time.Millisecond), FinishedAt: t0.Add(9 * time.Second),
 			Attempts: []Attempt{
 				{N: 1, Worker: "w1", Start: t0.Add(250 * time.Millisecond), End: t0.Add(5 * time.Second),
-					Phases:       []PhaseMark{{string(PhaseConnecting), t0.Add(250 * time.Millisecond)}, {string(PhaseStreaming), t0.Add(time.Second)}},
+					Phases:       []PhaseMark{{Phase: string(PhaseConnecting), At: t0.Add(250 * time.Millisecond)}, {Phase: string(PhaseStreaming), At: t0.Add(time.Second)}},
 					TimeoutClock: TimeoutClockStall, SentOtid: true, Outcome: OutcomeRetrying, Error: "stream stalled"},
 				{N: 2, Worker: "w2", Start: t0.Add(6 * time.Second), End: t0.Add(9 * time.Second),
-					Phases: []PhaseMark{{string(PhaseRecovering), t0.Add(6 * time.Second)}}, Polls: 3, Resumes: 1,
+					Phases: []PhaseMark{{Phase: string(PhaseRecovering), At: t0.Add(6 * time.Second)}}, Polls: 3, Resumes: 1,
 					ResendDecision: ResendNotNeeded, Outcome: OutcomeAnswered},
 			},
 			Outcome: OutcomeAnswered, StopReason: "end_turn",

@@ -226,7 +226,7 @@ func (t *turn) wakeAfterDeadHeads(ctx context.Context, err error) {
 // over it leaves the line and the next one (and merged tasks put back to
 // wait) are woken.
 func (t *turn) release(ctx context.Context, lease *ordering.Lease, err error) {
-	done := (err == nil || errors.Is(err, asynq.SkipRetry)) && !t.fenced.Load() // a taken-over turn keeps its place
+	done := (err == nil || errors.Is(err, asynq.SkipRetry)) && !t.rn.IsFenced() // a taken-over turn keeps its place
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	next, rerr := lease.Release(rctx, done)

@@ -136,7 +136,7 @@ func (t *turn) park(ctx context.Context, behind, reason string) error {
 	if pk == nil {
 		return nil
 	}
-	if t.runner != t.taskID {
+	if t.rn.ID != t.taskID {
 		// A takeover (takeover.go) runs the turn under a task of its own
 		// while the original task may still be active in Asynq: the turn's
 		// id cannot be enqueued again now. It is put back, as without

@@ -14,6 +14,7 @@ import (
 	"github.com/lettaq/lettaq/internal/testredis"
 	"github.com/lettaq/lettaq/ordering"
 	"github.com/lettaq/lettaq/queue/internal/asynqlog"
+	"github.com/lettaq/lettaq/queue/internal/fence"
 	"github.com/lettaq/lettaq/queue/internal/health"
 	"github.com/lettaq/lettaq/queue/internal/store"
 )
@@ -298,7 +299,7 @@ func TestParkApprovalWakesItselfWhenAnsweredMeanwhile(t *testing.T) {
 	}
 	w.wakeApprovalWaiters(ctx, req.RequestTaskID, "") // the answer's wake-up: nobody noted yet
 	w.park.afterRevoke = func(store.Parked) {}        // the re-enqueue is looked at below
-	tt := &turn{w: w, taskID: r.TaskID, runner: r.TaskID, queue: q, task: asynq.NewTask(info.Type, info.Payload),
+	tt := &turn{w: w, taskID: r.TaskID, rn: fence.Runner{ID: r.TaskID}, queue: q, task: asynq.NewTask(info.Type, info.Payload),
 		log: w.log, start: time.Now(), rec: &TurnRecord{TaskID: r.TaskID, Attempts: []Attempt{{N: 1}}},
 		progress: w.writer.newProgress(conv, func(error) {})}
 	if err := tt.parkApproval(ctx, w.log, &stale); !errors.Is(err, asynq.RevokeTask) {

@@ -207,7 +207,7 @@ func (tk *takeover) tick(ctx context.Context) {
 // running reports whether t is a running turn of e's: registered under
 // it, not ended by its last writes, not fenced.
 func (t *turn) running(e *takeoverEpoch) bool {
-	return t.tkEpoch == e && !t.tkGone.Load() && !t.fenced.Load()
+	return t.tkEpoch == e && !t.rn.IsGone() && !t.rn.IsFenced()
 }
 
 // countLocked counts e's running turns whose registration ran: those the
@@ -253,8 +253,8 @@ func (tk *takeover) registerAgain(ctx context.Context, e *takeoverEpoch, turns [
 	tk.mu.Unlock()
 	for i, h := range held {
 		if h {
-			of[i].log.Warn("a live runner elsewhere holds the turn: this attempt stops and writes nothing more", "runner", of[i].runner)
-			of[i].fence()
+			of[i].log.Warn("a live runner elsewhere holds the turn: this attempt stops and writes nothing more", "runner", of[i].rn.ID)
+			of[i].rn.Fence(errTakenOver)
 		}
 	}
 	if err != nil {
@@ -275,15 +275,15 @@ func (tk *takeover) stopTaken(e *takeoverEpoch, taken []store.Holder) {
 	tk.mu.Lock()
 	for t := range tk.turns {
 		for _, h := range taken {
-			if t.tkEpoch == e && t.taskID == h.TaskID && t.runner == h.Runner {
+			if t.tkEpoch == e && t.taskID == h.TaskID && t.rn.ID == h.Runner {
 				stop = append(stop, t)
 			}
 		}
 	}
 	tk.mu.Unlock()
 	for _, t := range stop {
-		t.log.Warn("another runner holds the turn now: this attempt stops and writes nothing more", "runner", t.runner)
-		t.fence()
+		t.log.Warn("another runner holds the turn now: this attempt stops and writes nothing more", "runner", t.rn.ID)
+		t.rn.Fence(errTakenOver)
 	}
 }
 
@@ -309,7 +309,7 @@ func (tk *takeover) tombstoned(e *takeoverEpoch) {
 	tk.log.Warn("this worker was taken for dead and its turns taken over by another: stopping them, writing nothing more for them",
 		"instance", e.id, "turns", len(stop), "new_instance", tk.current().id)
 	for _, t := range stop {
-		t.fence()
+		t.rn.Fence(errTakenOver)
 	}
 }
 
@@ -366,8 +366,8 @@ func (t *turn) register(ctx context.Context) {
 	}, func() {
 		// A runner of the turn that started after this one holds it (and
 		// writes its record): this one is the stale one.
-		t.log.Warn("a runner of the turn that started later holds it: this attempt stops and writes nothing more", "runner", t.runner)
-		t.fence()
+		t.log.Warn("a runner of the turn that started later holds it: this attempt stops and writes nothing more", "runner", t.rn.ID)
+		t.rn.Fence(errTakenOver)
 	}))
 }
 
@@ -377,13 +377,13 @@ func (t *turn) unregisterOps() []store.Op {
 	if t.tkEpoch == nil {
 		return nil
 	}
-	return []store.Op{t.w.tk.st.UnregisterOp(t.tkEpoch.id, t.taskID, t.runner, func() { t.tkGone.Store(true) })}
+	return []store.Op{t.w.tk.st.UnregisterOp(t.tkEpoch.id, t.taskID, t.rn.ID, func() { t.rn.Gone() })}
 }
 
 // registration is the turn's registration under e.
 func (t *turn) registration(e *takeoverEpoch) (store.Registration, error) {
-	b, err := json.Marshal(claim.Entry{Queue: t.queue, Runner: t.runner, Key: t.key, Retried: t.retried, MaxRetry: t.maxRetry})
-	return store.Registration{Instance: e.id, TaskID: t.taskID, Runner: t.runner, Entry: b,
+	b, err := json.Marshal(claim.Entry{Queue: t.queue, Runner: t.rn.ID, Key: t.key, Retried: t.retried, MaxRetry: t.maxRetry})
+	return store.Registration{Instance: e.id, TaskID: t.taskID, Runner: t.rn.ID, Entry: b,
 		HolderTTL: claim.MarkerTTL, LostTTL: claim.TombstoneTTL, After: t.w.tk.after, Number: t.runnerN}, err
 }
 
@@ -405,22 +405,13 @@ func (t *turn) unregister() {
 	delete(tk.rewritten, t)
 	tk.mu.Unlock()
 	tk.reregMu.Unlock()
-	if t.tkEpoch.dead.Load() || t.tkGone.Load() && !again {
+	if t.tkEpoch.dead.Load() || t.rn.IsGone() && !again {
 		return // claimed (the hash is gone, and the turn writes nothing), or done with its last writes
 	}
 	ctx, cancel := context.WithTimeout(t.detached(), 2*time.Second)
 	defer cancel()
-	if err := tk.st.Unregister(ctx, t.tkEpoch.id, t.taskID, t.runner); err != nil {
+	if err := tk.st.Unregister(ctx, t.tkEpoch.id, t.taskID, t.rn.ID); err != nil {
 		t.log.Debug("could not unregister the turn", "error", err.Error())
-	}
-}
-
-// fence stops a turn that was taken over: its context ends with
-// errTakenOver, and it writes nothing more (see takenOver).
-func (t *turn) fence() {
-	t.fenced.Store(true)
-	if t.cancel != nil {
-		t.cancel(errTakenOver)
 	}
 }
 
@@ -430,7 +421,7 @@ func (t *turn) fence() {
 // A failed check counts as not taken over (the write it guards fails too,
 // or goes through when Redis is back, and the tombstone is checked then).
 func (t *turn) takenOver(ctx context.Context) bool {
-	if t.fenced.Load() {
+	if t.rn.IsFenced() {
 		return true
 	}
 	tk, e := t.w.tk, t.tkEpoch
@@ -438,16 +429,16 @@ func (t *turn) takenOver(ctx context.Context) bool {
 		return false
 	}
 	if e.dead.Load() {
-		t.fenced.Store(true)
+		t.rn.Fenced()
 		return true
 	}
 	if tk.now()-time.Duration(e.lastOK.Load()) <= tk.after/2 {
 		return false
 	}
 	if !tk.confirm(ctx, e) {
-		return t.fenced.Load() // (another runner may have taken this turn: confirm's beat stops it)
+		return t.rn.IsFenced() // (another runner may have taken this turn: confirm's beat stops it)
 	}
-	t.fenced.Store(true)
+	t.rn.Fenced()
 	return true
 }
 
@@ -500,25 +491,25 @@ func (t *turn) continuedElsewhere(ctx context.Context) bool {
 	if t.w.tk == nil {
 		return false
 	}
-	if t.takenOverFrom != "" {
+	if t.rn.From != "" {
 		// A takeover does not start while another runner of the turn is
 		// alive (Asynq recovered the turn before the dead worker was
 		// claimed, or another takeover runs it).
 		me := t.w.tk.current().id
-		if h, live := claim.LiveHolder(ctx, t.w.tk.st, t.taskID, t.w.tk.after, t.w.tk.log); live && (h.Instance != me || h.Runner != t.runner) {
+		if h, live := claim.LiveHolder(ctx, t.w.tk.st, t.taskID, t.w.tk.after, t.w.tk.log); live && (h.Instance != me || h.Runner != t.rn.ID) {
 			t.log.Info("turn run by another live runner: this takeover ends", "holder", h.Instance, "holder_runner", h.Runner,
-				"runner", t.runner)
+				"runner", t.rn.ID)
 			return true
 		}
 	}
-	if t.asynqRetried == 0 {
+	if t.rn.Retried == 0 {
 		return false
 	}
 	by, err := t.w.tk.st.TakenOverBy(ctx, t.taskID)
-	if err != nil || by == "" || by == t.runner {
+	if err != nil || by == "" || by == t.rn.ID {
 		return false
 	}
-	t.log.Info("turn continued by another runner: this attempt ends", "continued_by", by, "runner", t.runner)
+	t.log.Info("turn continued by another runner: this attempt ends", "continued_by", by, "runner", t.rn.ID)
 	return true
 }
 

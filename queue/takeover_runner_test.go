@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/lettaq/lettaq/queue/internal/claim"
+	"github.com/lettaq/lettaq/queue/internal/fence"
 	"github.com/lettaq/lettaq/queue/internal/store"
 )
 
@@ -25,10 +26,10 @@ func TestTakeoverRecoveredTurnNotRunTwice(t *testing.T) {
 	a.tk.tick(ctx)
 	b.tk.tick(ctx)
 	newRunner := func(w *Worker, runner, from string, retried int) *turn {
-		tr := &turn{w: w, taskID: "turn-6", queue: e.queue, runner: runner, asynqRetried: retried, takenOverFrom: from,
+		tr := &turn{w: w, taskID: "turn-6", queue: e.queue, rn: fence.Runner{ID: runner, Retried: retried, From: from},
 			log: w.log, actx: ctx}
 		tr.progress = w.writer.newProgress(Conversation{Integration: "test", ChatID: "turn-6"}, func(error) {})
-		tr.cancel = func(error) {}
+		tr.rn.OnFence(func(error) {})
 		return tr
 	}
 	start := func(tr *turn) {
@@ -43,7 +44,7 @@ func TestTakeoverRecoveredTurnNotRunTwice(t *testing.T) {
 	}
 	start(orig)
 	a.tk.tick(ctx)
-	if orig.fenced.Load() {
+	if orig.rn.IsFenced() {
 		t.Fatal("the only runner of the turn was stopped")
 	}
 
@@ -66,11 +67,11 @@ func TestTakeoverRecoveredTurnNotRunTwice(t *testing.T) {
 	// One that registers all the same stops the original at A's next beat.
 	start(tko)
 	a.tk.tick(ctx)
-	if !orig.fenced.Load() {
+	if !orig.rn.IsFenced() {
 		t.Fatal("the original goes on after another runner registered the turn")
 	}
 	b.tk.tick(ctx)
-	if tko.fenced.Load() {
+	if tko.rn.IsFenced() {
 		t.Fatal("the newest runner was stopped")
 	}
 
@@ -107,7 +108,7 @@ func TestTakeoverRegisterAgainTakesFromDeadHolder(t *testing.T) {
 	a.tk.tick(ctx)
 	b.tk.tick(ctx)
 	// Asynq's recovery runs the turn on A; its registration was lost.
-	orig := &turn{w: a, taskID: "turn-8", queue: e.queue, runner: "turn-8", asynqRetried: 1, log: a.log, actx: ctx,
+	orig := &turn{w: a, taskID: "turn-8", queue: e.queue, rn: fence.Runner{ID: "turn-8", Retried: 1}, log: a.log, actx: ctx,
 		tkEpoch: a.tk.current()}
 	a.tk.turns[orig] = struct{}{}
 	a.tk.tick(ctx)
@@ -119,14 +120,14 @@ func TestTakeoverRegisterAgainTakesFromDeadHolder(t *testing.T) {
 	}
 	// B, whose registration of the turn was lost too, takes nothing from A,
 	// and stops its runner.
-	other := &turn{w: b, taskID: "turn-8", queue: e.queue, runner: "turn-8", log: b.log, actx: ctx, tkEpoch: b.tk.current()}
+	other := &turn{w: b, taskID: "turn-8", queue: e.queue, rn: fence.Runner{ID: "turn-8"}, log: b.log, actx: ctx, tkEpoch: b.tk.current()}
 	b.tk.turns[other] = struct{}{}
 	b.tk.tick(ctx)
 	if e.rdb.HExists(ctx, e.prefix+"takeover:turns:"+b.tk.current().id, "turn-8").Val() {
 		t.Fatal("a written-back registration took the turn from a live runner")
 	}
-	if !other.fenced.Load() || orig.fenced.Load() {
-		t.Fatalf("runner stopped: the one without the turn %v, the holder %v; want true, false", other.fenced.Load(), orig.fenced.Load())
+	if !other.rn.IsFenced() || orig.rn.IsFenced() {
+		t.Fatalf("runner stopped: the one without the turn %v, the holder %v; want true, false", other.rn.IsFenced(), orig.rn.IsFenced())
 	}
 }
 
@@ -145,7 +146,7 @@ func TestTakeoverPendingRegistrationNotWrittenBack(t *testing.T) {
 		<-gate
 		return exec(ctx, ops)
 	}
-	tr := &turn{w: w, taskID: "turn-p", queue: e.queue, runner: "turn-p", log: w.log, actx: ctx}
+	tr := &turn{w: w, taskID: "turn-p", queue: e.queue, rn: fence.Runner{ID: "turn-p"}, log: w.log, actx: ctx}
 	tr.progress = w.writer.newProgress(Conversation{Integration: "test", ChatID: "p"}, func(error) {})
 	tr.register(ctx)
 	turns := e.prefix + "takeover:turns:" + w.tk.current().id
@@ -200,8 +201,8 @@ func TestTakeoverStaleRunnerSaveKeepsNewerRecord(t *testing.T) {
 	// The stale runner stops at its worker's next beat; the newer one not.
 	a.tk.tick(ctx)
 	b.tk.tick(ctx)
-	if !stale.fenced.Load() || newer.fenced.Load() {
-		t.Fatalf("stopped: the stale runner %v, the newer %v; want true, false", stale.fenced.Load(), newer.fenced.Load())
+	if !stale.rn.IsFenced() || newer.rn.IsFenced() {
+		t.Fatalf("stopped: the stale runner %v, the newer %v; want true, false", stale.rn.IsFenced(), newer.rn.IsFenced())
 	}
 }
 
@@ -224,8 +225,8 @@ func TestTakeoverLaterStartedRunnerKeepsTurn(t *testing.T) {
 	stale.progress.flush(ctx)
 	a.tk.tick(ctx)
 	b.tk.tick(ctx)
-	if !stale.fenced.Load() || newer.fenced.Load() {
-		t.Fatalf("stopped: the runner that started first %v, the later one %v; want true, false", stale.fenced.Load(), newer.fenced.Load())
+	if !stale.rn.IsFenced() || newer.rn.IsFenced() {
+		t.Fatalf("stopped: the runner that started first %v, the later one %v; want true, false", stale.rn.IsFenced(), newer.rn.IsFenced())
 	}
 	newer.rec.Outcome, newer.rec.FinishedAt = OutcomeAnswered, time.Now()
 	if err := newer.save(ctx); err != nil {
@@ -235,7 +236,7 @@ func TestTakeoverLaterStartedRunnerKeepsTurn(t *testing.T) {
 	if rec, err := b.journal.Get(ctx, "turn-k"); err != nil || rec.Outcome != OutcomeAnswered || rec.Attempts[0].TakenOverFrom != "D/10" {
 		t.Fatalf("the journal holds %+v (%v); want the later runner's answered record", rec, err)
 	}
-	if h, ok, _ := e.st.LiveHolder(ctx, "turn-k", 2*time.Second); !ok || h.Runner != newer.runner {
+	if h, ok, _ := e.st.LiveHolder(ctx, "turn-k", 2*time.Second); !ok || h.Runner != newer.rn.ID {
 		t.Fatalf("the turn's holder is %+v (%v), want the later runner", h, ok)
 	}
 }
@@ -245,10 +246,10 @@ func TestTakeoverLaterStartedRunnerKeepsTurn(t *testing.T) {
 func beginRunner(t *testing.T, w *Worker, queue, taskID, runner, from string) *turn {
 	t.Helper()
 	ctx := context.Background()
-	tr := &turn{w: w, taskID: taskID, queue: queue, runner: runner, takenOverFrom: from, log: w.log, actx: ctx,
+	tr := &turn{w: w, taskID: taskID, queue: queue, rn: fence.Runner{ID: runner, From: from}, log: w.log, actx: ctx,
 		start: time.Now()}
 	tr.progress = w.writer.newProgress(Conversation{Integration: "test", ChatID: taskID}, func(error) {})
-	tr.cancel = func(error) {}
+	tr.rn.OnFence(func(error) {})
 	rec, _, _, err := tr.readStart(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/lettaq/lettaq/internal/testredis"
 	"github.com/lettaq/lettaq/queue/internal/claim"
+	"github.com/lettaq/lettaq/queue/internal/fence"
 	"github.com/lettaq/lettaq/queue/internal/store"
 )
 
@@ -224,7 +225,7 @@ func TestTakeoverMarkerEndsOlderRunner(t *testing.T) {
 		t.Fatal(err)
 	}
 	mk := func(runner string, retried int) *turn {
-		return &turn{w: w, taskID: "turn-9", runner: runner, asynqRetried: retried, log: w.log}
+		return &turn{w: w, taskID: "turn-9", rn: fence.Runner{ID: runner, Retried: retried}, log: w.log}
 	}
 	if !mk("turn-9", 1).continuedElsewhere(ctx) {
 		t.Error("the recovered original does not see the takeover")
@@ -251,7 +252,7 @@ func TestTakeoverFencingStaleBeat(t *testing.T) {
 	t1 := &turn{w: w, taskID: "turn-f1", log: w.log, tkEpoch: ep}
 	t2 := &turn{w: w, taskID: "turn-f2", log: w.log, tkEpoch: ep}
 	canceled := make(chan error, 1)
-	t2.cancel = func(err error) { canceled <- err }
+	t2.rn.OnFence(func(err error) { canceled <- err })
 	w.tk.turns[t1], w.tk.turns[t2] = struct{}{}, struct{}{}
 	ep.lastOK.Store(int64(w.tk.now())) // fresh beat
 	e.rdb.Set(ctx, e.prefix+"takeover:dead:"+ep.id, "B", time.Hour)
@@ -262,7 +263,7 @@ func TestTakeoverFencingStaleBeat(t *testing.T) {
 	if !t1.takenOver(ctx) {
 		t.Fatal("a tombstoned worker with a stale beat goes on writing")
 	}
-	if !t2.fenced.Load() || !ep.dead.Load() || w.tk.current() == ep {
+	if !t2.rn.IsFenced() || !ep.dead.Load() || w.tk.current() == ep {
 		t.Fatal("the other turns of the claimed registration are not fenced, or the worker did not re-register")
 	}
 	if err := <-canceled; err != errTakenOver {
@@ -288,7 +289,7 @@ func TestTakeoverBeatFindsTombstoneAndLeave(t *testing.T) {
 	w.tk.turns[t1] = struct{}{}
 	e.rdb.Set(ctx, e.prefix+"takeover:dead:"+ep.id, "B", time.Hour)
 	w.tk.tick(ctx)
-	if !t1.fenced.Load() || w.tk.current() == ep {
+	if !t1.rn.IsFenced() || w.tk.current() == ep {
 		t.Fatal("the beat did not fence the claimed worker's turns")
 	}
 	w.tk.tick(ctx)
@@ -310,7 +311,7 @@ func TestTakeoverRegistryLostRegistersAgain(t *testing.T) {
 	w := e.worker("A", 2*time.Second)
 	ctx := context.Background()
 	w.tk.tick(ctx)
-	tr := &turn{w: w, taskID: "turn-r", queue: e.queue, runner: "turn-r", log: w.log, actx: ctx}
+	tr := &turn{w: w, taskID: "turn-r", queue: e.queue, rn: fence.Runner{ID: "turn-r"}, log: w.log, actx: ctx}
 	tr.progress = w.writer.newProgress(Conversation{Integration: "test", ChatID: "r"}, func(error) {})
 	tr.register(ctx)
 	tr.progress.flush(ctx) // the registration goes with the attempt's next writes
@@ -339,7 +340,7 @@ func TestTakeoverFinishedTurnNotRegisteredAgain(t *testing.T) {
 	w := e.worker("A", 2*time.Second)
 	ctx := context.Background()
 	w.tk.tick(ctx)
-	tr := &turn{w: w, taskID: "turn-done", queue: e.queue, runner: "turn-done", log: w.log, actx: ctx}
+	tr := &turn{w: w, taskID: "turn-done", queue: e.queue, rn: fence.Runner{ID: "turn-done"}, log: w.log, actx: ctx}
 	tr.progress = w.writer.newProgress(Conversation{Integration: "test", ChatID: "done"}, func(error) {})
 	tr.register(ctx)
 	tr.progress.flush(ctx)
@@ -393,7 +394,7 @@ func TestTakeoverFencedDeliveryReportsTakenOver(t *testing.T) {
 	ep := w.tk.current()
 	id := "turn-fd"
 	conv := Conversation{Integration: "test", ChatID: "fd-" + randomHex(t)}
-	tr := &turn{w: w, taskID: id, otid: "otid-fd", queue: e.queue, runner: id, log: slog.New(c), actx: ctx,
+	tr := &turn{w: w, taskID: id, otid: "otid-fd", queue: e.queue, rn: fence.Runner{ID: id}, log: slog.New(c), actx: ctx,
 		tkEpoch: ep, start: time.Now(), ids: &turnIDs{taskID: id, otid: "otid-fd"},
 		msg: Message{AgentID: "agent-1", Conversation: conv, MessageID: "m1"}}
 	tr.obs.Observer = w.obs

@@ -16,9 +16,9 @@ import (
 	"github.com/lettaq/lettaq/ordering"
 	"github.com/lettaq/lettaq/queue/internal/cancel"
 	"github.com/lettaq/lettaq/queue/internal/claim"
-	"github.com/lettaq/lettaq/queue/internal/pace"
+	"github.com/lettaq/lettaq/queue/internal/fence"
+	"github.com/lettaq/lettaq/queue/internal/live"
 	"github.com/lettaq/lettaq/queue/internal/store"
-	"github.com/lettaq/lettaq/queue/internal/tools"
 )
 
 // TurnResult is what a finished turn writes as its Asynq task result
@@ -70,7 +70,7 @@ func (w *Worker) processTask(ctx context.Context, task *asynq.Task) error {
 	}
 	w.cancels.Add(t.taskID, (*cancelRun)(t)) // before the start's reads: a cancel from then on reaches it
 	defer w.cancels.Remove(t.taskID, (*cancelRun)(t))
-	t.cancel = cancel
+	t.rn.OnFence(cancel)
 	t.progress.fenced = t.fencedNow
 	defer t.closeProgress()
 	if t.continuedElsewhere(ctx) {
@@ -126,7 +126,7 @@ func (w *Worker) newTurn(ctx context.Context, task *asynq.Task) (*turn, error) {
 	ids := &turnIDs{taskID: taskID, otid: OtidFor(msg, taskID)}
 	t := &turn{w: w, task: task, taskID: taskID, queue: qname, msg: msg, otid: ids.otid,
 		retried: retried, maxRetry: maxRetry, start: start, ids: ids, log: newTurnLogger(w.log, ids),
-		runner: runner, asynqRetried: asynqRetried, takenOverFrom: from}
+		rn: fence.Runner{ID: runner, Retried: asynqRetried, From: from}}
 	t.actx = ctx
 	t.obs.Observer = w.obs
 	t.progress = w.writer.newProgress(msg.Conversation, t.writeFailed)
@@ -249,7 +249,7 @@ func (t *turn) awaitRedis(ctx context.Context) {
 		return
 	}
 	t.log.Info("Redis answers again; the attempt ends", "waited", waited)
-	if t.rec == nil || t.fenced.Load() {
+	if t.rec == nil || t.rn.IsFenced() {
 		return // no record of its own, or not its to write
 	}
 	rec := t.recCopy()
@@ -326,8 +326,8 @@ type turn struct {
 	releaseSeen  bool         // processTask read released: a later release wakes the next turn itself (guarded by mu)
 	replyBytes   atomic.Int64 // progress text written to the reply stream (see replyAllowed)
 
-	pre *store.StartReads         // read before the attempt runs (until the thread is known)
-	cx  cancel.Turn[CancelRecord] // its cancel, if one is asked for (cancelturn.go)
+	pre *store.StartReads // read before the attempt runs (until the thread is known)
+	cx  cancel.Turn       // its cancel, if one is asked for (cancelturn.go)
 
 	key          string          // ordering key ("" without ordering)
 	lease        *ordering.Lease // held while the attempt runs (nil without ordering)
@@ -347,27 +347,17 @@ type turn struct {
 	actx context.Context // the attempt's context (Asynq's): see detached
 
 	// Takeover (takeover.go).
-	runner        string                  // the Asynq task running this attempt (taskID, or a takeover's)
-	asynqRetried  int                     // the runner's own retry count
-	takenOverFrom string                  // a takeover: the dead worker instance
-	tkEpoch       *takeoverEpoch          // the registration the turn is under (nil: not registered)
-	tkGone        atomic.Bool             // unregistered with the turn's last writes
-	fenced        atomic.Bool             // taken over from this worker: writes nothing more
-	cancel        context.CancelCauseFunc // ends the attempt's context (fence)
+	rn      fence.Runner   // the runner: which task runs the attempt, fenced, gone (fence.Runner.Fence ends actx)
+	tkEpoch *takeoverEpoch // the registration the turn is under (nil: not registered)
 
-	mu         sync.Mutex // guards rec and att while saving
-	rec        *TurnRecord
-	ix         journalIndexed // the record's index entries (see indexed)
-	ixKnown    bool           // ix is set: the attempt read the record
-	runnerN    int64          // the runner's number: the turn's newest runner saves its record (see Journal.saveOp)
-	att        int            // index of this attempt in rec.Attempts
-	st         *agentclient.StreamState
-	hb         *pace.Heartbeat[ReplyPhase]
-	deltas     *deltaPump
-	contPhase  continuation.Activity
-	agentPhase agentclient.Stage
-	firstToken time.Time
-	tools      tools.Calls
+	mu      sync.Mutex // guards rec and att while saving
+	rec     *TurnRecord
+	ix      journalIndexed // the record's index entries (see indexed)
+	ixKnown bool           // ix is set: the attempt read the record
+	runnerN int64          // the runner's number: the turn's newest runner saves its record (see Journal.saveOp)
+	att     int            // index of this attempt in rec.Attempts
+	st      *agentclient.StreamState
+	view    live.Stream // the chat's view of the run: phases, answer text, tool calls
 }
 
 func (t *turn) attempt() *Attempt { return &t.rec.Attempts[t.att] }
@@ -375,7 +365,7 @@ func (t *turn) attempt() *Attempt { return &t.rec.Attempts[t.att] }
 // save journals the record after everything the attempt queued before (and
 // runs more with it), and waits for it.
 func (t *turn) save(ctx context.Context, more ...store.Op) error {
-	if t.fenced.Load() {
+	if t.rn.IsFenced() {
 		return errTakenOver
 	}
 	if !t.w.oneRedis() {
@@ -406,7 +396,7 @@ func (t *turn) save(ctx context.Context, more ...store.Op) error {
 // see beforeSend; a newer save that comes first replaces it), and a failure
 // is only logged.
 func (t *turn) saveLater() {
-	if t.fenced.Load() {
+	if t.rn.IsFenced() {
 		return
 	}
 	if !t.w.oneRedis() {
@@ -571,7 +561,7 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 		rec.FirstStartedAt = t.start
 	}
 	rec.Attempts = append(rec.Attempts, Attempt{N: len(rec.Attempts) + 1, Worker: w.cfg.WorkerID, Start: t.start,
-		TakenOverFrom: t.takenOverFrom})
+		TakenOverFrom: t.rn.From})
 	t.rec, t.att = rec, len(rec.Attempts)-1
 	t.ids.setRunID(rec.RunID) // the run id the journal has
 	var wait time.Duration
@@ -628,20 +618,7 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 
 	t.st = agentclient.NewStreamState()
 	t.st.SetRunID(rec.RunID)
-	var beat ReplyPhase // the phase last emitted (emits never overlap)
-	t.hb = pace.NewHeartbeatSince(rec.FirstStartedAt, w.cfg.HeartbeatInterval, func(phase ReplyPhase, elapsed time.Duration) {
-		ev := ReplyEvent{Type: EventPhase, Phase: phase, Elapsed: elapsed}
-		if phase == beat {
-			// A repeat: it goes with the other turns' beats (lazyWindow).
-			t.emitLazy(ev)
-			return
-		}
-		beat = phase
-		t.emit(ev)
-	})
-	t.deltas = newDeltaPump(w.cfg.DeltaMaxAge, func(text string, narration bool) {
-		t.emit(ReplyEvent{Type: EventAnswerDelta, Text: text, Narration: narration})
-	})
+	t.view.Start(rec.FirstStartedAt, w.cfg.HeartbeatInterval, w.cfg.DeltaMaxAge, t.emitEvent, t.mark)
 	// What the run at Letta needs lives in the turn: the goroutine waits
 	// under execute, whose frame must stay small (see processTask).
 	t.spec = continuation.Turn{AgentID: t.msg.AgentID, Otid: t.otid, Text: text, SenderID: t.msg.SenderID,
@@ -663,7 +640,7 @@ func (t *turn) execute(ctx context.Context) error {
 	convID, err := t.resolveThread(wctx)
 	t.pre = nil // read: not kept while the turn waits
 	if err != nil {
-		t.hb.Stop()
+		t.view.StopHeartbeat()
 		err = t.threadFailed(ctx, err)
 		cancel()
 		return err
@@ -692,7 +669,7 @@ func (t *turn) step(ctx context.Context) error {
 	}
 	defer t.wcancel()
 	t.wctx = nil
-	t.hb.Stop()
+	t.view.StopHeartbeat()
 	return t.finishRun(ctx)
 }
 
@@ -758,9 +735,6 @@ func (t *turn) retryEarly(err error) error {
 
 // emit queues a progress event (see progress): it never waits on Redis.
 func (t *turn) emit(ev ReplyEvent) { t.emitEvent(ev, false) }
-
-// emitLazy is emit for an event that may wait lazyWindow for company.
-func (t *turn) emitLazy(ev ReplyEvent) { t.emitEvent(ev, true) }
 
 func (t *turn) emitEvent(ev ReplyEvent, lazy bool) {
 	ev, ok := t.replyBudget(ev)
@@ -848,22 +822,7 @@ func (t *turn) saveRunID() {
 }
 
 func (t *turn) onPhase(p continuation.Activity) {
-	t.contPhase = p
-	t.mark(string(p))
-	switch p {
-	case continuation.ActivityConnecting, continuation.ActivityResending:
-		t.hb.Set(PhaseConnecting)
-	case continuation.ActivityStreaming:
-		t.hb.Set(PhaseStreaming)
-	case continuation.ActivityRecovering:
-		t.hb.Set(PhaseRecovering)
-	case continuation.ActivityContinuing:
-		t.hb.Set(PhaseContinuing)
-	case continuation.ActivityRateLimited:
-		t.hb.Set(PhaseRateLimited)
-	case continuation.ActivityLettaDeploying:
-		t.hb.Set(PhaseLettaDeploying)
-	}
+	t.view.OnActivity(p)
 	switch p {
 	case continuation.ActivityRecovering, continuation.ActivityContinuing, continuation.ActivityResending:
 		// Journal the way the attempt took (and the run id, once known), so
@@ -880,80 +839,7 @@ func (t *turn) onPhase(p continuation.Activity) {
 	}
 }
 
-func replyPhaseOf(p agentclient.Stage) ReplyPhase {
-	switch p {
-	case agentclient.StageWaiting, agentclient.StageThinking:
-		return PhaseThinking
-	case agentclient.StageToolCall:
-		return PhaseToolRunning
-	case agentclient.StageAnswering:
-		return PhaseStreaming
-	}
-	return ""
-}
-
 func (t *turn) onEvent(ev agentclient.Event) {
 	t.saveRunID()
-	now := time.Now()
-	u := ev.Update
-	// Events leave in the order things happened at the agent: text said before a tool
-	// call or a phase change is flushed before it, and a tool's call or return comes
-	// before the phase it leads to.
-	if u.Step >= 0 && (u.Kind == agentclient.StepToolCall || u.Kind == agentclient.StepToolReturn) {
-		t.toolStep(u.Step, now)
-	}
-	if ap := t.st.Stage(); ap != t.agentPhase {
-		t.agentPhase = ap
-		if rp := replyPhaseOf(ap); rp != "" {
-			if ap != agentclient.StageWaiting {
-				t.mark(string(ap))
-			}
-			if t.contPhase == continuation.ActivityContinuing && ap == agentclient.StageWaiting {
-				rp = PhaseContinuing
-			}
-			t.deltas.flush()
-			t.hb.Set(rp)
-		}
-	}
-	if u.Step < 0 {
-		return
-	}
-	switch u.Kind {
-	case agentclient.StepAssistant:
-		if u.Delta != "" {
-			if t.firstToken.IsZero() {
-				t.firstToken = now
-			}
-			t.deltas.write(false, u.Delta)
-		}
-	case agentclient.StepReasoning:
-		if u.Delta != "" {
-			t.deltas.write(true, u.Delta)
-		}
-	}
-}
-
-// toolStep passes on the tool step idx. Not inlined: onEvent runs for
-// every ping, and its frame stays small (see agentclient's handleFrame for
-// the figure).
-//
-//go:noinline
-func (t *turn) toolStep(idx int, now time.Time) {
-	snap := t.st.Snapshot()
-	if idx < len(snap.Transcript.Steps) {
-		t.onTool(snap.Transcript.Steps[idx], idx, now)
-	}
-}
-
-func (t *turn) onTool(s agentclient.Step, idx int, now time.Time) {
-	c, tellCall, tellReturn := t.tools.Step(s, idx, now, ToolStatusSuccess)
-	switch {
-	case tellCall:
-		t.deltas.flush() // what the agent said before the call comes first
-		t.emit(ReplyEvent{Type: EventTool, Tool: &ToolEvent{Name: c.Name, CallID: s.ToolCallID,
-			Arguments: s.Arguments, Status: ToolStatusCall}})
-	case tellReturn:
-		t.emit(ReplyEvent{Type: EventTool, Tool: &ToolEvent{Name: c.Name, CallID: s.ToolCallID,
-			Status: c.Status, Return: s.ToolReturn}})
-	}
+	t.view.OnEvent(ev, t.st)
 }

@@ -57,7 +57,7 @@ func (t *turn) finish(ctx context.Context, d continuation.Result) error {
 		t.rec.Usage = &Usage{PromptTokens: int(u.PromptTokens), CompletionTokens: int(u.CompletionTokens),
 			TotalTokens: int(u.TotalTokens), StepCount: int(u.StepCount)}
 	}
-	if calls := t.tools.All(); len(calls) > 0 {
+	if calls := t.view.Tools(); len(calls) > 0 {
 		t.rec.Tools = t.rec.Tools[:0]
 		for _, c := range calls {
 			ts := ToolSummary{Name: c.Name, CallID: c.CallID, Status: c.Status}
@@ -70,8 +70,8 @@ func (t *turn) finish(ctx context.Context, d continuation.Result) error {
 			t.rec.Tools = append(t.rec.Tools, ts)
 		}
 	}
-	if t.rec.TTFT == 0 && !t.firstToken.IsZero() && !t.rec.EnqueuedAt.IsZero() {
-		t.rec.TTFT = t.firstToken.Sub(t.rec.EnqueuedAt)
+	if t.rec.TTFT == 0 && !t.view.FirstToken().IsZero() && !t.rec.EnqueuedAt.IsZero() {
+		t.rec.TTFT = t.view.FirstToken().Sub(t.rec.EnqueuedAt)
 	}
 	t.mu.Unlock()
 
@@ -105,10 +105,10 @@ func (t *turn) finish(ctx context.Context, d continuation.Result) error {
 	}
 	e := endOf(in)
 	if e.Outcome == OutcomeCancelled {
-		t.deltas.finish(false)
+		t.view.Finish(false)
 		return t.endCancelled(dctx, log, *cr, cancelPhase, snap.Answer)
 	}
-	t.deltas.finish(e.Final == EventAnswer)
+	t.view.Finish(e.Final == EventAnswer)
 	if d.Outcome == continuation.Refused && agentclient.RetryAfter(d.Err) > MaxServerRetryAfter {
 		log.Warn("Retry-After beyond the cap: not obeyed", "retry_after", agentclient.RetryAfter(d.Err).String(),
 			"cap", MaxServerRetryAfter.String())
@@ -296,7 +296,7 @@ func (t *turn) deliveredBy(log *slog.Logger, outcome, answer string, now time.Ti
 
 // undelivered ends an attempt whose final event could not be written.
 func (t *turn) undelivered(ctx context.Context, log *slog.Logger, err error) error {
-	if errors.Is(err, errTakenOver) || t.fenced.Load() {
+	if errors.Is(err, errTakenOver) || t.rn.IsFenced() {
 		return t.endTakenOver() // not written because another worker continues the turn
 	}
 	// The answer is the whole point: retry; the next attempt finds the
@@ -432,7 +432,7 @@ func (t *turn) fail(ctx context.Context, log *slog.Logger, reason, stop string) 
 	t.rec.Outcome, t.rec.Error, t.rec.StopReason, t.rec.FinishedAt = OutcomeFailed, reason, stop, now.UTC()
 	t.mu.Unlock()
 	if err := t.save(ctx, t.releaseOps()...); err != nil {
-		if t.fenced.Load() {
+		if t.rn.IsFenced() {
 			return t.endTakenOver() // its writes were dropped: the takeover ends the turn
 		}
 		log.Warn("could not journal the failed turn", "error", err.Error())
@@ -465,7 +465,7 @@ func (t *turn) retry(ctx context.Context, log *slog.Logger, e ending) error {
 	}
 	t.mu.Unlock()
 	if err := t.save(ctx); err != nil {
-		if t.fenced.Load() {
+		if t.rn.IsFenced() {
 			return t.endTakenOver() // the takeover goes on with the turn, not a retry
 		}
 		log.Warn("could not journal the attempt", "error", err.Error())

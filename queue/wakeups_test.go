@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lettaq/lettaq/ordering"
+	"github.com/lettaq/lettaq/queue/internal/fence"
 	"github.com/lettaq/lettaq/queue/internal/store"
 )
 
@@ -155,7 +156,7 @@ func TestGiveUpWithoutALeaseWakesTheNext(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tt := &turn{w: w, taskID: ids[0], runner: ids[0], queue: q, key: key, msg: msg, actx: ctx,
+	tt := &turn{w: w, taskID: ids[0], rn: fence.Runner{ID: ids[0]}, queue: q, key: key, msg: msg, actx: ctx,
 		task: asynq.NewTask(info.Type, info.Payload), log: w.log, start: time.Now()}
 	tt.obs.Observer = w.obs
 	if err := tt.giveUp("could not start: redis down"); !errors.Is(err, asynq.SkipRetry) {

@@ -1,5 +1,5 @@
 // Package cancel is one attempt's side of its turn's cancel: whether a cancel was asked for
-// (the record R), and asking Letta, once, to stop the turn's run as soon as that can be
+// (its record), and asking Letta, once, to stop the turn's run as soon as that can be
 // done: once the turn's Letta thread is known, and on the agent endpoints once its run's id
 // is known too (the agent may be running other chats' runs: its cancel is never sent
 // without the run). Letta then ends the run, and the turn ends as Letta ended it.
@@ -14,6 +14,7 @@ import (
 	"sync"
 
 	"github.com/lettaq/lettaq/agentclient"
+	"github.com/lettaq/lettaq/queue/internal/record"
 )
 
 // Run is what a Turn needs of the attempt's run at Letta.
@@ -25,22 +26,22 @@ type Run interface {
 	CancelRun(conv, runID string) error
 }
 
-// Turn is one attempt's side of its turn's cancel, for a cancel record of type R.
-type Turn[R any] struct {
+// Turn is one attempt's side of its turn's cancel.
+type Turn struct {
 	mu         sync.Mutex
-	rec        *R     // the cancel asked for (nil: none)
-	thread     bool   // the turn's Letta thread is known (ThreadKnown)
-	convID     string // its conversation ("": the agent endpoints)
-	asking     bool   // a call to Letta's cancel is under way or done
-	waitRun    bool   // Letta's cancel waits for the run's id
-	ended      bool   // the turn is finishing: Letta is not asked any more
-	beforeSend bool   // the send was refused
-	recovered  bool   // the attempt started with its run known
+	rec        *record.CancelRecord // the cancel asked for (nil: none)
+	thread     bool                 // the turn's Letta thread is known (ThreadKnown)
+	convID     string               // its conversation ("": the agent endpoints)
+	asking     bool                 // a call to Letta's cancel is under way or done
+	waitRun    bool                 // Letta's cancel waits for the run's id
+	ended      bool                 // the turn is finishing: Letta is not asked any more
+	beforeSend bool                 // the send was refused
+	recovered  bool                 // the attempt started with its run known
 }
 
 // Note notes the cancel r, unless one is noted already (first says whether this one was
 // the first), and asks Letta to cancel the run when the turn has one under way.
-func (c *Turn[R]) Note(r R, run Run, log *slog.Logger) (first bool) {
+func (c *Turn) Note(r record.CancelRecord, run Run, log *slog.Logger) (first bool) {
 	c.mu.Lock()
 	first = c.rec == nil
 	if first {
@@ -55,7 +56,7 @@ func (c *Turn[R]) Note(r R, run Run, log *slog.Logger) (first bool) {
 }
 
 // Asked is a copy of the cancel asked for, nil when none was.
-func (c *Turn[R]) Asked() *R {
+func (c *Turn) Asked() *record.CancelRecord {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.rec == nil {
@@ -67,7 +68,7 @@ func (c *Turn[R]) Asked() *R {
 
 // ThreadKnown tells the turn's Letta thread (conv: its conversation, "" on the agent
 // endpoints): from here on a cancel asks Letta.
-func (c *Turn[R]) ThreadKnown(conv string, run Run, log *slog.Logger) {
+func (c *Turn) ThreadKnown(conv string, run Run, log *slog.Logger) {
 	c.mu.Lock()
 	c.thread, c.convID = true, conv
 	ask := c.rec != nil
@@ -78,7 +79,7 @@ func (c *Turn[R]) ThreadKnown(conv string, run Run, log *slog.Logger) {
 }
 
 // RunKnown tells that the run's id is known now: a cancel that waited for it asks Letta.
-func (c *Turn[R]) RunKnown(run Run, log *slog.Logger) {
+func (c *Turn) RunKnown(run Run, log *slog.Logger) {
 	c.mu.Lock()
 	ask := c.waitRun && c.rec != nil && !c.ended
 	c.mu.Unlock()
@@ -88,7 +89,7 @@ func (c *Turn[R]) RunKnown(run Run, log *slog.Logger) {
 }
 
 // RefusedSend notes that the cancel refused the turn's send.
-func (c *Turn[R]) RefusedSend() {
+func (c *Turn) RefusedSend() {
 	c.mu.Lock()
 	c.beforeSend = true
 	c.mu.Unlock()
@@ -96,7 +97,7 @@ func (c *Turn[R]) RefusedSend() {
 
 // Recovered notes whether the attempt started with its run known (a turn that recovers a
 // run another attempt sent).
-func (c *Turn[R]) Recovered(known bool) {
+func (c *Turn) Recovered(known bool) {
 	c.mu.Lock()
 	c.recovered = known
 	c.mu.Unlock()
@@ -104,7 +105,7 @@ func (c *Turn[R]) Recovered(known bool) {
 
 // End tells that the turn is finishing: Letta is not asked any more. It returns whether the
 // cancel refused the send and whether the attempt started with its run known.
-func (c *Turn[R]) End() (refusedSend, recovered bool) {
+func (c *Turn) End() (refusedSend, recovered bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.ended = true
@@ -114,7 +115,7 @@ func (c *Turn[R]) End() (refusedSend, recovered bool) {
 // ask asks Letta to cancel the turn's run, once, off the caller's goroutine. A 409 before
 // the run is known (nothing runs yet) asks again once it is; any other failure leaves the
 // turn to end as Letta ends it.
-func (c *Turn[R]) ask(run Run, log *slog.Logger) {
+func (c *Turn) ask(run Run, log *slog.Logger) {
 	c.mu.Lock()
 	if c.asking || c.ended || !c.thread {
 		c.mu.Unlock()

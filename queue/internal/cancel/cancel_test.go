@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/lettaq/lettaq/agentclient"
+	"github.com/lettaq/lettaq/queue/internal/record"
 )
 
 type call struct{ conv, runID string }
@@ -35,7 +36,7 @@ func (r *fakeRun) CancelRun(conv, runID string) error {
 	return nil
 }
 
-type rec struct{ By string }
+type rec = record.CancelRecord
 
 var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
 
@@ -43,11 +44,11 @@ var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
 // is; the first note wins; a second thread report asks nothing more.
 func TestConversationCancelAsksOnceTheThreadIsKnown(t *testing.T) {
 	run := &fakeRun{calls: make(chan call, 4)}
-	var c Turn[rec]
+	var c Turn
 	if c.Asked() != nil {
 		t.Fatal("a cancel before any was noted")
 	}
-	if !c.Note(rec{"a"}, run, discard) || c.Note(rec{"b"}, run, discard) {
+	if !c.Note(rec{By: "a"}, run, discard) || c.Note(rec{By: "b"}, run, discard) {
 		t.Fatal("Note: the first note must say first, the second not")
 	}
 	if got := c.Asked(); got == nil || got.By != "a" {
@@ -75,9 +76,9 @@ func TestConversationCancelAsksOnceTheThreadIsKnown(t *testing.T) {
 // asked.
 func TestAgentCancelWaitsForTheRun(t *testing.T) {
 	run := &fakeRun{calls: make(chan call, 4)}
-	var c Turn[rec]
+	var c Turn
 	c.ThreadKnown("", run, discard)
-	c.Note(rec{"a"}, run, discard)
+	c.Note(rec{By: "a"}, run, discard)
 	if len(run.calls) != 0 {
 		t.Fatal("the agent's cancel asked without the run's id")
 	}
@@ -101,14 +102,14 @@ func TestAgentCancelWaitsForTheRun(t *testing.T) {
 		}
 		return nil
 	}
-	var c2 Turn[rec]
-	c2.Note(rec{"a"}, run2, discard)
+	var c2 Turn
+	c2.Note(rec{By: "a"}, run2, discard)
 	c2.ThreadKnown("", run2, discard) // agent endpoints, no run yet: waits
 	if len(run2.calls) != 0 {
 		t.Fatal("asked without a run on the agent endpoints")
 	}
-	var c3 Turn[rec]
-	c3.Note(rec{"a"}, run2, discard)
+	var c3 Turn
+	c3.Note(rec{By: "a"}, run2, discard)
 	c3.ThreadKnown("conv-2", run2, discard)
 	<-run2.calls
 	<-second // the 409 came back: the cancel waits for the run
@@ -126,7 +127,7 @@ func TestAgentCancelWaitsForTheRun(t *testing.T) {
 
 // RefusedSend and Recovered are what End reports.
 func TestEndReports(t *testing.T) {
-	var c Turn[rec]
+	var c Turn
 	c.RefusedSend()
 	c.Recovered(true)
 	if refused, recovered := c.End(); !refused || !recovered {

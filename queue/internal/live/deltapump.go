@@ -1,4 +1,4 @@
-package queue
+package live
 
 import (
 	"sync"
@@ -6,14 +6,6 @@ import (
 
 	"github.com/lettaq/lettaq/queue/internal/pace"
 )
-
-// defaultDeltaMaxAge is how long text without a newline waits before it
-// goes out as an answer_delta event (WorkerConfig.DeltaMaxAge).
-const defaultDeltaMaxAge = pace.DefaultDeltaMaxAge
-
-// defaultHeartbeatInterval is how often a waiting turn repeats its phase
-// (WorkerConfig.HeartbeatInterval).
-const defaultHeartbeatInterval = pace.DefaultHeartbeatInterval
 
 // deltaPump turns answer and reasoning text into answer_delta events
 // through two DeltaBuffers, with one timer armed at the earliest deadline.

@@ -1,0 +1,13 @@
+package queue
+
+import (
+	"github.com/lettaq/lettaq/queue/internal/pace"
+)
+
+// defaultDeltaMaxAge is how long text without a newline waits before it
+// goes out as an answer_delta event (WorkerConfig.DeltaMaxAge).
+const defaultDeltaMaxAge = pace.DefaultDeltaMaxAge
+
+// defaultHeartbeatInterval is how often a waiting turn repeats its phase
+// (WorkerConfig.HeartbeatInterval).
+const defaultHeartbeatInterval = pace.DefaultHeartbeatInterval
