@@ -277,6 +277,10 @@ func TestWebChatInBrowser(t *testing.T) {
 	}
 	p.shot("approval-asked")
 	p.do("press Approve", chromedp.Click(".approval button.approve"))
+	// The press's own POST is sent after the click returns: wait until its answer is in the
+	// stream (the request shows the decision) before answering again, or the second answer
+	// could be the first to arrive.
+	p.wait("the press answered", `[...document.querySelectorAll('.decision')].some(e => e.textContent === '✓ Approved.')`, 15*time.Second)
 	dup, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`(async () => {
 		const s = JSON.parse(localStorage.getItem('lettaq.webchat'));
 		const req = document.querySelector('.approval').dataset.request;
