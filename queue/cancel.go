@@ -452,7 +452,7 @@ func (c *Client) dropWaiting(insp *asynq.Inspector, info *asynq.TaskInfo) bool {
 func (c *Client) finishWaiting(ctx context.Context, insp *asynq.Inspector, queueName, id, otid string, m Message, rec *TurnRecord, cr CancelRecord) error {
 	ctx = context.WithoutCancel(ctx) // the task is gone: finish it whatever the caller does
 	if c.seq != nil {
-		if err := c.waker(insp).leave(ctx, queueName, c.cfg.Ordering.Key(m), id); err != nil {
+		if err := c.waker(insp).Leave(ctx, queueName, c.cfg.Ordering.Key(m), id); err != nil {
 			return fmt.Errorf("queue: cancel %s: %w", id, err)
 		}
 	}

@@ -235,7 +235,7 @@ func (c *Client) leaveLine(ctx context.Context, key, id string) {
 	if _, err := c.insp.GetTaskInfo(c.cfg.Queue, id); !errors.Is(err, asynq.ErrTaskNotFound) && !errors.Is(err, asynq.ErrQueueNotFound) {
 		return
 	}
-	_ = c.waker(c.insp).leave(context.WithoutCancel(ctx), c.cfg.Queue, key, id)
+	_ = c.waker(c.insp).Leave(context.WithoutCancel(ctx), c.cfg.Queue, key, id)
 }
 
 // maxHTTPRawBodyBytes bounds the body EnqueueHTTPHandler reads, before it
