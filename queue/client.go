@@ -25,7 +25,7 @@ const defaultQueue = "lettaq"
 // are retried maxRetry times (negative: none): one more, which the worker
 // keeps for put-backs. A turn that waits for a busy thread is put back
 // through Asynq's retry (one that waits for its conversation or an
-// approval answer parks instead, see parking.go, and is enqueued again
+// approval answer parks instead, see queue/internal/line, and is enqueued again
 // with the retries it had left, at least this one), and Asynq
 // v0.26 archives a task whose retries are used up whatever the error; the
 // kept retry means a waiting turn is never archived for waiting. A producer

@@ -48,7 +48,7 @@ type Ordering struct {
 	// wake-up be lost (a worker died holding the line), it looks again
 	// WaitCheck later. Client.Enqueue schedules a turn with turns ahead of
 	// it WaitCheck ahead, and a worker schedules a turn that parked (see
-	// parking.go) WaitCheck ahead. Default 10 minutes (LETTAQ_WAIT_CHECK).
+	// queue/internal/line) WaitCheck ahead. Default 10 minutes (LETTAQ_WAIT_CHECK).
 	WaitCheck time.Duration
 }
 

@@ -138,7 +138,7 @@ func (t *turn) parkNotYourTurn(ctx context.Context, err error) error {
 // could not park.
 //
 // The message is noted as a waiter of the request, which the answer (or
-// the expiry) wakes (wakeApprovalWaiters). An answer recorded between the
+// the expiry) wakes (line.Lines.WakeApprovalWaiters). An answer recorded between the
 // gate's read and that note would miss it: the request is read again after
 // the note, and a message whose request was answered meanwhile wakes
 // itself (its record is marked woken: its re-enqueue makes it pending).

@@ -3,7 +3,6 @@ package queue
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -149,48 +148,6 @@ func TestSweeperRestoresAParkedTaskLeftBehind(t *testing.T) {
 	_ = r1
 }
 
-// unpark (for a cancel) deletes a waiting task, scheduled or parked: a
-// parked one is not enqueued again by its re-enqueue; an unknown task is
-// not found.
-func TestUnparkDropsAWaitingTurn(t *testing.T) {
-	c, w, insp, q := parkingEnv(t)
-	ctx := context.Background()
-	conv := Conversation{Integration: "web", ChatID: "park-2"}
-	if _, err := c.Enqueue(ctx, Message{AgentID: "agent-1", Text: "first", Conversation: conv, MessageID: "m1"}); err != nil {
-		t.Fatal(err)
-	}
-	r2, _ := c.Enqueue(ctx, Message{AgentID: "agent-1", Text: "second", Conversation: conv, MessageID: "m2"})
-	r3, _ := c.Enqueue(ctx, Message{AgentID: "agent-1", Text: "third", Conversation: conv, MessageID: "m3"})
-	parkAndDie(t, w, insp, q, r3.TaskID, time.Now())
-	for _, id := range []string{r2.TaskID, r3.TaskID} {
-		if found, err := w.lines.Unpark(ctx, q, id); !found || err != nil {
-			t.Errorf("unpark %s: %v, %v", id, found, err)
-		}
-		if _, err := insp.GetTaskInfo(q, id); !errors.Is(err, asynq.ErrTaskNotFound) {
-			t.Errorf("%s still in Asynq: %v", id, err)
-		}
-	}
-	// The re-enqueue of the parked one (its worker was not dead, only
-	// slow) puts nothing back.
-	p, err := w.lines.Parking().Get(ctx, r3.TaskID)
-	if err != nil || !p.Dropped {
-		t.Fatalf("the parked turn's record: %+v, %v; want dropped", p, err)
-	}
-	p.Dropped = false // as the worker's goroutine has it, read before the drop
-	if err := w.lines.Enqueue(ctx, p); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := insp.GetTaskInfo(q, r3.TaskID); !errors.Is(err, asynq.ErrTaskNotFound) {
-		t.Errorf("the dropped turn was enqueued again: %v", err)
-	}
-	if _, err := w.lines.Parking().Get(ctx, r3.TaskID); !errors.Is(err, store.ErrNotParked) {
-		t.Errorf("the dropped turn's record stays: %v", err)
-	}
-	if found, err := w.lines.Unpark(ctx, q, "turn:nope"); found || err != nil {
-		t.Errorf("unknown task: %v, %v", found, err)
-	}
-}
-
 // One wait per thing waited behind: looking again behind the same adds
 // nothing; the answer turn of the approval request waited for is the same
 // wait; something else closes the wait and opens another; endWaits closes
@@ -228,46 +185,6 @@ func TestRevokeIsNotAWarning(t *testing.T) {
 	}
 }
 
-// A parked task is enqueued again with the retries it had left: Retried 2
-// of MaxRetry 5 comes back as Retried 0 of MaxRetry 3, so a turn that used
-// retries before it waited does not get them all again; one with none left
-// keeps the one TaskMaxRetry keeps for put-backs.
-func TestParkedTaskKeepsTheRetriesItHadLeft(t *testing.T) {
-	c, w, insp, q := parkingEnv(t)
-	ctx := context.Background()
-	for i, tc := range []struct{ retried, maxRetry, want int }{{2, 5, 3}, {5, 5, 1}, {0, 26, 26}} {
-		r, err := c.Enqueue(ctx, Message{AgentID: "agent-1", Text: "hi", Conversation: Conversation{Integration: "web", ChatID: fmt.Sprint("park-r", i)},
-			MessageID: "m1"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		info, err := insp.GetTaskInfo(q, r.TaskID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		active := *info // as an attempt that retried sees it
-		active.Retried, active.MaxRetry = tc.retried, tc.maxRetry
-		p := line.ParkedOf(&active, asynq.NewTask(info.Type, info.Payload), "turn:ahead", "waiting for the turn ahead", "", "w1")
-		if err := w.lines.Parking().Park(ctx, p); err != nil {
-			t.Fatal(err)
-		}
-		if err := insp.DeleteTask(q, r.TaskID); err != nil { // what RevokeTask does
-			t.Fatal(err)
-		}
-		if err := w.lines.Enqueue(ctx, p); err != nil {
-			t.Fatal(err)
-		}
-		back, err := insp.GetTaskInfo(q, r.TaskID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if back.MaxRetry != tc.want || back.Retried != 0 || back.State != asynq.TaskStateScheduled {
-			t.Errorf("retried %d of %d, parked: back %v with retried %d of %d; want scheduled with 0 of %d",
-				tc.retried, tc.maxRetry, back.State, back.Retried, back.MaxRetry, tc.want)
-		}
-	}
-}
-
 // Without ordering, a message that read its chat's approval request as
 // pending and parks after the answer was recorded (and its waiters woken,
 // before the message was noted among them) wakes itself: its parking
@@ -277,7 +194,7 @@ func TestParkApprovalWakesItselfWhenAnsweredMeanwhile(t *testing.T) {
 	c, w, insp, q := parkingEnvWith(t, true)
 	ctx := context.Background()
 	if w.ord != nil || w.lines == nil {
-		t.Fatalf("ordering off: orderer %v, parker %v; want none, one", w.ord, w.lines)
+		t.Fatalf("ordering off: orderer %v, lines %v; want none, one", w.ord, w.lines)
 	}
 	conv := Conversation{Integration: "web", ChatID: "park-race"}
 	r, err := c.Enqueue(ctx, Message{AgentID: "agent-1", Text: "hi", Conversation: conv, MessageID: "m2"})

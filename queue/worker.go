@@ -457,7 +457,7 @@ func (w *Worker) run(ctx context.Context) error {
 //     a worker that stops is not taken for dead while its turns are put
 //     back, and then it leaves the registry;
 //  2. Asynq's server, which runs the turns (asynqServer);
-//  3. the park sweeper (parking.go): turns a dead worker left parked in no
+//  3. the park sweeper (queue/internal/line): turns a dead worker left parked in no
 //     Asynq queue are enqueued again;
 //  4. the cancel subscriber (cancelturn.go): cancels of the turns running
 //     here, heard as they are published. It stops first: a worker that
