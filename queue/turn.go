@@ -183,8 +183,9 @@ func (t *turn) lead(ctx context.Context) (lctx context.Context, cancel context.C
 // afterRun releases the conversation after the attempt (unless its last
 // writes did) and wakes the next turn.
 func (t *turn) afterRun(ctx context.Context, err error) {
-	t.awaitRedis(ctx)                                                           // the release too must reach Redis
-	done := (err == nil || errors.Is(err, asynq.SkipRetry)) && !t.rn.IsFenced() // a taken-over turn keeps its place
+	t.awaitRedis(ctx) // the release too must reach Redis
+	// The turn is over unless it retries; a taken-over turn keeps its place.
+	done := (err == nil || errors.Is(err, asynq.SkipRetry)) && !t.rn.IsFenced()
 	if rerr := t.line.Release(ctx, done); rerr != nil {
 		t.log.Warn("could not release the conversation", "key", t.line.Key(), "error", rerr.Error())
 	}

@@ -457,8 +457,8 @@ func (w *Worker) run(ctx context.Context) error {
 //     a worker that stops is not taken for dead while its turns are put
 //     back, and then it leaves the registry;
 //  2. Asynq's server, which runs the turns (asynqServer);
-//  3. the park sweeper (queue/internal/line): turns a dead worker left parked in no
-//     Asynq queue are enqueued again;
+//  3. the park sweeper (queue/internal/line): turns a dead worker left
+//     parked in no Asynq queue are enqueued again;
 //  4. the cancel subscriber (cancelturn.go): cancels of the turns running
 //     here, heard as they are published. It stops first: a worker that
 //     shuts down hears no more cancels, and the attempt that continues an

@@ -5,7 +5,8 @@
 //
 // The line is ordering's (package ordering: the Sequencer and its keys);
 // the parking records are store.Parking's. The attempt holds one *Place;
-// the worker holds one *Lines. Nothing here reads or writes a turn's
-// journal record or its reply events: the attempt does that with what
-// these parts return.
+// the worker holds one *Lines. Nothing here writes a turn's journal
+// record or its reply events: the attempt does that with what these parts
+// return (ErrParked and what the turn waits behind, the merged messages);
+// the sweep asks the worker whether a turn is over (Config.Finished).
 package line
