@@ -191,7 +191,7 @@ func (t *turn) answered(ctx context.Context, log *slog.Logger) {
 	t.rec.Approval = ar
 	t.mu.Unlock()
 	t.journalAnswer(ctx, p.RequestTaskID, ar)
-	t.w.wakeApprovalWaiters(ctx, p.RequestTaskID, t.key)
+	t.w.lines.WakeApprovalWaiters(ctx, p.RequestTaskID, t.line.Key())
 	event := "answered"
 	if a.Cause == AnswerExpired {
 		event = "expired"
@@ -286,7 +286,7 @@ func (t *turn) settleAnswered(ctx context.Context, p *pendingApproval) bool {
 			return false
 		}
 		log.Warn("the approval request's answer had ended without the request being told: recorded as answered now", "outcome", rec.Outcome)
-		t.w.wakeApprovalWaiters(ctx, p.RequestTaskID, t.key)
+		t.w.lines.WakeApprovalWaiters(ctx, p.RequestTaskID, t.line.Key())
 		return true
 	case rec.Outcome == OutcomeFailed:
 		if _, err := t.w.answerFailedOn(ctx, p, id); err != nil {

@@ -152,7 +152,7 @@ func (c *Client) cancelJournal() *Journal {
 }
 
 // parking is the store of parked turns (waiting turns between their
-// revoked task and its re-enqueue: see parking.go).
+// revoked task and its re-enqueue: see queue/internal/line).
 func (c *Client) parking() store.Parking {
 	return store.Parking{RDB: c.cfg.Replies.rdb, Keys: store.Keys{Prefix: c.cfg.Replies.opts.Prefix}}
 }
@@ -361,7 +361,7 @@ func (c *Client) cancelTurn(ctx context.Context, id string, cr CancelRecord) (Ca
 		return CancelledTurn{TaskID: id, Otid: otid, Status: CancelAsked}, nil
 	}
 	// A parked turn's record is marked dropped: its re-enqueue in flight,
-	// if any, deletes the task again (parking.go). Harmless for a turn
+	// if any, deletes the task again (queue/internal/line). Harmless for a turn
 	// that is not parked.
 	if _, err := c.parking().Drop(ctx, id); err != nil {
 		return CancelledTurn{}, fmt.Errorf("queue: cancel %s: %w", id, err)
@@ -452,7 +452,7 @@ func (c *Client) dropWaiting(insp *asynq.Inspector, info *asynq.TaskInfo) bool {
 func (c *Client) finishWaiting(ctx context.Context, insp *asynq.Inspector, queueName, id, otid string, m Message, rec *TurnRecord, cr CancelRecord) error {
 	ctx = context.WithoutCancel(ctx) // the task is gone: finish it whatever the caller does
 	if c.seq != nil {
-		if err := c.waker(insp).leave(ctx, queueName, c.cfg.Ordering.Key(m), id); err != nil {
+		if err := c.waker(insp).Leave(ctx, queueName, c.cfg.Ordering.Key(m), id); err != nil {
 			return fmt.Errorf("queue: cancel %s: %w", id, err)
 		}
 	}

@@ -44,7 +44,7 @@ func TestCancelParkedTurn(t *testing.T) {
 		t.Errorf("the cancelled turn's place in its line: %d (%v), want none", pos, err)
 	}
 	// The re-enqueue in flight (read before the cancel) puts nothing back.
-	if err := w.park.enqueue(ctx, p); err != nil {
+	if err := w.lines.Enqueue(ctx, p); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := insp.GetTaskInfo(q, r2.TaskID); !errors.Is(err, asynq.ErrTaskNotFound) {

@@ -188,7 +188,7 @@ func (t *turn) endCancelled(ctx context.Context, log *slog.Logger, cr CancelReco
 	t.mu.Unlock()
 	ev := ReplyEvent{Type: EventError, TaskID: t.taskID, Otid: t.otid, RunID: runID, MessageID: t.msg.MessageID,
 		Text: text, StopReason: StopReasonCancelled, Permanent: true}
-	if len(t.followers) > 0 {
+	if len(t.line.Followers()) > 0 {
 		ev.AnsweredBy = t.taskID
 	}
 	t.answerEnded(dctx, log, true)
@@ -211,7 +211,7 @@ func (t *turn) endCancelled(ctx context.Context, log *slog.Logger, cr CancelReco
 		t.rec.PartialAnswer = cutText(text, maxPartialAnswer)
 	}
 	t.mu.Unlock()
-	if err := t.save(dctx, append(t.resultOps(OutcomeCancelled, text, nil), t.releaseOps()...)...); err != nil {
+	if err := t.save(dctx, append(t.resultOps(OutcomeCancelled, text, nil), t.line.ReleaseOps("")...)...); err != nil {
 		log.Warn("could not journal the cancelled turn", "error", err.Error())
 	}
 	log.Info("turn cancelled", "outcome", OutcomeCancelled, "phase", phase, "by", cr.By, "answer_bytes", len(text))
@@ -226,7 +226,7 @@ func (t *turn) endCancelled(ctx context.Context, log *slog.Logger, cr CancelReco
 // line with its final event and a journal record saying cancelled.
 func (t *turn) cancelWaiting(ctx context.Context, nyt error) error {
 	w := t.w
-	t.wakeAfterDeadHeads(ctx, nyt)
+	t.line.WakeAfterDeadHeads(ctx, nyt)
 	dctx, cancel := w.deliveryCtx(ctx)
 	defer cancel()
 	cr := *t.cx.Asked()
@@ -247,7 +247,7 @@ func (t *turn) cancelWaiting(ctx context.Context, nyt error) error {
 		t.redisFailed()
 		t.log.Warn("could not journal the cancelled turn", "error", err.Error())
 	}
-	if err := w.waker().leave(dctx, t.queue, t.key, t.taskID); err != nil {
+	if err := t.line.Leave(dctx); err != nil {
 		t.redisFailed()
 		t.log.Warn("could not take the cancelled turn out of its conversation's line", "error", err.Error())
 	}

@@ -25,7 +25,7 @@ const defaultQueue = "lettaq"
 // are retried maxRetry times (negative: none): one more, which the worker
 // keeps for put-backs. A turn that waits for a busy thread is put back
 // through Asynq's retry (one that waits for its conversation or an
-// approval answer parks instead, see parking.go, and is enqueued again
+// approval answer parks instead, see queue/internal/line, and is enqueued again
 // with the retries it had left, at least this one), and Asynq
 // v0.26 archives a task whose retries are used up whatever the error; the
 // kept retry means a waiting turn is never archived for waiting. A producer
@@ -235,7 +235,7 @@ func (c *Client) leaveLine(ctx context.Context, key, id string) {
 	if _, err := c.insp.GetTaskInfo(c.cfg.Queue, id); !errors.Is(err, asynq.ErrTaskNotFound) && !errors.Is(err, asynq.ErrQueueNotFound) {
 		return
 	}
-	_ = c.waker(c.insp).leave(context.WithoutCancel(ctx), c.cfg.Queue, key, id)
+	_ = c.waker(c.insp).Leave(context.WithoutCancel(ctx), c.cfg.Queue, key, id)
 }
 
 // maxHTTPRawBodyBytes bounds the body EnqueueHTTPHandler reads, before it

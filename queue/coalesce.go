@@ -2,48 +2,8 @@ package queue
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"strings"
 	"time"
-
-	"github.com/hibiken/asynq"
-
-	"github.com/lettaq/lettaq/ordering"
 )
-
-// follower is a message merged into the turn (coalescing).
-type follower struct {
-	taskID string
-	msg    Message
-}
-
-// mergeText is the one user message of a turn that took followers: the
-// texts in order, separated by a blank line, each prefixed with its sender
-// ("sender: text") when the senders differ.
-func mergeText(head Message, fs []follower) string {
-	msgs := []Message{head}
-	for _, f := range fs {
-		msgs = append(msgs, f.msg)
-	}
-	differ := false
-	for _, m := range msgs[1:] {
-		if m.SenderID != head.SenderID {
-			differ = true
-		}
-	}
-	var b strings.Builder
-	for i, m := range msgs {
-		if i > 0 {
-			b.WriteString("\n\n")
-		}
-		if differ && m.SenderID != "" {
-			b.WriteString(m.SenderID + ": ")
-		}
-		b.WriteString(m.Text)
-	}
-	return b.String()
-}
 
 // coalesced ends a task whose message was merged into the turn of head:
 // the journal says so (outcome coalesced, AnsweredBy); the final reply
@@ -82,57 +42,19 @@ func (t *turn) coalesced(ctx context.Context, head string) error {
 	return nil
 }
 
-// takeFollowers sets t.followers: the messages merged into this turn by an
-// earlier attempt, or, on a first send (no intent journaled yet), those
-// waiting right behind it now.
-func (t *turn) takeFollowers(ctx context.Context, firstSend bool) error {
-	o := t.w.ord
-	if o == nil || !o.cfg.coalesces(t.msg.Conversation.Integration) {
-		return nil
-	}
-	ids, err := o.seq.MergedFollowers(ctx, t.key, t.taskID)
-	if err != nil {
-		return err
-	}
-	if len(ids) == 0 && firstSend {
-		if ids, err = o.seq.TakeFollowers(ctx, t.key, t.taskID, o.cfg.MaxCoalesce); err != nil {
-			return err
-		}
-		t.newFollowers = ids
-	}
-	t.followers = t.followers[:0]
-	for _, id := range ids {
-		info, err := ordering.FindTask(o.insp, t.queue, id)
-		if err != nil {
-			if errors.Is(err, asynq.ErrTaskNotFound) {
-				t.log.Warn("merged message's task is gone: its text is left out", "merged_task", id)
-				continue
-			}
-			return fmt.Errorf("load merged task %s: %w", id, err)
-		}
-		m, err := DecodePayload(info.Payload)
-		if err != nil {
-			t.log.Warn("merged message's payload is invalid: its text is left out", "merged_task", id, "error", err.Error())
-			continue
-		}
-		t.followers = append(t.followers, follower{taskID: id, msg: m})
-	}
-	return nil
-}
-
 // finishFollowers writes the final event of every merged message: ev's
 // kind, naming this turn in answered_by (an answer carries no text: the
 // text is in this turn's answer).
 func (t *turn) finishFollowers(ctx context.Context, ev ReplyEvent) {
-	for _, f := range t.followers {
-		fe := ReplyEvent{Type: ev.Type, TaskID: f.taskID, Otid: t.otid, RunID: ev.RunID, MessageID: f.msg.MessageID,
+	for _, f := range t.line.Followers() {
+		fe := ReplyEvent{Type: ev.Type, TaskID: f.TaskID, Otid: t.otid, RunID: ev.RunID, MessageID: f.MessageID,
 			StopReason: ev.StopReason, Permanent: ev.Permanent, AnsweredBy: t.taskID, Tool: ev.Tool}
 		if ev.Type == EventError {
 			fe.Text = "the turn this message was merged into failed: " + ev.Text
 		}
-		if _, err := t.w.replies.EmitAnswerOnce(ctx, f.msg.Conversation, fe); err != nil {
+		if _, err := t.w.replies.EmitAnswerOnce(ctx, f.Conversation, fe); err != nil {
 			t.redisFailed()
-			t.log.Warn("could not emit the merged message's final event", "merged_task", f.taskID, "error", err.Error())
+			t.log.Warn("could not emit the merged message's final event", "merged_task", f.TaskID, "error", err.Error())
 		}
 	}
 }

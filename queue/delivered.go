@@ -72,7 +72,7 @@ func (t *turn) finishDelivered(ctx context.Context, rec *TurnRecord) error {
 	if found {
 		// Merged messages get their final events too, if that attempt
 		// could not write them.
-		if err := t.takeFollowers(ctx, false); err != nil {
+		if err := t.line.TakeFollowers(ctx, t.msg.Conversation.Integration, false); err != nil {
 			t.log.Warn("could not load the merged messages of a delivered turn", "error", err.Error())
 		} else {
 			t.finishFollowers(ctx, ev)

@@ -186,7 +186,7 @@
 // enqueued as a scheduled task (Ordering.WaitCheck ahead, 10 minutes: only
 // a safety net), which the turn ahead moves to pending when it ends. The
 // handler acquires the key before the attempt; a turn taken before its
-// turn parks (parking.go): its task is revoked (no retry used, no attempt
+// turn parks (queue/internal/line): its task is revoked (no retry used, no attempt
 // journaled, one Wait in its record) and enqueued again with its id,
 // scheduled Ordering.WaitCheck ahead, until the turn ahead wakes it; a
 // message behind its chat's open approval request parks the same way. It

@@ -59,7 +59,7 @@ const (
 	OutcomeBusy = "busy"
 	// OutcomeAwaitingApproval ends an attempt of a message that waits for its
 	// chat's approval request to be answered (policy wait or deny) and could
-	// not park (parking.go: its task could not be read, or a takeover runs
+	// not park (queue/internal/line: its task could not be read, or a takeover runs
 	// it): it is put back like a busy turn, without a retry used.
 	OutcomeAwaitingApproval = "awaiting_approval"
 )

@@ -48,7 +48,7 @@ type Ordering struct {
 	// wake-up be lost (a worker died holding the line), it looks again
 	// WaitCheck later. Client.Enqueue schedules a turn with turns ahead of
 	// it WaitCheck ahead, and a worker schedules a turn that parked (see
-	// parking.go) WaitCheck ahead. Default 10 minutes (LETTAQ_WAIT_CHECK).
+	// queue/internal/line) WaitCheck ahead. Default 10 minutes (LETTAQ_WAIT_CHECK).
 	WaitCheck time.Duration
 }
 
@@ -134,12 +134,12 @@ func (o *orderer) close() {
 	}
 }
 
-// acquire runs the ordering part of an attempt before the turn: it returns
-// a lease, or the error the handler returns (done is set when the handler
+// acquire runs the ordering part of an attempt before the turn: the
+// attempt's place (t.line) holds the lease when it returns without done;
+// else err is what the handler returns (done is set when the handler
 // should end now with err, which may be nil).
-func (t *turn) acquire(ctx context.Context) (lease *ordering.Lease, err error, done bool) {
-	o := t.w.ord
-	alive := t.w.aliveOrParked(t.w.takeoverAlive(ordering.InspectorAlive(o.insp, t.queue)))
+func (t *turn) acquire(ctx context.Context) (err error, done bool) {
+	alive := t.line.Alive(t.w.takeoverAlive)
 	if t.w.startWithLock() {
 		// The acquire and the start's reads in one round trip: the reads
 		// run after the acquire, so with the lock taken by it they are what
@@ -152,7 +152,7 @@ func (t *turn) acquire(ctx context.Context) (lease *ordering.Lease, err error, d
 		var pre *store.StartReads
 		op := func(octx context.Context, p redis.Pipeliner, sha bool) func() error {
 			if sha { // (a second round is only for scripts that failed: none here)
-				if a, aerr = o.seq.AcquireIn(octx, p, t.key, t.taskID, t.w.cfg.WorkerID); aerr == nil {
+				if a, aerr = t.line.AcquireIn(octx, p); aerr == nil {
 					pre = t.w.startStores().QueueStartReads(octx, p, p, t.startRead())
 				}
 			}
@@ -161,7 +161,7 @@ func (t *turn) acquire(ctx context.Context) (lease *ordering.Lease, err error, d
 		if derr := t.progress.do(ctx, nil, op); derr != nil {
 			// Not run, or not waited for (ctx ended): a lock it took
 			// goes to this task's next attempt (the lock knows the task).
-			return nil, t.retryEarly(fmt.Errorf("ordering: acquire: %w", derr)), true
+			return t.retryEarly(fmt.Errorf("ordering: acquire: %w", derr)), true
 		}
 		if pre != nil {
 			// The cancel record, read after the acquire whatever it
@@ -172,142 +172,37 @@ func (t *turn) acquire(ctx context.Context) (lease *ordering.Lease, err error, d
 			}
 		}
 		if err = aerr; err == nil {
-			if lease, err = a.Lease(ctx, alive); err == nil && a.First() {
+			var first bool
+			if first, err = t.line.Take(ctx, a, alive); err == nil && first {
 				t.pre = pre
 			}
 		}
 	} else {
 		t.readCancel(ctx) // (the start's reads come after the acquire here)
-		lease, err = o.seq.Acquire(ctx, t.key, t.taskID, t.w.cfg.WorkerID, alive)
+		err = t.line.Acquire(ctx, alive)
 	}
 	var me *ordering.MergedError
 	switch {
 	case err == nil:
-		return lease, nil, false
+		return nil, false
 	case errors.As(err, &me):
-		return nil, t.coalesced(ctx, me.Into), true
+		return t.coalesced(ctx, me.Into), true
 	case errors.Is(err, ordering.ErrDone):
 		t.log.Info("turn already finished (duplicate delivery)")
-		return nil, nil, true
+		return nil, true
 	case ordering.IsNotYourTurn(err) && t.cx.Asked() != nil:
-		return nil, t.cancelWaiting(ctx, err), true
+		return t.cancelWaiting(ctx, err), true
 	case ordering.IsNotYourTurn(err):
-		t.wakeAfterDeadHeads(ctx, err)
+		t.line.WakeAfterDeadHeads(ctx, err)
 		if perr := t.parkNotYourTurn(ctx, err); perr != nil {
-			return nil, perr, true // parked: it waits, woken by the turn ahead
+			return perr, true // parked: it waits, woken by the turn ahead
 		}
 		// Put back: not a failure, no retry used (ordering.IsFailure),
 		// unless the task has none left (after a crash: see outOfRetries).
 		if t.outOfRetries(err) {
-			return nil, t.giveUp("its turn did not come: " + err.Error()), true
+			return t.giveUp("its turn did not come: " + err.Error()), true
 		}
-		return nil, err, true
+		return err, true
 	}
-	return nil, t.retryEarly(fmt.Errorf("ordering: %w", err)), true
-}
-
-// wakeAfterDeadHeads wakes the new head of the line when this attempt's
-// acquire removed dead heads before it without becoming the head itself:
-// the new head waits for a turn that will never end (scheduled up to 10 ×
-// Ordering.WaitCheck ahead, or put back), and nobody else wakes it.
-func (t *turn) wakeAfterDeadHeads(ctx context.Context, err error) {
-	var nyt *ordering.NotYourTurnError
-	if !errors.As(err, &nyt) || nyt.RemovedDead == 0 || nyt.HeadHeld || nyt.Head == "" || nyt.Head == t.taskID {
-		return
-	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	if werr := t.w.wakeTask(rctx, t.queue, t.key, nyt.Head); werr != nil {
-		t.log.Debug("could not wake the new head of the line", "next", nyt.Head, "error", werr.Error())
-	}
-}
-
-// release ends the ordered attempt: the key is freed; when the turn is
-// over it leaves the line and the next one (and merged tasks put back to
-// wait) are woken.
-func (t *turn) release(ctx context.Context, lease *ordering.Lease, err error) {
-	done := (err == nil || errors.Is(err, asynq.SkipRetry)) && !t.rn.IsFenced() // a taken-over turn keeps its place
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	next, rerr := lease.Release(rctx, done)
-	if rerr != nil {
-		t.redisFailed()
-		t.log.Warn("could not release the conversation", "key", t.key, "error", rerr.Error())
-		return
-	}
-	if !done {
-		return
-	}
-	t.wake(ctx, next)
-}
-
-// wake moves the turn now at the head of the line (next) and the merged
-// tasks of this turn to pending, once the finished turn left the line.
-func (t *turn) wake(ctx context.Context, next string) {
-	if next == "" && len(t.newFollowers) == 0 {
-		return // nobody to wake (the usual case): no timer to make
-	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	if next != "" {
-		if err := t.w.wakeTask(rctx, t.queue, t.key, next); err != nil {
-			t.log.Debug("could not wake the next turn", "next", next, "error", err.Error())
-		}
-	}
-	for _, id := range t.newFollowers {
-		// Merged tasks wait (scheduled, or put back): let them end now.
-		_ = t.w.wakeTask(rctx, t.queue, t.key, id)
-	}
-}
-
-// releaseOps release the conversation of a finished turn with its last
-// writes (the journal's finished record): one round trip. They are used
-// when the ordering keys are on the writer's Redis (the worker made both
-// clients from Asynq's connection). If the release does not happen there,
-// processTask releases as usual (releasing twice is harmless).
-func (t *turn) releaseOps() []store.Op { return t.releaseOpsAfter("") }
-
-// releaseOpsAfter is releaseOps for a release sent in the same round trip
-// as the turn's final event, whose marker is after: the release happens
-// only if the marker exists then, so that a final event whose write failed
-// never lets go of its turn's place (processTask then releases
-// as for any attempt that retries). On a Redis that is not one server the
-// marker and the line need not share a slot, and the release is left to
-// processTask.
-func (t *turn) releaseOpsAfter(after string) []store.Op {
-	if t.lease == nil || !t.w.seqOnWorkerRedis() || t.w.replies.rdb != t.w.rdb {
-		return nil
-	}
-	if _, single := t.w.rdb.(*redis.Client); after != "" && !single {
-		return nil
-	}
-	cmd, next := t.lease.ReleaseCmdAfter(true, after)
-	return []store.Op{func(ctx context.Context, p redis.Pipeliner, sha bool) func() error {
-		c := cmd(ctx, sha)
-		_ = p.Process(ctx, c) // the error is c's, read below
-		return func() error { return t.readRelease(c, next) }
-	}}
-}
-
-// readRelease reads the reply of releaseOps' release.
-func (t *turn) readRelease(c *redis.Cmd, next func(*redis.Cmd) (string, error)) error {
-	n, err := next(c)
-	if store.IsNoScript(err) {
-		return err // store.Run sends it again
-	}
-	if errors.Is(err, ordering.ErrNotReleased) {
-		return nil // the final event is not written: processTask releases (not done)
-	}
-	if err == nil {
-		t.mu.Lock() // the writer's goroutine: processTask may have stopped waiting
-		t.released, t.next = true, n
-		late := t.releaseSeen
-		t.mu.Unlock()
-		if late {
-			// processTask went on without this release (it stopped
-			// waiting for these writes): the next turn is woken here.
-			go t.wake(context.Background(), n)
-		}
-	}
-	return nil
+	return t.retryEarly(fmt.Errorf("ordering: %w", err)), true
 }

@@ -3,7 +3,6 @@ package queue
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -16,6 +15,7 @@ import (
 	"github.com/lettaq/lettaq/queue/internal/asynqlog"
 	"github.com/lettaq/lettaq/queue/internal/fence"
 	"github.com/lettaq/lettaq/queue/internal/health"
+	"github.com/lettaq/lettaq/queue/internal/line"
 	"github.com/lettaq/lettaq/queue/internal/store"
 )
 
@@ -71,7 +71,7 @@ func parkAndDie(t *testing.T, w *Worker, insp *asynq.Inspector, q, id string, si
 	p := store.Parked{TaskID: id, Type: info.Type, Payload: info.Payload, Queue: q, MaxRetry: info.MaxRetry,
 		Timeout: info.Timeout, Retention: info.Retention, Behind: "turn:ahead", Reason: "waiting for the turn ahead",
 		Since: since, Gen: "g1"}
-	if err := w.park.st.Park(ctx, p); err != nil {
+	if err := w.lines.Parking().Park(ctx, p); err != nil {
 		t.Fatal(err)
 	}
 	if err := insp.DeleteTask(q, id); err != nil { // what RevokeTask does
@@ -106,21 +106,21 @@ func TestSweeperRestoresAParkedTaskLeftBehind(t *testing.T) {
 		t.Errorf("a turn behind another: %v, next process at %v; want scheduled ~10 min ahead", before.State, before.NextProcessAt)
 	}
 	young := parkAndDie(t, w, insp, q, r2.TaskID, time.Now())
-	alive := w.aliveOrParked(ordering.InspectorAlive(insp, q))
+	alive := w.lines.AliveOrParked(ordering.InspectorAlive(insp, q))
 	if ok, err := alive(ctx, r2.TaskID); !ok || err != nil {
 		t.Errorf("a parked task is alive: %v, %v", ok, err)
 	}
-	w.park.sweep(ctx)
+	w.lines.Sweep(ctx)
 	if _, err := insp.GetTaskInfo(q, r2.TaskID); !errors.Is(err, asynq.ErrTaskNotFound) {
 		t.Fatalf("a young record was swept: %v", err)
 	}
 
 	// Old now: swept.
 	young.Since = time.Now().Add(-time.Minute)
-	if err := w.park.st.Park(ctx, young); err != nil {
+	if err := w.lines.Parking().Park(ctx, young); err != nil {
 		t.Fatal(err)
 	}
-	w.park.sweep(ctx)
+	w.lines.Sweep(ctx)
 	info, err := insp.GetTaskInfo(q, r2.TaskID)
 	if err != nil {
 		t.Fatalf("the sweeper did not enqueue the task again: %v", err)
@@ -129,65 +129,23 @@ func TestSweeperRestoresAParkedTaskLeftBehind(t *testing.T) {
 		string(info.Payload) != string(before.Payload) || info.MaxRetry != before.MaxRetry || info.Timeout != before.Timeout || info.Retention != before.Retention {
 		t.Errorf("restored task %+v; want scheduled ~10 min ahead as it was before: %+v", info, before)
 	}
-	if _, err := w.park.st.Get(ctx, r2.TaskID); !errors.Is(err, store.ErrNotParked) {
+	if _, err := w.lines.Parking().Get(ctx, r2.TaskID); !errors.Is(err, store.ErrNotParked) {
 		t.Errorf("the record stays after the sweep: %v", err)
 	}
-	if w.park.sweeps.Load() != 1 {
-		t.Errorf("%d sweeps, want 1", w.park.sweeps.Load())
+	if w.lines.Sweeps() != 1 {
+		t.Errorf("%d sweeps, want 1", w.lines.Sweeps())
 	}
 
 	// Woken while parked (the turn ahead ended): pending.
 	parkAndDie(t, w, insp, q, r2.TaskID, time.Now().Add(-time.Minute))
-	if err := w.wakeTask(ctx, q, c.cfg.Ordering.Key(Message{AgentID: "agent-1", Conversation: conv}), r2.TaskID); err != nil {
+	if err := w.lines.WakeTask(ctx, q, c.cfg.Ordering.Key(Message{AgentID: "agent-1", Conversation: conv}), r2.TaskID); err != nil {
 		t.Fatal(err)
 	}
-	w.park.sweep(ctx)
+	w.lines.Sweep(ctx)
 	if info, err := insp.GetTaskInfo(q, r2.TaskID); err != nil || info.State != asynq.TaskStatePending {
 		t.Errorf("woken while parked: %+v, %v; want pending", info, err)
 	}
 	_ = r1
-}
-
-// unpark (for a cancel) deletes a waiting task, scheduled or parked: a
-// parked one is not enqueued again by its re-enqueue; an unknown task is
-// not found.
-func TestUnparkDropsAWaitingTurn(t *testing.T) {
-	c, w, insp, q := parkingEnv(t)
-	ctx := context.Background()
-	conv := Conversation{Integration: "web", ChatID: "park-2"}
-	if _, err := c.Enqueue(ctx, Message{AgentID: "agent-1", Text: "first", Conversation: conv, MessageID: "m1"}); err != nil {
-		t.Fatal(err)
-	}
-	r2, _ := c.Enqueue(ctx, Message{AgentID: "agent-1", Text: "second", Conversation: conv, MessageID: "m2"})
-	r3, _ := c.Enqueue(ctx, Message{AgentID: "agent-1", Text: "third", Conversation: conv, MessageID: "m3"})
-	parkAndDie(t, w, insp, q, r3.TaskID, time.Now())
-	for _, id := range []string{r2.TaskID, r3.TaskID} {
-		if found, err := w.unpark(ctx, q, id); !found || err != nil {
-			t.Errorf("unpark %s: %v, %v", id, found, err)
-		}
-		if _, err := insp.GetTaskInfo(q, id); !errors.Is(err, asynq.ErrTaskNotFound) {
-			t.Errorf("%s still in Asynq: %v", id, err)
-		}
-	}
-	// The re-enqueue of the parked one (its worker was not dead, only
-	// slow) puts nothing back.
-	p, err := w.park.st.Get(ctx, r3.TaskID)
-	if err != nil || !p.Dropped {
-		t.Fatalf("the parked turn's record: %+v, %v; want dropped", p, err)
-	}
-	p.Dropped = false // as the worker's goroutine has it, read before the drop
-	if err := w.park.enqueue(ctx, p); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := insp.GetTaskInfo(q, r3.TaskID); !errors.Is(err, asynq.ErrTaskNotFound) {
-		t.Errorf("the dropped turn was enqueued again: %v", err)
-	}
-	if _, err := w.park.st.Get(ctx, r3.TaskID); !errors.Is(err, store.ErrNotParked) {
-		t.Errorf("the dropped turn's record stays: %v", err)
-	}
-	if found, err := w.unpark(ctx, q, "turn:nope"); found || err != nil {
-		t.Errorf("unknown task: %v, %v", found, err)
-	}
 }
 
 // One wait per thing waited behind: looking again behind the same adds
@@ -227,46 +185,6 @@ func TestRevokeIsNotAWarning(t *testing.T) {
 	}
 }
 
-// A parked task is enqueued again with the retries it had left: Retried 2
-// of MaxRetry 5 comes back as Retried 0 of MaxRetry 3, so a turn that used
-// retries before it waited does not get them all again; one with none left
-// keeps the one TaskMaxRetry keeps for put-backs.
-func TestParkedTaskKeepsTheRetriesItHadLeft(t *testing.T) {
-	c, w, insp, q := parkingEnv(t)
-	ctx := context.Background()
-	for i, tc := range []struct{ retried, maxRetry, want int }{{2, 5, 3}, {5, 5, 1}, {0, 26, 26}} {
-		r, err := c.Enqueue(ctx, Message{AgentID: "agent-1", Text: "hi", Conversation: Conversation{Integration: "web", ChatID: fmt.Sprint("park-r", i)},
-			MessageID: "m1"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		info, err := insp.GetTaskInfo(q, r.TaskID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		active := *info // as an attempt that retried sees it
-		active.Retried, active.MaxRetry = tc.retried, tc.maxRetry
-		p := parkedOf(&active, asynq.NewTask(info.Type, info.Payload), "turn:ahead", "waiting for the turn ahead", "", "w1")
-		if err := w.park.st.Park(ctx, p); err != nil {
-			t.Fatal(err)
-		}
-		if err := insp.DeleteTask(q, r.TaskID); err != nil { // what RevokeTask does
-			t.Fatal(err)
-		}
-		if err := w.park.enqueue(ctx, p); err != nil {
-			t.Fatal(err)
-		}
-		back, err := insp.GetTaskInfo(q, r.TaskID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if back.MaxRetry != tc.want || back.Retried != 0 || back.State != asynq.TaskStateScheduled {
-			t.Errorf("retried %d of %d, parked: back %v with retried %d of %d; want scheduled with 0 of %d",
-				tc.retried, tc.maxRetry, back.State, back.Retried, back.MaxRetry, tc.want)
-		}
-	}
-}
-
 // Without ordering, a message that read its chat's approval request as
 // pending and parks after the answer was recorded (and its waiters woken,
 // before the message was noted among them) wakes itself: its parking
@@ -275,8 +193,8 @@ func TestParkedTaskKeepsTheRetriesItHadLeft(t *testing.T) {
 func TestParkApprovalWakesItselfWhenAnsweredMeanwhile(t *testing.T) {
 	c, w, insp, q := parkingEnvWith(t, true)
 	ctx := context.Background()
-	if w.ord != nil || w.park == nil {
-		t.Fatalf("ordering off: orderer %v, parker %v; want none, one", w.ord, w.park)
+	if w.ord != nil || w.lines == nil {
+		t.Fatalf("ordering off: orderer %v, lines %v; want none, one", w.ord, w.lines)
 	}
 	conv := Conversation{Integration: "web", ChatID: "park-race"}
 	r, err := c.Enqueue(ctx, Message{AgentID: "agent-1", Text: "hi", Conversation: conv, MessageID: "m2"})
@@ -297,15 +215,16 @@ func TestParkApprovalWakesItselfWhenAnsweredMeanwhile(t *testing.T) {
 	if err := w.approvals.answered(ctx, req, AnswerTaskID(req.RequestTaskID), nil, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	w.wakeApprovalWaiters(ctx, req.RequestTaskID, "") // the answer's wake-up: nobody noted yet
-	w.park.afterRevoke = func(store.Parked) {}        // the re-enqueue is looked at below
+	w.lines.WakeApprovalWaiters(ctx, req.RequestTaskID, "") // the answer's wake-up: nobody noted yet
+	w.lines.AfterRevoke = func(store.Parked) {}             // the re-enqueue is looked at below
 	tt := &turn{w: w, taskID: r.TaskID, rn: fence.Runner{ID: r.TaskID}, queue: q, task: asynq.NewTask(info.Type, info.Payload),
 		log: w.log, start: time.Now(), rec: &TurnRecord{TaskID: r.TaskID, Attempts: []Attempt{{N: 1}}},
 		progress: w.writer.newProgress(conv, func(error) {})}
+	tt.line = w.lines.Place(line.Attempt{TaskID: r.TaskID, Queue: q, Runner: r.TaskID, Task: tt.task, Log: w.log})
 	if err := tt.parkApproval(ctx, w.log, &stale); !errors.Is(err, asynq.RevokeTask) {
 		t.Fatalf("parkApproval: %v; want parked", err)
 	}
-	p, err := w.park.st.Get(ctx, r.TaskID)
+	p, err := w.lines.Parking().Get(ctx, r.TaskID)
 	if err != nil || !p.Woken {
 		t.Errorf("the parked message's record: woken %v, %v; want woken", p.Woken, err)
 	}

@@ -382,7 +382,7 @@ func (t *turn) unregisterOps() []store.Op {
 
 // registration is the turn's registration under e.
 func (t *turn) registration(e *takeoverEpoch) (store.Registration, error) {
-	b, err := json.Marshal(claim.Entry{Queue: t.queue, Runner: t.rn.ID, Key: t.key, Retried: t.retried, MaxRetry: t.maxRetry})
+	b, err := json.Marshal(claim.Entry{Queue: t.queue, Runner: t.rn.ID, Key: t.line.Key(), Retried: t.retried, MaxRetry: t.maxRetry})
 	return store.Registration{Instance: e.id, TaskID: t.taskID, Runner: t.rn.ID, Entry: b,
 		HolderTTL: claim.MarkerTTL, LostTTL: claim.TombstoneTTL, After: t.w.tk.after, Number: t.runnerN}, err
 }

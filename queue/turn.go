@@ -13,10 +13,10 @@ import (
 
 	"github.com/lettaq/lettaq/agentclient"
 	"github.com/lettaq/lettaq/continuation"
-	"github.com/lettaq/lettaq/ordering"
 	"github.com/lettaq/lettaq/queue/internal/cancel"
 	"github.com/lettaq/lettaq/queue/internal/claim"
 	"github.com/lettaq/lettaq/queue/internal/fence"
+	"github.com/lettaq/lettaq/queue/internal/line"
 	"github.com/lettaq/lettaq/queue/internal/live"
 	"github.com/lettaq/lettaq/queue/internal/store"
 )
@@ -130,9 +130,11 @@ func (w *Worker) newTurn(ctx context.Context, task *asynq.Task) (*turn, error) {
 	t.actx = ctx
 	t.obs.Observer = w.obs
 	t.progress = w.writer.newProgress(msg.Conversation, t.writeFailed)
+	key := ""
 	if w.ord != nil {
-		t.key = w.ord.cfg.Key(msg)
+		key = w.ord.cfg.Key(msg)
 	}
+	t.line = w.lines.Place(line.Attempt{Key: key, TaskID: taskID, Queue: qname, Runner: runner, Task: task, Log: t.log, Failed: t.redisFailed})
 	return t, nil
 }
 
@@ -163,19 +165,18 @@ func (t *turn) lead(ctx context.Context) (lctx context.Context, cancel context.C
 	if t.msg.Approval != nil {
 		// An answer goes before the messages that wait for it (an expiry
 		// joins only now, when it is due).
-		if _, err := t.w.ord.seq.JoinFront(ctx, t.key, t.taskID); err != nil {
+		if err := t.line.JoinFront(ctx); err != nil {
 			return nil, nil, t.retryEarly(err), true
 		}
 	}
-	lease, err, end := t.acquire(ctx)
+	err, end = t.acquire(ctx)
 	if end {
 		return nil, nil, err, true
 	}
 	// The wait for the conversation counts as queue wait: the attempt
 	// starts when it holds the key.
 	t.start = time.Now()
-	lctx, cancel = lease.Context(ctx)
-	t.lease = lease
+	lctx, cancel = t.line.Context(ctx)
 	return lctx, cancel, nil, false
 }
 
@@ -183,14 +184,10 @@ func (t *turn) lead(ctx context.Context) (lctx context.Context, cancel context.C
 // writes did) and wakes the next turn.
 func (t *turn) afterRun(ctx context.Context, err error) {
 	t.awaitRedis(ctx) // the release too must reach Redis
-	t.mu.Lock()
-	released, next := t.released, t.next
-	t.releaseSeen = true
-	t.mu.Unlock()
-	if released {
-		t.wake(ctx, next) // released with the turn's last writes
-	} else {
-		t.release(ctx, t.lease, err)
+	// The turn is over unless it retries; a taken-over turn keeps its place.
+	done := (err == nil || errors.Is(err, asynq.SkipRetry)) && !t.rn.IsFenced()
+	if rerr := t.line.Release(ctx, done); rerr != nil {
+		t.log.Warn("could not release the conversation", "key", t.line.Key(), "error", rerr.Error())
 	}
 }
 
@@ -322,18 +319,11 @@ type turn struct {
 	progress          *progress // progress events, written off the stream's reader
 
 	redisTrouble atomic.Bool  // a Redis read or write failed: see awaitRedis
-	released     bool         // the lease was released with the turn's last writes (releaseOps; guarded by mu)
-	releaseSeen  bool         // processTask read released: a later release wakes the next turn itself (guarded by mu)
+	line         *line.Place  // its place in its chat's line: the lease, the release, merged messages, the park
 	replyBytes   atomic.Int64 // progress text written to the reply stream (see replyAllowed)
 
 	pre *store.StartReads // read before the attempt runs (until the thread is known)
 	cx  cancel.Turn       // its cancel, if one is asked for (cancelturn.go)
-
-	key          string          // ordering key ("" without ordering)
-	lease        *ordering.Lease // held while the attempt runs (nil without ordering)
-	next         string          // then: the head of the line after the release (guarded by mu)
-	followers    []follower      // messages merged into this turn
-	newFollowers []string        // taken by this attempt
 
 	// The run at Letta (kept here, not in execute's frame: see processTask).
 	spec  continuation.Turn
@@ -601,19 +591,19 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 	// the moment between a queued save and the park's own.
 	t.saveLater()
 	intents = liveIntents(intents)
-	if err := t.takeFollowers(ctx, len(intents) == 0 && t.msg.Approval == nil); err != nil {
+	if err := t.line.TakeFollowers(ctx, t.msg.Conversation.Integration, len(intents) == 0 && t.msg.Approval == nil); err != nil {
 		return t.retryEarly(err), true
 	}
 	text := t.msg.Text
-	if len(t.followers) > 0 {
-		text = mergeText(t.msg, t.followers)
+	if fs := t.line.Followers(); len(fs) > 0 {
+		text = line.MergeText(t.msg.SenderID, t.msg.Text, fs)
 		t.mu.Lock()
 		rec.Merged = rec.Merged[:0]
-		for _, f := range t.followers {
-			rec.Merged = append(rec.Merged, f.msg.MessageID)
+		for _, f := range fs {
+			rec.Merged = append(rec.Merged, f.MessageID)
 		}
 		t.mu.Unlock()
-		t.log.Info("messages merged into this turn", "merged", len(t.followers))
+		t.log.Info("messages merged into this turn", "merged", len(fs))
 	}
 
 	t.st = agentclient.NewStreamState()
@@ -678,7 +668,7 @@ func (t *turn) step(ctx context.Context) error {
 // (leaseCause then names the loss).
 func (t *turn) workContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	dl, ok := ctx.Deadline()
-	if !ok && t.lease == nil {
+	if !ok && t.line.Lease() == nil {
 		return ctx, func() {}
 	}
 	var wctx context.Context
@@ -689,10 +679,10 @@ func (t *turn) workContext(ctx context.Context) (context.Context, context.Cancel
 	} else {
 		wctx, cancel = context.WithCancel(ctx)
 	}
-	if t.lease == nil {
+	if t.line.Lease() == nil {
 		return wctx, cancel
 	}
-	stop := t.lease.AfterLost(cancel)
+	stop := t.line.Lease().AfterLost(cancel)
 	return wctx, func() {
 		stop()
 		cancel()
@@ -706,8 +696,8 @@ func (t *turn) leaseCause(ctx context.Context) error {
 	if cause := context.Cause(ctx); cause != nil {
 		return cause
 	}
-	if t.lease != nil {
-		return t.lease.Err()
+	if lease := t.line.Lease(); lease != nil {
+		return lease.Err()
 	}
 	return nil
 }

@@ -174,10 +174,10 @@ func (t *turn) finish(ctx context.Context, d continuation.Result) error {
 // finished turn.
 func (t *turn) deliver(ctx context.Context, log *slog.Logger, outcome string, ev ReplyEvent, answer string, approval *ToolEvent) error {
 	ev.TaskID, ev.Otid, ev.MessageID, ev.RunID = t.taskID, t.otid, t.msg.MessageID, t.rec.RunID
-	if len(t.followers) > 0 {
+	if len(t.line.Followers()) > 0 {
 		ev.AnsweredBy = t.taskID
 	}
-	if len(t.followers) == 0 && t.msg.Approval == nil && t.w.oneRedis() {
+	if len(t.line.Followers()) == 0 && t.msg.Approval == nil && t.w.oneRedis() {
 		return t.deliverAtOnce(ctx, log, outcome, ev, answer, approval)
 	}
 	emitted, err := t.finalEvent(ctx, ev) // after the attempt's progress, in one round trip
@@ -190,7 +190,7 @@ func (t *turn) deliver(ctx context.Context, log *slog.Logger, outcome string, ev
 	t.finishFollowers(ctx, ev)
 	t.answered(ctx, log)
 	now := t.finished(outcome, ev.StopReason)
-	if err := t.save(ctx, append(t.resultOps(outcome, answer, approval), t.releaseOps()...)...); err != nil {
+	if err := t.save(ctx, append(t.resultOps(outcome, answer, approval), t.line.ReleaseOps("")...)...); err != nil {
 		log.Warn("could not journal the finished turn", "error", err.Error())
 	}
 	return t.delivered(log, outcome, answer, now)
@@ -219,7 +219,7 @@ func (t *turn) deliverAtOnce(ctx context.Context, log *slog.Logger, outcome stri
 	// and the result may land without the event; the next attempt, which
 	// does not take a record without the marker for finished (see run),
 	// writes over them.
-	ops := append(append([]store.Op{save}, t.resultOps(outcome, answer, approval)...), t.releaseOpsAfter(marker)...)
+	ops := append(append([]store.Op{save}, t.resultOps(outcome, answer, approval)...), t.line.ReleaseOps(marker)...)
 	ops = append(ops, t.unregisterOps()...) // (takeover.go)
 	t.progress.dropQueuedSaves()            // this record is newer
 	t.mu.Lock()
@@ -395,8 +395,8 @@ func (t *turn) resultJSON(outcome, answer string, approval *ToolEvent) ([]byte, 
 		QueueWaitMS: t.rec.QueueWait.Milliseconds(), TTFTMS: t.rec.TTFT.Milliseconds(),
 		LatencyMS: t.latency(time.Now()).Milliseconds(), AttemptMS: time.Since(t.start).Milliseconds(),
 		AnsweredBy: t.rec.AnsweredBy}
-	for _, f := range t.followers {
-		r.Merged = append(r.Merged, f.taskID)
+	for _, f := range t.line.Followers() {
+		r.Merged = append(r.Merged, f.TaskID)
 	}
 	if r.QueueWaitMS == 0 && !t.rec.EnqueuedAt.IsZero() && !t.rec.FirstStartedAt.IsZero() {
 		r.QueueWaitMS = t.rec.FirstStartedAt.Sub(t.rec.EnqueuedAt).Milliseconds()
@@ -415,7 +415,7 @@ func (t *turn) resultJSON(outcome, answer string, approval *ToolEvent) ([]byte, 
 func (t *turn) fail(ctx context.Context, log *slog.Logger, reason, stop string) error {
 	ev := ReplyEvent{Type: EventError, TaskID: t.taskID,
 		Otid: t.otid, RunID: t.rec.RunID, MessageID: t.msg.MessageID, Text: reason, StopReason: stop, Permanent: true}
-	if len(t.followers) > 0 {
+	if len(t.line.Followers()) > 0 {
 		ev.AnsweredBy = t.taskID
 	}
 	// An answer turn's request learns first: a user who reads the error
@@ -431,7 +431,7 @@ func (t *turn) fail(ctx context.Context, log *slog.Logger, reason, stop string) 
 	t.attempt().Outcome, t.attempt().Error = OutcomeFailed, reason
 	t.rec.Outcome, t.rec.Error, t.rec.StopReason, t.rec.FinishedAt = OutcomeFailed, reason, stop, now.UTC()
 	t.mu.Unlock()
-	if err := t.save(ctx, t.releaseOps()...); err != nil {
+	if err := t.save(ctx, t.line.ReleaseOps("")...); err != nil {
 		if t.rn.IsFenced() {
 			return t.endTakenOver() // its writes were dropped: the takeover ends the turn
 		}
@@ -538,11 +538,11 @@ func (t *turn) giveUp(reason string) error {
 		t.redisFailed()
 		t.log.Warn("could not journal the failed turn", "error", err.Error())
 	}
-	if w.ord != nil && t.lease == nil {
+	if w.ord != nil && t.line.Lease() == nil {
 		// Never its turn: it leaves the line (a lease, when held, is
 		// released as done by the caller), and the turn behind it is woken
 		// when it headed the line (its acquire failed at the head).
-		if err := w.waker().leave(ctx, t.queue, t.key, t.taskID); err != nil {
+		if err := t.line.Leave(ctx); err != nil {
 			t.redisFailed()
 			t.log.Warn("could not take the failed turn out of its conversation's line", "error", err.Error())
 		}

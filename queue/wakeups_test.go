@@ -13,6 +13,7 @@ import (
 
 	"github.com/lettaq/lettaq/ordering"
 	"github.com/lettaq/lettaq/queue/internal/fence"
+	"github.com/lettaq/lettaq/queue/internal/line"
 	"github.com/lettaq/lettaq/queue/internal/store"
 )
 
@@ -35,7 +36,7 @@ func lineOf(t *testing.T, c *Client, chat string, ids ...string) ([]string, stri
 // assertWoken fails the test unless id's parking record is marked woken.
 func assertWoken(t *testing.T, w *Worker, id, what string) {
 	t.Helper()
-	p, err := w.park.st.Get(context.Background(), id)
+	p, err := w.lines.Parking().Get(context.Background(), id)
 	if err != nil || !p.Woken {
 		t.Errorf("%s: the parked turn %s: woken %v, %v; want woken (else it waits its WaitCheck)", what, id, p.Woken, err)
 	}
@@ -110,7 +111,7 @@ func TestCancelRacingTheTurnAheadWakesTheNewHead(t *testing.T) {
 		if err != nil {
 			t.Error(err)
 		}
-		if err := w.wakeTask(ctx, q, key, next); err != nil {
+		if err := w.lines.WakeTask(ctx, q, key, next); err != nil {
 			t.Error(err)
 		}
 	}}
@@ -156,8 +157,9 @@ func TestGiveUpWithoutALeaseWakesTheNext(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tt := &turn{w: w, taskID: ids[0], rn: fence.Runner{ID: ids[0]}, queue: q, key: key, msg: msg, actx: ctx,
+	tt := &turn{w: w, taskID: ids[0], rn: fence.Runner{ID: ids[0]}, queue: q, msg: msg, actx: ctx,
 		task: asynq.NewTask(info.Type, info.Payload), log: w.log, start: time.Now()}
+	tt.line = w.lines.Place(line.Attempt{Key: key, TaskID: ids[0], Queue: q, Runner: ids[0], Task: tt.task, Log: w.log})
 	tt.obs.Observer = w.obs
 	if err := tt.giveUp("could not start: redis down"); !errors.Is(err, asynq.SkipRetry) {
 		t.Fatalf("giveUp: %v", err)
@@ -194,7 +196,7 @@ func TestCancelByTaskIDMatchesExactly(t *testing.T) {
 	if info, err := insp.GetTaskInfo(q, ids[0]); err != nil || info.State != asynq.TaskStatePending {
 		t.Errorf("m17 after cancels of m1: %+v, %v; want pending, untouched", info, err)
 	}
-	if _, err := w.park.st.Get(ctx, ids[0]); !errors.Is(err, store.ErrNotParked) {
+	if _, err := w.lines.Parking().Get(ctx, ids[0]); !errors.Is(err, store.ErrNotParked) {
 		t.Errorf("m17: %v", err)
 	}
 	res, err := c.Cancel(ctx, CancelRequest{Otid: r.Otid})

@@ -1,144 +1,19 @@
 package queue
 
 import (
-	"context"
-	"errors"
-	"time"
-
 	"github.com/hibiken/asynq"
 
-	"github.com/lettaq/lettaq/ordering"
-	"github.com/lettaq/lettaq/queue/internal/store"
+	"github.com/lettaq/lettaq/queue/internal/line"
 )
 
-// A waiting turn is woken by whatever frees it: the end of the turn ahead
-// of it (release), the turn ahead leaving its line without running (a
-// cancel, a give-up: leave), the answer to its chat's approval request.
-// No wake-up is lost to a turn that is parking at that moment (its attempt
-// still active, its parking record not written yet, for however long that
-// takes): the waker marks the record woken when it exists, and the parker
-// looks at what it waits for again once its record is written
-// (wakeIfFreed, parkApproval), so one of the two sees the other.
-
-// waker wakes waiting turns; the worker and the client (a cancel) each
-// have one.
-type waker struct {
-	park *store.Parking      // nil: no parking records (a client without Replies)
-	insp *asynq.Inspector    // Asynq's tasks
-	seq  *ordering.Sequencer // nil: no ordering
-}
-
-// wake makes taskID, which waits in key's line ("": without ordering), run
-// now: a parked task has its record marked woken (its re-enqueue makes it
-// pending); a scheduled or retry task is moved to pending. A task between
-// two states (its attempt still parking, or being enqueued again) is
-// looked at again for up to wakeWait. An active task under ordering is
-// looked at again unless it holds key's line (its attempt may be put back
-// into the retry set); without ordering it is left alone. A parking
-// attempt sees for itself what freed it (wakeIfFreed, parkApproval), so
-// giving up after wakeWait loses no wake-up of a parked turn.
-func (k waker) wake(ctx context.Context, queue, key, taskID string) error {
-	if taskID == "" {
-		return nil
-	}
-	deadline := time.Now().Add(wakeWait)
-	backoff := 2 * time.Millisecond
-	for {
-		if k.park != nil {
-			if ok, err := k.park.Wake(ctx, taskID); err != nil || ok {
-				return err
-			}
-		}
-		info, err := ordering.FindTask(k.insp, queue, taskID)
-		switch {
-		case errors.Is(err, asynq.ErrTaskNotFound):
-			// Parked and not written yet, or enqueued again: look again.
-		case err != nil:
-			return err
-		default:
-			queue = info.Queue
-			switch info.State {
-			case asynq.TaskStateRetry, asynq.TaskStateScheduled:
-				if err := k.insp.RunTask(queue, taskID); err == nil {
-					return nil
-				}
-			case asynq.TaskStateActive:
-				if k.seq == nil {
-					return nil
-				}
-				if held, _, err := k.seq.Holder(ctx, key); err != nil || held == taskID {
-					return err
-				}
-			default:
-				return nil
-			}
-		}
-		if time.Now().After(deadline) {
-			return nil
-		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
-		}
-		backoff = min(2*backoff, 50*time.Millisecond)
-	}
-}
-
-// leave takes taskID, which will not run (cancelled, given up, never
-// enqueued), out of key's line and wakes the turn that heads it now when
-// taskID headed it (ordering.Sequencer.Leave: one script, so that a turn
-// ahead ending at the same moment cannot leave the new head unwoken).
-func (k waker) leave(ctx context.Context, queue, key, taskID string) error {
-	next, err := k.seq.Leave(ctx, key, taskID)
-	if err != nil {
-		return err
-	}
-	return k.wake(ctx, queue, key, next)
-}
-
-// wakeIfFreed is the parker's look after it wrote the parking record of
-// taskID, which waits for its turn in key's line: when the line is free
-// for it now (it heads the line, nobody holds it), the turn ahead left
-// meanwhile and its wake-up may have missed the record (it gives up on an
-// attempt still active after wakeWait): the record is marked woken, so
-// its re-enqueue makes it pending.
-func (k waker) wakeIfFreed(ctx context.Context, key, taskID string) error {
-	head, err := k.seq.Head(ctx, key)
-	if err != nil || head != taskID {
-		return err
-	}
-	held, _, err := k.seq.Holder(ctx, key)
-	if err != nil || held != "" {
-		return err
-	}
-	_, err = k.park.Wake(ctx, taskID)
-	return err
-}
-
-// waker is the worker's.
-func (w *Worker) waker() waker {
-	k := waker{park: &w.park.st, insp: w.park.insp}
-	if w.ord != nil {
-		k.seq = w.ord.seq
-	}
-	return k
-}
-
-// wakeTask is the worker's waker's wake.
-func (w *Worker) wakeTask(ctx context.Context, queue, key, taskID string) error {
-	return w.waker().wake(ctx, queue, key, taskID)
-}
-
-// waker is the client's: it wakes through insp (the client's, or one made
-// for the call).
-func (c *Client) waker(insp *asynq.Inspector) waker {
-	k := waker{insp: insp, seq: c.seq}
+// waker is the client's (a cancel wakes the turn behind the one it takes
+// out of its line: queue/internal/line): it wakes through insp (the
+// client's, or one made for the call).
+func (c *Client) waker(insp *asynq.Inspector) line.Waker {
+	k := line.Waker{Insp: insp, Seq: c.seq}
 	if c.cfg.Replies != nil {
 		p := c.parking()
-		k.park = &p
+		k.Park = &p
 	}
 	return k
 }

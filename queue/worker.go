@@ -24,6 +24,7 @@ import (
 	"github.com/lettaq/lettaq/queue/internal/asynqlog"
 	"github.com/lettaq/lettaq/queue/internal/cancel"
 	"github.com/lettaq/lettaq/queue/internal/health"
+	"github.com/lettaq/lettaq/queue/internal/line"
 	"github.com/lettaq/lettaq/queue/internal/service"
 	"github.com/lettaq/lettaq/queue/internal/store"
 )
@@ -143,7 +144,7 @@ type WorkerConfig struct {
 	ApprovalTimeout time.Duration
 	// ParkSweepEvery: how often the worker looks for waiting turns that a
 	// worker left parked in no Asynq queue (it died between the two steps
-	// of a park; see parking.go), default 30s.
+	// of a park; see queue/internal/line), default 30s.
 	ParkSweepEvery time.Duration
 	// TakeoverAfter: a worker whose beats stop this long is taken for dead
 	// and its running turns are continued by another worker (fast
@@ -173,7 +174,7 @@ type Worker struct {
 	ownsRdb   bool
 	conn      asynq.RedisConnOpt // what the worker's and Asynq's clients are made from: LeanRedis(cfg.Redis)
 	ord       *orderer           // nil: no ordering
-	park      *parker            // waiting turns (parking.go)
+	lines     *line.Lines        // the chats' lines: places, parking, waking, the sweep (queue/internal/line)
 	threads   *threads
 	approvals *approvals
 	answerer  answerer
@@ -327,7 +328,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	}
 	w.cancels.Records, w.cancels.Log = w.replies.st, w.log
 	w.approvals = newApprovals(w.replies)
-	w.park = newParker(w)
+	w.lines = newLines(w)
 	w.writer = newWriter(w.replies.rdb, w.replies)
 	w.writer.tripped = w.health.Tripped
 	if w.cfg.TakeoverAfter == 0 {
@@ -456,8 +457,8 @@ func (w *Worker) run(ctx context.Context) error {
 //     a worker that stops is not taken for dead while its turns are put
 //     back, and then it leaves the registry;
 //  2. Asynq's server, which runs the turns (asynqServer);
-//  3. the park sweeper (parking.go): turns a dead worker left parked in no
-//     Asynq queue are enqueued again;
+//  3. the park sweeper (queue/internal/line): turns a dead worker left
+//     parked in no Asynq queue are enqueued again;
 //  4. the cancel subscriber (cancelturn.go): cancels of the turns running
 //     here, heard as they are published. It stops first: a worker that
 //     shuts down hears no more cancels, and the attempt that continues an
@@ -470,7 +471,7 @@ func (w *Worker) parts(server service.Service) *service.Group {
 	if w.tk != nil {
 		g.Add(w.tk)
 	}
-	g.Add(server, w.park.sweeper(w.sweepEvery()), w.cancelSubscriber())
+	g.Add(server, w.lines.Sweeper(), w.cancelSubscriber())
 	return &g
 }
 
@@ -505,7 +506,7 @@ func (a *asynqServer) Stop() {
 	case <-time.After(grace + time.Second):
 		w.log.Warn("worker: turns still finishing after shutdown")
 	}
-	w.park.drain(2 * time.Second) // the parked turns' re-enqueues
+	w.lines.Drain(2 * time.Second) // the parked turns' re-enqueues
 }
 
 // awaitRedis returns once Redis answers again, or when ctx (the attempt's
@@ -550,7 +551,7 @@ func (w *Worker) closeRedis() {
 	if w.answerer.c != nil {
 		_ = w.answerer.c.Close()
 	}
-	w.park.close() // (under ordering its re-enqueues use the orderer's Inspector)
+	w.lines.Close() // (under ordering its re-enqueues use the orderer's Inspector)
 	w.ord.close()
 	if w.ownsRdb {
 		_ = w.rdb.Close()

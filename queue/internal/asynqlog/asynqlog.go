@@ -46,7 +46,7 @@ func (a Logger) Info(args ...any)  { a.l.Info(fmt.Sprint(args...)) }
 func (a Logger) Warn(args ...any) {
 	msg := fmt.Sprint(args...)
 	if strings.HasPrefix(msg, "revoke task id=") {
-		// A waiting turn parked (queue/parking.go): routine, not a warning.
+		// A waiting turn parked (queue/internal/line): routine, not a warning.
 		a.l.Debug("task revoked: the turn waits (parked)", "task_id", strings.TrimPrefix(msg, "revoke task id="))
 		return
 	}
