@@ -14,6 +14,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/lettaq/lettaq/ordering"
+	"github.com/lettaq/lettaq/queue/internal/approval"
 	"github.com/lettaq/lettaq/queue/internal/service"
 	"github.com/lettaq/lettaq/queue/internal/store"
 )
@@ -489,7 +490,7 @@ func (w *Worker) sweepEvery() time.Duration {
 // gate's read and that note would miss it: the request is read again after
 // the note, and a message whose request was answered meanwhile wakes
 // itself (its record is marked woken: its re-enqueue makes it pending).
-func (t *turn) parkApproval(ctx context.Context, log *slog.Logger, p *pendingApproval) error {
+func (t *turn) parkApproval(ctx context.Context, log *slog.Logger, p *approval.Pending) error {
 	behind := "approval request " + p.RequestTaskID
 	reason := "waiting for the answer to approval request " + p.RequestTaskID
 	perr := t.park(ctx, behind, reason)
@@ -499,7 +500,7 @@ func (t *turn) parkApproval(ctx context.Context, log *slog.Logger, p *pendingApp
 	if err := t.w.park.st.AddWaiter(ctx, p.RequestTaskID, t.taskID, t.queue, t.key); err != nil {
 		log.Debug("could not note the waiter on its approval request", "error", err.Error())
 	}
-	if now, err := t.w.approvals.get(ctx, p.RequestTaskID); errors.Is(err, ErrNoApproval) || (err == nil && now.AnsweredBy != "") {
+	if now, err := t.w.approvals.Store().Get(ctx, p.RequestTaskID); errors.Is(err, ErrNoApproval) || (err == nil && now.AnsweredBy != "") {
 		if _, err := t.w.park.st.Wake(ctx, t.taskID); err != nil {
 			log.Debug("could not wake the message whose approval request was answered meanwhile", "error", err.Error())
 		}

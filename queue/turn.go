@@ -14,6 +14,7 @@ import (
 	"github.com/lettaq/lettaq/agentclient"
 	"github.com/lettaq/lettaq/continuation"
 	"github.com/lettaq/lettaq/ordering"
+	"github.com/lettaq/lettaq/queue/internal/approval"
 	"github.com/lettaq/lettaq/queue/internal/cancel"
 	"github.com/lettaq/lettaq/queue/internal/claim"
 	"github.com/lettaq/lettaq/queue/internal/fence"
@@ -133,6 +134,7 @@ func (w *Worker) newTurn(ctx context.Context, task *asynq.Task) (*turn, error) {
 	if w.ord != nil {
 		t.key = w.ord.cfg.Key(msg)
 	}
+	t.ap = newApprovalTurn(t)
 	return t, nil
 }
 
@@ -328,6 +330,7 @@ type turn struct {
 
 	pre *store.StartReads // read before the attempt runs (until the thread is known)
 	cx  cancel.Turn       // its cancel, if one is asked for (cancelturn.go)
+	ap  approval.Turn     // its approvals: the gate, an answer turn's request (approvalturn.go)
 
 	key          string          // ordering key ("" without ordering)
 	lease        *ordering.Lease // held while the attempt runs (nil without ordering)
@@ -452,7 +455,7 @@ func (t *turn) startRead() store.StartRead {
 	w := t.w
 	r := store.StartRead{TaskID: t.taskID}
 	if t.msg.Approval == nil {
-		r.Pending, r.AgentID, r.Scope = true, t.msg.AgentID, w.approvalScope(t.msg)
+		r.Pending, r.AgentID, r.Scope = true, t.msg.AgentID, w.approvals.Scope(t.msg.LettaConversationID, t.msg.Conversation)
 	}
 	if w.threads.mode == ThreadConversation && t.msg.LettaConversationID == "" {
 		r.ThreadHash = threadHash(t.msg.AgentID, t.msg.Conversation)
@@ -463,7 +466,7 @@ func (t *turn) startRead() store.StartRead {
 // startStores are the stores startRead reads.
 func (w *Worker) startStores() store.StartStores {
 	return store.StartStores{Journal: w.journal.st, Replies: w.replies.st,
-		Approvals: w.approvals.store(), Threads: w.threads.store()}
+		Approvals: w.approvals.Store().Redis(), Threads: w.threads.store()}
 }
 
 // readStart reads what startReads says, unless acquire read it with the
@@ -536,7 +539,7 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 		if t.msg.Approval != nil && rec.TaskID != "" {
 			// That attempt may have ended before its request was told.
 			t.rec = rec
-			t.answerEnded(ctx, t.log, rec.Outcome == OutcomeFailed)
+			t.ap.Ended(ctx, t.log, rec.Outcome == OutcomeFailed)
 		}
 		if rec.Outcome == OutcomeFailed {
 			return fmt.Errorf("lettaq: turn already failed: %s: %w", rec.Error, asynq.SkipRetry), true
@@ -584,11 +587,7 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 		return err, true
 	}
 	var approvals []agentclient.ApprovalAnswer
-	if t.msg.Approval != nil {
-		if approvals, err, end = t.answerTurn(ctx); end {
-			return err, true
-		}
-	} else if err, end = t.approvalGate(ctx); end {
+	if approvals, err, end = t.approvalGate(ctx); end {
 		return err, true
 	}
 	if openWait(rec) != nil {

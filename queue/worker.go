@@ -21,6 +21,7 @@ import (
 	"github.com/lettaq/lettaq/budget"
 	"github.com/lettaq/lettaq/continuation"
 	"github.com/lettaq/lettaq/ordering"
+	"github.com/lettaq/lettaq/queue/internal/approval"
 	"github.com/lettaq/lettaq/queue/internal/asynqlog"
 	"github.com/lettaq/lettaq/queue/internal/cancel"
 	"github.com/lettaq/lettaq/queue/internal/health"
@@ -175,8 +176,7 @@ type Worker struct {
 	ord       *orderer           // nil: no ordering
 	park      *parker            // waiting turns (parking.go)
 	threads   *threads
-	approvals *approvals
-	answerer  answerer
+	approvals *approval.Part
 	writer    *writer // the turns' progress events and queued writes
 
 	// ownsClient: the worker made client (from LettaURL), so it closes
@@ -326,7 +326,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		return nil, fmt.Errorf("queue: ApprovalTimeout %v is more than %v", w.cfg.ApprovalTimeout, MaxApprovalTimeout)
 	}
 	w.cancels.Records, w.cancels.Log = w.replies.st, w.log
-	w.approvals = newApprovals(w.replies)
+	w.approvals = newApprovalPart(w)
 	w.park = newParker(w)
 	w.writer = newWriter(w.replies.rdb, w.replies)
 	w.writer.tripped = w.health.Tripped
@@ -547,9 +547,7 @@ func (w *Worker) awaitRedis(ctx context.Context) {
 }
 
 func (w *Worker) closeRedis() {
-	if w.answerer.c != nil {
-		_ = w.answerer.c.Close()
-	}
+	_ = w.approvals.Close()
 	w.park.close() // (under ordering its re-enqueues use the orderer's Inspector)
 	w.ord.close()
 	if w.ownsRdb {
