@@ -549,7 +549,7 @@ func (w *Worker) wakeApprovalWaiters(ctx context.Context, requestTaskID, key str
 }
 
 // isAnswerOf reports whether taskID is an answer turn of the approval
-// request requestTaskID (answerTaskIDAfter: its first answer, or one after
+// request requestTaskID (approval.AnswerTaskIDAfter: its first answer, or one after
 // failed ones).
 func isAnswerOf(taskID, requestTaskID string) bool {
 	if taskID == AnswerTaskID(requestTaskID) {

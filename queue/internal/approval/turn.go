@@ -9,7 +9,6 @@ import (
 
 	"github.com/lettaq/lettaq/agentclient"
 	"github.com/lettaq/lettaq/queue/internal/record"
-	"github.com/lettaq/lettaq/queue/internal/store"
 )
 
 // The journal's outcomes an answer turn's end is read by (queue's OutcomeAnswered,
@@ -110,11 +109,17 @@ type Gate struct {
 	Err error
 }
 
+// Reads is what the gate needs of the attempt's start reads (store.StartReads): the task id
+// of the request its chat waits on ("" for none).
+type Reads interface {
+	Pending() (string, error)
+}
+
 // Gate is the approval gate of the attempt, before it sends. An answer turn's request must
 // still wait for this answer: it goes on with the decisions. A message meets its chat's
 // unanswered request, if any (its pending key read with the attempt's start, reads), as
 // the Policy says. first: the attempt is the turn's first.
-func (t *Turn) Gate(ctx context.Context, reads *store.StartReads, first bool) Gate {
+func (t *Turn) Gate(ctx context.Context, reads Reads, first bool) Gate {
 	if t.id.Answer != nil {
 		return t.check(ctx, first)
 	}
