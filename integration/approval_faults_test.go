@@ -65,7 +65,7 @@ func TestApprovalAnswerThatGivesUpStaysAnswerable(t *testing.T) {
 }
 
 // failAnsweredWrite fails the first SET of an approval request that records
-// its answer (approvals.answered).
+// its answer (approval.Store.Answered).
 type failAnsweredWrite struct {
 	key   string
 	fired atomic.Bool

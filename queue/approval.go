@@ -2,62 +2,27 @@ package queue
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/hibiken/asynq"
-	"github.com/lettaq/lettaq/queue/internal/store"
-	"github.com/redis/go-redis/v9"
 
+	"github.com/lettaq/lettaq/queue/internal/approval"
 	"github.com/lettaq/lettaq/queue/internal/codec"
 )
 
-// Approvals (human in the loop; WIRE.md "Approvals").
-//
-// A turn whose run stops with requires_approval records a pendingApproval
-// (every pending tool call, the run, the thread) under the turn's task id,
-// writes one approval_required event carrying it, and schedules its expiry.
-// At Letta the thread now refuses every new message until the calls are
-// answered.
-//
-// The answer is a turn of its own (Message.Approval): Client.AnswerApproval
-// checks that it answers every pending call, and enqueues it with the task
-// id AnswerTaskID(request) — a second press of the same button is the same
-// task — at the front of the conversation's line. An answer turn that gives
-// up before its answer reached Letta leaves the request pending (answerable
-// again, with a new expiry); the next answer's task id is
-// AnswerTaskID's with the count of failed answers appended. Its otid is derived from
-// that task id as for any turn; it sends Letta's approval message and then
-// streams, continues and delivers like a message turn: the run may answer,
-// or ask for another approval.
-//
-// Keys (prefix as the reply streams'):
-//
-//	<prefix>approval:req:<task_id>               the pendingApproval, JSON
-//	<prefix>approval:otid:<otid>                 task id of the requesting turn
-//	<prefix>approval:pending:<agent>:<scope>      task id of the thread's unanswered request
-//
-// The scope is the Letta thread a request blocks: the chat's own
-// conversation ("chat:<integration>:<chat_id>", thread mode conversation),
-// a conversation the payload names ("conv:<id>"), or the agent's default
-// thread, which every chat of the agent shares ("agent", thread modes
-// default and agent): a message of any chat of the agent then meets it.
-//
-// A message that reaches the head of its line while its chat has an
-// unanswered request follows the ApprovalPolicy; an unanswered request is
-// denied when it expires (WorkerConfig.ApprovalTimeout): the expiry is the
-// answer turn itself, scheduled at that time with the reason, and replaced
-// by an answer that comes first.
+// Approvals (human in the loop; WIRE.md "Approvals"): a turn whose run stops with
+// requires_approval records its request and writes one approval_required event; the answer
+// is a turn of its own (Message.Approval), which Client.AnswerApproval enqueues at the front
+// of the chat's line; an unanswered request is denied when it expires. How the requests are
+// kept, answered and expired: queue/internal/approval. This file is the public side: the
+// policy, the answer's types, the Client's answers and the answer's HTTP form.
 
 // ApprovalPolicy says what a chat message does when it reaches the head of
 // its line while an approval request of its chat is unanswered.
@@ -91,34 +56,27 @@ const defaultApprovalTimeout = 24 * time.Hour
 
 // Causes of an answer (Answer.Cause).
 const (
-	AnswerByUser    = "user"     // a person answered
-	AnswerExpired   = "expired"  // nobody answered in time
-	AnswerMovedOn   = "moved_on" // a new message came (policy deny)
-	maxReasonBytes  = 1024
-	maxAnswerTaskID = 200
+	AnswerByUser   = approval.ByUser  // a person answered
+	AnswerExpired  = approval.Expired // nobody answered in time
+	AnswerMovedOn  = approval.MovedOn // a new message came (policy deny)
+	maxReasonBytes = 1024
 )
 
 // ApprovalVerdict answers one pending tool call: approve or deny (the
 // payload's "decisions"; continuation.Result is something else).
-type ApprovalVerdict struct {
-	ToolCallID string `json:"tool_call_id"`
-	Approve    bool   `json:"approve"`
-	Reason     string `json:"reason,omitempty"`
-}
+type ApprovalVerdict = approval.Verdict
 
 // Answer is the payload of an approval answer turn ("approval"):
 //
 //	{"request_task_id": "turn:web:42:7", "cause": "user",
 //	 "decisions": [{"tool_call_id": "call-1", "approve": false, "reason": "not today"}]}
-type Answer struct {
-	// RequestTaskID is the task id of the turn that asked.
-	RequestTaskID string            `json:"request_task_id"`
-	Decisions     []ApprovalVerdict `json:"decisions"`
-	// Cause: AnswerByUser (default), AnswerExpired, AnswerMovedOn.
-	Cause string `json:"cause,omitempty"`
-}
+//
+// RequestTaskID is the task id of the turn that asked; Cause is AnswerByUser
+// (default), AnswerExpired or AnswerMovedOn.
+type Answer = approval.Answer
 
-func (a *Answer) validate(m Message) error {
+// validateAnswer checks the answer a of message m against the payload rules.
+func validateAnswer(a *Answer, m Message) error {
 	switch {
 	case m.Text != "":
 		return invalid("text", "must be empty in an approval answer")
@@ -157,188 +115,18 @@ func (a *Answer) validate(m Message) error {
 	return nil
 }
 
-// summary is "approved", "denied" or "mixed".
-func (a *Answer) summary() string {
-	yes, no := 0, 0
-	for _, d := range a.Decisions {
-		if d.Approve {
-			yes++
-		} else {
-			no++
-		}
-	}
-	switch {
-	case no == 0:
-		return "approved"
-	case yes == 0:
-		return "denied"
-	}
-	return "mixed"
-}
-
-// pendingApproval is an approval request as lettaq keeps it.
-type pendingApproval struct {
-	RequestTaskID       string       `json:"request_task_id"`
-	Otid                string       `json:"otid"`
-	RunID               string       `json:"run_id,omitempty"`
-	AgentID             string       `json:"agent_id"`
-	Conversation        Conversation `json:"conversation"`
-	LettaConversationID string       `json:"letta_conversation_id,omitempty"`
-	Queue               string       `json:"queue,omitempty"`
-	// Scope names the Letta thread the request blocks (see approvalScope):
-	// "chat:<integration>:<chat>", "conv:<id>" or "agent".
-	Scope string `json:"scope"`
-	// Calls are every tool call waiting for an answer; all are answered in
-	// one message.
-	Calls       []ToolEvent `json:"calls"`
-	RequestedAt time.Time   `json:"requested_at"`
-	ExpiresAt   time.Time   `json:"expires_at,omitzero"`
-	// AnsweredBy is the answer turn's task id once one ran; AnsweredAt,
-	// Decision ("approved", "denied", "mixed") and Cause say how.
-	AnsweredBy string    `json:"answered_by,omitempty"`
-	AnsweredAt time.Time `json:"answered_at,omitzero"`
-	Decision   string    `json:"decision,omitempty"`
-	Cause      string    `json:"cause,omitempty"`
-	// FailedAnswers are the answer turns that gave up before their answer
-	// reached Letta (e.g. Letta down for every retry): the request stays
-	// pending, and its next answer is a turn of its own (answerTaskID).
-	FailedAnswers []string `json:"failed_answers,omitempty"`
-}
-
-// answerTaskID is the task id of the request's next answer (or of its
-// expiry): AnswerTaskID of the request, or, after failed answers,
-// answerTaskIDAfter.
-func (p *pendingApproval) answerTaskID() string {
-	return answerTaskIDAfter(p.RequestTaskID, len(p.FailedAnswers))
-}
-
 // ErrNoApproval is returned (wrapped) when no approval request is known by
 // the given task id or otid.
-var ErrNoApproval = errors.New("queue: no approval request")
+var ErrNoApproval = approval.ErrNoRequest
 
 // AnswerTaskID is the task id of the answer to the request of task
 // requestTaskID: "answer:" and that id (hashed when long), so that the
 // same answer sent twice is one task.
-func AnswerTaskID(requestTaskID string) string {
-	id := "answer:" + requestTaskID
-	if len(id) > maxAnswerTaskID {
-		sum := sha256.Sum256([]byte(requestTaskID))
-		return "answer:h:" + hex.EncodeToString(sum[:])
-	}
-	return id
-}
+func AnswerTaskID(requestTaskID string) string { return approval.AnswerTaskID(requestTaskID) }
 
-// answerTaskIDAfter is the task id of the answer to the request of task
-// requestTaskID after failed answer turns (pendingApproval.FailedAnswers):
-// AnswerTaskID when failed is 0, else "answer#<failed+1>:" and the request's
-// id (hashed when long). An AnswerTaskID never has '#' after "answer".
-func answerTaskIDAfter(requestTaskID string, failed int) string {
-	if failed <= 0 {
-		return AnswerTaskID(requestTaskID)
-	}
-	pre := "answer#" + strconv.Itoa(failed+1) + ":"
-	if id := pre + requestTaskID; len(id) <= maxAnswerTaskID {
-		return id
-	}
-	sum := sha256.Sum256([]byte(requestTaskID))
-	return pre + "h:" + hex.EncodeToString(sum[:])
-}
-
-// approvals keeps the pending approvals in Redis.
-type approvals struct {
-	rdb    redis.UniversalClient
-	prefix string
-	ttl    time.Duration
-}
-
-func newApprovals(r *Replies) *approvals {
-	return &approvals{rdb: r.rdb, prefix: r.opts.Prefix, ttl: r.opts.TTL}
-}
-
-// store is the Redis side of the approvals.
-func (a *approvals) store() store.Approvals {
-	return store.Approvals{RDB: a.rdb, Keys: store.Keys{Prefix: a.prefix}}
-}
-
-// keyTTL is how long p's keys live: the replies' TTL past p's expiry (saturating at the
-// largest Duration, never wrapping negative: a negative TTL is a key without expiry).
-func (a *approvals) keyTTL(p *pendingApproval) time.Duration {
-	ttl := a.ttl
-	if !p.ExpiresAt.IsZero() {
-		if until := time.Until(p.ExpiresAt); until > 0 {
-			if ttl > math.MaxInt64-until {
-				return math.MaxInt64
-			}
-			ttl += until
-		}
-	}
-	return ttl
-}
-
-// save records p as its chat's unanswered request.
-func (a *approvals) save(ctx context.Context, p *pendingApproval) error {
-	b, err := json.Marshal(p)
-	if err != nil {
-		return err
-	}
-	return a.store().Save(ctx, p.RequestTaskID, p.Otid, p.AgentID, p.Scope, b, a.keyTTL(p))
-}
-
-// get returns the request of task id or otid ref.
-func (a *approvals) get(ctx context.Context, ref string) (*pendingApproval, error) {
-	b, byOtid, err := a.store().Record(ctx, ref)
-	switch {
-	case errors.Is(err, store.ErrNoRequest) && byOtid:
-		return nil, fmt.Errorf("%w with otid %q (expired)", ErrNoApproval, ref)
-	case errors.Is(err, store.ErrNoRequest):
-		return nil, fmt.Errorf("%w with task id or otid %q (unknown, or expired)", ErrNoApproval, ref)
-	case err != nil:
-		return nil, err
-	}
-	var p pendingApproval
-	if err := json.Unmarshal(b, &p); err != nil {
-		return nil, fmt.Errorf("approval request %s: %w", ref, err)
-	}
-	return &p, nil
-}
-
-// pendingFor returns the unanswered request of the thread scope names, or nil.
-func (a *approvals) pendingFor(ctx context.Context, agentID, scope string) (*pendingApproval, error) {
-	id, err := a.store().Pending(ctx, agentID, scope)
-	return a.pendingOf(ctx, id, err)
-}
-
-// pendingOf is pendingFor once the pending key was read (id and err of its
-// GET).
-func (a *approvals) pendingOf(ctx context.Context, id string, err error) (*pendingApproval, error) {
-	if errors.Is(err, redis.Nil) || (err == nil && id == "") {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	p, err := a.get(ctx, id)
-	if errors.Is(err, ErrNoApproval) {
-		return nil, nil
-	}
-	if err != nil || p.AnsweredBy != "" {
-		return nil, err
-	}
-	return p, nil
-}
-
-// answered records that answer task answerTaskID ended the request p (ans
-// nil: its decision is not known).
-func (a *approvals) answered(ctx context.Context, p *pendingApproval, answerTaskID string, ans *Answer, at time.Time) error {
-	p.AnsweredBy, p.AnsweredAt = answerTaskID, at.UTC()
-	if ans != nil {
-		p.Decision, p.Cause = ans.summary(), ans.Cause
-	}
-	b, err := json.Marshal(p)
-	if err != nil {
-		return err
-	}
-	return a.store().Answered(ctx, p.RequestTaskID, p.AgentID, p.Scope, b, a.ttl)
+// newApprovals is the store of the approvals kept beside r's reply streams.
+func newApprovals(r *Replies) *approval.Store {
+	return approval.NewStore(r.rdb, r.opts.Prefix, r.opts.TTL)
 }
 
 // ApprovalReply is an answer to an approval request, for
@@ -385,12 +173,11 @@ func (c *Client) AnswerApproval(ctx context.Context, r ApprovalReply) (EnqueueRe
 	if c.cfg.Replies == nil {
 		return EnqueueResult{}, errors.New("queue: AnswerApproval needs ClientConfig.Replies")
 	}
-	ap := newApprovals(c.cfg.Replies)
-	p, err := ap.get(ctx, r.Request)
+	p, err := newApprovals(c.cfg.Replies).Get(ctx, r.Request)
 	if err != nil {
 		return EnqueueResult{}, err
 	}
-	id := p.answerTaskID()
+	id := p.NextAnswerTaskID()
 	if p.AnsweredBy != "" {
 		return EnqueueResult{TaskID: p.AnsweredBy, Duplicate: true, Queue: c.cfg.Queue, Otid: OtidFor(Message{}, p.AnsweredBy), Position: -1}, nil
 	}
@@ -413,7 +200,7 @@ func (c *Client) AnswerApproval(ctx context.Context, r ApprovalReply) (EnqueueRe
 }
 
 // decide turns r into one decision per pending call of p.
-func decide(p *pendingApproval, r ApprovalReply) ([]ApprovalVerdict, error) {
+func decide(p *approval.Pending, r ApprovalReply) ([]ApprovalVerdict, error) {
 	if len(r.Decisions) == 0 {
 		out := make([]ApprovalVerdict, 0, len(p.Calls))
 		for _, c := range p.Calls {
@@ -507,7 +294,7 @@ func answerAccepted(m Message, id, otid string, pos int) ReplyEvent {
 		reason = a.Decisions[0].Reason
 	}
 	return ReplyEvent{TaskID: id, Otid: otid, MessageID: m.MessageID, Position: pos,
-		Approval: &ApprovalEvent{RequestTaskID: a.RequestTaskID, Decision: a.summary(), Cause: a.Cause, Reason: reason}}
+		Approval: &ApprovalEvent{RequestTaskID: a.RequestTaskID, Decision: approval.Summary(a.Decisions), Cause: a.Cause, Reason: reason}}
 }
 
 // replaceScheduled deletes the task id of queue if it is the expiry and
@@ -531,7 +318,7 @@ func (c *Client) ApprovalConversation(ctx context.Context, request string) (Conv
 	if c.cfg.Replies == nil {
 		return Conversation{}, errors.New("queue: ApprovalConversation needs ClientConfig.Replies")
 	}
-	p, err := newApprovals(c.cfg.Replies).get(ctx, request)
+	p, err := newApprovals(c.cfg.Replies).Get(ctx, request)
 	if err != nil {
 		return Conversation{}, err
 	}

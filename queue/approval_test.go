@@ -14,11 +14,12 @@ import (
 
 	"github.com/lettaq/lettaq/internal/testredis"
 	"github.com/lettaq/lettaq/ordering"
+	"github.com/lettaq/lettaq/queue/internal/approval"
 )
 
 // approvalClient is a Client with ordering and replies under a prefix of
 // the test's own, and the pending approval req of two calls.
-func approvalClient(t *testing.T) (*Client, *Replies, *pendingApproval, string) {
+func approvalClient(t *testing.T) (*Client, *Replies, *approval.Pending, string) {
 	srv := testredis.RequireReal(t)
 	q := "lettaq-unit-appr-" + time.Now().Format("150405.000000")
 	prefix := "lettaq-unit:" + q + ":"
@@ -40,11 +41,11 @@ func approvalClient(t *testing.T) (*Client, *Replies, *pendingApproval, string) 
 			rdb.Del(ctx, iter.Val())
 		}
 	})
-	p := &pendingApproval{RequestTaskID: "turn:web:chat-1:m1", Otid: "0d6f6a3c-3f0c-5b2e-8a8e-6a3f3c2b1a00", RunID: "run-1",
+	p := &approval.Pending{RequestTaskID: "turn:web:chat-1:m1", Otid: "0d6f6a3c-3f0c-5b2e-8a8e-6a3f3c2b1a00", RunID: "run-1",
 		AgentID: "agent-1", Conversation: Conversation{Integration: "web", ChatID: "chat-1"}, Queue: q,
 		Calls:       []ToolEvent{{Name: "delete_file", CallID: "call-1", Arguments: `{"path":"a"}`}, {Name: "delete_file", CallID: "call-2", Arguments: `{"path":"b"}`}},
 		RequestedAt: time.Now().UTC(), ExpiresAt: time.Now().Add(time.Hour).UTC()}
-	if err := newApprovals(replies).save(context.Background(), p); err != nil {
+	if err := newApprovals(replies).Save(context.Background(), p); err != nil {
 		t.Fatal(err)
 	}
 	return c, replies, p, q
@@ -235,20 +236,10 @@ func TestEnqueueHTTPHandlerTakesImages(t *testing.T) {
 	_ = p
 }
 
-// TestApprovalKeyTTLNeverNegative: an expiry near the largest Duration away made the approval
-// keys' TTL wrap negative (keys without expiry); it saturates. And a worker refuses an
-// ApprovalTimeout past MaxApprovalTimeout.
-func TestApprovalKeyTTLNeverNegative(t *testing.T) {
-	a := &approvals{ttl: 24 * time.Hour}
-	for _, until := range []time.Duration{time.Hour, 1<<63 - 1, 1<<63 - 1 - time.Hour} {
-		p := &pendingApproval{ExpiresAt: time.Now().Add(until)}
-		if got := a.keyTTL(p); got < 24*time.Hour {
-			t.Errorf("expiry %v away: key TTL %v, want at least the replies' TTL", until, got)
-		}
-	}
-	if got := a.keyTTL(&pendingApproval{ExpiresAt: time.Now().Add(-time.Hour)}); got <= 0 {
-		t.Errorf("an expiry past: key TTL %v, want positive", got)
-	}
+// A worker refuses an ApprovalTimeout past MaxApprovalTimeout (the
+// approval keys' TTL past a far expiry: approval's
+// TestApprovalKeyTTLNeverNegative).
+func TestApprovalTimeoutBounded(t *testing.T) {
 	_, err := NewWorker(WorkerConfig{Redis: asynq.RedisClientOpt{Addr: "127.0.0.1:1"}, ApprovalTimeout: MaxApprovalTimeout + time.Hour})
 	if err == nil || !strings.Contains(err.Error(), "ApprovalTimeout") {
 		t.Errorf("NewWorker with ApprovalTimeout past the maximum: %v, want an error naming it", err)

@@ -191,7 +191,7 @@ func (t *turn) endCancelled(ctx context.Context, log *slog.Logger, cr CancelReco
 	if len(t.line.Followers()) > 0 {
 		ev.AnsweredBy = t.taskID
 	}
-	t.answerEnded(dctx, log, true)
+	t.ap.Ended(dctx, log, true)
 	if emitted, err := t.finalEvent(dctx, ev); err != nil {
 		t.redisFailed()
 		log.Warn("could not emit the cancelled event", "error", err.Error())

@@ -78,7 +78,7 @@ func (t *turn) finishDelivered(ctx context.Context, rec *TurnRecord) error {
 			t.finishFollowers(ctx, ev)
 		}
 	}
-	t.answerEnded(ctx, t.log, outcome == OutcomeFailed || outcome == OutcomeCancelled) // an answer turn's request may not have been told
+	t.ap.Ended(ctx, t.log, outcome == OutcomeFailed || outcome == OutcomeCancelled) // an answer turn's request may not have been told
 	t.log.Info("final event was delivered by an earlier attempt; turn finished", "outcome", outcome,
 		"attempt", len(rec.Attempts), "answer_bytes", len(answer))
 	if outcome == OutcomeFailed || outcome == OutcomeCancelled {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lettaq/lettaq/queue/internal/approval"
 	"github.com/lettaq/lettaq/queue/internal/line"
 	"github.com/lettaq/lettaq/queue/internal/store"
 )
@@ -142,7 +143,7 @@ func (t *turn) parkNotYourTurn(ctx context.Context, err error) error {
 // gate's read and that note would miss it: the request is read again after
 // the note, and a message whose request was answered meanwhile wakes
 // itself (its record is marked woken: its re-enqueue makes it pending).
-func (t *turn) parkApproval(ctx context.Context, log *slog.Logger, p *pendingApproval) error {
+func (t *turn) parkApproval(ctx context.Context, log *slog.Logger, p *approval.Pending) error {
 	behind := "approval request " + p.RequestTaskID
 	reason := "waiting for the answer to approval request " + p.RequestTaskID
 	perr := t.line.Park(ctx, behind, reason)
@@ -153,7 +154,7 @@ func (t *turn) parkApproval(ctx context.Context, log *slog.Logger, p *pendingApp
 	if err := t.line.NoteApprovalWaiter(ctx, p.RequestTaskID); err != nil {
 		log.Debug("could not note the waiter on its approval request", "error", err.Error())
 	}
-	if now, err := t.w.approvals.get(ctx, p.RequestTaskID); errors.Is(err, ErrNoApproval) || (err == nil && now.AnsweredBy != "") {
+	if now, err := t.w.approvals.Store().Get(ctx, p.RequestTaskID); errors.Is(err, ErrNoApproval) || (err == nil && now.AnsweredBy != "") {
 		if err := t.line.WakeParked(ctx); err != nil {
 			log.Debug("could not wake the message whose approval request was answered meanwhile", "error", err.Error())
 		}
@@ -178,7 +179,7 @@ func (t *turn) parkApproval(ctx context.Context, log *slog.Logger, p *pendingApp
 }
 
 // isAnswerOf reports whether taskID is an answer turn of the approval
-// request requestTaskID (answerTaskIDAfter: its first answer, or one after
+// request requestTaskID (approval.AnswerTaskIDAfter: its first answer, or one after
 // failed ones).
 func isAnswerOf(taskID, requestTaskID string) bool {
 	if taskID == AnswerTaskID(requestTaskID) {

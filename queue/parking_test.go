@@ -12,6 +12,7 @@ import (
 
 	"github.com/lettaq/lettaq/internal/testredis"
 	"github.com/lettaq/lettaq/ordering"
+	"github.com/lettaq/lettaq/queue/internal/approval"
 	"github.com/lettaq/lettaq/queue/internal/asynqlog"
 	"github.com/lettaq/lettaq/queue/internal/fence"
 	"github.com/lettaq/lettaq/queue/internal/health"
@@ -156,7 +157,7 @@ func TestAddWaitMergesLooks(t *testing.T) {
 	rec := &TurnRecord{}
 	t0 := time.Now()
 	if !addWait(rec, "approval request turn:a", "r", t0) || addWait(rec, "approval request turn:a", "r", t0.Add(time.Minute)) ||
-		addWait(rec, AnswerTaskID("turn:a"), "r", t0.Add(2*time.Minute)) || addWait(rec, answerTaskIDAfter("turn:a", 1), "r", t0.Add(3*time.Minute)) {
+		addWait(rec, AnswerTaskID("turn:a"), "r", t0.Add(2*time.Minute)) || addWait(rec, approval.AnswerTaskIDAfter("turn:a", 1), "r", t0.Add(3*time.Minute)) {
 		t.Fatalf("looks again added waits: %+v", rec.Waits)
 	}
 	if !addWait(rec, "turn:b", "r", t0.Add(4*time.Minute)) || len(rec.Waits) != 2 || !rec.Waits[0].Until.Equal(t0.Add(4*time.Minute)) {
@@ -205,14 +206,14 @@ func TestParkApprovalWakesItselfWhenAnsweredMeanwhile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := &pendingApproval{RequestTaskID: "turn:web:park-race:m1", AgentID: "agent-1", Conversation: conv, Queue: q,
+	req := &approval.Pending{RequestTaskID: "turn:web:park-race:m1", AgentID: "agent-1", Conversation: conv, Queue: q,
 		Scope: "chat:" + conv.String(), Calls: []ToolEvent{{Name: "delete_file", CallID: "call-1"}},
 		RequestedAt: time.Now().UTC(), ExpiresAt: time.Now().Add(time.Hour).UTC()}
-	if err := w.approvals.save(ctx, req); err != nil {
+	if err := w.approvals.Store().Save(ctx, req); err != nil {
 		t.Fatal(err)
 	}
 	stale := *req // what the message's gate read
-	if err := w.approvals.answered(ctx, req, AnswerTaskID(req.RequestTaskID), nil, time.Now()); err != nil {
+	if err := w.approvals.Store().Answered(ctx, req, AnswerTaskID(req.RequestTaskID), nil, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	w.lines.WakeApprovalWaiters(ctx, req.RequestTaskID, "") // the answer's wake-up: nobody noted yet

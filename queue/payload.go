@@ -148,7 +148,7 @@ func (m Message) Validate() error {
 	}
 	switch {
 	case m.Approval != nil:
-		if err := m.Approval.validate(m); err != nil {
+		if err := validateAnswer(m.Approval, m); err != nil {
 			return err
 		}
 	case m.Text == "" && len(m.Images) == 0:

@@ -13,6 +13,7 @@ import (
 
 	"github.com/lettaq/lettaq/agentclient"
 	"github.com/lettaq/lettaq/continuation"
+	"github.com/lettaq/lettaq/queue/internal/approval"
 	"github.com/lettaq/lettaq/queue/internal/cancel"
 	"github.com/lettaq/lettaq/queue/internal/claim"
 	"github.com/lettaq/lettaq/queue/internal/fence"
@@ -135,6 +136,7 @@ func (w *Worker) newTurn(ctx context.Context, task *asynq.Task) (*turn, error) {
 		key = w.ord.cfg.Key(msg)
 	}
 	t.line = w.lines.Place(line.Attempt{Key: key, TaskID: taskID, Queue: qname, Runner: runner, Task: task, Log: t.log, Failed: t.redisFailed})
+	t.ap = newApprovalTurn(t)
 	return t, nil
 }
 
@@ -324,6 +326,7 @@ type turn struct {
 
 	pre *store.StartReads // read before the attempt runs (until the thread is known)
 	cx  cancel.Turn       // its cancel, if one is asked for (cancelturn.go)
+	ap  approval.Turn     // its approvals: the gate, an answer turn's request (approvalturn.go)
 
 	// The run at Letta (kept here, not in execute's frame: see processTask).
 	spec  continuation.Turn
@@ -442,7 +445,7 @@ func (t *turn) startRead() store.StartRead {
 	w := t.w
 	r := store.StartRead{TaskID: t.taskID}
 	if t.msg.Approval == nil {
-		r.Pending, r.AgentID, r.Scope = true, t.msg.AgentID, w.approvalScope(t.msg)
+		r.Pending, r.AgentID, r.Scope = true, t.msg.AgentID, w.approvals.Scope(t.msg.LettaConversationID, t.msg.Conversation)
 	}
 	if w.threads.mode == ThreadConversation && t.msg.LettaConversationID == "" {
 		r.ThreadHash = threadHash(t.msg.AgentID, t.msg.Conversation)
@@ -453,7 +456,7 @@ func (t *turn) startRead() store.StartRead {
 // startStores are the stores startRead reads.
 func (w *Worker) startStores() store.StartStores {
 	return store.StartStores{Journal: w.journal.st, Replies: w.replies.st,
-		Approvals: w.approvals.store(), Threads: w.threads.store()}
+		Approvals: w.approvals.Store().Redis(), Threads: w.threads.store()}
 }
 
 // readStart reads what startReads says, unless acquire read it with the
@@ -526,7 +529,7 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 		if t.msg.Approval != nil && rec.TaskID != "" {
 			// That attempt may have ended before its request was told.
 			t.rec = rec
-			t.answerEnded(ctx, t.log, rec.Outcome == OutcomeFailed)
+			t.ap.Ended(ctx, t.log, rec.Outcome == OutcomeFailed)
 		}
 		if rec.Outcome == OutcomeFailed {
 			return fmt.Errorf("lettaq: turn already failed: %s: %w", rec.Error, asynq.SkipRetry), true
@@ -574,11 +577,7 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 		return err, true
 	}
 	var approvals []agentclient.ApprovalAnswer
-	if t.msg.Approval != nil {
-		if approvals, err, end = t.answerTurn(ctx); end {
-			return err, true
-		}
-	} else if err, end = t.approvalGate(ctx); end {
+	if approvals, err, end = t.approvalGate(ctx); end {
 		return err, true
 	}
 	if openWait(rec) != nil {

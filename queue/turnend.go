@@ -13,6 +13,7 @@ import (
 
 	"github.com/lettaq/lettaq/agentclient"
 	"github.com/lettaq/lettaq/continuation"
+	"github.com/lettaq/lettaq/queue/internal/approval"
 	"github.com/lettaq/lettaq/queue/internal/store"
 )
 
@@ -126,11 +127,11 @@ func (t *turn) finish(ctx context.Context, d continuation.Result) error {
 	switch {
 	case e.Final == EventApprovalRequired:
 		tool := &ToolEvent{Status: ToolStatusCall}
-		calls := approvalCalls(snap.Transcript)
+		calls := approval.Calls(snap.Transcript)
 		if len(calls) > 0 {
 			tool = &calls[len(calls)-1]
 		}
-		ae, err := t.requestApproval(dctx, log, calls)
+		ae, err := t.ap.Ask(dctx, log, calls)
 		if err != nil {
 			return t.retry(dctx, log, endRetryOf(in, time.Second, "record the approval request: "+err.Error()))
 		}
@@ -188,7 +189,7 @@ func (t *turn) deliver(ctx context.Context, log *slog.Logger, outcome string, ev
 		log.Info("final event already written by an earlier attempt")
 	}
 	t.finishFollowers(ctx, ev)
-	t.answered(ctx, log)
+	t.ap.Answered(ctx, log)
 	now := t.finished(outcome, ev.StopReason)
 	if err := t.save(ctx, append(t.resultOps(outcome, answer, approval), t.line.ReleaseOps("")...)...); err != nil {
 		log.Warn("could not journal the finished turn", "error", err.Error())
@@ -420,7 +421,7 @@ func (t *turn) fail(ctx context.Context, log *slog.Logger, reason, stop string) 
 	}
 	// An answer turn's request learns first: a user who reads the error
 	// and answers again finds the request answerable.
-	t.answerEnded(ctx, log, true)
+	t.ap.Ended(ctx, log, true)
 	if _, err := t.finalEvent(ctx, ev); err != nil {
 		t.redisFailed()
 		log.Warn("could not emit the error event", "error", err.Error())

@@ -21,6 +21,7 @@ import (
 	"github.com/lettaq/lettaq/budget"
 	"github.com/lettaq/lettaq/continuation"
 	"github.com/lettaq/lettaq/ordering"
+	"github.com/lettaq/lettaq/queue/internal/approval"
 	"github.com/lettaq/lettaq/queue/internal/asynqlog"
 	"github.com/lettaq/lettaq/queue/internal/cancel"
 	"github.com/lettaq/lettaq/queue/internal/health"
@@ -176,8 +177,7 @@ type Worker struct {
 	ord       *orderer           // nil: no ordering
 	lines     *line.Lines        // the chats' lines: places, parking, waking, the sweep (queue/internal/line)
 	threads   *threads
-	approvals *approvals
-	answerer  answerer
+	approvals *approval.Part
 	writer    *writer // the turns' progress events and queued writes
 
 	// ownsClient: the worker made client (from LettaURL), so it closes
@@ -327,7 +327,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		return nil, fmt.Errorf("queue: ApprovalTimeout %v is more than %v", w.cfg.ApprovalTimeout, MaxApprovalTimeout)
 	}
 	w.cancels.Records, w.cancels.Log = w.replies.st, w.log
-	w.approvals = newApprovals(w.replies)
+	w.approvals = newApprovalPart(w)
 	w.lines = newLines(w)
 	w.writer = newWriter(w.replies.rdb, w.replies)
 	w.writer.tripped = w.health.Tripped
@@ -548,9 +548,7 @@ func (w *Worker) awaitRedis(ctx context.Context) {
 }
 
 func (w *Worker) closeRedis() {
-	if w.answerer.c != nil {
-		_ = w.answerer.c.Close()
-	}
+	_ = w.approvals.Close()
 	w.lines.Close() // (under ordering its re-enqueues use the orderer's Inspector)
 	w.ord.close()
 	if w.ownsRdb {

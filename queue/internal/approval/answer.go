@@ -1,0 +1,90 @@
+package approval
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"strconv"
+)
+
+// Causes of an answer (Answer.Cause; queue names them AnswerByUser, AnswerExpired and
+// AnswerMovedOn).
+const (
+	ByUser  = "user"     // a person answered
+	Expired = "expired"  // nobody answered in time
+	MovedOn = "moved_on" // a new message came (policy deny)
+)
+
+// maxAnswerTaskID bounds an answer's task id: a longer one is hashed.
+const maxAnswerTaskID = 200
+
+// Verdict answers one pending tool call: approve or deny (the payload's "decisions";
+// continuation.Result is something else). queue names it ApprovalVerdict.
+type Verdict struct {
+	ToolCallID string `json:"tool_call_id"`
+	Approve    bool   `json:"approve"`
+	Reason     string `json:"reason,omitempty"`
+}
+
+// Answer is the payload of an approval answer turn ("approval"); queue names it Answer:
+//
+//	{"request_task_id": "turn:web:42:7", "cause": "user",
+//	 "decisions": [{"tool_call_id": "call-1", "approve": false, "reason": "not today"}]}
+type Answer struct {
+	// RequestTaskID is the task id of the turn that asked.
+	RequestTaskID string    `json:"request_task_id"`
+	Decisions     []Verdict `json:"decisions"`
+	// Cause: ByUser (default), Expired, MovedOn.
+	Cause string `json:"cause,omitempty"`
+}
+
+// Summary is what the decisions say together: "approved", "denied" or "mixed".
+func Summary(ds []Verdict) string {
+	yes, no := 0, 0
+	for _, d := range ds {
+		if d.Approve {
+			yes++
+		} else {
+			no++
+		}
+	}
+	switch {
+	case no == 0:
+		return "approved"
+	case yes == 0:
+		return "denied"
+	}
+	return "mixed"
+}
+
+// ErrNoRequest is returned (wrapped) when no approval request is known by the given task
+// id or otid (queue's ErrNoApproval).
+var ErrNoRequest = errors.New("queue: no approval request")
+
+// AnswerTaskID is the task id of the answer to the request of task requestTaskID:
+// "answer:" and that id (hashed when long), so that the same answer sent twice is one
+// task.
+func AnswerTaskID(requestTaskID string) string {
+	id := "answer:" + requestTaskID
+	if len(id) > maxAnswerTaskID {
+		sum := sha256.Sum256([]byte(requestTaskID))
+		return "answer:h:" + hex.EncodeToString(sum[:])
+	}
+	return id
+}
+
+// AnswerTaskIDAfter is the task id of the answer to the request of task requestTaskID
+// after failed answer turns (Pending.FailedAnswers): AnswerTaskID when failed is 0, else
+// "answer#<failed+1>:" and the request's id (hashed when long). An AnswerTaskID never has
+// '#' after "answer".
+func AnswerTaskIDAfter(requestTaskID string, failed int) string {
+	if failed <= 0 {
+		return AnswerTaskID(requestTaskID)
+	}
+	pre := "answer#" + strconv.Itoa(failed+1) + ":"
+	if id := pre + requestTaskID; len(id) <= maxAnswerTaskID {
+		return id
+	}
+	sum := sha256.Sum256([]byte(requestTaskID))
+	return pre + "h:" + hex.EncodeToString(sum[:])
+}
