@@ -84,7 +84,7 @@ func approvalCalls(tr agentclient.Transcript) []ToolEvent {
 // schedules its expiry. It returns the event's approval field.
 func (t *turn) requestApproval(ctx context.Context, log *slog.Logger, calls []ToolEvent) (*ApprovalEvent, error) {
 	now := time.Now()
-	p := &pendingApproval{RequestTaskID: t.taskID, Otid: t.otid, RunID: t.rec.RunID, AgentID: t.msg.AgentID,
+	p := &pendingApproval{RequestTaskID: t.taskID, Otid: t.otid, RunID: t.jr.Rec().RunID, AgentID: t.msg.AgentID,
 		Conversation: t.msg.Conversation, LettaConversationID: t.msg.LettaConversationID, Queue: t.queue,
 		Scope: t.w.approvalScope(t.msg),
 		Calls: calls, RequestedAt: now.UTC(), ExpiresAt: now.Add(t.w.cfg.ApprovalTimeout).UTC()}
@@ -95,9 +95,9 @@ func (t *turn) requestApproval(ctx context.Context, log *slog.Logger, calls []To
 		// pending again, and no expiry is due.
 		if old.AnsweredBy != "" {
 			log.Info("approval request already answered: a retried delivery leaves it so", "answered_by", old.AnsweredBy)
-			t.mu.Lock()
-			t.rec.Approval = approvalRecordOf(old)
-			t.mu.Unlock()
+			t.jr.Lock()
+			t.jr.Rec().Approval = approvalRecordOf(old)
+			t.jr.Unlock()
 			return &ApprovalEvent{RequestTaskID: t.taskID, Calls: old.Calls, ExpiresAt: old.ExpiresAt}, nil
 		}
 		p.RequestedAt, p.ExpiresAt, p.FailedAnswers = old.RequestedAt, old.ExpiresAt, old.FailedAnswers
@@ -108,9 +108,9 @@ func (t *turn) requestApproval(ctx context.Context, log *slog.Logger, calls []To
 	if err := t.w.scheduleExpiry(ctx, p); err != nil {
 		return nil, err
 	}
-	t.mu.Lock()
-	t.rec.Approval = approvalRecordOf(p)
-	t.mu.Unlock()
+	t.jr.Lock()
+	t.jr.Rec().Approval = approvalRecordOf(p)
+	t.jr.Unlock()
 	log.Info("approval requested", "calls", len(calls), "expires_at", p.ExpiresAt.Format(time.RFC3339))
 	t.w.observeApproval("requested", 0)
 	return &ApprovalEvent{RequestTaskID: t.taskID, Calls: calls, ExpiresAt: p.ExpiresAt}, nil
@@ -152,7 +152,7 @@ func (t *turn) answerTurn(ctx context.Context) (approvals []agentclient.Approval
 	for _, d := range a.Decisions {
 		approvals = append(approvals, agentclient.ApprovalAnswer{ToolCallID: d.ToolCallID, Approve: d.Approve, Reason: d.Reason})
 	}
-	if t.attempt().N == 1 {
+	if t.jr.Current().N == 1 {
 		t.log.Info("answering approval request", "request_task_id", p.RequestTaskID, "decision", a.summary(), "cause", a.Cause)
 	}
 	return approvals, nil, false
@@ -187,9 +187,9 @@ func (t *turn) answered(ctx context.Context, log *slog.Logger) {
 	// The human's wait ends when the answer came (was enqueued).
 	waited := max(t.msg.EnqueuedAt.Sub(p.RequestedAt), 0)
 	ar.Waited = waited
-	t.mu.Lock()
-	t.rec.Approval = ar
-	t.mu.Unlock()
+	t.jr.Lock()
+	t.jr.Rec().Approval = ar
+	t.jr.Unlock()
 	t.journalAnswer(ctx, p.RequestTaskID, ar)
 	t.w.wakeApprovalWaiters(ctx, p.RequestTaskID, t.key)
 	event := "answered"
@@ -212,9 +212,9 @@ func (t *turn) answerEnded(ctx context.Context, log *slog.Logger, failed bool) {
 	if t.msg.Approval == nil {
 		return
 	}
-	t.mu.Lock()
-	reached := t.rec != nil && t.rec.RunID != ""
-	t.mu.Unlock()
+	t.jr.Lock()
+	reached := t.jr.Rec() != nil && t.jr.Rec().RunID != ""
+	t.jr.Unlock()
 	if failed && !reached {
 		t.answerFailed(ctx, log)
 		return
@@ -336,12 +336,12 @@ func (t *turn) awaitApproval(ctx context.Context, log *slog.Logger, p *pendingAp
 	if t.outOfRetries(&busyError{}) {
 		return t.giveUp("waiting for the answer to approval request " + p.RequestTaskID)
 	}
-	t.mu.Lock()
-	first := len(t.rec.Attempts) < 2 || t.rec.Attempts[len(t.rec.Attempts)-2].Outcome != OutcomeAwaitingApproval
-	t.attempt().Outcome = OutcomeAwaitingApproval
-	t.attempt().Error = "waiting for the answer to approval request " + p.RequestTaskID
-	t.attempt().End = time.Now().UTC()
-	t.mu.Unlock()
+	t.jr.Lock()
+	first := len(t.jr.Rec().Attempts) < 2 || t.jr.Rec().Attempts[len(t.jr.Rec().Attempts)-2].Outcome != OutcomeAwaitingApproval
+	t.jr.Current().Outcome = OutcomeAwaitingApproval
+	t.jr.Current().Error = "waiting for the answer to approval request " + p.RequestTaskID
+	t.jr.Current().End = time.Now().UTC()
+	t.jr.Unlock()
 	if first {
 		t.emit(ReplyEvent{Type: EventPhase, Phase: PhaseAwaitingApproval,
 			Approval: &ApprovalEvent{RequestTaskID: p.RequestTaskID, ExpiresAt: p.ExpiresAt}})

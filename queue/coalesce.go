@@ -70,7 +70,7 @@ func (t *turn) coalesced(ctx context.Context, head string) error {
 			Start: t.start, End: now.UTC(), Outcome: OutcomeCoalesced})
 	}
 	rec.Outcome, rec.AnsweredBy, rec.FinishedAt = OutcomeCoalesced, head, now.UTC()
-	t.rec = rec
+	t.jr.SetRecord(rec)
 	if err := t.w.journal.Save(dctx, rec); err != nil {
 		t.redisFailed()
 		t.log.Warn("could not journal the coalesced turn", "error", err.Error())

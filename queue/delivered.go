@@ -53,10 +53,10 @@ func (t *turn) finishDelivered(ctx context.Context, rec *TurnRecord) error {
 		answer = ev.Text
 	}
 	now := time.Now()
-	t.mu.Lock()
+	t.jr.Lock()
 	rec.Attempts = append(rec.Attempts, Attempt{N: len(rec.Attempts) + 1, Worker: w.cfg.WorkerID, Start: t.start,
 		End: now.UTC(), Outcome: outcome, Error: reason})
-	t.rec, t.att = rec, len(rec.Attempts)-1
+	t.jr.Begin(rec)
 	rec.Outcome, rec.Error, rec.FinishedAt = outcome, reason, now.UTC()
 	if found {
 		rec.StopReason = ev.StopReason
@@ -64,7 +64,7 @@ func (t *turn) finishDelivered(ctx context.Context, rec *TurnRecord) error {
 			rec.RunID = ev.RunID
 		}
 	}
-	t.mu.Unlock()
+	t.jr.Unlock()
 	t.ids.setRunID(rec.RunID)
 	if err := t.save(ctx); err != nil {
 		return t.retryEarly(err)

@@ -299,10 +299,10 @@ func (t *turn) readRelease(c *redis.Cmd, next func(*redis.Cmd) (string, error)) 
 		return nil // the final event is not written: processTask releases (not done)
 	}
 	if err == nil {
-		t.mu.Lock() // the writer's goroutine: processTask may have stopped waiting
+		t.jr.Lock() // the writer's goroutine: processTask may have stopped waiting
 		t.released, t.next = true, n
 		late := t.releaseSeen
-		t.mu.Unlock()
+		t.jr.Unlock()
 		if late {
 			// processTask went on without this release (it stopped
 			// waiting for these writes): the next turn is woken here.

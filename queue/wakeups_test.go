@@ -156,7 +156,7 @@ func TestGiveUpWithoutALeaseWakesTheNext(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tt := &turn{w: w, taskID: ids[0], rn: fence.Runner{ID: ids[0]}, queue: q, key: key, msg: msg, actx: ctx,
+	tt := &turn{w: w, jr: attemptJournal(w, nil), taskID: ids[0], rn: fence.Runner{ID: ids[0]}, queue: q, key: key, msg: msg, actx: ctx,
 		task: asynq.NewTask(info.Type, info.Payload), log: w.log, start: time.Now()}
 	tt.obs.Observer = w.obs
 	if err := tt.giveUp("could not start: redis down"); !errors.Is(err, asynq.SkipRetry) {
