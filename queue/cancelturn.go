@@ -217,7 +217,7 @@ func (t *turn) endCancelled(ctx context.Context, log *slog.Logger, cr CancelReco
 	log.Info("turn cancelled", "outcome", OutcomeCancelled, "phase", phase, "by", cr.By, "answer_bytes", len(text))
 	t.obs.AttemptFinished(t.queue, "done", time.Since(t.start))
 	t.w.turnCancelled(t.queue, phase)
-	t.obs.TurnFinished(t.queue, OutcomeCancelled, t.latency(now), t.jr.Rec().TTFT)
+	t.obs.TurnFinished(t.queue, OutcomeCancelled, t.jr.Latency(now), t.jr.Rec().TTFT)
 	return nil
 }
 
@@ -255,7 +255,7 @@ func (t *turn) cancelWaiting(ctx context.Context, nyt error) error {
 	t.log.Info("turn cancelled", "outcome", OutcomeCancelled, "phase", CancelPhaseWaiting, "by", cr.By)
 	t.obs.AttemptFinished(t.queue, "done", time.Since(t.start))
 	w.turnCancelled(t.queue, CancelPhaseWaiting)
-	t.obs.TurnFinished(t.queue, OutcomeCancelled, t.latency(now), 0)
+	t.obs.TurnFinished(t.queue, OutcomeCancelled, t.jr.Latency(now), 0)
 	return nil // completed with the cancelled result: a normal ending, not a failure
 }
 

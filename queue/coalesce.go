@@ -78,7 +78,7 @@ func (t *turn) coalesced(ctx context.Context, head string) error {
 	t.writeResult(OutcomeCoalesced, "", nil)
 	t.log.Info("message merged into an earlier turn", "answered_by", head)
 	t.obs.AttemptFinished(t.queue, "done", time.Since(t.start))
-	t.obs.TurnFinished(t.queue, OutcomeCoalesced, t.latency(now), 0)
+	t.obs.TurnFinished(t.queue, OutcomeCoalesced, t.jr.Latency(now), 0)
 	return nil
 }
 

@@ -83,12 +83,12 @@ func (t *turn) finishDelivered(ctx context.Context, rec *TurnRecord) error {
 		"attempt", len(rec.Attempts), "answer_bytes", len(answer))
 	if outcome == OutcomeFailed || outcome == OutcomeCancelled {
 		t.obs.AttemptFinished(t.queue, "archived", time.Since(t.start))
-		t.obs.TurnFinished(t.queue, outcome, t.latency(now), rec.TTFT)
+		t.obs.TurnFinished(t.queue, outcome, t.jr.Latency(now), rec.TTFT)
 		t.writeResult(outcome, "", nil)
 		return fmt.Errorf("lettaq: turn failed: %s: %w", reason, asynq.SkipRetry)
 	}
 	t.writeResult(outcome, answer, approval)
 	t.obs.AttemptFinished(t.queue, "done", time.Since(t.start))
-	t.obs.TurnFinished(t.queue, outcome, t.latency(now), rec.TTFT)
+	t.obs.TurnFinished(t.queue, outcome, t.jr.Latency(now), rec.TTFT)
 	return nil
 }

@@ -587,7 +587,7 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 
 	t.st = agentclient.NewStreamState()
 	t.st.SetRunID(rec.RunID)
-	t.view.Start(rec.FirstStartedAt, w.cfg.HeartbeatInterval, w.cfg.DeltaMaxAge, t.emitEvent, t.mark)
+	t.view.Start(rec.FirstStartedAt, w.cfg.HeartbeatInterval, w.cfg.DeltaMaxAge, t.emitEvent, t.jr.Mark)
 	// What the run at Letta needs lives in the turn: the goroutine waits
 	// under execute, whose frame must stay small (see processTask).
 	t.spec = continuation.Turn{AgentID: t.msg.AgentID, Otid: t.otid, Text: text, SenderID: t.msg.SenderID,
@@ -719,13 +719,6 @@ func (t *turn) emitEvent(ev ReplyEvent, lazy bool) {
 		return
 	}
 	t.progress.push(ev)
-}
-
-func (t *turn) mark(phase string) {
-	t.jr.Lock()
-	a := t.jr.Current()
-	a.Phases = append(a.Phases, PhaseMark{Phase: phase, At: time.Now().UTC()})
-	t.jr.Unlock()
 }
 
 func (t *turn) beforeSend(ctx context.Context, resend bool) error {

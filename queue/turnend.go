@@ -223,7 +223,7 @@ func (t *turn) deliverAtOnce(ctx context.Context, log *slog.Logger, outcome stri
 	ops = append(ops, t.unregisterOps()...) // (takeover.go)
 	t.progress.dropQueuedSaves()            // this record is newer
 	t.jr.Lock()
-	lat, ttft := t.latency(now), t.jr.Rec().TTFT
+	lat, ttft := t.jr.Latency(now), t.jr.Rec().TTFT
 	t.jr.Unlock()
 	late := func(err error) {
 		// The attempt stopped waiting and retries; the writes landed after
@@ -289,7 +289,7 @@ func (t *turn) deliveredBy(log *slog.Logger, outcome, answer string, now time.Ti
 	log.Info("turn finished", "outcome", outcome, "attempt", t.jr.Current().N, "answer_bytes", len(answer))
 	t.obs.AttemptFinished(t.queue, "done", time.Since(t.start))
 	if count {
-		t.obs.TurnFinished(t.queue, outcome, t.latency(now), t.jr.Rec().TTFT)
+		t.obs.TurnFinished(t.queue, outcome, t.jr.Latency(now), t.jr.Rec().TTFT)
 	}
 	return nil
 }
@@ -323,13 +323,6 @@ func (t *turn) undelivered(ctx context.Context, log *slog.Logger, err error) err
 	log.Warn("could not deliver the answer, retrying", "outcome", OutcomeRetrying, "error", err.Error())
 	t.obs.AttemptFinished(t.queue, "retry", time.Since(t.start))
 	return rerr
-}
-
-func (t *turn) latency(now time.Time) time.Duration {
-	if t.jr.Rec().EnqueuedAt.IsZero() {
-		return now.Sub(t.jr.Rec().FirstStartedAt)
-	}
-	return now.Sub(t.jr.Rec().EnqueuedAt)
 }
 
 // finalEvent writes the attempt's final event once per turn (see
@@ -392,7 +385,7 @@ func (t *turn) resultJSON(outcome, answer string, approval *ToolEvent) ([]byte, 
 	r := TurnResult{TaskID: t.taskID, Otid: t.otid, RunID: t.jr.Rec().RunID, Outcome: outcome, Answer: answer,
 		StopReason: t.jr.Rec().StopReason, Approval: approval, Usage: t.jr.Rec().Usage, Attempts: len(t.jr.Rec().Attempts),
 		QueueWaitMS: t.jr.Rec().QueueWait.Milliseconds(), TTFTMS: t.jr.Rec().TTFT.Milliseconds(),
-		LatencyMS: t.latency(time.Now()).Milliseconds(), AttemptMS: time.Since(t.start).Milliseconds(),
+		LatencyMS: t.jr.Latency(time.Now()).Milliseconds(), AttemptMS: time.Since(t.start).Milliseconds(),
 		AnsweredBy: t.jr.Rec().AnsweredBy}
 	for _, f := range t.followers {
 		r.Merged = append(r.Merged, f.taskID)
@@ -442,7 +435,7 @@ func (t *turn) fail(ctx context.Context, log *slog.Logger, reason, stop string) 
 	log.Warn("turn failed", "outcome", OutcomeFailed, "reason", reason)
 	t.w.permanent.Add(t.taskID, "otid", t.otid, "run_id", t.jr.Rec().RunID) // for the archiving's log line
 	t.obs.AttemptFinished(t.queue, "archived", time.Since(t.start))
-	t.obs.TurnFinished(t.queue, OutcomeFailed, t.latency(now), t.jr.Rec().TTFT)
+	t.obs.TurnFinished(t.queue, OutcomeFailed, t.jr.Latency(now), t.jr.Rec().TTFT)
 	return fmt.Errorf("lettaq: turn failed: %s: %w", reason, asynq.SkipRetry)
 }
 
@@ -549,7 +542,7 @@ func (t *turn) giveUp(reason string) error {
 	t.log.Warn("turn failed", "outcome", OutcomeFailed, "reason", reason)
 	w.permanent.Add(t.taskID, "otid", t.otid)
 	t.obs.AttemptFinished(t.queue, "archived", time.Since(t.start))
-	t.obs.TurnFinished(t.queue, OutcomeFailed, t.latency(now), 0)
+	t.obs.TurnFinished(t.queue, OutcomeFailed, t.jr.Latency(now), 0)
 	return fmt.Errorf("lettaq: turn failed: %s: %w", reason, asynq.SkipRetry)
 }
 

@@ -2,6 +2,7 @@ package journal
 
 import (
 	"sync"
+	"time"
 
 	"github.com/lettaq/lettaq/queue/internal/record"
 	"github.com/lettaq/lettaq/queue/internal/store"
@@ -55,7 +56,7 @@ func (a *Attempt) Begin(rec *record.TurnRecord) { a.rec, a.att = rec, len(rec.At
 // Read notes the index entries of the record as read from the journal
 // (nil, or without a task id: none), before the attempt changes it.
 func (a *Attempt) Read(read *record.TurnRecord) {
-	a.ix.Init(read)
+	a.ix.init(read)
 	a.ixKnown = true
 }
 
@@ -74,6 +75,23 @@ func (a *Attempt) Copy() record.TurnRecord {
 	rec := *a.rec
 	rec.Attempts = append([]record.Attempt(nil), a.rec.Attempts...)
 	return rec
+}
+
+// Mark notes, under the lock, that the attempt entered phase now.
+func (a *Attempt) Mark(phase string) {
+	a.mu.Lock()
+	c := a.Current()
+	c.Phases = append(c.Phases, record.PhaseMark{Phase: phase, At: time.Now().UTC()})
+	a.mu.Unlock()
+}
+
+// Latency is the turn's time from its enqueue (else its first start) to
+// now; the caller holds the lock, or changes the record itself.
+func (a *Attempt) Latency(now time.Time) time.Duration {
+	if a.rec.EnqueuedAt.IsZero() {
+		return now.Sub(a.rec.FirstStartedAt)
+	}
+	return now.Sub(a.rec.EnqueuedAt)
 }
 
 // Ended reports whether the record has this attempt's entry and it ended.

@@ -11,8 +11,8 @@ import (
 	"github.com/lettaq/lettaq/queue/internal/store"
 )
 
-// An attempt's copy of its record has attempts of its own; Ended says
-// whether the attempt's own entry ended.
+// An attempt's copy of its record has attempts of its own; Mark notes a
+// phase in the attempt's own entry; Ended says whether that entry ended.
 func TestAttemptCopyAndEnded(t *testing.T) {
 	_, sv := testJournal(nil, "lettaq:", 0, 0, nil)
 	a := NewAttempt(sv)
@@ -32,6 +32,13 @@ func TestAttemptCopyAndEnded(t *testing.T) {
 	c.Attempts[1].Outcome = "changed in the copy"
 	if a.Current().Outcome != "" {
 		t.Fatal("the copy shares its attempts with the record")
+	}
+	a.Mark("streaming")
+	if ph := a.Current().Phases; len(ph) != 1 || ph[0].Phase != "streaming" || ph[0].At.IsZero() {
+		t.Fatalf("phases after Mark: %+v", ph)
+	}
+	if got := a.Latency(rec.EnqueuedAt.Add(time.Second)); got != time.Second {
+		t.Fatalf("latency %v, want from the enqueue", got)
 	}
 	a.Lock()
 	a.Current().End = time.Now()

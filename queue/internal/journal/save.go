@@ -134,9 +134,9 @@ func indexedBits(rec *record.TurnRecord) uint32 {
 	return m
 }
 
-// Init sets ix to the index state of a record read from the journal (nil
+// init sets ix to the index state of a record read from the journal (nil
 // or without a task id: none yet).
-func (ix *Indexed) Init(read *record.TurnRecord) {
+func (ix *Indexed) init(read *record.TurnRecord) {
 	var maybe, sure uint32
 	if read != nil && read.TaskID != "" {
 		maybe, sure = matches(read), indexedBits(read)

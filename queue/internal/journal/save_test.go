@@ -54,7 +54,7 @@ func TestJournalSavesSkipKnownIndexEntries(t *testing.T) {
 			Attempts: []record.Attempt{{N: 1, Start: start}}}
 
 		var ix Indexed
-		ix.Init(&TurnRecord{}) // nothing read: no record yet
+		ix.init(&TurnRecord{}) // nothing read: no record yet
 		if got := idx(save(rec, false, &ix)); got != "true 1 - - - -" {
 			t.Errorf("first save: %q", got)
 		}
@@ -71,7 +71,7 @@ func TestJournalSavesSkipKnownIndexEntries(t *testing.T) {
 		// The next attempt reads the record: its entries are known; it gains retries and stalls.
 		read := storedRecord(t, st, "t1")
 		var ix2 Indexed
-		ix2.Init(read)
+		ix2.init(read)
 		read.Attempts = append(read.Attempts, record.Attempt{N: 2, Start: start, TimeoutClock: TimeoutClockStall})
 		if got := idx(save(read, false, &ix2)); got != "false - 1 1 - -" {
 			t.Errorf("retry's save: %q", got)
@@ -85,7 +85,7 @@ func TestJournalSavesSkipKnownIndexEntries(t *testing.T) {
 			t.Errorf("failed save: %q", got)
 		}
 		var ix3 Indexed
-		ix3.Init(&TurnRecord{})
+		ix3.init(&TurnRecord{})
 		save(&TurnRecord{TaskID: "t1", Otid: "o1", EnqueuedAt: start}, true, &ix3) // kept: not written
 		if ix3.sure.Load() != 0 {
 			t.Errorf("a save that did not run marked entries as written: %b", ix3.sure.Load())
@@ -193,8 +193,8 @@ func TestPlainSaveMatchesScript(t *testing.T) {
 				}
 			}
 			ixPlain, ixScript = new(Indexed), new(Indexed)
-			ixPlain.Init(nil)
-			ixScript.Init(nil)
+			ixPlain.init(nil)
+			ixScript.init(nil)
 			rec := rjRecord(task, now.Add(-time.Duration(5-i)*time.Minute))
 			rec.Attempts = []record.Attempt{{N: 1, Start: now}}
 			run(rec, i%2 == 0)
@@ -227,7 +227,7 @@ func TestPlainSaveReportsAFailedCommand(t *testing.T) {
 			t.Fatal(err)
 		}
 		var ix Indexed
-		ix.Init(nil)
+		ix.init(nil)
 		now := time.Now()
 		rec := rjRecord("t", now)
 		rec.FirstStartedAt = now
