@@ -96,19 +96,19 @@ type approvalAttempt turn
 
 func (a *approvalAttempt) RunID() string {
 	t := (*turn)(a)
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.rec == nil {
+	t.jr.Lock()
+	defer t.jr.Unlock()
+	if t.jr.Rec() == nil {
 		return ""
 	}
-	return t.rec.RunID
+	return t.jr.Rec().RunID
 }
 
 func (a *approvalAttempt) SetApproval(r *ApprovalRecord) {
 	t := (*turn)(a)
-	t.mu.Lock()
-	t.rec.Approval = r
-	t.mu.Unlock()
+	t.jr.Lock()
+	t.jr.Rec().Approval = r
+	t.jr.Unlock()
 }
 
 func (a *approvalAttempt) RedisFailed() { (*turn)(a).redisFailed() }
@@ -127,7 +127,7 @@ func newApprovalTurn(t *turn) approval.Turn {
 // unanswered request waits for it (awaitApproval) or fails. end is true
 // when the attempt ends here.
 func (t *turn) approvalGate(ctx context.Context) (answers []agentclient.ApprovalAnswer, err error, end bool) {
-	g := t.ap.Gate(ctx, t.pre, t.attempt().N == 1)
+	g := t.ap.Gate(ctx, t.pre, t.jr.Current().N == 1)
 	log := t.log
 	if g.Open != nil {
 		log = log.With(slog.String("request_task_id", g.Open.RequestTaskID))
@@ -153,12 +153,12 @@ func (t *turn) awaitApproval(ctx context.Context, log *slog.Logger, p *approval.
 	if t.outOfRetries(&busyError{}) {
 		return t.giveUp("waiting for the answer to approval request " + p.RequestTaskID)
 	}
-	t.mu.Lock()
-	first := len(t.rec.Attempts) < 2 || t.rec.Attempts[len(t.rec.Attempts)-2].Outcome != OutcomeAwaitingApproval
-	t.attempt().Outcome = OutcomeAwaitingApproval
-	t.attempt().Error = "waiting for the answer to approval request " + p.RequestTaskID
-	t.attempt().End = time.Now().UTC()
-	t.mu.Unlock()
+	t.jr.Lock()
+	first := len(t.jr.Rec().Attempts) < 2 || t.jr.Rec().Attempts[len(t.jr.Rec().Attempts)-2].Outcome != OutcomeAwaitingApproval
+	t.jr.Current().Outcome = OutcomeAwaitingApproval
+	t.jr.Current().Error = "waiting for the answer to approval request " + p.RequestTaskID
+	t.jr.Current().End = time.Now().UTC()
+	t.jr.Unlock()
 	if first {
 		t.emit(ReplyEvent{Type: EventPhase, Phase: PhaseAwaitingApproval,
 			Approval: &ApprovalEvent{RequestTaskID: p.RequestTaskID, ExpiresAt: p.ExpiresAt}})

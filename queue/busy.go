@@ -42,10 +42,10 @@ func (t *turn) busy(ctx context.Context, e ending) error {
 	if e.GaveUp {
 		return t.giveUp(e.Reason)
 	}
-	t.mu.Lock()
-	t.attempt().Outcome, t.attempt().Error, t.attempt().RetryIn = e.Outcome, e.Reason, e.Delay
-	attempt := t.attempt().N
-	t.mu.Unlock()
+	t.jr.Lock()
+	t.jr.Current().Outcome, t.jr.Current().Error, t.jr.Current().RetryIn = e.Outcome, e.Reason, e.Delay
+	attempt := t.jr.Current().N
+	t.jr.Unlock()
 	// The refused send stored nothing: the next attempt sends without
 	// searching for the otid first.
 	if err := t.w.journal.RecordRefusal(ctx, t.taskID, t.otid, attempt, t.w.cfg.WorkerID); err != nil {

@@ -164,10 +164,10 @@ func (t *turn) cancelStart(ctx context.Context, intents []Intent) (err error, en
 	if cr == nil {
 		return nil, false
 	}
-	if len(liveIntents(intents)) == 0 && t.rec.RunID == "" {
+	if len(liveIntents(intents)) == 0 && t.jr.Rec().RunID == "" {
 		return t.endCancelled(ctx, t.log, *cr, CancelPhaseWaiting, ""), true
 	}
-	t.cx.Recovered(t.rec.RunID != "")
+	t.cx.Recovered(t.jr.Rec().RunID != "")
 	t.log.Info("the turn was cancelled while it may have reached Letta: its run is cancelled, never sent again")
 	return nil, false
 }
@@ -183,9 +183,9 @@ func (t *turn) endCancelled(ctx context.Context, log *slog.Logger, cr CancelReco
 	dctx, cancel := t.w.deliveryCtx(ctx)
 	defer cancel()
 	cr.Phase = phase
-	t.mu.Lock()
-	runID := t.rec.RunID
-	t.mu.Unlock()
+	t.jr.Lock()
+	runID := t.jr.Rec().RunID
+	t.jr.Unlock()
 	ev := ReplyEvent{Type: EventError, TaskID: t.taskID, Otid: t.otid, RunID: runID, MessageID: t.msg.MessageID,
 		Text: text, StopReason: StopReasonCancelled, Permanent: true}
 	if len(t.line.Followers()) > 0 {
@@ -200,24 +200,24 @@ func (t *turn) endCancelled(ctx context.Context, log *slog.Logger, cr CancelReco
 	}
 	t.finishFollowers(dctx, ev)
 	now := time.Now()
-	t.mu.Lock()
-	a := t.attempt()
+	t.jr.Lock()
+	a := t.jr.Current()
 	if a.End.IsZero() {
 		a.End = now.UTC()
 	}
 	a.Outcome, a.Error = OutcomeCancelled, ""
-	t.rec.Outcome, t.rec.Error, t.rec.StopReason, t.rec.FinishedAt, t.rec.Cancel = OutcomeCancelled, "", StopReasonCancelled, now.UTC(), &cr
+	t.jr.Rec().Outcome, t.jr.Rec().Error, t.jr.Rec().StopReason, t.jr.Rec().FinishedAt, t.jr.Rec().Cancel = OutcomeCancelled, "", StopReasonCancelled, now.UTC(), &cr
 	if text != "" {
-		t.rec.PartialAnswer = cutText(text, maxPartialAnswer)
+		t.jr.Rec().PartialAnswer = cutText(text, maxPartialAnswer)
 	}
-	t.mu.Unlock()
+	t.jr.Unlock()
 	if err := t.save(dctx, append(t.resultOps(OutcomeCancelled, text, nil), t.line.ReleaseOps("")...)...); err != nil {
 		log.Warn("could not journal the cancelled turn", "error", err.Error())
 	}
 	log.Info("turn cancelled", "outcome", OutcomeCancelled, "phase", phase, "by", cr.By, "answer_bytes", len(text))
 	t.obs.AttemptFinished(t.queue, "done", time.Since(t.start))
 	t.w.turnCancelled(t.queue, phase)
-	t.obs.TurnFinished(t.queue, OutcomeCancelled, t.latency(now), t.rec.TTFT)
+	t.obs.TurnFinished(t.queue, OutcomeCancelled, t.jr.Latency(now), t.jr.Rec().TTFT)
 	return nil
 }
 
@@ -242,7 +242,7 @@ func (t *turn) cancelWaiting(ctx context.Context, nyt error) error {
 	rec.Attempts = append(rec.Attempts, Attempt{N: len(rec.Attempts) + 1, Worker: w.cfg.WorkerID, Start: t.start.UTC(),
 		End: now, Outcome: OutcomeCancelled})
 	rec.Outcome, rec.StopReason, rec.FinishedAt, rec.Error, rec.Cancel = OutcomeCancelled, StopReasonCancelled, now, "", &cr
-	t.rec = rec
+	t.jr.SetRecord(rec)
 	if err := w.journal.Save(dctx, rec); err != nil {
 		t.redisFailed()
 		t.log.Warn("could not journal the cancelled turn", "error", err.Error())
@@ -255,7 +255,7 @@ func (t *turn) cancelWaiting(ctx context.Context, nyt error) error {
 	t.log.Info("turn cancelled", "outcome", OutcomeCancelled, "phase", CancelPhaseWaiting, "by", cr.By)
 	t.obs.AttemptFinished(t.queue, "done", time.Since(t.start))
 	w.turnCancelled(t.queue, CancelPhaseWaiting)
-	t.obs.TurnFinished(t.queue, OutcomeCancelled, t.latency(now), 0)
+	t.obs.TurnFinished(t.queue, OutcomeCancelled, t.jr.Latency(now), 0)
 	return nil // completed with the cancelled result: a normal ending, not a failure
 }
 

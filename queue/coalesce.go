@@ -30,7 +30,7 @@ func (t *turn) coalesced(ctx context.Context, head string) error {
 			Start: t.start, End: now.UTC(), Outcome: OutcomeCoalesced})
 	}
 	rec.Outcome, rec.AnsweredBy, rec.FinishedAt = OutcomeCoalesced, head, now.UTC()
-	t.rec = rec
+	t.jr.SetRecord(rec)
 	if err := t.w.journal.Save(dctx, rec); err != nil {
 		t.redisFailed()
 		t.log.Warn("could not journal the coalesced turn", "error", err.Error())
@@ -38,7 +38,7 @@ func (t *turn) coalesced(ctx context.Context, head string) error {
 	t.writeResult(OutcomeCoalesced, "", nil)
 	t.log.Info("message merged into an earlier turn", "answered_by", head)
 	t.obs.AttemptFinished(t.queue, "done", time.Since(t.start))
-	t.obs.TurnFinished(t.queue, OutcomeCoalesced, t.latency(now), 0)
+	t.obs.TurnFinished(t.queue, OutcomeCoalesced, t.jr.Latency(now), 0)
 	return nil
 }
 

@@ -53,10 +53,10 @@ func (t *turn) finishDelivered(ctx context.Context, rec *TurnRecord) error {
 		answer = ev.Text
 	}
 	now := time.Now()
-	t.mu.Lock()
+	t.jr.Lock()
 	rec.Attempts = append(rec.Attempts, Attempt{N: len(rec.Attempts) + 1, Worker: w.cfg.WorkerID, Start: t.start,
 		End: now.UTC(), Outcome: outcome, Error: reason})
-	t.rec, t.att = rec, len(rec.Attempts)-1
+	t.jr.Begin(rec)
 	rec.Outcome, rec.Error, rec.FinishedAt = outcome, reason, now.UTC()
 	if found {
 		rec.StopReason = ev.StopReason
@@ -64,7 +64,7 @@ func (t *turn) finishDelivered(ctx context.Context, rec *TurnRecord) error {
 			rec.RunID = ev.RunID
 		}
 	}
-	t.mu.Unlock()
+	t.jr.Unlock()
 	t.ids.setRunID(rec.RunID)
 	if err := t.save(ctx); err != nil {
 		return t.retryEarly(err)
@@ -83,12 +83,12 @@ func (t *turn) finishDelivered(ctx context.Context, rec *TurnRecord) error {
 		"attempt", len(rec.Attempts), "answer_bytes", len(answer))
 	if outcome == OutcomeFailed || outcome == OutcomeCancelled {
 		t.obs.AttemptFinished(t.queue, "archived", time.Since(t.start))
-		t.obs.TurnFinished(t.queue, outcome, t.latency(now), rec.TTFT)
+		t.obs.TurnFinished(t.queue, outcome, t.jr.Latency(now), rec.TTFT)
 		t.writeResult(outcome, "", nil)
 		return fmt.Errorf("lettaq: turn failed: %s: %w", reason, asynq.SkipRetry)
 	}
 	t.writeResult(outcome, answer, approval)
 	t.obs.AttemptFinished(t.queue, "done", time.Since(t.start))
-	t.obs.TurnFinished(t.queue, outcome, t.latency(now), rec.TTFT)
+	t.obs.TurnFinished(t.queue, outcome, t.jr.Latency(now), rec.TTFT)
 	return nil
 }

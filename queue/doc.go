@@ -62,7 +62,7 @@
 //     runner of a turn at a time: a turn that a live runner holds is not
 //     taken over, and a runner stops once a runner that started after it
 //     registered the turn; the journal keeps the record of the newest
-//     runner (a save of an earlier one writes nothing: Journal.saveOp).
+//     runner (a save of an earlier one writes nothing: journal.Saver.SaveOp).
 //   - The handler returns before Asynq's deadline: the work runs under a
 //     context that ends DeliveryAllowance + SafetyMargin/2 before it, and
 //     the budget sizes the task timeout for the worst case.

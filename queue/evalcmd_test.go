@@ -76,7 +76,7 @@ func TestTurnOpsAfterScriptFlush(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			save, err := j.saveOp(&TurnRecord{TaskID: "t", Otid: "o", Outcome: OutcomeAnswered}, false, 0, nil)
+			save, err := j.saver.SaveOp(&TurnRecord{TaskID: "t", Otid: "o", Outcome: OutcomeAnswered}, false, 0, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -2,14 +2,13 @@ package queue
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lettaq/lettaq/queue/internal/journal"
 	"github.com/lettaq/lettaq/queue/internal/record"
 	"github.com/lettaq/lettaq/queue/internal/store"
 )
@@ -18,7 +17,7 @@ import (
 //
 // With the default prefix "lettaq:" (all keys expire after Retention, which
 // every write of them refreshes; a turn writes its otid key and an index
-// entry with the first save that needs them, not again: see journalIndexed):
+// entry with the first save that needs them, not again: see journal.Indexed):
 //
 //	lettaq:journal:turn:<task_id>     STRING  the TurnRecord as one JSON value (SET … PX)
 //	lettaq:journal:intents:<task_id>  LIST    one JSON Intent per attempt that meant to
@@ -27,7 +26,7 @@ import (
 //	lettaq:journal:otid:<otid>        STRING  the task id of the turn with that otid
 //	lettaq:journal:runners:<task_id>  HASH    next: the number of the turn's newest runner
 //	                                          (HINCRBY at its start); saved: the highest
-//	                                          number whose save wrote the record (see saveOp)
+//	                                          number whose save wrote the record (see journal.Saver.SaveOp)
 //	lettaq:journal:idx:recent         ZSET    every turn: member task id, score = turn
 //	                                          time in Unix ms (EnqueuedAt, else first start,
 //	                                          else time of first save)
@@ -153,31 +152,26 @@ func ParseFilter(s string) (Filter, error) {
 
 // Match reports whether rec belongs in f.
 func (f Filter) Match(rec *TurnRecord) bool {
-	switch f {
-	case FilterAll, "":
-		return true
-	case FilterStalls:
-		for _, a := range rec.Attempts {
-			if a.TimeoutClock != "" {
-				return true
-			}
-		}
-		return false
-	case FilterRetries:
-		return len(rec.Attempts) > 1
-	case FilterResends:
-		return rec.Resends > 0
-	case FilterFailures:
-		return rec.Outcome == OutcomeFailed
-	}
-	return false
+	i, ok := f.index()
+	return ok && i.Match(rec)
 }
 
-var journalFlagFilters = []Filter{FilterStalls, FilterRetries, FilterResends, FilterFailures}
-
-// journalSaveFilters are the indexes a save updates, in the order of its
-// keys and flags.
-var journalSaveFilters = [...]Filter{FilterAll, FilterStalls, FilterRetries, FilterResends, FilterFailures}
+// index is f's index in the journal.
+func (f Filter) index() (journal.Index, bool) {
+	switch f {
+	case FilterAll, "":
+		return journal.IndexRecent, true
+	case FilterStalls:
+		return journal.IndexStalls, true
+	case FilterRetries:
+		return journal.IndexRetries, true
+	case FilterResends:
+		return journal.IndexResends, true
+	case FilterFailures:
+		return journal.IndexFailures, true
+	}
+	return 0, false
+}
 
 // JournalOptions configures a Journal. Zero values take the defaults.
 type JournalOptions struct {
@@ -201,9 +195,10 @@ const defaultLookupTimeout = 3 * time.Second
 // Journal stores a record of every turn and every attempt, for operators.
 // It is safe for concurrent use.
 type Journal struct {
-	rdb  redis.UniversalClient
-	opts JournalOptions
-	st   *store.Journal
+	rdb   redis.UniversalClient
+	opts  JournalOptions
+	st    *store.Journal
+	saver *journal.Saver
 }
 
 // NewJournal returns a Journal on rdb.
@@ -223,20 +218,14 @@ func NewJournal(rdb redis.UniversalClient, opts JournalOptions) *Journal {
 	if opts.LookupTimeout <= 0 {
 		opts.LookupTimeout = defaultLookupTimeout
 	}
-	names := make([]string, len(journalSaveFilters))
-	for i, f := range journalSaveFilters {
-		names[i] = journalIndexName(f)
-	}
-	st := store.NewJournal(rdb, store.Keys{Prefix: opts.Prefix}, opts.Retention, opts.MaxIndex, names)
-	return &Journal{rdb: rdb, opts: opts, st: st}
+	st := store.NewJournal(rdb, store.Keys{Prefix: opts.Prefix}, opts.Retention, opts.MaxIndex, journal.IndexNames())
+	return &Journal{rdb: rdb, opts: opts, st: st, saver: journal.NewSaver(st, opts.Now)}
 }
 
 // journalIndexName is the name of f's index in the store ("recent": all).
 func journalIndexName(f Filter) string {
-	if f == "" || f == FilterAll {
-		return "recent"
-	}
-	return string(f)
+	i, _ := f.index()
+	return i.Name()
 }
 
 // RecordIntent records, before the send, that attempt (by worker) is about
@@ -250,7 +239,7 @@ func (j *Journal) RecordIntent(ctx context.Context, taskID, otid string, attempt
 	if taskID == "" || otid == "" {
 		return nil, fmt.Errorf("queue: record intent: task id and otid are required (task %q, otid %q)", taskID, otid)
 	}
-	b, err := marshalIntent(&Intent{TaskID: taskID, Otid: otid, Attempt: attempt, Worker: worker, At: j.opts.Now().UTC()})
+	b, err := journal.MarshalIntent(&Intent{TaskID: taskID, Otid: otid, Attempt: attempt, Worker: worker, At: j.opts.Now().UTC()})
 	if err != nil {
 		return nil, fmt.Errorf("queue: record intent: %w", err)
 	}
@@ -266,7 +255,7 @@ func (j *Journal) intentOp(taskID, otid string, attempt int, worker string, prio
 	if taskID == "" || otid == "" {
 		return nil, fmt.Errorf("queue: record intent: task id and otid are required (task %q, otid %q)", taskID, otid)
 	}
-	b, err := marshalIntent(&Intent{TaskID: taskID, Otid: otid, Attempt: attempt, Worker: worker, At: j.opts.Now().UTC()})
+	b, err := journal.MarshalIntent(&Intent{TaskID: taskID, Otid: otid, Attempt: attempt, Worker: worker, At: j.opts.Now().UTC()})
 	if err != nil {
 		return nil, fmt.Errorf("queue: record intent: %w", err)
 	}
@@ -277,7 +266,7 @@ func (j *Journal) intentOp(taskID, otid string, attempt int, worker string, prio
 // gets the intents recorded before it.
 func (j *Journal) intentOpOf(taskID string, b []byte, prior *[]Intent) store.Op {
 	return j.st.IntentOp(taskID, b, func(raw []string) (err error) {
-		*prior, err = journalDecodeIntents(taskID, raw)
+		*prior, err = journal.DecodeIntents(taskID, raw)
 		return err
 	})
 }
@@ -287,7 +276,7 @@ func (j *Journal) intentOpOf(taskID string, b []byte, prior *[]Intent) store.Op 
 // refusal may be recorded: a later attempt then sends without first
 // looking for the otid.
 func (j *Journal) RecordRefusal(ctx context.Context, taskID, otid string, attempt int, worker string) error {
-	b, err := marshalIntent(&Intent{TaskID: taskID, Otid: otid, Attempt: attempt, Worker: worker, At: j.opts.Now().UTC(), Refused: true})
+	b, err := journal.MarshalIntent(&Intent{TaskID: taskID, Otid: otid, Attempt: attempt, Worker: worker, At: j.opts.Now().UTC(), Refused: true})
 	if err != nil {
 		return fmt.Errorf("queue: record refusal: %w", err)
 	}
@@ -303,21 +292,7 @@ func (j *Journal) Intents(ctx context.Context, taskID string) ([]Intent, error) 
 	if err != nil {
 		return nil, fmt.Errorf("queue: intents of task %s: %w", taskID, err)
 	}
-	return journalDecodeIntents(taskID, raw)
-}
-
-func journalDecodeIntents(taskID string, raw []string) ([]Intent, error) {
-	out := make([]Intent, 0, len(raw))
-	for _, s := range raw {
-		var in Intent
-		if err := json.Unmarshal([]byte(s), &in); err != nil {
-			// Never drop an intent silently: an unreadable one still means
-			// something may have been sent.
-			return nil, fmt.Errorf("queue: intents of task %s: bad entry %q: %w", taskID, s, err)
-		}
-		out = append(out, in)
-	}
-	return out, nil
+	return journal.DecodeIntents(taskID, raw)
 }
 
 // Save writes rec (replacing any earlier version: last write wins), refreshes
@@ -328,153 +303,14 @@ func (j *Journal) Save(ctx context.Context, rec *TurnRecord) error {
 	return j.save(ctx, rec, 0)
 }
 
-// save is Save for the runner numbered runner (0: none; see saveOp).
+// save is Save for the runner numbered runner (0: none; see
+// journal.Saver.SaveOp).
 func (j *Journal) save(ctx context.Context, rec *TurnRecord, runner int64) error {
-	op, err := j.saveOp(rec, false, runner, nil)
+	op, err := j.saver.SaveOp(rec, false, runner, nil)
 	if err != nil {
 		return err
 	}
 	return store.Run(ctx, j.rdb, []store.Op{op})[0]
-}
-
-// saveOp is Save as a pipeline op (see store.Op). With keepFinished it
-// writes nothing over a record whose outcome is final (answered, failed,
-// approval_required): an attempt that does not know whether its finish
-// reached Redis journals its retry that way.
-//
-// runner is the number of the attempt's runner (store.StartReads.Runner;
-// 0: none, the save writes whatever is stored): the save writes nothing
-// over a record that a runner with a higher number saved, one that started
-// later. Of two runners of one turn for a moment (a takeover and the
-// worker it took the turn from, paused, or Asynq's recovery of it), the
-// one that no longer runs the turn thus overwrites nothing of the other's
-// until it learns it lost the turn (takeover.go): the record stays the
-// newest runner's, finished when it finished.
-//
-// ix (nil: none) is what the turn knows of its record's index entries: the
-// save skips what is surely there already and what surely is not, and ix
-// learns what the save wrote once it ran.
-func (j *Journal) saveOp(rec *TurnRecord, keepFinished bool, runner int64, ix *journalIndexed) (store.Op, error) {
-	args, err := j.saveArgs(rec, keepFinished, runner, ix)
-	if err != nil {
-		return nil, err
-	}
-	wrote := journalIndexedBits(rec)
-	var sure *atomic.Uint32
-	if ix != nil {
-		sure = &ix.sure
-	}
-	// rec.TaskID, not rec: the caller's copy of its record then stays on its stack
-	return j.st.SaveOp(args, rec.TaskID, keepFinished, runner, sure, wrote), nil
-}
-
-// journalIndexed is what one attempt knows of its turn's index entries
-// (and of its otid key), as bits of journalSaveFilters: maybe, the indexes the
-// record may be in (an attempt's saves remove it only from those: a flag
-// that a record loses is rare, as they only grow but for the outcome);
-// sure, those it is in, and the otid key written, because a save of the
-// record with those flags ran (this attempt's, or the earlier one whose
-// record the attempt read: the record and its entries are written by one
-// script). A later save then skips the index entry and the otid key: a
-// plain turn's second save writes only the record. An index entry and the
-// otid key thus keep the expiry of the save that wrote them, which is
-// Retention from the turn's first save: turns last minutes, Retention days.
-type journalIndexed struct{ maybe, sure atomic.Uint32 }
-
-// journalMatches is the bits of journalSaveFilters that rec matches.
-func journalMatches(rec *TurnRecord) uint32 {
-	var m uint32
-	for i, f := range journalSaveFilters {
-		if f.Match(rec) {
-			m |= 1 << i
-		}
-	}
-	return m
-}
-
-// journalIndexedBits is journalMatches, less FilterAll's bit when the
-// turn's time is not known yet: a later save moves its entry to that time.
-func journalIndexedBits(rec *TurnRecord) uint32 {
-	m := journalMatches(rec)
-	if _, known := journalTurnTime(rec); !known {
-		m &^= 1
-	}
-	return m
-}
-
-// init sets ix to the index state of a record read from the journal (nil
-// or without a task id: none yet).
-func (ix *journalIndexed) init(read *TurnRecord) {
-	var maybe, sure uint32
-	if read != nil && read.TaskID != "" {
-		maybe, sure = journalMatches(read), journalIndexedBits(read)
-	}
-	ix.maybe.Store(maybe)
-	ix.sure.Store(sure)
-}
-
-// saveArgs encodes rec as the command of store.JournalSave; ix: see
-// saveOp.
-func (j *Journal) saveArgs(rec *TurnRecord, keepFinished bool, runner int64, ix *journalIndexed) (args []any, err error) {
-	if rec == nil || rec.TaskID == "" {
-		return nil, errors.New("queue: journal save: record has no task id")
-	}
-	now := j.opts.Now()
-	r := *rec
-	r.UpdatedAt = now.UTC()
-	if r.QueueWait == 0 && !r.EnqueuedAt.IsZero() && !r.FirstStartedAt.IsZero() {
-		r.QueueWait = r.FirstStartedAt.Sub(r.EnqueuedAt)
-	}
-	if r.Latency == 0 && !r.EnqueuedAt.IsZero() && !r.FinishedAt.IsZero() {
-		r.Latency = r.FinishedAt.Sub(r.EnqueuedAt)
-	}
-	b, err := marshalTurnRecord(&r)
-	if err != nil {
-		return nil, fmt.Errorf("queue: journal save %s: %w", r.TaskID, err)
-	}
-	at, known := journalTurnTime(&r)
-	score := at.UnixMilli()
-	if !known {
-		score = now.UnixMilli()
-	}
-	// Per index: "1" add (or move: ZADD), "0" remove, "-" leave as it is.
-	maybe, sure := uint32(1<<len(journalSaveFilters)-1), uint32(0)
-	if ix != nil {
-		maybe, sure = ix.maybe.Load(), ix.sure.Load()
-		ix.maybe.Or(journalMatches(&r))
-	}
-	otid := r.Otid
-	if sure&1 != 0 {
-		otid = "" // written with the record's first index entry
-	}
-	args = j.st.SaveArgs(r.TaskID, r.Otid, otid, b, score, known, keepFinished, runner)
-	for i, f := range journalSaveFilters {
-		bit := uint32(1) << i
-		switch {
-		case f.Match(&r) && sure&bit == 0:
-			args = append(args, "1")
-		case f.Match(&r):
-			args = append(args, "-")
-		case maybe&bit != 0:
-			args = append(args, "0")
-		default:
-			args = append(args, "-")
-		}
-	}
-	return args, nil
-}
-
-// journalTurnTime is the time a turn is indexed under.
-func journalTurnTime(r *TurnRecord) (time.Time, bool) {
-	switch {
-	case !r.EnqueuedAt.IsZero():
-		return r.EnqueuedAt, true
-	case !r.FirstStartedAt.IsZero():
-		return r.FirstStartedAt, true
-	case len(r.Attempts) > 0 && !r.Attempts[0].Start.IsZero():
-		return r.Attempts[0].Start, true
-	}
-	return time.Time{}, false
 }
 
 // Get returns the record of taskID, or an error wrapping ErrNotFound.
@@ -486,15 +322,7 @@ func (j *Journal) Get(ctx context.Context, taskID string) (*TurnRecord, error) {
 	if err != nil {
 		return nil, fmt.Errorf("queue: journal get %s: %w", taskID, err)
 	}
-	return journalDecodeRecord(taskID, b)
-}
-
-func journalDecodeRecord(taskID string, b []byte) (*TurnRecord, error) {
-	var rec TurnRecord
-	if err := json.Unmarshal(b, &rec); err != nil {
-		return nil, fmt.Errorf("queue: journal record %s: %w", taskID, err)
-	}
-	return &rec, nil
+	return journal.DecodeRecord(taskID, b)
 }
 
 // ByOtid returns the record of the turn with otid, or an error wrapping
@@ -554,7 +382,7 @@ func (j *Journal) Recent(ctx context.Context, filter Filter, limit int) ([]*Turn
 				stale = append(stale, ids[i])
 				continue
 			}
-			rec, err := journalDecodeRecord(ids[i], []byte(s))
+			rec, err := journal.DecodeRecord(ids[i], []byte(s))
 			if err != nil {
 				return nil, err
 			}

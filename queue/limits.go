@@ -97,11 +97,11 @@ func (t *turn) replyBudget(ev ReplyEvent) (ReplyEvent, bool) {
 	}
 	t.log.Warn("reply stream limit reached: later progress text of this attempt is dropped",
 		"limit_bytes", max, "setting", "LETTAQ_MAX_REPLY_BYTES")
-	t.mu.Lock()
-	if t.rec != nil {
-		t.rec.Warnings = appendUnique(t.rec.Warnings, "progress text past LETTAQ_MAX_REPLY_BYTES dropped")
+	t.jr.Lock()
+	if t.jr.Rec() != nil {
+		t.jr.Rec().Warnings = appendUnique(t.jr.Rec().Warnings, "progress text past LETTAQ_MAX_REPLY_BYTES dropped")
 	}
-	t.mu.Unlock()
+	t.jr.Unlock()
 	if ev.Type != EventAnswerDelta {
 		return ev, false
 	}

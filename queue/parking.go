@@ -159,13 +159,13 @@ func (t *turn) parkApproval(ctx context.Context, log *slog.Logger, p *approval.P
 			log.Debug("could not wake the message whose approval request was answered meanwhile", "error", err.Error())
 		}
 	}
-	t.mu.Lock()
-	t.rec.Attempts = t.rec.Attempts[:t.att]
-	if len(t.rec.Attempts) == 0 {
-		t.rec.FirstStartedAt = time.Time{}
+	t.jr.Lock()
+	t.jr.Rec().Attempts = t.jr.Rec().Attempts[:t.jr.Index()]
+	if len(t.jr.Rec().Attempts) == 0 {
+		t.jr.Rec().FirstStartedAt = time.Time{}
 	}
-	first := addWait(t.rec, behind, reason, time.Now().UTC())
-	t.mu.Unlock()
+	first := addWait(t.jr.Rec(), behind, reason, time.Now().UTC())
+	t.jr.Unlock()
 	if first {
 		t.emit(ReplyEvent{Type: EventPhase, Phase: PhaseAwaitingApproval,
 			Approval: &ApprovalEvent{RequestTaskID: p.RequestTaskID, ExpiresAt: p.ExpiresAt}})

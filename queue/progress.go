@@ -169,7 +169,7 @@ type encodedSaver struct {
 func (s encodedSaver) saveOp() (store.Op, error) { return s.op, s.err }
 
 // recordSaver makes the journal save of a turn's record as it is when
-// called (turn.saveOp).
+// called (journal.Attempt.SaveOp).
 type recordSaver interface {
 	saveOp() (store.Op, error)
 }

@@ -299,7 +299,7 @@ func TestRunOpsAfterScriptFlush(t *testing.T) {
 			}
 			evs = append(evs, pe)
 		}
-		save, err := j.saveOp(&TurnRecord{TaskID: "t", Otid: "o"}, false, 0, nil)
+		save, err := j.saver.SaveOp(&TurnRecord{TaskID: "t", Otid: "o"}, false, 0, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -388,7 +388,7 @@ func (s *testSaver) saveOp() (store.Op, error) {
 	s.mu.Lock()
 	rec := s.rec
 	s.mu.Unlock()
-	return s.j.saveOp(&rec, false, 0, nil)
+	return s.j.saver.SaveOp(&rec, false, 0, nil)
 }
 
 // A journal save still waiting is replaced by a newer one (the newer record has everything)
@@ -505,7 +505,7 @@ func TestSaveKeepsFinishedRecords(t *testing.T) {
 		ctx := context.Background()
 		j := NewJournal(b.rdb, JournalOptions{Prefix: b.prefix})
 		run := func(rec *TurnRecord) {
-			op, err := j.saveOp(rec, true, 0, nil)
+			op, err := j.saver.SaveOp(rec, true, 0, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -3,6 +3,7 @@ package queue
 import (
 	"fmt"
 	"github.com/lettaq/lettaq/queue/internal/codec"
+	"github.com/lettaq/lettaq/queue/internal/journal"
 	"strconv"
 	"strings"
 	"time"
@@ -63,7 +64,7 @@ func appendTurnResultJSON(b []byte, r *TurnResult) []byte {
 		b = appendToolEventJSON(append(b, `,"approval":`...), r.Approval)
 	}
 	if u := r.Usage; u != nil {
-		b = appendUsageJSON(append(b, `,"usage":`...), u)
+		b = journal.AppendUsageJSON(append(b, `,"usage":`...), u)
 	}
 	b = strconv.AppendInt(append(b, `,"attempts":`...), int64(r.Attempts), 10)
 	b = codec.AppendStringField(b, `,"answered_by":`, r.AnsweredBy)

@@ -85,3 +85,10 @@ func FuzzTurnResultJSONMatches(f *testing.F) {
 		}
 	})
 }
+
+func pickInt(ok bool, n int) int {
+	if ok {
+		return n
+	}
+	return 0
+}

@@ -51,7 +51,7 @@ import (
 // runner (store.StartReads.Runner), a registration takes nothing from a
 // live holder numbered higher (the registering runner stops instead), and
 // a journal save writes nothing over a record that a runner numbered
-// higher saved (Journal.saveOp): the runner that holds the turn writes its
+// higher saved (journal.Saver.SaveOp): the runner that holds the turn writes its
 // record, and a stale one overwrites nothing before it learns it lost.
 
 const (
@@ -384,7 +384,7 @@ func (t *turn) unregisterOps() []store.Op {
 func (t *turn) registration(e *takeoverEpoch) (store.Registration, error) {
 	b, err := json.Marshal(claim.Entry{Queue: t.queue, Runner: t.rn.ID, Key: t.line.Key(), Retried: t.retried, MaxRetry: t.maxRetry})
 	return store.Registration{Instance: e.id, TaskID: t.taskID, Runner: t.rn.ID, Entry: b,
-		HolderTTL: claim.MarkerTTL, LostTTL: claim.TombstoneTTL, After: t.w.tk.after, Number: t.runnerN}, err
+		HolderTTL: claim.MarkerTTL, LostTTL: claim.TombstoneTTL, After: t.w.tk.after, Number: t.jr.Runner()}, err
 }
 
 // unregister takes the turn out of the registry when its attempt ends.

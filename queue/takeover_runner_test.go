@@ -7,6 +7,7 @@ import (
 
 	"github.com/lettaq/lettaq/queue/internal/claim"
 	"github.com/lettaq/lettaq/queue/internal/fence"
+	"github.com/lettaq/lettaq/queue/internal/journal"
 	"github.com/lettaq/lettaq/queue/internal/store"
 )
 
@@ -26,7 +27,7 @@ func TestTakeoverRecoveredTurnNotRunTwice(t *testing.T) {
 	a.tk.tick(ctx)
 	b.tk.tick(ctx)
 	newRunner := func(w *Worker, runner, from string, retried int) *turn {
-		tr := &turn{w: w, taskID: "turn-6", queue: e.queue, rn: fence.Runner{ID: runner, Retried: retried, From: from},
+		tr := &turn{w: w, jr: attemptJournal(w, nil), taskID: "turn-6", queue: e.queue, rn: fence.Runner{ID: runner, Retried: retried, From: from},
 			log: w.log, actx: ctx}
 		tr.progress = w.writer.newProgress(Conversation{Integration: "test", ChatID: "turn-6"}, func(error) {})
 		tr.rn.OnFence(func(error) {})
@@ -108,7 +109,7 @@ func TestTakeoverRegisterAgainTakesFromDeadHolder(t *testing.T) {
 	a.tk.tick(ctx)
 	b.tk.tick(ctx)
 	// Asynq's recovery runs the turn on A; its registration was lost.
-	orig := &turn{w: a, taskID: "turn-8", queue: e.queue, rn: fence.Runner{ID: "turn-8", Retried: 1}, log: a.log, actx: ctx,
+	orig := &turn{w: a, jr: attemptJournal(a, nil), taskID: "turn-8", queue: e.queue, rn: fence.Runner{ID: "turn-8", Retried: 1}, log: a.log, actx: ctx,
 		tkEpoch: a.tk.current()}
 	a.tk.turns[orig] = struct{}{}
 	a.tk.tick(ctx)
@@ -120,7 +121,7 @@ func TestTakeoverRegisterAgainTakesFromDeadHolder(t *testing.T) {
 	}
 	// B, whose registration of the turn was lost too, takes nothing from A,
 	// and stops its runner.
-	other := &turn{w: b, taskID: "turn-8", queue: e.queue, rn: fence.Runner{ID: "turn-8"}, log: b.log, actx: ctx, tkEpoch: b.tk.current()}
+	other := &turn{w: b, jr: attemptJournal(b, nil), taskID: "turn-8", queue: e.queue, rn: fence.Runner{ID: "turn-8"}, log: b.log, actx: ctx, tkEpoch: b.tk.current()}
 	b.tk.turns[other] = struct{}{}
 	b.tk.tick(ctx)
 	if e.rdb.HExists(ctx, e.prefix+"takeover:turns:"+b.tk.current().id, "turn-8").Val() {
@@ -146,7 +147,7 @@ func TestTakeoverPendingRegistrationNotWrittenBack(t *testing.T) {
 		<-gate
 		return exec(ctx, ops)
 	}
-	tr := &turn{w: w, taskID: "turn-p", queue: e.queue, rn: fence.Runner{ID: "turn-p"}, log: w.log, actx: ctx}
+	tr := &turn{w: w, jr: attemptJournal(w, nil), taskID: "turn-p", queue: e.queue, rn: fence.Runner{ID: "turn-p"}, log: w.log, actx: ctx}
 	tr.progress = w.writer.newProgress(Conversation{Integration: "test", ChatID: "p"}, func(error) {})
 	tr.register(ctx)
 	turns := e.prefix + "takeover:turns:" + w.tk.current().id
@@ -183,13 +184,13 @@ func TestTakeoverStaleRunnerSaveKeepsNewerRecord(t *testing.T) {
 	}
 	newer.register(ctx)
 	// The newer runner finishes the turn within the stale one's last beat.
-	newer.rec.Outcome, newer.rec.FinishedAt = OutcomeAnswered, time.Now()
-	newer.attempt().Outcome = OutcomeAnswered
+	newer.jr.Rec().Outcome, newer.jr.Rec().FinishedAt = OutcomeAnswered, time.Now()
+	newer.jr.Current().Outcome = OutcomeAnswered
 	if err := newer.save(ctx); err != nil {
 		t.Fatal(err)
 	}
 	// The stale runner, not told yet, journals its progress.
-	stale.attempt().Phases = append(stale.attempt().Phases, PhaseMark{Phase: "streaming", At: time.Now()})
+	stale.jr.Current().Phases = append(stale.jr.Current().Phases, PhaseMark{Phase: "streaming", At: time.Now()})
 	_ = stale.save(ctx)
 	rec, err := b.journal.Get(ctx, "turn-j")
 	if err != nil {
@@ -228,7 +229,7 @@ func TestTakeoverLaterStartedRunnerKeepsTurn(t *testing.T) {
 	if !stale.rn.IsFenced() || newer.rn.IsFenced() {
 		t.Fatalf("stopped: the runner that started first %v, the later one %v; want true, false", stale.rn.IsFenced(), newer.rn.IsFenced())
 	}
-	newer.rec.Outcome, newer.rec.FinishedAt = OutcomeAnswered, time.Now()
+	newer.jr.Rec().Outcome, newer.jr.Rec().FinishedAt = OutcomeAnswered, time.Now()
 	if err := newer.save(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +248,7 @@ func beginRunner(t *testing.T, w *Worker, queue, taskID, runner, from string) *t
 	t.Helper()
 	ctx := context.Background()
 	tr := &turn{w: w, taskID: taskID, queue: queue, rn: fence.Runner{ID: runner, From: from}, log: w.log, actx: ctx,
-		start: time.Now()}
+		start: time.Now(), jr: attemptJournal(w, nil)}
 	tr.progress = w.writer.newProgress(Conversation{Integration: "test", ChatID: taskID}, func(error) {})
 	tr.rn.OnFence(func(error) {})
 	rec, _, _, err := tr.readStart(ctx)
@@ -257,6 +258,17 @@ func beginRunner(t *testing.T, w *Worker, queue, taskID, runner, from string) *t
 	rec.TaskID = taskID
 	rec.Attempts = append(rec.Attempts, Attempt{N: len(rec.Attempts) + 1, Worker: w.cfg.WorkerID, Start: tr.start,
 		TakenOverFrom: from})
-	tr.rec, tr.att = rec, len(rec.Attempts)-1
+	tr.jr.Begin(rec)
 	return tr
+}
+
+// attemptJournal is the journal side of an attempt on w, as newTurn makes
+// it, with rec (nil: none yet) as its record whose last attempt is the
+// attempt's.
+func attemptJournal(w *Worker, rec *TurnRecord) *journal.Attempt {
+	a := journal.NewAttempt(w.journal.saver)
+	if rec != nil {
+		a.Begin(rec)
+	}
+	return a
 }

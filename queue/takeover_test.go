@@ -225,7 +225,7 @@ func TestTakeoverMarkerEndsOlderRunner(t *testing.T) {
 		t.Fatal(err)
 	}
 	mk := func(runner string, retried int) *turn {
-		return &turn{w: w, taskID: "turn-9", rn: fence.Runner{ID: runner, Retried: retried}, log: w.log}
+		return &turn{w: w, jr: attemptJournal(w, nil), taskID: "turn-9", rn: fence.Runner{ID: runner, Retried: retried}, log: w.log}
 	}
 	if !mk("turn-9", 1).continuedElsewhere(ctx) {
 		t.Error("the recovered original does not see the takeover")
@@ -249,8 +249,8 @@ func TestTakeoverFencingStaleBeat(t *testing.T) {
 	w := e.worker("A", 2*time.Second)
 	ctx := context.Background()
 	ep := w.tk.current()
-	t1 := &turn{w: w, taskID: "turn-f1", log: w.log, tkEpoch: ep}
-	t2 := &turn{w: w, taskID: "turn-f2", log: w.log, tkEpoch: ep}
+	t1 := &turn{w: w, jr: attemptJournal(w, nil), taskID: "turn-f1", log: w.log, tkEpoch: ep}
+	t2 := &turn{w: w, jr: attemptJournal(w, nil), taskID: "turn-f2", log: w.log, tkEpoch: ep}
 	canceled := make(chan error, 1)
 	t2.rn.OnFence(func(err error) { canceled <- err })
 	w.tk.turns[t1], w.tk.turns[t2] = struct{}{}, struct{}{}
@@ -271,7 +271,7 @@ func TestTakeoverFencingStaleBeat(t *testing.T) {
 	}
 	// A stale beat without a tombstone: the turn goes on.
 	ep2 := w.tk.current()
-	t3 := &turn{w: w, taskID: "turn-f3", log: w.log, tkEpoch: ep2}
+	t3 := &turn{w: w, jr: attemptJournal(w, nil), taskID: "turn-f3", log: w.log, tkEpoch: ep2}
 	ep2.lastOK.Store(int64(w.tk.now() - 2*time.Second))
 	if t3.takenOver(ctx) {
 		t.Fatal("a worker that was not claimed stopped its turn")
@@ -285,7 +285,7 @@ func TestTakeoverBeatFindsTombstoneAndLeave(t *testing.T) {
 	w := e.worker("A", 2*time.Second)
 	ctx := context.Background()
 	ep := w.tk.current()
-	t1 := &turn{w: w, taskID: "turn-t1", log: w.log, tkEpoch: ep}
+	t1 := &turn{w: w, jr: attemptJournal(w, nil), taskID: "turn-t1", log: w.log, tkEpoch: ep}
 	w.tk.turns[t1] = struct{}{}
 	e.rdb.Set(ctx, e.prefix+"takeover:dead:"+ep.id, "B", time.Hour)
 	w.tk.tick(ctx)
@@ -311,7 +311,7 @@ func TestTakeoverRegistryLostRegistersAgain(t *testing.T) {
 	w := e.worker("A", 2*time.Second)
 	ctx := context.Background()
 	w.tk.tick(ctx)
-	tr := &turn{w: w, taskID: "turn-r", queue: e.queue, rn: fence.Runner{ID: "turn-r"}, log: w.log, actx: ctx}
+	tr := &turn{w: w, jr: attemptJournal(w, nil), taskID: "turn-r", queue: e.queue, rn: fence.Runner{ID: "turn-r"}, log: w.log, actx: ctx}
 	tr.progress = w.writer.newProgress(Conversation{Integration: "test", ChatID: "r"}, func(error) {})
 	tr.register(ctx)
 	tr.progress.flush(ctx) // the registration goes with the attempt's next writes
@@ -340,7 +340,7 @@ func TestTakeoverFinishedTurnNotRegisteredAgain(t *testing.T) {
 	w := e.worker("A", 2*time.Second)
 	ctx := context.Background()
 	w.tk.tick(ctx)
-	tr := &turn{w: w, taskID: "turn-done", queue: e.queue, rn: fence.Runner{ID: "turn-done"}, log: w.log, actx: ctx}
+	tr := &turn{w: w, jr: attemptJournal(w, nil), taskID: "turn-done", queue: e.queue, rn: fence.Runner{ID: "turn-done"}, log: w.log, actx: ctx}
 	tr.progress = w.writer.newProgress(Conversation{Integration: "test", ChatID: "done"}, func(error) {})
 	tr.register(ctx)
 	tr.progress.flush(ctx)
@@ -401,8 +401,8 @@ func TestTakeoverFencedDeliveryReportsTakenOver(t *testing.T) {
 	tr.progress = w.writer.newProgress(conv, tr.writeFailed)
 	tr.progress.fenced = tr.fencedNow
 	defer tr.progress.close()
-	tr.rec = &TurnRecord{TaskID: id, Otid: "otid-fd", Conversation: conv,
-		Attempts: []Attempt{{N: 1, Worker: "A", Start: tr.start}}}
+	tr.jr = attemptJournal(w, &TurnRecord{TaskID: id, Otid: "otid-fd", Conversation: conv,
+		Attempts: []Attempt{{N: 1, Worker: "A", Start: tr.start}}})
 	tr.obs.TaskStarted(e.queue, 1, 0)
 	// Meanwhile: B claimed A (its tombstone) and wrote the turn's answer
 	// (the final event's marker); A's last good beat is old.

@@ -183,9 +183,9 @@ func (th *threads) store() store.Threads {
 // one the mode gives. It journals the choice with the intent to send, at
 // the latest.
 func (t *turn) resolveThread(ctx context.Context) (string, error) {
-	t.mu.Lock()
-	prev, mode := t.rec.LettaConversationID, t.rec.ThreadMode
-	t.mu.Unlock()
+	t.jr.Lock()
+	prev, mode := t.jr.Rec().LettaConversationID, t.jr.Rec().ThreadMode
+	t.jr.Unlock()
 	if mode != "" && (prev != "" || ThreadMode(mode) == ThreadAgent) && t.msg.LettaConversationID == "" {
 		return prev, nil
 	}
@@ -200,9 +200,9 @@ func (t *turn) resolveThread(ctx context.Context) (string, error) {
 	if t.msg.LettaConversationID != "" {
 		mode = "explicit"
 	}
-	t.mu.Lock()
-	t.rec.ThreadMode, t.rec.LettaConversationID = mode, id
-	t.mu.Unlock()
+	t.jr.Lock()
+	t.jr.Rec().ThreadMode, t.jr.Rec().LettaConversationID = mode, id
+	t.jr.Unlock()
 	// Journaled before the send (the queued save goes with the intent at
 	// the latest): a retry looks for the otid in this thread, whatever the
 	// mode is by then.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	"github.com/lettaq/lettaq/queue/internal/cancel"
 	"github.com/lettaq/lettaq/queue/internal/claim"
 	"github.com/lettaq/lettaq/queue/internal/fence"
+	"github.com/lettaq/lettaq/queue/internal/journal"
 	"github.com/lettaq/lettaq/queue/internal/line"
 	"github.com/lettaq/lettaq/queue/internal/live"
 	"github.com/lettaq/lettaq/queue/internal/store"
@@ -130,6 +130,7 @@ func (w *Worker) newTurn(ctx context.Context, task *asynq.Task) (*turn, error) {
 		rn: fence.Runner{ID: runner, Retried: asynqRetried, From: from}}
 	t.actx = ctx
 	t.obs.Observer = w.obs
+	t.jr = journal.NewAttempt(w.journal.saver)
 	t.progress = w.writer.newProgress(msg.Conversation, t.writeFailed)
 	key := ""
 	if w.ord != nil {
@@ -248,17 +249,13 @@ func (t *turn) awaitRedis(ctx context.Context) {
 		return
 	}
 	t.log.Info("Redis answers again; the attempt ends", "waited", waited)
-	if t.rec == nil || t.rn.IsFenced() {
-		return // no record of its own, or not its to write
-	}
-	rec := t.recCopy()
-	if t.att >= len(rec.Attempts) || rec.Attempts[t.att].End.IsZero() {
-		return // no attempt of its own, or not ended
+	if !t.jr.Ended() || t.rn.IsFenced() {
+		return // no record or attempt of its own, not ended, or not its to write
 	}
 	// Never over a finished record: this attempt's finish may have landed
 	// after all, or its writes said finished without the final event (the
 	// next attempt sees to that: see prepare).
-	op, err := t.w.journal.saveOp(&rec, true, t.runnerN, t.indexed())
+	op, err := t.jr.SaveOp(true)
 	if err != nil {
 		return
 	}
@@ -343,17 +340,10 @@ type turn struct {
 	rn      fence.Runner   // the runner: which task runs the attempt, fenced, gone (fence.Runner.Fence ends actx)
 	tkEpoch *takeoverEpoch // the registration the turn is under (nil: not registered)
 
-	mu      sync.Mutex // guards rec and att while saving
-	rec     *TurnRecord
-	ix      journalIndexed // the record's index entries (see indexed)
-	ixKnown bool           // ix is set: the attempt read the record
-	runnerN int64          // the runner's number: the turn's newest runner saves its record (see Journal.saveOp)
-	att     int            // index of this attempt in rec.Attempts
-	st      *agentclient.StreamState
-	view    live.Stream // the chat's view of the run: phases, answer text, tool calls
+	jr   *journal.Attempt // the turn's record with this attempt in it, its lock and saves
+	st   *agentclient.StreamState
+	view live.Stream // the chat's view of the run: phases, answer text, tool calls
 }
-
-func (t *turn) attempt() *Attempt { return &t.rec.Attempts[t.att] }
 
 // save journals the record after everything the attempt queued before (and
 // runs more with it), and waits for it.
@@ -363,8 +353,8 @@ func (t *turn) save(ctx context.Context, more ...store.Op) error {
 	}
 	if !t.w.oneRedis() {
 		t.progress.flush(ctx)
-		rec := t.recCopy()
-		err := t.w.journal.save(ctx, &rec, t.runnerN)
+		rec := t.jr.Copy()
+		err := t.w.journal.save(ctx, &rec, t.jr.Runner())
 		if err == nil {
 			err = t.progress.do(ctx, nil, more...)
 		}
@@ -373,7 +363,7 @@ func (t *turn) save(ctx context.Context, more ...store.Op) error {
 		}
 		return err
 	}
-	op, err := t.saveOp()
+	op, err := t.jr.SaveOp(false)
 	if err == nil {
 		t.progress.dropQueuedSaves() // this record is newer
 		err = t.progress.do(ctx, nil, append([]store.Op{op}, more...)...)
@@ -397,42 +387,20 @@ func (t *turn) saveLater() {
 		// not wait for the reply streams).
 		ctx, cancel := context.WithTimeout(t.detached(), writerTimeout)
 		defer cancel()
-		rec := t.recCopy()
-		if err := t.w.journal.save(ctx, &rec, t.runnerN); err != nil {
+		rec := t.jr.Copy()
+		if err := t.w.journal.save(ctx, &rec, t.jr.Runner()); err != nil {
 			t.writeFailed(err)
 		}
 		return
 	}
 	// Encoded here, not when the writer takes it: the turn changes its
 	// record without the lock in places (see pushSave).
-	op, err := t.saveOp()
+	op, err := t.jr.SaveOp(false)
 	if err != nil {
 		t.writeFailed(err)
 		return
 	}
 	t.progress.pushSave(encodedSaver{op: op})
-}
-
-func (t *turn) saveOp() (store.Op, error) {
-	rec := t.recCopy()
-	return t.w.journal.saveOp(&rec, false, t.runnerN, t.indexed())
-}
-
-// indexed is what the attempt knows of its record's index entries, nil
-// before it read the record.
-func (t *turn) indexed() *journalIndexed {
-	if !t.ixKnown {
-		return nil
-	}
-	return &t.ix
-}
-
-func (t *turn) recCopy() TurnRecord {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	rec := *t.rec
-	rec.Attempts = append([]Attempt(nil), t.rec.Attempts...)
-	return rec
 }
 
 // startRead names what an attempt reads from Redis before it runs, in one
@@ -472,7 +440,7 @@ func (t *turn) readStart(ctx context.Context) (rec *TurnRecord, answered bool, i
 	case !found:
 		rec = &TurnRecord{}
 	default:
-		if rec, err = journalDecodeRecord(t.taskID, b); err != nil {
+		if rec, err = journal.DecodeRecord(t.taskID, b); err != nil {
 			return nil, false, nil, fmt.Errorf("read the turn journal: %w", err)
 		}
 	}
@@ -481,14 +449,16 @@ func (t *turn) readStart(ctx context.Context) (rec *TurnRecord, answered bool, i
 	}
 	raw, err := t.pre.Intents()
 	if err == nil {
-		intents, err = journalDecodeIntents(t.taskID, raw)
+		intents, err = journal.DecodeIntents(t.taskID, raw)
 	}
 	if err != nil {
 		return nil, false, nil, fmt.Errorf("queue: intents of task %s: %w", t.taskID, err)
 	}
-	if t.runnerN, err = t.pre.Runner(); err != nil {
+	runner, err := t.pre.Runner()
+	if err != nil {
 		return nil, false, nil, fmt.Errorf("queue: number the runner of task %s: %w", t.taskID, err)
 	}
+	t.jr.SetRunner(runner)
 	return rec, answered, intents, nil
 }
 
@@ -528,7 +498,7 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 		t.log.Info("turn already finished by an earlier attempt", "outcome", rec.Outcome)
 		if t.msg.Approval != nil && rec.TaskID != "" {
 			// That attempt may have ended before its request was told.
-			t.rec = rec
+			t.jr.SetRecord(rec)
 			t.ap.Ended(ctx, t.log, rec.Outcome == OutcomeFailed)
 		}
 		if rec.Outcome == OutcomeFailed {
@@ -537,14 +507,13 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 		if rec.Outcome == OutcomeCancelled {
 			return fmt.Errorf("lettaq: turn already cancelled: %w", asynq.SkipRetry), true
 		}
-		t.rec = rec
+		t.jr.SetRecord(rec)
 		t.writeResult(rec.Outcome, "", nil)
 		return nil, true
 	}
 
 	// The record: create or extend, with this attempt in it.
-	t.ix.init(rec) // (as read: before it gets this turn's ids)
-	t.ixKnown = true
+	t.jr.Read(rec) // (as read: before it gets this turn's ids)
 	rec.TaskID, rec.Otid, rec.AgentID = t.taskID, t.otid, t.msg.AgentID
 	rec.Conversation, rec.MessageID, rec.Queue = t.msg.Conversation, t.msg.MessageID, t.queue
 	if rec.EnqueuedAt.IsZero() {
@@ -555,14 +524,14 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 	}
 	rec.Attempts = append(rec.Attempts, Attempt{N: len(rec.Attempts) + 1, Worker: w.cfg.WorkerID, Start: t.start,
 		TakenOverFrom: t.rn.From})
-	t.rec, t.att = rec, len(rec.Attempts)-1
+	t.jr.Begin(rec)
 	t.ids.setRunID(rec.RunID) // the run id the journal has
 	var wait time.Duration
 	if !rec.EnqueuedAt.IsZero() {
 		wait = t.start.Sub(rec.EnqueuedAt)
 	}
-	t.obs.TaskStarted(t.queue, t.attempt().N, wait)
-	if t.attempt().N == 1 {
+	t.obs.TaskStarted(t.queue, t.jr.Current().N, wait)
+	if t.jr.Current().N == 1 {
 		acc := ReplyEvent{TaskID: t.taskID, Otid: t.otid, MessageID: t.msg.MessageID}
 		if t.msg.Approval != nil {
 			acc = answerAccepted(t.msg, t.taskID, t.otid, 0)
@@ -581,9 +550,9 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 		return err, true
 	}
 	if openWait(rec) != nil {
-		t.mu.Lock()
+		t.jr.Lock()
 		endWaits(rec, t.start) // it waited (parking.go): it starts now
-		t.mu.Unlock()
+		t.jr.Unlock()
 	}
 	// The attempt is journaled once it is sure to run: an attempt that
 	// waits (parks) above leaves no attempt in the record, not even for
@@ -596,18 +565,18 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 	text := t.msg.Text
 	if fs := t.line.Followers(); len(fs) > 0 {
 		text = line.MergeText(t.msg.SenderID, t.msg.Text, fs)
-		t.mu.Lock()
+		t.jr.Lock()
 		rec.Merged = rec.Merged[:0]
 		for _, f := range fs {
 			rec.Merged = append(rec.Merged, f.MessageID)
 		}
-		t.mu.Unlock()
+		t.jr.Unlock()
 		t.log.Info("messages merged into this turn", "merged", len(fs))
 	}
 
 	t.st = agentclient.NewStreamState()
 	t.st.SetRunID(rec.RunID)
-	t.view.Start(rec.FirstStartedAt, w.cfg.HeartbeatInterval, w.cfg.DeltaMaxAge, t.emitEvent, t.mark)
+	t.view.Start(rec.FirstStartedAt, w.cfg.HeartbeatInterval, w.cfg.DeltaMaxAge, t.emitEvent, t.jr.Mark)
 	// What the run at Letta needs lives in the turn: the goroutine waits
 	// under execute, whose frame must stay small (see processTask).
 	t.spec = continuation.Turn{AgentID: t.msg.AgentID, Otid: t.otid, Text: text, SenderID: t.msg.SenderID,
@@ -741,20 +710,13 @@ func (t *turn) emitEvent(ev ReplyEvent, lazy bool) {
 	t.progress.push(ev)
 }
 
-func (t *turn) mark(phase string) {
-	t.mu.Lock()
-	a := t.attempt()
-	a.Phases = append(a.Phases, PhaseMark{Phase: phase, At: time.Now().UTC()})
-	t.mu.Unlock()
-}
-
 func (t *turn) beforeSend(ctx context.Context, resend bool) error {
 	if t.takenOver(ctx) {
 		return errTakenOver // fenced: another worker continues the turn
 	}
-	t.mu.Lock()
-	n := t.attempt().N
-	t.mu.Unlock()
+	t.jr.Lock()
+	n := t.jr.Current().N
+	t.jr.Unlock()
 	if err := t.cancelBeforeSend(false); err != nil {
 		return err
 	}
@@ -784,9 +746,9 @@ func (t *turn) beforeSend(ctx context.Context, resend bool) error {
 		}
 	}
 	prior = liveIntents(prior)
-	t.mu.Lock()
-	t.attempt().SentOtid = true
-	t.mu.Unlock()
+	t.jr.Lock()
+	t.jr.Current().SentOtid = true
+	t.jr.Unlock()
 	if !resend && len(prior) > 0 {
 		// Another attempt journaled an intent since this one looked: it may
 		// have sent. Do not send; the retry looks for the otid first.
@@ -803,9 +765,9 @@ func (t *turn) saveRunID() {
 		return
 	}
 	t.ids.setRunID(id)
-	t.mu.Lock()
-	t.rec.RunID = id
-	t.mu.Unlock()
+	t.jr.Lock()
+	t.jr.Rec().RunID = id
+	t.jr.Unlock()
 	t.saveLater() // off the stream's reader, with the next progress events
 	t.cx.RunKnown((*cancelRun)(t), t.log)
 }

@@ -28,8 +28,8 @@ func (t *turn) finish(ctx context.Context, d continuation.Result) error {
 	now := time.Now()
 	snap := t.st.Snapshot()
 
-	t.mu.Lock()
-	a := t.attempt()
+	t.jr.Lock()
+	a := t.jr.Current()
 	a.End = now.UTC()
 	a.Polls, a.Resumes = d.Polls, d.Resumes
 	if d.Clock != "" {
@@ -38,7 +38,7 @@ func (t *turn) finish(ctx context.Context, d continuation.Result) error {
 	switch d.Resend {
 	case continuation.ResendSent:
 		a.ResendDecision = ResendSent
-		t.rec.Resends++
+		t.jr.Rec().Resends++
 	case continuation.ResendForbidden:
 		a.ResendDecision = ResendForbidden
 	case continuation.ResendNotNeeded:
@@ -46,20 +46,20 @@ func (t *turn) finish(ctx context.Context, d continuation.Result) error {
 	}
 	for _, id := range []string{d.RunID, snap.RunID} {
 		if id != "" {
-			t.rec.RunID = id
+			t.jr.Rec().RunID = id
 			t.ids.setRunID(id)
 			break
 		}
 	}
 	for _, id := range snap.Transcript.DuplicateToolCallIDs() {
-		t.rec.Warnings = appendUnique(t.rec.Warnings, "tool_call_id "+id+" seen on two calls")
+		t.jr.Rec().Warnings = appendUnique(t.jr.Rec().Warnings, "tool_call_id "+id+" seen on two calls")
 	}
 	if u := snap.Usage; u != nil {
-		t.rec.Usage = &Usage{PromptTokens: int(u.PromptTokens), CompletionTokens: int(u.CompletionTokens),
+		t.jr.Rec().Usage = &Usage{PromptTokens: int(u.PromptTokens), CompletionTokens: int(u.CompletionTokens),
 			TotalTokens: int(u.TotalTokens), StepCount: int(u.StepCount)}
 	}
 	if calls := t.view.Tools(); len(calls) > 0 {
-		t.rec.Tools = t.rec.Tools[:0]
+		t.jr.Rec().Tools = t.jr.Rec().Tools[:0]
 		for _, c := range calls {
 			ts := ToolSummary{Name: c.Name, CallID: c.CallID, Status: c.Status}
 			if !c.Called.IsZero() && !c.Returned.IsZero() {
@@ -68,13 +68,13 @@ func (t *turn) finish(ctx context.Context, d continuation.Result) error {
 			if ts.Status == "" {
 				ts.Status = "unanswered"
 			}
-			t.rec.Tools = append(t.rec.Tools, ts)
+			t.jr.Rec().Tools = append(t.jr.Rec().Tools, ts)
 		}
 	}
-	if t.rec.TTFT == 0 && !t.view.FirstToken().IsZero() && !t.rec.EnqueuedAt.IsZero() {
-		t.rec.TTFT = t.view.FirstToken().Sub(t.rec.EnqueuedAt)
+	if t.jr.Rec().TTFT == 0 && !t.view.FirstToken().IsZero() && !t.jr.Rec().EnqueuedAt.IsZero() {
+		t.jr.Rec().TTFT = t.view.FirstToken().Sub(t.jr.Rec().EnqueuedAt)
 	}
-	t.mu.Unlock()
+	t.jr.Unlock()
 
 	switch {
 	case d.Clock == agentclient.ClockConnect || d.Clock == agentclient.ClockStall || d.Clock == agentclient.ClockTotal:
@@ -88,16 +88,16 @@ func (t *turn) finish(ctx context.Context, d continuation.Result) error {
 	}
 	// "outcome" on the lines below is the journal's word for how the attempt ended
 	// (answered, failed, retrying, …), set where it is decided.
-	log := t.log.With(slog.String("otid", t.otid), slog.String("run_id", t.rec.RunID),
+	log := t.log.With(slog.String("otid", t.otid), slog.String("run_id", t.jr.Rec().RunID),
 		slog.String("clock", string(d.Clock)), slog.Int("polls", d.Polls), slog.Int("resumes", d.Resumes),
 		slog.String("resend", string(d.Resend)))
 
-	t.mu.Lock()
+	t.jr.Lock()
 	busyInARow := 0
-	for i := len(t.rec.Attempts) - 2; i >= 0 && t.rec.Attempts[i].Outcome == OutcomeBusy; i-- {
+	for i := len(t.jr.Rec().Attempts) - 2; i >= 0 && t.jr.Rec().Attempts[i].Outcome == OutcomeBusy; i-- {
 		busyInARow++
 	}
-	t.mu.Unlock()
+	t.jr.Unlock()
 	cr, cancelPhase := t.cancelDecided(d)
 	in := endingInput{D: d, RunID: snap.RunID, Retried: t.retried, MaxRetry: t.maxRetry, BusyInARow: busyInARow,
 		StuckRetryDelay: w.cfg.StuckRetryDelay, Cancelled: cr != nil}
@@ -115,9 +115,9 @@ func (t *turn) finish(ctx context.Context, d continuation.Result) error {
 			"cap", MaxServerRetryAfter.String())
 	}
 	if e.Refusal && (d.Outcome == continuation.Rejected || d.Outcome == continuation.Refused) {
-		t.mu.Lock()
-		n := t.attempt().N
-		t.mu.Unlock()
+		t.jr.Lock()
+		n := t.jr.Current().N
+		t.jr.Unlock()
 		if err := w.journal.RecordRefusal(dctx, t.taskID, t.otid, n, w.cfg.WorkerID); err != nil {
 			t.redisFailed()
 			log.Warn("could not journal the refusal; the next attempt looks for the otid first", "error", err.Error())
@@ -153,13 +153,13 @@ func (t *turn) finish(ctx context.Context, d continuation.Result) error {
 			if snap.Answer != "" {
 				// Text the agent gave before it failed: kept, cut, never
 				// delivered as the answer.
-				t.mu.Lock()
-				t.rec.PartialAnswer = cutText(snap.Answer, maxPartialAnswer)
-				t.mu.Unlock()
+				t.jr.Lock()
+				t.jr.Rec().PartialAnswer = cutText(snap.Answer, maxPartialAnswer)
+				t.jr.Unlock()
 			}
 			if d.StopReason == "cancelled" {
 				for _, s := range snap.Transcript.UnansweredToolCalls() {
-					t.rec.Warnings = appendUnique(t.rec.Warnings, "tool "+s.ToolName+" ("+s.ToolCallID+") unanswered when the run was cancelled")
+					t.jr.Rec().Warnings = appendUnique(t.jr.Rec().Warnings, "tool "+s.ToolName+" ("+s.ToolCallID+") unanswered when the run was cancelled")
 				}
 			}
 		}
@@ -174,7 +174,7 @@ func (t *turn) finish(ctx context.Context, d continuation.Result) error {
 // deliver emits the final event once, writes the result and journals the
 // finished turn.
 func (t *turn) deliver(ctx context.Context, log *slog.Logger, outcome string, ev ReplyEvent, answer string, approval *ToolEvent) error {
-	ev.TaskID, ev.Otid, ev.MessageID, ev.RunID = t.taskID, t.otid, t.msg.MessageID, t.rec.RunID
+	ev.TaskID, ev.Otid, ev.MessageID, ev.RunID = t.taskID, t.otid, t.msg.MessageID, t.jr.Rec().RunID
 	if len(t.line.Followers()) > 0 {
 		ev.AnsweredBy = t.taskID
 	}
@@ -211,7 +211,7 @@ func (t *turn) deliverAtOnce(ctx context.Context, log *slog.Logger, outcome stri
 		return t.undelivered(ctx, log, err)
 	}
 	now := t.finished(outcome, ev.StopReason)
-	save, err := t.saveOp()
+	save, err := t.jr.SaveOp(false)
 	if err != nil {
 		return t.undelivered(ctx, log, err)
 	}
@@ -223,9 +223,9 @@ func (t *turn) deliverAtOnce(ctx context.Context, log *slog.Logger, outcome stri
 	ops := append(append([]store.Op{save}, t.resultOps(outcome, answer, approval)...), t.line.ReleaseOps(marker)...)
 	ops = append(ops, t.unregisterOps()...) // (takeover.go)
 	t.progress.dropQueuedSaves()            // this record is newer
-	t.mu.Lock()
-	lat, ttft := t.latency(now), t.rec.TTFT
-	t.mu.Unlock()
+	t.jr.Lock()
+	lat, ttft := t.jr.Latency(now), t.jr.Rec().TTFT
+	t.jr.Unlock()
 	late := func(err error) {
 		// The attempt stopped waiting and retries; the writes landed after
 		// all, so the next attempt finds the turn finished and reports
@@ -273,10 +273,10 @@ func (t *turn) deliverAtOnce(ctx context.Context, log *slog.Logger, outcome stri
 // finished marks the record finished with outcome.
 func (t *turn) finished(outcome, stopReason string) time.Time {
 	now := time.Now()
-	t.mu.Lock()
-	t.attempt().Outcome = outcome
-	t.rec.Outcome, t.rec.FinishedAt, t.rec.StopReason, t.rec.Error = outcome, now.UTC(), stopReason, ""
-	t.mu.Unlock()
+	t.jr.Lock()
+	t.jr.Current().Outcome = outcome
+	t.jr.Rec().Outcome, t.jr.Rec().FinishedAt, t.jr.Rec().StopReason, t.jr.Rec().Error = outcome, now.UTC(), stopReason, ""
+	t.jr.Unlock()
 	return now
 }
 
@@ -287,10 +287,10 @@ func (t *turn) delivered(log *slog.Logger, outcome, answer string, now time.Time
 // deliveredBy ends a delivered attempt; count says it reports the turn
 // finished (only the attempt whose write put the final event there does).
 func (t *turn) deliveredBy(log *slog.Logger, outcome, answer string, now time.Time, count bool) error {
-	log.Info("turn finished", "outcome", outcome, "attempt", t.attempt().N, "answer_bytes", len(answer))
+	log.Info("turn finished", "outcome", outcome, "attempt", t.jr.Current().N, "answer_bytes", len(answer))
 	t.obs.AttemptFinished(t.queue, "done", time.Since(t.start))
 	if count {
-		t.obs.TurnFinished(t.queue, outcome, t.latency(now), t.rec.TTFT)
+		t.obs.TurnFinished(t.queue, outcome, t.jr.Latency(now), t.jr.Rec().TTFT)
 	}
 	return nil
 }
@@ -303,15 +303,14 @@ func (t *turn) undelivered(ctx context.Context, log *slog.Logger, err error) err
 	// The answer is the whole point: retry; the next attempt finds the
 	// run by its id and polls the answer again.
 	t.redisFailed()
-	t.mu.Lock()
-	t.attempt().Outcome, t.attempt().Error = OutcomeRetrying, err.Error()
-	t.rec.Outcome, t.rec.FinishedAt, t.rec.StopReason = "", time.Time{}, ""
-	t.mu.Unlock()
+	t.jr.Lock()
+	t.jr.Current().Outcome, t.jr.Current().Error = OutcomeRetrying, err.Error()
+	t.jr.Rec().Outcome, t.jr.Rec().FinishedAt, t.jr.Rec().StopReason = "", time.Time{}, ""
+	t.jr.Unlock()
 	// Whether this attempt's finish reached Redis is not known (it may
 	// still, late): never write the retry over a finished record.
 	if t.w.oneRedis() {
-		rec := t.recCopy()
-		if op, err := t.w.journal.saveOp(&rec, true, t.runnerN, t.indexed()); err == nil {
+		if op, err := t.jr.SaveOp(true); err == nil {
 			t.progress.dropQueuedSaves()
 			_ = t.progress.do(ctx, nil, op)
 		}
@@ -325,13 +324,6 @@ func (t *turn) undelivered(ctx context.Context, log *slog.Logger, err error) err
 	log.Warn("could not deliver the answer, retrying", "outcome", OutcomeRetrying, "error", err.Error())
 	t.obs.AttemptFinished(t.queue, "retry", time.Since(t.start))
 	return rerr
-}
-
-func (t *turn) latency(now time.Time) time.Duration {
-	if t.rec.EnqueuedAt.IsZero() {
-		return now.Sub(t.rec.FirstStartedAt)
-	}
-	return now.Sub(t.rec.EnqueuedAt)
 }
 
 // finalEvent writes the attempt's final event once per turn (see
@@ -391,16 +383,16 @@ func (t *turn) writeResult(outcome, answer string, approval *ToolEvent) {
 }
 
 func (t *turn) resultJSON(outcome, answer string, approval *ToolEvent) ([]byte, error) {
-	r := TurnResult{TaskID: t.taskID, Otid: t.otid, RunID: t.rec.RunID, Outcome: outcome, Answer: answer,
-		StopReason: t.rec.StopReason, Approval: approval, Usage: t.rec.Usage, Attempts: len(t.rec.Attempts),
-		QueueWaitMS: t.rec.QueueWait.Milliseconds(), TTFTMS: t.rec.TTFT.Milliseconds(),
-		LatencyMS: t.latency(time.Now()).Milliseconds(), AttemptMS: time.Since(t.start).Milliseconds(),
-		AnsweredBy: t.rec.AnsweredBy}
+	r := TurnResult{TaskID: t.taskID, Otid: t.otid, RunID: t.jr.Rec().RunID, Outcome: outcome, Answer: answer,
+		StopReason: t.jr.Rec().StopReason, Approval: approval, Usage: t.jr.Rec().Usage, Attempts: len(t.jr.Rec().Attempts),
+		QueueWaitMS: t.jr.Rec().QueueWait.Milliseconds(), TTFTMS: t.jr.Rec().TTFT.Milliseconds(),
+		LatencyMS: t.jr.Latency(time.Now()).Milliseconds(), AttemptMS: time.Since(t.start).Milliseconds(),
+		AnsweredBy: t.jr.Rec().AnsweredBy}
 	for _, f := range t.line.Followers() {
 		r.Merged = append(r.Merged, f.TaskID)
 	}
-	if r.QueueWaitMS == 0 && !t.rec.EnqueuedAt.IsZero() && !t.rec.FirstStartedAt.IsZero() {
-		r.QueueWaitMS = t.rec.FirstStartedAt.Sub(t.rec.EnqueuedAt).Milliseconds()
+	if r.QueueWaitMS == 0 && !t.jr.Rec().EnqueuedAt.IsZero() && !t.jr.Rec().FirstStartedAt.IsZero() {
+		r.QueueWaitMS = t.jr.Rec().FirstStartedAt.Sub(t.jr.Rec().EnqueuedAt).Milliseconds()
 	}
 	r.Summary = r.summary()
 	n := 384 + len(r.Summary) + len(r.TaskID) + len(r.Otid) + len(r.RunID) + len(r.StopReason) + len(r.AnsweredBy) +
@@ -415,7 +407,7 @@ func (t *turn) resultJSON(outcome, answer string, approval *ToolEvent) ([]byte, 
 // and SkipRetry so that Asynq archives the task.
 func (t *turn) fail(ctx context.Context, log *slog.Logger, reason, stop string) error {
 	ev := ReplyEvent{Type: EventError, TaskID: t.taskID,
-		Otid: t.otid, RunID: t.rec.RunID, MessageID: t.msg.MessageID, Text: reason, StopReason: stop, Permanent: true}
+		Otid: t.otid, RunID: t.jr.Rec().RunID, MessageID: t.msg.MessageID, Text: reason, StopReason: stop, Permanent: true}
 	if len(t.line.Followers()) > 0 {
 		ev.AnsweredBy = t.taskID
 	}
@@ -428,10 +420,10 @@ func (t *turn) fail(ctx context.Context, log *slog.Logger, reason, stop string) 
 	}
 	t.finishFollowers(ctx, ev)
 	now := time.Now()
-	t.mu.Lock()
-	t.attempt().Outcome, t.attempt().Error = OutcomeFailed, reason
-	t.rec.Outcome, t.rec.Error, t.rec.StopReason, t.rec.FinishedAt = OutcomeFailed, reason, stop, now.UTC()
-	t.mu.Unlock()
+	t.jr.Lock()
+	t.jr.Current().Outcome, t.jr.Current().Error = OutcomeFailed, reason
+	t.jr.Rec().Outcome, t.jr.Rec().Error, t.jr.Rec().StopReason, t.jr.Rec().FinishedAt = OutcomeFailed, reason, stop, now.UTC()
+	t.jr.Unlock()
 	if err := t.save(ctx, t.line.ReleaseOps("")...); err != nil {
 		if t.rn.IsFenced() {
 			return t.endTakenOver() // its writes were dropped: the takeover ends the turn
@@ -442,9 +434,9 @@ func (t *turn) fail(ctx context.Context, log *slog.Logger, reason, stop string) 
 		log = log.With("stop_reason", stop)
 	}
 	log.Warn("turn failed", "outcome", OutcomeFailed, "reason", reason)
-	t.w.permanent.Add(t.taskID, "otid", t.otid, "run_id", t.rec.RunID) // for the archiving's log line
+	t.w.permanent.Add(t.taskID, "otid", t.otid, "run_id", t.jr.Rec().RunID) // for the archiving's log line
 	t.obs.AttemptFinished(t.queue, "archived", time.Since(t.start))
-	t.obs.TurnFinished(t.queue, OutcomeFailed, t.latency(now), t.rec.TTFT)
+	t.obs.TurnFinished(t.queue, OutcomeFailed, t.jr.Latency(now), t.jr.Rec().TTFT)
 	return fmt.Errorf("lettaq: turn failed: %s: %w", reason, asynq.SkipRetry)
 }
 
@@ -459,12 +451,12 @@ func (t *turn) retry(ctx context.Context, log *slog.Logger, e ending) error {
 	if e.Asynq == endInterrupted {
 		rerr = &interruptedError{Reason: e.Reason, Err: e.Err}
 	}
-	t.mu.Lock()
-	t.attempt().Outcome, t.attempt().Error = e.Outcome, e.Reason
+	t.jr.Lock()
+	t.jr.Current().Outcome, t.jr.Current().Error = e.Outcome, e.Reason
 	if e.Asynq == endRetry {
-		t.attempt().RetryIn = e.Delay
+		t.jr.Current().RetryIn = e.Delay
 	}
-	t.mu.Unlock()
+	t.jr.Unlock()
 	if err := t.save(ctx); err != nil {
 		if t.rn.IsFenced() {
 			return t.endTakenOver() // the takeover goes on with the turn, not a retry
@@ -510,7 +502,7 @@ func (t *turn) giveUp(reason string) error {
 	ctx, cancel := t.w.deliveryCtx(t.actx)
 	defer cancel()
 	reason = fmt.Sprintf("gave up after %d attempts: %s", t.retried+1, reason)
-	if t.rec != nil && len(t.rec.Attempts) > t.att {
+	if t.jr.Rec() != nil && len(t.jr.Rec().Attempts) > t.jr.Index() {
 		return t.fail(ctx, t.log, reason, "")
 	}
 	w := t.w
@@ -534,7 +526,7 @@ func (t *turn) giveUp(reason string) error {
 	rec.Attempts = append(rec.Attempts, Attempt{N: len(rec.Attempts) + 1, Worker: w.cfg.WorkerID, Start: t.start.UTC(),
 		End: now, Outcome: OutcomeFailed, Error: reason})
 	rec.Outcome, rec.Error, rec.FinishedAt = OutcomeFailed, reason, now
-	t.rec = rec
+	t.jr.SetRecord(rec)
 	if err := w.journal.Save(ctx, rec); err != nil {
 		t.redisFailed()
 		t.log.Warn("could not journal the failed turn", "error", err.Error())
@@ -551,7 +543,7 @@ func (t *turn) giveUp(reason string) error {
 	t.log.Warn("turn failed", "outcome", OutcomeFailed, "reason", reason)
 	w.permanent.Add(t.taskID, "otid", t.otid)
 	t.obs.AttemptFinished(t.queue, "archived", time.Since(t.start))
-	t.obs.TurnFinished(t.queue, OutcomeFailed, t.latency(now), 0)
+	t.obs.TurnFinished(t.queue, OutcomeFailed, t.jr.Latency(now), 0)
 	return fmt.Errorf("lettaq: turn failed: %s: %w", reason, asynq.SkipRetry)
 }
 

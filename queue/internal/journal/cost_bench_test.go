@@ -1,10 +1,11 @@
-package queue
+package journal
 
 import (
 	"context"
 	"fmt"
 	"testing"
 
+	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lettaq/lettaq/internal/testredis"
@@ -22,25 +23,27 @@ import (
 // none). On a Redis 7.0 of its own, 2-CPU VM: 25–26 against 36–38 µs (the
 // round trip's own reading and writing included).
 //
-//	go test -run '^$' -bench JournalSaveRedisCost ./queue/
+//	go test -run '^$' -bench JournalSaveRedisCost ./queue/internal/journal/
 func BenchmarkJournalSaveRedisCost(b *testing.B) {
 	ctx := context.Background()
-	rdb, prefix := benchRedis(b)
-	j := NewJournal(rdb, JournalOptions{Prefix: prefix})
+	rdb := testredis.New(b).Client(b)
+	prefix := "lettaqbench:" + uuid.NewString() + ":"
+	b.Cleanup(func() { deletePrefix(rdb, prefix) })
+	_, sv := testJournal(rdb, prefix, 0, 0, nil)
 	rec := benchTurnRecord()
 	for _, v := range []struct {
 		name string
 		op   func(rec *TurnRecord) (store.Op, error)
 	}{
-		{"transaction", func(rec *TurnRecord) (store.Op, error) { return j.saveOp(rec, false, 0, nil) }},
+		{"transaction", func(rec *TurnRecord) (store.Op, error) { return sv.SaveOp(rec, false, 0, nil) }},
 		{"script", func(rec *TurnRecord) (store.Op, error) {
-			args, err := j.saveArgs(rec, false, 0, nil)
+			args, err := sv.saveArgs(rec, false, 0, nil)
 			if err != nil {
 				return nil, err
 			}
 			return store.ScriptOp(store.JournalSave, args, func(c *redis.Cmd) error { return c.Err() }), nil
 		}},
-		{"numbered", func(rec *TurnRecord) (store.Op, error) { return j.saveOp(rec, false, 1, nil) }},
+		{"numbered", func(rec *TurnRecord) (store.Op, error) { return sv.SaveOp(rec, false, 1, nil) }},
 	} {
 		b.Run(v.name, func(b *testing.B) {
 			r := *rec

@@ -1,21 +1,24 @@
-package queue
+package journal
 
 import (
 	"encoding/json"
-	"github.com/lettaq/lettaq/queue/internal/codec"
+	"fmt"
 	"strconv"
 	"sync"
+
+	"github.com/lettaq/lettaq/queue/internal/codec"
+	"github.com/lettaq/lettaq/queue/internal/record"
 )
 
-// The journal record's JSON, written by hand: encoding/json's reflection
-// was ~10% of the CPU of an instant turn (up to three saves each). The
+// The journal record's JSON (and an intent's), read by encoding/json and
+// written by hand: encoding/json's reflection was ~10% of the CPU of an instant turn (up to three saves each). The
 // output is byte for byte what json.Marshal writes (field order,
 // omitempty and omitzero, RFC 3339 times, HTML-safe string escaping,
 // invalid UTF-8 as \ufffd); TestTurnRecordJSONMatches and
 // FuzzTurnRecordJSONMatches hold it to that. A time json.Marshal refuses
 // (a year outside [0,9999], a zone hour outside [0,23]) makes
-// marshalTurnRecord fall back to json.Marshal, which returns its error.
-// The same for an Intent (marshalIntent).
+// MarshalRecord fall back to json.Marshal, which returns its error.
+// The same for an Intent (MarshalIntent).
 
 // journalBufs holds the scratch buffers records are encoded into.
 var journalBufs = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
@@ -23,8 +26,8 @@ var journalBufs = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return
 // journalBufKeep bounds the scratch buffer a pool entry keeps.
 const journalBufKeep = 64 << 10
 
-// marshalTurnRecord is json.Marshal(r), by appendTurnRecordJSON.
-func marshalTurnRecord(r *TurnRecord) ([]byte, error) {
+// MarshalRecord is json.Marshal(r), by appendTurnRecordJSON.
+func MarshalRecord(r *record.TurnRecord) ([]byte, error) {
 	bp := journalBufs.Get().(*[]byte)
 	b, ok := appendTurnRecordJSON((*bp)[:0], r)
 	var out []byte
@@ -44,7 +47,7 @@ func marshalTurnRecord(r *TurnRecord) ([]byte, error) {
 
 // appendTurnRecordJSON appends r as json.Marshal writes it; !ok when r
 // holds a time json.Marshal refuses (b is then garbage).
-func appendTurnRecordJSON(b []byte, r *TurnRecord) (_ []byte, ok bool) {
+func appendTurnRecordJSON(b []byte, r *record.TurnRecord) (_ []byte, ok bool) {
 	ok = true
 	b = append(b, `{"task_id":`...)
 	b = codec.AppendString(b, r.TaskID)
@@ -99,7 +102,7 @@ func appendTurnRecordJSON(b []byte, r *TurnRecord) (_ []byte, ok bool) {
 	b = codec.AppendIntField(b, `,"latency_ns":`, int64(r.Latency))
 	b = codec.AppendIntField(b, `,"ttft_ns":`, int64(r.TTFT))
 	if u := r.Usage; u != nil {
-		b = appendUsageJSON(append(b, `,"usage":`...), u)
+		b = AppendUsageJSON(append(b, `,"usage":`...), u)
 	}
 	if len(r.Tools) > 0 {
 		b = append(b, `,"tools":[`...)
@@ -146,8 +149,8 @@ func appendTurnRecordJSON(b []byte, r *TurnRecord) (_ []byte, ok bool) {
 	return b, ok
 }
 
-// marshalIntent is json.Marshal(in), by appendIntentJSON.
-func marshalIntent(in *Intent) ([]byte, error) {
+// MarshalIntent is json.Marshal(in), by appendIntentJSON.
+func MarshalIntent(in *record.Intent) ([]byte, error) {
 	var buf [256]byte
 	b, ok := appendIntentJSON(buf[:0], in)
 	if !ok {
@@ -159,7 +162,7 @@ func marshalIntent(in *Intent) ([]byte, error) {
 
 // appendIntentJSON appends in as json.Marshal writes it; !ok as for
 // appendTurnRecordJSON.
-func appendIntentJSON(b []byte, in *Intent) (_ []byte, ok bool) {
+func appendIntentJSON(b []byte, in *record.Intent) (_ []byte, ok bool) {
 	ok = true
 	b = append(b, `{"task_id":`...)
 	b = codec.AppendString(b, in.TaskID)
@@ -176,7 +179,7 @@ func appendIntentJSON(b []byte, in *Intent) (_ []byte, ok bool) {
 	return append(b, '}'), ok
 }
 
-func appendAttemptJSON(b []byte, a *Attempt, ok *bool) []byte {
+func appendAttemptJSON(b []byte, a *record.Attempt, ok *bool) []byte {
 	b = append(b, `{"n":`...)
 	b = strconv.AppendInt(b, int64(a.N), 10)
 	b = codec.AppendStringField(b, `,"worker":`, a.Worker)
@@ -211,10 +214,9 @@ func appendAttemptJSON(b []byte, a *Attempt, ok *bool) []byte {
 	return append(b, '}')
 }
 
-// codec.CloseObject ends an object opened at b[open] ('{') whose fields were
-// each written with a leading comma: the first comma goes.
-// appendUsageJSON appends u as json.Marshal writes a *Usage.
-func appendUsageJSON(b []byte, u *Usage) []byte {
+// AppendUsageJSON appends u as json.Marshal writes a *record.Usage (in a
+// record, and in a turn's task result).
+func AppendUsageJSON(b []byte, u *record.Usage) []byte {
 	o := len(b)
 	b = append(b, '{')
 	b = codec.AppendIntField(b, `,"prompt_tokens":`, int64(u.PromptTokens))
@@ -222,4 +224,28 @@ func appendUsageJSON(b []byte, u *Usage) []byte {
 	b = codec.AppendIntField(b, `,"total_tokens":`, int64(u.TotalTokens))
 	b = codec.AppendIntField(b, `,"step_count":`, int64(u.StepCount))
 	return codec.CloseObject(b, o)
+}
+
+// DecodeRecord reads the record of taskID stored as b.
+func DecodeRecord(taskID string, b []byte) (*record.TurnRecord, error) {
+	var rec record.TurnRecord
+	if err := json.Unmarshal(b, &rec); err != nil {
+		return nil, fmt.Errorf("queue: journal record %s: %w", taskID, err)
+	}
+	return &rec, nil
+}
+
+// DecodeIntents reads the intents of taskID stored as raw, oldest first.
+func DecodeIntents(taskID string, raw []string) ([]record.Intent, error) {
+	out := make([]record.Intent, 0, len(raw))
+	for _, s := range raw {
+		var in record.Intent
+		if err := json.Unmarshal([]byte(s), &in); err != nil {
+			// Never drop an intent silently: an unreadable one still means
+			// something may have been sent.
+			return nil, fmt.Errorf("queue: intents of task %s: bad entry %q: %w", taskID, s, err)
+		}
+		out = append(out, in)
+	}
+	return out, nil
 }

@@ -1,12 +1,14 @@
-package queue
+package journal
 
 import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"github.com/lettaq/lettaq/queue/internal/store"
 	"testing"
 	"time"
+
+	"github.com/lettaq/lettaq/queue/internal/record"
+	"github.com/lettaq/lettaq/queue/internal/store"
 )
 
 // checkTurnRecordJSON fails t unless appendTurnRecordJSON (and
@@ -36,13 +38,13 @@ func checkTurnRecordJSON(t *testing.T, r *TurnRecord) {
 		if (werr == nil) != ok || (ok && !bytes.Equal(got, want)) {
 			t.Fatalf("appendIntentJSON = %s, %v; json.Marshal = %s, %v", got, ok, want, werr)
 		}
-		if m, merr := marshalIntent(&in); (merr == nil) != (werr == nil) || !bytes.Equal(m, want) {
-			t.Fatalf("marshalIntent = %s, %v; json.Marshal = %s, %v", m, merr, want, werr)
+		if m, merr := MarshalIntent(&in); (merr == nil) != (werr == nil) || !bytes.Equal(m, want) {
+			t.Fatalf("MarshalIntent = %s, %v; json.Marshal = %s, %v", m, merr, want, werr)
 		}
 	}
-	m, merr := marshalTurnRecord(r)
+	m, merr := MarshalRecord(r)
 	if (merr == nil) != (werr == nil) || !bytes.Equal(m, want) {
-		t.Fatalf("marshalTurnRecord = %s, %v; json.Marshal = %s, %v", m, merr, want, werr)
+		t.Fatalf("MarshalRecord = %s, %v; json.Marshal = %s, %v", m, merr, want, werr)
 	}
 }
 
@@ -55,7 +57,7 @@ func TestTurnRecordJSONMatches(t *testing.T) {
 		MessageID:    "m1", Queue: "default", ThreadMode: "agent", LettaConversationID: "conv-1",
 		EnqueuedAt: t0, FirstStartedAt: t0.Add(time.Millisecond), FinishedAt: t0.Add(time.Second).In(zone),
 		UpdatedAt: t0.Add(2 * time.Second), QueueWait: time.Millisecond,
-		Attempts: []Attempt{
+		Attempts: []record.Attempt{
 			{N: 1, Worker: "w1", Start: t0, End: t0.Add(time.Second), Phases: []PhaseMark{{Phase: "connecting", At: t0}, {Phase: "streaming", At: t0.Add(10)}},
 				TimeoutClock: TimeoutClockStall, Polls: 2, Resumes: 1, ResendDecision: ResendSent, SentOtid: true, Outcome: OutcomeRetrying, Error: "boom", RetryIn: 4 * time.Second},
 			{N: 2},
@@ -74,13 +76,13 @@ func TestTurnRecordJSONMatches(t *testing.T) {
 		"zero":        {},
 		"task only":   {TaskID: "t"},
 		"full":        full,
-		"empty parts": {TaskID: "t", Attempts: []Attempt{}, Waits: []Wait{}, Tools: []ToolSummary{}, Warnings: []string{}, Merged: []string{}, Usage: &Usage{}, Approval: &ApprovalRecord{}, Cancel: &CancelRecord{}},
+		"empty parts": {TaskID: "t", Attempts: []record.Attempt{}, Waits: []Wait{}, Tools: []ToolSummary{}, Warnings: []string{}, Merged: []string{}, Usage: &Usage{}, Approval: &ApprovalRecord{}, Cancel: &CancelRecord{}},
 		"usage one":   {TaskID: "t", Usage: &Usage{StepCount: 1}},
 		"usage mid":   {TaskID: "t", Usage: &Usage{CompletionTokens: 9, TotalTokens: -1}},
 		"escapes": {TaskID: "a\"b\\c\n\r\t\b\f\x00\x1f\x7f<>&'", Otid: "\u2028\u2029\u2027\u202a", AgentID: "\xff\xfe ok \xc3",
 			RunID: "é😀\xed\xa0\x80", Error: "\xf0\x9f\x98", Warnings: []string{"</script>", "\xe2\x80\xa8"}},
-		"phase zero time":    {TaskID: "t", Attempts: []Attempt{{Phases: []PhaseMark{{}}}}},
-		"monotonic":          {TaskID: "t", EnqueuedAt: time.Now(), Attempts: []Attempt{{Start: time.Now()}}},
+		"phase zero time":    {TaskID: "t", Attempts: []record.Attempt{{Phases: []PhaseMark{{}}}}},
+		"monotonic":          {TaskID: "t", EnqueuedAt: time.Now(), Attempts: []record.Attempt{{Start: time.Now()}}},
 		"local zone":         {TaskID: "t", EnqueuedAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.Local)},
 		"negative zone":      {TaskID: "t", EnqueuedAt: time.Date(2026, 1, 2, 3, 4, 5, 600, time.FixedZone("", -(9*3600+30*60)))},
 		"zone seconds":       {TaskID: "t", EnqueuedAt: time.Date(2026, 1, 2, 3, 4, 5, 600, time.FixedZone("", 3600+17))},
@@ -91,7 +93,7 @@ func TestTurnRecordJSONMatches(t *testing.T) {
 		"zone hour 24":       {TaskID: "t", UpdatedAt: time.Date(2026, 1, 1, 0, 0, 0, 0, time.FixedZone("", 24*3600))},
 		"zone hour -25":      {TaskID: "t", UpdatedAt: time.Date(2026, 1, 1, 0, 0, 0, 0, time.FixedZone("", -25*3600))},
 		"zone hour 100":      {TaskID: "t", UpdatedAt: time.Date(2026, 1, 1, 0, 0, 0, 0, time.FixedZone("", 100*3600))},
-		"bad phase time":     {TaskID: "t", Attempts: []Attempt{{Phases: []PhaseMark{{At: time.Date(12345, 1, 1, 0, 0, 0, 0, time.UTC)}}}}},
+		"bad phase time":     {TaskID: "t", Attempts: []record.Attempt{{Phases: []PhaseMark{{At: time.Date(12345, 1, 1, 0, 0, 0, 0, time.UTC)}}}}},
 		"bad approval time":  {TaskID: "t", Approval: &ApprovalRecord{AnsweredAt: time.Date(2026, 1, 1, 0, 0, 0, 0, time.FixedZone("", 30*3600))}},
 		"min int durations":  {TaskID: "t", QueueWait: -1 << 63, Latency: 1<<63 - 1},
 		"unix zero not zero": {TaskID: "t", EnqueuedAt: time.Unix(0, 0)},
@@ -133,7 +135,7 @@ func FuzzTurnRecordJSONMatches(f *testing.F) {
 			Latency: time.Duration(sec1), TTFT: time.Duration(sec2), Resends: int(n), AnsweredBy: pick(14, s2),
 		}
 		if bit(15) {
-			r.Attempts = []Attempt{
+			r.Attempts = []record.Attempt{
 				{N: int(n), Worker: s2, Start: t1, End: pickT(0, t2), Phases: []PhaseMark{{Phase: s3, At: t2}, {Phase: s1, At: t1}},
 					TimeoutClock: pick(1, s1), Polls: int(sec1), Resumes: int(sec2), ResendDecision: pick(2, s3), SentOtid: bit(3),
 					Outcome: pick(4, s2), Error: pick(5, s3)},
@@ -172,7 +174,7 @@ func benchTurnRecord() *TurnRecord {
 		MessageID: "msg-42", Queue: "default", ThreadMode: "agent",
 		EnqueuedAt: t0, FirstStartedAt: t0.Add(1500 * time.Microsecond), FinishedAt: t0.Add(9 * time.Millisecond), UpdatedAt: t0.Add(9 * time.Millisecond),
 		QueueWait: 1500 * time.Microsecond,
-		Attempts: []Attempt{{N: 1, Worker: "bench-host-1234", Start: t0.Add(1500 * time.Microsecond), End: t0.Add(9 * time.Millisecond),
+		Attempts: []record.Attempt{{N: 1, Worker: "bench-host-1234", Start: t0.Add(1500 * time.Microsecond), End: t0.Add(9 * time.Millisecond),
 			Phases:         []PhaseMark{{Phase: "connecting", At: t0.Add(2 * time.Millisecond)}, {Phase: "streaming", At: t0.Add(4 * time.Millisecond)}},
 			ResendDecision: ResendNotNeeded, SentOtid: true, Outcome: OutcomeAnswered}},
 		Outcome: OutcomeAnswered, StopReason: "end_turn", Latency: 9 * time.Millisecond, TTFT: 5 * time.Millisecond,
@@ -181,8 +183,8 @@ func benchTurnRecord() *TurnRecord {
 }
 
 // BenchmarkTurnRecordEncode: an instant turn's final record by json.Marshal
-// (old) and by marshalTurnRecord (new), and its intent by json.Marshal and
-// marshalIntent, in one run.
+// (old) and by MarshalRecord (new), and its intent by json.Marshal and
+// MarshalIntent, in one run.
 func BenchmarkTurnRecordEncode(b *testing.B) {
 	r := benchTurnRecord()
 	b.Run("json.Marshal", func(b *testing.B) {
@@ -193,10 +195,10 @@ func BenchmarkTurnRecordEncode(b *testing.B) {
 			}
 		}
 	})
-	b.Run("marshalTurnRecord", func(b *testing.B) {
+	b.Run("MarshalRecord", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := marshalTurnRecord(r); err != nil {
+			if _, err := MarshalRecord(r); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -210,10 +212,10 @@ func BenchmarkTurnRecordEncode(b *testing.B) {
 			}
 		}
 	})
-	b.Run("intent/marshalIntent", func(b *testing.B) {
+	b.Run("intent/MarshalIntent", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := marshalIntent(in); err != nil {
+			if _, err := MarshalIntent(in); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -223,11 +225,11 @@ func BenchmarkTurnRecordEncode(b *testing.B) {
 // BenchmarkJournalSaveOp: the whole of a save's encoding (record, keys,
 // script arguments) for an instant turn's final record.
 func BenchmarkJournalSaveOp(b *testing.B) {
-	j := NewJournal(nil, JournalOptions{})
+	_, sv := testJournal(nil, "lettaq:", 0, 0, nil)
 	r := benchTurnRecord()
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := j.saveOp(r, false, 0, nil); err != nil {
+		if _, err := sv.SaveOp(r, false, 0, nil); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -236,15 +238,15 @@ func BenchmarkJournalSaveOp(b *testing.B) {
 // saveArgs names the record's keys and every index, and flags the indexes
 // the record belongs in.
 func TestJournalSaveArgsKeys(t *testing.T) {
-	j := NewJournal(nil, JournalOptions{Prefix: "{p}:", Retention: time.Hour, MaxIndex: 7})
-	r := &TurnRecord{TaskID: "task:1", Otid: "o-1", Outcome: OutcomeFailed, Resends: 1, Attempts: []Attempt{{N: 1}, {N: 2, TimeoutClock: "stall"}}}
-	keys, args, err := saveKeysArgs(j, r, true, nil)
+	st, sv := testJournal(nil, "{p}:", time.Hour, 7, nil)
+	r := &TurnRecord{TaskID: "task:1", Otid: "o-1", Outcome: OutcomeFailed, Resends: 1, Attempts: []record.Attempt{{N: 1}, {N: 2, TimeoutClock: "stall"}}}
+	keys, args, err := saveKeysArgs(sv, r, true, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{j.recordKey("task:1"), j.otidKey("o-1"), j.intentsKey("task:1"), "{p}:journal:runners:task:1"}
-	for _, f := range append([]Filter{FilterAll}, journalFlagFilters...) {
-		want = append(want, j.indexKey(f))
+	want := []string{st.Keys.JournalTurn("task:1"), st.Keys.JournalOtid("o-1"), st.Keys.JournalIntents("task:1"), "{p}:journal:runners:task:1"}
+	for i := range numIndexes {
+		want = append(want, indexKey(st, i))
 	}
 	if fmt.Sprint(keys) != fmt.Sprint(want) {
 		t.Fatalf("keys %q, want %q", keys, want)
@@ -253,7 +255,7 @@ func TestJournalSaveArgsKeys(t *testing.T) {
 		t.Fatalf("args %v", got)
 	}
 	r.Otid, r.Outcome, r.Resends, r.Attempts = "", "", 0, nil
-	keys, args, _ = saveKeysArgs(j, r, false, nil)
+	keys, args, _ = saveKeysArgs(sv, r, false, nil)
 	if keys[1] != "{p}:journal:otid:" || fmt.Sprint(args[7:]) != "[0 0 1 0 0 0 0]" {
 		t.Fatalf("keys %q args %v", keys, args[7:])
 	}
@@ -261,8 +263,8 @@ func TestJournalSaveArgsKeys(t *testing.T) {
 
 // saveKeysArgs is saveArgs' command split as go-redis's Script.Run takes
 // it: the keys, then the arguments.
-func saveKeysArgs(j *Journal, rec *TurnRecord, keepFinished bool, ix *journalIndexed) ([]string, []any, error) {
-	cmd, err := j.saveArgs(rec, keepFinished, 0, ix)
+func saveKeysArgs(sv *Saver, rec *TurnRecord, keepFinished bool, ix *Indexed) ([]string, []any, error) {
+	cmd, err := sv.saveArgs(rec, keepFinished, 0, ix)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -1,0 +1,127 @@
+package journal
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lettaq/lettaq/internal/testredis"
+	"github.com/lettaq/lettaq/queue/internal/record"
+	"github.com/lettaq/lettaq/queue/internal/store"
+)
+
+// The names the tests use, as package queue names them.
+type (
+	TurnRecord     = record.TurnRecord
+	Intent         = record.Intent
+	Wait           = record.Wait
+	PhaseMark      = record.PhaseMark
+	Usage          = record.Usage
+	ToolSummary    = record.ToolSummary
+	ApprovalRecord = record.ApprovalRecord
+	CancelRecord   = record.CancelRecord
+	Conversation   = record.Conversation
+)
+
+const (
+	OutcomeAnswered      = "answered"
+	OutcomeFailed        = outcomeFailed
+	OutcomeRetrying      = "retrying"
+	TimeoutClockStall    = "stall"
+	ResendSent           = "resent"
+	ResendNotNeeded      = "not_needed"
+	CancelPhaseStreaming = "streaming"
+)
+
+// testJournal is a journal's store and saver under prefix, with the
+// options package queue's Journal defaults to but for those given.
+func testJournal(rdb redis.UniversalClient, prefix string, retention time.Duration, maxIndex int64, now func() time.Time) (*store.Journal, *Saver) {
+	if retention == 0 {
+		retention = 7 * 24 * time.Hour
+	}
+	if maxIndex == 0 {
+		maxIndex = 100000
+	}
+	if now == nil {
+		now = time.Now
+	}
+	st := store.NewJournal(rdb, store.Keys{Prefix: prefix}, retention, maxIndex, IndexNames())
+	return st, NewSaver(st, now)
+}
+
+// indexKey is the key of index i.
+func indexKey(st *store.Journal, i Index) string { return st.Keys.JournalIndex(i.Name()) }
+
+// noRealRedis is set once a test found no real Redis, so that later tests
+// do not each wait for the connection attempt to time out.
+var noRealRedis atomic.Bool
+
+// eachRedis runs fn against the Redis testredis.New gives and, when that is
+// a real server, also against miniredis, so both paths stay tested; prefix
+// is the subtest's own, its keys deleted at the end.
+func eachRedis(t *testing.T, fn func(t *testing.T, rdb *redis.Client, prefix string)) {
+	t.Helper()
+	var srv *testredis.Server
+	if noRealRedis.Load() {
+		m := miniredis.RunT(t)
+		srv = &testredis.Server{Addr: m.Addr(), Mini: m}
+	} else {
+		srv = testredis.New(t)
+		noRealRedis.Store(!srv.Real)
+	}
+	servers := []*testredis.Server{srv}
+	if srv.Real {
+		m := miniredis.RunT(t)
+		servers = append(servers, &testredis.Server{Addr: m.Addr(), Mini: m})
+	}
+	for _, s := range servers {
+		name := "miniredis"
+		if s.Real {
+			name = "redis"
+		}
+		t.Run(name, func(t *testing.T) {
+			rdb := s.Client(t)
+			prefix := "lettaqtest:" + uuid.NewString() + ":"
+			t.Cleanup(func() { deletePrefix(rdb, prefix) })
+			fn(t, rdb, prefix)
+		})
+	}
+}
+
+func deletePrefix(rdb redis.UniversalClient, prefix string) {
+	ctx := context.Background()
+	it := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+	var keys []string
+	for it.Next(ctx) {
+		keys = append(keys, it.Val())
+	}
+	for _, k := range keys {
+		rdb.Del(ctx, k)
+	}
+}
+
+// rjRecord is a turn's record as a client's enqueue leaves it.
+func rjRecord(taskID string, enqueued time.Time) *TurnRecord {
+	return &TurnRecord{TaskID: taskID, Otid: "otid-" + taskID, AgentID: "agent-1",
+		Conversation: Conversation{Integration: "telegram", ChatID: "-100123:45"}, MessageID: "msg-" + taskID,
+		Queue: "default", EnqueuedAt: enqueued}
+}
+
+// storedRecord reads taskID's record.
+func storedRecord(t *testing.T, st *store.Journal, taskID string) *TurnRecord {
+	t.Helper()
+	b, err := st.Record(context.Background(), taskID)
+	if err != nil {
+		t.Fatalf("record %s: %v", taskID, err)
+	}
+	rec, err := DecodeRecord(taskID, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rec
+}
