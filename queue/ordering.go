@@ -139,7 +139,7 @@ func (o *orderer) close() {
 // should end now with err, which may be nil).
 func (t *turn) acquire(ctx context.Context) (lease *ordering.Lease, err error, done bool) {
 	o := t.w.ord
-	alive := t.w.aliveOrParked(t.w.takeoverAlive(ordering.InspectorAlive(o.insp, t.queue)))
+	alive := t.w.aliveOrParked(t.w.tk.Alive(ordering.InspectorAlive(o.insp, t.queue)))
 	if t.w.startWithLock() {
 		// The acquire and the start's reads in one round trip: the reads
 		// run after the acquire, so with the lock taken by it they are what

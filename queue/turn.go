@@ -19,6 +19,7 @@ import (
 	"github.com/lettaq/lettaq/queue/internal/fence"
 	"github.com/lettaq/lettaq/queue/internal/live"
 	"github.com/lettaq/lettaq/queue/internal/store"
+	"github.com/lettaq/lettaq/queue/internal/takeover"
 )
 
 // TurnResult is what a finished turn writes as its Asynq task result
@@ -71,12 +72,12 @@ func (w *Worker) processTask(ctx context.Context, task *asynq.Task) error {
 	w.cancels.Add(t.taskID, (*cancelRun)(t)) // before the start's reads: a cancel from then on reaches it
 	defer w.cancels.Remove(t.taskID, (*cancelRun)(t))
 	t.rn.OnFence(cancel)
-	t.progress.fenced = t.fencedNow
+	t.progress.fenced = t.tk.FencedNow
 	defer t.closeProgress()
-	if t.continuedElsewhere(ctx) {
+	if t.tk.ContinuedElsewhere(ctx) {
 		return nil // a takeover continues the turn (takeover.go)
 	}
-	defer t.unregister()
+	defer t.tk.Unregister()
 	// An attempt that saw Redis fail ends only once Redis answers again, so
 	// that Asynq can record how it ended (see Worker.awaitRedis).
 	defer t.awaitRedis(ctx)
@@ -128,6 +129,7 @@ func (w *Worker) newTurn(ctx context.Context, task *asynq.Task) (*turn, error) {
 		retried: retried, maxRetry: maxRetry, start: start, ids: ids, log: newTurnLogger(w.log, ids),
 		rn: fence.Runner{ID: runner, Retried: asynqRetried, From: from}}
 	t.actx = ctx
+	t.tk = newRegistration(t)
 	t.obs.Observer = w.obs
 	t.progress = w.writer.newProgress(msg.Conversation, t.writeFailed)
 	if w.ord != nil {
@@ -347,8 +349,8 @@ type turn struct {
 	actx context.Context // the attempt's context (Asynq's): see detached
 
 	// Takeover (takeover.go).
-	rn      fence.Runner   // the runner: which task runs the attempt, fenced, gone (fence.Runner.Fence ends actx)
-	tkEpoch *takeoverEpoch // the registration the turn is under (nil: not registered)
+	rn fence.Runner           // the runner: which task runs the attempt, fenced, gone (fence.Runner.Fence ends actx)
+	tk *takeover.Registration // its registration in the worker's registry (never nil but in tests)
 
 	mu      sync.Mutex // guards rec and att while saving
 	rec     *TurnRecord
@@ -518,7 +520,9 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 	if err != nil {
 		return t.retryEarly(err), true
 	}
-	t.register(ctx) // (once its start read numbered the runner)
+	if op := t.tk.Register(claim.Entry{Key: t.key, Retried: t.retried, MaxRetry: t.maxRetry}, t.runnerN); op != nil {
+		t.progress.pushOp(op) // (once its start read numbered the runner)
+	}
 	t.cancelAtStart()
 	if !answered && (rec.Outcome == OutcomeAnswered || rec.Outcome == OutcomeApprovalRequired) {
 		// Journaled finished in the round trip that was to write the final
@@ -760,7 +764,7 @@ func (t *turn) mark(phase string) {
 }
 
 func (t *turn) beforeSend(ctx context.Context, resend bool) error {
-	if t.takenOver(ctx) {
+	if t.tk.TakenOver(ctx) {
 		return errTakenOver // fenced: another worker continues the turn
 	}
 	t.mu.Lock()
