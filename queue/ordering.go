@@ -168,7 +168,7 @@ func (t *turn) acquire(ctx context.Context) (lease *ordering.Lease, err error, d
 			// answered: a cancelled turn that is not its chat's turn ends
 			// below instead of being put back.
 			if b, found, _ := pre.Cancel(); found {
-				t.noteCancel(b)
+				t.cx.NoteJSON(b, (*cancelRun)(t))
 			}
 		}
 		if err = aerr; err == nil {
@@ -177,7 +177,7 @@ func (t *turn) acquire(ctx context.Context) (lease *ordering.Lease, err error, d
 			}
 		}
 	} else {
-		t.readCancel(ctx) // (the start's reads come after the acquire here)
+		t.cx.Read(ctx, (*cancelRun)(t)) // (the start's reads come after the acquire here)
 		lease, err = o.seq.Acquire(ctx, t.key, t.taskID, t.w.cfg.WorkerID, alive)
 	}
 	var me *ordering.MergedError

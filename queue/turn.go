@@ -523,7 +523,9 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 	if op := t.tk.Register(claim.Entry{Key: t.key, Retried: t.retried, MaxRetry: t.maxRetry}, t.runnerN); op != nil {
 		t.progress.pushOp(op) // (once its start read numbered the runner)
 	}
-	t.cancelAtStart()
+	if b, found, _ := t.pre.Cancel(); found {
+		t.cx.NoteJSON(b, (*cancelRun)(t)) // (read with the start's reads)
+	}
 	if !answered && (rec.Outcome == OutcomeAnswered || rec.Outcome == OutcomeApprovalRequired) {
 		// Journaled finished in the round trip that was to write the final
 		// event, which did not happen (deliverAtOnce): the turn goes on.
@@ -584,8 +586,8 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 		}
 		t.progress.pushOnce(acc, w.replies.acceptedKey(t.taskID))
 	}
-	if err, end := t.cancelStart(ctx, intents); end {
-		return err, true
+	if cr, end := t.cx.AtStart(len(liveIntents(intents)) > 0, t.rec.RunID != "", t.log); end {
+		return t.endCancelled(ctx, t.log, *cr, CancelPhaseWaiting, ""), true
 	}
 	var approvals []agentclient.ApprovalAnswer
 	if t.msg.Approval != nil {
@@ -770,7 +772,7 @@ func (t *turn) beforeSend(ctx context.Context, resend bool) error {
 	t.mu.Lock()
 	n := t.attempt().N
 	t.mu.Unlock()
-	if err := t.cancelBeforeSend(false); err != nil {
+	if err := t.cx.BeforeSend(t.detached(), false, (*cancelRun)(t)); err != nil {
 		return err
 	}
 	// The intent goes with everything the attempt queued before it (its
@@ -786,12 +788,12 @@ func (t *turn) beforeSend(ctx context.Context, resend bool) error {
 		if err := t.progress.do(ctx, nil, t.w.replies.st.CancelReadOp(t.taskID, &cancelled), op); err != nil {
 			return err
 		}
-		if err := t.cancelBeforeSend(cancelled); err != nil {
+		if err := t.cx.BeforeSend(t.detached(), cancelled, (*cancelRun)(t)); err != nil {
 			return err
 		}
 	} else {
 		if _, cancelled, _ = t.w.replies.st.GetCancel(ctx, t.taskID); cancelled {
-			return t.cancelBeforeSend(true)
+			return t.cx.BeforeSend(t.detached(), true, (*cancelRun)(t))
 		}
 		var err error
 		if prior, err = t.w.journal.RecordIntent(ctx, t.taskID, t.otid, n, t.w.cfg.WorkerID); err != nil {

@@ -97,7 +97,7 @@ func (t *turn) finish(ctx context.Context, d continuation.Result) error {
 		busyInARow++
 	}
 	t.mu.Unlock()
-	cr, cancelPhase := t.cancelDecided(d)
+	cr, cancelPhase := t.cx.Decided(d, t.view.Activity())
 	in := endingInput{D: d, RunID: snap.RunID, Retried: t.retried, MaxRetry: t.maxRetry, BusyInARow: busyInARow,
 		StuckRetryDelay: w.cfg.StuckRetryDelay, Cancelled: cr != nil}
 	if d.Outcome == continuation.Interrupted {

@@ -14,7 +14,9 @@ import (
 
 type finished struct{ results []string }
 
-func (f *finished) AttemptFinished(_, result string, _ time.Duration) { f.results = append(f.results, result) }
+func (f *finished) AttemptFinished(_, result string, _ time.Duration) {
+	f.results = append(f.results, result)
+}
 
 // With takeover off (a nil Registry) an attempt registers nothing, is never taken over nor
 // continued elsewhere, and its end has nothing to take out; an attempt that ends taken over
