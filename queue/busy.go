@@ -54,7 +54,7 @@ func (t *turn) busy(ctx context.Context, e ending) error {
 	}
 	if err := t.save(ctx); err != nil {
 		if t.rn.IsFenced() {
-			return t.endTakenOver() // the takeover goes on with the turn
+			return t.tk.EndTakenOver() // the takeover goes on with the turn
 		}
 		t.log.Warn("could not journal the attempt", "error", err.Error())
 	}

@@ -40,14 +40,14 @@ type CancelRecord = record.CancelRecord
 const (
 	// CancelPhaseWaiting: before it ran (waiting for its chat, scheduled,
 	// or between attempts): never sent.
-	CancelPhaseWaiting = "waiting"
+	CancelPhaseWaiting = record.CancelPhaseWaiting
 	// CancelPhaseBeforeSend: the attempt was about to send: never sent.
-	CancelPhaseBeforeSend = "before_send"
+	CancelPhaseBeforeSend = record.CancelPhaseBeforeSend
 	// CancelPhaseStreaming: the run was streaming.
-	CancelPhaseStreaming = "streaming"
+	CancelPhaseStreaming = record.CancelPhaseStreaming
 	// CancelPhaseContinuation: the stream was lost and the attempt was
 	// following the run (polls, resumes), or a recovering attempt found it.
-	CancelPhaseContinuation = "continuation"
+	CancelPhaseContinuation = record.CancelPhaseContinuation
 )
 
 // StopReasonCancelled is the stop reason of a cancelled turn's final event

@@ -2,13 +2,10 @@ package queue
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
-	"github.com/lettaq/lettaq/continuation"
 	"github.com/lettaq/lettaq/queue/internal/cancelsub"
 )
 
@@ -44,14 +41,18 @@ type CancelObserver interface {
 	TurnCancelled(queue, phase string)
 }
 
-// errCancelledBeforeSend is beforeSend's refusal of a cancelled turn.
-var errCancelledBeforeSend = errors.New("lettaq: the turn was cancelled before it was sent")
-
-// cancelRun is the turn as its cancel's view of the run at Letta
-// (cancel.Run): (*cancelRun)(t).
+// cancelRun is the turn as its cancel's view of the attempt (cancel.Run,
+// cancel.Attempt): (*cancelRun)(t).
 type cancelRun turn
 
 func (r *cancelRun) RunID() string { return r.ids.currentRunID() }
+
+func (r *cancelRun) Log() *slog.Logger { return r.log }
+
+// ReadCancel reads the turn's cancel record.
+func (r *cancelRun) ReadCancel(ctx context.Context) ([]byte, bool, error) {
+	return r.w.replies.st.GetCancel(ctx, r.taskID)
+}
 
 // NoteCancel notes the cancel the channel published (cancel.Running).
 func (r *cancelRun) NoteCancel(b []byte, readErr error) {
@@ -60,7 +61,7 @@ func (r *cancelRun) NoteCancel(b []byte, readErr error) {
 		t.log.Warn("could not read the turn's cancel record", "error", readErr.Error())
 		b = nil // the publish says there is one
 	}
-	t.noteCancel(b)
+	t.cx.NoteJSON(b, r)
 }
 
 // CancelRun asks Letta to cancel the turn's run: the conversation's cancel,
@@ -80,7 +81,7 @@ func (r *cancelRun) CancelRun(conv, runID string) error {
 
 // cancelSubscriber is the worker's subscription to the cancel channel
 // (queue/internal/cancelsub): a cancel of a turn this worker runs is noted
-// on the turn (noteCancel); on every (re)subscription the records of the
+// on the turn (cancel.Turn.NoteJSON); on every (re)subscription the records of the
 // running turns are read, for the cancels published while the worker was
 // not subscribed (cancel.Running).
 func (w *Worker) cancelSubscriber() *cancelsub.Subscriber {
@@ -89,88 +90,6 @@ func (w *Worker) cancelSubscriber() *cancelsub.Subscriber {
 
 // watchCancels follows the cancel channel until ctx ends.
 func (w *Worker) watchCancels(ctx context.Context) { w.cancelSubscriber().Run(ctx) }
-
-// noteCancel notes the turn's cancel (b: its record's JSON), and asks
-// Letta to cancel the run when the turn has one underway.
-func (t *turn) noteCancel(b []byte) {
-	var cr CancelRecord
-	if len(b) > 0 && json.Unmarshal(b, &cr) != nil {
-		cr = CancelRecord{By: "unknown"}
-	}
-	if t.cx.Note(cr, (*cancelRun)(t), t.log) {
-		t.log.Info("the turn is cancelled", "by", cr.By)
-	}
-}
-
-// cancelAtStart notes a cancel record that the start's reads found (pre,
-// when read).
-func (t *turn) cancelAtStart() {
-	if b, found, _ := t.pre.Cancel(); found {
-		t.noteCancel(b)
-	}
-}
-
-// readCancel reads the turn's cancel record on its own (when the start's
-// reads come after the ordering acquire): a failed read is left to the
-// start's reads.
-func (t *turn) readCancel(ctx context.Context) {
-	b, found, err := t.w.replies.st.GetCancel(ctx, t.taskID)
-	if err == nil && found {
-		t.noteCancel(b)
-	}
-}
-
-// cancelBeforeSend is beforeSend's check: the turn was cancelled (found
-// says the round trip of the intent read a record).
-func (t *turn) cancelBeforeSend(found bool) error {
-	if found && t.cx.Asked() == nil {
-		t.readCancel(t.detached())
-		if t.cx.Asked() == nil {
-			t.noteCancel(nil)
-		}
-	}
-	if t.cx.Asked() == nil {
-		return nil
-	}
-	t.cx.RefusedSend()
-	return errCancelledBeforeSend
-}
-
-// cancelDecided is told that the run's decision is made: from here on
-// Letta is not asked to cancel any more. It returns the turn's cancel (nil:
-// none) and the phase the turn is in (for endOf's cancelled ending).
-func (t *turn) cancelDecided(d continuation.Result) (cr *CancelRecord, phase string) {
-	beforeSend, recovered := t.cx.End()
-	if cr = t.cx.Asked(); cr == nil {
-		return nil, ""
-	}
-	switch {
-	case beforeSend:
-		phase = CancelPhaseBeforeSend
-	case recovered || d.Polls > 0 || d.Resumes > 0 ||
-		t.view.Activity() == continuation.ActivityRecovering || t.view.Activity() == continuation.ActivityContinuing:
-		phase = CancelPhaseContinuation
-	default:
-		phase = CancelPhaseStreaming
-	}
-	return cr, phase
-}
-
-// cancelStart decides, at the start of an attempt whose record is built,
-// what a cancel does: a turn never sent ends here (end); one that may have
-// reached Letta goes on, and its run is cancelled once its thread is known.
-func (t *turn) cancelStart(ctx context.Context, intents []Intent) (err error, end bool) {
-	cr := t.cx.Asked()
-	if cr == nil {
-		return nil, false
-	}
-	if len(liveIntents(intents)) == 0 && t.jr.Rec().RunID == "" {
-		return t.endCancelled(ctx, t.log, *cr, CancelPhaseWaiting, ""), true
-	}
-	t.cx.Recovered(t.jr.Rec().RunID != "")
-	t.log.Info("the turn was cancelled while it may have reached Letta: its run is cancelled, never sent again")
-	return nil, false
-}
 
 // endCancelled ends the turn cancelled: the final event (error, permanent,
 // stop_reason cancelled, text what the agent had said), the journal

@@ -223,7 +223,7 @@ func TestEndOfTable(t *testing.T) {
 	elsewhere := map[string]string{
 		"invalid payload":                         "the handler's DecodePayload (turn.go; integration TestBadPayloadsArchived)",
 		"not its turn (ordering)":                 "turn.acquire (order.go; package ordering's put-back)",
-		"cancelled while waiting (never sent)":    "Client.Cancel's dropWaiting, turn.cancelStart and turn.cancelWaiting (cancel.go, cancelturn.go; integration TestCancelWaitingTurn, TestCancelRecordEndsTheNextAttempt)",
+		"cancelled while waiting (never sent)":    "Client.Cancel's dropWaiting, cancel.Turn.AtStart and turn.cancelWaiting (cancel.go, cancelturn.go; integration TestCancelWaitingTurn, TestCancelRecordEndsTheNextAttempt)",
 		"merged into another turn (coalescing)":   "turn.coalesced (order.go; integration TestCoalescing)",
 		"message, its chat's approval unanswered": "turn.approvalGate (approvalturn.go), with its (ApprovalPolicy error) line",
 	}

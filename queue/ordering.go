@@ -139,7 +139,7 @@ func (o *orderer) close() {
 // else err is what the handler returns (done is set when the handler
 // should end now with err, which may be nil).
 func (t *turn) acquire(ctx context.Context) (err error, done bool) {
-	alive := t.line.Alive(t.w.takeoverAlive)
+	alive := t.line.Alive(t.w.tk.Alive)
 	if t.w.startWithLock() {
 		// The acquire and the start's reads in one round trip: the reads
 		// run after the acquire, so with the lock taken by it they are what
@@ -168,7 +168,7 @@ func (t *turn) acquire(ctx context.Context) (err error, done bool) {
 			// answered: a cancelled turn that is not its chat's turn ends
 			// below instead of being put back.
 			if b, found, _ := pre.Cancel(); found {
-				t.noteCancel(b)
+				t.cx.NoteJSON(b, (*cancelRun)(t))
 			}
 		}
 		if err = aerr; err == nil {
@@ -178,7 +178,7 @@ func (t *turn) acquire(ctx context.Context) (err error, done bool) {
 			}
 		}
 	} else {
-		t.readCancel(ctx) // (the start's reads come after the acquire here)
+		t.cx.Read(ctx, (*cancelRun)(t)) // (the start's reads come after the acquire here)
 		err = t.line.Acquire(ctx, alive)
 	}
 	var me *ordering.MergedError

@@ -24,34 +24,34 @@ func TestTakeoverRecoveredTurnNotRunTwice(t *testing.T) {
 	a, b := e.worker("A", 2*time.Second), e.worker("B", 2*time.Second)
 	ctx := context.Background()
 	e.deadWorker("D/6", 62*time.Second, "turn-6")
-	a.tk.tick(ctx)
-	b.tk.tick(ctx)
+	a.tk.Tick(ctx)
+	b.tk.Tick(ctx)
 	newRunner := func(w *Worker, runner, from string, retried int) *turn {
 		tr := &turn{w: w, jr: attemptJournal(w, nil), taskID: "turn-6", queue: e.queue, rn: fence.Runner{ID: runner, Retried: retried, From: from},
 			log: w.log, actx: ctx}
 		tr.progress = w.writer.newProgress(Conversation{Integration: "test", ChatID: "turn-6"}, func(error) {})
 		tr.rn.OnFence(func(error) {})
-		return tr
+		return withReg(tr)
 	}
 	start := func(tr *turn) {
-		tr.register(ctx)
+		register(tr)
 		tr.progress.flush(ctx) // the registration goes with the attempt's first writes
 	}
 
 	// Asynq's recovery runs the original on A.
 	orig := newRunner(a, "turn-6", "", 1)
-	if orig.continuedElsewhere(ctx) {
+	if orig.tk.ContinuedElsewhere(ctx) {
 		t.Fatal("the recovered original ends, with no other runner")
 	}
 	start(orig)
-	a.tk.tick(ctx)
+	a.tk.Tick(ctx)
 	if orig.rn.IsFenced() {
 		t.Fatal("the only runner of the turn was stopped")
 	}
 
 	// A's watcher is eligible and claims the dead worker.
-	primeEligible(a.tk)
-	a.tk.tick(ctx)
+	a.tk.PrimeEligible()
+	a.tk.Tick(ctx)
 	if dead, _ := e.st.Tombstoned(ctx, "D/6"); !dead {
 		t.Fatal("the dead worker was not claimed")
 	}
@@ -61,17 +61,17 @@ func TestTakeoverRecoveredTurnNotRunTwice(t *testing.T) {
 
 	// A takeover made before the original registered does not start.
 	tko := newRunner(b, claim.TaskID("D/6", "turn-6"), "D/6", 0)
-	if !tko.continuedElsewhere(ctx) {
+	if !tko.tk.ContinuedElsewhere(ctx) {
 		t.Error("a takeover starts while the recovered original runs")
 	}
 
 	// One that registers all the same stops the original at A's next beat.
 	start(tko)
-	a.tk.tick(ctx)
+	a.tk.Tick(ctx)
 	if !orig.rn.IsFenced() {
 		t.Fatal("the original goes on after another runner registered the turn")
 	}
-	b.tk.tick(ctx)
+	b.tk.Tick(ctx)
 	if tko.rn.IsFenced() {
 		t.Fatal("the newest runner was stopped")
 	}
@@ -80,19 +80,19 @@ func TestTakeoverRecoveredTurnNotRunTwice(t *testing.T) {
 	// next fencing check (its last good beat old: it asks Redis).
 	other := newRunner(a, claim.TaskID("D/7", "turn-6"), "D/7", 0)
 	start(other)
-	tko.tkEpoch.lastOK.Store(int64(b.tk.now() - 2*time.Second))
-	if !tko.takenOver(ctx) {
+	tko.tk.BeatAgo(2 * time.Second)
+	if !tko.tk.TakenOver(ctx) {
 		t.Fatal("a runner whose turn another registered goes on writing")
 	}
-	if other.takenOver(ctx) {
+	if other.tk.TakenOver(ctx) {
 		t.Fatal("the newest runner is fenced")
 	}
 	// Their ends leave nothing registered.
 	for _, tr := range []*turn{orig, tko, other} {
-		tr.unregister()
+		tr.tk.Unregister()
 	}
-	if n := e.rdb.Exists(ctx, e.prefix+"takeover:holder:turn-6", e.prefix+"takeover:turns:"+a.tk.current().id,
-		e.prefix+"takeover:turns:"+b.tk.current().id).Val(); n != 0 {
+	if n := e.rdb.Exists(ctx, e.prefix+"takeover:holder:turn-6", e.prefix+"takeover:turns:"+a.tk.Instance(),
+		e.prefix+"takeover:turns:"+b.tk.Instance()).Val(); n != 0 {
 		t.Fatalf("%d registry keys left after every runner ended", n)
 	}
 }
@@ -106,14 +106,13 @@ func TestTakeoverRegisterAgainTakesFromDeadHolder(t *testing.T) {
 	a, b := e.worker("A", 2*time.Second), e.worker("B", 2*time.Second)
 	ctx := context.Background()
 	e.deadWorker("D/8", 62*time.Second, "turn-8")
-	a.tk.tick(ctx)
-	b.tk.tick(ctx)
+	a.tk.Tick(ctx)
+	b.tk.Tick(ctx)
 	// Asynq's recovery runs the turn on A; its registration was lost.
-	orig := &turn{w: a, jr: attemptJournal(a, nil), taskID: "turn-8", queue: e.queue, rn: fence.Runner{ID: "turn-8", Retried: 1}, log: a.log, actx: ctx,
-		tkEpoch: a.tk.current()}
-	a.tk.turns[orig] = struct{}{}
-	a.tk.tick(ctx)
-	if !e.rdb.HExists(ctx, e.prefix+"takeover:turns:"+a.tk.current().id, "turn-8").Val() {
+	orig := withReg(&turn{w: a, jr: attemptJournal(a, nil), taskID: "turn-8", queue: e.queue, rn: fence.Runner{ID: "turn-8", Retried: 1}, log: a.log, actx: ctx})
+	orig.tk.AsRegistered(claim.Entry{}, 0)
+	a.tk.Tick(ctx)
+	if !e.rdb.HExists(ctx, e.prefix+"takeover:turns:"+a.tk.Instance(), "turn-8").Val() {
 		t.Fatal("the running turn was not written back while its holder is a dead worker")
 	}
 	if e.rdb.HExists(ctx, e.prefix+"takeover:turns:D/8", "turn-8").Val() {
@@ -121,10 +120,10 @@ func TestTakeoverRegisterAgainTakesFromDeadHolder(t *testing.T) {
 	}
 	// B, whose registration of the turn was lost too, takes nothing from A,
 	// and stops its runner.
-	other := &turn{w: b, jr: attemptJournal(b, nil), taskID: "turn-8", queue: e.queue, rn: fence.Runner{ID: "turn-8"}, log: b.log, actx: ctx, tkEpoch: b.tk.current()}
-	b.tk.turns[other] = struct{}{}
-	b.tk.tick(ctx)
-	if e.rdb.HExists(ctx, e.prefix+"takeover:turns:"+b.tk.current().id, "turn-8").Val() {
+	other := withReg(&turn{w: b, jr: attemptJournal(b, nil), taskID: "turn-8", queue: e.queue, rn: fence.Runner{ID: "turn-8"}, log: b.log, actx: ctx})
+	other.tk.AsRegistered(claim.Entry{}, 0)
+	b.tk.Tick(ctx)
+	if e.rdb.HExists(ctx, e.prefix+"takeover:turns:"+b.tk.Instance(), "turn-8").Val() {
 		t.Fatal("a written-back registration took the turn from a live runner")
 	}
 	if !other.rn.IsFenced() || orig.rn.IsFenced() {
@@ -139,7 +138,7 @@ func TestTakeoverPendingRegistrationNotWrittenBack(t *testing.T) {
 	e := newTakeoverEnv(t)
 	w := e.worker("A", 2*time.Second)
 	ctx := context.Background()
-	w.tk.tick(ctx)
+	w.tk.Tick(ctx)
 	// The writer's round trips wait for gate.
 	gate := make(chan struct{})
 	exec := w.writer.exec
@@ -147,11 +146,11 @@ func TestTakeoverPendingRegistrationNotWrittenBack(t *testing.T) {
 		<-gate
 		return exec(ctx, ops)
 	}
-	tr := &turn{w: w, jr: attemptJournal(w, nil), taskID: "turn-p", queue: e.queue, rn: fence.Runner{ID: "turn-p"}, log: w.log, actx: ctx}
+	tr := withReg(&turn{w: w, jr: attemptJournal(w, nil), taskID: "turn-p", queue: e.queue, rn: fence.Runner{ID: "turn-p"}, log: w.log, actx: ctx})
 	tr.progress = w.writer.newProgress(Conversation{Integration: "test", ChatID: "p"}, func(error) {})
-	tr.register(ctx)
-	turns := e.prefix + "takeover:turns:" + w.tk.current().id
-	w.tk.tick(ctx)
+	register(tr)
+	turns := e.prefix + "takeover:turns:" + w.tk.Instance()
+	w.tk.Tick(ctx)
 	if e.rdb.HExists(ctx, turns, "turn-p").Val() {
 		t.Fatal("a beat wrote back a turn whose registration waits for its round trip")
 	}
@@ -160,7 +159,7 @@ func TestTakeoverPendingRegistrationNotWrittenBack(t *testing.T) {
 	if !e.rdb.HExists(ctx, turns, "turn-p").Val() {
 		t.Fatal("the turn's round trip did not register it")
 	}
-	tr.unregister()
+	tr.tk.Unregister()
 }
 
 // Of two runners of one turn (both got past their start before either
@@ -171,18 +170,18 @@ func TestTakeoverStaleRunnerSaveKeepsNewerRecord(t *testing.T) {
 	e := newTakeoverEnv(t)
 	a, b := e.worker("A", 2*time.Second), e.worker("B", 2*time.Second)
 	ctx := context.Background()
-	a.tk.tick(ctx)
-	b.tk.tick(ctx)
+	a.tk.Tick(ctx)
+	b.tk.Tick(ctx)
 	begin := func(w *Worker, runner, from string) *turn { return beginRunner(t, w, e.queue, "turn-j", runner, from) }
 	// The stale runner starts and journals its attempt; the newer one
 	// starts before the stale one's registration ran.
 	stale := begin(a, "turn-j", "")
 	newer := begin(b, claim.TaskID("D/9", "turn-j"), "D/9")
-	stale.register(ctx)
+	register(stale)
 	if err := stale.save(ctx); err != nil {
 		t.Fatal(err)
 	}
-	newer.register(ctx)
+	register(newer)
 	// The newer runner finishes the turn within the stale one's last beat.
 	newer.jr.Rec().Outcome, newer.jr.Rec().FinishedAt = OutcomeAnswered, time.Now()
 	newer.jr.Current().Outcome = OutcomeAnswered
@@ -200,8 +199,8 @@ func TestTakeoverStaleRunnerSaveKeepsNewerRecord(t *testing.T) {
 		t.Fatalf("the journal holds outcome %q, attempts %+v; want the newer runner's answered record", rec.Outcome, rec.Attempts)
 	}
 	// The stale runner stops at its worker's next beat; the newer one not.
-	a.tk.tick(ctx)
-	b.tk.tick(ctx)
+	a.tk.Tick(ctx)
+	b.tk.Tick(ctx)
 	if !stale.rn.IsFenced() || newer.rn.IsFenced() {
 		t.Fatalf("stopped: the stale runner %v, the newer %v; want true, false", stale.rn.IsFenced(), newer.rn.IsFenced())
 	}
@@ -214,18 +213,18 @@ func TestTakeoverLaterStartedRunnerKeepsTurn(t *testing.T) {
 	e := newTakeoverEnv(t)
 	a, b := e.worker("A", 2*time.Second), e.worker("B", 2*time.Second)
 	ctx := context.Background()
-	a.tk.tick(ctx)
-	b.tk.tick(ctx)
+	a.tk.Tick(ctx)
+	b.tk.Tick(ctx)
 	stale := beginRunner(t, a, e.queue, "turn-k", "turn-k", "")
 	newer := beginRunner(t, b, e.queue, "turn-k", claim.TaskID("D/10", "turn-k"), "D/10")
-	newer.register(ctx)
+	register(newer)
 	if err := newer.save(ctx); err != nil {
 		t.Fatal(err)
 	}
-	stale.register(ctx)
+	register(stale)
 	stale.progress.flush(ctx)
-	a.tk.tick(ctx)
-	b.tk.tick(ctx)
+	a.tk.Tick(ctx)
+	b.tk.Tick(ctx)
 	if !stale.rn.IsFenced() || newer.rn.IsFenced() {
 		t.Fatalf("stopped: the runner that started first %v, the later one %v; want true, false", stale.rn.IsFenced(), newer.rn.IsFenced())
 	}
@@ -251,6 +250,7 @@ func beginRunner(t *testing.T, w *Worker, queue, taskID, runner, from string) *t
 		start: time.Now(), jr: attemptJournal(w, nil)}
 	tr.progress = w.writer.newProgress(Conversation{Integration: "test", ChatID: taskID}, func(error) {})
 	tr.rn.OnFence(func(error) {})
+	withReg(tr)
 	rec, _, _, err := tr.readStart(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -65,21 +65,23 @@ func (e *takeoverEnv) worker(id string, after time.Duration) *Worker {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	w.tk.client = asynq.NewClient(w.conn)
-	w.tk.insp = asynq.NewInspector(w.conn)
-	w.tk.running.Store(true)
-	e.t.Cleanup(func() { _ = w.tk.client.Close(); _ = w.tk.insp.Close(); w.closeRedis() })
+	w.tk.Open()
+	e.t.Cleanup(func() { w.tk.Close(); w.closeRedis() })
 	return w
 }
 
-// primeEligible makes tk's watcher eligible at its next good beat, as if
-// it had beaten well for longer than TakeoverAfter.
-func primeEligible(tk *takeover) {
-	tk.base = time.Now().Add(-3 * tk.after)
-	tk.epoch.lastOK.Store(int64(tk.now()))
-	tk.lastTick = tk.now()
-	tk.okSince = 1
-	tk.beats = 1
+// withReg gives tr its registration, as newTurn does.
+func withReg(tr *turn) *turn {
+	tr.tk = newRegistration(tr)
+	return tr
+}
+
+// register registers tr as prepare does: the write goes with the attempt's
+// next round trip.
+func register(tr *turn) {
+	if op := tr.tk.Register(claim.Entry{Key: tr.line.Key(), Retried: tr.retried, MaxRetry: tr.maxRetry}, tr.jr.Runner()); op != nil {
+		tr.progress.pushOp(op)
+	}
 }
 
 // deadWorker registers a worker instance whose last beat is ago, running
@@ -128,13 +130,13 @@ func (e *takeoverEnv) takeoverTasks() []*asynq.TaskInfo {
 func TestTakeoverTwoWatchersClaimOnce(t *testing.T) {
 	e := newTakeoverEnv(t)
 	a, b := e.worker("A", 2*time.Second), e.worker("B", 2*time.Second)
-	primeEligible(a.tk)
-	primeEligible(b.tk)
+	a.tk.PrimeEligible()
+	b.tk.PrimeEligible()
 	e.deadWorker("D/1", 10*time.Second, "turn-1", "turn-2")
 	var wg sync.WaitGroup
 	for _, w := range []*Worker{a, b} {
 		wg.Add(1)
-		go func() { defer wg.Done(); w.tk.tick(context.Background()) }()
+		go func() { defer wg.Done(); w.tk.Tick(context.Background()) }()
 	}
 	wg.Wait()
 	tasks := e.takeoverTasks()
@@ -163,7 +165,7 @@ func TestTakeoverTwoWatchersClaimOnce(t *testing.T) {
 		t.Error("the dead worker's turns hash is still there")
 	}
 	// Another round finds nobody to claim.
-	a.tk.tick(context.Background())
+	a.tk.Tick(context.Background())
 	if n := len(e.takeoverTasks()); n != 2 {
 		t.Fatalf("%d takeover tasks after a second round", n)
 	}
@@ -173,19 +175,19 @@ func TestTakeoverTwoWatchersClaimOnce(t *testing.T) {
 func TestTakeoverLiveWorkerNotClaimed(t *testing.T) {
 	e := newTakeoverEnv(t)
 	a, live := e.worker("A", 2*time.Second), e.worker("L", 2*time.Second)
-	primeEligible(a.tk)
-	live.tk.tick(context.Background()) // a beat now
-	e.st.Register(context.Background(), store.Registration{Instance: live.tk.current().id, TaskID: "turn-live", Runner: "turn-live",
+	a.tk.PrimeEligible()
+	live.tk.Tick(context.Background()) // a beat now
+	e.st.Register(context.Background(), store.Registration{Instance: live.tk.Instance(), TaskID: "turn-live", Runner: "turn-live",
 		Entry: []byte(`{"queue":"q","runner":"turn-live"}`), HolderTTL: time.Hour, LostTTL: time.Hour})
-	a.tk.tick(context.Background())
+	a.tk.Tick(context.Background())
 	if n := len(e.takeoverTasks()); n != 0 {
 		t.Fatalf("%d takeover tasks of a live worker", n)
 	}
 	// The claim itself refuses a recent beat.
-	if _, ok, err := e.st.Claim(context.Background(), live.tk.current().id, "A", 2*time.Second, time.Hour); err != nil || ok {
+	if _, ok, err := e.st.Claim(context.Background(), live.tk.Instance(), "A", 2*time.Second, time.Hour); err != nil || ok {
 		t.Fatalf("claim of a live worker: ok %v, err %v", ok, err)
 	}
-	if dead, _ := e.st.Tombstoned(context.Background(), live.tk.current().id); dead {
+	if dead, _ := e.st.Tombstoned(context.Background(), live.tk.Instance()); dead {
 		t.Fatal("a live worker was tombstoned")
 	}
 }
@@ -196,19 +198,19 @@ func TestTakeoverWatcherJustBackNotEligible(t *testing.T) {
 	e := newTakeoverEnv(t)
 	a := e.worker("A", 2*time.Second)
 	e.deadWorker("D/2", 10*time.Second, "turn-3")
-	a.tk.tick(context.Background()) // first beat: not eligible
+	a.tk.Tick(context.Background()) // first beat: not eligible
 	if n := len(e.takeoverTasks()); n != 0 {
 		t.Fatalf("a watcher on its first beat took %d turns over", n)
 	}
 	// Eligible, then a gap in its own beats (it was paused): not eligible.
-	primeEligible(a.tk)
-	a.tk.lastTick = a.tk.now() - 2*time.Second
-	a.tk.tick(context.Background())
+	a.tk.PrimeEligible()
+	a.tk.LastTickAgo(2 * time.Second)
+	a.tk.Tick(context.Background())
 	if n := len(e.takeoverTasks()); n != 0 {
 		t.Fatalf("a watcher back from a pause took %d turns over", n)
 	}
-	primeEligible(a.tk)
-	a.tk.tick(context.Background())
+	a.tk.PrimeEligible()
+	a.tk.Tick(context.Background())
 	if n := len(e.takeoverTasks()); n != 1 {
 		t.Fatalf("an eligible watcher took %d turns over, want 1", n)
 	}
@@ -225,18 +227,18 @@ func TestTakeoverMarkerEndsOlderRunner(t *testing.T) {
 		t.Fatal(err)
 	}
 	mk := func(runner string, retried int) *turn {
-		return &turn{w: w, jr: attemptJournal(w, nil), taskID: "turn-9", rn: fence.Runner{ID: runner, Retried: retried}, log: w.log}
+		return withReg(&turn{w: w, jr: attemptJournal(w, nil), taskID: "turn-9", rn: fence.Runner{ID: runner, Retried: retried}, log: w.log})
 	}
-	if !mk("turn-9", 1).continuedElsewhere(ctx) {
+	if !mk("turn-9", 1).tk.ContinuedElsewhere(ctx) {
 		t.Error("the recovered original does not see the takeover")
 	}
-	if mk("turn-9", 0).continuedElsewhere(ctx) {
+	if mk("turn-9", 0).tk.ContinuedElsewhere(ctx) {
 		t.Error("a first attempt read the marker")
 	}
-	if mk(claim.TaskID("D/9", "turn-9"), 1).continuedElsewhere(ctx) {
+	if mk(claim.TaskID("D/9", "turn-9"), 1).tk.ContinuedElsewhere(ctx) {
 		t.Error("the takeover's own retry ends")
 	}
-	if !mk(claim.TaskID("D/8", "turn-9"), 1).continuedElsewhere(ctx) {
+	if !mk(claim.TaskID("D/8", "turn-9"), 1).tk.ContinuedElsewhere(ctx) {
 		t.Error("an older takeover goes on")
 	}
 }
@@ -248,32 +250,33 @@ func TestTakeoverFencingStaleBeat(t *testing.T) {
 	e := newTakeoverEnv(t)
 	w := e.worker("A", 2*time.Second)
 	ctx := context.Background()
-	ep := w.tk.current()
-	t1 := &turn{w: w, jr: attemptJournal(w, nil), taskID: "turn-f1", log: w.log, tkEpoch: ep}
-	t2 := &turn{w: w, jr: attemptJournal(w, nil), taskID: "turn-f2", log: w.log, tkEpoch: ep}
+	ep := w.tk.Instance()
+	t1 := withReg(&turn{w: w, jr: attemptJournal(w, nil), taskID: "turn-f1", log: w.log})
+	t2 := withReg(&turn{w: w, jr: attemptJournal(w, nil), taskID: "turn-f2", log: w.log})
 	canceled := make(chan error, 1)
 	t2.rn.OnFence(func(err error) { canceled <- err })
-	w.tk.turns[t1], w.tk.turns[t2] = struct{}{}, struct{}{}
-	ep.lastOK.Store(int64(w.tk.now())) // fresh beat
-	e.rdb.Set(ctx, e.prefix+"takeover:dead:"+ep.id, "B", time.Hour)
-	if t1.takenOver(ctx) {
+	t1.tk.AsRegistered(claim.Entry{}, 0)
+	t2.tk.AsRegistered(claim.Entry{}, 0)
+	t1.tk.BeatAgo(0) // fresh beat
+	e.rdb.Set(ctx, e.prefix+"takeover:dead:"+ep, "B", time.Hour)
+	if t1.tk.TakenOver(ctx) {
 		t.Fatal("a turn with a fresh beat asked Redis (or stopped)")
 	}
-	ep.lastOK.Store(int64(w.tk.now() - 2*time.Second)) // paused past TakeoverAfter/2
-	if !t1.takenOver(ctx) {
+	t1.tk.BeatAgo(2 * time.Second) // paused past TakeoverAfter/2
+	if !t1.tk.TakenOver(ctx) {
 		t.Fatal("a tombstoned worker with a stale beat goes on writing")
 	}
-	if !t2.rn.IsFenced() || !ep.dead.Load() || w.tk.current() == ep {
+	if !t2.rn.IsFenced() || !t2.tk.Tombstoned() || w.tk.Instance() == ep {
 		t.Fatal("the other turns of the claimed registration are not fenced, or the worker did not re-register")
 	}
 	if err := <-canceled; err != errTakenOver {
 		t.Fatalf("the fenced turn's context ended with %v", err)
 	}
 	// A stale beat without a tombstone: the turn goes on.
-	ep2 := w.tk.current()
-	t3 := &turn{w: w, jr: attemptJournal(w, nil), taskID: "turn-f3", log: w.log, tkEpoch: ep2}
-	ep2.lastOK.Store(int64(w.tk.now() - 2*time.Second))
-	if t3.takenOver(ctx) {
+	t3 := withReg(&turn{w: w, jr: attemptJournal(w, nil), taskID: "turn-f3", log: w.log})
+	t3.tk.AsRegistered(claim.Entry{}, 0)
+	t3.tk.BeatAgo(2 * time.Second)
+	if t3.tk.TakenOver(ctx) {
 		t.Fatal("a worker that was not claimed stopped its turn")
 	}
 }
@@ -284,20 +287,20 @@ func TestTakeoverBeatFindsTombstoneAndLeave(t *testing.T) {
 	e := newTakeoverEnv(t)
 	w := e.worker("A", 2*time.Second)
 	ctx := context.Background()
-	ep := w.tk.current()
-	t1 := &turn{w: w, jr: attemptJournal(w, nil), taskID: "turn-t1", log: w.log, tkEpoch: ep}
-	w.tk.turns[t1] = struct{}{}
-	e.rdb.Set(ctx, e.prefix+"takeover:dead:"+ep.id, "B", time.Hour)
-	w.tk.tick(ctx)
-	if !t1.rn.IsFenced() || w.tk.current() == ep {
+	ep := w.tk.Instance()
+	t1 := withReg(&turn{w: w, jr: attemptJournal(w, nil), taskID: "turn-t1", log: w.log})
+	t1.tk.AsRegistered(claim.Entry{}, 0)
+	e.rdb.Set(ctx, e.prefix+"takeover:dead:"+ep, "B", time.Hour)
+	w.tk.Tick(ctx)
+	if !t1.rn.IsFenced() || w.tk.Instance() == ep {
 		t.Fatal("the beat did not fence the claimed worker's turns")
 	}
-	w.tk.tick(ctx)
-	id := w.tk.current().id
+	w.tk.Tick(ctx)
+	id := w.tk.Instance()
 	if _, err := e.rdb.ZScore(ctx, e.prefix+"takeover:workers", id).Result(); err != nil {
 		t.Fatalf("the new instance does not beat: %v", err)
 	}
-	w.tk.leave()
+	w.tk.Leave()
 	if _, err := e.rdb.ZScore(ctx, e.prefix+"takeover:workers", id).Result(); err != redis.Nil {
 		t.Fatalf("a stopped worker is still registered: %v", err)
 	}
@@ -310,22 +313,22 @@ func TestTakeoverRegistryLostRegistersAgain(t *testing.T) {
 	e := newTakeoverEnv(t)
 	w := e.worker("A", 2*time.Second)
 	ctx := context.Background()
-	w.tk.tick(ctx)
-	tr := &turn{w: w, jr: attemptJournal(w, nil), taskID: "turn-r", queue: e.queue, rn: fence.Runner{ID: "turn-r"}, log: w.log, actx: ctx}
+	w.tk.Tick(ctx)
+	tr := withReg(&turn{w: w, jr: attemptJournal(w, nil), taskID: "turn-r", queue: e.queue, rn: fence.Runner{ID: "turn-r"}, log: w.log, actx: ctx})
 	tr.progress = w.writer.newProgress(Conversation{Integration: "test", ChatID: "r"}, func(error) {})
-	tr.register(ctx)
+	register(tr)
 	tr.progress.flush(ctx) // the registration goes with the attempt's next writes
-	id := w.tk.current().id
+	id := w.tk.Instance()
 	turns := e.prefix + "takeover:turns:" + id
 	if !e.rdb.HExists(ctx, turns, "turn-r").Val() {
 		t.Fatal("the running turn is not registered")
 	}
 	e.rdb.Del(ctx, e.prefix+"takeover:workers", turns)
-	w.tk.tick(ctx)
+	w.tk.Tick(ctx)
 	if !e.rdb.HExists(ctx, turns, "turn-r").Val() {
 		t.Fatal("the beat after the registry was lost did not register the running turn again")
 	}
-	tr.unregister()
+	tr.tk.Unregister()
 	if e.rdb.HExists(ctx, turns, "turn-r").Val() {
 		t.Fatal("an ended turn is still registered")
 	}
@@ -339,21 +342,21 @@ func TestTakeoverFinishedTurnNotRegisteredAgain(t *testing.T) {
 	e := newTakeoverEnv(t)
 	w := e.worker("A", 2*time.Second)
 	ctx := context.Background()
-	w.tk.tick(ctx)
-	tr := &turn{w: w, jr: attemptJournal(w, nil), taskID: "turn-done", queue: e.queue, rn: fence.Runner{ID: "turn-done"}, log: w.log, actx: ctx}
+	w.tk.Tick(ctx)
+	tr := withReg(&turn{w: w, jr: attemptJournal(w, nil), taskID: "turn-done", queue: e.queue, rn: fence.Runner{ID: "turn-done"}, log: w.log, actx: ctx})
 	tr.progress = w.writer.newProgress(Conversation{Integration: "test", ChatID: "done"}, func(error) {})
-	tr.register(ctx)
+	register(tr)
 	tr.progress.flush(ctx)
-	turns := e.prefix + "takeover:turns:" + w.tk.current().id
+	turns := e.prefix + "takeover:turns:" + w.tk.Instance()
 	if !e.rdb.HExists(ctx, turns, "turn-done").Val() {
 		t.Fatal("the running turn is not registered")
 	}
 	// Its last writes take it out; the beat comes before the attempt's end.
-	if err := tr.progress.do(ctx, nil, tr.unregisterOps()...); err != nil {
+	if err := tr.progress.do(ctx, nil, tr.tk.UnregisterOps()...); err != nil {
 		t.Fatal(err)
 	}
-	w.tk.tick(ctx)
-	tr.unregister()
+	w.tk.Tick(ctx)
+	tr.tk.Unregister()
 	if e.rdb.HExists(ctx, turns, "turn-done").Val() {
 		t.Fatal("a finished turn is registered again and stays for the instance's life")
 	}
@@ -391,15 +394,16 @@ func TestTakeoverFencedDeliveryReportsTakenOver(t *testing.T) {
 	w.obs = obs
 	c := &capture{}
 	ctx := context.Background()
-	ep := w.tk.current()
+	ep := w.tk.Instance()
 	id := "turn-fd"
 	conv := Conversation{Integration: "test", ChatID: "fd-" + randomHex(t)}
 	tr := &turn{w: w, taskID: id, otid: "otid-fd", queue: e.queue, rn: fence.Runner{ID: id}, log: slog.New(c), actx: ctx,
-		tkEpoch: ep, start: time.Now(), ids: &turnIDs{taskID: id, otid: "otid-fd"},
+		start: time.Now(), ids: &turnIDs{taskID: id, otid: "otid-fd"},
 		msg: Message{AgentID: "agent-1", Conversation: conv, MessageID: "m1"}}
 	tr.obs.Observer = w.obs
+	withReg(tr).tk.AsRegistered(claim.Entry{}, 0)
 	tr.progress = w.writer.newProgress(conv, tr.writeFailed)
-	tr.progress.fenced = tr.fencedNow
+	tr.progress.fenced = tr.tk.FencedNow
 	defer tr.progress.close()
 	tr.jr = attemptJournal(w, &TurnRecord{TaskID: id, Otid: "otid-fd", Conversation: conv,
 		Attempts: []Attempt{{N: 1, Worker: "A", Start: tr.start}}})
@@ -407,8 +411,8 @@ func TestTakeoverFencedDeliveryReportsTakenOver(t *testing.T) {
 	// Meanwhile: B claimed A (its tombstone) and wrote the turn's answer
 	// (the final event's marker); A's last good beat is old.
 	e.rdb.Set(ctx, e.prefix+"answered:"+id, "1", time.Hour)
-	e.rdb.Set(ctx, e.prefix+"takeover:dead:"+ep.id, "B", time.Hour)
-	ep.lastOK.Store(int64(w.tk.now() - 2*time.Second))
+	e.rdb.Set(ctx, e.prefix+"takeover:dead:"+ep, "B", time.Hour)
+	tr.tk.BeatAgo(2 * time.Second)
 	if err := tr.deliver(ctx, tr.log, OutcomeAnswered, ReplyEvent{Type: EventAnswer, Text: "from A"}, "from A", nil); err != nil {
 		t.Errorf("deliver: %v", err)
 	}
@@ -446,13 +450,13 @@ func TestTakeoverStartBeatsStopLeaves(t *testing.T) {
 	}
 	t.Cleanup(w.closeRedis)
 	ctx := context.Background()
-	if w.tk.running.Load() {
+	if w.tk.Running() {
 		t.Fatal("turns register before Start")
 	}
 	if err := w.tk.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	id := w.tk.current().id
+	id := w.tk.Instance()
 	deadline := time.Now().Add(5 * time.Second)
 	for e.rdb.ZScore(ctx, e.prefix+"takeover:workers", id).Err() != nil {
 		if time.Now().After(deadline) {
@@ -460,12 +464,12 @@ func TestTakeoverStartBeatsStopLeaves(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if !w.tk.running.Load() {
+	if !w.tk.Running() {
 		t.Error("turns do not register after Start")
 	}
 	w.tk.Stop()
 	w.tk.Stop()
-	if w.tk.running.Load() {
+	if w.tk.Running() {
 		t.Error("turns still register after Stop")
 	}
 	if err := e.rdb.ZScore(ctx, e.prefix+"takeover:workers", id).Err(); err != redis.Nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/lettaq/lettaq/queue/internal/line"
 	"github.com/lettaq/lettaq/queue/internal/live"
 	"github.com/lettaq/lettaq/queue/internal/store"
+	"github.com/lettaq/lettaq/queue/internal/takeover"
 )
 
 // TurnResult is what a finished turn writes as its Asynq task result
@@ -72,12 +73,12 @@ func (w *Worker) processTask(ctx context.Context, task *asynq.Task) error {
 	w.cancels.Add(t.taskID, (*cancelRun)(t)) // before the start's reads: a cancel from then on reaches it
 	defer w.cancels.Remove(t.taskID, (*cancelRun)(t))
 	t.rn.OnFence(cancel)
-	t.progress.fenced = t.fencedNow
+	t.progress.fenced = t.tk.FencedNow
 	defer t.closeProgress()
-	if t.continuedElsewhere(ctx) {
+	if t.tk.ContinuedElsewhere(ctx) {
 		return nil // a takeover continues the turn (takeover.go)
 	}
-	defer t.unregister()
+	defer t.tk.Unregister()
 	// An attempt that saw Redis fail ends only once Redis answers again, so
 	// that Asynq can record how it ended (see Worker.awaitRedis).
 	defer t.awaitRedis(ctx)
@@ -129,6 +130,7 @@ func (w *Worker) newTurn(ctx context.Context, task *asynq.Task) (*turn, error) {
 		retried: retried, maxRetry: maxRetry, start: start, ids: ids, log: newTurnLogger(w.log, ids),
 		rn: fence.Runner{ID: runner, Retried: asynqRetried, From: from}}
 	t.actx = ctx
+	t.tk = newRegistration(t)
 	t.obs.Observer = w.obs
 	t.jr = journal.NewAttempt(w.journal.saver)
 	t.progress = w.writer.newProgress(msg.Conversation, t.writeFailed)
@@ -337,8 +339,8 @@ type turn struct {
 	actx context.Context // the attempt's context (Asynq's): see detached
 
 	// Takeover (takeover.go).
-	rn      fence.Runner   // the runner: which task runs the attempt, fenced, gone (fence.Runner.Fence ends actx)
-	tkEpoch *takeoverEpoch // the registration the turn is under (nil: not registered)
+	rn fence.Runner           // the runner: which task runs the attempt, fenced, gone (fence.Runner.Fence ends actx)
+	tk *takeover.Registration // its registration in the worker's registry (never nil but in tests)
 
 	jr   *journal.Attempt // the turn's record with this attempt in it, its lock and saves
 	st   *agentclient.StreamState
@@ -481,8 +483,12 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 	if err != nil {
 		return t.retryEarly(err), true
 	}
-	t.register(ctx) // (once its start read numbered the runner)
-	t.cancelAtStart()
+	if op := t.tk.Register(claim.Entry{Key: t.line.Key(), Retried: t.retried, MaxRetry: t.maxRetry}, t.jr.Runner()); op != nil {
+		t.progress.pushOp(op) // (once its start read numbered the runner)
+	}
+	if b, found, _ := t.pre.Cancel(); found {
+		t.cx.NoteJSON(b, (*cancelRun)(t)) // (read with the start's reads)
+	}
 	if !answered && (rec.Outcome == OutcomeAnswered || rec.Outcome == OutcomeApprovalRequired) {
 		// Journaled finished in the round trip that was to write the final
 		// event, which did not happen (deliverAtOnce): the turn goes on.
@@ -542,8 +548,8 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 		}
 		t.progress.pushOnce(acc, w.replies.acceptedKey(t.taskID))
 	}
-	if err, end := t.cancelStart(ctx, intents); end {
-		return err, true
+	if cr, end := t.cx.AtStart(len(liveIntents(intents)) > 0, t.jr.Rec().RunID != "", t.log); end {
+		return t.endCancelled(ctx, t.log, *cr, CancelPhaseWaiting, ""), true
 	}
 	var approvals []agentclient.ApprovalAnswer
 	if approvals, err, end = t.approvalGate(ctx); end {
@@ -711,13 +717,13 @@ func (t *turn) emitEvent(ev ReplyEvent, lazy bool) {
 }
 
 func (t *turn) beforeSend(ctx context.Context, resend bool) error {
-	if t.takenOver(ctx) {
+	if t.tk.TakenOver(ctx) {
 		return errTakenOver // fenced: another worker continues the turn
 	}
 	t.jr.Lock()
 	n := t.jr.Current().N
 	t.jr.Unlock()
-	if err := t.cancelBeforeSend(false); err != nil {
+	if err := t.cx.BeforeSend(t.detached(), false, (*cancelRun)(t)); err != nil {
 		return err
 	}
 	// The intent goes with everything the attempt queued before it (its
@@ -733,12 +739,12 @@ func (t *turn) beforeSend(ctx context.Context, resend bool) error {
 		if err := t.progress.do(ctx, nil, t.w.replies.st.CancelReadOp(t.taskID, &cancelled), op); err != nil {
 			return err
 		}
-		if err := t.cancelBeforeSend(cancelled); err != nil {
+		if err := t.cx.BeforeSend(t.detached(), cancelled, (*cancelRun)(t)); err != nil {
 			return err
 		}
 	} else {
 		if _, cancelled, _ = t.w.replies.st.GetCancel(ctx, t.taskID); cancelled {
-			return t.cancelBeforeSend(true)
+			return t.cx.BeforeSend(t.detached(), true, (*cancelRun)(t))
 		}
 		var err error
 		if prior, err = t.w.journal.RecordIntent(ctx, t.taskID, t.otid, n, t.w.cfg.WorkerID); err != nil {

@@ -19,8 +19,8 @@ import (
 
 // finish maps the decision to reply events, the journal and Asynq.
 func (t *turn) finish(ctx context.Context, d continuation.Result) error {
-	if t.takenOver(ctx) {
-		return t.endTakenOver() // fenced: another worker continues the turn
+	if t.tk.TakenOver(ctx) {
+		return t.tk.EndTakenOver() // fenced: another worker continues the turn
 	}
 	w := t.w
 	dctx, cancel := w.deliveryCtx(ctx)
@@ -98,7 +98,7 @@ func (t *turn) finish(ctx context.Context, d continuation.Result) error {
 		busyInARow++
 	}
 	t.jr.Unlock()
-	cr, cancelPhase := t.cancelDecided(d)
+	cr, cancelPhase := t.cx.Decided(d, t.view.Activity())
 	in := endingInput{D: d, RunID: snap.RunID, Retried: t.retried, MaxRetry: t.maxRetry, BusyInARow: busyInARow,
 		StuckRetryDelay: w.cfg.StuckRetryDelay, Cancelled: cr != nil}
 	if d.Outcome == continuation.Interrupted {
@@ -221,8 +221,8 @@ func (t *turn) deliverAtOnce(ctx context.Context, log *slog.Logger, outcome stri
 	// does not take a record without the marker for finished (see run),
 	// writes over them.
 	ops := append(append([]store.Op{save}, t.resultOps(outcome, answer, approval)...), t.line.ReleaseOps(marker)...)
-	ops = append(ops, t.unregisterOps()...) // (takeover.go)
-	t.progress.dropQueuedSaves()            // this record is newer
+	ops = append(ops, t.tk.UnregisterOps()...) // (takeover.go)
+	t.progress.dropQueuedSaves()               // this record is newer
 	t.jr.Lock()
 	lat, ttft := t.jr.Latency(now), t.jr.Rec().TTFT
 	t.jr.Unlock()
@@ -244,7 +244,7 @@ func (t *turn) deliverAtOnce(ctx context.Context, log *slog.Logger, outcome stri
 	case errors.Is(pe.err, errTakenOver):
 		// Fenced: nothing was written. The marker the next check would
 		// find is the takeover's answer, not this attempt's.
-		return t.endTakenOver()
+		return t.tk.EndTakenOver()
 	case pe.err != nil:
 		// The write may have happened all the same (a reply lost on the
 		// way back): the answered marker says.
@@ -298,7 +298,7 @@ func (t *turn) deliveredBy(log *slog.Logger, outcome, answer string, now time.Ti
 // undelivered ends an attempt whose final event could not be written.
 func (t *turn) undelivered(ctx context.Context, log *slog.Logger, err error) error {
 	if errors.Is(err, errTakenOver) || t.rn.IsFenced() {
-		return t.endTakenOver() // not written because another worker continues the turn
+		return t.tk.EndTakenOver() // not written because another worker continues the turn
 	}
 	// The answer is the whole point: retry; the next attempt finds the
 	// run by its id and polls the answer again.
@@ -426,7 +426,7 @@ func (t *turn) fail(ctx context.Context, log *slog.Logger, reason, stop string) 
 	t.jr.Unlock()
 	if err := t.save(ctx, t.line.ReleaseOps("")...); err != nil {
 		if t.rn.IsFenced() {
-			return t.endTakenOver() // its writes were dropped: the takeover ends the turn
+			return t.tk.EndTakenOver() // its writes were dropped: the takeover ends the turn
 		}
 		log.Warn("could not journal the failed turn", "error", err.Error())
 	}
@@ -459,7 +459,7 @@ func (t *turn) retry(ctx context.Context, log *slog.Logger, e ending) error {
 	t.jr.Unlock()
 	if err := t.save(ctx); err != nil {
 		if t.rn.IsFenced() {
-			return t.endTakenOver() // the takeover goes on with the turn, not a retry
+			return t.tk.EndTakenOver() // the takeover goes on with the turn, not a retry
 		}
 		log.Warn("could not journal the attempt", "error", err.Error())
 	}

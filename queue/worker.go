@@ -28,6 +28,7 @@ import (
 	"github.com/lettaq/lettaq/queue/internal/line"
 	"github.com/lettaq/lettaq/queue/internal/service"
 	"github.com/lettaq/lettaq/queue/internal/store"
+	"github.com/lettaq/lettaq/queue/internal/takeover"
 )
 
 // Observer is told what the worker does, for metrics. Methods are called
@@ -191,7 +192,7 @@ type Worker struct {
 	permanent asynqlog.Permanent           // tasks whose handler's error was permanent, until Asynq logs their archiving
 	cancels   cancel.Running[*cancelRun]   // the turns running here, for the cancel channel (cancelturn.go)
 	health    health.Health                // what Ready says
-	tk        *takeover                    // the takeover registry (nil: off)
+	tk        *takeover.Registry           // the takeover registry (nil: off)
 }
 
 // errShutdown is the cause of the handlers' context when the worker shuts

@@ -4,6 +4,11 @@
 // is known too (the agent may be running other chats' runs: its cancel is never sent
 // without the run). Letta then ends the run, and the turn ends as Letta ended it.
 //
+// The attempt's checks (attempt.go) are Turn's too: noting a record as read (NoteJSON, Read),
+// what a cancel does at the start (AtStart) and before the send (BeforeSend), and the phase
+// a cancelled turn ends in (Decided). They reach the attempt through Attempt; the cancelled
+// endings themselves, which write the turn's journal, events and line, are the attempt's.
+//
 // The cancel channel's goroutine, the stream's reader and the attempt all reach a Turn: it
 // is safe for concurrent use.
 package cancel

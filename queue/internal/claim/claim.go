@@ -3,7 +3,7 @@
 // task per turn the dead worker ran, which runs the turn under its own identity on a live
 // worker, and marks the turn taken over, so that the original task, when Asynq recovers it
 // later, ends without writing. The beats and the watch that find a dead worker, and the
-// fencing of a running turn, are the worker's (queue/takeover.go).
+// fencing of a running turn, are queue/internal/takeover's.
 package claim
 
 import (

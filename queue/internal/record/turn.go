@@ -160,3 +160,17 @@ type CancelRecord struct {
 	Reason string    `json:"reason,omitempty"`
 	Phase  string    `json:"phase,omitempty"`
 }
+
+// The phases a turn is cancelled in (CancelRecord.Phase).
+const (
+	// CancelPhaseWaiting: before it ran (waiting for its chat, scheduled,
+	// or between attempts): never sent.
+	CancelPhaseWaiting = "waiting"
+	// CancelPhaseBeforeSend: the attempt was about to send: never sent.
+	CancelPhaseBeforeSend = "before_send"
+	// CancelPhaseStreaming: the run was streaming.
+	CancelPhaseStreaming = "streaming"
+	// CancelPhaseContinuation: the stream was lost and the attempt was
+	// following the run (polls, resumes), or a recovering attempt found it.
+	CancelPhaseContinuation = "continuation"
+)
