@@ -13,7 +13,7 @@ import (
 //
 //	POST <UserPath>send      chat_id, text: the user writes (an update the bot takes by getUpdates or its webhook)
 //	POST <UserPath>press     chat_id, message_id, data: the user presses an inline button
-//	GET  <UserPath>messages?chat_id=<id>: the chat as the user sees it, as JSON
+//	GET  <UserPath>messages  chat_id: the chat as the user sees it, as JSON (POST too)
 //
 // Parameters come as a form (curl -d) or a query string; chat_id defaults
 // to UserChat. These paths take no token: the fake serves them only to
@@ -71,7 +71,7 @@ func (s *Server) serveUser(w http.ResponseWriter, r *http.Request, what string) 
 			return
 		}
 		writeJSON(w, map[string]any{"callback_query_id": s.Press(chat, id, data)})
-	case what == "messages" && r.Method == http.MethodGet:
+	case what == "messages":
 		writeJSON(w, s.Shown(chat))
 	default:
 		http.Error(w, "the user's side: POST "+UserPath+"send, POST "+UserPath+"press, GET "+UserPath+"messages", http.StatusNotFound)
