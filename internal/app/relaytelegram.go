@@ -155,7 +155,7 @@ func newRelayTelegram(cfg RelaySettings, rdb redis.UniversalClient, enqueue tele
 	if cfg.Telegram.Token == "" {
 		return nil, nil
 	}
-	a, err := telegram.New(telegram.Config{Token: cfg.Telegram.Token, ServerURL: cfg.Telegram.APIURL, PartLimit: cfg.Telegram.PartLimit})
+	a, err := telegram.New(telegram.Config{Token: cfg.Telegram.Token, ServerURL: cfg.Telegram.APIURL, PartLimit: cfg.Telegram.PartLimit, Logger: logger})
 	if err != nil {
 		return nil, err
 	}
