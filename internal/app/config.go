@@ -73,6 +73,7 @@ type WorkerSettings struct {
 	Dev               bool
 	DevRedisAddr      string
 	DevLettaAddr      string
+	Relay             string // dev mode: where the demo agents are talked to (devrelay.go)
 }
 
 // setting binds one non-budget variable to a WorkerSettings field.
@@ -398,6 +399,12 @@ var workerSettings = []setting{
 	{envvar.Var{Name: "LETTAQ_DEV_LETTA_ADDR", Default: DefaultDevLettaAddr,
 		Help: "dev mode: where the Letta simulator listens (another free port if taken)"},
 		stringSetting(func(c *WorkerSettings) *string { return &c.DevLettaAddr })},
+	{envvar.Var{Name: "LETTAQ_RELAY", Default: "web", Help: devRelayHelp},
+		func(c *WorkerSettings, raw string) error {
+			var err error
+			c.Relay, err = parseDevRelay(raw)
+			return err
+		}},
 }
 
 // WorkerVars lists every environment variable the worker reads, budget included, in the order
@@ -608,6 +615,10 @@ func (c *WorkerSettings) check() error {
 	if c.HTTPAddr != "off" && c.HTTPToken == "" && !IsLoopback(c.HTTPAddr) {
 		return fmt.Errorf("LETTAQ_HTTP_TOKEN (--http-token) is required when LETTAQ_HTTP_ADDR (%s) is not a loopback address: the monitor and metrics must not be open to the network; "+
 			"make one with openssl rand -hex 16 (with docker compose: in .env next to docker-compose.yaml, see .env.example)", c.HTTPAddr)
+	}
+	if !c.Dev && c.Relay != "web" {
+		return fmt.Errorf("LETTAQ_RELAY (--relay) is %s without LETTAQ_DEV (--dev): the worker runs a relay only in dev mode, against a fake platform; "+
+			"the production bot is the relay command (cmd/relay) with the platform's token (docs/relay.md)", c.Relay)
 	}
 	if !c.Dev {
 		if _, err := c.RedisConnOpt(); err != nil {

@@ -43,7 +43,7 @@ func init() {
 }
 
 var telegramSettings = []relaySetting{
-	{envvar.Var{Name: "LETTAQ_TELEGRAM_TOKEN", Default: "", Secret: true, Help: "the Telegram bot's token from BotFather (<digits>:<secret>); set: the relay is that bot (integration telegram; needs LETTAQ_RELAY_AGENT_ID, the agent that answers). See docs/telegram.md"},
+	{envvar.Var{Name: "LETTAQ_TELEGRAM_TOKEN", Default: "", Secret: true, Help: "the Telegram bot's token from BotFather (<digits>:<secret>); set: the relay is that bot (integration telegram; needs LETTAQ_RELAY_AGENT_ID, the agent that answers). To try the bot without a token: worker --dev --relay telegram (a fake Bot API). See docs/telegram.md"},
 		func(c *RelaySettings, raw string) error {
 			if raw != "" && !telegramTokenRe.MatchString(raw) {
 				return errors.New("not a bot token: want <digits>:<letters, digits, _ or ->, as BotFather gives it")
@@ -155,7 +155,7 @@ func newRelayTelegram(cfg RelaySettings, rdb redis.UniversalClient, enqueue tele
 	if cfg.Telegram.Token == "" {
 		return nil, nil
 	}
-	a, err := telegram.New(telegram.Config{Token: cfg.Telegram.Token, ServerURL: cfg.Telegram.APIURL, PartLimit: cfg.Telegram.PartLimit})
+	a, err := telegram.New(telegram.Config{Token: cfg.Telegram.Token, ServerURL: cfg.Telegram.APIURL, PartLimit: cfg.Telegram.PartLimit, Logger: logger})
 	if err != nil {
 		return nil, err
 	}

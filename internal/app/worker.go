@@ -193,8 +193,25 @@ func StartWorker(ctx context.Context, cfg WorkerSettings, logger *slog.Logger, s
 		logger.Info("http listening", "addr", r.HTTPAddr, "monitor", "http://"+r.HTTPAddr+"/monitor/", "metrics", "http://"+r.HTTPAddr+"/metrics")
 	}
 
+	var devRel *devRelay
+	if cfg.Dev {
+		if devRel, err = startDevRelay(ctx, cfg, r.Dev, rdb, q.client, logger); err != nil {
+			if srv != nil {
+				_ = srv.Close()
+				closeMon()
+			}
+			q.close()
+			_ = rdb.Close()
+			cleanup()
+			return nil, err
+		}
+	}
 	if cfg.Dev && stdout != nil {
-		printDevGreeting(stdout, r)
+		var more func(io.Writer)
+		if devRel != nil {
+			more = devRel.greet
+		}
+		printDevGreeting(stdout, r, more)
 	}
 
 	// Not ready (/readyz 503) and no "worker started" until Redis answers: a Redis that answers
@@ -229,6 +246,9 @@ func StartWorker(ctx context.Context, cfg WorkerSettings, logger *slog.Logger, s
 		if closeMon != nil {
 			closeMon()
 		}
+		if devRel != nil {
+			<-devRel.done // ctx has ended: the relay stops before its Redis closes
+		}
 		_ = inspector.Close()
 		_ = rdb.Close()
 		cleanup()
@@ -260,7 +280,9 @@ func describeRedis(o asynq.RedisConnOpt) string {
 	return fmt.Sprintf("%T", o)
 }
 
-func printDevGreeting(w io.Writer, r *Running) {
+// printDevGreeting prints dev mode's greeting; more, when set, adds a dev
+// relay's part before the last line.
+func printDevGreeting(w io.Writer, r *Running, more func(io.Writer)) {
 	fmt.Fprintf(w, `
 lettaq dev mode: everything runs in this process.
   Redis (in memory)    %s
@@ -280,7 +302,9 @@ In another terminal, try:
   %[1]s --wait --agent %[4]s "email the team" # asks approval for a tool call (exit 4)
   %[1]s journal recent                                  # what happened, turn by turn
 Messages may carry simulator directives, e.g. "[[sim think=30s]] hi" or "[[sim disconnect_after=2]] hi".
-Stop with Ctrl-C.
-
 `, o.commandLine(greetingEnqueue(os.Args[0])), DemoAgentTools, DemoAgentSlow, DemoAgentApproval)
+	if more != nil {
+		more(w)
+	}
+	fmt.Fprint(w, "Stop with Ctrl-C.\n\n")
 }

@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -50,6 +51,8 @@ type Config struct {
 	// PartLimit is the longest message the relay sends, in UTF-16 code
 	// units (default and most: Telegram's 4096; tests set less).
 	PartLimit int
+	// Logger, when set, tells of a global pause (nil: none).
+	Logger *slog.Logger
 }
 
 // Adapter is Telegram as the relay drives it (relay.Adapter).
@@ -162,7 +165,7 @@ func (a *Adapter) Send(ctx context.Context, c queue.Conversation, m relay.Messag
 		msg, err = a.bot.SendMessage(ctx, p)
 	}
 	if err != nil {
-		return "", mapErr("sendMessage", err)
+		return "", a.limited(chat, mapErr("sendMessage", err))
 	}
 	return strconv.Itoa(msg.ID), nil
 }
@@ -196,7 +199,7 @@ func (a *Adapter) Edit(ctx context.Context, c queue.Conversation, id string, m r
 	if badRequest(err, "message is not modified") {
 		return nil
 	}
-	return mapErr("editMessageText", err)
+	return a.limited(chat, mapErr("editMessageText", err))
 }
 
 // Delete implements relay.Adapter; a message already gone is success.
@@ -231,6 +234,17 @@ func (a *Adapter) Status(ctx context.Context, c queue.Conversation, s relay.Stat
 	return mapErr("sendChatAction", err)
 }
 
+// limited passes err on, telling the pacer of a 429 in chat first (two
+// chats' 429s close together pause every chat: globalWindow).
+func (a *Adapter) limited(chat int64, err error) error {
+	var rl *relay.RateLimitedError
+	if errors.As(err, &rl) && a.pace.limited(chat, rl.RetryAfter) && a.cfg.Logger != nil {
+		a.cfg.Logger.Warn("telegram: the bot's global rate limit was hit (two chats answered 429 within a second); no message in any chat until retry_after has passed",
+			"retry_after", rl.RetryAfter)
+	}
+	return err
+}
+
 // entityError reports Telegram's refusal of a text's HTML.
 func entityError(err error) bool { return badRequest(err, "can't parse entities") }
 
@@ -255,32 +269,79 @@ func mapErr(method string, err error) error {
 	return fmt.Errorf("telegram: %s: %w", method, err)
 }
 
-// pacer spaces the messages of every chat: at most one per every.
+// globalWindow is how close two chats' 429s must come for the adapter to
+// take them for the bot's global limit (about 30 messages a second over all
+// chats) rather than each chat's own (about 1 a second in a chat, 20 a
+// minute in a group): Telegram's 429 does not say which limit it is, but
+// one chat over its own limit is refused alone, while the global limit
+// refuses whichever chats come next.
+const globalWindow = time.Second
+
+// pacer spaces the messages of every chat, at most one per every, and holds
+// them all back while a global 429's retry_after runs.
 type pacer struct {
 	mu    sync.Mutex
 	next  time.Time
 	every time.Duration
+	// pausedTill: the bot's global limit was hit; no message before then.
+	pausedTill time.Time
+	// The last 429's chat and time.
+	lastChat int64
+	lastAt   time.Time
 }
 
+// wait takes the next slot, or returns a *relay.RateLimitedError for the
+// time left of a global pause (set before or while it waited): the relay
+// then waits for that chat as for its own 429, and makes the call again
+// after checking its lease, where sleeping here could outlast the lease.
 func (p *pacer) wait(ctx context.Context) error {
-	p.mu.Lock()
-	now := time.Now()
-	at := p.next
-	if at.Before(now) {
-		at = now
-	}
-	p.next = at.Add(p.every)
-	p.mu.Unlock()
-	if d := time.Until(at); d > 0 {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			return ctx.Err()
+	for {
+		p.mu.Lock()
+		now := time.Now()
+		if now.Before(p.pausedTill) {
+			left := p.pausedTill.Sub(now)
+			p.mu.Unlock()
+			return &relay.RateLimitedError{RetryAfter: left}
+		}
+		at := p.next
+		if at.Before(now) {
+			at = now
+		}
+		p.next = at.Add(p.every)
+		p.mu.Unlock()
+		if d := time.Until(at); d > 0 {
+			t := time.NewTimer(d)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return ctx.Err()
+			}
+		}
+		p.mu.Lock()
+		paused := time.Now().Before(p.pausedTill)
+		p.mu.Unlock()
+		if !paused {
+			return nil
 		}
 	}
-	return nil
+}
+
+// limited records a 429 of chat: when another chat's came within
+// globalWindow, the bot's global limit was hit, and no message goes out
+// (in any chat) for retryAfter. It reports whether it paused.
+func (p *pacer) limited(chat int64, retryAfter time.Duration) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := time.Now()
+	global := !p.lastAt.IsZero() && p.lastChat != chat && now.Sub(p.lastAt) < globalWindow
+	p.lastChat, p.lastAt = chat, now
+	if global {
+		if till := now.Add(retryAfter); till.After(p.pausedTill) {
+			p.pausedTill = till
+		}
+	}
+	return global
 }
 
 // Me is the bot as getMe tells it.

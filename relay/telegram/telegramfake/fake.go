@@ -9,7 +9,8 @@
 // every call per chat, so that a test can assert what a user would see.
 //
 // A test plays the user with SendText, SendPhoto and Press, and reads the
-// chat with Messages, Calls and Count.
+// chat with Messages, Calls and Count; a person does the same over HTTP
+// (UserPath).
 package telegramfake
 
 import (
@@ -159,8 +160,8 @@ func badRequest(format string, a ...any) *apiError {
 	return &apiError{code: 400, desc: "Bad Request: " + fmt.Sprintf(format, a...)}
 }
 
-// Handler serves the Bot API at /bot<token>/<method> and files at
-// /file/bot<token>/<path>.
+// Handler serves the Bot API at /bot<token>/<method>, files at
+// /file/bot<token>/<path>, and the user's side at UserPath.
 func (s *Server) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if rest, ok := strings.CutPrefix(r.URL.Path, "/file/bot"+s.token+"/"); ok {
@@ -172,6 +173,10 @@ func (s *Server) Handler() http.Handler {
 				return
 			}
 			_, _ = w.Write(b)
+			return
+		}
+		if what, ok := strings.CutPrefix(r.URL.Path, UserPath); ok {
+			s.serveUser(w, r, what)
 			return
 		}
 		rest, ok := strings.CutPrefix(r.URL.Path, "/bot")
