@@ -157,7 +157,7 @@ func TestGiveUpWithoutALeaseWakesTheNext(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tt := &turn{w: w, taskID: ids[0], rn: fence.Runner{ID: ids[0]}, queue: q, msg: msg, actx: ctx,
+	tt := &turn{w: w, jr: attemptJournal(w, nil), taskID: ids[0], rn: fence.Runner{ID: ids[0]}, queue: q, msg: msg, actx: ctx,
 		task: asynq.NewTask(info.Type, info.Payload), log: w.log, start: time.Now()}
 	tt.line = w.lines.Place(line.Attempt{Key: key, TaskID: ids[0], Queue: q, Runner: ids[0], Task: tt.task, Log: w.log})
 	tt.obs.Observer = w.obs
