@@ -757,3 +757,33 @@ func TestJournalSaveNumberedRunner(t *testing.T) {
 		}
 	})
 }
+
+// A save that keeps finished records writes nothing over an answered one (an attempt that does
+// not know whether its finish reached Redis journals its retry that way); it writes over the rest.
+func TestSaveKeepsFinishedRecords(t *testing.T) {
+	rjEach(t, func(t *testing.T, b rjBackend) {
+		ctx := context.Background()
+		j := NewJournal(b.rdb, JournalOptions{Prefix: b.prefix})
+		run := func(rec *TurnRecord) {
+			op, err := j.saveOp(rec, true, 0, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if errs := store.Run(ctx, b.rdb, []store.Op{op}); errs[0] != nil {
+				t.Fatal(errs[0])
+			}
+		}
+		run(&TurnRecord{TaskID: "t", Otid: "o", Outcome: ""})
+		run(&TurnRecord{TaskID: "t", Otid: "o", Outcome: "", Error: "second"})
+		if rec, _ := j.Get(ctx, "t"); rec.Error != "second" {
+			t.Fatalf("an unfinished record was kept: %+v", rec)
+		}
+		if err := j.Save(ctx, &TurnRecord{TaskID: "t", Otid: "o", Outcome: OutcomeAnswered}); err != nil {
+			t.Fatal(err)
+		}
+		run(&TurnRecord{TaskID: "t", Otid: "o", Outcome: "", Error: "retrying"})
+		if rec, _ := j.Get(ctx, "t"); rec.Outcome != OutcomeAnswered {
+			t.Fatalf("the finished record was overwritten: %+v", rec)
+		}
+	})
+}

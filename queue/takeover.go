@@ -359,7 +359,7 @@ func (t *turn) register(ctx context.Context) {
 	// dies before has sent nothing, and Asynq's recovery runs the turn.
 	// From then on this runner holds the turn: one that held it before
 	// stops at its worker's next beat.
-	t.progress.pushOp(tk.st.RegisterOp(r, func() {
+	t.progress.PushOp(tk.st.RegisterOp(r, func() {
 		tk.mu.Lock()
 		delete(tk.pending, t)
 		tk.mu.Unlock()
@@ -442,7 +442,7 @@ func (t *turn) takenOver(ctx context.Context) bool {
 	return true
 }
 
-// fencedNow is takenOver for the writer (progress.fenced): the writes of
+// fencedNow is takenOver for the writer (progress.Queue.SetFence): the writes of
 // a taken-over turn are dropped.
 func (t *turn) fencedNow() bool { return t.takenOver(t.actx) }
 

@@ -312,9 +312,9 @@ func TestTakeoverRegistryLostRegistersAgain(t *testing.T) {
 	ctx := context.Background()
 	w.tk.tick(ctx)
 	tr := &turn{w: w, taskID: "turn-r", queue: e.queue, rn: fence.Runner{ID: "turn-r"}, log: w.log, actx: ctx}
-	tr.progress = w.writer.newProgress(Conversation{Integration: "test", ChatID: "r"}, func(error) {})
+	tr.progress = w.writer.NewQueue(Conversation{Integration: "test", ChatID: "r"}, func(error) {}, nil)
 	tr.register(ctx)
-	tr.progress.flush(ctx) // the registration goes with the attempt's next writes
+	tr.progress.Flush(ctx) // the registration goes with the attempt's next writes
 	id := w.tk.current().id
 	turns := e.prefix + "takeover:turns:" + id
 	if !e.rdb.HExists(ctx, turns, "turn-r").Val() {
@@ -341,15 +341,15 @@ func TestTakeoverFinishedTurnNotRegisteredAgain(t *testing.T) {
 	ctx := context.Background()
 	w.tk.tick(ctx)
 	tr := &turn{w: w, taskID: "turn-done", queue: e.queue, rn: fence.Runner{ID: "turn-done"}, log: w.log, actx: ctx}
-	tr.progress = w.writer.newProgress(Conversation{Integration: "test", ChatID: "done"}, func(error) {})
+	tr.progress = w.writer.NewQueue(Conversation{Integration: "test", ChatID: "done"}, func(error) {}, nil)
 	tr.register(ctx)
-	tr.progress.flush(ctx)
+	tr.progress.Flush(ctx)
 	turns := e.prefix + "takeover:turns:" + w.tk.current().id
 	if !e.rdb.HExists(ctx, turns, "turn-done").Val() {
 		t.Fatal("the running turn is not registered")
 	}
 	// Its last writes take it out; the beat comes before the attempt's end.
-	if err := tr.progress.do(ctx, nil, tr.unregisterOps()...); err != nil {
+	if err := tr.progress.Do(ctx, nil, tr.unregisterOps()...); err != nil {
 		t.Fatal(err)
 	}
 	w.tk.tick(ctx)
@@ -398,9 +398,9 @@ func TestTakeoverFencedDeliveryReportsTakenOver(t *testing.T) {
 		tkEpoch: ep, start: time.Now(), ids: &turnIDs{taskID: id, otid: "otid-fd"},
 		msg: Message{AgentID: "agent-1", Conversation: conv, MessageID: "m1"}}
 	tr.obs.Observer = w.obs
-	tr.progress = w.writer.newProgress(conv, tr.writeFailed)
-	tr.progress.fenced = tr.fencedNow
-	defer tr.progress.close()
+	tr.progress = w.writer.NewQueue(conv, tr.writeFailed, nil)
+	tr.progress.SetFence(tr.fencedNow, errTakenOver)
+	defer tr.progress.Close()
 	tr.rec = &TurnRecord{TaskID: id, Otid: "otid-fd", Conversation: conv,
 		Attempts: []Attempt{{N: 1, Worker: "A", Start: tr.start}}}
 	tr.obs.TaskStarted(e.queue, 1, 0)

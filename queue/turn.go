@@ -18,6 +18,7 @@ import (
 	"github.com/lettaq/lettaq/queue/internal/claim"
 	"github.com/lettaq/lettaq/queue/internal/fence"
 	"github.com/lettaq/lettaq/queue/internal/live"
+	"github.com/lettaq/lettaq/queue/internal/progress"
 	"github.com/lettaq/lettaq/queue/internal/store"
 )
 
@@ -71,8 +72,8 @@ func (w *Worker) processTask(ctx context.Context, task *asynq.Task) error {
 	w.cancels.Add(t.taskID, (*cancelRun)(t)) // before the start's reads: a cancel from then on reaches it
 	defer w.cancels.Remove(t.taskID, (*cancelRun)(t))
 	t.rn.OnFence(cancel)
-	t.progress.fenced = t.fencedNow
-	defer t.closeProgress()
+	t.progress.SetFence(t.fencedNow, errTakenOver)
+	defer t.progress.Close()
 	if t.continuedElsewhere(ctx) {
 		return nil // a takeover continues the turn (takeover.go)
 	}
@@ -129,7 +130,7 @@ func (w *Worker) newTurn(ctx context.Context, task *asynq.Task) (*turn, error) {
 		rn: fence.Runner{ID: runner, Retried: asynqRetried, From: from}}
 	t.actx = ctx
 	t.obs.Observer = w.obs
-	t.progress = w.writer.newProgress(msg.Conversation, t.writeFailed)
+	t.progress = w.writer.NewQueue(msg.Conversation, t.writeFailed, t.log)
 	if w.ord != nil {
 		t.key = w.ord.cfg.Key(msg)
 	}
@@ -194,21 +195,6 @@ func (t *turn) afterRun(ctx context.Context, err error) {
 	}
 }
 
-// endProgress lets the attempt's waiting progress events be written (for at
-// most half of what is left of ctx: the final event and the journal keep
-// the rest), then drops what is left: the attempt's end follows its
-// progress. With Redis answering, nothing waits here.
-func (t *turn) endProgress(ctx context.Context) {
-	fctx := ctx
-	if dl, ok := ctx.Deadline(); ok {
-		var cancel context.CancelFunc
-		fctx, cancel = context.WithTimeout(ctx, time.Until(dl)/2)
-		defer cancel()
-	}
-	t.progress.flush(fctx)
-	t.progress.endEvents()
-}
-
 // detached is the attempt's context without its cancellation, for writes
 // that must not end with the attempt.
 func (t *turn) detached() context.Context { return context.WithoutCancel(t.actx) }
@@ -218,14 +204,6 @@ func (t *turn) detached() context.Context { return context.WithoutCancel(t.actx)
 func (t *turn) writeFailed(err error) {
 	t.redisFailed()
 	t.log.Debug("a queued write did not reach Redis", "error", err.Error())
-}
-
-// closeProgress ends the attempt's progress events: what could not be
-// written by now is dropped, so nothing of the attempt follows its end.
-func (t *turn) closeProgress() {
-	if n := t.progress.close(); n > 0 {
-		t.log.Warn("progress events dropped while Redis was slow or down", "dropped", n)
-	}
 }
 
 // redisFailed notes that a Redis read or write of this attempt failed.
@@ -263,11 +241,11 @@ func (t *turn) awaitRedis(ctx context.Context) {
 	if err != nil {
 		return
 	}
-	sctx, cancel := context.WithTimeout(t.detached(), writerTimeout)
+	sctx, cancel := context.WithTimeout(t.detached(), progress.TripTimeout)
 	defer cancel()
 	if t.w.oneRedis() {
-		t.progress.dropQueuedSaves()
-		err = t.progress.do(sctx, nil, op)
+		t.progress.DropQueuedSaves()
+		err = t.progress.Do(sctx, nil, op)
 	} else {
 		err = store.Run(sctx, t.w.journal.rdb, []store.Op{op})[0]
 	}
@@ -319,7 +297,7 @@ type turn struct {
 	log               *slog.Logger // every line carries task_id, otid and the run_id known then
 	obs               attemptObs   // the worker's Observer, as this attempt tells it
 	ids               *turnIDs
-	progress          *progress // progress events, written off the stream's reader
+	progress          *progress.Queue // progress events, written off the stream's reader
 
 	redisTrouble atomic.Bool  // a Redis read or write failed: see awaitRedis
 	released     bool         // the lease was released with the turn's last writes (releaseOps; guarded by mu)
@@ -369,11 +347,11 @@ func (t *turn) save(ctx context.Context, more ...store.Op) error {
 		return errTakenOver
 	}
 	if !t.w.oneRedis() {
-		t.progress.flush(ctx)
+		t.progress.Flush(ctx)
 		rec := t.recCopy()
 		err := t.w.journal.save(ctx, &rec, t.runnerN)
 		if err == nil {
-			err = t.progress.do(ctx, nil, more...)
+			err = t.progress.Do(ctx, nil, more...)
 		}
 		if err != nil {
 			t.redisFailed()
@@ -382,8 +360,8 @@ func (t *turn) save(ctx context.Context, more ...store.Op) error {
 	}
 	op, err := t.saveOp()
 	if err == nil {
-		t.progress.dropQueuedSaves() // this record is newer
-		err = t.progress.do(ctx, nil, append([]store.Op{op}, more...)...)
+		t.progress.DropQueuedSaves() // this record is newer
+		err = t.progress.Do(ctx, nil, append([]store.Op{op}, more...)...)
 	}
 	if err != nil {
 		t.redisFailed()
@@ -402,7 +380,7 @@ func (t *turn) saveLater() {
 	if !t.w.oneRedis() {
 		// The journal has a client of its own: a direct write (it does
 		// not wait for the reply streams).
-		ctx, cancel := context.WithTimeout(t.detached(), writerTimeout)
+		ctx, cancel := context.WithTimeout(t.detached(), progress.TripTimeout)
 		defer cancel()
 		rec := t.recCopy()
 		if err := t.w.journal.save(ctx, &rec, t.runnerN); err != nil {
@@ -417,7 +395,7 @@ func (t *turn) saveLater() {
 		t.writeFailed(err)
 		return
 	}
-	t.progress.pushSave(encodedSaver{op: op})
+	t.progress.PushSave(progress.EncodedSave{Op: op})
 }
 
 func (t *turn) saveOp() (store.Op, error) {
@@ -578,7 +556,7 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 		if acc.Phase == "" {
 			acc.Phase = PhaseQueued
 		}
-		t.progress.pushOnce(acc, w.replies.acceptedKey(t.taskID))
+		t.progress.PushOnce(acc, w.replies.acceptedKey(t.taskID))
 	}
 	if err, end := t.cancelStart(ctx, intents); end {
 		return err, true
@@ -746,10 +724,10 @@ func (t *turn) emitEvent(ev ReplyEvent, lazy bool) {
 		ev.RunID = t.st.RunID()
 	}
 	if lazy {
-		t.progress.pushLazy(ev)
+		t.progress.PushLazy(ev)
 		return
 	}
-	t.progress.push(ev)
+	t.progress.Push(ev)
 }
 
 func (t *turn) mark(phase string) {
@@ -779,7 +757,7 @@ func (t *turn) beforeSend(ctx context.Context, resend bool) error {
 		if err != nil {
 			return err
 		}
-		if err := t.progress.do(ctx, nil, t.w.replies.st.CancelReadOp(t.taskID, &cancelled), op); err != nil {
+		if err := t.progress.Do(ctx, nil, t.w.replies.st.CancelReadOp(t.taskID, &cancelled), op); err != nil {
 			return err
 		}
 		if err := t.cancelBeforeSend(cancelled); err != nil {
