@@ -389,7 +389,7 @@ func (t *turn) saveLater() {
 		return
 	}
 	// Encoded here, not when the writer takes it: the turn changes its
-	// record without the lock in places (see pushSave).
+	// record without the lock in places (see progress.Queue.PushSave).
 	op, err := t.saveOp()
 	if err != nil {
 		t.writeFailed(err)
@@ -711,7 +711,7 @@ func (t *turn) retryEarly(err error) error {
 	return rerr
 }
 
-// emit queues a progress event (see progress): it never waits on Redis.
+// emit queues a progress event (see progress.Queue): it never waits on Redis.
 func (t *turn) emit(ev ReplyEvent) { t.emitEvent(ev, false) }
 
 func (t *turn) emitEvent(ev ReplyEvent, lazy bool) {
