@@ -144,7 +144,7 @@ func (r *Replies) complete(c Conversation, ev ReplyEvent) (_ ReplyEvent, at, dat
 	return ev, ev.Time.Format(time.RFC3339Nano), string(js), nil
 }
 
-func (r *Replies) Key(c Conversation) string       { return r.st.Keys.Replies(c.Integration, c.ChatID) }
+func (r *Replies) Key(c Conversation) string        { return r.st.Keys.Replies(c.Integration, c.ChatID) }
 func (r *Replies) answeredKey(taskID string) string { return r.st.Keys.Answered(taskID) }
 
 func (r *Replies) Answered(ctx context.Context, taskID string) (bool, error) {
@@ -285,10 +285,4 @@ func (j *Journal) Get(ctx context.Context, taskID string) (*TurnRecord, error) {
 		return nil, err
 	}
 	return &rec, nil
-}
-
-// appendArgs appends pe's ARGV of store.ReplyEmitMany to args: the flag, the
-// type, the head's pairs, time and data.
-func (pe *Event) appendArgs(args []any) []any {
-	return store.AppendEventArgs(args, pe.head, pe)
 }
