@@ -457,9 +457,9 @@ func (w *Worker) run(ctx context.Context) error {
 //     stopped, so that it writes what still waits before the worker
 //     closes its Redis clients;
 //  1. the takeover beats and watch (takeover.go), when on: first, so that
-//     every turn registers from its first attempt; last to stop, so that
-//     a worker that stops is not taken for dead while its turns are put
-//     back, and then it leaves the registry;
+//     every turn registers from its first attempt; the last but the writer
+//     to stop, so that a worker that stops is not taken for dead while its
+//     turns are put back, and then it leaves the registry;
 //  2. Asynq's server, which runs the turns (asynqServer);
 //  3. the park sweeper (parking.go): turns a dead worker left parked in no
 //     Asynq queue are enqueued again;
