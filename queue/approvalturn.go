@@ -163,7 +163,7 @@ func (t *turn) awaitApproval(ctx context.Context, log *slog.Logger, p *approval.
 		t.emit(ReplyEvent{Type: EventPhase, Phase: PhaseAwaitingApproval,
 			Approval: &ApprovalEvent{RequestTaskID: p.RequestTaskID, ExpiresAt: p.ExpiresAt}})
 	}
-	t.endProgress(ctx)
+	t.progress.End(ctx)
 	if err := t.save(ctx); err != nil {
 		log.Warn("could not journal the attempt", "error", err.Error())
 	}

@@ -38,7 +38,7 @@ func busyRetry(retryAfter time.Duration, busyInARow int) time.Duration {
 // busy ends an attempt refused because the thread is busy with another
 // run: the turn is put back (not a failure, not a resend).
 func (t *turn) busy(ctx context.Context, e ending) error {
-	t.endProgress(ctx)
+	t.progress.End(ctx)
 	if e.GaveUp {
 		return t.giveUp(e.Reason)
 	}

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"github.com/lettaq/lettaq/queue/internal/progress"
 
 	"strconv"
 	"strings"
@@ -79,7 +80,7 @@ func BenchmarkEmitScript(b *testing.B) {
 		{Type: EventAnswerDelta, Text: "ok"},
 		{Type: EventAnswer, Text: "ok", StopReason: "end_turn"},
 	}
-	prepared := make([]*preparedEvent, len(evs))
+	prepared := make([]*progress.Event, len(evs))
 	for i, ev := range evs {
 		ev.TaskID, ev.Otid, ev.RunID = task, otid, run
 		pe, err := r.prepareMany(c, ev, "")
@@ -104,10 +105,10 @@ func BenchmarkEmitScript(b *testing.B) {
 		{"plain-commands", func() error {
 			p := rdb.Pipeline()
 			for _, pe := range prepared {
-				k := pe.head.Keys()
+				k := appendHead(pe).Keys()
 				p.Incr(ctx, k[1].(string))
 				xa := []any{"xadd", k[0], "maxlen", "~", r.st.MaxLenArg(), "*"}
-				xa = append(xa, pe.appendArgs(nil)[4:]...) // the fields (not the once flag and the write key)
+				xa = append(xa, appendArgs(pe, nil)[4:]...) // the fields (not the once flag and the write key)
 				p.Do(ctx, append(xa, "seq", "0")...)
 			}
 			_, err := p.Exec(ctx)

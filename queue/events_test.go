@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/lettaq/lettaq/queue/internal/progress"
+	"github.com/lettaq/lettaq/queue/internal/store"
 	"reflect"
 	"strings"
 	"sync"
@@ -608,7 +610,7 @@ func TestEventHeadSharesBoxes(t *testing.T) {
 		}
 	}
 	next := ReplyEvent{Type: EventAnswerDelta, TaskID: "t1", Otid: "o1", RunID: "run-1"}
-	var sink *eventHead
+	var sink *store.Head
 	if n := testing.AllocsPerRun(100, func() { sink = r.newHead(c, &next, "", prev) }); n != 3 {
 		t.Errorf("%v allocations for a head whose run id changed, want 3", n)
 	}
@@ -616,11 +618,42 @@ func TestEventHeadSharesBoxes(t *testing.T) {
 }
 
 // prepareMany encodes ev for emitManyOp with no head to share (the turns'
-// own path is progress.prepare).
-func (r *Replies) prepareMany(c Conversation, ev ReplyEvent, marker string) (*preparedEvent, error) {
-	pe := &preparedEvent{}
+// own path is progress.Queue.Prepare).
+func (r *Replies) prepareMany(c Conversation, ev ReplyEvent, marker string) (*progress.Event, error) {
+	pe := &progress.Event{}
 	if err := r.prepareInto(pe, nil, c, ev, marker); err != nil {
 		return nil, err
 	}
 	return pe, nil
+}
+
+// prepareInto encodes ev into pe as the writer does (progress.Encode with
+// r's completion), sharing *last when it fits.
+func (r *Replies) prepareInto(pe *progress.Event, last **store.Head, c Conversation, ev ReplyEvent, marker string) error {
+	return progress.Encode(r.st, r.complete, pe, last, c, ev, marker)
+}
+
+// emitManyOp writes evs in one call of store.ReplyEmitMany, as the writer's
+// round trips do.
+func (r *Replies) emitManyOp(evs []*progress.Event, args *store.ArgArena) store.Op {
+	return store.EmitManyOp(r.st, evs, args)
+}
+
+// newHead returns the head of ev with marker, for conversation c (see
+// store.Replies.NewHead: prev's boxes serve where they are the same).
+func (r *Replies) newHead(c Conversation, ev *ReplyEvent, marker string, prev *store.Head) *store.Head {
+	return r.st.NewHead(c.Integration, c.ChatID, ev.TaskID, ev.Otid, ev.RunID, ev.MessageID, marker, prev)
+}
+
+// appendHead is pe's head (its keys and the fields before time).
+func appendHead(pe *progress.Event) *store.Head {
+	h, _, _, _ := pe.Encoded()
+	return h
+}
+
+// appendArgs appends pe's ARGV of store.ReplyEmitMany to args: the flag, the
+// type, the head's pairs, time and data.
+func appendArgs(pe *progress.Event, args []any) []any {
+	h, _, _, _ := pe.Encoded()
+	return store.AppendEventArgs(args, h, pe)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/lettaq/lettaq/queue/internal/progress"
 	"log/slog"
 	"strings"
 	"sync"
@@ -121,12 +122,12 @@ func TestReadyFollowsTheWriter(t *testing.T) {
 	rjEach(t, func(t *testing.T, b rjBackend) {
 		r := NewReplies(b.rdb, RepliesOptions{Prefix: b.prefix})
 		w := &Worker{replies: r}
-		w.writer = newWriter(b.rdb, r)
-		w.writer.tripped = w.health.Tripped
+		w.writer = progress.NewWriter(b.rdb, r.st, r.complete)
+		w.writer.Tripped = w.health.Tripped
 		var down sync.Mutex
 		isDown := true
-		exec := w.writer.exec
-		w.writer.exec = func(ctx context.Context, ops []store.Op) []error {
+		exec := w.writer.Exec
+		w.writer.Exec = func(ctx context.Context, ops []store.Op) []error {
 			down.Lock()
 			d := isDown
 			down.Unlock()
@@ -142,9 +143,9 @@ func TestReadyFollowsTheWriter(t *testing.T) {
 		if err := w.Ready(); err != nil {
 			t.Fatalf("ready at start: %v", err)
 		}
-		p := w.writer.newProgress(Conversation{Integration: "test", ChatID: "ready"}, func(error) {})
-		defer p.close()
-		if err := p.do(context.Background(), nil, func(ctx context.Context, pl redis.Pipeliner, _ bool) func() error {
+		p := w.writer.NewQueue(Conversation{Integration: "test", ChatID: "ready"}, func(error) {}, nil)
+		defer p.Close()
+		if err := p.Do(context.Background(), nil, func(ctx context.Context, pl redis.Pipeliner, _ bool) func() error {
 			return pl.Ping(ctx).Err
 		}); !errors.Is(err, errRefused) {
 			t.Fatalf("write while down: %v", err)
@@ -153,7 +154,7 @@ func TestReadyFollowsTheWriter(t *testing.T) {
 			t.Fatalf("ready while the writes fail: %v", err)
 		}
 		// Not a Redis outage: a command refused is that op's trouble.
-		if err := fmt.Errorf("queue: emit: %w", redis.Nil); isOutage(err) {
+		if err := fmt.Errorf("queue: emit: %w", redis.Nil); progress.IsOutage(err) {
 			t.Errorf("%v taken for an outage", err)
 		}
 		down.Lock()
@@ -181,16 +182,16 @@ func TestReadyWhenRedisIsFull(t *testing.T) {
 	prefix := "lettaqtest:" + uuid.NewString() + ":"
 	r := NewReplies(rdb, RepliesOptions{Prefix: prefix})
 	w := &Worker{replies: r, cfg: WorkerConfig{WorkerID: "w1"}}
-	w.writer = newWriter(rdb, r)
-	w.writer.tripped = w.health.Tripped
+	w.writer = progress.NewWriter(rdb, r.st, r.complete)
+	w.writer.Tripped = w.health.Tripped
 	ctx := context.Background()
 	free, err := testredis.Fill(ctx, rdb, prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := w.writer.newProgress(Conversation{Integration: "test", ChatID: "full"}, func(error) {})
-	defer p.close()
-	werr := p.do(ctx, nil, func(ctx context.Context, pl redis.Pipeliner, _ bool) func() error {
+	p := w.writer.NewQueue(Conversation{Integration: "test", ChatID: "full"}, func(error) {}, nil)
+	defer p.Close()
+	werr := p.Do(ctx, nil, func(ctx context.Context, pl redis.Pipeliner, _ bool) func() error {
 		return pl.Set(ctx, prefix+"x", "y", time.Minute).Err
 	})
 	if !redis.HasErrorPrefix(werr, "OOM") {
@@ -232,3 +233,6 @@ func TestReadyWhenRedisIsFull(t *testing.T) {
 		t.Errorf("the probe's key has TTL %v, want a few seconds", ttl)
 	}
 }
+
+// errRefused is the error of a round trip that could not reach Redis.
+var errRefused = errors.New("dial tcp 127.0.0.1:1: connect: connection refused")

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/lettaq/lettaq/queue/internal/progress"
 	"github.com/lettaq/lettaq/queue/internal/record"
+	"github.com/lettaq/lettaq/queue/internal/store"
 	"runtime"
 	"strings"
 	"testing"
@@ -40,11 +42,11 @@ func BenchmarkHeartbeat(b *testing.B) {
 		}
 	}()
 	r := NewReplies(rdb, RepliesOptions{Prefix: prefix, MaxLen: 16})
-	wr := newWriter(rdb, r)
-	ps := make([]*progress, turns)
+	wr := progress.NewWriter(rdb, r.st, r.complete)
+	ps := make([]*progress.Queue, turns)
 	evs := make([]ReplyEvent, turns)
 	for i := range ps {
-		ps[i] = wr.newProgress(Conversation{Integration: "bench", ChatID: fmt.Sprintf("chat-%d", i)}, func(err error) { b.Error(err) })
+		ps[i] = wr.NewQueue(Conversation{Integration: "bench", ChatID: fmt.Sprintf("chat-%d", i)}, func(err error) { b.Error(err) }, nil)
 		evs[i] = ReplyEvent{Type: EventPhase, Phase: PhaseStreaming, TaskID: "turn:bench:" + uuid.NewString(),
 			Otid: uuid.NewString(), RunID: "run-" + uuid.NewString(), MessageID: fmt.Sprintf("m-%d", i)}
 	}
@@ -52,9 +54,9 @@ func BenchmarkHeartbeat(b *testing.B) {
 		for i, p := range ps {
 			ev := evs[i]
 			ev.Elapsed = 4 * time.Second * time.Duration(1+k)
-			p.pushLazy(ev)
+			p.PushLazy(ev)
 		}
-		ps[0].flush(context.Background()) // writes every turn's beat now
+		ps[0].Flush(context.Background()) // writes every turn's beat now
 	}
 	for k := range 3 {
 		beat(k)
@@ -72,7 +74,7 @@ func BenchmarkHeartbeat(b *testing.B) {
 	b.ReportMetric(float64(m1.Mallocs-m0.Mallocs)/beats, "allocs/beat")
 	b.ReportMetric(float64(m1.TotalAlloc-m0.TotalAlloc)/beats, "B/beat")
 	for _, p := range ps {
-		p.close()
+		p.Close()
 	}
 }
 
@@ -160,8 +162,8 @@ func TestHeartbeatPrepareAllocs(t *testing.T) {
 	r := NewReplies(nil, RepliesOptions{})
 	c := Conversation{Integration: "telegram", ChatID: "42"}
 	ev := ReplyEvent{Type: EventPhase, Phase: PhaseThinking, TaskID: "turn:telegram:42:1", Otid: "otid-1", RunID: "run-1", MessageID: "m-1"}
-	var pe preparedEvent
-	var head *eventHead
+	var pe progress.Event
+	var head *store.Head
 	if err := r.prepareInto(&pe, &head, c, ev, ""); err != nil {
 		t.Fatal(err)
 	}
@@ -196,52 +198,7 @@ func TestHeartbeatPrepareAllocs(t *testing.T) {
 	if head != second {
 		t.Error("an answer delta after a phase made a new head")
 	}
-	if args := pe.appendArgs(nil); len(args) != 18 || args[4] != "type" || args[5] != "answer_delta" || args[12] != "message_id" || args[14] != "time" {
+	if args := appendArgs(&pe, nil); len(args) != 18 || args[4] != "type" || args[5] != "answer_delta" || args[12] != "message_id" || args[14] != "time" {
 		t.Errorf("event args %v", args)
 	}
-}
-
-// TestHeartbeatsReuseAndKeepFields: a turn's heartbeats, written one round
-// trip after another (each reusing the last's event), land in its stream
-// with every field, including a run id learned between two beats.
-func TestHeartbeatsReuseAndKeepFields(t *testing.T) {
-	rjEach(t, func(t *testing.T, b rjBackend) {
-		wr, r, _ := gatedWriter(b, nil)
-		c := Conversation{Integration: "test", ChatID: "beats"}
-		p := wr.newProgress(c, func(err error) { t.Error(err) })
-		defer p.close()
-		var beats []*preparedEvent
-		for i := range 4 {
-			ev := ReplyEvent{Type: EventPhase, Phase: PhaseThinking, TaskID: "t-beats", Otid: "o", MessageID: "m",
-				Elapsed: time.Duration(i+1) * 4 * time.Second}
-			if i >= 2 {
-				ev.RunID = "run-late"
-			}
-			p.pushLazy(ev)
-			wr.mu.Lock()
-			beats = append(beats, p.beat)
-			wr.mu.Unlock()
-			p.flush(context.Background())
-		}
-		if beats[0] != beats[1] || beats[1] != beats[3] {
-			t.Error("a written heartbeat's event was not reused")
-		}
-		evs, _, err := r.Read(context.Background(), c, "0", 100, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(evs) != 4 {
-			t.Fatalf("%d events, want 4", len(evs))
-		}
-		for i, ev := range evs {
-			wantRun := ""
-			if i >= 2 {
-				wantRun = "run-late"
-			}
-			if ev.Type != EventPhase || ev.Phase != PhaseThinking || ev.TaskID != "t-beats" || ev.Otid != "o" || ev.MessageID != "m" ||
-				ev.RunID != wantRun || ev.Seq != int64(i+1) || ev.Elapsed != time.Duration(i+1)*4*time.Second || ev.Time.IsZero() {
-				t.Errorf("event %d: %+v", i, ev)
-			}
-		}
-	})
 }

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/lettaq/lettaq/queue/internal/store"
 )
 
 func rjRecord(taskID string, enqueued time.Time) *TurnRecord {
@@ -488,4 +490,34 @@ func benchTurnRecord() *TurnRecord {
 		Outcome: OutcomeAnswered, StopReason: "end_turn", Latency: 9 * time.Millisecond, TTFT: 5 * time.Millisecond,
 		Usage: &Usage{PromptTokens: 1200, CompletionTokens: 34, TotalTokens: 1234, StepCount: 1},
 	}
+}
+
+// A save that keeps finished records writes nothing over an answered one (an attempt that does
+// not know whether its finish reached Redis journals its retry that way); it writes over the rest.
+func TestSaveKeepsFinishedRecords(t *testing.T) {
+	rjEach(t, func(t *testing.T, b rjBackend) {
+		ctx := context.Background()
+		j := NewJournal(b.rdb, JournalOptions{Prefix: b.prefix})
+		run := func(rec *TurnRecord) {
+			op, err := j.saver.SaveOp(rec, true, 0, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if errs := store.Run(ctx, b.rdb, []store.Op{op}); errs[0] != nil {
+				t.Fatal(errs[0])
+			}
+		}
+		run(&TurnRecord{TaskID: "t", Otid: "o", Outcome: ""})
+		run(&TurnRecord{TaskID: "t", Otid: "o", Outcome: "", Error: "second"})
+		if rec, _ := j.Get(ctx, "t"); rec.Error != "second" {
+			t.Fatalf("an unfinished record was kept: %+v", rec)
+		}
+		if err := j.Save(ctx, &TurnRecord{TaskID: "t", Otid: "o", Outcome: OutcomeAnswered}); err != nil {
+			t.Fatal(err)
+		}
+		run(&TurnRecord{TaskID: "t", Otid: "o", Outcome: "", Error: "retrying"})
+		if rec, _ := j.Get(ctx, "t"); rec.Outcome != OutcomeAnswered {
+			t.Fatalf("the finished record was overwritten: %+v", rec)
+		}
+	})
 }

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"github.com/lettaq/lettaq/queue/internal/progress"
 	"strings"
 	"testing"
 	"time"
@@ -68,12 +69,12 @@ func TestLostReplyEventsWrittenOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	conv := Conversation{Integration: "test", ChatID: "lostreply"}
-	wr := newWriter(lr.rdb, r)
-	p := wr.newProgress(conv, func(err error) { t.Errorf("write failed: %v", err) })
+	wr := progress.NewWriter(lr.rdb, r.st, r.complete)
+	p := wr.NewQueue(conv, func(err error) { t.Errorf("write failed: %v", err) }, nil)
 	f := lr.proxy.DropReply(scriptCall(r.Key(conv)))
-	p.push(ReplyEvent{Type: EventAnswerDelta, TaskID: "t1", Text: "Hel"})
-	p.push(ReplyEvent{Type: EventAnswerDelta, TaskID: "t1", Text: "lo"})
-	p.flush(ctx)
+	p.Push(ReplyEvent{Type: EventAnswerDelta, TaskID: "t1", Text: "Hel"})
+	p.Push(ReplyEvent{Type: EventAnswerDelta, TaskID: "t1", Text: "lo"})
+	p.Flush(ctx)
 	waitFired(t, f)
 	evs, _, err := NewReplies(lr.direct, RepliesOptions{Prefix: lr.prefix}).Read(ctx, conv, "0", 100, 0)
 	if err != nil {
@@ -89,7 +90,7 @@ func TestLostReplyEventsWrittenOnce(t *testing.T) {
 		t.Fatalf("events after a lost reply: %d entries, seqs %v, joined %q; want 2, [1 2], \"Hello\"",
 			len(evs), seqs, text.String())
 	}
-	p.close()
+	p.Close()
 }
 
 // After Redis lost its last writes (a crash with appendfsync everysec, a
@@ -102,10 +103,10 @@ func TestSeqGrowsAcrossLostWrites(t *testing.T) {
 	ctx := context.Background()
 	r := NewReplies(lr.rdb, RepliesOptions{Prefix: lr.prefix})
 	conv := Conversation{Integration: "test", ChatID: "rollback"}
-	wr := newWriter(lr.rdb, r)
-	p := wr.newProgress(conv, func(err error) { t.Errorf("write failed: %v", err) })
-	p.push(ReplyEvent{Type: EventPhase, TaskID: "t1", Phase: PhaseThinking})
-	p.flush(ctx)
+	wr := progress.NewWriter(lr.rdb, r.st, r.complete)
+	p := wr.NewQueue(conv, func(err error) { t.Errorf("write failed: %v", err) }, nil)
+	p.Push(ReplyEvent{Type: EventPhase, TaskID: "t1", Phase: PhaseThinking})
+	p.Flush(ctx)
 	// What Redis had a moment before the loss.
 	key, seqKey, emittedKey := r.Key(conv), r.keys().Seq("t1"), r.keys().Emitted("t1")
 	kept, err := lr.direct.XRange(ctx, key, "-", "+").Result()
@@ -114,9 +115,9 @@ func TestSeqGrowsAcrossLostWrites(t *testing.T) {
 	}
 	seqBefore, _ := lr.direct.Get(ctx, seqKey).Result()
 	emittedBefore, _ := lr.direct.HGetAll(ctx, emittedKey).Result()
-	p.push(ReplyEvent{Type: EventAnswerDelta, TaskID: "t1", Text: "Hel"})
-	p.push(ReplyEvent{Type: EventAnswerDelta, TaskID: "t1", Text: "lo"})
-	p.flush(ctx)
+	p.Push(ReplyEvent{Type: EventAnswerDelta, TaskID: "t1", Text: "Hel"})
+	p.Push(ReplyEvent{Type: EventAnswerDelta, TaskID: "t1", Text: "lo"})
+	p.Flush(ctx)
 	shown, err := lr.direct.XRange(ctx, key, "-", "+").Result()
 	if err != nil || len(shown) != 3 {
 		t.Fatalf("stream: %v, %v", shown, err)
@@ -131,17 +132,17 @@ func TestSeqGrowsAcrossLostWrites(t *testing.T) {
 	for f, v := range emittedBefore {
 		lr.direct.HSet(ctx, emittedKey, f, v)
 	}
-	final, err := p.prepare(ReplyEvent{Type: EventAnswer, TaskID: "t1", Text: "Hello"}, r.answeredKey("t1"))
+	final, err := p.Prepare(ReplyEvent{Type: EventAnswer, TaskID: "t1", Text: "Hello"}, r.answeredKey("t1"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.do(ctx, []*preparedEvent{final}); err != nil {
+	if err := p.Do(ctx, []*progress.Event{final}); err != nil {
 		t.Fatal(err)
 	}
-	if !final.written || final.seq <= showed {
-		t.Fatalf("consumer showed seq %d; the answer came with seq %d (written %v)", showed, final.seq, final.written)
+	if !final.Written() || final.Seq() <= showed {
+		t.Fatalf("consumer showed seq %d; the answer came with seq %d (written %v)", showed, final.Seq(), final.Written())
 	}
-	p.close()
+	p.Close()
 }
 
 // A single Emit or EmitAnswerOnce whose reply is lost after Redis ran it is

@@ -144,7 +144,7 @@ func (t *turn) acquire(ctx context.Context) (err error, done bool) {
 		// The acquire and the start's reads in one round trip: the reads
 		// run after the acquire, so with the lock taken by it they are what
 		// readStart would read after it. The round trip is the writer's
-		// (progress.do), shared with what the other turns write then.
+		// (progress.Queue.Do), shared with what the other turns write then.
 		// (The op's results are its own variables: when do stops waiting,
 		// the writer may still run it.)
 		var a *ordering.Acquiring
@@ -158,7 +158,7 @@ func (t *turn) acquire(ctx context.Context) (err error, done bool) {
 			}
 			return func() error { return nil } // each command has its own error, read below
 		}
-		if derr := t.progress.do(ctx, nil, op); derr != nil {
+		if derr := t.progress.Do(ctx, nil, op); derr != nil {
 			// Not run, or not waited for (ctx ended): a lock it took
 			// goes to this task's next attempt (the lock knows the task).
 			return t.retryEarly(fmt.Errorf("ordering: acquire: %w", derr)), true

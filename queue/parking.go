@@ -170,7 +170,7 @@ func (t *turn) parkApproval(ctx context.Context, log *slog.Logger, p *approval.P
 		t.emit(ReplyEvent{Type: EventPhase, Phase: PhaseAwaitingApproval,
 			Approval: &ApprovalEvent{RequestTaskID: p.RequestTaskID, ExpiresAt: p.ExpiresAt}})
 	}
-	t.endProgress(ctx)
+	t.progress.End(ctx)
 	if err := t.save(ctx); err != nil { // (replaces the save prepare queued)
 		log.Warn("could not journal the wait", "error", err.Error())
 	}

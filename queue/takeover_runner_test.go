@@ -29,13 +29,13 @@ func TestTakeoverRecoveredTurnNotRunTwice(t *testing.T) {
 	newRunner := func(w *Worker, runner, from string, retried int) *turn {
 		tr := &turn{w: w, jr: attemptJournal(w, nil), taskID: "turn-6", queue: e.queue, rn: fence.Runner{ID: runner, Retried: retried, From: from},
 			log: w.log, actx: ctx}
-		tr.progress = w.writer.newProgress(Conversation{Integration: "test", ChatID: "turn-6"}, func(error) {})
+		tr.progress = w.writer.NewQueue(Conversation{Integration: "test", ChatID: "turn-6"}, func(error) {}, nil)
 		tr.rn.OnFence(func(error) {})
 		return withReg(tr)
 	}
 	start := func(tr *turn) {
 		register(tr)
-		tr.progress.flush(ctx) // the registration goes with the attempt's first writes
+		tr.progress.Flush(ctx) // the registration goes with the attempt's first writes
 	}
 
 	// Asynq's recovery runs the original on A.
@@ -141,13 +141,13 @@ func TestTakeoverPendingRegistrationNotWrittenBack(t *testing.T) {
 	w.tk.Tick(ctx)
 	// The writer's round trips wait for gate.
 	gate := make(chan struct{})
-	exec := w.writer.exec
-	w.writer.exec = func(ctx context.Context, ops []store.Op) []error {
+	exec := w.writer.Exec
+	w.writer.Exec = func(ctx context.Context, ops []store.Op) []error {
 		<-gate
 		return exec(ctx, ops)
 	}
 	tr := withReg(&turn{w: w, jr: attemptJournal(w, nil), taskID: "turn-p", queue: e.queue, rn: fence.Runner{ID: "turn-p"}, log: w.log, actx: ctx})
-	tr.progress = w.writer.newProgress(Conversation{Integration: "test", ChatID: "p"}, func(error) {})
+	tr.progress = w.writer.NewQueue(Conversation{Integration: "test", ChatID: "p"}, func(error) {}, nil)
 	register(tr)
 	turns := e.prefix + "takeover:turns:" + w.tk.Instance()
 	w.tk.Tick(ctx)
@@ -155,7 +155,7 @@ func TestTakeoverPendingRegistrationNotWrittenBack(t *testing.T) {
 		t.Fatal("a beat wrote back a turn whose registration waits for its round trip")
 	}
 	close(gate)
-	tr.progress.flush(ctx)
+	tr.progress.Flush(ctx)
 	if !e.rdb.HExists(ctx, turns, "turn-p").Val() {
 		t.Fatal("the turn's round trip did not register it")
 	}
@@ -222,7 +222,7 @@ func TestTakeoverLaterStartedRunnerKeepsTurn(t *testing.T) {
 		t.Fatal(err)
 	}
 	register(stale)
-	stale.progress.flush(ctx)
+	stale.progress.Flush(ctx)
 	a.tk.Tick(ctx)
 	b.tk.Tick(ctx)
 	if !stale.rn.IsFenced() || newer.rn.IsFenced() {
@@ -248,7 +248,7 @@ func beginRunner(t *testing.T, w *Worker, queue, taskID, runner, from string) *t
 	ctx := context.Background()
 	tr := &turn{w: w, taskID: taskID, queue: queue, rn: fence.Runner{ID: runner, From: from}, log: w.log, actx: ctx,
 		start: time.Now(), jr: attemptJournal(w, nil)}
-	tr.progress = w.writer.newProgress(Conversation{Integration: "test", ChatID: taskID}, func(error) {})
+	tr.progress = w.writer.NewQueue(Conversation{Integration: "test", ChatID: taskID}, func(error) {}, nil)
 	tr.rn.OnFence(func(error) {})
 	withReg(tr)
 	rec, _, _, err := tr.readStart(ctx)

@@ -80,7 +80,7 @@ func withReg(tr *turn) *turn {
 // next round trip.
 func register(tr *turn) {
 	if op := tr.tk.Register(claim.Entry{Key: tr.line.Key(), Retried: tr.retried, MaxRetry: tr.maxRetry}, tr.jr.Runner()); op != nil {
-		tr.progress.pushOp(op)
+		tr.progress.PushOp(op)
 	}
 }
 
@@ -315,9 +315,9 @@ func TestTakeoverRegistryLostRegistersAgain(t *testing.T) {
 	ctx := context.Background()
 	w.tk.Tick(ctx)
 	tr := withReg(&turn{w: w, jr: attemptJournal(w, nil), taskID: "turn-r", queue: e.queue, rn: fence.Runner{ID: "turn-r"}, log: w.log, actx: ctx})
-	tr.progress = w.writer.newProgress(Conversation{Integration: "test", ChatID: "r"}, func(error) {})
+	tr.progress = w.writer.NewQueue(Conversation{Integration: "test", ChatID: "r"}, func(error) {}, nil)
 	register(tr)
-	tr.progress.flush(ctx) // the registration goes with the attempt's next writes
+	tr.progress.Flush(ctx) // the registration goes with the attempt's next writes
 	id := w.tk.Instance()
 	turns := e.prefix + "takeover:turns:" + id
 	if !e.rdb.HExists(ctx, turns, "turn-r").Val() {
@@ -344,15 +344,15 @@ func TestTakeoverFinishedTurnNotRegisteredAgain(t *testing.T) {
 	ctx := context.Background()
 	w.tk.Tick(ctx)
 	tr := withReg(&turn{w: w, jr: attemptJournal(w, nil), taskID: "turn-done", queue: e.queue, rn: fence.Runner{ID: "turn-done"}, log: w.log, actx: ctx})
-	tr.progress = w.writer.newProgress(Conversation{Integration: "test", ChatID: "done"}, func(error) {})
+	tr.progress = w.writer.NewQueue(Conversation{Integration: "test", ChatID: "done"}, func(error) {}, nil)
 	register(tr)
-	tr.progress.flush(ctx)
+	tr.progress.Flush(ctx)
 	turns := e.prefix + "takeover:turns:" + w.tk.Instance()
 	if !e.rdb.HExists(ctx, turns, "turn-done").Val() {
 		t.Fatal("the running turn is not registered")
 	}
 	// Its last writes take it out; the beat comes before the attempt's end.
-	if err := tr.progress.do(ctx, nil, tr.tk.UnregisterOps()...); err != nil {
+	if err := tr.progress.Do(ctx, nil, tr.tk.UnregisterOps()...); err != nil {
 		t.Fatal(err)
 	}
 	w.tk.Tick(ctx)
@@ -402,9 +402,9 @@ func TestTakeoverFencedDeliveryReportsTakenOver(t *testing.T) {
 		msg: Message{AgentID: "agent-1", Conversation: conv, MessageID: "m1"}}
 	tr.obs.Observer = w.obs
 	withReg(tr).tk.AsRegistered(claim.Entry{}, 0)
-	tr.progress = w.writer.newProgress(conv, tr.writeFailed)
-	tr.progress.fenced = tr.tk.FencedNow
-	defer tr.progress.close()
+	tr.progress = w.writer.NewQueue(conv, tr.writeFailed, nil)
+	tr.progress.SetFence(tr.tk.FencedNow, errTakenOver)
+	defer tr.progress.Close()
 	tr.jr = attemptJournal(w, &TurnRecord{TaskID: id, Otid: "otid-fd", Conversation: conv,
 		Attempts: []Attempt{{N: 1, Worker: "A", Start: tr.start}}})
 	tr.obs.TaskStarted(e.queue, 1, 0)

@@ -19,6 +19,7 @@ import (
 	"github.com/lettaq/lettaq/queue/internal/journal"
 	"github.com/lettaq/lettaq/queue/internal/line"
 	"github.com/lettaq/lettaq/queue/internal/live"
+	"github.com/lettaq/lettaq/queue/internal/progress"
 	"github.com/lettaq/lettaq/queue/internal/store"
 	"github.com/lettaq/lettaq/queue/internal/takeover"
 )
@@ -73,8 +74,8 @@ func (w *Worker) processTask(ctx context.Context, task *asynq.Task) error {
 	w.cancels.Add(t.taskID, (*cancelRun)(t)) // before the start's reads: a cancel from then on reaches it
 	defer w.cancels.Remove(t.taskID, (*cancelRun)(t))
 	t.rn.OnFence(cancel)
-	t.progress.fenced = t.tk.FencedNow
-	defer t.closeProgress()
+	t.progress.SetFence(t.tk.FencedNow, errTakenOver)
+	defer t.progress.Close()
 	if t.tk.ContinuedElsewhere(ctx) {
 		return nil // a takeover continues the turn (takeover.go)
 	}
@@ -133,7 +134,7 @@ func (w *Worker) newTurn(ctx context.Context, task *asynq.Task) (*turn, error) {
 	t.tk = newRegistration(t)
 	t.obs.Observer = w.obs
 	t.jr = journal.NewAttempt(w.journal.saver)
-	t.progress = w.writer.newProgress(msg.Conversation, t.writeFailed)
+	t.progress = w.writer.NewQueue(msg.Conversation, t.writeFailed, t.log)
 	key := ""
 	if w.ord != nil {
 		key = w.ord.cfg.Key(msg)
@@ -196,21 +197,6 @@ func (t *turn) afterRun(ctx context.Context, err error) {
 	}
 }
 
-// endProgress lets the attempt's waiting progress events be written (for at
-// most half of what is left of ctx: the final event and the journal keep
-// the rest), then drops what is left: the attempt's end follows its
-// progress. With Redis answering, nothing waits here.
-func (t *turn) endProgress(ctx context.Context) {
-	fctx := ctx
-	if dl, ok := ctx.Deadline(); ok {
-		var cancel context.CancelFunc
-		fctx, cancel = context.WithTimeout(ctx, time.Until(dl)/2)
-		defer cancel()
-	}
-	t.progress.flush(fctx)
-	t.progress.endEvents()
-}
-
 // detached is the attempt's context without its cancellation, for writes
 // that must not end with the attempt.
 func (t *turn) detached() context.Context { return context.WithoutCancel(t.actx) }
@@ -220,14 +206,6 @@ func (t *turn) detached() context.Context { return context.WithoutCancel(t.actx)
 func (t *turn) writeFailed(err error) {
 	t.redisFailed()
 	t.log.Debug("a queued write did not reach Redis", "error", err.Error())
-}
-
-// closeProgress ends the attempt's progress events: what could not be
-// written by now is dropped, so nothing of the attempt follows its end.
-func (t *turn) closeProgress() {
-	if n := t.progress.close(); n > 0 {
-		t.log.Warn("progress events dropped while Redis was slow or down", "dropped", n)
-	}
 }
 
 // redisFailed notes that a Redis read or write of this attempt failed.
@@ -261,11 +239,11 @@ func (t *turn) awaitRedis(ctx context.Context) {
 	if err != nil {
 		return
 	}
-	sctx, cancel := context.WithTimeout(t.detached(), writerTimeout)
+	sctx, cancel := context.WithTimeout(t.detached(), progress.TripTimeout)
 	defer cancel()
 	if t.w.oneRedis() {
-		t.progress.dropQueuedSaves()
-		err = t.progress.do(sctx, nil, op)
+		t.progress.DropQueuedSaves()
+		err = t.progress.Do(sctx, nil, op)
 	} else {
 		err = store.Run(sctx, t.w.journal.rdb, []store.Op{op})[0]
 	}
@@ -317,7 +295,7 @@ type turn struct {
 	log               *slog.Logger // every line carries task_id, otid and the run_id known then
 	obs               attemptObs   // the worker's Observer, as this attempt tells it
 	ids               *turnIDs
-	progress          *progress // progress events, written off the stream's reader
+	progress          *progress.Queue // progress events, written off the stream's reader
 
 	redisTrouble atomic.Bool  // a Redis read or write failed: see awaitRedis
 	line         *line.Place  // its place in its chat's line: the lease, the release, merged messages, the park
@@ -354,11 +332,11 @@ func (t *turn) save(ctx context.Context, more ...store.Op) error {
 		return errTakenOver
 	}
 	if !t.w.oneRedis() {
-		t.progress.flush(ctx)
+		t.progress.Flush(ctx)
 		rec := t.jr.Copy()
 		err := t.w.journal.save(ctx, &rec, t.jr.Runner())
 		if err == nil {
-			err = t.progress.do(ctx, nil, more...)
+			err = t.progress.Do(ctx, nil, more...)
 		}
 		if err != nil {
 			t.redisFailed()
@@ -367,8 +345,8 @@ func (t *turn) save(ctx context.Context, more ...store.Op) error {
 	}
 	op, err := t.jr.SaveOp(false)
 	if err == nil {
-		t.progress.dropQueuedSaves() // this record is newer
-		err = t.progress.do(ctx, nil, append([]store.Op{op}, more...)...)
+		t.progress.DropQueuedSaves() // this record is newer
+		err = t.progress.Do(ctx, nil, append([]store.Op{op}, more...)...)
 	}
 	if err != nil {
 		t.redisFailed()
@@ -387,7 +365,7 @@ func (t *turn) saveLater() {
 	if !t.w.oneRedis() {
 		// The journal has a client of its own: a direct write (it does
 		// not wait for the reply streams).
-		ctx, cancel := context.WithTimeout(t.detached(), writerTimeout)
+		ctx, cancel := context.WithTimeout(t.detached(), progress.TripTimeout)
 		defer cancel()
 		rec := t.jr.Copy()
 		if err := t.w.journal.save(ctx, &rec, t.jr.Runner()); err != nil {
@@ -396,13 +374,13 @@ func (t *turn) saveLater() {
 		return
 	}
 	// Encoded here, not when the writer takes it: the turn changes its
-	// record without the lock in places (see pushSave).
+	// record without the lock in places (see progress.Queue.PushSave).
 	op, err := t.jr.SaveOp(false)
 	if err != nil {
 		t.writeFailed(err)
 		return
 	}
-	t.progress.pushSave(encodedSaver{op: op})
+	t.progress.PushSave(progress.EncodedSave{Op: op})
 }
 
 // startRead names what an attempt reads from Redis before it runs, in one
@@ -484,7 +462,7 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 		return t.retryEarly(err), true
 	}
 	if op := t.tk.Register(claim.Entry{Key: t.line.Key(), Retried: t.retried, MaxRetry: t.maxRetry}, t.jr.Runner()); op != nil {
-		t.progress.pushOp(op) // (once its start read numbered the runner)
+		t.progress.PushOp(op) // (once its start read numbered the runner)
 	}
 	if b, found, _ := t.pre.Cancel(); found {
 		t.cx.NoteJSON(b, (*cancelRun)(t)) // (read with the start's reads)
@@ -546,7 +524,7 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 		if acc.Phase == "" {
 			acc.Phase = PhaseQueued
 		}
-		t.progress.pushOnce(acc, w.replies.acceptedKey(t.taskID))
+		t.progress.PushOnce(acc, w.replies.acceptedKey(t.taskID))
 	}
 	if cr, end := t.cx.AtStart(len(liveIntents(intents)) > 0, t.jr.Rec().RunID != "", t.log); end {
 		return t.endCancelled(ctx, t.log, *cr, CancelPhaseWaiting, ""), true
@@ -697,7 +675,7 @@ func (t *turn) retryEarly(err error) error {
 	return rerr
 }
 
-// emit queues a progress event (see progress): it never waits on Redis.
+// emit queues a progress event (see progress.Queue): it never waits on Redis.
 func (t *turn) emit(ev ReplyEvent) { t.emitEvent(ev, false) }
 
 func (t *turn) emitEvent(ev ReplyEvent, lazy bool) {
@@ -710,10 +688,10 @@ func (t *turn) emitEvent(ev ReplyEvent, lazy bool) {
 		ev.RunID = t.st.RunID()
 	}
 	if lazy {
-		t.progress.pushLazy(ev)
+		t.progress.PushLazy(ev)
 		return
 	}
-	t.progress.push(ev)
+	t.progress.Push(ev)
 }
 
 func (t *turn) beforeSend(ctx context.Context, resend bool) error {
@@ -736,7 +714,7 @@ func (t *turn) beforeSend(ctx context.Context, resend bool) error {
 		if err != nil {
 			return err
 		}
-		if err := t.progress.do(ctx, nil, t.w.replies.st.CancelReadOp(t.taskID, &cancelled), op); err != nil {
+		if err := t.progress.Do(ctx, nil, t.w.replies.st.CancelReadOp(t.taskID, &cancelled), op); err != nil {
 			return err
 		}
 		if err := t.cx.BeforeSend(t.detached(), cancelled, (*cancelRun)(t)); err != nil {

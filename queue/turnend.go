@@ -14,6 +14,7 @@ import (
 	"github.com/lettaq/lettaq/agentclient"
 	"github.com/lettaq/lettaq/continuation"
 	"github.com/lettaq/lettaq/queue/internal/approval"
+	"github.com/lettaq/lettaq/queue/internal/progress"
 	"github.com/lettaq/lettaq/queue/internal/store"
 )
 
@@ -204,9 +205,9 @@ func (t *turn) deliver(ctx context.Context, log *slog.Logger, outcome string, ev
 // answered without the event's marker is not taken for finished by the
 // next attempt (see run).
 func (t *turn) deliverAtOnce(ctx context.Context, log *slog.Logger, outcome string, ev ReplyEvent, answer string, approval *ToolEvent) error {
-	defer t.progress.endEvents()
+	defer t.progress.EndEvents()
 	marker := t.w.replies.answeredKey(ev.TaskID)
-	pe, err := t.progress.prepare(ev, marker)
+	pe, err := t.progress.Prepare(ev, marker)
 	if err != nil {
 		return t.undelivered(ctx, log, err)
 	}
@@ -222,7 +223,7 @@ func (t *turn) deliverAtOnce(ctx context.Context, log *slog.Logger, outcome stri
 	// writes over them.
 	ops := append(append([]store.Op{save}, t.resultOps(outcome, answer, approval)...), t.line.ReleaseOps(marker)...)
 	ops = append(ops, t.tk.UnregisterOps()...) // (takeover.go)
-	t.progress.dropQueuedSaves()               // this record is newer
+	t.progress.DropQueuedSaves()               // this record is newer
 	t.jr.Lock()
 	lat, ttft := t.jr.Latency(now), t.jr.Rec().TTFT
 	t.jr.Unlock()
@@ -230,30 +231,30 @@ func (t *turn) deliverAtOnce(ctx context.Context, log *slog.Logger, outcome stri
 		// The attempt stopped waiting and retries; the writes landed after
 		// all, so the next attempt finds the turn finished and reports
 		// nothing: the turn finished here.
-		if pe.written {
+		if pe.Written() {
 			log.Info("the final event was written after the attempt stopped waiting for it: turn finished", "outcome", outcome)
 			t.obs.TurnFinished(t.queue, outcome, lat, ttft)
 		}
 	}
-	err = t.progress.doThen(ctx, late, []*preparedEvent{pe}, ops...)
-	if errors.Is(err, errNotWaited) { // pe is not ours to read (late reads it)
+	err = t.progress.DoThen(ctx, late, []*progress.Event{pe}, ops...)
+	if errors.Is(err, progress.ErrNotWaited) { // pe is not ours to read (late reads it)
 		return t.undelivered(ctx, log, fmt.Errorf("queue: emit %s for task %s: %w", ev.Type, ev.TaskID, err))
 	}
-	wrote := pe.written
+	wrote := pe.Written()
 	switch {
-	case errors.Is(pe.err, errTakenOver):
+	case errors.Is(pe.Err(), errTakenOver):
 		// Fenced: nothing was written. The marker the next check would
 		// find is the takeover's answer, not this attempt's.
 		return t.tk.EndTakenOver()
-	case pe.err != nil:
+	case pe.Err() != nil:
 		// The write may have happened all the same (a reply lost on the
 		// way back): the answered marker says.
 		if ok, aerr := t.w.replies.Answered(ctx, t.taskID); aerr != nil || !ok {
-			return t.undelivered(ctx, log, fmt.Errorf("queue: emit %s for task %s: %w", ev.Type, ev.TaskID, pe.err))
+			return t.undelivered(ctx, log, fmt.Errorf("queue: emit %s for task %s: %w", ev.Type, ev.TaskID, pe.Err()))
 		}
-		log.Info("the final event was written though its write reported an error", "error", pe.err.Error())
+		log.Info("the final event was written though its write reported an error", "error", pe.Err().Error())
 		wrote = true // by this attempt, as far as it can tell: it counts the turn
-		if err != nil && !errors.Is(err, pe.err) {
+		if err != nil && !errors.Is(err, pe.Err()) {
 			log.Warn("could not journal the finished turn", "error", err.Error())
 		}
 	case err != nil:
@@ -311,8 +312,8 @@ func (t *turn) undelivered(ctx context.Context, log *slog.Logger, err error) err
 	// still, late): never write the retry over a finished record.
 	if t.w.oneRedis() {
 		if op, err := t.jr.SaveOp(true); err == nil {
-			t.progress.dropQueuedSaves()
-			_ = t.progress.do(ctx, nil, op)
+			t.progress.DropQueuedSaves()
+			_ = t.progress.Do(ctx, nil, op)
 		}
 	} else {
 		_ = t.save(ctx)
@@ -333,15 +334,15 @@ func (t *turn) finalEvent(ctx context.Context, ev ReplyEvent) (emitted bool, err
 	if ev.Type == "" {
 		ev.Type = EventAnswer
 	}
-	defer t.progress.endEvents()
-	pe, err := t.progress.prepare(ev, t.w.replies.answeredKey(ev.TaskID))
+	defer t.progress.EndEvents()
+	pe, err := t.progress.Prepare(ev, t.w.replies.answeredKey(ev.TaskID))
 	if err != nil {
 		return false, err
 	}
-	if err := t.progress.do(ctx, []*preparedEvent{pe}); err != nil {
+	if err := t.progress.Do(ctx, []*progress.Event{pe}); err != nil {
 		return false, fmt.Errorf("queue: emit %s for task %s: %w", ev.Type, ev.TaskID, err)
 	}
-	return pe.written, nil
+	return pe.Written(), nil
 }
 
 // resultOps write the task's result (see writeResult) with the journal
@@ -443,7 +444,7 @@ func (t *turn) fail(ctx context.Context, log *slog.Logger, reason, stop string) 
 // retry ends the attempt and leaves the turn to the next one (e, from
 // endOf: a retry, an interruption, or a retry given up for want of retries).
 func (t *turn) retry(ctx context.Context, log *slog.Logger, e ending) error {
-	t.endProgress(ctx)
+	t.progress.End(ctx)
 	if e.GaveUp {
 		return t.fail(ctx, log, fmt.Sprintf("gave up after %d attempts: %s", t.retried+1, e.Reason), e.StopReason)
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/lettaq/lettaq/queue/internal/cancel"
 	"github.com/lettaq/lettaq/queue/internal/health"
 	"github.com/lettaq/lettaq/queue/internal/line"
+	"github.com/lettaq/lettaq/queue/internal/progress"
 	"github.com/lettaq/lettaq/queue/internal/service"
 	"github.com/lettaq/lettaq/queue/internal/store"
 	"github.com/lettaq/lettaq/queue/internal/takeover"
@@ -179,7 +180,7 @@ type Worker struct {
 	lines     *line.Lines        // the chats' lines: places, parking, waking, the sweep (queue/internal/line)
 	threads   *threads
 	approvals *approval.Part
-	writer    *writer // the turns' progress events and queued writes
+	writer    *progress.Writer // the turns' progress events and queued writes
 
 	// ownsClient: the worker made client (from LettaURL), so it closes
 	// the client's idle connections when it stops.
@@ -330,8 +331,8 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	w.cancels.Records, w.cancels.Log = w.replies.st, w.log
 	w.approvals = newApprovalPart(w)
 	w.lines = newLines(w)
-	w.writer = newWriter(w.replies.rdb, w.replies)
-	w.writer.tripped = w.health.Tripped
+	w.writer = progress.NewWriter(w.replies.rdb, w.replies.st, w.replies.complete)
+	w.writer.Tripped = w.health.Tripped
 	if w.cfg.TakeoverAfter == 0 {
 		w.cfg.TakeoverAfter = DefaultTakeoverAfter
 	}
@@ -453,10 +454,14 @@ func (w *Worker) run(ctx context.Context) error {
 // parts are what a running worker is made of, in the order they start;
 // they stop in the reverse order:
 //
+//  0. the progress writer (queue/internal/progress): its loop runs only
+//     while writes wait; it is last to stop, once every other part is
+//     stopped, so that it writes what still waits before the worker
+//     closes its Redis clients;
 //  1. the takeover beats and watch (takeover.go), when on: first, so that
-//     every turn registers from its first attempt; last to stop, so that
-//     a worker that stops is not taken for dead while its turns are put
-//     back, and then it leaves the registry;
+//     every turn registers from its first attempt; the last but the writer
+//     to stop, so that a worker that stops is not taken for dead while its
+//     turns are put back, and then it leaves the registry;
 //  2. Asynq's server, which runs the turns (asynqServer);
 //  3. the park sweeper (queue/internal/line): turns a dead worker left
 //     parked in no Asynq queue are enqueued again;
@@ -469,6 +474,7 @@ func (w *Worker) run(ctx context.Context) error {
 // at a time (queue/internal/health).
 func (w *Worker) parts(server service.Service) *service.Group {
 	var g service.Group
+	g.Add(w.writer)
 	if w.tk != nil {
 		g.Add(w.tk)
 	}

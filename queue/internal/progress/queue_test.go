@@ -1,4 +1,4 @@
-package queue
+package progress
 
 import (
 	"context"
@@ -15,54 +15,6 @@ import (
 	"go.uber.org/goleak"
 )
 
-// gatedWriter is a writer on b whose round trips wait for gate (Redis slow or down) and are
-// counted.
-func gatedWriter(b rjBackend, gate chan struct{}) (*writer, *Replies, *atomic.Int64) {
-	r := NewReplies(b.rdb, RepliesOptions{Prefix: b.prefix})
-	wr := newWriter(b.rdb, r)
-	var trips atomic.Int64
-	wr.exec = func(ctx context.Context, ops []store.Op) []error {
-		if gate != nil {
-			<-gate
-		}
-		defer trips.Add(1) // counted once written
-		return store.Run(ctx, b.rdb, ops)
-	}
-	return wr, r, &trips
-}
-
-// ignoreMiniredis ignores miniredis's server side of the test's connections.
-var ignoreMiniredis = []goleak.Option{
-	goleak.IgnoreAnyFunction("github.com/alicebob/miniredis/v2/server.(*Server).servePeer"),
-	goleak.IgnoreAnyFunction("github.com/alicebob/miniredis/v2/server.(*Server).servePeer.func2"),
-}
-
-// waitTaken returns once the writer took what p queued.
-func waitTaken(wr *writer, p *progress) {
-	for {
-		wr.mu.Lock()
-		taken := len(p.queue) == 0
-		wr.mu.Unlock()
-		if taken {
-			return
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
-func streamTexts(t *testing.T, r *Replies, c Conversation) []string {
-	t.Helper()
-	evs, _, err := r.Read(context.Background(), c, "0", 10000, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, ev := range evs {
-		out = append(out, ev.Text)
-	}
-	return out
-}
-
 // A write that blocks (Redis slow or down) never blocks the producer; events are written in
 // order; flush waits for them; close drops the rest and leaves no goroutine behind.
 func TestProgressWritesInOrderOffTheProducer(t *testing.T) {
@@ -72,11 +24,11 @@ func TestProgressWritesInOrderOffTheProducer(t *testing.T) {
 		wr, r, _ := gatedWriter(b, gate)
 		conv := Conversation{Integration: "test", ChatID: "order"}
 		var failed atomic.Int64
-		p := wr.newProgress(conv, func(error) { failed.Add(1) })
+		p := wr.NewQueue(conv, func(error) { failed.Add(1) }, nil)
 		pushed := make(chan struct{})
 		go func() {
 			for i := range 10 {
-				p.push(ReplyEvent{Type: EventAnswerDelta, TaskID: "t1", Text: fmt.Sprint(i)})
+				p.Push(ReplyEvent{Type: EventAnswerDelta, TaskID: "t1", Text: fmt.Sprint(i)})
 			}
 			close(pushed)
 		}()
@@ -86,17 +38,17 @@ func TestProgressWritesInOrderOffTheProducer(t *testing.T) {
 			t.Fatal("push blocked on a blocked write")
 		}
 		close(gate)
-		p.flush(context.Background())
+		p.Flush(context.Background())
 		if got := fmt.Sprint(streamTexts(t, r, conv)); got != "[0 1 2 3 4 5 6 7 8 9]" {
 			t.Fatalf("written %v", got)
 		}
-		p.push(ReplyEvent{Type: EventAnswerDelta, TaskID: "t1", Text: "10"})
-		p.flush(context.Background())
-		if n := p.close(); n != 0 {
+		p.Push(ReplyEvent{Type: EventAnswerDelta, TaskID: "t1", Text: "10"})
+		p.Flush(context.Background())
+		if n := p.Close(); n != 0 {
 			t.Fatalf("dropped %d", n)
 		}
-		p.push(ReplyEvent{Type: EventAnswerDelta, TaskID: "t1", Text: "after close"})
-		p.flush(context.Background())
+		p.Push(ReplyEvent{Type: EventAnswerDelta, TaskID: "t1", Text: "after close"})
+		p.Flush(context.Background())
 		if got := streamTexts(t, r, conv); len(got) != 11 || failed.Load() != 0 {
 			t.Fatalf("written after close: %v (failed %d)", got, failed.Load())
 		}
@@ -111,16 +63,16 @@ func TestProgressBoundDropsPhasesFirst(t *testing.T) {
 		gate := make(chan struct{})
 		wr, r, _ := gatedWriter(b, gate)
 		conv := Conversation{Integration: "test", ChatID: "bound"}
-		p := wr.newProgress(conv, func(error) {})
+		p := wr.NewQueue(conv, func(error) {}, nil)
 		// The first event is taken by the writer and blocks in its round trip; the rest wait.
-		p.push(ReplyEvent{Type: EventPhase, TaskID: "t1", Phase: PhaseThinking})
+		p.Push(ReplyEvent{Type: EventPhase, TaskID: "t1", Phase: PhaseThinking})
 		waitTaken(wr, p)
 		for i := range progressMax + 50 {
 			if i%2 == 0 {
 				// A phase that a later event does not replace (see TestWaitingPhasesAreSuperseded).
-				p.push(ReplyEvent{Type: EventPhase, TaskID: "t1", Phase: PhaseAwaitingApproval, Approval: &ApprovalEvent{RequestTaskID: "r"}})
+				p.Push(ReplyEvent{Type: EventPhase, TaskID: "t1", Phase: PhaseAwaitingApproval, Approval: &ApprovalEvent{RequestTaskID: "r"}})
 			} else {
-				p.push(ReplyEvent{Type: EventAnswerDelta, TaskID: "t1", Text: fmt.Sprint(i)})
+				p.Push(ReplyEvent{Type: EventAnswerDelta, TaskID: "t1", Text: fmt.Sprint(i)})
 			}
 		}
 		wr.mu.Lock()
@@ -130,8 +82,8 @@ func TestProgressBoundDropsPhasesFirst(t *testing.T) {
 			t.Fatalf("%d events waiting, bound %d", waiting, progressMax)
 		}
 		close(gate)
-		p.flush(context.Background())
-		dropped := p.close()
+		p.Flush(context.Background())
+		dropped := p.Close()
 		evs, _, err := r.Read(context.Background(), conv, "0", 10000, 0)
 		if err != nil {
 			t.Fatal(err)
@@ -170,16 +122,16 @@ func TestWriterBatchesTurnsInOrder(t *testing.T) {
 		gate := make(chan struct{})
 		wr, r, trips := gatedWriter(b, gate)
 		const turns, each = 50, 6
-		ps := make([]*progress, turns)
+		ps := make([]*Queue, turns)
 		for i := range ps {
-			ps[i] = wr.newProgress(Conversation{Integration: "test", ChatID: fmt.Sprint("c", i%5)}, func(err error) { t.Error(err) })
+			ps[i] = wr.NewQueue(Conversation{Integration: "test", ChatID: fmt.Sprint("c", i%5)}, func(err error) { t.Error(err) }, nil)
 		}
 		// A first round trip blocks on the gate; everything pushed meanwhile waits.
-		ps[0].push(ReplyEvent{Type: EventPhase, TaskID: "task0", Phase: PhaseThinking})
+		ps[0].Push(ReplyEvent{Type: EventPhase, TaskID: "task0", Phase: PhaseThinking})
 		waitTaken(wr, ps[0])
 		for i, p := range ps {
 			for k := range each {
-				p.push(ReplyEvent{Type: EventAnswerDelta, TaskID: fmt.Sprint("task", i), Text: fmt.Sprint(i, ".", k)})
+				p.Push(ReplyEvent{Type: EventAnswerDelta, TaskID: fmt.Sprint("task", i), Text: fmt.Sprint(i, ".", k)})
 			}
 		}
 		done := make(chan error, turns)
@@ -195,7 +147,7 @@ func TestWriterBatchesTurnsInOrder(t *testing.T) {
 					done <- err
 					return
 				}
-				if err := p.do(context.Background(), []*preparedEvent{pe}, op); err != nil {
+				if err := p.Do(context.Background(), []*Event{pe}, op); err != nil {
 					done <- err
 					return
 				}
@@ -267,52 +219,11 @@ func TestWriterBatchesTurnsInOrder(t *testing.T) {
 		}
 		// Written once: a second final for the same task is refused.
 		pe, _ := r.prepareMany(ps[1].conv, ReplyEvent{Type: EventAnswer, TaskID: "task1", Text: "again"}, r.answeredKey("task1"))
-		if err := ps[1].do(context.Background(), []*preparedEvent{pe}); err != nil || pe.written {
+		if err := ps[1].Do(context.Background(), []*Event{pe}); err != nil || pe.written {
 			t.Errorf("second final: written %v, err %v", pe.written, err)
 		}
 		for _, p := range ps {
-			p.close()
-		}
-	})
-}
-
-// A script Redis does not have (SCRIPT FLUSH, a restarted Redis) is sent again as EVAL, in
-// order. (On miniredis only: a flush of the shared Redis would make another package's test,
-// running at the same time, meet NOSCRIPT, and one that counts round trips fail.)
-func TestRunOpsAfterScriptFlush(t *testing.T) {
-	rjEach(t, func(t *testing.T, b rjBackend) {
-		if b.srv.Mini == nil {
-			t.Skip("not on the shared Redis: see the test's comment")
-		}
-		r := NewReplies(b.rdb, RepliesOptions{Prefix: b.prefix})
-		j := NewJournal(b.rdb, JournalOptions{Prefix: b.prefix})
-		ctx := context.Background()
-		if err := b.rdb.ScriptFlush(ctx).Err(); err != nil {
-			t.Skip("SCRIPT FLUSH:", err)
-		}
-		conv := Conversation{Integration: "test", ChatID: "flush"}
-		var evs []*preparedEvent
-		for i := range 3 {
-			pe, err := r.prepareMany(conv, ReplyEvent{Type: EventAnswerDelta, TaskID: "t", Text: fmt.Sprint(i)}, "")
-			if err != nil {
-				t.Fatal(err)
-			}
-			evs = append(evs, pe)
-		}
-		save, err := j.saver.SaveOp(&TurnRecord{TaskID: "t", Otid: "o"}, false, 0, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i, err := range store.Run(ctx, b.rdb, []store.Op{r.emitManyOp(evs[:2], nil), save, r.emitManyOp(evs[2:], nil)}) {
-			if err != nil {
-				t.Fatalf("op %d: %v", i, err)
-			}
-		}
-		if got := fmt.Sprint(streamTexts(t, r, conv)); got != "[0 1 2]" {
-			t.Errorf("stream %s", got)
-		}
-		if rec, err := j.Get(ctx, "t"); err != nil || rec.Otid != "o" {
-			t.Errorf("journal: %v %v", rec, err)
+			p.Close()
 		}
 	})
 }
@@ -325,16 +236,16 @@ func TestLazyEventsShareARoundTrip(t *testing.T) {
 		wr, r, trips := gatedWriter(b, nil)
 		// A window no test outlasts: a flush that waited for it would hang.
 		wr.lazyWait = time.Hour
-		ps := make([]*progress, 20)
+		ps := make([]*Queue, 20)
 		for i := range ps {
-			ps[i] = wr.newProgress(Conversation{Integration: "test", ChatID: fmt.Sprint("lazy", i)}, func(err error) { t.Error(err) })
+			ps[i] = wr.NewQueue(Conversation{Integration: "test", ChatID: fmt.Sprint("lazy", i)}, func(err error) { t.Error(err) }, nil)
 		}
 		for i, p := range ps {
-			p.pushLazy(ReplyEvent{Type: EventPhase, TaskID: fmt.Sprint("t", i), Phase: PhaseThinking})
+			p.PushLazy(ReplyEvent{Type: EventPhase, TaskID: fmt.Sprint("t", i), Phase: PhaseThinking})
 		}
 		// A flush of a turn that queued nothing else does not wait for the window...
 		for i, p := range ps {
-			p.flush(context.Background())
+			p.Flush(context.Background())
 			if got := streamTexts(t, r, p.conv); len(got) != 1 {
 				t.Fatalf("turn %d: %d events after flush", i, len(got))
 			}
@@ -351,7 +262,7 @@ func TestLazyEventsShareARoundTrip(t *testing.T) {
 		}
 		wr.mu.Unlock()
 		for i, p := range ps {
-			p.pushLazy(ReplyEvent{Type: EventPhase, TaskID: fmt.Sprint("t", i), Phase: PhaseThinking})
+			p.PushLazy(ReplyEvent{Type: EventPhase, TaskID: fmt.Sprint("t", i), Phase: PhaseThinking})
 		}
 		deadline := time.Now().Add(10 * lazyWindow)
 		for trips.Load() < 2 && time.Now().Before(deadline) {
@@ -364,12 +275,12 @@ func TestLazyEventsShareARoundTrip(t *testing.T) {
 			if got := streamTexts(t, r, p.conv); len(got) != 2 {
 				t.Fatalf("%d events, want 2", len(got))
 			}
-			p.close()
+			p.Close()
 		}
 	})
 }
 
-// testSaver is a turn's record for pushSave: it counts its encodes.
+// testSaver is a turn's record for PushSave: it counts its encodes.
 type testSaver struct {
 	j       *Journal
 	mu      sync.Mutex
@@ -383,12 +294,12 @@ func (s *testSaver) set(runID string) {
 	s.mu.Unlock()
 }
 
-func (s *testSaver) saveOp() (store.Op, error) {
+func (s *testSaver) SaveOp() (store.Op, error) {
 	s.encodes.Add(1)
 	s.mu.Lock()
 	rec := s.rec
 	s.mu.Unlock()
-	return s.j.saver.SaveOp(&rec, false, 0, nil)
+	return s.j.saveOp(&rec)
 }
 
 // A journal save still waiting is replaced by a newer one (the newer record has everything)
@@ -405,12 +316,12 @@ func TestQueuedSavesAreReplaced(t *testing.T) {
 		if err := j.Save(ctx, &s.rec); err != nil { // loads the script: no NOSCRIPT round trip below
 			t.Fatal(err)
 		}
-		p := wr.newProgress(Conversation{Integration: "test", ChatID: "saves"}, func(err error) { t.Error(err) })
-		p.push(ReplyEvent{Type: EventPhase, TaskID: "t", Phase: PhaseThinking})
+		p := wr.NewQueue(Conversation{Integration: "test", ChatID: "saves"}, func(err error) { t.Error(err) }, nil)
+		p.Push(ReplyEvent{Type: EventPhase, TaskID: "t", Phase: PhaseThinking})
 		waitTaken(wr, p) // the writer blocks on the gate; what follows waits
 		for i := range 3 {
 			s.set(fmt.Sprint("run-", i))
-			p.pushSave(s)
+			p.PushSave(s)
 		}
 		saves := 0
 		wr.mu.Lock()
@@ -437,7 +348,7 @@ func TestQueuedSavesAreReplaced(t *testing.T) {
 			}
 		}
 		close(gate)
-		if err := p.do(ctx, nil, after); err != nil {
+		if err := p.Do(ctx, nil, after); err != nil {
 			t.Fatal(err)
 		}
 		if n := s.encodes.Load(); n != 1 {
@@ -449,25 +360,25 @@ func TestQueuedSavesAreReplaced(t *testing.T) {
 		if !strings.Contains(seen, `"run_id":"run-3"`) {
 			t.Fatalf("the op after the save read %q", seen)
 		}
-		p.close()
+		p.Close()
 		// Dropped before the writer takes it: never encoded, never written.
 		gate2 := make(chan struct{})
 		wr2, _, _ := gatedWriter(b, gate2)
-		p2 := wr2.newProgress(Conversation{Integration: "test", ChatID: "saves"}, func(err error) { t.Error(err) })
-		p2.push(ReplyEvent{Type: EventPhase, TaskID: "t", Phase: PhaseThinking})
+		p2 := wr2.NewQueue(Conversation{Integration: "test", ChatID: "saves"}, func(err error) { t.Error(err) }, nil)
+		p2.Push(ReplyEvent{Type: EventPhase, TaskID: "t", Phase: PhaseThinking})
 		waitTaken(wr2, p2)
 		s.set("run-4")
-		p2.pushSave(s)
-		p2.dropQueuedSaves()
+		p2.PushSave(s)
+		p2.DropQueuedSaves()
 		close(gate2)
-		p2.flush(ctx)
+		p2.Flush(ctx)
 		if n := s.encodes.Load(); n != 1 {
 			t.Fatalf("%d encodes, want 1: the dropped save was encoded", n)
 		}
 		if rec, err := j.Get(ctx, "t"); err != nil || rec.RunID != "run-3" {
 			t.Fatalf("journal %+v %v: the dropped save was written", rec, err)
 		}
-		p2.close()
+		p2.Close()
 	})
 }
 
@@ -479,10 +390,10 @@ func TestQueuedSaveEncodeFailure(t *testing.T) {
 		s := &testSaver{j: j} // no task id: refused
 		failed := make(chan error, 1)
 		conv := Conversation{Integration: "test", ChatID: "badsave"}
-		p := wr.newProgress(conv, func(err error) { failed <- err })
-		p.pushSave(s)
-		p.push(ReplyEvent{Type: EventAnswerDelta, TaskID: "t", Text: "after"})
-		p.flush(context.Background())
+		p := wr.NewQueue(conv, func(err error) { failed <- err }, nil)
+		p.PushSave(s)
+		p.Push(ReplyEvent{Type: EventAnswerDelta, TaskID: "t", Text: "after"})
+		p.Flush(context.Background())
 		select {
 		case err := <-failed:
 			if !strings.Contains(err.Error(), "no task id") {
@@ -494,37 +405,7 @@ func TestQueuedSaveEncodeFailure(t *testing.T) {
 		if got := fmt.Sprint(streamTexts(t, r, conv)); got != "[after]" {
 			t.Fatalf("written %v", got)
 		}
-		p.close()
-	})
-}
-
-// A save that keeps finished records writes nothing over an answered one (an attempt that does
-// not know whether its finish reached Redis journals its retry that way); it writes over the rest.
-func TestSaveKeepsFinishedRecords(t *testing.T) {
-	rjEach(t, func(t *testing.T, b rjBackend) {
-		ctx := context.Background()
-		j := NewJournal(b.rdb, JournalOptions{Prefix: b.prefix})
-		run := func(rec *TurnRecord) {
-			op, err := j.saver.SaveOp(rec, true, 0, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if errs := store.Run(ctx, b.rdb, []store.Op{op}); errs[0] != nil {
-				t.Fatal(errs[0])
-			}
-		}
-		run(&TurnRecord{TaskID: "t", Otid: "o", Outcome: ""})
-		run(&TurnRecord{TaskID: "t", Otid: "o", Outcome: "", Error: "second"})
-		if rec, _ := j.Get(ctx, "t"); rec.Error != "second" {
-			t.Fatalf("an unfinished record was kept: %+v", rec)
-		}
-		if err := j.Save(ctx, &TurnRecord{TaskID: "t", Otid: "o", Outcome: OutcomeAnswered}); err != nil {
-			t.Fatal(err)
-		}
-		run(&TurnRecord{TaskID: "t", Otid: "o", Outcome: "", Error: "retrying"})
-		if rec, _ := j.Get(ctx, "t"); rec.Outcome != OutcomeAnswered {
-			t.Fatalf("the finished record was overwritten: %+v", rec)
-		}
+		p.Close()
 	})
 }
 
@@ -537,27 +418,27 @@ func TestWaitingPhasesAreSuperseded(t *testing.T) {
 		gate := make(chan struct{})
 		wr, r, _ := gatedWriter(b, gate)
 		conv := Conversation{Integration: "test", ChatID: "supersede"}
-		p := wr.newProgress(conv, func(err error) { t.Error(err) })
+		p := wr.NewQueue(conv, func(err error) { t.Error(err) }, nil)
 		ph := func(phase ReplyPhase) ReplyEvent { return ReplyEvent{Type: EventPhase, TaskID: "t", Phase: phase} }
 		// The first event is taken and blocks in its round trip; the rest wait.
-		p.push(ph(PhaseConnecting))
+		p.Push(ph(PhaseConnecting))
 		waitTaken(wr, p)
-		p.push(ph(PhaseConnecting))
-		p.push(ph(PhaseStreaming))
-		p.pushLazy(ph(PhaseStreaming)) // a heartbeat: replaces the waiting streaming
+		p.Push(ph(PhaseConnecting))
+		p.Push(ph(PhaseStreaming))
+		p.PushLazy(ph(PhaseStreaming)) // a heartbeat: replaces the waiting streaming
 		beat := p.beat
-		p.push(ph(PhaseThinking)) // replaces the heartbeat, which is free again
+		p.Push(ph(PhaseThinking)) // replaces the heartbeat, which is free again
 		wr.mu.Lock()
 		if beat == nil || beat.busy {
 			t.Errorf("the superseded heartbeat is still busy")
 		}
 		wr.mu.Unlock()
-		p.push(ReplyEvent{Type: EventAnswerDelta, TaskID: "t", Text: "hm", Narration: true})
-		p.push(ph(PhaseStreaming)) // replaced by the next delta (the narration before it stays)
-		p.push(ReplyEvent{Type: EventAnswerDelta, TaskID: "t", Text: "hel"})
-		p.push(ReplyEvent{Type: EventPhase, TaskID: "t", Phase: PhaseAwaitingApproval,
+		p.Push(ReplyEvent{Type: EventAnswerDelta, TaskID: "t", Text: "hm", Narration: true})
+		p.Push(ph(PhaseStreaming)) // replaced by the next delta (the narration before it stays)
+		p.Push(ReplyEvent{Type: EventAnswerDelta, TaskID: "t", Text: "hel"})
+		p.Push(ReplyEvent{Type: EventPhase, TaskID: "t", Phase: PhaseAwaitingApproval,
 			Approval: &ApprovalEvent{RequestTaskID: "req"}})
-		p.push(ph(PhaseThinking)) // does not replace the approval's phase
+		p.Push(ph(PhaseThinking)) // does not replace the approval's phase
 		final, err := r.prepareMany(conv, ReplyEvent{Type: EventAnswer, TaskID: "t", Text: "hello"}, r.answeredKey("t"))
 		if err != nil {
 			t.Fatal(err)
@@ -592,16 +473,16 @@ func TestWaitingPhasesAreSuperseded(t *testing.T) {
 
 // finishGated queues final behind what p queued while its writer waits for gate, opens the
 // gate, waits for final to be written, closes p and returns conv's stream.
-func finishGated(t *testing.T, wr *writer, p *progress, r *Replies, conv Conversation, gate chan struct{}, final *preparedEvent) []ReplyEvent {
+func finishGated(t *testing.T, wr *Writer, p *Queue, r *Replies, conv Conversation, gate chan struct{}, final *Event) []ReplyEvent {
 	t.Helper()
 	done := make(chan error, 1)
-	go func() { done <- p.do(context.Background(), []*preparedEvent{final}) }()
+	go func() { done <- p.Do(context.Background(), []*Event{final}) }()
 	waitQueued(wr, p, final)
 	close(gate)
 	if err := <-done; err != nil || !final.written {
 		t.Fatalf("final: %v, written %v", err, final.written)
 	}
-	p.close()
+	p.Close()
 	evs, _, err := r.Read(context.Background(), conv, "0", 100, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -610,7 +491,7 @@ func finishGated(t *testing.T, wr *writer, p *progress, r *Replies, conv Convers
 }
 
 // waitQueued returns once pe waits in p's queue.
-func waitQueued(wr *writer, p *progress, pe *preparedEvent) {
+func waitQueued(wr *Writer, p *Queue, pe *Event) {
 	for {
 		wr.mu.Lock()
 		for _, it := range p.queue {
@@ -631,9 +512,10 @@ func waitQueued(wr *writer, p *progress, pe *preparedEvent) {
 func BenchmarkQueuedSaves(b *testing.B) {
 	j := NewJournal(nil, JournalOptions{})
 	wr := newWriter(nil, NewReplies(nil, RepliesOptions{}))
-	wr.exec = func(ctx context.Context, ops []store.Op) []error { return make([]error, len(ops)) }
-	rec := benchTurnRecord()
-	rec.Outcome, rec.FinishedAt, rec.Usage = "", time.Time{}, nil
+	wr.Exec = func(ctx context.Context, ops []store.Op) []error { return make([]error, len(ops)) }
+	rec := &TurnRecord{TaskID: "01JDXQ7Z8K3M4N5P6Q7R8S9T0V", Otid: "otid-01JDXQ7Z8K3M4N5P6Q7R8S9T0V",
+		AgentID: "agent-3f1c2b7e-8d4a-4f2e-9c1d-5b6a7e8f9a0b", Conversation: Conversation{Integration: "telegram", ChatID: "123456789"},
+		MessageID: "msg-42", Queue: "default", ThreadMode: "agent", EnqueuedAt: time.Now()}
 	s := &testSaver{j: j, rec: *rec}
 	for _, old := range []bool{true, false} {
 		name := "encode when taken"
@@ -642,29 +524,29 @@ func BenchmarkQueuedSaves(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			b.ReportAllocs()
-			p := wr.newProgress(Conversation{Integration: "bench", ChatID: "saves"}, func(err error) { b.Error(err) })
+			p := wr.NewQueue(Conversation{Integration: "bench", ChatID: "saves"}, func(err error) { b.Error(err) }, nil)
 			wr.mu.Lock() // the writer waits until both saves are queued
 			for b.Loop() {
 				for _, run := range []string{"", "run-1"} {
 					s.set(run)
 					if old {
-						op, err := s.saveOp()
-						p.queue = append(p.queue, progressItem{rec: encodedSaver{op, err}, save: true})
+						op, err := s.SaveOp()
+						p.queue = append(p.queue, item{rec: EncodedSave{op, err}, save: true})
 						continue
 					}
 					p.dropSavesLocked()
-					p.queue = append(p.queue, progressItem{rec: s, save: true})
+					p.queue = append(p.queue, item{rec: s, save: true})
 				}
 				if old {
-					p.queue = p.queue[1:] // the newer replaces it (pushSave)
+					p.queue = p.queue[1:] // the newer replaces it (PushSave)
 				}
 				p.scheduleLocked()
 				wr.mu.Unlock()
-				p.flush(context.Background())
+				p.Flush(context.Background())
 				wr.mu.Lock()
 			}
 			wr.mu.Unlock()
-			p.close()
+			p.Close()
 		})
 	}
 }
@@ -675,19 +557,19 @@ func TestProgressKeepsOneSlot(t *testing.T) {
 	rjEach(t, func(t *testing.T, b rjBackend) {
 		wr, r, _ := gatedWriter(b, nil)
 		conv := Conversation{Integration: "test", ChatID: "keep"}
-		p := wr.newProgress(conv, func(err error) { t.Error(err) })
-		defer p.close()
+		p := wr.NewQueue(conv, func(err error) { t.Error(err) }, nil)
+		defer p.Close()
 		for i := range 3 {
-			p.push(ReplyEvent{Type: EventAnswerDelta, TaskID: "t1", Text: fmt.Sprint(i)})
+			p.Push(ReplyEvent{Type: EventAnswerDelta, TaskID: "t1", Text: fmt.Sprint(i)})
 		}
-		p.flush(context.Background())
+		p.Flush(context.Background())
 		wr.mu.Lock()
 		held := cap(p.queue)
 		wr.mu.Unlock()
 		if held > 1 {
 			t.Errorf("after a burst of 3 the turn's queue holds %d slots, want at most 1", held)
 		}
-		p.push(ReplyEvent{Type: EventPhase, TaskID: "t1", Phase: PhaseThinking})
+		p.Push(ReplyEvent{Type: EventPhase, TaskID: "t1", Phase: PhaseThinking})
 		waitTaken(wr, p)
 		wr.mu.Lock()
 		held = cap(p.queue)
@@ -695,7 +577,7 @@ func TestProgressKeepsOneSlot(t *testing.T) {
 		if held != 1 {
 			t.Errorf("after one event the turn's queue holds %d slots, want 1 (kept for the next)", held)
 		}
-		p.flush(context.Background())
+		p.Flush(context.Background())
 		if got := streamTexts(t, r, conv); len(got) != 4 {
 			t.Errorf("written %d events, want 4", len(got))
 		}
@@ -712,9 +594,9 @@ func TestDoThenReportsLateWrites(t *testing.T) {
 			gate := make(chan struct{})
 			wr, r, _ := gatedWriter(b, gate)
 			conv := Conversation{Integration: "test", ChatID: fmt.Sprint("late-", closeFirst)}
-			p := wr.newProgress(conv, func(error) {})
+			p := wr.NewQueue(conv, func(error) {}, nil)
 			// The writer takes this event and blocks in its round trip: what follows waits.
-			p.push(ReplyEvent{Type: EventAnswerDelta, TaskID: "t", Text: "a"})
+			p.Push(ReplyEvent{Type: EventAnswerDelta, TaskID: "t", Text: "a"})
 			waitTaken(wr, p)
 			final, err := r.prepareMany(conv, ReplyEvent{Type: EventAnswer, TaskID: "t", Text: "late"}, r.answeredKey("t"))
 			if err != nil {
@@ -723,19 +605,19 @@ func TestDoThenReportsLateWrites(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			cancel()
 			got := make(chan error, 1)
-			err = p.doThen(ctx, func(err error) { got <- err }, []*preparedEvent{final})
-			if !errors.Is(err, errNotWaited) {
-				t.Fatalf("doThen with an ended context: %v, want errNotWaited", err)
+			err = p.DoThen(ctx, func(err error) { got <- err }, []*Event{final})
+			if !errors.Is(err, ErrNotWaited) {
+				t.Fatalf("doThen with an ended context: %v, want ErrNotWaited", err)
 			}
 			if closeFirst {
-				p.close() // the attempt ends before the writer took the final event
+				p.Close() // the attempt ends before the writer took the final event
 			}
 			close(gate)
 			select {
 			case err := <-got:
 				switch {
-				case closeFirst && (!errors.Is(err, errWritesDropped) || final.written):
-					t.Errorf("dropped: then(%v), written %v; want errWritesDropped, false", err, final.written)
+				case closeFirst && (!errors.Is(err, ErrWritesDropped) || final.written):
+					t.Errorf("dropped: then(%v), written %v; want ErrWritesDropped, false", err, final.written)
 				case !closeFirst && (err != nil || !final.written):
 					t.Errorf("late: then(%v), written %v; want nil, true", err, final.written)
 				}
@@ -743,12 +625,12 @@ func TestDoThenReportsLateWrites(t *testing.T) {
 				t.Fatalf("then never ran (close first: %v)", closeFirst)
 			}
 			if !closeFirst {
-				p.close()
+				p.Close()
 				if ok, _ := r.Answered(context.Background(), "t"); !ok {
 					t.Error("the late final event left no answered marker")
 				}
 			}
-			p.flush(context.Background())
+			p.Flush(context.Background())
 			b.rdb.Del(context.Background(), r.answeredKey("t"))
 		}
 	})

@@ -1,4 +1,4 @@
-package queue
+package progress
 
 import (
 	"context"
@@ -32,7 +32,7 @@ func TestWriterForgetsAFailedRoundTrip(t *testing.T) {
 		wr := newWriter(b.rdb, r)
 		var down atomic.Bool
 		down.Store(true)
-		wr.exec = func(ctx context.Context, ops []store.Op) []error {
+		wr.Exec = func(ctx context.Context, ops []store.Op) []error {
 			if down.Load() {
 				errs := make([]error, len(ops))
 				for i := range errs {
@@ -50,39 +50,39 @@ func TestWriterForgetsAFailedRoundTrip(t *testing.T) {
 			}
 		}
 		// Redis down: eight turns' writes fail.
-		var ps []*progress
+		var ps []*Queue
 		for i := range 8 {
-			p := wr.newProgress(Conversation{Integration: "test", ChatID: fmt.Sprint("down", i)}, func(error) {})
+			p := wr.NewQueue(Conversation{Integration: "test", ChatID: fmt.Sprint("down", i)}, func(error) {}, nil)
 			ps = append(ps, p)
-			p.push(ReplyEvent{Type: EventPhase, TaskID: fmt.Sprint("t", i), Phase: PhaseThinking})
+			p.Push(ReplyEvent{Type: EventPhase, TaskID: fmt.Sprint("t", i), Phase: PhaseThinking})
 		}
 		for i, p := range ps {
-			if err := p.do(ctx, nil, set(fmt.Sprint("down", i)), set(fmt.Sprint("down", i, "b"))); !errors.Is(err, errRefused) {
+			if err := p.Do(ctx, nil, set(fmt.Sprint("down", i)), set(fmt.Sprint("down", i, "b"))); !errors.Is(err, errRefused) {
 				t.Fatalf("turn %d while Redis is down: %v", i, err)
 			}
 		}
 		// Redis back: a new turn's writes go through, reported so.
 		down.Store(false)
 		var failed atomic.Value
-		p := wr.newProgress(Conversation{Integration: "test", ChatID: "up"}, func(err error) { failed.Store(err) })
-		defer p.close()
+		p := wr.NewQueue(Conversation{Integration: "test", ChatID: "up"}, func(err error) { failed.Store(err) }, nil)
+		defer p.Close()
 		for k := range 3 {
-			if err := p.do(ctx, nil, set(fmt.Sprint("up", k))); err != nil {
+			if err := p.Do(ctx, nil, set(fmt.Sprint("up", k))); err != nil {
 				t.Fatalf("round trip %d after Redis came back: %v", k, err)
 			}
 		}
-		pe, err := p.prepare(ReplyEvent{Type: EventAnswer, TaskID: "tup", Text: "hi"}, r.answeredKey("tup"))
+		pe, err := p.Prepare(ReplyEvent{Type: EventAnswer, TaskID: "tup", Text: "hi"}, r.answeredKey("tup"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := p.do(ctx, []*preparedEvent{pe}); err != nil || !pe.written {
+		if err := p.Do(ctx, []*Event{pe}); err != nil || !pe.written {
 			t.Fatalf("final event after Redis came back: written %v, %v", pe.written, err)
 		}
 		if err, _ := failed.Load().(error); err != nil {
 			t.Fatalf("a progress write after Redis came back failed: %v", err)
 		}
 		for _, p := range ps {
-			p.close()
+			p.Close()
 		}
 	})
 }
@@ -106,15 +106,15 @@ func TestWriterAttributesEachEventsError(t *testing.T) {
 					t.Fatal(err)
 				}
 				var badErr atomic.Value
-				pa := wr.newProgress(good, func(err error) { t.Errorf("turn a: %v", err) })
-				pb := wr.newProgress(bad, func(err error) { badErr.Store(err) })
-				defer pa.close()
-				defer pb.close()
+				pa := wr.NewQueue(good, func(err error) { t.Errorf("turn a: %v", err) }, nil)
+				pb := wr.NewQueue(bad, func(err error) { badErr.Store(err) }, nil)
+				defer pa.Close()
+				defer pb.Close()
 				// A first round trip waits at the gate; both turns' writes
 				// then share the next one, in the order they became ready.
-				pa.push(ReplyEvent{Type: EventPhase, TaskID: "a", Phase: PhaseThinking})
+				pa.Push(ReplyEvent{Type: EventPhase, TaskID: "a", Phase: PhaseThinking})
 				waitTaken(wr, pa)
-				final, err := pa.prepare(ReplyEvent{Type: EventAnswer, TaskID: "a", Text: "answer a"}, r.answeredKey("a"))
+				final, err := pa.Prepare(ReplyEvent{Type: EventAnswer, TaskID: "a", Text: "answer a"}, r.answeredKey("a"))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -124,12 +124,12 @@ func TestWriterAttributesEachEventsError(t *testing.T) {
 				}
 				done := make(chan error, 1)
 				if badFirst {
-					pb.push(ReplyEvent{Type: EventAnswerDelta, TaskID: "b", Text: "b's delta"})
+					pb.Push(ReplyEvent{Type: EventAnswerDelta, TaskID: "b", Text: "b's delta"})
 				}
-				go func() { done <- pa.do(ctx, []*preparedEvent{final}, release) }()
+				go func() { done <- pa.Do(ctx, []*Event{final}, release) }()
 				waitQueued(wr, pa, final)
 				if !badFirst {
-					pb.push(ReplyEvent{Type: EventAnswerDelta, TaskID: "b", Text: "b's delta"})
+					pb.Push(ReplyEvent{Type: EventAnswerDelta, TaskID: "b", Text: "b's delta"})
 				}
 				close(gate)
 				if err := <-done; err != nil {
@@ -144,7 +144,7 @@ func TestWriterAttributesEachEventsError(t *testing.T) {
 				if ok, err := r.Answered(ctx, "a"); err != nil || !ok {
 					t.Errorf("turn a answered: %v %v", ok, err)
 				}
-				pb.flush(ctx)
+				pb.Flush(ctx)
 				if err, _ := badErr.Load().(error); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
 					t.Errorf("turn b's failure: %v, want WRONGTYPE", err)
 				}
@@ -155,8 +155,8 @@ func TestWriterAttributesEachEventsError(t *testing.T) {
 				if err := b.rdb.Del(ctx, r.Key(bad)).Err(); err != nil {
 					t.Fatal(err)
 				}
-				next, _ := pb.prepare(ReplyEvent{Type: EventAnswer, TaskID: "b", Text: "answer b"}, r.answeredKey("b"))
-				if err := pb.do(ctx, []*preparedEvent{next}); err != nil || !next.written || next.seq != 1 {
+				next, _ := pb.Prepare(ReplyEvent{Type: EventAnswer, TaskID: "b", Text: "answer b"}, r.answeredKey("b"))
+				if err := pb.Do(ctx, []*Event{next}); err != nil || !next.written || next.seq != 1 {
 					t.Errorf("turn b's next event: written %v seq %d, %v", next.written, next.seq, err)
 				}
 			})
@@ -183,14 +183,14 @@ func TestWriterKeepsOrderAfterScriptFlush(t *testing.T) {
 			r := NewReplies(rdb, RepliesOptions{Prefix: prefix})
 			wr := newWriter(rdb, r)
 			var trips atomic.Int64
-			exec := wr.exec
-			wr.exec = func(ctx context.Context, ops []store.Op) []error {
+			exec := wr.Exec
+			wr.Exec = func(ctx context.Context, ops []store.Op) []error {
 				trips.Add(1)
 				return exec(ctx, ops)
 			}
 			conv := Conversation{Integration: "test", ChatID: "flush"}
-			p := wr.newProgress(conv, func(err error) { t.Error(err) })
-			defer p.close()
+			p := wr.NewQueue(conv, func(err error) { t.Error(err) }, nil)
+			defer p.Close()
 			for batch := range 3 {
 				if batch > 0 {
 					if err := rdb.ScriptFlush(ctx).Err(); err != nil {
@@ -207,11 +207,11 @@ func TestWriterKeepsOrderAfterScriptFlush(t *testing.T) {
 						return lens[i].Err
 					}
 				}
-				evA, err := p.prepare(ReplyEvent{Type: EventAnswerDelta, TaskID: "t", Text: fmt.Sprint(batch, "a")}, "")
+				evA, err := p.Prepare(ReplyEvent{Type: EventAnswerDelta, TaskID: "t", Text: fmt.Sprint(batch, "a")}, "")
 				if err != nil {
 					t.Fatal(err)
 				}
-				ev, err := p.prepare(ReplyEvent{Type: EventAnswerDelta, TaskID: "t", Text: fmt.Sprint(batch, "b")}, "")
+				ev, err := p.Prepare(ReplyEvent{Type: EventAnswerDelta, TaskID: "t", Text: fmt.Sprint(batch, "b")}, "")
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -219,9 +219,9 @@ func TestWriterKeepsOrderAfterScriptFlush(t *testing.T) {
 				// [event a] [XLEN] queued (the writer runs once do
 				// schedules it), then do's [event b] [XLEN]: one round trip.
 				p.wr.mu.Lock()
-				p.queue = append(p.queue, progressItem{ev: evA}, progressItem{op: op(0)})
+				p.queue = append(p.queue, item{ev: evA}, item{op: op(0)})
 				p.wr.mu.Unlock()
-				if err := p.do(ctx, []*preparedEvent{ev}, op(1)); err != nil {
+				if err := p.Do(ctx, []*Event{ev}, op(1)); err != nil {
 					t.Fatalf("batch %d: %v", batch, err)
 				}
 				if got, want := fmt.Sprint(lens[0].Val(), lens[1].Val()), fmt.Sprint(2*batch+1, 2*batch+2); got != want {
