@@ -1,6 +1,10 @@
 package queue
 
-import "time"
+import (
+	"time"
+
+	"github.com/lettaq/lettaq/queue/internal/payloadcheck"
+)
 
 // Limits checked at enqueue, and again when a task reaches a worker.
 const (
@@ -15,7 +19,7 @@ const (
 	MaxMetadataBytes      = 4 << 10
 	// MaxIDBytes bounds agent_id, sender_id, message_id and the two parts
 	// of the conversation.
-	MaxIDBytes = 512
+	MaxIDBytes = payloadcheck.MaxIDBytes
 	// maxTaskIDBytes: a derived task id longer than this is hashed.
 	maxTaskIDBytes = 200
 )
@@ -46,11 +50,6 @@ const (
 	DefaultTakeoverAfter = 5 * time.Second
 	// MaxApprovalTimeout bounds WorkerConfig.ApprovalTimeout (366 days).
 	MaxApprovalTimeout = 366 * 24 * time.Hour
-	// MaxHTTPBodyBytes bounds the payload EnqueueHTTPHandler takes, decoded
-	// (payloadBytes): the text, the images' base64 data, and room for the
-	// rest. The same message is accepted however its producer escapes its
-	// JSON.
-	MaxHTTPBodyBytes = MaxTextBytes + MaxImagesBytes/3*4 + 64<<10
 	// MaxLookupCandidates bounds AmbiguousError.Candidates.
 	MaxLookupCandidates = 10
 	// MaxServerRetryAfter caps the wait a refusal's Retry-After asks for

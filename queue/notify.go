@@ -10,6 +10,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/uuid"
+
+	"github.com/lettaq/lettaq/queue/internal/payloadcheck"
 )
 
 // Agent-initiated messages: a scheduled job or a tool on the agent's side
@@ -66,7 +68,7 @@ type NotifyResult struct {
 
 // NotifyKeyConflictError is Notify's answer to a key that an earlier
 // notify of the same chat used for another text: a key names one message,
-// so that is a caller's bug. Nothing is written. NotifyHTTPHandler
+// so that is a caller's bug. Nothing is written. httpapi.NotifyHandler
 // answers it 409.
 type NotifyKeyConflictError struct {
 	Chat Conversation
@@ -94,7 +96,7 @@ func (n Notice) Validate() error {
 			return invalid("chat", "%s is not valid UTF-8", p.what)
 		}
 		for i, r := range p.v {
-			if isControl(r) {
+			if payloadcheck.IsControl(r) {
 				return invalid("chat", "%s holds the control character %U at byte %d", p.what, r, i)
 			}
 		}
