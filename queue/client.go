@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lettaq/lettaq/budget"
+	"github.com/lettaq/lettaq/internal/redisopt"
 	"github.com/lettaq/lettaq/ordering"
 )
 
@@ -112,7 +113,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		cfg.Now = time.Now
 	}
 	c := &Client{cfg: cfg}
-	conn := LeanRedis(cfg.Redis)
+	conn := redisopt.Lean(cfg.Redis)
 	if !cfg.Ordering.Off {
 		seq, rdb, err := cfg.Ordering.newSequencer(conn, nil)
 		if err != nil {
