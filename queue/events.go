@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lettaq/lettaq/internal/split"
 	"github.com/lettaq/lettaq/queue/internal/codec"
 	"github.com/lettaq/lettaq/queue/internal/record"
 	"github.com/lettaq/lettaq/queue/internal/store"
@@ -217,7 +218,7 @@ func (r *Replies) complete(c Conversation, ev ReplyEvent) (_ ReplyEvent, at, dat
 		return ev, "", "", err
 	}
 	if ev.Type == EventAnswer && ev.Parts == nil && ev.Text != "" {
-		ev.Parts = splitMessage(ev.Text, r.opts.PartLimits[c.Integration])
+		ev.Parts = split.Message(ev.Text, r.opts.PartLimits[c.Integration])
 	}
 	if ev.Tool != nil {
 		t := *ev.Tool

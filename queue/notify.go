@@ -41,16 +41,13 @@ type Notice struct {
 	// Text is the message, as the chat shows it.
 	Text string `json:"text"`
 	// Key names the message (its idempotency key): 1 to 128 of the
-	// characters A-Z a-z 0-9 - . _ ~ (e.g. NewNotifyKey's UUID, or
-	// "digest-2026-12-02"). A notify with a key already written into the
+	// characters A-Z a-z 0-9 - . _ ~ (e.g. "digest-2026-12-02", or a
+	// random UUID, kept to send the notice again if the first call's
+	// outcome is not known). A notify with a key already written into the
 	// same chat (within RepliesOptions.TTL, 7 days by default) writes
 	// nothing; a key is scoped to its chat.
 	Key string `json:"key"`
 }
-
-// NewNotifyKey returns a fresh key for a Notice (a random UUID): keep it
-// to send the notice again if the first call's outcome is not known.
-func NewNotifyKey() string { return uuid.NewString() }
 
 // NotifyResult says what Notify did.
 type NotifyResult struct {
@@ -121,7 +118,7 @@ func (n Notice) Validate() error {
 func checkNotifyKey(k string) error {
 	switch {
 	case k == "":
-		return invalid("key", "must not be empty: choose one per message (e.g. queue.NewNotifyKey) and send it again with a retry")
+		return invalid("key", "must not be empty: choose one per message (e.g. a random UUID) and send it again with a retry")
 	case len(k) > MaxNotifyKeyBytes:
 		return invalid("key", "is %d bytes, more than %d", len(k), MaxNotifyKeyBytes)
 	}
