@@ -209,10 +209,6 @@ func (p *pendingApproval) answerTaskID() string {
 	return answerTaskIDAfter(p.RequestTaskID, len(p.FailedAnswers))
 }
 
-// ErrNoApproval is returned (wrapped) when no approval request is known by
-// the given task id or otid.
-var ErrNoApproval = errors.New("queue: no approval request")
-
 // AnswerTaskID is the task id of the answer to the request of task
 // requestTaskID: "answer:" and that id (hashed when long), so that the
 // same answer sent twice is one task.

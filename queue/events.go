@@ -67,10 +67,6 @@ const (
 	ToolStatusError   = record.ToolStatusError
 )
 
-// ErrInvalidEvent is returned (wrapped) when a reply event or its
-// conversation cannot be written.
-var ErrInvalidEvent = record.ErrInvalidEvent
-
 // ToolEvent is a tool call, its result, or a call waiting for approval.
 type ToolEvent = record.ToolEvent
 

@@ -6,7 +6,8 @@ import (
 	"github.com/lettaq/lettaq/queue/internal/payloadcheck"
 )
 
-// Limits checked at enqueue, and again when a task reaches a worker.
+// Limits of what a producer sends: a Message (checked at enqueue, and
+// again when its task reaches a worker) and a Notice.
 const (
 	// MaxTextBytes bounds Message.Text (64 KiB).
 	MaxTextBytes = 64 << 10
@@ -20,12 +21,6 @@ const (
 	// MaxIDBytes bounds agent_id, sender_id, message_id and the two parts
 	// of the conversation.
 	MaxIDBytes = payloadcheck.MaxIDBytes
-	// maxTaskIDBytes: a derived task id longer than this is hashed.
-	maxTaskIDBytes = 200
-)
-
-// Limits on Message.Images, checked at enqueue.
-const (
 	// MaxImages bounds the images of one message.
 	MaxImages = 4
 	// MaxImageURLBytes bounds one image URL.
@@ -34,7 +29,15 @@ const (
 	MaxImageBytes = 1 << 20
 	// MaxImagesBytes bounds the decoded data of all images of a message.
 	MaxImagesBytes = 2 << 20
+	// MaxNotifyTextBytes bounds Notice.Text (16 KiB): about four Telegram
+	// messages of 4096 characters; a longer text belongs in a document.
+	MaxNotifyTextBytes = 16 << 10
+	// MaxNotifyKeyBytes bounds Notice.Key.
+	MaxNotifyKeyBytes = 128
 )
+
+// maxTaskIDBytes: a derived task id longer than this is hashed.
+const maxTaskIDBytes = 200
 
 // Defaults and bounds of the Client's and the Worker's settings.
 const (

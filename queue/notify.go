@@ -22,15 +22,6 @@ import (
 // notify sent again with the same key (the caller retried, or go-redis
 // sent the script again after a lost reply) is the same one event.
 
-// Limits of a Notice.
-const (
-	// MaxNotifyTextBytes bounds Notice.Text (16 KiB): about four Telegram
-	// messages of 4096 characters; a longer text belongs in a document.
-	MaxNotifyTextBytes = 16 << 10
-	// MaxNotifyKeyBytes bounds Notice.Key.
-	MaxNotifyKeyBytes = 128
-)
-
 // NotifyTaskPrefix starts the task id of a notify event: "notify:<key>".
 const NotifyTaskPrefix = "notify:"
 
