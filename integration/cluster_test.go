@@ -19,6 +19,7 @@ import (
 	"github.com/lettaq/lettaq/integration/lettasim"
 	"github.com/lettaq/lettaq/internal/app"
 	"github.com/lettaq/lettaq/internal/testredis"
+	"github.com/lettaq/lettaq/internal/thread"
 	"github.com/lettaq/lettaq/ordering"
 	"github.com/lettaq/lettaq/queue"
 )
@@ -253,7 +254,7 @@ func TestClusterTurns(t *testing.T) {
 		// The default thread mode: each chat in a Letta conversation of its
 		// own, its id kept under the hash-tagged prefix.
 		got := sim.Conversations(agents[k])
-		id, err := rdb.Get(context.Background(), queue.ThreadKey(clusterPrefix, agents[k], cs[k])).Result()
+		id, err := rdb.Get(context.Background(), thread.Key(clusterPrefix, agents[k], cs[k].Integration, cs[k].ChatID)).Result()
 		if len(got) != 1 || err != nil || id != got[0].ID || len(sim.ConversationUserMessages(id)) != per {
 			t.Errorf("chat %d: conversations %+v, thread key %q (%v)", k, got, id, err)
 		}

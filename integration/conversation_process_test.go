@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/lettaq/lettaq/integration/lettasim"
+	"github.com/lettaq/lettaq/internal/thread"
 	"github.com/lettaq/lettaq/ordering"
 	"github.com/lettaq/lettaq/queue"
 )
@@ -107,7 +108,7 @@ func TestConversationModeManyChatsOneAgent(t *testing.T) {
 	took := time.Since(t0)
 	seen := map[string]bool{}
 	for i, c := range convs {
-		id, err := e.rdb.Get(context.Background(), queue.ThreadKey(e.prefix, agent, c)).Result()
+		id, err := e.rdb.Get(context.Background(), thread.Key(e.prefix, agent, c.Integration, c.ChatID)).Result()
 		if err != nil {
 			t.Fatalf("chat %d: no thread in Redis: %v", i, err)
 		}

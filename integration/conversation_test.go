@@ -14,6 +14,7 @@ import (
 
 	"github.com/lettaq/lettaq/agentclient"
 	"github.com/lettaq/lettaq/integration/lettasim"
+	"github.com/lettaq/lettaq/internal/thread"
 	"github.com/lettaq/lettaq/queue"
 )
 
@@ -48,7 +49,7 @@ func TestConversationModeOneThreadPerChat(t *testing.T) {
 			if len(got) != round+1 || got[round].Otid != res.Otid {
 				t.Fatalf("conversation %s holds %+v", rec.LettaConversationID, got)
 			}
-			stored, err := e.rdb.Get(context.Background(), queue.ThreadKey(e.prefix, agent, c)).Result()
+			stored, err := e.rdb.Get(context.Background(), thread.Key(e.prefix, agent, c.Integration, c.ChatID)).Result()
 			if err != nil || stored != rec.LettaConversationID {
 				t.Fatalf("Redis keeps %q (%v), want %s", stored, err, rec.LettaConversationID)
 			}
@@ -83,8 +84,9 @@ func TestConversationFoundAgainAfterCrash(t *testing.T) {
 	agent := e.sim.CreateAgent("crash", nil)
 	c := e.conv("crash")
 	// Another chat's conversation, with a tag that only shares a prefix.
-	e.sim.CreateConversation(agent, queue.ThreadSummary(agent, e.conv("other")))
-	orphan := e.sim.CreateConversation(agent, queue.ThreadSummary(agent, c))
+	other := e.conv("other")
+	e.sim.CreateConversation(agent, thread.Summary(agent, other.Integration, other.ChatID))
+	orphan := e.sim.CreateConversation(agent, thread.Summary(agent, c.Integration, c.ChatID))
 	e.startWorker("w1")
 	res := e.enqueue(queue.Message{AgentID: agent, Conversation: c, MessageID: "m1", Text: "hello"})
 	if final, evs := e.waitFinal(c, res.TaskID, 20*time.Second); final.Type != queue.EventAnswer {

@@ -11,17 +11,18 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lettaq/lettaq/internal/redisopt"
 	"github.com/lettaq/lettaq/queue"
 )
 
-// hookedOpt makes the worker's clients (queue.LeanRedis) with hook added.
+// hookedOpt makes the worker's clients (redisopt.Lean) with hook added.
 type hookedOpt struct {
 	asynq.RedisClientOpt
 	hook redis.Hook
 }
 
 func (o hookedOpt) MakeRedisClient() any {
-	c := queue.LeanRedis(o.RedisClientOpt).MakeRedisClient().(*redis.Client)
+	c := redisopt.Lean(o.RedisClientOpt).MakeRedisClient().(*redis.Client)
 	c.AddHook(o.hook)
 	return c
 }

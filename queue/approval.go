@@ -2,10 +2,8 @@ package queue
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"slices"
 	"strings"
 	"time"
@@ -14,7 +12,6 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/lettaq/lettaq/queue/internal/approval"
-	"github.com/lettaq/lettaq/queue/internal/codec"
 )
 
 // Approvals (human in the loop; WIRE.md "Approvals"): a turn whose run stops with
@@ -114,10 +111,6 @@ func validateAnswer(a *Answer, m Message) error {
 	}
 	return nil
 }
-
-// ErrNoApproval is returned (wrapped) when no approval request is known by
-// the given task id or otid.
-var ErrNoApproval = approval.ErrNoRequest
 
 // AnswerTaskID is the task id of the answer to the request of task
 // requestTaskID: "answer:" and that id (hashed when long), so that the
@@ -323,86 +316,6 @@ func (c *Client) ApprovalConversation(ctx context.Context, request string) (Conv
 		return Conversation{}, err
 	}
 	return p.Conversation, nil
-}
-
-// AnswerPayload is the HTTP form of an answer, POSTed to the enqueue
-// endpoint as {"answer": {…}}:
-//
-//	{"answer": {"request": "turn:telegram:42:9876",   the task id (or otid) of the turn that asked
-//	            "approve": false, "reason": "not today",   every pending call alike, or
-//	            "decisions": [{"tool_call_id": "call-1", "approve": true}, …]},   call by call
-//	 "message_id": "cb-77", "sender_id": "user-42"}   optional
-type AnswerPayload struct {
-	Answer *struct {
-		Request   string            `json:"request"`
-		Approve   bool              `json:"approve"`
-		Reason    string            `json:"reason,omitempty"`
-		Decisions []ApprovalVerdict `json:"decisions,omitempty"`
-	} `json:"answer"`
-	MessageID string `json:"message_id,omitempty"`
-	SenderID  string `json:"sender_id,omitempty"`
-}
-
-// answerHTTP handles body when it is an AnswerPayload, and reports whether
-// it was one.
-func answerHTTP(c *Client, w http.ResponseWriter, r *http.Request, body []byte) bool {
-	var p AnswerPayload
-	if json.Unmarshal(body, &p) != nil || p.Answer == nil {
-		return false
-	}
-	if err := answerRawFault(body); err != nil {
-		ve, _ := IsValidationError(err)
-		httpJSON(w, http.StatusBadRequest, map[string]string{"error": ve.Error(), "field": ve.Field})
-		return true
-	}
-	a := p.Answer
-	for _, f := range []struct{ name, v string }{{"answer.request", a.Request}, {"message_id", p.MessageID}, {"sender_id", p.SenderID}} {
-		if err := checkID(f.name, f.v, f.name == "answer.request"); err != nil {
-			ve, _ := IsValidationError(err)
-			httpJSON(w, http.StatusBadRequest, map[string]string{"error": ve.Error(), "field": ve.Field})
-			return true
-		}
-	}
-	res, err := c.AnswerApproval(r.Context(), ApprovalReply{Request: a.Request, Approve: a.Approve, Reason: a.Reason,
-		Decisions: a.Decisions, MessageID: p.MessageID, SenderID: p.SenderID})
-	if ve, ok := IsValidationError(err); ok {
-		httpJSON(w, http.StatusBadRequest, map[string]string{"error": ve.Error(), "field": ve.Field})
-		return true
-	}
-	switch {
-	case errors.Is(err, ErrNoApproval):
-		httpJSON(w, http.StatusNotFound, map[string]string{"error": err.Error(), "field": "answer.request"})
-	case err != nil:
-		httpJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
-	default:
-		httpJSON(w, http.StatusAccepted, res)
-	}
-	return true
-}
-
-// answerRawFault refuses an answer body with a key given twice, or an id
-// that encoding/json decoded with replacement (see payloadjson.go).
-func answerRawFault(body []byte) error {
-	if d := codec.FindKeyFault(body, answerFields); d != nil {
-		return keyFaultError(d)
-	}
-	var raw struct {
-		Answer struct {
-			Request json.RawMessage `json:"request"`
-		} `json:"answer"`
-		MessageID json.RawMessage `json:"message_id"`
-		SenderID  json.RawMessage `json:"sender_id"`
-	}
-	_ = json.Unmarshal(body, &raw) // cannot fail where decoding AnswerPayload did not
-	for _, f := range []struct {
-		name string
-		raw  json.RawMessage
-	}{{"answer.request", raw.Answer.Request}, {"message_id", raw.MessageID}, {"sender_id", raw.SenderID}} {
-		if !validJSONString(f.raw) {
-			return invalid(f.name, "is not valid UTF-8 (or holds an unpaired surrogate escape)")
-		}
-	}
-	return nil
 }
 
 // IsApprovalExpiry reports whether a task's payload is the scheduled expiry

@@ -2,10 +2,7 @@ package queue
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -186,54 +183,6 @@ func TestApprovalAndImagePayloadValidation(t *testing.T) {
 			t.Errorf("round trip %s: %+v %v", b, back, err)
 		}
 	}
-}
-
-// The enqueue endpoint takes an answer as {"answer": …}: 202 with the
-// answer's task, 400 naming a missing call, 404 for an unknown request.
-func TestEnqueueHTTPHandlerAnswers(t *testing.T) {
-	c, _, p, _ := approvalClient(t)
-	h := EnqueueHTTPHandler(c)
-	post := func(body string) (int, string) {
-		req := httptest.NewRequest(http.MethodPost, "/enqueue", strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, req)
-		return rec.Code, rec.Body.String()
-	}
-	if code, body := post(`{"answer": {"request": "` + p.RequestTaskID + `", "decisions": [{"tool_call_id": "call-1", "approve": true}]}}`); code != 400 ||
-		!strings.Contains(body, "call-2") || !strings.Contains(body, `"field":"approval.decisions"`) {
-		t.Errorf("partial: %d %s", code, body)
-	}
-	if code, body := post(`{"answer": {"request": "turn:nope", "approve": true}}`); code != 404 || !strings.Contains(body, `"field":"answer.request"`) {
-		t.Errorf("unknown: %d %s", code, body)
-	}
-	if code, body := post(`{"answer": {"request": "", "approve": true}}`); code != 400 {
-		t.Errorf("empty request: %d %s", code, body)
-	}
-	code, body := post(`{"answer": {"request": "` + p.Otid + `", "approve": false, "reason": "no"}, "message_id": "cb-1"}`)
-	if code != 202 || !strings.Contains(body, `"task_id":"`+AnswerTaskID(p.RequestTaskID)+`"`) || !strings.Contains(body, `"duplicate":false`) {
-		t.Errorf("answer: %d %s", code, body)
-	}
-	if code, body := post(`{"answer": {"request": "` + p.RequestTaskID + `", "approve": true}}`); code != 202 || !strings.Contains(body, `"duplicate":true`) {
-		t.Errorf("pressed twice: %d %s", code, body)
-	}
-}
-
-// A message with base64 images up to the limits fits the enqueue
-// endpoint's body.
-func TestEnqueueHTTPHandlerTakesImages(t *testing.T) {
-	c, _, p, _ := approvalClient(t)
-	data := base64.StdEncoding.EncodeToString(make([]byte, MaxImageBytes))
-	body := `{"agent_id": "agent-1", "text": "` + strings.Repeat("a", MaxTextBytes) + `", "conversation": {"integration": "web", "chat_id": "img"},
-		"images": [{"media_type": "image/png", "data": "` + data + `"}, {"media_type": "image/png", "data": "` + data + `"}]}`
-	req := httptest.NewRequest(http.MethodPost, "/enqueue", strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	rec := httptest.NewRecorder()
-	EnqueueHTTPHandler(c).ServeHTTP(rec, req)
-	if rec.Code != 202 {
-		t.Fatalf("%d %s", rec.Code, rec.Body.String())
-	}
-	_ = p
 }
 
 // A worker refuses an ApprovalTimeout past MaxApprovalTimeout (the

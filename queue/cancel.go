@@ -36,7 +36,8 @@ import (
 // phase the turn was in when it stopped (CancelPhase…).
 type CancelRecord = record.CancelRecord
 
-// The phases a turn is cancelled in (CancelRecord.Phase).
+// What a cancelled turn's records say: the phase it was cancelled in
+// (CancelRecord.Phase), and the stop reason of its final event.
 const (
 	// CancelPhaseWaiting: before it ran (waiting for its chat, scheduled,
 	// or between attempts): never sent.
@@ -48,11 +49,10 @@ const (
 	// CancelPhaseContinuation: the stream was lost and the attempt was
 	// following the run (polls, resumes), or a recovering attempt found it.
 	CancelPhaseContinuation = record.CancelPhaseContinuation
+	// StopReasonCancelled is the stop reason of a cancelled turn's final
+	// event (and of a run Letta cancelled).
+	StopReasonCancelled = "cancelled"
 )
-
-// StopReasonCancelled is the stop reason of a cancelled turn's final event
-// (and of a run Letta cancelled).
-const StopReasonCancelled = "cancelled"
 
 // cancelTTL is how long a cancel record lives: the journal's default
 // retention (a turn is not retried longer than that).

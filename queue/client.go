@@ -2,19 +2,15 @@ package queue
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"mime"
-	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lettaq/lettaq/budget"
+	"github.com/lettaq/lettaq/internal/redisopt"
 	"github.com/lettaq/lettaq/ordering"
 )
 
@@ -117,7 +113,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		cfg.Now = time.Now
 	}
 	c := &Client{cfg: cfg}
-	conn := LeanRedis(cfg.Redis)
+	conn := redisopt.Lean(cfg.Redis)
 	if !cfg.Ordering.Off {
 		seq, rdb, err := cfg.Ordering.newSequencer(conn, nil)
 		if err != nil {
@@ -236,115 +232,4 @@ func (c *Client) leaveLine(ctx context.Context, key, id string) {
 		return
 	}
 	_ = c.waker(c.insp).Leave(context.WithoutCancel(ctx), c.cfg.Queue, key, id)
-}
-
-// maxHTTPRawBodyBytes bounds the body EnqueueHTTPHandler reads, before it
-// is decoded: a payload within MaxHTTPBodyBytes written with every
-// character of its text and the room escaped (\u0001, 6 bytes for 1) and
-// every character of its base64 data escaped too ("\/"), as no producer
-// writes it.
-const maxHTTPRawBodyBytes = 6*(MaxTextBytes+64<<10) + 2*(MaxImagesBytes/3*4)
-
-// payloadBytes is the size of p's strings, decoded (base64 data without its
-// line breaks): what MaxHTTPBodyBytes bounds.
-func payloadBytes(p Payload) int {
-	n := len(p.AgentID) + len(p.Text) + len(p.SenderID) + len(p.Conversation.Integration) + len(p.Conversation.ChatID) +
-		len(p.MessageID) + len(p.Otid) + len(p.LettaConversationID)
-	for k, v := range p.Metadata {
-		n += len(k) + len(v)
-	}
-	for _, im := range p.Images {
-		n += len(im.URL) + len(im.MediaType) + base64Len(im.Data)
-	}
-	return n
-}
-
-// EnqueueHTTPHandler returns a handler that enqueues the payload POSTed as
-// JSON (the Payload format; "v" may be omitted) and answers
-//
-//	202 {"task_id": "…", "duplicate": false, "queue": "lettaq", "otid": "…"}
-//	400 {"error": "…", "field": "text"}        invalid payload
-//	409 {"error": "…", "field": "message_id"}  the message id was enqueued before with another text
-//	400 {"error": "…"}                         body unreadable (e.g. too slow)
-//	405, 413                                   wrong method, payload too large (decoded; see MaxHTTPBodyBytes)
-//	415 {"error": "…"}                         Content-Type is not application/json
-//	500 {"error": "…"}                         Redis trouble: try again
-//
-// A body with "answer" is the answer to an approval request (see
-// answerHTTP): same answers, and 404 when the request is unknown.
-func EnqueueHTTPHandler(c *Client) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, ok := readJSONPost(w, r, maxHTTPRawBodyBytes)
-		if !ok {
-			return
-		}
-		if answerHTTP(c, w, r, body) {
-			return
-		}
-		p, err := decodePayloadJSON(body, true)
-		if ve, ok := IsValidationError(err); ok {
-			httpJSON(w, http.StatusBadRequest, map[string]string{"error": ve.Error(), "field": ve.Field})
-			return
-		}
-		if n := payloadBytes(p); n > MaxHTTPBodyBytes {
-			httpJSON(w, http.StatusRequestEntityTooLarge, map[string]string{"error": fmt.Sprintf("the payload holds %d bytes once decoded, more than %d", n, MaxHTTPBodyBytes)})
-			return
-		}
-		if p.V != 0 && p.V != PayloadVersion {
-			httpJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("unknown payload version %d", p.V), "field": "v"})
-			return
-		}
-		res, err := c.Enqueue(r.Context(), p.Message())
-		if ve, ok := IsValidationError(err); ok {
-			httpJSON(w, http.StatusBadRequest, map[string]string{"error": ve.Error(), "field": ve.Field})
-			return
-		}
-		var conflict *MessageIDConflictError
-		if errors.As(err, &conflict) {
-			httpJSON(w, http.StatusConflict, map[string]string{"error": conflict.Error(), "field": "message_id"})
-			return
-		}
-		if err != nil {
-			httpJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
-			return
-		}
-		httpJSON(w, http.StatusAccepted, res)
-	})
-}
-
-// readJSONPost reads the body of a POST of application/json of at most
-// limit bytes; when it is not one, it answers (405, 415, 413 or 400, with
-// a JSON error naming what was wrong) and ok is false.
-func readJSONPost(w http.ResponseWriter, r *http.Request, limit int64) (body []byte, ok bool) {
-	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", http.MethodPost)
-		httpJSON(w, http.StatusMethodNotAllowed, map[string]string{"error": "use POST"})
-		return nil, false
-	}
-	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
-		// A browser sends text/plain, form and multipart bodies across sites
-		// without asking first (no CORS preflight); application/json it does not.
-		w.Header().Set("Accept", "application/json")
-		httpJSON(w, http.StatusUnsupportedMediaType, map[string]string{
-			"error": "Content-Type must be application/json, not " + strconv.Quote(r.Header.Get("Content-Type"))})
-		return nil, false
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
-	var tooLarge *http.MaxBytesError
-	switch {
-	case errors.As(err, &tooLarge):
-		httpJSON(w, http.StatusRequestEntityTooLarge, map[string]string{"error": fmt.Sprintf("body larger than %d bytes", limit)})
-		return nil, false
-	case err != nil: // e.g. the listener's body timeout
-		httpJSON(w, http.StatusBadRequest, map[string]string{"error": "body unreadable: " + err.Error()})
-		return nil, false
-	}
-	return body, true
-}
-
-// httpJSON writes v as JSON with status.
-func httpJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
 }

@@ -17,7 +17,7 @@
 //	    Enqueue returns the same id with Duplicate set; the same message id
 //	    with another text is refused, *MessageIDConflictError), and enqueues with
 //	    Timeout(budget.TaskTimeout()), MaxRetry, Queue and Retention. It writes
-//	    the accepted event. EnqueueHTTPHandler does the same over HTTP.
+//	    the accepted event. httpapi.EnqueueHandler does the same over HTTP.
 //	 2. The Worker's handler, on every attempt: reads the journal record (the
 //	    run id an earlier attempt learned, whether it journaled an intent to
 //	    send); derives the otid (the payload's, else
@@ -30,7 +30,7 @@
 //	    as soon as the stream names it, so a crash mid-stream still leaves it.
 //	 3. The Result (continuation.Result) is mapped to reply events, the journal and Asynq (below).
 //
-// Client.Notify (NotifyHTTPHandler over HTTP) writes a message of the agent
+// Client.Notify (httpapi.NotifyHandler over HTTP) writes a message of the agent
 // side's own accord into a chat: one notify event in its reply stream, once
 // per key (notify.go).
 //
@@ -174,7 +174,7 @@
 // v0.26 archives a task whose retries are used up even when its handler only
 // put it back to wait; see ClientConfig.MaxRetry), timeout = the workers'
 // budget TaskTimeout in whole seconds, and retention 24h; or simply POST the
-// payload to the HTTP handler that cmd/worker mounts (EnqueueHTTPHandler).
+// payload to the HTTP handler that cmd/worker mounts (queue/httpapi.EnqueueHandler).
 //
 // # Ordering
 //

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lettaq/lettaq/internal/split"
 	"github.com/lettaq/lettaq/queue/internal/codec"
 	"github.com/lettaq/lettaq/queue/internal/record"
 	"github.com/lettaq/lettaq/queue/internal/store"
@@ -64,10 +65,6 @@ const (
 	ToolStatusSuccess = record.ToolStatusSuccess
 	ToolStatusError   = record.ToolStatusError
 )
-
-// ErrInvalidEvent is returned (wrapped) when a reply event or its
-// conversation cannot be written.
-var ErrInvalidEvent = record.ErrInvalidEvent
 
 // ToolEvent is a tool call, its result, or a call waiting for approval.
 type ToolEvent = record.ToolEvent
@@ -216,7 +213,7 @@ func (r *Replies) complete(c Conversation, ev ReplyEvent) (_ ReplyEvent, at, dat
 		return ev, "", "", err
 	}
 	if ev.Type == EventAnswer && ev.Parts == nil && ev.Text != "" {
-		ev.Parts = splitMessage(ev.Text, r.opts.PartLimits[c.Integration])
+		ev.Parts = split.Message(ev.Text, r.opts.PartLimits[c.Integration])
 	}
 	if ev.Tool != nil {
 		t := *ev.Tool

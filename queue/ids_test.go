@@ -2,10 +2,6 @@ package queue
 
 import (
 	"context"
-	"errors"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -268,64 +264,6 @@ func TestDecodePayloadNamesTypeErrors(t *testing.T) {
 		ve, ok := IsValidationError(err)
 		if !ok || ve.Field != field || !strings.Contains(ve.Error(), field) {
 			t.Errorf("%s: got %v, want field %s", body, err, field)
-		}
-	}
-}
-
-// TestEnqueueHTTPHandlerRefusesNonJSONAndNamesFields: text/plain (which a
-// browser sends across sites without asking) is 415 naming the expected
-// type; type and UTF-8 errors are 400 naming their field.
-func TestEnqueueHTTPHandlerRefusesNonJSONAndNamesFields(t *testing.T) {
-	h, _, _ := enqueueHandler(t, "http415", Ordering{Off: true})
-	post := func(ctype, body string) (int, map[string]any) {
-		code, out, _ := postEnqueue(h, ctype, []byte(body))
-		return code, out
-	}
-	good := `{"agent_id":"a","text":"hi","conversation":{"integration":"web","chat_id":"c1"}}`
-	for _, ct := range []string{"text/plain", "text/plain; charset=utf-8", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", ""} {
-		code, out := post(ct, good)
-		if code != http.StatusUnsupportedMediaType || !strings.Contains(out["error"].(string), "application/json") {
-			t.Errorf("Content-Type %q: %d %v, want 415 naming application/json", ct, code, out)
-		}
-	}
-	if code, out := post("application/json; charset=utf-8", good); code != http.StatusAccepted {
-		t.Errorf("application/json: %d %v", code, out)
-	}
-	if code, out := post("application/json", `{"agent_id":"a","text":"hi","conversation":{"integration":"web","chat_id":7}}`); code != http.StatusBadRequest || out["field"] != "conversation.chat_id" {
-		t.Errorf("chat_id a number: %d %v", code, out)
-	}
-	if code, out := post("application/json", `{"agent_id":"a","text":"hi","conversation":{"integration":"web","chat_id":"\ud800"}}`); code != http.StatusBadRequest || out["field"] != "conversation.chat_id" {
-		t.Errorf("chat_id an unpaired surrogate: %d %v", code, out)
-	}
-	if code, out := post("application/json", "{\"agent_id\":\"a\",\"text\":\"hi\",\"conversation\":{\"integration\":\"web\",\"chat_id\":\"\xff\"}}"); code != http.StatusBadRequest || out["field"] != "conversation.chat_id" {
-		t.Errorf("chat_id invalid UTF-8: %d %v", code, out)
-	}
-	if code, out := post("application/json", `{"agent_id":"a","text":"hi","conversation":{"integration":"web","chat_id":"\u001b]0;x\u0007"}}`); code != http.StatusBadRequest || out["field"] != "conversation.chat_id" {
-		t.Errorf("chat_id with ESC: %d %v", code, out)
-	}
-}
-
-type failingBody struct{}
-
-func (failingBody) Read([]byte) (int, error) { return 0, errors.New("i/o timeout") }
-
-// TestEnqueueHTTPHandlerBodyErrors: a body over the limit is 413; one that cannot be read
-// (the listener's body timeout) is 400, not "too large".
-func TestEnqueueHTTPHandlerBodyErrors(t *testing.T) {
-	h := EnqueueHTTPHandler(nil) // neither reaches the client
-	for _, tc := range []struct {
-		body io.Reader
-		want int
-	}{
-		{strings.NewReader(`{"text":"` + strings.Repeat("a", MaxHTTPBodyBytes+1) + `"}`), http.StatusRequestEntityTooLarge}, // over the limit once decoded
-		{failingBody{}, http.StatusBadRequest},
-	} {
-		rr := httptest.NewRecorder()
-		req := httptest.NewRequest(http.MethodPost, "/enqueue", tc.body)
-		req.Header.Set("Content-Type", "application/json")
-		h.ServeHTTP(rr, req)
-		if rr.Code != tc.want {
-			t.Errorf("%T: %d %s, want %d", tc.body, rr.Code, rr.Body.String(), tc.want)
 		}
 	}
 }

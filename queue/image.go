@@ -9,6 +9,7 @@ import (
 
 	"github.com/lettaq/lettaq/agentclient"
 	"github.com/lettaq/lettaq/continuation"
+	"github.com/lettaq/lettaq/queue/internal/payloadcheck"
 )
 
 // Images of a message: a URL the server fetches, or base64 data with its
@@ -72,11 +73,9 @@ func checkImages(images []Image) error {
 	return nil
 }
 
-// base64Len is the length of base64 data without the line breaks that the decoder skips
-// (MIME and Python's base64.encodebytes wrap lines at 76 characters).
-func base64Len(data string) int {
-	return len(data) - strings.Count(data, "\n") - strings.Count(data, "\r")
-}
+// base64Len is the length of base64 data without the line breaks that the
+// decoder skips (payloadcheck.Base64Len).
+func base64Len(data string) int { return payloadcheck.Base64Len(data) }
 
 // lettaImages returns the images as agentclient sends them: base64 data without line breaks.
 func lettaImages(images []Image) []agentclient.Image {

@@ -78,10 +78,6 @@ const (
 	ResendForbidden = "forbidden"
 )
 
-// ErrNotFound is returned (wrapped; test with errors.Is) when the journal has
-// no record of a turn, or it has expired.
-var ErrNotFound = errors.New("queue: turn record not found")
-
 // ApprovalRecord is what the journal keeps of an approval (TurnRecord.Approval).
 type ApprovalRecord = record.ApprovalRecord
 

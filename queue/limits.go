@@ -1,8 +1,13 @@
 package queue
 
-import "time"
+import (
+	"time"
 
-// Limits checked at enqueue, and again when a task reaches a worker.
+	"github.com/lettaq/lettaq/queue/internal/payloadcheck"
+)
+
+// Limits of what a producer sends: a Message (checked at enqueue, and
+// again when its task reaches a worker) and a Notice.
 const (
 	// MaxTextBytes bounds Message.Text (64 KiB).
 	MaxTextBytes = 64 << 10
@@ -15,13 +20,7 @@ const (
 	MaxMetadataBytes      = 4 << 10
 	// MaxIDBytes bounds agent_id, sender_id, message_id and the two parts
 	// of the conversation.
-	MaxIDBytes = 512
-	// maxTaskIDBytes: a derived task id longer than this is hashed.
-	maxTaskIDBytes = 200
-)
-
-// Limits on Message.Images, checked at enqueue.
-const (
+	MaxIDBytes = payloadcheck.MaxIDBytes
 	// MaxImages bounds the images of one message.
 	MaxImages = 4
 	// MaxImageURLBytes bounds one image URL.
@@ -30,7 +29,15 @@ const (
 	MaxImageBytes = 1 << 20
 	// MaxImagesBytes bounds the decoded data of all images of a message.
 	MaxImagesBytes = 2 << 20
+	// MaxNotifyTextBytes bounds Notice.Text (16 KiB): about four Telegram
+	// messages of 4096 characters; a longer text belongs in a document.
+	MaxNotifyTextBytes = 16 << 10
+	// MaxNotifyKeyBytes bounds Notice.Key.
+	MaxNotifyKeyBytes = 128
 )
+
+// maxTaskIDBytes: a derived task id longer than this is hashed.
+const maxTaskIDBytes = 200
 
 // Defaults and bounds of the Client's and the Worker's settings.
 const (
@@ -46,11 +53,6 @@ const (
 	DefaultTakeoverAfter = 5 * time.Second
 	// MaxApprovalTimeout bounds WorkerConfig.ApprovalTimeout (366 days).
 	MaxApprovalTimeout = 366 * 24 * time.Hour
-	// MaxHTTPBodyBytes bounds the payload EnqueueHTTPHandler takes, decoded
-	// (payloadBytes): the text, the images' base64 data, and room for the
-	// rest. The same message is accepted however its producer escapes its
-	// JSON.
-	MaxHTTPBodyBytes = MaxTextBytes + MaxImagesBytes/3*4 + 64<<10
 	// MaxLookupCandidates bounds AmbiguousError.Candidates.
 	MaxLookupCandidates = 10
 	// MaxServerRetryAfter caps the wait a refusal's Retry-After asks for

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lettaq/lettaq/internal/faultproxy"
+	"github.com/lettaq/lettaq/internal/redisopt"
 	"github.com/lettaq/lettaq/internal/testredis"
 	"github.com/lettaq/lettaq/ordering"
 	"github.com/lettaq/lettaq/queue/internal/store"
@@ -32,9 +33,9 @@ func newLostReplyRedis(t *testing.T) lostReplyRedis {
 	t.Helper()
 	srv := testredis.New(t)
 	p := faultproxy.Start(t, srv.Addr)
-	rdb, ok := LeanRedis(asynq.RedisClientOpt{Addr: p.Addr, DB: srv.DB}).MakeRedisClient().(redis.UniversalClient)
+	rdb, ok := redisopt.Lean(asynq.RedisClientOpt{Addr: p.Addr, DB: srv.DB}).MakeRedisClient().(redis.UniversalClient)
 	if !ok {
-		t.Fatal("LeanRedis made no go-redis client")
+		t.Fatal("redisopt.Lean made no go-redis client")
 	}
 	t.Cleanup(func() { _ = rdb.Close() })
 	direct := srv.Client(t)

@@ -10,7 +10,7 @@ import (
 // MessageIDConflictError is Client.Enqueue's answer to a message whose MessageID was enqueued
 // before with another content (text and images): a message id names one message, so that is a
 // client bug (an idempotency key reused for other content, which payment APIs refuse too),
-// not a duplicate delivery. Nothing is enqueued. EnqueueHTTPHandler answers it 409.
+// not a duplicate delivery. Nothing is enqueued. httpapi.EnqueueHandler answers it 409.
 type MessageIDConflictError struct {
 	MessageID string
 	// TaskID is the task of the message enqueued first.

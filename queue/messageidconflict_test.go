@@ -2,9 +2,7 @@ package queue
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -17,7 +15,7 @@ import (
 
 // A message id reused with another text is refused (a client bug, as an idempotency key
 // reused with other content is to a payment API): Client.Enqueue returns a
-// *MessageIDConflictError naming both texts' hashes, /enqueue answers 409; the same text
+// *MessageIDConflictError naming both texts' hashes, /enqueue answers 409 (queue/httpapi's TestEnqueueHandlerMessageIDConflict); the same text
 // again is the duplicate it always was.
 func TestMessageIDReusedWithOtherText(t *testing.T) {
 	srv := testredis.RequireReal(t)
@@ -64,10 +62,6 @@ func TestMessageIDReusedWithOtherText(t *testing.T) {
 			if pos, err := c.seq.Position(ctx, key, first.TaskID); err != nil || pos != -1 {
 				t.Errorf("after the refusal the id is at %d (%v) in the line, want -1 (not in it)", pos, err)
 			}
-		}
-		body, _ := json.Marshal(Payload{AgentID: other.AgentID, Text: other.Text, Conversation: other.Conversation, MessageID: other.MessageID})
-		if code, out, raw := postEnqueue(EnqueueHTTPHandler(c), "application/json", body); code != http.StatusConflict || out["field"] != "message_id" {
-			t.Errorf("ordered=%v: POST /enqueue of the message id with another text: %d %s; want 409 naming message_id", ordered, code, raw)
 		}
 	}
 }

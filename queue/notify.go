@@ -10,6 +10,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/uuid"
+
+	"github.com/lettaq/lettaq/queue/internal/payloadcheck"
 )
 
 // Agent-initiated messages: a scheduled job or a tool on the agent's side
@@ -19,15 +21,6 @@ import (
 // message of its own, once. The caller names the message with a key: a
 // notify sent again with the same key (the caller retried, or go-redis
 // sent the script again after a lost reply) is the same one event.
-
-// Limits of a Notice.
-const (
-	// MaxNotifyTextBytes bounds Notice.Text (16 KiB): about four Telegram
-	// messages of 4096 characters; a longer text belongs in a document.
-	MaxNotifyTextBytes = 16 << 10
-	// MaxNotifyKeyBytes bounds Notice.Key.
-	MaxNotifyKeyBytes = 128
-)
 
 // NotifyTaskPrefix starts the task id of a notify event: "notify:<key>".
 const NotifyTaskPrefix = "notify:"
@@ -39,16 +32,13 @@ type Notice struct {
 	// Text is the message, as the chat shows it.
 	Text string `json:"text"`
 	// Key names the message (its idempotency key): 1 to 128 of the
-	// characters A-Z a-z 0-9 - . _ ~ (e.g. NewNotifyKey's UUID, or
-	// "digest-2026-12-02"). A notify with a key already written into the
+	// characters A-Z a-z 0-9 - . _ ~ (e.g. "digest-2026-12-02", or a
+	// random UUID, kept to send the notice again if the first call's
+	// outcome is not known). A notify with a key already written into the
 	// same chat (within RepliesOptions.TTL, 7 days by default) writes
 	// nothing; a key is scoped to its chat.
 	Key string `json:"key"`
 }
-
-// NewNotifyKey returns a fresh key for a Notice (a random UUID): keep it
-// to send the notice again if the first call's outcome is not known.
-func NewNotifyKey() string { return uuid.NewString() }
 
 // NotifyResult says what Notify did.
 type NotifyResult struct {
@@ -66,7 +56,7 @@ type NotifyResult struct {
 
 // NotifyKeyConflictError is Notify's answer to a key that an earlier
 // notify of the same chat used for another text: a key names one message,
-// so that is a caller's bug. Nothing is written. NotifyHTTPHandler
+// so that is a caller's bug. Nothing is written. httpapi.NotifyHandler
 // answers it 409.
 type NotifyKeyConflictError struct {
 	Chat Conversation
@@ -94,7 +84,7 @@ func (n Notice) Validate() error {
 			return invalid("chat", "%s is not valid UTF-8", p.what)
 		}
 		for i, r := range p.v {
-			if isControl(r) {
+			if payloadcheck.IsControl(r) {
 				return invalid("chat", "%s holds the control character %U at byte %d", p.what, r, i)
 			}
 		}
@@ -119,7 +109,7 @@ func (n Notice) Validate() error {
 func checkNotifyKey(k string) error {
 	switch {
 	case k == "":
-		return invalid("key", "must not be empty: choose one per message (e.g. queue.NewNotifyKey) and send it again with a retry")
+		return invalid("key", "must not be empty: choose one per message (e.g. a random UUID) and send it again with a retry")
 	case len(k) > MaxNotifyKeyBytes:
 		return invalid("key", "is %d bytes, more than %d", len(k), MaxNotifyKeyBytes)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/lettaq/lettaq/agentclient"
+	"github.com/lettaq/lettaq/queue/internal/payloadcheck"
 )
 
 // The Asynq task types of lettaq, and the version of its payload format.
@@ -218,25 +219,10 @@ func (m Message) Validate() error {
 // nulReason is why text for the agent may not hold U+0000.
 const nulReason = "Letta stores messages in PostgreSQL, whose text cannot hold it"
 
+// checkID checks one id of m (payloadcheck.CheckID).
 func checkID(field, v string, required bool) error {
-	switch {
-	case v == "" && required:
-		return invalid(field, "must not be empty")
-	case len(v) > MaxIDBytes:
-		return invalid(field, "is %d bytes, more than %d", len(v), MaxIDBytes)
-	case !utf8.ValidString(v):
-		return invalid(field, "is not valid UTF-8")
-	}
-	for i, r := range v {
-		if isControl(r) {
-			return invalid(field, "holds the control character %U at byte %d (ids must not contain C0, C1 or DEL characters, such as ESC, tab or line breaks)", r, i)
-		}
-	}
-	return nil
+	return validationError(payloadcheck.CheckID(field, v, required))
 }
-
-// isControl reports whether r is a C0 or C1 control character or DEL.
-func isControl(r rune) bool { return r < 0x20 || r == 0x7f || (r >= 0x80 && r <= 0x9f) }
 
 // EncodePayload validates m and returns its JSON payload.
 func EncodePayload(m Message) ([]byte, error) {

@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -131,37 +129,6 @@ func TestRetryDelayAndIsFailure(t *testing.T) {
 	}
 	if isFailure(&interruptedError{Err: errShutdown}) || isFailure(context.Canceled) || !isFailure(errors.New("x")) || isFailure(nil) {
 		t.Fatal("IsFailure")
-	}
-}
-
-func TestEnqueueHTTPHandler(t *testing.T) {
-	h, q, insp := enqueueHandler(t, "http", Ordering{})
-	post := func(body string) (int, map[string]any) {
-		code, out, _ := postEnqueue(h, "application/json", []byte(body))
-		return code, out
-	}
-	body := `{"agent_id":"a","text":"hi","conversation":{"integration":"web","chat_id":"c1"},"message_id":"m1"}`
-	code, out := post(body)
-	if code != http.StatusAccepted || out["task_id"] != "turn:web:c1:m1" || out["duplicate"] != false {
-		t.Fatalf("%d %v", code, out)
-	}
-	code, out = post(body)
-	if code != http.StatusAccepted || out["duplicate"] != true {
-		t.Fatalf("dup: %d %v", code, out)
-	}
-	code, out = post(`{"agent_id":"a","text":"","conversation":{"integration":"web","chat_id":"c1"}}`)
-	if code != http.StatusBadRequest || out["field"] != "text" {
-		t.Fatalf("invalid: %d %v", code, out)
-	}
-	// Asynq's MaxRetry is one more than the retries of failures: the last is kept for put-backs.
-	info, err := insp.GetTaskInfo(q, "turn:web:c1:m1")
-	if err != nil || info.Type != TaskType || info.MaxRetry != DefaultMaxRetry+1 || info.Timeout < time.Minute {
-		t.Fatalf("task %+v %v", info, err)
-	}
-	rr := httptest.NewRecorder()
-	h.ServeHTTP(rr, httptest.NewRequest(http.MethodGet, "/enqueue", nil))
-	if rr.Code != http.StatusMethodNotAllowed {
-		t.Fatalf("GET: %d", rr.Code)
 	}
 }
 

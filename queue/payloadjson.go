@@ -1,23 +1,14 @@
 package queue
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
-	"reflect"
-	"strconv"
-	"strings"
-	"time"
-	"unicode/utf8"
 
-	"github.com/lettaq/lettaq/queue/internal/codec"
+	"github.com/lettaq/lettaq/queue/internal/payloadcheck"
 )
 
-// Reading a payload from JSON. encoding/json quietly rewrites invalid UTF-8
-// (and unpaired surrogate escapes such as "\ud800") to U+FFFD, so a chat id
-// of invalid bytes would name another chat's reply stream; and its type
-// errors need their field named; and it takes the last of a key given twice
-// (see payloadkeys.go). decodePayloadJSON refuses all three.
+// Reading a payload from JSON: payloadcheck.Decode refuses what
+// encoding/json would rewrite or drop (invalid UTF-8, a key given twice)
+// and names the field of a type error.
 
 // decodePayloadJSON parses b as a Payload. whole: b must be one JSON value
 // (the HTTP body); otherwise the first value is read (task payloads, as
@@ -25,211 +16,16 @@ import (
 // Conversation whose strings were rewritten, and the error is a
 // *ValidationError naming the field.
 func decodePayloadJSON(b []byte, whole bool) (Payload, error) {
-	decode := func(v any) error {
-		if whole {
-			return json.Unmarshal(b, v)
-		}
-		return json.NewDecoder(bytes.NewReader(b)).Decode(v)
-	}
-	if d := codec.FindKeyFault(b, payloadFields); d != nil {
-		p := salvageConversation(decode)
-		if top, _, _ := strings.Cut(d.Path, "."); !d.Unknown && string(codec.FoldKey([]byte(top))) == "conversation" {
-			p.Conversation = Conversation{}
-		}
-		return p, keyFaultError(d)
-	}
-	var p Payload
-	var err error
-	if !whole && json.Unmarshal(b, &p) == nil {
-		// A task payload is one value (EncodePayload's): Unmarshal reads
-		// it without a Decoder and its buffer. Anything else (bytes after
-		// the value, an error) takes the Decoder's way, as before.
-		whole = true // for decode below: b is one value
-	} else {
-		p = Payload{}
-		err = decode(&p)
-	}
-	if err != nil {
-		return salvageConversation(decode), jsonError(err)
-	}
-	if !mayHoldRewrites(b) {
-		return p, nil // nothing for the second decode to find
-	}
-	var raw rawPayloadStrings
-	_ = decode(&raw) // cannot fail where decoding p did not
-	if field := raw.fault(); field != "" {
-		if raw.conversationFault() != "" {
-			p.Conversation = Conversation{}
-		}
-		return p, invalid(field, "is not valid UTF-8 (or holds an unpaired surrogate escape)")
-	}
-	return p, nil
+	p, err := payloadcheck.Decode(b, whole, payloadFields, func(p *Payload) *Conversation { return &p.Conversation })
+	return p, validationError(err)
 }
 
-// salvageConversation returns a Payload with only the conversation of a
-// payload that does not decode (for the error event), or none when its
-// strings were rewritten.
-func salvageConversation(decode func(any) error) Payload {
-	var loose struct {
-		Conversation Conversation `json:"conversation"`
+// validationError turns a *payloadcheck.Fault into a *ValidationError
+// (nil stays nil).
+func validationError(err error) error {
+	var f *payloadcheck.Fault
+	if errors.As(err, &f) {
+		return &ValidationError{Field: f.Field, Problem: f.Problem}
 	}
-	_ = decode(&loose)
-	p := Payload{Conversation: loose.Conversation}
-	var raw rawPayloadStrings
-	_ = decode(&raw)
-	if raw.conversationFault() != "" {
-		p.Conversation = Conversation{}
-	}
-	return p
-}
-
-// mayHoldRewrites reports whether b may hold a string that encoding/json
-// decodes with replacement: b is not valid UTF-8, or holds a \u escape of
-// a surrogate (\uD800-\uDFFF, any case). When it is false,
-// rawPayloadStrings.fault finds nothing in any value b holds (the decoder
-// took its escapes: each is \u and 4 hex digits, or a one-character one).
-func mayHoldRewrites(b []byte) bool {
-	if !utf8.Valid(b) {
-		return true
-	}
-	for i := 0; i < len(b); i += 2 { // past the backslash and the character it escapes
-		k := bytes.IndexByte(b[i:], '\\')
-		if k < 0 {
-			return false
-		}
-		i += k
-		if i+3 < len(b) && b[i+1] == 'u' && b[i+2]|0x20 == 'd' {
-			if c := b[i+3] | 0x20; c == '8' || c == '9' || ('a' <= c && c <= 'f') {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// rawPayloadStrings holds the payload's strings as written.
-type rawPayloadStrings struct {
-	AgentID      json.RawMessage `json:"agent_id"`
-	Text         json.RawMessage `json:"text"`
-	SenderID     json.RawMessage `json:"sender_id"`
-	Conversation struct {
-		Integration json.RawMessage `json:"integration"`
-		ChatID      json.RawMessage `json:"chat_id"`
-	} `json:"conversation"`
-	MessageID json.RawMessage `json:"message_id"`
-	Otid      json.RawMessage `json:"otid"`
-}
-
-// fault returns the first field whose string is not valid UTF-8, or "".
-func (r *rawPayloadStrings) fault() string {
-	for _, f := range []struct {
-		name string
-		raw  json.RawMessage
-	}{{"agent_id", r.AgentID}, {"text", r.Text}, {"sender_id", r.SenderID}} {
-		if !validJSONString(f.raw) {
-			return f.name
-		}
-	}
-	if f := r.conversationFault(); f != "" {
-		return f
-	}
-	if !validJSONString(r.MessageID) {
-		return "message_id"
-	}
-	if !validJSONString(r.Otid) {
-		return "otid"
-	}
-	return ""
-}
-
-func (r *rawPayloadStrings) conversationFault() string {
-	switch {
-	case !validJSONString(r.Conversation.Integration):
-		return "conversation.integration"
-	case !validJSONString(r.Conversation.ChatID):
-		return "conversation.chat_id"
-	}
-	return ""
-}
-
-// validJSONString reports whether raw, a JSON value, is not a string that
-// decodes with replacement: its bytes are valid UTF-8 and every \u escape
-// of a surrogate is one of a pair. Non-strings pass (their type is checked
-// by the decoder).
-func validJSONString(raw json.RawMessage) bool {
-	if len(raw) == 0 || raw[0] != '"' {
-		return true
-	}
-	if !utf8.Valid(raw) {
-		return false
-	}
-	hex4 := func(i int) (rune, bool) {
-		if i+6 > len(raw) || raw[i] != '\\' || raw[i+1] != 'u' {
-			return 0, false
-		}
-		n, err := strconv.ParseUint(string(raw[i+2:i+6]), 16, 32)
-		return rune(n), err == nil
-	}
-	for i := 1; i < len(raw)-1; i++ {
-		if raw[i] != '\\' {
-			continue
-		}
-		if raw[i+1] != 'u' {
-			i++ // a one-character escape
-			continue
-		}
-		r, ok := hex4(i)
-		if !ok {
-			return false
-		}
-		switch {
-		case r >= 0xD800 && r < 0xDC00: // high surrogate: a low one must follow
-			lo, ok := hex4(i + 6)
-			if !ok || lo < 0xDC00 || lo > 0xDFFF {
-				return false
-			}
-			i += 11
-		case r >= 0xDC00 && r <= 0xDFFF:
-			return false
-		default:
-			i += 5
-		}
-	}
-	return true
-}
-
-// jsonError turns a decoding error into a *ValidationError naming the field.
-func jsonError(err error) error {
-	var te *json.UnmarshalTypeError
-	var pe *time.ParseError
-	switch {
-	case errors.As(err, &te):
-		want := jsonKind(te.Type)
-		if te.Field == "" {
-			return invalid("", "the payload must be %s, not a JSON %s", want, te.Value)
-		}
-		return invalid(te.Field, "must be %s, not a JSON %s", want, te.Value)
-	case errors.As(err, &pe):
-		return invalid("enqueued_at", "is not an RFC 3339 time: %q", pe.Value)
-	}
-	return invalid("", "not a JSON object of the payload format: %v", err)
-}
-
-func jsonKind(t reflect.Type) string {
-	if t == nil {
-		return "another type"
-	}
-	switch t.Kind() {
-	case reflect.String:
-		return "a JSON string"
-	case reflect.Int, reflect.Int64, reflect.Int32, reflect.Uint, reflect.Uint64, reflect.Uint32, reflect.Float64:
-		return "a JSON number"
-	case reflect.Bool:
-		return "true or false"
-	case reflect.Struct, reflect.Map:
-		return "a JSON object"
-	case reflect.Slice, reflect.Array:
-		return "a JSON array"
-	}
-	return "a JSON " + strings.ToLower(t.Kind().String())
+	return err
 }

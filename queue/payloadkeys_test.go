@@ -4,11 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"reflect"
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/lettaq/lettaq/queue/internal/payloadcheck"
 )
 
 // dupBase is a clean payload whose string fields the duplicate-key tests give twice.
@@ -91,40 +92,6 @@ func TestDecodePayloadRefusesDuplicateKeys(t *testing.T) {
 		if _, err := decodePayloadJSON([]byte(body), true); err != nil {
 			t.Errorf("%s: %v, want accepted", body, err)
 		}
-	}
-}
-
-// TestEnqueueHTTPHandlerRefusesDuplicateKey: the issue's two messages. The
-// first (message_id an unpaired surrogate, then null) is 400 naming
-// message_id; the second, a different message whose id is U+FFFD, is then
-// enqueued as a new task, not taken for a duplicate of the first.
-func TestEnqueueHTTPHandlerRefusesDuplicateKey(t *testing.T) {
-	h, q, _ := enqueueHandler(t, "httpdup", Ordering{Off: true})
-	post := func(body string) (int, map[string]any) {
-		code, out, _ := postEnqueue(h, "application/json", []byte(body))
-		return code, out
-	}
-	chat := "c-" + q
-	code, out := post(`{"agent_id":"a","text":"first","conversation":{"integration":"web","chat_id":"` + chat + `"},"message_id":"\ud800","message_id":null}`)
-	if code != http.StatusBadRequest || out["field"] != "message_id" {
-		t.Fatalf("the duplicate message_id: %d %v, want 400 naming message_id", code, out)
-	}
-	code, out = post(`{"agent_id":"a","text":"second","conversation":{"integration":"web","chat_id":"` + chat + `"},"message_id":"\ufffd"}`)
-	if code != http.StatusAccepted || out["duplicate"] != false {
-		t.Fatalf("the second message: %d %v, want 202, not a duplicate", code, out)
-	}
-	// The same trick on chat_id and on an approval answer's message_id.
-	code, out = post(`{"agent_id":"a","text":"x","conversation":{"integration":"web","chat_id":"\ud800","chat_id":null}}`)
-	if code != http.StatusBadRequest || out["field"] != "conversation.chat_id" {
-		t.Errorf("the duplicate chat_id: %d %v", code, out)
-	}
-	code, out = post(`{"answer":{"request":"turn:x","approve":true},"message_id":"\ud800","message_id":null}`)
-	if code != http.StatusBadRequest || out["field"] != "message_id" {
-		t.Errorf("an answer's duplicate message_id: %d %v", code, out)
-	}
-	code, out = post(`{"answer":{"request":"turn:x","approve":true},"message_id":"\ud800"}`)
-	if code != http.StatusBadRequest || out["field"] != "message_id" {
-		t.Errorf("an answer's message_id an unpaired surrogate: %d %v", code, out)
 	}
 }
 
@@ -254,7 +221,7 @@ func checkAgainstStd(t testing.TB, b []byte, whole bool) {
 		if dup != strings.Contains(ve.Problem, "more than once") {
 			t.Fatalf("%q (whole %v): refused with %v; duplicate key per the reference: %v", b, whole, err, dup)
 		}
-		if !dup && !rewritten(want, first) && !mayHoldRewrites(first) {
+		if !dup && !rewritten(want, first) && !payloadcheck.MayHoldRewrites(first) {
 			t.Fatalf("%q (whole %v): refused with %v, but holds no duplicate key and no rewrite", b, whole, err)
 		}
 	}

@@ -2,8 +2,6 @@ package queue
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"sort"
@@ -14,6 +12,7 @@ import (
 
 	"github.com/lettaq/lettaq/agentclient"
 	"github.com/lettaq/lettaq/continuation"
+	"github.com/lettaq/lettaq/internal/thread"
 	"github.com/lettaq/lettaq/queue/internal/store"
 )
 
@@ -48,28 +47,9 @@ func ParseThreadMode(s string) (ThreadMode, error) {
 	return "", fmt.Errorf("unknown thread mode %q (want conversation, default or agent)", s)
 }
 
-// ThreadSummary is the summary lettaq gives the Letta conversation it
-// creates for a lettaq conversation: "lettaq:" and a stable hash of the
-// agent, integration and chat id. Found again with summary_search, it lets
-// a worker that crashed between creating the conversation and storing its
-// id use that conversation instead of making a second one.
-func ThreadSummary(agentID string, c Conversation) string {
-	return "lettaq:" + threadHash(agentID, c)
-}
-
+// threadHash is the hash of a chat's thread (thread.Hash).
 func threadHash(agentID string, c Conversation) string {
-	h := sha256.New()
-	for _, p := range []string{agentID, c.Integration, c.ChatID} {
-		h.Write([]byte(p))
-		h.Write([]byte{0})
-	}
-	return hex.EncodeToString(h.Sum(nil))[:32]
-}
-
-// ThreadKey is the Redis key (under the key prefix) that keeps the Letta
-// conversation id of a lettaq conversation. It never expires.
-func ThreadKey(prefix, agentID string, c Conversation) string {
-	return store.Keys{Prefix: prefix}.Thread(threadHash(agentID, c))
+	return thread.Hash(agentID, c.Integration, c.ChatID)
 }
 
 // threadLockSlack is added to the thread phase (the longest a holder may
@@ -147,7 +127,7 @@ func (th *threads) resolveKnown(ctx context.Context, m Message, known string) (s
 // findOrCreate returns the conversation tagged with the chat's summary (the
 // oldest, should there be several), creating it when there is none.
 func (th *threads) findOrCreate(ctx context.Context, m Message) (string, error) {
-	tag := ThreadSummary(m.AgentID, m.Conversation)
+	tag := thread.Summary(m.AgentID, m.Conversation.Integration, m.Conversation.ChatID)
 	found, err := th.client.ListConversations(ctx, agentclient.ListConversationsOptions{AgentID: m.AgentID,
 		SummarySearch: tag, Limit: 50, Order: "asc"})
 	if err != nil {

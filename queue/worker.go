@@ -7,9 +7,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
-	"sort"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,6 +17,8 @@ import (
 	"github.com/lettaq/lettaq/agentclient"
 	"github.com/lettaq/lettaq/budget"
 	"github.com/lettaq/lettaq/continuation"
+	"github.com/lettaq/lettaq/internal/queueweights"
+	"github.com/lettaq/lettaq/internal/redisopt"
 	"github.com/lettaq/lettaq/ordering"
 	"github.com/lettaq/lettaq/queue/internal/approval"
 	"github.com/lettaq/lettaq/queue/internal/asynqlog"
@@ -28,7 +27,6 @@ import (
 	"github.com/lettaq/lettaq/queue/internal/line"
 	"github.com/lettaq/lettaq/queue/internal/progress"
 	"github.com/lettaq/lettaq/queue/internal/service"
-	"github.com/lettaq/lettaq/queue/internal/store"
 	"github.com/lettaq/lettaq/queue/internal/takeover"
 )
 
@@ -175,7 +173,7 @@ type Worker struct {
 	obs       Observer
 	rdb       redis.UniversalClient // on the Asynq Redis (closed when ownsRdb)
 	ownsRdb   bool
-	conn      asynq.RedisConnOpt // what the worker's and Asynq's clients are made from: LeanRedis(cfg.Redis)
+	conn      asynq.RedisConnOpt // what the worker's and Asynq's clients are made from: redisopt.Lean(cfg.Redis)
 	ord       *orderer           // nil: no ordering
 	lines     *line.Lines        // the chats' lines: places, parking, waking, the sweep (queue/internal/line)
 	threads   *threads
@@ -254,7 +252,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	if len(cfg.Ordering.Coalesce) > 0 && !cfg.Ordering.Off && cfg.Ordering.Scope != ordering.ScopeConversation {
 		return nil, errors.New("queue: Ordering.Coalesce needs the conversation scope (an agent's line mixes chats)")
 	}
-	w := &Worker{cfg: cfg, log: cfg.Logger, obs: cfg.Observer, conn: LeanRedis(cfg.Redis)}
+	w := &Worker{cfg: cfg, log: cfg.Logger, obs: cfg.Observer, conn: redisopt.Lean(cfg.Redis)}
 	w.client = cfg.Letta
 	if w.client == nil {
 		c, err := agentclient.New(agentclient.Config{BaseURL: cfg.LettaURL, APIKey: cfg.LettaAPIKey,
@@ -440,7 +438,7 @@ func (w *Worker) run(ctx context.Context) error {
 	if err := parts.Start(context.Background()); err != nil {
 		return fmt.Errorf("queue: start worker: %w", err)
 	}
-	w.log.Info("worker started", "worker", w.cfg.WorkerID, "queues", QueuesString(w.cfg.Queues),
+	w.log.Info("worker started", "worker", w.cfg.WorkerID, "queues", queueweights.String(w.cfg.Queues),
 		"concurrency", w.cfg.Concurrency, "task_timeout", w.cfg.Budget.TaskTimeout().String())
 	<-ctx.Done()
 	w.log.Info("worker shutting down", "worker", w.cfg.WorkerID, "timeout", w.cfg.ShutdownTimeout.String())
@@ -631,35 +629,3 @@ func isFailure(err error) bool {
 	}
 	return !errors.Is(err, context.Canceled) && !errors.Is(err, errShutdown)
 }
-
-// NewAsynqLogger returns an asynq.Logger that writes to l: give it to an
-// asynq.Server of your own (Worker.Run uses one that also tells the
-// worker's readiness).
-func NewAsynqLogger(l *slog.Logger) asynq.Logger { return asynqlog.New(l, nil, &health.Health{}) }
-
-// QueuesString writes queue weights as LETTAQ_QUEUES takes them ("critical=6,lettaq=1"),
-// highest weight first, for logs.
-func QueuesString(q map[string]int) string {
-	names := make([]string, 0, len(q))
-	for n := range q {
-		names = append(names, n)
-	}
-	sort.Slice(names, func(i, j int) bool {
-		if q[names[i]] != q[names[j]] {
-			return q[names[i]] > q[names[j]]
-		}
-		return names[i] < names[j]
-	})
-	for i, n := range names {
-		names[i] = n + "=" + strconv.Itoa(q[n])
-	}
-	return strings.Join(names, ",")
-}
-
-// LeanRedis returns opt with clients whose connections have 4 KiB read and
-// write buffers instead of go-redis's 32 KiB (a worker keeps many
-// connections: ~1 MB of buffers instead of 9.1 MB with 3,000 thinking turns
-// in flight; the sizes and why are in queue/internal/store's Lean). The
-// worker and the client use it on the options they are given; an option of
-// a type other than Asynq's three is returned as it is.
-func LeanRedis(opt asynq.RedisConnOpt) asynq.RedisConnOpt { return store.Lean(opt) }

@@ -8,6 +8,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/lettaq/lettaq/internal/split"
 	"github.com/lettaq/lettaq/queue"
 	"github.com/lettaq/lettaq/relay/internal/store"
 )
@@ -176,7 +177,7 @@ func (t *turn) view(limit int) view {
 		}
 		return view{parts: parts, over: true}
 	case queue.EventNotify:
-		return view{parts: queue.SplitMessage(f.Text, limit), over: true, quiet: true}
+		return view{parts: split.Message(f.Text, limit), over: true, quiet: true}
 	case queue.EventApprovalRequired:
 		v := view{parts: splitUnits(t.text, limit), over: true}
 		m := approvalMessage(f)

@@ -10,6 +10,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lettaq/lettaq/internal/split"
 	"github.com/lettaq/lettaq/queue"
 	"github.com/lettaq/lettaq/relay"
 )
@@ -57,7 +58,7 @@ func TestNotifyIsOneMessage(t *testing.T) {
 }
 
 // A notify longer than the platform's part limit is one message per part,
-// cut at word boundaries (queue.SplitMessage), each part within the limit,
+// cut at word boundaries (split.Message), each part within the limit,
 // the parts joining to the text.
 func TestLongNotifyIsOneMessagePerPart(t *testing.T) {
 	const limit = 40
@@ -66,7 +67,7 @@ func TestLongNotifyIsOneMessagePerPart(t *testing.T) {
 	e.notify(text, "build-42")
 	e.drain()
 	got := e.texts()
-	want := queue.SplitMessage(text, limit)
+	want := split.Message(text, limit)
 	if len(want) < 4 || strings.Join(got, "|") != strings.Join(want, "|") || strings.Join(got, "") != text {
 		t.Fatalf("chat shows %q, want the parts %q", got, want)
 	}

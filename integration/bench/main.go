@@ -531,6 +531,16 @@ func Run(ctx context.Context, c Config, log io.Writer) (*Results, error) {
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
+// discardAsynqLog is the Asynq logger of the bench's bare Asynq server: it
+// writes nothing (as quiet), and exits on Fatal as Asynq expects.
+type discardAsynqLog struct{}
+
+func (discardAsynqLog) Debug(...any) {}
+func (discardAsynqLog) Info(...any)  {}
+func (discardAsynqLog) Warn(...any)  {}
+func (discardAsynqLog) Error(...any) {}
+func (discardAsynqLog) Fatal(...any) { os.Exit(1) }
+
 func newWorker(c Config, rco asynq.RedisConnOpt, lettaURL, qname, prefix string, concurrency int, obs queue.Observer) (*queue.Worker, error) {
 	return queue.NewWorker(queue.WorkerConfig{
 		Redis: rco, LettaURL: lettaURL, Budget: budget.Default(), Concurrency: concurrency,
@@ -834,7 +844,7 @@ func bareTasks(ctx context.Context, c Config, rco asynq.RedisConnOpt, kind, run 
 	var n atomic.Int64
 	all := make(chan struct{})
 	srv := asynq.NewServer(rco, asynq.Config{Concurrency: c.Workers, Queues: map[string]int{q: 1},
-		TaskCheckInterval: c.CheckInterval, Logger: queue.NewAsynqLogger(quiet), LogLevel: asynq.ErrorLevel})
+		TaskCheckInterval: c.CheckInterval, Logger: discardAsynqLog{}, LogLevel: asynq.ErrorLevel})
 	if err := srv.Start(asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
 		handle(ctx, t)
 		if n.Add(1) == int64(c.Throughput) {

@@ -14,7 +14,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/internal/redisopt"
 )
 
 // redisCounter counts what the clients it hooks send to Redis: round trips (a
@@ -141,7 +141,7 @@ func (c *redisCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 
 // countingOpt is an asynq.RedisConnOpt whose clients (Asynq's and lettaq's: both make
 // theirs from the option they are given) report to a redisCounter. With lean they are the
-// clients lettaq makes from an asynq.RedisClientOpt (queue.LeanRedis); without, Asynq's.
+// clients lettaq makes from an asynq.RedisClientOpt (redisopt.Lean); without, Asynq's.
 type countingOpt struct {
 	asynq.RedisClientOpt
 	c    *redisCounter
@@ -151,7 +151,7 @@ type countingOpt struct {
 func (o countingOpt) MakeRedisClient() interface{} {
 	var opt asynq.RedisConnOpt = o.RedisClientOpt
 	if o.lean {
-		opt = queue.LeanRedis(opt)
+		opt = redisopt.Lean(opt)
 	}
 	rdb := opt.MakeRedisClient().(*redis.Client)
 	rdb.AddHook(o.c)

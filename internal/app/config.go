@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/lettaq/lettaq/agentclient"
+	"github.com/lettaq/lettaq/internal/hashtag"
 	"github.com/lettaq/lettaq/queue"
 
 	"github.com/hibiken/asynq"
@@ -636,7 +637,7 @@ func (c *WorkerSettings) check() error {
 // keys under the prefix, which Redis Cluster runs only when they share a slot (CROSSSLOT
 // otherwise, on every turn).
 func checkClusterKeyPrefix(prefix string, clusterAddrs []string) error {
-	if len(clusterAddrs) == 0 || queue.KeyHashTag(prefix) != "" {
+	if len(clusterAddrs) == 0 || hashtag.Of(prefix) != "" {
 		return nil
 	}
 	return fmt.Errorf("LETTAQ_KEY_PREFIX=%q (flag --key-prefix) has no hash tag, but LETTAQ_REDIS_CLUSTER_ADDRS is set: "+

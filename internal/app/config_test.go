@@ -192,25 +192,6 @@ func TestIsLoopback(t *testing.T) {
 	}
 }
 
-func TestHashTag(t *testing.T) {
-	for prefix, want := range map[string]string{
-		"{lettaq}:":      "lettaq",
-		"app:{lq}:":      "lq",
-		"{a}{b}:":        "a",
-		"lettaq:":        "",
-		"{}lettaq:":      "", // Redis hashes the whole key when the first {} is empty
-		"{}{lettaq}:":    "",
-		"{lettaq:":       "", // closed, if ever, somewhere in the rest of the key
-		"lettaq}:{":      "",
-		"}{lettaq}:":     "lettaq",
-		"x{lettaq}{y}:z": "lettaq",
-	} {
-		if got := queue.KeyHashTag(prefix); got != want {
-			t.Errorf("KeyHashTag(%q) = %q, want %q", prefix, got, want)
-		}
-	}
-}
-
 // A hash-tagged prefix is accepted on a cluster; without a cluster any prefix will do.
 func TestClusterKeyPrefixAccepted(t *testing.T) {
 	for _, e := range []map[string]string{

@@ -13,7 +13,7 @@ import (
 )
 
 // maxEnqueueBodyBytes bounds the body the worker's /enqueue reads to look at agent_id. It is
-// the bound of the queue's own handler (queue.EnqueueHTTPHandler; TestEnqueueBodyBoundMatchesQueue
+// the bound of the queue's own handler (httpapi.EnqueueHandler; TestEnqueueBodyBoundMatchesQueue
 // holds them equal): a body past it is handed on unread, for the queue's 413.
 const maxEnqueueBodyBytes = 6*(queue.MaxTextBytes+64<<10) + 2*(queue.MaxImagesBytes/3*4)
 

@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/httpapi"
 )
 
 // guardedListener is the worker's handler with a token, a writable monitor and the real
@@ -32,7 +33,7 @@ func guardedListener(t *testing.T) (*httptest.Server, string) {
 	}
 	t.Cleanup(func() { _ = client.Close() })
 	h, closeMon := NewHTTPHandler(HTTPOptions{Token: "s3cret", Redis: rdb, RedisConnOpt: connOpt, MonitorWritable: true,
-		Metrics: NewMetrics(nil), Enqueue: queue.EnqueueHTTPHandler(client)})
+		Metrics: NewMetrics(nil), Enqueue: httpapi.EnqueueHandler(client)})
 	t.Cleanup(closeMon)
 	ts := httptest.NewServer(h)
 	t.Cleanup(ts.Close)

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/httpapi"
 )
 
 // hostListener is the worker's handler (enqueue, writable monitor, budget, metrics) on
@@ -32,7 +33,7 @@ func hostListener(t *testing.T, token string) *httptest.Server {
 	}
 	info := NewBudgetInfo(cfg)
 	h, closeMon := NewHTTPHandler(HTTPOptions{Token: token, Redis: rdb, RedisConnOpt: connOpt, MonitorWritable: true,
-		Metrics: NewMetrics(nil), Enqueue: queue.EnqueueHTTPHandler(client), Budget: &info})
+		Metrics: NewMetrics(nil), Enqueue: httpapi.EnqueueHandler(client), Budget: &info})
 	t.Cleanup(closeMon)
 	ts := httptest.NewServer(h)
 	t.Cleanup(ts.Close)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
@@ -40,7 +41,7 @@ func (o enqueueOpts) notice(args []string, stdin io.Reader) (n queue.Notice, min
 	}
 	n.Key = o.key
 	if n.Key == "" {
-		n.Key, minted = queue.NewNotifyKey(), true
+		n.Key, minted = uuid.NewString(), true
 	}
 	if err := n.Validate(); err != nil {
 		return n, minted, noticeFlagError(err, o)

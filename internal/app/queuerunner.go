@@ -13,6 +13,7 @@ import (
 	"github.com/lettaq/lettaq/agentclient"
 	"github.com/lettaq/lettaq/ordering"
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/httpapi"
 )
 
 // Metrics is the queue's Observer.
@@ -139,12 +140,12 @@ func firstQueue(qs map[string]int) string {
 }
 
 func (q *queueRunner) enqueueHandler() http.Handler {
-	return enqueueHTTPHandler(queue.EnqueueHTTPHandler(q.client))
+	return enqueueHTTPHandler(httpapi.EnqueueHandler(q.client))
 }
 
-func (q *queueRunner) cancelHandler() http.Handler { return queue.CancelHTTPHandler(q.client) }
+func (q *queueRunner) cancelHandler() http.Handler { return httpapi.CancelHandler(q.client) }
 
-func (q *queueRunner) notifyHandler() http.Handler { return queue.NotifyHTTPHandler(q.client) }
+func (q *queueRunner) notifyHandler() http.Handler { return httpapi.NotifyHandler(q.client) }
 
 // close releases what run would have (the worker stopped before it ran).
 func (q *queueRunner) close() {

@@ -18,7 +18,8 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/internal/queueweights"
+	"github.com/lettaq/lettaq/internal/redisopt"
 )
 
 // Running is a started worker.
@@ -117,7 +118,7 @@ func StartWorker(ctx context.Context, cfg WorkerSettings, logger *slog.Logger, s
 			r.Dev.Close()
 		}
 	}
-	rdb, ok := queue.LeanRedis(connOpt).MakeRedisClient().(redis.UniversalClient)
+	rdb, ok := redisopt.Lean(connOpt).MakeRedisClient().(redis.UniversalClient)
 	if !ok {
 		cleanup()
 		return nil, fmt.Errorf("unsupported Redis connection %T", connOpt)
@@ -128,7 +129,7 @@ func StartWorker(ctx context.Context, cfg WorkerSettings, logger *slog.Logger, s
 		"letta", redactURL(r.LettaURL),
 		"letta_api_key", setOrUnset(cfg.LettaAPIKey),
 		"concurrency", cfg.Concurrency,
-		"queues", queue.QueuesString(cfg.Queues),
+		"queues", queueweights.String(cfg.Queues),
 		"thread_mode", string(cfg.ThreadMode),
 		"ordering", cfg.Ordering,
 		"task_check_interval", cfg.TaskCheckInterval,

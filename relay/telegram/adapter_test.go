@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/internal/split"
 	"github.com/lettaq/lettaq/relay"
 	"github.com/lettaq/lettaq/relay/telegram"
 	"github.com/lettaq/lettaq/relay/telegram/telegramfake"
@@ -130,7 +130,7 @@ func TestAdapterPartOfTelegramsLimitIsAccepted(t *testing.T) {
 	// A part as the relay cuts it (4096 UTF-16 units, emoji counting 2),
 	// with characters HTML escapes: Telegram counts after parsing.
 	text := strings.Repeat("😀&<", 1024)
-	if len(queue.SplitMessage(text, 4096)) != 1 {
+	if len(split.Message(text, 4096)) != 1 {
 		t.Fatal("the relay would cut it")
 	}
 	if _, err := a.Send(context.Background(), telegram.Conversation(7, 0), relay.Message{Text: text}); err != nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lettaq/lettaq/internal/split"
 	"github.com/lettaq/lettaq/internal/testredis"
 	"github.com/lettaq/lettaq/queue"
 	"github.com/lettaq/lettaq/relay"
@@ -104,7 +105,7 @@ func Scenarios() []Scenario {
 	note := "Reminder: the quarterly report is due on Friday; the draft is in the shared folder."
 	notify := queue.ReplyEvent{Type: queue.EventNotify, TaskID: queue.NotifyTaskPrefix + "report-due", Text: note}
 	return []Scenario{
-		{Name: "notify", Events: []queue.ReplyEvent{notify, notify}, Want: queue.SplitMessage(note, PartLimit), Quiet: true},
+		{Name: "notify", Events: []queue.ReplyEvent{notify, notify}, Want: split.Message(note, PartLimit), Quiet: true},
 		{"quick", []queue.ReplyEvent{accepted, streaming,
 			e(queue.EventAnswer, func(ev *queue.ReplyEvent) { ev.Text = "Hello there!" })}, []string{"Hello there!"}, false},
 		{"streamed-parts", longEvents, parts, false},

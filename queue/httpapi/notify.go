@@ -1,4 +1,4 @@
-package queue
+package httpapi
 
 import (
 	"encoding/json"
@@ -6,19 +6,23 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/google/uuid"
+
+	"github.com/lettaq/lettaq/queue"
 	"github.com/lettaq/lettaq/queue/internal/codec"
+	"github.com/lettaq/lettaq/queue/internal/payloadcheck"
 )
 
-// maxNotifyBodyBytes bounds the body NotifyHTTPHandler reads: a text of
-// MaxNotifyTextBytes with every character escaped (\u0001, 6 bytes for 1),
+// maxNotifyBodyBytes bounds the body NotifyHandler reads: a text of
+// queue.MaxNotifyTextBytes with every character escaped (\u0001, 6 bytes for 1),
 // and room for the chat and the key.
-const maxNotifyBodyBytes = 6*MaxNotifyTextBytes + 8<<10
+const maxNotifyBodyBytes = 6*queue.MaxNotifyTextBytes + 8<<10
 
 // notifyFields are the keys a notify body may hold ("chat" a string, or
 // an object of these two).
 var notifyFields = codec.Fields{"chat": codec.Fields{"integration": nil, "chat_id": nil}, "text": nil, "key": nil}
 
-// notifyBody is the JSON NotifyHTTPHandler takes, each value as written
+// notifyBody is the JSON NotifyHandler takes, each value as written
 // (checked for invalid UTF-8 before it is decoded: encoding/json would
 // rewrite it to U+FFFD, and a chat id so rewritten names another chat).
 type notifyBody struct {
@@ -28,19 +32,19 @@ type notifyBody struct {
 }
 
 // decodeNotice parses a notify body; a missing key is minted
-// (NewNotifyKey). The error is a *ValidationError naming the field.
-func decodeNotice(body []byte) (Notice, error) {
+// (a random UUID). The error is a *ValidationError naming the field.
+func decodeNotice(body []byte) (queue.Notice, error) {
 	if d := codec.FindKeyFault(body, notifyFields); d != nil {
 		if d.Unknown {
-			return Notice{}, invalid(d.Path, "is not a field of a notify (chat, text, key; unknown fields are refused: a misspelled field would be dropped)")
+			return queue.Notice{}, invalid(d.Path, "is not a field of a notify (chat, text, key; unknown fields are refused: a misspelled field would be dropped)")
 		}
-		return Notice{}, invalid(d.Path, "is given more than once (a notify names each key once)")
+		return queue.Notice{}, invalid(d.Path, "is given more than once (a notify names each key once)")
 	}
 	var b notifyBody
 	if err := json.Unmarshal(body, &b); err != nil {
-		return Notice{}, invalid("", "not a JSON object {\"chat\": \"integration:chat_id\", \"text\": …, \"key\": …}: %v", err)
+		return queue.Notice{}, invalid("", "not a JSON object {\"chat\": \"integration:chat_id\", \"text\": …, \"key\": …}: %v", err)
 	}
-	var n Notice
+	var n queue.Notice
 	for _, f := range []struct {
 		name string
 		raw  json.RawMessage
@@ -49,33 +53,33 @@ func decodeNotice(body []byte) (Notice, error) {
 		if len(f.raw) == 0 || string(f.raw) == "null" {
 			continue
 		}
-		if !validJSONString(f.raw) {
-			return Notice{}, invalid(f.name, "is not valid UTF-8 (or holds an unpaired surrogate escape)")
+		if !payloadcheck.ValidString(f.raw) {
+			return queue.Notice{}, invalid(f.name, "is not valid UTF-8 (or holds an unpaired surrogate escape)")
 		}
 		if json.Unmarshal(f.raw, f.dst) != nil {
-			return Notice{}, invalid(f.name, "must be a JSON string")
+			return queue.Notice{}, invalid(f.name, "must be a JSON string")
 		}
 	}
 	switch {
 	case len(b.Chat) == 0 || string(b.Chat) == "null":
-		return Notice{}, invalid("chat", "is required: \"integration:chat_id\" or {\"integration\": …, \"chat_id\": …}")
+		return queue.Notice{}, invalid("chat", "is required: \"integration:chat_id\" or {\"integration\": …, \"chat_id\": …}")
 	case b.Chat[0] == '"':
 		var s string
-		if !validJSONString(b.Chat) || json.Unmarshal(b.Chat, &s) != nil {
-			return Notice{}, invalid("chat", "is not valid UTF-8 (or holds an unpaired surrogate escape)")
+		if !payloadcheck.ValidString(b.Chat) || json.Unmarshal(b.Chat, &s) != nil {
+			return queue.Notice{}, invalid("chat", "is not valid UTF-8 (or holds an unpaired surrogate escape)")
 		}
 		integration, chat, ok := strings.Cut(s, ":")
 		if !ok {
-			return Notice{}, invalid("chat", "%q is not integration:chat_id", s)
+			return queue.Notice{}, invalid("chat", "%q is not integration:chat_id", s)
 		}
-		n.Chat = Conversation{Integration: integration, ChatID: chat}
+		n.Chat = queue.Conversation{Integration: integration, ChatID: chat}
 	default:
 		var raw struct {
 			Integration json.RawMessage `json:"integration"`
 			ChatID      json.RawMessage `json:"chat_id"`
 		}
 		if json.Unmarshal(b.Chat, &raw) != nil {
-			return Notice{}, invalid("chat", "want \"integration:chat_id\" or {\"integration\": …, \"chat_id\": …}")
+			return queue.Notice{}, invalid("chat", "want \"integration:chat_id\" or {\"integration\": …, \"chat_id\": …}")
 		}
 		for _, f := range []struct {
 			raw json.RawMessage
@@ -84,19 +88,19 @@ func decodeNotice(body []byte) (Notice, error) {
 			if len(f.raw) == 0 {
 				continue
 			}
-			if !validJSONString(f.raw) || json.Unmarshal(f.raw, f.dst) != nil {
-				return Notice{}, invalid("chat", "integration and chat_id must be JSON strings of valid UTF-8")
+			if !payloadcheck.ValidString(f.raw) || json.Unmarshal(f.raw, f.dst) != nil {
+				return queue.Notice{}, invalid("chat", "integration and chat_id must be JSON strings of valid UTF-8")
 			}
 		}
 	}
 	if n.Key == "" {
-		n.Key = NewNotifyKey()
+		n.Key = uuid.NewString()
 	}
 	return n, n.Validate()
 }
 
-// NotifyHTTPHandler returns a handler that writes the notify POSTed as
-// JSON into its chat (Client.Notify):
+// NotifyHandler returns a handler that writes the notify POSTed as
+// JSON into its chat (queue.Client.Notify):
 //
 //	{"chat": "telegram:42" or {"integration": …, "chat_id": …}, "text": "…", "key": "…"}
 //
@@ -109,23 +113,23 @@ func decodeNotice(body []byte) (Notice, error) {
 //	409 {"error": "…", "field": "key"}  the key was used in this chat for another text
 //	405, 413, 415                      wrong method, body too large, not application/json
 //	500 {"error": "…"}                 Redis trouble: try again (with the same key)
-func NotifyHTTPHandler(c *Client) http.Handler {
+func NotifyHandler(c *queue.Client) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, ok := readJSONPost(w, r, maxNotifyBodyBytes)
 		if !ok {
 			return
 		}
 		n, err := decodeNotice(body)
-		if ve, ok := IsValidationError(err); ok {
+		if ve, ok := queue.IsValidationError(err); ok {
 			httpJSON(w, http.StatusBadRequest, map[string]string{"error": ve.Error(), "field": ve.Field})
 			return
 		}
 		res, err := c.Notify(r.Context(), n)
-		if ve, ok := IsValidationError(err); ok {
+		if ve, ok := queue.IsValidationError(err); ok {
 			httpJSON(w, http.StatusBadRequest, map[string]string{"error": ve.Error(), "field": ve.Field})
 			return
 		}
-		var conflict *NotifyKeyConflictError
+		var conflict *queue.NotifyKeyConflictError
 		switch {
 		case errors.As(err, &conflict):
 			httpJSON(w, http.StatusConflict, map[string]string{"error": conflict.Error(), "field": "key"})

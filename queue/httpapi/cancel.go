@@ -1,34 +1,36 @@
-package queue
+package httpapi
 
 import (
 	"encoding/json"
 	"errors"
 	"net/http"
 	"strings"
+
+	"github.com/lettaq/lettaq/queue"
 )
 
-// maxCancelBodyBytes bounds the body CancelHTTPHandler reads.
+// maxCancelBodyBytes bounds the body CancelHandler reads.
 const maxCancelBodyBytes = 64 << 10
 
-// cancelBody is the JSON CancelHTTPHandler takes: CancelRequest, whose chat
-// may also be written "integration:chat_id".
+// cancelBody is the JSON CancelHandler takes: queue.CancelRequest, whose
+// chat may also be written "integration:chat_id".
 type cancelBody struct {
-	CancelRequest
+	queue.CancelRequest
 	Chat json.RawMessage `json:"chat,omitempty"`
 }
 
-// ParseChat parses "integration:chat_id" (the chat id may hold colons).
-func ParseChat(s string) (Conversation, error) {
+// parseChat parses "integration:chat_id" (the chat id may hold colons).
+func parseChat(s string) (queue.Conversation, error) {
 	integration, chat, ok := strings.Cut(s, ":")
 	if !ok || integration == "" || chat == "" {
-		return Conversation{}, invalid("chat", "%q is not integration:chat_id", s)
+		return queue.Conversation{}, invalid("chat", "%q is not integration:chat_id", s)
 	}
-	c := Conversation{Integration: integration, ChatID: chat}
+	c := queue.Conversation{Integration: integration, ChatID: chat}
 	return c, c.Validate()
 }
 
-// CancelHTTPHandler returns a handler that stops the turns named by the
-// JSON POSTed (Client.Cancel):
+// CancelHandler returns the handler of POST /cancel: it stops the turns
+// named by the JSON POSTed (queue.Client.Cancel):
 //
 //	{"task_id": "turn:…"} | {"otid": "…"} | {"chat": "telegram:42" or {"integration": …, "chat_id": …}, "agent_id": "agent-…", "all": true}
 //	optional: "by", "reason" (kept in the journal)
@@ -41,7 +43,7 @@ func ParseChat(s string) (Conversation, error) {
 //	400 {"error": "…", "field": "…"}   the request names no turn, or more than one way
 //	405, 413, 415                      wrong method, body larger than 64 KiB, not application/json
 //	500 {"error": "…"}                 Redis trouble: try again
-func CancelHTTPHandler(c *Client) http.Handler {
+func CancelHandler(c *queue.Client) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, ok := readJSONPost(w, r, maxCancelBodyBytes)
 		if !ok {
@@ -56,13 +58,13 @@ func CancelHTTPHandler(c *Client) http.Handler {
 		if len(b.Chat) > 0 && string(b.Chat) != "null" {
 			var s string
 			var err error
-			var conv Conversation
+			var conv queue.Conversation
 			if json.Unmarshal(b.Chat, &s) == nil {
-				conv, err = ParseChat(s)
+				conv, err = parseChat(s)
 			} else if err = json.Unmarshal(b.Chat, &conv); err != nil {
 				err = invalid("chat", "want \"integration:chat_id\" or {\"integration\": …, \"chat_id\": …}")
 			}
-			if ve, ok := IsValidationError(err); ok {
+			if ve, ok := queue.IsValidationError(err); ok {
 				httpJSON(w, http.StatusBadRequest, map[string]string{"error": ve.Error(), "field": ve.Field})
 				return
 			}
@@ -72,12 +74,12 @@ func CancelHTTPHandler(c *Client) http.Handler {
 			req.By = "http"
 		}
 		res, err := c.Cancel(r.Context(), req)
-		if ve, ok := IsValidationError(err); ok {
+		if ve, ok := queue.IsValidationError(err); ok {
 			httpJSON(w, http.StatusBadRequest, map[string]string{"error": ve.Error(), "field": ve.Field})
 			return
 		}
 		switch {
-		case errors.Is(err, ErrNotFound):
+		case errors.Is(err, queue.ErrNotFound):
 			httpJSON(w, http.StatusNotFound, map[string]string{"error": err.Error()})
 		case err != nil:
 			httpJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})

@@ -1,4 +1,4 @@
-package queue
+package split
 
 import (
 	"math/rand/v2"
@@ -44,16 +44,16 @@ func TestSplitMessage(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got := splitMessage(c.text, c.limit)
+			got := Message(c.text, c.limit)
 			if !reflect.DeepEqual(got, c.want) {
-				t.Fatalf("splitMessage(%q, %d) = %q, want %q", c.text, c.limit, got, c.want)
+				t.Fatalf("Message(%q, %d) = %q, want %q", c.text, c.limit, got, c.want)
 			}
 			splitCheck(t, c.text, c.limit, got)
 		})
 	}
 }
 
-// splitCheck asserts splitMessage's promises.
+// splitCheck asserts Message's promises.
 func splitCheck(t *testing.T, text string, limit int, parts []string) {
 	t.Helper()
 	if limit <= 0 {
@@ -87,7 +87,7 @@ func TestSplitMessageRandom(t *testing.T) {
 			b.WriteString(alphabet[r.IntN(len(alphabet))])
 		}
 		limit := 1 + r.IntN(20)
-		splitCheck(t, b.String(), limit, splitMessage(b.String(), limit))
+		splitCheck(t, b.String(), limit, Message(b.String(), limit))
 	}
 }
 
@@ -109,6 +109,6 @@ func FuzzSplitMessage(f *testing.F) {
 				limit = -limit + 1
 			}
 		}
-		splitCheck(t, text, limit, splitMessage(text, limit))
+		splitCheck(t, text, limit, Message(text, limit))
 	})
 }

@@ -1,4 +1,4 @@
-package queue
+package httpapi
 
 import (
 	"context"
@@ -10,9 +10,10 @@ import (
 
 	"github.com/lettaq/lettaq/internal/testredis"
 	"github.com/lettaq/lettaq/ordering"
+	"github.com/lettaq/lettaq/queue"
 )
 
-// POST /cancel (CancelHTTPHandler): a waiting turn is stopped at once (200, status
+// POST /cancel (CancelHandler): a waiting turn is stopped at once (200, status
 // cancelled: its task is gone, its final event written); an answered one is a 409 that
 // changes nothing; an unknown id a 404; a request that names nothing a 400; a chat without
 // agent_id a 400 naming the field.
@@ -22,18 +23,18 @@ func TestCancelHTTP(t *testing.T) {
 	q := "lettaq-unit-cancel-" + time.Now().Format("150405.000000")
 	prefix := "lettaq-unit:" + q + ":"
 	rdb := srv.Client(t)
-	replies := NewReplies(rdb, RepliesOptions{Prefix: prefix})
-	c, err := NewClient(ClientConfig{Redis: opt, Queue: q, Replies: replies,
-		Ordering: Ordering{Config: ordering.Config{Prefix: prefix + "ord:"}}})
+	replies := queue.NewReplies(rdb, queue.RepliesOptions{Prefix: prefix})
+	ord := queue.Ordering{Config: ordering.Config{Prefix: prefix + "ord:"}}
+	c, err := queue.NewClient(queue.ClientConfig{Redis: opt, Queue: q, Replies: replies, Ordering: ord})
 	if err != nil {
 		t.Fatal(err)
 	}
 	insp := asynq.NewInspector(opt)
 	t.Cleanup(func() { _ = insp.DeleteQueue(q, true); _ = insp.Close(); _ = c.Close() })
-	h := CancelHTTPHandler(c)
+	h := CancelHandler(c)
 	ctx := context.Background()
-	conv := Conversation{Integration: "cli", ChatID: "c-" + q}
-	m := Message{AgentID: "agent-00000000-0000-4000-8000-000000000000", Conversation: conv, MessageID: "m1", Text: "hi"}
+	conv := queue.Conversation{Integration: "cli", ChatID: "c-" + q}
+	m := queue.Message{AgentID: "agent-00000000-0000-4000-8000-000000000000", Conversation: conv, MessageID: "m1", Text: "hi"}
 	res, err := c.Enqueue(ctx, m)
 	if err != nil {
 		t.Fatal(err)
@@ -44,21 +45,25 @@ func TestCancelHTTP(t *testing.T) {
 		t.Fatalf("cancel of a waiting turn: %d %s", code, text)
 	}
 	turns, _ := out["turns"].([]any)
-	if len(turns) != 1 || turns[0].(map[string]any)["status"] != string(CancelDone) {
+	if len(turns) != 1 || turns[0].(map[string]any)["status"] != string(queue.CancelDone) {
 		t.Fatalf("answer %s, want one turn cancelled", text)
 	}
 	if _, err := insp.GetTaskInfo(q, res.TaskID); err == nil {
 		t.Error("the cancelled task is still in Asynq")
 	}
 	ev, found, err := replies.FinalEvent(ctx, conv, res.TaskID)
-	if err != nil || !found || ev.Type != EventError || !ev.Permanent || ev.StopReason != StopReasonCancelled {
+	if err != nil || !found || ev.Type != queue.EventError || !ev.Permanent || ev.StopReason != queue.StopReasonCancelled {
 		t.Errorf("final event %+v (found %v, err %v), want error, permanent, cancelled", ev, found, err)
 	}
-	rec, err := NewJournal(rdb, JournalOptions{Prefix: prefix}).Get(ctx, res.TaskID)
-	if err != nil || rec.Outcome != OutcomeCancelled || rec.Cancel == nil || rec.Cancel.By != "ops" || rec.Cancel.Phase != CancelPhaseWaiting {
+	rec, err := queue.NewJournal(rdb, queue.JournalOptions{Prefix: prefix}).Get(ctx, res.TaskID)
+	if err != nil || rec.Outcome != queue.OutcomeCancelled || rec.Cancel == nil || rec.Cancel.By != "ops" || rec.Cancel.Phase != queue.CancelPhaseWaiting {
 		t.Errorf("journal %+v (err %v), want cancelled by ops while waiting", rec, err)
 	}
-	if n, _ := c.seq.Len(ctx, c.cfg.Ordering.Key(m)); n != 0 {
+	seq, err := ordering.New(rdb, ord.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := seq.Len(ctx, ord.Key(m)); n != 0 {
 		t.Errorf("the chat's line holds %d turns, want 0", n)
 	}
 

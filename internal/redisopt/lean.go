@@ -1,4 +1,6 @@
-package store
+// Package redisopt makes the Redis connection options lettaq's clients (the
+// worker's, the client's, Asynq's) are made from: lean buffers (Lean).
+package redisopt
 
 import (
 	"github.com/hibiken/asynq"

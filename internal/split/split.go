@@ -1,4 +1,7 @@
-package queue
+// Package split cuts a message's text into parts for platforms that cap a
+// message's length: the worker cuts an answer's parts (queue's reply
+// events), a relay a notify's text, the same way.
+package split
 
 import (
 	"strings"
@@ -6,11 +9,11 @@ import (
 	"unicode/utf8"
 )
 
-// defaultSplitLimit is the part size splitMessage uses when given none:
+// defaultSplitLimit is the part size Message uses when given none:
 // Telegram's limit for a message's text.
 const defaultSplitLimit = 4096
 
-// splitMessage cuts text into parts of at most limit UTF-16 code units
+// Message cuts text into parts of at most limit UTF-16 code units
 // (limit <= 0: defaultSplitLimit), for platforms that cap a message's length.
 // Telegram and every JavaScript client count length in UTF-16 code units, in
 // which a character outside the Basic Multilingual Plane (most emoji) counts
@@ -24,13 +27,13 @@ const defaultSplitLimit = 4096
 // single cluster is longer than limit, at a rune boundary. Separators stay
 // at the end of the part before the cut, so nothing is lost or added:
 //
-//	strings.Join(splitMessage(text, limit), "") == text
+//	strings.Join(Message(text, limit), "") == text
 //
 // Every part is non-empty, and longer than limit only when it is a single
 // rune of two units and limit is 1. Empty text gives no parts (nil); a text
 // of at most limit units gives one part, itself. Invalid UTF-8 bytes count
 // as one unit each and are kept as they are.
-func splitMessage(text string, limit int) []string {
+func Message(text string, limit int) []string {
 	if limit <= 0 {
 		limit = defaultSplitLimit
 	}
@@ -47,12 +50,6 @@ func splitMessage(text string, limit int) []string {
 	}
 	return parts
 }
-
-// SplitMessage cuts text into parts of at most limit UTF-16 code units
-// (limit <= 0: 4096) as an answer's parts are cut (see splitMessage): at a
-// paragraph, line or word boundary where one fits. A relay cuts a notify's
-// text with it, at its platform's limit.
-func SplitMessage(text string, limit int) []string { return splitMessage(text, limit) }
 
 // splitPrefixEnd returns the byte length of the longest prefix of s that is
 // at most n UTF-16 code units (at least one rune), and whether that is all

@@ -1,0 +1,21 @@
+// Package hashtag reads a Redis key prefix as Redis Cluster does: the
+// worker refuses, on a cluster, a prefix whose keys would not share a slot.
+package hashtag
+
+import "strings"
+
+// Of returns the hash tag of a key prefix as Redis Cluster reads it: the
+// text between the first '{' and the first '}' after it, when that text is
+// not empty. Every key that starts with such a prefix hashes to the tag's
+// slot; without one, each key hashes as a whole.
+func Of(prefix string) string {
+	i := strings.IndexByte(prefix, '{')
+	if i < 0 {
+		return ""
+	}
+	j := strings.IndexByte(prefix[i+1:], '}')
+	if j <= 0 {
+		return ""
+	}
+	return prefix[i+1 : i+1+j]
+}
