@@ -13,6 +13,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -73,6 +74,7 @@ type WorkerSettings struct {
 	Dev               bool
 	DevRedisAddr      string
 	DevLettaAddr      string
+	Relay             string // dev mode: where the demo's chats are (devrelay.go)
 }
 
 // setting binds one non-budget variable to a WorkerSettings field.
@@ -398,6 +400,15 @@ var workerSettings = []setting{
 	{envvar.Var{Name: "LETTAQ_DEV_LETTA_ADDR", Default: DefaultDevLettaAddr,
 		Help: "dev mode: where the Letta simulator listens (another free port if taken)"},
 		stringSetting(func(c *WorkerSettings) *string { return &c.DevLettaAddr })},
+	{envvar.Var{Name: "LETTAQ_RELAY", Default: DevRelayWeb,
+		Help: devRelayHelp},
+		func(c *WorkerSettings, raw string) error {
+			if !slices.Contains(DevRelays, raw) {
+				return fmt.Errorf("want one of %s", strings.Join(DevRelays, ", "))
+			}
+			c.Relay = raw
+			return nil
+		}},
 }
 
 // WorkerVars lists every environment variable the worker reads, budget included, in the order
@@ -608,6 +619,9 @@ func (c *WorkerSettings) check() error {
 	if c.HTTPAddr != "off" && c.HTTPToken == "" && !IsLoopback(c.HTTPAddr) {
 		return fmt.Errorf("LETTAQ_HTTP_TOKEN (--http-token) is required when LETTAQ_HTTP_ADDR (%s) is not a loopback address: the monitor and metrics must not be open to the network; "+
 			"make one with openssl rand -hex 16 (with docker compose: in .env next to docker-compose.yaml, see .env.example)", c.HTTPAddr)
+	}
+	if !c.Dev && c.Relay != DevRelayWeb {
+		return devRelayNeedsDev(c.Relay)
 	}
 	if !c.Dev {
 		if _, err := c.RedisConnOpt(); err != nil {

@@ -63,6 +63,13 @@ type RelaySettings struct {
 	Slack SlackSettings
 	// Telegram is the Telegram bot (relaytelegram.go).
 	Telegram TelegramSettings
+
+	// Set by dev mode's in-process relay (devrelay.go), not by a variable:
+	// listening is told the HTTP listener's address once it listens, and
+	// sweepEvery > 0 sweeps the reply streams that often (dev mode's
+	// in-memory Redis sends no keyspace notifications).
+	listening  func(addr string)
+	sweepEvery time.Duration
 }
 
 type relaySetting struct {
@@ -399,6 +406,9 @@ func runRelay(ctx context.Context, cfg RelaySettings, logger *slog.Logger) error
 		go func() { _ = srv.Serve(ln) }()
 		defer srv.Close()
 		logger.Info("relay listening", "addr", ln.Addr().String())
+		if cfg.listening != nil {
+			cfg.listening(ln.Addr().String())
+		}
 	}
 	var wg sync.WaitGroup
 	if tg != nil {
@@ -418,6 +428,10 @@ func runRelay(ctx context.Context, cfg RelaySettings, logger *slog.Logger) error
 			}
 		}
 	}()
+	if cfg.sweepEvery > 0 {
+		wg.Add(1)
+		go func() { defer wg.Done(); sweepEvery(ctx, r, cfg.Shards, cfg.sweepEvery, logger) }()
+	}
 	if n, err := r.Sweep(ctx, cfg.Shards); err != nil {
 		logger.Warn("relay: start sweep failed", "err", err)
 	} else {
@@ -426,6 +440,24 @@ func runRelay(ctx context.Context, cfg RelaySettings, logger *slog.Logger) error
 	err = r.Run(ctx, relay.RunConfig{ID: cfg.RelayID, Shards: cfg.Shards, LeaseTTL: cfg.Lease, Workers: cfg.Workers})
 	wg.Wait()
 	return err
+}
+
+// sweepEvery marks the chats with news every d until ctx ends: where Redis
+// sends no keyspace notifications (dev mode's in-memory Redis), the sweep is
+// how the relay learns of them.
+func sweepEvery(ctx context.Context, r *relay.Relay, shards int, d time.Duration, logger *slog.Logger) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if _, err := r.Sweep(ctx, shards); err != nil && ctx.Err() == nil {
+				logger.Warn("relay: sweep failed", "err", err)
+			}
+		}
+	}
 }
 
 // killAt returns the relay's step hook for LETTAQ_RELAY_KILL_AT: SIGKILL this

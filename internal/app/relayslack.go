@@ -34,7 +34,7 @@ func (s SlackSettings) enabled() bool { return s.BotToken != "" || s.SigningSecr
 const SlackPath = "/slack/"
 
 var relaySlackSettings = []relaySetting{
-	{envvar.Var{Name: "LETTAQ_SLACK_BOT_TOKEN", Secret: true, Help: "the Slack app's bot token (xoxb-…): the relay serves Slack (chats of integration \"slack\"); needs LETTAQ_SLACK_SIGNING_SECRET, LETTAQ_RELAY_AGENT_ID and the HTTP listener (see docs/slack.md)"},
+	{envvar.Var{Name: "LETTAQ_SLACK_BOT_TOKEN", Secret: true, Help: "the Slack app's bot token (xoxb-…): the relay serves Slack (chats of integration \"slack\"); needs LETTAQ_SLACK_SIGNING_SECRET, LETTAQ_RELAY_AGENT_ID and the HTTP listener (see docs/slack.md). With a real app's token and secret this is the production app; worker --dev --relay slack runs this same relay against a fake Slack"},
 		func(c *RelaySettings, raw string) error {
 			if raw != "" && (!strings.HasPrefix(raw, "xoxb-") || strings.ContainsAny(raw, " \t\r\n")) {
 				return errors.New("want a bot token, xoxb-… (OAuth & Permissions → Bot User OAuth Token)")

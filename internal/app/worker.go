@@ -30,6 +30,8 @@ type Running struct {
 	Dev       *DevEnv
 	Logger    *slog.Logger
 
+	devRelay *devRelay // dev mode's in-process relay (--relay), nil for the web chat alone
+
 	done  chan struct{}
 	err   error
 	ready atomic.Bool
@@ -113,6 +115,9 @@ func StartWorker(ctx context.Context, cfg WorkerSettings, logger *slog.Logger, s
 		}
 	}
 	cleanup := func() {
+		if r.devRelay != nil {
+			r.devRelay.stop() // before its Redis goes
+		}
 		if r.Dev != nil {
 			r.Dev.Close()
 		}
@@ -153,6 +158,15 @@ func StartWorker(ctx context.Context, cfg WorkerSettings, logger *slog.Logger, s
 		_ = rdb.Close()
 		cleanup()
 		return nil, err
+	}
+
+	if cfg.Dev {
+		if r.devRelay, err = startDevRelay(ctx, cfg, r.Dev, logger); err != nil {
+			q.close()
+			_ = rdb.Close()
+			cleanup()
+			return nil, err
+		}
 	}
 
 	var srv *http.Server
@@ -280,7 +294,10 @@ In another terminal, try:
   %[1]s --wait --agent %[4]s "email the team" # asks approval for a tool call (exit 4)
   %[1]s journal recent                                  # what happened, turn by turn
 Messages may carry simulator directives, e.g. "[[sim think=30s]] hi" or "[[sim disconnect_after=2]] hi".
-Stop with Ctrl-C.
-
 `, o.commandLine(greetingEnqueue(os.Args[0])), DemoAgentTools, DemoAgentSlow, DemoAgentApproval)
+	if r.devRelay != nil && r.devRelay.greeting != nil {
+		fmt.Fprintln(w)
+		r.devRelay.greeting(w)
+	}
+	fmt.Fprint(w, "Stop with Ctrl-C.\n\n")
 }

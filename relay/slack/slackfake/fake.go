@@ -77,6 +77,8 @@ type Fake struct {
 	mu      sync.Mutex
 	seq     int
 	byTS    map[string]msgRef // channel/ts → the platform's message
+	said    []said            // every message of the conversations, the users' and the app's, in order
+	app     string            // the app's request URL base (SetApp), "" until set
 	window  map[string][]time.Time
 	forced  map[string]int // method → Retry-After seconds of its next call
 	counts  map[string]int // method → calls answered ok
@@ -125,6 +127,7 @@ func New(opt Options) *Fake {
 		c.Handle("/chat.delete", f.method("chat.delete", f.delete))
 		c.Handle("/assistant.threads.setStatus", f.method("assistant.threads.setStatus", f.setStatus))
 		c.Handle("/auth.test", f.method("auth.test", f.authTest))
+		f.userSide(c)
 	})
 	f.Server.Start()
 	return f
@@ -319,6 +322,7 @@ func (f *Fake) postMessage(form map[string]string) (any, apiError) {
 	f.seq++
 	ts := fmt.Sprintf("1700000000.%06d", f.seq)
 	f.byTS[channel+"/"+ts] = msgRef{id: id, conv: conv.ChatID}
+	f.said = append(f.said, said{channel: channel, ts: ts, thread: form["thread_ts"], ref: msgRef{id: id, conv: conv.ChatID}})
 	f.mu.Unlock()
 	return map[string]any{"channel": channel, "ts": ts, "message": map[string]any{"ts": ts, "thread_ts": form["thread_ts"], "text": m.Text}}, ""
 }
