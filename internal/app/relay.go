@@ -381,7 +381,7 @@ func runRelay(ctx context.Context, cfg RelaySettings, logger *slog.Logger) error
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 		mux.Handle("/readyz", readyzHandler(probe, r.Ready, auth))
 		mux.Handle("/metrics", auth(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
-		if cfg.Slack.enabled() {
+		if cfg.Slack.enabled() && cfg.Slack.SigningSecret != "" {
 			mux.Handle(SlackPath, slackInbound(cfg.Slack, cfg.AgentID, client, r, logger))
 		}
 		if tg != nil && cfg.Telegram.Webhook {
@@ -414,6 +414,10 @@ func runRelay(ctx context.Context, cfg RelaySettings, logger *slog.Logger) error
 	if tg != nil {
 		wg.Add(1)
 		go func() { defer wg.Done(); tg.run(ctx, r) }()
+	}
+	if cfg.Slack.AppToken != "" {
+		wg.Add(1)
+		go func() { defer wg.Done(); runSlackSocketMode(ctx, cfg.Slack, cfg.AgentID, client, r, logger) }()
 	}
 	wg.Add(1)
 	go func() {
