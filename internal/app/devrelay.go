@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lettaq/lettaq/queue"
 )
 
 // Where dev mode's chats are (LETTAQ_RELAY, --relay): the web chat page is
@@ -32,63 +35,21 @@ func devRelayNeedsDev(relay string) error {
 		"in production run the relay command with the platform's credentials (docs/relay.md)", relay, relay)
 }
 
-// devRelay is a relay dev mode runs in this process.
+// devRelay is a relay dev mode runs in the worker's process against a fake
+// platform.
 type devRelay struct {
-	// greeting adds to dev mode's greeting how to talk to the platform's fake.
-	greeting func(w io.Writer)
-	// stop stops the relay and its fake, and waits for them.
-	stop func()
+	// greet prints how to talk to the fake platform from a terminal.
+	greet func(io.Writer)
+	// done is closed once the relay and its fake have stopped (after ctx).
+	done chan struct{}
 }
 
 // startDevRelay starts the relay cfg.Relay names (nil for web: the worker's
-// own listener serves the web chat page).
-func startDevRelay(ctx context.Context, cfg WorkerSettings, dev *DevEnv, logger *slog.Logger) (*devRelay, error) {
+// own listener serves the web chat page) until ctx ends.
+func startDevRelay(ctx context.Context, cfg WorkerSettings, dev *DevEnv, rdb redis.UniversalClient, client *queue.Client, logger *slog.Logger) (*devRelay, error) {
 	switch cfg.Relay {
 	case DevRelaySlack:
-		return startDevSlack(ctx, cfg, dev, logger)
+		return startDevSlack(ctx, cfg, dev, rdb, client, logger)
 	}
 	return nil, nil
-}
-
-// devRelaySweep is how often dev mode's relay looks for news: its in-memory
-// Redis sends no keyspace notifications.
-const devRelaySweep = 100 * time.Millisecond
-
-// runDevRelay runs the relay command's own code (runRelay) in this process,
-// configured by env as the relay command is, against dev mode's Redis and
-// with the worker's budget, its listener on a free loopback port. It returns
-// once the relay listens (its address), or its error.
-func runDevRelay(ctx context.Context, env map[string]string, cfg WorkerSettings, dev *DevEnv, logger *slog.Logger) (addr string, stop func(), err error) {
-	base := map[string]string{
-		"REDIS_URL":             "redis://" + dev.RedisAddr + "/0",
-		"LETTAQ_KEY_PREFIX":     cfg.KeyPrefix,
-		"LETTAQ_RELAY_ID":       "dev-relay",
-		"LETTAQ_RELAY_SHARDS":   "1", // one replica: one shard is enough, and one line in the log
-		"LETTAQ_RELAY_AGENT_ID": dev.Agents[DemoAgent],
-		"LETTAQ_HTTP_ADDR":      "127.0.0.1:0",
-	}
-	for k, v := range env {
-		base[k] = v
-	}
-	rs, err := ParseRelaySettings(nil, func(k string) string { return base[k] }, io.Discard)
-	if err != nil {
-		return "", nil, fmt.Errorf("dev mode's relay: %w", err)
-	}
-	rs.Budget = cfg.Budget // the answers to approvals are turns of this worker
-	rs.sweepEvery = devRelaySweep
-	listening := make(chan string, 1)
-	rs.listening = func(a string) { listening <- a }
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- runRelay(ctx, rs, logger.With("component", "relay")) }()
-	select {
-	case addr = <-listening:
-	case err := <-done:
-		cancel()
-		if err == nil {
-			err = context.Cause(ctx) // stopped before it listened
-		}
-		return "", nil, fmt.Errorf("dev mode's relay did not start: %w", err)
-	}
-	return addr, func() { cancel(); <-done }, nil
 }

@@ -115,9 +115,6 @@ func StartWorker(ctx context.Context, cfg WorkerSettings, logger *slog.Logger, s
 		}
 	}
 	cleanup := func() {
-		if r.devRelay != nil {
-			r.devRelay.stop() // before its Redis goes
-		}
 		if r.Dev != nil {
 			r.Dev.Close()
 		}
@@ -160,15 +157,6 @@ func StartWorker(ctx context.Context, cfg WorkerSettings, logger *slog.Logger, s
 		return nil, err
 	}
 
-	if cfg.Dev {
-		if r.devRelay, err = startDevRelay(ctx, cfg, r.Dev, logger); err != nil {
-			q.close()
-			_ = rdb.Close()
-			cleanup()
-			return nil, err
-		}
-	}
-
 	var srv *http.Server
 	var closeMon func()
 	if cfg.HTTPAddr != "off" {
@@ -207,6 +195,18 @@ func StartWorker(ctx context.Context, cfg WorkerSettings, logger *slog.Logger, s
 		logger.Info("http listening", "addr", r.HTTPAddr, "monitor", "http://"+r.HTTPAddr+"/monitor/", "metrics", "http://"+r.HTTPAddr+"/metrics")
 	}
 
+	if cfg.Dev {
+		if r.devRelay, err = startDevRelay(ctx, cfg, r.Dev, rdb, q.client, logger); err != nil {
+			if srv != nil {
+				_ = srv.Close()
+				closeMon()
+			}
+			q.close()
+			_ = rdb.Close()
+			cleanup()
+			return nil, err
+		}
+	}
 	if cfg.Dev && stdout != nil {
 		printDevGreeting(stdout, r)
 	}
@@ -242,6 +242,9 @@ func StartWorker(ctx context.Context, cfg WorkerSettings, logger *slog.Logger, s
 		}
 		if closeMon != nil {
 			closeMon()
+		}
+		if r.devRelay != nil {
+			<-r.devRelay.done // ctx has ended: the relay stops before its Redis closes
 		}
 		_ = inspector.Close()
 		_ = rdb.Close()
@@ -295,9 +298,9 @@ In another terminal, try:
   %[1]s journal recent                                  # what happened, turn by turn
 Messages may carry simulator directives, e.g. "[[sim think=30s]] hi" or "[[sim disconnect_after=2]] hi".
 `, o.commandLine(greetingEnqueue(os.Args[0])), DemoAgentTools, DemoAgentSlow, DemoAgentApproval)
-	if r.devRelay != nil && r.devRelay.greeting != nil {
+	if r.devRelay != nil && r.devRelay.greet != nil {
 		fmt.Fprintln(w)
-		r.devRelay.greeting(w)
+		r.devRelay.greet(w)
 	}
 	fmt.Fprint(w, "Stop with Ctrl-C.\n\n")
 }
