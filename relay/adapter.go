@@ -52,6 +52,10 @@ type Limits struct {
 type Message struct {
 	Text    string
 	Buttons []Button
+	// Growing marks the text of an answer still growing (its final text
+	// has not come): an adapter that paces its calls may put it off, and
+	// the relay's next try carries the newer text.
+	Growing bool
 }
 
 // Button is an inline button; Data comes back to Relay.Press when pressed
@@ -80,11 +84,16 @@ type Status struct {
 var ErrPermanent = errors.New("relay: permanent platform error")
 
 // RateLimitedError is the platform's 429: wait RetryAfter before the next call
-// for this chat.
+// for this chat. Paced marks a call the adapter put off itself, to stay within
+// the platform's limits: nothing reached the platform.
 type RateLimitedError struct {
 	RetryAfter time.Duration
+	Paced      bool
 }
 
 func (e *RateLimitedError) Error() string {
+	if e.Paced {
+		return fmt.Sprintf("relay: put off to keep the platform's pace, retry after %v", e.RetryAfter)
+	}
 	return fmt.Sprintf("relay: rate limited, retry after %v", e.RetryAfter)
 }

@@ -23,7 +23,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "lettaq_relay_events_total", Help: "Reply events applied, by integration.",
 		}, []string{"integration"}),
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "lettaq_relay_platform_calls_total", Help: "Platform calls, by integration, method (send, edit, delete, status) and status (ok, rate_limited, permanent, error).",
+			Name: "lettaq_relay_platform_calls_total", Help: "Platform calls, by integration, method (send, edit, delete, status) and status (ok, rate_limited, paced: put off by the adapter's own pace, permanent, error).",
 		}, []string{"integration", "method", "status"}),
 		limits: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "lettaq_relay_rate_limited_total", Help: "Platform calls answered 429, by integration.",
@@ -54,6 +54,8 @@ func (m *Metrics) call(integration, method string, err error, pendingSince, now 
 	status := "ok"
 	var rl *RateLimitedError
 	switch {
+	case errors.As(err, &rl) && rl.Paced:
+		status = "paced" // the adapter's own pace: no call was made
 	case errors.As(err, &rl):
 		status = "rate_limited"
 		m.limits.WithLabelValues(integration).Inc()

@@ -332,7 +332,7 @@ func (r *Relay) syncTurn(ctx context.Context, ad Adapter, lim Limits, ch *chat, 
 	}
 	pending := false
 	for i, p := range v.parts {
-		ok, err := r.show(ctx, ad, ch, t, strconv.Itoa(i), Message{Text: p})
+		ok, err := r.show(ctx, ad, ch, t, strconv.Itoa(i), Message{Text: p, Growing: !v.over})
 		if err != nil {
 			return ch.waitTill, err
 		}

@@ -16,12 +16,13 @@ import (
 
 // devRelayHelp is LETTAQ_RELAY's line in the worker's --help.
 const devRelayHelp = "dev mode: where you talk to the demo agent besides the web chat page at /chat/: " +
-	"web (the page only) or telegram (the relay and its Telegram adapter in this process, against a fake Bot API on loopback; " +
-	"the greeting prints the curl commands that play the user). Only with --dev: the production bot is the relay command " +
-	"with LETTAQ_TELEGRAM_TOKEN (docs/telegram.md)"
+	"web (the page only), telegram or slack (the relay and that platform's adapter in this process, against a fake " +
+	"Bot API or a fake Slack on loopback; the greeting prints the curl commands that play the user and show what the bot posted). " +
+	"Only with --dev: the production bot is the relay command with the platform's credentials " +
+	"(LETTAQ_TELEGRAM_TOKEN: docs/telegram.md; LETTAQ_SLACK_BOT_TOKEN and LETTAQ_SLACK_SIGNING_SECRET: docs/slack.md)"
 
 // devRelayNames are LETTAQ_RELAY's values, in the order its error names them.
-var devRelayNames = []string{"web", "telegram"}
+var devRelayNames = []string{"web", "telegram", "slack"}
 
 // parseDevRelay reads LETTAQ_RELAY (--relay). Each value is one case here and
 // one in startDevRelay.
@@ -29,6 +30,7 @@ func parseDevRelay(raw string) (string, error) {
 	switch raw = strings.ToLower(raw); raw {
 	case "web": // the web chat page only; no relay runs
 	case "telegram": // devtelegram.go
+	case "slack": // devrelayslack.go
 	default:
 		return "", fmt.Errorf("unknown relay; want one of %s", strings.Join(devRelayNames, ", "))
 	}
@@ -50,6 +52,8 @@ func startDevRelay(ctx context.Context, cfg WorkerSettings, dev *DevEnv, rdb red
 	switch cfg.Relay {
 	case "telegram":
 		return startDevTelegram(ctx, cfg, dev, rdb, client, logger)
+	case "slack":
+		return startDevSlack(ctx, cfg, dev, rdb, client, logger)
 	}
 	return nil, nil
 }

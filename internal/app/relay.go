@@ -63,6 +63,13 @@ type RelaySettings struct {
 	Slack SlackSettings
 	// Telegram is the Telegram bot (relaytelegram.go).
 	Telegram TelegramSettings
+
+	// Set by dev mode's in-process relay (devrelay.go), not by a variable:
+	// listening is told the HTTP listener's address once it listens, and
+	// sweepEvery > 0 sweeps the reply streams that often (dev mode's
+	// in-memory Redis sends no keyspace notifications).
+	listening  func(addr string)
+	sweepEvery time.Duration
 }
 
 type relaySetting struct {
@@ -374,7 +381,7 @@ func runRelay(ctx context.Context, cfg RelaySettings, logger *slog.Logger) error
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 		mux.Handle("/readyz", readyzHandler(probe, r.Ready, auth))
 		mux.Handle("/metrics", auth(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
-		if cfg.Slack.enabled() {
+		if cfg.Slack.enabled() && cfg.Slack.SigningSecret != "" {
 			mux.Handle(SlackPath, slackInbound(cfg.Slack, cfg.AgentID, client, r, logger))
 		}
 		if tg != nil && cfg.Telegram.Webhook {
@@ -399,11 +406,18 @@ func runRelay(ctx context.Context, cfg RelaySettings, logger *slog.Logger) error
 		go func() { _ = srv.Serve(ln) }()
 		defer srv.Close()
 		logger.Info("relay listening", "addr", ln.Addr().String())
+		if cfg.listening != nil {
+			cfg.listening(ln.Addr().String())
+		}
 	}
 	var wg sync.WaitGroup
 	if tg != nil {
 		wg.Add(1)
 		go func() { defer wg.Done(); tg.run(ctx, r) }()
+	}
+	if cfg.Slack.AppToken != "" {
+		wg.Add(1)
+		go func() { defer wg.Done(); runSlackSocketMode(ctx, cfg.Slack, cfg.AgentID, client, r, logger) }()
 	}
 	wg.Add(1)
 	go func() {
@@ -418,6 +432,10 @@ func runRelay(ctx context.Context, cfg RelaySettings, logger *slog.Logger) error
 			}
 		}
 	}()
+	if cfg.sweepEvery > 0 {
+		wg.Add(1)
+		go func() { defer wg.Done(); sweepEvery(ctx, r, cfg.Shards, cfg.sweepEvery, logger) }()
+	}
 	if n, err := r.Sweep(ctx, cfg.Shards); err != nil {
 		logger.Warn("relay: start sweep failed", "err", err)
 	} else {
@@ -426,6 +444,24 @@ func runRelay(ctx context.Context, cfg RelaySettings, logger *slog.Logger) error
 	err = r.Run(ctx, relay.RunConfig{ID: cfg.RelayID, Shards: cfg.Shards, LeaseTTL: cfg.Lease, Workers: cfg.Workers})
 	wg.Wait()
 	return err
+}
+
+// sweepEvery marks the chats with news every d until ctx ends: where Redis
+// sends no keyspace notifications (dev mode's in-memory Redis), the sweep is
+// how the relay learns of them.
+func sweepEvery(ctx context.Context, r *relay.Relay, shards int, d time.Duration, logger *slog.Logger) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if _, err := r.Sweep(ctx, shards); err != nil && ctx.Err() == nil {
+				logger.Warn("relay: sweep failed", "err", err)
+			}
+		}
+	}
 }
 
 // killAt returns the relay's step hook for LETTAQ_RELAY_KILL_AT: SIGKILL this

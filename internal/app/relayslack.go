@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/slack-go/slack"
 
@@ -21,20 +22,25 @@ import (
 type SlackSettings struct {
 	BotToken      string
 	SigningSecret string
+	// AppToken (xapp-…), set, takes Slack's requests over Socket Mode
+	// instead of the HTTP listener.
+	AppToken string
 	// APIURL is the Web API's address (default Slack's; a fake's in tests).
 	APIURL    string
 	PartLimit int
 }
 
 // enabled reports whether the relay serves Slack.
-func (s SlackSettings) enabled() bool { return s.BotToken != "" || s.SigningSecret != "" }
+func (s SlackSettings) enabled() bool {
+	return s.BotToken != "" || s.SigningSecret != "" || s.AppToken != ""
+}
 
 // SlackPath is where the relay's listener serves Slack's requests:
 // <SlackPath>events, <SlackPath>interactivity, <SlackPath>commands.
 const SlackPath = "/slack/"
 
 var relaySlackSettings = []relaySetting{
-	{envvar.Var{Name: "LETTAQ_SLACK_BOT_TOKEN", Secret: true, Help: "the Slack app's bot token (xoxb-…): the relay serves Slack (chats of integration \"slack\"); needs LETTAQ_SLACK_SIGNING_SECRET, LETTAQ_RELAY_AGENT_ID and the HTTP listener (see docs/slack.md)"},
+	{envvar.Var{Name: "LETTAQ_SLACK_BOT_TOKEN", Secret: true, Help: "the Slack app's bot token (xoxb-…): the relay serves Slack (chats of integration \"slack\"); needs LETTAQ_SLACK_SIGNING_SECRET, LETTAQ_RELAY_AGENT_ID and the HTTP listener (see docs/slack.md). With a real app's token and secret this is the production app; worker --dev --relay slack runs this same relay against a fake Slack"},
 		func(c *RelaySettings, raw string) error {
 			if raw != "" && (!strings.HasPrefix(raw, "xoxb-") || strings.ContainsAny(raw, " \t\r\n")) {
 				return errors.New("want a bot token, xoxb-… (OAuth & Permissions → Bot User OAuth Token)")
@@ -48,6 +54,14 @@ var relaySlackSettings = []relaySetting{
 				return errors.New("too short for a signing secret (Slack's are 32 hex digits)")
 			}
 			c.Slack.SigningSecret = raw
+			return nil
+		}},
+	{envvar.Var{Name: "LETTAQ_SLACK_APP_TOKEN", Secret: true, Help: "an app-level token (xapp-…, Basic Information → App-Level Tokens, scope connections:write): Slack's events, button presses and slash commands come over Socket Mode (the relay connects out; no public request URL, no signing secret needed) instead of to " + SlackPath + "…"},
+		func(c *RelaySettings, raw string) error {
+			if raw != "" && (!strings.HasPrefix(raw, "xapp-") || strings.ContainsAny(raw, " \t\r\n")) {
+				return errors.New("want an app-level token, xapp-… (Basic Information → App-Level Tokens)")
+			}
+			c.Slack.AppToken = raw
 			return nil
 		}},
 	{envvar.Var{Name: "LETTAQ_SLACK_API_URL", Default: slack.APIURL, Help: "Slack's Web API address (a fake Slack's in tests)"},
@@ -73,16 +87,16 @@ func checkSlack(c RelaySettings) []error {
 	}
 	var errs []error
 	if s.BotToken == "" {
-		errs = append(errs, errors.New("LETTAQ_SLACK_SIGNING_SECRET is set but LETTAQ_SLACK_BOT_TOKEN (--slack-bot-token) is not: Slack needs both"))
+		errs = append(errs, errors.New("LETTAQ_SLACK_SIGNING_SECRET or LETTAQ_SLACK_APP_TOKEN is set but LETTAQ_SLACK_BOT_TOKEN (--slack-bot-token) is not: Slack needs the bot token"))
 	}
-	if s.SigningSecret == "" {
-		errs = append(errs, errors.New("LETTAQ_SLACK_BOT_TOKEN is set but LETTAQ_SLACK_SIGNING_SECRET (--slack-signing-secret) is not: Slack needs both"))
+	if s.SigningSecret == "" && s.AppToken == "" {
+		errs = append(errs, errors.New("LETTAQ_SLACK_BOT_TOKEN is set but neither LETTAQ_SLACK_SIGNING_SECRET (--slack-signing-secret, for requests to the HTTP listener) nor LETTAQ_SLACK_APP_TOKEN (--slack-app-token, for Socket Mode) is: Slack's requests need one"))
 	}
 	if c.AgentID == "" {
 		errs = append(errs, errors.New("LETTAQ_SLACK_BOT_TOKEN is set but LETTAQ_RELAY_AGENT_ID (--relay-agent-id) is not: the agent that answers the Slack chats"))
 	}
-	if c.HTTPAddr == "off" {
-		errs = append(errs, errors.New("LETTAQ_SLACK_BOT_TOKEN is set and LETTAQ_HTTP_ADDR is off: Slack's events come to the HTTP listener"))
+	if c.HTTPAddr == "off" && s.AppToken == "" {
+		errs = append(errs, errors.New("LETTAQ_SLACK_BOT_TOKEN is set and LETTAQ_HTTP_ADDR is off: Slack's events come to the HTTP listener (or set LETTAQ_SLACK_APP_TOKEN for Socket Mode)"))
 	}
 	return errs
 }
@@ -100,6 +114,22 @@ func newSlackAdapter(ctx context.Context, s SlackSettings, logger *slog.Logger) 
 	ad := relayslack.New(api)
 	ad.SetPartLimit(s.PartLimit)
 	return ad, nil
+}
+
+// runSlackSocketMode takes Slack's requests over Socket Mode until ctx
+// ends, connecting again after a failure.
+func runSlackSocketMode(ctx context.Context, s SlackSettings, agentID string, client *queue.Client, r *relay.Relay, logger *slog.Logger) {
+	api := slack.New(s.BotToken, slack.OptionAPIURL(s.APIURL), slack.OptionAppLevelToken(s.AppToken))
+	in := &relayslack.Inbound{AgentID: agentID, Enqueue: client, Controls: r, Logger: logger}
+	for ctx.Err() == nil {
+		if err := in.RunSocketMode(ctx, api); err != nil && ctx.Err() == nil {
+			logger.Error("slack: Socket Mode stopped; connecting again in 5s", "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(5 * time.Second):
+			}
+		}
+	}
 }
 
 // slackInbound is the handler of Slack's requests, mounted at SlackPath

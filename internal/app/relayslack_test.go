@@ -53,3 +53,21 @@ func TestRelaySlackBadTokenStopsTheStart(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q; want 1 with invalid_auth, no token", code, errOut.String())
 	}
 }
+
+// TestRelaySlackSocketModeSettings: an app-level token takes the place of the
+// signing secret and of the HTTP listener (Socket Mode); a token that is not
+// one is refused, naming the variable, not shown.
+func TestRelaySlackSocketModeSettings(t *testing.T) {
+	const token = "xoxb-1-2-sekrit-token-value"
+	parse := func(env map[string]string) (RelaySettings, error) {
+		return ParseRelaySettings(nil, func(k string) string { return env[k] }, nil)
+	}
+	c, err := parse(map[string]string{"LETTAQ_SLACK_BOT_TOKEN": token, "LETTAQ_SLACK_APP_TOKEN": "xapp-1-sekrit", "LETTAQ_RELAY_AGENT_ID": slackTestAgent, "LETTAQ_HTTP_ADDR": "off"})
+	if err != nil || c.Slack.AppToken != "xapp-1-sekrit" {
+		t.Fatalf("Socket Mode without a signing secret or listener: %v", err)
+	}
+	_, err = parse(map[string]string{"LETTAQ_SLACK_BOT_TOKEN": token, "LETTAQ_SLACK_APP_TOKEN": "xoxb-sekrit", "LETTAQ_RELAY_AGENT_ID": slackTestAgent})
+	if err == nil || !strings.Contains(err.Error(), "LETTAQ_SLACK_APP_TOKEN=(secret)") || strings.Contains(err.Error(), "sekrit") {
+		t.Fatalf("a bot token as the app token: %v, want refused naming LETTAQ_SLACK_APP_TOKEN, not shown", err)
+	}
+}

@@ -26,11 +26,39 @@ const ThinkingStatus = "is thinking…"
 type Adapter struct {
 	api    *slack.Client
 	limits relay.Limits
+	pace   *pacer
 }
 
-// New returns the adapter on api (slack.New(botToken, ...)).
+// New returns the adapter on api (slack.New(botToken, ...)), paced at
+// DefaultPace.
 func New(api *slack.Client) *Adapter {
-	return &Adapter{api: api, limits: DefaultLimits}
+	return &Adapter{api: api, limits: DefaultLimits, pace: newPacer(DefaultPace)}
+}
+
+// SetPace sets the rates the adapter keeps (pace.go); a zero Rate is not
+// paced.
+func (a *Adapter) SetPace(p Pace) { a.pace = newPacer(p) }
+
+// Method names, also the pace's keys.
+const (
+	postMessage = "chat.postMessage"
+	update      = "chat.update"
+	deleteMsg   = "chat.delete"
+	setStatus   = "assistant.threads.setStatus"
+)
+
+// paced is the relay's error for a call the pace put off.
+func paced(wait time.Duration) error {
+	return &relay.RateLimitedError{RetryAfter: wait, Paced: true}
+}
+
+// slack429 tells the pace of Slack's 429 for key, and returns err.
+func (a *Adapter) slack429(key string, err error) error {
+	var rl *slack.RateLimitedError
+	if errors.As(err, &rl) {
+		a.pace.limited(key, rl.RetryAfter)
+	}
+	return err
 }
 
 // Limits implements relay.Adapter.
@@ -39,13 +67,20 @@ func (a *Adapter) Limits() relay.Limits { return a.limits }
 // Send implements relay.Adapter: chat.postMessage in the thread.
 func (a *Adapter) Send(ctx context.Context, chat queue.Conversation, m relay.Message) (string, error) {
 	channel, thread := Where(chat)
+	key := postMessage + " " + channel
+	if wait := a.pace.take(key, a.pace.pace.Post, m.Growing, "", false); wait > 0 {
+		return "", paced(wait)
+	}
 	opts := content(m)
 	if thread != "" {
 		opts = append(opts, slack.MsgOptionTS(thread))
 	}
 	_, ts, err := a.api.PostMessageContext(ctx, channel, opts...)
 	if err != nil {
-		return "", classify("chat.postMessage", err)
+		return "", classify(postMessage, a.slack429(key, err))
+	}
+	if m.Growing {
+		a.pace.shown(channel+"/"+ts, true)
 	}
 	return ts, nil
 }
@@ -54,19 +89,31 @@ func (a *Adapter) Send(ctx context.Context, chat queue.Conversation, m relay.Mes
 // same content as any other; a message gone is permanent.
 func (a *Adapter) Edit(ctx context.Context, chat queue.Conversation, id string, m relay.Message) error {
 	channel, _ := Where(chat)
+	msg := channel + "/" + id
+	if wait := a.pace.take(update, a.pace.pace.Update, m.Growing, msg, true); wait > 0 {
+		return paced(wait)
+	}
 	_, _, _, err := a.api.UpdateMessageContext(ctx, channel, id, content(m)...)
-	return classify("chat.update", err)
+	err = classify(update, a.slack429(update, err))
+	if err == nil || errors.Is(err, relay.ErrPermanent) {
+		a.pace.shown(msg, err == nil && m.Growing)
+	}
+	return err
 }
 
 // Delete implements relay.Adapter: chat.delete; a message already gone is
 // success.
 func (a *Adapter) Delete(ctx context.Context, chat queue.Conversation, id string) error {
 	channel, _ := Where(chat)
+	if wait := a.pace.take(deleteMsg, a.pace.pace.Delete, false, "", false); wait > 0 {
+		return paced(wait)
+	}
 	_, _, err := a.api.DeleteMessageContext(ctx, channel, id)
-	if apiCode(err) == "message_not_found" {
+	if err == nil || apiCode(err) == "message_not_found" {
+		a.pace.shown(channel+"/"+id, false)
 		return nil
 	}
-	return classify("chat.delete", err)
+	return classify(deleteMsg, a.slack429(deleteMsg, err))
 }
 
 // Status implements relay.Adapter: assistant.threads.setStatus in the
@@ -83,13 +130,24 @@ func (a *Adapter) Status(ctx context.Context, chat queue.Conversation, s relay.S
 	case relay.StatusTool:
 		p.Status = "is running " + oneLine(s.Text, 100)
 	}
+	// A status is a hint: one that finds no room, or that Slack refuses
+	// for its rate, is left out rather than hold the answer up (Slack clears
+	// a status with the app's next reply, and after two minutes).
+	if wait := a.pace.take(setStatus, a.pace.pace.Status, false, "", false); wait > 0 {
+		return nil
+	}
 	err := a.api.SetAssistantThreadsStatusContext(ctx, p)
+	var rl *slack.RateLimitedError
+	if errors.As(err, &rl) {
+		a.pace.limited(setStatus, rl.RetryAfter)
+		return nil
+	}
 	if err != nil && apiCode(err) != "" && !transient(apiCode(err)) {
 		// A status Slack refuses (the app lacks the assistant feature in
 		// that channel) must not hold the answer up.
 		return fmt.Errorf("slack: assistant.threads.setStatus: %s: %w", apiCode(err), relay.ErrPermanent)
 	}
-	return classify("assistant.threads.setStatus", err)
+	return classify(setStatus, err)
 }
 
 // content is a message's options: markdown_text alone, or Block Kit when

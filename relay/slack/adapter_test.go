@@ -154,3 +154,41 @@ func TestAdapterBadTokenIsPermanent(t *testing.T) {
 		t.Fatalf("err %v, want invalid_auth, permanent, no token", err)
 	}
 }
+
+// TestAdapterPacesInsteadOf429: past its pace the adapter makes no call and
+// answers a paced RateLimitedError with the wait, so Slack refuses nothing;
+// a growing text is put off while a final one still goes.
+func TestAdapterPacesInsteadOf429(t *testing.T) {
+	ad, f := newAdapter(t, slackfake.Options{})
+	ad.SetPace(relayslack.Pace{Update: relayslack.Rate{N: 4, Per: time.Minute}})
+	ctx := context.Background()
+	conv := relayslack.Conversation("C1", "1.1")
+	id, err := ad.Send(ctx, conv, relay.Message{Text: "a", Growing: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if err := ad.Edit(ctx, conv, id, relay.Message{Text: strings.Repeat("a", i+2), Growing: true}); err != nil {
+			t.Fatalf("growing edit %d: %v", i, err)
+		}
+	}
+	var rl *relay.RateLimitedError
+	if err := ad.Edit(ctx, conv, id, relay.Message{Text: "aaaa", Growing: true}); !errors.As(err, &rl) || !rl.Paced || rl.RetryAfter <= 0 {
+		t.Fatalf("a growing edit past half the pace: %v, want put off", err)
+	}
+	for _, text := range []string{"final", "final, edited"} {
+		if err := ad.Edit(ctx, conv, id, relay.Message{Text: text}); err != nil {
+			t.Fatalf("final edit %q: %v", text, err)
+		}
+	}
+	if err := ad.Edit(ctx, conv, id, relay.Message{Text: "one too many"}); !errors.As(err, &rl) || !rl.Paced || rl.RetryAfter < 55*time.Second {
+		t.Fatalf("a 5th update in the minute: %v, want put off about a minute", err)
+	}
+	ok, limited := f.Counts()
+	if ok["chat.update"] != 4 || len(limited) != 0 {
+		t.Fatalf("Slack saw updates ok %v, refused %v; want 4 and none refused", ok, limited)
+	}
+	if got := f.Platform.Messages(conv); len(got) != 1 || got[0].Text != "final, edited" {
+		t.Fatalf("shows %+v", got)
+	}
+}

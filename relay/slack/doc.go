@@ -7,7 +7,9 @@
 // status is assistant.threads.setStatus, which Slack clears after two
 // minutes or on the app's next reply, so the relay refreshes it. Slack's 429
 // becomes a *relay.RateLimitedError with its Retry-After; an API error that
-// retrying cannot cure wraps relay.ErrPermanent.
+// retrying cannot cure wraps relay.ErrPermanent. The adapter keeps Slack's
+// rate limits itself (pace.go), final texts before growing ones, so that
+// calls wait for room instead of meeting 429 answers.
 //
 // Inbound (Inbound, an http.Handler): the Events API (app mentions and
 // direct messages become turns), interactivity (approval buttons go to

@@ -93,25 +93,37 @@ var mention = regexp.MustCompile(`<@[A-Z0-9]+(\|[^>]*)?>`)
 // delivers the event again: the enqueue's message id (channel/ts) makes a
 // redelivered event one task.
 func (in *Inbound) event(ctx context.Context, w http.ResponseWriter, body []byte) {
+	code, reply := in.handleEvent(ctx, body)
+	switch {
+	case code != http.StatusOK:
+		http.Error(w, reply, code)
+	case reply != "":
+		w.Header().Set("Content-Type", "text/plain")
+		_, _ = io.WriteString(w, reply)
+	default:
+		w.WriteHeader(http.StatusOK)
+	}
+}
+
+// handleEvent takes an Events API payload (over HTTP or Socket Mode): it
+// answers 200 once the message is enqueued (or ignored; reply is a
+// url_verification's challenge), 400 for an unreadable one, and 500 when the
+// enqueue failed, so that Slack delivers the event again.
+func (in *Inbound) handleEvent(ctx context.Context, body []byte) (code int, reply string) {
 	ev, err := slackevents.ParseEvent(json.RawMessage(body), slackevents.OptionNoVerifyToken())
 	if err != nil {
-		http.Error(w, "unreadable event", http.StatusBadRequest)
-		return
+		return http.StatusBadRequest, "unreadable event"
 	}
 	switch ev.Type {
 	case slackevents.URLVerification:
 		var ch slackevents.ChallengeResponse
 		if err := json.Unmarshal(body, &ch); err != nil {
-			http.Error(w, "unreadable challenge", http.StatusBadRequest)
-			return
+			return http.StatusBadRequest, "unreadable challenge"
 		}
-		w.Header().Set("Content-Type", "text/plain")
-		_, _ = io.WriteString(w, ch.Challenge)
-		return
+		return http.StatusOK, ch.Challenge
 	case slackevents.CallbackEvent:
 	default:
-		w.WriteHeader(http.StatusOK)
-		return
+		return http.StatusOK, ""
 	}
 	var channel, ts, thread, user, text string
 	switch e := ev.InnerEvent.Data.(type) {
@@ -134,19 +146,16 @@ func (in *Inbound) event(ctx context.Context, w http.ResponseWriter, body []byte
 		channel, ts, thread, user, text = e.Channel, e.TimeStamp, e.ThreadTimeStamp, e.User, e.Text
 	}
 	if channel == "" || ts == "" {
-		w.WriteHeader(http.StatusOK)
-		return
+		return http.StatusOK, ""
 	}
 	conv := Conversation(channel, thread)
 	text = strings.TrimSpace(mention.ReplaceAllString(text, ""))
 	if isStop(text) {
 		in.stop(ctx, conv, user)
-		w.WriteHeader(http.StatusOK)
-		return
+		return http.StatusOK, ""
 	}
 	if text == "" {
-		w.WriteHeader(http.StatusOK)
-		return
+		return http.StatusOK, ""
 	}
 	res, err := in.Enqueue.Enqueue(ctx, queue.Message{
 		AgentID: in.AgentID, Text: text, SenderID: user, Conversation: conv,
@@ -157,14 +166,13 @@ func (in *Inbound) event(ctx context.Context, w http.ResponseWriter, body []byte
 	switch {
 	case invalid || errors.As(err, &conflict):
 		in.log().Warn("slack: message refused", "chat", conv.String(), "err", err)
-		w.WriteHeader(http.StatusOK) // delivering it again cannot cure it
+		return http.StatusOK, "" // delivering it again cannot cure it
 	case err != nil:
 		in.log().Error("slack: enqueue failed; Slack will deliver the event again", "chat", conv.String(), "err", err)
-		http.Error(w, "enqueue failed", http.StatusInternalServerError)
-	default:
-		in.log().Debug("slack: message enqueued", "chat", conv.String(), "task", res.TaskID, "duplicate", res.Duplicate)
-		w.WriteHeader(http.StatusOK)
+		return http.StatusInternalServerError, "enqueue failed"
 	}
+	in.log().Debug("slack: message enqueued", "chat", conv.String(), "task", res.TaskID, "duplicate", res.Duplicate)
+	return http.StatusOK, ""
 }
 
 // isStop reports whether a message is the stop command ("stop" or "/stop",
@@ -194,6 +202,11 @@ func (in *Inbound) interaction(ctx context.Context, w http.ResponseWriter, body 
 		return
 	}
 	w.WriteHeader(http.StatusOK)
+	in.handleInteraction(ctx, ic)
+}
+
+// handleInteraction takes a button press (over HTTP or Socket Mode).
+func (in *Inbound) handleInteraction(ctx context.Context, ic slack.InteractionCallback) {
 	if ic.Type != slack.InteractionTypeBlockActions {
 		return
 	}
@@ -226,13 +239,18 @@ func (in *Inbound) command(ctx context.Context, w http.ResponseWriter, body []by
 		http.Error(w, "unreadable form", http.StatusBadRequest)
 		return
 	}
-	channel, user := form.Get("channel_id"), form.Get("user_id")
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(in.handleCommand(ctx, form.Get("channel_id"), form.Get("user_id")))
+}
+
+// handleCommand takes the /stop slash command typed by user in channel (over
+// HTTP or Socket Mode) and returns the answer the user alone sees.
+func (in *Inbound) handleCommand(ctx context.Context, channel, user string) map[string]string {
 	reply := "Stopping the answer in this conversation."
 	if strings.HasPrefix(channel, "D") {
 		in.stop(ctx, Conversation(channel, ""), user)
 	} else {
 		reply = "Slack does not tell an app which thread a slash command was typed in: to stop an answer, mention me with `stop` in its thread."
 	}
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(map[string]string{"response_type": "ephemeral", "text": reply})
+	return map[string]string{"response_type": "ephemeral", "text": reply}
 }

@@ -58,6 +58,9 @@ type Options struct {
 	// SigningSecret signs the requests the fake sends to the app.
 	// Default "fake-signing-secret".
 	SigningSecret string
+	// AppToken is the app-level token Socket Mode's apps.connections.open
+	// requires. Default "xapp-fake".
+	AppToken string
 	// PerMinute overrides DefaultPerMinute, method by method.
 	PerMinute map[string]int
 	// PostPerChannel is chat.postMessage's pace in one channel: at most
@@ -77,6 +80,9 @@ type Fake struct {
 	mu      sync.Mutex
 	seq     int
 	byTS    map[string]msgRef // channel/ts → the platform's message
+	said    []said            // every message of the conversations, the users' and the app's, in order
+	app     string            // the app's request URL base (SetApp), "" until set
+	sock    socketSide
 	window  map[string][]time.Time
 	forced  map[string]int // method → Retry-After seconds of its next call
 	counts  map[string]int // method → calls answered ok
@@ -95,6 +101,9 @@ func New(opt Options) *Fake {
 	}
 	if opt.SigningSecret == "" {
 		opt.SigningSecret = "fake-signing-secret"
+	}
+	if opt.AppToken == "" {
+		opt.AppToken = "xapp-fake"
 	}
 	if opt.PostPerChannel <= 0 {
 		opt.PostPerChannel = time.Second
@@ -118,6 +127,7 @@ func New(opt Options) *Fake {
 		forced:   map[string]int{},
 		counts:   map[string]int{},
 		limited:  map[string]int{},
+		sock:     socketSide{outbox: make(chan []byte, 256), acked: map[string]bool{}, changed: make(chan struct{})},
 	}
 	f.Server = slacktest.NewTestServer(func(c slacktest.Customize) {
 		c.Handle("/chat.postMessage", f.method("chat.postMessage", f.postMessage))
@@ -125,6 +135,8 @@ func New(opt Options) *Fake {
 		c.Handle("/chat.delete", f.method("chat.delete", f.delete))
 		c.Handle("/assistant.threads.setStatus", f.method("assistant.threads.setStatus", f.setStatus))
 		c.Handle("/auth.test", f.method("auth.test", f.authTest))
+		f.userSide(c)
+		f.socketHandlers(c)
 	})
 	f.Server.Start()
 	return f
@@ -319,6 +331,7 @@ func (f *Fake) postMessage(form map[string]string) (any, apiError) {
 	f.seq++
 	ts := fmt.Sprintf("1700000000.%06d", f.seq)
 	f.byTS[channel+"/"+ts] = msgRef{id: id, conv: conv.ChatID}
+	f.said = append(f.said, said{channel: channel, ts: ts, thread: form["thread_ts"], ref: msgRef{id: id, conv: conv.ChatID}})
 	f.mu.Unlock()
 	return map[string]any{"channel": channel, "ts": ts, "message": map[string]any{"ts": ts, "thread_ts": form["thread_ts"], "text": m.Text}}, ""
 }

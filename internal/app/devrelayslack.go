@@ -1,0 +1,109 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lettaq/lettaq/queue"
+
+	"github.com/lettaq/lettaq/relay/slack/slackfake"
+)
+
+// startDevSlack runs the relay with its Slack adapter against a fake Slack
+// (relay/slack/slackfake) on a loopback port: the fake's user side sends the
+// app signed events as Slack would, and the relay's Web API calls go to the
+// fake. The relay is configured as the production one is, the fake's token,
+// signing secret and address in place of a real app's.
+func startDevSlack(ctx context.Context, cfg WorkerSettings, dev *DevEnv, _ redis.UniversalClient, _ *queue.Client, logger *slog.Logger) (*devRelay, error) {
+	f := slackfake.New(slackfake.Options{})
+	addr, stopped, err := runRelayInProcess(ctx, map[string]string{
+		"LETTAQ_SLACK_BOT_TOKEN":      f.Token(),
+		"LETTAQ_SLACK_SIGNING_SECRET": f.SigningSecret(),
+		"LETTAQ_SLACK_API_URL":        f.APIURL(),
+	}, cfg, dev, logger)
+	if err != nil {
+		f.Stop()
+		return nil, err
+	}
+	f.SetApp("http://" + addr + SlackPath)
+	done := make(chan struct{})
+	go func() { <-stopped; f.Stop(); close(done) }()
+	return &devRelay{
+		greet: func(w io.Writer) { printSlackGreeting(w, f.UserURL(), f.APIURL(), "http://"+addr+SlackPath) },
+		done:  done,
+	}, nil
+}
+
+// devRelaySweep is how often dev mode's relay looks for news: its in-memory
+// Redis sends no keyspace notifications.
+const devRelaySweep = 100 * time.Millisecond
+
+// runRelayInProcess runs the relay command's own code (runRelay) in this
+// process until ctx ends, configured by env as the relay command is, against
+// dev mode's Redis and with the worker's budget, its listener on a free
+// loopback port. It returns once the relay listens (its address, and a
+// channel closed once it has stopped), or its error.
+func runRelayInProcess(ctx context.Context, env map[string]string, cfg WorkerSettings, dev *DevEnv, logger *slog.Logger) (addr string, stopped <-chan struct{}, err error) {
+	base := map[string]string{
+		"REDIS_URL":             "redis://" + dev.RedisAddr + "/0",
+		"LETTAQ_KEY_PREFIX":     cfg.KeyPrefix,
+		"LETTAQ_RELAY_ID":       "dev-relay",
+		"LETTAQ_RELAY_SHARDS":   "1", // one replica: one shard is enough, and one line in the log
+		"LETTAQ_RELAY_AGENT_ID": dev.Agents[DemoAgent],
+		"LETTAQ_HTTP_ADDR":      "127.0.0.1:0",
+	}
+	for k, v := range env {
+		base[k] = v
+	}
+	rs, err := ParseRelaySettings(nil, func(k string) string { return base[k] }, io.Discard)
+	if err != nil {
+		return "", nil, fmt.Errorf("dev mode's relay: %w", err)
+	}
+	rs.Budget = cfg.Budget // the answers to approvals are turns of this worker
+	rs.sweepEvery = devRelaySweep
+	listening := make(chan string, 1)
+	rs.listening = func(a string) { listening <- a }
+	done := make(chan struct{})
+	failed := make(chan error, 1)
+	go func() {
+		defer close(done)
+		if err := runRelay(ctx, rs, logger.With("component", "relay")); err != nil && ctx.Err() == nil {
+			logger.Error("dev mode's relay stopped", "err", err)
+			failed <- err
+		}
+	}()
+	select {
+	case addr = <-listening:
+		return addr, done, nil
+	case err := <-failed:
+		return "", nil, fmt.Errorf("dev mode's relay did not start: %w", err)
+	case <-done:
+		select {
+		case err = <-failed:
+		default:
+			err = context.Cause(ctx) // stopped before it listened
+		}
+		return "", nil, fmt.Errorf("dev mode's relay did not start: %w", err)
+	}
+}
+
+func printSlackGreeting(w io.Writer, user, api, app string) {
+	fmt.Fprintf(w, `Slack (--relay slack): the relay runs in this process with its Slack adapter, the app answering as
+agent %[4]q, against a fake Slack (Web API at %[2]s). Write to the app as a Slack user: the fake signs
+each request as Slack does and sends it to the relay at %[3]sevents; it answers what the relay answered.
+  curl -sS --data-urlencode 'text=hello' %[1]sdm                        # a direct message to the app
+  curl -sS %[1]smessages                                                 # the DM: your messages and the app's, as shown now
+  curl -sS --data-urlencode 'text=what is lettaq?' %[1]smention         # @lettaq in channel %[5]s: answered in the message's thread
+  curl -sS '%[1]smessages?channel=%[5]s&thread=<ts>'                     # that thread (<ts>: the mention's, as answered)
+  curl -sS --data-urlencode 'text=[[sim approval=send_email]] email the team' %[1]sdm   # Approve / Deny buttons
+  curl -sS -d value=<a button's value> %[1]spress                       # press one (values: in /messages)
+  curl -sS --data-urlencode 'text=[[sim think=30s]] think' %[1]sdm; curl -sS --data-urlencode 'text=stop' %[1]sdm   # stop an answer
+With a real app's token and signing secret and no --dev, the relay command is the production app (docs/slack.md).
+
+`, user, api, app, DemoAgent, slackfake.DevChannel)
+}
