@@ -92,7 +92,7 @@ type threads struct {
 // resolve returns the Letta conversation id for the turn of m ("" for the
 // agent endpoints). A conversation named in the payload wins.
 func (th *threads) resolve(ctx context.Context, m Message) (string, error) {
-	return th.resolveKnown(ctx, m, "")
+	return th.resolveKnown(ctx, m, "", false)
 }
 
 // local is resolveKnown when it needs neither Redis nor Letta (ok): an
@@ -111,16 +111,22 @@ func (th *threads) local(m Message, known string) (id string, ok bool) {
 }
 
 // resolveKnown is resolve when the thread key was read already: known is
-// the conversation id it held ("" when none).
-func (th *threads) resolveKnown(ctx context.Context, m Message, known string) (string, error) {
+// the conversation id it held ("" when none), read whether it was read.
+// Without the creation lock (ordering on) an attempt reads the key after
+// taking its chat's place in the line (turn.startRead), and no other turn
+// of the chat writes it while the attempt holds that place: read and
+// empty, the key is not read again.
+func (th *threads) resolveKnown(ctx context.Context, m Message, known string, read bool) (string, error) {
 	if id, ok := th.local(m, known); ok {
 		return id, nil
 	}
 	st, hash := th.store(), threadHash(m.AgentID, m.Conversation)
-	if id, err := st.Known(ctx, hash); err == nil && id != "" {
-		return id, nil
-	} else if err != nil {
-		return "", fmt.Errorf("read the thread of the conversation: %w", err)
+	if !read || th.lock {
+		if id, err := st.Known(ctx, hash); err == nil && id != "" {
+			return id, nil
+		} else if err != nil {
+			return "", fmt.Errorf("read the thread of the conversation: %w", err)
+		}
 	}
 	if th.lock {
 		unlock, err := st.Lock(ctx, hash, th.lockTTL)
@@ -215,7 +221,8 @@ func (t *turn) resolveThread(ctx context.Context) (string, error) {
 func (t *turn) resolveRemote(ctx context.Context) (string, error) {
 	rctx, cancel := context.WithTimeout(ctx, t.w.cfg.Budget.ThreadResolution()) // a phase of the task timeout
 	defer cancel()
-	return t.w.threads.resolveKnown(rctx, t.msg, t.pre.Thread())
+	known, read := t.pre.ThreadRead()
+	return t.w.threads.resolveKnown(rctx, t.msg, known, read)
 }
 
 // threadFailed ends an attempt whose thread could not be resolved (see
