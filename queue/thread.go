@@ -92,7 +92,7 @@ type threads struct {
 // resolve returns the Letta conversation id for the turn of m ("" for the
 // agent endpoints). A conversation named in the payload wins.
 func (th *threads) resolve(ctx context.Context, m Message) (string, error) {
-	return th.resolveKnown(ctx, m, "", false)
+	return th.resolveKnown(ctx, m, "", false, nil)
 }
 
 // local is resolveKnown when it needs neither Redis nor Letta (ok): an
@@ -115,8 +115,12 @@ func (th *threads) local(m Message, known string) (id string, ok bool) {
 // Without the creation lock (ordering on) an attempt reads the key after
 // taking its chat's place in the line (turn.startRead), and no other turn
 // of the chat writes it while the attempt holds that place: read and
-// empty, the key is not read again.
-func (th *threads) resolveKnown(ctx context.Context, m Message, known string, read bool) (string, error) {
+// empty, the key is not read again; and keep, when not nil, takes the
+// write of the id made (the attempt sends it with its next round trip,
+// which is before its release of the line) instead of a round trip of its
+// own. A keep that fails costs the next turn a search (findOrCreate finds
+// the conversation by its summary).
+func (th *threads) resolveKnown(ctx context.Context, m Message, known string, read bool, keep func(store.Op)) (string, error) {
 	if id, ok := th.local(m, known); ok {
 		return id, nil
 	}
@@ -141,6 +145,10 @@ func (th *threads) resolveKnown(ctx context.Context, m Message, known string, re
 	id, err := th.findOrCreate(ctx, m)
 	if err != nil {
 		return "", err
+	}
+	if keep != nil && !th.lock {
+		keep(st.KeepOp(hash, id))
+		return id, nil
 	}
 	if err := st.Keep(ctx, hash, id); err != nil {
 		// The conversation exists and carries its tag: the next attempt
@@ -222,7 +230,11 @@ func (t *turn) resolveRemote(ctx context.Context) (string, error) {
 	rctx, cancel := context.WithTimeout(ctx, t.w.cfg.Budget.ThreadResolution()) // a phase of the task timeout
 	defer cancel()
 	known, read := t.pre.ThreadRead()
-	return t.w.threads.resolveKnown(rctx, t.msg, known, read)
+	var keep func(store.Op)
+	if t.w.oneRedis() { // the thread key is on the replies' client, the writer's
+		keep = t.progress.PushOp
+	}
+	return t.w.threads.resolveKnown(rctx, t.msg, known, read, keep)
 }
 
 // threadFailed ends an attempt whose thread could not be resolved (see
