@@ -18,10 +18,12 @@ import (
 
 // A turn's last round trip (the final event, the journal's intent and
 // record, the task's result, the conversation's release), on a Redis
-// without the scripts (restarted, flushed): the scripts of the ops that
-// other ops follow are loaded first in the same round trip (SCRIPT LOAD), so
-// that nothing overtakes them (they used to be sent again as EVAL
-// in a second round trip, after the plain commands had run); the last op,
+// without the scripts (restarted, flushed): the ops that other ops follow
+// send each script's first call of the round trip as EVAL with its text (a
+// later call of the same script, as the task result's after the event's,
+// stays EVALSHA), so that nothing overtakes them, with no SCRIPT LOAD (they
+// used to be sent again as EVAL in a second round trip, after the plain
+// commands had run; then loaded first, by SCRIPT LOAD); the last op,
 // followed by nothing, is answered NOSCRIPT and sent again as EVAL; the
 // intent and the record, plain commands, go once; and each does what it
 // would have done. On a real Redis of the
@@ -107,7 +109,7 @@ func TestTurnOpsAfterScriptFlush(t *testing.T) {
 			}
 			// The save has no index knowledge (nil): it removes the record
 			// from the indexes it does not match.
-			want := "[[script script script evalsha evalsha multi set set pexpire zadd zremrangebyrank pexpire zrem zrem zrem zrem exec evalsha evalsha] [eval]]"
+			want := "[[eval eval multi set set pexpire zadd zremrangebyrank pexpire zrem zrem zrem zrem exec eval evalsha] [eval]]"
 			if got := fmt.Sprint(h.rounds()); got != want {
 				t.Errorf("round trips %s, want %s", got, want)
 			}

@@ -72,7 +72,7 @@ type threads struct {
 // resolve returns the Letta conversation id for the turn of m ("" for the
 // agent endpoints). A conversation named in the payload wins.
 func (th *threads) resolve(ctx context.Context, m Message) (string, error) {
-	return th.resolveKnown(ctx, m, "")
+	return th.resolveKnown(ctx, m, "", false, nil)
 }
 
 // local is resolveKnown when it needs neither Redis nor Letta (ok): an
@@ -91,16 +91,26 @@ func (th *threads) local(m Message, known string) (id string, ok bool) {
 }
 
 // resolveKnown is resolve when the thread key was read already: known is
-// the conversation id it held ("" when none).
-func (th *threads) resolveKnown(ctx context.Context, m Message, known string) (string, error) {
+// the conversation id it held ("" when none), read whether it was read.
+// Without the creation lock (ordering on) an attempt reads the key after
+// taking its chat's place in the line (turn.startRead), and no other turn
+// of the chat writes it while the attempt holds that place: read and
+// empty, the key is not read again; and keep, when not nil, takes the
+// write of the id made (the attempt sends it with its next round trip,
+// which is before its release of the line) instead of a round trip of its
+// own. A keep that fails costs the next turn a search (findOrCreate finds
+// the conversation by its summary).
+func (th *threads) resolveKnown(ctx context.Context, m Message, known string, read bool, keep func(store.Op)) (string, error) {
 	if id, ok := th.local(m, known); ok {
 		return id, nil
 	}
 	st, hash := th.store(), threadHash(m.AgentID, m.Conversation)
-	if id, err := st.Known(ctx, hash); err == nil && id != "" {
-		return id, nil
-	} else if err != nil {
-		return "", fmt.Errorf("read the thread of the conversation: %w", err)
+	if !read || th.lock {
+		if id, err := st.Known(ctx, hash); err == nil && id != "" {
+			return id, nil
+		} else if err != nil {
+			return "", fmt.Errorf("read the thread of the conversation: %w", err)
+		}
 	}
 	if th.lock {
 		unlock, err := st.Lock(ctx, hash, th.lockTTL)
@@ -115,6 +125,10 @@ func (th *threads) resolveKnown(ctx context.Context, m Message, known string) (s
 	id, err := th.findOrCreate(ctx, m)
 	if err != nil {
 		return "", err
+	}
+	if keep != nil && !th.lock {
+		keep(st.KeepOp(hash, id))
+		return id, nil
 	}
 	if err := st.Keep(ctx, hash, id); err != nil {
 		// The conversation exists and carries its tag: the next attempt
@@ -195,7 +209,12 @@ func (t *turn) resolveThread(ctx context.Context) (string, error) {
 func (t *turn) resolveRemote(ctx context.Context) (string, error) {
 	rctx, cancel := context.WithTimeout(ctx, t.w.cfg.Budget.ThreadResolution()) // a phase of the task timeout
 	defer cancel()
-	return t.w.threads.resolveKnown(rctx, t.msg, t.pre.Thread())
+	known, read := t.pre.ThreadRead()
+	var keep func(store.Op)
+	if t.w.oneRedis() { // the thread key is on the replies' client, the writer's
+		keep = t.progress.PushOp
+	}
+	return t.w.threads.resolveKnown(rctx, t.msg, known, read, keep)
 }
 
 // threadFailed ends an attempt whose thread could not be resolved (see

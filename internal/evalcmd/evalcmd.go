@@ -72,6 +72,39 @@ func (s *Script) Cmd(ctx context.Context, args []any, sha bool) *redis.Cmd {
 	return c
 }
 
+// EvalShaOf returns the hash of the script that c calls, when c is an
+// EVALSHA of a registered script (see Register).
+func EvalShaOf(c redis.Cmder) (string, bool) {
+	args := c.Args()
+	if len(args) < 3 || c.Name() != "evalsha" {
+		return "", false
+	}
+	sha, _ := args[1].(string)
+	if _, ok := sources.Load(sha); !ok {
+		return "", false
+	}
+	return sha, true
+}
+
+// ToEval makes c, an EVALSHA of a registered script not sent yet, the
+// EVAL of the script's text, for a pipeline whose later commands must not
+// run when this one could not (EVALSHA answers NOSCRIPT when Redis lost its
+// scripts; EVAL runs, and leaves the script in Redis's cache for the
+// pipeline's later EVALSHAs). It changes c's arguments in place, in the
+// array c was made from: a caller that makes a command again from those
+// arguments makes the same EVAL, which runs the same. It reports whether
+// it did (false: c is not such an EVALSHA).
+func ToEval(c redis.Cmder) bool {
+	sha, ok := EvalShaOf(c)
+	if !ok {
+		return false
+	}
+	src, _ := Source(sha)
+	args := c.Args()
+	args[0], args[1] = "eval", src
+	return true
+}
+
 // Processor is what runs a command: a client or a pipeline.
 type Processor interface {
 	Process(ctx context.Context, cmd redis.Cmder) error

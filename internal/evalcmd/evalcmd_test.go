@@ -138,3 +138,44 @@ func (h *nameHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func (h *nameHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
 }
+
+// ToEval makes an EVALSHA of a registered script the EVAL that Cmd without
+// sha makes (go-redis's own: see TestCmdIsGoRedisCommand), which runs on a
+// Redis without the script; EvalShaOf names the script; a command that is
+// no such EVALSHA stays as it is.
+func TestToEval(t *testing.T) {
+	ctx := context.Background()
+	m := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	defer rdb.Close()
+	args := append(incrBy.Args(1, 1), "k", int64(7))
+	c := incrBy.Cmd(ctx, args, true)
+	if sha, ok := evalcmd.EvalShaOf(c); !ok || sha != incrBy.Hash() {
+		t.Fatalf("EvalShaOf: %q %v, want %q", sha, ok, incrBy.Hash())
+	}
+	want := fmt.Sprintf("%#v", incrBy.Cmd(ctx, args, false).Args())
+	if !evalcmd.ToEval(c) {
+		t.Fatal("ToEval did not")
+	}
+	if got := fmt.Sprintf("%#v", c.Args()); got != want {
+		t.Errorf("after ToEval: %s, want %s", got, want)
+	}
+	if _, ok := evalcmd.EvalShaOf(c); ok || evalcmd.ToEval(c) {
+		t.Error("an EVAL taken for an EVALSHA")
+	}
+	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Process(ctx, c); err != nil || c.Val() != int64(7) {
+		t.Errorf("the EVAL on a Redis without the script: %v %v", c.Val(), err)
+	}
+	for _, other := range []redis.Cmder{
+		redis.NewCmd(ctx, "evalsha", "0123456789012345678901234567890123456789", 0), // not registered
+		redis.NewCmd(ctx, "get", "k"),
+	} {
+		before := fmt.Sprint(other.Args())
+		if _, ok := evalcmd.EvalShaOf(other); ok || evalcmd.ToEval(other) || fmt.Sprint(other.Args()) != before {
+			t.Errorf("%v taken for a registered script's EVALSHA", before)
+		}
+	}
+}

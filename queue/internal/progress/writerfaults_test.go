@@ -238,9 +238,10 @@ func TestWriterKeepsOrderAfterScriptFlush(t *testing.T) {
 	}
 }
 
-// BenchmarkFollowedScriptLoads: what a turn's last round trip pays for
-// keeping its writes in order after a script flush (store.RunFollowed): SCRIPT
-// LOAD of the scripts other ops follow (the events' and the task result's),
+// BenchmarkFollowedScriptLoads: what a turn's last round trip paid for
+// keeping its writes in order after a script flush when store.RunFollowed
+// sent SCRIPT LOAD of the scripts other ops follow (the events' and the task
+// result's) before them (it now sends their first calls as EVAL instead),
 // on a Redis that has them, in a pipeline of their own here. On a
 // redis-server of the benchmark's own, whose main thread's CPU is reported
 // per round trip.

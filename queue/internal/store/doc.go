@@ -1,8 +1,8 @@
 // Package store is lettaq's Redis storage behind package queue, on the
 // model of Asynq's internal/rdb: the one place that knows lettaq's keys
 // (Keys) and the round trips that carry a turn's writes (Op, Run,
-// RunFollowed: several steps' writes in one pipeline, in order, scripts
-// loaded first).
+// RunFollowed: several steps' writes in one pipeline, in order, each
+// script's first call that later writes follow sent as EVAL).
 //
 // The stores: Journal (the turn journal's records, intents, otid keys and
 // indexes, and the lookup's bounded scans), Replies (the reply streams,

@@ -39,16 +39,20 @@ func Run(ctx context.Context, rdb redis.UniversalClient, ops []Op) []error {
 //
 // A pipeline's commands each run on their own: a script call that Redis
 // answers NOSCRIPT (a new or restarted Redis, SCRIPT FLUSH) does nothing,
-// and the commands after it run all the same. So the scripts that a
-// followed op calls are loaded first, in the same round trip (SCRIPT LOAD,
-// registered scripts: evalcmd.Register), and a later write never overtakes
-// an earlier one (a turn's journal save, intent or release ran
-// before its event, sent again as EVAL in a second round trip). Ops whose
+// and the commands after it run all the same. So a followed op's script
+// calls never go as a bare EVALSHA of a script that the pipeline has not
+// sent yet: the first such call of each script goes as EVAL with the
+// script's text (which runs it, NOSCRIPT or not, and leaves it in Redis's
+// cache), and the later calls of the round trip, which Redis runs after
+// it on the same connection, as EVALSHA. A later write thus never
+// overtakes an earlier one (a turn's journal save, intent or release ran
+// before its event), and the text goes once per script and round trip,
+// in the call itself rather than in a SCRIPT LOAD before it. Ops whose
 // script Redis still did not have (no later op of theirs followed) run
 // again, in order, as EVAL in a second round trip.
 //
-// On a cluster the loads are not sent (a pipeline's commands for different
-// nodes do not run in order anyway).
+// On a cluster the calls stay EVALSHA (a pipeline's commands for
+// different nodes do not run in order anyway).
 func RunFollowed(ctx context.Context, rdb redis.UniversalClient, ops []Op, followed []bool) []error {
 	errs := make([]error, len(ops))
 	idx := make([]int, len(ops))
@@ -61,16 +65,14 @@ func RunFollowed(ctx context.Context, rdb redis.UniversalClient, ops []Op, follo
 		}
 		p := rdb.Pipeline()
 		fins := make([]func() error, len(idx))
-		var loads []string
+		_, single := rdb.(*redis.Client)
+		var sent []string // the hashes of the scripts the pipeline sent as EVAL
 		for k, i := range idx {
 			from := p.Len()
 			fins[k] = ops[i](ctx, p, sha)
-			if sha && (followed == nil && i < len(ops)-1 || followed != nil && followed[i]) {
-				loads = scriptsOf(p, from, loads)
+			if sha && single && (followed == nil && i < len(ops)-1 || followed != nil && followed[i]) {
+				sent = evalFirst(p, from, sent)
 			}
-		}
-		if _, single := rdb.(*redis.Client); len(loads) > 0 && single {
-			p = withLoads(ctx, rdb, p, loads)
 		}
 		_, _ = p.Exec(ctx) // every command's error is read by its op
 		var again []int
@@ -88,39 +90,24 @@ func RunFollowed(ctx context.Context, rdb redis.UniversalClient, ops []Op, follo
 // cmdsOf is what a go-redis pipeline shows of its queued commands.
 type cmdsOf interface{ Cmds() []redis.Cmder }
 
-// scriptsOf appends to loads the registered scripts that p's commands from
-// index from call by EVALSHA (once each).
-func scriptsOf(p redis.Pipeliner, from int, loads []string) []string {
+// evalFirst makes each EVALSHA among p's commands from index from, of a
+// registered script whose hash is not in sent, the EVAL of its text (in
+// place: see evalcmd.ToEval), and returns sent with those hashes.
+func evalFirst(p redis.Pipeliner, from int, sent []string) []string {
 	q, ok := p.(cmdsOf)
 	if !ok {
-		return loads
+		return sent
 	}
 	for _, c := range q.Cmds()[from:] {
-		args := c.Args()
-		if len(args) < 2 || c.Name() != "evalsha" {
+		sha, ok := evalcmd.EvalShaOf(c)
+		if !ok || slices.Contains(sent, sha) {
 			continue
 		}
-		sha, _ := args[1].(string)
-		if src, ok := evalcmd.Source(sha); ok && !slices.Contains(loads, src) {
-			loads = append(loads, src)
+		if evalcmd.ToEval(c) {
+			sent = append(sent, sha)
 		}
 	}
-	return loads
-}
-
-// withLoads returns a pipeline of SCRIPT LOAD of each of loads, then p's
-// commands (the same commands: their ops read them).
-func withLoads(ctx context.Context, rdb redis.UniversalClient, p redis.Pipeliner, loads []string) redis.Pipeliner {
-	q, ok := p.(cmdsOf)
-	if !ok {
-		return p
-	}
-	lp := rdb.Pipeline()
-	for _, src := range loads {
-		lp.ScriptLoad(ctx, src) // its failure shows as the scripts' NOSCRIPT
-	}
-	_ = lp.BatchProcess(ctx, q.Cmds()...)
-	return lp
+	return sent
 }
 
 func IsNoScript(err error) bool {

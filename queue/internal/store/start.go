@@ -126,9 +126,19 @@ func (sr *StartReads) Pending() (string, error) {
 // Thread is the conversation id kept for the thread ("" for none, not
 // read, or not readable: the caller reads it again).
 func (sr *StartReads) Thread() string {
-	if sr == nil || sr.thr == nil {
-		return ""
-	}
-	id, _ := sr.thr.Result()
+	id, _ := sr.ThreadRead()
 	return id
+}
+
+// ThreadRead is Thread, and whether the thread key was read (false: not
+// asked for, or its GET failed; true with "": the key holds nothing).
+func (sr *StartReads) ThreadRead() (id string, read bool) {
+	if sr == nil || sr.thr == nil {
+		return "", false
+	}
+	id, err := sr.thr.Result()
+	if errors.Is(err, redis.Nil) {
+		return "", true
+	}
+	return id, err == nil
 }

@@ -36,8 +36,8 @@ func TestStartReads(t *testing.T) {
 	if p, err := sr.Pending(); p != "" || err != nil {
 		t.Fatalf("empty: Pending() = %q, %v", p, err)
 	}
-	if th := sr.Thread(); th != "" {
-		t.Fatalf("empty: Thread() = %q", th)
+	if th, read := sr.ThreadRead(); th != "" || !read {
+		t.Fatalf("empty: ThreadRead() = %q, %v; want read, none", th, read)
 	}
 
 	t.Cleanup(func() {
@@ -69,8 +69,8 @@ func TestStartReads(t *testing.T) {
 	if p, err := sr.Pending(); p != "req-1" || err != nil {
 		t.Errorf("Pending() = %q, %v", p, err)
 	}
-	if th := sr.Thread(); th != "conv-1" {
-		t.Errorf("Thread() = %q", th)
+	if th, read := sr.ThreadRead(); th != "conv-1" || !read || sr.Thread() != th {
+		t.Errorf("ThreadRead() = %q, %v; Thread() = %q", th, read, sr.Thread())
 	}
 
 	// Not asked: neither the pending request nor the thread is read.
@@ -78,7 +78,7 @@ func TestStartReads(t *testing.T) {
 	if p, err := sr.Pending(); p != "" || err != nil {
 		t.Errorf("not asked: Pending() = %q, %v", p, err)
 	}
-	if th := sr.Thread(); th != "" {
-		t.Errorf("not asked: Thread() = %q", th)
+	if th, read := sr.ThreadRead(); th != "" || read {
+		t.Errorf("not asked: ThreadRead() = %q, %v; want not read", th, read)
 	}
 }

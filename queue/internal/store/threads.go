@@ -32,6 +32,13 @@ func (th Threads) Keep(ctx context.Context, hash, id string) error {
 	return th.RDB.Set(ctx, th.Keys.Thread(hash), id, 0).Err()
 }
 
+// KeepOp is Keep as an op, for a caller that sends it with other writes.
+func (th Threads) KeepOp(hash, id string) Op {
+	return func(ctx context.Context, p redis.Pipeliner, _ bool) func() error {
+		return p.Set(ctx, th.Keys.Thread(hash), id, 0).Err
+	}
+}
+
 // Lock takes hash's creation lock for at most ttl, waiting for it (bounded
 // by ctx), and returns its release.
 func (th Threads) Lock(ctx context.Context, hash string, ttl time.Duration) (unlock func(), err error) {
