@@ -11,6 +11,7 @@ import (
 
 	"github.com/lettaq/lettaq/agentclient"
 	"github.com/lettaq/lettaq/integration/lettasim"
+	"github.com/lettaq/lettaq/internal/thread"
 	"github.com/lettaq/lettaq/queue/internal/store"
 )
 
@@ -50,7 +51,7 @@ func TestThreadReadAtStartNotReadAgain(t *testing.T) {
 		if n := gets.Load(); n != c.wantGets {
 			t.Errorf("%+v: %d GETs of the thread key, want %d", c, n, c.wantGets)
 		}
-		if kept, err := rdb.Get(ctx, ThreadKey("p:", agent, m.Conversation)).Result(); err != nil || kept != id {
+		if kept, err := rdb.Get(ctx, thread.Key("p:", agent, m.Conversation.Integration, m.Conversation.ChatID)).Result(); err != nil || kept != id {
 			t.Errorf("%+v: kept %q (%v), want %q", c, kept, err, id)
 		}
 		again, err := th.resolveKnown(ctx, m, id, true, nil)
@@ -96,7 +97,7 @@ func TestThreadKeptWithTheNextRoundTrip(t *testing.T) {
 	for i, lock := range []bool{false, true} {
 		th := &threads{mode: ThreadConversation, rdb: rdb, prefix: "p:", client: ac, lock: lock, lockTTL: 10 * time.Second}
 		m := Message{AgentID: agent, Conversation: Conversation{Integration: "test", ChatID: string(rune('a' + i))}}
-		key := ThreadKey("p:", agent, m.Conversation)
+		key := thread.Key("p:", agent, m.Conversation.Integration, m.Conversation.ChatID)
 		var ops []store.Op
 		id, err := th.resolveKnown(ctx, m, "", true, func(op store.Op) { ops = append(ops, op) })
 		if err != nil || !agentclient.ValidConversationID(id) {
