@@ -15,7 +15,7 @@ import (
 	"github.com/lettaq/lettaq/queue"
 )
 
-// enqueueHandler is EnqueueHTTPHandler over a Client on the real Redis with a queue of the
+// enqueueHandler is EnqueueHandler over a Client on the real Redis with a queue of the
 // test's own, named after name and removed when the test ends: the handler, the queue, and an
 // inspector on it.
 func enqueueHandler(t *testing.T, name string, ord queue.Ordering) (http.Handler, string, *asynq.Inspector) {
