@@ -36,6 +36,7 @@ func main() {
 	root := flag.String("root", "queue", "the folder whose packages are measured (recursively)")
 	files := flag.String("files", "queue", "the package folder whose files' uses are measured")
 	top := flag.Int("top", 10, "how many of the largest types to list")
+	listBack := flag.Bool("back", false, "also list the uses running back up, one per line (user -> used)")
 	flag.Parse()
 
 	pkgs, err := readPackages(*root)
@@ -85,7 +86,7 @@ func main() {
 	fmt.Println()
 	fmt.Printf("## files of %s\n", *files)
 	edges := p.fileUses()
-	floors, back := layer(p.fileNames(), edges)
+	floors, back, backUses := layer(p.fileNames(), edges)
 	uses := 0
 	for _, to := range edges {
 		uses += len(to)
@@ -96,6 +97,12 @@ func main() {
 	}
 	fmt.Printf("files %d, uses between files %d, floors %d, uses running back up %d\n",
 		len(p.files), uses, maxFloor+1, back)
+	if *listBack {
+		sort.Strings(backUses)
+		for _, u := range backUses {
+			fmt.Println("  back up:", u)
+		}
+	}
 }
 
 type pkg struct {
@@ -320,7 +327,7 @@ func (p *pkg) fileUses() map[string]map[string]bool {
 // layer orders the files so that as few uses as possible run from a file to one placed above
 // it (a greedy feedback-arc order: sources of what is left go last, sinks first), puts each file
 // on the floor one above the highest file it uses downwards, and counts the uses that run back up.
-func layer(names []string, edges map[string]map[string]bool) (map[string]int, int) {
+func layer(names []string, edges map[string]map[string]bool) (map[string]int, int, []string) {
 	left := map[string]bool{}
 	for _, n := range names {
 		left[n] = true
@@ -388,6 +395,7 @@ func layer(names []string, edges map[string]map[string]bool) (map[string]int, in
 	}
 	floors := map[string]int{}
 	back := 0
+	var backUses []string
 	for _, n := range order {
 		f := 0
 		for m := range edges[n] {
@@ -395,9 +403,10 @@ func layer(names []string, edges map[string]map[string]bool) (map[string]int, in
 				f = max(f, floors[m]+1)
 			} else {
 				back++
+				backUses = append(backUses, n+" -> "+m)
 			}
 		}
 		floors[n] = f
 	}
-	return floors, back
+	return floors, back, backUses
 }
