@@ -27,7 +27,7 @@ func (t *turn) finish(ctx context.Context, d continuation.Result) error {
 	dctx, cancel := w.deliveryCtx(ctx)
 	defer cancel()
 	now := time.Now()
-	snap := t.st.Snapshot()
+	snap := t.letta.st.Snapshot()
 
 	t.jr.Lock()
 	a := t.jr.Current()
@@ -59,7 +59,7 @@ func (t *turn) finish(ctx context.Context, d continuation.Result) error {
 		t.jr.Rec().Usage = &Usage{PromptTokens: int(u.PromptTokens), CompletionTokens: int(u.CompletionTokens),
 			TotalTokens: int(u.TotalTokens), StepCount: int(u.StepCount)}
 	}
-	if calls := t.view.Tools(); len(calls) > 0 {
+	if calls := t.letta.view.Tools(); len(calls) > 0 {
 		t.jr.Rec().Tools = t.jr.Rec().Tools[:0]
 		for _, c := range calls {
 			ts := ToolSummary{Name: c.Name, CallID: c.CallID, Status: c.Status}
@@ -72,8 +72,8 @@ func (t *turn) finish(ctx context.Context, d continuation.Result) error {
 			t.jr.Rec().Tools = append(t.jr.Rec().Tools, ts)
 		}
 	}
-	if t.jr.Rec().TTFT == 0 && !t.view.FirstToken().IsZero() && !t.jr.Rec().EnqueuedAt.IsZero() {
-		t.jr.Rec().TTFT = t.view.FirstToken().Sub(t.jr.Rec().EnqueuedAt)
+	if t.jr.Rec().TTFT == 0 && !t.letta.view.FirstToken().IsZero() && !t.jr.Rec().EnqueuedAt.IsZero() {
+		t.jr.Rec().TTFT = t.letta.view.FirstToken().Sub(t.jr.Rec().EnqueuedAt)
 	}
 	t.jr.Unlock()
 
@@ -99,18 +99,18 @@ func (t *turn) finish(ctx context.Context, d continuation.Result) error {
 		busyInARow++
 	}
 	t.jr.Unlock()
-	cr, cancelPhase := t.cx.Decided(d, t.view.Activity())
+	cr, cancelPhase := t.cx.Decided(d, t.letta.view.Activity())
 	in := endingInput{D: d, RunID: snap.RunID, Retried: t.retried, MaxRetry: t.maxRetry, BusyInARow: busyInARow,
 		StuckRetryDelay: w.cfg.StuckRetryDelay, Cancelled: cr != nil}
 	if d.Outcome == continuation.Interrupted {
-		in.Cause = t.leaseCause(ctx)
+		in.Cause = t.letta.leaseCause(ctx)
 	}
 	e := endOf(in)
 	if e.Outcome == OutcomeCancelled {
-		t.view.Finish(false)
+		t.letta.view.Finish(false)
 		return t.endCancelled(dctx, log, *cr, cancelPhase, snap.Answer)
 	}
-	t.view.Finish(e.Final == EventAnswer)
+	t.letta.view.Finish(e.Final == EventAnswer)
 	if d.Outcome == continuation.Refused && agentclient.RetryAfter(d.Err) > MaxServerRetryAfter {
 		log.Warn("Retry-After beyond the cap: not obeyed", "retry_after", agentclient.RetryAfter(d.Err).String(),
 			"cap", MaxServerRetryAfter.String())
@@ -165,7 +165,7 @@ func (t *turn) finish(ctx context.Context, d continuation.Result) error {
 			}
 		}
 		if d.Outcome == continuation.Rejected {
-			e.Reason = t.imageRejected(d, e.Reason)
+			e.Reason = t.letta.imageRejected(d, e.Reason)
 		}
 		return t.fail(dctx, log, e.Reason, e.StopReason)
 	}
