@@ -63,6 +63,12 @@ const (
 	OutcomeAwaitingApproval = "awaiting_approval"
 )
 
+// finalOutcome reports whether o ends a turn for good: its final event
+// was written (answered, approval required, failed or cancelled).
+func finalOutcome(o string) bool {
+	return o == OutcomeAnswered || o == OutcomeFailed || o == OutcomeApprovalRequired || o == OutcomeCancelled
+}
+
 // Which clock ended an attempt (Attempt.TimeoutClock); "" when none did.
 const (
 	TimeoutClockConnect  = "connect"

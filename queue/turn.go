@@ -393,7 +393,7 @@ func (t *turn) startRead() store.StartRead {
 // startStores are the stores startRead reads.
 func (w *Worker) startStores() store.StartStores {
 	return store.StartStores{Journal: w.journal.st, Replies: w.replies.st,
-		Approvals: w.approvals.Store().Redis(), Threads: w.threads.store()}
+		Approvals: w.approvals.Store().Redis(), Threads: w.threads.stored()}
 }
 
 // readStart reads what startReads says, unless acquire read it with the
@@ -559,10 +559,6 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 		tk: t.tk, cx: &t.cx, ca: (*cancelRun)(t), progress: t.progress, saveNow: t.save, saveQueued: t.saveLater, endWith: t.finish},
 		spec, runThread{known: known, read: read}, rec.RunID, t.emitEvent)
 	return nil, false
-}
-
-func finalOutcome(o string) bool {
-	return o == OutcomeAnswered || o == OutcomeFailed || o == OutcomeApprovalRequired || o == OutcomeCancelled
 }
 
 // retryEarly ends an attempt that failed before it could run (Redis
