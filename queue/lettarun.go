@@ -112,7 +112,7 @@ func (r *lettaRun) execute(ctx context.Context) error {
 	r.thread = runThread{} // resolved: not kept while the turn waits
 	if err != nil {
 		r.view.StopHeartbeat()
-		err = r.endWith(ctx, threadUnresolved(ctx, err))
+		err = r.threadFailed(ctx, err)
 		cancel()
 		return err
 	}
@@ -144,6 +144,12 @@ func (r *lettaRun) step(ctx context.Context) error {
 // decided ends the attempt with the run's decision (its copy lives in this
 // frame, not in step's).
 func (r *lettaRun) decided(ctx context.Context) error { return r.endWith(ctx, r.dec) }
+
+// threadFailed ends the attempt whose thread could not be resolved (see
+// threadUnresolved; the decision lives in this frame, not in execute's).
+func (r *lettaRun) threadFailed(ctx context.Context, err error) error {
+	return r.endWith(ctx, threadUnresolved(ctx, err))
+}
 
 // workContext is ctx less the room that delivery needs before Asynq's
 // deadline, and, with ordering, cancelled when the turn's lease is lost
