@@ -131,6 +131,7 @@ func (w *Worker) newTurn(ctx context.Context, task *asynq.Task) (*turn, error) {
 	t.tk = newRegistration(t)
 	t.obs.Observer = w.obs
 	t.jr = journal.NewAttempt(w.journal.saver)
+	t.textBudget.max, t.textBudget.log, t.textBudget.jr = int64(w.cfg.MaxReplyBytes), t.log, t.jr
 	t.progress = w.writer.NewQueue(msg.Conversation, t.writeFailed, t.log)
 	key := ""
 	if w.ord != nil {
@@ -295,11 +296,11 @@ type turn struct {
 	ids               *turnIDs
 	progress          *progress.Queue // progress events, written off the stream's reader
 
-	redisTrouble atomic.Bool  // a Redis read or write failed: see awaitRedis
-	line         *line.Place  // its place in its chat's line: the lease, the release, merged messages, the park
-	replyBytes   atomic.Int64 // progress text written to the reply stream (see replyAllowed)
+	redisTrouble atomic.Bool // a Redis read or write failed: see awaitRedis
+	line         *line.Place // its place in its chat's line: the lease, the release, merged messages, the park
+	textBudget   replyBudget // the progress text it may write to the reply stream
 
-	pre *store.StartReads // read before the attempt runs (until the thread is known)
+	pre *store.StartReads // read before the attempt runs (until it makes its run)
 	cx  cancel.Turn       // its cancel, if one is asked for (cancelturn.go)
 	ap  approval.Turn     // its approvals: the gate, an answer turn's request (approvalturn.go)
 
@@ -581,7 +582,7 @@ func (t *turn) emit(ev ReplyEvent) { t.emitEvent(ev, false) }
 // run id: newLettaRun); a lazy one waits for whatever else is due
 // (progress.Queue.PushLazy).
 func (t *turn) emitEvent(ev ReplyEvent, lazy bool) {
-	ev, ok := t.replyBudget(ev)
+	ev, ok := t.textBudget.take(ev)
 	if !ok {
 		return
 	}
