@@ -296,12 +296,12 @@ func (j *Journal) Intents(ctx context.Context, taskID string) ([]Intent, error) 
 // rec is not modified; the stored copy gets UpdatedAt, and QueueWait and
 // Latency when they are zero and can be computed.
 func (j *Journal) Save(ctx context.Context, rec *TurnRecord) error {
-	return j.save(ctx, rec, 0)
+	return j.saveBy(ctx, rec, 0)
 }
 
 // save is Save for the runner numbered runner (0: none; see
 // journal.Saver.SaveOp).
-func (j *Journal) save(ctx context.Context, rec *TurnRecord, runner int64) error {
+func (j *Journal) saveBy(ctx context.Context, rec *TurnRecord, runner int64) error {
 	op, err := j.saver.SaveOp(rec, false, runner, nil)
 	if err != nil {
 		return err
