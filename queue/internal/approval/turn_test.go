@@ -206,7 +206,7 @@ func TestFailedAnswerLeavesTheRequestPending(t *testing.T) {
 	}
 	// The next answer ended (its run known) but the request was not told.
 	next := got.NextAnswerTaskID()
-	e.jr[next] = &record.TurnRecord{TaskID: next, Outcome: outcomeAnswered, RunID: "run-3", FinishedAt: time.Now()}
+	e.jr[next] = &record.TurnRecord{TaskID: next, Outcome: record.OutcomeAnswered, RunID: "run-3", FinishedAt: time.Now()}
 	msg := e.part.Turn(Ident{TaskID: "turn:2", AgentID: "agent-1", Conversation: chat, Key: "k2"}, &attempt{}, quiet)
 	if g := msg.Gate(ctx, reads("turn:1"), true); g.Wait || g.Fail != "" || g.Err != nil {
 		t.Errorf("message after the settled answer: %+v, want to go on", g)

@@ -30,7 +30,7 @@ type (
 
 const (
 	OutcomeAnswered      = "answered"
-	OutcomeFailed        = outcomeFailed
+	OutcomeFailed        = record.OutcomeFailed
 	OutcomeRetrying      = "retrying"
 	TimeoutClockStall    = "stall"
 	ResendSent           = "resent"
