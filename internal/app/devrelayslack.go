@@ -25,11 +25,11 @@ func startDevSlack(ctx context.Context, cfg WorkerSettings, dev *DevEnv, logger 
 		f.Stop()
 		return nil, err
 	}
-	f.SetApp("http://" + addr + SlackPath)
+	f.User.SetApp("http://" + addr + SlackPath)
 	done := make(chan struct{})
 	go func() { <-stopped; f.Stop(); close(done) }()
 	return &devRelay{
-		greet: func(w io.Writer) { printSlackGreeting(w, f.UserURL(), f.APIURL(), "http://"+addr+SlackPath) },
+		greet: func(w io.Writer) { printSlackGreeting(w, f.User.URL(), f.APIURL(), "http://"+addr+SlackPath) },
 		done:  done,
 	}, nil
 }
