@@ -41,26 +41,26 @@ import (
 
 // Turn outcomes (TurnRecord.Outcome and Attempt.Outcome).
 const (
-	OutcomeAnswered         = "answered"
-	OutcomeFailed           = "failed"
-	OutcomeApprovalRequired = "approval_required"
-	OutcomeStillRunning     = "still_running"
-	OutcomeNotAdmitted      = "not_admitted"
+	OutcomeAnswered         = record.OutcomeAnswered
+	OutcomeFailed           = record.OutcomeFailed
+	OutcomeApprovalRequired = record.OutcomeApprovalRequired
+	OutcomeStillRunning     = record.OutcomeStillRunning
+	OutcomeNotAdmitted      = record.OutcomeNotAdmitted
 	// OutcomeCancelled: the turn was stopped (Client.Cancel); TurnRecord.Cancel
 	// says by whom, when and in which phase.
-	OutcomeCancelled = "cancelled"
+	OutcomeCancelled = record.OutcomeCancelled
 	// OutcomeRetrying ends an attempt that left the turn to a later attempt.
-	OutcomeRetrying = "retrying"
+	OutcomeRetrying = record.OutcomeRetrying
 	// OutcomeCoalesced: the message was answered by another turn (AnsweredBy).
-	OutcomeCoalesced = "coalesced"
+	OutcomeCoalesced = record.OutcomeCoalesced
 	// OutcomeBusy ends an attempt refused because the agent's thread was
 	// busy with another run (Attempt.Outcome).
-	OutcomeBusy = "busy"
+	OutcomeBusy = record.OutcomeBusy
 	// OutcomeAwaitingApproval ends an attempt of a message that waits for its
 	// chat's approval request to be answered (policy wait or deny) and could
 	// not park (queue/internal/line: its task could not be read, or a takeover runs
 	// it): it is put back like a busy turn, without a retry used.
-	OutcomeAwaitingApproval = "awaiting_approval"
+	OutcomeAwaitingApproval = record.OutcomeAwaitingApproval
 )
 
 // Which clock ended an attempt (Attempt.TimeoutClock); "" when none did.
