@@ -19,11 +19,16 @@ func Slot(key string) int {
 
 // TagForSlot returns a short hash tag ("{…}" included) whose keys all fall in
 // slot: a test puts keys in a chosen slot with TagForSlot(slot)+"rest".
-func TagForSlot(slot int) string {
+func TagForSlot(slot int) string { return "{" + NameInSlot("", slot) + "}" }
+
+// NameInSlot returns prefix followed by the smallest number that makes a
+// key, or a hash tag, in slot: an Asynq queue of that name keeps its keys
+// ("asynq:{name}:…") in slot.
+func NameInSlot(prefix string, slot int) string {
 	for i := 0; ; i++ {
-		tag := strconv.Itoa(i)
-		if int(crc16(tag)%Slots) == slot {
-			return "{" + tag + "}"
+		name := prefix + strconv.Itoa(i)
+		if int(crc16(name)%Slots) == slot {
+			return name
 		}
 	}
 }
