@@ -41,33 +41,27 @@ import (
 
 // Turn outcomes (TurnRecord.Outcome and Attempt.Outcome).
 const (
-	OutcomeAnswered         = "answered"
-	OutcomeFailed           = "failed"
-	OutcomeApprovalRequired = "approval_required"
-	OutcomeStillRunning     = "still_running"
-	OutcomeNotAdmitted      = "not_admitted"
+	OutcomeAnswered         = record.OutcomeAnswered
+	OutcomeFailed           = record.OutcomeFailed
+	OutcomeApprovalRequired = record.OutcomeApprovalRequired
+	OutcomeStillRunning     = record.OutcomeStillRunning
+	OutcomeNotAdmitted      = record.OutcomeNotAdmitted
 	// OutcomeCancelled: the turn was stopped (Client.Cancel); TurnRecord.Cancel
 	// says by whom, when and in which phase.
-	OutcomeCancelled = "cancelled"
+	OutcomeCancelled = record.OutcomeCancelled
 	// OutcomeRetrying ends an attempt that left the turn to a later attempt.
-	OutcomeRetrying = "retrying"
+	OutcomeRetrying = record.OutcomeRetrying
 	// OutcomeCoalesced: the message was answered by another turn (AnsweredBy).
-	OutcomeCoalesced = "coalesced"
+	OutcomeCoalesced = record.OutcomeCoalesced
 	// OutcomeBusy ends an attempt refused because the agent's thread was
 	// busy with another run (Attempt.Outcome).
-	OutcomeBusy = "busy"
+	OutcomeBusy = record.OutcomeBusy
 	// OutcomeAwaitingApproval ends an attempt of a message that waits for its
 	// chat's approval request to be answered (policy wait or deny) and could
 	// not park (queue/internal/line: its task could not be read, or a takeover runs
 	// it): it is put back like a busy turn, without a retry used.
-	OutcomeAwaitingApproval = "awaiting_approval"
+	OutcomeAwaitingApproval = record.OutcomeAwaitingApproval
 )
-
-// finalOutcome reports whether o ends a turn for good: its final event
-// was written (answered, approval required, failed or cancelled).
-func finalOutcome(o string) bool {
-	return o == OutcomeAnswered || o == OutcomeFailed || o == OutcomeApprovalRequired || o == OutcomeCancelled
-}
 
 // Which clock ended an attempt (Attempt.TimeoutClock); "" when none did.
 const (
@@ -302,12 +296,12 @@ func (j *Journal) Intents(ctx context.Context, taskID string) ([]Intent, error) 
 // rec is not modified; the stored copy gets UpdatedAt, and QueueWait and
 // Latency when they are zero and can be computed.
 func (j *Journal) Save(ctx context.Context, rec *TurnRecord) error {
-	return j.save(ctx, rec, 0)
+	return j.saveBy(ctx, rec, 0)
 }
 
 // save is Save for the runner numbered runner (0: none; see
 // journal.Saver.SaveOp).
-func (j *Journal) save(ctx context.Context, rec *TurnRecord, runner int64) error {
+func (j *Journal) saveBy(ctx context.Context, rec *TurnRecord, runner int64) error {
 	op, err := j.saver.SaveOp(rec, false, runner, nil)
 	if err != nil {
 		return err

@@ -49,8 +49,8 @@ type lettaRun struct {
 var errPending = errors.New("lettaq: the turn waits for the agent")
 
 // runParts is what a run is given when it is made: the worker's parts it
-// uses, the attempt's parts it shares, and the three things it asks of the
-// attempt (a journal save now, one queued, and the attempt's end).
+// uses, the attempt's parts it shares (its record's saves among them), and
+// the attempt's end, which it calls with its decision.
 type runParts struct {
 	runner   *continuation.Runner
 	cfg      *WorkerConfig // its Budget, HeartbeatInterval, DeltaMaxAge, WorkerID
@@ -69,10 +69,9 @@ type runParts struct {
 	cx       *cancel.Turn
 	ca       cancel.Attempt // the attempt as its cancel's checks see it
 	progress *progress.Queue
+	rec      *recordWriter // the attempt's record saves: now (save) or queued (saveLater)
 
-	saveNow    func(context.Context, ...store.Op) error         // journals the record and waits for it
-	saveQueued func()                                           // queues a journal save
-	endWith    func(context.Context, continuation.Result) error // ends the attempt with the run's decision
+	endWith func(context.Context, continuation.Result) error // ends the attempt with the run's decision
 }
 
 // runThread is the chat's thread key as the attempt's start read it
@@ -218,7 +217,7 @@ func (r *lettaRun) resolveThread(ctx context.Context) (string, error) {
 	// Journaled before the send (the queued save goes with the intent at
 	// the latest): a retry looks for the otid in this thread, whatever the
 	// mode is by then.
-	r.saveQueued()
+	r.rec.saveLater()
 	return id, nil
 }
 
@@ -296,7 +295,7 @@ func (r *lettaRun) saveRunID() {
 	r.jr.Lock()
 	r.jr.Rec().RunID = id
 	r.jr.Unlock()
-	r.saveQueued() // off the stream's reader, with the next progress events
+	r.rec.saveLater() // off the stream's reader, with the next progress events
 	r.cx.RunKnown(r.ca, r.log)
 }
 
@@ -312,7 +311,7 @@ func (r *lettaRun) onPhase(p continuation.Activity) {
 		}
 		ctx, cancel := context.WithTimeout(r.dctx, 5*time.Second)
 		defer cancel()
-		if err := r.saveNow(ctx); err != nil {
+		if err := r.rec.save(ctx); err != nil {
 			r.log.Warn("could not journal the phase", "phase", string(p), "error", err.Error())
 		}
 	}

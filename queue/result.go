@@ -10,6 +10,34 @@ import (
 	"unicode/utf8"
 )
 
+// TurnResult is what a finished turn writes as its Asynq task result
+// (Inspector.GetTaskInfo(queue, id).Result), as JSON.
+type TurnResult struct {
+	// Summary is one line for people (the monitor shows the result raw):
+	// outcome, time, attempts, the answer's start.
+	Summary    string     `json:"summary"`
+	TaskID     string     `json:"task_id"`
+	Otid       string     `json:"otid"`
+	RunID      string     `json:"run_id,omitempty"`
+	Outcome    string     `json:"outcome"`
+	Answer     string     `json:"answer"`
+	StopReason string     `json:"stop_reason,omitempty"`
+	Approval   *ToolEvent `json:"approval,omitempty"`
+	Usage      *Usage     `json:"usage,omitempty"`
+	Attempts   int        `json:"attempts"`
+	// AnsweredBy: for a message merged into another turn (outcome
+	// coalesced), that turn's task id.
+	AnsweredBy string `json:"answered_by,omitempty"`
+	// Merged: the task ids merged into this turn.
+	Merged []string `json:"merged,omitempty"`
+	// Timings in milliseconds: enqueue → first start, enqueue → first
+	// answer token, enqueue → end, and this attempt's duration.
+	QueueWaitMS int64 `json:"queue_wait_ms"`
+	TTFTMS      int64 `json:"ttft_ms,omitempty"`
+	LatencyMS   int64 `json:"latency_ms"`
+	AttemptMS   int64 `json:"attempt_ms"`
+}
+
 // summaryAnswerRunes bounds the answer's part of TurnResult.Summary.
 const summaryAnswerRunes = 120
 
