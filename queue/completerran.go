@@ -11,7 +11,7 @@ import (
 	"github.com/lettaq/lettaq/queue/internal/tools"
 )
 
-// runEnd is what the run at Letta leaves for its attempt's end (turn.finish
+// runEnd is what the run at Letta leaves for its attempt's end (lettaRun.finish
 // gathers it): the continuation's decision and what the stream saw.
 type runEnd struct {
 	D          continuation.Result

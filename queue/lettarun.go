@@ -23,7 +23,7 @@ import (
 // Letta conversation, the checks before each send (fenced, cancelled, the
 // intent to send journaled), the stream's state, what the chat is told
 // while the run goes on (live.Stream), and the run's decision, with which
-// it ends the attempt.
+// it ends the attempt (finish).
 //
 // The attempt makes it once its start is done (prepare) and holds it. What
 // must live while the stream waits for the agent lives here, on the heap,
@@ -49,8 +49,8 @@ type lettaRun struct {
 var errPending = errors.New("lettaq: the turn waits for the agent")
 
 // runParts is what a run is given when it is made: the worker's parts it
-// uses, the attempt's parts it shares (its record's saves among them), and
-// the attempt's end, which it calls with its decision.
+// uses and the attempt's parts it shares (its record's saves and its
+// completer among them).
 type runParts struct {
 	runner   *continuation.Runner
 	cfg      *WorkerConfig // its Budget, HeartbeatInterval, DeltaMaxAge, WorkerID
@@ -70,8 +70,7 @@ type runParts struct {
 	ca       cancel.Attempt // the attempt as its cancel's checks see it
 	progress *progress.Queue
 	rec      *recordWriter // the attempt's record saves: now (save) or queued (saveLater)
-
-	endWith func(context.Context, continuation.Result) error // ends the attempt with the run's decision
+	end      *completer    // applies how the attempt ends, given what the run left (ran)
 }
 
 // runThread is the chat's thread key as the attempt's start read it
@@ -142,12 +141,30 @@ func (r *lettaRun) step(ctx context.Context) error {
 
 // decided ends the attempt with the run's decision (its copy lives in this
 // frame, not in step's).
-func (r *lettaRun) decided(ctx context.Context) error { return r.endWith(ctx, r.dec) }
+func (r *lettaRun) decided(ctx context.Context) error { return r.finish(ctx, r.dec) }
 
 // threadFailed ends the attempt whose thread could not be resolved (see
 // threadUnresolved; the decision lives in this frame, not in execute's).
 func (r *lettaRun) threadFailed(ctx context.Context, err error) error {
-	return r.endWith(ctx, threadUnresolved(ctx, err))
+	return r.finish(ctx, threadUnresolved(ctx, err))
+}
+
+// finish ends the attempt with the run's decision d: what the run leaves
+// (runEnd) goes to the attempt's completer, which decides how the attempt
+// ends (endOf) and applies it.
+func (r *lettaRun) finish(ctx context.Context, d continuation.Result) error {
+	if r.tk.TakenOver(ctx) {
+		return r.tk.EndTakenOver() // fenced: another worker continues the turn
+	}
+	e := runEnd{D: d, Snap: r.st.Snapshot(), Tools: r.view.Tools(), FirstToken: r.view.FirstToken(), Finish: r.view.Finish}
+	e.Cancel, e.CancelPhase = r.cx.Decided(d, r.view.Activity())
+	if d.Outcome == continuation.Interrupted {
+		e.Cause = r.leaseCause(ctx)
+	}
+	if d.Outcome == continuation.Rejected {
+		e.ImageNote = r.imageRejected(d, "")
+	}
+	return r.end.ran(ctx, &e)
 }
 
 // workContext is ctx less the room that delivery needs before Asynq's

@@ -464,7 +464,7 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 		Started: rec.FirstStartedAt, PriorIntent: len(intents) > 0, Images: lettaImages(t.msg.Images), Approvals: approvals}
 	t.letta = newLettaRun(runParts{runner: w.runner, cfg: &w.cfg, threads: w.threads, journal: w.journal, replies: w.replies,
 		oneRedis: w.oneRedis(), msg: &t.msg, ids: t.ids, log: t.log, dctx: t.detached(), line: t.line, jr: t.jr,
-		tk: t.tk, cx: &t.cx, ca: (*cancelRun)(t), progress: t.progress, rec: t.recordWriter, endWith: t.finish},
+		tk: t.tk, cx: &t.cx, ca: (*cancelRun)(t), progress: t.progress, rec: t.recordWriter, end: t.end},
 		spec, runThread{known: known, read: read}, rec.RunID, t.emitEvent)
 	return nil, false
 }
