@@ -7,8 +7,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -16,8 +14,6 @@ import (
 
 	"github.com/lettaq/lettaq/agentclient"
 	"github.com/lettaq/lettaq/budget"
-	"github.com/lettaq/lettaq/continuation"
-	"github.com/lettaq/lettaq/internal/queueweights"
 	"github.com/lettaq/lettaq/internal/redisopt"
 	"github.com/lettaq/lettaq/ordering"
 	"github.com/lettaq/lettaq/queue/internal/approval"
@@ -26,7 +22,6 @@ import (
 	"github.com/lettaq/lettaq/queue/internal/health"
 	"github.com/lettaq/lettaq/queue/internal/line"
 	"github.com/lettaq/lettaq/queue/internal/progress"
-	"github.com/lettaq/lettaq/queue/internal/service"
 	"github.com/lettaq/lettaq/queue/internal/takeover"
 )
 
@@ -164,34 +159,23 @@ type WorkerConfig struct {
 
 // Worker runs turns from the queue.
 type Worker struct {
-	cfg       WorkerConfig
-	log       *slog.Logger
-	client    *agentclient.Client
-	runner    *continuation.Runner
-	replies   *Replies
-	journal   *Journal
-	obs       Observer
-	rdb       redis.UniversalClient // on the Asynq Redis (closed when ownsRdb)
-	ownsRdb   bool
-	conn      asynq.RedisConnOpt // what the worker's and Asynq's clients are made from: redisopt.Lean(cfg.Redis)
-	ord       *orderer           // nil: no ordering
-	lines     *line.Lines        // the chats' lines: places, parking, waking, the sweep (queue/internal/line)
-	threads   *threads
-	approvals *approval.Part
-	writer    *progress.Writer // the turns' progress events and queued writes
-
-	// ownsClient: the worker made client (from LettaURL), so it closes
-	// the client's idle connections when it stops.
-	ownsClient bool
-
-	stops     service.Stops // what shutdown cancels: the handlers' contexts (with errShutdown)
-	runOnce   sync.Once
-	inflight  sync.WaitGroup               // handlers, so that shutdown waits for their bookkeeping
-	srv       atomic.Pointer[asynq.Server] // set by Run: its Ping uses Asynq's own connection
-	permanent asynqlog.Permanent           // tasks whose handler's error was permanent, until Asynq logs their archiving
-	cancels   cancel.Running[*cancelRun]   // the turns running here, for the cancel channel (cancelturn.go)
-	health    health.Health                // what Ready says
-	tk        *takeover.Registry           // the takeover registry (nil: off)
+	cfg        WorkerConfig
+	log        *slog.Logger
+	obs        Observer
+	letta      // the agent client and the continuation runner (conns.go)
+	redisConns // the Redis option and client the worker makes and closes (conns.go)
+	lifecycle  // Run: Asynq's server, the handlers in flight, what a shutdown cancels (lifecycle.go)
+	replies    *Replies
+	journal    *Journal
+	ord        *orderer    // nil: no ordering
+	lines      *line.Lines // the chats' lines: places, parking, waking, the sweep (queue/internal/line)
+	threads    *threads
+	approvals  *approval.Part
+	writer     *progress.Writer           // the turns' progress events and queued writes
+	permanent  asynqlog.Permanent         // tasks whose handler's error was permanent, until Asynq logs their archiving
+	cancels    cancel.Running[*cancelRun] // the turns running here, for the cancel channel (cancelturn.go)
+	health     health.Health              // what Ready says
+	tk         *takeover.Registry         // the takeover registry (nil: off)
 }
 
 // errShutdown is the cause of the handlers' context when the worker shuts
@@ -252,21 +236,12 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	if len(cfg.Ordering.Coalesce) > 0 && !cfg.Ordering.Off && cfg.Ordering.Scope != ordering.ScopeConversation {
 		return nil, errors.New("queue: Ordering.Coalesce needs the conversation scope (an agent's line mixes chats)")
 	}
-	w := &Worker{cfg: cfg, log: cfg.Logger, obs: cfg.Observer, conn: redisopt.Lean(cfg.Redis)}
-	w.client = cfg.Letta
-	if w.client == nil {
-		c, err := agentclient.New(agentclient.Config{BaseURL: cfg.LettaURL, APIKey: cfg.LettaAPIKey,
-			RequestTimeout: cfg.Budget.RequestTimeout, StreamTransport: cfg.StreamTransport})
-		if err != nil {
-			return nil, fmt.Errorf("queue: letta client: %w", err)
-		}
-		w.client, w.ownsClient = c, true
-	}
-	r, err := continuation.New(continuation.Config{Client: w.client, Budget: cfg.Budget, Logger: cfg.Logger})
+	w := &Worker{cfg: cfg, log: cfg.Logger, obs: cfg.Observer, redisConns: redisConns{conn: redisopt.Lean(cfg.Redis)}}
+	l, err := newLetta(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("queue: %w", err)
+		return nil, err
 	}
-	w.runner = r
+	w.letta = l
 	if cfg.Replies == nil {
 		if err := checkClusterPrefix(cfg.Redis, "reply", cfg.RepliesOptions.Prefix); err != nil {
 			return nil, err
@@ -277,15 +252,8 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 			return nil, err
 		}
 	}
-	switch {
-	case cfg.RedisClient != nil:
-		w.rdb = cfg.RedisClient
-	case cfg.Replies == nil || cfg.Journal == nil:
-		rdb, ok := w.conn.MakeRedisClient().(redis.UniversalClient)
-		if !ok {
-			return nil, errors.New("queue: WorkerConfig.Redis does not make a go-redis v9 client; set Replies and Journal")
-		}
-		w.rdb, w.ownsRdb = rdb, true
+	if err := w.dialRedis(cfg); err != nil {
+		return nil, err
 	}
 	w.replies = cfg.Replies
 	if w.replies == nil {
@@ -417,103 +385,6 @@ func (w *Worker) isFailure(err error) bool {
 	return isFailure(err)
 }
 
-// Run works on the queues until ctx is done, then shuts down gracefully:
-// it stops taking tasks, lets turns in flight finish for ShutdownTimeout,
-// interrupts the rest a little before that (their state is journaled) and
-// Asynq puts them back. Run may be called once.
-func (w *Worker) Run(ctx context.Context) error {
-	err := errors.New("queue: Worker.Run called twice")
-	w.runOnce.Do(func() { err = w.run(ctx) })
-	return err
-}
-
-func (w *Worker) run(ctx context.Context) error {
-	defer w.closeRedis()
-	srv := asynq.NewServer(w.conn, w.ServerConfig())
-	w.srv.Store(srv)
-	mux := asynq.NewServeMux()
-	mux.Handle(TaskType, w.Handler())
-	mux.Handle(TakeoverTaskType, w.Handler())
-	parts := w.parts(&asynqServer{w: w, srv: srv, mux: mux})
-	if err := parts.Start(context.Background()); err != nil {
-		return fmt.Errorf("queue: start worker: %w", err)
-	}
-	w.log.Info("worker started", "worker", w.cfg.WorkerID, "queues", queueweights.String(w.cfg.Queues),
-		"concurrency", w.cfg.Concurrency, "task_timeout", w.cfg.Budget.TaskTimeout().String())
-	<-ctx.Done()
-	w.log.Info("worker shutting down", "worker", w.cfg.WorkerID, "timeout", w.cfg.ShutdownTimeout.String())
-	parts.Stop()
-	if w.ownsClient {
-		w.client.CloseIdleConnections()
-	}
-	return nil
-}
-
-// parts are what a running worker is made of, in the order they start;
-// they stop in the reverse order:
-//
-//  0. the progress writer (queue/internal/progress): its loop runs only
-//     while writes wait; it is last to stop, once every other part is
-//     stopped, so that it writes what still waits before the worker
-//     closes its Redis clients;
-//  1. the takeover beats and watch (takeover.go), when on: first, so that
-//     every turn registers from its first attempt; the last but the writer
-//     to stop, so that a worker that stops is not taken for dead while its
-//     turns are put back, and then it leaves the registry;
-//  2. Asynq's server, which runs the turns (asynqServer);
-//  3. the park sweeper (queue/internal/line): turns a dead worker left
-//     parked in no Asynq queue are enqueued again;
-//  4. the cancel subscriber (cancelturn.go): cancels of the turns running
-//     here, heard as they are published. It stops first: a worker that
-//     shuts down hears no more cancels, and the attempt that continues an
-//     interrupted turn elsewhere reads its cancel record at its start.
-//
-// The readiness probe is no loop: Ready starts one on demand, at most one
-// at a time (queue/internal/health).
-func (w *Worker) parts(server service.Service) *service.Group {
-	var g service.Group
-	g.Add(w.writer)
-	if w.tk != nil {
-		g.Add(w.tk)
-	}
-	g.Add(server, w.lines.Sweeper(), w.cancelSubscriber())
-	return &g
-}
-
-// asynqServer is Asynq's server as one of the worker's parts.
-type asynqServer struct {
-	w   *Worker
-	srv *asynq.Server
-	mux *asynq.ServeMux
-}
-
-func (a *asynqServer) Start(context.Context) error { return a.srv.Start(a.mux) }
-
-// Stop shuts the server down gracefully: it stops taking tasks, lets
-// turns in flight finish for ShutdownTimeout, interrupts the rest a little
-// before that (their state is journaled) so that Asynq puts them back, and
-// waits for the handlers' bookkeeping and the parked turns' re-enqueues.
-func (a *asynqServer) Stop() {
-	w := a.w
-	// Interrupt the turns still running shortly before Asynq gives up on
-	// them, so that each journals its state and returns on its own.
-	grace := min(2*time.Second, w.cfg.ShutdownTimeout/4)
-	t := time.AfterFunc(w.cfg.ShutdownTimeout-grace, func() { w.stops.Stop(errShutdown) })
-	a.srv.Shutdown()
-	t.Stop()
-	w.stops.Stop(errShutdown)
-	// Asynq stops waiting for a handler once its context is done; wait for
-	// the handlers to journal how they ended.
-	done := make(chan struct{})
-	go func() { w.inflight.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(grace + time.Second):
-		w.log.Warn("worker: turns still finishing after shutdown")
-	}
-	w.lines.Drain(2 * time.Second) // the parked turns' re-enqueues
-}
-
 // awaitRedis returns once Redis answers again, or when ctx (the attempt's
 // task context: its deadline, a lost Asynq lease, a shutdown) is done. An
 // attempt that saw a Redis write fail calls it before it releases its
@@ -556,9 +427,7 @@ func (w *Worker) closeRedis() {
 	_ = w.approvals.Close()
 	w.lines.Close() // (under ordering its re-enqueues use the orderer's Inspector)
 	w.ord.close()
-	if w.ownsRdb {
-		_ = w.rdb.Close()
-	}
+	w.closeRdb()
 }
 
 // retryAfterError asks for the task to be retried after Delay (retryDelay

@@ -1,0 +1,80 @@
+package queue
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lettaq/lettaq/agentclient"
+	"github.com/lettaq/lettaq/continuation"
+)
+
+// letta is the worker's side of Letta: the agent client, and the
+// continuation runner that runs each attempt over it. When the worker made
+// the client (from LettaURL), it closes its idle connections once it stops.
+type letta struct {
+	client     *agentclient.Client
+	ownsClient bool
+	runner     *continuation.Runner
+}
+
+// newLetta takes cfg.Letta, or makes a client from LettaURL, LettaAPIKey and
+// StreamTransport, and the runner over it.
+func newLetta(cfg WorkerConfig) (letta, error) {
+	l := letta{client: cfg.Letta}
+	if l.client == nil {
+		c, err := agentclient.New(agentclient.Config{BaseURL: cfg.LettaURL, APIKey: cfg.LettaAPIKey,
+			RequestTimeout: cfg.Budget.RequestTimeout, StreamTransport: cfg.StreamTransport})
+		if err != nil {
+			return letta{}, fmt.Errorf("queue: letta client: %w", err)
+		}
+		l.client, l.ownsClient = c, true
+	}
+	r, err := continuation.New(continuation.Config{Client: l.client, Budget: cfg.Budget, Logger: cfg.Logger})
+	if err != nil {
+		return letta{}, fmt.Errorf("queue: %w", err)
+	}
+	l.runner = r
+	return l, nil
+}
+
+// closeIdle closes the idle connections of a client the worker made.
+func (l *letta) closeIdle() {
+	if l.ownsClient {
+		l.client.CloseIdleConnections()
+	}
+}
+
+// redisConns are the worker's own Redis connections: the option that its
+// clients and Asynq's are made from, and the go-redis client on the Asynq
+// Redis for its own reads and writes, which it closes when it made it.
+type redisConns struct {
+	conn    asynq.RedisConnOpt    // redisopt.Lean(cfg.Redis)
+	rdb     redis.UniversalClient // nil: Replies and Journal were given, without RedisClient
+	ownsRdb bool
+}
+
+// dialRedis takes cfg.RedisClient, or makes a client from conn when the
+// worker makes its Replies or its Journal.
+func (c *redisConns) dialRedis(cfg WorkerConfig) error {
+	switch {
+	case cfg.RedisClient != nil:
+		c.rdb = cfg.RedisClient
+	case cfg.Replies == nil || cfg.Journal == nil:
+		rdb, ok := c.conn.MakeRedisClient().(redis.UniversalClient)
+		if !ok {
+			return errors.New("queue: WorkerConfig.Redis does not make a go-redis v9 client; set Replies and Journal")
+		}
+		c.rdb, c.ownsRdb = rdb, true
+	}
+	return nil
+}
+
+// closeRdb closes the client the worker made.
+func (c *redisConns) closeRdb() {
+	if c.ownsRdb {
+		_ = c.rdb.Close()
+	}
+}
