@@ -20,19 +20,19 @@ type letta struct {
 	runner     *continuation.Runner
 }
 
-// newLetta takes cfg.Letta, or makes a client from LettaURL, LettaAPIKey and
-// StreamTransport, and the runner over it.
-func newLetta(cfg WorkerConfig) (letta, error) {
-	l := letta{client: cfg.Letta}
+// newLetta takes the given client, or makes one from mk, and the runner
+// over it (cont: its Client is set here).
+func newLetta(given *agentclient.Client, mk agentclient.Config, cont continuation.Config) (letta, error) {
+	l := letta{client: given}
 	if l.client == nil {
-		c, err := agentclient.New(agentclient.Config{BaseURL: cfg.LettaURL, APIKey: cfg.LettaAPIKey,
-			RequestTimeout: cfg.Budget.RequestTimeout, StreamTransport: cfg.StreamTransport})
+		c, err := agentclient.New(mk)
 		if err != nil {
 			return letta{}, fmt.Errorf("queue: letta client: %w", err)
 		}
 		l.client, l.ownsClient = c, true
 	}
-	r, err := continuation.New(continuation.Config{Client: l.client, Budget: cfg.Budget, Logger: cfg.Logger})
+	cont.Client = l.client
+	r, err := continuation.New(cont)
 	if err != nil {
 		return letta{}, fmt.Errorf("queue: %w", err)
 	}
@@ -56,13 +56,13 @@ type redisConns struct {
 	ownsRdb bool
 }
 
-// dialRedis takes cfg.RedisClient, or makes a client from conn when the
-// worker makes its Replies or its Journal.
-func (c *redisConns) dialRedis(cfg WorkerConfig) error {
+// dialRedis takes the given client, or makes one from conn when the worker
+// needs one of its own (it makes its Replies or its Journal).
+func (c *redisConns) dialRedis(given redis.UniversalClient, need bool) error {
 	switch {
-	case cfg.RedisClient != nil:
-		c.rdb = cfg.RedisClient
-	case cfg.Replies == nil || cfg.Journal == nil:
+	case given != nil:
+		c.rdb = given
+	case need:
 		rdb, ok := c.conn.MakeRedisClient().(redis.UniversalClient)
 		if !ok {
 			return errors.New("queue: WorkerConfig.Redis does not make a go-redis v9 client; set Replies and Journal")

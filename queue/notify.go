@@ -54,22 +54,6 @@ type NotifyResult struct {
 	Duplicate bool `json:"duplicate"`
 }
 
-// NotifyKeyConflictError is Notify's answer to a key that an earlier
-// notify of the same chat used for another text: a key names one message,
-// so that is a caller's bug. Nothing is written. httpapi.NotifyHandler
-// answers it 409.
-type NotifyKeyConflictError struct {
-	Chat Conversation
-	Key  string
-	// ID is the entry the key's first notify wrote.
-	ID string
-}
-
-func (e *NotifyKeyConflictError) Error() string {
-	return fmt.Sprintf("queue: notify key %q was used in chat %s for another text (entry %s): give this message its own key, or send the same text again",
-		e.Key, e.Chat, e.ID)
-}
-
 // Validate checks n. The error is a *ValidationError naming the field at
 // fault: "chat", "text" or "key".
 func (n Notice) Validate() error {

@@ -4,8 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -120,25 +118,6 @@ func (p Payload) Message() Message {
 	return Message{AgentID: p.AgentID, Text: p.Text, SenderID: p.SenderID, Conversation: p.Conversation,
 		MessageID: p.MessageID, Otid: p.Otid, Metadata: p.Metadata, EnqueuedAt: p.EnqueuedAt,
 		LettaConversationID: p.LettaConversationID, Images: p.Images, Approval: p.Approval}
-}
-
-// ValidationError reports a message or payload that cannot become a turn.
-// Field is the payload's JSON field ("text", "conversation.chat_id", …, or
-// "" for the payload as a whole).
-type ValidationError struct {
-	Field   string
-	Problem string
-}
-
-func (e *ValidationError) Error() string {
-	if e.Field == "" {
-		return "lettaq: invalid payload: " + e.Problem
-	}
-	return "lettaq: invalid " + e.Field + ": " + e.Problem
-}
-
-func invalid(field, format string, args ...any) error {
-	return &ValidationError{Field: field, Problem: fmt.Sprintf(format, args...)}
 }
 
 // Validate checks m against the payload rules. The error is a
@@ -282,12 +261,4 @@ func OtidFor(m Message, taskID string) string {
 		return m.Otid
 	}
 	return uuid.NewSHA1(otidNamespace, []byte(taskID)).String()
-}
-
-// IsValidationError reports whether err is (or wraps) a *ValidationError,
-// and returns it.
-func IsValidationError(err error) (*ValidationError, bool) {
-	var ve *ValidationError
-	ok := errors.As(err, &ve)
-	return ve, ok
 }

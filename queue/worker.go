@@ -14,6 +14,7 @@ import (
 
 	"github.com/lettaq/lettaq/agentclient"
 	"github.com/lettaq/lettaq/budget"
+	"github.com/lettaq/lettaq/continuation"
 	"github.com/lettaq/lettaq/internal/redisopt"
 	"github.com/lettaq/lettaq/ordering"
 	"github.com/lettaq/lettaq/queue/internal/approval"
@@ -237,7 +238,10 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		return nil, errors.New("queue: Ordering.Coalesce needs the conversation scope (an agent's line mixes chats)")
 	}
 	w := &Worker{cfg: cfg, log: cfg.Logger, obs: cfg.Observer, redisConns: redisConns{conn: redisopt.Lean(cfg.Redis)}}
-	l, err := newLetta(cfg)
+	l, err := newLetta(cfg.Letta,
+		agentclient.Config{BaseURL: cfg.LettaURL, APIKey: cfg.LettaAPIKey,
+			RequestTimeout: cfg.Budget.RequestTimeout, StreamTransport: cfg.StreamTransport},
+		continuation.Config{Budget: cfg.Budget, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
@@ -252,7 +256,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 			return nil, err
 		}
 	}
-	if err := w.dialRedis(cfg); err != nil {
+	if err := w.dialRedis(cfg.RedisClient, cfg.Replies == nil || cfg.Journal == nil); err != nil {
 		return nil, err
 	}
 	w.replies = cfg.Replies
@@ -429,39 +433,6 @@ func (w *Worker) closeRedis() {
 	w.ord.close()
 	w.closeRdb()
 }
-
-// retryAfterError asks for the task to be retried after Delay (retryDelay
-// reads it).
-type retryAfterError struct {
-	Delay  time.Duration
-	Reason string
-	Err    error
-}
-
-func (e *retryAfterError) Error() string {
-	s := e.Reason
-	if s == "" && e.Err != nil {
-		s = e.Err.Error()
-	} else if e.Err != nil {
-		s += ": " + e.Err.Error()
-	}
-	return fmt.Sprintf("%s (retry in %v)", s, e.Delay)
-}
-
-func (e *retryAfterError) Unwrap() error { return e.Err }
-
-// interruptedError ends an attempt that was interrupted (worker shutdown,
-// deadline): the turn is not finished, and the next attempt continues it.
-type interruptedError struct {
-	Reason string
-	Err    error
-}
-
-func (e *interruptedError) Error() string {
-	return "lettaq: turn interrupted: " + e.Reason
-}
-
-func (e *interruptedError) Unwrap() error { return e.Err }
 
 // retryDelay is the asynq.RetryDelayFunc for turns: the delay a
 // *retryAfterError asks for (none asked: the backoff below), a short one
