@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lettaq/lettaq/queue/internal/approval"
+	"github.com/lettaq/lettaq/queue/internal/payloadcheck"
 	"github.com/lettaq/lettaq/queue/internal/record"
 )
 
@@ -102,6 +103,16 @@ type NotifyKeyConflictError struct {
 func (e *NotifyKeyConflictError) Error() string {
 	return fmt.Sprintf("queue: notify key %q was used in chat %s for another text (entry %s): give this message its own key, or send the same text again",
 		e.Key, e.Chat, e.ID)
+}
+
+// validationError turns a *payloadcheck.Fault into a *ValidationError
+// (nil stays nil).
+func validationError(err error) error {
+	var f *payloadcheck.Fault
+	if errors.As(err, &f) {
+		return &ValidationError{Field: f.Field, Problem: f.Problem}
+	}
+	return err
 }
 
 // The errors below are an attempt's answer to Asynq (retryDelay and

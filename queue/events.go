@@ -391,3 +391,18 @@ func (r *Replies) Read(ctx context.Context, c Conversation, after string, count 
 	}
 	return events, lastID, nil
 }
+
+// appendToolEventJSON appends t as json.Marshal writes it.
+func appendToolEventJSON(b []byte, t *ToolEvent) []byte {
+	o := len(b)
+	b = append(b, '{')
+	b = codec.AppendStringField(b, `,"name":`, t.Name)
+	b = codec.AppendStringField(b, `,"call_id":`, t.CallID)
+	b = codec.AppendStringField(b, `,"arguments":`, t.Arguments)
+	b = codec.AppendStringField(b, `,"status":`, t.Status)
+	b = codec.AppendStringField(b, `,"return":`, t.Return)
+	if t.Truncated {
+		b = append(b, `,"truncated":true`...)
+	}
+	return codec.CloseObject(b, o)
+}

@@ -211,21 +211,6 @@ func EncodePayload(m Message) ([]byte, error) {
 	return json.Marshal(m.Payload())
 }
 
-// DecodePayload parses and validates a task payload. On error the returned
-// Message holds whatever could be read (a worker uses its Conversation to
-// report the error), and the error is a *ValidationError.
-func DecodePayload(b []byte) (Message, error) {
-	p, err := decodePayloadJSON(b, false)
-	m := p.Message()
-	if err != nil {
-		return m, err
-	}
-	if p.V != PayloadVersion {
-		return m, invalid("v", "unknown payload version %d (this worker reads version %d)", p.V, PayloadVersion)
-	}
-	return m, m.Validate()
-}
-
 // TaskIDFor returns the Asynq task id of m. With a MessageID it is
 // "turn:<integration>:<chat_id>:<message_id>", so that the same inbound
 // message makes one task, each part with '%' and ':' percent-encoded ("%25",

@@ -1,8 +1,6 @@
 package queue
 
 import (
-	"errors"
-
 	"github.com/lettaq/lettaq/queue/internal/payloadcheck"
 )
 
@@ -20,12 +18,17 @@ func decodePayloadJSON(b []byte, whole bool) (Payload, error) {
 	return p, validationError(err)
 }
 
-// validationError turns a *payloadcheck.Fault into a *ValidationError
-// (nil stays nil).
-func validationError(err error) error {
-	var f *payloadcheck.Fault
-	if errors.As(err, &f) {
-		return &ValidationError{Field: f.Field, Problem: f.Problem}
+// DecodePayload parses and validates a task payload. On error the returned
+// Message holds whatever could be read (a worker uses its Conversation to
+// report the error), and the error is a *ValidationError.
+func DecodePayload(b []byte) (Message, error) {
+	p, err := decodePayloadJSON(b, false)
+	m := p.Message()
+	if err != nil {
+		return m, err
 	}
-	return err
+	if p.V != PayloadVersion {
+		return m, invalid("v", "unknown payload version %d (this worker reads version %d)", p.V, PayloadVersion)
+	}
+	return m, m.Validate()
 }
