@@ -51,7 +51,9 @@ func ParseApprovalPolicy(s string) (ApprovalPolicy, error) {
 // answer before it is denied.
 const defaultApprovalTimeout = 24 * time.Hour
 
-// Causes of an answer (Answer.Cause).
+// Causes of an answer (Answer.Cause): a person's answer (Client.AnswerApproval
+// sends AnswerByUser), or the worker's own denial of a request that expired or
+// that a new message of the chat moved past (ApprovalDeny).
 const (
 	AnswerByUser   = approval.ByUser  // a person answered
 	AnswerExpired  = approval.Expired // nobody answered in time

@@ -26,7 +26,8 @@ import (
 // Conversation names one chat in one integration.
 type Conversation = record.Conversation
 
-// EventType is the kind of a reply event.
+// EventType is the kind of a reply event (ReplyEvent.Type): a relay
+// switches on it to show the event.
 type EventType = record.EventType
 
 // The reply event types (see record.EventType for each one's meaning).
@@ -106,7 +107,9 @@ type Replies struct {
 	st   *store.Replies
 }
 
-// NewReplies returns a Replies on rdb.
+// NewReplies returns a Replies on rdb: a relay reads the chats' reply
+// streams with it; a worker makes its own unless WorkerConfig.Replies gives
+// one (give the same opts to both).
 func NewReplies(rdb redis.UniversalClient, opts RepliesOptions) *Replies {
 	if opts.Prefix == "" {
 		opts.Prefix = "lettaq:"

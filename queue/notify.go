@@ -22,9 +22,6 @@ import (
 // notify sent again with the same key (the caller retried, or go-redis
 // sent the script again after a lost reply) is the same one event.
 
-// NotifyTaskPrefix starts the task id of a notify event: "notify:<key>".
-const NotifyTaskPrefix = "notify:"
-
 // Notice is a message to write into a chat.
 type Notice struct {
 	// Chat is the conversation whose reply stream takes the message.
@@ -40,7 +37,8 @@ type Notice struct {
 	Key string `json:"key"`
 }
 
-// NotifyResult says what Notify did.
+// NotifyResult says what Notify did: the event's stream entry, and whether
+// an earlier call with the same key wrote it (Duplicate).
 type NotifyResult struct {
 	// TaskID is the event's task id, "notify:<key>".
 	TaskID string `json:"task_id"`

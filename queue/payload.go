@@ -14,13 +14,17 @@ import (
 	"github.com/lettaq/lettaq/queue/internal/payloadcheck"
 )
 
-// The Asynq task types of lettaq, and the version of its payload format.
+// The Asynq task types of lettaq, the prefix of a notify event's task id,
+// and the version of its payload format.
 const (
 	// TaskType is the Asynq task type of a turn.
 	TaskType = "lettaq:turn"
 	// TakeoverTaskType is the Asynq task type of a takeover: the
 	// continuation of a turn whose worker died, on another worker.
 	TakeoverTaskType = "lettaq:takeover"
+	// NotifyTaskPrefix starts the task id of a notify event: "notify:<key>"
+	// (a notify is no task, but its event carries a task id as a turn's do).
+	NotifyTaskPrefix = "notify:"
 	// PayloadVersion is the version of the payload format this package
 	// writes and the only one it accepts.
 	PayloadVersion = 1
@@ -106,14 +110,15 @@ type Payload struct {
 	Approval            *Answer `json:"approval,omitempty"`
 }
 
-// Payload returns m's payload.
+// Payload returns m's payload, the JSON form a task carries: for a producer
+// that writes tasks itself (EncodePayload validates and marshals it).
 func (m Message) Payload() Payload {
 	return Payload{V: PayloadVersion, AgentID: m.AgentID, Text: m.Text, SenderID: m.SenderID,
 		Conversation: m.Conversation, MessageID: m.MessageID, Otid: m.Otid, Metadata: m.Metadata,
 		EnqueuedAt: m.EnqueuedAt, LettaConversationID: m.LettaConversationID, Images: m.Images, Approval: m.Approval}
 }
 
-// Message returns the message of p.
+// Message returns the message of p (DecodePayload reads and checks it).
 func (p Payload) Message() Message {
 	return Message{AgentID: p.AgentID, Text: p.Text, SenderID: p.SenderID, Conversation: p.Conversation,
 		MessageID: p.MessageID, Otid: p.Otid, Metadata: p.Metadata, EnqueuedAt: p.EnqueuedAt,

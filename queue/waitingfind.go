@@ -52,7 +52,9 @@ type WaitingFinder struct {
 	Queues    []string
 }
 
-// WaitingFinder returns the worker's.
+// WaitingFinder returns a WaitingFinder on the worker's Redis, queues and
+// ordering, to find the turns that wait (for the lettaq turns command or an
+// operator's page).
 func (w *Worker) WaitingFinder() WaitingFinder {
 	f := WaitingFinder{RDB: w.replies.rdb, KeyPrefix: w.replies.opts.Prefix, Ordering: w.cfg.Ordering}
 	for q := range w.cfg.Queues {

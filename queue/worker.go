@@ -26,7 +26,8 @@ import (
 	"github.com/lettaq/lettaq/queue/internal/takeover"
 )
 
-// WorkerConfig configures a Worker.
+// WorkerConfig configures a Worker: give it to NewWorker. Redis is required;
+// the zero value of every other field takes its default.
 type WorkerConfig struct {
 	// Redis is the Asynq connection; reply events and the journal use the
 	// same Redis.
@@ -116,7 +117,8 @@ type WorkerConfig struct {
 	MaxReplyBytes int
 }
 
-// Worker runs turns from the queue.
+// Worker runs turns from the queue: make one with NewWorker, call Run until
+// its context is done, and serve Ready as the process's readiness.
 type Worker struct {
 	cfg        WorkerConfig
 	log        *slog.Logger
