@@ -9,8 +9,8 @@ import (
 // and names the field of a type error.
 
 // decodePayloadJSON parses b as a Payload. whole: b must be one JSON value
-// (the HTTP body); otherwise the first value is read (task payloads, as
-// before). On error the Payload holds what could be read, without a
+// (the HTTP body); otherwise the first value is read (a task's payload:
+// what follows it is ignored). On error the Payload holds what could be read, without a
 // Conversation whose strings were rewritten, and the error is a
 // *ValidationError naming the field.
 func decodePayloadJSON(b []byte, whole bool) (Payload, error) {
