@@ -21,8 +21,8 @@ import (
 // Worker is made of (worker.go has the type; lifecycle.go their start and
 // stop).
 
-// NewWorker checks cfg and returns a Worker. It does not connect yet: Run
-// does.
+// NewWorker checks cfg and returns a Worker, to Run. It does not connect
+// yet.
 func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	if cfg.Redis == nil {
 		return nil, errors.New("queue: WorkerConfig.Redis is nil")
