@@ -36,7 +36,8 @@ const (
 	ApprovalError ApprovalPolicy = "error"
 )
 
-// ParseApprovalPolicy reads wait, deny or error ("" is wait).
+// ParseApprovalPolicy reads wait, deny or error ("" is wait): for a policy
+// given as text (an environment variable, a flag).
 func ParseApprovalPolicy(s string) (ApprovalPolicy, error) {
 	switch p := ApprovalPolicy(strings.ToLower(strings.TrimSpace(s))); p {
 	case "":

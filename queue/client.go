@@ -92,7 +92,8 @@ type EnqueueResult struct {
 	Position int `json:"position"`
 }
 
-// NewClient returns a Client. Close it when done.
+// NewClient returns a Client: make one per process and share it. Close it
+// when done.
 func NewClient(cfg ClientConfig) (*Client, error) {
 	if cfg.Redis == nil {
 		return nil, errors.New("queue: ClientConfig.Redis is nil")

@@ -135,7 +135,8 @@ const (
 	FilterFailures Filter = "failures"
 )
 
-// ParseFilter parses a filter name ("" means all).
+// ParseFilter parses a filter name ("" means all): for a filter given as
+// text (a flag, a query parameter).
 func ParseFilter(s string) (Filter, error) {
 	switch f := Filter(s); f {
 	case "":

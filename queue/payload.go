@@ -208,7 +208,9 @@ func checkID(field, v string, required bool) error {
 	return validationError(payloadcheck.CheckID(field, v, required))
 }
 
-// EncodePayload validates m and returns its JSON payload.
+// EncodePayload validates m and returns its JSON payload: for a producer
+// that writes the Asynq task itself rather than through Client.Enqueue (see
+// the package documentation, "Tasks from other languages").
 func EncodePayload(m Message) ([]byte, error) {
 	if err := m.Validate(); err != nil {
 		return nil, err

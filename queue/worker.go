@@ -163,10 +163,12 @@ func (w *Worker) startWithLock() bool {
 	return ok && w.ord.seq.Client() == w.journal.rdb
 }
 
-// Replies returns the reply streams the worker writes.
+// Replies returns the reply streams the worker writes: to read them in the
+// worker's own process (its HTTP handlers, a relay beside it).
 func (w *Worker) Replies() *Replies { return w.replies }
 
-// Journal returns the journal the worker writes.
+// Journal returns the journal the worker writes: to read turns' records in
+// the worker's own process.
 func (w *Worker) Journal() *Journal { return w.journal }
 
 // Handler returns the asynq.Handler that runs one turn per task (for tests,
