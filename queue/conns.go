@@ -78,3 +78,13 @@ func (c *redisConns) closeRdb() {
 		_ = c.rdb.Close()
 	}
 }
+
+// closeRedis closes what the worker's parts made on Redis (the Client that
+// the approvals' answers go through, what the lines made, the sequencer's
+// client), then the worker's own client.
+func (w *Worker) closeRedis() {
+	_ = w.approvals.Close()
+	w.lines.Close() // (under ordering its re-enqueues use the orderer's Inspector)
+	w.ord.close()
+	w.closeRdb()
+}

@@ -250,13 +250,6 @@ func (w *Worker) awaitRedis(ctx context.Context) {
 	}
 }
 
-func (w *Worker) closeRedis() {
-	_ = w.approvals.Close()
-	w.lines.Close() // (under ordering its re-enqueues use the orderer's Inspector)
-	w.ord.close()
-	w.closeRdb()
-}
-
 // retryDelay is the asynq.RetryDelayFunc for turns: the delay a
 // *retryAfterError asks for (none asked: the backoff below), a short one
 // after an interruption, else
