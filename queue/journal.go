@@ -93,10 +93,10 @@ type Attempt = record.Attempt
 // PhaseMark is when an attempt entered a phase.
 type PhaseMark = record.PhaseMark
 
-// Usage is the token usage of a turn.
+// Usage is the token usage of a turn, in its TurnRecord.
 type Usage = record.Usage
 
-// ToolSummary is one tool call of a turn.
+// ToolSummary is one tool call of a turn, in its TurnRecord.
 type ToolSummary = record.ToolSummary
 
 // Intent records that an attempt was about to send the turn's message.
@@ -135,7 +135,8 @@ const (
 	FilterFailures Filter = "failures"
 )
 
-// ParseFilter parses a filter name ("" means all).
+// ParseFilter parses a filter name ("" means all): for a filter given as
+// text (a flag, a query parameter).
 func ParseFilter(s string) (Filter, error) {
 	switch f := Filter(s); f {
 	case "":
@@ -146,7 +147,8 @@ func ParseFilter(s string) (Filter, error) {
 	return "", fmt.Errorf("queue: unknown journal filter %q (want all, stalls, retries, resends or failures)", s)
 }
 
-// Match reports whether rec belongs in f.
+// Match reports whether rec belongs in f; Journal.Recent keeps the records
+// that match.
 func (f Filter) Match(rec *TurnRecord) bool {
 	i, ok := f.index()
 	return ok && i.Match(rec)
@@ -197,7 +199,9 @@ type Journal struct {
 	saver *journal.Saver
 }
 
-// NewJournal returns a Journal on rdb.
+// NewJournal returns a Journal on rdb: an operator's tool or a producer reads
+// turns' records with it; a worker makes its own unless WorkerConfig.Journal
+// gives one (give the same opts to both).
 func NewJournal(rdb redis.UniversalClient, opts JournalOptions) *Journal {
 	if opts.Prefix == "" {
 		opts.Prefix = "lettaq:"

@@ -103,18 +103,3 @@ func appendTurnResultJSON(b []byte, r *TurnResult) []byte {
 	b = strconv.AppendInt(append(b, `,"attempt_ms":`...), r.AttemptMS, 10)
 	return append(b, '}')
 }
-
-// appendToolEventJSON appends t as json.Marshal writes it.
-func appendToolEventJSON(b []byte, t *ToolEvent) []byte {
-	o := len(b)
-	b = append(b, '{')
-	b = codec.AppendStringField(b, `,"name":`, t.Name)
-	b = codec.AppendStringField(b, `,"call_id":`, t.CallID)
-	b = codec.AppendStringField(b, `,"arguments":`, t.Arguments)
-	b = codec.AppendStringField(b, `,"status":`, t.Status)
-	b = codec.AppendStringField(b, `,"return":`, t.Return)
-	if t.Truncated {
-		b = append(b, `,"truncated":true`...)
-	}
-	return codec.CloseObject(b, o)
-}

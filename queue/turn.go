@@ -60,7 +60,7 @@ func (w *Worker) processTask(ctx context.Context, task *asynq.Task) error {
 		err = t.runOrdered(ctx)
 	}
 	for err == errPending {
-		if err = t.letta.resume(ctx); err != errPending && w.ord != nil {
+		if err = t.lettaRun.resume(ctx); err != errPending && w.ord != nil {
 			t.afterRun(ctx, err) // (runOrdered's, for a run that waited)
 		}
 	}
@@ -140,7 +140,7 @@ func (t *turn) runOrdered(ctx context.Context) error {
 	err, end = t.prepare(lctx)
 	cancel()
 	if !end {
-		if err = t.letta.execute(ctx); err == errPending {
+		if err = t.lettaRun.execute(ctx); err == errPending {
 			return err // processTask resumes the run and does the rest
 		}
 	}
@@ -269,7 +269,7 @@ type turn struct {
 	cx  cancel.Turn       // its cancel, if one is asked for (cancelturn.go)
 	ap  approval.Turn     // its approvals: the gate, an answer turn's request (approvalturn.go)
 
-	letta *lettaRun // its run at Letta, once prepared (kept here, not in a frame: see processTask)
+	lettaRun *lettaRun // its run at Letta, once prepared (kept here, not in a frame: see processTask)
 
 	actx context.Context // the attempt's context (Asynq's): see detached
 
@@ -345,7 +345,7 @@ func (t *turn) run(ctx context.Context) error {
 	if err, end := t.prepare(ctx); end {
 		return err
 	}
-	return t.letta.execute(ctx)
+	return t.lettaRun.execute(ctx)
 }
 
 // prepare does what comes before the attempt runs at Letta: the journal
@@ -462,7 +462,7 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 	t.pre = nil // read: not kept while the turn waits
 	spec := continuation.Turn{AgentID: t.msg.AgentID, Otid: t.otid, Text: text, SenderID: t.msg.SenderID,
 		Started: rec.FirstStartedAt, PriorIntent: len(intents) > 0, Images: lettaImages(t.msg.Images), Approvals: approvals}
-	t.letta = newLettaRun(runParts{runner: w.runner, cfg: &w.cfg, threads: w.threads, journal: w.journal, replies: w.replies,
+	t.lettaRun = newLettaRun(runParts{runner: w.runner, cfg: &w.cfg, threads: w.threads, journal: w.journal, replies: w.replies,
 		oneRedis: w.oneRedis(), msg: &t.msg, ids: t.ids, log: t.log, dctx: t.detached(), line: t.line, jr: t.jr,
 		tk: t.tk, cx: &t.cx, ca: (*cancelRun)(t), progress: t.progress, rec: t.recordWriter, end: t.end},
 		spec, runThread{known: known, read: read}, rec.RunID, t.emitEvent)
