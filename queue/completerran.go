@@ -11,7 +11,7 @@ import (
 	"github.com/lettaq/lettaq/queue/internal/tools"
 )
 
-// runEnd is what the run at Letta leaves for its attempt's end (turn.finish
+// runEnd is what the run at Letta leaves for its attempt's end (lettaRun.finish
 // gathers it): the continuation's decision and what the stream saw.
 type runEnd struct {
 	D          continuation.Result
@@ -26,7 +26,7 @@ type runEnd struct {
 	// the decision's error).
 	Cause error
 	// ImageNote prefixes the reason of a rejected message with images
-	// ("" none: see turn.imageRejected).
+	// ("" none: see lettaRun.imageRejected).
 	ImageNote string
 	// Finish ends the chat's live view of the run once the end is decided
 	// (live.Stream.Finish: answered flushes the answer's last deltas).

@@ -8,7 +8,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/lettaq/lettaq/agentclient"
-	"github.com/lettaq/lettaq/continuation"
 	"github.com/lettaq/lettaq/queue/internal/payloadcheck"
 )
 
@@ -99,16 +98,4 @@ func imageURLs(images []Image) string {
 		}
 	}
 	return strings.Join(urls, ", ")
-}
-
-// imageRejected: a 400 refusing a message with images is the server
-// failing to fetch one; the error names the URLs.
-func (t *turn) imageRejected(d continuation.Result, reason string) string {
-	if len(t.msg.Images) == 0 || agentclient.StatusCode(d.Err) != 400 {
-		return reason
-	}
-	if urls := imageURLs(t.msg.Images); urls != "" {
-		return "the server could not use the message's images (" + urls + "): " + reason
-	}
-	return reason
 }

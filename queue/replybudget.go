@@ -1,5 +1,12 @@
 package queue
 
+import (
+	"log/slog"
+	"sync/atomic"
+
+	"github.com/lettaq/lettaq/queue/internal/journal"
+)
+
 // progressBytes is the text a progress event carries.
 func progressBytes(ev ReplyEvent) int {
 	n := len(ev.Text)
@@ -9,21 +16,30 @@ func progressBytes(ev ReplyEvent) int {
 	return n
 }
 
-// replyBudget counts a progress event's text against MaxReplyBytes and
-// returns the event to write, or false to drop it. Events without text
-// (phases) always pass. The answer_delta that crosses the bound is cut to
-// what is left of it (at a rune boundary); later text events are dropped,
-// with one warning in the log and the journal: a hostile or runaway agent
-// server cannot fill the reply stream. The final event (deliver, fail) is
-// not a progress event: it carries the answer, which the transcript limit
+// replyBudget is an attempt's allowance of progress text on its chat's
+// reply stream (MaxReplyBytes): see take.
+type replyBudget struct {
+	max  int64
+	used atomic.Int64     // progress text counted so far
+	log  *slog.Logger     // warned once, when the bound is reached
+	jr   *journal.Attempt // its record notes the drop
+}
+
+// take counts a progress event's text against the budget and returns the
+// event to write, or false to drop it. Events without text (phases)
+// always pass. The answer_delta that crosses the bound is cut to what is
+// left of it (at a rune boundary); later text events are dropped, with one
+// warning in the log and the journal: a hostile or runaway agent server
+// cannot fill the reply stream. The final event (deliver, fail) is not a
+// progress event: it carries the answer, which the transcript limit
 // bounds.
-func (t *turn) replyBudget(ev ReplyEvent) (ReplyEvent, bool) {
+func (b *replyBudget) take(ev ReplyEvent) (ReplyEvent, bool) {
 	n := progressBytes(ev)
 	if n == 0 {
 		return ev, true
 	}
-	max := int64(t.w.cfg.MaxReplyBytes)
-	used := t.replyBytes.Add(int64(n))
+	max := b.max
+	used := b.used.Add(int64(n))
 	if used <= max {
 		return ev, true
 	}
@@ -31,13 +47,13 @@ func (t *turn) replyBudget(ev ReplyEvent) (ReplyEvent, bool) {
 	if before >= max {
 		return ev, false
 	}
-	t.log.Warn("reply stream limit reached: later progress text of this attempt is dropped",
+	b.log.Warn("reply stream limit reached: later progress text of this attempt is dropped",
 		"limit_bytes", max, "setting", "LETTAQ_MAX_REPLY_BYTES")
-	t.jr.Lock()
-	if t.jr.Rec() != nil {
-		t.jr.Rec().Warnings = appendUnique(t.jr.Rec().Warnings, "progress text past LETTAQ_MAX_REPLY_BYTES dropped")
+	b.jr.Lock()
+	if b.jr.Rec() != nil {
+		b.jr.Rec().Warnings = appendUnique(b.jr.Rec().Warnings, "progress text past LETTAQ_MAX_REPLY_BYTES dropped")
 	}
-	t.jr.Unlock()
+	b.jr.Unlock()
 	if ev.Type != EventAnswerDelta {
 		return ev, false
 	}

@@ -172,62 +172,12 @@ func (th *threads) threadStore() store.Threads {
 	return store.Threads{RDB: th.rdb, Keys: store.Keys{Prefix: th.prefix}}
 }
 
-// resolveThread sets the turn's Letta conversation: the one an earlier
-// attempt journaled (a turn stays on the thread it was sent to), else the
-// one the mode gives. It journals the choice with the intent to send, at
-// the latest.
-func (t *turn) resolveThread(ctx context.Context) (string, error) {
-	t.jr.Lock()
-	prev, mode := t.jr.Rec().LettaConversationID, t.jr.Rec().ThreadMode
-	t.jr.Unlock()
-	if mode != "" && (prev != "" || ThreadMode(mode) == ThreadAgent) && t.msg.LettaConversationID == "" {
-		return prev, nil
-	}
-	id, ok := t.w.threads.local(t.msg, t.pre.Thread())
-	if !ok {
-		var err error
-		if id, err = t.resolveRemote(ctx); err != nil {
-			return "", err
-		}
-	}
-	mode = string(t.w.threads.mode)
-	if t.msg.LettaConversationID != "" {
-		mode = "explicit"
-	}
-	t.jr.Lock()
-	t.jr.Rec().ThreadMode, t.jr.Rec().LettaConversationID = mode, id
-	t.jr.Unlock()
-	// Journaled before the send (the queued save goes with the intent at
-	// the latest): a retry looks for the otid in this thread, whatever the
-	// mode is by then.
-	t.saveLater()
-	return id, nil
-}
-
-// resolveRemote is resolveThread's call to Redis and Letta, bounded by the
-// budget's phase for it (made only then: the usual turn needs no timer).
-func (t *turn) resolveRemote(ctx context.Context) (string, error) {
-	rctx, cancel := context.WithTimeout(ctx, t.w.cfg.Budget.ThreadResolution()) // a phase of the task timeout
-	defer cancel()
-	known, read := t.pre.ThreadRead()
-	var keep func(store.Op)
-	if t.w.oneRedis() { // the thread key is on the replies' client, the writer's
-		keep = t.progress.PushOp
-	}
-	return t.w.threads.resolveKnown(rctx, t.msg, known, read, keep)
-}
-
-// threadFailed ends an attempt whose thread could not be resolved (see
-// threadUnresolved).
-func (t *turn) threadFailed(ctx context.Context, err error) error {
-	return t.finish(ctx, threadUnresolved(ctx, err))
-}
-
 // threadUnresolved is the decision of an attempt whose thread could not be
-// resolved: a permanent Letta refusal (unknown agent) fails the turn; the
-// attempt's own end (its context) interrupts it; the rest (Letta
-// unreachable, a 5xx, the resolution's own time limit with Letta not
-// answering) is a transient failure, retried after the backoff.
+// resolved (lettaRun.resolveThread): a permanent Letta refusal (unknown
+// agent) fails the turn; the attempt's own end (its context) interrupts
+// it; the rest (Letta unreachable, a 5xx, the resolution's own time limit
+// with Letta not answering) is a transient failure, retried after the
+// backoff.
 func threadUnresolved(ctx context.Context, err error) continuation.Result {
 	reason := "could not resolve the agent's Letta conversation: " + err.Error()
 	if ctx.Err() != nil || errors.Is(err, context.Canceled) {

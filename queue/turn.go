@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync/atomic"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -18,7 +17,6 @@ import (
 	"github.com/lettaq/lettaq/queue/internal/fence"
 	"github.com/lettaq/lettaq/queue/internal/journal"
 	"github.com/lettaq/lettaq/queue/internal/line"
-	"github.com/lettaq/lettaq/queue/internal/live"
 	"github.com/lettaq/lettaq/queue/internal/progress"
 	"github.com/lettaq/lettaq/queue/internal/store"
 	"github.com/lettaq/lettaq/queue/internal/takeover"
@@ -31,9 +29,10 @@ import (
 // a quarter of it is in use. So the turn's first stream returns while it
 // has nothing to read (continuation.Runner.Run returns pending): everything
 // down to it returns errPending, and the goroutine waits here, right under
-// the handler, then resumes the turn. What must live across the wait is in
-// the turn. integration/bench prints what a thinking turn holds
-// ("one in-flight turn holds", "stacks per in-flight turn").
+// the handler, then resumes the turn's run. What must live across the wait
+// is in the turn and its run (lettaRun). integration/bench prints what a
+// thinking turn holds ("one in-flight turn holds", "stacks per in-flight
+// turn").
 func (w *Worker) processTask(ctx context.Context, task *asynq.Task) error {
 	w.inflight.Add(1)
 	defer w.inflight.Done()
@@ -61,15 +60,12 @@ func (w *Worker) processTask(ctx context.Context, task *asynq.Task) error {
 		err = t.runOrdered(ctx)
 	}
 	for err == errPending {
-		t.st.Wait()
-		err = t.resume(ctx)
+		if err = t.lettaRun.resume(ctx); err != errPending && w.ord != nil {
+			t.afterRun(ctx, err) // (runOrdered's, for a run that waited)
+		}
 	}
 	return err
 }
-
-// errPending: the attempt's stream waits for the agent (see processTask);
-// the attempt goes on with resume.
-var errPending = errors.New("lettaq: the turn waits for the agent")
 
 // newTurn makes the attempt's turn; nil for a payload that is unusable
 // (rejected: err is the handler's result).
@@ -107,6 +103,7 @@ func (w *Worker) newTurn(ctx context.Context, task *asynq.Task) (*turn, error) {
 	t.tk = newRegistration(t)
 	t.obs.Observer = w.obs
 	t.jr = journal.NewAttempt(w.journal.saver)
+	t.textBudget.max, t.textBudget.log, t.textBudget.jr = int64(w.cfg.MaxReplyBytes), t.log, t.jr
 	t.progress = w.writer.NewQueue(msg.Conversation, t.writeFailed, t.log)
 	key := ""
 	if w.ord != nil {
@@ -137,13 +134,14 @@ func (t *turn) runOrdered(ctx context.Context) error {
 		return err
 	}
 	// The lease's own context ends with prepare: while the agent thinks,
-	// the lease's loss cancels the work context instead (workContext), so
-	// that a waiting turn holds one context of its own, not two.
+	// the lease's loss cancels the run's work context instead
+	// (lettaRun.workContext), so that a waiting turn holds one context of
+	// its own, not two.
 	err, end = t.prepare(lctx)
 	cancel()
 	if !end {
-		if err = t.execute(ctx); err == errPending {
-			return err // resume does the rest
+		if err = t.lettaRun.execute(ctx); err == errPending {
+			return err // processTask resumes the run and does the rest
 		}
 	}
 	t.afterRun(ctx, err)
@@ -264,21 +262,14 @@ type turn struct {
 	ids           *turnIDs
 	progress      *progress.Queue // progress events, written off the stream's reader
 
-	line       *line.Place  // its place in its chat's line: the lease, the release, merged messages, the park
-	replyBytes atomic.Int64 // progress text written to the reply stream (see replyAllowed)
+	line       *line.Place // its place in its chat's line: the lease, the release, merged messages, the park
+	textBudget replyBudget // the progress text it may write to the reply stream
 
-	pre *store.StartReads // read before the attempt runs (until the thread is known)
+	pre *store.StartReads // read before the attempt runs (until it makes its run)
 	cx  cancel.Turn       // its cancel, if one is asked for (cancelturn.go)
 	ap  approval.Turn     // its approvals: the gate, an answer turn's request (approvalturn.go)
 
-	// The run at Letta (kept here, not in execute's frame: see processTask).
-	spec  continuation.Turn
-	hooks continuation.Hooks
-	dec   continuation.Result
-	// While the stream waits for the agent (see processTask): the work
-	// context and its cancel.
-	wctx    context.Context
-	wcancel context.CancelFunc
+	lettaRun *lettaRun // its run at Letta, once prepared (kept here, not in a frame: see processTask)
 
 	actx context.Context // the attempt's context (Asynq's): see detached
 
@@ -286,17 +277,15 @@ type turn struct {
 	rn fence.Runner           // the runner: which task runs the attempt, fenced, gone (fence.Runner.Fence ends actx)
 	tk *takeover.Registration // its registration in the worker's registry (never nil but in tests)
 
-	jr   *journal.Attempt // the turn's record with this attempt in it, its lock and saves
-	st   *agentclient.StreamState
-	view live.Stream // the chat's view of the run: phases, answer text, tool calls
+	jr *journal.Attempt // the turn's record with this attempt in it, its lock and saves
 }
 
 // startRead names what an attempt reads from Redis before it runs, in one
 // round trip (with the ordering lock's acquire when it can: see
 // turn.acquire): the attempt's record, whether its final event was written,
 // its intents, and what approvalGate (the chat's pending approval request)
-// and resolveThread (the chat's Letta conversation) need. The turn drops
-// what it read (turn.pre) once its thread is known.
+// and lettaRun.resolveThread (the chat's Letta conversation) need. The turn
+// drops what it read (turn.pre) once it has made its run (prepare).
 func (t *turn) startRead() store.StartRead {
 	w := t.w
 	r := store.StartRead{TaskID: t.taskID}
@@ -350,18 +339,18 @@ func (t *turn) readStart(ctx context.Context) (rec *TurnRecord, answered bool, i
 	return rec, answered, intents, nil
 }
 
-// run runs the attempt: prepare, then execute (see processTask for why
-// they are apart).
+// run runs the attempt: prepare, then its run at Letta (see processTask
+// for why they are apart).
 func (t *turn) run(ctx context.Context) error {
 	if err, end := t.prepare(ctx); end {
 		return err
 	}
-	return t.execute(ctx)
+	return t.lettaRun.execute(ctx)
 }
 
 // prepare does what comes before the attempt runs at Letta: the journal
 // record, the accepted event, approvals, merged messages, and the turn's
-// spec, hooks, heartbeat and delta pump. end says the attempt ends here
+// run at Letta (lettaRun). end says the attempt ends here
 // with err.
 func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 	w := t.w
@@ -466,206 +455,35 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 		t.log.Info("messages merged into this turn", "merged", len(fs))
 	}
 
-	t.st = agentclient.NewStreamState()
-	t.st.SetRunID(rec.RunID)
-	t.view.Start(rec.FirstStartedAt, w.cfg.HeartbeatInterval, w.cfg.DeltaMaxAge, t.emitEvent, t.jr.Mark)
-	// What the run at Letta needs lives in the turn: the goroutine waits
-	// under execute, whose frame must stay small (see processTask).
-	t.spec = continuation.Turn{AgentID: t.msg.AgentID, Otid: t.otid, Text: text, SenderID: t.msg.SenderID,
+	// What the run at Letta needs lives in its lettaRun, which the turn
+	// holds: the goroutine waits under processTask, not in a frame of the
+	// run's (see processTask).
+	known, read := t.pre.ThreadRead()
+	t.pre = nil // read: not kept while the turn waits
+	spec := continuation.Turn{AgentID: t.msg.AgentID, Otid: t.otid, Text: text, SenderID: t.msg.SenderID,
 		Started: rec.FirstStartedAt, PriorIntent: len(intents) > 0, Images: lettaImages(t.msg.Images), Approvals: approvals}
-	t.hooks = continuation.Hooks{
-		Logger:     t.log,
-		OnEvent:    t.onEvent,
-		OnActivity: t.onPhase,
-		BeforeSend: t.beforeSend,
-	}
+	t.lettaRun = newLettaRun(runParts{runner: w.runner, cfg: &w.cfg, threads: w.threads, journal: w.journal, replies: w.replies,
+		oneRedis: w.oneRedis(), msg: &t.msg, ids: t.ids, log: t.log, dctx: t.detached(), line: t.line, jr: t.jr,
+		tk: t.tk, cx: &t.cx, ca: (*cancelRun)(t), progress: t.progress, rec: t.recordWriter, end: t.end},
+		spec, runThread{known: known, read: read}, rec.RunID, t.emitEvent)
 	return nil, false
 }
-
-// execute runs the prepared attempt at Letta and finishes it. ctx is the
-// attempt's context (Asynq's); with ordering, workContext ends the run
-// when the lease is lost.
-func (t *turn) execute(ctx context.Context) error {
-	wctx, cancel := t.workContext(ctx)
-	convID, err := t.resolveThread(wctx)
-	t.pre = nil // read: not kept while the turn waits
-	if err != nil {
-		t.view.StopHeartbeat()
-		err = t.threadFailed(ctx, err)
-		cancel()
-		return err
-	}
-	t.spec.ConversationID = convID
-	t.wctx, t.wcancel = wctx, cancel
-	t.cx.ThreadKnown(convID, (*cancelRun)(t), t.log)
-	return t.step(ctx)
-}
-
-// resume goes on with an attempt whose stream waited and has bytes now
-// (or ended): errPending again when it waits again.
-func (t *turn) resume(ctx context.Context) error {
-	err := t.step(ctx)
-	if err != errPending && t.w.ord != nil {
-		t.afterRun(ctx, err)
-	}
-	return err
-}
-
-// step runs the turn at Letta until its stream waits for the agent
-// (errPending) or the run is decided, then finishes the attempt.
-func (t *turn) step(ctx context.Context) error {
-	if t.w.runner.Run(t.wctx, &t.spec, t.st, &t.hooks, &t.dec) {
-		return errPending
-	}
-	defer t.wcancel()
-	t.wctx = nil
-	t.view.StopHeartbeat()
-	return t.finishRun(ctx)
-}
-
-// workContext is ctx less the room that delivery needs before Asynq's
-// deadline, and, with ordering, cancelled when the turn's lease is lost
-// (leaseCause then names the loss).
-func (t *turn) workContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	dl, ok := ctx.Deadline()
-	if !ok && t.line.Lease() == nil {
-		return ctx, func() {}
-	}
-	var wctx context.Context
-	var cancel context.CancelFunc
-	if ok {
-		b := &t.w.cfg.Budget
-		wctx, cancel = context.WithDeadline(ctx, dl.Add(-b.DeliveryAllowance-b.SafetyMargin/2))
-	} else {
-		wctx, cancel = context.WithCancel(ctx)
-	}
-	if t.line.Lease() == nil {
-		return wctx, cancel
-	}
-	stop := t.line.Lease().AfterLost(cancel)
-	return wctx, func() {
-		stop()
-		cancel()
-	}
-}
-
-// leaseCause is why ctx (an attempt's context) ended: its cause, or
-// ordering.ErrLeaseLost when the turn's lease was lost (the work context
-// is cancelled then, not ctx: see workContext); nil while neither.
-func (t *turn) leaseCause(ctx context.Context) error {
-	if cause := context.Cause(ctx); cause != nil {
-		return cause
-	}
-	if lease := t.line.Lease(); lease != nil {
-		return lease.Err()
-	}
-	return nil
-}
-
-// finishRun is finish of the run's decision (its copy lives in this frame,
-// not in execute's).
-func (t *turn) finishRun(ctx context.Context) error { return t.finish(ctx, t.dec) }
 
 // emit queues a progress event (see progress.Queue): it never waits on Redis.
 func (t *turn) emit(ev ReplyEvent) { t.emitEvent(ev, false) }
 
+// emitEvent queues a progress event with the turn's ids (its run adds the
+// run id: newLettaRun); a lazy one waits for whatever else is due
+// (progress.Queue.PushLazy).
 func (t *turn) emitEvent(ev ReplyEvent, lazy bool) {
-	ev, ok := t.replyBudget(ev)
+	ev, ok := t.textBudget.take(ev)
 	if !ok {
 		return
 	}
 	ev.TaskID, ev.Otid, ev.MessageID = t.taskID, t.otid, t.msg.MessageID
-	if t.st != nil {
-		ev.RunID = t.st.RunID()
-	}
 	if lazy {
 		t.progress.PushLazy(ev)
 		return
 	}
 	t.progress.Push(ev)
-}
-
-func (t *turn) beforeSend(ctx context.Context, resend bool) error {
-	if t.tk.TakenOver(ctx) {
-		return errTakenOver // fenced: another worker continues the turn
-	}
-	t.jr.Lock()
-	n := t.jr.Current().N
-	t.jr.Unlock()
-	if err := t.cx.BeforeSend(t.detached(), false, (*cancelRun)(t)); err != nil {
-		return err
-	}
-	// The intent goes with everything the attempt queued before it (its
-	// journal record, the accepted event, progress): one round trip, which
-	// reads the turn's cancel record too.
-	var prior []Intent
-	var cancelled bool
-	if t.w.oneRedis() {
-		op, err := t.w.journal.intentOp(t.taskID, t.otid, n, t.w.cfg.WorkerID, &prior)
-		if err != nil {
-			return err
-		}
-		if err := t.progress.Do(ctx, nil, t.w.replies.st.CancelReadOp(t.taskID, &cancelled), op); err != nil {
-			return err
-		}
-		if err := t.cx.BeforeSend(t.detached(), cancelled, (*cancelRun)(t)); err != nil {
-			return err
-		}
-	} else {
-		if _, cancelled, _ = t.w.replies.st.GetCancel(ctx, t.taskID); cancelled {
-			return t.cx.BeforeSend(t.detached(), true, (*cancelRun)(t))
-		}
-		var err error
-		if prior, err = t.w.journal.RecordIntent(ctx, t.taskID, t.otid, n, t.w.cfg.WorkerID); err != nil {
-			return err
-		}
-	}
-	prior = liveIntents(prior)
-	t.jr.Lock()
-	t.jr.Current().SentOtid = true
-	t.jr.Unlock()
-	if !resend && len(prior) > 0 {
-		// Another attempt journaled an intent since this one looked: it may
-		// have sent. Do not send; the retry looks for the otid first.
-		return fmt.Errorf("lettaq: attempt %d of task %s found a concurrent intent to send", n, t.taskID)
-	}
-	return nil
-}
-
-// saveRunID journals the run id the first time it is known, so that a
-// crash from here on still leaves it for the next attempt.
-func (t *turn) saveRunID() {
-	id := t.st.RunID()
-	if id == "" || id == t.ids.currentRunID() {
-		return
-	}
-	t.ids.setRunID(id)
-	t.jr.Lock()
-	t.jr.Rec().RunID = id
-	t.jr.Unlock()
-	t.saveLater() // off the stream's reader, with the next progress events
-	t.cx.RunKnown((*cancelRun)(t), t.log)
-}
-
-func (t *turn) onPhase(p continuation.Activity) {
-	t.view.OnActivity(p)
-	switch p {
-	case continuation.ActivityRecovering, continuation.ActivityContinuing, continuation.ActivityResending:
-		// Journal the way the attempt took (and the run id, once known), so
-		// that a crash from here on leaves both.
-		if id := t.st.RunID(); id != "" && id != t.ids.currentRunID() {
-			t.saveRunID()
-			return
-		}
-		ctx, cancel := context.WithTimeout(t.detached(), 5*time.Second)
-		defer cancel()
-		if err := t.save(ctx); err != nil {
-			t.log.Warn("could not journal the phase", "phase", string(p), "error", err.Error())
-		}
-	}
-}
-
-func (t *turn) onEvent(ev agentclient.Event) {
-	t.saveRunID()
-	t.view.OnEvent(ev, t.st)
 }
