@@ -138,7 +138,7 @@ func (t *turn) approvalGate(ctx context.Context) (answers []agentclient.Approval
 	case g.Fail != "":
 		return nil, t.end.fail(ctx, log, g.Fail, ""), true
 	case g.Wait:
-		return nil, t.end.awaitApproval(ctx, log, g.Open), true
+		return nil, waiting{t.end}.awaitApproval(ctx, log, g.Open), true
 	}
 	return g.Answers, nil, false
 }

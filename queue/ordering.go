@@ -194,7 +194,7 @@ func (t *turn) acquire(ctx context.Context) (err error, done bool) {
 		return t.end.cancelWaiting(ctx, err), true
 	case ordering.IsNotYourTurn(err):
 		t.line.WakeAfterDeadHeads(ctx, err)
-		if perr := t.end.parkNotYourTurn(ctx, err); perr != nil {
+		if perr := (waiting{t.end}).parkNotYourTurn(ctx, err); perr != nil {
 			return perr, true // parked: it waits, woken by the turn ahead
 		}
 		// Put back: not a failure, no retry used (ordering.IsFailure),

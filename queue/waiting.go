@@ -9,10 +9,17 @@ import (
 	"github.com/lettaq/lettaq/queue/internal/approval"
 )
 
+// waiting ends an attempt that waits instead of running: behind its
+// chat's open approval request, or behind the turn ahead of it in its line.
+// Such an attempt journals the wait (one Wait per thing waited behind),
+// tells the chat once, and parks or is put back; the rest of its end is
+// the completer's.
+type waiting struct{ *completer }
+
 // awaitApproval makes the message wait until its chat's request is
 // answered: parked (see parkApproval), with or without ordering, or put
 // back every approvalWaitDelay when it could not park.
-func (c *completer) awaitApproval(ctx context.Context, log *slog.Logger, p *approval.Pending) error {
+func (c waiting) awaitApproval(ctx context.Context, log *slog.Logger, p *approval.Pending) error {
 	if err := c.parkApproval(ctx, log, p); err != nil {
 		return err
 	}
@@ -39,7 +46,7 @@ func (c *completer) awaitApproval(ctx context.Context, log *slog.Logger, p *appr
 
 // awaitingPhase tells the chat that the message waits for the answer to
 // p: the awaiting_approval phase, a progress event (queued, like the run's).
-func (c *completer) awaitingPhase(p *approval.Pending) {
+func (c waiting) awaitingPhase(p *approval.Pending) {
 	c.progress.Push(ReplyEvent{Type: EventPhase, Phase: PhaseAwaitingApproval, TaskID: c.taskID, Otid: c.otid,
 		MessageID: c.msg.MessageID, Approval: &ApprovalEvent{RequestTaskID: p.RequestTaskID, ExpiresAt: p.ExpiresAt}})
 }
@@ -48,7 +55,7 @@ func (c *completer) awaitingPhase(p *approval.Pending) {
 // thing waited behind: nothing is written when the open wait is the same,
 // and first is false then). rec is the turn's record as read (nil: it is
 // read here).
-func (c *completer) recordWait(ctx context.Context, rec *TurnRecord, behind, reason string) (first bool) {
+func (c waiting) recordWait(ctx context.Context, rec *TurnRecord, behind, reason string) (first bool) {
 	if rec == nil {
 		r, err := c.w.journal.Get(ctx, c.taskID)
 		switch {
@@ -72,7 +79,7 @@ func (c *completer) recordWait(ctx context.Context, rec *TurnRecord, behind, rea
 
 // logWait logs the turn's wait: Info when it starts waiting behind
 // something new, Debug for a look again.
-func (c *completer) logWait(first bool, msg string, attrs ...any) {
+func (c waiting) logWait(first bool, msg string, attrs ...any) {
 	lvl := slog.LevelDebug
 	if first {
 		lvl = slog.LevelInfo
@@ -83,7 +90,7 @@ func (c *completer) logWait(first bool, msg string, attrs ...any) {
 // parkNotYourTurn parks an attempt that is not its conversation's turn
 // (err: a *ordering.NotYourTurnError): its journal record gets the wait;
 // nil when it could not park (it is put back as before).
-func (c *completer) parkNotYourTurn(ctx context.Context, err error) error {
+func (c waiting) parkNotYourTurn(ctx context.Context, err error) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	ahead, perr := c.line.ParkBehindTurn(rctx, err)
@@ -108,7 +115,7 @@ func (c *completer) parkNotYourTurn(ctx context.Context, err error) error {
 // gate's read and that note would miss it: the request is read again after
 // the note, and a message whose request was answered meanwhile wakes
 // itself (its record is marked woken: its re-enqueue makes it pending).
-func (c *completer) parkApproval(ctx context.Context, log *slog.Logger, p *approval.Pending) error {
+func (c waiting) parkApproval(ctx context.Context, log *slog.Logger, p *approval.Pending) error {
 	behind := "approval request " + p.RequestTaskID
 	reason := "waiting for the answer to approval request " + p.RequestTaskID
 	perr := c.line.Park(ctx, behind, reason)
