@@ -55,7 +55,7 @@ func TestLostReplyClaimGetsTheTurns(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(20 * time.Millisecond)
-	f := p.DropReply(scriptOn(k.TakeoverTurns("dead")))
+	f := p.DropReply(scriptOn(k.Takeover().Turns("dead")))
 	turns, ok, err := st.Claim(ctx, "dead", "me", 10*time.Millisecond, time.Minute)
 	if err != nil {
 		t.Fatal(err)
@@ -135,7 +135,7 @@ func TestLostReplyBeatTellsTaken(t *testing.T) {
 	}
 	reg(other, "me", "r1")
 	reg(other, "you", "r2") // takes t1 from me
-	f := p.DropReply(scriptOn(k.TakeoverLost("me")))
+	f := p.DropReply(scriptOn(k.Takeover().Lost("me")))
 	b, err := st.Beat(ctx, "me", time.Hour)
 	if err != nil {
 		t.Fatal(err)

@@ -36,36 +36,41 @@ import (
 // matter. The scripts build the keys of other instances from the prefix
 // (ARGV): every key here shares the prefix's hash tag, so one slot.
 
-// TakeoverWorkers is the set of live workers by last beat.
-func (k Keys) TakeoverWorkers() string { return k.Prefix + "takeover:workers" }
+// TakeoverKeys names the takeover registry's keys, all under the prefix's
+// "takeover:" (Keys.Takeover).
+type TakeoverKeys struct{ prefix string }
 
-// TakeoverTurns is the hash of the turns a worker instance runs.
-func (k Keys) TakeoverTurns(instance string) string { return k.Prefix + "takeover:turns:" + instance }
+// Takeover returns the names of the takeover registry's keys.
+func (k Keys) Takeover() TakeoverKeys { return TakeoverKeys{k.Prefix + "takeover:"} }
 
-// TakeoverDead is the tombstone of a claimed worker instance.
-func (k Keys) TakeoverDead(instance string) string { return k.Prefix + "takeover:dead:" + instance }
+// Workers is the set of live workers by last beat.
+func (k TakeoverKeys) Workers() string { return k.prefix + "workers" }
 
-// TakeoverClaimed keeps a minute the turns of a claimed worker instance,
-// for the claim's call sent again (see takeoverClaim).
-func (k Keys) TakeoverClaimed(instance string) string {
-	return k.Prefix + "takeover:claimed:" + instance
-}
+// Turns is the hash of the turns a worker instance runs.
+func (k TakeoverKeys) Turns(instance string) string { return k.prefix + "turns:" + instance }
 
-// TakeoverBeatMemo keeps a minute what a worker instance's last beat found
-// (see takeoverBeat).
-func (k Keys) TakeoverBeatMemo(instance string) string { return k.Prefix + "takeover:beat:" + instance }
+// Dead is the tombstone of a claimed worker instance.
+func (k TakeoverKeys) Dead(instance string) string { return k.prefix + "dead:" + instance }
 
-// TakeoverHolder names the instance and runner that run a turn now.
-func (k Keys) TakeoverHolder(taskID string) string { return k.Prefix + "takeover:holder:" + taskID }
+// Claimed keeps a minute the turns of a claimed worker instance, for the
+// claim's call sent again (see takeoverClaim).
+func (k TakeoverKeys) Claimed(instance string) string { return k.prefix + "claimed:" + instance }
 
-// TakeoverNumber is the runner number of a turn's holder.
-func (k Keys) TakeoverNumber(taskID string) string { return k.Prefix + "takeover:number:" + taskID }
+// BeatMemo keeps a minute what a worker instance's last beat found (see
+// takeoverBeat).
+func (k TakeoverKeys) BeatMemo(instance string) string { return k.prefix + "beat:" + instance }
 
-// TakeoverLost lists the turns of an instance that another runner took.
-func (k Keys) TakeoverLost(instance string) string { return k.Prefix + "takeover:lost:" + instance }
+// Holder names the instance and runner that run a turn now.
+func (k TakeoverKeys) Holder(taskID string) string { return k.prefix + "holder:" + taskID }
 
-// TakenOver names the runner of a turn's newest takeover.
-func (k Keys) TakenOver(taskID string) string { return k.Prefix + "takeover:taken:" + taskID }
+// Number is the runner number of a turn's holder.
+func (k TakeoverKeys) Number(taskID string) string { return k.prefix + "number:" + taskID }
+
+// Lost lists the turns of an instance that another runner took.
+func (k TakeoverKeys) Lost(instance string) string { return k.prefix + "lost:" + instance }
+
+// Taken names the runner of a turn's newest takeover.
+func (k TakeoverKeys) Taken(taskID string) string { return k.prefix + "taken:" + taskID }
 
 // takeoverBeat records a worker's beat and returns the workers whose last
 // beat is older than the takeover delay, and the turns another runner took
@@ -263,8 +268,8 @@ type Holder struct {
 // Beat records instance's beat and lists the stale workers.
 func (s *Takeover) Beat(ctx context.Context, instance string, after time.Duration) (Beat, error) {
 	k := s.keys
-	v, err := takeoverBeat.Run(ctx, s.rdb, []string{k.TakeoverWorkers(), k.TakeoverDead(instance), k.TakeoverTurns(instance),
-		k.TakeoverLost(instance), k.TakeoverBeatMemo(instance)}, instance, after.Milliseconds(), uuid.NewString()).Slice()
+	v, err := takeoverBeat.Run(ctx, s.rdb, []string{k.Takeover().Workers(), k.Takeover().Dead(instance), k.Takeover().Turns(instance),
+		k.Takeover().Lost(instance), k.Takeover().BeatMemo(instance)}, instance, after.Milliseconds(), uuid.NewString()).Slice()
 	if err != nil {
 		return Beat{}, err
 	}
@@ -299,7 +304,7 @@ func (s *Takeover) Beat(ctx context.Context, instance string, after time.Duratio
 // another).
 func (s *Takeover) Claim(ctx context.Context, instance, claimer string, after, tombstoneTTL time.Duration) (map[string]string, bool, error) {
 	k := s.keys
-	v, err := takeoverClaim.Run(ctx, s.rdb, []string{k.TakeoverWorkers(), k.TakeoverDead(instance), k.TakeoverTurns(instance), k.TakeoverClaimed(instance)},
+	v, err := takeoverClaim.Run(ctx, s.rdb, []string{k.Takeover().Workers(), k.Takeover().Dead(instance), k.Takeover().Turns(instance), k.Takeover().Claimed(instance)},
 		instance, after.Milliseconds(), tombstoneTTL.Milliseconds(), claimer, uuid.NewString()).StringSlice()
 	if errors.Is(err, redis.Nil) {
 		return nil, false, nil
@@ -335,8 +340,8 @@ func (s *Takeover) registerArgs(r Registration, take bool) []any {
 	if take {
 		t = 1
 	}
-	return append(takeoverRegister.Args(4, 10), s.keys.TakeoverTurns(r.Instance), s.keys.TakeoverHolder(r.TaskID),
-		s.keys.TakeoverWorkers(), s.keys.TakeoverNumber(r.TaskID), r.Instance, r.TaskID, r.Entry, r.Runner, t,
+	return append(takeoverRegister.Args(4, 10), s.keys.Takeover().Turns(r.Instance), s.keys.Takeover().Holder(r.TaskID),
+		s.keys.Takeover().Workers(), s.keys.Takeover().Number(r.TaskID), r.Instance, r.TaskID, r.Entry, r.Runner, t,
 		r.HolderTTL.Milliseconds(), r.LostTTL.Milliseconds(), s.keys.Prefix, r.After.Milliseconds(), r.Number)
 }
 
@@ -374,8 +379,8 @@ func (s *Takeover) UnregisterOp(instance, taskID, runner string, done func()) Op
 }
 
 func (s *Takeover) unregisterArgs(instance, taskID, runner string) []any {
-	return append(takeoverUnregister.Args(3, 3), s.keys.TakeoverTurns(instance), s.keys.TakeoverHolder(taskID),
-		s.keys.TakeoverNumber(taskID), instance, taskID, runner)
+	return append(takeoverUnregister.Args(3, 3), s.keys.Takeover().Turns(instance), s.keys.Takeover().Holder(taskID),
+		s.keys.Takeover().Number(taskID), instance, taskID, runner)
 }
 
 // RegisterAll registers the turns again (the registry lost them, or their
@@ -412,7 +417,7 @@ func (s *Takeover) Unregister(ctx context.Context, instance, taskID, runner stri
 // instance is alive (beat within after, not tombstoned, the turn in its
 // hash); ok false otherwise.
 func (s *Takeover) LiveHolder(ctx context.Context, taskID string, after time.Duration) (h Holder, ok bool, err error) {
-	v, err := takeoverLiveHolder.Run(ctx, s.rdb, []string{s.keys.TakeoverHolder(taskID), s.keys.TakeoverWorkers()},
+	v, err := takeoverLiveHolder.Run(ctx, s.rdb, []string{s.keys.Takeover().Holder(taskID), s.keys.Takeover().Workers()},
 		taskID, after.Milliseconds(), s.keys.Prefix).Text()
 	if errors.Is(err, redis.Nil) {
 		return Holder{}, false, nil
@@ -428,27 +433,27 @@ func (s *Takeover) LiveHolder(ctx context.Context, taskID string, after time.Dur
 // were put back through Asynq, and are not taken over).
 func (s *Takeover) Leave(ctx context.Context, instance string) error {
 	p := s.rdb.TxPipeline()
-	p.ZRem(ctx, s.keys.TakeoverWorkers(), instance)
-	p.Del(ctx, s.keys.TakeoverTurns(instance))
+	p.ZRem(ctx, s.keys.Takeover().Workers(), instance)
+	p.Del(ctx, s.keys.Takeover().Turns(instance))
 	_, err := p.Exec(ctx)
 	return err
 }
 
 // Tombstoned reports whether instance was claimed for dead.
 func (s *Takeover) Tombstoned(ctx context.Context, instance string) (bool, error) {
-	n, err := s.rdb.Exists(ctx, s.keys.TakeoverDead(instance)).Result()
+	n, err := s.rdb.Exists(ctx, s.keys.Takeover().Dead(instance)).Result()
 	return n > 0, err
 }
 
 // MarkTakenOver records runner as the newest runner of the turn taskID.
 func (s *Takeover) MarkTakenOver(ctx context.Context, taskID, runner string, ttl time.Duration) error {
-	return s.rdb.Set(ctx, s.keys.TakenOver(taskID), runner, ttl).Err()
+	return s.rdb.Set(ctx, s.keys.Takeover().Taken(taskID), runner, ttl).Err()
 }
 
 // TakenOverBy returns the runner of the turn's newest takeover, "" when
 // it was never taken over.
 func (s *Takeover) TakenOverBy(ctx context.Context, taskID string) (string, error) {
-	v, err := s.rdb.Get(ctx, s.keys.TakenOver(taskID)).Result()
+	v, err := s.rdb.Get(ctx, s.keys.Takeover().Taken(taskID)).Result()
 	if errors.Is(err, redis.Nil) {
 		return "", nil
 	}
