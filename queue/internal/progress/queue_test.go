@@ -382,6 +382,78 @@ func TestQueuedSavesAreReplaced(t *testing.T) {
 	})
 }
 
+// A queued save waits: the progress events queued after it go without it (an instant turn's
+// intermediate saves are replaced by its end's save, not written each); it is written with the
+// turn's next write that is waited for (a flush: the send's intent goes so), or once the
+// window has passed since it was queued; a queue closed with a save waiting writes nothing.
+func TestQueuedSaveWaitsForAWaitedWrite(t *testing.T) {
+	rjEach(t, func(t *testing.T, b rjBackend) {
+		defer goleak.VerifyNone(t, append(ignoreMiniredis, goleak.IgnoreCurrent())...)
+		ctx := context.Background()
+		wr, r, trips := gatedWriter(b, nil)
+		wr.lazyWait = time.Hour // a window no test outlasts
+		j := NewJournal(b.rdb, JournalOptions{Prefix: b.prefix})
+		s := &testSaver{j: j, rec: TurnRecord{TaskID: "t", Otid: "o", RunID: "run-1"}}
+		conv := Conversation{Integration: "test", ChatID: "waits"}
+		p := wr.NewQueue(conv, func(err error) { t.Error(err) }, nil)
+		p.PushSave(s)
+		p.Push(ReplyEvent{Type: EventAnswerDelta, TaskID: "t", Text: "a"})
+		p.Push(ReplyEvent{Type: EventAnswerDelta, TaskID: "t", Text: "b"})
+		deadline := time.Now().Add(10 * time.Second)
+		for len(streamTexts(t, r, conv)) < 2 && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		if got := fmt.Sprint(streamTexts(t, r, conv)); got != "[a b]" {
+			t.Fatalf("written %v", got)
+		}
+		if n := s.encodes.Load(); n != 0 {
+			t.Fatalf("the save went with the events (%d encodes)", n)
+		}
+		if _, err := j.Get(ctx, "t"); err == nil {
+			t.Fatal("the waiting save was written")
+		}
+		p.Flush(ctx)
+		if rec, err := j.Get(ctx, "t"); err != nil || rec.RunID != "run-1" {
+			t.Fatalf("after the flush: journal %+v %v, want run-1", rec, err)
+		}
+		p.Close()
+
+		// Within the window: written by its timer, with nothing else queued.
+		wr.mu.Lock()
+		wr.lazyWait = 20 * time.Millisecond
+		wr.mu.Unlock()
+		p2 := wr.NewQueue(conv, func(err error) { t.Error(err) }, nil)
+		before := trips.Load()
+		s.set("run-2")
+		p2.PushSave(s)
+		for trips.Load() == before && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		if rec, err := j.Get(ctx, "t"); err != nil || rec.RunID != "run-2" {
+			t.Fatalf("after the window: journal %+v %v, want run-2", rec, err)
+		}
+		p2.Close()
+
+		// Closed while it waits: dropped, its timer stopped.
+		wr.mu.Lock()
+		wr.lazyWait = time.Hour
+		wr.mu.Unlock()
+		p3 := wr.NewQueue(conv, func(err error) { t.Error(err) }, nil)
+		s.set("run-3")
+		p3.PushSave(s)
+		p3.Close()
+		wr.mu.Lock()
+		timer := p3.saveTimer
+		wr.mu.Unlock()
+		if timer != nil {
+			t.Fatal("the closed queue's save timer is still armed")
+		}
+		if rec, err := j.Get(ctx, "t"); err != nil || rec.RunID != "run-2" {
+			t.Fatalf("after close: journal %+v %v, want run-2", rec, err)
+		}
+	})
+}
+
 // A queued save that cannot be encoded goes to failed, and the turn's other writes go on.
 func TestQueuedSaveEncodeFailure(t *testing.T) {
 	rjEach(t, func(t *testing.T, b rjBackend) {
