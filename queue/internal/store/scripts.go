@@ -120,6 +120,18 @@ return out
 // and refreshes the retention of the record's keys, in one command. A save
 // with keep finished or a runner's number runs it (it reads first); the
 // others run the same writes as plain commands (plainSaveOp).
+//
+// Each key gets its expiry when the save writes it, and only then, so
+// that no key it writes is ever left without one: the record and the otid
+// key with their SET; an index entry's key with its ZADD; the runners hash
+// when the save writes its runner's number, which is on the runner's
+// first save (its later saves find their number there and write nothing
+// to it: it then lives Retention from that save, the attempt's start);
+// the intents when the caller says the record may have any (an attempt
+// that journaled an intent, or more than one attempt: IntentPush gives a
+// new list its expiry, and a first attempt's saves before its intent have
+// nothing to refresh).
+//
 // KEYS: record, otid, intents, runners, then the index keys. ARGV: record
 // JSON, task id, otid ("" for none), ttl ms, score, known ("1": ZADD, else
 // ZADD NX: keep the time of the first save), keep (index length), keep
@@ -127,12 +139,15 @@ return out
 // runner's number ("0": none; else nothing is written when a runner with a
 // higher number saved the record: one runner of a turn at a time, the
 // newest), then one flag per index key ("1": the record belongs in it,
-// else it leaves it).
+// else it leaves it), then the intents flag ("1": refresh the intents'
+// expiry).
 // Returns 1, 0 when a finished record was kept, -1 when a newer runner's
 // record was.
 var JournalSave = evalcmd.New(`
 local n = tonumber(ARGV[9])
-if n > 0 and n < tonumber(redis.call('HGET', KEYS[4], 'saved') or '0') then return -1 end
+local saved = 0
+if n > 0 then saved = tonumber(redis.call('HGET', KEYS[4], 'saved') or '0') end
+if n > 0 and n < saved then return -1 end
 if ARGV[8] == '1' then
   local cur = redis.call('GET', KEYS[1])
   if cur then
@@ -145,8 +160,8 @@ end
 local ttl = ARGV[4]
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ttl)
 if ARGV[3] ~= '' then redis.call('SET', KEYS[2], ARGV[2], 'PX', ttl) end
-redis.call('PEXPIRE', KEYS[3], ttl)
-if n > 0 then
+if ARGV[#ARGV] == '1' then redis.call('PEXPIRE', KEYS[3], ttl) end
+if n > saved then
   redis.call('HSET', KEYS[4], 'saved', n)
   redis.call('PEXPIRE', KEYS[4], ttl)
 end
