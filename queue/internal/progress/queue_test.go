@@ -1,9 +1,11 @@
 package progress
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -704,6 +706,92 @@ func TestDoThenReportsLateWrites(t *testing.T) {
 			}
 			p.Flush(context.Background())
 			b.rdb.Del(context.Background(), r.answeredKey("t"))
+		}
+	})
+}
+
+// A turn's events that share a round trip share one script call, which reads and writes the
+// turn's emitted entry (what makes each write idempotent) once for the writer, not once per
+// event: the entry holds the last event's number, id and seq all the same, and the call sent
+// again writes nothing twice. Counted with MONITOR on a real Redis.
+func TestEventsOfACallWriteTheirEntryOnce(t *testing.T) {
+	rjEach(t, func(t *testing.T, b rjBackend) {
+		ctx := context.Background()
+		gate := make(chan struct{})
+		wr, r, _ := gatedWriter(b, gate)
+		conv := Conversation{Integration: "test", ChatID: "entry"}
+		p := wr.NewQueue(conv, func(err error) { t.Error(err) }, nil)
+		defer p.Close()
+		emitted := b.prefix + "emitted:t"
+		var lines []string
+		var lmu sync.Mutex
+		if b.srv.Real {
+			// MONITOR on a connection of its own, read line by line.
+			conn, err := net.Dial("tcp", b.srv.Addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := conn.Write([]byte("MONITOR\r\n")); err != nil {
+				t.Fatal(err)
+			}
+			rd := bufio.NewReader(conn)
+			if l, err := rd.ReadString('\n'); err != nil || !strings.HasPrefix(l, "+OK") {
+				t.Fatalf("MONITOR: %q %v", l, err)
+			}
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				for {
+					l, err := rd.ReadString('\n')
+					if err != nil {
+						return // the connection closed
+					}
+					if strings.Contains(l, emitted) {
+						lmu.Lock()
+						lines = append(lines, l)
+						lmu.Unlock()
+					}
+				}
+			}()
+			defer func() { _ = conn.Close(); <-done }()
+		}
+		p.Push(ReplyEvent{Type: EventAnswerDelta, TaskID: "t", Text: "a"})
+		waitTaken(wr, p) // its round trip waits at the gate: what follows shares the next
+		for _, s := range []string{"b", "c", "d"} {
+			p.Push(ReplyEvent{Type: EventAnswerDelta, TaskID: "t", Text: s})
+		}
+		close(gate)
+		p.Flush(ctx)
+		evs, _, err := r.Read(ctx, conv, "0", 100, 0)
+		if err != nil || len(evs) != 4 {
+			t.Fatalf("%d events, %v", len(evs), err)
+		}
+		entry, err := b.rdb.HGetAll(ctx, emitted).Result()
+		if err != nil || len(entry) != 1 {
+			t.Fatalf("emitted %v %v", entry, err)
+		}
+		for _, v := range entry {
+			if want := fmt.Sprintf("4 %s %d", evs[3].ID, evs[3].Seq); v != want {
+				t.Fatalf("entry %q, want %q", v, want)
+			}
+		}
+		if !b.srv.Real {
+			return
+		}
+		time.Sleep(50 * time.Millisecond) // MONITOR's lines arrive
+		lmu.Lock()
+		defer lmu.Unlock()
+		count := func(cmd string) (n int) {
+			for _, l := range lines {
+				if strings.Contains(l, `"`+cmd+`" "`+emitted+`"`) {
+					n++
+				}
+			}
+			return n
+		}
+		// Two calls (the first event alone, then the three): one HGET and one HSET each.
+		if hg, hs := count("HGET"), count("HSET"); hg != 2 || hs != 2 {
+			t.Errorf("HGET %d, HSET %d of the emitted entry in two calls, want 2 and 2:\n%s", hg, hs, strings.Join(lines, "\n"))
 		}
 	})
 }

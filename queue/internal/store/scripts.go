@@ -26,7 +26,10 @@ import (
 // event whose n is not above it was written by this very call sent before
 // (its reply lost, go-redis sent it again) and is not written again; it
 // returns as written, with its entry id and seq when it is that last event
-// (else an empty id and 0).
+// (else an empty id and 0). The call reads a writer's entry once and
+// writes it once, after its last event (the script runs whole: nothing
+// reads the hash in between), so that a turn's events that share a call
+// (its last answer deltas and its answer) cost one HGET and one HSET.
 //
 // seq never goes back below floor, the highest seq the writer was told for
 // the turn: after Redis lost its last writes (a crash with appendfsync
@@ -52,25 +55,35 @@ local ttl = tonumber(ARGV[2])
 local sttl = tonumber(ARGV[3])
 local out = {}
 local expiring = {}
+-- per emitted key and writer: its last event {n, id, seq} (false: none),
+-- as read from the hash or written by this call; wrote: those to write back
+local last, wrote = {}, {}
 local k, a = 1, 4
 while a <= #ARGV do
   local stream, seqk, wk = KEYS[k], KEYS[k + 1], KEYS[k + 2]
   local marker = nil
   if ARGV[a] == '1' then marker = KEYS[k + 3]; k = k + 4 else k = k + 3 end
   local tok, n = ARGV[a + 1], tonumber(ARGV[a + 2])
+  local lk = wk .. '\n' .. tok
   local done = false
   if tok ~= '' then
-    local last = redis.pcall('HGET', wk, tok)
-    if type(last) == 'string' then
-      local ln, lid, lseq = string.match(last, '^(%d+) (%S*) (%d+)$')
-      if ln and tonumber(ln) >= n then
-        done = true
-        out[#out + 1] = 1
-        if tonumber(ln) == n then
-          out[#out + 1] = lid; out[#out + 1] = tonumber(lseq)
-        else
-          out[#out + 1] = ''; out[#out + 1] = 0
-        end
+    local l = last[lk]
+    if l == nil then
+      l = false
+      local v = redis.pcall('HGET', wk, tok)
+      if type(v) == 'string' then
+        local ln, lid, lseq = string.match(v, '^(%d+) (%S*) (%d+)$')
+        if ln then l = {ln, lid, lseq} end
+      end
+      last[lk] = l
+    end
+    if l and tonumber(l[1]) >= n then
+      done = true
+      out[#out + 1] = 1
+      if tonumber(l[1]) == n then
+        out[#out + 1] = l[2]; out[#out + 1] = tonumber(l[3])
+      else
+        out[#out + 1] = ''; out[#out + 1] = 0
       end
     end
   end
@@ -105,13 +118,18 @@ while a <= #ARGV do
         if ttl > 0 then redis.call('SET', marker, id, 'PX', ttl) else redis.call('SET', marker, id) end
       end
       if tok ~= '' then
-        local added = redis.pcall('HSET', wk, tok, ARGV[a + 2] .. ' ' .. id .. ' ' .. seq)
-        if added == 1 and ttl > 0 then redis.call('PEXPIRE', wk, ttl) end
+        if not wrote[lk] then wrote[#wrote + 1] = {wk, tok, lk}; wrote[lk] = true end
+        last[lk] = {ARGV[a + 2], id, tostring(seq)}
       end
       out[#out + 1] = 1; out[#out + 1] = id; out[#out + 1] = seq
     end
   end
   a = a + 18
+end
+for _, w in ipairs(wrote) do
+  local l = last[w[3]]
+  local added = redis.pcall('HSET', w[1], w[2], l[1] .. ' ' .. l[2] .. ' ' .. l[3])
+  if added == 1 and ttl > 0 then redis.call('PEXPIRE', w[1], ttl) end
 end
 return out
 `))
