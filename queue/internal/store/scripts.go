@@ -202,16 +202,24 @@ return 1
 `)
 
 // IntentPush appends an intent (or a refusal) to a task's list of intents
-// unless the list already holds it, refreshes the list's retention, and
-// returns the intents ahead of it. An intent's JSON is unique (its attempt,
-// worker and the nanosecond it was made): finding it means this very push
-// ran before (its reply lost, go-redis sent it again), so it is not
-// appended twice, nor read as another attempt's.
+// unless the list already holds it, and returns the intents ahead of it.
+// An intent's JSON is unique (its attempt, worker and the nanosecond it was
+// made): finding it means this very push ran before (its reply lost,
+// go-redis sent it again), so it is not appended twice, nor read as another
+// attempt's.
+//
+// The push that makes the list gives it its retention, in the same script:
+// the list never exists without one. A later push (another attempt's
+// intent, a refusal) leaves it as it is: the record's saves refresh it from
+// then on (an attempt that pushed has SentOtid, a second attempt is one
+// more: see JournalSave's intents flag).
 // KEYS: intents. ARGV: intent, ttl ms.
 var IntentPush = evalcmd.New(`
 local pos = redis.call('LPOS', KEYS[1], ARGV[1])
-if not pos then pos = redis.call('RPUSH', KEYS[1], ARGV[1]) - 1 end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
+if not pos then
+  pos = redis.call('RPUSH', KEYS[1], ARGV[1]) - 1
+  if pos == 0 then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+end
 if pos == 0 then return {} end
 return redis.call('LRANGE', KEYS[1], 0, pos - 1)
 `)
