@@ -69,11 +69,40 @@ type Queue struct {
 	lastN int64
 	floor seqFloor
 
-	// The save a PushSave left waiting (see PushSave), guarded by wr.mu:
-	// saveTimer makes it due saveWait after the first save that waits;
-	// saveDue says it is due (the writer takes it with the rest).
-	saveTimer *time.Timer
-	saveDue   bool
+	// The save a PushSave left waiting (guarded by wr.mu).
+	sw saveWait
+}
+
+// saveWait is the state of the save a PushSave left waiting: timer makes
+// it due lazyWindow after the first save that waited; due says it is due
+// (the writer takes it with the rest).
+type saveWait struct {
+	timer *time.Timer
+	due   bool
+}
+
+// stop forgets the waiting save's timer: it was taken or dropped.
+func (s *saveWait) stop() {
+	if s.timer != nil {
+		s.timer.Stop()
+		s.timer = nil
+	}
+	s.due = false
+}
+
+// waits reports whether the writer leaves q[i] waiting: a PushSave's save,
+// not due (nor now: the writer stopped), with nothing after it but progress
+// events that nobody waits for.
+func (s *saveWait) waits(q []item, i int, now bool) bool {
+	if it := q[i]; !it.save || it.bar != nil || s.due || now {
+		return false
+	}
+	for _, later := range q[i+1:] {
+		if later.ev == nil || later.bar != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // NewQueue returns the queue of one attempt in conversation c: failed hears
@@ -223,49 +252,22 @@ func (p *Queue) PushSave(rec Saver) {
 	p.dropSavesLocked()
 	p.queue = append(p.queue, item{rec: rec, save: true})
 	switch {
-	case p.saveDue || p.wr.saveNow:
+	case p.sw.due || p.wr.saveNow:
 		p.scheduleLocked()
-	case p.saveTimer == nil:
-		p.saveTimer = time.AfterFunc(p.wr.lazyWait, p.saveKick)
+	case p.sw.timer == nil:
+		p.sw.timer = time.AfterFunc(p.wr.lazyWait, func() {
+			p.wr.mu.Lock()
+			defer p.wr.mu.Unlock()
+			p.sw.timer = nil
+			for _, it := range p.queue {
+				if it.save && it.bar == nil && !p.closed { // (not taken or dropped meanwhile)
+					p.sw.due = true
+					p.scheduleLocked()
+					break
+				}
+			}
+		})
 	}
-}
-
-// saveKick makes the waiting save due and runs the writer for it.
-func (p *Queue) saveKick() {
-	p.wr.mu.Lock()
-	defer p.wr.mu.Unlock()
-	p.saveTimer = nil
-	if p.closed {
-		return
-	}
-	p.saveDue = true
-	p.scheduleLocked()
-}
-
-// stopSaveTimerLocked forgets the waiting save's timer: it was taken or
-// dropped.
-func (p *Queue) stopSaveTimerLocked() {
-	if p.saveTimer != nil {
-		p.saveTimer.Stop()
-		p.saveTimer = nil
-	}
-	p.saveDue = false
-}
-
-// saveWaitsLocked reports whether the writer leaves the queue's item i
-// waiting: a PushSave's save, not due, with nothing after it but progress
-// events that nobody waits for.
-func (p *Queue) saveWaitsLocked(i int) bool {
-	it := p.queue[i]
-	if !it.save || it.bar != nil || p.saveDue || p.wr.saveNow {
-		return false
-	}
-	for _, later := range p.queue[i+1:] {
-		if later.ev == nil || later.bar != nil {
-			return false
-		}
-	}
-	return true
 }
 
 // PushOp queues op to go with the attempt's next round trip; nobody waits
@@ -296,7 +298,7 @@ func (p *Queue) dropSavesLocked() {
 		}
 	}
 	if len(q) < len(p.queue) {
-		p.stopSaveTimerLocked()
+		p.sw.stop()
 	}
 	clear(p.queue[len(q):])
 	p.queue = q
@@ -462,7 +464,7 @@ func (p *Queue) Flush(ctx context.Context) { _ = p.Do(ctx, nil) }
 func (p *Queue) Close() int {
 	p.wr.mu.Lock()
 	p.closed = true
-	p.stopSaveTimerLocked()
+	p.sw.stop()
 	p.dropped += p.waitingEvents()
 	// A barrier's items are all waiting or all taken (the writer takes a
 	// turn's whole queue): those of the waiting ones end here.

@@ -445,7 +445,7 @@ func TestQueuedSaveWaitsForAWaitedWrite(t *testing.T) {
 		p3.PushSave(s)
 		p3.Close()
 		wr.mu.Lock()
-		timer := p3.saveTimer
+		timer := p3.sw.timer
 		wr.mu.Unlock()
 		if timer != nil {
 			t.Fatal("the closed queue's save timer is still armed")

@@ -199,9 +199,9 @@ func (wr *Writer) loop(idle chan struct{}) {
 			from := len(items)
 			var left item // a save that waits (see PushSave)
 			for i, it := range p.queue {
-				if left.save || !p.saveWaitsLocked(i) {
+				if left.save || !p.sw.waits(p.queue, i, wr.saveNow) {
 					if it.save {
-						p.stopSaveTimerLocked()
+						p.sw.stop()
 					}
 					items = append(items, it)
 					continue
