@@ -149,32 +149,76 @@ const DefaultWakeWait = 500 * time.Millisecond
 // meanwhile. Pending, archived, completed or missing tasks are left alone.
 // Wake is best effort: the put-back delay runs the task anyway.
 func (s *Sequencer) Wake(ctx context.Context, insp *asynq.Inspector, queue, key, taskID string) error {
+	return Waking{Seq: s}.Wake(ctx, insp, queue, key, taskID)
+}
+
+// Waking says how a task is woken: Sequencer.Wake's way, and a caller's
+// whose turns may also wait outside Asynq (parked) or whose tasks may be
+// between two states (in no queue for a moment).
+type Waking struct {
+	// Wait bounds how long the task is looked for again (DefaultWakeWait
+	// when zero).
+	Wait time.Duration
+	// Parked, when set, is asked first at each look: it wakes taskID when
+	// it waits outside Asynq and says so (true: woken, nothing more to do).
+	Parked func(ctx context.Context, taskID string) (bool, error)
+	// MissingIsBetween: a task in no queue is between two states (parked
+	// and not written yet, or being enqueued again) and is looked for
+	// again; otherwise it is left alone.
+	MissingIsBetween bool
+	// Seq, when set, keeps an active task looked at unless it holds key's
+	// line (its attempt may be put back into the retry set); nil leaves an
+	// active task alone.
+	Seq *Sequencer
+}
+
+// Wake makes taskID, which waits in key's line, run now: Parked first,
+// then a retry or scheduled task is moved to pending; a task between two
+// states or still active (see Waking's fields) is looked at again, backing
+// off from 2ms to 50ms, for up to Wait. Pending, archived or completed
+// tasks are left alone.
+func (w Waking) Wake(ctx context.Context, insp *asynq.Inspector, queue, key, taskID string) error {
 	if taskID == "" {
 		return nil
 	}
-	deadline := time.Now().Add(DefaultWakeWait)
+	wait := w.Wait
+	if wait == 0 {
+		wait = DefaultWakeWait
+	}
+	deadline := time.Now().Add(wait)
 	backoff := 2 * time.Millisecond
 	for {
-		info, err := FindTask(insp, queue, taskID)
-		if err != nil {
-			if errors.Is(err, asynq.ErrTaskNotFound) {
-				return nil
-			}
-			return err
-		}
-		queue = info.Queue // (found in another queue: look there first next time)
-		switch info.State {
-		case asynq.TaskStateRetry, asynq.TaskStateScheduled:
-			if err := insp.RunTask(queue, taskID); err == nil {
-				return nil
-			}
-			// It moved meanwhile: look again.
-		case asynq.TaskStateActive:
-			if held, _, err := s.Holder(ctx, key); err != nil || held == taskID {
+		if w.Parked != nil {
+			if ok, err := w.Parked(ctx, taskID); err != nil || ok {
 				return err
 			}
+		}
+		info, err := FindTask(insp, queue, taskID)
+		switch {
+		case errors.Is(err, asynq.ErrTaskNotFound):
+			if !w.MissingIsBetween {
+				return nil
+			}
+		case err != nil:
+			return err
 		default:
-			return nil
+			queue = info.Queue // (found in another queue: look there first next time)
+			switch info.State {
+			case asynq.TaskStateRetry, asynq.TaskStateScheduled:
+				if err := insp.RunTask(queue, taskID); err == nil {
+					return nil
+				}
+				// It moved meanwhile: look again.
+			case asynq.TaskStateActive:
+				if w.Seq == nil {
+					return nil
+				}
+				if held, _, err := w.Seq.Holder(ctx, key); err != nil || held == taskID {
+					return err
+				}
+			default:
+				return nil
+			}
 		}
 		if time.Now().After(deadline) {
 			return nil

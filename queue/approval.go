@@ -36,7 +36,8 @@ const (
 	ApprovalError ApprovalPolicy = "error"
 )
 
-// ParseApprovalPolicy reads wait, deny or error ("" is wait).
+// ParseApprovalPolicy reads wait, deny or error ("" is wait): for a policy
+// given as text (an environment variable, a flag).
 func ParseApprovalPolicy(s string) (ApprovalPolicy, error) {
 	switch p := ApprovalPolicy(strings.ToLower(strings.TrimSpace(s))); p {
 	case "":
@@ -51,7 +52,9 @@ func ParseApprovalPolicy(s string) (ApprovalPolicy, error) {
 // answer before it is denied.
 const defaultApprovalTimeout = 24 * time.Hour
 
-// Causes of an answer (Answer.Cause).
+// Causes of an answer (Answer.Cause): a person's answer (Client.AnswerApproval
+// sends AnswerByUser), or the worker's own denial of a request that expired or
+// that a new message of the chat moved past (ApprovalDeny).
 const (
 	AnswerByUser   = approval.ByUser  // a person answered
 	AnswerExpired  = approval.Expired // nobody answered in time

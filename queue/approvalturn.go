@@ -134,40 +134,11 @@ func (t *turn) approvalGate(ctx context.Context) (answers []agentclient.Approval
 	}
 	switch {
 	case g.Err != nil:
-		return nil, t.retryEarly(g.Err), true
+		return nil, t.end.retryEarly(g.Err), true
 	case g.Fail != "":
-		return nil, t.fail(ctx, log, g.Fail, ""), true
+		return nil, t.end.fail(ctx, log, g.Fail, ""), true
 	case g.Wait:
-		return nil, t.awaitApproval(ctx, log, g.Open), true
+		return nil, t.end.awaitApproval(ctx, log, g.Open), true
 	}
 	return g.Answers, nil, false
-}
-
-// awaitApproval makes the message wait until its chat's request is
-// answered: parked (see parkApproval), with or without ordering, or put
-// back every approvalWaitDelay when it could not park.
-func (t *turn) awaitApproval(ctx context.Context, log *slog.Logger, p *approval.Pending) error {
-	if err := t.parkApproval(ctx, log, p); err != nil {
-		return err
-	}
-	if t.outOfRetries(&busyError{}) {
-		return t.giveUp("waiting for the answer to approval request " + p.RequestTaskID)
-	}
-	t.jr.Lock()
-	first := len(t.jr.Rec().Attempts) < 2 || t.jr.Rec().Attempts[len(t.jr.Rec().Attempts)-2].Outcome != OutcomeAwaitingApproval
-	t.jr.Current().Outcome = OutcomeAwaitingApproval
-	t.jr.Current().Error = "waiting for the answer to approval request " + p.RequestTaskID
-	t.jr.Current().End = time.Now().UTC()
-	t.jr.Unlock()
-	if first {
-		t.emit(ReplyEvent{Type: EventPhase, Phase: PhaseAwaitingApproval,
-			Approval: &ApprovalEvent{RequestTaskID: p.RequestTaskID, ExpiresAt: p.ExpiresAt}})
-	}
-	t.progress.End(ctx)
-	if err := t.save(ctx); err != nil {
-		log.Warn("could not journal the attempt", "error", err.Error())
-	}
-	log.Info("the message waits for the answer to the chat's approval request", "retry_in", approvalWaitDelay.String())
-	t.obs.AttemptFinished(t.queue, "busy", time.Since(t.start))
-	return &busyError{Delay: approvalWaitDelay, Reason: "waiting for the answer to approval request " + p.RequestTaskID}
 }

@@ -1,7 +1,6 @@
 package queue
 
 import (
-	"context"
 	"fmt"
 	"time"
 )
@@ -33,32 +32,4 @@ func busyRetry(retryAfter time.Duration, busyInARow int) time.Duration {
 		d *= 2
 	}
 	return min(d, 16*time.Second)
-}
-
-// busy ends an attempt refused because the thread is busy with another
-// run: the turn is put back (not a failure, not a resend).
-func (t *turn) busy(ctx context.Context, e ending) error {
-	t.progress.End(ctx)
-	if e.GaveUp {
-		return t.giveUp(e.Reason)
-	}
-	t.jr.Lock()
-	t.jr.Current().Outcome, t.jr.Current().Error, t.jr.Current().RetryIn = e.Outcome, e.Reason, e.Delay
-	attempt := t.jr.Current().N
-	t.jr.Unlock()
-	// The refused send stored nothing: the next attempt sends without
-	// searching for the otid first.
-	if err := t.w.journal.RecordRefusal(ctx, t.taskID, t.otid, attempt, t.w.cfg.WorkerID); err != nil {
-		t.redisFailed()
-		t.log.Warn("could not journal the refusal; the next attempt looks for the otid first", "error", err.Error())
-	}
-	if err := t.save(ctx); err != nil {
-		if t.rn.IsFenced() {
-			return t.tk.EndTakenOver() // the takeover goes on with the turn
-		}
-		t.log.Warn("could not journal the attempt", "error", err.Error())
-	}
-	t.log.Info("the agent's thread is busy with another run; the turn waits", "reason", e.Reason, "retry_in", e.Delay.String())
-	t.obs.AttemptFinished(t.queue, "busy", time.Since(t.start))
-	return &busyError{Delay: e.Delay, Reason: e.Reason, Err: e.Err}
 }

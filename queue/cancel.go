@@ -151,27 +151,6 @@ func (c *Client) cancelJournal() *Journal {
 	return NewJournal(c.cfg.Replies.rdb, JournalOptions{Prefix: c.cfg.Replies.opts.Prefix})
 }
 
-// parking is the store of parked turns (waiting turns between their
-// revoked task and its re-enqueue: see queue/internal/line).
-func (c *Client) parking() store.Parking {
-	return store.Parking{RDB: c.cfg.Replies.rdb, Keys: store.Keys{Prefix: c.cfg.Replies.opts.Prefix}}
-}
-
-// parked returns the parking record of a turn that is in no Asynq queue
-// because it is parked (nil when it is not, or its record is dropped).
-func (c *Client) parked(ctx context.Context, id string) (*store.Parked, error) {
-	p, err := c.parking().Get(ctx, id)
-	switch {
-	case errors.Is(err, store.ErrNotParked):
-		return nil, nil
-	case err != nil:
-		return nil, err
-	case p.Dropped:
-		return nil, nil
-	}
-	return &p, nil
-}
-
 // cancelTargets resolves r to task ids.
 func (c *Client) cancelTargets(ctx context.Context, r CancelRequest) ([]string, error) {
 	n := 0

@@ -2,9 +2,7 @@ package queue
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
-	"time"
 
 	"github.com/lettaq/lettaq/queue/internal/cancelsub"
 )
@@ -90,97 +88,3 @@ func (w *Worker) cancelSubscriber() *cancelsub.Subscriber {
 
 // watchCancels follows the cancel channel until ctx ends.
 func (w *Worker) watchCancels(ctx context.Context) { w.cancelSubscriber().Run(ctx) }
-
-// endCancelled ends the turn cancelled: the final event (error, permanent,
-// stop_reason cancelled, text what the agent had said), the journal
-// (outcome cancelled, TurnRecord.Cancel) and the task's result (outcome
-// cancelled): the task completes, never retried. A cancel is a normal
-// ending, not a failure (an archived task counts in Asynq's failed
-// metrics). The conversation is released with the journal's save.
-func (t *turn) endCancelled(ctx context.Context, log *slog.Logger, cr CancelRecord, phase, text string) error {
-	t.cx.End()
-	dctx, cancel := t.w.deliveryCtx(ctx)
-	defer cancel()
-	cr.Phase = phase
-	t.jr.Lock()
-	runID := t.jr.Rec().RunID
-	t.jr.Unlock()
-	ev := ReplyEvent{Type: EventError, TaskID: t.taskID, Otid: t.otid, RunID: runID, MessageID: t.msg.MessageID,
-		Text: text, StopReason: StopReasonCancelled, Permanent: true}
-	if len(t.line.Followers()) > 0 {
-		ev.AnsweredBy = t.taskID
-	}
-	t.ap.Ended(dctx, log, true)
-	if emitted, err := t.finalEvent(dctx, ev); err != nil {
-		t.redisFailed()
-		log.Warn("could not emit the cancelled event", "error", err.Error())
-	} else if !emitted {
-		log.Info("final event already written by an earlier attempt")
-	}
-	t.finishFollowers(dctx, ev)
-	now := time.Now()
-	t.jr.Lock()
-	a := t.jr.Current()
-	if a.End.IsZero() {
-		a.End = now.UTC()
-	}
-	a.Outcome, a.Error = OutcomeCancelled, ""
-	t.jr.Rec().Outcome, t.jr.Rec().Error, t.jr.Rec().StopReason, t.jr.Rec().FinishedAt, t.jr.Rec().Cancel = OutcomeCancelled, "", StopReasonCancelled, now.UTC(), &cr
-	if text != "" {
-		t.jr.Rec().PartialAnswer = cutText(text, maxPartialAnswer)
-	}
-	t.jr.Unlock()
-	if err := t.save(dctx, append(t.resultOps(OutcomeCancelled, text, nil), t.line.ReleaseOps("")...)...); err != nil {
-		log.Warn("could not journal the cancelled turn", "error", err.Error())
-	}
-	log.Info("turn cancelled", "outcome", OutcomeCancelled, "phase", phase, "by", cr.By, "answer_bytes", len(text))
-	t.obs.AttemptFinished(t.queue, "done", time.Since(t.start))
-	t.w.turnCancelled(t.queue, phase)
-	t.obs.TurnFinished(t.queue, OutcomeCancelled, t.jr.Latency(now), t.jr.Rec().TTFT)
-	return nil
-}
-
-// cancelWaiting ends a cancelled turn that is not its chat's turn (its
-// attempt holds no lease and has no record yet): never sent, it leaves the
-// line with its final event and a journal record saying cancelled.
-func (t *turn) cancelWaiting(ctx context.Context, nyt error) error {
-	w := t.w
-	t.line.WakeAfterDeadHeads(ctx, nyt)
-	dctx, cancel := w.deliveryCtx(ctx)
-	defer cancel()
-	cr := *t.cx.Asked()
-	cr.Phase = CancelPhaseWaiting
-	t.cx.End()
-	ev := ReplyEvent{Type: EventError, TaskID: t.taskID, Otid: t.otid, MessageID: t.msg.MessageID,
-		StopReason: StopReasonCancelled, Permanent: true}
-	if _, err := w.replies.EmitAnswerOnce(dctx, t.msg.Conversation, ev); err != nil {
-		return t.retryEarly(fmt.Errorf("write the cancelled event: %w", err))
-	}
-	rec := t.storedRecord(dctx)
-	now := time.Now().UTC()
-	rec.Attempts = append(rec.Attempts, Attempt{N: len(rec.Attempts) + 1, Worker: w.cfg.WorkerID, Start: t.start.UTC(),
-		End: now, Outcome: OutcomeCancelled})
-	rec.Outcome, rec.StopReason, rec.FinishedAt, rec.Error, rec.Cancel = OutcomeCancelled, StopReasonCancelled, now, "", &cr
-	t.jr.SetRecord(rec)
-	if err := w.journal.Save(dctx, rec); err != nil {
-		t.redisFailed()
-		t.log.Warn("could not journal the cancelled turn", "error", err.Error())
-	}
-	if err := t.line.Leave(dctx); err != nil {
-		t.redisFailed()
-		t.log.Warn("could not take the cancelled turn out of its conversation's line", "error", err.Error())
-	}
-	t.writeResult(OutcomeCancelled, "", nil)
-	t.log.Info("turn cancelled", "outcome", OutcomeCancelled, "phase", CancelPhaseWaiting, "by", cr.By)
-	t.obs.AttemptFinished(t.queue, "done", time.Since(t.start))
-	w.turnCancelled(t.queue, CancelPhaseWaiting)
-	t.obs.TurnFinished(t.queue, OutcomeCancelled, t.jr.Latency(now), 0)
-	return nil // completed with the cancelled result: a normal ending, not a failure
-}
-
-// turnCancelled tells the observer of a cancelled turn (CancelObserver).
-func (w *Worker) turnCancelled(queue, phase string) {
-	if o, ok := w.obs.(CancelObserver); ok {
-		o.TurnCancelled(queue, phase)
-	}
-}

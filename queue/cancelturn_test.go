@@ -26,7 +26,7 @@ func TestWatchCancels(t *testing.T) {
 	t.Cleanup(w.closeRedis)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	newTurn := func(id string) *turn {
-		tt := &turn{w: w, jr: attemptJournal(w, nil), taskID: id, log: log, ids: &turnIDs{taskID: id}}
+		tt := &turn{w: w, jr: attemptJournal(w, nil), log: log, ids: &turnIDs{taskID: id}, attemptID: attemptID{taskID: id}}
 		w.cancels.Add(tt.taskID, (*cancelRun)(tt))
 		return tt
 	}

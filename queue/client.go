@@ -28,7 +28,8 @@ const defaultQueue = "lettaq"
 // in another language sets this (GET /budget answers it).
 func TaskMaxRetry(maxRetry int) int { return max(maxRetry, 0) + 1 }
 
-// ClientConfig configures a Client.
+// ClientConfig configures a Client: give it to NewClient. Redis is required;
+// the zero value of every other field takes its default.
 type ClientConfig struct {
 	// Redis is the Asynq connection (e.g. asynq.RedisClientOpt{Addr: …}).
 	Redis asynq.RedisConnOpt
@@ -62,7 +63,9 @@ type ClientConfig struct {
 	CancelObserver CancelObserver
 }
 
-// Client enqueues turns. It is safe for concurrent use.
+// Client is what a producer uses: it enqueues turns (Enqueue), cancels
+// them, answers approval requests and writes notices into chats. Make one
+// with NewClient and share it; it is safe for concurrent use.
 type Client struct {
 	ac   *asynq.Client
 	cfg  ClientConfig
@@ -71,7 +74,9 @@ type Client struct {
 	insp *asynq.Inspector      // wakes a waiting turn (under ordering); reads a duplicate's message; finds a turn to cancel
 }
 
-// EnqueueResult says what Enqueue did.
+// EnqueueResult says what Enqueue did: follow the turn by its TaskID (the
+// journal, Client.Cancel) or its Otid, and read Duplicate to tell a message
+// delivered twice.
 type EnqueueResult struct {
 	// TaskID is the task of the turn (the existing one for a duplicate).
 	TaskID string `json:"task_id"`
@@ -87,7 +92,8 @@ type EnqueueResult struct {
 	Position int `json:"position"`
 }
 
-// NewClient returns a Client. Close it when done.
+// NewClient returns a Client: make one per process and share it. Close it
+// when done.
 func NewClient(cfg ClientConfig) (*Client, error) {
 	if cfg.Redis == nil {
 		return nil, errors.New("queue: ClientConfig.Redis is nil")
@@ -126,7 +132,8 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	return c, nil
 }
 
-// Close closes the connection to Redis.
+// Close closes the Client's connections to Redis: call it once, when the
+// Client is no longer used.
 func (c *Client) Close() error {
 	err := errors.Join(c.ac.Close(), c.insp.Close())
 	if c.rdb != nil {

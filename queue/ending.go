@@ -35,7 +35,7 @@ type endingInput struct {
 	// RunID is the run the stream named ("" none).
 	RunID string
 	// Retried and MaxRetry are the task's retries used and allowed
-	// (Asynq's; see turn.outOfRetries).
+	// (Asynq's; see completer.noRetryLeft).
 	Retried, MaxRetry int
 	// BusyInARow counts the attempts before this one that ended busy, one
 	// after the other.
@@ -52,7 +52,7 @@ type endingInput struct {
 
 // ending is how an attempt ends, decided by endOf before anything is
 // written: the final event (none while the turn goes on), the journal's
-// outcome, and what Asynq is told. The turn applies it (turn.finish).
+// outcome, and what Asynq is told. The attempt's completer applies it (completer.ran).
 type ending struct {
 	// Final is the final event's type: EventAnswer, EventApprovalRequired,
 	// EventError (permanent), or "" for none.
@@ -178,6 +178,11 @@ func endOf(in endingInput) ending {
 		return endRetryAt(in, -1, "interrupted: "+d.Reason+": "+cause.Error())
 	}
 	return endRetryOf(in, 0, "unexpected outcome "+d.Outcome.String()+": "+d.Reason)
+}
+
+// finalOutcome reports whether o ends the turn with its final event.
+func finalOutcome(o string) bool {
+	return o == OutcomeAnswered || o == OutcomeFailed || o == OutcomeApprovalRequired || o == OutcomeCancelled
 }
 
 // cancelEnds reports whether a cancelled turn's decision d ends it

@@ -2,8 +2,12 @@ package queue
 
 import (
 	"errors"
+	"fmt"
+	"strings"
+	"time"
 
 	"github.com/lettaq/lettaq/queue/internal/approval"
+	"github.com/lettaq/lettaq/queue/internal/payloadcheck"
 	"github.com/lettaq/lettaq/queue/internal/record"
 )
 
@@ -19,3 +23,130 @@ var (
 	// written (Replies.Emit).
 	ErrInvalidEvent = record.ErrInvalidEvent
 )
+
+// The error types a caller tests for with errors.As follow.
+
+// ValidationError reports a message or payload that cannot become a turn.
+// Field is the payload's JSON field ("text", "conversation.chat_id", …, or
+// "" for the payload as a whole).
+type ValidationError struct {
+	Field   string
+	Problem string
+}
+
+func (e *ValidationError) Error() string {
+	if e.Field == "" {
+		return "lettaq: invalid payload: " + e.Problem
+	}
+	return "lettaq: invalid " + e.Field + ": " + e.Problem
+}
+
+func invalid(field, format string, args ...any) error {
+	return &ValidationError{Field: field, Problem: fmt.Sprintf(format, args...)}
+}
+
+// IsValidationError reports whether err is (or wraps) a *ValidationError,
+// and returns it.
+func IsValidationError(err error) (*ValidationError, bool) {
+	var ve *ValidationError
+	ok := errors.As(err, &ve)
+	return ve, ok
+}
+
+// AmbiguousError is Lookup's error for a prefix that more than one turn's task id or otid
+// starts with. Candidates holds up to MaxLookupCandidates of them, sorted; More reports that
+// more turns begin with it (they were not read).
+type AmbiguousError struct {
+	Prefix     string
+	Candidates []string
+	More       bool
+}
+
+func (e *AmbiguousError) Error() string {
+	n := fmt.Sprintf("%d", len(e.Candidates))
+	list := strings.Join(e.Candidates, ", ")
+	if e.More {
+		n = "more than " + n
+		list += " and more"
+	}
+	return fmt.Sprintf("%q is the beginning of %s turns' ids: %s; give more of the id", e.Prefix, n, list)
+}
+
+// MessageIDConflictError is Client.Enqueue's answer to a message whose MessageID was enqueued
+// before with another content (text and images): a message id names one message, so that is a
+// client bug (an idempotency key reused for other content, which payment APIs refuse too),
+// not a duplicate delivery. Nothing is enqueued. httpapi.EnqueueHandler answers it 409.
+type MessageIDConflictError struct {
+	MessageID string
+	// TaskID is the task of the message enqueued first.
+	TaskID string
+	// EnqueuedHash and NewHash are contentHash of the message enqueued first and of this one.
+	EnqueuedHash, NewHash string
+}
+
+func (e *MessageIDConflictError) Error() string {
+	return fmt.Sprintf("queue: message id %q was enqueued before with another text (task %s, content sha256 %s; this message: %s): give this message its own id, or send the same text again",
+		e.MessageID, e.TaskID, e.EnqueuedHash, e.NewHash)
+}
+
+// NotifyKeyConflictError is Notify's answer to a key that an earlier
+// notify of the same chat used for another text: a key names one message,
+// so that is a caller's bug. Nothing is written. httpapi.NotifyHandler
+// answers it 409.
+type NotifyKeyConflictError struct {
+	Chat Conversation
+	Key  string
+	// ID is the entry the key's first notify wrote.
+	ID string
+}
+
+func (e *NotifyKeyConflictError) Error() string {
+	return fmt.Sprintf("queue: notify key %q was used in chat %s for another text (entry %s): give this message its own key, or send the same text again",
+		e.Key, e.Chat, e.ID)
+}
+
+// validationError turns a *payloadcheck.Fault into a *ValidationError
+// (nil stays nil).
+func validationError(err error) error {
+	var f *payloadcheck.Fault
+	if errors.As(err, &f) {
+		return &ValidationError{Field: f.Field, Problem: f.Problem}
+	}
+	return err
+}
+
+// The errors below are an attempt's answer to Asynq (retryDelay and
+// isFailure read them, worker.go); no caller sees them.
+
+// retryAfterError asks for the task to be retried after Delay (retryDelay
+// reads it).
+type retryAfterError struct {
+	Delay  time.Duration
+	Reason string
+	Err    error
+}
+
+func (e *retryAfterError) Error() string {
+	s := e.Reason
+	if s == "" && e.Err != nil {
+		s = e.Err.Error()
+	} else if e.Err != nil {
+		s += ": " + e.Err.Error()
+	}
+	return fmt.Sprintf("%s (retry in %v)", s, e.Delay)
+}
+
+func (e *retryAfterError) Unwrap() error { return e.Err }
+
+// interruptedError ends an attempt that was interrupted (worker shutdown,
+// deadline): the turn is not finished, and the next attempt continues it.
+type interruptedError struct {
+	Reason string
+	Err    error
+}
+
+func (e *interruptedError) Error() string {
+	return "lettaq: turn interrupted: " + e.Reason
+}
+
+func (e *interruptedError) Unwrap() error { return e.Err }

@@ -26,7 +26,8 @@ import (
 // Conversation names one chat in one integration.
 type Conversation = record.Conversation
 
-// EventType is the kind of a reply event.
+// EventType is the kind of a reply event (ReplyEvent.Type): a relay
+// switches on it to show the event.
 type EventType = record.EventType
 
 // The reply event types (see record.EventType for each one's meaning).
@@ -106,7 +107,9 @@ type Replies struct {
 	st   *store.Replies
 }
 
-// NewReplies returns a Replies on rdb.
+// NewReplies returns a Replies on rdb: a relay reads the chats' reply
+// streams with it; a worker makes its own unless WorkerConfig.Replies gives
+// one (give the same opts to both).
 func NewReplies(rdb redis.UniversalClient, opts RepliesOptions) *Replies {
 	if opts.Prefix == "" {
 		opts.Prefix = "lettaq:"
@@ -390,4 +393,19 @@ func (r *Replies) Read(ctx context.Context, c Conversation, after string, count 
 		lastID = m.ID
 	}
 	return events, lastID, nil
+}
+
+// appendToolEventJSON appends t as json.Marshal writes it.
+func appendToolEventJSON(b []byte, t *ToolEvent) []byte {
+	o := len(b)
+	b = append(b, '{')
+	b = codec.AppendStringField(b, `,"name":`, t.Name)
+	b = codec.AppendStringField(b, `,"call_id":`, t.CallID)
+	b = codec.AppendStringField(b, `,"arguments":`, t.Arguments)
+	b = codec.AppendStringField(b, `,"status":`, t.Status)
+	b = codec.AppendStringField(b, `,"return":`, t.Return)
+	if t.Truncated {
+		b = append(b, `,"truncated":true`...)
+	}
+	return codec.CloseObject(b, o)
 }

@@ -41,26 +41,26 @@ import (
 
 // Turn outcomes (TurnRecord.Outcome and Attempt.Outcome).
 const (
-	OutcomeAnswered         = "answered"
-	OutcomeFailed           = "failed"
-	OutcomeApprovalRequired = "approval_required"
-	OutcomeStillRunning     = "still_running"
-	OutcomeNotAdmitted      = "not_admitted"
+	OutcomeAnswered         = record.OutcomeAnswered
+	OutcomeFailed           = record.OutcomeFailed
+	OutcomeApprovalRequired = record.OutcomeApprovalRequired
+	OutcomeStillRunning     = record.OutcomeStillRunning
+	OutcomeNotAdmitted      = record.OutcomeNotAdmitted
 	// OutcomeCancelled: the turn was stopped (Client.Cancel); TurnRecord.Cancel
 	// says by whom, when and in which phase.
-	OutcomeCancelled = "cancelled"
+	OutcomeCancelled = record.OutcomeCancelled
 	// OutcomeRetrying ends an attempt that left the turn to a later attempt.
-	OutcomeRetrying = "retrying"
+	OutcomeRetrying = record.OutcomeRetrying
 	// OutcomeCoalesced: the message was answered by another turn (AnsweredBy).
-	OutcomeCoalesced = "coalesced"
+	OutcomeCoalesced = record.OutcomeCoalesced
 	// OutcomeBusy ends an attempt refused because the agent's thread was
 	// busy with another run (Attempt.Outcome).
-	OutcomeBusy = "busy"
+	OutcomeBusy = record.OutcomeBusy
 	// OutcomeAwaitingApproval ends an attempt of a message that waits for its
 	// chat's approval request to be answered (policy wait or deny) and could
 	// not park (queue/internal/line: its task could not be read, or a takeover runs
 	// it): it is put back like a busy turn, without a retry used.
-	OutcomeAwaitingApproval = "awaiting_approval"
+	OutcomeAwaitingApproval = record.OutcomeAwaitingApproval
 )
 
 // Which clock ended an attempt (Attempt.TimeoutClock); "" when none did.
@@ -93,10 +93,10 @@ type Attempt = record.Attempt
 // PhaseMark is when an attempt entered a phase.
 type PhaseMark = record.PhaseMark
 
-// Usage is the token usage of a turn.
+// Usage is the token usage of a turn, in its TurnRecord.
 type Usage = record.Usage
 
-// ToolSummary is one tool call of a turn.
+// ToolSummary is one tool call of a turn, in its TurnRecord.
 type ToolSummary = record.ToolSummary
 
 // Intent records that an attempt was about to send the turn's message.
@@ -135,7 +135,8 @@ const (
 	FilterFailures Filter = "failures"
 )
 
-// ParseFilter parses a filter name ("" means all).
+// ParseFilter parses a filter name ("" means all): for a filter given as
+// text (a flag, a query parameter).
 func ParseFilter(s string) (Filter, error) {
 	switch f := Filter(s); f {
 	case "":
@@ -146,7 +147,8 @@ func ParseFilter(s string) (Filter, error) {
 	return "", fmt.Errorf("queue: unknown journal filter %q (want all, stalls, retries, resends or failures)", s)
 }
 
-// Match reports whether rec belongs in f.
+// Match reports whether rec belongs in f; Journal.Recent keeps the records
+// that match.
 func (f Filter) Match(rec *TurnRecord) bool {
 	i, ok := f.index()
 	return ok && i.Match(rec)
@@ -197,7 +199,9 @@ type Journal struct {
 	saver *journal.Saver
 }
 
-// NewJournal returns a Journal on rdb.
+// NewJournal returns a Journal on rdb: an operator's tool or a producer reads
+// turns' records with it; a worker makes its own unless WorkerConfig.Journal
+// gives one (give the same opts to both).
 func NewJournal(rdb redis.UniversalClient, opts JournalOptions) *Journal {
 	if opts.Prefix == "" {
 		opts.Prefix = "lettaq:"
@@ -296,12 +300,12 @@ func (j *Journal) Intents(ctx context.Context, taskID string) ([]Intent, error) 
 // rec is not modified; the stored copy gets UpdatedAt, and QueueWait and
 // Latency when they are zero and can be computed.
 func (j *Journal) Save(ctx context.Context, rec *TurnRecord) error {
-	return j.save(ctx, rec, 0)
+	return j.saveBy(ctx, rec, 0)
 }
 
 // save is Save for the runner numbered runner (0: none; see
 // journal.Saver.SaveOp).
-func (j *Journal) save(ctx context.Context, rec *TurnRecord, runner int64) error {
+func (j *Journal) saveBy(ctx context.Context, rec *TurnRecord, runner int64) error {
 	op, err := j.saver.SaveOp(rec, false, runner, nil)
 	if err != nil {
 		return err

@@ -8,25 +8,6 @@ import (
 	"strings"
 )
 
-// AmbiguousError is Lookup's error for a prefix that more than one turn's task id or otid
-// starts with. Candidates holds up to MaxLookupCandidates of them, sorted; More reports that
-// more turns begin with it (they were not read).
-type AmbiguousError struct {
-	Prefix     string
-	Candidates []string
-	More       bool
-}
-
-func (e *AmbiguousError) Error() string {
-	n := fmt.Sprintf("%d", len(e.Candidates))
-	list := strings.Join(e.Candidates, ", ")
-	if e.More {
-		n = "more than " + n
-		list += " and more"
-	}
-	return fmt.Sprintf("%q is the beginning of %s turns' ids: %s; give more of the id", e.Prefix, n, list)
-}
-
 // ByIDOrOtid returns the record of the turn whose task id or otid is id,
 // exactly (Lookup also takes the beginning of one); an error wrapping
 // ErrNotFound when none.

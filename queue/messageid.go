@@ -4,25 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
 )
-
-// MessageIDConflictError is Client.Enqueue's answer to a message whose MessageID was enqueued
-// before with another content (text and images): a message id names one message, so that is a
-// client bug (an idempotency key reused for other content, which payment APIs refuse too),
-// not a duplicate delivery. Nothing is enqueued. httpapi.EnqueueHandler answers it 409.
-type MessageIDConflictError struct {
-	MessageID string
-	// TaskID is the task of the message enqueued first.
-	TaskID string
-	// EnqueuedHash and NewHash are contentHash of the message enqueued first and of this one.
-	EnqueuedHash, NewHash string
-}
-
-func (e *MessageIDConflictError) Error() string {
-	return fmt.Sprintf("queue: message id %q was enqueued before with another text (task %s, content sha256 %s; this message: %s): give this message its own id, or send the same text again",
-		e.MessageID, e.TaskID, e.EnqueuedHash, e.NewHash)
-}
 
 // contentHash is the sha256 (hex) of what a message says: its text and its images. Two
 // deliveries of one message have the same.

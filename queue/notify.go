@@ -22,9 +22,6 @@ import (
 // notify sent again with the same key (the caller retried, or go-redis
 // sent the script again after a lost reply) is the same one event.
 
-// NotifyTaskPrefix starts the task id of a notify event: "notify:<key>".
-const NotifyTaskPrefix = "notify:"
-
 // Notice is a message to write into a chat.
 type Notice struct {
 	// Chat is the conversation whose reply stream takes the message.
@@ -40,7 +37,8 @@ type Notice struct {
 	Key string `json:"key"`
 }
 
-// NotifyResult says what Notify did.
+// NotifyResult says what Notify did: the event's stream entry, and whether
+// an earlier call with the same key wrote it (Duplicate).
 type NotifyResult struct {
 	// TaskID is the event's task id, "notify:<key>".
 	TaskID string `json:"task_id"`
@@ -52,22 +50,6 @@ type NotifyResult struct {
 	// Duplicate is true when an earlier call with this key wrote the
 	// event: nothing was written now.
 	Duplicate bool `json:"duplicate"`
-}
-
-// NotifyKeyConflictError is Notify's answer to a key that an earlier
-// notify of the same chat used for another text: a key names one message,
-// so that is a caller's bug. Nothing is written. httpapi.NotifyHandler
-// answers it 409.
-type NotifyKeyConflictError struct {
-	Chat Conversation
-	Key  string
-	// ID is the entry the key's first notify wrote.
-	ID string
-}
-
-func (e *NotifyKeyConflictError) Error() string {
-	return fmt.Sprintf("queue: notify key %q was used in chat %s for another text (entry %s): give this message its own key, or send the same text again",
-		e.Key, e.Chat, e.ID)
 }
 
 // Validate checks n. The error is a *ValidationError naming the field at

@@ -218,11 +218,10 @@ func TestParkApprovalWakesItselfWhenAnsweredMeanwhile(t *testing.T) {
 	}
 	w.lines.WakeApprovalWaiters(ctx, req.RequestTaskID, "") // the answer's wake-up: nobody noted yet
 	w.lines.AfterRevoke = func(store.Parked) {}             // the re-enqueue is looked at below
-	tt := &turn{w: w, taskID: r.TaskID, rn: fence.Runner{ID: r.TaskID}, queue: q, task: asynq.NewTask(info.Type, info.Payload),
-		log: w.log, start: time.Now(), jr: attemptJournal(w, &TurnRecord{TaskID: r.TaskID, Attempts: []Attempt{{N: 1}}}),
-		progress: w.writer.NewQueue(conv, func(error) {}, nil)}
+	tt := &turn{w: w, rn: fence.Runner{ID: r.TaskID}, log: w.log, jr: attemptJournal(w, &TurnRecord{TaskID: r.TaskID, Attempts: []Attempt{{N: 1}}}), progress: w.writer.NewQueue(conv, func(error) {}, nil), attemptID: attemptID{taskID: r.TaskID, queue: q, task: asynq.NewTask(info.Type, info.Payload), start: time.Now()}}
 	tt.line = w.lines.Place(line.Attempt{TaskID: r.TaskID, Queue: q, Runner: r.TaskID, Task: tt.task, Log: w.log})
-	if err := tt.parkApproval(ctx, w.log, &stale); !errors.Is(err, asynq.RevokeTask) {
+	assemble(tt)
+	if err := tt.end.parkApproval(ctx, w.log, &stale); !errors.Is(err, asynq.RevokeTask) {
 		t.Fatalf("parkApproval: %v; want parked", err)
 	}
 	p, err := w.lines.Parking().Get(ctx, r.TaskID)

@@ -4,8 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -16,13 +14,17 @@ import (
 	"github.com/lettaq/lettaq/queue/internal/payloadcheck"
 )
 
-// The Asynq task types of lettaq, and the version of its payload format.
+// The Asynq task types of lettaq, the prefix of a notify event's task id,
+// and the version of its payload format.
 const (
 	// TaskType is the Asynq task type of a turn.
 	TaskType = "lettaq:turn"
 	// TakeoverTaskType is the Asynq task type of a takeover: the
 	// continuation of a turn whose worker died, on another worker.
 	TakeoverTaskType = "lettaq:takeover"
+	// NotifyTaskPrefix starts the task id of a notify event: "notify:<key>"
+	// (a notify is no task, but its event carries a task id as a turn's do).
+	NotifyTaskPrefix = "notify:"
 	// PayloadVersion is the version of the payload format this package
 	// writes and the only one it accepts.
 	PayloadVersion = 1
@@ -108,37 +110,19 @@ type Payload struct {
 	Approval            *Answer `json:"approval,omitempty"`
 }
 
-// Payload returns m's payload.
+// Payload returns m's payload, the JSON form a task carries: for a producer
+// that writes tasks itself (EncodePayload validates and marshals it).
 func (m Message) Payload() Payload {
 	return Payload{V: PayloadVersion, AgentID: m.AgentID, Text: m.Text, SenderID: m.SenderID,
 		Conversation: m.Conversation, MessageID: m.MessageID, Otid: m.Otid, Metadata: m.Metadata,
 		EnqueuedAt: m.EnqueuedAt, LettaConversationID: m.LettaConversationID, Images: m.Images, Approval: m.Approval}
 }
 
-// Message returns the message of p.
+// Message returns the message of p (DecodePayload reads and checks it).
 func (p Payload) Message() Message {
 	return Message{AgentID: p.AgentID, Text: p.Text, SenderID: p.SenderID, Conversation: p.Conversation,
 		MessageID: p.MessageID, Otid: p.Otid, Metadata: p.Metadata, EnqueuedAt: p.EnqueuedAt,
 		LettaConversationID: p.LettaConversationID, Images: p.Images, Approval: p.Approval}
-}
-
-// ValidationError reports a message or payload that cannot become a turn.
-// Field is the payload's JSON field ("text", "conversation.chat_id", …, or
-// "" for the payload as a whole).
-type ValidationError struct {
-	Field   string
-	Problem string
-}
-
-func (e *ValidationError) Error() string {
-	if e.Field == "" {
-		return "lettaq: invalid payload: " + e.Problem
-	}
-	return "lettaq: invalid " + e.Field + ": " + e.Problem
-}
-
-func invalid(field, format string, args ...any) error {
-	return &ValidationError{Field: field, Problem: fmt.Sprintf(format, args...)}
 }
 
 // Validate checks m against the payload rules. The error is a
@@ -224,27 +208,14 @@ func checkID(field, v string, required bool) error {
 	return validationError(payloadcheck.CheckID(field, v, required))
 }
 
-// EncodePayload validates m and returns its JSON payload.
+// EncodePayload validates m and returns its JSON payload: for a producer
+// that writes the Asynq task itself rather than through Client.Enqueue (see
+// the package documentation, "Tasks from other languages").
 func EncodePayload(m Message) ([]byte, error) {
 	if err := m.Validate(); err != nil {
 		return nil, err
 	}
 	return json.Marshal(m.Payload())
-}
-
-// DecodePayload parses and validates a task payload. On error the returned
-// Message holds whatever could be read (a worker uses its Conversation to
-// report the error), and the error is a *ValidationError.
-func DecodePayload(b []byte) (Message, error) {
-	p, err := decodePayloadJSON(b, false)
-	m := p.Message()
-	if err != nil {
-		return m, err
-	}
-	if p.V != PayloadVersion {
-		return m, invalid("v", "unknown payload version %d (this worker reads version %d)", p.V, PayloadVersion)
-	}
-	return m, m.Validate()
 }
 
 // TaskIDFor returns the Asynq task id of m. With a MessageID it is
@@ -282,12 +253,4 @@ func OtidFor(m Message, taskID string) string {
 		return m.Otid
 	}
 	return uuid.NewSHA1(otidNamespace, []byte(taskID)).String()
-}
-
-// IsValidationError reports whether err is (or wraps) a *ValidationError,
-// and returns it.
-func IsValidationError(err error) (*ValidationError, bool) {
-	var ve *ValidationError
-	ok := errors.As(err, &ve)
-	return ve, ok
 }

@@ -1,8 +1,6 @@
 package queue
 
 import (
-	"errors"
-
 	"github.com/lettaq/lettaq/queue/internal/payloadcheck"
 )
 
@@ -11,8 +9,8 @@ import (
 // and names the field of a type error.
 
 // decodePayloadJSON parses b as a Payload. whole: b must be one JSON value
-// (the HTTP body); otherwise the first value is read (task payloads, as
-// before). On error the Payload holds what could be read, without a
+// (the HTTP body); otherwise the first value is read (a task's payload:
+// what follows it is ignored). On error the Payload holds what could be read, without a
 // Conversation whose strings were rewritten, and the error is a
 // *ValidationError naming the field.
 func decodePayloadJSON(b []byte, whole bool) (Payload, error) {
@@ -20,12 +18,17 @@ func decodePayloadJSON(b []byte, whole bool) (Payload, error) {
 	return p, validationError(err)
 }
 
-// validationError turns a *payloadcheck.Fault into a *ValidationError
-// (nil stays nil).
-func validationError(err error) error {
-	var f *payloadcheck.Fault
-	if errors.As(err, &f) {
-		return &ValidationError{Field: f.Field, Problem: f.Problem}
+// DecodePayload parses and validates a task payload. On error the returned
+// Message holds whatever could be read (a worker uses its Conversation to
+// report the error), and the error is a *ValidationError.
+func DecodePayload(b []byte) (Message, error) {
+	p, err := decodePayloadJSON(b, false)
+	m := p.Message()
+	if err != nil {
+		return m, err
 	}
-	return err
+	if p.V != PayloadVersion {
+		return m, invalid("v", "unknown payload version %d (this worker reads version %d)", p.V, PayloadVersion)
+	}
+	return m, m.Validate()
 }

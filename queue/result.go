@@ -10,6 +10,34 @@ import (
 	"unicode/utf8"
 )
 
+// TurnResult is what a finished turn writes as its Asynq task result
+// (Inspector.GetTaskInfo(queue, id).Result), as JSON.
+type TurnResult struct {
+	// Summary is one line for people (the monitor shows the result raw):
+	// outcome, time, attempts, the answer's start.
+	Summary    string     `json:"summary"`
+	TaskID     string     `json:"task_id"`
+	Otid       string     `json:"otid"`
+	RunID      string     `json:"run_id,omitempty"`
+	Outcome    string     `json:"outcome"`
+	Answer     string     `json:"answer"`
+	StopReason string     `json:"stop_reason,omitempty"`
+	Approval   *ToolEvent `json:"approval,omitempty"`
+	Usage      *Usage     `json:"usage,omitempty"`
+	Attempts   int        `json:"attempts"`
+	// AnsweredBy: for a message merged into another turn (outcome
+	// coalesced), that turn's task id.
+	AnsweredBy string `json:"answered_by,omitempty"`
+	// Merged: the task ids merged into this turn.
+	Merged []string `json:"merged,omitempty"`
+	// Timings in milliseconds: enqueue → first start, enqueue → first
+	// answer token, enqueue → end, and this attempt's duration.
+	QueueWaitMS int64 `json:"queue_wait_ms"`
+	TTFTMS      int64 `json:"ttft_ms,omitempty"`
+	LatencyMS   int64 `json:"latency_ms"`
+	AttemptMS   int64 `json:"attempt_ms"`
+}
+
 // summaryAnswerRunes bounds the answer's part of TurnResult.Summary.
 const summaryAnswerRunes = 120
 
@@ -74,19 +102,4 @@ func appendTurnResultJSON(b []byte, r *TurnResult) []byte {
 	b = strconv.AppendInt(append(b, `,"latency_ms":`...), r.LatencyMS, 10)
 	b = strconv.AppendInt(append(b, `,"attempt_ms":`...), r.AttemptMS, 10)
 	return append(b, '}')
-}
-
-// appendToolEventJSON appends t as json.Marshal writes it.
-func appendToolEventJSON(b []byte, t *ToolEvent) []byte {
-	o := len(b)
-	b = append(b, '{')
-	b = codec.AppendStringField(b, `,"name":`, t.Name)
-	b = codec.AppendStringField(b, `,"call_id":`, t.CallID)
-	b = codec.AppendStringField(b, `,"arguments":`, t.Arguments)
-	b = codec.AppendStringField(b, `,"status":`, t.Status)
-	b = codec.AppendStringField(b, `,"return":`, t.Return)
-	if t.Truncated {
-		b = append(b, `,"truncated":true`...)
-	}
-	return codec.CloseObject(b, o)
 }

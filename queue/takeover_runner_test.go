@@ -27,8 +27,7 @@ func TestTakeoverRecoveredTurnNotRunTwice(t *testing.T) {
 	a.tk.Tick(ctx)
 	b.tk.Tick(ctx)
 	newRunner := func(w *Worker, runner, from string, retried int) *turn {
-		tr := &turn{w: w, jr: attemptJournal(w, nil), taskID: "turn-6", queue: e.queue, rn: fence.Runner{ID: runner, Retried: retried, From: from},
-			log: w.log, actx: ctx}
+		tr := &turn{w: w, jr: attemptJournal(w, nil), rn: fence.Runner{ID: runner, Retried: retried, From: from}, log: w.log, actx: ctx, attemptID: attemptID{taskID: "turn-6", queue: e.queue}}
 		tr.progress = w.writer.NewQueue(Conversation{Integration: "test", ChatID: "turn-6"}, func(error) {}, nil)
 		tr.rn.OnFence(func(error) {})
 		return withReg(tr)
@@ -109,7 +108,7 @@ func TestTakeoverRegisterAgainTakesFromDeadHolder(t *testing.T) {
 	a.tk.Tick(ctx)
 	b.tk.Tick(ctx)
 	// Asynq's recovery runs the turn on A; its registration was lost.
-	orig := withReg(&turn{w: a, jr: attemptJournal(a, nil), taskID: "turn-8", queue: e.queue, rn: fence.Runner{ID: "turn-8", Retried: 1}, log: a.log, actx: ctx})
+	orig := withReg(&turn{w: a, jr: attemptJournal(a, nil), rn: fence.Runner{ID: "turn-8", Retried: 1}, log: a.log, actx: ctx, attemptID: attemptID{taskID: "turn-8", queue: e.queue}})
 	orig.tk.AsRegistered(claim.Entry{}, 0)
 	a.tk.Tick(ctx)
 	if !e.rdb.HExists(ctx, e.prefix+"takeover:turns:"+a.tk.Instance(), "turn-8").Val() {
@@ -120,7 +119,7 @@ func TestTakeoverRegisterAgainTakesFromDeadHolder(t *testing.T) {
 	}
 	// B, whose registration of the turn was lost too, takes nothing from A,
 	// and stops its runner.
-	other := withReg(&turn{w: b, jr: attemptJournal(b, nil), taskID: "turn-8", queue: e.queue, rn: fence.Runner{ID: "turn-8"}, log: b.log, actx: ctx})
+	other := withReg(&turn{w: b, jr: attemptJournal(b, nil), rn: fence.Runner{ID: "turn-8"}, log: b.log, actx: ctx, attemptID: attemptID{taskID: "turn-8", queue: e.queue}})
 	other.tk.AsRegistered(claim.Entry{}, 0)
 	b.tk.Tick(ctx)
 	if e.rdb.HExists(ctx, e.prefix+"takeover:turns:"+b.tk.Instance(), "turn-8").Val() {
@@ -146,7 +145,7 @@ func TestTakeoverPendingRegistrationNotWrittenBack(t *testing.T) {
 		<-gate
 		return exec(ctx, ops)
 	}
-	tr := withReg(&turn{w: w, jr: attemptJournal(w, nil), taskID: "turn-p", queue: e.queue, rn: fence.Runner{ID: "turn-p"}, log: w.log, actx: ctx})
+	tr := withReg(&turn{w: w, jr: attemptJournal(w, nil), rn: fence.Runner{ID: "turn-p"}, log: w.log, actx: ctx, attemptID: attemptID{taskID: "turn-p", queue: e.queue}})
 	tr.progress = w.writer.NewQueue(Conversation{Integration: "test", ChatID: "p"}, func(error) {}, nil)
 	register(tr)
 	turns := e.prefix + "takeover:turns:" + w.tk.Instance()
@@ -246,8 +245,7 @@ func TestTakeoverLaterStartedRunnerKeepsTurn(t *testing.T) {
 func beginRunner(t *testing.T, w *Worker, queue, taskID, runner, from string) *turn {
 	t.Helper()
 	ctx := context.Background()
-	tr := &turn{w: w, taskID: taskID, queue: queue, rn: fence.Runner{ID: runner, From: from}, log: w.log, actx: ctx,
-		start: time.Now(), jr: attemptJournal(w, nil)}
+	tr := &turn{w: w, rn: fence.Runner{ID: runner, From: from}, log: w.log, actx: ctx, jr: attemptJournal(w, nil), attemptID: attemptID{taskID: taskID, queue: queue, start: time.Now()}}
 	tr.progress = w.writer.NewQueue(Conversation{Integration: "test", ChatID: taskID}, func(error) {}, nil)
 	tr.rn.OnFence(func(error) {})
 	withReg(tr)

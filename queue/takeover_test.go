@@ -70,9 +70,11 @@ func (e *takeoverEnv) worker(id string, after time.Duration) *Worker {
 	return w
 }
 
-// withReg gives tr its registration, as newTurn does.
+// withReg gives tr its registration, its record writer and its completer,
+// as newTurn does.
 func withReg(tr *turn) *turn {
 	tr.tk = newRegistration(tr)
+	assemble(tr)
 	return tr
 }
 
@@ -227,7 +229,7 @@ func TestTakeoverMarkerEndsOlderRunner(t *testing.T) {
 		t.Fatal(err)
 	}
 	mk := func(runner string, retried int) *turn {
-		return withReg(&turn{w: w, jr: attemptJournal(w, nil), taskID: "turn-9", rn: fence.Runner{ID: runner, Retried: retried}, log: w.log})
+		return withReg(&turn{w: w, jr: attemptJournal(w, nil), rn: fence.Runner{ID: runner, Retried: retried}, log: w.log, attemptID: attemptID{taskID: "turn-9"}})
 	}
 	if !mk("turn-9", 1).tk.ContinuedElsewhere(ctx) {
 		t.Error("the recovered original does not see the takeover")
@@ -251,8 +253,8 @@ func TestTakeoverFencingStaleBeat(t *testing.T) {
 	w := e.worker("A", 2*time.Second)
 	ctx := context.Background()
 	ep := w.tk.Instance()
-	t1 := withReg(&turn{w: w, jr: attemptJournal(w, nil), taskID: "turn-f1", log: w.log})
-	t2 := withReg(&turn{w: w, jr: attemptJournal(w, nil), taskID: "turn-f2", log: w.log})
+	t1 := withReg(&turn{w: w, jr: attemptJournal(w, nil), log: w.log, attemptID: attemptID{taskID: "turn-f1"}})
+	t2 := withReg(&turn{w: w, jr: attemptJournal(w, nil), log: w.log, attemptID: attemptID{taskID: "turn-f2"}})
 	canceled := make(chan error, 1)
 	t2.rn.OnFence(func(err error) { canceled <- err })
 	t1.tk.AsRegistered(claim.Entry{}, 0)
@@ -273,7 +275,7 @@ func TestTakeoverFencingStaleBeat(t *testing.T) {
 		t.Fatalf("the fenced turn's context ended with %v", err)
 	}
 	// A stale beat without a tombstone: the turn goes on.
-	t3 := withReg(&turn{w: w, jr: attemptJournal(w, nil), taskID: "turn-f3", log: w.log})
+	t3 := withReg(&turn{w: w, jr: attemptJournal(w, nil), log: w.log, attemptID: attemptID{taskID: "turn-f3"}})
 	t3.tk.AsRegistered(claim.Entry{}, 0)
 	t3.tk.BeatAgo(2 * time.Second)
 	if t3.tk.TakenOver(ctx) {
@@ -288,7 +290,7 @@ func TestTakeoverBeatFindsTombstoneAndLeave(t *testing.T) {
 	w := e.worker("A", 2*time.Second)
 	ctx := context.Background()
 	ep := w.tk.Instance()
-	t1 := withReg(&turn{w: w, jr: attemptJournal(w, nil), taskID: "turn-t1", log: w.log})
+	t1 := withReg(&turn{w: w, jr: attemptJournal(w, nil), log: w.log, attemptID: attemptID{taskID: "turn-t1"}})
 	t1.tk.AsRegistered(claim.Entry{}, 0)
 	e.rdb.Set(ctx, e.prefix+"takeover:dead:"+ep, "B", time.Hour)
 	w.tk.Tick(ctx)
@@ -314,7 +316,7 @@ func TestTakeoverRegistryLostRegistersAgain(t *testing.T) {
 	w := e.worker("A", 2*time.Second)
 	ctx := context.Background()
 	w.tk.Tick(ctx)
-	tr := withReg(&turn{w: w, jr: attemptJournal(w, nil), taskID: "turn-r", queue: e.queue, rn: fence.Runner{ID: "turn-r"}, log: w.log, actx: ctx})
+	tr := withReg(&turn{w: w, jr: attemptJournal(w, nil), rn: fence.Runner{ID: "turn-r"}, log: w.log, actx: ctx, attemptID: attemptID{taskID: "turn-r", queue: e.queue}})
 	tr.progress = w.writer.NewQueue(Conversation{Integration: "test", ChatID: "r"}, func(error) {}, nil)
 	register(tr)
 	tr.progress.Flush(ctx) // the registration goes with the attempt's next writes
@@ -343,7 +345,7 @@ func TestTakeoverFinishedTurnNotRegisteredAgain(t *testing.T) {
 	w := e.worker("A", 2*time.Second)
 	ctx := context.Background()
 	w.tk.Tick(ctx)
-	tr := withReg(&turn{w: w, jr: attemptJournal(w, nil), taskID: "turn-done", queue: e.queue, rn: fence.Runner{ID: "turn-done"}, log: w.log, actx: ctx})
+	tr := withReg(&turn{w: w, jr: attemptJournal(w, nil), rn: fence.Runner{ID: "turn-done"}, log: w.log, actx: ctx, attemptID: attemptID{taskID: "turn-done", queue: e.queue}})
 	tr.progress = w.writer.NewQueue(Conversation{Integration: "test", ChatID: "done"}, func(error) {}, nil)
 	register(tr)
 	tr.progress.Flush(ctx)
@@ -397,9 +399,7 @@ func TestTakeoverFencedDeliveryReportsTakenOver(t *testing.T) {
 	ep := w.tk.Instance()
 	id := "turn-fd"
 	conv := Conversation{Integration: "test", ChatID: "fd-" + randomHex(t)}
-	tr := &turn{w: w, taskID: id, otid: "otid-fd", queue: e.queue, rn: fence.Runner{ID: id}, log: slog.New(c), actx: ctx,
-		start: time.Now(), ids: &turnIDs{taskID: id, otid: "otid-fd"},
-		msg: Message{AgentID: "agent-1", Conversation: conv, MessageID: "m1"}}
+	tr := &turn{w: w, rn: fence.Runner{ID: id}, log: slog.New(c), actx: ctx, ids: &turnIDs{taskID: id, otid: "otid-fd"}, attemptID: attemptID{taskID: id, otid: "otid-fd", queue: e.queue, start: time.Now(), msg: Message{AgentID: "agent-1", Conversation: conv, MessageID: "m1"}}}
 	tr.obs.Observer = w.obs
 	withReg(tr).tk.AsRegistered(claim.Entry{}, 0)
 	tr.progress = w.writer.NewQueue(conv, tr.writeFailed, nil)
@@ -407,13 +407,14 @@ func TestTakeoverFencedDeliveryReportsTakenOver(t *testing.T) {
 	defer tr.progress.Close()
 	tr.jr = attemptJournal(w, &TurnRecord{TaskID: id, Otid: "otid-fd", Conversation: conv,
 		Attempts: []Attempt{{N: 1, Worker: "A", Start: tr.start}}})
+	assemble(tr) // (with its queue and record)
 	tr.obs.TaskStarted(e.queue, 1, 0)
 	// Meanwhile: B claimed A (its tombstone) and wrote the turn's answer
 	// (the final event's marker); A's last good beat is old.
 	e.rdb.Set(ctx, e.prefix+"answered:"+id, "1", time.Hour)
 	e.rdb.Set(ctx, e.prefix+"takeover:dead:"+ep, "B", time.Hour)
 	tr.tk.BeatAgo(2 * time.Second)
-	if err := tr.deliver(ctx, tr.log, OutcomeAnswered, ReplyEvent{Type: EventAnswer, Text: "from A"}, "from A", nil); err != nil {
+	if err := tr.end.deliver(ctx, tr.log, OutcomeAnswered, ReplyEvent{Type: EventAnswer, Text: "from A"}, "from A", nil); err != nil {
 		t.Errorf("deliver: %v", err)
 	}
 	obs.mu.Lock()

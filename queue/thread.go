@@ -104,7 +104,7 @@ func (th *threads) resolveKnown(ctx context.Context, m Message, known string, re
 	if id, ok := th.local(m, known); ok {
 		return id, nil
 	}
-	st, hash := th.store(), threadHash(m.AgentID, m.Conversation)
+	st, hash := th.threadStore(), threadHash(m.AgentID, m.Conversation)
 	if !read || th.lock {
 		if id, err := st.Known(ctx, hash); err == nil && id != "" {
 			return id, nil
@@ -167,8 +167,8 @@ func (th *threads) findOrCreate(ctx context.Context, m Message) (string, error) 
 	return c.ID, nil
 }
 
-// store is the Redis side of the threads.
-func (th *threads) store() store.Threads {
+// threadStore is the Redis side of the threads.
+func (th *threads) threadStore() store.Threads {
 	return store.Threads{RDB: th.rdb, Keys: store.Keys{Prefix: th.prefix}}
 }
 

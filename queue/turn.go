@@ -24,34 +24,6 @@ import (
 	"github.com/lettaq/lettaq/queue/internal/takeover"
 )
 
-// TurnResult is what a finished turn writes as its Asynq task result
-// (Inspector.GetTaskInfo(queue, id).Result), as JSON.
-type TurnResult struct {
-	// Summary is one line for people (the monitor shows the result raw):
-	// outcome, time, attempts, the answer's start.
-	Summary    string     `json:"summary"`
-	TaskID     string     `json:"task_id"`
-	Otid       string     `json:"otid"`
-	RunID      string     `json:"run_id,omitempty"`
-	Outcome    string     `json:"outcome"`
-	Answer     string     `json:"answer"`
-	StopReason string     `json:"stop_reason,omitempty"`
-	Approval   *ToolEvent `json:"approval,omitempty"`
-	Usage      *Usage     `json:"usage,omitempty"`
-	Attempts   int        `json:"attempts"`
-	// AnsweredBy: for a message merged into another turn (outcome
-	// coalesced), that turn's task id.
-	AnsweredBy string `json:"answered_by,omitempty"`
-	// Merged: the task ids merged into this turn.
-	Merged []string `json:"merged,omitempty"`
-	// Timings in milliseconds: enqueue → first start, enqueue → first
-	// answer token, enqueue → end, and this attempt's duration.
-	QueueWaitMS int64 `json:"queue_wait_ms"`
-	TTFTMS      int64 `json:"ttft_ms,omitempty"`
-	LatencyMS   int64 `json:"latency_ms"`
-	AttemptMS   int64 `json:"attempt_ms"`
-}
-
 // processTask is the asynq handler of one attempt of one turn.
 //
 // A thinking turn's goroutine waits for as long as the agent thinks, and
@@ -127,10 +99,11 @@ func (w *Worker) newTurn(ctx context.Context, task *asynq.Task) (*turn, error) {
 		return nil, w.rejectPayload(ctx, taskID, qname, msg, perr, start)
 	}
 	ids := &turnIDs{taskID: taskID, otid: OtidFor(msg, taskID)}
-	t := &turn{w: w, task: task, taskID: taskID, queue: qname, msg: msg, otid: ids.otid,
-		retried: retried, maxRetry: maxRetry, start: start, ids: ids, log: newTurnLogger(w.log, ids),
+	t := &turn{w: w, attemptID: attemptID{task: task, taskID: taskID, queue: qname, msg: msg, otid: ids.otid,
+		retried: retried, maxRetry: maxRetry, start: start}, ids: ids, log: newTurnLogger(w.log, ids),
 		rn: fence.Runner{ID: runner, Retried: asynqRetried, From: from}}
 	t.actx = ctx
+	t.recordWriter = &recordWriter{w: w, rn: &t.rn, log: t.log, actx: ctx}
 	t.tk = newRegistration(t)
 	t.obs.Observer = w.obs
 	t.jr = journal.NewAttempt(w.journal.saver)
@@ -141,7 +114,20 @@ func (w *Worker) newTurn(ctx context.Context, task *asynq.Task) (*turn, error) {
 	}
 	t.line = w.lines.Place(line.Attempt{Key: key, TaskID: taskID, Queue: qname, Runner: runner, Task: task, Log: t.log, Failed: t.redisFailed})
 	t.ap = newApprovalTurn(t)
+	assemble(t)
 	return t, nil
+}
+
+// assemble gives the attempt's record writer its record and progress queue,
+// and makes its completer from the parts the attempt holds (newTurn, once
+// they are made).
+func assemble(t *turn) {
+	if t.recordWriter == nil {
+		t.recordWriter = &recordWriter{w: t.w, rn: &t.rn, log: t.log, actx: t.actx}
+	}
+	t.recordWriter.jr, t.recordWriter.progress = t.jr, t.progress
+	t.end = &completer{attemptID: t.attemptID, recordWriter: t.recordWriter, obs: &t.obs, ids: t.ids, line: t.line,
+		ap: &t.ap, cx: &t.cx, tk: t.tk}
 }
 
 // runOrdered runs the attempt holding its conversation's ordering lock.
@@ -172,7 +158,7 @@ func (t *turn) lead(ctx context.Context) (lctx context.Context, cancel context.C
 		// An answer goes before the messages that wait for it (an expiry
 		// joins only now, when it is due).
 		if err := t.line.JoinFront(ctx); err != nil {
-			return nil, nil, t.retryEarly(err), true
+			return nil, nil, t.end.retryEarly(err), true
 		}
 	}
 	err, end = t.acquire(ctx)
@@ -182,6 +168,7 @@ func (t *turn) lead(ctx context.Context) (lctx context.Context, cancel context.C
 	// The wait for the conversation counts as queue wait: the attempt
 	// starts when it holds the key.
 	t.start = time.Now()
+	t.end.start = t.start
 	lctx, cancel = t.line.Context(ctx)
 	return lctx, cancel, nil, false
 }
@@ -201,23 +188,13 @@ func (t *turn) afterRun(ctx context.Context, err error) {
 // that must not end with the attempt.
 func (t *turn) detached() context.Context { return context.WithoutCancel(t.actx) }
 
-// writeFailed is told of a queued write that failed (a progress event, an
-// intermediate journal save): logged, never fatal.
-func (t *turn) writeFailed(err error) {
-	t.redisFailed()
-	t.log.Debug("a queued write did not reach Redis", "error", err.Error())
-}
-
-// redisFailed notes that a Redis read or write of this attempt failed.
-func (t *turn) redisFailed() { t.redisTrouble.Store(true) }
-
 // awaitRedis waits for Redis (Worker.awaitRedis) when a Redis read or write
 // of this attempt failed since the last wait, then journals the attempt's
 // record once more: how the attempt ended may be among the writes that
 // failed, and the next attempt would find this one with no end and no
 // outcome.
 func (t *turn) awaitRedis(ctx context.Context) {
-	if !t.redisTrouble.Swap(false) {
+	if !t.trouble.Swap(false) {
 		return
 	}
 	t0 := time.Now()
@@ -252,13 +229,6 @@ func (t *turn) awaitRedis(ctx context.Context) {
 	}
 }
 
-// deliveryCtx is for writes that must happen even when the attempt's
-// context has ended (the final event, the journal), bounded by the budget's
-// delivery allowance.
-func (w *Worker) deliveryCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), w.cfg.Budget.DeliveryAllowance)
-}
-
 // rejectPayload archives a task whose payload is unusable.
 func (w *Worker) rejectPayload(ctx context.Context, taskID, qname string, msg Message, perr error, start time.Time) error {
 	dctx, cancel := w.deliveryCtx(ctx)
@@ -285,21 +255,17 @@ func (w *Worker) rejectPayload(ctx context.Context, taskID, qname string, msg Me
 
 // turn is one attempt of one turn.
 type turn struct {
-	w                 *Worker
-	task              *asynq.Task
-	taskID, queue     string
-	otid              string
-	msg               Message
-	retried, maxRetry int
-	start             time.Time
-	log               *slog.Logger // every line carries task_id, otid and the run_id known then
-	obs               attemptObs   // the worker's Observer, as this attempt tells it
-	ids               *turnIDs
-	progress          *progress.Queue // progress events, written off the stream's reader
+	attemptID
+	*recordWriter            // its record's saves (save, saveLater) and its Redis failures (redisFailed)
+	end           *completer // applies how the attempt ends
+	w             *Worker
+	log           *slog.Logger // every line carries task_id, otid and the run_id known then
+	obs           attemptObs   // the worker's Observer, as this attempt tells it
+	ids           *turnIDs
+	progress      *progress.Queue // progress events, written off the stream's reader
 
-	redisTrouble atomic.Bool  // a Redis read or write failed: see awaitRedis
-	line         *line.Place  // its place in its chat's line: the lease, the release, merged messages, the park
-	replyBytes   atomic.Int64 // progress text written to the reply stream (see replyAllowed)
+	line       *line.Place  // its place in its chat's line: the lease, the release, merged messages, the park
+	replyBytes atomic.Int64 // progress text written to the reply stream (see replyAllowed)
 
 	pre *store.StartReads // read before the attempt runs (until the thread is known)
 	cx  cancel.Turn       // its cancel, if one is asked for (cancelturn.go)
@@ -325,64 +291,6 @@ type turn struct {
 	view live.Stream // the chat's view of the run: phases, answer text, tool calls
 }
 
-// save journals the record after everything the attempt queued before (and
-// runs more with it), and waits for it.
-func (t *turn) save(ctx context.Context, more ...store.Op) error {
-	if t.rn.IsFenced() {
-		return errTakenOver
-	}
-	if !t.w.oneRedis() {
-		t.progress.Flush(ctx)
-		rec := t.jr.Copy()
-		err := t.w.journal.save(ctx, &rec, t.jr.Runner())
-		if err == nil {
-			err = t.progress.Do(ctx, nil, more...)
-		}
-		if err != nil {
-			t.redisFailed()
-		}
-		return err
-	}
-	op, err := t.jr.SaveOp(false)
-	if err == nil {
-		t.progress.DropQueuedSaves() // this record is newer
-		err = t.progress.Do(ctx, nil, append([]store.Op{op}, more...)...)
-	}
-	if err != nil {
-		t.redisFailed()
-	}
-	return err
-}
-
-// saveLater queues a journal save of the record as it is now: it is
-// written with the attempt's next writes (at the latest before its send,
-// see beforeSend; a newer save that comes first replaces it), and a failure
-// is only logged.
-func (t *turn) saveLater() {
-	if t.rn.IsFenced() {
-		return
-	}
-	if !t.w.oneRedis() {
-		// The journal has a client of its own: a direct write (it does
-		// not wait for the reply streams).
-		ctx, cancel := context.WithTimeout(t.detached(), progress.TripTimeout)
-		defer cancel()
-		rec := t.jr.Copy()
-		if err := t.w.journal.save(ctx, &rec, t.jr.Runner()); err != nil {
-			t.writeFailed(err)
-		}
-		return
-	}
-	// Encoded here, not when the writer takes it: the turn changes its
-	// record without the lock in places (see progress.Queue.PushSave).
-	op, err := t.jr.SaveOp(false)
-	if err != nil {
-		t.writeFailed(err)
-		return
-	}
-	t.progress.PushSave(progress.EncodedSave{Op: op})
-}
-
 // startRead names what an attempt reads from Redis before it runs, in one
 // round trip (with the ordering lock's acquire when it can: see
 // turn.acquire): the attempt's record, whether its final event was written,
@@ -404,7 +312,7 @@ func (t *turn) startRead() store.StartRead {
 // startStores are the stores startRead reads.
 func (w *Worker) startStores() store.StartStores {
 	return store.StartStores{Journal: w.journal.st, Replies: w.replies.st,
-		Approvals: w.approvals.Store().Redis(), Threads: w.threads.store()}
+		Approvals: w.approvals.Store().Redis(), Threads: w.threads.threadStore()}
 }
 
 // readStart reads what startReads says, unless acquire read it with the
@@ -459,7 +367,7 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 	w := t.w
 	rec, answered, intents, err := t.readStart(ctx)
 	if err != nil {
-		return t.retryEarly(err), true
+		return t.end.retryEarly(err), true
 	}
 	if op := t.tk.Register(claim.Entry{Key: t.line.Key(), Retried: t.retried, MaxRetry: t.maxRetry}, t.jr.Runner()); op != nil {
 		t.progress.PushOp(op) // (once its start read numbered the runner)
@@ -474,7 +382,7 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 		rec.Outcome, rec.FinishedAt = "", time.Time{}
 	}
 	if answered && !finalOutcome(rec.Outcome) && rec.Outcome != OutcomeCoalesced && rec.TaskID != "" {
-		return t.finishDelivered(ctx, rec), true
+		return t.end.finishDelivered(ctx, rec), true
 	}
 	if answered || finalOutcome(rec.Outcome) || rec.Outcome == OutcomeCoalesced {
 		// An earlier attempt finished the turn (and crashed before Asynq
@@ -492,7 +400,7 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 			return fmt.Errorf("lettaq: turn already cancelled: %w", asynq.SkipRetry), true
 		}
 		t.jr.SetRecord(rec)
-		t.writeResult(rec.Outcome, "", nil)
+		t.end.writeResult(rec.Outcome, "", nil)
 		return nil, true
 	}
 
@@ -527,7 +435,7 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 		t.progress.PushOnce(acc, w.replies.acceptedKey(t.taskID))
 	}
 	if cr, end := t.cx.AtStart(len(liveIntents(intents)) > 0, t.jr.Rec().RunID != "", t.log); end {
-		return t.endCancelled(ctx, t.log, *cr, CancelPhaseWaiting, ""), true
+		return t.end.endCancelled(ctx, t.log, *cr, CancelPhaseWaiting, ""), true
 	}
 	var approvals []agentclient.ApprovalAnswer
 	if approvals, err, end = t.approvalGate(ctx); end {
@@ -544,7 +452,7 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 	t.saveLater()
 	intents = liveIntents(intents)
 	if err := t.line.TakeFollowers(ctx, t.msg.Conversation.Integration, len(intents) == 0 && t.msg.Approval == nil); err != nil {
-		return t.retryEarly(err), true
+		return t.end.retryEarly(err), true
 	}
 	text := t.msg.Text
 	if fs := t.line.Followers(); len(fs) > 0 {
@@ -657,23 +565,6 @@ func (t *turn) leaseCause(ctx context.Context) error {
 // finishRun is finish of the run's decision (its copy lives in this frame,
 // not in execute's).
 func (t *turn) finishRun(ctx context.Context) error { return t.finish(ctx, t.dec) }
-
-func finalOutcome(o string) bool {
-	return o == OutcomeAnswered || o == OutcomeFailed || o == OutcomeApprovalRequired || o == OutcomeCancelled
-}
-
-// retryEarly ends an attempt that failed before it could run (Redis
-// trouble, sequencer): Asynq retries with backoff.
-func (t *turn) retryEarly(err error) error {
-	t.redisFailed()
-	rerr := fmt.Errorf("lettaq: turn %s: %w", t.taskID, err)
-	if t.outOfRetries(rerr) {
-		return t.giveUp("could not start: " + err.Error())
-	}
-	t.log.Warn("turn attempt could not start", "error", err.Error())
-	t.obs.AttemptFinished(t.queue, "retry", time.Since(t.start))
-	return rerr
-}
 
 // emit queues a progress event (see progress.Queue): it never waits on Redis.
 func (t *turn) emit(ev ReplyEvent) { t.emitEvent(ev, false) }

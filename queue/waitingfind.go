@@ -52,7 +52,9 @@ type WaitingFinder struct {
 	Queues    []string
 }
 
-// WaitingFinder returns the worker's.
+// WaitingFinder returns a WaitingFinder on the worker's Redis, queues and
+// ordering, to find the turns that wait (for the lettaq turns command or an
+// operator's page).
 func (w *Worker) WaitingFinder() WaitingFinder {
 	f := WaitingFinder{RDB: w.replies.rdb, KeyPrefix: w.replies.opts.Prefix, Ordering: w.cfg.Ordering}
 	for q := range w.cfg.Queues {
@@ -166,7 +168,7 @@ func (f WaitingFinder) exact(ctx context.Context, taskID string) (*WaitingTurn, 
 		if m, err := DecodePayload(info.Payload); err == nil {
 			wt.Since = m.EnqueuedAt
 			if !f.Ordering.Off && m.Approval == nil {
-				f.line(ctx, wt, m)
+				f.placeInLine(ctx, wt, m)
 			}
 		}
 	}
@@ -181,8 +183,8 @@ func (f WaitingFinder) exact(ctx context.Context, taskID string) (*WaitingTurn, 
 	return wt, nil
 }
 
-// line fills wt's place in m's line and the turn at its head.
-func (f WaitingFinder) line(ctx context.Context, wt *WaitingTurn, m Message) {
+// placeInLine fills wt's place in m's line and the turn at its head.
+func (f WaitingFinder) placeInLine(ctx context.Context, wt *WaitingTurn, m Message) {
 	seq := f.Ordering.Sequencer
 	if seq == nil {
 		cfg := f.Ordering.Config

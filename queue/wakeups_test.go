@@ -157,11 +157,11 @@ func TestGiveUpWithoutALeaseWakesTheNext(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tt := &turn{w: w, jr: attemptJournal(w, nil), taskID: ids[0], rn: fence.Runner{ID: ids[0]}, queue: q, msg: msg, actx: ctx,
-		task: asynq.NewTask(info.Type, info.Payload), log: w.log, start: time.Now()}
+	tt := &turn{w: w, jr: attemptJournal(w, nil), rn: fence.Runner{ID: ids[0]}, actx: ctx, log: w.log, attemptID: attemptID{taskID: ids[0], queue: q, msg: msg, task: asynq.NewTask(info.Type, info.Payload), start: time.Now()}}
 	tt.line = w.lines.Place(line.Attempt{Key: key, TaskID: ids[0], Queue: q, Runner: ids[0], Task: tt.task, Log: w.log})
 	tt.obs.Observer = w.obs
-	if err := tt.giveUp("could not start: redis down"); !errors.Is(err, asynq.SkipRetry) {
+	assemble(tt)
+	if err := tt.end.giveUp("could not start: redis down"); !errors.Is(err, asynq.SkipRetry) {
 		t.Fatalf("giveUp: %v", err)
 	}
 	if head, _ := w.ord.seq.Head(ctx, key); head != ids[1] {

@@ -3,12 +3,8 @@ package queue
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"os"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -16,9 +12,6 @@ import (
 
 	"github.com/lettaq/lettaq/agentclient"
 	"github.com/lettaq/lettaq/budget"
-	"github.com/lettaq/lettaq/continuation"
-	"github.com/lettaq/lettaq/internal/queueweights"
-	"github.com/lettaq/lettaq/internal/redisopt"
 	"github.com/lettaq/lettaq/ordering"
 	"github.com/lettaq/lettaq/queue/internal/approval"
 	"github.com/lettaq/lettaq/queue/internal/asynqlog"
@@ -26,53 +19,11 @@ import (
 	"github.com/lettaq/lettaq/queue/internal/health"
 	"github.com/lettaq/lettaq/queue/internal/line"
 	"github.com/lettaq/lettaq/queue/internal/progress"
-	"github.com/lettaq/lettaq/queue/internal/service"
 	"github.com/lettaq/lettaq/queue/internal/takeover"
 )
 
-// Observer is told what the worker does, for metrics. Methods are called
-// from handler goroutines and must be fast and safe for concurrent use.
-// Embed NopObserver to implement only some of them.
-type Observer interface {
-	// TaskStarted: an attempt of a turn began. attempt is 1-based;
-	// queueWait is from enqueue to this start.
-	TaskStarted(queue string, attempt int, queueWait time.Duration)
-	// StreamTimeout: a stream clock ("connect", "stall", "total") ended a
-	// read.
-	StreamTimeout(clock string)
-	// Continuation: an attempt followed a lost run with this many polls
-	// and stream resumes.
-	Continuation(polls, resumes int)
-	// Resend: the resend gate decided ("resent" or "forbidden").
-	Resend(decision string)
-	// AttemptFinished: an attempt ended. result is "done" (the turn is
-	// finished), "retry", "busy" (put back: the Letta thread was busy, or
-	// it waits for its chat's approval request), "archived" or "taken_over"
-	// (another worker continues the turn: this worker was taken for dead,
-	// see takeover.go). It follows the attempt's TaskStarted, once: a look
-	// at a turn that ends before its attempt starts (an unusable payload, a
-	// start whose reads from Redis failed, a turn that waits for the turn
-	// ahead of it or was merged into another) is told neither, so that
-	// started less finished is the attempts in flight.
-	AttemptFinished(queue, result string, duration time.Duration)
-	// TurnFinished: a turn reached its end. outcome is one of the journal
-	// outcomes (answered, approval_required, failed, cancelled); latency is from
-	// enqueue to the end; ttft from enqueue to the first answer token (0
-	// when none was seen).
-	TurnFinished(queue, outcome string, latency, ttft time.Duration)
-}
-
-// NopObserver observes nothing. Embed it in an Observer.
-type NopObserver struct{}
-
-func (NopObserver) TaskStarted(string, int, time.Duration)                    {}
-func (NopObserver) StreamTimeout(string)                                      {}
-func (NopObserver) Continuation(int, int)                                     {}
-func (NopObserver) Resend(string)                                             {}
-func (NopObserver) AttemptFinished(string, string, time.Duration)             {}
-func (NopObserver) TurnFinished(string, string, time.Duration, time.Duration) {}
-
-// WorkerConfig configures a Worker.
+// WorkerConfig configures a Worker: give it to NewWorker. Redis is required;
+// the zero value of every other field takes its default.
 type WorkerConfig struct {
 	// Redis is the Asynq connection; reply events and the journal use the
 	// same Redis.
@@ -162,189 +113,31 @@ type WorkerConfig struct {
 	MaxReplyBytes int
 }
 
-// Worker runs turns from the queue.
+// Worker runs turns from the queue: make one with NewWorker, call Run until
+// its context is done, and serve Ready as the process's readiness.
 type Worker struct {
-	cfg       WorkerConfig
-	log       *slog.Logger
-	client    *agentclient.Client
-	runner    *continuation.Runner
-	replies   *Replies
-	journal   *Journal
-	obs       Observer
-	rdb       redis.UniversalClient // on the Asynq Redis (closed when ownsRdb)
-	ownsRdb   bool
-	conn      asynq.RedisConnOpt // what the worker's and Asynq's clients are made from: redisopt.Lean(cfg.Redis)
-	ord       *orderer           // nil: no ordering
-	lines     *line.Lines        // the chats' lines: places, parking, waking, the sweep (queue/internal/line)
-	threads   *threads
-	approvals *approval.Part
-	writer    *progress.Writer // the turns' progress events and queued writes
-
-	// ownsClient: the worker made client (from LettaURL), so it closes
-	// the client's idle connections when it stops.
-	ownsClient bool
-
-	stops     service.Stops // what shutdown cancels: the handlers' contexts (with errShutdown)
-	runOnce   sync.Once
-	inflight  sync.WaitGroup               // handlers, so that shutdown waits for their bookkeeping
-	srv       atomic.Pointer[asynq.Server] // set by Run: its Ping uses Asynq's own connection
-	permanent asynqlog.Permanent           // tasks whose handler's error was permanent, until Asynq logs their archiving
-	cancels   cancel.Running[*cancelRun]   // the turns running here, for the cancel channel (cancelturn.go)
-	health    health.Health                // what Ready says
-	tk        *takeover.Registry           // the takeover registry (nil: off)
+	cfg        WorkerConfig
+	log        *slog.Logger
+	obs        Observer
+	letta      // the agent client and the continuation runner (conns.go)
+	redisConns // the Redis option and client the worker makes and closes (conns.go)
+	lifecycle  // Run: Asynq's server, the handlers in flight, what a shutdown cancels (lifecycle.go)
+	replies    *Replies
+	journal    *Journal
+	ord        *orderer    // nil: no ordering
+	lines      *line.Lines // the chats' lines: places, parking, waking, the sweep (queue/internal/line)
+	threads    *threads
+	approvals  *approval.Part
+	writer     *progress.Writer           // the turns' progress events and queued writes
+	permanent  asynqlog.Permanent         // tasks whose handler's error was permanent, until Asynq logs their archiving
+	cancels    cancel.Running[*cancelRun] // the turns running here, for the cancel channel (cancelturn.go)
+	health     health.Health              // what Ready says
+	tk         *takeover.Registry         // the takeover registry (nil: off)
 }
 
 // errShutdown is the cause of the handlers' context when the worker shuts
 // down with turns in flight.
 var errShutdown = errors.New("lettaq: worker shutting down")
-
-// NewWorker checks cfg and returns a Worker. It does not connect yet.
-func NewWorker(cfg WorkerConfig) (*Worker, error) {
-	if cfg.Redis == nil {
-		return nil, errors.New("queue: WorkerConfig.Redis is nil")
-	}
-	if cfg.Budget == (budget.Config{}) {
-		cfg.Budget = budget.Default()
-	}
-	if err := cfg.Budget.Validate(); err != nil {
-		return nil, fmt.Errorf("queue: budget: %w", err)
-	}
-	if cfg.Concurrency <= 0 {
-		cfg.Concurrency = 100
-	}
-	if len(cfg.Queues) == 0 {
-		cfg.Queues = map[string]int{defaultQueue: 1}
-	}
-	if cfg.ShutdownTimeout <= 0 {
-		cfg.ShutdownTimeout = 10 * time.Second
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.WorkerID == "" {
-		h, _ := os.Hostname()
-		cfg.WorkerID = fmt.Sprintf("%s:%d", h, os.Getpid())
-	}
-	if cfg.Observer == nil {
-		cfg.Observer = NopObserver{}
-	}
-	if cfg.TaskCheckInterval <= 0 {
-		cfg.TaskCheckInterval = 100 * time.Millisecond
-	}
-	if cfg.DelayedTaskCheckInterval <= 0 {
-		cfg.DelayedTaskCheckInterval = time.Second
-	}
-	if cfg.HeartbeatInterval <= 0 {
-		cfg.HeartbeatInterval = defaultHeartbeatInterval
-	}
-	if cfg.StuckRetryDelay <= 0 {
-		cfg.StuckRetryDelay = time.Second
-	}
-	if cfg.MaxReplyBytes <= 0 {
-		cfg.MaxReplyBytes = DefaultMaxReplyBytes
-	}
-	if !cfg.Ordering.Off && cfg.DelayedTaskCheckInterval > time.Second {
-		cfg.DelayedTaskCheckInterval = time.Second
-	}
-	if cfg.Ordering.MaxCoalesce <= 0 {
-		cfg.Ordering.MaxCoalesce = defaultMaxCoalesce
-	}
-	if len(cfg.Ordering.Coalesce) > 0 && !cfg.Ordering.Off && cfg.Ordering.Scope != ordering.ScopeConversation {
-		return nil, errors.New("queue: Ordering.Coalesce needs the conversation scope (an agent's line mixes chats)")
-	}
-	w := &Worker{cfg: cfg, log: cfg.Logger, obs: cfg.Observer, conn: redisopt.Lean(cfg.Redis)}
-	w.client = cfg.Letta
-	if w.client == nil {
-		c, err := agentclient.New(agentclient.Config{BaseURL: cfg.LettaURL, APIKey: cfg.LettaAPIKey,
-			RequestTimeout: cfg.Budget.RequestTimeout, StreamTransport: cfg.StreamTransport})
-		if err != nil {
-			return nil, fmt.Errorf("queue: letta client: %w", err)
-		}
-		w.client, w.ownsClient = c, true
-	}
-	r, err := continuation.New(continuation.Config{Client: w.client, Budget: cfg.Budget, Logger: cfg.Logger})
-	if err != nil {
-		return nil, fmt.Errorf("queue: %w", err)
-	}
-	w.runner = r
-	if cfg.Replies == nil {
-		if err := checkClusterPrefix(cfg.Redis, "reply", cfg.RepliesOptions.Prefix); err != nil {
-			return nil, err
-		}
-	}
-	if cfg.Journal == nil {
-		if err := checkClusterPrefix(cfg.Redis, "journal", cfg.JournalOptions.Prefix); err != nil {
-			return nil, err
-		}
-	}
-	switch {
-	case cfg.RedisClient != nil:
-		w.rdb = cfg.RedisClient
-	case cfg.Replies == nil || cfg.Journal == nil:
-		rdb, ok := w.conn.MakeRedisClient().(redis.UniversalClient)
-		if !ok {
-			return nil, errors.New("queue: WorkerConfig.Redis does not make a go-redis v9 client; set Replies and Journal")
-		}
-		w.rdb, w.ownsRdb = rdb, true
-	}
-	w.replies = cfg.Replies
-	if w.replies == nil {
-		o := cfg.RepliesOptions
-		if o.PartLimits == nil {
-			o.PartLimits = cfg.ReplyPartLimits
-		}
-		w.replies = NewReplies(w.rdb, o)
-	}
-	w.journal = cfg.Journal
-	if w.journal == nil {
-		w.journal = NewJournal(w.rdb, cfg.JournalOptions)
-	}
-	if !cfg.Ordering.Off {
-		seq, rdb, err := cfg.Ordering.newSequencer(w.conn, w.rdb)
-		if err != nil {
-			w.closeRedis()
-			return nil, err
-		}
-		w.ord = &orderer{cfg: cfg.Ordering, seq: seq, rdb: rdb, insp: asynq.NewInspector(w.conn)}
-	}
-	mode, err := ParseThreadMode(string(cfg.ThreadMode))
-	if err != nil {
-		w.closeRedis()
-		return nil, fmt.Errorf("queue: %w", err)
-	}
-	w.cfg.ThreadMode = mode
-	pol, err := ParseApprovalPolicy(string(cfg.ApprovalPolicy))
-	if err != nil {
-		w.closeRedis()
-		return nil, fmt.Errorf("queue: %w", err)
-	}
-	w.cfg.ApprovalPolicy = pol
-	if w.cfg.ApprovalTimeout <= 0 {
-		w.cfg.ApprovalTimeout = defaultApprovalTimeout
-	}
-	if w.cfg.ApprovalTimeout > MaxApprovalTimeout {
-		w.closeRedis()
-		return nil, fmt.Errorf("queue: ApprovalTimeout %v is more than %v", w.cfg.ApprovalTimeout, MaxApprovalTimeout)
-	}
-	w.cancels.Records, w.cancels.Log = w.replies.st, w.log
-	w.approvals = newApprovalPart(w)
-	w.lines = newLines(w)
-	w.writer = progress.NewWriter(w.replies.rdb, w.replies.st, w.replies.complete)
-	w.writer.Tripped = w.health.Tripped
-	if w.cfg.TakeoverAfter == 0 {
-		w.cfg.TakeoverAfter = DefaultTakeoverAfter
-	}
-	if w.cfg.TakeoverAfter > 0 {
-		if w.cfg.TakeoverBeat <= 0 {
-			w.cfg.TakeoverBeat = defaultTakeoverBeat
-		}
-		w.cfg.TakeoverBeat = min(w.cfg.TakeoverBeat, w.cfg.TakeoverAfter/3)
-		w.tk = newTakeover(w)
-	}
-	w.threads = &threads{mode: mode, rdb: w.replies.rdb, prefix: w.replies.opts.Prefix, client: w.client, lock: w.ord == nil,
-		lockTTL: w.cfg.Budget.ThreadResolution() + threadLockSlack}
-	return w, nil
-}
 
 // oneRedis reports whether the journal and the reply streams are on one
 // client, so that their writes can share a round trip (the writer's).
@@ -370,10 +163,12 @@ func (w *Worker) startWithLock() bool {
 	return ok && w.ord.seq.Client() == w.journal.rdb
 }
 
-// Replies returns the reply streams the worker writes.
+// Replies returns the reply streams the worker writes: to read them in the
+// worker's own process (its HTTP handlers, a relay beside it).
 func (w *Worker) Replies() *Replies { return w.replies }
 
-// Journal returns the journal the worker writes.
+// Journal returns the journal the worker writes: to read turns' records in
+// the worker's own process.
 func (w *Worker) Journal() *Journal { return w.journal }
 
 // Handler returns the asynq.Handler that runs one turn per task (for tests,
@@ -417,103 +212,6 @@ func (w *Worker) isFailure(err error) bool {
 	return isFailure(err)
 }
 
-// Run works on the queues until ctx is done, then shuts down gracefully:
-// it stops taking tasks, lets turns in flight finish for ShutdownTimeout,
-// interrupts the rest a little before that (their state is journaled) and
-// Asynq puts them back. Run may be called once.
-func (w *Worker) Run(ctx context.Context) error {
-	err := errors.New("queue: Worker.Run called twice")
-	w.runOnce.Do(func() { err = w.run(ctx) })
-	return err
-}
-
-func (w *Worker) run(ctx context.Context) error {
-	defer w.closeRedis()
-	srv := asynq.NewServer(w.conn, w.ServerConfig())
-	w.srv.Store(srv)
-	mux := asynq.NewServeMux()
-	mux.Handle(TaskType, w.Handler())
-	mux.Handle(TakeoverTaskType, w.Handler())
-	parts := w.parts(&asynqServer{w: w, srv: srv, mux: mux})
-	if err := parts.Start(context.Background()); err != nil {
-		return fmt.Errorf("queue: start worker: %w", err)
-	}
-	w.log.Info("worker started", "worker", w.cfg.WorkerID, "queues", queueweights.String(w.cfg.Queues),
-		"concurrency", w.cfg.Concurrency, "task_timeout", w.cfg.Budget.TaskTimeout().String())
-	<-ctx.Done()
-	w.log.Info("worker shutting down", "worker", w.cfg.WorkerID, "timeout", w.cfg.ShutdownTimeout.String())
-	parts.Stop()
-	if w.ownsClient {
-		w.client.CloseIdleConnections()
-	}
-	return nil
-}
-
-// parts are what a running worker is made of, in the order they start;
-// they stop in the reverse order:
-//
-//  0. the progress writer (queue/internal/progress): its loop runs only
-//     while writes wait; it is last to stop, once every other part is
-//     stopped, so that it writes what still waits before the worker
-//     closes its Redis clients;
-//  1. the takeover beats and watch (takeover.go), when on: first, so that
-//     every turn registers from its first attempt; the last but the writer
-//     to stop, so that a worker that stops is not taken for dead while its
-//     turns are put back, and then it leaves the registry;
-//  2. Asynq's server, which runs the turns (asynqServer);
-//  3. the park sweeper (queue/internal/line): turns a dead worker left
-//     parked in no Asynq queue are enqueued again;
-//  4. the cancel subscriber (cancelturn.go): cancels of the turns running
-//     here, heard as they are published. It stops first: a worker that
-//     shuts down hears no more cancels, and the attempt that continues an
-//     interrupted turn elsewhere reads its cancel record at its start.
-//
-// The readiness probe is no loop: Ready starts one on demand, at most one
-// at a time (queue/internal/health).
-func (w *Worker) parts(server service.Service) *service.Group {
-	var g service.Group
-	g.Add(w.writer)
-	if w.tk != nil {
-		g.Add(w.tk)
-	}
-	g.Add(server, w.lines.Sweeper(), w.cancelSubscriber())
-	return &g
-}
-
-// asynqServer is Asynq's server as one of the worker's parts.
-type asynqServer struct {
-	w   *Worker
-	srv *asynq.Server
-	mux *asynq.ServeMux
-}
-
-func (a *asynqServer) Start(context.Context) error { return a.srv.Start(a.mux) }
-
-// Stop shuts the server down gracefully: it stops taking tasks, lets
-// turns in flight finish for ShutdownTimeout, interrupts the rest a little
-// before that (their state is journaled) so that Asynq puts them back, and
-// waits for the handlers' bookkeeping and the parked turns' re-enqueues.
-func (a *asynqServer) Stop() {
-	w := a.w
-	// Interrupt the turns still running shortly before Asynq gives up on
-	// them, so that each journals its state and returns on its own.
-	grace := min(2*time.Second, w.cfg.ShutdownTimeout/4)
-	t := time.AfterFunc(w.cfg.ShutdownTimeout-grace, func() { w.stops.Stop(errShutdown) })
-	a.srv.Shutdown()
-	t.Stop()
-	w.stops.Stop(errShutdown)
-	// Asynq stops waiting for a handler once its context is done; wait for
-	// the handlers to journal how they ended.
-	done := make(chan struct{})
-	go func() { w.inflight.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(grace + time.Second):
-		w.log.Warn("worker: turns still finishing after shutdown")
-	}
-	w.lines.Drain(2 * time.Second) // the parked turns' re-enqueues
-}
-
 // awaitRedis returns once Redis answers again, or when ctx (the attempt's
 // task context: its deadline, a lost Asynq lease, a shutdown) is done. An
 // attempt that saw a Redis write fail calls it before it releases its
@@ -551,48 +249,6 @@ func (w *Worker) awaitRedis(ctx context.Context) {
 		backoff = min(2*backoff, 500*time.Millisecond)
 	}
 }
-
-func (w *Worker) closeRedis() {
-	_ = w.approvals.Close()
-	w.lines.Close() // (under ordering its re-enqueues use the orderer's Inspector)
-	w.ord.close()
-	if w.ownsRdb {
-		_ = w.rdb.Close()
-	}
-}
-
-// retryAfterError asks for the task to be retried after Delay (retryDelay
-// reads it).
-type retryAfterError struct {
-	Delay  time.Duration
-	Reason string
-	Err    error
-}
-
-func (e *retryAfterError) Error() string {
-	s := e.Reason
-	if s == "" && e.Err != nil {
-		s = e.Err.Error()
-	} else if e.Err != nil {
-		s += ": " + e.Err.Error()
-	}
-	return fmt.Sprintf("%s (retry in %v)", s, e.Delay)
-}
-
-func (e *retryAfterError) Unwrap() error { return e.Err }
-
-// interruptedError ends an attempt that was interrupted (worker shutdown,
-// deadline): the turn is not finished, and the next attempt continues it.
-type interruptedError struct {
-	Reason string
-	Err    error
-}
-
-func (e *interruptedError) Error() string {
-	return "lettaq: turn interrupted: " + e.Reason
-}
-
-func (e *interruptedError) Unwrap() error { return e.Err }
 
 // retryDelay is the asynq.RetryDelayFunc for turns: the delay a
 // *retryAfterError asks for (none asked: the backoff below), a short one

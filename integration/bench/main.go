@@ -103,7 +103,7 @@ type Config struct {
 	// round trips to Redis were, by command (scripts by their first key).
 	TraceRedis bool
 	// SimInProcess runs the throughput run's simulator inside the benchmark's
-	// process, beside the worker (as before 2026-11-26): the worker then
+	// process, beside the worker: the worker then
 	// shares its Go scheduler with the simulated Letta server. By default the
 	// simulator is a child process, as Letta is in production.
 	SimInProcess bool

@@ -7,11 +7,6 @@ import (
 	"log/slog"
 	"strings"
 	"time"
-
-	"github.com/redis/go-redis/v9"
-
-	"github.com/lettaq/lettaq/queue"
-	"github.com/lettaq/lettaq/relay"
 )
 
 // devRelayHelp is LETTAQ_RELAY's line in the worker's --help.
@@ -47,44 +42,66 @@ type devRelay struct {
 }
 
 // startDevRelay starts the relay cfg.Relay names (nil for web) until ctx
-// ends, on the dev worker's Redis and queue client.
-func startDevRelay(ctx context.Context, cfg WorkerSettings, dev *DevEnv, rdb redis.UniversalClient, client *queue.Client, logger *slog.Logger) (*devRelay, error) {
+// ends, on dev mode's Redis (runRelayInProcess).
+func startDevRelay(ctx context.Context, cfg WorkerSettings, dev *DevEnv, logger *slog.Logger) (*devRelay, error) {
 	switch cfg.Relay {
 	case "telegram":
-		return startDevTelegram(ctx, cfg, dev, rdb, client, logger)
+		return startDevTelegram(ctx, cfg, dev, logger)
 	case "slack":
-		return startDevSlack(ctx, cfg, dev, rdb, client, logger)
+		return startDevSlack(ctx, cfg, dev, logger)
 	}
 	return nil, nil
 }
 
-// devSweepEvery is how often a dev relay looks for chats with news: the
-// in-memory Redis sends no keyspace notifications, so Relay.Notify would
-// hear nothing there.
-const devSweepEvery = 200 * time.Millisecond
+// devRelaySweep is how often dev mode's relay looks for news: its in-memory
+// Redis sends no keyspace notifications.
+const devRelaySweep = 100 * time.Millisecond
 
-// runDevRelay runs r until ctx ends, as cmd/relay runs it on one replica,
-// with a sweep in place of the keyspace notifications.
-func runDevRelay(ctx context.Context, r *relay.Relay, logger *slog.Logger) {
-	const shards = 1
-	swept := make(chan struct{})
-	defer func() { <-swept }()
+// runRelayInProcess runs the relay command's own code (runRelay) in this
+// process until ctx ends, configured by env as the relay command is, against
+// dev mode's Redis and with the worker's budget, its listener on a free
+// loopback port. It returns once the relay listens (its address, and a
+// channel closed once it has stopped), or its error.
+func runRelayInProcess(ctx context.Context, env map[string]string, cfg WorkerSettings, dev *DevEnv, logger *slog.Logger) (addr string, stopped <-chan struct{}, err error) {
+	base := map[string]string{
+		"REDIS_URL":             "redis://" + dev.RedisAddr + "/0",
+		"LETTAQ_KEY_PREFIX":     cfg.KeyPrefix,
+		"LETTAQ_RELAY_ID":       "dev-relay",
+		"LETTAQ_RELAY_SHARDS":   "1", // one replica: one shard is enough, and one line in the log
+		"LETTAQ_RELAY_AGENT_ID": dev.Agents[DemoAgent],
+		"LETTAQ_HTTP_ADDR":      "127.0.0.1:0",
+	}
+	for k, v := range env {
+		base[k] = v
+	}
+	rs, err := ParseRelaySettings(nil, func(k string) string { return base[k] }, io.Discard)
+	if err != nil {
+		return "", nil, fmt.Errorf("dev mode's relay: %w", err)
+	}
+	rs.Budget = cfg.Budget // the answers to approvals are turns of this worker
+	rs.sweepEvery = devRelaySweep
+	listening := make(chan string, 1)
+	rs.listening = func(a string) { listening <- a }
+	done := make(chan struct{})
+	failed := make(chan error, 1)
 	go func() {
-		defer close(swept)
-		t := time.NewTicker(devSweepEvery)
-		defer t.Stop()
-		for {
-			if _, err := r.Sweep(ctx, shards); err != nil && ctx.Err() == nil {
-				logger.Warn("dev relay: sweep failed", "err", err)
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
+		defer close(done)
+		if err := runRelay(ctx, rs, logger.With("component", "relay")); err != nil && ctx.Err() == nil {
+			logger.Error("dev mode's relay stopped", "err", err)
+			failed <- err
 		}
 	}()
-	if err := r.Run(ctx, relay.RunConfig{ID: "dev", Shards: shards, LeaseTTL: 5 * time.Second, Workers: 8}); err != nil && ctx.Err() == nil {
-		logger.Error("dev relay stopped", "err", err)
+	select {
+	case addr = <-listening:
+		return addr, done, nil
+	case err := <-failed:
+		return "", nil, fmt.Errorf("dev mode's relay did not start: %w", err)
+	case <-done:
+		select {
+		case err = <-failed:
+		default:
+			err = context.Cause(ctx) // stopped before it listened
+		}
+		return "", nil, fmt.Errorf("dev mode's relay did not start: %w", err)
 	}
 }

@@ -5,11 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"time"
-
-	"github.com/redis/go-redis/v9"
-
-	"github.com/lettaq/lettaq/queue"
 
 	"github.com/lettaq/lettaq/relay/slack/slackfake"
 )
@@ -19,7 +14,7 @@ import (
 // app signed events as Slack would, and the relay's Web API calls go to the
 // fake. The relay is configured as the production one is, the fake's token,
 // signing secret and address in place of a real app's.
-func startDevSlack(ctx context.Context, cfg WorkerSettings, dev *DevEnv, _ redis.UniversalClient, _ *queue.Client, logger *slog.Logger) (*devRelay, error) {
+func startDevSlack(ctx context.Context, cfg WorkerSettings, dev *DevEnv, logger *slog.Logger) (*devRelay, error) {
 	f := slackfake.New(slackfake.Options{})
 	addr, stopped, err := runRelayInProcess(ctx, map[string]string{
 		"LETTAQ_SLACK_BOT_TOKEN":      f.Token(),
@@ -30,66 +25,13 @@ func startDevSlack(ctx context.Context, cfg WorkerSettings, dev *DevEnv, _ redis
 		f.Stop()
 		return nil, err
 	}
-	f.SetApp("http://" + addr + SlackPath)
+	f.User.SetApp("http://" + addr + SlackPath)
 	done := make(chan struct{})
 	go func() { <-stopped; f.Stop(); close(done) }()
 	return &devRelay{
-		greet: func(w io.Writer) { printSlackGreeting(w, f.UserURL(), f.APIURL(), "http://"+addr+SlackPath) },
+		greet: func(w io.Writer) { printSlackGreeting(w, f.User.URL(), f.APIURL(), "http://"+addr+SlackPath) },
 		done:  done,
 	}, nil
-}
-
-// devRelaySweep is how often dev mode's relay looks for news: its in-memory
-// Redis sends no keyspace notifications.
-const devRelaySweep = 100 * time.Millisecond
-
-// runRelayInProcess runs the relay command's own code (runRelay) in this
-// process until ctx ends, configured by env as the relay command is, against
-// dev mode's Redis and with the worker's budget, its listener on a free
-// loopback port. It returns once the relay listens (its address, and a
-// channel closed once it has stopped), or its error.
-func runRelayInProcess(ctx context.Context, env map[string]string, cfg WorkerSettings, dev *DevEnv, logger *slog.Logger) (addr string, stopped <-chan struct{}, err error) {
-	base := map[string]string{
-		"REDIS_URL":             "redis://" + dev.RedisAddr + "/0",
-		"LETTAQ_KEY_PREFIX":     cfg.KeyPrefix,
-		"LETTAQ_RELAY_ID":       "dev-relay",
-		"LETTAQ_RELAY_SHARDS":   "1", // one replica: one shard is enough, and one line in the log
-		"LETTAQ_RELAY_AGENT_ID": dev.Agents[DemoAgent],
-		"LETTAQ_HTTP_ADDR":      "127.0.0.1:0",
-	}
-	for k, v := range env {
-		base[k] = v
-	}
-	rs, err := ParseRelaySettings(nil, func(k string) string { return base[k] }, io.Discard)
-	if err != nil {
-		return "", nil, fmt.Errorf("dev mode's relay: %w", err)
-	}
-	rs.Budget = cfg.Budget // the answers to approvals are turns of this worker
-	rs.sweepEvery = devRelaySweep
-	listening := make(chan string, 1)
-	rs.listening = func(a string) { listening <- a }
-	done := make(chan struct{})
-	failed := make(chan error, 1)
-	go func() {
-		defer close(done)
-		if err := runRelay(ctx, rs, logger.With("component", "relay")); err != nil && ctx.Err() == nil {
-			logger.Error("dev mode's relay stopped", "err", err)
-			failed <- err
-		}
-	}()
-	select {
-	case addr = <-listening:
-		return addr, done, nil
-	case err := <-failed:
-		return "", nil, fmt.Errorf("dev mode's relay did not start: %w", err)
-	case <-done:
-		select {
-		case err = <-failed:
-		default:
-			err = context.Cause(ctx) // stopped before it listened
-		}
-		return "", nil, fmt.Errorf("dev mode's relay did not start: %w", err)
-	}
 }
 
 func printSlackGreeting(w io.Writer, user, api, app string) {

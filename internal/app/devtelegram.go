@@ -8,14 +8,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
-	"github.com/lettaq/lettaq/queue"
-	"github.com/lettaq/lettaq/relay"
-	"github.com/lettaq/lettaq/relay/telegram"
 	"github.com/lettaq/lettaq/relay/telegram/telegramfake"
 )
 
@@ -24,10 +18,10 @@ import (
 const DevTelegramAddr = "127.0.0.1:8284"
 
 // startDevTelegram runs the fake Bot API on loopback and, against it, the
-// relay with its Telegram adapter as cmd/relay runs it with
-// LETTAQ_TELEGRAM_TOKEN (polling, the offset in Redis), the bot answering
-// with the demo agent.
-func startDevTelegram(ctx context.Context, cfg WorkerSettings, dev *DevEnv, rdb redis.UniversalClient, client *queue.Client, logger *slog.Logger) (*devRelay, error) {
+// relay command's own code in this process (runRelayInProcess) with
+// LETTAQ_TELEGRAM_TOKEN set to the fake's token (polling, the offset in
+// Redis), the bot answering with the demo agent.
+func startDevTelegram(ctx context.Context, cfg WorkerSettings, dev *DevEnv, logger *slog.Logger) (*devRelay, error) {
 	ln, err := net.Listen("tcp", DevTelegramAddr)
 	if err != nil {
 		if ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
@@ -41,30 +35,20 @@ func startDevTelegram(ctx context.Context, cfg WorkerSettings, dev *DevEnv, rdb 
 			logger.Error("dev mode: the fake Bot API stopped", "err", err)
 		}
 	}()
+	stopFake := func() { fake.Close(); _ = srv.Close() }
 	url := "http://" + ln.Addr().String()
-	agent := dev.Agents[DemoAgent]
-	settings := RelaySettings{KeyPrefix: cfg.KeyPrefix, AgentID: agent,
-		Telegram: TelegramSettings{Token: telegramfake.Token, APIURL: url, PartLimit: 4096}}
-	tg, err := newRelayTelegram(settings, rdb, client, logger)
+	_, stopped, err := runRelayInProcess(ctx, map[string]string{
+		"LETTAQ_TELEGRAM_TOKEN":   telegramfake.Token,
+		"LETTAQ_TELEGRAM_API_URL": url,
+	}, cfg, dev, logger)
 	if err != nil {
-		_ = srv.Close()
+		stopFake()
 		return nil, err
 	}
-	r := relay.New(relay.Config{Redis: rdb, Prefix: cfg.KeyPrefix, Control: client, AgentID: agent,
-		Adapters: map[string]relay.Adapter{telegram.Integration: tg.adapter}, Logger: logger})
-	d := &devRelay{done: make(chan struct{}), greet: func(w io.Writer) { greetDevTelegram(w, url) }}
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); tg.run(ctx, r) }()
-	go func() { defer wg.Done(); runDevRelay(ctx, r, logger) }()
-	go func() {
-		wg.Wait()
-		fake.Close()
-		_ = srv.Close()
-		close(d.done)
-	}()
+	done := make(chan struct{})
+	go func() { <-stopped; stopFake(); close(done) }()
 	logger.Info("dev mode: Telegram bot on a fake Bot API", "bot", "@"+telegramfake.BotUsername, "api", url, "agent", DemoAgent)
-	return d, nil
+	return &devRelay{done: done, greet: func(w io.Writer) { greetDevTelegram(w, url) }}, nil
 }
 
 // greetDevTelegram tells how to play the user of the fake bot from a

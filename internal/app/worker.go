@@ -196,7 +196,7 @@ func StartWorker(ctx context.Context, cfg WorkerSettings, logger *slog.Logger, s
 
 	var devRel *devRelay
 	if cfg.Dev {
-		if devRel, err = startDevRelay(ctx, cfg, r.Dev, rdb, q.client, logger); err != nil {
+		if devRel, err = startDevRelay(ctx, cfg, r.Dev, logger); err != nil {
 			if srv != nil {
 				_ = srv.Close()
 				closeMon()

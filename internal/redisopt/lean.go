@@ -1,8 +1,11 @@
 // Package redisopt makes the Redis connection options lettaq's clients (the
-// worker's, the client's, Asynq's) are made from: lean buffers (Lean).
+// worker's, the client's, Asynq's) are made from: lean buffers, and cluster
+// clients that find a promoted replica in seconds (Lean).
 package redisopt
 
 import (
+	"time"
+
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 )
@@ -26,6 +29,16 @@ const RedisPipelineWriteBufferSize = 64 << 10
 // pipeline pool (see RedisPipelineWriteBufferSize).
 const RedisPipelinePoolSize = 2
 
+// ClusterStateReload is how old a cluster client's slot map may get before
+// its next command reads it again (go-redis's ClusterStateReloadInterval,
+// 60s by default). A master that dies sends no MOVED: until the map is read
+// again, its slots' commands go to the dead address even after its replica
+// has been promoted, so with go-redis's default a worker fails a minute of
+// writes after a failover that Redis finished in seconds. The read is one
+// CLUSTER SLOTS per client at most this often, and only while the client is
+// used.
+const ClusterStateReload = 2 * time.Second
+
 // Lean returns opt with clients whose connections have RedisBufferSize
 // read and write buffers, net/http's size, instead of go-redis's (32 KiB
 // each, and 128 KiB each on the connections of its pipeline pool), but the
@@ -40,7 +53,8 @@ const RedisPipelinePoolSize = 2
 // larger than its buffer in several writes, and reads a reply larger than
 // it in several reads (a bulk string straight into its own slice). The
 // worker and the client use it on the options they are given; an option of
-// a type other than Asynq's three is returned as it is.
+// a type other than Asynq's three is returned as it is. A cluster client
+// also reads the slot map again every ClusterStateReload.
 func Lean(opt asynq.RedisConnOpt) asynq.RedisConnOpt {
 	switch opt.(type) {
 	case asynq.RedisClientOpt, *asynq.RedisClientOpt, asynq.RedisFailoverClientOpt, *asynq.RedisFailoverClientOpt,
@@ -77,7 +91,7 @@ func (o leanConnOpt) MakeRedisClient() any {
 	case asynq.RedisClusterClientOpt:
 		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: opt.Addrs, MaxRedirects: opt.MaxRedirects,
 			Username: opt.Username, Password: opt.Password, DialTimeout: opt.DialTimeout, ReadTimeout: opt.ReadTimeout,
-			WriteTimeout: opt.WriteTimeout, TLSConfig: opt.TLSConfig,
+			WriteTimeout: opt.WriteTimeout, TLSConfig: opt.TLSConfig, ClusterStateReloadInterval: ClusterStateReload,
 			ReadBufferSize: n, WriteBufferSize: n, PipelineReadBufferSize: n, PipelineWriteBufferSize: pw, PipelinePoolSize: pp})
 	}
 	return o.opt.MakeRedisClient()

@@ -75,7 +75,7 @@ func TestAdapterRateLimitedIsRelayRateLimited(t *testing.T) {
 	ad, f := newAdapter(t, slackfake.Options{})
 	ctx := context.Background()
 	conv := relayslack.Conversation("C1", "1.1")
-	f.RateLimitNext("chat.postMessage", 7)
+	f.API.RateLimitNext("chat.postMessage", 7)
 	_, err := ad.Send(ctx, conv, relay.Message{Text: "hi"})
 	var rl *relay.RateLimitedError
 	if !errors.As(err, &rl) || rl.RetryAfter != 7*time.Second {
@@ -106,7 +106,7 @@ func TestFakeEnforcesTiers(t *testing.T) {
 	if !errors.As(err, &rl) || rl.RetryAfter < 50*time.Second || rl.RetryAfter > 60*time.Second {
 		t.Fatalf("4th update in a minute: %v, want 429 with Retry-After about 60s", err)
 	}
-	if ok, limited := f.Counts(); ok["chat.update"] != 3 || limited["chat.update"] != 1 {
+	if ok, limited := f.API.Counts(); ok["chat.update"] != 3 || limited["chat.update"] != 1 {
 		t.Fatalf("counts ok %v limited %v", ok, limited)
 	}
 }
@@ -184,7 +184,7 @@ func TestAdapterPacesInsteadOf429(t *testing.T) {
 	if err := ad.Edit(ctx, conv, id, relay.Message{Text: "one too many"}); !errors.As(err, &rl) || !rl.Paced || rl.RetryAfter < 55*time.Second {
 		t.Fatalf("a 5th update in the minute: %v, want put off about a minute", err)
 	}
-	ok, limited := f.Counts()
+	ok, limited := f.API.Counts()
 	if ok["chat.update"] != 4 || len(limited) != 0 {
 		t.Fatalf("Slack saw updates ok %v, refused %v; want 4 and none refused", ok, limited)
 	}

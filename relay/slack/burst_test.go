@@ -111,7 +111,7 @@ func TestSlackBurstOf50Chats(t *testing.T) {
 				return
 			}
 			slices.Sort(waits)
-			ok, limited := f.Counts()
+			ok, limited := f.API.Counts()
 			delete(ok, "auth.test")
 			sends := 0
 			for _, c := range f.Platform.Calls() {

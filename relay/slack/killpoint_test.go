@@ -83,7 +83,7 @@ func TestSlackCallsPerAnsweredTurn(t *testing.T) {
 		f := slackfake.New(slackfake.Options{})
 		start := time.Now()
 		calls := killtest.Once(t, sc, slackPlatform(f, 0, "LETTAQ_RELAY_EDIT_EVERY=1s"))
-		ok, limited := f.Counts()
+		ok, limited := f.API.Counts()
 		delete(ok, "auth.test") // the relay's start, not the turn
 		if len(limited) != 0 {
 			t.Errorf("%s: calls refused with 429: %v", sc.Name, limited)

@@ -32,7 +32,7 @@ func TestSocketModeEventBecomesOneTaskAndIsAcked(t *testing.T) {
 
 	dm := map[string]any{"type": "message", "channel_type": "im", "channel": "D1", "user": "U1", "text": "hello over the socket", "ts": "1700000000.000001"}
 	for range 2 { // the second time a redelivery
-		if err := f.WaitAcked(ctx, f.SocketEvent(dm)); err != nil {
+		if err := f.Socket.WaitAcked(ctx, f.Socket.Event(dm)); err != nil {
 			t.Fatalf("the event was not acknowledged: %v", err)
 		}
 	}
@@ -45,14 +45,14 @@ func TestSocketModeEventBecomesOneTaskAndIsAcked(t *testing.T) {
 		t.Fatalf("enqueued %+v, want the DM twice under one message id", got)
 	}
 
-	failed := f.SocketEvent(map[string]any{"type": "message", "channel_type": "im", "channel": "D1", "user": "U1", "text": "lost?", "ts": "1700000000.000002"})
-	ignored := f.SocketEvent(map[string]any{"type": "message", "subtype": "message_changed", "channel_type": "im", "channel": "D1", "ts": "1700000000.000003"})
-	if err := f.WaitAcked(ctx, ignored); err != nil { // requests are handled in order: the failed one was handled before
+	failed := f.Socket.Event(map[string]any{"type": "message", "channel_type": "im", "channel": "D1", "user": "U1", "text": "lost?", "ts": "1700000000.000002"})
+	ignored := f.Socket.Event(map[string]any{"type": "message", "subtype": "message_changed", "channel_type": "im", "channel": "D1", "ts": "1700000000.000003"})
+	if err := f.Socket.WaitAcked(ctx, ignored); err != nil { // requests are handled in order: the failed one was handled before
 		t.Fatal(err)
 	}
 	short, stop := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer stop()
-	if err := f.WaitAcked(short, failed); err == nil {
+	if err := f.Socket.WaitAcked(short, failed); err == nil {
 		t.Fatal("an event whose enqueue failed was acknowledged: Slack would not deliver it again")
 	}
 	cancel()

@@ -31,7 +31,7 @@ func TestFakeUserSideSpeaksAsSlack(t *testing.T) {
 	t.Cleanup(srv.Close)
 	post := func(action string, form url.Values) map[string]any {
 		t.Helper()
-		resp, err := http.PostForm(f.UserURL()+action, form)
+		resp, err := http.PostForm(f.User.URL()+action, form)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -45,7 +45,7 @@ func TestFakeUserSideSpeaksAsSlack(t *testing.T) {
 	if got := post("dm", url.Values{"text": {"too early"}}); got["ok"] != false {
 		t.Fatalf("a DM before the app is set: %v, want refused", got)
 	}
-	f.SetApp(srv.URL + "/slack/")
+	f.User.SetApp(srv.URL + "/slack/")
 
 	got := post("mention", url.Values{"text": {"what is lettaq?"}})
 	ts, _ := got["ts"].(string)
@@ -71,7 +71,7 @@ func TestFakeUserSideSpeaksAsSlack(t *testing.T) {
 	if got := post("press", url.Values{"value": {"ap:k:y"}}); got["ok"] != true {
 		t.Fatalf("press: %v", got)
 	}
-	shown := f.Conversation(slackfake.DevChannel, ts)
+	shown := f.User.Conversation(slackfake.DevChannel, ts)
 	if len(shown) != 2 || shown[0].From != slackfake.DevUser || shown[1].From != "app" || shown[1].Thread != ts || shown[1].Buttons[0].Value != "ap:k:y" {
 		t.Fatalf("the thread shows %+v", shown)
 	}

@@ -11,14 +11,6 @@ import (
 	"github.com/lettaq/lettaq/queue/internal/record"
 )
 
-// The journal's outcomes an answer turn's end is read by (queue's OutcomeAnswered,
-// OutcomeApprovalRequired, OutcomeFailed: values stored in Redis, never renamed).
-const (
-	outcomeAnswered         = "answered"
-	outcomeApprovalRequired = "approval_required"
-	outcomeFailed           = "failed"
-)
-
 // Attempt is what a Turn needs of the attempt it belongs to.
 type Attempt interface {
 	// RunID is the run's id as the attempt's journal record has it ("" before Letta
@@ -261,7 +253,7 @@ func (t *Turn) settle(ctx context.Context, p *Pending) bool {
 	}
 	log := t.log.With(slog.String("request_task_id", p.RequestTaskID), slog.String("answer_task_id", id))
 	switch {
-	case rec.Outcome == outcomeAnswered || rec.Outcome == outcomeApprovalRequired || (rec.Outcome == outcomeFailed && rec.RunID != ""):
+	case rec.Outcome == record.OutcomeAnswered || rec.Outcome == record.OutcomeApprovalRequired || (rec.Outcome == record.OutcomeFailed && rec.RunID != ""):
 		if err := t.p.st.Answered(ctx, p, id, nil, rec.FinishedAt); err != nil {
 			t.att.RedisFailed()
 			log.Warn("could not record the answer of the approval request", "error", err.Error())
@@ -270,7 +262,7 @@ func (t *Turn) settle(ctx context.Context, p *Pending) bool {
 		log.Warn("the approval request's answer had ended without the request being told: recorded as answered now", "outcome", rec.Outcome)
 		t.p.cfg.Wake(ctx, p.RequestTaskID, t.id.Key)
 		return true
-	case rec.Outcome == outcomeFailed:
+	case rec.Outcome == record.OutcomeFailed:
 		if _, err := t.p.failedOn(ctx, p, id); err != nil {
 			t.att.RedisFailed()
 			log.Warn("could not record the failed answer on its approval request", "error", err.Error())

@@ -12,6 +12,7 @@ import (
 
 	"github.com/lettaq/lettaq/internal/testredis"
 	"github.com/lettaq/lettaq/queue/internal/record"
+	"github.com/lettaq/lettaq/queue/internal/testkit"
 )
 
 // answers records the answers the part enqueued.
@@ -79,14 +80,7 @@ type env struct {
 func newEnv(t *testing.T, pol Policy) *env {
 	srv := testredis.RequireReal(t)
 	rdb := srv.Client(t)
-	prefix := "lettaq-unit:approval:" + t.Name() + ":" + time.Now().Format("150405.000000") + ":"
-	t.Cleanup(func() {
-		ctx := context.Background()
-		iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-		for iter.Next(ctx) {
-			rdb.Del(ctx, iter.Val())
-		}
-	})
+	prefix := testkit.Prefix(t, rdb)
 	e := &env{ans: &answers{}, jr: journal{}}
 	e.part = New(NewStore(rdb, prefix, time.Hour), Config{Timeout: time.Hour, Policy: pol, ThreadConversation: true,
 		Answers: e.ans, Journal: e.jr, Wake: func(_ context.Context, req, key string) { e.woken = append(e.woken, req+" "+key) }})
@@ -206,7 +200,7 @@ func TestFailedAnswerLeavesTheRequestPending(t *testing.T) {
 	}
 	// The next answer ended (its run known) but the request was not told.
 	next := got.NextAnswerTaskID()
-	e.jr[next] = &record.TurnRecord{TaskID: next, Outcome: outcomeAnswered, RunID: "run-3", FinishedAt: time.Now()}
+	e.jr[next] = &record.TurnRecord{TaskID: next, Outcome: record.OutcomeAnswered, RunID: "run-3", FinishedAt: time.Now()}
 	msg := e.part.Turn(Ident{TaskID: "turn:2", AgentID: "agent-1", Conversation: chat, Key: "k2"}, &attempt{}, quiet)
 	if g := msg.Gate(ctx, reads("turn:1"), true); g.Wait || g.Fail != "" || g.Err != nil {
 		t.Errorf("message after the settled answer: %+v, want to go on", g)

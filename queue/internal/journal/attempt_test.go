@@ -5,10 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/lettaq/lettaq/queue/internal/record"
 	"github.com/lettaq/lettaq/queue/internal/store"
+	"github.com/lettaq/lettaq/queue/internal/testkit"
 )
 
 // An attempt's copy of its record has attempts of its own; Mark notes a
@@ -59,7 +58,8 @@ func TestAttemptCopyAndEnded(t *testing.T) {
 // record's index entries: once a save wrote the otid key, its later saves
 // leave that key alone; keepFinished writes nothing over a finished record.
 func TestAttemptSaves(t *testing.T) {
-	eachRedis(t, func(t *testing.T, rdb *redis.Client, prefix string) {
+	testkit.EachRedis(t, func(t *testing.T, b testkit.Backend) {
+		rdb, prefix := b.RDB, b.Prefix
 		ctx := context.Background()
 		st, sv := testJournal(rdb, prefix, 0, 0, nil)
 		run := func(a *Attempt, keepFinished bool) {

@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lettaq/lettaq/internal/testredis"
 	"github.com/lettaq/lettaq/queue/internal/store"
+	"github.com/lettaq/lettaq/queue/internal/testkit"
 )
 
 // BenchmarkJournalSaveRedisCost measures what Redis spends on a turn's first
@@ -27,8 +27,7 @@ import (
 func BenchmarkJournalSaveRedisCost(b *testing.B) {
 	ctx := context.Background()
 	rdb := testredis.New(b).Client(b)
-	prefix := "lettaqbench:" + uuid.NewString() + ":"
-	b.Cleanup(func() { deletePrefix(rdb, prefix) })
+	prefix := testkit.Prefix(b, rdb)
 	_, sv := testJournal(rdb, prefix, 0, 0, nil)
 	rec := benchTurnRecord()
 	for _, v := range []struct {

@@ -2,15 +2,11 @@ package journal
 
 import (
 	"context"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
-	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lettaq/lettaq/internal/testredis"
 	"github.com/lettaq/lettaq/queue/internal/record"
 	"github.com/lettaq/lettaq/queue/internal/store"
 )
@@ -30,7 +26,7 @@ type (
 
 const (
 	OutcomeAnswered      = "answered"
-	OutcomeFailed        = outcomeFailed
+	OutcomeFailed        = record.OutcomeFailed
 	OutcomeRetrying      = "retrying"
 	TimeoutClockStall    = "stall"
 	ResendSent           = "resent"
@@ -56,54 +52,6 @@ func testJournal(rdb redis.UniversalClient, prefix string, retention time.Durati
 
 // indexKey is the key of index i.
 func indexKey(st *store.Journal, i Index) string { return st.Keys.JournalIndex(i.Name()) }
-
-// noRealRedis is set once a test found no real Redis, so that later tests
-// do not each wait for the connection attempt to time out.
-var noRealRedis atomic.Bool
-
-// eachRedis runs fn against the Redis testredis.New gives and, when that is
-// a real server, also against miniredis, so both paths stay tested; prefix
-// is the subtest's own, its keys deleted at the end.
-func eachRedis(t *testing.T, fn func(t *testing.T, rdb *redis.Client, prefix string)) {
-	t.Helper()
-	var srv *testredis.Server
-	if noRealRedis.Load() {
-		m := miniredis.RunT(t)
-		srv = &testredis.Server{Addr: m.Addr(), Mini: m}
-	} else {
-		srv = testredis.New(t)
-		noRealRedis.Store(!srv.Real)
-	}
-	servers := []*testredis.Server{srv}
-	if srv.Real {
-		m := miniredis.RunT(t)
-		servers = append(servers, &testredis.Server{Addr: m.Addr(), Mini: m})
-	}
-	for _, s := range servers {
-		name := "miniredis"
-		if s.Real {
-			name = "redis"
-		}
-		t.Run(name, func(t *testing.T) {
-			rdb := s.Client(t)
-			prefix := "lettaqtest:" + uuid.NewString() + ":"
-			t.Cleanup(func() { deletePrefix(rdb, prefix) })
-			fn(t, rdb, prefix)
-		})
-	}
-}
-
-func deletePrefix(rdb redis.UniversalClient, prefix string) {
-	ctx := context.Background()
-	it := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-	var keys []string
-	for it.Next(ctx) {
-		keys = append(keys, it.Val())
-	}
-	for _, k := range keys {
-		rdb.Del(ctx, k)
-	}
-}
 
 // rjRecord is a turn's record as a client's enqueue leaves it.
 func rjRecord(taskID string, enqueued time.Time) *TurnRecord {

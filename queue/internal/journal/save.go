@@ -24,9 +24,6 @@ const (
 	numIndexes
 )
 
-// outcomeFailed is the outcome of a failed turn (queue.OutcomeFailed).
-const outcomeFailed = "failed"
-
 var indexNames = [numIndexes]string{"recent", "stalls", "retries", "resends", "failures"}
 
 // Name is the index's name in the store.
@@ -52,7 +49,7 @@ func (i Index) Match(rec *record.TurnRecord) bool {
 	case IndexResends:
 		return rec.Resends > 0
 	case IndexFailures:
-		return rec.Outcome == outcomeFailed
+		return rec.Outcome == record.OutcomeFailed
 	}
 	return false
 }

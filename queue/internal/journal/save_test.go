@@ -12,6 +12,7 @@ import (
 
 	"github.com/lettaq/lettaq/queue/internal/record"
 	"github.com/lettaq/lettaq/queue/internal/store"
+	"github.com/lettaq/lettaq/queue/internal/testkit"
 )
 
 // A turn's saves write each index entry and the otid key once: a later save of the same turn
@@ -19,7 +20,8 @@ import (
 // flags it gained, and removes only entries the record may have had; a save that did not run
 // (a finished record kept) teaches nothing.
 func TestJournalSavesSkipKnownIndexEntries(t *testing.T) {
-	eachRedis(t, func(t *testing.T, rdb *redis.Client, prefix string) {
+	testkit.EachRedis(t, func(t *testing.T, b testkit.Backend) {
+		rdb, prefix := b.RDB, b.Prefix
 		ctx := context.Background()
 		st, sv := testJournal(rdb, prefix, 0, 0, nil)
 		save := func(rec *TurnRecord, keepFinished bool, ix *Indexed) []any {
@@ -112,7 +114,8 @@ func TestJournalSavesSkipKnownIndexEntries(t *testing.T) {
 // remove index entries, with and without the turn's index knowledge, and with
 // the index trimmed to its length.
 func TestPlainSaveMatchesScript(t *testing.T) {
-	eachRedis(t, func(t *testing.T, rdb *redis.Client, prefix string) {
+	testkit.EachRedis(t, func(t *testing.T, b testkit.Backend) {
+		rdb, prefix := b.RDB, b.Prefix
 		ctx := context.Background()
 		now := time.Date(2026, 11, 26, 10, 0, 0, 0, time.UTC)
 		clock := func() time.Time { return now }
@@ -221,7 +224,8 @@ func TestPlainSaveMatchesScript(t *testing.T) {
 // A command of the save's transaction that fails (here the index is not a
 // sorted set) fails the save, and the turn does not learn the index entries.
 func TestPlainSaveReportsAFailedCommand(t *testing.T) {
-	eachRedis(t, func(t *testing.T, rdb *redis.Client, prefix string) {
+	testkit.EachRedis(t, func(t *testing.T, b testkit.Backend) {
+		rdb, prefix := b.RDB, b.Prefix
 		ctx := context.Background()
 		st, sv := testJournal(rdb, prefix, 0, 0, nil)
 		if err := rdb.Set(ctx, indexKey(st, IndexRecent), "not a zset", 0).Err(); err != nil {
@@ -250,7 +254,8 @@ func TestPlainSaveReportsAFailedCommand(t *testing.T) {
 // runner numbered higher saved; the same save sent again (a retry) writes
 // again, and a save without a number (not a runner's) always writes.
 func TestJournalSaveNumberedRunner(t *testing.T) {
-	eachRedis(t, func(t *testing.T, rdb *redis.Client, prefix string) {
+	testkit.EachRedis(t, func(t *testing.T, b testkit.Backend) {
+		rdb, prefix := b.RDB, b.Prefix
 		ctx := context.Background()
 		st, sv := testJournal(rdb, prefix, 0, 0, nil)
 		save := func(runner int64, worker string) {
@@ -295,7 +300,8 @@ func TestJournalSaveNumberedRunner(t *testing.T) {
 // intents get theirs refreshed only when the record may have any (an attempt journaled its
 // intent, or it has more than one attempt), not by a first attempt's saves before its intent.
 func TestJournalSaveExpiries(t *testing.T) {
-	eachRedis(t, func(t *testing.T, rdb *redis.Client, prefix string) {
+	testkit.EachRedis(t, func(t *testing.T, b testkit.Backend) {
+		rdb, prefix := b.RDB, b.Prefix
 		ctx := context.Background()
 		st, sv := testJournal(rdb, prefix, time.Hour, 0, nil)
 		save := func(rec *TurnRecord, runner int64) {

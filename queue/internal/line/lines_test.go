@@ -12,6 +12,7 @@ import (
 
 	"github.com/lettaq/lettaq/internal/testredis"
 	"github.com/lettaq/lettaq/queue/internal/store"
+	"github.com/lettaq/lettaq/queue/internal/testkit"
 )
 
 // linesEnv is a worker's Lines without ordering on a queue and key prefix
@@ -19,23 +20,18 @@ import (
 func linesEnv(t *testing.T) (*Lines, *asynq.Client, *asynq.Inspector, string) {
 	srv := testredis.RequireReal(t)
 	q := "lettaq-unit-line-" + time.Now().Format("150405.000000")
-	prefix := "lettaq-unit:" + q + ":"
 	rdb := srv.Client(t)
+	prefix := testkit.Prefix(t, rdb)
 	opt := asynq.RedisClientOpt{Addr: srv.Addr, DB: srv.DB}
 	l := New(Config{Parking: store.Parking{RDB: rdb, Keys: store.Keys{Prefix: prefix}}, Conn: opt, WorkerID: "w1",
 		Log: slog.New(slog.DiscardHandler), Recheck: 10 * time.Minute})
 	ac := asynq.NewClient(opt)
 	insp := asynq.NewInspector(opt)
 	t.Cleanup(func() {
-		ctx := context.Background()
 		_ = insp.DeleteQueue(q, true)
 		_ = insp.Close()
 		_ = ac.Close()
 		l.Close()
-		iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-		for iter.Next(ctx) {
-			rdb.Del(ctx, iter.Val())
-		}
 	})
 	return l, ac, insp, q
 }

@@ -2,7 +2,6 @@ package line
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -42,53 +41,11 @@ type Waker struct {
 // attempt sees for itself what freed it (WakeIfFreed, the approval's
 // park), so giving up after wakeWait loses no wake-up of a parked turn.
 func (k Waker) Wake(ctx context.Context, queue, key, taskID string) error {
-	if taskID == "" {
-		return nil
+	w := ordering.Waking{Wait: wakeWait, MissingIsBetween: true, Seq: k.Seq}
+	if k.Park != nil {
+		w.Parked = k.Park.Wake
 	}
-	deadline := time.Now().Add(wakeWait)
-	backoff := 2 * time.Millisecond
-	for {
-		if k.Park != nil {
-			if ok, err := k.Park.Wake(ctx, taskID); err != nil || ok {
-				return err
-			}
-		}
-		info, err := ordering.FindTask(k.Insp, queue, taskID)
-		switch {
-		case errors.Is(err, asynq.ErrTaskNotFound):
-			// Parked and not written yet, or enqueued again: look again.
-		case err != nil:
-			return err
-		default:
-			queue = info.Queue
-			switch info.State {
-			case asynq.TaskStateRetry, asynq.TaskStateScheduled:
-				if err := k.Insp.RunTask(queue, taskID); err == nil {
-					return nil
-				}
-			case asynq.TaskStateActive:
-				if k.Seq == nil {
-					return nil
-				}
-				if held, _, err := k.Seq.Holder(ctx, key); err != nil || held == taskID {
-					return err
-				}
-			default:
-				return nil
-			}
-		}
-		if time.Now().After(deadline) {
-			return nil
-		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
-		}
-		backoff = min(2*backoff, 50*time.Millisecond)
-	}
+	return w.Wake(ctx, k.Insp, queue, key, taskID)
 }
 
 // Leave takes taskID, which will not run (cancelled, given up, never

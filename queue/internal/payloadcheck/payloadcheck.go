@@ -63,7 +63,8 @@ func Decode[P any](b []byte, whole bool, fields codec.Fields, conversation func(
 	if !whole && json.Unmarshal(b, &p) == nil {
 		// A task payload is one value (EncodePayload's): Unmarshal reads
 		// it without a Decoder and its buffer. Anything else (bytes after
-		// the value, an error) takes the Decoder's way, as before.
+		// the value, an error) takes the Decoder's way: it reads the first
+		// value and ignores what follows.
 		whole = true // for decode below: b is one value
 	} else {
 		var zero P

@@ -9,14 +9,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
-	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
-	"github.com/lettaq/lettaq/internal/testredis"
 	"github.com/lettaq/lettaq/queue/internal/record"
 	"github.com/lettaq/lettaq/queue/internal/store"
+	"github.com/lettaq/lettaq/queue/internal/testkit"
 )
 
 // The tests speak of events and records as queue's users do.
@@ -37,70 +35,6 @@ const (
 	PhaseThinking         = record.PhaseThinking
 	PhaseAwaitingApproval = record.PhaseAwaitingApproval
 )
-
-// rjBackend is a Redis for one (sub)test.
-type rjBackend struct {
-	name string
-	srv  *testredis.Server
-	rdb  *redis.Client
-	// prefix is unique to the (sub)test; its keys are deleted at the end.
-	prefix string
-}
-
-// rjNoRealRedis is set once a test found no real Redis, so that later tests
-// do not each wait for the connection attempt to time out.
-var rjNoRealRedis atomic.Bool
-
-// rjEach runs fn against the Redis testredis.New gives and, when that is a
-// real server, also against miniredis, so both paths stay tested.
-func rjEach(t *testing.T, fn func(t *testing.T, b rjBackend)) {
-	t.Helper()
-	var srv *testredis.Server
-	if rjNoRealRedis.Load() {
-		m := miniredis.RunT(t)
-		srv = &testredis.Server{Addr: m.Addr(), Mini: m}
-	} else {
-		srv = testredis.New(t)
-		rjNoRealRedis.Store(!srv.Real)
-	}
-	servers := []*testredis.Server{srv}
-	if srv.Real {
-		m := miniredis.RunT(t)
-		servers = append(servers, &testredis.Server{Addr: m.Addr(), Mini: m})
-	}
-	for _, s := range servers {
-		name := "miniredis"
-		if s.Real {
-			name = "redis"
-		}
-		t.Run(name, func(t *testing.T) {
-			rdb := s.Client(t)
-			prefix := "lettaqtest:" + uuid.NewString() + ":"
-			t.Cleanup(func() { rjDeletePrefix(t, rdb, prefix) })
-			fn(t, rjBackend{name: name, srv: s, rdb: rdb, prefix: prefix})
-		})
-	}
-}
-
-func rjDeletePrefix(t *testing.T, rdb *redis.Client, prefix string) {
-	ctx := context.Background()
-	iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-	var keys []string
-	for iter.Next(ctx) {
-		keys = append(keys, iter.Val())
-	}
-	if err := iter.Err(); err != nil {
-		t.Logf("cleanup scan %s: %v", prefix, err)
-		return
-	}
-	for len(keys) > 0 {
-		n := min(len(keys), 500)
-		if err := rdb.Del(ctx, keys[:n]...).Err(); err != nil {
-			t.Logf("cleanup del: %v", err)
-		}
-		keys = keys[n:]
-	}
-}
 
 // ignoreMiniredis ignores miniredis's server side of the test's connections.
 var ignoreMiniredis = []goleak.Option{
@@ -198,16 +132,16 @@ func newWriter(rdb redis.UniversalClient, r *Replies) *Writer {
 
 // gatedWriter is a writer on b whose round trips wait for gate (Redis slow or down) and are
 // counted.
-func gatedWriter(b rjBackend, gate chan struct{}) (*Writer, *Replies, *atomic.Int64) {
-	r := NewReplies(b.rdb, RepliesOptions{Prefix: b.prefix})
-	wr := newWriter(b.rdb, r)
+func gatedWriter(b testkit.Backend, gate chan struct{}) (*Writer, *Replies, *atomic.Int64) {
+	r := NewReplies(b.RDB, RepliesOptions{Prefix: b.Prefix})
+	wr := newWriter(b.RDB, r)
 	var trips atomic.Int64
 	wr.Exec = func(ctx context.Context, ops []store.Op) []error {
 		if gate != nil {
 			<-gate
 		}
 		defer trips.Add(1) // counted once written
-		return store.Run(ctx, b.rdb, ops)
+		return store.Run(ctx, b.RDB, ops)
 	}
 	return wr, r, &trips
 }

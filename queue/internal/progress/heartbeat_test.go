@@ -4,13 +4,15 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/lettaq/lettaq/queue/internal/testkit"
 )
 
 // TestHeartbeatsReuseAndKeepFields: a turn's heartbeats, written one round
 // trip after another (each reusing the last's event), land in its stream
 // with every field, including a run id learned between two beats.
 func TestHeartbeatsReuseAndKeepFields(t *testing.T) {
-	rjEach(t, func(t *testing.T, b rjBackend) {
+	testkit.EachRedis(t, func(t *testing.T, b testkit.Backend) {
 		wr, r, _ := gatedWriter(b, nil)
 		c := Conversation{Integration: "test", ChatID: "beats"}
 		p := wr.NewQueue(c, func(err error) { t.Error(err) }, nil)

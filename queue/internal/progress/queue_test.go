@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/lettaq/lettaq/queue/internal/store"
+	"github.com/lettaq/lettaq/queue/internal/testkit"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 )
@@ -20,7 +21,7 @@ import (
 // A write that blocks (Redis slow or down) never blocks the producer; events are written in
 // order; flush waits for them; close drops the rest and leaves no goroutine behind.
 func TestProgressWritesInOrderOffTheProducer(t *testing.T) {
-	rjEach(t, func(t *testing.T, b rjBackend) {
+	testkit.EachRedis(t, func(t *testing.T, b testkit.Backend) {
 		defer goleak.VerifyNone(t, append(ignoreMiniredis, goleak.IgnoreCurrent())...)
 		gate := make(chan struct{})
 		wr, r, _ := gatedWriter(b, gate)
@@ -60,7 +61,7 @@ func TestProgressWritesInOrderOffTheProducer(t *testing.T) {
 // While Redis is down the waiting events are bounded: phase events go first, the rest keep
 // their order.
 func TestProgressBoundDropsPhasesFirst(t *testing.T) {
-	rjEach(t, func(t *testing.T, b rjBackend) {
+	testkit.EachRedis(t, func(t *testing.T, b testkit.Backend) {
 		defer goleak.VerifyNone(t, append(ignoreMiniredis, goleak.IgnoreCurrent())...)
 		gate := make(chan struct{})
 		wr, r, _ := gatedWriter(b, gate)
@@ -119,7 +120,7 @@ func TestProgressBoundDropsPhasesFirst(t *testing.T) {
 // every turn's events in order, their seq numbers per turn, a barrier's ops after the events
 // queued before it, and a once-event written once.
 func TestWriterBatchesTurnsInOrder(t *testing.T) {
-	rjEach(t, func(t *testing.T, b rjBackend) {
+	testkit.EachRedis(t, func(t *testing.T, b testkit.Backend) {
 		defer goleak.VerifyNone(t, append(ignoreMiniredis, goleak.IgnoreCurrent())...)
 		gate := make(chan struct{})
 		wr, r, trips := gatedWriter(b, gate)
@@ -139,7 +140,7 @@ func TestWriterBatchesTurnsInOrder(t *testing.T) {
 		done := make(chan error, turns)
 		for i, p := range ps {
 			go func() {
-				key := b.prefix + "barrier:" + fmt.Sprint(i)
+				key := b.Prefix + "barrier:" + fmt.Sprint(i)
 				op := func(ctx context.Context, pl redis.Pipeliner, _ bool) func() error {
 					c := pl.Set(ctx, key, "1", time.Minute)
 					return c.Err
@@ -215,7 +216,7 @@ func TestWriterBatchesTurnsInOrder(t *testing.T) {
 			}
 		}
 		for i := range turns {
-			if n, _ := b.rdb.Exists(context.Background(), b.prefix+"barrier:"+fmt.Sprint(i)).Result(); n != 1 {
+			if n, _ := b.RDB.Exists(context.Background(), b.Prefix+"barrier:"+fmt.Sprint(i)).Result(); n != 1 {
 				t.Errorf("barrier op of turn %d not run", i)
 			}
 		}
@@ -233,7 +234,7 @@ func TestWriterBatchesTurnsInOrder(t *testing.T) {
 // Lazy events (heartbeats) wait up to lazyWindow so that those of many turns share a round trip;
 // an event that cannot wait takes the waiting lazy ones along at once.
 func TestLazyEventsShareARoundTrip(t *testing.T) {
-	rjEach(t, func(t *testing.T, b rjBackend) {
+	testkit.EachRedis(t, func(t *testing.T, b testkit.Backend) {
 		defer goleak.VerifyNone(t, append(ignoreMiniredis, goleak.IgnoreCurrent())...)
 		wr, r, trips := gatedWriter(b, nil)
 		// A window no test outlasts: a flush that waited for it would hang.
@@ -309,11 +310,11 @@ func (s *testSaver) SaveOp() (store.Op, error) {
 // writer takes is encoded then, from the record as it is then, and written after the turn's
 // earlier items and before its later ones.
 func TestQueuedSavesAreReplaced(t *testing.T) {
-	rjEach(t, func(t *testing.T, b rjBackend) {
+	testkit.EachRedis(t, func(t *testing.T, b testkit.Backend) {
 		ctx := context.Background()
 		gate := make(chan struct{})
 		wr, _, _ := gatedWriter(b, gate)
-		j := NewJournal(b.rdb, JournalOptions{Prefix: b.prefix})
+		j := NewJournal(b.RDB, JournalOptions{Prefix: b.Prefix})
 		s := &testSaver{j: j, rec: TurnRecord{TaskID: "t", Otid: "o"}}
 		if err := j.Save(ctx, &s.rec); err != nil { // loads the script: no NOSCRIPT round trip below
 			t.Fatal(err)
@@ -389,12 +390,12 @@ func TestQueuedSavesAreReplaced(t *testing.T) {
 // turn's next write that is waited for (a flush: the send's intent goes so), or once the
 // window has passed since it was queued; a queue closed with a save waiting writes nothing.
 func TestQueuedSaveWaitsForAWaitedWrite(t *testing.T) {
-	rjEach(t, func(t *testing.T, b rjBackend) {
+	testkit.EachRedis(t, func(t *testing.T, b testkit.Backend) {
 		defer goleak.VerifyNone(t, append(ignoreMiniredis, goleak.IgnoreCurrent())...)
 		ctx := context.Background()
 		wr, r, trips := gatedWriter(b, nil)
 		wr.lazyWait = time.Hour // a window no test outlasts
-		j := NewJournal(b.rdb, JournalOptions{Prefix: b.prefix})
+		j := NewJournal(b.RDB, JournalOptions{Prefix: b.Prefix})
 		s := &testSaver{j: j, rec: TurnRecord{TaskID: "t", Otid: "o", RunID: "run-1"}}
 		conv := Conversation{Integration: "test", ChatID: "waits"}
 		p := wr.NewQueue(conv, func(err error) { t.Error(err) }, nil)
@@ -458,9 +459,9 @@ func TestQueuedSaveWaitsForAWaitedWrite(t *testing.T) {
 
 // A queued save that cannot be encoded goes to failed, and the turn's other writes go on.
 func TestQueuedSaveEncodeFailure(t *testing.T) {
-	rjEach(t, func(t *testing.T, b rjBackend) {
+	testkit.EachRedis(t, func(t *testing.T, b testkit.Backend) {
 		wr, r, _ := gatedWriter(b, nil)
-		j := NewJournal(b.rdb, JournalOptions{Prefix: b.prefix})
+		j := NewJournal(b.RDB, JournalOptions{Prefix: b.Prefix})
 		s := &testSaver{j: j} // no task id: refused
 		failed := make(chan error, 1)
 		conv := Conversation{Integration: "test", ChatID: "badsave"}
@@ -488,7 +489,7 @@ func TestQueuedSaveEncodeFailure(t *testing.T) {
 // never reach Redis); a phase that carries an approval, an answer delta, a tool event are never
 // replaced; a replaced heartbeat is free for the next beat; the turn's events keep their order.
 func TestWaitingPhasesAreSuperseded(t *testing.T) {
-	rjEach(t, func(t *testing.T, b rjBackend) {
+	testkit.EachRedis(t, func(t *testing.T, b testkit.Backend) {
 		gate := make(chan struct{})
 		wr, r, _ := gatedWriter(b, gate)
 		conv := Conversation{Integration: "test", ChatID: "supersede"}
@@ -628,7 +629,7 @@ func BenchmarkQueuedSaves(b *testing.B) {
 // A turn's queue lets go of what a burst grew once the writer took it: a
 // waiting turn holds one slot (see progressKeep).
 func TestProgressKeepsOneSlot(t *testing.T) {
-	rjEach(t, func(t *testing.T, b rjBackend) {
+	testkit.EachRedis(t, func(t *testing.T, b testkit.Backend) {
 		wr, r, _ := gatedWriter(b, nil)
 		conv := Conversation{Integration: "test", ChatID: "keep"}
 		p := wr.NewQueue(conv, func(err error) { t.Error(err) }, nil)
@@ -662,7 +663,7 @@ func TestProgressKeepsOneSlot(t *testing.T) {
 // they ended: written after all, or dropped when the attempt closes its queue before the
 // writer took them (no goroutine is left waiting).
 func TestDoThenReportsLateWrites(t *testing.T) {
-	rjEach(t, func(t *testing.T, b rjBackend) {
+	testkit.EachRedis(t, func(t *testing.T, b testkit.Backend) {
 		defer goleak.VerifyNone(t, append(ignoreMiniredis, goleak.IgnoreCurrent())...)
 		for _, closeFirst := range []bool{false, true} {
 			gate := make(chan struct{})
@@ -705,7 +706,7 @@ func TestDoThenReportsLateWrites(t *testing.T) {
 				}
 			}
 			p.Flush(context.Background())
-			b.rdb.Del(context.Background(), r.answeredKey("t"))
+			b.RDB.Del(context.Background(), r.answeredKey("t"))
 		}
 	})
 }
@@ -715,19 +716,19 @@ func TestDoThenReportsLateWrites(t *testing.T) {
 // event: the entry holds the last event's number, id and seq all the same, and the call sent
 // again writes nothing twice. Counted with MONITOR on a real Redis.
 func TestEventsOfACallWriteTheirEntryOnce(t *testing.T) {
-	rjEach(t, func(t *testing.T, b rjBackend) {
+	testkit.EachRedis(t, func(t *testing.T, b testkit.Backend) {
 		ctx := context.Background()
 		gate := make(chan struct{})
 		wr, r, _ := gatedWriter(b, gate)
 		conv := Conversation{Integration: "test", ChatID: "entry"}
 		p := wr.NewQueue(conv, func(err error) { t.Error(err) }, nil)
 		defer p.Close()
-		emitted := b.prefix + "emitted:t"
+		emitted := b.Prefix + "emitted:t"
 		var lines []string
 		var lmu sync.Mutex
-		if b.srv.Real {
+		if b.Srv.Real {
 			// MONITOR on a connection of its own, read line by line.
-			conn, err := net.Dial("tcp", b.srv.Addr)
+			conn, err := net.Dial("tcp", b.Srv.Addr)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -766,7 +767,7 @@ func TestEventsOfACallWriteTheirEntryOnce(t *testing.T) {
 		if err != nil || len(evs) != 4 {
 			t.Fatalf("%d events, %v", len(evs), err)
 		}
-		entry, err := b.rdb.HGetAll(ctx, emitted).Result()
+		entry, err := b.RDB.HGetAll(ctx, emitted).Result()
 		if err != nil || len(entry) != 1 {
 			t.Fatalf("emitted %v %v", entry, err)
 		}
@@ -775,7 +776,7 @@ func TestEventsOfACallWriteTheirEntryOnce(t *testing.T) {
 				t.Fatalf("entry %q, want %q", v, want)
 			}
 		}
-		if !b.srv.Real {
+		if !b.Srv.Real {
 			return
 		}
 		time.Sleep(50 * time.Millisecond) // MONITOR's lines arrive

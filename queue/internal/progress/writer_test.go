@@ -4,13 +4,15 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/lettaq/lettaq/queue/internal/testkit"
 )
 
 // Stop writes the lazy events at once (it does not wait for their window) and returns once
 // the round trip under way is done; a writer with nothing to write stops at once, and a
 // write after Stop still goes.
 func TestStopWritesWhatWaits(t *testing.T) {
-	rjEach(t, func(t *testing.T, b rjBackend) {
+	testkit.EachRedis(t, func(t *testing.T, b testkit.Backend) {
 		(&Writer{}).Stop() // nothing ever written: returns at once
 		gate := make(chan struct{})
 		wr, r, trips := gatedWriter(b, gate)

@@ -10,12 +10,12 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
-	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lettaq/lettaq/internal/evalcmd"
 	"github.com/lettaq/lettaq/internal/testredis"
 	"github.com/lettaq/lettaq/queue/internal/store"
+	"github.com/lettaq/lettaq/queue/internal/testkit"
 )
 
 // errRefused is the error of a round trip that could not reach Redis.
@@ -27,9 +27,9 @@ var errRefused = errors.New("dial tcp 127.0.0.1:1: connect: connection refused")
 // scratch of errors was never cleared, so a worker failed every later write
 // with the outage's error, for good).
 func TestWriterForgetsAFailedRoundTrip(t *testing.T) {
-	rjEach(t, func(t *testing.T, b rjBackend) {
-		r := NewReplies(b.rdb, RepliesOptions{Prefix: b.prefix})
-		wr := newWriter(b.rdb, r)
+	testkit.EachRedis(t, func(t *testing.T, b testkit.Backend) {
+		r := NewReplies(b.RDB, RepliesOptions{Prefix: b.Prefix})
+		wr := newWriter(b.RDB, r)
 		var down atomic.Bool
 		down.Store(true)
 		wr.Exec = func(ctx context.Context, ops []store.Op) []error {
@@ -40,12 +40,12 @@ func TestWriterForgetsAFailedRoundTrip(t *testing.T) {
 				}
 				return errs
 			}
-			return store.Run(ctx, b.rdb, ops)
+			return store.Run(ctx, b.RDB, ops)
 		}
 		ctx := context.Background()
 		set := func(key string) store.Op {
 			return func(ctx context.Context, p redis.Pipeliner, _ bool) func() error {
-				c := p.Set(ctx, b.prefix+key, "1", time.Minute)
+				c := p.Set(ctx, b.Prefix+key, "1", time.Minute)
 				return c.Err
 			}
 		}
@@ -96,13 +96,13 @@ func TestWriterForgetsAFailedRoundTrip(t *testing.T) {
 func TestWriterAttributesEachEventsError(t *testing.T) {
 	for _, badFirst := range []bool{true, false} {
 		t.Run(fmt.Sprint("bad-first=", badFirst), func(t *testing.T) {
-			rjEach(t, func(t *testing.T, b rjBackend) {
+			testkit.EachRedis(t, func(t *testing.T, b testkit.Backend) {
 				ctx := context.Background()
 				gate := make(chan struct{})
 				wr, r, trips := gatedWriter(b, gate)
 				good := Conversation{Integration: "test", ChatID: "good"}
 				bad := Conversation{Integration: "test", ChatID: "bad"}
-				if err := b.rdb.Set(ctx, r.Key(bad), "not a stream", time.Minute).Err(); err != nil {
+				if err := b.RDB.Set(ctx, r.Key(bad), "not a stream", time.Minute).Err(); err != nil {
 					t.Fatal(err)
 				}
 				var badErr atomic.Value
@@ -118,7 +118,7 @@ func TestWriterAttributesEachEventsError(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				released := b.prefix + "released:a"
+				released := b.Prefix + "released:a"
 				release := func(ctx context.Context, p redis.Pipeliner, _ bool) func() error {
 					return p.Set(ctx, released, "1", time.Minute).Err
 				}
@@ -152,7 +152,7 @@ func TestWriterAttributesEachEventsError(t *testing.T) {
 					t.Errorf("%d round trips, want 2", n)
 				}
 				// The failed event took no seq: b's next event is its first.
-				if err := b.rdb.Del(ctx, r.Key(bad)).Err(); err != nil {
+				if err := b.RDB.Del(ctx, r.Key(bad)).Err(); err != nil {
 					t.Fatal(err)
 				}
 				next, _ := pb.Prepare(ReplyEvent{Type: EventAnswer, TaskID: "b", Text: "answer b"}, r.answeredKey("b"))
@@ -179,7 +179,7 @@ func TestWriterKeepsOrderAfterScriptFlush(t *testing.T) {
 	for name, rdb := range servers {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
-			prefix := "lettaqtest:" + uuid.NewString() + ":"
+			prefix := testkit.Prefix(t, rdb)
 			r := NewReplies(rdb, RepliesOptions{Prefix: prefix})
 			wr := newWriter(rdb, r)
 			var trips atomic.Int64

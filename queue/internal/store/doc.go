@@ -11,7 +11,8 @@
 // needs before it runs (its record, intents and final-event marker, its
 // chat's pending approval and thread) in one round trip; Trip is a
 // writer's round trip (the writes of many turns in one pipeline). Each works on bytes and encoded
-// fields: the records' and events' encodings are package queue's.
+// fields: a record's JSON is queue/internal/journal's, an event's stream
+// fields are package queue's (Replies).
 //
 // Package queue keeps the public API (Message, Client, Worker, ReplyEvent
 // and the reply reader, the journal's queries, the approval answers) and

@@ -5,11 +5,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lettaq/lettaq/internal/faultproxy"
 	"github.com/lettaq/lettaq/internal/testredis"
+	"github.com/lettaq/lettaq/queue/internal/testkit"
 )
 
 // lostReply is a Redis behind a fault proxy: a client with go-redis's
@@ -21,7 +21,8 @@ func lostReply(t *testing.T) (*faultproxy.Proxy, *redis.Client, *redis.Client, K
 	p := faultproxy.Start(t, srv.Addr)
 	rdb := redis.NewClient(&redis.Options{Addr: p.Addr, DB: srv.DB})
 	t.Cleanup(func() { _ = rdb.Close() })
-	return p, rdb, srv.Client(t), Keys{Prefix: "lettaqtest:" + uuid.NewString() + ":"}
+	direct := srv.Client(t)
+	return p, rdb, direct, Keys{Prefix: testkit.Prefix(t, direct)}
 }
 
 // scriptOn matches a script call (EVALSHA or EVAL) naming key.

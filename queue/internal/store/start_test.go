@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lettaq/lettaq/internal/testredis"
+	"github.com/lettaq/lettaq/queue/internal/testkit"
 )
 
 // TestStartReads: the start's reads find what each store wrote under its
@@ -14,7 +15,7 @@ import (
 func TestStartReads(t *testing.T) {
 	rdb := testredis.New(t).Client(t)
 	ctx := context.Background()
-	keys := Keys{Prefix: fmt.Sprintf("test:start:%d:", time.Now().UnixNano())}
+	keys := Keys{Prefix: testkit.Prefix(t, rdb)}
 	s := StartStores{
 		Journal:   NewJournal(rdb, keys, time.Minute, 10, nil),
 		Replies:   NewReplies(rdb, keys, 10, time.Minute, 0),
@@ -40,10 +41,6 @@ func TestStartReads(t *testing.T) {
 		t.Fatalf("empty: ThreadRead() = %q, %v; want read, none", th, read)
 	}
 
-	t.Cleanup(func() {
-		rdb.Del(context.Background(), keys.JournalTurn("t1"), keys.JournalIntents("t1"), keys.Answered("t1"),
-			keys.ApprovalPending("agent-1", "chat"), keys.Thread("h1"))
-	})
 	must := func(err error) {
 		t.Helper()
 		if err != nil {

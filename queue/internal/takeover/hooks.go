@@ -7,8 +7,11 @@ import (
 	"github.com/lettaq/lettaq/queue/internal/claim"
 )
 
-// What follows sets the registry's clocks and state by hand, for the tests (queue's among
-// them) that drive a registry with Tick instead of its beats.
+// What follows sets the registry's clocks and state by hand, for package queue's tests
+// (takeover_test.go, takeover_runner_test.go) that drive a registry with Tick instead of its
+// beats. Only queue's tests call them, but they are another package's tests: an
+// export_test.go here would not reach them, so they are exported, and nothing but tests calls
+// them.
 
 // PrimeEligible makes the watcher eligible at its next good beat, as if it had beaten well
 // for longer than TakeoverAfter.

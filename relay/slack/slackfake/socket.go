@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -18,31 +19,36 @@ import (
 // envelope, and records the app's acknowledgements (an envelope id sent
 // back). One connection at a time.
 
-// socketSide is the fake's Socket Mode state, under Fake.mu.
-type socketSide struct {
-	outbox  chan []byte
+// SocketMode is the fake's Socket Mode side.
+type SocketMode struct {
+	appToken string
+	addr     string // the fake's host:port
+	outbox   chan []byte
+
+	mu      sync.Mutex
 	acked   map[string]bool
 	changed chan struct{} // closed at each acknowledgement
 	seq     int
 }
 
-// AppToken is the app-level token the fake's apps.connections.open takes.
-func (f *Fake) AppToken() string { return f.opt.AppToken }
-
-func (f *Fake) socketHandlers(c slacktest.Customize) {
-	c.Handle("/apps.connections.open", f.connectionsOpen)
-	c.Handle("/socket", slacktest.Websocket(f.socket))
+func newSocketMode(appToken string) *SocketMode {
+	return &SocketMode{appToken: appToken, outbox: make(chan []byte, 256), acked: map[string]bool{}, changed: make(chan struct{})}
 }
 
-func (f *Fake) connectionsOpen(w http.ResponseWriter, r *http.Request) {
-	if bearer, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); bearer != f.opt.AppToken {
+func (m *SocketMode) handle(c slacktest.Customize) {
+	c.Handle("/apps.connections.open", m.connectionsOpen)
+	c.Handle("/socket", slacktest.Websocket(m.socket))
+}
+
+func (m *SocketMode) connectionsOpen(w http.ResponseWriter, r *http.Request) {
+	if bearer, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); bearer != m.appToken {
 		writeJSON(w, map[string]any{"ok": false, "error": "invalid_auth"}) // a bot token here is refused too
 		return
 	}
-	writeJSON(w, map[string]any{"ok": true, "url": "ws://" + f.ServerAddr + "/socket"})
+	writeJSON(w, map[string]any{"ok": true, "url": "ws://" + m.addr + "/socket"})
 }
 
-func (f *Fake) socket(c *websocket.Conn) {
+func (m *SocketMode) socket(c *websocket.Conn) {
 	if err := c.WriteJSON(map[string]any{"type": "hello", "num_connections": 1,
 		"connection_info": map[string]any{"app_id": "A0FAKE"}}); err != nil {
 		return
@@ -55,43 +61,43 @@ func (f *Fake) socket(c *websocket.Conn) {
 			if err := c.ReadJSON(&ack); err != nil {
 				return
 			}
-			f.mu.Lock()
-			f.sock.acked[ack.EnvelopeID] = true
-			close(f.sock.changed)
-			f.sock.changed = make(chan struct{})
-			f.mu.Unlock()
+			m.mu.Lock()
+			m.acked[ack.EnvelopeID] = true
+			close(m.changed)
+			m.changed = make(chan struct{})
+			m.mu.Unlock()
 		}
 	}()
-	for msg := range f.sock.outbox {
+	for msg := range m.outbox {
 		if err := c.WriteMessage(websocket.TextMessage, msg); err != nil {
-			f.sock.outbox <- msg // for the next connection
+			m.outbox <- msg // for the next connection
 			return
 		}
 	}
 }
 
-// SocketEvent queues an Events API event_callback wrapping event for the app
+// Event queues an Events API event_callback wrapping event for the app
 // connected over Socket Mode (sent once it is connected); it returns the
 // envelope's id.
-func (f *Fake) SocketEvent(event map[string]any) string {
-	f.mu.Lock()
-	f.sock.seq++
-	id := fmt.Sprintf("env-%06d", f.sock.seq)
-	f.mu.Unlock()
+func (m *SocketMode) Event(event map[string]any) string {
+	m.mu.Lock()
+	m.seq++
+	id := fmt.Sprintf("env-%06d", m.seq)
+	m.mu.Unlock()
 	payload := map[string]any{"token": "unused", "team_id": "T0FAKE", "api_app_id": "A0FAKE", "type": "event_callback",
 		"event_id": "Ev" + id, "event_time": time.Now().Unix(), "event": event}
 	msg, _ := json.Marshal(map[string]any{"envelope_id": id, "type": "events_api", "payload": payload,
 		"accepts_response_payload": false, "retry_attempt": 0})
-	f.sock.outbox <- msg
+	m.outbox <- msg
 	return id
 }
 
 // WaitAcked returns once the app has acknowledged envelope id, or ctx's error.
-func (f *Fake) WaitAcked(ctx context.Context, id string) error {
+func (m *SocketMode) WaitAcked(ctx context.Context, id string) error {
 	for {
-		f.mu.Lock()
-		acked, ch := f.sock.acked[id], f.sock.changed
-		f.mu.Unlock()
+		m.mu.Lock()
+		acked, ch := m.acked[id], m.changed
+		m.mu.Unlock()
 		if acked {
 			return nil
 		}

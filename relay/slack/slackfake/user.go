@@ -6,11 +6,10 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/slack-go/slack/slacktest"
-
-	"github.com/lettaq/lettaq/relay/fakeplatform"
 )
 
 // The fake's user side: a person in the workspace writes to the app, as
@@ -33,44 +32,47 @@ const (
 	BotUser = "U0BOT"
 )
 
-// said is one message of a conversation: a user's (user set) or the app's
-// (ref set; its text is the platform's, as edited since).
-type said struct {
-	channel, ts, thread string
-	user, text          string
-	ref                 msgRef
+// Users is the workspace's people writing to the app: the requests above,
+// from a terminal or a test.
+type Users struct {
+	ws     *workspace
+	secret string // signs the requests to the app
+	addr   string // the fake's host:port
+
+	mu  sync.Mutex
+	app string // the app's request URL base (SetApp), "" until set
 }
 
 // SetApp sets where the app takes Slack's requests: base + "events",
 // "interactivity" and "commands" (e.g. "http://127.0.0.1:8081/slack/").
-func (f *Fake) SetApp(base string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.app = base
+func (u *Users) SetApp(base string) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.app = base
 }
 
-// UserURL is the address of the fake's user side (its requests above).
-func (f *Fake) UserURL() string { return "http://" + f.ServerAddr + "/user/" }
+// URL is the address of the user side (its requests above).
+func (u *Users) URL() string { return "http://" + u.addr + "/user/" }
 
-func (f *Fake) userSide(c slacktest.Customize) {
-	c.Handle("/user/dm", f.userPost(func(r *http.Request) (string, map[string]any, error) { return f.userMessage(r, false) }))
-	c.Handle("/user/mention", f.userPost(func(r *http.Request) (string, map[string]any, error) { return f.userMessage(r, true) }))
-	c.Handle("/user/press", f.userPost(f.userPress))
-	c.Handle("/user/command", f.userPost(f.userCommand))
-	c.Handle("/user/messages", f.userMessages)
+func (u *Users) handle(c slacktest.Customize) {
+	c.Handle("/user/dm", u.userPost(func(r *http.Request) (string, map[string]any, error) { return u.userMessage(r, false) }))
+	c.Handle("/user/mention", u.userPost(func(r *http.Request) (string, map[string]any, error) { return u.userMessage(r, true) }))
+	c.Handle("/user/press", u.userPost(u.userPress))
+	c.Handle("/user/command", u.userPost(u.userCommand))
+	c.Handle("/user/messages", u.userMessages)
 }
 
 // userPost runs a user's action: it builds the request to the app, sends it
 // signed, and answers what the app answered, with the action's facts.
-func (f *Fake) userPost(act func(r *http.Request) (path string, facts map[string]any, err error)) http.HandlerFunc {
+func (u *Users) userPost(act func(r *http.Request) (path string, facts map[string]any, err error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			userError(w, http.StatusMethodNotAllowed, "POST only (curl -d or --data-urlencode)")
 			return
 		}
-		f.mu.Lock()
-		app := f.app
-		f.mu.Unlock()
+		u.mu.Lock()
+		app := u.app
+		u.mu.Unlock()
 		if app == "" {
 			userError(w, http.StatusServiceUnavailable, "no app is set up to receive Slack's requests yet")
 			return
@@ -80,7 +82,7 @@ func (f *Fake) userPost(act func(r *http.Request) (path string, facts map[string
 			userError(w, http.StatusBadRequest, err.Error())
 			return
 		}
-		resp, err := f.deliver(app, send, facts)
+		resp, err := u.deliver(app, send, facts)
 		if err != nil {
 			userError(w, http.StatusBadGateway, "the app did not answer: "+err.Error())
 			return
@@ -97,8 +99,8 @@ func (f *Fake) userPost(act func(r *http.Request) (path string, facts map[string
 }
 
 // deliver sends the request an action built: its body is in facts["_send"].
-func (f *Fake) deliver(app, send string, facts map[string]any) (*http.Response, error) {
-	in := f.Inbound()
+func (u *Users) deliver(app, send string, facts map[string]any) (*http.Response, error) {
+	in := &Inbound{Secret: u.secret}
 	in.HTTP = &http.Client{Timeout: 10 * time.Second}
 	req := facts["_send"]
 	delete(facts, "_send")
@@ -119,7 +121,7 @@ type command struct{ command, text, channel, user string }
 
 // userMessage is a user's message to the app: a DM, or a mention in a
 // channel (which the app answers in the message's thread).
-func (f *Fake) userMessage(r *http.Request, mention bool) (string, map[string]any, error) {
+func (u *Users) userMessage(r *http.Request, mention bool) (string, map[string]any, error) {
 	text := r.FormValue("text")
 	if strings.TrimSpace(text) == "" {
 		return "", nil, fmt.Errorf("text is empty: send it as text=… (curl --data-urlencode 'text=hello')")
@@ -133,12 +135,7 @@ func (f *Fake) userMessage(r *http.Request, mention bool) (string, map[string]an
 		channel = orDefault(channel, DevDM)
 		event["type"], event["channel_type"] = "message", "im"
 	}
-	f.mu.Lock()
-	f.seq++
-	ts := fmt.Sprintf("1700000000.%06d", f.seq)
-	eventID := fmt.Sprintf("Ev%06d", f.seq)
-	f.said = append(f.said, said{channel: channel, ts: ts, thread: thread, user: user, text: text})
-	f.mu.Unlock()
+	ts, eventID := u.ws.userSaid(channel, thread, user, text)
 	event["channel"], event["ts"] = channel, ts
 	facts := map[string]any{"channel": channel, "ts": ts, "event_id": eventID, "_send": event}
 	if thread != "" {
@@ -151,12 +148,12 @@ func (f *Fake) userMessage(r *http.Request, mention bool) (string, map[string]an
 }
 
 // userPress presses the app's button whose value is value.
-func (f *Fake) userPress(r *http.Request) (string, map[string]any, error) {
+func (u *Users) userPress(r *http.Request) (string, map[string]any, error) {
 	value := r.FormValue("value")
 	if value == "" {
 		return "", nil, fmt.Errorf("value is empty: give a button's value, as GET /user/messages lists it")
 	}
-	for _, m := range f.conversation("", "") {
+	for _, m := range u.ws.conversation("", "") {
 		for _, b := range m.Buttons {
 			if b.Value == value {
 				p := press{channel: m.channel, thread: m.Thread, ts: m.TS, user: orDefault(r.FormValue("user"), DevUser), value: value}
@@ -168,7 +165,7 @@ func (f *Fake) userPress(r *http.Request) (string, map[string]any, error) {
 }
 
 // userCommand types a slash command.
-func (f *Fake) userCommand(r *http.Request) (string, map[string]any, error) {
+func (u *Users) userCommand(r *http.Request) (string, map[string]any, error) {
 	c := command{command: orDefault(r.FormValue("command"), "/stop"), text: r.FormValue("text"),
 		channel: orDefault(r.FormValue("channel"), DevDM), user: orDefault(r.FormValue("user"), DevUser)}
 	if !strings.HasPrefix(c.command, "/") {
@@ -177,60 +174,17 @@ func (f *Fake) userCommand(r *http.Request) (string, map[string]any, error) {
 	return "commands", map[string]any{"command": c.command, "channel": c.channel, "_send": c}, nil
 }
 
-// Said is one message of a conversation as GET /user/messages lists it.
-type Said struct {
-	TS      string   `json:"ts"`
-	Thread  string   `json:"thread_ts,omitempty"`
-	From    string   `json:"from"` // "app", or the user's id
-	Text    string   `json:"text"`
-	Buttons []Button `json:"buttons,omitempty"`
-	Edits   int      `json:"edits,omitempty"`
-	channel string
-}
-
-// Button is an app's button as the user sees it: press it with its value.
-type Button struct {
-	Label string `json:"label"`
-	Value string `json:"value"`
-}
-
 // Conversation returns channel's messages (in thread when thread is not
 // ""), the users' and the app's, oldest first, the app's as shown now (a
 // deleted one left out).
-func (f *Fake) Conversation(channel, thread string) []Said { return f.conversation(channel, thread) }
-
-func (f *Fake) conversation(channel, thread string) []Said {
-	f.mu.Lock()
-	all := append([]said(nil), f.said...)
-	f.mu.Unlock()
-	var out []Said
-	for _, s := range all {
-		if channel != "" && s.channel != channel {
-			continue
-		}
-		if thread != "" && s.thread != thread && s.ts != thread {
-			continue
-		}
-		m := Said{TS: s.ts, Thread: s.thread, From: s.user, Text: s.text, channel: s.channel}
-		if s.user == "" {
-			shown, ok := f.shown(s.ref)
-			if !ok {
-				continue
-			}
-			m.From, m.Text, m.Edits = "app", shown.Text, shown.Edits
-			for _, b := range shown.Buttons {
-				m.Buttons = append(m.Buttons, Button{Label: b.Label, Value: b.Data})
-			}
-		}
-		out = append(out, m)
-	}
-	return out
+func (u *Users) Conversation(channel, thread string) []Said {
+	return u.ws.conversation(channel, thread)
 }
 
 // userMessages answers GET /user/messages: the conversation as JSON.
-func (f *Fake) userMessages(w http.ResponseWriter, r *http.Request) {
+func (u *Users) userMessages(w http.ResponseWriter, r *http.Request) {
 	channel := orDefault(r.FormValue("channel"), DevDM)
-	list := f.conversation(channel, r.FormValue("thread"))
+	list := u.ws.conversation(channel, r.FormValue("thread"))
 	if list == nil {
 		list = []Said{}
 	}
@@ -252,14 +206,4 @@ func orDefault(s, def string) string {
 		return def
 	}
 	return s
-}
-
-// shown is the app's message ref as the platform shows it now (false once deleted).
-func (f *Fake) shown(ref msgRef) (fakeplatform.Msg, bool) {
-	for _, m := range f.Platform.Messages(queueConv(ref.conv)) {
-		if m.ID == ref.id {
-			return m, true
-		}
-	}
-	return fakeplatform.Msg{}, false
 }

@@ -1,0 +1,102 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// endCancelled ends the turn cancelled: the final event (error, permanent,
+// stop_reason cancelled, text what the agent had said), the journal
+// (outcome cancelled, TurnRecord.Cancel) and the task's result (outcome
+// cancelled): the task completes, never retried. A cancel is a normal
+// ending, not a failure (an archived task counts in Asynq's failed
+// metrics). The conversation is released with the journal's save.
+func (c *completer) endCancelled(ctx context.Context, log *slog.Logger, cr CancelRecord, phase, text string) error {
+	c.cx.End()
+	dctx, cancel := c.w.deliveryCtx(ctx)
+	defer cancel()
+	cr.Phase = phase
+	c.jr.Lock()
+	runID := c.jr.Rec().RunID
+	c.jr.Unlock()
+	ev := ReplyEvent{Type: EventError, TaskID: c.taskID, Otid: c.otid, RunID: runID, MessageID: c.msg.MessageID,
+		Text: text, StopReason: StopReasonCancelled, Permanent: true}
+	if len(c.line.Followers()) > 0 {
+		ev.AnsweredBy = c.taskID
+	}
+	c.ap.Ended(dctx, log, true)
+	if emitted, err := c.finalEvent(dctx, ev); err != nil {
+		c.redisFailed()
+		log.Warn("could not emit the cancelled event", "error", err.Error())
+	} else if !emitted {
+		log.Info("final event already written by an earlier attempt")
+	}
+	c.finishFollowers(dctx, ev)
+	now := time.Now()
+	c.jr.Lock()
+	a := c.jr.Current()
+	if a.End.IsZero() {
+		a.End = now.UTC()
+	}
+	a.Outcome, a.Error = OutcomeCancelled, ""
+	c.jr.Rec().Outcome, c.jr.Rec().Error, c.jr.Rec().StopReason, c.jr.Rec().FinishedAt, c.jr.Rec().Cancel = OutcomeCancelled, "", StopReasonCancelled, now.UTC(), &cr
+	if text != "" {
+		c.jr.Rec().PartialAnswer = cutText(text, maxPartialAnswer)
+	}
+	c.jr.Unlock()
+	if err := c.save(dctx, append(c.resultOps(OutcomeCancelled, text, nil), c.line.ReleaseOps("")...)...); err != nil {
+		log.Warn("could not journal the cancelled turn", "error", err.Error())
+	}
+	log.Info("turn cancelled", "outcome", OutcomeCancelled, "phase", phase, "by", cr.By, "answer_bytes", len(text))
+	c.obs.AttemptFinished(c.queue, "done", time.Since(c.start))
+	c.w.turnCancelled(c.queue, phase)
+	c.obs.TurnFinished(c.queue, OutcomeCancelled, c.jr.Latency(now), c.jr.Rec().TTFT)
+	return nil
+}
+
+// cancelWaiting ends a cancelled turn that is not its chat's turn (its
+// attempt holds no lease and has no record yet): never sent, it leaves the
+// line with its final event and a journal record saying cancelled.
+func (c *completer) cancelWaiting(ctx context.Context, nyt error) error {
+	w := c.w
+	c.line.WakeAfterDeadHeads(ctx, nyt)
+	dctx, cancel := w.deliveryCtx(ctx)
+	defer cancel()
+	cr := *c.cx.Asked()
+	cr.Phase = CancelPhaseWaiting
+	c.cx.End()
+	ev := ReplyEvent{Type: EventError, TaskID: c.taskID, Otid: c.otid, MessageID: c.msg.MessageID,
+		StopReason: StopReasonCancelled, Permanent: true}
+	if _, err := w.replies.EmitAnswerOnce(dctx, c.msg.Conversation, ev); err != nil {
+		return c.retryEarly(fmt.Errorf("write the cancelled event: %w", err))
+	}
+	rec := c.storedRecord(dctx)
+	now := time.Now().UTC()
+	rec.Attempts = append(rec.Attempts, Attempt{N: len(rec.Attempts) + 1, Worker: w.cfg.WorkerID, Start: c.start.UTC(),
+		End: now, Outcome: OutcomeCancelled})
+	rec.Outcome, rec.StopReason, rec.FinishedAt, rec.Error, rec.Cancel = OutcomeCancelled, StopReasonCancelled, now, "", &cr
+	c.jr.SetRecord(rec)
+	if err := w.journal.Save(dctx, rec); err != nil {
+		c.redisFailed()
+		c.log.Warn("could not journal the cancelled turn", "error", err.Error())
+	}
+	if err := c.line.Leave(dctx); err != nil {
+		c.redisFailed()
+		c.log.Warn("could not take the cancelled turn out of its conversation's line", "error", err.Error())
+	}
+	c.writeResult(OutcomeCancelled, "", nil)
+	c.log.Info("turn cancelled", "outcome", OutcomeCancelled, "phase", CancelPhaseWaiting, "by", cr.By)
+	c.obs.AttemptFinished(c.queue, "done", time.Since(c.start))
+	w.turnCancelled(c.queue, CancelPhaseWaiting)
+	c.obs.TurnFinished(c.queue, OutcomeCancelled, c.jr.Latency(now), 0)
+	return nil // completed with the cancelled result: a normal ending, not a failure
+}
+
+// turnCancelled tells the observer of a cancelled turn (CancelObserver).
+func (w *Worker) turnCancelled(queue, phase string) {
+	if o, ok := w.obs.(CancelObserver); ok {
+		o.TurnCancelled(queue, phase)
+	}
+}

@@ -1,0 +1,182 @@
+package queue
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/lettaq/lettaq/agentclient"
+	"github.com/lettaq/lettaq/continuation"
+	"github.com/lettaq/lettaq/queue/internal/approval"
+	"github.com/lettaq/lettaq/queue/internal/tools"
+)
+
+// runEnd is what the run at Letta leaves for its attempt's end (turn.finish
+// gathers it): the continuation's decision and what the stream saw.
+type runEnd struct {
+	D          continuation.Result
+	Snap       agentclient.Snapshot
+	Tools      []*tools.Call // the run's tool calls as the chat was told of them
+	FirstToken time.Time     // the answer's first token (zero: none)
+	// Cancel is the turn's cancel, asked before the run was decided (nil:
+	// none), and CancelPhase the phase it came in.
+	Cancel      *CancelRecord
+	CancelPhase string
+	// Cause is what interrupted an Interrupted run (the lease's loss; nil:
+	// the decision's error).
+	Cause error
+	// ImageNote prefixes the reason of a rejected message with images
+	// ("" none: see turn.imageRejected).
+	ImageNote string
+	// Finish ends the chat's live view of the run once the end is decided
+	// (live.Stream.Finish: answered flushes the answer's last deltas).
+	Finish func(answered bool)
+}
+
+// ran ends the attempt whose run at Letta decided: the record gets what
+// the run left, endOf decides how the attempt ends, and the end is applied.
+func (c *completer) ran(ctx context.Context, r *runEnd) error {
+	w := c.w
+	d, snap := r.D, &r.Snap
+	dctx, cancel := w.deliveryCtx(ctx)
+	defer cancel()
+	now := time.Now()
+
+	c.jr.Lock()
+	a := c.jr.Current()
+	a.End = now.UTC()
+	a.Polls, a.Resumes = d.Polls, d.Resumes
+	if d.Clock != "" {
+		a.TimeoutClock = string(d.Clock)
+	}
+	switch d.Resend {
+	case continuation.ResendSent:
+		a.ResendDecision = ResendSent
+		c.jr.Rec().Resends++
+	case continuation.ResendForbidden:
+		a.ResendDecision = ResendForbidden
+	case continuation.ResendNotNeeded:
+		a.ResendDecision = ResendNotNeeded
+	}
+	for _, id := range []string{d.RunID, snap.RunID} {
+		if id != "" {
+			c.jr.Rec().RunID = id
+			c.ids.setRunID(id)
+			break
+		}
+	}
+	for _, id := range snap.Transcript.DuplicateToolCallIDs() {
+		c.jr.Rec().Warnings = appendUnique(c.jr.Rec().Warnings, "tool_call_id "+id+" seen on two calls")
+	}
+	if u := snap.Usage; u != nil {
+		c.jr.Rec().Usage = &Usage{PromptTokens: int(u.PromptTokens), CompletionTokens: int(u.CompletionTokens),
+			TotalTokens: int(u.TotalTokens), StepCount: int(u.StepCount)}
+	}
+	if len(r.Tools) > 0 {
+		c.jr.Rec().Tools = c.jr.Rec().Tools[:0]
+		for _, call := range r.Tools {
+			ts := ToolSummary{Name: call.Name, CallID: call.CallID, Status: call.Status}
+			if !call.Called.IsZero() && !call.Returned.IsZero() {
+				ts.Duration = call.Returned.Sub(call.Called)
+			}
+			if ts.Status == "" {
+				ts.Status = "unanswered"
+			}
+			c.jr.Rec().Tools = append(c.jr.Rec().Tools, ts)
+		}
+	}
+	if c.jr.Rec().TTFT == 0 && !r.FirstToken.IsZero() && !c.jr.Rec().EnqueuedAt.IsZero() {
+		c.jr.Rec().TTFT = r.FirstToken.Sub(c.jr.Rec().EnqueuedAt)
+	}
+	c.jr.Unlock()
+
+	switch {
+	case d.Clock == agentclient.ClockConnect || d.Clock == agentclient.ClockStall || d.Clock == agentclient.ClockTotal:
+		w.obs.StreamTimeout(string(d.Clock))
+	}
+	if d.Polls > 0 || d.Resumes > 0 {
+		w.obs.Continuation(d.Polls, d.Resumes)
+	}
+	if d.Resend == continuation.ResendSent || d.Resend == continuation.ResendForbidden {
+		w.obs.Resend(string(a.ResendDecision))
+	}
+	// "outcome" on the lines below is the journal's word for how the attempt ended
+	// (answered, failed, retrying, …), set where it is decided.
+	log := c.log.With(slog.String("otid", c.otid), slog.String("run_id", c.jr.Rec().RunID),
+		slog.String("clock", string(d.Clock)), slog.Int("polls", d.Polls), slog.Int("resumes", d.Resumes),
+		slog.String("resend", string(d.Resend)))
+
+	c.jr.Lock()
+	busyInARow := 0
+	for i := len(c.jr.Rec().Attempts) - 2; i >= 0 && c.jr.Rec().Attempts[i].Outcome == OutcomeBusy; i-- {
+		busyInARow++
+	}
+	c.jr.Unlock()
+	in := endingInput{D: d, RunID: snap.RunID, Retried: c.retried, MaxRetry: c.maxRetry, BusyInARow: busyInARow,
+		StuckRetryDelay: w.cfg.StuckRetryDelay, Cancelled: r.Cancel != nil, Cause: r.Cause}
+	e := endOf(in)
+	if e.Outcome == OutcomeCancelled {
+		r.Finish(false)
+		return c.endCancelled(dctx, log, *r.Cancel, r.CancelPhase, snap.Answer)
+	}
+	r.Finish(e.Final == EventAnswer)
+	if d.Outcome == continuation.Refused && agentclient.RetryAfter(d.Err) > MaxServerRetryAfter {
+		log.Warn("Retry-After beyond the cap: not obeyed", "retry_after", agentclient.RetryAfter(d.Err).String(),
+			"cap", MaxServerRetryAfter.String())
+	}
+	if e.Refusal && (d.Outcome == continuation.Rejected || d.Outcome == continuation.Refused) {
+		c.jr.Lock()
+		n := c.jr.Current().N
+		c.jr.Unlock()
+		if err := w.journal.RecordRefusal(dctx, c.taskID, c.otid, n, w.cfg.WorkerID); err != nil {
+			c.redisFailed()
+			log.Warn("could not journal the refusal; the next attempt looks for the otid first", "error", err.Error())
+		}
+	}
+
+	switch {
+	case e.Final == EventApprovalRequired:
+		tool := &ToolEvent{Status: ToolStatusCall}
+		calls := approval.Calls(snap.Transcript)
+		if len(calls) > 0 {
+			tool = &calls[len(calls)-1]
+		}
+		ae, err := c.ap.Ask(dctx, log, calls)
+		if err != nil {
+			return c.retryLater(dctx, log, endRetryOf(in, time.Second, "record the approval request: "+err.Error()))
+		}
+		return c.deliver(dctx, log, e.Outcome, ReplyEvent{Type: EventApprovalRequired, Tool: tool,
+			StopReason: e.StopReason, Approval: ae}, snap.Answer, tool)
+
+	case e.Final == EventAnswer:
+		return c.deliver(dctx, log, e.Outcome, ReplyEvent{Type: EventAnswer, Text: snap.Answer,
+			StopReason: e.StopReason}, snap.Answer, nil)
+
+	case e.Asynq == endPutBack, d.Outcome == continuation.Busy:
+		return c.busy(dctx, e)
+
+	case e.GaveUp:
+		return c.retryLater(dctx, log, e)
+
+	case e.Final == EventError:
+		if d.Outcome == continuation.Failed {
+			if snap.Answer != "" {
+				// Text the agent gave before it failed: kept, cut, never
+				// delivered as the answer.
+				c.jr.Lock()
+				c.jr.Rec().PartialAnswer = cutText(snap.Answer, maxPartialAnswer)
+				c.jr.Unlock()
+			}
+			if d.StopReason == "cancelled" {
+				for _, s := range snap.Transcript.UnansweredToolCalls() {
+					c.jr.Rec().Warnings = appendUnique(c.jr.Rec().Warnings, "tool "+s.ToolName+" ("+s.ToolCallID+") unanswered when the run was cancelled")
+				}
+			}
+		}
+		if d.Outcome == continuation.Rejected {
+			e.Reason = r.ImageNote + e.Reason
+		}
+		return c.fail(dctx, log, e.Reason, e.StopReason)
+	}
+	return c.retryLater(dctx, log, e)
+}

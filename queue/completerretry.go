@@ -1,0 +1,77 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// retryLater ends the attempt and leaves the turn to the next one (e, from
+// endOf: a retry, an interruption, or a retry given up for want of retries).
+func (c *completer) retryLater(ctx context.Context, log *slog.Logger, e ending) error {
+	c.progress.End(ctx)
+	if e.GaveUp {
+		return c.fail(ctx, log, fmt.Sprintf("gave up after %d attempts: %s", c.retried+1, e.Reason), e.StopReason)
+	}
+	var rerr error = &retryAfterError{Delay: e.Delay, Reason: e.Reason, Err: e.Err}
+	if e.Asynq == endInterrupted {
+		rerr = &interruptedError{Reason: e.Reason, Err: e.Err}
+	}
+	c.jr.Lock()
+	c.jr.Current().Outcome, c.jr.Current().Error = e.Outcome, e.Reason
+	if e.Asynq == endRetry {
+		c.jr.Current().RetryIn = e.Delay
+	}
+	c.jr.Unlock()
+	if err := c.save(ctx); err != nil {
+		if c.rn.IsFenced() {
+			return c.tk.EndTakenOver() // the takeover goes on with the turn, not a retry
+		}
+		log.Warn("could not journal the attempt", "error", err.Error())
+	}
+	log.Info("turn attempt ends, retrying", "outcome", e.Outcome, "reason", e.Reason, "retry_in", e.Delay.String())
+	c.obs.AttemptFinished(c.queue, "retry", time.Since(c.start))
+	return rerr
+}
+
+// retryEarly ends an attempt that failed before it could run (Redis
+// trouble, sequencer): Asynq retries with backoff.
+func (c *completer) retryEarly(err error) error {
+	c.redisFailed()
+	rerr := fmt.Errorf("lettaq: turn %s: %w", c.taskID, err)
+	if c.noRetryLeft(rerr) {
+		return c.giveUp("could not start: " + err.Error())
+	}
+	c.log.Warn("turn attempt could not start", "error", err.Error())
+	c.obs.AttemptFinished(c.queue, "retry", time.Since(c.start))
+	return rerr
+}
+
+// busy ends an attempt refused because the thread is busy with another
+// run: the turn is put back (not a failure, not a resend).
+func (c *completer) busy(ctx context.Context, e ending) error {
+	c.progress.End(ctx)
+	if e.GaveUp {
+		return c.giveUp(e.Reason)
+	}
+	c.jr.Lock()
+	c.jr.Current().Outcome, c.jr.Current().Error, c.jr.Current().RetryIn = e.Outcome, e.Reason, e.Delay
+	attempt := c.jr.Current().N
+	c.jr.Unlock()
+	// The refused send stored nothing: the next attempt sends without
+	// searching for the otid first.
+	if err := c.w.journal.RecordRefusal(ctx, c.taskID, c.otid, attempt, c.w.cfg.WorkerID); err != nil {
+		c.redisFailed()
+		c.log.Warn("could not journal the refusal; the next attempt looks for the otid first", "error", err.Error())
+	}
+	if err := c.save(ctx); err != nil {
+		if c.rn.IsFenced() {
+			return c.tk.EndTakenOver() // the takeover goes on with the turn
+		}
+		c.log.Warn("could not journal the attempt", "error", err.Error())
+	}
+	c.log.Info("the agent's thread is busy with another run; the turn waits", "reason", e.Reason, "retry_in", e.Delay.String())
+	c.obs.AttemptFinished(c.queue, "busy", time.Since(c.start))
+	return &busyError{Delay: e.Delay, Reason: e.Reason, Err: e.Err}
+}

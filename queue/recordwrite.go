@@ -1,0 +1,94 @@
+package queue
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+
+	"github.com/lettaq/lettaq/queue/internal/fence"
+	"github.com/lettaq/lettaq/queue/internal/journal"
+	"github.com/lettaq/lettaq/queue/internal/progress"
+	"github.com/lettaq/lettaq/queue/internal/store"
+	"github.com/lettaq/lettaq/queue/internal/takeover"
+)
+
+// recordWriter journals an attempt's record (its journal.Attempt) through
+// the attempt's progress queue, and notes the attempt's Redis failures
+// (see turn.awaitRedis). The turn and its completer share it.
+type recordWriter struct {
+	w        *Worker
+	jr       *journal.Attempt
+	progress *progress.Queue
+	rn       *fence.Runner
+	log      *slog.Logger
+	actx     context.Context // the attempt's context: saveLater writes without its cancellation
+	trouble  atomic.Bool     // a Redis read or write failed: see turn.awaitRedis
+}
+
+// writeFailed is told of a queued write that failed (a progress event, an
+// intermediate journal save): logged, never fatal.
+func (r *recordWriter) writeFailed(err error) {
+	r.redisFailed()
+	r.log.Debug("a queued write did not reach Redis", "error", err.Error())
+}
+
+// redisFailed notes that a Redis read or write of this attempt failed.
+func (r *recordWriter) redisFailed() { r.trouble.Store(true) }
+
+// save journals the record after everything the attempt queued before (and
+// runs more with it), and waits for it.
+func (r *recordWriter) save(ctx context.Context, more ...store.Op) error {
+	if r.rn.IsFenced() {
+		return takeover.ErrTakenOver
+	}
+	if !r.w.oneRedis() {
+		r.progress.Flush(ctx)
+		rec := r.jr.Copy()
+		err := r.w.journal.saveBy(ctx, &rec, r.jr.Runner())
+		if err == nil {
+			err = r.progress.Do(ctx, nil, more...)
+		}
+		if err != nil {
+			r.redisFailed()
+		}
+		return err
+	}
+	op, err := r.jr.SaveOp(false)
+	if err == nil {
+		r.progress.DropQueuedSaves() // this record is newer
+		err = r.progress.Do(ctx, nil, append([]store.Op{op}, more...)...)
+	}
+	if err != nil {
+		r.redisFailed()
+	}
+	return err
+}
+
+// saveLater queues a journal save of the record as it is now: it is
+// written with the attempt's next writes (at the latest before its send,
+// see beforeSend; a newer save that comes first replaces it), and a failure
+// is only logged.
+func (r *recordWriter) saveLater() {
+	if r.rn.IsFenced() {
+		return
+	}
+	if !r.w.oneRedis() {
+		// The journal has a client of its own: a direct write (it does
+		// not wait for the reply streams).
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.actx), progress.TripTimeout)
+		defer cancel()
+		rec := r.jr.Copy()
+		if err := r.w.journal.saveBy(ctx, &rec, r.jr.Runner()); err != nil {
+			r.writeFailed(err)
+		}
+		return
+	}
+	// Encoded here, not when the writer takes it: the turn changes its
+	// record without the lock in places (see progress.Queue.PushSave).
+	op, err := r.jr.SaveOp(false)
+	if err != nil {
+		r.writeFailed(err)
+		return
+	}
+	r.progress.PushSave(progress.EncodedSave{Op: op})
+}
