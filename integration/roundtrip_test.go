@@ -471,3 +471,63 @@ func TestTurnStartsShareTheWritersRoundTrip(t *testing.T) {
 		t.Fatalf("acquires per round trip %v: want the %d turns' shared (the held one, then the rest together)", perTrip, n)
 	}
 }
+
+// An instant turn's journal saves go with a write that is waited for: the one that carries the
+// send's intent, or the end's (with the final event), or alone once their window passed; never
+// with the progress events in between, which an intermediate save (the turn's start, its thread,
+// its run id) used to ride. So an instant turn saves its record twice, not four times.
+func TestInstantTurnSavesWithItsIntentAndItsEnd(t *testing.T) {
+	e := newEnv(t)
+	rec := &tripRecorder{}
+	e.startWorker("w1", func(c *queue.WorkerConfig) { c.Redis = hookedOpt{e.redisOpt(), rec} })
+	agent := e.sim.CreateAgent("saves", nil)
+	for i := range 6 {
+		c := e.conv("saves")
+		t0 := time.Now()
+		res := e.enqueue(queue.Message{AgentID: agent, Conversation: c, MessageID: "m", Text: "hi"})
+		if final, evs := e.waitFinal(c, res.TaskID, 20*time.Second); final.Type != queue.EventAnswer {
+			t.Fatalf("turn %d: final %+v; events %s", i, final, summarize(evs))
+		}
+		took := time.Since(t0)
+		recordKey := e.prefix + "journal:turn:" + res.TaskID
+		rec.mu.Lock()
+		withIntent, withEnd, alone, withEvents := 0, 0, 0, 0
+		for _, trip := range rec.trips {
+			saves, intent, final, events := 0, false, false, 0
+			for _, c := range trip {
+				switch {
+				case isScriptOn(c, recordKey):
+					saves++
+				case isScriptOn(c, e.prefix+"journal:intents:"+res.TaskID):
+					intent = true
+				case isScriptOn(c, "asynq:"): // the task's result, written at the end
+					final = true
+				case isScriptOn(c, e.prefix+"replies:"):
+					events++
+				}
+			}
+			switch {
+			case saves == 0:
+			case intent:
+				withIntent += saves
+			case final:
+				withEnd += saves
+			case len(trip) == saves:
+				alone += saves
+			default:
+				withEvents += saves
+			}
+		}
+		rec.trips = nil
+		rec.mu.Unlock()
+		// A turn quicker than the window (250 ms) leaves no save to go alone.
+		wantAlone := "any"
+		if took < 200*time.Millisecond && alone > 0 {
+			wantAlone = "0"
+		}
+		if withIntent != 1 || withEnd != 1 || withEvents != 0 || wantAlone == "0" {
+			t.Errorf("turn %d (%v): saves with the intent %d, with the end %d, alone %d, with progress events %d; want 1, 1, %s, 0",
+				i, took, withIntent, withEnd, alone, withEvents, wantAlone)
+		}
+	}
+}

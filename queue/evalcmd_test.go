@@ -79,7 +79,9 @@ func TestTurnOpsAfterScriptFlush(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			save, err := j.saver.SaveOp(&TurnRecord{TaskID: "t", Otid: "o", Outcome: OutcomeAnswered}, false, 0, nil)
+			// (The attempt journaled its intent: the save refreshes the intents' expiry too.)
+			save, err := j.saver.SaveOp(&TurnRecord{TaskID: "t", Otid: "o", Outcome: OutcomeAnswered,
+				Attempts: []Attempt{{N: 1, SentOtid: true}}}, false, 0, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

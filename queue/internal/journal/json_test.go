@@ -251,12 +251,12 @@ func TestJournalSaveArgsKeys(t *testing.T) {
 	if fmt.Sprint(keys) != fmt.Sprint(want) {
 		t.Fatalf("keys %q, want %q", keys, want)
 	}
-	if got := fmt.Sprint(args[1:]); got != "[task:1 o-1 3600000 "+fmt.Sprint(args[4])+" 0 7 1 0 1 1 1 1 1]" {
+	if got := fmt.Sprint(args[1:]); got != "[task:1 o-1 3600000 "+fmt.Sprint(args[4])+" 0 7 1 0 1 1 1 1 1 1]" {
 		t.Fatalf("args %v", got)
 	}
 	r.Otid, r.Outcome, r.Resends, r.Attempts = "", "", 0, nil
 	keys, args, _ = saveKeysArgs(sv, r, false, nil)
-	if keys[1] != "{p}:journal:otid:" || fmt.Sprint(args[7:]) != "[0 0 1 0 0 0 0]" {
+	if keys[1] != "{p}:journal:otid:" || fmt.Sprint(args[7:]) != "[0 0 1 0 0 0 0 0]" {
 		t.Fatalf("keys %q args %v", keys, args[7:])
 	}
 }

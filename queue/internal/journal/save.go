@@ -190,7 +190,27 @@ func (s *Saver) saveArgs(rec *record.TurnRecord, keepFinished bool, runner int64
 			args = append(args, "-")
 		}
 	}
-	return args, nil
+	return append(args, store.IntentsFlag(mayHaveIntents(&r))), nil
+}
+
+// mayHaveIntents reports whether the turn may have intents, whose expiry a
+// save of r then refreshes with the record's: an attempt journaled its
+// intent (SentOtid), or an attempt before this one may have. A first
+// attempt's saves before its intent have none to refresh: its intent is
+// pushed with an expiry of its own (store.IntentPush), after them. An
+// intent pushed whose reply was lost (the attempt ends without SentOtid)
+// keeps the expiry of its push, which the record's end save outlives by
+// the rest of that attempt; the next attempt's saves refresh it.
+func mayHaveIntents(r *record.TurnRecord) bool {
+	if len(r.Attempts) > 1 {
+		return true
+	}
+	for _, a := range r.Attempts {
+		if a.SentOtid {
+			return true
+		}
+	}
+	return false
 }
 
 // turnTime is the time a turn is indexed under.

@@ -39,10 +39,11 @@ func TestJournalSavesSkipKnownIndexEntries(t *testing.T) {
 			}
 			return args
 		}
-		// The index arguments: otid, then per index "1" add, "0" remove, "-" leave.
+		// The index arguments: otid, then per index "1" add, "0" remove, "-" leave
+		// (the intents flag after them left out).
 		idx := func(args []any) string {
 			s := fmt.Sprint(args[2] != "")
-			for _, a := range args[9:] {
+			for _, a := range args[9 : len(args)-1] {
 				s += " " + a.(string)
 			}
 			return s
@@ -289,6 +290,104 @@ func TestJournalSaveNumberedRunner(t *testing.T) {
 			if got := stored(); got != step.want {
 				t.Fatalf("after runner %d's save the record is %q's, want %q's", step.runner, got, step.want)
 			}
+		}
+	})
+}
+
+// A save gives every key it writes an expiry, and only those: after any save no key of the
+// journal is left without one (a crash between two saves leaves nothing unbounded). The runners
+// hash gets its expiry when a runner first saves, not on the same runner's later saves; the
+// intents get theirs refreshed only when the record may have any (an attempt journaled its
+// intent, or it has more than one attempt), not by a first attempt's saves before its intent.
+func TestJournalSaveExpiries(t *testing.T) {
+	testkit.EachRedis(t, func(t *testing.T, b testkit.Backend) {
+		rdb, prefix := b.RDB, b.Prefix
+		ctx := context.Background()
+		st, sv := testJournal(rdb, prefix, time.Hour, 0, nil)
+		save := func(rec *TurnRecord, runner int64) {
+			t.Helper()
+			op, err := sv.SaveOp(rec, false, runner, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if errs := store.Run(ctx, rdb, []store.Op{op}); errs[0] != nil {
+				t.Fatal(errs[0])
+			}
+			keys, err := rdb.Keys(ctx, prefix+"*").Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range keys {
+				if ttl := rdb.PTTL(ctx, k).Val(); ttl <= 0 {
+					t.Fatalf("after a save, %s has no expiry (%v)", k, ttl)
+				}
+			}
+		}
+		short := time.Minute // an expiry the save would have refreshed to the hour
+		shorten := func(key string) {
+			t.Helper()
+			if err := rdb.PExpire(ctx, key, short).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		refreshed := func(key string) bool {
+			t.Helper()
+			ttl := rdb.PTTL(ctx, key).Val()
+			if ttl <= 0 {
+				t.Fatalf("%s: no expiry (%v)", key, ttl)
+			}
+			return ttl > short
+		}
+		runners, intents := st.Keys.JournalRunners("t1"), st.Keys.JournalIntents("t1")
+		rec := rjRecord("t1", time.Now())
+		rec.Attempts = []record.Attempt{{N: 1, Start: time.Now()}}
+
+		save(rec, 1) // the runner's first save: its number and the hash's expiry
+		if got := rdb.HGet(ctx, runners, "saved").Val(); got != "1" || !refreshed(runners) {
+			t.Fatalf("first save: saved %q, runners refreshed %v", got, refreshed(runners))
+		}
+		shorten(runners)
+		save(rec, 1)
+		if refreshed(runners) {
+			t.Fatal("the same runner's second save wrote the runners hash again")
+		}
+		save(rec, 2) // a new runner's first save
+		if got := rdb.HGet(ctx, runners, "saved").Val(); got != "2" || !refreshed(runners) {
+			t.Fatalf("second runner: saved %q, runners refreshed %v", got, refreshed(runners))
+		}
+
+		// The first attempt's intent, pushed after its saves (IntentPush gives its expiry).
+		if err := rdb.RPush(ctx, intents, "{}").Err(); err != nil {
+			t.Fatal(err)
+		}
+		shorten(intents)
+		save(rec, 2) // SentOtid not set yet: nothing to refresh, as far as the record knows
+		if refreshed(intents) {
+			t.Fatal("a save of a first attempt before its intent refreshed the intents")
+		}
+		rec.Attempts[0].SentOtid = true
+		save(rec, 2)
+		if !refreshed(intents) {
+			t.Fatal("a save after the intent left the intents' expiry behind the record's")
+		}
+		shorten(intents)
+		rec.Attempts[0].SentOtid = false
+		rec.Attempts = append(rec.Attempts, record.Attempt{N: 2, Start: time.Now()})
+		save(rec, 3)
+		if !refreshed(intents) {
+			t.Fatal("a later attempt's save left the intents' expiry behind the record's")
+		}
+		// The plain save (no runner) follows the same flag.
+		shorten(intents)
+		rec.Attempts = rec.Attempts[:1]
+		save(rec, 0)
+		if refreshed(intents) {
+			t.Fatal("a plain save of a first attempt before its intent refreshed the intents")
+		}
+		rec.Attempts[0].SentOtid = true
+		save(rec, 0)
+		if !refreshed(intents) {
+			t.Fatal("a plain save after the intent left the intents' expiry behind")
 		}
 	})
 }

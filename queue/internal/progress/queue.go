@@ -68,6 +68,41 @@ type Queue struct {
 	wtok  any
 	lastN int64
 	floor seqFloor
+
+	// The save a PushSave left waiting (guarded by wr.mu).
+	sw saveWait
+}
+
+// saveWait is the state of the save a PushSave left waiting: timer makes
+// it due lazyWindow after the first save that waited; due says it is due
+// (the writer takes it with the rest).
+type saveWait struct {
+	timer *time.Timer
+	due   bool
+}
+
+// stop forgets the waiting save's timer: it was taken or dropped.
+func (s *saveWait) stop() {
+	if s.timer != nil {
+		s.timer.Stop()
+		s.timer = nil
+	}
+	s.due = false
+}
+
+// waits reports whether the writer leaves q[i] waiting: a PushSave's save,
+// not due (nor now: the writer stopped), with nothing after it but progress
+// events that nobody waits for.
+func (s *saveWait) waits(q []item, i int, now bool) bool {
+	if it := q[i]; !it.save || it.bar != nil || s.due || now {
+		return false
+	}
+	for _, later := range q[i+1:] {
+		if later.ev == nil || later.bar != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // NewQueue returns the queue of one attempt in conversation c: failed hears
@@ -185,10 +220,22 @@ func (p *Queue) PushOnce(ev record.ReplyEvent, marker string) {
 }
 
 // PushSave queues a journal save of the whole record, written with the
-// attempt's next round trip: rec.SaveOp runs when the writer takes it, on
+// attempt's next write that is waited for (Do, Flush: at the latest the
+// send's intent, or the end), or once lazyWindow has passed since the first
+// save that waited, whichever comes first: the progress events queued
+// meanwhile go without it. rec.SaveOp runs when the writer takes it, on
 // the writer's goroutine. It replaces a save still waiting (whose SaveOp
 // never runs: a newer record has everything an older one had); a failure
 // goes to failed.
+//
+// So an instant turn's intermediate saves (its start, its thread, its run
+// id) are replaced by the next one and by the end's own save (which drops
+// them: DropQueuedSaves) instead of each costing Redis a call of the save
+// script; a longer turn's record is journaled within lazyWindow. A crash in
+// that window leaves the record as its last written save had it: the
+// intent before the send is never among what waits (beforeSend writes it
+// through Do, which takes the waiting save first), and a run id not yet
+// journaled is found again by the otid.
 //
 // A turn passes an EncodedSave, encoded on its own goroutine: it changes
 // its record without the lock in places, so the writer's goroutine must not
@@ -204,7 +251,23 @@ func (p *Queue) PushSave(rec Saver) {
 	}
 	p.dropSavesLocked()
 	p.queue = append(p.queue, item{rec: rec, save: true})
-	p.scheduleLocked()
+	switch {
+	case p.sw.due || p.wr.saveNow:
+		p.scheduleLocked()
+	case p.sw.timer == nil:
+		p.sw.timer = time.AfterFunc(p.wr.lazyWait, func() {
+			p.wr.mu.Lock()
+			defer p.wr.mu.Unlock()
+			p.sw.timer = nil
+			for _, it := range p.queue {
+				if it.save && it.bar == nil && !p.closed { // (not taken or dropped meanwhile)
+					p.sw.due = true
+					p.scheduleLocked()
+					break
+				}
+			}
+		})
+	}
 }
 
 // PushOp queues op to go with the attempt's next round trip; nobody waits
@@ -233,6 +296,9 @@ func (p *Queue) dropSavesLocked() {
 		if !it.save || it.bar != nil {
 			q = append(q, it)
 		}
+	}
+	if len(q) < len(p.queue) {
+		p.sw.stop()
 	}
 	clear(p.queue[len(q):])
 	p.queue = q
@@ -398,6 +464,7 @@ func (p *Queue) Flush(ctx context.Context) { _ = p.Do(ctx, nil) }
 func (p *Queue) Close() int {
 	p.wr.mu.Lock()
 	p.closed = true
+	p.sw.stop()
 	p.dropped += p.waitingEvents()
 	// A barrier's items are all waiting or all taken (the writer takes a
 	// turn's whole queue): those of the waiting ones end here.

@@ -1,9 +1,11 @@
 package progress
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -383,6 +385,78 @@ func TestQueuedSavesAreReplaced(t *testing.T) {
 	})
 }
 
+// A queued save waits: the progress events queued after it go without it (an instant turn's
+// intermediate saves are replaced by its end's save, not written each); it is written with the
+// turn's next write that is waited for (a flush: the send's intent goes so), or once the
+// window has passed since it was queued; a queue closed with a save waiting writes nothing.
+func TestQueuedSaveWaitsForAWaitedWrite(t *testing.T) {
+	testkit.EachRedis(t, func(t *testing.T, b testkit.Backend) {
+		defer goleak.VerifyNone(t, append(ignoreMiniredis, goleak.IgnoreCurrent())...)
+		ctx := context.Background()
+		wr, r, trips := gatedWriter(b, nil)
+		wr.lazyWait = time.Hour // a window no test outlasts
+		j := NewJournal(b.RDB, JournalOptions{Prefix: b.Prefix})
+		s := &testSaver{j: j, rec: TurnRecord{TaskID: "t", Otid: "o", RunID: "run-1"}}
+		conv := Conversation{Integration: "test", ChatID: "waits"}
+		p := wr.NewQueue(conv, func(err error) { t.Error(err) }, nil)
+		p.PushSave(s)
+		p.Push(ReplyEvent{Type: EventAnswerDelta, TaskID: "t", Text: "a"})
+		p.Push(ReplyEvent{Type: EventAnswerDelta, TaskID: "t", Text: "b"})
+		deadline := time.Now().Add(10 * time.Second)
+		for len(streamTexts(t, r, conv)) < 2 && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		if got := fmt.Sprint(streamTexts(t, r, conv)); got != "[a b]" {
+			t.Fatalf("written %v", got)
+		}
+		if n := s.encodes.Load(); n != 0 {
+			t.Fatalf("the save went with the events (%d encodes)", n)
+		}
+		if _, err := j.Get(ctx, "t"); err == nil {
+			t.Fatal("the waiting save was written")
+		}
+		p.Flush(ctx)
+		if rec, err := j.Get(ctx, "t"); err != nil || rec.RunID != "run-1" {
+			t.Fatalf("after the flush: journal %+v %v, want run-1", rec, err)
+		}
+		p.Close()
+
+		// Within the window: written by its timer, with nothing else queued.
+		wr.mu.Lock()
+		wr.lazyWait = 20 * time.Millisecond
+		wr.mu.Unlock()
+		p2 := wr.NewQueue(conv, func(err error) { t.Error(err) }, nil)
+		before := trips.Load()
+		s.set("run-2")
+		p2.PushSave(s)
+		for trips.Load() == before && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		if rec, err := j.Get(ctx, "t"); err != nil || rec.RunID != "run-2" {
+			t.Fatalf("after the window: journal %+v %v, want run-2", rec, err)
+		}
+		p2.Close()
+
+		// Closed while it waits: dropped, its timer stopped.
+		wr.mu.Lock()
+		wr.lazyWait = time.Hour
+		wr.mu.Unlock()
+		p3 := wr.NewQueue(conv, func(err error) { t.Error(err) }, nil)
+		s.set("run-3")
+		p3.PushSave(s)
+		p3.Close()
+		wr.mu.Lock()
+		timer := p3.sw.timer
+		wr.mu.Unlock()
+		if timer != nil {
+			t.Fatal("the closed queue's save timer is still armed")
+		}
+		if rec, err := j.Get(ctx, "t"); err != nil || rec.RunID != "run-2" {
+			t.Fatalf("after close: journal %+v %v, want run-2", rec, err)
+		}
+	})
+}
+
 // A queued save that cannot be encoded goes to failed, and the turn's other writes go on.
 func TestQueuedSaveEncodeFailure(t *testing.T) {
 	testkit.EachRedis(t, func(t *testing.T, b testkit.Backend) {
@@ -633,6 +707,92 @@ func TestDoThenReportsLateWrites(t *testing.T) {
 			}
 			p.Flush(context.Background())
 			b.RDB.Del(context.Background(), r.answeredKey("t"))
+		}
+	})
+}
+
+// A turn's events that share a round trip share one script call, which reads and writes the
+// turn's emitted entry (what makes each write idempotent) once for the writer, not once per
+// event: the entry holds the last event's number, id and seq all the same, and the call sent
+// again writes nothing twice. Counted with MONITOR on a real Redis.
+func TestEventsOfACallWriteTheirEntryOnce(t *testing.T) {
+	testkit.EachRedis(t, func(t *testing.T, b testkit.Backend) {
+		ctx := context.Background()
+		gate := make(chan struct{})
+		wr, r, _ := gatedWriter(b, gate)
+		conv := Conversation{Integration: "test", ChatID: "entry"}
+		p := wr.NewQueue(conv, func(err error) { t.Error(err) }, nil)
+		defer p.Close()
+		emitted := b.Prefix + "emitted:t"
+		var lines []string
+		var lmu sync.Mutex
+		if b.Srv.Real {
+			// MONITOR on a connection of its own, read line by line.
+			conn, err := net.Dial("tcp", b.Srv.Addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := conn.Write([]byte("MONITOR\r\n")); err != nil {
+				t.Fatal(err)
+			}
+			rd := bufio.NewReader(conn)
+			if l, err := rd.ReadString('\n'); err != nil || !strings.HasPrefix(l, "+OK") {
+				t.Fatalf("MONITOR: %q %v", l, err)
+			}
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				for {
+					l, err := rd.ReadString('\n')
+					if err != nil {
+						return // the connection closed
+					}
+					if strings.Contains(l, emitted) {
+						lmu.Lock()
+						lines = append(lines, l)
+						lmu.Unlock()
+					}
+				}
+			}()
+			defer func() { _ = conn.Close(); <-done }()
+		}
+		p.Push(ReplyEvent{Type: EventAnswerDelta, TaskID: "t", Text: "a"})
+		waitTaken(wr, p) // its round trip waits at the gate: what follows shares the next
+		for _, s := range []string{"b", "c", "d"} {
+			p.Push(ReplyEvent{Type: EventAnswerDelta, TaskID: "t", Text: s})
+		}
+		close(gate)
+		p.Flush(ctx)
+		evs, _, err := r.Read(ctx, conv, "0", 100, 0)
+		if err != nil || len(evs) != 4 {
+			t.Fatalf("%d events, %v", len(evs), err)
+		}
+		entry, err := b.RDB.HGetAll(ctx, emitted).Result()
+		if err != nil || len(entry) != 1 {
+			t.Fatalf("emitted %v %v", entry, err)
+		}
+		for _, v := range entry {
+			if want := fmt.Sprintf("4 %s %d", evs[3].ID, evs[3].Seq); v != want {
+				t.Fatalf("entry %q, want %q", v, want)
+			}
+		}
+		if !b.Srv.Real {
+			return
+		}
+		time.Sleep(50 * time.Millisecond) // MONITOR's lines arrive
+		lmu.Lock()
+		defer lmu.Unlock()
+		count := func(cmd string) (n int) {
+			for _, l := range lines {
+				if strings.Contains(l, `"`+cmd+`" "`+emitted+`"`) {
+					n++
+				}
+			}
+			return n
+		}
+		// Two calls (the first event alone, then the three): one HGET and one HSET each.
+		if hg, hs := count("HGET"), count("HSET"); hg != 2 || hs != 2 {
+			t.Errorf("HGET %d, HSET %d of the emitted entry in two calls, want 2 and 2:\n%s", hg, hs, strings.Join(lines, "\n"))
 		}
 	})
 }

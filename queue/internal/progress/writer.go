@@ -72,6 +72,7 @@ type Writer struct {
 	running   bool
 	idle      chan struct{} // closed when the running loop ends (nil: not running)
 	lazyTimer *time.Timer   // armed while only lazy items wait
+	saveNow   bool          // Stop ran: a queued save no longer waits (see PushSave)
 
 	// Scratch of the writer's goroutine (loop), reused from one round trip
 	// to the next, so that a round trip of heartbeats allocates little
@@ -101,9 +102,12 @@ func (wr *Writer) Start(context.Context) error { return nil }
 
 // Stop writes the lazy items at once and waits, for at most TripTimeout,
 // for the loop to write what waits and end: the worker's last step before
-// it closes its Redis clients. A write queued later runs the loop again.
+// it closes its Redis clients, once every attempt closed its queue (which
+// drops a save still waiting: see PushSave). A write queued later runs the
+// loop again, a save included.
 func (wr *Writer) Stop() {
 	wr.mu.Lock()
+	wr.saveNow = true
 	if wr.lazyTimer != nil {
 		wr.lazyTimer.Stop()
 		wr.lazyTimer = nil
@@ -193,13 +197,29 @@ func (wr *Writer) loop(idle chan struct{}) {
 				continue
 			}
 			from := len(items)
-			items = append(items, p.queue...)
-			batch = append(batch, taken{p: p, items: items[from:], errs: errs[from:len(items)]})
+			var left item // a save that waits (see PushSave)
+			for i, it := range p.queue {
+				if left.save || !p.sw.waits(p.queue, i, wr.saveNow) {
+					if it.save {
+						p.sw.stop()
+					}
+					items = append(items, it)
+					continue
+				}
+				left = it
+			}
 			clear(p.queue)
 			p.queue = p.queue[:0]
 			if cap(p.queue) > progressKeep {
 				p.queue = nil
 			}
+			if left.save {
+				p.queue = append(p.queue, left)
+			}
+			if len(items) == from {
+				continue
+			}
+			batch = append(batch, taken{p: p, items: items[from:], errs: errs[from:len(items)]})
 		}
 		if k == len(wr.ready) {
 			wr.ready = wr.ready[:0]

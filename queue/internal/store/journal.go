@@ -95,7 +95,7 @@ func (j *Journal) Intents(ctx context.Context, taskID string) ([]string, error) 
 // of its first save), for the runner numbered runner (0: none; see
 // StartReads.Runner); the caller appends one flag per index, in the order
 // of NewJournal's indexes: "1" add (or move: ZADD), "0" remove, "-" leave
-// as it is.
+// as it is, then IntentsFlag.
 func (j *Journal) SaveArgs(taskID, otid, otidArg string, record []byte, score int64, known, keepFinished bool, runner int64) []any {
 	// The record, otid, intents and runners keys: one string, four slices
 	// of it (each boxed: an allocation apiece).
@@ -106,12 +106,16 @@ func (j *Journal) SaveArgs(taskID, otid, otidArg string, record []byte, score in
 	n2 := n1 + len(p) + len("journal:otid:") + len(otid)
 	n3 := n2 + len(p) + len("journal:intents:") + len(taskID)
 	nkeys := 4 + len(j.indexKeys)
-	args := JournalSave.Args(nkeys, 9+len(j.indexKeys))
+	args := JournalSave.Args(nkeys, 10+len(j.indexKeys))
 	args = append(args, all[:n1], all[n1:n2], all[n2:n3], all[n3:])
 	args = append(args, j.indexKeys...)
 	args = append(args, record, taskID, otidArg, j.ttlArg, score, boolAny(known), j.keepN, boolAny(keepFinished), runner)
 	return args
 }
+
+// IntentsFlag is a save's last argument: whether the record may have
+// intents, whose expiry the save then refreshes (see JournalSave).
+func IntentsFlag(may bool) any { return boolAny(may) }
 
 // boolAny is a flag as a script argument, boxed once.
 func boolAny(b bool) any {
@@ -168,13 +172,13 @@ func (j *Journal) plainSaveOp(args []any, taskID string, sure *atomic.Uint32, wr
 		nk := args[2].(int)
 		keys, a := args[3:3+nk], args[3+nk:]
 		// a: record JSON, task id, otid, ttl, score, known, keep, keep
-		// finished, runner, then one flag per index key (see
-		// JournalSave).
+		// finished, runner, then one flag per index key, then the
+		// intents flag (see JournalSave).
 		ttl := a[3]
 		// A save that writes only the record (a turn's later saves: its
 		// index entries and otid key are written) needs no transaction.
 		tx := a[2] != ""
-		for _, f := range a[9:] {
+		for _, f := range a[9 : len(a)-1] {
 			tx = tx || f != "-"
 		}
 		cmds := make([]*redis.Cmd, 0, 5+3*(nk-4))
@@ -190,7 +194,9 @@ func (j *Journal) plainSaveOp(args []any, taskID string, sure *atomic.Uint32, wr
 		if a[2] != "" {
 			add("set", keys[1], a[1], "px", ttl)
 		}
-		add("pexpire", keys[2], ttl)
+		if a[len(a)-1] == "1" {
+			add("pexpire", keys[2], ttl)
+		}
 		for i := 4; i < nk; i++ { // (keys[3], the runners, is the script's)
 			switch a[i+5] {
 			case "1":

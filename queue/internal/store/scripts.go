@@ -26,7 +26,10 @@ import (
 // event whose n is not above it was written by this very call sent before
 // (its reply lost, go-redis sent it again) and is not written again; it
 // returns as written, with its entry id and seq when it is that last event
-// (else an empty id and 0).
+// (else an empty id and 0). The call reads a writer's entry once and
+// writes it once, after its last event (the script runs whole: nothing
+// reads the hash in between), so that a turn's events that share a call
+// (its last answer deltas and its answer) cost one HGET and one HSET.
 //
 // seq never goes back below floor, the highest seq the writer was told for
 // the turn: after Redis lost its last writes (a crash with appendfsync
@@ -52,25 +55,35 @@ local ttl = tonumber(ARGV[2])
 local sttl = tonumber(ARGV[3])
 local out = {}
 local expiring = {}
+-- per emitted key and writer: its last event {n, id, seq} (false: none),
+-- as read from the hash or written by this call; wrote: those to write back
+local last, wrote = {}, {}
 local k, a = 1, 4
 while a <= #ARGV do
   local stream, seqk, wk = KEYS[k], KEYS[k + 1], KEYS[k + 2]
   local marker = nil
   if ARGV[a] == '1' then marker = KEYS[k + 3]; k = k + 4 else k = k + 3 end
   local tok, n = ARGV[a + 1], tonumber(ARGV[a + 2])
+  local lk = wk .. '\n' .. tok
   local done = false
   if tok ~= '' then
-    local last = redis.pcall('HGET', wk, tok)
-    if type(last) == 'string' then
-      local ln, lid, lseq = string.match(last, '^(%d+) (%S*) (%d+)$')
-      if ln and tonumber(ln) >= n then
-        done = true
-        out[#out + 1] = 1
-        if tonumber(ln) == n then
-          out[#out + 1] = lid; out[#out + 1] = tonumber(lseq)
-        else
-          out[#out + 1] = ''; out[#out + 1] = 0
-        end
+    local l = last[lk]
+    if l == nil then
+      l = false
+      local v = redis.pcall('HGET', wk, tok)
+      if type(v) == 'string' then
+        local ln, lid, lseq = string.match(v, '^(%d+) (%S*) (%d+)$')
+        if ln then l = {ln, lid, lseq} end
+      end
+      last[lk] = l
+    end
+    if l and tonumber(l[1]) >= n then
+      done = true
+      out[#out + 1] = 1
+      if tonumber(l[1]) == n then
+        out[#out + 1] = l[2]; out[#out + 1] = tonumber(l[3])
+      else
+        out[#out + 1] = ''; out[#out + 1] = 0
       end
     end
   end
@@ -105,13 +118,18 @@ while a <= #ARGV do
         if ttl > 0 then redis.call('SET', marker, id, 'PX', ttl) else redis.call('SET', marker, id) end
       end
       if tok ~= '' then
-        local added = redis.pcall('HSET', wk, tok, ARGV[a + 2] .. ' ' .. id .. ' ' .. seq)
-        if added == 1 and ttl > 0 then redis.call('PEXPIRE', wk, ttl) end
+        if not wrote[lk] then wrote[#wrote + 1] = {wk, tok, lk}; wrote[lk] = true end
+        last[lk] = {ARGV[a + 2], id, tostring(seq)}
       end
       out[#out + 1] = 1; out[#out + 1] = id; out[#out + 1] = seq
     end
   end
   a = a + 18
+end
+for _, w in ipairs(wrote) do
+  local l = last[w[3]]
+  local added = redis.pcall('HSET', w[1], w[2], l[1] .. ' ' .. l[2] .. ' ' .. l[3])
+  if added == 1 and ttl > 0 then redis.call('PEXPIRE', w[1], ttl) end
 end
 return out
 `))
@@ -120,6 +138,18 @@ return out
 // and refreshes the retention of the record's keys, in one command. A save
 // with keep finished or a runner's number runs it (it reads first); the
 // others run the same writes as plain commands (plainSaveOp).
+//
+// Each key gets its expiry when the save writes it, and only then, so
+// that no key it writes is ever left without one: the record and the otid
+// key with their SET; an index entry's key with its ZADD; the runners hash
+// when the save writes its runner's number, which is on the runner's
+// first save (its later saves find their number there and write nothing
+// to it: it then lives Retention from that save, the attempt's start);
+// the intents when the caller says the record may have any (an attempt
+// that journaled an intent, or more than one attempt: IntentPush gives a
+// new list its expiry, and a first attempt's saves before its intent have
+// nothing to refresh).
+//
 // KEYS: record, otid, intents, runners, then the index keys. ARGV: record
 // JSON, task id, otid ("" for none), ttl ms, score, known ("1": ZADD, else
 // ZADD NX: keep the time of the first save), keep (index length), keep
@@ -127,12 +157,15 @@ return out
 // runner's number ("0": none; else nothing is written when a runner with a
 // higher number saved the record: one runner of a turn at a time, the
 // newest), then one flag per index key ("1": the record belongs in it,
-// else it leaves it).
+// else it leaves it), then the intents flag ("1": refresh the intents'
+// expiry).
 // Returns 1, 0 when a finished record was kept, -1 when a newer runner's
 // record was.
 var JournalSave = evalcmd.New(`
 local n = tonumber(ARGV[9])
-if n > 0 and n < tonumber(redis.call('HGET', KEYS[4], 'saved') or '0') then return -1 end
+local saved = 0
+if n > 0 then saved = tonumber(redis.call('HGET', KEYS[4], 'saved') or '0') end
+if n > 0 and n < saved then return -1 end
 if ARGV[8] == '1' then
   local cur = redis.call('GET', KEYS[1])
   if cur then
@@ -145,8 +178,8 @@ end
 local ttl = ARGV[4]
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ttl)
 if ARGV[3] ~= '' then redis.call('SET', KEYS[2], ARGV[2], 'PX', ttl) end
-redis.call('PEXPIRE', KEYS[3], ttl)
-if n > 0 then
+if ARGV[#ARGV] == '1' then redis.call('PEXPIRE', KEYS[3], ttl) end
+if n > saved then
   redis.call('HSET', KEYS[4], 'saved', n)
   redis.call('PEXPIRE', KEYS[4], ttl)
 end
@@ -169,16 +202,24 @@ return 1
 `)
 
 // IntentPush appends an intent (or a refusal) to a task's list of intents
-// unless the list already holds it, refreshes the list's retention, and
-// returns the intents ahead of it. An intent's JSON is unique (its attempt,
-// worker and the nanosecond it was made): finding it means this very push
-// ran before (its reply lost, go-redis sent it again), so it is not
-// appended twice, nor read as another attempt's.
+// unless the list already holds it, and returns the intents ahead of it.
+// An intent's JSON is unique (its attempt, worker and the nanosecond it was
+// made): finding it means this very push ran before (its reply lost,
+// go-redis sent it again), so it is not appended twice, nor read as another
+// attempt's.
+//
+// The push that makes the list gives it its retention, in the same script:
+// the list never exists without one. A later push (another attempt's
+// intent, a refusal) leaves it as it is: the record's saves refresh it from
+// then on (an attempt that pushed has SentOtid, a second attempt is one
+// more: see JournalSave's intents flag).
 // KEYS: intents. ARGV: intent, ttl ms.
 var IntentPush = evalcmd.New(`
 local pos = redis.call('LPOS', KEYS[1], ARGV[1])
-if not pos then pos = redis.call('RPUSH', KEYS[1], ARGV[1]) - 1 end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
+if not pos then
+  pos = redis.call('RPUSH', KEYS[1], ARGV[1]) - 1
+  if pos == 0 then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+end
 if pos == 0 then return {} end
 return redis.call('LRANGE', KEYS[1], 0, pos - 1)
 `)
