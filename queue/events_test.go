@@ -10,78 +10,35 @@ import (
 	"reflect"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
-	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lettaq/lettaq/internal/testredis"
+	"github.com/lettaq/lettaq/queue/internal/testkit"
 )
 
-// rjBackend is one Redis that the reply and journal tests run against.
+// rjBackend is one Redis that the reply and journal tests run against
+// (testkit's Backend, with the names these tests use).
 type rjBackend struct {
-	name string
-	srv  *testredis.Server
-	rdb  *redis.Client
-	// prefix is unique to the (sub)test; its keys are deleted at the end.
-	prefix string
+	name   string
+	srv    *testredis.Server
+	rdb    *redis.Client
+	prefix string // unique to the (sub)test; its keys are deleted at the end
 }
 
-// rjNoRealRedis is set once a test found no real Redis, so that later tests
-// do not each wait for the connection attempt to time out.
-var rjNoRealRedis atomic.Bool
-
-// rjEach runs fn against the Redis testredis.New gives and, when that is a
-// real server, also against miniredis, so both paths stay tested.
+// rjEach runs fn against the real Redis and miniredis (testkit.EachRedis).
 func rjEach(t *testing.T, fn func(t *testing.T, b rjBackend)) {
 	t.Helper()
-	var srv *testredis.Server
-	if rjNoRealRedis.Load() {
-		m := miniredis.RunT(t)
-		srv = &testredis.Server{Addr: m.Addr(), Mini: m}
-	} else {
-		srv = testredis.New(t)
-		rjNoRealRedis.Store(!srv.Real)
-	}
-	servers := []*testredis.Server{srv}
-	if srv.Real {
-		m := miniredis.RunT(t)
-		servers = append(servers, &testredis.Server{Addr: m.Addr(), Mini: m})
-	}
-	for _, s := range servers {
-		name := "miniredis"
-		if s.Real {
-			name = "redis"
-		}
-		t.Run(name, func(t *testing.T) {
-			rdb := s.Client(t)
-			prefix := "lettaqtest:" + uuid.NewString() + ":"
-			t.Cleanup(func() { rjDeletePrefix(t, rdb, prefix) })
-			fn(t, rjBackend{name: name, srv: s, rdb: rdb, prefix: prefix})
-		})
-	}
+	testkit.EachRedis(t, func(t *testing.T, b testkit.Backend) {
+		fn(t, rjBackend{name: b.Name, srv: b.Srv, rdb: b.RDB, prefix: b.Prefix})
+	})
 }
 
 func rjDeletePrefix(t *testing.T, rdb *redis.Client, prefix string) {
-	ctx := context.Background()
-	iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-	var keys []string
-	for iter.Next(ctx) {
-		keys = append(keys, iter.Val())
-	}
-	if err := iter.Err(); err != nil {
-		t.Logf("cleanup scan %s: %v", prefix, err)
-		return
-	}
-	for len(keys) > 0 {
-		n := min(len(keys), 500)
-		if err := rdb.Del(ctx, keys[:n]...).Err(); err != nil {
-			t.Logf("cleanup del: %v", err)
-		}
-		keys = keys[n:]
+	if err := testkit.DeletePrefix(context.Background(), rdb, prefix); err != nil {
+		t.Logf("cleanup %s: %v", prefix, err)
 	}
 }
 
