@@ -31,6 +31,8 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/lettaq/lettaq/integration/rediscluster"
 )
 
 func main() {
@@ -183,21 +185,9 @@ func commandStats(ctx context.Context, rc *redis.Client) (map[string]int64, erro
 	if err != nil {
 		return nil, fmt.Errorf("INFO commandstats: %w", err)
 	}
-	calls := map[string]int64{}
-	for _, line := range strings.Split(info, "\n") {
-		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok || !strings.HasPrefix(name, "cmdstat_") {
-			continue
-		}
-		for _, kv := range strings.Split(rest, ",") {
-			if v, ok := strings.CutPrefix(kv, "calls="); ok {
-				n, err := strconv.ParseInt(v, 10, 64)
-				if err != nil {
-					return nil, fmt.Errorf("INFO commandstats line %q: %w", line, err)
-				}
-				calls[strings.TrimPrefix(name, "cmdstat_")] = n
-			}
-		}
+	calls, err := rediscluster.ParseCommandStats(info)
+	if err != nil {
+		return nil, fmt.Errorf("INFO commandstats: %w", err)
 	}
 	return calls, nil
 }
