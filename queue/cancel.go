@@ -10,6 +10,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/lettaq/lettaq/ordering"
+	"github.com/lettaq/lettaq/queue/internal/attempt"
 	"github.com/lettaq/lettaq/queue/internal/record"
 	"github.com/lettaq/lettaq/queue/internal/store"
 )
@@ -51,7 +52,7 @@ const (
 	CancelPhaseContinuation = record.CancelPhaseContinuation
 	// StopReasonCancelled is the stop reason of a cancelled turn's final
 	// event (and of a run Letta cancelled).
-	StopReasonCancelled = "cancelled"
+	StopReasonCancelled = attempt.StopReasonCancelled
 )
 
 // cancelTTL is how long a cancel record lives: the journal's default
@@ -246,7 +247,7 @@ func (c *Client) cancelTurn(ctx context.Context, id string, cr CancelRecord) (Ca
 	if err != nil {
 		return CancelledTurn{}, err
 	}
-	if rec != nil && (finalOutcome(rec.Outcome) || rec.Outcome == OutcomeCoalesced) {
+	if rec != nil && (attempt.FinalOutcome(rec.Outcome) || rec.Outcome == OutcomeCoalesced) {
 		return ended, nil
 	}
 	if answered {

@@ -43,7 +43,7 @@ type CancelObserver interface {
 // cancel.Attempt): (*cancelRun)(t).
 type cancelRun turn
 
-func (r *cancelRun) RunID() string { return r.ids.currentRunID() }
+func (r *cancelRun) RunID() string { return r.ids.RunIDNow() }
 
 func (r *cancelRun) Log() *slog.Logger { return r.log }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/lettaq/lettaq/internal/testredis"
+	"github.com/lettaq/lettaq/queue/internal/attempt"
 )
 
 // A worker's cancel channel: a cancel recorded while the worker was not subscribed is found
@@ -26,7 +27,7 @@ func TestWatchCancels(t *testing.T) {
 	t.Cleanup(w.closeRedis)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	newTurn := func(id string) *turn {
-		tt := &turn{w: w, jr: attemptJournal(w, nil), log: log, ids: &turnIDs{taskID: id}, attemptID: attemptID{taskID: id}}
+		tt := &turn{w: w, jr: attemptJournal(w, nil), log: log, ids: &attempt.IDs{TaskID: id}, attemptID: attemptID{taskID: id}}
 		w.cancels.Add(tt.taskID, (*cancelRun)(tt))
 		return tt
 	}

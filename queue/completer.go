@@ -7,6 +7,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/lettaq/lettaq/queue/internal/approval"
+	"github.com/lettaq/lettaq/queue/internal/attempt"
 	"github.com/lettaq/lettaq/queue/internal/cancel"
 	"github.com/lettaq/lettaq/queue/internal/line"
 	"github.com/lettaq/lettaq/queue/internal/progress"
@@ -17,7 +18,7 @@ import (
 // messages' final events), the journal's record, the task's result, the
 // release of the conversation or the park in its line, the approval's
 // record and the request's news, the metrics, and what Asynq is told (the
-// handler's error). endOf decides how a run's attempt ends (ran); the
+// handler's error). attempt.EndOf decides how a run's attempt ends (ran); the
 // attempt's other ends (it could not start, it waits, it was merged or
 // cancelled, an earlier attempt delivered) are its other methods.
 //
@@ -30,8 +31,8 @@ import (
 type completer struct {
 	attemptID
 	*recordWriter
-	obs  *attemptObs
-	ids  *turnIDs
+	obs  *attempt.Observed
+	ids  *attempt.IDs
 	line *line.Place
 	ap   *approval.Turn
 	cx   *cancel.Turn

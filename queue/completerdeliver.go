@@ -9,6 +9,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/lettaq/lettaq/queue/internal/attempt"
 	"github.com/lettaq/lettaq/queue/internal/progress"
 	"github.com/lettaq/lettaq/queue/internal/store"
 	"github.com/lettaq/lettaq/queue/internal/takeover"
@@ -150,7 +151,7 @@ func (c *completer) undelivered(ctx context.Context, log *slog.Logger, err error
 	} else {
 		_ = c.save(ctx)
 	}
-	rerr := &retryAfterError{Delay: time.Second, Reason: "deliver the answer", Err: err}
+	rerr := &attempt.RetryAfterError{Delay: time.Second, Reason: "deliver the answer", Err: err}
 	if c.noRetryLeft(rerr) {
 		return c.fail(ctx, log, fmt.Sprintf("gave up after %d attempts: could not deliver the answer: %s", c.retried+1, err.Error()), "")
 	}
@@ -198,7 +199,7 @@ func (c *completer) finishDelivered(ctx context.Context, rec *TurnRecord) error 
 		}
 	}
 	c.jr.Unlock()
-	c.ids.setRunID(rec.RunID)
+	c.ids.SetRunID(rec.RunID)
 	if err := c.save(ctx); err != nil {
 		return c.retryEarly(err)
 	}

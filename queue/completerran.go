@@ -8,6 +8,7 @@ import (
 	"github.com/lettaq/lettaq/agentclient"
 	"github.com/lettaq/lettaq/continuation"
 	"github.com/lettaq/lettaq/queue/internal/approval"
+	"github.com/lettaq/lettaq/queue/internal/attempt"
 	"github.com/lettaq/lettaq/queue/internal/tools"
 )
 
@@ -34,7 +35,7 @@ type runEnd struct {
 }
 
 // ran ends the attempt whose run at Letta decided: the record gets what
-// the run left, endOf decides how the attempt ends, and the end is applied.
+// the run left, attempt.EndOf decides how the attempt ends, and the end is applied.
 func (c *completer) ran(ctx context.Context, r *runEnd) error {
 	w := c.w
 	d, snap := r.D, &r.Snap
@@ -61,7 +62,7 @@ func (c *completer) ran(ctx context.Context, r *runEnd) error {
 	for _, id := range []string{d.RunID, snap.RunID} {
 		if id != "" {
 			c.jr.Rec().RunID = id
-			c.ids.setRunID(id)
+			c.ids.SetRunID(id)
 			break
 		}
 	}
@@ -112,9 +113,9 @@ func (c *completer) ran(ctx context.Context, r *runEnd) error {
 		busyInARow++
 	}
 	c.jr.Unlock()
-	in := endingInput{D: d, RunID: snap.RunID, Retried: c.retried, MaxRetry: c.maxRetry, BusyInARow: busyInARow,
+	in := attempt.EndingInput{D: d, RunID: snap.RunID, Retried: c.retried, MaxRetry: c.maxRetry, BusyInARow: busyInARow,
 		StuckRetryDelay: w.cfg.StuckRetryDelay, Cancelled: r.Cancel != nil, Cause: r.Cause}
-	e := endOf(in)
+	e := attempt.EndOf(in)
 	if e.Outcome == OutcomeCancelled {
 		r.Finish(false)
 		return c.endCancelled(dctx, log, *r.Cancel, r.CancelPhase, snap.Answer)
@@ -143,7 +144,7 @@ func (c *completer) ran(ctx context.Context, r *runEnd) error {
 		}
 		ae, err := c.ap.Ask(dctx, log, calls)
 		if err != nil {
-			return c.retryLater(dctx, log, endRetryOf(in, time.Second, "record the approval request: "+err.Error()))
+			return c.retryLater(dctx, log, attempt.EndRetryOf(in, time.Second, "record the approval request: "+err.Error()))
 		}
 		return c.deliver(dctx, log, e.Outcome, ReplyEvent{Type: EventApprovalRequired, Tool: tool,
 			StopReason: e.StopReason, Approval: ae}, snap.Answer, tool)
@@ -152,7 +153,7 @@ func (c *completer) ran(ctx context.Context, r *runEnd) error {
 		return c.deliver(dctx, log, e.Outcome, ReplyEvent{Type: EventAnswer, Text: snap.Answer,
 			StopReason: e.StopReason}, snap.Answer, nil)
 
-	case e.Asynq == endPutBack, d.Outcome == continuation.Busy:
+	case e.Asynq == attempt.EndPutBack, d.Outcome == continuation.Busy:
 		return c.busy(dctx, e)
 
 	case e.GaveUp:

@@ -5,22 +5,24 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/lettaq/lettaq/queue/internal/attempt"
 )
 
 // retryLater ends the attempt and leaves the turn to the next one (e, from
-// endOf: a retry, an interruption, or a retry given up for want of retries).
-func (c *completer) retryLater(ctx context.Context, log *slog.Logger, e ending) error {
+// attempt.EndOf: a retry, an interruption, or a retry given up for want of retries).
+func (c *completer) retryLater(ctx context.Context, log *slog.Logger, e attempt.Ending) error {
 	c.progress.End(ctx)
 	if e.GaveUp {
 		return c.fail(ctx, log, fmt.Sprintf("gave up after %d attempts: %s", c.retried+1, e.Reason), e.StopReason)
 	}
-	var rerr error = &retryAfterError{Delay: e.Delay, Reason: e.Reason, Err: e.Err}
-	if e.Asynq == endInterrupted {
-		rerr = &interruptedError{Reason: e.Reason, Err: e.Err}
+	var rerr error = &attempt.RetryAfterError{Delay: e.Delay, Reason: e.Reason, Err: e.Err}
+	if e.Asynq == attempt.EndInterrupted {
+		rerr = &attempt.InterruptedError{Reason: e.Reason, Err: e.Err}
 	}
 	c.jr.Lock()
 	c.jr.Current().Outcome, c.jr.Current().Error = e.Outcome, e.Reason
-	if e.Asynq == endRetry {
+	if e.Asynq == attempt.EndRetry {
 		c.jr.Current().RetryIn = e.Delay
 	}
 	c.jr.Unlock()
@@ -50,18 +52,18 @@ func (c *completer) retryEarly(err error) error {
 
 // busy ends an attempt refused because the thread is busy with another
 // run: the turn is put back (not a failure, not a resend).
-func (c *completer) busy(ctx context.Context, e ending) error {
+func (c *completer) busy(ctx context.Context, e attempt.Ending) error {
 	c.progress.End(ctx)
 	if e.GaveUp {
 		return c.giveUp(e.Reason)
 	}
 	c.jr.Lock()
 	c.jr.Current().Outcome, c.jr.Current().Error, c.jr.Current().RetryIn = e.Outcome, e.Reason, e.Delay
-	attempt := c.jr.Current().N
+	n := c.jr.Current().N
 	c.jr.Unlock()
 	// The refused send stored nothing: the next attempt sends without
 	// searching for the otid first.
-	if err := c.w.journal.RecordRefusal(ctx, c.taskID, c.otid, attempt, c.w.cfg.WorkerID); err != nil {
+	if err := c.w.journal.RecordRefusal(ctx, c.taskID, c.otid, n, c.w.cfg.WorkerID); err != nil {
 		c.redisFailed()
 		c.log.Warn("could not journal the refusal; the next attempt looks for the otid first", "error", err.Error())
 	}
@@ -73,5 +75,5 @@ func (c *completer) busy(ctx context.Context, e ending) error {
 	}
 	c.log.Info("the agent's thread is busy with another run; the turn waits", "reason", e.Reason, "retry_in", e.Delay.String())
 	c.obs.AttemptFinished(c.queue, "busy", time.Since(c.start))
-	return &busyError{Delay: e.Delay, Reason: e.Reason, Err: e.Err}
+	return &attempt.BusyError{Delay: e.Delay, Reason: e.Reason, Err: e.Err}
 }

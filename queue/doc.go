@@ -106,8 +106,8 @@
 //	message, its chat's approval unanswered   phase awaiting_approval    – (a Wait)          parked (policy wait, deny; with or without ordering)
 //	  (ApprovalPolicy error)                  error, permanent           failed              SkipRetry → archived
 //
-// The rows from Completed to the put-back with no retry left are endOf's
-// (ending.go): a pure function from the decision to the final event, the
+// The rows from Completed to the put-back with no retry left are EndOf's
+// (queue/internal/attempt): a pure function from the decision to the final event, the
 // journal's outcome and what Asynq is told, which the turn then applies;
 // TestEndOfTable holds it to this table row by row. The others are decided
 // before there is a decision (the payload, the conversation's line, an
@@ -123,7 +123,7 @@
 // or a cut connection never withdraws an intent.
 //
 // "The backoff" is 1s doubling per retry already made, capped at 1 minute
-// (retryBackoff): a failed attempt is never retried sooner, whatever delay
+// (attempt.RetryBackoff): a failed attempt is never retried sooner, whatever delay
 // its path or the server asked for, so that the retries of a turn
 // (MaxRetry, 25 by default) span about 20 minutes of waits and a Letta
 // outage or restart of minutes loses no message (go test ./queue -run

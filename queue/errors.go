@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/lettaq/lettaq/queue/internal/approval"
 	"github.com/lettaq/lettaq/queue/internal/payloadcheck"
@@ -114,39 +113,3 @@ func validationError(err error) error {
 	}
 	return err
 }
-
-// The errors below are an attempt's answer to Asynq (retryDelay and
-// isFailure read them, worker.go); no caller sees them.
-
-// retryAfterError asks for the task to be retried after Delay (retryDelay
-// reads it).
-type retryAfterError struct {
-	Delay  time.Duration
-	Reason string
-	Err    error
-}
-
-func (e *retryAfterError) Error() string {
-	s := e.Reason
-	if s == "" && e.Err != nil {
-		s = e.Err.Error()
-	} else if e.Err != nil {
-		s += ": " + e.Err.Error()
-	}
-	return fmt.Sprintf("%s (retry in %v)", s, e.Delay)
-}
-
-func (e *retryAfterError) Unwrap() error { return e.Err }
-
-// interruptedError ends an attempt that was interrupted (worker shutdown,
-// deadline): the turn is not finished, and the next attempt continues it.
-type interruptedError struct {
-	Reason string
-	Err    error
-}
-
-func (e *interruptedError) Error() string {
-	return "lettaq: turn interrupted: " + e.Reason
-}
-
-func (e *interruptedError) Unwrap() error { return e.Err }

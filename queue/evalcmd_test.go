@@ -3,10 +3,11 @@ package queue
 import (
 	"context"
 	"fmt"
-	"github.com/lettaq/lettaq/queue/internal/progress"
 	"slices"
 	"sync"
 	"testing"
+
+	"github.com/lettaq/lettaq/queue/internal/progress"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"

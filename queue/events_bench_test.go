@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+
 	"github.com/lettaq/lettaq/queue/internal/progress"
 
 	"strconv"

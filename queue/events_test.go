@@ -5,13 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/lettaq/lettaq/queue/internal/progress"
-	"github.com/lettaq/lettaq/queue/internal/store"
 	"reflect"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/lettaq/lettaq/queue/internal/progress"
+	"github.com/lettaq/lettaq/queue/internal/store"
 
 	"github.com/redis/go-redis/v9"
 

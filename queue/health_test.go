@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/lettaq/lettaq/queue/internal/progress"
 	"log/slog"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/lettaq/lettaq/queue/internal/progress"
 
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"

@@ -4,13 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/lettaq/lettaq/queue/internal/progress"
-	"github.com/lettaq/lettaq/queue/internal/record"
-	"github.com/lettaq/lettaq/queue/internal/store"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lettaq/lettaq/queue/internal/progress"
+	"github.com/lettaq/lettaq/queue/internal/record"
+	"github.com/lettaq/lettaq/queue/internal/store"
 
 	"github.com/google/uuid"
 

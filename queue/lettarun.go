@@ -9,6 +9,7 @@ import (
 
 	"github.com/lettaq/lettaq/agentclient"
 	"github.com/lettaq/lettaq/continuation"
+	"github.com/lettaq/lettaq/queue/internal/attempt"
 	"github.com/lettaq/lettaq/queue/internal/cancel"
 	"github.com/lettaq/lettaq/queue/internal/journal"
 	"github.com/lettaq/lettaq/queue/internal/line"
@@ -60,7 +61,7 @@ type runParts struct {
 	oneRedis bool // the journal is on the replies' Redis: the intent goes with the attempt's queued writes
 
 	msg      *Message
-	ids      *turnIDs
+	ids      *attempt.IDs
 	log      *slog.Logger
 	dctx     context.Context // the attempt's context without its cancellation
 	line     *line.Place     // the lease: its loss ends the work context
@@ -144,14 +145,14 @@ func (r *lettaRun) step(ctx context.Context) error {
 func (r *lettaRun) decided(ctx context.Context) error { return r.finish(ctx, r.dec) }
 
 // threadFailed ends the attempt whose thread could not be resolved (see
-// threadUnresolved; the decision lives in this frame, not in execute's).
+// attempt.ThreadUnresolved; the decision lives in this frame, not in execute's).
 func (r *lettaRun) threadFailed(ctx context.Context, err error) error {
-	return r.finish(ctx, threadUnresolved(ctx, err))
+	return r.finish(ctx, attempt.ThreadUnresolved(ctx, err))
 }
 
 // finish ends the attempt with the run's decision d: what the run leaves
 // (runEnd) goes to the attempt's completer, which decides how the attempt
-// ends (endOf) and applies it.
+// ends (attempt.EndOf) and applies it.
 func (r *lettaRun) finish(ctx context.Context, d continuation.Result) error {
 	if r.tk.TakenOver(ctx) {
 		return r.tk.EndTakenOver() // fenced: another worker continues the turn
@@ -268,7 +269,7 @@ func (r *lettaRun) beforeSend(ctx context.Context, resend bool) error {
 	// reads the turn's cancel record too.
 	var prior []Intent
 	var cancelled bool
-	taskID, otid := r.ids.taskID, r.ids.otid
+	taskID, otid := r.ids.TaskID, r.ids.Otid
 	if r.oneRedis {
 		op, err := r.journal.intentOp(taskID, otid, n, r.cfg.WorkerID, &prior)
 		if err != nil {
@@ -305,10 +306,10 @@ func (r *lettaRun) beforeSend(ctx context.Context, resend bool) error {
 // crash from here on still leaves it for the next attempt.
 func (r *lettaRun) saveRunID() {
 	id := r.st.RunID()
-	if id == "" || id == r.ids.currentRunID() {
+	if id == "" || id == r.ids.RunIDNow() {
 		return
 	}
-	r.ids.setRunID(id)
+	r.ids.SetRunID(id)
 	r.jr.Lock()
 	r.jr.Rec().RunID = id
 	r.jr.Unlock()
@@ -322,7 +323,7 @@ func (r *lettaRun) onPhase(p continuation.Activity) {
 	case continuation.ActivityRecovering, continuation.ActivityContinuing, continuation.ActivityResending:
 		// Journal the way the attempt took (and the run id, once known), so
 		// that a crash from here on leaves both.
-		if id := r.st.RunID(); id != "" && id != r.ids.currentRunID() {
+		if id := r.st.RunID(); id != "" && id != r.ids.RunIDNow() {
 			r.saveRunID()
 			return
 		}

@@ -11,13 +11,14 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/lettaq/lettaq/internal/queueweights"
+	"github.com/lettaq/lettaq/queue/internal/attempt"
 	"github.com/lettaq/lettaq/queue/internal/service"
 )
 
 // lifecycle is the worker's one run: Run's once, the Asynq server it runs
 // (its Ping uses Asynq's own connection), the handlers in flight, so that a
 // shutdown waits for their bookkeeping, and what a shutdown cancels: the
-// handlers' contexts, with errShutdown.
+// handlers' contexts, with attempt.ErrShutdown.
 type lifecycle struct {
 	runOnce  sync.Once
 	srv      atomic.Pointer[asynq.Server] // set by Run
@@ -26,8 +27,8 @@ type lifecycle struct {
 }
 
 // interruptTurns ends the contexts of the handlers in flight (their cause:
-// errShutdown), so that each journals its state and returns.
-func (l *lifecycle) interruptTurns() { l.stops.Stop(errShutdown) }
+// attempt.ErrShutdown), so that each journals its state and returns.
+func (l *lifecycle) interruptTurns() { l.stops.Stop(attempt.ErrShutdown) }
 
 // awaitHandlers waits up to d for the handlers in flight to return, and
 // reports whether they did.

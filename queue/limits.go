@@ -3,6 +3,7 @@ package queue
 import (
 	"time"
 
+	"github.com/lettaq/lettaq/queue/internal/attempt"
 	"github.com/lettaq/lettaq/queue/internal/payloadcheck"
 )
 
@@ -59,7 +60,7 @@ const (
 	// (continuation.Refused: a deploy's 503, Letta's API rate limit). A
 	// longer one is reported (in the attempt's error and a warning), not
 	// obeyed.
-	MaxServerRetryAfter = time.Minute
+	MaxServerRetryAfter = attempt.MaxServerRetryAfter
 	// MaxToolReturnBytes is the most of a tool's return that an event
 	// carries; Emit cuts longer returns (at a rune boundary) and sets
 	// Truncated.

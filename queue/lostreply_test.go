@@ -2,10 +2,11 @@ package queue
 
 import (
 	"context"
-	"github.com/lettaq/lettaq/queue/internal/progress"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lettaq/lettaq/queue/internal/progress"
 
 	"github.com/google/uuid"
 	"github.com/hibiken/asynq"

@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lettaq/lettaq/queue/internal/attempt"
 	"github.com/lettaq/lettaq/queue/internal/line"
 	"github.com/lettaq/lettaq/queue/internal/store"
 )
@@ -30,7 +31,7 @@ func newLines(w *Worker) *line.Lines {
 		},
 		Finished: func(ctx context.Context, taskID string) bool {
 			rec, err := w.journal.Get(ctx, taskID)
-			return err == nil && (finalOutcome(rec.Outcome) || rec.Outcome == OutcomeCoalesced)
+			return err == nil && (attempt.FinalOutcome(rec.Outcome) || rec.Outcome == OutcomeCoalesced)
 		},
 	}
 	if w.ord != nil {

@@ -1,9 +1,7 @@
 package queue
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -106,29 +104,6 @@ func TestTaskIDAndOtid(t *testing.T) {
 	m.Otid = "4c6e3f2a-1b2c-4d5e-8f90-123456789abc"
 	if OtidFor(m, "turn:a") != m.Otid {
 		t.Fatal("own otid not kept")
-	}
-}
-
-func TestRetryDelayAndIsFailure(t *testing.T) {
-	if d := retryDelay(3, &retryAfterError{Delay: 7 * time.Second}, nil); d != 7*time.Second {
-		t.Fatalf("retry after: %v", d)
-	}
-	// A retry that asks for no delay (a message not admitted, sent again) backs off like any
-	// other: it used to run at once, against its ending's comment.
-	if d := retryDelay(0, &retryAfterError{}, nil); d < 800*time.Millisecond || d > 1200*time.Millisecond {
-		t.Fatalf("retry with no delay asked: %v, want the backoff's ~1s", d)
-	}
-	if d := retryDelay(3, &interruptedError{Err: context.Canceled}, nil); d != 100*time.Millisecond {
-		t.Fatalf("interrupted: %v", d)
-	}
-	for n, want := range map[int]time.Duration{0: time.Second, 2: 4 * time.Second, 20: time.Minute} {
-		d := retryDelay(n, errors.New("x"), nil)
-		if d < want*8/10 || d > want*12/10 {
-			t.Errorf("n=%d: %v, want ~%v", n, d, want)
-		}
-	}
-	if isFailure(&interruptedError{Err: errShutdown}) || isFailure(context.Canceled) || !isFailure(errors.New("x")) || isFailure(nil) {
-		t.Fatal("IsFailure")
 	}
 }
 

@@ -2,12 +2,13 @@ package queue
 
 import (
 	"fmt"
-	"github.com/lettaq/lettaq/queue/internal/codec"
-	"github.com/lettaq/lettaq/queue/internal/journal"
 	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/lettaq/lettaq/queue/internal/codec"
+	"github.com/lettaq/lettaq/queue/internal/journal"
 )
 
 // TurnResult is what a finished turn writes as its Asynq task result

@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lettaq/lettaq/internal/testredis"
+	"github.com/lettaq/lettaq/queue/internal/attempt"
 	"github.com/lettaq/lettaq/queue/internal/claim"
 	"github.com/lettaq/lettaq/queue/internal/fence"
 	"github.com/lettaq/lettaq/queue/internal/store"
@@ -399,7 +400,7 @@ func TestTakeoverFencedDeliveryReportsTakenOver(t *testing.T) {
 	ep := w.tk.Instance()
 	id := "turn-fd"
 	conv := Conversation{Integration: "test", ChatID: "fd-" + randomHex(t)}
-	tr := &turn{w: w, rn: fence.Runner{ID: id}, log: slog.New(c), actx: ctx, ids: &turnIDs{taskID: id, otid: "otid-fd"}, attemptID: attemptID{taskID: id, otid: "otid-fd", queue: e.queue, start: time.Now(), msg: Message{AgentID: "agent-1", Conversation: conv, MessageID: "m1"}}}
+	tr := &turn{w: w, rn: fence.Runner{ID: id}, log: slog.New(c), actx: ctx, ids: &attempt.IDs{TaskID: id, Otid: "otid-fd"}, attemptID: attemptID{taskID: id, otid: "otid-fd", queue: e.queue, start: time.Now(), msg: Message{AgentID: "agent-1", Conversation: conv, MessageID: "m1"}}}
 	tr.obs.Observer = w.obs
 	withReg(tr).tk.AsRegistered(claim.Entry{}, 0)
 	tr.progress = w.writer.NewQueue(conv, tr.writeFailed, nil)

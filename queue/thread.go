@@ -2,7 +2,6 @@ package queue
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -11,7 +10,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lettaq/lettaq/agentclient"
-	"github.com/lettaq/lettaq/continuation"
 	"github.com/lettaq/lettaq/internal/thread"
 	"github.com/lettaq/lettaq/queue/internal/store"
 )
@@ -170,19 +168,4 @@ func (th *threads) findOrCreate(ctx context.Context, m Message) (string, error) 
 // threadStore is the Redis side of the threads.
 func (th *threads) threadStore() store.Threads {
 	return store.Threads{RDB: th.rdb, Keys: store.Keys{Prefix: th.prefix}}
-}
-
-// threadUnresolved is the decision of an attempt whose thread could not be
-// resolved (lettaRun.resolveThread): a permanent Letta refusal (unknown
-// agent) fails the turn; the attempt's own end (its context) interrupts
-// it; the rest (Letta unreachable, a 5xx, the resolution's own time limit
-// with Letta not answering) is a transient failure, retried after the
-// backoff.
-func threadUnresolved(ctx context.Context, err error) continuation.Result {
-	reason := "could not resolve the agent's Letta conversation: " + err.Error()
-	if ctx.Err() != nil || errors.Is(err, context.Canceled) {
-		return continuation.Result{Outcome: continuation.Interrupted, Err: err, Reason: reason}
-	}
-	retryable := agentclient.Classify(err) != agentclient.Permanent
-	return continuation.Result{Outcome: continuation.Rejected, Err: err, Retryable: retryable, Reason: reason}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/lettaq/lettaq/agentclient"
 	"github.com/lettaq/lettaq/continuation"
 	"github.com/lettaq/lettaq/queue/internal/approval"
+	"github.com/lettaq/lettaq/queue/internal/attempt"
 	"github.com/lettaq/lettaq/queue/internal/cancel"
 	"github.com/lettaq/lettaq/queue/internal/claim"
 	"github.com/lettaq/lettaq/queue/internal/fence"
@@ -94,9 +95,9 @@ func (w *Worker) newTurn(ctx context.Context, task *asynq.Task) (*turn, error) {
 	if perr != nil {
 		return nil, w.rejectPayload(ctx, taskID, qname, msg, perr, start)
 	}
-	ids := &turnIDs{taskID: taskID, otid: OtidFor(msg, taskID)}
-	t := &turn{w: w, attemptID: attemptID{task: task, taskID: taskID, queue: qname, msg: msg, otid: ids.otid,
-		retried: retried, maxRetry: maxRetry, start: start}, ids: ids, log: newTurnLogger(w.log, ids),
+	ids := &attempt.IDs{TaskID: taskID, Otid: OtidFor(msg, taskID)}
+	t := &turn{w: w, attemptID: attemptID{task: task, taskID: taskID, queue: qname, msg: msg, otid: ids.Otid,
+		retried: retried, maxRetry: maxRetry, start: start}, ids: ids, log: attempt.NewLogger(w.log, ids),
 		rn: fence.Runner{ID: runner, Retried: asynqRetried, From: from}}
 	t.actx = ctx
 	t.recordWriter = &recordWriter{w: w, rn: &t.rn, log: t.log, actx: ctx}
@@ -246,7 +247,7 @@ func (w *Worker) rejectPayload(ctx context.Context, taskID, qname string, msg Me
 	if err := w.journal.Save(dctx, rec); err != nil {
 		w.log.Warn("could not journal the invalid payload", "task_id", taskID, "error", err.Error())
 	}
-	// No attempt started (see attemptObs): the turn ends.
+	// No attempt started (see attempt.Observed): the turn ends.
 	w.obs.TurnFinished(qname, OutcomeFailed, 0, 0)
 	return fmt.Errorf("%w: %w", perr, asynq.SkipRetry)
 }
@@ -257,9 +258,9 @@ type turn struct {
 	*recordWriter            // its record's saves (save, saveLater) and its Redis failures (redisFailed)
 	end           *completer // applies how the attempt ends
 	w             *Worker
-	log           *slog.Logger // every line carries task_id, otid and the run_id known then
-	obs           attemptObs   // the worker's Observer, as this attempt tells it
-	ids           *turnIDs
+	log           *slog.Logger     // every line carries task_id, otid and the run_id known then
+	obs           attempt.Observed // the worker's Observer, as this attempt tells it
+	ids           *attempt.IDs
 	progress      *progress.Queue // progress events, written off the stream's reader
 
 	line       *line.Place // its place in its chat's line: the lease, the release, merged messages, the park
@@ -370,10 +371,10 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 		t.log.Warn("the journal says the turn finished but its final event was never written: continuing the turn", "outcome", rec.Outcome)
 		rec.Outcome, rec.FinishedAt = "", time.Time{}
 	}
-	if answered && !finalOutcome(rec.Outcome) && rec.Outcome != OutcomeCoalesced && rec.TaskID != "" {
+	if answered && !attempt.FinalOutcome(rec.Outcome) && rec.Outcome != OutcomeCoalesced && rec.TaskID != "" {
 		return t.end.finishDelivered(ctx, rec), true
 	}
-	if answered || finalOutcome(rec.Outcome) || rec.Outcome == OutcomeCoalesced {
+	if answered || attempt.FinalOutcome(rec.Outcome) || rec.Outcome == OutcomeCoalesced {
 		// An earlier attempt finished the turn (and crashed before Asynq
 		// heard of it): nothing is sent and nothing emitted again.
 		t.log.Info("turn already finished by an earlier attempt", "outcome", rec.Outcome)
@@ -406,7 +407,7 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 	rec.Attempts = append(rec.Attempts, Attempt{N: len(rec.Attempts) + 1, Worker: w.cfg.WorkerID, Start: t.start,
 		TakenOverFrom: t.rn.From})
 	t.jr.Begin(rec)
-	t.ids.setRunID(rec.RunID) // the run id the journal has
+	t.ids.SetRunID(rec.RunID) // the run id the journal has
 	var wait time.Duration
 	if !rec.EnqueuedAt.IsZero() {
 		wait = t.start.Sub(rec.EnqueuedAt)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lettaq/lettaq/queue/internal/approval"
+	"github.com/lettaq/lettaq/queue/internal/attempt"
 )
 
 // waiting ends an attempt that waits instead of running: behind its
@@ -23,7 +24,7 @@ func (c waiting) awaitApproval(ctx context.Context, log *slog.Logger, p *approva
 	if err := c.parkApproval(ctx, log, p); err != nil {
 		return err
 	}
-	if c.noRetryLeft(&busyError{}) {
+	if c.noRetryLeft(&attempt.BusyError{}) {
 		return c.giveUp("waiting for the answer to approval request " + p.RequestTaskID)
 	}
 	c.jr.Lock()
@@ -41,7 +42,7 @@ func (c waiting) awaitApproval(ctx context.Context, log *slog.Logger, p *approva
 	}
 	log.Info("the message waits for the answer to the chat's approval request", "retry_in", approvalWaitDelay.String())
 	c.obs.AttemptFinished(c.queue, "busy", time.Since(c.start))
-	return &busyError{Delay: approvalWaitDelay, Reason: "waiting for the answer to approval request " + p.RequestTaskID}
+	return &attempt.BusyError{Delay: approvalWaitDelay, Reason: "waiting for the answer to approval request " + p.RequestTaskID}
 }
 
 // awaitingPhase tells the chat that the message waits for the answer to

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"math/rand/v2"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -15,6 +14,7 @@ import (
 	"github.com/lettaq/lettaq/ordering"
 	"github.com/lettaq/lettaq/queue/internal/approval"
 	"github.com/lettaq/lettaq/queue/internal/asynqlog"
+	"github.com/lettaq/lettaq/queue/internal/attempt"
 	"github.com/lettaq/lettaq/queue/internal/cancel"
 	"github.com/lettaq/lettaq/queue/internal/health"
 	"github.com/lettaq/lettaq/queue/internal/line"
@@ -135,10 +135,6 @@ type Worker struct {
 	tk         *takeover.Registry         // the takeover registry (nil: off)
 }
 
-// errShutdown is the cause of the handlers' context when the worker shuts
-// down with turns in flight.
-var errShutdown = errors.New("lettaq: worker shutting down")
-
 // oneRedis reports whether the journal and the reply streams are on one
 // client, so that their writes can share a round trip (the writer's).
 func (w *Worker) oneRedis() bool { return w.journal.rdb == w.replies.rdb }
@@ -181,9 +177,9 @@ func (w *Worker) Handler() asynq.Handler { return asynq.HandlerFunc(w.processTas
 // IsFailure and RetryDelayFunc also know the put-back of a turn that
 // waits for its conversation (ordering.IsFailure, ordering.RetryPolicy).
 func (w *Worker) ServerConfig() asynq.Config {
-	retry := asynq.RetryDelayFunc(retryDelay)
+	retry := asynq.RetryDelayFunc(attempt.RetryDelay)
 	if w.ord != nil {
-		retry = ordering.RetryPolicy{Fallback: retryDelay}.Func()
+		retry = ordering.RetryPolicy{Fallback: attempt.RetryDelay}.Func()
 	}
 	return asynq.Config{
 		Concurrency:              w.cfg.Concurrency,
@@ -207,9 +203,9 @@ func (w *Worker) ServerConfig() asynq.Config {
 // of the task's retries (IsFailure, and under ordering ordering.IsFailure).
 func (w *Worker) isFailure(err error) bool {
 	if w.ord != nil {
-		return isFailure(err) && ordering.IsFailure(err)
+		return attempt.IsFailure(err) && ordering.IsFailure(err)
 	}
-	return isFailure(err)
+	return attempt.IsFailure(err)
 }
 
 // awaitRedis returns once Redis answers again, or when ctx (the attempt's
@@ -248,40 +244,4 @@ func (w *Worker) awaitRedis(ctx context.Context) {
 		}
 		backoff = min(2*backoff, 500*time.Millisecond)
 	}
-}
-
-// retryDelay is the asynq.RetryDelayFunc for turns: the delay a
-// *retryAfterError asks for (none asked: the backoff below), a short one
-// after an interruption, else
-// exponential backoff from 1s (doubling per retry, capped at 1 minute,
-// ±20% jitter).
-func retryDelay(n int, err error, _ *asynq.Task) time.Duration {
-	var ra *retryAfterError
-	if errors.As(err, &ra) && ra.Delay > 0 {
-		return ra.Delay
-	}
-	var be *busyError
-	if errors.As(err, &be) {
-		return max(be.Delay, 0)
-	}
-	var ie *interruptedError
-	if errors.As(err, &ie) || errors.Is(err, context.Canceled) {
-		return 100 * time.Millisecond
-	}
-	d := retryBackoff(n)
-	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
-}
-
-// isFailure is the asynq IsFailure predicate for turns: an attempt
-// interrupted by a shutdown (its context canceled) does not count as a
-// failed try.
-func isFailure(err error) bool {
-	if err == nil {
-		return false
-	}
-	var be *busyError
-	if errors.As(err, &be) {
-		return false // the thread was busy: the turn only waits
-	}
-	return !errors.Is(err, context.Canceled) && !errors.Is(err, errShutdown)
 }

@@ -1,4 +1,4 @@
-package queue
+package attempt
 
 import (
 	"bytes"
@@ -10,10 +10,10 @@ import (
 
 func TestTurnLoggerStampsIDs(t *testing.T) {
 	var buf bytes.Buffer
-	ids := &turnIDs{taskID: "turn:t:c:1", otid: "otid-1"}
-	log := newTurnLogger(slog.New(slog.NewJSONHandler(&buf, nil)), ids)
+	ids := &IDs{TaskID: "turn:t:c:1", Otid: "otid-1"}
+	log := NewLogger(slog.New(slog.NewJSONHandler(&buf, nil)), ids)
 	log.Info("before the run is known")
-	ids.setRunID("run-1")
+	ids.SetRunID("run-1")
 	log.Info("after", "n", 1)
 	log.Info("explicit run id wins", "run_id", "run-explicit")
 	log.With("otid", "otid-with").Info("otid from With")

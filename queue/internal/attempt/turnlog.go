@@ -1,4 +1,4 @@
-package queue
+package attempt
 
 import (
 	"context"
@@ -6,21 +6,21 @@ import (
 	"sync/atomic"
 )
 
-// turnIDs is what every log line about a turn carries: the task id, the
+// IDs is what every log line about a turn carries: the task id, the
 // otid, and the run id once it is known (it is learned mid-turn, so it is
 // read when the line is written, not when the logger is made).
-type turnIDs struct {
-	taskID, otid string
+type IDs struct {
+	TaskID, Otid string
 	runID        atomic.Pointer[string]
 }
 
-func (ids *turnIDs) setRunID(id string) {
+func (ids *IDs) SetRunID(id string) {
 	if id != "" {
 		ids.runID.Store(&id)
 	}
 }
 
-func (ids *turnIDs) currentRunID() string {
+func (ids *IDs) RunIDNow() string {
 	if p := ids.runID.Load(); p != nil {
 		return *p
 	}
@@ -31,7 +31,7 @@ func (ids *turnIDs) currentRunID() string {
 // not carry them already (from its own attributes or the logger's With).
 type turnLogHandler struct {
 	inner slog.Handler
-	ids   *turnIDs
+	ids   *IDs
 	has   turnKeys // keys given through WithAttrs
 }
 
@@ -55,7 +55,7 @@ func keyOf(k string) turnKeys {
 	return 0
 }
 
-func newTurnLogger(base *slog.Logger, ids *turnIDs) *slog.Logger {
+func NewLogger(base *slog.Logger, ids *IDs) *slog.Logger {
 	return slog.New(&turnLogHandler{inner: base.Handler(), ids: ids})
 }
 
@@ -70,13 +70,13 @@ func (h *turnLogHandler) Handle(ctx context.Context, r slog.Record) error {
 		return true
 	})
 	if has&hasTaskID == 0 {
-		r.AddAttrs(slog.String("task_id", h.ids.taskID))
+		r.AddAttrs(slog.String("task_id", h.ids.TaskID))
 	}
 	if has&hasOtid == 0 {
-		r.AddAttrs(slog.String("otid", h.ids.otid))
+		r.AddAttrs(slog.String("otid", h.ids.Otid))
 	}
 	if has&hasRunID == 0 {
-		r.AddAttrs(slog.String("run_id", h.ids.currentRunID()))
+		r.AddAttrs(slog.String("run_id", h.ids.RunIDNow()))
 	}
 	return h.inner.Handle(ctx, r)
 }

@@ -1,4 +1,4 @@
-package queue
+package attempt
 
 import (
 	"strings"

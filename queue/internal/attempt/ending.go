@@ -1,36 +1,43 @@
-package queue
+package attempt
 
 import (
 	"context"
+	"errors"
 	"time"
+
+	"github.com/lettaq/lettaq/queue/internal/record"
 
 	"github.com/lettaq/lettaq/agentclient"
 	"github.com/lettaq/lettaq/continuation"
 )
 
-// endAction is what the handler tells Asynq when an attempt ends.
-type endAction int
+// StopReasonCancelled is the stop reason of a cancelled turn's final event
+// (and of a run Letta cancelled).
+const StopReasonCancelled = "cancelled"
+
+// EndAction is what the handler tells Asynq when an attempt ends.
+type EndAction int
 
 const (
-	// endDone: nil, the task completes (its result written).
-	endDone endAction = iota
-	// endArchive: a permanent error (SkipRetry): Asynq archives the task.
-	endArchive
-	// endRetry: *retryAfterError after ending.Delay (at least retryBackoff).
-	endRetry
-	// endInterrupted: *interruptedError, retried at once.
-	endInterrupted
-	// endPutBack: *busyError: put back without using a retry.
-	endPutBack
+	// EndDone: nil, the task completes (its result written).
+	EndDone EndAction = iota
+	// EndArchive: a permanent error (SkipRetry): Asynq archives the task.
+	EndArchive
+	// EndRetry: *RetryAfterError after Ending.Delay (at least RetryBackoff).
+	EndRetry
+	// EndInterrupted: *InterruptedError, retried at once.
+	EndInterrupted
+	// EndPutBack: *BusyError: put back without using a retry.
+	EndPutBack
 )
 
 var endActionNames = [...]string{"done", "archive", "retry", "interrupted", "put back"}
 
-func (a endAction) String() string { return endActionNames[a] }
+func (a EndAction) String() string { return endActionNames[a] }
 
-// endingInput is what decides how an attempt ends (endOf): the
+// EndingInput is what decides how an attempt ends (EndOf): the
 // continuation's decision and the facts of the attempt it needs.
-type endingInput struct {
+type EndingInput struct {
 	D continuation.Result
 	// RunID is the run the stream named ("" none).
 	RunID string
@@ -50,21 +57,21 @@ type endingInput struct {
 	Cancelled bool
 }
 
-// ending is how an attempt ends, decided by endOf before anything is
+// Ending is how an attempt ends, decided by EndOf before anything is
 // written: the final event (none while the turn goes on), the journal's
 // outcome, and what Asynq is told. The attempt's completer applies it (completer.ran).
-type ending struct {
-	// Final is the final event's type: EventAnswer, EventApprovalRequired,
-	// EventError (permanent), or "" for none.
-	Final EventType
+type Ending struct {
+	// Final is the final event's type: record.EventAnswer, record.EventApprovalRequired,
+	// record.EventError (permanent), or "" for none.
+	Final record.EventType
 	// Outcome is the journal's outcome of the attempt (of the turn when
 	// Final is set).
 	Outcome string
-	Asynq   endAction
-	// Delay is the retry's delay (endRetry: never less than retryBackoff)
-	// or the put-back's (endPutBack). The attempt journals it.
+	Asynq   EndAction
+	// Delay is the retry's delay (EndRetry: never less than RetryBackoff)
+	// or the put-back's (EndPutBack). The attempt journals it.
 	Delay time.Duration
-	// Reason is why (the error event's text when Final is EventError).
+	// Reason is why (the error event's text when Final is record.EventError).
 	Reason string
 	// StopReason is the run's stop reason the final event carries.
 	StopReason string
@@ -79,38 +86,38 @@ type ending struct {
 	Err error
 }
 
-// endOf maps a continuation decision to how the attempt ends: the error
+// EndOf maps a continuation decision to how the attempt ends: the error
 // mapping table of the package documentation (doc.go), row by row
 // (TestEndOfTable). It writes nothing.
-func endOf(in endingInput) ending {
+func EndOf(in EndingInput) Ending {
 	d := in.D
 	if in.Cancelled && cancelEnds(d) {
 		// A cancel is a normal ending: the task completes with the cancelled result (not
 		// archived, which counts as a failure in Asynq's metrics and asynqmon).
-		return ending{Final: EventError, Outcome: OutcomeCancelled, Asynq: endDone, StopReason: StopReasonCancelled,
+		return Ending{Final: record.EventError, Outcome: record.OutcomeCancelled, Asynq: EndDone, StopReason: StopReasonCancelled,
 			Reason: "cancelled"}
 	}
 	switch d.Outcome {
 	case continuation.Completed:
 		if d.StopReason == "requires_approval" {
-			return ending{Final: EventApprovalRequired, Outcome: OutcomeApprovalRequired, Asynq: endDone, StopReason: d.StopReason}
+			return Ending{Final: record.EventApprovalRequired, Outcome: record.OutcomeApprovalRequired, Asynq: EndDone, StopReason: d.StopReason}
 		}
-		return ending{Final: EventAnswer, Outcome: OutcomeAnswered, Asynq: endDone, StopReason: d.StopReason}
+		return Ending{Final: record.EventAnswer, Outcome: record.OutcomeAnswered, Asynq: EndDone, StopReason: d.StopReason}
 
 	case continuation.Failed:
 		if d.Sends == 0 && d.RunID == "" && in.RunID == "" && d.Err != nil && !agentclient.IsProtocolError(d.Err) {
 			// Nothing was sent (the intent could not be journaled): retry.
-			return endRetryOf(in, 0, d.Reason)
+			return EndRetryOf(in, 0, d.Reason)
 		}
 		return endFail(d.Reason, d.StopReason)
 
 	case continuation.Rejected:
-		var e ending
+		var e Ending
 		if d.Retryable {
 			// A 409 with Retry-After, the chat's conversation not resolved
 			// (Letta unreachable): the server's delay or the backoff,
 			// whichever is longer.
-			e = endRetryOf(in, agentclient.RetryAfter(d.Err), d.Reason)
+			e = EndRetryOf(in, agentclient.RetryAfter(d.Err), d.Reason)
 		} else {
 			e = endFail(d.Reason, "")
 		}
@@ -129,7 +136,7 @@ func endOf(in endingInput) ending {
 		}
 		// The history or the run could not be read (Letta unreachable):
 		// a transient failure, backed off.
-		return endRetryOf(in, in.StuckRetryDelay, d.Reason)
+		return EndRetryOf(in, in.StuckRetryDelay, d.Reason)
 
 	case continuation.NotAdmitted:
 		if d.Resend == continuation.ResendForbidden {
@@ -137,9 +144,9 @@ func endOf(in endingInput) ending {
 		}
 		if d.BackOff {
 			// The model is rate limited: not sent again at once.
-			return endRetryOf(in, backoffDelay(in.Retried), d.Reason)
+			return EndRetryOf(in, backoffDelay(in.Retried), d.Reason)
 		}
-		return endRetryOf(in, 0, d.Reason)
+		return EndRetryOf(in, 0, d.Reason)
 
 	case continuation.Refused:
 		// The server refused the send saying it stored nothing (a deploy's
@@ -153,18 +160,18 @@ func endOf(in endingInput) ending {
 		if note != "" {
 			reason += "; " + note
 		}
-		e := endRetryOf(in, delay, reason)
+		e := EndRetryOf(in, delay, reason)
 		e.Refusal = true
 		return e
 
 	case continuation.Busy:
 		reason := "the agent's thread was busy with another run: " + d.Reason
-		if outOfRetries(&busyError{}, in.Retried, in.MaxRetry) {
+		if outOfRetries(&BusyError{}, in.Retried, in.MaxRetry) {
 			e := endFail(reason, "")
 			e.GaveUp = true
 			return e
 		}
-		return ending{Outcome: OutcomeBusy, Asynq: endPutBack, Reason: d.Reason, Err: d.Err,
+		return Ending{Outcome: record.OutcomeBusy, Asynq: EndPutBack, Reason: d.Reason, Err: d.Err,
 			Delay: busyRetry(agentclient.RetryAfter(d.Err), in.BusyInARow+1), Refusal: true}
 
 	case continuation.Interrupted:
@@ -177,12 +184,12 @@ func endOf(in endingInput) ending {
 		}
 		return endRetryAt(in, -1, "interrupted: "+d.Reason+": "+cause.Error())
 	}
-	return endRetryOf(in, 0, "unexpected outcome "+d.Outcome.String()+": "+d.Reason)
+	return EndRetryOf(in, 0, "unexpected outcome "+d.Outcome.String()+": "+d.Reason)
 }
 
-// finalOutcome reports whether o ends the turn with its final event.
-func finalOutcome(o string) bool {
-	return o == OutcomeAnswered || o == OutcomeFailed || o == OutcomeApprovalRequired || o == OutcomeCancelled
+// FinalOutcome reports whether o ends the turn with its final event.
+func FinalOutcome(o string) bool {
+	return o == record.OutcomeAnswered || o == record.OutcomeFailed || o == record.OutcomeApprovalRequired || o == record.OutcomeCancelled
 }
 
 // cancelEnds reports whether a cancelled turn's decision d ends it
@@ -202,40 +209,26 @@ func cancelEnds(d continuation.Result) bool {
 }
 
 // endFail ends the turn with a permanent error.
-func endFail(reason, stop string) ending {
-	return ending{Final: EventError, Outcome: OutcomeFailed, Asynq: endArchive, Reason: reason, StopReason: stop}
+func endFail(reason, stop string) Ending {
+	return Ending{Final: record.EventError, Outcome: record.OutcomeFailed, Asynq: EndArchive, Reason: reason, StopReason: stop}
 }
 
-// retryBackoff is the least a turn waits after a failed attempt: 1 s
-// doubling per retry already made (retried), capped at 1 minute, as the
-// package documentation promises. With the default MaxRetry the retries
-// then span about 20 minutes of waits (TestTransientRetriesBackOff prints
-// it), so that a Letta outage or restart of minutes loses no message,
-// where retries a second apart were spent in 25 s.
-func retryBackoff(retried int) time.Duration {
-	d := time.Second
-	for i := 0; i < retried && d < time.Minute; i++ {
-		d *= 2
-	}
-	return min(d, time.Minute)
-}
-
-// endRetryOf leaves the turn to the next attempt after a transient
+// EndRetryOf leaves the turn to the next attempt after a transient
 // failure: after delay (what the server asked for, or the path's own), but
-// never sooner than retryBackoff; or gives up when the attempt has no retry
+// never sooner than RetryBackoff; or gives up when the attempt has no retry
 // left.
-func endRetryOf(in endingInput, delay time.Duration, reason string) ending {
-	return endRetryAt(in, max(delay, retryBackoff(in.Retried)), reason)
+func EndRetryOf(in EndingInput, delay time.Duration, reason string) Ending {
+	return endRetryAt(in, max(delay, RetryBackoff(in.Retried)), reason)
 }
 
-// endRetryAt is endRetryOf with delay as it is (delay < 0: an
+// endRetryAt is EndRetryOf with delay as it is (delay < 0: an
 // interruption): for the attempts that end without a failure to back off
 // from.
-func endRetryAt(in endingInput, delay time.Duration, reason string) ending {
-	e := ending{Outcome: OutcomeRetrying, Asynq: endRetry, Delay: delay, Reason: reason, Err: in.D.Err}
-	var err error = &retryAfterError{Delay: delay, Reason: reason, Err: in.D.Err}
+func endRetryAt(in EndingInput, delay time.Duration, reason string) Ending {
+	e := Ending{Outcome: record.OutcomeRetrying, Asynq: EndRetry, Delay: delay, Reason: reason, Err: in.D.Err}
+	var err error = &RetryAfterError{Delay: delay, Reason: reason, Err: in.D.Err}
 	if delay < 0 {
-		e.Asynq, e.Delay = endInterrupted, 0
+		e.Asynq, e.Delay = EndInterrupted, 0
 		e.Err = in.Cause
 		if e.Err == nil {
 			e.Err = in.D.Err
@@ -243,13 +236,13 @@ func endRetryAt(in endingInput, delay time.Duration, reason string) ending {
 		if e.Err == nil {
 			e.Err = context.Canceled
 		}
-		err = &interruptedError{Reason: reason, Err: e.Err}
+		err = &InterruptedError{Reason: reason, Err: e.Err}
 	}
 	switch in.D.Outcome {
 	case continuation.StillRunning:
-		e.Outcome = OutcomeStillRunning
+		e.Outcome = record.OutcomeStillRunning
 	case continuation.NotAdmitted, continuation.Refused:
-		e.Outcome = OutcomeNotAdmitted
+		e.Outcome = record.OutcomeNotAdmitted
 	}
 	if outOfRetries(err, in.Retried, in.MaxRetry) {
 		g := endFail(reason, in.D.StopReason)
@@ -262,7 +255,7 @@ func endRetryAt(in endingInput, delay time.Duration, reason string) ending {
 // outOfRetries reports whether Asynq would archive the task if this attempt
 // ended with err: Asynq v0.26 archives a task whose Retried has reached its
 // MaxRetry whatever its handler returned, a put-back too. A failure
-// (isFailure) uses a retry, a put-back (busy, waiting for an answer or for
+// (IsFailure) uses a retry, a put-back (busy, waiting for an answer or for
 // its turn) does not. A client gives a task one retry more than
 // ClientConfig.MaxRetry (TaskOptions), kept for put-backs: a failure is
 // retried while retried < maxRetry-1, so that a put-back always finds a
@@ -270,8 +263,23 @@ func endRetryAt(in endingInput, delay time.Duration, reason string) ending {
 // counts it). An attempt out of retries ends the turn with its final error
 // event instead (fail, giveUp): never archived in silence.
 func outOfRetries(err error, retried, maxRetry int) bool {
-	if isFailure(err) {
+	if IsFailure(err) {
 		return retried+1 >= maxRetry
 	}
 	return retried >= maxRetry
+}
+
+// ThreadUnresolved is the decision of an attempt whose thread could not be
+// resolved (lettaRun.resolveThread): a permanent Letta refusal (unknown
+// agent) fails the turn; the attempt's own end (its context) interrupts
+// it; the rest (Letta unreachable, a 5xx, the resolution's own time limit
+// with Letta not answering) is a transient failure, retried after the
+// backoff.
+func ThreadUnresolved(ctx context.Context, err error) continuation.Result {
+	reason := "could not resolve the agent's Letta conversation: " + err.Error()
+	if ctx.Err() != nil || errors.Is(err, context.Canceled) {
+		return continuation.Result{Outcome: continuation.Interrupted, Err: err, Reason: reason}
+	}
+	retryable := agentclient.Classify(err) != agentclient.Permanent
+	return continuation.Result{Outcome: continuation.Rejected, Err: err, Retryable: retryable, Reason: reason}
 }
