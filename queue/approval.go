@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/hibiken/asynq"
 
@@ -56,10 +55,9 @@ const defaultApprovalTimeout = 24 * time.Hour
 // sends AnswerByUser), or the worker's own denial of a request that expired or
 // that a new message of the chat moved past (ApprovalDeny).
 const (
-	AnswerByUser   = approval.ByUser  // a person answered
-	AnswerExpired  = approval.Expired // nobody answered in time
-	AnswerMovedOn  = approval.MovedOn // a new message came (policy deny)
-	maxReasonBytes = 1024
+	AnswerByUser  = approval.ByUser  // a person answered
+	AnswerExpired = approval.Expired // nobody answered in time
+	AnswerMovedOn = approval.MovedOn // a new message came (policy deny)
 )
 
 // ApprovalVerdict answers one pending tool call: approve or deny (the
@@ -74,46 +72,6 @@ type ApprovalVerdict = approval.Verdict
 // RequestTaskID is the task id of the turn that asked; Cause is AnswerByUser
 // (default), AnswerExpired or AnswerMovedOn.
 type Answer = approval.Answer
-
-// validateAnswer checks the answer a of message m against the payload rules.
-func validateAnswer(a *Answer, m Message) error {
-	switch {
-	case m.Text != "":
-		return invalid("text", "must be empty in an approval answer")
-	case len(m.Images) > 0:
-		return invalid("images", "must be empty in an approval answer")
-	case a.RequestTaskID == "":
-		return invalid("approval.request_task_id", "must not be empty")
-	case len(a.Decisions) == 0:
-		return invalid("approval.decisions", "must answer at least one tool call")
-	}
-	if err := checkID("approval.request_task_id", a.RequestTaskID, true); err != nil {
-		return err
-	}
-	seen := map[string]bool{}
-	for i, d := range a.Decisions {
-		f := fmt.Sprintf("approval.decisions[%d]", i)
-		if err := checkID(f+".tool_call_id", d.ToolCallID, true); err != nil {
-			return err
-		}
-		if seen[d.ToolCallID] {
-			return invalid(f+".tool_call_id", "%q is answered twice", d.ToolCallID)
-		}
-		seen[d.ToolCallID] = true
-		if len(d.Reason) > maxReasonBytes || !utf8.ValidString(d.Reason) {
-			return invalid(f+".reason", "must be valid UTF-8 of at most %d bytes", maxReasonBytes)
-		}
-		if i := strings.IndexByte(d.Reason, 0); i >= 0 {
-			return invalid(f+".reason", "holds a NUL character (U+0000) at byte %d: %s", i, nulReason)
-		}
-	}
-	switch a.Cause {
-	case "", AnswerByUser, AnswerExpired, AnswerMovedOn:
-	default:
-		return invalid("approval.cause", "%q: want user, expired or moved_on", a.Cause)
-	}
-	return nil
-}
 
 // AnswerTaskID is the task id of the answer to the request of task
 // requestTaskID: "answer:" and that id (hashed when long), so that the

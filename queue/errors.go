@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/lettaq/lettaq/queue/internal/approval"
-	"github.com/lettaq/lettaq/queue/internal/payloadcheck"
+	"github.com/lettaq/lettaq/queue/internal/inbound"
 	"github.com/lettaq/lettaq/queue/internal/record"
 )
 
@@ -27,22 +27,11 @@ var (
 
 // ValidationError reports a message or payload that cannot become a turn.
 // Field is the payload's JSON field ("text", "conversation.chat_id", …, or
-// "" for the payload as a whole).
-type ValidationError struct {
-	Field   string
-	Problem string
-}
+// "" for the payload as a whole), Problem what is wrong with it.
+type ValidationError = inbound.ValidationError
 
-func (e *ValidationError) Error() string {
-	if e.Field == "" {
-		return "lettaq: invalid payload: " + e.Problem
-	}
-	return "lettaq: invalid " + e.Field + ": " + e.Problem
-}
-
-func invalid(field, format string, args ...any) error {
-	return &ValidationError{Field: field, Problem: fmt.Sprintf(format, args...)}
-}
+// invalid is a *ValidationError of field.
+func invalid(field, format string, args ...any) error { return inbound.Invalid(field, format, args...) }
 
 // IsValidationError reports whether err is (or wraps) a *ValidationError,
 // and returns it.
@@ -106,10 +95,4 @@ func (e *NotifyKeyConflictError) Error() string {
 
 // validationError turns a *payloadcheck.Fault into a *ValidationError
 // (nil stays nil).
-func validationError(err error) error {
-	var f *payloadcheck.Fault
-	if errors.As(err, &f) {
-		return &ValidationError{Field: f.Field, Problem: f.Problem}
-	}
-	return err
-}
+func validationError(err error) error { return inbound.FromFault(err) }

@@ -11,6 +11,7 @@ import (
 	"github.com/lettaq/lettaq/continuation"
 	"github.com/lettaq/lettaq/queue/internal/attempt"
 	"github.com/lettaq/lettaq/queue/internal/cancel"
+	"github.com/lettaq/lettaq/queue/internal/inbound"
 	"github.com/lettaq/lettaq/queue/internal/journal"
 	"github.com/lettaq/lettaq/queue/internal/line"
 	"github.com/lettaq/lettaq/queue/internal/live"
@@ -346,7 +347,7 @@ func (r *lettaRun) imageRejected(d continuation.Result, reason string) string {
 	if len(r.msg.Images) == 0 || agentclient.StatusCode(d.Err) != 400 {
 		return reason
 	}
-	if urls := imageURLs(r.msg.Images); urls != "" {
+	if urls := inbound.ImageURLs(r.msg.Images); urls != "" {
 		return "the server could not use the message's images (" + urls + "): " + reason
 	}
 	return reason

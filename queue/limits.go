@@ -4,41 +4,38 @@ import (
 	"time"
 
 	"github.com/lettaq/lettaq/queue/internal/attempt"
-	"github.com/lettaq/lettaq/queue/internal/payloadcheck"
+	"github.com/lettaq/lettaq/queue/internal/inbound"
 )
 
 // Limits of what a producer sends: a Message (checked at enqueue, and
 // again when its task reaches a worker) and a Notice.
 const (
 	// MaxTextBytes bounds Message.Text (64 KiB).
-	MaxTextBytes = 64 << 10
+	MaxTextBytes = inbound.MaxTextBytes
 	// MaxMetadataEntries, MaxMetadataKeyBytes and MaxMetadataValueBytes
 	// bound Message.Metadata; MaxMetadataBytes bounds its keys and values
 	// together.
-	MaxMetadataEntries    = 32
-	MaxMetadataKeyBytes   = 64
-	MaxMetadataValueBytes = 1024
-	MaxMetadataBytes      = 4 << 10
+	MaxMetadataEntries    = inbound.MaxMetadataEntries
+	MaxMetadataKeyBytes   = inbound.MaxMetadataKeyBytes
+	MaxMetadataValueBytes = inbound.MaxMetadataValueBytes
+	MaxMetadataBytes      = inbound.MaxMetadataBytes
 	// MaxIDBytes bounds agent_id, sender_id, message_id and the two parts
 	// of the conversation.
-	MaxIDBytes = payloadcheck.MaxIDBytes
+	MaxIDBytes = inbound.MaxIDBytes
 	// MaxImages bounds the images of one message.
-	MaxImages = 4
+	MaxImages = inbound.MaxImages
 	// MaxImageURLBytes bounds one image URL.
-	MaxImageURLBytes = 2048
+	MaxImageURLBytes = inbound.MaxImageURLBytes
 	// MaxImageBytes bounds one image's decoded data (1 MiB).
-	MaxImageBytes = 1 << 20
+	MaxImageBytes = inbound.MaxImageBytes
 	// MaxImagesBytes bounds the decoded data of all images of a message.
-	MaxImagesBytes = 2 << 20
+	MaxImagesBytes = inbound.MaxImagesBytes
 	// MaxNotifyTextBytes bounds Notice.Text (16 KiB): about four Telegram
 	// messages of 4096 characters; a longer text belongs in a document.
 	MaxNotifyTextBytes = 16 << 10
 	// MaxNotifyKeyBytes bounds Notice.Key.
 	MaxNotifyKeyBytes = 128
 )
-
-// maxTaskIDBytes: a derived task id longer than this is hashed.
-const maxTaskIDBytes = 200
 
 // Defaults and bounds of the Client's and the Worker's settings.
 const (

@@ -16,6 +16,7 @@ import (
 	"github.com/lettaq/lettaq/queue/internal/cancel"
 	"github.com/lettaq/lettaq/queue/internal/claim"
 	"github.com/lettaq/lettaq/queue/internal/fence"
+	"github.com/lettaq/lettaq/queue/internal/inbound"
 	"github.com/lettaq/lettaq/queue/internal/journal"
 	"github.com/lettaq/lettaq/queue/internal/line"
 	"github.com/lettaq/lettaq/queue/internal/progress"
@@ -462,7 +463,7 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 	known, read := t.pre.ThreadRead()
 	t.pre = nil // read: not kept while the turn waits
 	spec := continuation.Turn{AgentID: t.msg.AgentID, Otid: t.otid, Text: text, SenderID: t.msg.SenderID,
-		Started: rec.FirstStartedAt, PriorIntent: len(intents) > 0, Images: lettaImages(t.msg.Images), Approvals: approvals}
+		Started: rec.FirstStartedAt, PriorIntent: len(intents) > 0, Images: inbound.LettaImages(t.msg.Images), Approvals: approvals}
 	t.lettaRun = newLettaRun(runParts{runner: w.runner, cfg: &w.cfg, threads: w.threads, journal: w.journal, replies: w.replies,
 		oneRedis: w.oneRedis(), msg: &t.msg, ids: t.ids, log: t.log, dctx: t.detached(), line: t.line, jr: t.jr,
 		tk: t.tk, cx: &t.cx, ca: (*cancelRun)(t), progress: t.progress, rec: t.recordWriter, end: t.end},
