@@ -11,6 +11,7 @@ import (
 
 	"github.com/lettaq/lettaq/ordering"
 	"github.com/lettaq/lettaq/queue/internal/attempt"
+	"github.com/lettaq/lettaq/queue/internal/journal"
 	"github.com/lettaq/lettaq/queue/internal/record"
 	"github.com/lettaq/lettaq/queue/internal/store"
 )
@@ -411,7 +412,7 @@ func (c *Client) mayHaveReachedLetta(ctx context.Context, j *Journal, rec *TurnR
 		return true
 	}
 	intents, err := j.Intents(ctx, rec.TaskID)
-	return err != nil || len(liveIntents(intents)) > 0
+	return err != nil || len(journal.LiveIntents(intents)) > 0
 }
 
 // dropWaiting takes a waiting turn's task out of Asynq (scheduled, pending,

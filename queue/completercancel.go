@@ -46,7 +46,7 @@ func (c *completer) endCancelled(ctx context.Context, log *slog.Logger, cr Cance
 		c.jr.Rec().PartialAnswer = cutText(text, maxPartialAnswer)
 	}
 	c.jr.Unlock()
-	if err := c.save(dctx, append(c.resultOps(OutcomeCancelled, text, nil), c.line.ReleaseOps("")...)...); err != nil {
+	if err := c.Save(dctx, append(c.resultOps(OutcomeCancelled, text, nil), c.line.ReleaseOps("")...)...); err != nil {
 		log.Warn("could not journal the cancelled turn", "error", err.Error())
 	}
 	log.Info("turn cancelled", "outcome", OutcomeCancelled, "phase", phase, "by", cr.By, "answer_bytes", len(text))

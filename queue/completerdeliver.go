@@ -35,7 +35,7 @@ func (c *completer) deliver(ctx context.Context, log *slog.Logger, outcome strin
 	c.finishFollowers(ctx, ev)
 	c.ap.Answered(ctx, log)
 	now := c.finished(outcome, ev.StopReason)
-	if err := c.save(ctx, append(c.resultOps(outcome, answer, approval), c.line.ReleaseOps("")...)...); err != nil {
+	if err := c.Save(ctx, append(c.resultOps(outcome, answer, approval), c.line.ReleaseOps("")...)...); err != nil {
 		log.Warn("could not journal the finished turn", "error", err.Error())
 	}
 	return c.delivered(log, outcome, answer, now)
@@ -149,7 +149,7 @@ func (c *completer) undelivered(ctx context.Context, log *slog.Logger, err error
 			_ = c.progress.Do(ctx, nil, op)
 		}
 	} else {
-		_ = c.save(ctx)
+		_ = c.Save(ctx)
 	}
 	rerr := &attempt.RetryAfterError{Delay: time.Second, Reason: "deliver the answer", Err: err}
 	if c.noRetryLeft(rerr) {
@@ -200,7 +200,7 @@ func (c *completer) finishDelivered(ctx context.Context, rec *TurnRecord) error 
 	}
 	c.jr.Unlock()
 	c.ids.SetRunID(rec.RunID)
-	if err := c.save(ctx); err != nil {
+	if err := c.Save(ctx); err != nil {
 		return c.retryEarly(err)
 	}
 	if found {

@@ -30,7 +30,7 @@ func (c *completer) fail(ctx context.Context, log *slog.Logger, reason, stop str
 	c.jr.Current().Outcome, c.jr.Current().Error = OutcomeFailed, reason
 	c.jr.Rec().Outcome, c.jr.Rec().Error, c.jr.Rec().StopReason, c.jr.Rec().FinishedAt = OutcomeFailed, reason, stop, now.UTC()
 	c.jr.Unlock()
-	if err := c.save(ctx, c.line.ReleaseOps("")...); err != nil {
+	if err := c.Save(ctx, c.line.ReleaseOps("")...); err != nil {
 		if c.rn.IsFenced() {
 			return c.tk.EndTakenOver() // its writes were dropped: the takeover ends the turn
 		}

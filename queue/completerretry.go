@@ -26,7 +26,7 @@ func (c *completer) retryLater(ctx context.Context, log *slog.Logger, e attempt.
 		c.jr.Current().RetryIn = e.Delay
 	}
 	c.jr.Unlock()
-	if err := c.save(ctx); err != nil {
+	if err := c.Save(ctx); err != nil {
 		if c.rn.IsFenced() {
 			return c.tk.EndTakenOver() // the takeover goes on with the turn, not a retry
 		}
@@ -67,7 +67,7 @@ func (c *completer) busy(ctx context.Context, e attempt.Ending) error {
 		c.redisFailed()
 		c.log.Warn("could not journal the refusal; the next attempt looks for the otid first", "error", err.Error())
 	}
-	if err := c.save(ctx); err != nil {
+	if err := c.Save(ctx); err != nil {
 		if c.rn.IsFenced() {
 			return c.tk.EndTakenOver() // the takeover goes on with the turn
 		}

@@ -1,6 +1,10 @@
 package queue
 
-import "github.com/lettaq/lettaq/queue/internal/inbound"
+import (
+	"github.com/lettaq/lettaq/queue/internal/attempt"
+	"github.com/lettaq/lettaq/queue/internal/inbound"
+	"github.com/lettaq/lettaq/queue/internal/journal"
+)
 
 // ApprovalClient is approvalClient for the tests in package queue_test,
 // which drive queue/httpapi's handlers over a pending approval (a package
@@ -13,4 +17,11 @@ var (
 	decodePayloadJSON = inbound.DecodeJSON
 	lettaImages       = inbound.LettaImages
 	otidNamespace     = inbound.OtidNamespace
+)
+
+// The journal's live intents and a chat's thread hash, as the tests of
+// package queue reach them (queue/internal/journal, queue/internal/attempt).
+var (
+	liveIntents = journal.LiveIntents
+	threadHash  = attempt.ThreadHash
 )

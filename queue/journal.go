@@ -102,27 +102,6 @@ type ToolSummary = record.ToolSummary
 // Intent records that an attempt was about to send the turn's message.
 type Intent = record.Intent
 
-// liveIntents returns the intents that may have led to a stored message:
-// each refusal removes the latest earlier intent of the same attempt, and
-// is itself dropped. Anything else (a 5xx, a cut connection, a crash) keeps
-// the intent live.
-func liveIntents(intents []Intent) []Intent {
-	out := make([]Intent, 0, len(intents))
-	for _, in := range intents {
-		if !in.Refused {
-			out = append(out, in)
-			continue
-		}
-		for i := len(out) - 1; i >= 0; i-- {
-			if out[i].Attempt == in.Attempt {
-				out = append(out[:i], out[i+1:]...)
-				break
-			}
-		}
-	}
-	return out
-}
-
 // Filter selects the turns Recent returns.
 type Filter string
 
@@ -404,4 +383,12 @@ func (j *Journal) Recent(ctx context.Context, filter Filter, limit int) ([]*Turn
 		}
 	}
 	return out, nil
+}
+
+// journalIntents is the journal's intents as an attempt writes them
+// (attempt.Intents).
+type journalIntents struct{ *Journal }
+
+func (j journalIntents) IntentOp(taskID, otid string, attempt int, worker string, prior *[]Intent) (store.Op, error) {
+	return j.intentOp(taskID, otid, attempt, worker, prior)
 }

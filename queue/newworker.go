@@ -14,6 +14,7 @@ import (
 	"github.com/lettaq/lettaq/continuation"
 	"github.com/lettaq/lettaq/internal/redisopt"
 	"github.com/lettaq/lettaq/ordering"
+	"github.com/lettaq/lettaq/queue/internal/attempt"
 	"github.com/lettaq/lettaq/queue/internal/progress"
 )
 
@@ -152,7 +153,9 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		w.cfg.TakeoverBeat = min(w.cfg.TakeoverBeat, w.cfg.TakeoverAfter/3)
 		w.tk = newTakeover(w)
 	}
-	w.threads = &threads{mode: mode, rdb: w.replies.rdb, prefix: w.replies.opts.Prefix, client: w.client, lock: w.ord == nil,
-		lockTTL: w.cfg.Budget.ThreadResolution() + threadLockSlack}
+	w.threads = &attempt.Threads{Mode: mode, RDB: w.replies.rdb, Prefix: w.replies.opts.Prefix, Client: w.client, Lock: w.ord == nil,
+		LockTTL: w.cfg.Budget.ThreadResolution() + attempt.ThreadLockSlack}
+	w.attemptCfg = attempt.Config{WorkerID: w.cfg.WorkerID, Budget: w.cfg.Budget, HeartbeatInterval: w.cfg.HeartbeatInterval,
+		DeltaMaxAge: w.cfg.DeltaMaxAge}
 	return w, nil
 }

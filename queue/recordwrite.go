@@ -35,9 +35,9 @@ func (r *recordWriter) writeFailed(err error) {
 // redisFailed notes that a Redis read or write of this attempt failed.
 func (r *recordWriter) redisFailed() { r.trouble.Store(true) }
 
-// save journals the record after everything the attempt queued before (and
+// Save journals the record after everything the attempt queued before (and
 // runs more with it), and waits for it.
-func (r *recordWriter) save(ctx context.Context, more ...store.Op) error {
+func (r *recordWriter) Save(ctx context.Context, more ...store.Op) error {
 	if r.rn.IsFenced() {
 		return takeover.ErrTakenOver
 	}
@@ -64,11 +64,11 @@ func (r *recordWriter) save(ctx context.Context, more ...store.Op) error {
 	return err
 }
 
-// saveLater queues a journal save of the record as it is now: it is
+// SaveLater queues a journal save of the record as it is now: it is
 // written with the attempt's next writes (at the latest before its send,
 // see beforeSend; a newer save that comes first replaces it), and a failure
 // is only logged.
-func (r *recordWriter) saveLater() {
+func (r *recordWriter) SaveLater() {
 	if r.rn.IsFenced() {
 		return
 	}

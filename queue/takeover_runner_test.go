@@ -177,19 +177,19 @@ func TestTakeoverStaleRunnerSaveKeepsNewerRecord(t *testing.T) {
 	stale := begin(a, "turn-j", "")
 	newer := begin(b, claim.TaskID("D/9", "turn-j"), "D/9")
 	register(stale)
-	if err := stale.save(ctx); err != nil {
+	if err := stale.Save(ctx); err != nil {
 		t.Fatal(err)
 	}
 	register(newer)
 	// The newer runner finishes the turn within the stale one's last beat.
 	newer.jr.Rec().Outcome, newer.jr.Rec().FinishedAt = OutcomeAnswered, time.Now()
 	newer.jr.Current().Outcome = OutcomeAnswered
-	if err := newer.save(ctx); err != nil {
+	if err := newer.Save(ctx); err != nil {
 		t.Fatal(err)
 	}
 	// The stale runner, not told yet, journals its progress.
 	stale.jr.Current().Phases = append(stale.jr.Current().Phases, PhaseMark{Phase: "streaming", At: time.Now()})
-	_ = stale.save(ctx)
+	_ = stale.Save(ctx)
 	rec, err := b.journal.Get(ctx, "turn-j")
 	if err != nil {
 		t.Fatal(err)
@@ -217,7 +217,7 @@ func TestTakeoverLaterStartedRunnerKeepsTurn(t *testing.T) {
 	stale := beginRunner(t, a, e.queue, "turn-k", "turn-k", "")
 	newer := beginRunner(t, b, e.queue, "turn-k", claim.TaskID("D/10", "turn-k"), "D/10")
 	register(newer)
-	if err := newer.save(ctx); err != nil {
+	if err := newer.Save(ctx); err != nil {
 		t.Fatal(err)
 	}
 	register(stale)
@@ -228,10 +228,10 @@ func TestTakeoverLaterStartedRunnerKeepsTurn(t *testing.T) {
 		t.Fatalf("stopped: the runner that started first %v, the later one %v; want true, false", stale.rn.IsFenced(), newer.rn.IsFenced())
 	}
 	newer.jr.Rec().Outcome, newer.jr.Rec().FinishedAt = OutcomeAnswered, time.Now()
-	if err := newer.save(ctx); err != nil {
+	if err := newer.Save(ctx); err != nil {
 		t.Fatal(err)
 	}
-	_ = stale.save(ctx)
+	_ = stale.Save(ctx)
 	if rec, err := b.journal.Get(ctx, "turn-k"); err != nil || rec.Outcome != OutcomeAnswered || rec.Attempts[0].TakenOverFrom != "D/10" {
 		t.Fatalf("the journal holds %+v (%v); want the later runner's answered record", rec, err)
 	}

@@ -1,37 +1,27 @@
 package queue
 
 import (
-	"context"
 	"fmt"
-	"sort"
 	"strings"
-	"time"
 
-	"github.com/redis/go-redis/v9"
-
-	"github.com/lettaq/lettaq/agentclient"
-	"github.com/lettaq/lettaq/internal/thread"
-	"github.com/lettaq/lettaq/queue/internal/store"
+	"github.com/lettaq/lettaq/queue/internal/attempt"
 )
 
 // ThreadMode says which Letta message thread a lettaq conversation (agent +
 // integration + chat) talks to.
-type ThreadMode string
+type ThreadMode = attempt.ThreadMode
 
+// The thread modes (see queue/internal/attempt for what each does).
 const (
-	// ThreadConversation (the default): each lettaq conversation has a
-	// Letta conversation of its own, created on its first turn and kept in
-	// Redis. Its turns are locked and deduplicated by the server; chats of
-	// one agent run in parallel, all sharing the agent's memory.
-	ThreadConversation ThreadMode = "conversation"
+	// ThreadConversation (the default): each chat has a Letta conversation
+	// of its own.
+	ThreadConversation = attempt.ThreadConversation
 	// ThreadDefault: every chat of an agent talks to the agent's default
-	// thread through the conversation endpoints (locked, deduplicated):
-	// one run at a time per agent. Pair it with ordering scope agent.
-	ThreadDefault ThreadMode = "default"
-	// ThreadAgent: the agent endpoints (POST /v1/agents/{id}/messages/
-	// stream), deprecated by Letta, without lock or deduplication: lettaq's
-	// journal gate is the only guard against a second message.
-	ThreadAgent ThreadMode = "agent"
+	// thread. Pair it with ordering scope agent.
+	ThreadDefault = attempt.ThreadDefault
+	// ThreadAgent: the agent endpoints, deprecated by Letta, without lock or
+	// deduplication.
+	ThreadAgent = attempt.ThreadAgent
 )
 
 // ParseThreadMode parses a thread mode ("" is ThreadConversation).
@@ -43,129 +33,4 @@ func ParseThreadMode(s string) (ThreadMode, error) {
 		return m, nil
 	}
 	return "", fmt.Errorf("unknown thread mode %q (want conversation, default or agent)", s)
-}
-
-// threadHash is the hash of a chat's thread (thread.Hash).
-func threadHash(agentID string, c Conversation) string {
-	return thread.Hash(agentID, c.Integration, c.ChatID)
-}
-
-// threadLockSlack is added to the thread phase (the longest a holder may
-// resolve a thread) for the lock's expiry: a holder never loses the lock
-// while it may still create.
-const threadLockSlack = 5 * time.Second
-
-// threads resolves the Letta conversation of a turn.
-type threads struct {
-	mode   ThreadMode
-	rdb    redis.UniversalClient
-	prefix string
-	client *agentclient.Client
-	// lock: serialise creation with a Redis lock (ordering off: nothing
-	// else keeps two turns of one chat apart), held at most lockTTL.
-	lock    bool
-	lockTTL time.Duration
-}
-
-// resolve returns the Letta conversation id for the turn of m ("" for the
-// agent endpoints). A conversation named in the payload wins.
-func (th *threads) resolve(ctx context.Context, m Message) (string, error) {
-	return th.resolveKnown(ctx, m, "", false, nil)
-}
-
-// local is resolveKnown when it needs neither Redis nor Letta (ok): an
-// explicit thread, a mode of one thread, a thread known already.
-func (th *threads) local(m Message, known string) (id string, ok bool) {
-	if m.LettaConversationID != "" {
-		return m.LettaConversationID, true
-	}
-	switch th.mode {
-	case ThreadAgent:
-		return "", true
-	case ThreadDefault:
-		return agentclient.DefaultConversation, true
-	}
-	return known, known != ""
-}
-
-// resolveKnown is resolve when the thread key was read already: known is
-// the conversation id it held ("" when none), read whether it was read.
-// Without the creation lock (ordering on) an attempt reads the key after
-// taking its chat's place in the line (turn.startRead), and no other turn
-// of the chat writes it while the attempt holds that place: read and
-// empty, the key is not read again; and keep, when not nil, takes the
-// write of the id made (the attempt sends it with its next round trip,
-// which is before its release of the line) instead of a round trip of its
-// own. A keep that fails costs the next turn a search (findOrCreate finds
-// the conversation by its summary).
-func (th *threads) resolveKnown(ctx context.Context, m Message, known string, read bool, keep func(store.Op)) (string, error) {
-	if id, ok := th.local(m, known); ok {
-		return id, nil
-	}
-	st, hash := th.threadStore(), threadHash(m.AgentID, m.Conversation)
-	if !read || th.lock {
-		if id, err := st.Known(ctx, hash); err == nil && id != "" {
-			return id, nil
-		} else if err != nil {
-			return "", fmt.Errorf("read the thread of the conversation: %w", err)
-		}
-	}
-	if th.lock {
-		unlock, err := st.Lock(ctx, hash, th.lockTTL)
-		if err != nil {
-			return "", fmt.Errorf("lock the thread of the conversation: %w", err)
-		}
-		defer unlock()
-		if id, err := st.Known(ctx, hash); err == nil && id != "" {
-			return id, nil
-		}
-	}
-	id, err := th.findOrCreate(ctx, m)
-	if err != nil {
-		return "", err
-	}
-	if keep != nil && !th.lock {
-		keep(st.KeepOp(hash, id))
-		return id, nil
-	}
-	if err := st.Keep(ctx, hash, id); err != nil {
-		// The conversation exists and carries its tag: the next attempt
-		// finds it again with summary_search.
-		return "", fmt.Errorf("store the thread of the conversation: %w", err)
-	}
-	return id, nil
-}
-
-// findOrCreate returns the conversation tagged with the chat's summary (the
-// oldest, should there be several), creating it when there is none.
-func (th *threads) findOrCreate(ctx context.Context, m Message) (string, error) {
-	tag := thread.Summary(m.AgentID, m.Conversation.Integration, m.Conversation.ChatID)
-	found, err := th.client.ListConversations(ctx, agentclient.ListConversationsOptions{AgentID: m.AgentID,
-		SummarySearch: tag, Limit: 50, Order: "asc"})
-	if err != nil {
-		return "", fmt.Errorf("look for the chat's Letta conversation: %w", err)
-	}
-	var mine []*agentclient.Conversation
-	for _, c := range found {
-		if c.Summary == tag && agentclient.ValidConversationID(c.ID) {
-			mine = append(mine, c)
-		}
-	}
-	if len(mine) > 0 {
-		sort.SliceStable(mine, func(i, j int) bool { return mine[i].CreatedAt.Before(mine[j].CreatedAt) })
-		return mine[0].ID, nil
-	}
-	c, err := th.client.CreateConversation(ctx, m.AgentID, agentclient.CreateConversationRequest{Summary: tag})
-	if err != nil {
-		return "", fmt.Errorf("create the chat's Letta conversation: %w", err)
-	}
-	if !agentclient.ValidConversationID(c.ID) || c.ID == agentclient.DefaultConversation {
-		return "", fmt.Errorf("create the chat's Letta conversation: the server answered id %q, not conv-<uuid4>", c.ID)
-	}
-	return c.ID, nil
-}
-
-// threadStore is the Redis side of the threads.
-func (th *threads) threadStore() store.Threads {
-	return store.Threads{RDB: th.rdb, Keys: store.Keys{Prefix: th.prefix}}
 }

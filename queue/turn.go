@@ -30,9 +30,9 @@ import (
 // the Go runtime only halves a goroutine's stack (at a GC) when less than
 // a quarter of it is in use. So the turn's first stream returns while it
 // has nothing to read (continuation.Runner.Run returns pending): everything
-// down to it returns errPending, and the goroutine waits here, right under
+// down to it returns attempt.ErrPending, and the goroutine waits here, right under
 // the handler, then resumes the turn's run. What must live across the wait
-// is in the turn and its run (lettaRun). integration/bench prints what a
+// is in the turn and its run (attempt.LettaRun). integration/bench prints what a
 // thinking turn holds ("one in-flight turn holds", "stacks per in-flight
 // turn").
 func (w *Worker) processTask(ctx context.Context, task *asynq.Task) error {
@@ -61,8 +61,8 @@ func (w *Worker) processTask(ctx context.Context, task *asynq.Task) error {
 	} else {
 		err = t.runOrdered(ctx)
 	}
-	for err == errPending {
-		if err = t.lettaRun.resume(ctx); err != errPending && w.ord != nil {
+	for err == attempt.ErrPending {
+		if err = t.lettaRun.Resume(ctx); err != attempt.ErrPending && w.ord != nil {
 			t.afterRun(ctx, err) // (runOrdered's, for a run that waited)
 		}
 	}
@@ -137,12 +137,12 @@ func (t *turn) runOrdered(ctx context.Context) error {
 	}
 	// The lease's own context ends with prepare: while the agent thinks,
 	// the lease's loss cancels the run's work context instead
-	// (lettaRun.workContext), so that a waiting turn holds one context of
+	// (attempt.LettaRun.workContext), so that a waiting turn holds one context of
 	// its own, not two.
 	err, end = t.prepare(lctx)
 	cancel()
 	if !end {
-		if err = t.lettaRun.execute(ctx); err == errPending {
+		if err = t.lettaRun.Execute(ctx); err == attempt.ErrPending {
 			return err // processTask resumes the run and does the rest
 		}
 	}
@@ -271,7 +271,7 @@ type turn struct {
 	cx  cancel.Turn       // its cancel, if one is asked for (cancelturn.go)
 	ap  approval.Turn     // its approvals: the gate, an answer turn's request (approvalturn.go)
 
-	lettaRun *lettaRun // its run at Letta, once prepared (kept here, not in a frame: see processTask)
+	lettaRun *attempt.LettaRun // its run at Letta, once prepared (kept here, not in a frame: see processTask)
 
 	actx context.Context // the attempt's context (Asynq's): see detached
 
@@ -286,7 +286,7 @@ type turn struct {
 // round trip (with the ordering lock's acquire when it can: see
 // turn.acquire): the attempt's record, whether its final event was written,
 // its intents, and what approvalGate (the chat's pending approval request)
-// and lettaRun.resolveThread (the chat's Letta conversation) need. The turn
+// and attempt.LettaRun.resolveThread (the chat's Letta conversation) need. The turn
 // drops what it read (turn.pre) once it has made its run (prepare).
 func (t *turn) startRead() store.StartRead {
 	w := t.w
@@ -294,8 +294,8 @@ func (t *turn) startRead() store.StartRead {
 	if t.msg.Approval == nil {
 		r.Pending, r.AgentID, r.Scope = true, t.msg.AgentID, w.approvals.Scope(t.msg.LettaConversationID, t.msg.Conversation)
 	}
-	if w.threads.mode == ThreadConversation && t.msg.LettaConversationID == "" {
-		r.ThreadHash = threadHash(t.msg.AgentID, t.msg.Conversation)
+	if w.threads.Mode == ThreadConversation && t.msg.LettaConversationID == "" {
+		r.ThreadHash = attempt.ThreadHash(t.msg.AgentID, t.msg.Conversation)
 	}
 	return r
 }
@@ -303,7 +303,7 @@ func (t *turn) startRead() store.StartRead {
 // startStores are the stores startRead reads.
 func (w *Worker) startStores() store.StartStores {
 	return store.StartStores{Journal: w.journal.st, Replies: w.replies.st,
-		Approvals: w.approvals.Store().Redis(), Threads: w.threads.threadStore()}
+		Approvals: w.approvals.Store().Redis(), Threads: w.threads.Store()}
 }
 
 // readStart reads what startReads says, unless acquire read it with the
@@ -347,12 +347,12 @@ func (t *turn) run(ctx context.Context) error {
 	if err, end := t.prepare(ctx); end {
 		return err
 	}
-	return t.lettaRun.execute(ctx)
+	return t.lettaRun.Execute(ctx)
 }
 
 // prepare does what comes before the attempt runs at Letta: the journal
 // record, the accepted event, approvals, merged messages, and the turn's
-// run at Letta (lettaRun). end says the attempt ends here
+// run at Letta (attempt.LettaRun). end says the attempt ends here
 // with err.
 func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 	w := t.w
@@ -425,7 +425,7 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 		}
 		t.progress.PushOnce(acc, w.replies.acceptedKey(t.taskID))
 	}
-	if cr, end := t.cx.AtStart(len(liveIntents(intents)) > 0, t.jr.Rec().RunID != "", t.log); end {
+	if cr, end := t.cx.AtStart(len(journal.LiveIntents(intents)) > 0, t.jr.Rec().RunID != "", t.log); end {
 		return t.end.endCancelled(ctx, t.log, *cr, CancelPhaseWaiting, ""), true
 	}
 	var approvals []agentclient.ApprovalAnswer
@@ -440,8 +440,8 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 	// The attempt is journaled once it is sure to run: an attempt that
 	// waits (parks) above leaves no attempt in the record, not even for
 	// the moment between a queued save and the park's own.
-	t.saveLater()
-	intents = liveIntents(intents)
+	t.SaveLater()
+	intents = journal.LiveIntents(intents)
 	if err := t.line.TakeFollowers(ctx, t.msg.Conversation.Integration, len(intents) == 0 && t.msg.Approval == nil); err != nil {
 		return t.end.retryEarly(err), true
 	}
@@ -457,17 +457,18 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 		t.log.Info("messages merged into this turn", "merged", len(fs))
 	}
 
-	// What the run at Letta needs lives in its lettaRun, which the turn
+	// What the run at Letta needs lives in its attempt.LettaRun, which the turn
 	// holds: the goroutine waits under processTask, not in a frame of the
 	// run's (see processTask).
 	known, read := t.pre.ThreadRead()
 	t.pre = nil // read: not kept while the turn waits
 	spec := continuation.Turn{AgentID: t.msg.AgentID, Otid: t.otid, Text: text, SenderID: t.msg.SenderID,
 		Started: rec.FirstStartedAt, PriorIntent: len(intents) > 0, Images: inbound.LettaImages(t.msg.Images), Approvals: approvals}
-	t.lettaRun = newLettaRun(runParts{runner: w.runner, cfg: &w.cfg, threads: w.threads, journal: w.journal, replies: w.replies,
-		oneRedis: w.oneRedis(), msg: &t.msg, ids: t.ids, log: t.log, dctx: t.detached(), line: t.line, jr: t.jr,
-		tk: t.tk, cx: &t.cx, ca: (*cancelRun)(t), progress: t.progress, rec: t.recordWriter, end: t.end},
-		spec, runThread{known: known, read: read}, rec.RunID, t.emitEvent)
+	t.lettaRun = attempt.NewLettaRun(attempt.RunParts{Runner: w.runner, Cfg: &w.attemptCfg, Threads: w.threads,
+		Journal: journalIntents{w.journal}, Replies: w.replies.st, OneRedis: w.oneRedis(), Msg: &t.msg, IDs: t.ids,
+		Log: t.log, Dctx: t.detached(), Line: t.line, Jr: t.jr, Tk: t.tk, Cx: &t.cx, Ca: (*cancelRun)(t),
+		Progress: t.progress, Rec: t.recordWriter, End: t.end},
+		spec, attempt.RunThread{Known: known, Read: read}, rec.RunID, t.emitEvent)
 	return nil, false
 }
 

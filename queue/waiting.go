@@ -37,7 +37,7 @@ func (c waiting) awaitApproval(ctx context.Context, log *slog.Logger, p *approva
 		c.awaitingPhase(p)
 	}
 	c.progress.End(ctx)
-	if err := c.save(ctx); err != nil {
+	if err := c.Save(ctx); err != nil {
 		log.Warn("could not journal the attempt", "error", err.Error())
 	}
 	log.Info("the message waits for the answer to the chat's approval request", "retry_in", approvalWaitDelay.String())
@@ -143,7 +143,7 @@ func (c waiting) parkApproval(ctx context.Context, log *slog.Logger, p *approval
 		c.awaitingPhase(p)
 	}
 	c.progress.End(ctx)
-	if err := c.save(ctx); err != nil { // (replaces the save prepare queued)
+	if err := c.Save(ctx); err != nil { // (replaces the save prepare queued)
 		log.Warn("could not journal the wait", "error", err.Error())
 	}
 	c.logWait(first, "the message waits for the answer to the chat's approval request", "recheck_in", c.w.lines.Recheck().String())

@@ -124,9 +124,10 @@ type Worker struct {
 	lifecycle  // Run: Asynq's server, the handlers in flight, what a shutdown cancels (lifecycle.go)
 	replies    *Replies
 	journal    *Journal
-	ord        *orderer    // nil: no ordering
-	lines      *line.Lines // the chats' lines: places, parking, waking, the sweep (queue/internal/line)
-	threads    *threads
+	ord        *orderer         // nil: no ordering
+	lines      *line.Lines      // the chats' lines: places, parking, waking, the sweep (queue/internal/line)
+	threads    *attempt.Threads // the chats' Letta conversations
+	attemptCfg attempt.Config   // the settings every attempt reads
 	approvals  *approval.Part
 	writer     *progress.Writer           // the turns' progress events and queued writes
 	permanent  asynqlog.Permanent         // tasks whose handler's error was permanent, until Asynq logs their archiving

@@ -270,7 +270,7 @@ func outOfRetries(err error, retried, maxRetry int) bool {
 }
 
 // ThreadUnresolved is the decision of an attempt whose thread could not be
-// resolved (lettaRun.resolveThread): a permanent Letta refusal (unknown
+// resolved (LettaRun.resolveThread): a permanent Letta refusal (unknown
 // agent) fails the turn; the attempt's own end (its context) interrupts
 // it; the rest (Letta unreachable, a 5xx, the resolution's own time limit
 // with Letta not answering) is a transient failure, retried after the

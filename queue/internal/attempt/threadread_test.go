@@ -1,4 +1,4 @@
-package queue
+package attempt
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"github.com/lettaq/lettaq/agentclient"
 	"github.com/lettaq/lettaq/integration/lettasim"
 	"github.com/lettaq/lettaq/internal/thread"
+	"github.com/lettaq/lettaq/queue/internal/inbound"
+	"github.com/lettaq/lettaq/queue/internal/record"
 	"github.com/lettaq/lettaq/queue/internal/store"
 )
 
@@ -41,10 +43,10 @@ func TestThreadReadAtStartNotReadAgain(t *testing.T) {
 		{lock: false, read: false, wantGets: 1},
 		{lock: true, read: true, wantGets: 2}, // before and under the lock
 	} {
-		th := &threads{mode: ThreadConversation, rdb: rdb, prefix: "p:", client: ac, lock: c.lock, lockTTL: 10 * time.Second}
-		m := Message{AgentID: agent, Conversation: Conversation{Integration: "test", ChatID: string(rune('a' + i))}}
+		th := &Threads{Mode: ThreadConversation, RDB: rdb, Prefix: "p:", Client: ac, Lock: c.lock, LockTTL: 10 * time.Second}
+		m := inbound.Message{AgentID: agent, Conversation: record.Conversation{Integration: "test", ChatID: string(rune('a' + i))}}
 		gets.Store(0)
-		id, err := th.resolveKnown(ctx, m, "", c.read, nil)
+		id, err := th.ResolveKnown(ctx, m, "", c.read, nil)
 		if err != nil || !agentclient.ValidConversationID(id) {
 			t.Fatalf("%+v: %q %v", c, id, err)
 		}
@@ -54,7 +56,7 @@ func TestThreadReadAtStartNotReadAgain(t *testing.T) {
 		if kept, err := rdb.Get(ctx, thread.Key("p:", agent, m.Conversation.Integration, m.Conversation.ChatID)).Result(); err != nil || kept != id {
 			t.Errorf("%+v: kept %q (%v), want %q", c, kept, err, id)
 		}
-		again, err := th.resolveKnown(ctx, m, id, true, nil)
+		again, err := th.ResolveKnown(ctx, m, id, true, nil)
 		if err != nil || again != id {
 			t.Errorf("%+v: known: %q %v", c, again, err)
 		}
@@ -95,11 +97,11 @@ func TestThreadKeptWithTheNextRoundTrip(t *testing.T) {
 	defer rdb.Close()
 	ctx := context.Background()
 	for i, lock := range []bool{false, true} {
-		th := &threads{mode: ThreadConversation, rdb: rdb, prefix: "p:", client: ac, lock: lock, lockTTL: 10 * time.Second}
-		m := Message{AgentID: agent, Conversation: Conversation{Integration: "test", ChatID: string(rune('a' + i))}}
+		th := &Threads{Mode: ThreadConversation, RDB: rdb, Prefix: "p:", Client: ac, Lock: lock, LockTTL: 10 * time.Second}
+		m := inbound.Message{AgentID: agent, Conversation: record.Conversation{Integration: "test", ChatID: string(rune('a' + i))}}
 		key := thread.Key("p:", agent, m.Conversation.Integration, m.Conversation.ChatID)
 		var ops []store.Op
-		id, err := th.resolveKnown(ctx, m, "", true, func(op store.Op) { ops = append(ops, op) })
+		id, err := th.ResolveKnown(ctx, m, "", true, func(op store.Op) { ops = append(ops, op) })
 		if err != nil || !agentclient.ValidConversationID(id) {
 			t.Fatalf("lock %v: %q %v", lock, id, err)
 		}
