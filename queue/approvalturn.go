@@ -8,16 +8,13 @@ import (
 
 	"github.com/lettaq/lettaq/agentclient"
 	"github.com/lettaq/lettaq/queue/internal/approval"
+	"github.com/lettaq/lettaq/queue/internal/attempt"
 )
 
 // The worker's side of approvals: the approval part (queue/internal/approval)
 // decides; this file gives it what it needs of the worker and of the
 // attempt, and applies its gate: a message that meets its chat's unanswered
 // request waits (parks) or fails.
-
-// approvalWaitDelay is how often a waiting message that could not park
-// looks again (a parked one is woken by the answer: parkApproval).
-const approvalWaitDelay = 5 * time.Second
 
 // ApprovalObserver, when the worker's Observer implements it, is told of
 // approvals: event is "requested", "answered" or "expired" (answered by
@@ -111,14 +108,14 @@ func (a *approvalAttempt) SetApproval(r *ApprovalRecord) {
 	t.jr.Unlock()
 }
 
-func (a *approvalAttempt) RedisFailed() { (*turn)(a).redisFailed() }
+func (a *approvalAttempt) RedisFailed() { (*turn)(a).RedisFailed() }
 
 // newApprovalTurn is the attempt's approvals (turn.ap), once its task,
 // message and line are known.
 func newApprovalTurn(t *turn) approval.Turn {
-	id := approval.Ident{TaskID: t.taskID, Otid: t.otid, Queue: t.queue, Key: t.line.Key(), AgentID: t.msg.AgentID,
-		Conversation: t.msg.Conversation, LettaConversationID: t.msg.LettaConversationID,
-		EnqueuedAt: t.msg.EnqueuedAt, Answer: t.msg.Approval}
+	id := approval.Ident{TaskID: t.TaskID, Otid: t.Otid, Queue: t.Queue, Key: t.line.Key(), AgentID: t.Msg.AgentID,
+		Conversation: t.Msg.Conversation, LettaConversationID: t.Msg.LettaConversationID,
+		EnqueuedAt: t.Msg.EnqueuedAt, Answer: t.Msg.Approval}
 	return t.w.approvals.Turn(id, (*approvalAttempt)(t), t.log)
 }
 
@@ -134,11 +131,11 @@ func (t *turn) approvalGate(ctx context.Context) (answers []agentclient.Approval
 	}
 	switch {
 	case g.Err != nil:
-		return nil, t.end.retryEarly(g.Err), true
+		return nil, t.end.RetryEarly(g.Err), true
 	case g.Fail != "":
-		return nil, t.end.fail(ctx, log, g.Fail, ""), true
+		return nil, t.end.Fail(ctx, log, g.Fail, ""), true
 	case g.Wait:
-		return nil, waiting{t.end}.awaitApproval(ctx, log, g.Open), true
+		return nil, attempt.Waiting{Completer: t.end}.AwaitApproval(ctx, log, g.Open), true
 	}
 	return g.Answers, nil, false
 }

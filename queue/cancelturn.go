@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 
+	"github.com/lettaq/lettaq/queue/internal/attempt"
 	"github.com/lettaq/lettaq/queue/internal/cancelsub"
 )
 
@@ -35,9 +36,7 @@ import (
 // CancelObserver is an Observer that is also told of cancelled turns (the
 // phase is one of the CancelPhase… constants). A worker's Observer that
 // implements it is told.
-type CancelObserver interface {
-	TurnCancelled(queue, phase string)
-}
+type CancelObserver = attempt.CancelObserver
 
 // cancelRun is the turn as its cancel's view of the attempt (cancel.Run,
 // cancel.Attempt): (*cancelRun)(t).
@@ -49,7 +48,7 @@ func (r *cancelRun) Log() *slog.Logger { return r.log }
 
 // ReadCancel reads the turn's cancel record.
 func (r *cancelRun) ReadCancel(ctx context.Context) ([]byte, bool, error) {
-	return r.w.replies.st.GetCancel(ctx, r.taskID)
+	return r.w.replies.st.GetCancel(ctx, r.TaskID)
 }
 
 // NoteCancel notes the cancel the channel published (cancel.Running).
@@ -70,9 +69,9 @@ func (r *cancelRun) CancelRun(conv, runID string) error {
 	defer cancel()
 	var err error
 	if conv == "" {
-		_, err = t.w.client.CancelRuns(ctx, t.msg.AgentID, []string{runID})
+		_, err = t.w.client.CancelRuns(ctx, t.Msg.AgentID, []string{runID})
 	} else {
-		_, err = t.w.client.CancelConversation(ctx, conv, t.msg.AgentID)
+		_, err = t.w.client.CancelConversation(ctx, conv, t.Msg.AgentID)
 	}
 	return err
 }

@@ -27,15 +27,15 @@ func TestWatchCancels(t *testing.T) {
 	t.Cleanup(w.closeRedis)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	newTurn := func(id string) *turn {
-		tt := &turn{w: w, jr: attemptJournal(w, nil), log: log, ids: &attempt.IDs{TaskID: id}, attemptID: attemptID{taskID: id}}
-		w.cancels.Add(tt.taskID, (*cancelRun)(tt))
+		tt := &turn{w: w, jr: attemptJournal(w, nil), log: log, ids: &attempt.IDs{TaskID: id}, ID: attempt.ID{TaskID: id}}
+		w.cancels.Add(tt.TaskID, (*cancelRun)(tt))
 		return tt
 	}
 	missed, heard, other := newTurn("turn:missed"), newTurn("turn:heard"), newTurn("turn:other")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	// Recorded (and published) before the worker subscribes.
-	if _, err := w.replies.st.PutCancel(ctx, missed.taskID, []byte(`{"by":"early"}`), time.Minute); err != nil {
+	if _, err := w.replies.st.PutCancel(ctx, missed.TaskID, []byte(`{"by":"early"}`), time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
@@ -46,18 +46,18 @@ func TestWatchCancels(t *testing.T) {
 		for {
 			if cr := tt.cx.Asked(); cr != nil {
 				if cr.By != by {
-					t.Errorf("%s: cancel by %q, want %q", tt.taskID, cr.By, by)
+					t.Errorf("%s: cancel by %q, want %q", tt.TaskID, cr.By, by)
 				}
 				return
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("%s never heard of its cancel", tt.taskID)
+				t.Fatalf("%s never heard of its cancel", tt.TaskID)
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
 	waitFor(missed, "early")
-	if _, err := w.replies.st.PutCancel(ctx, heard.taskID, []byte(`{"by":"later"}`), time.Minute); err != nil {
+	if _, err := w.replies.st.PutCancel(ctx, heard.TaskID, []byte(`{"by":"later"}`), time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(heard, "later")

@@ -7,6 +7,7 @@ import (
 
 	"github.com/lettaq/lettaq/queue/internal/approval"
 	"github.com/lettaq/lettaq/queue/internal/inbound"
+	"github.com/lettaq/lettaq/queue/internal/journal"
 	"github.com/lettaq/lettaq/queue/internal/record"
 )
 
@@ -14,7 +15,7 @@ import (
 var (
 	// ErrNotFound: the journal has no record of the turn, or it has
 	// expired (Journal.Get, Client.Cancel).
-	ErrNotFound = errors.New("queue: turn record not found")
+	ErrNotFound = journal.ErrNotFound
 	// ErrNoApproval: no approval request is known by the given task id or
 	// otid (Client.AnswerApproval, Client.Approve, Client.Deny).
 	ErrNoApproval = approval.ErrNoRequest

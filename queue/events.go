@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"strconv"
 	"time"
-	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lettaq/lettaq/internal/split"
+	"github.com/lettaq/lettaq/queue/internal/attempt"
 	"github.com/lettaq/lettaq/queue/internal/codec"
 	"github.com/lettaq/lettaq/queue/internal/record"
 	"github.com/lettaq/lettaq/queue/internal/store"
@@ -221,7 +221,7 @@ func (r *Replies) complete(c Conversation, ev ReplyEvent) (_ ReplyEvent, at, dat
 	if ev.Tool != nil {
 		t := *ev.Tool
 		if len(t.Return) > MaxToolReturnBytes {
-			t.Return = replyTruncateUTF8(t.Return, MaxToolReturnBytes)
+			t.Return = codec.CutUTF8(t.Return, MaxToolReturnBytes)
 			t.Truncated = true
 		}
 		ev.Tool = &t
@@ -299,7 +299,7 @@ func appendReplyData(b []byte, ev *ReplyEvent) (_ []byte, ok bool) {
 		b = append(b, ']')
 	}
 	if ev.Tool != nil {
-		b = appendToolEventJSON(append(b, `,"tool":`...), ev.Tool)
+		b = attempt.AppendToolEventJSON(append(b, `,"tool":`...), ev.Tool)
 	}
 	b = codec.AppendStringField(b, `,"stop_reason":`, ev.StopReason)
 	if ev.Permanent || ev.Type == EventError {
@@ -329,19 +329,6 @@ func validateReplyEvent(ev ReplyEvent) error {
 		}
 	}
 	return nil
-}
-
-// replyTruncateUTF8 returns the longest prefix of s of at most n bytes that does
-// not end inside a rune.
-func replyTruncateUTF8(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	i := n
-	for i > 0 && i > n-utf8.UTFMax && !utf8.RuneStart(s[i]) {
-		i--
-	}
-	return s[:i]
 }
 
 // replyEventFromEntry decodes a stream entry. It is lenient: a field that is
@@ -395,17 +382,8 @@ func (r *Replies) Read(ctx context.Context, c Conversation, after string, count 
 	return events, lastID, nil
 }
 
-// appendToolEventJSON appends t as json.Marshal writes it.
-func appendToolEventJSON(b []byte, t *ToolEvent) []byte {
-	o := len(b)
-	b = append(b, '{')
-	b = codec.AppendStringField(b, `,"name":`, t.Name)
-	b = codec.AppendStringField(b, `,"call_id":`, t.CallID)
-	b = codec.AppendStringField(b, `,"arguments":`, t.Arguments)
-	b = codec.AppendStringField(b, `,"status":`, t.Status)
-	b = codec.AppendStringField(b, `,"return":`, t.Return)
-	if t.Truncated {
-		b = append(b, `,"truncated":true`...)
-	}
-	return codec.CloseObject(b, o)
-}
+// repliesView is the reply streams as an attempt writes them
+// (attempt.Replies).
+type repliesView struct{ *Replies }
+
+func (r repliesView) AnsweredKey(taskID string) string { return r.answeredKey(taskID) }

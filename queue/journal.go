@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lettaq/lettaq/queue/internal/attempt"
 	"github.com/lettaq/lettaq/queue/internal/journal"
 	"github.com/lettaq/lettaq/queue/internal/record"
 	"github.com/lettaq/lettaq/queue/internal/store"
@@ -73,9 +74,9 @@ const (
 
 // Resend decisions (Attempt.ResendDecision); "" when the question never came up.
 const (
-	ResendNotNeeded = "not_needed"
-	ResendSent      = "resent"
-	ResendForbidden = "forbidden"
+	ResendNotNeeded = attempt.ResendNotNeeded
+	ResendSent      = attempt.ResendSent
+	ResendForbidden = attempt.ResendForbidden
 )
 
 // ApprovalRecord is what the journal keeps of an approval (TurnRecord.Approval).
@@ -385,10 +386,13 @@ func (j *Journal) Recent(ctx context.Context, filter Filter, limit int) ([]*Turn
 	return out, nil
 }
 
-// journalIntents is the journal's intents as an attempt writes them
-// (attempt.Intents).
-type journalIntents struct{ *Journal }
+// journalView is the journal as an attempt writes it (attempt.Journal).
+type journalView struct{ *Journal }
 
-func (j journalIntents) IntentOp(taskID, otid string, attempt int, worker string, prior *[]Intent) (store.Op, error) {
+func (j journalView) IntentOp(taskID, otid string, attempt int, worker string, prior *[]Intent) (store.Op, error) {
 	return j.intentOp(taskID, otid, attempt, worker, prior)
+}
+
+func (j journalView) SaveBy(ctx context.Context, rec *TurnRecord, runner int64) error {
+	return j.saveBy(ctx, rec, runner)
 }

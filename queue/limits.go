@@ -61,5 +61,5 @@ const (
 	// MaxToolReturnBytes is the most of a tool's return that an event
 	// carries; Emit cuts longer returns (at a rune boundary) and sets
 	// Truncated.
-	MaxToolReturnBytes = 2048
+	MaxToolReturnBytes = attempt.MaxToolReturnBytes
 )

@@ -155,7 +155,11 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	}
 	w.threads = &attempt.Threads{Mode: mode, RDB: w.replies.rdb, Prefix: w.replies.opts.Prefix, Client: w.client, Lock: w.ord == nil,
 		LockTTL: w.cfg.Budget.ThreadResolution() + attempt.ThreadLockSlack}
-	w.attemptCfg = attempt.Config{WorkerID: w.cfg.WorkerID, Budget: w.cfg.Budget, HeartbeatInterval: w.cfg.HeartbeatInterval,
-		DeltaMaxAge: w.cfg.DeltaMaxAge}
+	w.attempts = &attempt.Parts{Cfg: attempt.Config{WorkerID: w.cfg.WorkerID, Budget: w.cfg.Budget,
+		HeartbeatInterval: w.cfg.HeartbeatInterval, DeltaMaxAge: w.cfg.DeltaMaxAge, StuckRetryDelay: w.cfg.StuckRetryDelay,
+		MaxReplyBytes: w.cfg.MaxReplyBytes},
+		Obs: w.obs, Replies: repliesView{w.replies}, Journal: journalView{w.journal}, OneRedis: w.oneRedis(),
+		ResultWithSave: w.rdb != nil && w.replies.rdb == w.rdb, Ordered: w.ord != nil, IsFailure: w.isFailure,
+		Permanent: &w.permanent, Lines: w.lines, Approvals: w.approvals}
 	return w, nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lettaq/lettaq/ordering"
+	"github.com/lettaq/lettaq/queue/internal/attempt"
 	"github.com/lettaq/lettaq/queue/internal/store"
 )
 
@@ -161,7 +162,7 @@ func (t *turn) acquire(ctx context.Context) (err error, done bool) {
 		if derr := t.progress.Do(ctx, nil, op); derr != nil {
 			// Not run, or not waited for (ctx ended): a lock it took
 			// goes to this task's next attempt (the lock knows the task).
-			return t.end.retryEarly(fmt.Errorf("ordering: acquire: %w", derr)), true
+			return t.end.RetryEarly(fmt.Errorf("ordering: acquire: %w", derr)), true
 		}
 		if pre != nil {
 			// The cancel record, read after the acquire whatever it
@@ -186,23 +187,23 @@ func (t *turn) acquire(ctx context.Context) (err error, done bool) {
 	case err == nil:
 		return nil, false
 	case errors.As(err, &me):
-		return t.end.coalesced(ctx, me.Into), true
+		return t.end.Coalesced(ctx, me.Into), true
 	case errors.Is(err, ordering.ErrDone):
 		t.log.Info("turn already finished (duplicate delivery)")
 		return nil, true
 	case ordering.IsNotYourTurn(err) && t.cx.Asked() != nil:
-		return t.end.cancelWaiting(ctx, err), true
+		return t.end.CancelWaiting(ctx, err), true
 	case ordering.IsNotYourTurn(err):
 		t.line.WakeAfterDeadHeads(ctx, err)
-		if perr := (waiting{t.end}).parkNotYourTurn(ctx, err); perr != nil {
+		if perr := (attempt.Waiting{Completer: t.end}).ParkNotYourTurn(ctx, err); perr != nil {
 			return perr, true // parked: it waits, woken by the turn ahead
 		}
 		// Put back: not a failure, no retry used (ordering.IsFailure),
 		// unless the task has none left (after a crash: see outOfRetries).
-		if t.end.noRetryLeft(err) {
-			return t.end.giveUp("its turn did not come: " + err.Error()), true
+		if t.end.NoRetryLeft(err) {
+			return t.end.GiveUp("its turn did not come: " + err.Error()), true
 		}
 		return err, true
 	}
-	return t.end.retryEarly(fmt.Errorf("ordering: %w", err)), true
+	return t.end.RetryEarly(fmt.Errorf("ordering: %w", err)), true
 }

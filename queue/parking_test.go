@@ -14,6 +14,7 @@ import (
 	"github.com/lettaq/lettaq/ordering"
 	"github.com/lettaq/lettaq/queue/internal/approval"
 	"github.com/lettaq/lettaq/queue/internal/asynqlog"
+	"github.com/lettaq/lettaq/queue/internal/attempt"
 	"github.com/lettaq/lettaq/queue/internal/fence"
 	"github.com/lettaq/lettaq/queue/internal/health"
 	"github.com/lettaq/lettaq/queue/internal/line"
@@ -156,15 +157,15 @@ func TestSweeperRestoresAParkedTaskLeftBehind(t *testing.T) {
 func TestAddWaitMergesLooks(t *testing.T) {
 	rec := &TurnRecord{}
 	t0 := time.Now()
-	if !addWait(rec, "approval request turn:a", "r", t0) || addWait(rec, "approval request turn:a", "r", t0.Add(time.Minute)) ||
-		addWait(rec, AnswerTaskID("turn:a"), "r", t0.Add(2*time.Minute)) || addWait(rec, approval.AnswerTaskIDAfter("turn:a", 1), "r", t0.Add(3*time.Minute)) {
+	if !attempt.AddWait(rec, "approval request turn:a", "r", t0) || attempt.AddWait(rec, "approval request turn:a", "r", t0.Add(time.Minute)) ||
+		attempt.AddWait(rec, AnswerTaskID("turn:a"), "r", t0.Add(2*time.Minute)) || attempt.AddWait(rec, approval.AnswerTaskIDAfter("turn:a", 1), "r", t0.Add(3*time.Minute)) {
 		t.Fatalf("looks again added waits: %+v", rec.Waits)
 	}
-	if !addWait(rec, "turn:b", "r", t0.Add(4*time.Minute)) || len(rec.Waits) != 2 || !rec.Waits[0].Until.Equal(t0.Add(4*time.Minute)) {
+	if !attempt.AddWait(rec, "turn:b", "r", t0.Add(4*time.Minute)) || len(rec.Waits) != 2 || !rec.Waits[0].Until.Equal(t0.Add(4*time.Minute)) {
 		t.Fatalf("a new wait: %+v", rec.Waits)
 	}
-	endWaits(rec, t0.Add(5*time.Minute))
-	if openWait(rec) != nil || !rec.Waits[1].Until.Equal(t0.Add(5*time.Minute).UTC()) {
+	attempt.EndWaits(rec, t0.Add(5*time.Minute))
+	if attempt.OpenWait(rec) != nil || !rec.Waits[1].Until.Equal(t0.Add(5*time.Minute).UTC()) {
 		t.Fatalf("ended: %+v", rec.Waits)
 	}
 }
@@ -218,10 +219,10 @@ func TestParkApprovalWakesItselfWhenAnsweredMeanwhile(t *testing.T) {
 	}
 	w.lines.WakeApprovalWaiters(ctx, req.RequestTaskID, "") // the answer's wake-up: nobody noted yet
 	w.lines.AfterRevoke = func(store.Parked) {}             // the re-enqueue is looked at below
-	tt := &turn{w: w, rn: fence.Runner{ID: r.TaskID}, log: w.log, jr: attemptJournal(w, &TurnRecord{TaskID: r.TaskID, Attempts: []Attempt{{N: 1}}}), progress: w.writer.NewQueue(conv, func(error) {}, nil), attemptID: attemptID{taskID: r.TaskID, queue: q, task: asynq.NewTask(info.Type, info.Payload), start: time.Now()}}
-	tt.line = w.lines.Place(line.Attempt{TaskID: r.TaskID, Queue: q, Runner: r.TaskID, Task: tt.task, Log: w.log})
+	tt := &turn{w: w, rn: fence.Runner{ID: r.TaskID}, log: w.log, jr: attemptJournal(w, &TurnRecord{TaskID: r.TaskID, Attempts: []Attempt{{N: 1}}}), progress: w.writer.NewQueue(conv, func(error) {}, nil), ID: attempt.ID{TaskID: r.TaskID, Queue: q, Task: asynq.NewTask(info.Type, info.Payload), Start: time.Now()}}
+	tt.line = w.lines.Place(line.Attempt{TaskID: r.TaskID, Queue: q, Runner: r.TaskID, Task: tt.Task, Log: w.log})
 	assemble(tt)
-	if err := (waiting{tt.end}).parkApproval(ctx, w.log, &stale); !errors.Is(err, asynq.RevokeTask) {
+	if err := (attempt.Waiting{Completer: tt.end}).ParkApproval(ctx, w.log, &stale); !errors.Is(err, asynq.RevokeTask) {
 		t.Fatalf("parkApproval: %v; want parked", err)
 	}
 	p, err := w.lines.Parking().Get(ctx, r.TaskID)

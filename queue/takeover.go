@@ -45,6 +45,6 @@ func newTakeover(w *Worker) *takeover.Registry {
 // (not registered yet: prepare registers it once its start read numbered
 // the runner).
 func newRegistration(t *turn) *takeover.Registration {
-	return t.w.tk.Attempt(takeover.Attempt{TaskID: t.taskID, Queue: t.queue, Runner: &t.rn, Log: t.log,
-		Obs: &t.obs, Start: t.start, Ctx: t.actx})
+	return t.w.tk.Attempt(takeover.Attempt{TaskID: t.TaskID, Queue: t.Queue, Runner: &t.rn, Log: t.log,
+		Obs: &t.obs, Start: t.Start, Ctx: t.actx})
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lettaq/lettaq/queue/internal/attempt"
 	"github.com/lettaq/lettaq/queue/internal/claim"
 	"github.com/lettaq/lettaq/queue/internal/fence"
 	"github.com/lettaq/lettaq/queue/internal/journal"
@@ -27,7 +28,7 @@ func TestTakeoverRecoveredTurnNotRunTwice(t *testing.T) {
 	a.tk.Tick(ctx)
 	b.tk.Tick(ctx)
 	newRunner := func(w *Worker, runner, from string, retried int) *turn {
-		tr := &turn{w: w, jr: attemptJournal(w, nil), rn: fence.Runner{ID: runner, Retried: retried, From: from}, log: w.log, actx: ctx, attemptID: attemptID{taskID: "turn-6", queue: e.queue}}
+		tr := &turn{w: w, jr: attemptJournal(w, nil), rn: fence.Runner{ID: runner, Retried: retried, From: from}, log: w.log, actx: ctx, ID: attempt.ID{TaskID: "turn-6", Queue: e.queue}}
 		tr.progress = w.writer.NewQueue(Conversation{Integration: "test", ChatID: "turn-6"}, func(error) {}, nil)
 		tr.rn.OnFence(func(error) {})
 		return withReg(tr)
@@ -108,7 +109,7 @@ func TestTakeoverRegisterAgainTakesFromDeadHolder(t *testing.T) {
 	a.tk.Tick(ctx)
 	b.tk.Tick(ctx)
 	// Asynq's recovery runs the turn on A; its registration was lost.
-	orig := withReg(&turn{w: a, jr: attemptJournal(a, nil), rn: fence.Runner{ID: "turn-8", Retried: 1}, log: a.log, actx: ctx, attemptID: attemptID{taskID: "turn-8", queue: e.queue}})
+	orig := withReg(&turn{w: a, jr: attemptJournal(a, nil), rn: fence.Runner{ID: "turn-8", Retried: 1}, log: a.log, actx: ctx, ID: attempt.ID{TaskID: "turn-8", Queue: e.queue}})
 	orig.tk.AsRegistered(claim.Entry{}, 0)
 	a.tk.Tick(ctx)
 	if !e.rdb.HExists(ctx, e.prefix+"takeover:turns:"+a.tk.Instance(), "turn-8").Val() {
@@ -119,7 +120,7 @@ func TestTakeoverRegisterAgainTakesFromDeadHolder(t *testing.T) {
 	}
 	// B, whose registration of the turn was lost too, takes nothing from A,
 	// and stops its runner.
-	other := withReg(&turn{w: b, jr: attemptJournal(b, nil), rn: fence.Runner{ID: "turn-8"}, log: b.log, actx: ctx, attemptID: attemptID{taskID: "turn-8", queue: e.queue}})
+	other := withReg(&turn{w: b, jr: attemptJournal(b, nil), rn: fence.Runner{ID: "turn-8"}, log: b.log, actx: ctx, ID: attempt.ID{TaskID: "turn-8", Queue: e.queue}})
 	other.tk.AsRegistered(claim.Entry{}, 0)
 	b.tk.Tick(ctx)
 	if e.rdb.HExists(ctx, e.prefix+"takeover:turns:"+b.tk.Instance(), "turn-8").Val() {
@@ -145,7 +146,7 @@ func TestTakeoverPendingRegistrationNotWrittenBack(t *testing.T) {
 		<-gate
 		return exec(ctx, ops)
 	}
-	tr := withReg(&turn{w: w, jr: attemptJournal(w, nil), rn: fence.Runner{ID: "turn-p"}, log: w.log, actx: ctx, attemptID: attemptID{taskID: "turn-p", queue: e.queue}})
+	tr := withReg(&turn{w: w, jr: attemptJournal(w, nil), rn: fence.Runner{ID: "turn-p"}, log: w.log, actx: ctx, ID: attempt.ID{TaskID: "turn-p", Queue: e.queue}})
 	tr.progress = w.writer.NewQueue(Conversation{Integration: "test", ChatID: "p"}, func(error) {}, nil)
 	register(tr)
 	turns := e.prefix + "takeover:turns:" + w.tk.Instance()
@@ -245,7 +246,7 @@ func TestTakeoverLaterStartedRunnerKeepsTurn(t *testing.T) {
 func beginRunner(t *testing.T, w *Worker, queue, taskID, runner, from string) *turn {
 	t.Helper()
 	ctx := context.Background()
-	tr := &turn{w: w, rn: fence.Runner{ID: runner, From: from}, log: w.log, actx: ctx, jr: attemptJournal(w, nil), attemptID: attemptID{taskID: taskID, queue: queue, start: time.Now()}}
+	tr := &turn{w: w, rn: fence.Runner{ID: runner, From: from}, log: w.log, actx: ctx, jr: attemptJournal(w, nil), ID: attempt.ID{TaskID: taskID, Queue: queue, Start: time.Now()}}
 	tr.progress = w.writer.NewQueue(Conversation{Integration: "test", ChatID: taskID}, func(error) {}, nil)
 	tr.rn.OnFence(func(error) {})
 	withReg(tr)
@@ -254,7 +255,7 @@ func beginRunner(t *testing.T, w *Worker, queue, taskID, runner, from string) *t
 		t.Fatal(err)
 	}
 	rec.TaskID = taskID
-	rec.Attempts = append(rec.Attempts, Attempt{N: len(rec.Attempts) + 1, Worker: w.cfg.WorkerID, Start: tr.start,
+	rec.Attempts = append(rec.Attempts, Attempt{N: len(rec.Attempts) + 1, Worker: w.cfg.WorkerID, Start: tr.Start,
 		TakenOverFrom: from})
 	tr.jr.Begin(rec)
 	return tr

@@ -82,7 +82,7 @@ func withReg(tr *turn) *turn {
 // register registers tr as prepare does: the write goes with the attempt's
 // next round trip.
 func register(tr *turn) {
-	if op := tr.tk.Register(claim.Entry{Key: tr.line.Key(), Retried: tr.retried, MaxRetry: tr.maxRetry}, tr.jr.Runner()); op != nil {
+	if op := tr.tk.Register(claim.Entry{Key: tr.line.Key(), Retried: tr.Retried, MaxRetry: tr.MaxRetry}, tr.jr.Runner()); op != nil {
 		tr.progress.PushOp(op)
 	}
 }
@@ -230,7 +230,7 @@ func TestTakeoverMarkerEndsOlderRunner(t *testing.T) {
 		t.Fatal(err)
 	}
 	mk := func(runner string, retried int) *turn {
-		return withReg(&turn{w: w, jr: attemptJournal(w, nil), rn: fence.Runner{ID: runner, Retried: retried}, log: w.log, attemptID: attemptID{taskID: "turn-9"}})
+		return withReg(&turn{w: w, jr: attemptJournal(w, nil), rn: fence.Runner{ID: runner, Retried: retried}, log: w.log, ID: attempt.ID{TaskID: "turn-9"}})
 	}
 	if !mk("turn-9", 1).tk.ContinuedElsewhere(ctx) {
 		t.Error("the recovered original does not see the takeover")
@@ -254,8 +254,8 @@ func TestTakeoverFencingStaleBeat(t *testing.T) {
 	w := e.worker("A", 2*time.Second)
 	ctx := context.Background()
 	ep := w.tk.Instance()
-	t1 := withReg(&turn{w: w, jr: attemptJournal(w, nil), log: w.log, attemptID: attemptID{taskID: "turn-f1"}})
-	t2 := withReg(&turn{w: w, jr: attemptJournal(w, nil), log: w.log, attemptID: attemptID{taskID: "turn-f2"}})
+	t1 := withReg(&turn{w: w, jr: attemptJournal(w, nil), log: w.log, ID: attempt.ID{TaskID: "turn-f1"}})
+	t2 := withReg(&turn{w: w, jr: attemptJournal(w, nil), log: w.log, ID: attempt.ID{TaskID: "turn-f2"}})
 	canceled := make(chan error, 1)
 	t2.rn.OnFence(func(err error) { canceled <- err })
 	t1.tk.AsRegistered(claim.Entry{}, 0)
@@ -276,7 +276,7 @@ func TestTakeoverFencingStaleBeat(t *testing.T) {
 		t.Fatalf("the fenced turn's context ended with %v", err)
 	}
 	// A stale beat without a tombstone: the turn goes on.
-	t3 := withReg(&turn{w: w, jr: attemptJournal(w, nil), log: w.log, attemptID: attemptID{taskID: "turn-f3"}})
+	t3 := withReg(&turn{w: w, jr: attemptJournal(w, nil), log: w.log, ID: attempt.ID{TaskID: "turn-f3"}})
 	t3.tk.AsRegistered(claim.Entry{}, 0)
 	t3.tk.BeatAgo(2 * time.Second)
 	if t3.tk.TakenOver(ctx) {
@@ -291,7 +291,7 @@ func TestTakeoverBeatFindsTombstoneAndLeave(t *testing.T) {
 	w := e.worker("A", 2*time.Second)
 	ctx := context.Background()
 	ep := w.tk.Instance()
-	t1 := withReg(&turn{w: w, jr: attemptJournal(w, nil), log: w.log, attemptID: attemptID{taskID: "turn-t1"}})
+	t1 := withReg(&turn{w: w, jr: attemptJournal(w, nil), log: w.log, ID: attempt.ID{TaskID: "turn-t1"}})
 	t1.tk.AsRegistered(claim.Entry{}, 0)
 	e.rdb.Set(ctx, e.prefix+"takeover:dead:"+ep, "B", time.Hour)
 	w.tk.Tick(ctx)
@@ -317,7 +317,7 @@ func TestTakeoverRegistryLostRegistersAgain(t *testing.T) {
 	w := e.worker("A", 2*time.Second)
 	ctx := context.Background()
 	w.tk.Tick(ctx)
-	tr := withReg(&turn{w: w, jr: attemptJournal(w, nil), rn: fence.Runner{ID: "turn-r"}, log: w.log, actx: ctx, attemptID: attemptID{taskID: "turn-r", queue: e.queue}})
+	tr := withReg(&turn{w: w, jr: attemptJournal(w, nil), rn: fence.Runner{ID: "turn-r"}, log: w.log, actx: ctx, ID: attempt.ID{TaskID: "turn-r", Queue: e.queue}})
 	tr.progress = w.writer.NewQueue(Conversation{Integration: "test", ChatID: "r"}, func(error) {}, nil)
 	register(tr)
 	tr.progress.Flush(ctx) // the registration goes with the attempt's next writes
@@ -346,7 +346,7 @@ func TestTakeoverFinishedTurnNotRegisteredAgain(t *testing.T) {
 	w := e.worker("A", 2*time.Second)
 	ctx := context.Background()
 	w.tk.Tick(ctx)
-	tr := withReg(&turn{w: w, jr: attemptJournal(w, nil), rn: fence.Runner{ID: "turn-done"}, log: w.log, actx: ctx, attemptID: attemptID{taskID: "turn-done", queue: e.queue}})
+	tr := withReg(&turn{w: w, jr: attemptJournal(w, nil), rn: fence.Runner{ID: "turn-done"}, log: w.log, actx: ctx, ID: attempt.ID{TaskID: "turn-done", Queue: e.queue}})
 	tr.progress = w.writer.NewQueue(Conversation{Integration: "test", ChatID: "done"}, func(error) {}, nil)
 	register(tr)
 	tr.progress.Flush(ctx)
@@ -400,14 +400,14 @@ func TestTakeoverFencedDeliveryReportsTakenOver(t *testing.T) {
 	ep := w.tk.Instance()
 	id := "turn-fd"
 	conv := Conversation{Integration: "test", ChatID: "fd-" + randomHex(t)}
-	tr := &turn{w: w, rn: fence.Runner{ID: id}, log: slog.New(c), actx: ctx, ids: &attempt.IDs{TaskID: id, Otid: "otid-fd"}, attemptID: attemptID{taskID: id, otid: "otid-fd", queue: e.queue, start: time.Now(), msg: Message{AgentID: "agent-1", Conversation: conv, MessageID: "m1"}}}
+	tr := &turn{w: w, rn: fence.Runner{ID: id}, log: slog.New(c), actx: ctx, ids: &attempt.IDs{TaskID: id, Otid: "otid-fd"}, ID: attempt.ID{TaskID: id, Otid: "otid-fd", Queue: e.queue, Start: time.Now(), Msg: Message{AgentID: "agent-1", Conversation: conv, MessageID: "m1"}}}
 	tr.obs.Observer = w.obs
 	withReg(tr).tk.AsRegistered(claim.Entry{}, 0)
-	tr.progress = w.writer.NewQueue(conv, tr.writeFailed, nil)
+	tr.progress = w.writer.NewQueue(conv, tr.WriteFailed, nil)
 	tr.progress.SetFence(tr.tk.FencedNow, errTakenOver)
 	defer tr.progress.Close()
 	tr.jr = attemptJournal(w, &TurnRecord{TaskID: id, Otid: "otid-fd", Conversation: conv,
-		Attempts: []Attempt{{N: 1, Worker: "A", Start: tr.start}}})
+		Attempts: []Attempt{{N: 1, Worker: "A", Start: tr.Start}}})
 	assemble(tr) // (with its queue and record)
 	tr.obs.TaskStarted(e.queue, 1, 0)
 	// Meanwhile: B claimed A (its tombstone) and wrote the turn's answer
@@ -415,7 +415,7 @@ func TestTakeoverFencedDeliveryReportsTakenOver(t *testing.T) {
 	e.rdb.Set(ctx, e.prefix+"answered:"+id, "1", time.Hour)
 	e.rdb.Set(ctx, e.prefix+"takeover:dead:"+ep, "B", time.Hour)
 	tr.tk.BeatAgo(2 * time.Second)
-	if err := tr.end.deliver(ctx, tr.log, OutcomeAnswered, ReplyEvent{Type: EventAnswer, Text: "from A"}, "from A", nil); err != nil {
+	if err := tr.end.Deliver(ctx, tr.log, OutcomeAnswered, ReplyEvent{Type: EventAnswer, Text: "from A"}, "from A", nil); err != nil {
 		t.Errorf("deliver: %v", err)
 	}
 	obs.mu.Lock()

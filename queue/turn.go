@@ -44,8 +44,8 @@ func (w *Worker) processTask(ctx context.Context, task *asynq.Task) error {
 	if t == nil {
 		return err
 	}
-	w.cancels.Add(t.taskID, (*cancelRun)(t)) // before the start's reads: a cancel from then on reaches it
-	defer w.cancels.Remove(t.taskID, (*cancelRun)(t))
+	w.cancels.Add(t.TaskID, (*cancelRun)(t)) // before the start's reads: a cancel from then on reaches it
+	defer w.cancels.Remove(t.TaskID, (*cancelRun)(t))
 	t.rn.OnFence(cancel)
 	t.progress.SetFence(t.tk.FencedNow, errTakenOver)
 	defer t.progress.Close()
@@ -97,21 +97,21 @@ func (w *Worker) newTurn(ctx context.Context, task *asynq.Task) (*turn, error) {
 		return nil, w.rejectPayload(ctx, taskID, qname, msg, perr, start)
 	}
 	ids := &attempt.IDs{TaskID: taskID, Otid: OtidFor(msg, taskID)}
-	t := &turn{w: w, attemptID: attemptID{task: task, taskID: taskID, queue: qname, msg: msg, otid: ids.Otid,
-		retried: retried, maxRetry: maxRetry, start: start}, ids: ids, log: attempt.NewLogger(w.log, ids),
+	t := &turn{w: w, ID: attempt.ID{Task: task, TaskID: taskID, Queue: qname, Msg: msg, Otid: ids.Otid,
+		Retried: retried, MaxRetry: maxRetry, Start: start}, ids: ids, log: attempt.NewLogger(w.log, ids),
 		rn: fence.Runner{ID: runner, Retried: asynqRetried, From: from}}
 	t.actx = ctx
-	t.recordWriter = &recordWriter{w: w, rn: &t.rn, log: t.log, actx: ctx}
+	t.RecordWriter = attempt.NewRecordWriter(w.attempts, &t.rn, t.log, ctx)
 	t.tk = newRegistration(t)
 	t.obs.Observer = w.obs
 	t.jr = journal.NewAttempt(w.journal.saver)
-	t.textBudget.max, t.textBudget.log, t.textBudget.jr = int64(w.cfg.MaxReplyBytes), t.log, t.jr
-	t.progress = w.writer.NewQueue(msg.Conversation, t.writeFailed, t.log)
+	t.textBudget.Set(int64(w.cfg.MaxReplyBytes), t.log, t.jr)
+	t.progress = w.writer.NewQueue(msg.Conversation, t.WriteFailed, t.log)
 	key := ""
 	if w.ord != nil {
 		key = w.ord.cfg.Key(msg)
 	}
-	t.line = w.lines.Place(line.Attempt{Key: key, TaskID: taskID, Queue: qname, Runner: runner, Task: task, Log: t.log, Failed: t.redisFailed})
+	t.line = w.lines.Place(line.Attempt{Key: key, TaskID: taskID, Queue: qname, Runner: runner, Task: task, Log: t.log, Failed: t.RedisFailed})
 	t.ap = newApprovalTurn(t)
 	assemble(t)
 	return t, nil
@@ -121,12 +121,11 @@ func (w *Worker) newTurn(ctx context.Context, task *asynq.Task) (*turn, error) {
 // and makes its completer from the parts the attempt holds (newTurn, once
 // they are made).
 func assemble(t *turn) {
-	if t.recordWriter == nil {
-		t.recordWriter = &recordWriter{w: t.w, rn: &t.rn, log: t.log, actx: t.actx}
+	if t.RecordWriter == nil {
+		t.RecordWriter = attempt.NewRecordWriter(t.w.attempts, &t.rn, t.log, t.actx)
 	}
-	t.recordWriter.jr, t.recordWriter.progress = t.jr, t.progress
-	t.end = &completer{attemptID: t.attemptID, recordWriter: t.recordWriter, obs: &t.obs, ids: t.ids, line: t.line,
-		ap: &t.ap, cx: &t.cx, tk: t.tk}
+	t.RecordWriter.Use(t.jr, t.progress)
+	t.end = attempt.NewCompleter(t.ID, t.RecordWriter, &t.obs, t.ids, t.line, &t.ap, &t.cx, t.tk)
 }
 
 // runOrdered runs the attempt holding its conversation's ordering lock.
@@ -154,11 +153,11 @@ func (t *turn) runOrdered(ctx context.Context) error {
 // goes to the front of the line): end says the attempt ends here with err.
 // lctx ends when the lease is lost.
 func (t *turn) lead(ctx context.Context) (lctx context.Context, cancel context.CancelFunc, err error, end bool) {
-	if t.msg.Approval != nil {
+	if t.Msg.Approval != nil {
 		// An answer goes before the messages that wait for it (an expiry
 		// joins only now, when it is due).
 		if err := t.line.JoinFront(ctx); err != nil {
-			return nil, nil, t.end.retryEarly(err), true
+			return nil, nil, t.end.RetryEarly(err), true
 		}
 	}
 	err, end = t.acquire(ctx)
@@ -167,8 +166,8 @@ func (t *turn) lead(ctx context.Context) (lctx context.Context, cancel context.C
 	}
 	// The wait for the conversation counts as queue wait: the attempt
 	// starts when it holds the key.
-	t.start = time.Now()
-	t.end.start = t.start
+	t.Start = time.Now()
+	t.end.SetStart(t.Start)
 	lctx, cancel = t.line.Context(ctx)
 	return lctx, cancel, nil, false
 }
@@ -194,7 +193,7 @@ func (t *turn) detached() context.Context { return context.WithoutCancel(t.actx)
 // failed, and the next attempt would find this one with no end and no
 // outcome.
 func (t *turn) awaitRedis(ctx context.Context) {
-	if !t.trouble.Swap(false) {
+	if !t.SawRedisFail() {
 		return
 	}
 	t0 := time.Now()
@@ -231,7 +230,7 @@ func (t *turn) awaitRedis(ctx context.Context) {
 
 // rejectPayload archives a task whose payload is unusable.
 func (w *Worker) rejectPayload(ctx context.Context, taskID, qname string, msg Message, perr error, start time.Time) error {
-	dctx, cancel := w.deliveryCtx(ctx)
+	dctx, cancel := w.attempts.DeliveryCtx(ctx)
 	defer cancel()
 	w.log.Warn("invalid turn payload, archiving", "task_id", taskID, "error", perr.Error())
 	if msg.Conversation.Validate() == nil {
@@ -255,17 +254,17 @@ func (w *Worker) rejectPayload(ctx context.Context, taskID, qname string, msg Me
 
 // turn is one attempt of one turn.
 type turn struct {
-	attemptID
-	*recordWriter            // its record's saves (save, saveLater) and its Redis failures (redisFailed)
-	end           *completer // applies how the attempt ends
-	w             *Worker
-	log           *slog.Logger     // every line carries task_id, otid and the run_id known then
-	obs           attempt.Observed // the worker's Observer, as this attempt tells it
-	ids           *attempt.IDs
-	progress      *progress.Queue // progress events, written off the stream's reader
+	attempt.ID
+	*attempt.RecordWriter                    // its record's saves (Save, SaveLater) and its Redis failures (RedisFailed)
+	end                   *attempt.Completer // applies how the attempt ends
+	w                     *Worker
+	log                   *slog.Logger     // every line carries task_id, otid and the run_id known then
+	obs                   attempt.Observed // the worker's Observer, as this attempt tells it
+	ids                   *attempt.IDs
+	progress              *progress.Queue // progress events, written off the stream's reader
 
-	line       *line.Place // its place in its chat's line: the lease, the release, merged messages, the park
-	textBudget replyBudget // the progress text it may write to the reply stream
+	line       *line.Place         // its place in its chat's line: the lease, the release, merged messages, the park
+	textBudget attempt.ReplyBudget // the progress text it may write to the reply stream
 
 	pre *store.StartReads // read before the attempt runs (until it makes its run)
 	cx  cancel.Turn       // its cancel, if one is asked for (cancelturn.go)
@@ -290,12 +289,12 @@ type turn struct {
 // drops what it read (turn.pre) once it has made its run (prepare).
 func (t *turn) startRead() store.StartRead {
 	w := t.w
-	r := store.StartRead{TaskID: t.taskID}
-	if t.msg.Approval == nil {
-		r.Pending, r.AgentID, r.Scope = true, t.msg.AgentID, w.approvals.Scope(t.msg.LettaConversationID, t.msg.Conversation)
+	r := store.StartRead{TaskID: t.TaskID}
+	if t.Msg.Approval == nil {
+		r.Pending, r.AgentID, r.Scope = true, t.Msg.AgentID, w.approvals.Scope(t.Msg.LettaConversationID, t.Msg.Conversation)
 	}
-	if w.threads.Mode == ThreadConversation && t.msg.LettaConversationID == "" {
-		r.ThreadHash = attempt.ThreadHash(t.msg.AgentID, t.msg.Conversation)
+	if w.threads.Mode == ThreadConversation && t.Msg.LettaConversationID == "" {
+		r.ThreadHash = attempt.ThreadHash(t.Msg.AgentID, t.Msg.Conversation)
 	}
 	return r
 }
@@ -315,27 +314,27 @@ func (t *turn) readStart(ctx context.Context) (rec *TurnRecord, answered bool, i
 	b, found, err := t.pre.Record()
 	switch {
 	case err != nil:
-		return nil, false, nil, fmt.Errorf("read the turn journal: queue: journal get %s: %w", t.taskID, err)
+		return nil, false, nil, fmt.Errorf("read the turn journal: queue: journal get %s: %w", t.TaskID, err)
 	case !found:
 		rec = &TurnRecord{}
 	default:
-		if rec, err = journal.DecodeRecord(t.taskID, b); err != nil {
+		if rec, err = journal.DecodeRecord(t.TaskID, b); err != nil {
 			return nil, false, nil, fmt.Errorf("read the turn journal: %w", err)
 		}
 	}
 	if answered, err = t.pre.Answered(); err != nil {
-		return nil, false, nil, fmt.Errorf("queue: answered %s: %w", t.taskID, err)
+		return nil, false, nil, fmt.Errorf("queue: answered %s: %w", t.TaskID, err)
 	}
 	raw, err := t.pre.Intents()
 	if err == nil {
-		intents, err = journal.DecodeIntents(t.taskID, raw)
+		intents, err = journal.DecodeIntents(t.TaskID, raw)
 	}
 	if err != nil {
-		return nil, false, nil, fmt.Errorf("queue: intents of task %s: %w", t.taskID, err)
+		return nil, false, nil, fmt.Errorf("queue: intents of task %s: %w", t.TaskID, err)
 	}
 	runner, err := t.pre.Runner()
 	if err != nil {
-		return nil, false, nil, fmt.Errorf("queue: number the runner of task %s: %w", t.taskID, err)
+		return nil, false, nil, fmt.Errorf("queue: number the runner of task %s: %w", t.TaskID, err)
 	}
 	t.jr.SetRunner(runner)
 	return rec, answered, intents, nil
@@ -358,9 +357,9 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 	w := t.w
 	rec, answered, intents, err := t.readStart(ctx)
 	if err != nil {
-		return t.end.retryEarly(err), true
+		return t.end.RetryEarly(err), true
 	}
-	if op := t.tk.Register(claim.Entry{Key: t.line.Key(), Retried: t.retried, MaxRetry: t.maxRetry}, t.jr.Runner()); op != nil {
+	if op := t.tk.Register(claim.Entry{Key: t.line.Key(), Retried: t.Retried, MaxRetry: t.MaxRetry}, t.jr.Runner()); op != nil {
 		t.progress.PushOp(op) // (once its start read numbered the runner)
 	}
 	if b, found, _ := t.pre.Cancel(); found {
@@ -373,13 +372,13 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 		rec.Outcome, rec.FinishedAt = "", time.Time{}
 	}
 	if answered && !attempt.FinalOutcome(rec.Outcome) && rec.Outcome != OutcomeCoalesced && rec.TaskID != "" {
-		return t.end.finishDelivered(ctx, rec), true
+		return t.end.FinishDelivered(ctx, rec), true
 	}
 	if answered || attempt.FinalOutcome(rec.Outcome) || rec.Outcome == OutcomeCoalesced {
 		// An earlier attempt finished the turn (and crashed before Asynq
 		// heard of it): nothing is sent and nothing emitted again.
 		t.log.Info("turn already finished by an earlier attempt", "outcome", rec.Outcome)
-		if t.msg.Approval != nil && rec.TaskID != "" {
+		if t.Msg.Approval != nil && rec.TaskID != "" {
 			// That attempt may have ended before its request was told.
 			t.jr.SetRecord(rec)
 			t.ap.Ended(ctx, t.log, rec.Outcome == OutcomeFailed)
@@ -391,50 +390,50 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 			return fmt.Errorf("lettaq: turn already cancelled: %w", asynq.SkipRetry), true
 		}
 		t.jr.SetRecord(rec)
-		t.end.writeResult(rec.Outcome, "", nil)
+		t.end.WriteResult(rec.Outcome, "", nil)
 		return nil, true
 	}
 
 	// The record: create or extend, with this attempt in it.
 	t.jr.Read(rec) // (as read: before it gets this turn's ids)
-	rec.TaskID, rec.Otid, rec.AgentID = t.taskID, t.otid, t.msg.AgentID
-	rec.Conversation, rec.MessageID, rec.Queue = t.msg.Conversation, t.msg.MessageID, t.queue
+	rec.TaskID, rec.Otid, rec.AgentID = t.TaskID, t.Otid, t.Msg.AgentID
+	rec.Conversation, rec.MessageID, rec.Queue = t.Msg.Conversation, t.Msg.MessageID, t.Queue
 	if rec.EnqueuedAt.IsZero() {
-		rec.EnqueuedAt = t.msg.EnqueuedAt
+		rec.EnqueuedAt = t.Msg.EnqueuedAt
 	}
 	if rec.FirstStartedAt.IsZero() {
-		rec.FirstStartedAt = t.start
+		rec.FirstStartedAt = t.Start
 	}
-	rec.Attempts = append(rec.Attempts, Attempt{N: len(rec.Attempts) + 1, Worker: w.cfg.WorkerID, Start: t.start,
+	rec.Attempts = append(rec.Attempts, Attempt{N: len(rec.Attempts) + 1, Worker: w.cfg.WorkerID, Start: t.Start,
 		TakenOverFrom: t.rn.From})
 	t.jr.Begin(rec)
 	t.ids.SetRunID(rec.RunID) // the run id the journal has
 	var wait time.Duration
 	if !rec.EnqueuedAt.IsZero() {
-		wait = t.start.Sub(rec.EnqueuedAt)
+		wait = t.Start.Sub(rec.EnqueuedAt)
 	}
-	t.obs.TaskStarted(t.queue, t.jr.Current().N, wait)
+	t.obs.TaskStarted(t.Queue, t.jr.Current().N, wait)
 	if t.jr.Current().N == 1 {
-		acc := ReplyEvent{TaskID: t.taskID, Otid: t.otid, MessageID: t.msg.MessageID}
-		if t.msg.Approval != nil {
-			acc = answerAccepted(t.msg, t.taskID, t.otid, 0)
+		acc := ReplyEvent{TaskID: t.TaskID, Otid: t.Otid, MessageID: t.Msg.MessageID}
+		if t.Msg.Approval != nil {
+			acc = answerAccepted(t.Msg, t.TaskID, t.Otid, 0)
 		}
 		acc.Type = EventAccepted
 		if acc.Phase == "" {
 			acc.Phase = PhaseQueued
 		}
-		t.progress.PushOnce(acc, w.replies.acceptedKey(t.taskID))
+		t.progress.PushOnce(acc, w.replies.acceptedKey(t.TaskID))
 	}
 	if cr, end := t.cx.AtStart(len(journal.LiveIntents(intents)) > 0, t.jr.Rec().RunID != "", t.log); end {
-		return t.end.endCancelled(ctx, t.log, *cr, CancelPhaseWaiting, ""), true
+		return t.end.EndCancelled(ctx, t.log, *cr, CancelPhaseWaiting, ""), true
 	}
 	var approvals []agentclient.ApprovalAnswer
 	if approvals, err, end = t.approvalGate(ctx); end {
 		return err, true
 	}
-	if openWait(rec) != nil {
+	if attempt.OpenWait(rec) != nil {
 		t.jr.Lock()
-		endWaits(rec, t.start) // it waited (parking.go): it starts now
+		attempt.EndWaits(rec, t.Start) // it waited (parking.go): it starts now
 		t.jr.Unlock()
 	}
 	// The attempt is journaled once it is sure to run: an attempt that
@@ -442,12 +441,12 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 	// the moment between a queued save and the park's own.
 	t.SaveLater()
 	intents = journal.LiveIntents(intents)
-	if err := t.line.TakeFollowers(ctx, t.msg.Conversation.Integration, len(intents) == 0 && t.msg.Approval == nil); err != nil {
-		return t.end.retryEarly(err), true
+	if err := t.line.TakeFollowers(ctx, t.Msg.Conversation.Integration, len(intents) == 0 && t.Msg.Approval == nil); err != nil {
+		return t.end.RetryEarly(err), true
 	}
-	text := t.msg.Text
+	text := t.Msg.Text
 	if fs := t.line.Followers(); len(fs) > 0 {
-		text = line.MergeText(t.msg.SenderID, t.msg.Text, fs)
+		text = line.MergeText(t.Msg.SenderID, t.Msg.Text, fs)
 		t.jr.Lock()
 		rec.Merged = rec.Merged[:0]
 		for _, f := range fs {
@@ -462,12 +461,12 @@ func (t *turn) prepare(ctx context.Context) (err error, end bool) {
 	// run's (see processTask).
 	known, read := t.pre.ThreadRead()
 	t.pre = nil // read: not kept while the turn waits
-	spec := continuation.Turn{AgentID: t.msg.AgentID, Otid: t.otid, Text: text, SenderID: t.msg.SenderID,
-		Started: rec.FirstStartedAt, PriorIntent: len(intents) > 0, Images: inbound.LettaImages(t.msg.Images), Approvals: approvals}
-	t.lettaRun = attempt.NewLettaRun(attempt.RunParts{Runner: w.runner, Cfg: &w.attemptCfg, Threads: w.threads,
-		Journal: journalIntents{w.journal}, Replies: w.replies.st, OneRedis: w.oneRedis(), Msg: &t.msg, IDs: t.ids,
+	spec := continuation.Turn{AgentID: t.Msg.AgentID, Otid: t.Otid, Text: text, SenderID: t.Msg.SenderID,
+		Started: rec.FirstStartedAt, PriorIntent: len(intents) > 0, Images: inbound.LettaImages(t.Msg.Images), Approvals: approvals}
+	t.lettaRun = attempt.NewLettaRun(attempt.RunParts{Runner: w.runner, Cfg: &w.attempts.Cfg, Threads: w.threads,
+		Journal: journalView{w.journal}, Replies: w.replies.st, OneRedis: w.oneRedis(), Msg: &t.Msg, IDs: t.ids,
 		Log: t.log, Dctx: t.detached(), Line: t.line, Jr: t.jr, Tk: t.tk, Cx: &t.cx, Ca: (*cancelRun)(t),
-		Progress: t.progress, Rec: t.recordWriter, End: t.end},
+		Progress: t.progress, Rec: t.RecordWriter, End: t.end},
 		spec, attempt.RunThread{Known: known, Read: read}, rec.RunID, t.emitEvent)
 	return nil, false
 }
@@ -479,11 +478,11 @@ func (t *turn) emit(ev ReplyEvent) { t.emitEvent(ev, false) }
 // run id: newLettaRun); a lazy one waits for whatever else is due
 // (progress.Queue.PushLazy).
 func (t *turn) emitEvent(ev ReplyEvent, lazy bool) {
-	ev, ok := t.textBudget.take(ev)
+	ev, ok := t.textBudget.Take(ev)
 	if !ok {
 		return
 	}
-	ev.TaskID, ev.Otid, ev.MessageID = t.taskID, t.otid, t.msg.MessageID
+	ev.TaskID, ev.Otid, ev.MessageID = t.TaskID, t.Otid, t.Msg.MessageID
 	if lazy {
 		t.progress.PushLazy(ev)
 		return

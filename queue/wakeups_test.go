@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lettaq/lettaq/ordering"
+	"github.com/lettaq/lettaq/queue/internal/attempt"
 	"github.com/lettaq/lettaq/queue/internal/fence"
 	"github.com/lettaq/lettaq/queue/internal/line"
 	"github.com/lettaq/lettaq/queue/internal/store"
@@ -157,11 +158,11 @@ func TestGiveUpWithoutALeaseWakesTheNext(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tt := &turn{w: w, jr: attemptJournal(w, nil), rn: fence.Runner{ID: ids[0]}, actx: ctx, log: w.log, attemptID: attemptID{taskID: ids[0], queue: q, msg: msg, task: asynq.NewTask(info.Type, info.Payload), start: time.Now()}}
-	tt.line = w.lines.Place(line.Attempt{Key: key, TaskID: ids[0], Queue: q, Runner: ids[0], Task: tt.task, Log: w.log})
+	tt := &turn{w: w, jr: attemptJournal(w, nil), rn: fence.Runner{ID: ids[0]}, actx: ctx, log: w.log, ID: attempt.ID{TaskID: ids[0], Queue: q, Msg: msg, Task: asynq.NewTask(info.Type, info.Payload), Start: time.Now()}}
+	tt.line = w.lines.Place(line.Attempt{Key: key, TaskID: ids[0], Queue: q, Runner: ids[0], Task: tt.Task, Log: w.log})
 	tt.obs.Observer = w.obs
 	assemble(tt)
-	if err := tt.end.giveUp("could not start: redis down"); !errors.Is(err, asynq.SkipRetry) {
+	if err := tt.end.GiveUp("could not start: redis down"); !errors.Is(err, asynq.SkipRetry) {
 		t.Fatalf("giveUp: %v", err)
 	}
 	if head, _ := w.ord.seq.Head(ctx, key); head != ids[1] {

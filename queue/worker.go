@@ -127,7 +127,7 @@ type Worker struct {
 	ord        *orderer         // nil: no ordering
 	lines      *line.Lines      // the chats' lines: places, parking, waking, the sweep (queue/internal/line)
 	threads    *attempt.Threads // the chats' Letta conversations
-	attemptCfg attempt.Config   // the settings every attempt reads
+	attempts   *attempt.Parts   // what every attempt uses of the worker (queue/internal/attempt)
 	approvals  *approval.Part
 	writer     *progress.Writer           // the turns' progress events and queued writes
 	permanent  asynqlog.Permanent         // tasks whose handler's error was permanent, until Asynq logs their archiving

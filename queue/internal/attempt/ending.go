@@ -42,7 +42,7 @@ type EndingInput struct {
 	// RunID is the run the stream named ("" none).
 	RunID string
 	// Retried and MaxRetry are the task's retries used and allowed
-	// (Asynq's; see completer.noRetryLeft).
+	// (Asynq's; see Completer.NoRetryLeft).
 	Retried, MaxRetry int
 	// BusyInARow counts the attempts before this one that ended busy, one
 	// after the other.
@@ -59,7 +59,7 @@ type EndingInput struct {
 
 // Ending is how an attempt ends, decided by EndOf before anything is
 // written: the final event (none while the turn goes on), the journal's
-// outcome, and what Asynq is told. The attempt's completer applies it (completer.ran).
+// outcome, and what Asynq is told. The attempt's completer applies it (Completer.ran).
 type Ending struct {
 	// Final is the final event's type: record.EventAnswer, record.EventApprovalRequired,
 	// record.EventError (permanent), or "" for none.

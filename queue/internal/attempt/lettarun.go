@@ -71,8 +71,8 @@ type RunParts struct {
 	Cx       *cancel.Turn
 	Ca       cancel.Attempt // the attempt as its cancel's checks see it
 	Progress *progress.Queue
-	Rec      RecordSaver // the attempt's record saves: now (save) or queued (saveLater)
-	End      Ender       // applies how the attempt ends, given what the run left (ran)
+	Rec      *RecordWriter // the attempt's record saves: now (Save) or queued (SaveLater)
+	End      *Completer    // applies how the attempt ends, given what the run left (ran)
 }
 
 // RunThread is the chat's thread key as the attempt's start read it
@@ -166,7 +166,7 @@ func (r *LettaRun) finish(ctx context.Context, d continuation.Result) error {
 	if d.Outcome == continuation.Rejected {
 		e.ImageNote = r.imageRejected(d, "")
 	}
-	return r.End.Ran(ctx, &e)
+	return r.End.ran(ctx, &e)
 }
 
 // workContext is ctx less the room that delivery needs before Asynq's

@@ -1,6 +1,10 @@
 package journal
 
-import "github.com/lettaq/lettaq/queue/internal/record"
+import (
+	"errors"
+
+	"github.com/lettaq/lettaq/queue/internal/record"
+)
 
 // LiveIntents returns the intents that may have led to a stored message:
 // each refusal removes the latest earlier intent of the same attempt, and
@@ -22,3 +26,6 @@ func LiveIntents(intents []record.Intent) []record.Intent {
 	}
 	return out
 }
+
+// ErrNotFound: the journal has no record of the turn, or it has expired.
+var ErrNotFound = errors.New("queue: turn record not found")

@@ -1,4 +1,4 @@
-package queue
+package attempt
 
 import (
 	"context"
@@ -7,54 +7,64 @@ import (
 	"unicode/utf8"
 
 	"github.com/lettaq/lettaq/queue/internal/approval"
-	"github.com/lettaq/lettaq/queue/internal/attempt"
 	"github.com/lettaq/lettaq/queue/internal/cancel"
 	"github.com/lettaq/lettaq/queue/internal/line"
 	"github.com/lettaq/lettaq/queue/internal/progress"
+	"github.com/lettaq/lettaq/queue/internal/record"
 	"github.com/lettaq/lettaq/queue/internal/takeover"
 )
 
-// completer applies the end of an attempt: the final event (and the merged
+// Completer applies the end of an attempt: the final event (and the merged
 // messages' final events), the journal's record, the task's result, the
 // release of the conversation or the park in its line, the approval's
 // record and the request's news, the metrics, and what Asynq is told (the
-// handler's error). attempt.EndOf decides how a run's attempt ends (ran); the
+// handler's error). EndOf decides how a run's attempt ends (ran); the
 // attempt's other ends (it could not start, it waits, it was merged or
 // cancelled, an earlier attempt delivered) are its other methods.
 //
 // It holds the parts the attempt holds (assemble makes it in newTurn) and
 // calls back into none of the turn's methods: an end needs the attempt's
 // identity (a copy), its record writer (the record, the progress queue, the
-// runner's fence, the worker, the log: save, redisFailed), its place in its
+// runner's fence, the worker's parts, the log: Save, RedisFailed), its place in its
 // line, its approvals, its cancel, its takeover registration, its ids and
 // its observer.
-type completer struct {
-	attemptID
-	*recordWriter
-	obs  *attempt.Observed
-	ids  *attempt.IDs
+type Completer struct {
+	ID
+	*RecordWriter
+	obs  *Observed
+	ids  *IDs
 	line *line.Place
 	ap   *approval.Turn
 	cx   *cancel.Turn
 	tk   *takeover.Registration
 }
 
-// deliveryCtx is for writes that must happen even when the attempt's
+// NewCompleter is the completer of the attempt id: it shares the attempt's
+// record writer and holds its parts.
+func NewCompleter(id ID, rw *RecordWriter, obs *Observed, ids *IDs, l *line.Place, ap *approval.Turn, cx *cancel.Turn,
+	tk *takeover.Registration) *Completer {
+	return &Completer{ID: id, RecordWriter: rw, obs: obs, ids: ids, line: l, ap: ap, cx: cx, tk: tk}
+}
+
+// SetStart moves the attempt's start (it holds its chat's line from then).
+func (c *Completer) SetStart(t time.Time) { c.Start = t }
+
+// DeliveryCtx is for writes that must happen even when the attempt's
 // context has ended (the final event, the journal), bounded by the budget's
 // delivery allowance.
-func (w *Worker) deliveryCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), w.cfg.Budget.DeliveryAllowance)
+func (w *Parts) DeliveryCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), w.Cfg.Budget.DeliveryAllowance)
 }
 
 // finalEvent writes the attempt's final event once per turn (see
 // Replies.EmitAnswerOnce) after its progress, in one round trip; no
 // progress event of the attempt follows it.
-func (c *completer) finalEvent(ctx context.Context, ev ReplyEvent) (emitted bool, err error) {
+func (c *Completer) finalEvent(ctx context.Context, ev record.ReplyEvent) (emitted bool, err error) {
 	if ev.Type == "" {
-		ev.Type = EventAnswer
+		ev.Type = record.EventAnswer
 	}
 	defer c.progress.EndEvents()
-	pe, err := c.progress.Prepare(ev, c.w.replies.answeredKey(ev.TaskID))
+	pe, err := c.progress.Prepare(ev, c.w.Replies.AnsweredKey(ev.TaskID))
 	if err != nil {
 		return false, err
 	}
@@ -67,22 +77,22 @@ func (c *completer) finalEvent(ctx context.Context, ev ReplyEvent) (emitted bool
 // finishFollowers writes the final event of every merged message: ev's
 // kind, naming this turn in answered_by (an answer carries no text: the
 // text is in this turn's answer).
-func (c *completer) finishFollowers(ctx context.Context, ev ReplyEvent) {
+func (c *Completer) finishFollowers(ctx context.Context, ev record.ReplyEvent) {
 	for _, f := range c.line.Followers() {
-		fe := ReplyEvent{Type: ev.Type, TaskID: f.TaskID, Otid: c.otid, RunID: ev.RunID, MessageID: f.MessageID,
-			StopReason: ev.StopReason, Permanent: ev.Permanent, AnsweredBy: c.taskID, Tool: ev.Tool}
-		if ev.Type == EventError {
+		fe := record.ReplyEvent{Type: ev.Type, TaskID: f.TaskID, Otid: c.Otid, RunID: ev.RunID, MessageID: f.MessageID,
+			StopReason: ev.StopReason, Permanent: ev.Permanent, AnsweredBy: c.TaskID, Tool: ev.Tool}
+		if ev.Type == record.EventError {
 			fe.Text = "the turn this message was merged into failed: " + ev.Text
 		}
-		if _, err := c.w.replies.EmitAnswerOnce(ctx, f.Conversation, fe); err != nil {
-			c.redisFailed()
+		if _, err := c.w.Replies.EmitAnswerOnce(ctx, f.Conversation, fe); err != nil {
+			c.RedisFailed()
 			c.log.Warn("could not emit the merged message's final event", "merged_task", f.TaskID, "error", err.Error())
 		}
 	}
 }
 
 // finished marks the record finished with outcome.
-func (c *completer) finished(outcome, stopReason string) time.Time {
+func (c *Completer) finished(outcome, stopReason string) time.Time {
 	now := time.Now()
 	c.jr.Lock()
 	c.jr.Current().Outcome = outcome
@@ -94,26 +104,26 @@ func (c *completer) finished(outcome, stopReason string) time.Time {
 // storedRecord is the turn's journal record as stored (a new one when it
 // has none, or it cannot be read), with the turn's identity filled in: for
 // an attempt that ends the turn before it has a record of its own.
-func (c *completer) storedRecord(ctx context.Context) *TurnRecord {
-	rec, err := c.w.journal.Get(ctx, c.taskID)
+func (c *Completer) storedRecord(ctx context.Context) *record.TurnRecord {
+	rec, err := c.w.Journal.Get(ctx, c.TaskID)
 	if err != nil {
-		rec = &TurnRecord{}
+		rec = &record.TurnRecord{}
 	}
-	rec.TaskID, rec.Otid, rec.AgentID = c.taskID, c.otid, c.msg.AgentID
-	rec.Conversation, rec.MessageID, rec.Queue = c.msg.Conversation, c.msg.MessageID, c.queue
+	rec.TaskID, rec.Otid, rec.AgentID = c.TaskID, c.Otid, c.Msg.AgentID
+	rec.Conversation, rec.MessageID, rec.Queue = c.Msg.Conversation, c.Msg.MessageID, c.Queue
 	if rec.EnqueuedAt.IsZero() {
-		rec.EnqueuedAt = c.msg.EnqueuedAt
+		rec.EnqueuedAt = c.Msg.EnqueuedAt
 	}
 	return rec
 }
 
-// noRetryLeft is outOfRetries for this attempt (with the worker's
+// NoRetryLeft is outOfRetries for this attempt (with the worker's
 // IsFailure, ordering's too).
-func (c *completer) noRetryLeft(err error) bool {
-	if c.w.isFailure(err) {
-		return c.retried+1 >= c.maxRetry
+func (c *Completer) NoRetryLeft(err error) bool {
+	if c.w.IsFailure(err) {
+		return c.Retried+1 >= c.MaxRetry
 	}
-	return c.retried >= c.maxRetry
+	return c.Retried >= c.MaxRetry
 }
 
 func appendUnique(s []string, v string) []string {
@@ -125,7 +135,7 @@ func appendUnique(s []string, v string) []string {
 	return append(s, v)
 }
 
-// maxPartialAnswer bounds TurnRecord.PartialAnswer (a failed turn's text).
+// maxPartialAnswer bounds record.TurnRecord.PartialAnswer (a failed turn's text).
 const maxPartialAnswer = 8 << 10
 
 // cutText is s cut to at most n bytes, at a rune boundary.

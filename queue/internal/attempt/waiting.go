@@ -1,4 +1,4 @@
-package queue
+package attempt
 
 import (
 	"context"
@@ -7,29 +7,34 @@ import (
 	"time"
 
 	"github.com/lettaq/lettaq/queue/internal/approval"
-	"github.com/lettaq/lettaq/queue/internal/attempt"
+	"github.com/lettaq/lettaq/queue/internal/journal"
+	"github.com/lettaq/lettaq/queue/internal/record"
 )
 
-// waiting ends an attempt that waits instead of running: behind its
-// chat's open approval request, or behind the turn ahead of it in its line.
-// Such an attempt journals the wait (one Wait per thing waited behind),
-// tells the chat once, and parks or is put back; the rest of its end is
-// the completer's.
-type waiting struct{ *completer }
+// approvalWaitDelay is how often a waiting message that could not park
+// looks again (a parked one is woken by the answer: ParkApproval).
+const approvalWaitDelay = 5 * time.Second
 
-// awaitApproval makes the message wait until its chat's request is
+// Waiting ends an attempt that waits instead of running: behind its
+// chat's open approval request, or behind the turn ahead of it in its line.
+// Such an attempt journals the wait (one record.Wait per thing waited behind),
+// tells the chat once, and parks or is put back; the rest of its end is
+// the Completer's.
+type Waiting struct{ *Completer }
+
+// AwaitApproval makes the message wait until its chat's request is
 // answered: parked (see parkApproval), with or without ordering, or put
 // back every approvalWaitDelay when it could not park.
-func (c waiting) awaitApproval(ctx context.Context, log *slog.Logger, p *approval.Pending) error {
-	if err := c.parkApproval(ctx, log, p); err != nil {
+func (c Waiting) AwaitApproval(ctx context.Context, log *slog.Logger, p *approval.Pending) error {
+	if err := c.ParkApproval(ctx, log, p); err != nil {
 		return err
 	}
-	if c.noRetryLeft(&attempt.BusyError{}) {
-		return c.giveUp("waiting for the answer to approval request " + p.RequestTaskID)
+	if c.NoRetryLeft(&BusyError{}) {
+		return c.GiveUp("waiting for the answer to approval request " + p.RequestTaskID)
 	}
 	c.jr.Lock()
-	first := len(c.jr.Rec().Attempts) < 2 || c.jr.Rec().Attempts[len(c.jr.Rec().Attempts)-2].Outcome != OutcomeAwaitingApproval
-	c.jr.Current().Outcome = OutcomeAwaitingApproval
+	first := len(c.jr.Rec().Attempts) < 2 || c.jr.Rec().Attempts[len(c.jr.Rec().Attempts)-2].Outcome != record.OutcomeAwaitingApproval
+	c.jr.Current().Outcome = record.OutcomeAwaitingApproval
 	c.jr.Current().Error = "waiting for the answer to approval request " + p.RequestTaskID
 	c.jr.Current().End = time.Now().UTC()
 	c.jr.Unlock()
@@ -41,38 +46,38 @@ func (c waiting) awaitApproval(ctx context.Context, log *slog.Logger, p *approva
 		log.Warn("could not journal the attempt", "error", err.Error())
 	}
 	log.Info("the message waits for the answer to the chat's approval request", "retry_in", approvalWaitDelay.String())
-	c.obs.AttemptFinished(c.queue, "busy", time.Since(c.start))
-	return &attempt.BusyError{Delay: approvalWaitDelay, Reason: "waiting for the answer to approval request " + p.RequestTaskID}
+	c.obs.AttemptFinished(c.Queue, "busy", time.Since(c.Start))
+	return &BusyError{Delay: approvalWaitDelay, Reason: "waiting for the answer to approval request " + p.RequestTaskID}
 }
 
 // awaitingPhase tells the chat that the message waits for the answer to
 // p: the awaiting_approval phase, a progress event (queued, like the run's).
-func (c waiting) awaitingPhase(p *approval.Pending) {
-	c.progress.Push(ReplyEvent{Type: EventPhase, Phase: PhaseAwaitingApproval, TaskID: c.taskID, Otid: c.otid,
-		MessageID: c.msg.MessageID, Approval: &ApprovalEvent{RequestTaskID: p.RequestTaskID, ExpiresAt: p.ExpiresAt}})
+func (c Waiting) awaitingPhase(p *approval.Pending) {
+	c.progress.Push(record.ReplyEvent{Type: record.EventPhase, Phase: record.PhaseAwaitingApproval, TaskID: c.TaskID, Otid: c.Otid,
+		MessageID: c.Msg.MessageID, Approval: &record.ApprovalEvent{RequestTaskID: p.RequestTaskID, ExpiresAt: p.ExpiresAt}})
 }
 
-// recordWait journals that the turn waits behind behind (one Wait per
+// recordWait journals that the turn waits behind behind (one record.Wait per
 // thing waited behind: nothing is written when the open wait is the same,
 // and first is false then). rec is the turn's record as read (nil: it is
 // read here).
-func (c waiting) recordWait(ctx context.Context, rec *TurnRecord, behind, reason string) (first bool) {
+func (c Waiting) recordWait(ctx context.Context, rec *record.TurnRecord, behind, reason string) (first bool) {
 	if rec == nil {
-		r, err := c.w.journal.Get(ctx, c.taskID)
+		r, err := c.w.Journal.Get(ctx, c.TaskID)
 		switch {
-		case errors.Is(err, ErrNotFound):
-			r = &TurnRecord{TaskID: c.taskID, Otid: c.otid, AgentID: c.msg.AgentID, Conversation: c.msg.Conversation,
-				MessageID: c.msg.MessageID, Queue: c.queue, EnqueuedAt: c.msg.EnqueuedAt}
+		case errors.Is(err, journal.ErrNotFound):
+			r = &record.TurnRecord{TaskID: c.TaskID, Otid: c.Otid, AgentID: c.Msg.AgentID, Conversation: c.Msg.Conversation,
+				MessageID: c.Msg.MessageID, Queue: c.Queue, EnqueuedAt: c.Msg.EnqueuedAt}
 		case err != nil:
 			c.log.Debug("could not read the journal to record the wait", "error", err.Error())
 			return true
 		}
 		rec = r
 	}
-	if !addWait(rec, behind, reason, time.Now().UTC()) {
+	if !AddWait(rec, behind, reason, time.Now().UTC()) {
 		return false
 	}
-	if err := c.w.journal.Save(ctx, rec); err != nil {
+	if err := c.w.Journal.Save(ctx, rec); err != nil {
 		c.log.Debug("could not journal the wait", "error", err.Error())
 	}
 	return true
@@ -80,7 +85,7 @@ func (c waiting) recordWait(ctx context.Context, rec *TurnRecord, behind, reason
 
 // logWait logs the turn's wait: Info when it starts waiting behind
 // something new, Debug for a look again.
-func (c waiting) logWait(first bool, msg string, attrs ...any) {
+func (c Waiting) logWait(first bool, msg string, attrs ...any) {
 	lvl := slog.LevelDebug
 	if first {
 		lvl = slog.LevelInfo
@@ -88,24 +93,24 @@ func (c waiting) logWait(first bool, msg string, attrs ...any) {
 	c.log.Log(context.Background(), lvl, msg, attrs...)
 }
 
-// parkNotYourTurn parks an attempt that is not its conversation's turn
+// ParkNotYourTurn parks an attempt that is not its conversation's turn
 // (err: a *ordering.NotYourTurnError): its journal record gets the wait;
 // nil when it could not park (it is put back as before).
-func (c waiting) parkNotYourTurn(ctx context.Context, err error) error {
+func (c Waiting) ParkNotYourTurn(ctx context.Context, err error) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	ahead, perr := c.line.ParkBehindTurn(rctx, err)
 	if perr == nil {
 		return nil
 	}
-	c.obs.AttemptFinished(c.queue, "busy", time.Since(c.start))
+	c.obs.AttemptFinished(c.Queue, "busy", time.Since(c.Start))
 	first := c.recordWait(rctx, nil, ahead.Head, ahead.Reason)
 	c.logWait(first, "the turn waits for the turn ahead of it", "behind", ahead.Head, "position", ahead.Position,
-		"recheck_in", c.w.lines.Recheck().String())
+		"recheck_in", c.w.Lines.Recheck().String())
 	return perr
 }
 
-// parkApproval parks a message that waits for the answer to its chat's
+// ParkApproval parks a message that waits for the answer to its chat's
 // approval request p, with or without ordering: the attempt is no attempt
 // (the record is left as it was, with one wait behind the request), the
 // awaiting_approval phase is emitted when the wait begins. nil when it
@@ -116,18 +121,18 @@ func (c waiting) parkNotYourTurn(ctx context.Context, err error) error {
 // gate's read and that note would miss it: the request is read again after
 // the note, and a message whose request was answered meanwhile wakes
 // itself (its record is marked woken: its re-enqueue makes it pending).
-func (c waiting) parkApproval(ctx context.Context, log *slog.Logger, p *approval.Pending) error {
+func (c Waiting) ParkApproval(ctx context.Context, log *slog.Logger, p *approval.Pending) error {
 	behind := "approval request " + p.RequestTaskID
 	reason := "waiting for the answer to approval request " + p.RequestTaskID
 	perr := c.line.Park(ctx, behind, reason)
 	if perr == nil {
 		return nil
 	}
-	c.obs.AttemptFinished(c.queue, "busy", time.Since(c.start))
+	c.obs.AttemptFinished(c.Queue, "busy", time.Since(c.Start))
 	if err := c.line.NoteApprovalWaiter(ctx, p.RequestTaskID); err != nil {
 		log.Debug("could not note the waiter on its approval request", "error", err.Error())
 	}
-	if now, err := c.w.approvals.Store().Get(ctx, p.RequestTaskID); errors.Is(err, ErrNoApproval) || (err == nil && now.AnsweredBy != "") {
+	if now, err := c.w.Approvals.Store().Get(ctx, p.RequestTaskID); errors.Is(err, approval.ErrNoRequest) || (err == nil && now.AnsweredBy != "") {
 		if err := c.line.WakeParked(ctx); err != nil {
 			log.Debug("could not wake the message whose approval request was answered meanwhile", "error", err.Error())
 		}
@@ -137,7 +142,7 @@ func (c waiting) parkApproval(ctx context.Context, log *slog.Logger, p *approval
 	if len(c.jr.Rec().Attempts) == 0 {
 		c.jr.Rec().FirstStartedAt = time.Time{}
 	}
-	first := addWait(c.jr.Rec(), behind, reason, time.Now().UTC())
+	first := AddWait(c.jr.Rec(), behind, reason, time.Now().UTC())
 	c.jr.Unlock()
 	if first {
 		c.awaitingPhase(p)
@@ -146,6 +151,6 @@ func (c waiting) parkApproval(ctx context.Context, log *slog.Logger, p *approval
 	if err := c.Save(ctx); err != nil { // (replaces the save prepare queued)
 		log.Warn("could not journal the wait", "error", err.Error())
 	}
-	c.logWait(first, "the message waits for the answer to the chat's approval request", "recheck_in", c.w.lines.Recheck().String())
+	c.logWait(first, "the message waits for the answer to the chat's approval request", "recheck_in", c.w.Lines.Recheck().String())
 	return perr
 }

@@ -1,10 +1,11 @@
-package queue
+package attempt
 
 import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lettaq/lettaq/queue/internal/record"
 	"github.com/lettaq/lettaq/queue/internal/store"
 )
 
@@ -12,9 +13,9 @@ import (
 // save they go with, when the worker made its Redis client from Asynq's
 // connection (so Asynq's task hash is on it); else the result is written
 // through Asynq now.
-func (c *completer) resultOps(outcome, answer string, approval *ToolEvent) []store.Op {
-	if c.w.rdb == nil || c.w.replies.rdb != c.w.rdb {
-		c.writeResult(outcome, answer, approval)
+func (c *Completer) resultOps(outcome, answer string, approval *record.ToolEvent) []store.Op {
+	if !c.w.ResultWithSave {
+		c.WriteResult(outcome, answer, approval)
 		return nil
 	}
 	b, err := c.resultJSON(outcome, answer, approval)
@@ -22,35 +23,35 @@ func (c *completer) resultOps(outcome, answer string, approval *ToolEvent) []sto
 		c.log.Warn("could not write the task result", "error", err.Error())
 		return nil
 	}
-	return []store.Op{store.WriteResultOp(c.queue, c.taskID, b, func(cmd *redis.Cmd) error {
+	return []store.Op{store.WriteResultOp(c.Queue, c.TaskID, b, func(cmd *redis.Cmd) error {
 		err := cmd.Err()
 		if store.IsNoScript(err) {
 			return err // store.Run sends it again
 		}
 		if err != nil {
-			c.redisFailed()
+			c.RedisFailed()
 			c.log.Warn("could not write the task result", "error", err.Error())
 		}
 		return nil // the result is a summary: its loss does not fail the save
 	})}
 }
 
-func (c *completer) writeResult(outcome, answer string, approval *ToolEvent) {
+func (c *Completer) WriteResult(outcome, answer string, approval *record.ToolEvent) {
 	b, err := c.resultJSON(outcome, answer, approval)
 	if err == nil {
-		_, err = c.task.ResultWriter().Write(b)
+		_, err = c.Task.ResultWriter().Write(b)
 	}
 	if err != nil {
-		c.redisFailed()
+		c.RedisFailed()
 		c.log.Warn("could not write the task result", "error", err.Error())
 	}
 }
 
-func (c *completer) resultJSON(outcome, answer string, approval *ToolEvent) ([]byte, error) {
-	r := TurnResult{TaskID: c.taskID, Otid: c.otid, RunID: c.jr.Rec().RunID, Outcome: outcome, Answer: answer,
+func (c *Completer) resultJSON(outcome, answer string, approval *record.ToolEvent) ([]byte, error) {
+	r := TurnResult{TaskID: c.TaskID, Otid: c.Otid, RunID: c.jr.Rec().RunID, Outcome: outcome, Answer: answer,
 		StopReason: c.jr.Rec().StopReason, Approval: approval, Usage: c.jr.Rec().Usage, Attempts: len(c.jr.Rec().Attempts),
 		QueueWaitMS: c.jr.Rec().QueueWait.Milliseconds(), TTFTMS: c.jr.Rec().TTFT.Milliseconds(),
-		LatencyMS: c.jr.Latency(time.Now()).Milliseconds(), AttemptMS: time.Since(c.start).Milliseconds(),
+		LatencyMS: c.jr.Latency(time.Now()).Milliseconds(), AttemptMS: time.Since(c.Start).Milliseconds(),
 		AnsweredBy: c.jr.Rec().AnsweredBy}
 	for _, f := range c.line.Followers() {
 		r.Merged = append(r.Merged, f.TaskID)

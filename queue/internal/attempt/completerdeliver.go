@@ -1,4 +1,4 @@
-package queue
+package attempt
 
 import (
 	"context"
@@ -9,20 +9,20 @@ import (
 
 	"github.com/hibiken/asynq"
 
-	"github.com/lettaq/lettaq/queue/internal/attempt"
 	"github.com/lettaq/lettaq/queue/internal/progress"
+	"github.com/lettaq/lettaq/queue/internal/record"
 	"github.com/lettaq/lettaq/queue/internal/store"
 	"github.com/lettaq/lettaq/queue/internal/takeover"
 )
 
-// deliver emits the final event once, writes the result and journals the
+// Deliver emits the final event once, writes the result and journals the
 // finished turn.
-func (c *completer) deliver(ctx context.Context, log *slog.Logger, outcome string, ev ReplyEvent, answer string, approval *ToolEvent) error {
-	ev.TaskID, ev.Otid, ev.MessageID, ev.RunID = c.taskID, c.otid, c.msg.MessageID, c.jr.Rec().RunID
+func (c *Completer) Deliver(ctx context.Context, log *slog.Logger, outcome string, ev record.ReplyEvent, answer string, approval *record.ToolEvent) error {
+	ev.TaskID, ev.Otid, ev.MessageID, ev.RunID = c.TaskID, c.Otid, c.Msg.MessageID, c.jr.Rec().RunID
 	if len(c.line.Followers()) > 0 {
-		ev.AnsweredBy = c.taskID
+		ev.AnsweredBy = c.TaskID
 	}
-	if len(c.line.Followers()) == 0 && c.msg.Approval == nil && c.w.oneRedis() {
+	if len(c.line.Followers()) == 0 && c.Msg.Approval == nil && c.w.OneRedis {
 		return c.deliverAtOnce(ctx, log, outcome, ev, answer, approval)
 	}
 	emitted, err := c.finalEvent(ctx, ev) // after the attempt's progress, in one round trip
@@ -46,10 +46,10 @@ func (c *completer) deliver(ctx context.Context, log *slog.Logger, outcome strin
 // release go in one round trip, the final event first. If the event is not
 // written the attempt retries (and journals that); a record saying
 // answered without the event's marker is not taken for finished by the
-// next attempt (see run).
-func (c *completer) deliverAtOnce(ctx context.Context, log *slog.Logger, outcome string, ev ReplyEvent, answer string, approval *ToolEvent) error {
+// next attempt (see the turn's prepare).
+func (c *Completer) deliverAtOnce(ctx context.Context, log *slog.Logger, outcome string, ev record.ReplyEvent, answer string, approval *record.ToolEvent) error {
 	defer c.progress.EndEvents()
-	marker := c.w.replies.answeredKey(ev.TaskID)
+	marker := c.w.Replies.AnsweredKey(ev.TaskID)
 	pe, err := c.progress.Prepare(ev, marker)
 	if err != nil {
 		return c.undelivered(ctx, log, err)
@@ -62,7 +62,7 @@ func (c *completer) deliverAtOnce(ctx context.Context, log *slog.Logger, outcome
 	// The release happens only with the final event written (its marker):
 	// a pipeline's commands each run on their own. The record
 	// and the result may land without the event; the next attempt, which
-	// does not take a record without the marker for finished (see run),
+	// does not take a record without the marker for finished (see the turn's prepare),
 	// writes over them.
 	ops := append(append([]store.Op{save}, c.resultOps(outcome, answer, approval)...), c.line.ReleaseOps(marker)...)
 	ops = append(ops, c.tk.UnregisterOps()...) // (takeover.go)
@@ -76,7 +76,7 @@ func (c *completer) deliverAtOnce(ctx context.Context, log *slog.Logger, outcome
 		// nothing: the turn finished here.
 		if pe.Written() {
 			log.Info("the final event was written after the attempt stopped waiting for it: turn finished", "outcome", outcome)
-			c.obs.TurnFinished(c.queue, outcome, lat, ttft)
+			c.obs.TurnFinished(c.Queue, outcome, lat, ttft)
 		}
 	}
 	err = c.progress.DoThen(ctx, late, []*progress.Event{pe}, ops...)
@@ -92,7 +92,7 @@ func (c *completer) deliverAtOnce(ctx context.Context, log *slog.Logger, outcome
 	case pe.Err() != nil:
 		// The write may have happened all the same (a reply lost on the
 		// way back): the answered marker says.
-		if ok, aerr := c.w.replies.Answered(ctx, c.taskID); aerr != nil || !ok {
+		if ok, aerr := c.w.Replies.Answered(ctx, c.TaskID); aerr != nil || !ok {
 			return c.undelivered(ctx, log, fmt.Errorf("queue: emit %s for task %s: %w", ev.Type, ev.TaskID, pe.Err()))
 		}
 		log.Info("the final event was written though its write reported an error", "error", pe.Err().Error())
@@ -101,7 +101,7 @@ func (c *completer) deliverAtOnce(ctx context.Context, log *slog.Logger, outcome
 			log.Warn("could not journal the finished turn", "error", err.Error())
 		}
 	case err != nil:
-		c.redisFailed()
+		c.RedisFailed()
 		log.Warn("could not journal the finished turn", "error", err.Error())
 	}
 	if !wrote {
@@ -114,36 +114,36 @@ func (c *completer) deliverAtOnce(ctx context.Context, log *slog.Logger, outcome
 	return c.delivered(log, outcome, answer, now)
 }
 
-func (c *completer) delivered(log *slog.Logger, outcome, answer string, now time.Time) error {
+func (c *Completer) delivered(log *slog.Logger, outcome, answer string, now time.Time) error {
 	return c.deliveredBy(log, outcome, answer, now, true)
 }
 
 // deliveredBy ends a delivered attempt; count says it reports the turn
 // finished (only the attempt whose write put the final event there does).
-func (c *completer) deliveredBy(log *slog.Logger, outcome, answer string, now time.Time, count bool) error {
+func (c *Completer) deliveredBy(log *slog.Logger, outcome, answer string, now time.Time, count bool) error {
 	log.Info("turn finished", "outcome", outcome, "attempt", c.jr.Current().N, "answer_bytes", len(answer))
-	c.obs.AttemptFinished(c.queue, "done", time.Since(c.start))
+	c.obs.AttemptFinished(c.Queue, "done", time.Since(c.Start))
 	if count {
-		c.obs.TurnFinished(c.queue, outcome, c.jr.Latency(now), c.jr.Rec().TTFT)
+		c.obs.TurnFinished(c.Queue, outcome, c.jr.Latency(now), c.jr.Rec().TTFT)
 	}
 	return nil
 }
 
 // undelivered ends an attempt whose final event could not be written.
-func (c *completer) undelivered(ctx context.Context, log *slog.Logger, err error) error {
+func (c *Completer) undelivered(ctx context.Context, log *slog.Logger, err error) error {
 	if errors.Is(err, takeover.ErrTakenOver) || c.rn.IsFenced() {
 		return c.tk.EndTakenOver() // not written because another worker continues the turn
 	}
 	// The answer is the whole point: retry; the next attempt finds the
 	// run by its id and polls the answer again.
-	c.redisFailed()
+	c.RedisFailed()
 	c.jr.Lock()
-	c.jr.Current().Outcome, c.jr.Current().Error = OutcomeRetrying, err.Error()
+	c.jr.Current().Outcome, c.jr.Current().Error = record.OutcomeRetrying, err.Error()
 	c.jr.Rec().Outcome, c.jr.Rec().FinishedAt, c.jr.Rec().StopReason = "", time.Time{}, ""
 	c.jr.Unlock()
 	// Whether this attempt's finish reached Redis is not known (it may
 	// still, late): never write the retry over a finished record.
-	if c.w.oneRedis() {
+	if c.w.OneRedis {
 		if op, err := c.jr.SaveOp(true); err == nil {
 			c.progress.DropQueuedSaves()
 			_ = c.progress.Do(ctx, nil, op)
@@ -151,44 +151,44 @@ func (c *completer) undelivered(ctx context.Context, log *slog.Logger, err error
 	} else {
 		_ = c.Save(ctx)
 	}
-	rerr := &attempt.RetryAfterError{Delay: time.Second, Reason: "deliver the answer", Err: err}
-	if c.noRetryLeft(rerr) {
-		return c.fail(ctx, log, fmt.Sprintf("gave up after %d attempts: could not deliver the answer: %s", c.retried+1, err.Error()), "")
+	rerr := &RetryAfterError{Delay: time.Second, Reason: "deliver the answer", Err: err}
+	if c.NoRetryLeft(rerr) {
+		return c.Fail(ctx, log, fmt.Sprintf("gave up after %d attempts: could not deliver the answer: %s", c.Retried+1, err.Error()), "")
 	}
-	log.Warn("could not deliver the answer, retrying", "outcome", OutcomeRetrying, "error", err.Error())
-	c.obs.AttemptFinished(c.queue, "retry", time.Since(c.start))
+	log.Warn("could not deliver the answer, retrying", "outcome", record.OutcomeRetrying, "error", err.Error())
+	c.obs.AttemptFinished(c.Queue, "retry", time.Since(c.Start))
 	return rerr
 }
 
-// finishDelivered finishes a turn whose final event reached the reply
+// FinishDelivered finishes a turn whose final event reached the reply
 // stream although the attempt that wrote it did not hear so (the write
 // outlasted the delivery allowance, or the worker died right after it):
 // the journal gets its outcome and finished_at, the task its result, and
 // the metrics count the turn, once — a later attempt finds the outcome
 // journaled and does nothing. Nothing is sent or emitted again.
-func (c *completer) finishDelivered(ctx context.Context, rec *TurnRecord) error {
+func (c *Completer) FinishDelivered(ctx context.Context, rec *record.TurnRecord) error {
 	w := c.w
-	ev, found, err := w.replies.FinalEvent(ctx, c.msg.Conversation, c.taskID)
+	ev, found, err := w.Replies.FinalEvent(ctx, c.Msg.Conversation, c.TaskID)
 	if err != nil {
-		return c.retryEarly(err)
+		return c.RetryEarly(err)
 	}
-	outcome, answer, reason := OutcomeAnswered, "", ""
-	var approval *ToolEvent
+	outcome, answer, reason := record.OutcomeAnswered, "", ""
+	var approval *record.ToolEvent
 	switch {
 	case !found:
 		rec.Warnings = appendUnique(rec.Warnings, "final event written but no longer in the reply stream: outcome taken as answered")
-	case ev.Type == EventError && ev.StopReason == StopReasonCancelled:
-		outcome = OutcomeCancelled
-	case ev.Type == EventError:
-		outcome, reason = OutcomeFailed, ev.Text
-	case ev.Type == EventApprovalRequired:
-		outcome, approval, answer = OutcomeApprovalRequired, ev.Tool, ev.Text
+	case ev.Type == record.EventError && ev.StopReason == StopReasonCancelled:
+		outcome = record.OutcomeCancelled
+	case ev.Type == record.EventError:
+		outcome, reason = record.OutcomeFailed, ev.Text
+	case ev.Type == record.EventApprovalRequired:
+		outcome, approval, answer = record.OutcomeApprovalRequired, ev.Tool, ev.Text
 	default:
 		answer = ev.Text
 	}
 	now := time.Now()
 	c.jr.Lock()
-	rec.Attempts = append(rec.Attempts, Attempt{N: len(rec.Attempts) + 1, Worker: w.cfg.WorkerID, Start: c.start,
+	rec.Attempts = append(rec.Attempts, record.Attempt{N: len(rec.Attempts) + 1, Worker: w.Cfg.WorkerID, Start: c.Start,
 		End: now.UTC(), Outcome: outcome, Error: reason})
 	c.jr.Begin(rec)
 	rec.Outcome, rec.Error, rec.FinishedAt = outcome, reason, now.UTC()
@@ -201,65 +201,65 @@ func (c *completer) finishDelivered(ctx context.Context, rec *TurnRecord) error 
 	c.jr.Unlock()
 	c.ids.SetRunID(rec.RunID)
 	if err := c.Save(ctx); err != nil {
-		return c.retryEarly(err)
+		return c.RetryEarly(err)
 	}
 	if found {
 		// Merged messages get their final events too, if that attempt
 		// could not write them.
-		if err := c.line.TakeFollowers(ctx, c.msg.Conversation.Integration, false); err != nil {
+		if err := c.line.TakeFollowers(ctx, c.Msg.Conversation.Integration, false); err != nil {
 			c.log.Warn("could not load the merged messages of a delivered turn", "error", err.Error())
 		} else {
 			c.finishFollowers(ctx, ev)
 		}
 	}
-	c.ap.Ended(ctx, c.log, outcome == OutcomeFailed || outcome == OutcomeCancelled) // an answer turn's request may not have been told
+	c.ap.Ended(ctx, c.log, outcome == record.OutcomeFailed || outcome == record.OutcomeCancelled) // an answer turn's request may not have been told
 	c.log.Info("final event was delivered by an earlier attempt; turn finished", "outcome", outcome,
 		"attempt", len(rec.Attempts), "answer_bytes", len(answer))
-	if outcome == OutcomeFailed || outcome == OutcomeCancelled {
-		c.obs.AttemptFinished(c.queue, "archived", time.Since(c.start))
-		c.obs.TurnFinished(c.queue, outcome, c.jr.Latency(now), rec.TTFT)
-		c.writeResult(outcome, "", nil)
+	if outcome == record.OutcomeFailed || outcome == record.OutcomeCancelled {
+		c.obs.AttemptFinished(c.Queue, "archived", time.Since(c.Start))
+		c.obs.TurnFinished(c.Queue, outcome, c.jr.Latency(now), rec.TTFT)
+		c.WriteResult(outcome, "", nil)
 		return fmt.Errorf("lettaq: turn failed: %s: %w", reason, asynq.SkipRetry)
 	}
-	c.writeResult(outcome, answer, approval)
-	c.obs.AttemptFinished(c.queue, "done", time.Since(c.start))
-	c.obs.TurnFinished(c.queue, outcome, c.jr.Latency(now), rec.TTFT)
+	c.WriteResult(outcome, answer, approval)
+	c.obs.AttemptFinished(c.Queue, "done", time.Since(c.Start))
+	c.obs.TurnFinished(c.Queue, outcome, c.jr.Latency(now), rec.TTFT)
 	return nil
 }
 
-// coalesced ends a task whose message was merged into the turn of head:
+// Coalesced ends a task whose message was merged into the turn of head:
 // the journal says so (outcome coalesced, AnsweredBy); the final reply
 // event of the message is written by head's turn when it ends (an answer
 // with answered_by and no text, or a permanent error).
-func (c *completer) coalesced(ctx context.Context, head string) error {
-	dctx, cancel := c.w.deliveryCtx(ctx)
+func (c *Completer) Coalesced(ctx context.Context, head string) error {
+	dctx, cancel := c.w.DeliveryCtx(ctx)
 	defer cancel()
-	rec, err := c.w.journal.Get(dctx, c.taskID)
+	rec, err := c.w.Journal.Get(dctx, c.TaskID)
 	if err != nil {
-		rec = &TurnRecord{}
+		rec = &record.TurnRecord{}
 	}
 	now := time.Now()
-	rec.TaskID, rec.Otid, rec.AgentID = c.taskID, c.otid, c.msg.AgentID
-	rec.Conversation, rec.MessageID, rec.Queue = c.msg.Conversation, c.msg.MessageID, c.queue
+	rec.TaskID, rec.Otid, rec.AgentID = c.TaskID, c.Otid, c.Msg.AgentID
+	rec.Conversation, rec.MessageID, rec.Queue = c.Msg.Conversation, c.Msg.MessageID, c.Queue
 	if rec.EnqueuedAt.IsZero() {
-		rec.EnqueuedAt = c.msg.EnqueuedAt
+		rec.EnqueuedAt = c.Msg.EnqueuedAt
 	}
 	if rec.FirstStartedAt.IsZero() {
-		rec.FirstStartedAt = c.start
+		rec.FirstStartedAt = c.Start
 	}
-	if rec.Outcome != OutcomeCoalesced {
-		rec.Attempts = append(rec.Attempts, Attempt{N: len(rec.Attempts) + 1, Worker: c.w.cfg.WorkerID,
-			Start: c.start, End: now.UTC(), Outcome: OutcomeCoalesced})
+	if rec.Outcome != record.OutcomeCoalesced {
+		rec.Attempts = append(rec.Attempts, record.Attempt{N: len(rec.Attempts) + 1, Worker: c.w.Cfg.WorkerID,
+			Start: c.Start, End: now.UTC(), Outcome: record.OutcomeCoalesced})
 	}
-	rec.Outcome, rec.AnsweredBy, rec.FinishedAt = OutcomeCoalesced, head, now.UTC()
+	rec.Outcome, rec.AnsweredBy, rec.FinishedAt = record.OutcomeCoalesced, head, now.UTC()
 	c.jr.SetRecord(rec)
-	if err := c.w.journal.Save(dctx, rec); err != nil {
-		c.redisFailed()
+	if err := c.w.Journal.Save(dctx, rec); err != nil {
+		c.RedisFailed()
 		c.log.Warn("could not journal the coalesced turn", "error", err.Error())
 	}
-	c.writeResult(OutcomeCoalesced, "", nil)
+	c.WriteResult(record.OutcomeCoalesced, "", nil)
 	c.log.Info("message merged into an earlier turn", "answered_by", head)
-	c.obs.AttemptFinished(c.queue, "done", time.Since(c.start))
-	c.obs.TurnFinished(c.queue, OutcomeCoalesced, c.jr.Latency(now), 0)
+	c.obs.AttemptFinished(c.Queue, "done", time.Since(c.Start))
+	c.obs.TurnFinished(c.Queue, record.OutcomeCoalesced, c.jr.Latency(now), 0)
 	return nil
 }

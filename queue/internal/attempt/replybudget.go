@@ -1,14 +1,16 @@
-package queue
+package attempt
 
 import (
 	"log/slog"
 	"sync/atomic"
 
+	"github.com/lettaq/lettaq/queue/internal/codec"
 	"github.com/lettaq/lettaq/queue/internal/journal"
+	"github.com/lettaq/lettaq/queue/internal/record"
 )
 
 // progressBytes is the text a progress event carries.
-func progressBytes(ev ReplyEvent) int {
+func progressBytes(ev record.ReplyEvent) int {
 	n := len(ev.Text)
 	if ev.Tool != nil {
 		n += len(ev.Tool.Arguments) + min(len(ev.Tool.Return), MaxToolReturnBytes)
@@ -16,16 +18,21 @@ func progressBytes(ev ReplyEvent) int {
 	return n
 }
 
-// replyBudget is an attempt's allowance of progress text on its chat's
+// ReplyBudget is an attempt's allowance of progress text on its chat's
 // reply stream (MaxReplyBytes): see take.
-type replyBudget struct {
+type ReplyBudget struct {
 	max  int64
 	used atomic.Int64     // progress text counted so far
 	log  *slog.Logger     // warned once, when the bound is reached
 	jr   *journal.Attempt // its record notes the drop
 }
 
-// take counts a progress event's text against the budget and returns the
+// Set bounds the budget at max bytes; log and jr note when it is reached.
+func (b *ReplyBudget) Set(max int64, log *slog.Logger, jr *journal.Attempt) {
+	b.max, b.log, b.jr = max, log, jr
+}
+
+// Take counts a progress event's text against the budget and returns the
 // event to write, or false to drop it. Events without text (phases)
 // always pass. The answer_delta that crosses the bound is cut to what is
 // left of it (at a rune boundary); later text events are dropped, with one
@@ -33,7 +40,7 @@ type replyBudget struct {
 // cannot fill the reply stream. The final event (deliver, fail) is not a
 // progress event: it carries the answer, which the transcript limit
 // bounds.
-func (b *replyBudget) take(ev ReplyEvent) (ReplyEvent, bool) {
+func (b *ReplyBudget) Take(ev record.ReplyEvent) (record.ReplyEvent, bool) {
 	n := progressBytes(ev)
 	if n == 0 {
 		return ev, true
@@ -54,9 +61,9 @@ func (b *replyBudget) take(ev ReplyEvent) (ReplyEvent, bool) {
 		b.jr.Rec().Warnings = appendUnique(b.jr.Rec().Warnings, "progress text past LETTAQ_MAX_REPLY_BYTES dropped")
 	}
 	b.jr.Unlock()
-	if ev.Type != EventAnswerDelta {
+	if ev.Type != record.EventAnswerDelta {
 		return ev, false
 	}
-	ev.Text = replyTruncateUTF8(ev.Text, int(max-before))
+	ev.Text = codec.CutUTF8(ev.Text, int(max-before))
 	return ev, ev.Text != ""
 }

@@ -1,4 +1,4 @@
-package queue
+package attempt
 
 import (
 	"context"
@@ -12,44 +12,57 @@ import (
 	"github.com/lettaq/lettaq/queue/internal/takeover"
 )
 
-// recordWriter journals an attempt's record (its journal.Attempt) through
+// RecordWriter journals an attempt's record (its journal.Attempt) through
 // the attempt's progress queue, and notes the attempt's Redis failures
-// (see turn.awaitRedis). The turn and its completer share it.
-type recordWriter struct {
-	w        *Worker
+// (see the turn's awaitRedis). The turn and its Completer share it.
+type RecordWriter struct {
+	w        *Parts
 	jr       *journal.Attempt
 	progress *progress.Queue
 	rn       *fence.Runner
 	log      *slog.Logger
-	actx     context.Context // the attempt's context: saveLater writes without its cancellation
-	trouble  atomic.Bool     // a Redis read or write failed: see turn.awaitRedis
+	actx     context.Context // the attempt's context: SaveLater writes without its cancellation
+	trouble  atomic.Bool     // a Redis read or write failed: see the turn's awaitRedis
 }
 
-// writeFailed is told of a queued write that failed (a progress event, an
+// NewRecordWriter is the record writer of the attempt that runner runs
+// (its journal record and progress queue come with Use).
+func NewRecordWriter(p *Parts, rn *fence.Runner, log *slog.Logger, actx context.Context) *RecordWriter {
+	return &RecordWriter{w: p, rn: rn, log: log, actx: actx}
+}
+
+// Use gives the writer the attempt's journal side and progress queue.
+func (r *RecordWriter) Use(jr *journal.Attempt, q *progress.Queue) { r.jr, r.progress = jr, q }
+
+// SawRedisFail reports whether a Redis read or write of the attempt failed
+// since it was last asked, and forgets it.
+func (r *RecordWriter) SawRedisFail() bool { return r.trouble.Swap(false) }
+
+// WriteFailed is told of a queued write that failed (a progress event, an
 // intermediate journal save): logged, never fatal.
-func (r *recordWriter) writeFailed(err error) {
-	r.redisFailed()
+func (r *RecordWriter) WriteFailed(err error) {
+	r.RedisFailed()
 	r.log.Debug("a queued write did not reach Redis", "error", err.Error())
 }
 
-// redisFailed notes that a Redis read or write of this attempt failed.
-func (r *recordWriter) redisFailed() { r.trouble.Store(true) }
+// RedisFailed notes that a Redis read or write of this attempt failed.
+func (r *RecordWriter) RedisFailed() { r.trouble.Store(true) }
 
 // Save journals the record after everything the attempt queued before (and
 // runs more with it), and waits for it.
-func (r *recordWriter) Save(ctx context.Context, more ...store.Op) error {
+func (r *RecordWriter) Save(ctx context.Context, more ...store.Op) error {
 	if r.rn.IsFenced() {
 		return takeover.ErrTakenOver
 	}
-	if !r.w.oneRedis() {
+	if !r.w.OneRedis {
 		r.progress.Flush(ctx)
 		rec := r.jr.Copy()
-		err := r.w.journal.saveBy(ctx, &rec, r.jr.Runner())
+		err := r.w.Journal.SaveBy(ctx, &rec, r.jr.Runner())
 		if err == nil {
 			err = r.progress.Do(ctx, nil, more...)
 		}
 		if err != nil {
-			r.redisFailed()
+			r.RedisFailed()
 		}
 		return err
 	}
@@ -59,7 +72,7 @@ func (r *recordWriter) Save(ctx context.Context, more ...store.Op) error {
 		err = r.progress.Do(ctx, nil, append([]store.Op{op}, more...)...)
 	}
 	if err != nil {
-		r.redisFailed()
+		r.RedisFailed()
 	}
 	return err
 }
@@ -68,18 +81,18 @@ func (r *recordWriter) Save(ctx context.Context, more ...store.Op) error {
 // written with the attempt's next writes (at the latest before its send,
 // see beforeSend; a newer save that comes first replaces it), and a failure
 // is only logged.
-func (r *recordWriter) SaveLater() {
+func (r *RecordWriter) SaveLater() {
 	if r.rn.IsFenced() {
 		return
 	}
-	if !r.w.oneRedis() {
+	if !r.w.OneRedis {
 		// The journal has a client of its own: a direct write (it does
 		// not wait for the reply streams).
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.actx), progress.TripTimeout)
 		defer cancel()
 		rec := r.jr.Copy()
-		if err := r.w.journal.saveBy(ctx, &rec, r.jr.Runner()); err != nil {
-			r.writeFailed(err)
+		if err := r.w.Journal.SaveBy(ctx, &rec, r.jr.Runner()); err != nil {
+			r.WriteFailed(err)
 		}
 		return
 	}
@@ -87,7 +100,7 @@ func (r *recordWriter) SaveLater() {
 	// record without the lock in places (see progress.Queue.PushSave).
 	op, err := r.jr.SaveOp(false)
 	if err != nil {
-		r.writeFailed(err)
+		r.WriteFailed(err)
 		return
 	}
 	r.progress.PushSave(progress.EncodedSave{Op: op})

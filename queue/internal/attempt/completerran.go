@@ -1,22 +1,23 @@
-package queue
+package attempt
 
 import (
 	"context"
 	"log/slog"
 	"time"
 
+	"github.com/lettaq/lettaq/queue/internal/record"
+
 	"github.com/lettaq/lettaq/agentclient"
 	"github.com/lettaq/lettaq/continuation"
 	"github.com/lettaq/lettaq/queue/internal/approval"
-	"github.com/lettaq/lettaq/queue/internal/attempt"
 )
 
-// Ran ends the attempt whose run at Letta decided: the record gets what
-// the run left, attempt.EndOf decides how the attempt ends, and the end is applied.
-func (c *completer) Ran(ctx context.Context, r *attempt.RunEnd) error {
+// ran ends the attempt whose run at Letta decided: the record gets what
+// the run left, EndOf decides how the attempt ends, and the end is applied.
+func (c *Completer) ran(ctx context.Context, r *RunEnd) error {
 	w := c.w
 	d, snap := r.D, &r.Snap
-	dctx, cancel := w.deliveryCtx(ctx)
+	dctx, cancel := w.DeliveryCtx(ctx)
 	defer cancel()
 	now := time.Now()
 
@@ -47,13 +48,13 @@ func (c *completer) Ran(ctx context.Context, r *attempt.RunEnd) error {
 		c.jr.Rec().Warnings = appendUnique(c.jr.Rec().Warnings, "tool_call_id "+id+" seen on two calls")
 	}
 	if u := snap.Usage; u != nil {
-		c.jr.Rec().Usage = &Usage{PromptTokens: int(u.PromptTokens), CompletionTokens: int(u.CompletionTokens),
+		c.jr.Rec().Usage = &record.Usage{PromptTokens: int(u.PromptTokens), CompletionTokens: int(u.CompletionTokens),
 			TotalTokens: int(u.TotalTokens), StepCount: int(u.StepCount)}
 	}
 	if len(r.Tools) > 0 {
 		c.jr.Rec().Tools = c.jr.Rec().Tools[:0]
 		for _, call := range r.Tools {
-			ts := ToolSummary{Name: call.Name, CallID: call.CallID, Status: call.Status}
+			ts := record.ToolSummary{Name: call.Name, CallID: call.CallID, Status: call.Status}
 			if !call.Called.IsZero() && !call.Returned.IsZero() {
 				ts.Duration = call.Returned.Sub(call.Called)
 			}
@@ -70,34 +71,34 @@ func (c *completer) Ran(ctx context.Context, r *attempt.RunEnd) error {
 
 	switch {
 	case d.Clock == agentclient.ClockConnect || d.Clock == agentclient.ClockStall || d.Clock == agentclient.ClockTotal:
-		w.obs.StreamTimeout(string(d.Clock))
+		w.Obs.StreamTimeout(string(d.Clock))
 	}
 	if d.Polls > 0 || d.Resumes > 0 {
-		w.obs.Continuation(d.Polls, d.Resumes)
+		w.Obs.Continuation(d.Polls, d.Resumes)
 	}
 	if d.Resend == continuation.ResendSent || d.Resend == continuation.ResendForbidden {
-		w.obs.Resend(string(a.ResendDecision))
+		w.Obs.Resend(string(a.ResendDecision))
 	}
 	// "outcome" on the lines below is the journal's word for how the attempt ended
 	// (answered, failed, retrying, …), set where it is decided.
-	log := c.log.With(slog.String("otid", c.otid), slog.String("run_id", c.jr.Rec().RunID),
+	log := c.log.With(slog.String("otid", c.Otid), slog.String("run_id", c.jr.Rec().RunID),
 		slog.String("clock", string(d.Clock)), slog.Int("polls", d.Polls), slog.Int("resumes", d.Resumes),
 		slog.String("resend", string(d.Resend)))
 
 	c.jr.Lock()
 	busyInARow := 0
-	for i := len(c.jr.Rec().Attempts) - 2; i >= 0 && c.jr.Rec().Attempts[i].Outcome == OutcomeBusy; i-- {
+	for i := len(c.jr.Rec().Attempts) - 2; i >= 0 && c.jr.Rec().Attempts[i].Outcome == record.OutcomeBusy; i-- {
 		busyInARow++
 	}
 	c.jr.Unlock()
-	in := attempt.EndingInput{D: d, RunID: snap.RunID, Retried: c.retried, MaxRetry: c.maxRetry, BusyInARow: busyInARow,
-		StuckRetryDelay: w.cfg.StuckRetryDelay, Cancelled: r.Cancel != nil, Cause: r.Cause}
-	e := attempt.EndOf(in)
-	if e.Outcome == OutcomeCancelled {
+	in := EndingInput{D: d, RunID: snap.RunID, Retried: c.Retried, MaxRetry: c.MaxRetry, BusyInARow: busyInARow,
+		StuckRetryDelay: w.Cfg.StuckRetryDelay, Cancelled: r.Cancel != nil, Cause: r.Cause}
+	e := EndOf(in)
+	if e.Outcome == record.OutcomeCancelled {
 		r.Finish(false)
-		return c.endCancelled(dctx, log, *r.Cancel, r.CancelPhase, snap.Answer)
+		return c.EndCancelled(dctx, log, *r.Cancel, r.CancelPhase, snap.Answer)
 	}
-	r.Finish(e.Final == EventAnswer)
+	r.Finish(e.Final == record.EventAnswer)
 	if d.Outcome == continuation.Refused && agentclient.RetryAfter(d.Err) > MaxServerRetryAfter {
 		log.Warn("Retry-After beyond the cap: not obeyed", "retry_after", agentclient.RetryAfter(d.Err).String(),
 			"cap", MaxServerRetryAfter.String())
@@ -106,37 +107,37 @@ func (c *completer) Ran(ctx context.Context, r *attempt.RunEnd) error {
 		c.jr.Lock()
 		n := c.jr.Current().N
 		c.jr.Unlock()
-		if err := w.journal.RecordRefusal(dctx, c.taskID, c.otid, n, w.cfg.WorkerID); err != nil {
-			c.redisFailed()
+		if err := w.Journal.RecordRefusal(dctx, c.TaskID, c.Otid, n, w.Cfg.WorkerID); err != nil {
+			c.RedisFailed()
 			log.Warn("could not journal the refusal; the next attempt looks for the otid first", "error", err.Error())
 		}
 	}
 
 	switch {
-	case e.Final == EventApprovalRequired:
-		tool := &ToolEvent{Status: ToolStatusCall}
+	case e.Final == record.EventApprovalRequired:
+		tool := &record.ToolEvent{Status: record.ToolStatusCall}
 		calls := approval.Calls(snap.Transcript)
 		if len(calls) > 0 {
 			tool = &calls[len(calls)-1]
 		}
 		ae, err := c.ap.Ask(dctx, log, calls)
 		if err != nil {
-			return c.retryLater(dctx, log, attempt.EndRetryOf(in, time.Second, "record the approval request: "+err.Error()))
+			return c.retryLater(dctx, log, EndRetryOf(in, time.Second, "record the approval request: "+err.Error()))
 		}
-		return c.deliver(dctx, log, e.Outcome, ReplyEvent{Type: EventApprovalRequired, Tool: tool,
+		return c.Deliver(dctx, log, e.Outcome, record.ReplyEvent{Type: record.EventApprovalRequired, Tool: tool,
 			StopReason: e.StopReason, Approval: ae}, snap.Answer, tool)
 
-	case e.Final == EventAnswer:
-		return c.deliver(dctx, log, e.Outcome, ReplyEvent{Type: EventAnswer, Text: snap.Answer,
+	case e.Final == record.EventAnswer:
+		return c.Deliver(dctx, log, e.Outcome, record.ReplyEvent{Type: record.EventAnswer, Text: snap.Answer,
 			StopReason: e.StopReason}, snap.Answer, nil)
 
-	case e.Asynq == attempt.EndPutBack, d.Outcome == continuation.Busy:
+	case e.Asynq == EndPutBack, d.Outcome == continuation.Busy:
 		return c.busy(dctx, e)
 
 	case e.GaveUp:
 		return c.retryLater(dctx, log, e)
 
-	case e.Final == EventError:
+	case e.Final == record.EventError:
 		if d.Outcome == continuation.Failed {
 			if snap.Answer != "" {
 				// Text the agent gave before it failed: kept, cut, never
@@ -154,7 +155,7 @@ func (c *completer) Ran(ctx context.Context, r *attempt.RunEnd) error {
 		if d.Outcome == continuation.Rejected {
 			e.Reason = r.ImageNote + e.Reason
 		}
-		return c.fail(dctx, log, e.Reason, e.StopReason)
+		return c.Fail(dctx, log, e.Reason, e.StopReason)
 	}
 	return c.retryLater(dctx, log, e)
 }

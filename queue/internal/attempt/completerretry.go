@@ -1,28 +1,26 @@
-package queue
+package attempt
 
 import (
 	"context"
 	"fmt"
 	"log/slog"
 	"time"
-
-	"github.com/lettaq/lettaq/queue/internal/attempt"
 )
 
 // retryLater ends the attempt and leaves the turn to the next one (e, from
-// attempt.EndOf: a retry, an interruption, or a retry given up for want of retries).
-func (c *completer) retryLater(ctx context.Context, log *slog.Logger, e attempt.Ending) error {
+// EndOf: a retry, an interruption, or a retry given up for want of retries).
+func (c *Completer) retryLater(ctx context.Context, log *slog.Logger, e Ending) error {
 	c.progress.End(ctx)
 	if e.GaveUp {
-		return c.fail(ctx, log, fmt.Sprintf("gave up after %d attempts: %s", c.retried+1, e.Reason), e.StopReason)
+		return c.Fail(ctx, log, fmt.Sprintf("gave up after %d attempts: %s", c.Retried+1, e.Reason), e.StopReason)
 	}
-	var rerr error = &attempt.RetryAfterError{Delay: e.Delay, Reason: e.Reason, Err: e.Err}
-	if e.Asynq == attempt.EndInterrupted {
-		rerr = &attempt.InterruptedError{Reason: e.Reason, Err: e.Err}
+	var rerr error = &RetryAfterError{Delay: e.Delay, Reason: e.Reason, Err: e.Err}
+	if e.Asynq == EndInterrupted {
+		rerr = &InterruptedError{Reason: e.Reason, Err: e.Err}
 	}
 	c.jr.Lock()
 	c.jr.Current().Outcome, c.jr.Current().Error = e.Outcome, e.Reason
-	if e.Asynq == attempt.EndRetry {
+	if e.Asynq == EndRetry {
 		c.jr.Current().RetryIn = e.Delay
 	}
 	c.jr.Unlock()
@@ -33,29 +31,29 @@ func (c *completer) retryLater(ctx context.Context, log *slog.Logger, e attempt.
 		log.Warn("could not journal the attempt", "error", err.Error())
 	}
 	log.Info("turn attempt ends, retrying", "outcome", e.Outcome, "reason", e.Reason, "retry_in", e.Delay.String())
-	c.obs.AttemptFinished(c.queue, "retry", time.Since(c.start))
+	c.obs.AttemptFinished(c.Queue, "retry", time.Since(c.Start))
 	return rerr
 }
 
-// retryEarly ends an attempt that failed before it could run (Redis
+// RetryEarly ends an attempt that failed before it could run (Redis
 // trouble, sequencer): Asynq retries with backoff.
-func (c *completer) retryEarly(err error) error {
-	c.redisFailed()
-	rerr := fmt.Errorf("lettaq: turn %s: %w", c.taskID, err)
-	if c.noRetryLeft(rerr) {
-		return c.giveUp("could not start: " + err.Error())
+func (c *Completer) RetryEarly(err error) error {
+	c.RedisFailed()
+	rerr := fmt.Errorf("lettaq: turn %s: %w", c.TaskID, err)
+	if c.NoRetryLeft(rerr) {
+		return c.GiveUp("could not start: " + err.Error())
 	}
 	c.log.Warn("turn attempt could not start", "error", err.Error())
-	c.obs.AttemptFinished(c.queue, "retry", time.Since(c.start))
+	c.obs.AttemptFinished(c.Queue, "retry", time.Since(c.Start))
 	return rerr
 }
 
 // busy ends an attempt refused because the thread is busy with another
 // run: the turn is put back (not a failure, not a resend).
-func (c *completer) busy(ctx context.Context, e attempt.Ending) error {
+func (c *Completer) busy(ctx context.Context, e Ending) error {
 	c.progress.End(ctx)
 	if e.GaveUp {
-		return c.giveUp(e.Reason)
+		return c.GiveUp(e.Reason)
 	}
 	c.jr.Lock()
 	c.jr.Current().Outcome, c.jr.Current().Error, c.jr.Current().RetryIn = e.Outcome, e.Reason, e.Delay
@@ -63,8 +61,8 @@ func (c *completer) busy(ctx context.Context, e attempt.Ending) error {
 	c.jr.Unlock()
 	// The refused send stored nothing: the next attempt sends without
 	// searching for the otid first.
-	if err := c.w.journal.RecordRefusal(ctx, c.taskID, c.otid, n, c.w.cfg.WorkerID); err != nil {
-		c.redisFailed()
+	if err := c.w.Journal.RecordRefusal(ctx, c.TaskID, c.Otid, n, c.w.Cfg.WorkerID); err != nil {
+		c.RedisFailed()
 		c.log.Warn("could not journal the refusal; the next attempt looks for the otid first", "error", err.Error())
 	}
 	if err := c.Save(ctx); err != nil {
@@ -74,6 +72,6 @@ func (c *completer) busy(ctx context.Context, e attempt.Ending) error {
 		c.log.Warn("could not journal the attempt", "error", err.Error())
 	}
 	c.log.Info("the agent's thread is busy with another run; the turn waits", "reason", e.Reason, "retry_in", e.Delay.String())
-	c.obs.AttemptFinished(c.queue, "busy", time.Since(c.start))
-	return &attempt.BusyError{Delay: e.Delay, Reason: e.Reason, Err: e.Err}
+	c.obs.AttemptFinished(c.Queue, "busy", time.Since(c.Start))
+	return &BusyError{Delay: e.Delay, Reason: e.Reason, Err: e.Err}
 }

@@ -1,0 +1,88 @@
+package attempt
+
+import (
+	"context"
+	"time"
+
+	"github.com/lettaq/lettaq/budget"
+	"github.com/lettaq/lettaq/queue/internal/approval"
+	"github.com/lettaq/lettaq/queue/internal/asynqlog"
+	"github.com/lettaq/lettaq/queue/internal/line"
+	"github.com/lettaq/lettaq/queue/internal/record"
+	"github.com/lettaq/lettaq/queue/internal/store"
+)
+
+// Parts are what the worker gives every attempt: its settings, its
+// observer, the reply streams and the journal (queue's, through the narrow
+// views below), the chats' lines and approvals, and the facts of its Redis
+// clients that decide which writes share a round trip.
+type Parts struct {
+	Cfg     Config
+	Obs     Observer
+	Replies Replies
+	Journal Journal
+	// OneRedis: the journal and the reply streams are on one client, so
+	// their writes share the writer's round trips.
+	OneRedis bool
+	// ResultWithSave: the task's result (Asynq's task hash) is on the
+	// reply streams' client, so it is written with the journal's save.
+	ResultWithSave bool
+	// Ordered: one turn at a time per chat (the lines are on).
+	Ordered bool
+	// IsFailure is the worker's asynq IsFailure (IsFailure, and under
+	// ordering the line's put-back too).
+	IsFailure func(error) bool
+	Permanent *asynqlog.Permanent // tasks whose archiving Asynq's log line names
+	Lines     *line.Lines
+	Approvals *approval.Part
+}
+
+// Config is the worker's settings an attempt reads (queue.WorkerConfig's,
+// with their defaults).
+type Config struct {
+	WorkerID          string
+	Budget            budget.Config
+	HeartbeatInterval time.Duration // the phase event's repeat
+	DeltaMaxAge       time.Duration // answer text held without a newline
+	StuckRetryDelay   time.Duration // the retry of a run still going when the budget ran out
+	MaxReplyBytes     int           // the progress text one attempt writes
+}
+
+// Intents journals an attempt's intent to send (queue.Journal's).
+type Intents interface {
+	// IntentOp is the write of the intent, sent with the attempt's queued
+	// writes; prior gets the intents journaled before it.
+	IntentOp(taskID, otid string, attempt int, worker string, prior *[]record.Intent) (store.Op, error)
+	// RecordIntent writes the intent now and returns the prior ones.
+	RecordIntent(ctx context.Context, taskID, otid string, attempt int, worker string) ([]record.Intent, error)
+}
+
+// Replies is the reply streams as an attempt's end writes them
+// (queue.Replies).
+type Replies interface {
+	// EmitAnswerOnce writes a turn's final event once per turn.
+	EmitAnswerOnce(ctx context.Context, c record.Conversation, ev record.ReplyEvent) (emitted bool, err error)
+	// Answered reports whether the turn's final event was written.
+	Answered(ctx context.Context, taskID string) (bool, error)
+	// FinalEvent reads the turn's final event back from its chat's stream.
+	FinalEvent(ctx context.Context, c record.Conversation, taskID string) (record.ReplyEvent, bool, error)
+	// AnsweredKey is the key of the turn's answered marker.
+	AnsweredKey(taskID string) string
+}
+
+// Journal is the journal as an attempt's end writes it (queue.Journal).
+type Journal interface {
+	Intents
+	Get(ctx context.Context, taskID string) (*record.TurnRecord, error)
+	Save(ctx context.Context, rec *record.TurnRecord) error
+	// SaveBy saves rec unless a runner newer than runner saved it.
+	SaveBy(ctx context.Context, rec *record.TurnRecord, runner int64) error
+	RecordRefusal(ctx context.Context, taskID, otid string, attempt int, worker string) error
+}
+
+// CancelObserver is an Observer that is also told of cancelled turns (the
+// phase is one of the CancelPhase… constants). A worker's Observer that
+// implements it is told.
+type CancelObserver interface {
+	TurnCancelled(queue, phase string)
+}
