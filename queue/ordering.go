@@ -1,7 +1,6 @@
 package queue
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -12,8 +11,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lettaq/lettaq/ordering"
-	"github.com/lettaq/lettaq/queue/internal/attempt"
-	"github.com/lettaq/lettaq/queue/internal/store"
 )
 
 // defaultMaxCoalesce bounds how many waiting messages one turn takes in
@@ -133,77 +130,4 @@ func (o *orderer) close() {
 	if o.rdb != nil {
 		_ = o.rdb.Close()
 	}
-}
-
-// acquire runs the ordering part of an attempt before the turn: the
-// attempt's place (t.line) holds the lease when it returns without done;
-// else err is what the handler returns (done is set when the handler
-// should end now with err, which may be nil).
-func (t *turn) acquire(ctx context.Context) (err error, done bool) {
-	alive := t.line.Alive(t.w.tk.Alive)
-	if t.w.startWithLock() {
-		// The acquire and the start's reads in one round trip: the reads
-		// run after the acquire, so with the lock taken by it they are what
-		// readStart would read after it. The round trip is the writer's
-		// (progress.Queue.Do), shared with what the other turns write then.
-		// (The op's results are its own variables: when do stops waiting,
-		// the writer may still run it.)
-		var a *ordering.Acquiring
-		var aerr error
-		var pre *store.StartReads
-		op := func(octx context.Context, p redis.Pipeliner, sha bool) func() error {
-			if sha { // (a second round is only for scripts that failed: none here)
-				if a, aerr = t.line.AcquireIn(octx, p); aerr == nil {
-					pre = t.w.startStores().QueueStartReads(octx, p, p, t.startRead())
-				}
-			}
-			return func() error { return nil } // each command has its own error, read below
-		}
-		if derr := t.progress.Do(ctx, nil, op); derr != nil {
-			// Not run, or not waited for (ctx ended): a lock it took
-			// goes to this task's next attempt (the lock knows the task).
-			return t.end.RetryEarly(fmt.Errorf("ordering: acquire: %w", derr)), true
-		}
-		if pre != nil {
-			// The cancel record, read after the acquire whatever it
-			// answered: a cancelled turn that is not its chat's turn ends
-			// below instead of being put back.
-			if b, found, _ := pre.Cancel(); found {
-				t.cx.NoteJSON(b, (*cancelRun)(t))
-			}
-		}
-		if err = aerr; err == nil {
-			var first bool
-			if first, err = t.line.Take(ctx, a, alive); err == nil && first {
-				t.pre = pre
-			}
-		}
-	} else {
-		t.cx.Read(ctx, (*cancelRun)(t)) // (the start's reads come after the acquire here)
-		err = t.line.Acquire(ctx, alive)
-	}
-	var me *ordering.MergedError
-	switch {
-	case err == nil:
-		return nil, false
-	case errors.As(err, &me):
-		return t.end.Coalesced(ctx, me.Into), true
-	case errors.Is(err, ordering.ErrDone):
-		t.log.Info("turn already finished (duplicate delivery)")
-		return nil, true
-	case ordering.IsNotYourTurn(err) && t.cx.Asked() != nil:
-		return t.end.CancelWaiting(ctx, err), true
-	case ordering.IsNotYourTurn(err):
-		t.line.WakeAfterDeadHeads(ctx, err)
-		if perr := (attempt.Waiting{Completer: t.end}).ParkNotYourTurn(ctx, err); perr != nil {
-			return perr, true // parked: it waits, woken by the turn ahead
-		}
-		// Put back: not a failure, no retry used (ordering.IsFailure),
-		// unless the task has none left (after a crash: see outOfRetries).
-		if t.end.NoRetryLeft(err) {
-			return t.end.GiveUp("its turn did not come: " + err.Error()), true
-		}
-		return err, true
-	}
-	return t.end.RetryEarly(fmt.Errorf("ordering: %w", err)), true
 }

@@ -40,11 +40,3 @@ func newTakeover(w *Worker) *takeover.Registry {
 	}
 	return takeover.New(cfg)
 }
-
-// newRegistration is the attempt's registration in its worker's registry
-// (not registered yet: prepare registers it once its start read numbered
-// the runner).
-func newRegistration(t *turn) *takeover.Registration {
-	return t.w.tk.Attempt(takeover.Attempt{TaskID: t.TaskID, Queue: t.Queue, Runner: &t.rn, Log: t.log,
-		Obs: &t.obs, Start: t.Start, Ctx: t.actx})
-}

@@ -57,7 +57,7 @@ func (w *Worker) processTask(ctx context.Context, task *asynq.Task) error {
 	// that Asynq can record how it ended (see Worker.awaitRedis).
 	defer t.awaitRedis(ctx)
 	if w.ord == nil {
-		err = t.run(ctx)
+		err = t.runUnordered(ctx)
 	} else {
 		err = t.runOrdered(ctx)
 	}
@@ -340,9 +340,9 @@ func (t *turn) readStart(ctx context.Context) (rec *TurnRecord, answered bool, i
 	return rec, answered, intents, nil
 }
 
-// run runs the attempt: prepare, then its run at Letta (see processTask
-// for why they are apart).
-func (t *turn) run(ctx context.Context) error {
+// runUnordered runs the attempt without ordering: prepare, then its run at
+// Letta (see processTask for why they are apart).
+func (t *turn) runUnordered(ctx context.Context) error {
 	if err, end := t.prepare(ctx); end {
 		return err
 	}
@@ -488,4 +488,12 @@ func (t *turn) emitEvent(ev ReplyEvent, lazy bool) {
 		return
 	}
 	t.progress.Push(ev)
+}
+
+// newRegistration is the attempt's registration in its worker's registry
+// (not registered yet: prepare registers it once its start read numbered
+// the runner).
+func newRegistration(t *turn) *takeover.Registration {
+	return t.w.tk.Attempt(takeover.Attempt{TaskID: t.TaskID, Queue: t.Queue, Runner: &t.rn, Log: t.log,
+		Obs: &t.obs, Start: t.Start, Ctx: t.actx})
 }

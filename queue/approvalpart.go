@@ -2,13 +2,10 @@ package queue
 
 import (
 	"context"
-	"log/slog"
 	"sync"
 	"time"
 
-	"github.com/lettaq/lettaq/agentclient"
 	"github.com/lettaq/lettaq/queue/internal/approval"
-	"github.com/lettaq/lettaq/queue/internal/attempt"
 )
 
 // The worker's side of approvals: the approval part (queue/internal/approval)
@@ -84,58 +81,4 @@ func newApprovalPart(w *Worker) *approval.Part {
 				o.Approval(event, waited)
 			}
 		}})
-}
-
-// approvalAttempt is what the attempt's approvals need of it
-// (approval.Attempt): its journal record's run id and approval, and the
-// note of a Redis failure.
-type approvalAttempt turn
-
-func (a *approvalAttempt) RunID() string {
-	t := (*turn)(a)
-	t.jr.Lock()
-	defer t.jr.Unlock()
-	if t.jr.Rec() == nil {
-		return ""
-	}
-	return t.jr.Rec().RunID
-}
-
-func (a *approvalAttempt) SetApproval(r *ApprovalRecord) {
-	t := (*turn)(a)
-	t.jr.Lock()
-	t.jr.Rec().Approval = r
-	t.jr.Unlock()
-}
-
-func (a *approvalAttempt) RedisFailed() { (*turn)(a).RedisFailed() }
-
-// newApprovalTurn is the attempt's approvals (turn.ap), once its task,
-// message and line are known.
-func newApprovalTurn(t *turn) approval.Turn {
-	id := approval.Ident{TaskID: t.TaskID, Otid: t.Otid, Queue: t.Queue, Key: t.line.Key(), AgentID: t.Msg.AgentID,
-		Conversation: t.Msg.Conversation, LettaConversationID: t.Msg.LettaConversationID,
-		EnqueuedAt: t.Msg.EnqueuedAt, Answer: t.Msg.Approval}
-	return t.w.approvals.Turn(id, (*approvalAttempt)(t), t.log)
-}
-
-// approvalGate applies the approval gate (approval.Turn.Gate): an answer
-// turn goes on with its answers; a message that meets its chat's
-// unanswered request waits for it (awaitApproval) or fails. end is true
-// when the attempt ends here.
-func (t *turn) approvalGate(ctx context.Context) (answers []agentclient.ApprovalAnswer, err error, end bool) {
-	g := t.ap.Gate(ctx, t.pre, t.jr.Current().N == 1)
-	log := t.log
-	if g.Open != nil {
-		log = log.With(slog.String("request_task_id", g.Open.RequestTaskID))
-	}
-	switch {
-	case g.Err != nil:
-		return nil, t.end.RetryEarly(g.Err), true
-	case g.Fail != "":
-		return nil, t.end.Fail(ctx, log, g.Fail, ""), true
-	case g.Wait:
-		return nil, attempt.Waiting{Completer: t.end}.AwaitApproval(ctx, log, g.Open), true
-	}
-	return g.Answers, nil, false
 }

@@ -2,7 +2,6 @@ package queue
 
 import (
 	"context"
-	"log/slog"
 
 	"github.com/lettaq/lettaq/queue/internal/attempt"
 	"github.com/lettaq/lettaq/queue/internal/cancelsub"
@@ -37,44 +36,6 @@ import (
 // phase is one of the CancelPhase… constants). A worker's Observer that
 // implements it is told.
 type CancelObserver = attempt.CancelObserver
-
-// cancelRun is the turn as its cancel's view of the attempt (cancel.Run,
-// cancel.Attempt): (*cancelRun)(t).
-type cancelRun turn
-
-func (r *cancelRun) RunID() string { return r.ids.RunIDNow() }
-
-func (r *cancelRun) Log() *slog.Logger { return r.log }
-
-// ReadCancel reads the turn's cancel record.
-func (r *cancelRun) ReadCancel(ctx context.Context) ([]byte, bool, error) {
-	return r.w.replies.st.GetCancel(ctx, r.TaskID)
-}
-
-// NoteCancel notes the cancel the channel published (cancel.Running).
-func (r *cancelRun) NoteCancel(b []byte, readErr error) {
-	t := (*turn)(r)
-	if readErr != nil {
-		t.log.Warn("could not read the turn's cancel record", "error", readErr.Error())
-		b = nil // the publish says there is one
-	}
-	t.cx.NoteJSON(b, r)
-}
-
-// CancelRun asks Letta to cancel the turn's run: the conversation's cancel,
-// or on the agent endpoints the agent's cancel of this run.
-func (r *cancelRun) CancelRun(conv, runID string) error {
-	t := (*turn)(r)
-	ctx, cancel := context.WithTimeout(t.detached(), t.w.cfg.Budget.RequestTimeout)
-	defer cancel()
-	var err error
-	if conv == "" {
-		_, err = t.w.client.CancelRuns(ctx, t.Msg.AgentID, []string{runID})
-	} else {
-		_, err = t.w.client.CancelConversation(ctx, conv, t.Msg.AgentID)
-	}
-	return err
-}
 
 // cancelSubscriber is the worker's subscription to the cancel channel
 // (queue/internal/cancelsub): a cancel of a turn this worker runs is noted
