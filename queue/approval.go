@@ -11,6 +11,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/lettaq/lettaq/queue/internal/approval"
+	"github.com/lettaq/lettaq/queue/internal/inbound"
 )
 
 // Approvals (human in the loop; WIRE.md "Approvals"): a turn whose run stops with
@@ -234,21 +235,9 @@ func (c *Client) enqueueAnswer(ctx context.Context, m Message, id, queueName str
 		res.Position = pos
 	}
 	if c.cfg.Replies != nil {
-		_, _ = c.cfg.Replies.EmitAcceptedOnce(ctx, m.Conversation, answerAccepted(m, id, res.Otid, max(res.Position, 0)))
+		_, _ = c.cfg.Replies.EmitAcceptedOnce(ctx, m.Conversation, inbound.AnswerAccepted(m, id, res.Otid, max(res.Position, 0)))
 	}
 	return res, nil
-}
-
-// answerAccepted is the accepted event of an answer turn: it says what was
-// answered, and why.
-func answerAccepted(m Message, id, otid string, pos int) ReplyEvent {
-	a := m.Approval
-	reason := ""
-	if len(a.Decisions) > 0 {
-		reason = a.Decisions[0].Reason
-	}
-	return ReplyEvent{TaskID: id, Otid: otid, MessageID: m.MessageID, Position: pos,
-		Approval: &ApprovalEvent{RequestTaskID: a.RequestTaskID, Decision: approval.Summary(a.Decisions), Cause: a.Cause, Reason: reason}}
 }
 
 // replaceScheduled deletes the task id of queue if it is the expiry and

@@ -26,9 +26,9 @@ func TestWatchCancels(t *testing.T) {
 	}
 	t.Cleanup(w.closeRedis)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	newTurn := func(id string) *turn {
-		tt := &turn{w: w, jr: attemptJournal(w, nil), log: log, ids: &attempt.IDs{TaskID: id}, ID: attempt.ID{TaskID: id}}
-		w.cancels.Add(tt.TaskID, (*cancelRun)(tt))
+	newTurn := func(id string) *attempt.Turn {
+		tt := &attempt.Turn{W: w.attempts, Jr: attemptJournal(w, nil), Logger: log, IDs: &attempt.IDs{TaskID: id}, ID: attempt.ID{TaskID: id}}
+		w.attempts.Cancels.Add(tt.TaskID, tt.AsCancel())
 		return tt
 	}
 	missed, heard, other := newTurn("turn:missed"), newTurn("turn:heard"), newTurn("turn:other")
@@ -40,11 +40,11 @@ func TestWatchCancels(t *testing.T) {
 	}
 	done := make(chan struct{})
 	go func() { w.watchCancels(ctx); close(done) }()
-	waitFor := func(tt *turn, by string) {
+	waitFor := func(tt *attempt.Turn, by string) {
 		t.Helper()
 		deadline := time.Now().Add(5 * time.Second)
 		for {
-			if cr := tt.cx.Asked(); cr != nil {
+			if cr := tt.Cx.Asked(); cr != nil {
 				if cr.By != by {
 					t.Errorf("%s: cancel by %q, want %q", tt.TaskID, cr.By, by)
 				}
@@ -61,7 +61,7 @@ func TestWatchCancels(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(heard, "later")
-	if other.cx.Asked() != nil {
+	if other.Cx.Asked() != nil {
 		t.Error("a turn nobody cancelled was told it was")
 	}
 	cancel()

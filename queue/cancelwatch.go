@@ -43,7 +43,7 @@ type CancelObserver = attempt.CancelObserver
 // running turns are read, for the cancels published while the worker was
 // not subscribed (cancel.Running).
 func (w *Worker) cancelSubscriber() *cancelsub.Subscriber {
-	return &cancelsub.Subscriber{Subscribe: w.replies.st.SubscribeCancels, Resync: w.cancels.Resync, Heard: w.cancels.Heard}
+	return &cancelsub.Subscriber{Subscribe: w.replies.st.SubscribeCancels, Resync: w.attempts.Cancels.Resync, Heard: w.attempts.Cancels.Heard}
 }
 
 // watchCancels follows the cancel channel until ctx ends.

@@ -138,7 +138,6 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		w.closeRedis()
 		return nil, fmt.Errorf("queue: ApprovalTimeout %v is more than %v", w.cfg.ApprovalTimeout, MaxApprovalTimeout)
 	}
-	w.cancels.Records, w.cancels.Log = w.replies.st, w.log
 	w.approvals = newApprovalPart(w)
 	w.lines = newLines(w)
 	w.writer = progress.NewWriter(w.replies.rdb, w.replies.st, w.replies.complete)
@@ -153,13 +152,20 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		w.cfg.TakeoverBeat = min(w.cfg.TakeoverBeat, w.cfg.TakeoverAfter/3)
 		w.tk = newTakeover(w)
 	}
-	w.threads = &attempt.Threads{Mode: mode, RDB: w.replies.rdb, Prefix: w.replies.opts.Prefix, Client: w.client, Lock: w.ord == nil,
+	threads := &attempt.Threads{Mode: mode, RDB: w.replies.rdb, Prefix: w.replies.opts.Prefix, Client: w.client, Lock: w.ord == nil,
 		LockTTL: w.cfg.Budget.ThreadResolution() + attempt.ThreadLockSlack}
 	w.attempts = &attempt.Parts{Cfg: attempt.Config{WorkerID: w.cfg.WorkerID, Budget: w.cfg.Budget,
 		HeartbeatInterval: w.cfg.HeartbeatInterval, DeltaMaxAge: w.cfg.DeltaMaxAge, StuckRetryDelay: w.cfg.StuckRetryDelay,
 		MaxReplyBytes: w.cfg.MaxReplyBytes},
-		Obs: w.obs, Replies: repliesView{w.replies}, Journal: journalView{w.journal}, OneRedis: w.oneRedis(),
-		ResultWithSave: w.rdb != nil && w.replies.rdb == w.rdb, Ordered: w.ord != nil, IsFailure: w.isFailure,
-		Permanent: &w.permanent, Lines: w.lines, Approvals: w.approvals}
+		Log: w.log, Obs: w.obs, Replies: repliesView{w.replies}, Journal: journalView{w.journal},
+		ReplyStore: w.replies.st, JournalStore: w.journal.st, JournalRDB: w.journal.rdb, Saver: w.journal.saver,
+		Writer: w.writer, Runner: w.runner, Letta: w.client, Threads: threads, Takeover: w.tk,
+		StartWithLock: w.startWithLock(), AwaitRedis: w.awaitRedis,
+		OneRedis: w.oneRedis(), ResultWithSave: w.rdb != nil && w.replies.rdb == w.rdb, Ordered: w.ord != nil,
+		IsFailure: w.isFailure, Permanent: &w.permanent, Lines: w.lines, Approvals: w.approvals}
+	if w.ord != nil {
+		w.attempts.OrderKey = w.ord.cfg.Key
+	}
+	w.attempts.Cancels.Records, w.attempts.Cancels.Log = w.replies.st, w.log
 	return w, nil
 }

@@ -219,10 +219,10 @@ func TestParkApprovalWakesItselfWhenAnsweredMeanwhile(t *testing.T) {
 	}
 	w.lines.WakeApprovalWaiters(ctx, req.RequestTaskID, "") // the answer's wake-up: nobody noted yet
 	w.lines.AfterRevoke = func(store.Parked) {}             // the re-enqueue is looked at below
-	tt := &turn{w: w, rn: fence.Runner{ID: r.TaskID}, log: w.log, jr: attemptJournal(w, &TurnRecord{TaskID: r.TaskID, Attempts: []Attempt{{N: 1}}}), progress: w.writer.NewQueue(conv, func(error) {}, nil), ID: attempt.ID{TaskID: r.TaskID, Queue: q, Task: asynq.NewTask(info.Type, info.Payload), Start: time.Now()}}
-	tt.line = w.lines.Place(line.Attempt{TaskID: r.TaskID, Queue: q, Runner: r.TaskID, Task: tt.Task, Log: w.log})
-	assemble(tt)
-	if err := (attempt.Waiting{Completer: tt.end}).ParkApproval(ctx, w.log, &stale); !errors.Is(err, asynq.RevokeTask) {
+	tt := &attempt.Turn{W: w.attempts, Rn: fence.Runner{ID: r.TaskID}, Logger: w.log, Jr: attemptJournal(w, &TurnRecord{TaskID: r.TaskID, Attempts: []Attempt{{N: 1}}}), Progress: w.writer.NewQueue(conv, func(error) {}, nil), ID: attempt.ID{TaskID: r.TaskID, Queue: q, Task: asynq.NewTask(info.Type, info.Payload), Start: time.Now()}}
+	tt.Line = w.lines.Place(line.Attempt{TaskID: r.TaskID, Queue: q, Runner: r.TaskID, Task: tt.Task, Log: w.log})
+	attempt.Assemble(tt)
+	if err := (attempt.Waiting{Completer: tt.End}).ParkApproval(ctx, w.log, &stale); !errors.Is(err, asynq.RevokeTask) {
 		t.Fatalf("parkApproval: %v; want parked", err)
 	}
 	p, err := w.lines.Parking().Get(ctx, r.TaskID)

@@ -27,25 +27,25 @@ func TestTakeoverRecoveredTurnNotRunTwice(t *testing.T) {
 	e.deadWorker("D/6", 62*time.Second, "turn-6")
 	a.tk.Tick(ctx)
 	b.tk.Tick(ctx)
-	newRunner := func(w *Worker, runner, from string, retried int) *turn {
-		tr := &turn{w: w, jr: attemptJournal(w, nil), rn: fence.Runner{ID: runner, Retried: retried, From: from}, log: w.log, actx: ctx, ID: attempt.ID{TaskID: "turn-6", Queue: e.queue}}
-		tr.progress = w.writer.NewQueue(Conversation{Integration: "test", ChatID: "turn-6"}, func(error) {}, nil)
-		tr.rn.OnFence(func(error) {})
+	newRunner := func(w *Worker, runner, from string, retried int) *attempt.Turn {
+		tr := &attempt.Turn{W: w.attempts, Jr: attemptJournal(w, nil), Rn: fence.Runner{ID: runner, Retried: retried, From: from}, Logger: w.log, Actx: ctx, ID: attempt.ID{TaskID: "turn-6", Queue: e.queue}}
+		tr.Progress = w.writer.NewQueue(Conversation{Integration: "test", ChatID: "turn-6"}, func(error) {}, nil)
+		tr.Rn.OnFence(func(error) {})
 		return withReg(tr)
 	}
-	start := func(tr *turn) {
+	start := func(tr *attempt.Turn) {
 		register(tr)
-		tr.progress.Flush(ctx) // the registration goes with the attempt's first writes
+		tr.Progress.Flush(ctx) // the registration goes with the attempt's first writes
 	}
 
 	// Asynq's recovery runs the original on A.
 	orig := newRunner(a, "turn-6", "", 1)
-	if orig.tk.ContinuedElsewhere(ctx) {
+	if orig.Tk.ContinuedElsewhere(ctx) {
 		t.Fatal("the recovered original ends, with no other runner")
 	}
 	start(orig)
 	a.tk.Tick(ctx)
-	if orig.rn.IsFenced() {
+	if orig.Rn.IsFenced() {
 		t.Fatal("the only runner of the turn was stopped")
 	}
 
@@ -61,18 +61,18 @@ func TestTakeoverRecoveredTurnNotRunTwice(t *testing.T) {
 
 	// A takeover made before the original registered does not start.
 	tko := newRunner(b, claim.TaskID("D/6", "turn-6"), "D/6", 0)
-	if !tko.tk.ContinuedElsewhere(ctx) {
+	if !tko.Tk.ContinuedElsewhere(ctx) {
 		t.Error("a takeover starts while the recovered original runs")
 	}
 
 	// One that registers all the same stops the original at A's next beat.
 	start(tko)
 	a.tk.Tick(ctx)
-	if !orig.rn.IsFenced() {
+	if !orig.Rn.IsFenced() {
 		t.Fatal("the original goes on after another runner registered the turn")
 	}
 	b.tk.Tick(ctx)
-	if tko.rn.IsFenced() {
+	if tko.Rn.IsFenced() {
 		t.Fatal("the newest runner was stopped")
 	}
 
@@ -80,16 +80,16 @@ func TestTakeoverRecoveredTurnNotRunTwice(t *testing.T) {
 	// next fencing check (its last good beat old: it asks Redis).
 	other := newRunner(a, claim.TaskID("D/7", "turn-6"), "D/7", 0)
 	start(other)
-	tko.tk.BeatAgo(2 * time.Second)
-	if !tko.tk.TakenOver(ctx) {
+	tko.Tk.BeatAgo(2 * time.Second)
+	if !tko.Tk.TakenOver(ctx) {
 		t.Fatal("a runner whose turn another registered goes on writing")
 	}
-	if other.tk.TakenOver(ctx) {
+	if other.Tk.TakenOver(ctx) {
 		t.Fatal("the newest runner is fenced")
 	}
 	// Their ends leave nothing registered.
-	for _, tr := range []*turn{orig, tko, other} {
-		tr.tk.Unregister()
+	for _, tr := range []*attempt.Turn{orig, tko, other} {
+		tr.Tk.Unregister()
 	}
 	if n := e.rdb.Exists(ctx, e.prefix+"takeover:holder:turn-6", e.prefix+"takeover:turns:"+a.tk.Instance(),
 		e.prefix+"takeover:turns:"+b.tk.Instance()).Val(); n != 0 {
@@ -109,8 +109,8 @@ func TestTakeoverRegisterAgainTakesFromDeadHolder(t *testing.T) {
 	a.tk.Tick(ctx)
 	b.tk.Tick(ctx)
 	// Asynq's recovery runs the turn on A; its registration was lost.
-	orig := withReg(&turn{w: a, jr: attemptJournal(a, nil), rn: fence.Runner{ID: "turn-8", Retried: 1}, log: a.log, actx: ctx, ID: attempt.ID{TaskID: "turn-8", Queue: e.queue}})
-	orig.tk.AsRegistered(claim.Entry{}, 0)
+	orig := withReg(&attempt.Turn{W: a.attempts, Jr: attemptJournal(a, nil), Rn: fence.Runner{ID: "turn-8", Retried: 1}, Logger: a.log, Actx: ctx, ID: attempt.ID{TaskID: "turn-8", Queue: e.queue}})
+	orig.Tk.AsRegistered(claim.Entry{}, 0)
 	a.tk.Tick(ctx)
 	if !e.rdb.HExists(ctx, e.prefix+"takeover:turns:"+a.tk.Instance(), "turn-8").Val() {
 		t.Fatal("the running turn was not written back while its holder is a dead worker")
@@ -120,14 +120,14 @@ func TestTakeoverRegisterAgainTakesFromDeadHolder(t *testing.T) {
 	}
 	// B, whose registration of the turn was lost too, takes nothing from A,
 	// and stops its runner.
-	other := withReg(&turn{w: b, jr: attemptJournal(b, nil), rn: fence.Runner{ID: "turn-8"}, log: b.log, actx: ctx, ID: attempt.ID{TaskID: "turn-8", Queue: e.queue}})
-	other.tk.AsRegistered(claim.Entry{}, 0)
+	other := withReg(&attempt.Turn{W: b.attempts, Jr: attemptJournal(b, nil), Rn: fence.Runner{ID: "turn-8"}, Logger: b.log, Actx: ctx, ID: attempt.ID{TaskID: "turn-8", Queue: e.queue}})
+	other.Tk.AsRegistered(claim.Entry{}, 0)
 	b.tk.Tick(ctx)
 	if e.rdb.HExists(ctx, e.prefix+"takeover:turns:"+b.tk.Instance(), "turn-8").Val() {
 		t.Fatal("a written-back registration took the turn from a live runner")
 	}
-	if !other.rn.IsFenced() || orig.rn.IsFenced() {
-		t.Fatalf("runner stopped: the one without the turn %v, the holder %v; want true, false", other.rn.IsFenced(), orig.rn.IsFenced())
+	if !other.Rn.IsFenced() || orig.Rn.IsFenced() {
+		t.Fatalf("runner stopped: the one without the turn %v, the holder %v; want true, false", other.Rn.IsFenced(), orig.Rn.IsFenced())
 	}
 }
 
@@ -146,8 +146,8 @@ func TestTakeoverPendingRegistrationNotWrittenBack(t *testing.T) {
 		<-gate
 		return exec(ctx, ops)
 	}
-	tr := withReg(&turn{w: w, jr: attemptJournal(w, nil), rn: fence.Runner{ID: "turn-p"}, log: w.log, actx: ctx, ID: attempt.ID{TaskID: "turn-p", Queue: e.queue}})
-	tr.progress = w.writer.NewQueue(Conversation{Integration: "test", ChatID: "p"}, func(error) {}, nil)
+	tr := withReg(&attempt.Turn{W: w.attempts, Jr: attemptJournal(w, nil), Rn: fence.Runner{ID: "turn-p"}, Logger: w.log, Actx: ctx, ID: attempt.ID{TaskID: "turn-p", Queue: e.queue}})
+	tr.Progress = w.writer.NewQueue(Conversation{Integration: "test", ChatID: "p"}, func(error) {}, nil)
 	register(tr)
 	turns := e.prefix + "takeover:turns:" + w.tk.Instance()
 	w.tk.Tick(ctx)
@@ -155,11 +155,11 @@ func TestTakeoverPendingRegistrationNotWrittenBack(t *testing.T) {
 		t.Fatal("a beat wrote back a turn whose registration waits for its round trip")
 	}
 	close(gate)
-	tr.progress.Flush(ctx)
+	tr.Progress.Flush(ctx)
 	if !e.rdb.HExists(ctx, turns, "turn-p").Val() {
 		t.Fatal("the turn's round trip did not register it")
 	}
-	tr.tk.Unregister()
+	tr.Tk.Unregister()
 }
 
 // Of two runners of one turn (both got past their start before either
@@ -172,7 +172,9 @@ func TestTakeoverStaleRunnerSaveKeepsNewerRecord(t *testing.T) {
 	ctx := context.Background()
 	a.tk.Tick(ctx)
 	b.tk.Tick(ctx)
-	begin := func(w *Worker, runner, from string) *turn { return beginRunner(t, w, e.queue, "turn-j", runner, from) }
+	begin := func(w *Worker, runner, from string) *attempt.Turn {
+		return beginRunner(t, w, e.queue, "turn-j", runner, from)
+	}
 	// The stale runner starts and journals its attempt; the newer one
 	// starts before the stale one's registration ran.
 	stale := begin(a, "turn-j", "")
@@ -183,13 +185,13 @@ func TestTakeoverStaleRunnerSaveKeepsNewerRecord(t *testing.T) {
 	}
 	register(newer)
 	// The newer runner finishes the turn within the stale one's last beat.
-	newer.jr.Rec().Outcome, newer.jr.Rec().FinishedAt = OutcomeAnswered, time.Now()
-	newer.jr.Current().Outcome = OutcomeAnswered
+	newer.Jr.Rec().Outcome, newer.Jr.Rec().FinishedAt = OutcomeAnswered, time.Now()
+	newer.Jr.Current().Outcome = OutcomeAnswered
 	if err := newer.Save(ctx); err != nil {
 		t.Fatal(err)
 	}
 	// The stale runner, not told yet, journals its progress.
-	stale.jr.Current().Phases = append(stale.jr.Current().Phases, PhaseMark{Phase: "streaming", At: time.Now()})
+	stale.Jr.Current().Phases = append(stale.Jr.Current().Phases, PhaseMark{Phase: "streaming", At: time.Now()})
 	_ = stale.Save(ctx)
 	rec, err := b.journal.Get(ctx, "turn-j")
 	if err != nil {
@@ -201,8 +203,8 @@ func TestTakeoverStaleRunnerSaveKeepsNewerRecord(t *testing.T) {
 	// The stale runner stops at its worker's next beat; the newer one not.
 	a.tk.Tick(ctx)
 	b.tk.Tick(ctx)
-	if !stale.rn.IsFenced() || newer.rn.IsFenced() {
-		t.Fatalf("stopped: the stale runner %v, the newer %v; want true, false", stale.rn.IsFenced(), newer.rn.IsFenced())
+	if !stale.Rn.IsFenced() || newer.Rn.IsFenced() {
+		t.Fatalf("stopped: the stale runner %v, the newer %v; want true, false", stale.Rn.IsFenced(), newer.Rn.IsFenced())
 	}
 }
 
@@ -222,13 +224,13 @@ func TestTakeoverLaterStartedRunnerKeepsTurn(t *testing.T) {
 		t.Fatal(err)
 	}
 	register(stale)
-	stale.progress.Flush(ctx)
+	stale.Progress.Flush(ctx)
 	a.tk.Tick(ctx)
 	b.tk.Tick(ctx)
-	if !stale.rn.IsFenced() || newer.rn.IsFenced() {
-		t.Fatalf("stopped: the runner that started first %v, the later one %v; want true, false", stale.rn.IsFenced(), newer.rn.IsFenced())
+	if !stale.Rn.IsFenced() || newer.Rn.IsFenced() {
+		t.Fatalf("stopped: the runner that started first %v, the later one %v; want true, false", stale.Rn.IsFenced(), newer.Rn.IsFenced())
 	}
-	newer.jr.Rec().Outcome, newer.jr.Rec().FinishedAt = OutcomeAnswered, time.Now()
+	newer.Jr.Rec().Outcome, newer.Jr.Rec().FinishedAt = OutcomeAnswered, time.Now()
 	if err := newer.Save(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -236,28 +238,28 @@ func TestTakeoverLaterStartedRunnerKeepsTurn(t *testing.T) {
 	if rec, err := b.journal.Get(ctx, "turn-k"); err != nil || rec.Outcome != OutcomeAnswered || rec.Attempts[0].TakenOverFrom != "D/10" {
 		t.Fatalf("the journal holds %+v (%v); want the later runner's answered record", rec, err)
 	}
-	if h, ok, _ := e.st.LiveHolder(ctx, "turn-k", 2*time.Second); !ok || h.Runner != newer.rn.ID {
+	if h, ok, _ := e.st.LiveHolder(ctx, "turn-k", 2*time.Second); !ok || h.Runner != newer.Rn.ID {
 		t.Fatalf("the turn's holder is %+v (%v), want the later runner", h, ok)
 	}
 }
 
 // beginRunner starts a runner of taskID on w as prepare does, up to its
 // registration: its start read, and its attempt in its record.
-func beginRunner(t *testing.T, w *Worker, queue, taskID, runner, from string) *turn {
+func beginRunner(t *testing.T, w *Worker, queue, taskID, runner, from string) *attempt.Turn {
 	t.Helper()
 	ctx := context.Background()
-	tr := &turn{w: w, rn: fence.Runner{ID: runner, From: from}, log: w.log, actx: ctx, jr: attemptJournal(w, nil), ID: attempt.ID{TaskID: taskID, Queue: queue, Start: time.Now()}}
-	tr.progress = w.writer.NewQueue(Conversation{Integration: "test", ChatID: taskID}, func(error) {}, nil)
-	tr.rn.OnFence(func(error) {})
+	tr := &attempt.Turn{W: w.attempts, Rn: fence.Runner{ID: runner, From: from}, Logger: w.log, Actx: ctx, Jr: attemptJournal(w, nil), ID: attempt.ID{TaskID: taskID, Queue: queue, Start: time.Now()}}
+	tr.Progress = w.writer.NewQueue(Conversation{Integration: "test", ChatID: taskID}, func(error) {}, nil)
+	tr.Rn.OnFence(func(error) {})
 	withReg(tr)
-	rec, _, _, err := tr.readStart(ctx)
+	rec, _, _, err := tr.ReadStart(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	rec.TaskID = taskID
 	rec.Attempts = append(rec.Attempts, Attempt{N: len(rec.Attempts) + 1, Worker: w.cfg.WorkerID, Start: tr.Start,
 		TakenOverFrom: from})
-	tr.jr.Begin(rec)
+	tr.Jr.Begin(rec)
 	return tr
 }
 

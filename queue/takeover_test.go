@@ -73,17 +73,17 @@ func (e *takeoverEnv) worker(id string, after time.Duration) *Worker {
 
 // withReg gives tr its registration, its record writer and its completer,
 // as newTurn does.
-func withReg(tr *turn) *turn {
-	tr.tk = newRegistration(tr)
-	assemble(tr)
+func withReg(tr *attempt.Turn) *attempt.Turn {
+	tr.Tk = attempt.NewRegistration(tr)
+	attempt.Assemble(tr)
 	return tr
 }
 
 // register registers tr as prepare does: the write goes with the attempt's
 // next round trip.
-func register(tr *turn) {
-	if op := tr.tk.Register(claim.Entry{Key: tr.line.Key(), Retried: tr.Retried, MaxRetry: tr.MaxRetry}, tr.jr.Runner()); op != nil {
-		tr.progress.PushOp(op)
+func register(tr *attempt.Turn) {
+	if op := tr.Tk.Register(claim.Entry{Key: tr.Line.Key(), Retried: tr.Retried, MaxRetry: tr.MaxRetry}, tr.Jr.Runner()); op != nil {
+		tr.Progress.PushOp(op)
 	}
 }
 
@@ -229,19 +229,19 @@ func TestTakeoverMarkerEndsOlderRunner(t *testing.T) {
 	if err := e.st.MarkTakenOver(ctx, "turn-9", claim.TaskID("D/9", "turn-9"), time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	mk := func(runner string, retried int) *turn {
-		return withReg(&turn{w: w, jr: attemptJournal(w, nil), rn: fence.Runner{ID: runner, Retried: retried}, log: w.log, ID: attempt.ID{TaskID: "turn-9"}})
+	mk := func(runner string, retried int) *attempt.Turn {
+		return withReg(&attempt.Turn{W: w.attempts, Jr: attemptJournal(w, nil), Rn: fence.Runner{ID: runner, Retried: retried}, Logger: w.log, ID: attempt.ID{TaskID: "turn-9"}})
 	}
-	if !mk("turn-9", 1).tk.ContinuedElsewhere(ctx) {
+	if !mk("turn-9", 1).Tk.ContinuedElsewhere(ctx) {
 		t.Error("the recovered original does not see the takeover")
 	}
-	if mk("turn-9", 0).tk.ContinuedElsewhere(ctx) {
+	if mk("turn-9", 0).Tk.ContinuedElsewhere(ctx) {
 		t.Error("a first attempt read the marker")
 	}
-	if mk(claim.TaskID("D/9", "turn-9"), 1).tk.ContinuedElsewhere(ctx) {
+	if mk(claim.TaskID("D/9", "turn-9"), 1).Tk.ContinuedElsewhere(ctx) {
 		t.Error("the takeover's own retry ends")
 	}
-	if !mk(claim.TaskID("D/8", "turn-9"), 1).tk.ContinuedElsewhere(ctx) {
+	if !mk(claim.TaskID("D/8", "turn-9"), 1).Tk.ContinuedElsewhere(ctx) {
 		t.Error("an older takeover goes on")
 	}
 }
@@ -254,32 +254,32 @@ func TestTakeoverFencingStaleBeat(t *testing.T) {
 	w := e.worker("A", 2*time.Second)
 	ctx := context.Background()
 	ep := w.tk.Instance()
-	t1 := withReg(&turn{w: w, jr: attemptJournal(w, nil), log: w.log, ID: attempt.ID{TaskID: "turn-f1"}})
-	t2 := withReg(&turn{w: w, jr: attemptJournal(w, nil), log: w.log, ID: attempt.ID{TaskID: "turn-f2"}})
+	t1 := withReg(&attempt.Turn{W: w.attempts, Jr: attemptJournal(w, nil), Logger: w.log, ID: attempt.ID{TaskID: "turn-f1"}})
+	t2 := withReg(&attempt.Turn{W: w.attempts, Jr: attemptJournal(w, nil), Logger: w.log, ID: attempt.ID{TaskID: "turn-f2"}})
 	canceled := make(chan error, 1)
-	t2.rn.OnFence(func(err error) { canceled <- err })
-	t1.tk.AsRegistered(claim.Entry{}, 0)
-	t2.tk.AsRegistered(claim.Entry{}, 0)
-	t1.tk.BeatAgo(0) // fresh beat
+	t2.Rn.OnFence(func(err error) { canceled <- err })
+	t1.Tk.AsRegistered(claim.Entry{}, 0)
+	t2.Tk.AsRegistered(claim.Entry{}, 0)
+	t1.Tk.BeatAgo(0) // fresh beat
 	e.rdb.Set(ctx, e.prefix+"takeover:dead:"+ep, "B", time.Hour)
-	if t1.tk.TakenOver(ctx) {
+	if t1.Tk.TakenOver(ctx) {
 		t.Fatal("a turn with a fresh beat asked Redis (or stopped)")
 	}
-	t1.tk.BeatAgo(2 * time.Second) // paused past TakeoverAfter/2
-	if !t1.tk.TakenOver(ctx) {
+	t1.Tk.BeatAgo(2 * time.Second) // paused past TakeoverAfter/2
+	if !t1.Tk.TakenOver(ctx) {
 		t.Fatal("a tombstoned worker with a stale beat goes on writing")
 	}
-	if !t2.rn.IsFenced() || !t2.tk.Tombstoned() || w.tk.Instance() == ep {
+	if !t2.Rn.IsFenced() || !t2.Tk.Tombstoned() || w.tk.Instance() == ep {
 		t.Fatal("the other turns of the claimed registration are not fenced, or the worker did not re-register")
 	}
 	if err := <-canceled; err != errTakenOver {
 		t.Fatalf("the fenced turn's context ended with %v", err)
 	}
 	// A stale beat without a tombstone: the turn goes on.
-	t3 := withReg(&turn{w: w, jr: attemptJournal(w, nil), log: w.log, ID: attempt.ID{TaskID: "turn-f3"}})
-	t3.tk.AsRegistered(claim.Entry{}, 0)
-	t3.tk.BeatAgo(2 * time.Second)
-	if t3.tk.TakenOver(ctx) {
+	t3 := withReg(&attempt.Turn{W: w.attempts, Jr: attemptJournal(w, nil), Logger: w.log, ID: attempt.ID{TaskID: "turn-f3"}})
+	t3.Tk.AsRegistered(claim.Entry{}, 0)
+	t3.Tk.BeatAgo(2 * time.Second)
+	if t3.Tk.TakenOver(ctx) {
 		t.Fatal("a worker that was not claimed stopped its turn")
 	}
 }
@@ -291,11 +291,11 @@ func TestTakeoverBeatFindsTombstoneAndLeave(t *testing.T) {
 	w := e.worker("A", 2*time.Second)
 	ctx := context.Background()
 	ep := w.tk.Instance()
-	t1 := withReg(&turn{w: w, jr: attemptJournal(w, nil), log: w.log, ID: attempt.ID{TaskID: "turn-t1"}})
-	t1.tk.AsRegistered(claim.Entry{}, 0)
+	t1 := withReg(&attempt.Turn{W: w.attempts, Jr: attemptJournal(w, nil), Logger: w.log, ID: attempt.ID{TaskID: "turn-t1"}})
+	t1.Tk.AsRegistered(claim.Entry{}, 0)
 	e.rdb.Set(ctx, e.prefix+"takeover:dead:"+ep, "B", time.Hour)
 	w.tk.Tick(ctx)
-	if !t1.rn.IsFenced() || w.tk.Instance() == ep {
+	if !t1.Rn.IsFenced() || w.tk.Instance() == ep {
 		t.Fatal("the beat did not fence the claimed worker's turns")
 	}
 	w.tk.Tick(ctx)
@@ -317,10 +317,10 @@ func TestTakeoverRegistryLostRegistersAgain(t *testing.T) {
 	w := e.worker("A", 2*time.Second)
 	ctx := context.Background()
 	w.tk.Tick(ctx)
-	tr := withReg(&turn{w: w, jr: attemptJournal(w, nil), rn: fence.Runner{ID: "turn-r"}, log: w.log, actx: ctx, ID: attempt.ID{TaskID: "turn-r", Queue: e.queue}})
-	tr.progress = w.writer.NewQueue(Conversation{Integration: "test", ChatID: "r"}, func(error) {}, nil)
+	tr := withReg(&attempt.Turn{W: w.attempts, Jr: attemptJournal(w, nil), Rn: fence.Runner{ID: "turn-r"}, Logger: w.log, Actx: ctx, ID: attempt.ID{TaskID: "turn-r", Queue: e.queue}})
+	tr.Progress = w.writer.NewQueue(Conversation{Integration: "test", ChatID: "r"}, func(error) {}, nil)
 	register(tr)
-	tr.progress.Flush(ctx) // the registration goes with the attempt's next writes
+	tr.Progress.Flush(ctx) // the registration goes with the attempt's next writes
 	id := w.tk.Instance()
 	turns := e.prefix + "takeover:turns:" + id
 	if !e.rdb.HExists(ctx, turns, "turn-r").Val() {
@@ -331,7 +331,7 @@ func TestTakeoverRegistryLostRegistersAgain(t *testing.T) {
 	if !e.rdb.HExists(ctx, turns, "turn-r").Val() {
 		t.Fatal("the beat after the registry was lost did not register the running turn again")
 	}
-	tr.tk.Unregister()
+	tr.Tk.Unregister()
 	if e.rdb.HExists(ctx, turns, "turn-r").Val() {
 		t.Fatal("an ended turn is still registered")
 	}
@@ -346,20 +346,20 @@ func TestTakeoverFinishedTurnNotRegisteredAgain(t *testing.T) {
 	w := e.worker("A", 2*time.Second)
 	ctx := context.Background()
 	w.tk.Tick(ctx)
-	tr := withReg(&turn{w: w, jr: attemptJournal(w, nil), rn: fence.Runner{ID: "turn-done"}, log: w.log, actx: ctx, ID: attempt.ID{TaskID: "turn-done", Queue: e.queue}})
-	tr.progress = w.writer.NewQueue(Conversation{Integration: "test", ChatID: "done"}, func(error) {}, nil)
+	tr := withReg(&attempt.Turn{W: w.attempts, Jr: attemptJournal(w, nil), Rn: fence.Runner{ID: "turn-done"}, Logger: w.log, Actx: ctx, ID: attempt.ID{TaskID: "turn-done", Queue: e.queue}})
+	tr.Progress = w.writer.NewQueue(Conversation{Integration: "test", ChatID: "done"}, func(error) {}, nil)
 	register(tr)
-	tr.progress.Flush(ctx)
+	tr.Progress.Flush(ctx)
 	turns := e.prefix + "takeover:turns:" + w.tk.Instance()
 	if !e.rdb.HExists(ctx, turns, "turn-done").Val() {
 		t.Fatal("the running turn is not registered")
 	}
 	// Its last writes take it out; the beat comes before the attempt's end.
-	if err := tr.progress.Do(ctx, nil, tr.tk.UnregisterOps()...); err != nil {
+	if err := tr.Progress.Do(ctx, nil, tr.Tk.UnregisterOps()...); err != nil {
 		t.Fatal(err)
 	}
 	w.tk.Tick(ctx)
-	tr.tk.Unregister()
+	tr.Tk.Unregister()
 	if e.rdb.HExists(ctx, turns, "turn-done").Val() {
 		t.Fatal("a finished turn is registered again and stays for the instance's life")
 	}
@@ -400,22 +400,22 @@ func TestTakeoverFencedDeliveryReportsTakenOver(t *testing.T) {
 	ep := w.tk.Instance()
 	id := "turn-fd"
 	conv := Conversation{Integration: "test", ChatID: "fd-" + randomHex(t)}
-	tr := &turn{w: w, rn: fence.Runner{ID: id}, log: slog.New(c), actx: ctx, ids: &attempt.IDs{TaskID: id, Otid: "otid-fd"}, ID: attempt.ID{TaskID: id, Otid: "otid-fd", Queue: e.queue, Start: time.Now(), Msg: Message{AgentID: "agent-1", Conversation: conv, MessageID: "m1"}}}
-	tr.obs.Observer = w.obs
-	withReg(tr).tk.AsRegistered(claim.Entry{}, 0)
-	tr.progress = w.writer.NewQueue(conv, tr.WriteFailed, nil)
-	tr.progress.SetFence(tr.tk.FencedNow, errTakenOver)
-	defer tr.progress.Close()
-	tr.jr = attemptJournal(w, &TurnRecord{TaskID: id, Otid: "otid-fd", Conversation: conv,
+	tr := &attempt.Turn{W: w.attempts, Rn: fence.Runner{ID: id}, Logger: slog.New(c), Actx: ctx, IDs: &attempt.IDs{TaskID: id, Otid: "otid-fd"}, ID: attempt.ID{TaskID: id, Otid: "otid-fd", Queue: e.queue, Start: time.Now(), Msg: Message{AgentID: "agent-1", Conversation: conv, MessageID: "m1"}}}
+	tr.Obs.Observer = w.obs
+	withReg(tr).Tk.AsRegistered(claim.Entry{}, 0)
+	tr.Progress = w.writer.NewQueue(conv, tr.WriteFailed, nil)
+	tr.Progress.SetFence(tr.Tk.FencedNow, errTakenOver)
+	defer tr.Progress.Close()
+	tr.Jr = attemptJournal(w, &TurnRecord{TaskID: id, Otid: "otid-fd", Conversation: conv,
 		Attempts: []Attempt{{N: 1, Worker: "A", Start: tr.Start}}})
-	assemble(tr) // (with its queue and record)
-	tr.obs.TaskStarted(e.queue, 1, 0)
+	attempt.Assemble(tr) // (with its queue and record)
+	tr.Obs.TaskStarted(e.queue, 1, 0)
 	// Meanwhile: B claimed A (its tombstone) and wrote the turn's answer
 	// (the final event's marker); A's last good beat is old.
 	e.rdb.Set(ctx, e.prefix+"answered:"+id, "1", time.Hour)
 	e.rdb.Set(ctx, e.prefix+"takeover:dead:"+ep, "B", time.Hour)
-	tr.tk.BeatAgo(2 * time.Second)
-	if err := tr.end.Deliver(ctx, tr.log, OutcomeAnswered, ReplyEvent{Type: EventAnswer, Text: "from A"}, "from A", nil); err != nil {
+	tr.Tk.BeatAgo(2 * time.Second)
+	if err := tr.End.Deliver(ctx, tr.Logger, OutcomeAnswered, ReplyEvent{Type: EventAnswer, Text: "from A"}, "from A", nil); err != nil {
 		t.Errorf("deliver: %v", err)
 	}
 	obs.mu.Lock()

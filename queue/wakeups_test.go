@@ -158,11 +158,11 @@ func TestGiveUpWithoutALeaseWakesTheNext(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tt := &turn{w: w, jr: attemptJournal(w, nil), rn: fence.Runner{ID: ids[0]}, actx: ctx, log: w.log, ID: attempt.ID{TaskID: ids[0], Queue: q, Msg: msg, Task: asynq.NewTask(info.Type, info.Payload), Start: time.Now()}}
-	tt.line = w.lines.Place(line.Attempt{Key: key, TaskID: ids[0], Queue: q, Runner: ids[0], Task: tt.Task, Log: w.log})
-	tt.obs.Observer = w.obs
-	assemble(tt)
-	if err := tt.end.GiveUp("could not start: redis down"); !errors.Is(err, asynq.SkipRetry) {
+	tt := &attempt.Turn{W: w.attempts, Jr: attemptJournal(w, nil), Rn: fence.Runner{ID: ids[0]}, Actx: ctx, Logger: w.log, ID: attempt.ID{TaskID: ids[0], Queue: q, Msg: msg, Task: asynq.NewTask(info.Type, info.Payload), Start: time.Now()}}
+	tt.Line = w.lines.Place(line.Attempt{Key: key, TaskID: ids[0], Queue: q, Runner: ids[0], Task: tt.Task, Log: w.log})
+	tt.Obs.Observer = w.obs
+	attempt.Assemble(tt)
+	if err := tt.End.GiveUp("could not start: redis down"); !errors.Is(err, asynq.SkipRetry) {
 		t.Fatalf("giveUp: %v", err)
 	}
 	if head, _ := w.ord.seq.Head(ctx, key); head != ids[1] {

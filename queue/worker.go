@@ -15,7 +15,6 @@ import (
 	"github.com/lettaq/lettaq/queue/internal/approval"
 	"github.com/lettaq/lettaq/queue/internal/asynqlog"
 	"github.com/lettaq/lettaq/queue/internal/attempt"
-	"github.com/lettaq/lettaq/queue/internal/cancel"
 	"github.com/lettaq/lettaq/queue/internal/health"
 	"github.com/lettaq/lettaq/queue/internal/line"
 	"github.com/lettaq/lettaq/queue/internal/progress"
@@ -124,16 +123,14 @@ type Worker struct {
 	lifecycle  // Run: Asynq's server, the handlers in flight, what a shutdown cancels (lifecycle.go)
 	replies    *Replies
 	journal    *Journal
-	ord        *orderer         // nil: no ordering
-	lines      *line.Lines      // the chats' lines: places, parking, waking, the sweep (queue/internal/line)
-	threads    *attempt.Threads // the chats' Letta conversations
-	attempts   *attempt.Parts   // what every attempt uses of the worker (queue/internal/attempt)
+	ord        *orderer       // nil: no ordering
+	lines      *line.Lines    // the chats' lines: places, parking, waking, the sweep (queue/internal/line)
+	attempts   *attempt.Parts // what every attempt uses of the worker (queue/internal/attempt)
 	approvals  *approval.Part
-	writer     *progress.Writer           // the turns' progress events and queued writes
-	permanent  asynqlog.Permanent         // tasks whose handler's error was permanent, until Asynq logs their archiving
-	cancels    cancel.Running[*cancelRun] // the turns running here, for the cancel channel (cancelturn.go)
-	health     health.Health              // what Ready says
-	tk         *takeover.Registry         // the takeover registry (nil: off)
+	writer     *progress.Writer   // the turns' progress events and queued writes
+	permanent  asynqlog.Permanent // tasks whose handler's error was permanent, until Asynq logs their archiving
+	health     health.Health      // what Ready says
+	tk         *takeover.Registry // the takeover registry (nil: off)
 }
 
 // oneRedis reports whether the journal and the reply streams are on one
@@ -158,6 +155,17 @@ func (w *Worker) startWithLock() bool {
 	}
 	_, ok := w.journal.rdb.(*redis.Client)
 	return ok && w.ord.seq.Client() == w.journal.rdb
+}
+
+// processTask is the asynq handler of one attempt of one turn: the worker
+// counts it in flight (a shutdown waits for it) and gives it a context that
+// a shutdown cancels; the attempt is queue/internal/attempt's (Parts.Run).
+func (w *Worker) processTask(ctx context.Context, task *asynq.Task) error {
+	w.inflight.Add(1)
+	defer w.inflight.Done()
+	ctx, stopped, cancel := w.stops.Add(ctx)
+	defer stopped()
+	return w.attempts.Run(ctx, task, cancel)
 }
 
 // Replies returns the reply streams the worker writes: to read them in the

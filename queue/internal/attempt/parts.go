@@ -2,7 +2,17 @@ package attempt
 
 import (
 	"context"
+	"log/slog"
 	"time"
+
+	"github.com/lettaq/lettaq/agentclient"
+	"github.com/lettaq/lettaq/continuation"
+	"github.com/lettaq/lettaq/queue/internal/cancel"
+	"github.com/lettaq/lettaq/queue/internal/inbound"
+	"github.com/lettaq/lettaq/queue/internal/journal"
+	"github.com/lettaq/lettaq/queue/internal/progress"
+	"github.com/lettaq/lettaq/queue/internal/takeover"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/lettaq/lettaq/budget"
 	"github.com/lettaq/lettaq/queue/internal/approval"
@@ -18,9 +28,30 @@ import (
 // clients that decide which writes share a round trip.
 type Parts struct {
 	Cfg     Config
+	Log     *slog.Logger // the worker's
 	Obs     Observer
 	Replies Replies
 	Journal Journal
+	// The stores and clients under the reply streams and the journal, for
+	// the reads and writes an attempt sends itself or queues at the writer.
+	ReplyStore   *store.Replies
+	JournalStore *store.Journal
+	JournalRDB   redis.UniversalClient
+	Saver        *journal.Saver
+	Writer       *progress.Writer // the turns' progress events and queued writes
+	Runner       *continuation.Runner
+	Letta        *agentclient.Client // the cancels of a run at Letta
+	Threads      *Threads
+	Takeover     *takeover.Registry // nil: off
+	// Cancels are the turns running here, for the cancel channel.
+	Cancels cancel.Running[*cancelRun]
+	// OrderKey is a message's key in its chat's line (nil: ordering off).
+	OrderKey func(inbound.Message) string
+	// StartWithLock: the line's acquire and the start's reads share a round
+	// trip (the writer's).
+	StartWithLock bool
+	// AwaitRedis returns once Redis answers again (or ctx ends).
+	AwaitRedis func(ctx context.Context)
 	// OneRedis: the journal and the reply streams are on one client, so
 	// their writes share the writer's round trips.
 	OneRedis bool
@@ -85,4 +116,10 @@ type Journal interface {
 // implements it is told.
 type CancelObserver interface {
 	TurnCancelled(queue, phase string)
+}
+
+// startStores are the stores an attempt's start reads (startRead).
+func (w *Parts) startStores() store.StartStores {
+	return store.StartStores{Journal: w.JournalStore, Replies: w.ReplyStore,
+		Approvals: w.Approvals.Store().Redis(), Threads: w.Threads.Store()}
 }

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/lettaq/lettaq/queue/internal/record"
+
 	"github.com/lettaq/lettaq/queue/internal/approval"
 )
 
@@ -49,4 +51,16 @@ func validateAnswer(a *approval.Answer, m Message) error {
 		return Invalid("approval.cause", "%q: want user, expired or moved_on", a.Cause)
 	}
 	return nil
+}
+
+// AnswerAccepted is the accepted event of an answer turn: it says what was
+// answered, and why.
+func AnswerAccepted(m Message, id, otid string, pos int) record.ReplyEvent {
+	a := m.Approval
+	reason := ""
+	if len(a.Decisions) > 0 {
+		reason = a.Decisions[0].Reason
+	}
+	return record.ReplyEvent{TaskID: id, Otid: otid, MessageID: m.MessageID, Position: pos,
+		Approval: &record.ApprovalEvent{RequestTaskID: a.RequestTaskID, Decision: approval.Summary(a.Decisions), Cause: a.Cause, Reason: reason}}
 }

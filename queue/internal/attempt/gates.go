@@ -1,4 +1,4 @@
-package queue
+package attempt
 
 // The attempt's gates before it runs: its place in its chat's line
 // (acquire) and its chat's open approval request (approvalGate).
@@ -11,18 +11,17 @@ import (
 
 	"github.com/lettaq/lettaq/agentclient"
 	"github.com/lettaq/lettaq/ordering"
-	"github.com/lettaq/lettaq/queue/internal/attempt"
 	"github.com/lettaq/lettaq/queue/internal/store"
 	"github.com/redis/go-redis/v9"
 )
 
 // acquire runs the ordering part of an attempt before the turn: the
-// attempt's place (t.line) holds the lease when it returns without done;
+// attempt's place (t.Line) holds the lease when it returns without done;
 // else err is what the handler returns (done is set when the handler
 // should end now with err, which may be nil).
-func (t *turn) acquire(ctx context.Context) (err error, done bool) {
-	alive := t.line.Alive(t.w.tk.Alive)
-	if t.w.startWithLock() {
+func (t *Turn) acquire(ctx context.Context) (err error, done bool) {
+	alive := t.Line.Alive(t.W.Takeover.Alive)
+	if t.W.StartWithLock {
 		// The acquire and the start's reads in one round trip: the reads
 		// run after the acquire, so with the lock taken by it they are what
 		// readStart would read after it. The round trip is the writer's
@@ -34,78 +33,78 @@ func (t *turn) acquire(ctx context.Context) (err error, done bool) {
 		var pre *store.StartReads
 		op := func(octx context.Context, p redis.Pipeliner, sha bool) func() error {
 			if sha { // (a second round is only for scripts that failed: none here)
-				if a, aerr = t.line.AcquireIn(octx, p); aerr == nil {
-					pre = t.w.startStores().QueueStartReads(octx, p, p, t.startRead())
+				if a, aerr = t.Line.AcquireIn(octx, p); aerr == nil {
+					pre = t.W.startStores().QueueStartReads(octx, p, p, t.startRead())
 				}
 			}
 			return func() error { return nil } // each command has its own error, read below
 		}
-		if derr := t.progress.Do(ctx, nil, op); derr != nil {
+		if derr := t.Progress.Do(ctx, nil, op); derr != nil {
 			// Not run, or not waited for (ctx ended): a lock it took
 			// goes to this task's next attempt (the lock knows the task).
-			return t.end.RetryEarly(fmt.Errorf("ordering: acquire: %w", derr)), true
+			return t.End.RetryEarly(fmt.Errorf("ordering: acquire: %w", derr)), true
 		}
 		if pre != nil {
 			// The cancel record, read after the acquire whatever it
 			// answered: a cancelled turn that is not its chat's turn ends
 			// below instead of being put back.
 			if b, found, _ := pre.Cancel(); found {
-				t.cx.NoteJSON(b, (*cancelRun)(t))
+				t.Cx.NoteJSON(b, (*cancelRun)(t))
 			}
 		}
 		if err = aerr; err == nil {
 			var first bool
-			if first, err = t.line.Take(ctx, a, alive); err == nil && first {
-				t.pre = pre
+			if first, err = t.Line.Take(ctx, a, alive); err == nil && first {
+				t.Pre = pre
 			}
 		}
 	} else {
-		t.cx.Read(ctx, (*cancelRun)(t)) // (the start's reads come after the acquire here)
-		err = t.line.Acquire(ctx, alive)
+		t.Cx.Read(ctx, (*cancelRun)(t)) // (the start's reads come after the acquire here)
+		err = t.Line.Acquire(ctx, alive)
 	}
 	var me *ordering.MergedError
 	switch {
 	case err == nil:
 		return nil, false
 	case errors.As(err, &me):
-		return t.end.Coalesced(ctx, me.Into), true
+		return t.End.Coalesced(ctx, me.Into), true
 	case errors.Is(err, ordering.ErrDone):
-		t.log.Info("turn already finished (duplicate delivery)")
+		t.Logger.Info("turn already finished (duplicate delivery)")
 		return nil, true
-	case ordering.IsNotYourTurn(err) && t.cx.Asked() != nil:
-		return t.end.CancelWaiting(ctx, err), true
+	case ordering.IsNotYourTurn(err) && t.Cx.Asked() != nil:
+		return t.End.CancelWaiting(ctx, err), true
 	case ordering.IsNotYourTurn(err):
-		t.line.WakeAfterDeadHeads(ctx, err)
-		if perr := (attempt.Waiting{Completer: t.end}).ParkNotYourTurn(ctx, err); perr != nil {
+		t.Line.WakeAfterDeadHeads(ctx, err)
+		if perr := (Waiting{Completer: t.End}).ParkNotYourTurn(ctx, err); perr != nil {
 			return perr, true // parked: it waits, woken by the turn ahead
 		}
 		// Put back: not a failure, no retry used (ordering.IsFailure),
 		// unless the task has none left (after a crash: see outOfRetries).
-		if t.end.NoRetryLeft(err) {
-			return t.end.GiveUp("its turn did not come: " + err.Error()), true
+		if t.End.NoRetryLeft(err) {
+			return t.End.GiveUp("its turn did not come: " + err.Error()), true
 		}
 		return err, true
 	}
-	return t.end.RetryEarly(fmt.Errorf("ordering: %w", err)), true
+	return t.End.RetryEarly(fmt.Errorf("ordering: %w", err)), true
 }
 
 // approvalGate applies the approval gate (approval.Turn.Gate): an answer
 // turn goes on with its answers; a message that meets its chat's
 // unanswered request waits for it (awaitApproval) or fails. end is true
 // when the attempt ends here.
-func (t *turn) approvalGate(ctx context.Context) (answers []agentclient.ApprovalAnswer, err error, end bool) {
-	g := t.ap.Gate(ctx, t.pre, t.jr.Current().N == 1)
-	log := t.log
+func (t *Turn) approvalGate(ctx context.Context) (answers []agentclient.ApprovalAnswer, err error, end bool) {
+	g := t.Ap.Gate(ctx, t.Pre, t.Jr.Current().N == 1)
+	log := t.Logger
 	if g.Open != nil {
 		log = log.With(slog.String("request_task_id", g.Open.RequestTaskID))
 	}
 	switch {
 	case g.Err != nil:
-		return nil, t.end.RetryEarly(g.Err), true
+		return nil, t.End.RetryEarly(g.Err), true
 	case g.Fail != "":
-		return nil, t.end.Fail(ctx, log, g.Fail, ""), true
+		return nil, t.End.Fail(ctx, log, g.Fail, ""), true
 	case g.Wait:
-		return nil, attempt.Waiting{Completer: t.end}.AwaitApproval(ctx, log, g.Open), true
+		return nil, Waiting{Completer: t.End}.AwaitApproval(ctx, log, g.Open), true
 	}
 	return g.Answers, nil, false
 }

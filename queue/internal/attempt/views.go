@@ -1,8 +1,10 @@
-package queue
+package attempt
 
 import (
 	"context"
 	"log/slog"
+
+	"github.com/lettaq/lettaq/queue/internal/record"
 
 	"github.com/lettaq/lettaq/queue/internal/approval"
 )
@@ -12,38 +14,38 @@ import (
 
 // cancelRun is the turn as its cancel's view of the attempt (cancel.Run,
 // cancel.Attempt): (*cancelRun)(t).
-type cancelRun turn
+type cancelRun Turn
 
-func (r *cancelRun) RunID() string { return r.ids.RunIDNow() }
+func (r *cancelRun) RunID() string { return r.IDs.RunIDNow() }
 
-func (r *cancelRun) Log() *slog.Logger { return r.log }
+func (r *cancelRun) Log() *slog.Logger { return r.Logger }
 
 // ReadCancel reads the turn's cancel record.
 func (r *cancelRun) ReadCancel(ctx context.Context) ([]byte, bool, error) {
-	return r.w.replies.st.GetCancel(ctx, r.TaskID)
+	return r.W.ReplyStore.GetCancel(ctx, r.TaskID)
 }
 
 // NoteCancel notes the cancel the channel published (cancel.Running).
 func (r *cancelRun) NoteCancel(b []byte, readErr error) {
-	t := (*turn)(r)
+	t := (*Turn)(r)
 	if readErr != nil {
-		t.log.Warn("could not read the turn's cancel record", "error", readErr.Error())
+		t.Logger.Warn("could not read the turn's cancel record", "error", readErr.Error())
 		b = nil // the publish says there is one
 	}
-	t.cx.NoteJSON(b, r)
+	t.Cx.NoteJSON(b, r)
 }
 
 // CancelRun asks Letta to cancel the turn's run: the conversation's cancel,
 // or on the agent endpoints the agent's cancel of this run.
 func (r *cancelRun) CancelRun(conv, runID string) error {
-	t := (*turn)(r)
-	ctx, cancel := context.WithTimeout(t.detached(), t.w.cfg.Budget.RequestTimeout)
+	t := (*Turn)(r)
+	ctx, cancel := context.WithTimeout(t.detached(), t.W.Cfg.Budget.RequestTimeout)
 	defer cancel()
 	var err error
 	if conv == "" {
-		_, err = t.w.client.CancelRuns(ctx, t.Msg.AgentID, []string{runID})
+		_, err = t.W.Letta.CancelRuns(ctx, t.Msg.AgentID, []string{runID})
 	} else {
-		_, err = t.w.client.CancelConversation(ctx, conv, t.Msg.AgentID)
+		_, err = t.W.Letta.CancelConversation(ctx, conv, t.Msg.AgentID)
 	}
 	return err
 }
@@ -51,32 +53,36 @@ func (r *cancelRun) CancelRun(conv, runID string) error {
 // approvalAttempt is what the attempt's approvals need of it
 // (approval.Attempt): its journal record's run id and approval, and the
 // note of a Redis failure.
-type approvalAttempt turn
+type approvalAttempt Turn
 
 func (a *approvalAttempt) RunID() string {
-	t := (*turn)(a)
-	t.jr.Lock()
-	defer t.jr.Unlock()
-	if t.jr.Rec() == nil {
+	t := (*Turn)(a)
+	t.Jr.Lock()
+	defer t.Jr.Unlock()
+	if t.Jr.Rec() == nil {
 		return ""
 	}
-	return t.jr.Rec().RunID
+	return t.Jr.Rec().RunID
 }
 
-func (a *approvalAttempt) SetApproval(r *ApprovalRecord) {
-	t := (*turn)(a)
-	t.jr.Lock()
-	t.jr.Rec().Approval = r
-	t.jr.Unlock()
+func (a *approvalAttempt) SetApproval(r *record.ApprovalRecord) {
+	t := (*Turn)(a)
+	t.Jr.Lock()
+	t.Jr.Rec().Approval = r
+	t.Jr.Unlock()
 }
 
-func (a *approvalAttempt) RedisFailed() { (*turn)(a).RedisFailed() }
+func (a *approvalAttempt) RedisFailed() { (*Turn)(a).RedisFailed() }
 
 // newApprovalTurn is the attempt's approvals (turn.ap), once its task,
 // message and line are known.
-func newApprovalTurn(t *turn) approval.Turn {
-	id := approval.Ident{TaskID: t.TaskID, Otid: t.Otid, Queue: t.Queue, Key: t.line.Key(), AgentID: t.Msg.AgentID,
+func newApprovalTurn(t *Turn) approval.Turn {
+	id := approval.Ident{TaskID: t.TaskID, Otid: t.Otid, Queue: t.Queue, Key: t.Line.Key(), AgentID: t.Msg.AgentID,
 		Conversation: t.Msg.Conversation, LettaConversationID: t.Msg.LettaConversationID,
 		EnqueuedAt: t.Msg.EnqueuedAt, Answer: t.Msg.Approval}
-	return t.w.approvals.Turn(id, (*approvalAttempt)(t), t.log)
+	return t.W.Approvals.Turn(id, (*approvalAttempt)(t), t.Logger)
 }
+
+// AsCancel is the turn as its cancel's view of the attempt (the worker's
+// running turns hold it: Parts.Cancels).
+func (t *Turn) AsCancel() *cancelRun { return (*cancelRun)(t) }
