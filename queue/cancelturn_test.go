@@ -26,8 +26,8 @@ func TestWatchCancels(t *testing.T) {
 	}
 	t.Cleanup(w.closeRedis)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	newTurn := func(id string) *attempt.Turn {
-		tt := &attempt.Turn{W: w.attempts, Jr: attemptJournal(w, nil), Logger: log, IDs: &attempt.IDs{TaskID: id}, ID: attempt.ID{TaskID: id}}
+	newTurn := func(id string) *attempt.Pipeline {
+		tt := &attempt.Pipeline{W: w.attempts, Jr: attemptJournal(w, nil), Logger: log, IDs: &attempt.IDs{TaskID: id}, ID: attempt.ID{TaskID: id}}
 		w.attempts.Cancels.Add(tt.TaskID, tt.AsCancel())
 		return tt
 	}
@@ -40,7 +40,7 @@ func TestWatchCancels(t *testing.T) {
 	}
 	done := make(chan struct{})
 	go func() { w.watchCancels(ctx); close(done) }()
-	waitFor := func(tt *attempt.Turn, by string) {
+	waitFor := func(tt *attempt.Pipeline, by string) {
 		t.Helper()
 		deadline := time.Now().Add(5 * time.Second)
 		for {

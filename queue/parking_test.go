@@ -219,7 +219,7 @@ func TestParkApprovalWakesItselfWhenAnsweredMeanwhile(t *testing.T) {
 	}
 	w.lines.WakeApprovalWaiters(ctx, req.RequestTaskID, "") // the answer's wake-up: nobody noted yet
 	w.lines.AfterRevoke = func(store.Parked) {}             // the re-enqueue is looked at below
-	tt := &attempt.Turn{W: w.attempts, Rn: fence.Runner{ID: r.TaskID}, Logger: w.log, Jr: attemptJournal(w, &TurnRecord{TaskID: r.TaskID, Attempts: []Attempt{{N: 1}}}), Progress: w.writer.NewQueue(conv, func(error) {}, nil), ID: attempt.ID{TaskID: r.TaskID, Queue: q, Task: asynq.NewTask(info.Type, info.Payload), Start: time.Now()}}
+	tt := &attempt.Pipeline{W: w.attempts, Rn: fence.Runner{ID: r.TaskID}, Logger: w.log, Jr: attemptJournal(w, &TurnRecord{TaskID: r.TaskID, Attempts: []Attempt{{N: 1}}}), Progress: w.writer.NewQueue(conv, func(error) {}, nil), ID: attempt.ID{TaskID: r.TaskID, Queue: q, Task: asynq.NewTask(info.Type, info.Payload), Start: time.Now()}}
 	tt.Line = w.lines.Place(line.Attempt{TaskID: r.TaskID, Queue: q, Runner: r.TaskID, Task: tt.Task, Log: w.log})
 	attempt.Assemble(tt)
 	if err := (attempt.Waiting{Completer: tt.End}).ParkApproval(ctx, w.log, &stale); !errors.Is(err, asynq.RevokeTask) {

@@ -27,13 +27,13 @@ func TestTakeoverRecoveredTurnNotRunTwice(t *testing.T) {
 	e.deadWorker("D/6", 62*time.Second, "turn-6")
 	a.tk.Tick(ctx)
 	b.tk.Tick(ctx)
-	newRunner := func(w *Worker, runner, from string, retried int) *attempt.Turn {
-		tr := &attempt.Turn{W: w.attempts, Jr: attemptJournal(w, nil), Rn: fence.Runner{ID: runner, Retried: retried, From: from}, Logger: w.log, Actx: ctx, ID: attempt.ID{TaskID: "turn-6", Queue: e.queue}}
+	newRunner := func(w *Worker, runner, from string, retried int) *attempt.Pipeline {
+		tr := &attempt.Pipeline{W: w.attempts, Jr: attemptJournal(w, nil), Rn: fence.Runner{ID: runner, Retried: retried, From: from}, Logger: w.log, Actx: ctx, ID: attempt.ID{TaskID: "turn-6", Queue: e.queue}}
 		tr.Progress = w.writer.NewQueue(Conversation{Integration: "test", ChatID: "turn-6"}, func(error) {}, nil)
 		tr.Rn.OnFence(func(error) {})
 		return withReg(tr)
 	}
-	start := func(tr *attempt.Turn) {
+	start := func(tr *attempt.Pipeline) {
 		register(tr)
 		tr.Progress.Flush(ctx) // the registration goes with the attempt's first writes
 	}
@@ -88,7 +88,7 @@ func TestTakeoverRecoveredTurnNotRunTwice(t *testing.T) {
 		t.Fatal("the newest runner is fenced")
 	}
 	// Their ends leave nothing registered.
-	for _, tr := range []*attempt.Turn{orig, tko, other} {
+	for _, tr := range []*attempt.Pipeline{orig, tko, other} {
 		tr.Tk.Unregister()
 	}
 	if n := e.rdb.Exists(ctx, e.prefix+"takeover:holder:turn-6", e.prefix+"takeover:turns:"+a.tk.Instance(),
@@ -109,7 +109,7 @@ func TestTakeoverRegisterAgainTakesFromDeadHolder(t *testing.T) {
 	a.tk.Tick(ctx)
 	b.tk.Tick(ctx)
 	// Asynq's recovery runs the turn on A; its registration was lost.
-	orig := withReg(&attempt.Turn{W: a.attempts, Jr: attemptJournal(a, nil), Rn: fence.Runner{ID: "turn-8", Retried: 1}, Logger: a.log, Actx: ctx, ID: attempt.ID{TaskID: "turn-8", Queue: e.queue}})
+	orig := withReg(&attempt.Pipeline{W: a.attempts, Jr: attemptJournal(a, nil), Rn: fence.Runner{ID: "turn-8", Retried: 1}, Logger: a.log, Actx: ctx, ID: attempt.ID{TaskID: "turn-8", Queue: e.queue}})
 	orig.Tk.AsRegistered(claim.Entry{}, 0)
 	a.tk.Tick(ctx)
 	if !e.rdb.HExists(ctx, e.prefix+"takeover:turns:"+a.tk.Instance(), "turn-8").Val() {
@@ -120,7 +120,7 @@ func TestTakeoverRegisterAgainTakesFromDeadHolder(t *testing.T) {
 	}
 	// B, whose registration of the turn was lost too, takes nothing from A,
 	// and stops its runner.
-	other := withReg(&attempt.Turn{W: b.attempts, Jr: attemptJournal(b, nil), Rn: fence.Runner{ID: "turn-8"}, Logger: b.log, Actx: ctx, ID: attempt.ID{TaskID: "turn-8", Queue: e.queue}})
+	other := withReg(&attempt.Pipeline{W: b.attempts, Jr: attemptJournal(b, nil), Rn: fence.Runner{ID: "turn-8"}, Logger: b.log, Actx: ctx, ID: attempt.ID{TaskID: "turn-8", Queue: e.queue}})
 	other.Tk.AsRegistered(claim.Entry{}, 0)
 	b.tk.Tick(ctx)
 	if e.rdb.HExists(ctx, e.prefix+"takeover:turns:"+b.tk.Instance(), "turn-8").Val() {
@@ -146,7 +146,7 @@ func TestTakeoverPendingRegistrationNotWrittenBack(t *testing.T) {
 		<-gate
 		return exec(ctx, ops)
 	}
-	tr := withReg(&attempt.Turn{W: w.attempts, Jr: attemptJournal(w, nil), Rn: fence.Runner{ID: "turn-p"}, Logger: w.log, Actx: ctx, ID: attempt.ID{TaskID: "turn-p", Queue: e.queue}})
+	tr := withReg(&attempt.Pipeline{W: w.attempts, Jr: attemptJournal(w, nil), Rn: fence.Runner{ID: "turn-p"}, Logger: w.log, Actx: ctx, ID: attempt.ID{TaskID: "turn-p", Queue: e.queue}})
 	tr.Progress = w.writer.NewQueue(Conversation{Integration: "test", ChatID: "p"}, func(error) {}, nil)
 	register(tr)
 	turns := e.prefix + "takeover:turns:" + w.tk.Instance()
@@ -172,7 +172,7 @@ func TestTakeoverStaleRunnerSaveKeepsNewerRecord(t *testing.T) {
 	ctx := context.Background()
 	a.tk.Tick(ctx)
 	b.tk.Tick(ctx)
-	begin := func(w *Worker, runner, from string) *attempt.Turn {
+	begin := func(w *Worker, runner, from string) *attempt.Pipeline {
 		return beginRunner(t, w, e.queue, "turn-j", runner, from)
 	}
 	// The stale runner starts and journals its attempt; the newer one
@@ -245,10 +245,10 @@ func TestTakeoverLaterStartedRunnerKeepsTurn(t *testing.T) {
 
 // beginRunner starts a runner of taskID on w as prepare does, up to its
 // registration: its start read, and its attempt in its record.
-func beginRunner(t *testing.T, w *Worker, queue, taskID, runner, from string) *attempt.Turn {
+func beginRunner(t *testing.T, w *Worker, queue, taskID, runner, from string) *attempt.Pipeline {
 	t.Helper()
 	ctx := context.Background()
-	tr := &attempt.Turn{W: w.attempts, Rn: fence.Runner{ID: runner, From: from}, Logger: w.log, Actx: ctx, Jr: attemptJournal(w, nil), ID: attempt.ID{TaskID: taskID, Queue: queue, Start: time.Now()}}
+	tr := &attempt.Pipeline{W: w.attempts, Rn: fence.Runner{ID: runner, From: from}, Logger: w.log, Actx: ctx, Jr: attemptJournal(w, nil), ID: attempt.ID{TaskID: taskID, Queue: queue, Start: time.Now()}}
 	tr.Progress = w.writer.NewQueue(Conversation{Integration: "test", ChatID: taskID}, func(error) {}, nil)
 	tr.Rn.OnFence(func(error) {})
 	withReg(tr)

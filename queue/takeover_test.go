@@ -73,7 +73,7 @@ func (e *takeoverEnv) worker(id string, after time.Duration) *Worker {
 
 // withReg gives tr its registration, its record writer and its completer,
 // as newTurn does.
-func withReg(tr *attempt.Turn) *attempt.Turn {
+func withReg(tr *attempt.Pipeline) *attempt.Pipeline {
 	tr.Tk = attempt.NewRegistration(tr)
 	attempt.Assemble(tr)
 	return tr
@@ -81,7 +81,7 @@ func withReg(tr *attempt.Turn) *attempt.Turn {
 
 // register registers tr as prepare does: the write goes with the attempt's
 // next round trip.
-func register(tr *attempt.Turn) {
+func register(tr *attempt.Pipeline) {
 	if op := tr.Tk.Register(claim.Entry{Key: tr.Line.Key(), Retried: tr.Retried, MaxRetry: tr.MaxRetry}, tr.Jr.Runner()); op != nil {
 		tr.Progress.PushOp(op)
 	}
@@ -229,8 +229,8 @@ func TestTakeoverMarkerEndsOlderRunner(t *testing.T) {
 	if err := e.st.MarkTakenOver(ctx, "turn-9", claim.TaskID("D/9", "turn-9"), time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	mk := func(runner string, retried int) *attempt.Turn {
-		return withReg(&attempt.Turn{W: w.attempts, Jr: attemptJournal(w, nil), Rn: fence.Runner{ID: runner, Retried: retried}, Logger: w.log, ID: attempt.ID{TaskID: "turn-9"}})
+	mk := func(runner string, retried int) *attempt.Pipeline {
+		return withReg(&attempt.Pipeline{W: w.attempts, Jr: attemptJournal(w, nil), Rn: fence.Runner{ID: runner, Retried: retried}, Logger: w.log, ID: attempt.ID{TaskID: "turn-9"}})
 	}
 	if !mk("turn-9", 1).Tk.ContinuedElsewhere(ctx) {
 		t.Error("the recovered original does not see the takeover")
@@ -254,8 +254,8 @@ func TestTakeoverFencingStaleBeat(t *testing.T) {
 	w := e.worker("A", 2*time.Second)
 	ctx := context.Background()
 	ep := w.tk.Instance()
-	t1 := withReg(&attempt.Turn{W: w.attempts, Jr: attemptJournal(w, nil), Logger: w.log, ID: attempt.ID{TaskID: "turn-f1"}})
-	t2 := withReg(&attempt.Turn{W: w.attempts, Jr: attemptJournal(w, nil), Logger: w.log, ID: attempt.ID{TaskID: "turn-f2"}})
+	t1 := withReg(&attempt.Pipeline{W: w.attempts, Jr: attemptJournal(w, nil), Logger: w.log, ID: attempt.ID{TaskID: "turn-f1"}})
+	t2 := withReg(&attempt.Pipeline{W: w.attempts, Jr: attemptJournal(w, nil), Logger: w.log, ID: attempt.ID{TaskID: "turn-f2"}})
 	canceled := make(chan error, 1)
 	t2.Rn.OnFence(func(err error) { canceled <- err })
 	t1.Tk.AsRegistered(claim.Entry{}, 0)
@@ -276,7 +276,7 @@ func TestTakeoverFencingStaleBeat(t *testing.T) {
 		t.Fatalf("the fenced turn's context ended with %v", err)
 	}
 	// A stale beat without a tombstone: the turn goes on.
-	t3 := withReg(&attempt.Turn{W: w.attempts, Jr: attemptJournal(w, nil), Logger: w.log, ID: attempt.ID{TaskID: "turn-f3"}})
+	t3 := withReg(&attempt.Pipeline{W: w.attempts, Jr: attemptJournal(w, nil), Logger: w.log, ID: attempt.ID{TaskID: "turn-f3"}})
 	t3.Tk.AsRegistered(claim.Entry{}, 0)
 	t3.Tk.BeatAgo(2 * time.Second)
 	if t3.Tk.TakenOver(ctx) {
@@ -291,7 +291,7 @@ func TestTakeoverBeatFindsTombstoneAndLeave(t *testing.T) {
 	w := e.worker("A", 2*time.Second)
 	ctx := context.Background()
 	ep := w.tk.Instance()
-	t1 := withReg(&attempt.Turn{W: w.attempts, Jr: attemptJournal(w, nil), Logger: w.log, ID: attempt.ID{TaskID: "turn-t1"}})
+	t1 := withReg(&attempt.Pipeline{W: w.attempts, Jr: attemptJournal(w, nil), Logger: w.log, ID: attempt.ID{TaskID: "turn-t1"}})
 	t1.Tk.AsRegistered(claim.Entry{}, 0)
 	e.rdb.Set(ctx, e.prefix+"takeover:dead:"+ep, "B", time.Hour)
 	w.tk.Tick(ctx)
@@ -317,7 +317,7 @@ func TestTakeoverRegistryLostRegistersAgain(t *testing.T) {
 	w := e.worker("A", 2*time.Second)
 	ctx := context.Background()
 	w.tk.Tick(ctx)
-	tr := withReg(&attempt.Turn{W: w.attempts, Jr: attemptJournal(w, nil), Rn: fence.Runner{ID: "turn-r"}, Logger: w.log, Actx: ctx, ID: attempt.ID{TaskID: "turn-r", Queue: e.queue}})
+	tr := withReg(&attempt.Pipeline{W: w.attempts, Jr: attemptJournal(w, nil), Rn: fence.Runner{ID: "turn-r"}, Logger: w.log, Actx: ctx, ID: attempt.ID{TaskID: "turn-r", Queue: e.queue}})
 	tr.Progress = w.writer.NewQueue(Conversation{Integration: "test", ChatID: "r"}, func(error) {}, nil)
 	register(tr)
 	tr.Progress.Flush(ctx) // the registration goes with the attempt's next writes
@@ -346,7 +346,7 @@ func TestTakeoverFinishedTurnNotRegisteredAgain(t *testing.T) {
 	w := e.worker("A", 2*time.Second)
 	ctx := context.Background()
 	w.tk.Tick(ctx)
-	tr := withReg(&attempt.Turn{W: w.attempts, Jr: attemptJournal(w, nil), Rn: fence.Runner{ID: "turn-done"}, Logger: w.log, Actx: ctx, ID: attempt.ID{TaskID: "turn-done", Queue: e.queue}})
+	tr := withReg(&attempt.Pipeline{W: w.attempts, Jr: attemptJournal(w, nil), Rn: fence.Runner{ID: "turn-done"}, Logger: w.log, Actx: ctx, ID: attempt.ID{TaskID: "turn-done", Queue: e.queue}})
 	tr.Progress = w.writer.NewQueue(Conversation{Integration: "test", ChatID: "done"}, func(error) {}, nil)
 	register(tr)
 	tr.Progress.Flush(ctx)
@@ -400,7 +400,7 @@ func TestTakeoverFencedDeliveryReportsTakenOver(t *testing.T) {
 	ep := w.tk.Instance()
 	id := "turn-fd"
 	conv := Conversation{Integration: "test", ChatID: "fd-" + randomHex(t)}
-	tr := &attempt.Turn{W: w.attempts, Rn: fence.Runner{ID: id}, Logger: slog.New(c), Actx: ctx, IDs: &attempt.IDs{TaskID: id, Otid: "otid-fd"}, ID: attempt.ID{TaskID: id, Otid: "otid-fd", Queue: e.queue, Start: time.Now(), Msg: Message{AgentID: "agent-1", Conversation: conv, MessageID: "m1"}}}
+	tr := &attempt.Pipeline{W: w.attempts, Rn: fence.Runner{ID: id}, Logger: slog.New(c), Actx: ctx, IDs: &attempt.IDs{TaskID: id, Otid: "otid-fd"}, ID: attempt.ID{TaskID: id, Otid: "otid-fd", Queue: e.queue, Start: time.Now(), Msg: Message{AgentID: "agent-1", Conversation: conv, MessageID: "m1"}}}
 	tr.Obs.Observer = w.obs
 	withReg(tr).Tk.AsRegistered(claim.Entry{}, 0)
 	tr.Progress = w.writer.NewQueue(conv, tr.WriteFailed, nil)

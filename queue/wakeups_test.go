@@ -158,7 +158,7 @@ func TestGiveUpWithoutALeaseWakesTheNext(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tt := &attempt.Turn{W: w.attempts, Jr: attemptJournal(w, nil), Rn: fence.Runner{ID: ids[0]}, Actx: ctx, Logger: w.log, ID: attempt.ID{TaskID: ids[0], Queue: q, Msg: msg, Task: asynq.NewTask(info.Type, info.Payload), Start: time.Now()}}
+	tt := &attempt.Pipeline{W: w.attempts, Jr: attemptJournal(w, nil), Rn: fence.Runner{ID: ids[0]}, Actx: ctx, Logger: w.log, ID: attempt.ID{TaskID: ids[0], Queue: q, Msg: msg, Task: asynq.NewTask(info.Type, info.Payload), Start: time.Now()}}
 	tt.Line = w.lines.Place(line.Attempt{Key: key, TaskID: ids[0], Queue: q, Runner: ids[0], Task: tt.Task, Log: w.log})
 	tt.Obs.Observer = w.obs
 	attempt.Assemble(tt)

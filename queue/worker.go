@@ -159,13 +159,13 @@ func (w *Worker) startWithLock() bool {
 
 // processTask is the asynq handler of one attempt of one turn: the worker
 // counts it in flight (a shutdown waits for it) and gives it a context that
-// a shutdown cancels; the attempt is queue/internal/attempt's (Parts.Run).
+// a shutdown cancels; the attempt is queue/internal/attempt's (Parts.Process).
 func (w *Worker) processTask(ctx context.Context, task *asynq.Task) error {
 	w.inflight.Add(1)
 	defer w.inflight.Done()
 	ctx, stopped, cancel := w.stops.Add(ctx)
 	defer stopped()
-	return w.attempts.Run(ctx, task, cancel)
+	return w.attempts.Process(ctx, task, cancel)
 }
 
 // Replies returns the reply streams the worker writes: to read them in the

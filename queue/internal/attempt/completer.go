@@ -31,6 +31,7 @@ import (
 type Completer struct {
 	ID
 	*RecordWriter
+	w    *Parts
 	obs  *Observed
 	ids  *IDs
 	line *line.Place
@@ -41,9 +42,9 @@ type Completer struct {
 
 // NewCompleter is the completer of the attempt id: it shares the attempt's
 // record writer and holds its parts.
-func NewCompleter(id ID, rw *RecordWriter, obs *Observed, ids *IDs, l *line.Place, ap *approval.Turn, cx *cancel.Turn,
+func NewCompleter(p *Parts, id ID, rw *RecordWriter, obs *Observed, ids *IDs, l *line.Place, ap *approval.Turn, cx *cancel.Turn,
 	tk *takeover.Registration) *Completer {
-	return &Completer{ID: id, RecordWriter: rw, obs: obs, ids: ids, line: l, ap: ap, cx: cx, tk: tk}
+	return &Completer{ID: id, RecordWriter: rw, w: p, obs: obs, ids: ids, line: l, ap: ap, cx: cx, tk: tk}
 }
 
 // SetStart moves the attempt's start (it holds its chat's line from then).

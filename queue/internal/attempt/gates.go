@@ -19,7 +19,7 @@ import (
 // attempt's place (t.Line) holds the lease when it returns without done;
 // else err is what the handler returns (done is set when the handler
 // should end now with err, which may be nil).
-func (t *Turn) acquire(ctx context.Context) (err error, done bool) {
+func (t *Pipeline) acquire(ctx context.Context) (err error, done bool) {
 	alive := t.Line.Alive(t.W.Takeover.Alive)
 	if t.W.StartWithLock {
 		// The acquire and the start's reads in one round trip: the reads
@@ -92,7 +92,7 @@ func (t *Turn) acquire(ctx context.Context) (err error, done bool) {
 // turn goes on with its answers; a message that meets its chat's
 // unanswered request waits for it (awaitApproval) or fails. end is true
 // when the attempt ends here.
-func (t *Turn) approvalGate(ctx context.Context) (answers []agentclient.ApprovalAnswer, err error, end bool) {
+func (t *Pipeline) approvalGate(ctx context.Context) (answers []agentclient.ApprovalAnswer, err error, end bool) {
 	g := t.Ap.Gate(ctx, t.Pre, t.Jr.Current().N == 1)
 	log := t.Logger
 	if g.Open != nil {

@@ -79,15 +79,6 @@ type Config struct {
 	MaxReplyBytes     int           // the progress text one attempt writes
 }
 
-// Intents journals an attempt's intent to send (queue.Journal's).
-type Intents interface {
-	// IntentOp is the write of the intent, sent with the attempt's queued
-	// writes; prior gets the intents journaled before it.
-	IntentOp(taskID, otid string, attempt int, worker string, prior *[]record.Intent) (store.Op, error)
-	// RecordIntent writes the intent now and returns the prior ones.
-	RecordIntent(ctx context.Context, taskID, otid string, attempt int, worker string) ([]record.Intent, error)
-}
-
 // Replies is the reply streams as an attempt's end writes them
 // (queue.Replies).
 type Replies interface {
@@ -99,16 +90,6 @@ type Replies interface {
 	FinalEvent(ctx context.Context, c record.Conversation, taskID string) (record.ReplyEvent, bool, error)
 	// AnsweredKey is the key of the turn's answered marker.
 	AnsweredKey(taskID string) string
-}
-
-// Journal is the journal as an attempt's end writes it (queue.Journal).
-type Journal interface {
-	Intents
-	Get(ctx context.Context, taskID string) (*record.TurnRecord, error)
-	Save(ctx context.Context, rec *record.TurnRecord) error
-	// SaveBy saves rec unless a runner newer than runner saved it.
-	SaveBy(ctx context.Context, rec *record.TurnRecord, runner int64) error
-	RecordRefusal(ctx context.Context, taskID, otid string, attempt int, worker string) error
 }
 
 // CancelObserver is an Observer that is also told of cancelled turns (the

@@ -8,6 +8,7 @@ import (
 	"github.com/lettaq/lettaq/queue/internal/fence"
 	"github.com/lettaq/lettaq/queue/internal/journal"
 	"github.com/lettaq/lettaq/queue/internal/progress"
+	"github.com/lettaq/lettaq/queue/internal/record"
 	"github.com/lettaq/lettaq/queue/internal/store"
 	"github.com/lettaq/lettaq/queue/internal/takeover"
 )
@@ -16,7 +17,8 @@ import (
 // the attempt's progress queue, and notes the attempt's Redis failures
 // (see the turn's awaitRedis). The turn and its Completer share it.
 type RecordWriter struct {
-	w        *Parts
+	journal  Journal // where a journal with a client of its own saves
+	oneRedis bool    // the journal is on the writer's client: saves go with its round trips
 	jr       *journal.Attempt
 	progress *progress.Queue
 	rn       *fence.Runner
@@ -27,8 +29,8 @@ type RecordWriter struct {
 
 // NewRecordWriter is the record writer of the attempt that runner runs
 // (its journal record and progress queue come with Use).
-func NewRecordWriter(p *Parts, rn *fence.Runner, log *slog.Logger, actx context.Context) *RecordWriter {
-	return &RecordWriter{w: p, rn: rn, log: log, actx: actx}
+func NewRecordWriter(j Journal, oneRedis bool, rn *fence.Runner, log *slog.Logger, actx context.Context) *RecordWriter {
+	return &RecordWriter{journal: j, oneRedis: oneRedis, rn: rn, log: log, actx: actx}
 }
 
 // Use gives the writer the attempt's journal side and progress queue.
@@ -54,10 +56,10 @@ func (r *RecordWriter) Save(ctx context.Context, more ...store.Op) error {
 	if r.rn.IsFenced() {
 		return takeover.ErrTakenOver
 	}
-	if !r.w.OneRedis {
+	if !r.oneRedis {
 		r.progress.Flush(ctx)
 		rec := r.jr.Copy()
-		err := r.w.Journal.SaveBy(ctx, &rec, r.jr.Runner())
+		err := r.journal.SaveBy(ctx, &rec, r.jr.Runner())
 		if err == nil {
 			err = r.progress.Do(ctx, nil, more...)
 		}
@@ -85,13 +87,13 @@ func (r *RecordWriter) SaveLater() {
 	if r.rn.IsFenced() {
 		return
 	}
-	if !r.w.OneRedis {
+	if !r.oneRedis {
 		// The journal has a client of its own: a direct write (it does
 		// not wait for the reply streams).
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.actx), progress.TripTimeout)
 		defer cancel()
 		rec := r.jr.Copy()
-		if err := r.w.Journal.SaveBy(ctx, &rec, r.jr.Runner()); err != nil {
+		if err := r.journal.SaveBy(ctx, &rec, r.jr.Runner()); err != nil {
 			r.WriteFailed(err)
 		}
 		return
@@ -104,4 +106,23 @@ func (r *RecordWriter) SaveLater() {
 		return
 	}
 	r.progress.PushSave(progress.EncodedSave{Op: op})
+}
+
+// Journal is the journal as an attempt's end writes it (queue.Journal).
+type Journal interface {
+	Intents
+	Get(ctx context.Context, taskID string) (*record.TurnRecord, error)
+	Save(ctx context.Context, rec *record.TurnRecord) error
+	// SaveBy saves rec unless a runner newer than runner saved it.
+	SaveBy(ctx context.Context, rec *record.TurnRecord, runner int64) error
+	RecordRefusal(ctx context.Context, taskID, otid string, attempt int, worker string) error
+}
+
+// Intents journals an attempt's intent to send (queue.Journal's).
+type Intents interface {
+	// IntentOp is the write of the intent, sent with the attempt's queued
+	// writes; prior gets the intents journaled before it.
+	IntentOp(taskID, otid string, attempt int, worker string, prior *[]record.Intent) (store.Op, error)
+	// RecordIntent writes the intent now and returns the prior ones.
+	RecordIntent(ctx context.Context, taskID, otid string, attempt int, worker string) ([]record.Intent, error)
 }

@@ -14,7 +14,7 @@ import (
 
 // cancelRun is the turn as its cancel's view of the attempt (cancel.Run,
 // cancel.Attempt): (*cancelRun)(t).
-type cancelRun Turn
+type cancelRun Pipeline
 
 func (r *cancelRun) RunID() string { return r.IDs.RunIDNow() }
 
@@ -27,7 +27,7 @@ func (r *cancelRun) ReadCancel(ctx context.Context) ([]byte, bool, error) {
 
 // NoteCancel notes the cancel the channel published (cancel.Running).
 func (r *cancelRun) NoteCancel(b []byte, readErr error) {
-	t := (*Turn)(r)
+	t := (*Pipeline)(r)
 	if readErr != nil {
 		t.Logger.Warn("could not read the turn's cancel record", "error", readErr.Error())
 		b = nil // the publish says there is one
@@ -38,7 +38,7 @@ func (r *cancelRun) NoteCancel(b []byte, readErr error) {
 // CancelRun asks Letta to cancel the turn's run: the conversation's cancel,
 // or on the agent endpoints the agent's cancel of this run.
 func (r *cancelRun) CancelRun(conv, runID string) error {
-	t := (*Turn)(r)
+	t := (*Pipeline)(r)
 	ctx, cancel := context.WithTimeout(t.detached(), t.W.Cfg.Budget.RequestTimeout)
 	defer cancel()
 	var err error
@@ -52,11 +52,11 @@ func (r *cancelRun) CancelRun(conv, runID string) error {
 
 // approvalAttempt is what the attempt's approvals need of it
 // (approval.Attempt): its journal record's run id and approval, and the
-// note of a Redis failure.
-type approvalAttempt Turn
+// note of a Redis failure (RecordWriter.RedisFailed, the pipeline's).
+type approvalAttempt Pipeline
 
 func (a *approvalAttempt) RunID() string {
-	t := (*Turn)(a)
+	t := (*Pipeline)(a)
 	t.Jr.Lock()
 	defer t.Jr.Unlock()
 	if t.Jr.Rec() == nil {
@@ -66,17 +66,15 @@ func (a *approvalAttempt) RunID() string {
 }
 
 func (a *approvalAttempt) SetApproval(r *record.ApprovalRecord) {
-	t := (*Turn)(a)
+	t := (*Pipeline)(a)
 	t.Jr.Lock()
 	t.Jr.Rec().Approval = r
 	t.Jr.Unlock()
 }
 
-func (a *approvalAttempt) RedisFailed() { (*Turn)(a).RedisFailed() }
-
 // newApprovalTurn is the attempt's approvals (turn.ap), once its task,
 // message and line are known.
-func newApprovalTurn(t *Turn) approval.Turn {
+func newApprovalTurn(t *Pipeline) approval.Turn {
 	id := approval.Ident{TaskID: t.TaskID, Otid: t.Otid, Queue: t.Queue, Key: t.Line.Key(), AgentID: t.Msg.AgentID,
 		Conversation: t.Msg.Conversation, LettaConversationID: t.Msg.LettaConversationID,
 		EnqueuedAt: t.Msg.EnqueuedAt, Answer: t.Msg.Approval}
@@ -85,4 +83,4 @@ func newApprovalTurn(t *Turn) approval.Turn {
 
 // AsCancel is the turn as its cancel's view of the attempt (the worker's
 // running turns hold it: Parts.Cancels).
-func (t *Turn) AsCancel() *cancelRun { return (*cancelRun)(t) }
+func (t *Pipeline) AsCancel() *cancelRun { return (*cancelRun)(t) }
