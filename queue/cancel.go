@@ -32,7 +32,7 @@ import (
 //   - running (an attempt is active): the worker running it hears the
 //     publish (or reads the record when it (re)subscribes, or at the start
 //     of its next attempt) and asks Letta to cancel the run; the turn ends
-//     with whatever Letta says happened (see cancelturn.go).
+//     with whatever Letta says happened (see cancelwatch.go and queue/internal/attempt).
 
 // CancelRecord is what a cancel records: who asked, when, why, and the
 // phase the turn was in when it stopped (CancelPhase…).

@@ -87,7 +87,7 @@ func (w *Worker) run(ctx context.Context) error {
 //  2. Asynq's server, which runs the turns (asynqServer);
 //  3. the park sweeper (queue/internal/line): turns a dead worker left
 //     parked in no Asynq queue are enqueued again;
-//  4. the cancel subscriber (cancelturn.go): cancels of the turns running
+//  4. the cancel subscriber (cancelwatch.go): cancels of the turns running
 //     here, heard as they are published. It stops first: a worker that
 //     shuts down hears no more cancels, and the attempt that continues an
 //     interrupted turn elsewhere reads its cancel record at its start.

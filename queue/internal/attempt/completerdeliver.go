@@ -65,7 +65,7 @@ func (c *Completer) deliverAtOnce(ctx context.Context, log *slog.Logger, outcome
 	// does not take a record without the marker for finished (see the turn's prepare),
 	// writes over them.
 	ops := append(append([]store.Op{save}, c.resultOps(outcome, answer, approval)...), c.line.ReleaseOps(marker)...)
-	ops = append(ops, c.tk.UnregisterOps()...) // (takeover.go)
+	ops = append(ops, c.tk.UnregisterOps()...) // (queue/internal/takeover)
 	c.progress.DropQueuedSaves()               // this record is newer
 	c.jr.Lock()
 	lat, ttft := c.jr.Latency(now), c.jr.Rec().TTFT

@@ -44,11 +44,11 @@ func (w *Parts) Process(ctx context.Context, task *asynq.Task, cancel context.Ca
 	t.Progress.SetFence(t.Tk.FencedNow, takeover.ErrTakenOver)
 	defer t.Progress.Close()
 	if t.Tk.ContinuedElsewhere(ctx) {
-		return nil // a takeover continues the turn (takeover.go)
+		return nil // a takeover continues the turn (queue/internal/takeover)
 	}
 	defer t.Tk.Unregister()
 	// An attempt that saw Redis fail ends only once Redis answers again, so
-	// that Asynq can record how it ended (see Worker.awaitRedis).
+	// that Asynq can record how it ended (Parts.AwaitRedis: queue.Worker.awaitRedis).
 	defer t.awaitRedis(ctx)
 	if w.OrderKey == nil {
 		err = t.runUnordered(ctx)
@@ -77,7 +77,7 @@ func (w *Parts) newTurn(ctx context.Context, task *asynq.Task) (*Pipeline, error
 	runner, asynqRetried, payload, from := taskID, retried, task.Payload(), ""
 	if task.Type() == inbound.TakeoverTaskType {
 		// The continuation of a dead worker's turn: the turn's own
-		// identity, this task as its runner (takeover.go).
+		// identity, this task as its runner (queue/internal/claim).
 		p, err := claim.DecodePayload(payload)
 		if err != nil {
 			w.Log.Warn("invalid takeover payload, archiving", "task_id", taskID, "error", err.Error())

@@ -30,7 +30,7 @@ import (
 // The attempt makes it once its start is done (prepare) and holds it. What
 // must live while the stream waits for the agent lives here, on the heap,
 // not in a frame: the goroutine waits right under the handler (see
-// processTask), and Resume goes on from this state.
+// Parts.Process), and Resume goes on from this state.
 type LettaRun struct {
 	RunParts
 
@@ -46,7 +46,7 @@ type LettaRun struct {
 	view    live.Stream // the chat's view of the run: phases, answer text, tool calls
 }
 
-// ErrPending: the run's stream waits for the agent (see processTask); the
+// ErrPending: the run's stream waits for the agent (see Parts.Process); the
 // run goes on with Resume.
 var ErrPending = errors.New("lettaq: the turn waits for the agent")
 

@@ -35,14 +35,14 @@ type Pipeline struct {
 	TextBudget ReplyBudget // the progress text it may write to the reply stream
 
 	Pre *store.StartReads // read before the attempt runs (until it makes its run)
-	Cx  cancel.Turn       // its cancel, if one is asked for (cancelturn.go)
-	Ap  approval.Turn     // its approvals: the gate, an answer turn's request (approvalturn.go)
+	Cx  cancel.Turn       // its cancel, if one is asked for (views.go)
+	Ap  approval.Turn     // its approvals: the gate, an answer turn's request (gates.go, views.go)
 
-	LettaRun *LettaRun // its run at Letta, once prepared (kept here, not in a frame: see processTask)
+	LettaRun *LettaRun // its run at Letta, once prepared (kept here, not in a frame: see Parts.Process)
 
 	Actx context.Context // the attempt's context (Asynq's): see detached
 
-	// Takeover (takeover.go).
+	// Takeover (queue/internal/takeover).
 	Rn fence.Runner           // the runner: which task runs the attempt, fenced, gone (fence.Runner.Fence ends actx)
 	Tk *takeover.Registration // its registration in the worker's registry (never nil but in tests)
 

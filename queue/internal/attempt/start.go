@@ -14,7 +14,7 @@ import (
 
 // startRead names what an attempt reads from Redis before it runs, in one
 // round trip (with the ordering lock's acquire when it can: see
-// turn.acquire): the attempt's record, whether its final event was written,
+// Pipeline.acquire): the attempt's record, whether its final event was written,
 // its intents, and what approvalGate (the chat's pending approval request)
 // and LettaRun.resolveThread (the chat's Letta conversation) need. The turn
 // drops what it read (turn.pre) once it has made its run (prepare).

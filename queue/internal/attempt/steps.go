@@ -37,7 +37,7 @@ func (t *Pipeline) runOrdered(ctx context.Context) error {
 	cancel()
 	if !end {
 		if err = t.LettaRun.Execute(ctx); err == ErrPending {
-			return err // processTask resumes the run and does the rest
+			return err // Parts.Process resumes the run and does the rest
 		}
 	}
 	t.afterRun(ctx, err)
@@ -78,7 +78,7 @@ func (t *Pipeline) afterRun(ctx context.Context, err error) {
 	}
 }
 
-// awaitRedis waits for Redis (Worker.awaitRedis) when a Redis read or write
+// awaitRedis waits for Redis (Parts.AwaitRedis) when a Redis read or write
 // of this attempt failed since the last wait, then journals the attempt's
 // record once more: how the attempt ended may be among the writes that
 // failed, and the next attempt would find this one with no end and no
@@ -120,7 +120,7 @@ func (t *Pipeline) awaitRedis(ctx context.Context) {
 }
 
 // runUnordered runs the attempt without ordering: prepare, then its run at
-// Letta (see processTask for why they are apart).
+// Letta (see Parts.Process for why they are apart).
 func (t *Pipeline) runUnordered(ctx context.Context) error {
 	if err, end := t.prepare(ctx); end {
 		return err
@@ -236,8 +236,8 @@ func (t *Pipeline) prepare(ctx context.Context) (err error, end bool) {
 	}
 
 	// What the run at Letta needs lives in its LettaRun, which the turn
-	// holds: the goroutine waits under processTask, not in a frame of the
-	// run's (see processTask).
+	// holds: the goroutine waits under Parts.Process, not in a frame of the
+	// run's (see Parts.Process).
 	known, read := t.Pre.ThreadRead()
 	t.Pre = nil // read: not kept while the turn waits
 	spec := continuation.Turn{AgentID: t.Msg.AgentID, Otid: t.Otid, Text: text, SenderID: t.Msg.SenderID,
