@@ -383,7 +383,7 @@ func (r *Replies) Read(ctx context.Context, c Conversation, after string, count 
 }
 
 // repliesView is the reply streams as an attempt writes them
-// (attempt.Replies).
+// (attempt.ReplyWriter).
 type repliesView struct{ *Replies }
 
 func (r repliesView) AnsweredKey(taskID string) string { return r.answeredKey(taskID) }

@@ -386,7 +386,7 @@ func (j *Journal) Recent(ctx context.Context, filter Filter, limit int) ([]*Turn
 	return out, nil
 }
 
-// journalView is the journal as an attempt writes it (attempt.Journal).
+// journalView is the journal as an attempt writes it (attempt.JournalWriter).
 type journalView struct{ *Journal }
 
 func (j journalView) IntentOp(taskID, otid string, attempt int, worker string, prior *[]Intent) (store.Op, error) {

@@ -158,10 +158,11 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		HeartbeatInterval: w.cfg.HeartbeatInterval, DeltaMaxAge: w.cfg.DeltaMaxAge, StuckRetryDelay: w.cfg.StuckRetryDelay,
 		MaxReplyBytes: w.cfg.MaxReplyBytes},
 		Log: w.log, Obs: w.obs, Replies: repliesView{w.replies}, Journal: journalView{w.journal},
-		ReplyStore: w.replies.st, JournalStore: w.journal.st, JournalRDB: w.journal.rdb, Saver: w.journal.saver,
+		Stores: attempt.Stores{Replies: w.replies.st, Journal: w.journal.st, JournalRDB: w.journal.rdb, Saver: w.journal.saver},
 		Writer: w.writer, Runner: w.runner, Letta: w.client, Threads: threads, Takeover: w.tk,
-		StartWithLock: w.startWithLock(), AwaitRedis: w.awaitRedis,
-		OneRedis: w.oneRedis(), ResultWithSave: w.rdb != nil && w.replies.rdb == w.rdb, Ordered: w.ord != nil,
+		AwaitRedis: w.awaitRedis,
+		Trips: attempt.Trips{OneRedis: w.oneRedis(), ResultWithSave: w.rdb != nil && w.replies.rdb == w.rdb,
+			StartWithLock: w.startWithLock()},
 		IsFailure: w.isFailure, Permanent: &w.permanent, Lines: w.lines, Approvals: w.approvals}
 	if w.ord != nil {
 		w.attempts.OrderKey = w.ord.cfg.Key

@@ -22,7 +22,7 @@ func (c *Completer) Deliver(ctx context.Context, log *slog.Logger, outcome strin
 	if len(c.line.Followers()) > 0 {
 		ev.AnsweredBy = c.TaskID
 	}
-	if len(c.line.Followers()) == 0 && c.Msg.Approval == nil && c.w.OneRedis {
+	if len(c.line.Followers()) == 0 && c.Msg.Approval == nil && c.w.Trips.OneRedis {
 		return c.deliverAtOnce(ctx, log, outcome, ev, answer, approval)
 	}
 	emitted, err := c.finalEvent(ctx, ev) // after the attempt's progress, in one round trip
@@ -143,7 +143,7 @@ func (c *Completer) undelivered(ctx context.Context, log *slog.Logger, err error
 	c.jr.Unlock()
 	// Whether this attempt's finish reached Redis is not known (it may
 	// still, late): never write the retry over a finished record.
-	if c.w.OneRedis {
+	if c.w.Trips.OneRedis {
 		if op, err := c.jr.SaveOp(true); err == nil {
 			c.progress.DropQueuedSaves()
 			_ = c.progress.Do(ctx, nil, op)

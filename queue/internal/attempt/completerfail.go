@@ -85,7 +85,7 @@ func (c *Completer) GiveUp(reason string) error {
 		c.RedisFailed()
 		c.log.Warn("could not journal the failed turn", "error", err.Error())
 	}
-	if w.Ordered && c.line.Lease() == nil {
+	if w.OrderKey != nil && c.line.Lease() == nil {
 		// Never its turn: it leaves the line (a lease, when held, is
 		// released as done by the caller), and the turn behind it is woken
 		// when it headed the line (its acquire failed at the head).

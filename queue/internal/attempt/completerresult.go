@@ -14,7 +14,7 @@ import (
 // connection (so Asynq's task hash is on it); else the result is written
 // through Asynq now.
 func (c *Completer) resultOps(outcome, answer string, approval *record.ToolEvent) []store.Op {
-	if !c.w.ResultWithSave {
+	if !c.w.Trips.ResultWithSave {
 		c.WriteResult(outcome, answer, approval)
 		return nil
 	}

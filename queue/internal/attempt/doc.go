@@ -17,7 +17,7 @@
 //     IsFailure read it).
 //
 // What the worker gives every attempt is Parts: a small Config, the reply
-// streams and the journal through narrow views (Replies, Journal), the
+// streams and the journal through narrow views (ReplyWriter, JournalWriter), the
 // lines, approvals, takeover registry and writer, and the running turns for
 // the cancel channel. Nothing here calls back into package queue, which
 // names the attempt's public types as aliases (queue.Observer, TurnResult,

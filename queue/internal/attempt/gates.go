@@ -21,7 +21,7 @@ import (
 // should end now with err, which may be nil).
 func (t *Pipeline) acquire(ctx context.Context) (err error, done bool) {
 	alive := t.Line.Alive(t.W.Takeover.Alive)
-	if t.W.StartWithLock {
+	if t.W.Trips.StartWithLock {
 		// The acquire and the start's reads in one round trip: the reads
 		// run after the acquire, so with the lock taken by it they are what
 		// readStart would read after it. The round trip is the writer's

@@ -95,10 +95,10 @@ func (w *Parts) newTurn(ctx context.Context, task *asynq.Task) (*Pipeline, error
 		Retried: retried, MaxRetry: maxRetry, Start: start}, IDs: ids, Logger: NewLogger(w.Log, ids),
 		Rn: fence.Runner{ID: runner, Retried: asynqRetried, From: from}}
 	t.Actx = ctx
-	t.RecordWriter = NewRecordWriter(w.Journal, w.OneRedis, &t.Rn, t.Logger, ctx)
+	t.RecordWriter = NewRecordWriter(w.Journal, w.Trips.OneRedis, &t.Rn, t.Logger, ctx)
 	t.Tk = NewRegistration(t)
 	t.Obs.Observer = w.Obs
-	t.Jr = journal.NewAttempt(w.Saver)
+	t.Jr = journal.NewAttempt(w.Stores.Saver)
 	t.TextBudget.Set(int64(w.Cfg.MaxReplyBytes), t.Logger, t.Jr)
 	t.Progress = w.Writer.NewQueue(msg.Conversation, t.WriteFailed, t.Logger)
 	key := ""
@@ -116,7 +116,7 @@ func (w *Parts) newTurn(ctx context.Context, task *asynq.Task) (*Pipeline, error
 // they are made).
 func Assemble(t *Pipeline) {
 	if t.RecordWriter == nil {
-		t.RecordWriter = NewRecordWriter(t.W.Journal, t.W.OneRedis, &t.Rn, t.Logger, t.Actx)
+		t.RecordWriter = NewRecordWriter(t.W.Journal, t.W.Trips.OneRedis, &t.Rn, t.Logger, t.Actx)
 	}
 	t.RecordWriter.Use(t.Jr, t.Progress)
 	t.End = NewCompleter(t.W, t.ID, t.RecordWriter, &t.Obs, t.IDs, t.Line, &t.Ap, &t.Cx, t.Tk)

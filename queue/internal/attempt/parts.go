@@ -9,10 +9,8 @@ import (
 	"github.com/lettaq/lettaq/continuation"
 	"github.com/lettaq/lettaq/queue/internal/cancel"
 	"github.com/lettaq/lettaq/queue/internal/inbound"
-	"github.com/lettaq/lettaq/queue/internal/journal"
 	"github.com/lettaq/lettaq/queue/internal/progress"
 	"github.com/lettaq/lettaq/queue/internal/takeover"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/lettaq/lettaq/budget"
 	"github.com/lettaq/lettaq/queue/internal/approval"
@@ -27,39 +25,24 @@ import (
 // views below), the chats' lines and approvals, and the facts of its Redis
 // clients that decide which writes share a round trip.
 type Parts struct {
-	Cfg     Config
-	Log     *slog.Logger // the worker's
-	Obs     Observer
-	Replies Replies
-	Journal Journal
-	// The stores and clients under the reply streams and the journal, for
-	// the reads and writes an attempt sends itself or queues at the writer.
-	ReplyStore   *store.Replies
-	JournalStore *store.Journal
-	JournalRDB   redis.UniversalClient
-	Saver        *journal.Saver
-	Writer       *progress.Writer // the turns' progress events and queued writes
-	Runner       *continuation.Runner
-	Letta        *agentclient.Client // the cancels of a run at Letta
-	Threads      *Threads
-	Takeover     *takeover.Registry // nil: off
+	Cfg      Config
+	Log      *slog.Logger // the worker's
+	Obs      Observer
+	Replies  ReplyWriter
+	Journal  JournalWriter
+	Stores   Stores           // under the reply streams and the journal
+	Writer   *progress.Writer // the turns' progress events and queued writes
+	Runner   *continuation.Runner
+	Letta    *agentclient.Client // the cancels of a run at Letta
+	Threads  *Threads
+	Takeover *takeover.Registry // nil: off
 	// Cancels are the turns running here, for the cancel channel.
 	Cancels cancel.Running[*cancelRun]
 	// OrderKey is a message's key in its chat's line (nil: ordering off).
 	OrderKey func(inbound.Message) string
-	// StartWithLock: the line's acquire and the start's reads share a round
-	// trip (the writer's).
-	StartWithLock bool
 	// AwaitRedis returns once Redis answers again (or ctx ends).
 	AwaitRedis func(ctx context.Context)
-	// OneRedis: the journal and the reply streams are on one client, so
-	// their writes share the writer's round trips.
-	OneRedis bool
-	// ResultWithSave: the task's result (Asynq's task hash) is on the
-	// reply streams' client, so it is written with the journal's save.
-	ResultWithSave bool
-	// Ordered: one turn at a time per chat (the lines are on).
-	Ordered bool
+	Trips      Trips // which writes share a round trip
 	// IsFailure is the worker's asynq IsFailure (IsFailure, and under
 	// ordering the line's put-back too).
 	IsFailure func(error) bool
@@ -79,9 +62,9 @@ type Config struct {
 	MaxReplyBytes     int           // the progress text one attempt writes
 }
 
-// Replies is the reply streams as an attempt's end writes them
+// ReplyWriter is the reply streams as an attempt's end writes them
 // (queue.Replies).
-type Replies interface {
+type ReplyWriter interface {
 	// EmitAnswerOnce writes a turn's final event once per turn.
 	EmitAnswerOnce(ctx context.Context, c record.Conversation, ev record.ReplyEvent) (emitted bool, err error)
 	// Answered reports whether the turn's final event was written.
@@ -101,6 +84,6 @@ type CancelObserver interface {
 
 // startStores are the stores an attempt's start reads (startRead).
 func (w *Parts) startStores() store.StartStores {
-	return store.StartStores{Journal: w.JournalStore, Replies: w.ReplyStore,
+	return store.StartStores{Journal: w.Stores.Journal, Replies: w.Stores.Replies,
 		Approvals: w.Approvals.Store().Redis(), Threads: w.Threads.Store()}
 }

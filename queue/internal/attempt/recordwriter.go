@@ -17,8 +17,8 @@ import (
 // the attempt's progress queue, and notes the attempt's Redis failures
 // (see the turn's awaitRedis). The turn and its Completer share it.
 type RecordWriter struct {
-	journal  Journal // where a journal with a client of its own saves
-	oneRedis bool    // the journal is on the writer's client: saves go with its round trips
+	journal  JournalWriter // where a journal with a client of its own saves
+	oneRedis bool          // the journal is on the writer's client: saves go with its round trips
 	jr       *journal.Attempt
 	progress *progress.Queue
 	rn       *fence.Runner
@@ -29,7 +29,7 @@ type RecordWriter struct {
 
 // NewRecordWriter is the record writer of the attempt that runner runs
 // (its journal record and progress queue come with Use).
-func NewRecordWriter(j Journal, oneRedis bool, rn *fence.Runner, log *slog.Logger, actx context.Context) *RecordWriter {
+func NewRecordWriter(j JournalWriter, oneRedis bool, rn *fence.Runner, log *slog.Logger, actx context.Context) *RecordWriter {
 	return &RecordWriter{journal: j, oneRedis: oneRedis, rn: rn, log: log, actx: actx}
 }
 
@@ -108,8 +108,8 @@ func (r *RecordWriter) SaveLater() {
 	r.progress.PushSave(progress.EncodedSave{Op: op})
 }
 
-// Journal is the journal as an attempt's end writes it (queue.Journal).
-type Journal interface {
+// JournalWriter is the journal as an attempt's end writes it (queue.Journal).
+type JournalWriter interface {
 	Intents
 	Get(ctx context.Context, taskID string) (*record.TurnRecord, error)
 	Save(ctx context.Context, rec *record.TurnRecord) error

@@ -108,11 +108,11 @@ func (t *Pipeline) awaitRedis(ctx context.Context) {
 	}
 	sctx, cancel := context.WithTimeout(t.detached(), progress.TripTimeout)
 	defer cancel()
-	if t.W.OneRedis {
+	if t.W.Trips.OneRedis {
 		t.Progress.DropQueuedSaves()
 		err = t.Progress.Do(sctx, nil, op)
 	} else {
-		err = store.Run(sctx, t.W.JournalRDB, []store.Op{op})[0]
+		err = store.Run(sctx, t.W.Stores.JournalRDB, []store.Op{op})[0]
 	}
 	if err != nil {
 		t.Logger.Warn("could not journal how the attempt ended", "error", err.Error())
@@ -201,7 +201,7 @@ func (t *Pipeline) prepare(ctx context.Context) (err error, end bool) {
 		if acc.Phase == "" {
 			acc.Phase = record.PhaseQueued
 		}
-		t.Progress.PushOnce(acc, w.ReplyStore.Keys.Accepted(t.TaskID))
+		t.Progress.PushOnce(acc, w.Stores.Replies.Keys.Accepted(t.TaskID))
 	}
 	if cr, end := t.Cx.AtStart(len(journal.LiveIntents(intents)) > 0, t.Jr.Rec().RunID != "", t.Logger); end {
 		return t.End.EndCancelled(ctx, t.Logger, *cr, record.CancelPhaseWaiting, ""), true
@@ -243,7 +243,7 @@ func (t *Pipeline) prepare(ctx context.Context) (err error, end bool) {
 	spec := continuation.Turn{AgentID: t.Msg.AgentID, Otid: t.Otid, Text: text, SenderID: t.Msg.SenderID,
 		Started: rec.FirstStartedAt, PriorIntent: len(intents) > 0, Images: inbound.LettaImages(t.Msg.Images), Approvals: approvals}
 	t.LettaRun = NewLettaRun(RunParts{Runner: w.Runner, Cfg: &w.Cfg, Threads: w.Threads,
-		Journal: w.Journal, Replies: w.ReplyStore, OneRedis: w.OneRedis, Msg: &t.Msg, IDs: t.IDs,
+		Journal: w.Journal, Replies: w.Stores.Replies, OneRedis: w.Trips.OneRedis, Msg: &t.Msg, IDs: t.IDs,
 		Log: t.Logger, Dctx: t.detached(), Line: t.Line, Jr: t.Jr, Tk: t.Tk, Cx: &t.Cx, Ca: (*cancelRun)(t),
 		Progress: t.Progress, Rec: t.RecordWriter, End: t.End},
 		spec, RunThread{Known: known, Read: read}, rec.RunID, t.emitEvent)

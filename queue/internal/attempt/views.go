@@ -22,7 +22,7 @@ func (r *cancelRun) Log() *slog.Logger { return r.Logger }
 
 // ReadCancel reads the turn's cancel record.
 func (r *cancelRun) ReadCancel(ctx context.Context) ([]byte, bool, error) {
-	return r.W.ReplyStore.GetCancel(ctx, r.TaskID)
+	return r.W.Stores.Replies.GetCancel(ctx, r.TaskID)
 }
 
 // NoteCancel notes the cancel the channel published (cancel.Running).
