@@ -1,14 +1,9 @@
 package queue
 
 import (
-	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/hibiken/asynq"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/lettaq/lettaq/ordering"
 )
@@ -83,51 +78,4 @@ func (o Ordering) Key(m Message) string {
 // coalesces reports whether messages of integration are merged.
 func (o Ordering) coalesces(integration string) bool {
 	return slices.Contains(o.Coalesce, integration)
-}
-
-// newSequencer returns o.Sequencer or one made on conn's Redis (then
-// owned: the returned client must be closed).
-//
-// shared, when not nil, is a client on the same Redis to use instead (not
-// owned): the worker's, so that a turn's acquire and its first reads share
-// a round trip (see turn.acquire).
-func (o Ordering) newSequencer(conn asynq.RedisConnOpt, shared redis.UniversalClient) (*ordering.Sequencer, redis.UniversalClient, error) {
-	if o.Sequencer != nil {
-		return o.Sequencer, nil, nil
-	}
-	if shared != nil {
-		s, err := ordering.New(shared, o.Config)
-		if err != nil {
-			return nil, nil, fmt.Errorf("queue: ordering: %w", err)
-		}
-		return s, nil, nil
-	}
-	rdb, ok := conn.MakeRedisClient().(redis.UniversalClient)
-	if !ok {
-		return nil, nil, errors.New("queue: the Redis option does not make a go-redis v9 client; set Ordering.Sequencer")
-	}
-	s, err := ordering.New(rdb, o.Config)
-	if err != nil {
-		_ = rdb.Close()
-		return nil, nil, fmt.Errorf("queue: ordering: %w", err)
-	}
-	return s, rdb, nil
-}
-
-// orderer is the worker's side of ordering.
-type orderer struct {
-	cfg  Ordering
-	seq  *ordering.Sequencer
-	insp *asynq.Inspector
-	rdb  redis.UniversalClient // owned when made here
-}
-
-func (o *orderer) close() {
-	if o == nil {
-		return
-	}
-	_ = o.insp.Close()
-	if o.rdb != nil {
-		_ = o.rdb.Close()
-	}
 }
