@@ -12,8 +12,8 @@ import (
 
 // A turn that must wait parks (queue/internal/line): not its turn in its
 // conversation's line, or its chat's approval request open. The attempt's
-// completer journals the wait (one Wait per thing waited behind: addWait)
-// and, for an approval, tells the chat (waiting.go).
+// completer journals the wait (one Wait per thing waited behind:
+// attempt.AddWait) and, for an approval, tells the chat (attempt.Waiting).
 
 // newLines makes the worker's side of its chats' lines (w.ord set, or nil
 // without ordering): parking, waking, the sweep, the attempts' places.
