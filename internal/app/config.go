@@ -291,7 +291,7 @@ var workerSettings = []setting{
 		Help: "safety net of a message that waits (behind the turn ahead of it in its conversation, or behind its chat's open approval request): the event that frees it wakes it within a second; should that wake-up be lost, it looks again this long after it began to wait. It waits as an Asynq scheduled task this far ahead, never in Retry"},
 		durSetting(func(c *WorkerSettings) *time.Duration { return &c.WaitCheck }, time.Second)},
 	{envvar.Var{Name: "LETTAQ_JOURNAL_RETENTION", Default: "168h",
-		Help: "how long a turn's journal record (its attempts, intents and the journal's indexes) is kept after its last write; with LETTAQ_REPLY_STREAM_TTL, what bounds a Redis that keeps every finished turn (see docs/operations.md, Redis memory)"},
+		Help: "how long a turn's journal record (its attempts, intents and the journal's indexes) is kept after its last write, and by default the reply streams' events (LETTAQ_REPLY_STREAM_TTL); what bounds a Redis that keeps every finished turn (see docs/operations.md, Redis memory)"},
 		durSetting(func(c *WorkerSettings) *time.Duration { return &c.JournalRetention }, time.Minute)},
 	{envvar.Var{Name: "LETTAQ_REPLY_STREAM_TTL", Default: replyStreamTTLJournal,
 		Help: `how long a conversation's reply stream keeps its events: each write trims the events older than this (XTRIM MINID ~), and the stream expires this long after its last event (a consumer that reads later finds nothing); "journal" (the default): LETTAQ_JOURNAL_RETENTION's; 0: never, each stream is only capped at 10,000 events (the default before streams were bounded)`},
