@@ -250,7 +250,7 @@ func (e *env) checkKeys(t *testing.T, seen map[string]bool) (n int, bad []string
 			}
 			if ok {
 				seen[k.Pattern] = true
-				if os.Getenv("LETTAQ_CENSUS_TTLS") != "" {
+				if os.Getenv("LETTAQ_TEST_CENSUS_TTLS") != "" {
 					t.Logf("%s\t%v", k.Pattern, ttl)
 				}
 			}

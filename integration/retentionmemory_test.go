@@ -21,7 +21,7 @@ import (
 const (
 	planAsynqBytesPerTurn   = 1222
 	planLettaqBytesPerTurn  = 7514
-	retentionMemoryEnv      = "LETTAQ_RETENTION_MEMORY"
+	retentionMemoryEnv      = "LETTAQ_BENCH_RETENTION_MEMORY"
 	retentionMemoryDefaults = "rate=20,retention=20s,periods=5"
 )
 
@@ -32,9 +32,9 @@ const (
 // at a fixed rate for several retentions. Memory must level off at about
 // the plan's prediction (rate × retention × bytes a turn), not grow with
 // time, and fall back once the load stops. On a redis-server of its own;
-// run with LETTAQ_RETENTION_MEMORY=1 (or "rate=50,retention=30s,periods=6"):
+// run with LETTAQ_BENCH_RETENTION_MEMORY=1 (or "rate=50,retention=30s,periods=6"):
 //
-//	LETTAQ_RETENTION_MEMORY=1 go test -count=1 -run TestRetentionMemoryLevelsOff -v ./integration/
+//	LETTAQ_BENCH_RETENTION_MEMORY=1 go test -count=1 -run TestRetentionMemoryLevelsOff -v ./integration/
 func TestRetentionMemoryLevelsOff(t *testing.T) {
 	spec := os.Getenv(retentionMemoryEnv)
 	if spec == "" {

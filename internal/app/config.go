@@ -58,26 +58,27 @@ type WorkerSettings struct {
 	WaitCheck         time.Duration // safety net of a waiting turn (queue.Ordering.WaitCheck)
 	JournalRetention  time.Duration // queue.JournalOptions.Retention
 	ReplyStreamTTL    time.Duration // queue.RepliesOptions.StreamTTL (0: never)
+	TakeoverAfter     time.Duration // a silent worker's turns are taken over after this; 0: off
+	Coalesce          []string      // integrations whose waiting messages are merged
+	ThreadMode        queue.ThreadMode
+	ApprovalPolicy    queue.ApprovalPolicy
+	ApprovalTimeout   time.Duration
+	LogFormat         string // auto | json | text
+	LogLevel          string // debug | info | warn | error
+	HTTPAddr          string // "" or "off": no listener
+	HTTPToken         string
+	MonitorWritable   bool
+	HTTPIdleTimeout   time.Duration // a keep-alive connection idle this long is closed
+	HTTPBodyTimeout   time.Duration // a request body must arrive within this
+	WorkerID          string
+	Dev               bool
+	DevRedisAddr      string
+	DevLettaAddr      string
+	Relay             string // dev mode: where the demo agents are talked to (devrelay.go)
+
 	// replyStreamTTLFollows: LETTAQ_REPLY_STREAM_TTL is "journal", so
 	// ReplyStreamTTL is JournalRetention (set once every setting is read).
 	replyStreamTTLFollows bool
-	TakeoverAfter         time.Duration // a silent worker's turns are taken over after this; 0: off
-	Coalesce              []string      // integrations whose waiting messages are merged
-	ThreadMode            queue.ThreadMode
-	ApprovalPolicy        queue.ApprovalPolicy
-	ApprovalTimeout       time.Duration
-	LogFormat             string // auto | json | text
-	LogLevel              string // debug | info | warn | error
-	HTTPAddr              string // "" or "off": no listener
-	HTTPToken             string
-	MonitorWritable       bool
-	HTTPIdleTimeout       time.Duration // a keep-alive connection idle this long is closed
-	HTTPBodyTimeout       time.Duration // a request body must arrive within this
-	WorkerID              string
-	Dev                   bool
-	DevRedisAddr          string
-	DevLettaAddr          string
-	Relay                 string // dev mode: where the demo agents are talked to (devrelay.go)
 }
 
 // setting binds one non-budget variable to a WorkerSettings field.
