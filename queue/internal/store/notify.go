@@ -27,7 +27,7 @@ if sttl > 0 then
   redis.call('PEXPIRE', KEYS[1], sttl)
   local ms = tonumber(string.match(id, '^(%d+)'))
   if ms > sttl then
-    redis.call('XTRIM', KEYS[1], 'MINID', '~', string.format('%.0f', ms - sttl) .. '-0')
+    redis.pcall('XTRIM', KEYS[1], 'MINID', '~', string.format('%.0f', ms - sttl) .. '-0')
   end
 end
 m = id .. ' ' .. ARGV[4] .. ' ' .. ARGV[5]

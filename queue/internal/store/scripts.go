@@ -18,7 +18,9 @@ import (
 // after its last event (PEXPIRE) and loses its entries older than that
 // (XTRIM MINID ~ the written entry's ms − stream_ttl_ms: whole macro nodes,
 // so an entry may outlive it by up to a node's 100 entries), besides the
-// MAXLEN ~ cap of every XADD (one XADD takes one strategy). Each event's fields go to XADD directly, not through a
+// MAXLEN ~ cap of every XADD (one XADD takes one strategy). The trim is a
+// pcall: on a Redis before 6.2 (no MINID) it does nothing, and the events
+// are written all the same. Each event's fields go to XADD directly, not through a
 // table and unpack: with the expiry set once, an instant turn's 7 events
 // cost Redis 0.85 of the time they did that way (BenchmarkEmitScript: ~37
 // against ~44 µs).
@@ -119,7 +121,7 @@ while a <= #ARGV do
         redis.call('PEXPIRE', stream, sttl)
         local ms = tonumber(string.match(id, '^(%d+)'))
         if ms > sttl then
-          redis.call('XTRIM', stream, 'MINID', '~', string.format('%.0f', ms - sttl) .. '-0')
+          redis.pcall('XTRIM', stream, 'MINID', '~', string.format('%.0f', ms - sttl) .. '-0')
         end
         expiring[stream] = true
       end
