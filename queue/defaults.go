@@ -1,6 +1,8 @@
 package queue
 
 import (
+	"time"
+
 	"github.com/lettaq/lettaq/queue/internal/pace"
 )
 
@@ -11,3 +13,8 @@ const defaultDeltaMaxAge = pace.DefaultDeltaMaxAge
 // defaultHeartbeatInterval is how often a waiting turn repeats its phase
 // (WorkerConfig.HeartbeatInterval).
 const defaultHeartbeatInterval = pace.DefaultHeartbeatInterval
+
+// DefaultStreamTTL is how long a reply stream keeps its events by default
+// (RepliesOptions.StreamTTL): the journal's default retention
+// (JournalOptions.Retention), so that a turn's events go with its record.
+const DefaultStreamTTL = 7 * 24 * time.Hour

@@ -18,7 +18,8 @@ import (
 
 // Reply events: the wire format is specified in docs/reply-events.md (the one copy of it).
 // In short: every conversation has one Redis Stream, <prefix>replies:<integration>:<chat_id>,
-// capped with XADD MAXLEN ~ (RepliesOptions.MaxLen); each entry has the flat string fields
+// capped with XADD MAXLEN ~ (RepliesOptions.MaxLen) and kept RepliesOptions.StreamTTL
+// (trimmed by age, XTRIM MINID ~, and expired when idle); each entry has the flat string fields
 // type, task_id, otid, run_id, message_id, seq, time and data (compact JSON, the fields of
 // ReplyEvent); a turn ends with at most one final event (answer, approval_required, or a
 // permanent error), guarded by the marker <prefix>answered:<task_id>.
@@ -87,8 +88,12 @@ type RepliesOptions struct {
 	// TTL of the per-turn keys (answered marker, seq counter, emitted
 	// marks); default 7 days.
 	TTL time.Duration
-	// StreamTTL, when > 0, expires a conversation's stream that long after
-	// its last event. Default 0: streams are only capped by MaxLen.
+	// StreamTTL is how long a conversation's stream keeps its events: each
+	// write trims the entries older than StreamTTL (XTRIM MINID ~, so whole
+	// nodes of up to 100 entries: an event may stay a little longer), and
+	// the stream expires StreamTTL after its last event. Default
+	// DefaultStreamTTL (the journal's default retention); negative: never
+	// (the stream is then only capped by MaxLen).
 	StreamTTL time.Duration
 	// PartLimits gives, per integration, the part size (in UTF-16 code
 	// units, as Telegram counts) used to fill Parts of an answer that has
@@ -120,10 +125,18 @@ func NewReplies(rdb redis.UniversalClient, opts RepliesOptions) *Replies {
 	if opts.TTL <= 0 {
 		opts.TTL = 7 * 24 * time.Hour
 	}
+	streamTTL := opts.StreamTTL
+	switch {
+	case streamTTL == 0:
+		opts.StreamTTL = DefaultStreamTTL
+		streamTTL = DefaultStreamTTL
+	case streamTTL < 0:
+		streamTTL = 0 // the script's "never"
+	}
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	st := store.NewReplies(rdb, store.Keys{Prefix: opts.Prefix}, opts.MaxLen, opts.TTL, opts.StreamTTL)
+	st := store.NewReplies(rdb, store.Keys{Prefix: opts.Prefix}, opts.MaxLen, opts.TTL, streamTTL)
 	return &Replies{rdb: rdb, opts: opts, st: st}
 }
 

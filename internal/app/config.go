@@ -75,6 +75,10 @@ type WorkerSettings struct {
 	DevRedisAddr      string
 	DevLettaAddr      string
 	Relay             string // dev mode: where the demo agents are talked to (devrelay.go)
+
+	// replyStreamTTLFollows: LETTAQ_REPLY_STREAM_TTL is "journal", so
+	// ReplyStreamTTL is JournalRetention (set once every setting is read).
+	replyStreamTTLFollows bool
 }
 
 // setting binds one non-budget variable to a WorkerSettings field.
@@ -86,6 +90,10 @@ type setting struct {
 func stringSetting(p func(*WorkerSettings) *string) func(*WorkerSettings, string) error {
 	return func(c *WorkerSettings, raw string) error { *p(c) = raw; return nil }
 }
+
+// replyStreamTTLJournal is LETTAQ_REPLY_STREAM_TTL's default: the reply
+// streams keep their events as long as the journal keeps its records.
+const replyStreamTTLJournal = "journal"
 
 func durSetting(p func(*WorkerSettings) *time.Duration, min time.Duration) func(*WorkerSettings, string) error {
 	return func(c *WorkerSettings, raw string) error {
@@ -284,11 +292,18 @@ var workerSettings = []setting{
 		Help: "safety net of a message that waits (behind the turn ahead of it in its conversation, or behind its chat's open approval request): the event that frees it wakes it within a second; should that wake-up be lost, it looks again this long after it began to wait. It waits as an Asynq scheduled task this far ahead, never in Retry"},
 		durSetting(func(c *WorkerSettings) *time.Duration { return &c.WaitCheck }, time.Second)},
 	{envvar.Var{Name: "LETTAQ_JOURNAL_RETENTION", Default: "168h",
-		Help: "how long a turn's journal record (its attempts, intents and the journal's indexes) is kept after its last write; with LETTAQ_REPLY_STREAM_TTL, what bounds a Redis that keeps every finished turn (see docs/operations.md, Redis memory)"},
+		Help: "how long a turn's journal record (its attempts, intents and the journal's indexes) is kept after its last write, and by default the reply streams' events (LETTAQ_REPLY_STREAM_TTL); what bounds a Redis that keeps every finished turn (see docs/operations.md, Redis memory)"},
 		durSetting(func(c *WorkerSettings) *time.Duration { return &c.JournalRetention }, time.Minute)},
-	{envvar.Var{Name: "LETTAQ_REPLY_STREAM_TTL", Default: "0",
-		Help: "a conversation's reply stream expires this long after its last event (a consumer that reads later finds nothing); 0: never, each stream is only capped at 10,000 events"},
-		durSetting(func(c *WorkerSettings) *time.Duration { return &c.ReplyStreamTTL }, 0)},
+	{envvar.Var{Name: "LETTAQ_REPLY_STREAM_TTL", Default: replyStreamTTLJournal,
+		Help: `how long a conversation's reply stream keeps its events: each write trims the events older than this (XTRIM MINID ~), and the stream expires this long after its last event (a consumer that reads later finds nothing); "journal" (the default): LETTAQ_JOURNAL_RETENTION's; 0: never, each stream is only capped at 10,000 events (the default before streams were bounded)`},
+		func(c *WorkerSettings, raw string) error {
+			if raw == replyStreamTTLJournal {
+				c.replyStreamTTLFollows = true
+				return nil
+			}
+			c.replyStreamTTLFollows = false
+			return durSetting(func(c *WorkerSettings) *time.Duration { return &c.ReplyStreamTTL }, 0)(c, raw)
+		}},
 	{envvar.Var{Name: "LETTAQ_TAKEOVER_AFTER", Default: "5s",
 		Help: "a worker whose beats (every second) stop this long is taken for dead and its running turns are continued by another worker, under the same otid and journal record, without sending twice; 0 turns it off (a killed worker's turns then wait for Asynq's recovery, 1 to 3 minutes)"},
 		func(c *WorkerSettings, raw string) error {
@@ -586,6 +601,9 @@ func buildWorkerSettings(l lookup) (WorkerSettings, error) {
 		if err := s.apply(&c, raw); err != nil {
 			errs = append(errs, varError(s.Var, raw, fromFlag, err))
 		}
+	}
+	if c.replyStreamTTLFollows {
+		c.ReplyStreamTTL = c.JournalRetention
 	}
 	// Budget: flags first, then environment, then (in dev mode) dev defaults, then defaults.
 	getBudget := func(name string) string {

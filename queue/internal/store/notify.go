@@ -13,7 +13,8 @@ import (
 // (its reply lost and go-redis retrying, or the caller retrying with the
 // same key) is one entry.
 // KEYS: stream, marker. ARGV: maxlen, ttl ms (the marker's), stream ttl ms
-// (0: none), the text's sha256, the call's token, then the entry's
+// (0: none; else the stream expires that long after the entry and loses
+// its entries older than that, as ReplyEmitMany's), the text's sha256, the call's token, then the entry's
 // field/value pairs.
 // Returns the marker's value, "<entry id> <sha256> <token>": the entry
 // written by this call or, when the marker was there, by the first.
@@ -22,7 +23,13 @@ local m = redis.call('GET', KEYS[2])
 if m then return m end
 local id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', unpack(ARGV, 6))
 local sttl = tonumber(ARGV[3])
-if sttl > 0 then redis.call('PEXPIRE', KEYS[1], sttl) end
+if sttl > 0 then
+  redis.call('PEXPIRE', KEYS[1], sttl)
+  local ms = tonumber(string.match(id, '^(%d+)'))
+  if ms > sttl then
+    redis.pcall('XTRIM', KEYS[1], 'MINID', '~', string.format('%.0f', ms - sttl) .. '-0')
+  end
+end
 m = id .. ' ' .. ARGV[4] .. ' ' .. ARGV[5]
 local ttl = tonumber(ARGV[2])
 if ttl > 0 then redis.call('SET', KEYS[2], m, 'PX', ttl) else redis.call('SET', KEYS[2], m) end

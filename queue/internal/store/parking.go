@@ -23,7 +23,8 @@ import (
 // find old records.
 //
 //	P park:<task>             HASH   see the Parked fields; PX ParkTTL
-//	P park:idx                ZSET   member task id, score park time in ms
+//	P park:idx                ZSET   member task id, score park time in ms;
+//	                                 PX ParkTTL from the newest park
 //	P park:behind:<request>   HASH   task id → queue "\n" line key: the turns
 //	                                 that wait for an approval request's
 //	                                 answer, in any line; PX ParkTTL
@@ -95,6 +96,9 @@ func (s Parking) Park(ctx context.Context, p Parked) error {
 			"key", p.Key, "since_ms", p.Since.UnixMilli(), "gen", p.Gen)
 		pl.PExpire(ctx, key, ParkTTL)
 		pl.ZAdd(ctx, s.Keys.ParkIndex(), redis.Z{Score: float64(p.Since.UnixMilli()), Member: p.TaskID})
+		// The index outlives its newest record: with no park for ParkTTL
+		// every record it lists has expired.
+		pl.PExpire(ctx, s.Keys.ParkIndex(), ParkTTL)
 		return nil
 	})
 	return err

@@ -12,8 +12,9 @@ import (
 
 // Replies keeps the reply streams: per conversation a stream of events
 // (each entry the caller's field/value strings, plus "seq"), capped at
-// MaxLen (XADD MAXLEN ~) and, with StreamTTL, expiring that long after its
-// last event; per task the counter of its events' seq and the markers of
+// MaxLen (XADD MAXLEN ~) and, with StreamTTL, keeping its events that
+// long: its entries older than StreamTTL are trimmed on its writes (XTRIM
+// MINID ~) and the stream expires StreamTTL after its last event; per task the counter of its events' seq and the markers of
 // its final and accepted events, living TTL.
 type Replies struct {
 	RDB       redis.UniversalClient

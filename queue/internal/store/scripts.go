@@ -13,8 +13,14 @@ import (
 // ReplyEmitMany appends events (of any turns and conversations) to their
 // streams in one call, in order, each with the next seq of its turn's
 // counter, so that stream order and seq order agree across workers. The seq
-// key's expiry is set when the counter is created; a stream's expiry is set
-// once per call. Each event's fields go to XADD directly, not through a
+// key's expiry is set when the counter is created; a stream's retention is
+// applied once per call: with stream_ttl_ms > 0 the stream expires that long
+// after its last event (PEXPIRE) and loses its entries older than that
+// (XTRIM MINID ~ the written entry's ms − stream_ttl_ms: whole macro nodes,
+// so an entry may outlive it by up to a node's 100 entries), besides the
+// MAXLEN ~ cap of every XADD (one XADD takes one strategy). The trim is a
+// pcall: on a Redis before 6.2 (no MINID) it does nothing, and the events
+// are written all the same. Each event's fields go to XADD directly, not through a
 // table and unpack: with the expiry set once, an instant turn's 7 events
 // cost Redis 0.85 of the time they did that way (BenchmarkEmitScript: ~37
 // against ~44 µs).
@@ -40,7 +46,8 @@ import (
 // the marker does not exist, and sets it to the entry id.
 //
 // KEYS: per event: stream, seq, emitted[, answered or accepted marker]
-// ARGV: maxlen, ttl_ms, stream_ttl_ms, then per event: "1" when it has a
+// ARGV: maxlen, ttl_ms, stream_ttl_ms (0: the stream neither expires nor is
+// trimmed by age), then per event: "1" when it has a
 // marker (written once) else "0", its writer token ("" for none), n, floor,
 // then its 14 field/value strings (the 5 pairs before "seq", then the 2
 // after).
@@ -112,6 +119,10 @@ while a <= #ARGV do
     else
       if sttl > 0 and not expiring[stream] then
         redis.call('PEXPIRE', stream, sttl)
+        local ms = tonumber(string.match(id, '^(%d+)'))
+        if ms > sttl then
+          redis.pcall('XTRIM', stream, 'MINID', '~', string.format('%.0f', ms - sttl) .. '-0')
+        end
         expiring[stream] = true
       end
       if marker then
@@ -149,6 +160,13 @@ return out
 // that journaled an intent, or more than one attempt: IntentPush gives a
 // new list its expiry, and a first attempt's saves before its intent have
 // nothing to refresh).
+//
+// An index entry it adds trims its index: to the newest keep members, and
+// of the members whose turn time is more than the retention before the
+// added one's (their records are gone, or soon: a save refreshes a
+// record's retention, not its turn time). The plain save (plainSaveOp)
+// trims by rank only; the index expires when no save added to it for the
+// retention, and a query drops the members whose record expired.
 //
 // KEYS: record, otid, intents, runners, then the index keys. ARGV: record
 // JSON, task id, otid ("" for none), ttl ms, score, known ("1": ZADD, else
@@ -192,7 +210,10 @@ for i = 5, #KEYS do
     else
       added = redis.call('ZADD', KEYS[i], 'NX', ARGV[5], ARGV[2])
     end
-    if added > 0 then redis.call('ZREMRANGEBYRANK', KEYS[i], 0, -keep - 1) end
+    if added > 0 then
+      redis.call('ZREMRANGEBYRANK', KEYS[i], 0, -keep - 1)
+      redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', '(' .. string.format('%.0f', tonumber(ARGV[5]) - tonumber(ttl)))
+    end
     redis.call('PEXPIRE', KEYS[i], ttl)
   elseif ARGV[i + 5] == '0' then
     redis.call('ZREM', KEYS[i], ARGV[2])
