@@ -1,0 +1,132 @@
+package shard
+
+import (
+	"slices"
+	"strconv"
+	"testing"
+
+	"github.com/lettaq/lettaq/internal/hashtag"
+)
+
+// The values the docs' worked example gives (docs/enqueue-from-other-languages.md):
+// a producer in another language checks its own code against them.
+func TestPinnedValues(t *testing.T) {
+	if got := hashtag.CRC16("telegram:42"); got != 33278 {
+		t.Errorf("CRC16(telegram:42) = %d, want 33278", got)
+	}
+	for _, c := range []struct {
+		n                 int
+		integration, chat string
+		want              int
+	}{
+		{16, "telegram", "42", 14}, {4, "telegram", "42", 2}, {1, "telegram", "42", 0},
+		{16, "web", "alice", 12}, {4, "web", "alice", 0},
+		{16, "slack", "C024BE91L", 1}, {4, "slack", "C024BE91L", 1},
+	} {
+		if got := Of(c.n, c.integration, c.chat); got != c.want {
+			t.Errorf("Of(%d, %q, %q) = %d, want %d", c.n, c.integration, c.chat, got, c.want)
+		}
+	}
+	l16, err := New(16, "lettaq", "{lettaq}:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want16 := []string{"lettaq-0-28", "lettaq-1-23", "lettaq-2-249", "lettaq-3-10", "lettaq-4-109", "lettaq-5-40",
+		"lettaq-6-9", "lettaq-7-64", "lettaq-8-164", "lettaq-9-8", "lettaq-10-49", "lettaq-11-42", "lettaq-12-102",
+		"lettaq-13-67", "lettaq-14-8", "lettaq-15-21"}
+	if got := l16.Queues(); !slices.Equal(got, want16) {
+		t.Errorf("16 shards' queues = %q, want %q", got, want16)
+	}
+	if got, want := l16.Prefix(14), "lettaq:{lettaq-14-8}:"; got != want {
+		t.Errorf("Prefix(14) = %q, want %q (the base prefix's braces dropped)", got, want)
+	}
+	l4, _ := New(4, "", "")
+	if got, want := l4.Queues(), []string{"lettaq-0-3", "lettaq-1-31", "lettaq-2-3", "lettaq-3-22"}; !slices.Equal(got, want) {
+		t.Errorf("4 shards' queues = %q, want %q", got, want)
+	}
+	if got, want := l4.TaskID(2, "turn:telegram:42:m1"), "turn:{lettaq-2-3}:telegram:42:m1"; got != want {
+		t.Errorf("TaskID = %q, want %q", got, want)
+	}
+	if i, ok := l4.OfTask("turn:{lettaq-2-3}:telegram:42:m1"); !ok || i != 2 {
+		t.Errorf("OfTask = %d, %v; want 2, true", i, ok)
+	}
+	if _, ok := l4.OfTask("turn:telegram:42:m1"); ok {
+		t.Error("OfTask found a shard in a single-layout id")
+	}
+}
+
+// One shard is the single layout: the queue, the prefix and the ids as configured.
+func TestOneShardIsTheSingleLayout(t *testing.T) {
+	l, err := New(1, "q", "{p}:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Queue(0) != "q" || l.Prefix(0) != "{p}:" || l.TaskID(0, "turn:a:b:c") != "turn:a:b:c" || l.Of("a", "b") != 0 {
+		t.Errorf("one shard: queue %q, prefix %q, id %q", l.Queue(0), l.Prefix(0), l.TaskID(0, "turn:a:b:c"))
+	}
+	if i, ok := l.OfTask("turn:a:b:c"); !ok || i != 0 {
+		t.Errorf("OfTask = %d, %v", i, ok)
+	}
+}
+
+// Every shard's queue, prefix and task ids share its slot, inside its window;
+// with 16 shards over 3 masters' equal ranges each master owns 33% ± 10% of them.
+func TestShardsSpreadOverSlots(t *testing.T) {
+	for _, n := range []int{2, 3, 16, 64, MaxShards} {
+		l, err := New(n, "lettaq", "{lettaq}:")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range n {
+			q := l.Queue(i)
+			slot := hashtag.Slot("asynq:{" + q + "}:pending")
+			if lo, hi := Window(i, n); slot < lo || slot > hi {
+				t.Errorf("n=%d shard %d: %s in slot %d, outside %d–%d", n, i, q, slot, lo, hi)
+			}
+			for _, key := range []string{l.Prefix(i) + "replies:web:x", l.Prefix(i) + "journal:turn:" + l.TaskID(i, "turn:web:x:1"),
+				"lettaq:journal:turn:" + l.TaskID(i, "turn:web:x:1")} {
+				if s := hashtag.Slot(key); s != slot {
+					t.Errorf("n=%d shard %d: %s in slot %d, not its queue's %d", n, i, key, s, slot)
+				}
+			}
+		}
+	}
+	l, _ := New(16, "lettaq", "")
+	var perMaster [3]int
+	for i := range 16 {
+		perMaster[hashtag.Slot("{"+l.Queue(i)+"}")*3/hashtag.Slots]++
+	}
+	for m, c := range perMaster {
+		if share := float64(c) / 16; share < 0.23 || share > 0.43 {
+			t.Errorf("master %d owns %d of 16 shards (%.0f%%), not 33%% ± 10%%", m, c, 100*share)
+		}
+	}
+}
+
+// Chats spread evenly over the shards.
+func TestChatsSpreadOverShards(t *testing.T) {
+	const n, chats = 16, 16000
+	var per [n]int
+	for c := range chats {
+		per[Of(n, "telegram", strconv.Itoa(100000+c))]++
+	}
+	for i, c := range per {
+		if c < chats/n*8/10 || c > chats/n*12/10 {
+			t.Errorf("shard %d has %d of %d chats, more than 20%% off the mean", i, c, chats)
+		}
+	}
+}
+
+func TestNewRefuses(t *testing.T) {
+	for _, c := range []struct {
+		n     int
+		queue string
+	}{{0, "q"}, {-1, "q"}, {MaxShards + 1, "q"}, {2, "a{b}"}, {2, "a:b"}} {
+		if _, err := New(c.n, c.queue, ""); err == nil {
+			t.Errorf("New(%d, %q) accepted", c.n, c.queue)
+		}
+	}
+	if _, err := New(1, "a:b", ""); err != nil {
+		t.Errorf("one shard refused a queue it took before: %v", err)
+	}
+}
