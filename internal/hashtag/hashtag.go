@@ -1,6 +1,6 @@
 // Package hashtag reads keys as Redis Cluster does, their hash tag and
 // their slot: the worker refuses, on a cluster, a prefix whose keys would
-// not share a slot, and package queue/internal/shard places each shard's
+// not share a slot, and package queue/shard places each shard's
 // name in a slot of its own.
 package hashtag
 
