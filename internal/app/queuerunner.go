@@ -54,6 +54,7 @@ func newQueueRunner(cfg WorkerSettings, connOpt asynq.RedisConnOpt, rdb redis.Un
 		Budget:            cfg.Budget,
 		Concurrency:       cfg.Concurrency,
 		Queues:            cfg.Queues,
+		Shards:            cfg.Shards,
 		ShutdownTimeout:   cfg.ShutdownTimeout,
 		Logger:            logger,
 		WorkerID:          cfg.WorkerID,
@@ -80,7 +81,7 @@ func newQueueRunner(cfg WorkerSettings, connOpt asynq.RedisConnOpt, rdb redis.Un
 	q := &queueRunner{w: w, letta: letta, replies: replies}
 	// /enqueue puts turns on the worker's first queue by weight.
 	client, err := queue.NewClient(queue.ClientConfig{Redis: connOpt, Budget: cfg.Budget,
-		Queue: firstQueue(cfg.Queues), MaxRetry: maxRetry(cfg.MaxRetry), Replies: replies, Ordering: ord,
+		Queue: firstQueue(cfg.Queues), Shards: cfg.Shards, MaxRetry: maxRetry(cfg.MaxRetry), Replies: replies, Ordering: ord,
 		CancelObserver: m})
 	if err != nil {
 		return nil, err
