@@ -1,8 +1,10 @@
 package shard
 
 import (
+	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/lettaq/lettaq/internal/hashtag"
@@ -52,6 +54,21 @@ func TestPinnedValues(t *testing.T) {
 	}
 	if _, ok := l4.OfTask("turn:telegram:42:m1"); ok {
 		t.Error("OfTask found a shard in a single-layout id")
+	}
+	// The worked example states these figures.
+	doc, err := os.ReadFile("../../docs/enqueue-from-other-languages.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"`0x81FE` = 33278", "`lettaq-0-3`,\n`lettaq-1-31`, `lettaq-2-3`, `lettaq-3-22`",
+		"33278 mod 4 = 2: queue `lettaq-2-3`", "`turn:{lettaq-2-3}:telegram:42:m1`", "shard 14, queue `lettaq-14-8`",
+		"`turn:{lettaq-14-8}:telegram:42:m1`", "`CRC16(\"123456789\")` is\n  `0x31C3`"} {
+		if !strings.Contains(string(doc), want) {
+			t.Errorf("docs/enqueue-from-other-languages.md does not state %q", want)
+		}
+	}
+	if got := l16.TaskID(14, "turn:telegram:42:m1"); got != "turn:{lettaq-14-8}:telegram:42:m1" {
+		t.Errorf("16 shards' task id %q", got)
 	}
 }
 
