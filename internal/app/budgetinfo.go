@@ -156,7 +156,7 @@ func describeShards(info *BudgetInfo, cfg WorkerSettings) {
 		return
 	}
 	info.EnqueueQueue = ""
-	info.ShardFunction = fmt.Sprintf(`CRC16-XMODEM(integration + ":" + chat_id) mod %d; the turn goes to shard_queues[shard]`, n)
+	info.ShardFunction = fmt.Sprintf(`the first 4 bytes of SHA-256(integration + ":" + chat_id), big-endian, mod %d; the turn goes to shard_queues[shard]`, n)
 	info.ShardTaskID = `"<kind>:{" + shard_queues[shard] + "}:<rest>", e.g. turn:{` + l.Queue(0) + `}:web:alice:m1`
 	info.Queues = map[string]int{}
 	for _, q := range l.Queues() {

@@ -200,7 +200,7 @@ func TestBudgetInfoSaysTheShards(t *testing.T) {
 		info.Layout != "scheme=1 shards=4 queue=lettaq prefix={lettaq}:" {
 		t.Errorf("prefixes %q, layout %s = %q", info.ShardKeyPrefixes, info.LayoutKey, info.Layout)
 	}
-	if !strings.Contains(info.ShardFunction, "CRC16-XMODEM(integration + \":\" + chat_id) mod 4") {
+	if !strings.Contains(info.ShardFunction, "SHA-256(integration + \":\" + chat_id), big-endian, mod 4") {
 		t.Errorf("function %q", info.ShardFunction)
 	}
 	one := NewBudgetInfo(WorkerSettings{Budget: budget.Default(), Queues: map[string]int{"lettaq": 1}, KeyPrefix: "lettaq:"})

@@ -11,13 +11,13 @@
 // today's single layout: one queue named as configured, keys under the
 // configured prefix, task ids unchanged. With N > 1:
 //
-//   - a chat's shard is CRC16(integration + ":" + chat_id) mod N (Of),
-//     CRC16 being Redis Cluster's CRC-16/XMODEM taken whole (no mod 16384,
-//     no hash tag read);
+//   - a chat's shard is the first 4 bytes of SHA-256(integration + ":" +
+//     chat_id), big-endian, mod N (Of);
 //   - shard i's queue is "<queue>-<i>-<k>" for the smallest k = 0, 1, 2, …
-//     whose slot lies within 16384/(8N) of (2i+1)·16384/(2N) (Name): the
-//     shards' slots are evenly spaced, so that masters owning equal slot
-//     ranges carry equal numbers of shards (16 over 3 masters: 5, 6, 5);
+//     whose slot (Redis Cluster's CRC16 mod 16384) lies within 16384/(8N)
+//     of (2i+1)·16384/(2N) (Name): the shards' slots are evenly spaced, so
+//     that masters owning equal slot ranges carry equal numbers of shards
+//     (16 over 3 masters: 5, 6, 5);
 //   - shard i's key prefix is the base prefix without its braces, then
 //     "{<queue of i>}:" (Prefix): its keys share the slot of its queue;
 //   - a turn's task id carries its shard's hash tag after its kind

@@ -1,6 +1,8 @@
 package shard
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
 	"os"
 	"slices"
 	"strconv"
@@ -13,17 +15,17 @@ import (
 // The values the docs' worked example gives (docs/enqueue-from-other-languages.md):
 // a producer in another language checks its own code against them.
 func TestPinnedValues(t *testing.T) {
-	if got := hashtag.CRC16("telegram:42"); got != 33278 {
-		t.Errorf("CRC16(telegram:42) = %d, want 33278", got)
+	if sum := sha256.Sum256([]byte("telegram:42")); binary.BigEndian.Uint32(sum[:4]) != 0x65d84554 {
+		t.Errorf("SHA-256(telegram:42) begins %x, want 65d84554", sum[:4])
 	}
 	for _, c := range []struct {
 		n                 int
 		integration, chat string
 		want              int
 	}{
-		{16, "telegram", "42", 14}, {4, "telegram", "42", 2}, {1, "telegram", "42", 0},
-		{16, "web", "alice", 12}, {4, "web", "alice", 0},
-		{16, "slack", "C024BE91L", 1}, {4, "slack", "C024BE91L", 1},
+		{16, "telegram", "42", 4}, {4, "telegram", "42", 0}, {1, "telegram", "42", 0},
+		{16, "web", "alice", 11}, {4, "web", "alice", 3},
+		{16, "slack", "C024BE91L", 9}, {4, "slack", "C024BE91L", 1},
 	} {
 		if got := Of(c.n, c.integration, c.chat); got != c.want {
 			t.Errorf("Of(%d, %q, %q) = %d, want %d", c.n, c.integration, c.chat, got, c.want)
@@ -60,14 +62,14 @@ func TestPinnedValues(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"`0x81FE` = 33278", "`lettaq-0-3`,\n`lettaq-1-31`, `lettaq-2-3`, `lettaq-3-22`",
-		"33278 mod 4 = 2: queue `lettaq-2-3`", "`turn:{lettaq-2-3}:telegram:42:m1`", "shard 14, queue `lettaq-14-8`",
-		"`turn:{lettaq-14-8}:telegram:42:m1`", "`CRC16(\"123456789\")` is\n  `0x31C3`"} {
+	for _, want := range []string{"`65d84554`", "1708672340", "`lettaq-0-3`, `lettaq-1-31`,\n`lettaq-2-3`, `lettaq-3-22`",
+		"1708672340 mod 4 = 0: queue `lettaq-0-3`", "`turn:{lettaq-0-3}:telegram:42:m1`", "1708672340 mod 16 = 4,\nqueue `lettaq-4-109`",
+		"`turn:{lettaq-4-109}:telegram:42:m1`"} {
 		if !strings.Contains(string(doc), want) {
 			t.Errorf("docs/enqueue-from-other-languages.md does not state %q", want)
 		}
 	}
-	if got := l16.TaskID(14, "turn:telegram:42:m1"); got != "turn:{lettaq-14-8}:telegram:42:m1" {
+	if got := l16.TaskID(4, "turn:telegram:42:m1"); got != "turn:{lettaq-4-109}:telegram:42:m1" {
 		t.Errorf("16 shards' task id %q", got)
 	}
 }
@@ -120,16 +122,33 @@ func TestShardsSpreadOverSlots(t *testing.T) {
 	}
 }
 
-// Chats spread evenly over the shards.
+// Chats spread evenly over the shards, sequential ids too (CRC16 mod 16 put 44 to 94 of
+// 1,000 "chat-<n>" on each shard), and over the 3 masters of a cluster within 33% ± 10%.
 func TestChatsSpreadOverShards(t *testing.T) {
 	const n, chats = 16, 16000
-	var per [n]int
-	for c := range chats {
-		per[Of(n, "telegram", strconv.Itoa(100000+c))]++
-	}
-	for i, c := range per {
-		if c < chats/n*8/10 || c > chats/n*12/10 {
-			t.Errorf("shard %d has %d of %d chats, more than 20%% off the mean", i, c, chats)
+	l, _ := New(n, "lettaq", "")
+	for _, id := range []func(int) (string, string){
+		func(c int) (string, string) { return "telegram", strconv.Itoa(100000 + c) },
+		func(c int) (string, string) { return "test", "chat-" + strconv.Itoa(c) },
+		func(c int) (string, string) { return "web", "user" + strconv.Itoa(c) },
+	} {
+		var per [n]int
+		var perMaster [3]int
+		for c := range chats {
+			sh := l.Of(id(c))
+			per[sh]++
+			perMaster[hashtag.Slot("{"+l.Queue(sh)+"}")*3/hashtag.Slots]++
+		}
+		in, chat := id(0)
+		for i, c := range per {
+			if c < chats/n*85/100 || c > chats/n*115/100 {
+				t.Errorf("%s:%s…: shard %d has %d of %d chats, more than 15%% off the mean", in, chat, i, c, chats)
+			}
+		}
+		for m, c := range perMaster {
+			if share := float64(c) / chats; share < 0.23 || share > 0.43 {
+				t.Errorf("%s:%s…: master %d has %.0f%% of the chats, not 33%% ± 10%%", in, chat, m, 100*share)
+			}
 		}
 	}
 }
