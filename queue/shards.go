@@ -70,11 +70,11 @@ func workerQueues(n int, queues map[string]int, prefix string) (map[string]int, 
 // claimLayouts records or checks each layout (shard.Layout.Claim) until
 // Redis answers or ctx ends: a Redis that is away at start is waited for,
 // as a worker waits for it later; a mismatch is returned at once.
-func claimLayouts(ctx context.Context, rdb redis.Cmdable, layouts []shard.Layout, checkPrefix bool, waiting func(error)) error {
+func claimLayouts(ctx context.Context, rdb redis.Cmdable, layouts []shard.Layout, knowsPrefix bool, waiting func(error)) error {
 	backoff := 100 * time.Millisecond
 	for _, l := range layouts {
 		for {
-			err := l.Claim(ctx, rdb, checkPrefix)
+			err := l.Claim(ctx, rdb, knowsPrefix)
 			var me *shard.MismatchError
 			if err == nil || errors.As(err, &me) {
 				if err != nil {
@@ -113,7 +113,9 @@ func (s *clientShards) queueOf(id string) string {
 }
 
 // claim checks the deployment's layout once per Client (until it
-// succeeds): a Client with another layout enqueues nothing.
+// succeeds): a Client with another layout enqueues nothing. A Client
+// without Replies knows no key prefix: it records no layout, and compares
+// the rest of it with the recorded one.
 func (c *Client) claim(ctx context.Context) error {
 	if c.shards.claimed.Load() {
 		return nil
@@ -128,7 +130,10 @@ func (c *Client) claim(ctx context.Context) error {
 	if rdb == nil {
 		return nil // no go-redis client to read it with (a Sequencer and Replies of the caller's own are both absent)
 	}
-	if err := c.shards.layout.Claim(ctx, rdb, c.cfg.Replies != nil); err != nil {
+	switch err := c.shards.layout.Claim(ctx, rdb, c.cfg.Replies != nil); {
+	case errors.Is(err, shard.ErrNotRecorded):
+		return nil // (asked again at the next Enqueue, until a worker recorded it)
+	case err != nil:
 		return err
 	}
 	c.shards.claimed.Store(true)

@@ -2,6 +2,7 @@ package shard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -35,24 +36,34 @@ func (e *MismatchError) Error() string {
 		"(Changing the shard layout) says", e.Ours, e.Recorded, e.Key)
 }
 
+// ErrNotRecorded is Claim's answer to a producer that knows no prefix when
+// the deployment has recorded no layout yet: nothing to compare with.
+var ErrNotRecorded = errors.New("shards: no layout recorded yet")
+
 // Claim records l as the deployment's layout when none is (SET NX), and
-// returns a *MismatchError when another one is. With checkPrefix false
-// (a producer that does not know the key prefix) only the scheme, N and
-// queue are compared.
-func (l Layout) Claim(ctx context.Context, rdb redis.Cmdable, checkPrefix bool) error {
+// returns a *MismatchError when another one is. A producer that does not
+// know the key prefix (knowsPrefix false) records nothing, since what it
+// would record could be wrong: it compares the scheme, N and queue with a
+// recorded layout, or gets ErrNotRecorded.
+func (l Layout) Claim(ctx context.Context, rdb redis.Cmdable, knowsPrefix bool) error {
 	key, ours := RecordKey(l.queue), l.Record()
-	set, err := rdb.SetNX(ctx, key, ours, 0).Result()
-	if err != nil {
-		return fmt.Errorf("shards: recording the layout at %s: %w", key, err)
-	}
-	if set {
-		return nil
+	if knowsPrefix {
+		set, err := rdb.SetNX(ctx, key, ours, 0).Result()
+		if err != nil {
+			return fmt.Errorf("shards: recording the layout at %s: %w", key, err)
+		}
+		if set {
+			return nil
+		}
 	}
 	rec, err := rdb.Get(ctx, key).Result()
-	if err != nil {
+	switch {
+	case errors.Is(err, redis.Nil) && !knowsPrefix:
+		return ErrNotRecorded // none yet: the first worker records it
+	case err != nil:
 		return fmt.Errorf("shards: reading the layout at %s: %w", key, err)
 	}
-	if rec == ours || (!checkPrefix && withoutPrefix(rec) == withoutPrefix(ours)) {
+	if rec == ours || (!knowsPrefix && withoutPrefix(rec) == withoutPrefix(ours)) {
 		return nil
 	}
 	return &MismatchError{Key: key, Recorded: rec, Ours: ours}

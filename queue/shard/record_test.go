@@ -11,7 +11,7 @@ import (
 	"github.com/lettaq/lettaq/queue/internal/testkit"
 )
 
-// The first start records the layout; the same layout starts again; another N or
+// The first start records the layout (not a producer that knows no prefix); the same layout starts again; another N or
 // prefix is refused, naming both layouts; a producer that knows no prefix is
 // compared on the rest.
 func TestClaimRefusesAnotherLayout(t *testing.T) {
@@ -20,6 +20,12 @@ func TestClaimRefusesAnotherLayout(t *testing.T) {
 		queue := "lettaq-layout-test-" + uuid.NewString()[:8]
 		t.Cleanup(func() { b.RDB.Del(context.Background(), RecordKey(queue)) })
 		first, _ := New(4, queue, "{app}:")
+		if err := first.Claim(ctx, b.RDB, false); !errors.Is(err, ErrNotRecorded) {
+			t.Fatalf("a producer that knows no prefix, first: %v, want ErrNotRecorded", err)
+		}
+		if n, _ := b.RDB.Exists(ctx, RecordKey(queue)).Result(); n != 0 {
+			t.Fatal("a producer that knows no prefix recorded a layout")
+		}
 		if err := first.Claim(ctx, b.RDB, true); err != nil {
 			t.Fatalf("first start: %v", err)
 		}
