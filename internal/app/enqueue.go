@@ -333,7 +333,8 @@ Time budget: the task timeout is computed from the LETTAQ_* budget variables, as
 	cancel()
 	if err != nil {
 		var conflict *queue.MessageIDConflictError
-		if _, ok := queue.IsValidationError(err); ok || errors.As(err, &conflict) {
+		var layout *queue.LayoutMismatchError
+		if _, ok := queue.IsValidationError(err); ok || errors.As(err, &conflict) || errors.As(err, &layout) {
 			fmt.Fprintf(stderr, "enqueue: %v\n", err)
 			return ExitUsage
 		}

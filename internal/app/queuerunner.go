@@ -154,10 +154,16 @@ func (q *queueRunner) close() {
 	q.letta.CloseIdleConnections()
 }
 
+// run runs the worker until ctx ends. A deployment whose recorded shard layout is not this
+// configuration's is a configuration error (exit 2: restarting changes nothing).
 func (q *queueRunner) run(ctx context.Context) error {
 	defer q.letta.CloseIdleConnections() // once the turns are over
 	defer q.client.Close()
-	return q.w.Run(ctx)
+	err := q.w.Run(ctx)
+	if me := (*queue.LayoutMismatchError)(nil); errors.As(err, &me) {
+		return &ConfigError{Errs: []error{err}}
+	}
+	return err
 }
 
 // takeoverAfter maps LETTAQ_TAKEOVER_AFTER to WorkerConfig.TakeoverAfter
