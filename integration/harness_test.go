@@ -23,6 +23,7 @@ import (
 	"github.com/lettaq/lettaq/internal/testredis"
 	"github.com/lettaq/lettaq/ordering"
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/shard"
 )
 
 // simScale multiplies every scripted delay and fault duration of the
@@ -72,7 +73,12 @@ type env struct {
 	// lettaURL, when set, is where the workers reach Letta instead of the
 	// simulator's own URL (a front that rewrites some answers).
 	lettaURL string
+	// shards of the client and the workers (withShards; 0: one).
+	shards int
 }
+
+// withShards spreads the env's chats over n shards (client and workers).
+func withShards(n int) envOpt { return func(e *env, _ *lettasim.Config) { e.shards = n } }
 
 // withoutOrdering turns ordering off for the client and the workers (they must agree: a client
 // under ordering enqueues a turn queued behind another as a scheduled task that only a worker
@@ -110,7 +116,7 @@ func newEnv(t testing.TB, opts ...envOpt) *env {
 	e.rdb = srv.Client(t)
 	e.replies = queue.NewReplies(e.rdb, queue.RepliesOptions{Prefix: e.prefix})
 	e.journal = queue.NewJournal(e.rdb, queue.JournalOptions{Prefix: e.prefix, Retention: time.Hour})
-	c, err := queue.NewClient(queue.ClientConfig{Redis: e.redisOpt(), Budget: e.budget, Queue: e.queue,
+	c, err := queue.NewClient(queue.ClientConfig{Redis: e.redisOpt(), Budget: e.budget, Queue: e.queue, Shards: e.shards,
 		Retention: time.Hour, Replies: e.replies, Ordering: e.ordering()})
 	if err != nil {
 		t.Fatal(err)
@@ -119,8 +125,11 @@ func newEnv(t testing.TB, opts ...envOpt) *env {
 	e.client = c
 	e.insp = asynq.NewInspector(e.redisOpt())
 	t.Cleanup(func() {
-		_ = e.insp.DeleteQueue(e.queue, true)
+		for _, q := range e.queues() {
+			_ = e.insp.DeleteQueue(q, true)
+		}
 		_ = e.insp.Close()
+		_ = e.rdb.Del(context.Background(), shard.RecordKey(e.queue)).Err()
 		e.cleanKeys()
 	})
 	return e
@@ -170,7 +179,7 @@ func (e *env) workerConfig(id string) queue.WorkerConfig {
 	}
 	return queue.WorkerConfig{
 		Redis: e.redisOpt(), Letta: lc, Budget: e.budget, Concurrency: 50,
-		Queues: map[string]int{e.queue: 1}, ShutdownTimeout: 3 * time.Second,
+		Queues: map[string]int{e.queue: 1}, Shards: e.shards, ShutdownTimeout: 3 * time.Second,
 		Logger: testLogger(e.t).With("worker", id), WorkerID: id,
 		RepliesOptions:    queue.RepliesOptions{Prefix: e.prefix},
 		JournalOptions:    queue.JournalOptions{Prefix: e.prefix, Retention: time.Hour},
@@ -212,6 +221,15 @@ func (e *env) startWorker(id string, mods ...func(*queue.WorkerConfig)) (stop fu
 	}
 	e.t.Cleanup(stop)
 	return stop
+}
+
+// queues are the env's Asynq queues: its queue, or its shards'.
+func (e *env) queues() []string {
+	l, err := shard.New(max(e.shards, 1), e.queue, e.prefix)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return l.Queues()
 }
 
 func (e *env) conv(name string) queue.Conversation {

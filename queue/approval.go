@@ -135,7 +135,7 @@ func (c *Client) AnswerApproval(ctx context.Context, r ApprovalReply) (EnqueueRe
 	}
 	id := p.NextAnswerTaskID()
 	if p.AnsweredBy != "" {
-		return EnqueueResult{TaskID: p.AnsweredBy, Duplicate: true, Queue: c.cfg.Queue, Otid: OtidFor(Message{}, p.AnsweredBy), Position: -1}, nil
+		return EnqueueResult{TaskID: p.AnsweredBy, Duplicate: true, Queue: c.shards.queueOf(p.AnsweredBy), Otid: OtidFor(Message{}, p.AnsweredBy), Position: -1}, nil
 	}
 	decisions, err := decide(p, r)
 	if err != nil {
@@ -150,7 +150,7 @@ func (c *Client) AnswerApproval(ctx context.Context, r ApprovalReply) (EnqueueRe
 		Approval: &Answer{RequestTaskID: p.RequestTaskID, Decisions: decisions, Cause: cause}}
 	queueName := p.Queue
 	if queueName == "" {
-		queueName = c.cfg.Queue
+		queueName = c.shards.queueOf(p.RequestTaskID)
 	}
 	return c.enqueueAnswer(ctx, m, id, queueName, r.processAt)
 }

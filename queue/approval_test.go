@@ -12,6 +12,7 @@ import (
 	"github.com/lettaq/lettaq/internal/testredis"
 	"github.com/lettaq/lettaq/ordering"
 	"github.com/lettaq/lettaq/queue/internal/approval"
+	"github.com/lettaq/lettaq/queue/shard"
 )
 
 // approvalClient is a Client with ordering and replies under a prefix of
@@ -33,6 +34,7 @@ func approvalClient(t *testing.T) (*Client, *Replies, *approval.Pending, string)
 		_ = insp.DeleteQueue(q, true)
 		_ = insp.Close()
 		_ = c.Close()
+		rdb.Del(ctx, shard.RecordKey(q))
 		iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
 		for iter.Next(ctx) {
 			rdb.Del(ctx, iter.Val())

@@ -171,7 +171,7 @@ func (c *Client) cancelTargets(ctx context.Context, r CancelRequest) ([]string, 
 		}
 		if r.TaskID != "" {
 			// A turn that never started has no journal record: Asynq has it.
-			_, err := ordering.FindTask(c.insp, c.cfg.Queue, id)
+			_, err := ordering.FindTask(c.insp, c.shards.queueOf(id), id)
 			if err == nil {
 				return []string{id}, nil
 			}
@@ -225,7 +225,7 @@ func (c *Client) cancelTargets(ctx context.Context, r CancelRequest) ([]string, 
 // ofChat reports whether task id is a turn of chat (its payload, else its
 // journal record, says).
 func (c *Client) ofChat(ctx context.Context, id string, chat Conversation) bool {
-	if info, err := ordering.FindTask(c.insp, c.cfg.Queue, id); err == nil {
+	if info, err := ordering.FindTask(c.insp, c.shards.queueOf(id), id); err == nil {
 		m, err := DecodePayload(info.Payload)
 		return err == nil && m.Conversation == chat
 	}
@@ -258,7 +258,7 @@ func (c *Client) cancelTurn(ctx context.Context, id string, cr CancelRecord) (Ca
 		return ended, nil
 	}
 	insp := c.insp
-	info, ierr := ordering.FindTask(insp, c.cfg.Queue, id)
+	info, ierr := ordering.FindTask(insp, c.shards.queueOf(id), id)
 	if ierr != nil && !errors.Is(ierr, asynq.ErrTaskNotFound) {
 		return CancelledTurn{}, fmt.Errorf("queue: cancel %s: %w", id, ierr)
 	}
@@ -347,7 +347,7 @@ func (c *Client) cancelTurn(ctx context.Context, id string, cr CancelRecord) (Ca
 	if _, err := c.parking().Drop(ctx, id); err != nil {
 		return CancelledTurn{}, fmt.Errorf("queue: cancel %s: %w", id, err)
 	}
-	queueName := c.cfg.Queue
+	queueName := c.shards.queueOf(id)
 	switch {
 	case info != nil:
 		queueName = info.Queue

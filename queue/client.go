@@ -36,8 +36,16 @@ type ClientConfig struct {
 	// Budget sets the task timeout (Budget.TaskTimeout()); use the same
 	// configuration as the workers. Zero value: budget.Default().
 	Budget budget.Config
-	// Queue, default "lettaq".
+	// Queue, default "lettaq": with Shards > 1, the base name of the
+	// shards' queues (package queue/shard).
 	Queue string
+	// Shards is the number of shards the deployment's chats are spread
+	// over (LETTAQ_SHARDS; default 1: every turn in Queue). Each turn goes
+	// to its chat's shard's queue, under a task id that names the shard
+	// (shard.Layout.TaskID). Use the workers' number: Enqueue refuses to
+	// work under a layout other than the deployment's recorded one
+	// (*LayoutMismatchError).
+	Shards int
 	// MaxRetry is how many times a failed attempt is retried, default
 	// DefaultMaxRetry; negative means 0 (no retry). A put-back (the turn
 	// waits for its conversation, a busy thread or an approval answer) is
@@ -67,11 +75,12 @@ type ClientConfig struct {
 // them, answers approval requests and writes notices into chats. Make one
 // with NewClient and share it; it is safe for concurrent use.
 type Client struct {
-	ac   *asynq.Client
-	cfg  ClientConfig
-	seq  *ordering.Sequencer   // nil: no ordering
-	rdb  redis.UniversalClient // owned by the sequencer we made
-	insp *asynq.Inspector      // wakes a waiting turn (under ordering); reads a duplicate's message; finds a turn to cancel
+	ac     *asynq.Client
+	cfg    ClientConfig
+	seq    *ordering.Sequencer   // nil: no ordering
+	rdb    redis.UniversalClient // owned by the sequencer we made
+	insp   *asynq.Inspector      // wakes a waiting turn (under ordering); reads a duplicate's message; finds a turn to cancel
+	shards clientShards          // the queue of each turn (shards.go)
 }
 
 // EnqueueResult says what Enqueue did: follow the turn by its TaskID (the
@@ -107,6 +116,14 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	if cfg.Queue == "" {
 		cfg.Queue = defaultQueue
 	}
+	prefix := ""
+	if cfg.Replies != nil {
+		prefix = cfg.Replies.opts.Prefix
+	}
+	layouts, err := shardLayouts(cfg.Shards, []string{cfg.Queue}, prefix)
+	if err != nil {
+		return nil, err
+	}
 	if cfg.MaxRetry == 0 {
 		cfg.MaxRetry = DefaultMaxRetry
 	} else if cfg.MaxRetry < 0 {
@@ -119,6 +136,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		cfg.Now = time.Now
 	}
 	c := &Client{cfg: cfg}
+	c.shards.layout = layouts[0]
 	conn := redisopt.Lean(cfg.Redis)
 	if !cfg.Ordering.Off {
 		seq, rdb, err := cfg.Ordering.newSequencer(conn, nil)
@@ -142,14 +160,15 @@ func (c *Client) Close() error {
 	return err
 }
 
-// TaskOptions returns the Asynq options Enqueue uses for a task with id.
+// TaskOptions returns the Asynq options Enqueue uses for a task with id
+// (as Enqueue makes it: its queue is the shard the id names).
 // A client in another language should set the same (see the package doc):
 // its MaxRetry is ClientConfig.MaxRetry + 1 (the last retry is kept for
 // put-backs: see ClientConfig.MaxRetry).
 func (c *Client) TaskOptions(taskID string) []asynq.Option {
 	return []asynq.Option{
 		asynq.TaskID(taskID),
-		asynq.Queue(c.cfg.Queue),
+		asynq.Queue(c.shards.queueOf(taskID)),
 		asynq.MaxRetry(TaskMaxRetry(c.cfg.MaxRetry)),
 		asynq.Timeout(c.cfg.Budget.TaskTimeout()),
 		asynq.Retention(c.cfg.Retention),
@@ -171,7 +190,14 @@ func (c *Client) TaskOptions(taskID string) []asynq.Option {
 // ahead, 10 minutes by default) is only the safety net. If the enqueue fails, a task that this
 // call put in the line leaves it again (a duplicate's place is the
 // original's, and stays); if the join fails, nothing is enqueued.
+//
+// With shards, the turn goes to its chat's shard (ClientConfig.Shards);
+// the first Enqueue of a Client checks the deployment's recorded layout
+// and refuses with a *LayoutMismatchError when it is another.
 func (c *Client) Enqueue(ctx context.Context, m Message) (EnqueueResult, error) {
+	if err := c.claim(ctx); err != nil {
+		return EnqueueResult{}, err
+	}
 	stamped := m.EnqueuedAt.IsZero() // the payload is this call's alone (its time)
 	if stamped {
 		m.EnqueuedAt = c.cfg.Now().UTC()
@@ -180,8 +206,10 @@ func (c *Client) Enqueue(ctx context.Context, m Message) (EnqueueResult, error) 
 	if err != nil {
 		return EnqueueResult{}, err
 	}
-	id := TaskIDFor(m)
-	res := EnqueueResult{TaskID: id, Queue: c.cfg.Queue, Otid: OtidFor(m, id)}
+	sh := c.shards.layout.Of(m.Conversation.Integration, m.Conversation.ChatID)
+	id := c.shards.layout.TaskID(sh, TaskIDFor(m))
+	qname := c.shards.layout.Queue(sh)
+	res := EnqueueResult{TaskID: id, Queue: qname, Otid: OtidFor(m, id)}
 	opts := c.TaskOptions(id)
 	var key string
 	var joined bool // this call put the task in the line
@@ -217,7 +245,7 @@ func (c *Client) Enqueue(ctx context.Context, m Message) (EnqueueResult, error) 
 		// The turns ahead may all have ended between the join and the
 		// enqueue (the last one found no task to wake): then run it now.
 		if pos, err := c.seq.Position(ctx, key, id); err == nil && pos == 0 {
-			_ = c.insp.RunTask(c.cfg.Queue, id)
+			_ = c.insp.RunTask(qname, id)
 		}
 	}
 	if c.cfg.Replies != nil && !res.Duplicate {
@@ -235,8 +263,9 @@ func (c *Client) Enqueue(ctx context.Context, m Message) (EnqueueResult, error) 
 // that is not known, the place stays: a head whose task does not exist is
 // removed by the next turn's acquire once Config.DeadHeadGrace has passed.
 func (c *Client) leaveLine(ctx context.Context, key, id string) {
-	if _, err := c.insp.GetTaskInfo(c.cfg.Queue, id); !errors.Is(err, asynq.ErrTaskNotFound) && !errors.Is(err, asynq.ErrQueueNotFound) {
+	qname := c.shards.queueOf(id)
+	if _, err := c.insp.GetTaskInfo(qname, id); !errors.Is(err, asynq.ErrTaskNotFound) && !errors.Is(err, asynq.ErrQueueNotFound) {
 		return
 	}
-	_ = c.waker(c.insp).Leave(context.WithoutCancel(ctx), c.cfg.Queue, key, id)
+	_ = c.waker(c.insp).Leave(context.WithoutCancel(ctx), qname, key, id)
 }

@@ -18,6 +18,9 @@
 //	    with another text is refused, *MessageIDConflictError), and enqueues with
 //	    Timeout(budget.TaskTimeout()), MaxRetry, Queue and Retention. It writes
 //	    the accepted event. httpapi.EnqueueHandler does the same over HTTP.
+//	    With ClientConfig.Shards > 1 the task goes to its chat's shard's
+//	    queue, its id naming the shard (shards.go, package queue/shard), and
+//	    the Worker takes from every shard's queue.
 //	 2. The Worker's handler, on every attempt: reads the journal record (the
 //	    run id an earlier attempt learned, whether it journaled an intent to
 //	    send); derives the otid (the payload's, else

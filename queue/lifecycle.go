@@ -55,6 +55,14 @@ func (w *Worker) Run(ctx context.Context) error {
 
 func (w *Worker) run(ctx context.Context) error {
 	defer w.closeRedis()
+	if err := claimLayouts(ctx, w.replies.rdb, w.layouts, true, func(err error) {
+		w.log.Warn("waiting for Redis to check the deployment's shard layout", "err", err)
+	}); err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped before it started
+		}
+		return err
+	}
 	srv := asynq.NewServer(w.conn, w.ServerConfig())
 	w.srv.Store(srv)
 	mux := asynq.NewServeMux()

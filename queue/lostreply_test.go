@@ -17,6 +17,7 @@ import (
 	"github.com/lettaq/lettaq/internal/testredis"
 	"github.com/lettaq/lettaq/ordering"
 	"github.com/lettaq/lettaq/queue/internal/store"
+	"github.com/lettaq/lettaq/queue/shard"
 )
 
 // lostReplyRedis is a Redis behind a fault proxy: the worker's own client
@@ -226,7 +227,11 @@ func TestLostReplyEnqueueIsNotItsOwnDuplicate(t *testing.T) {
 	}
 	defer c.Close()
 	insp := asynq.NewInspector(asynq.RedisClientOpt{Addr: lr.srv.Addr, DB: lr.srv.DB})
-	defer func() { _ = insp.DeleteQueue(q, true); _ = insp.Close() }()
+	defer func() {
+		_ = insp.DeleteQueue(q, true)
+		_ = insp.Close()
+		lr.rdb.Del(context.Background(), shard.RecordKey(q))
+	}()
 	conv := Conversation{Integration: "web", ChatID: "lost"}
 	// A first message loads Asynq's scripts.
 	if _, err := c.Enqueue(ctx, Message{AgentID: "agent", Text: "first", Conversation: conv, MessageID: "1"}); err != nil {

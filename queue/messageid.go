@@ -31,7 +31,7 @@ func contentHash(m Message) string {
 // be read (gone meanwhile, Redis trouble, a payload of another version) is
 // taken as a duplicate, as every one was before contents were compared.
 func (c *Client) existingTask(m Message, id string, b []byte, stamped bool) (duplicate bool, err error) {
-	info, err := c.insp.GetTaskInfo(c.cfg.Queue, id)
+	info, err := c.insp.GetTaskInfo(c.shards.queueOf(id), id)
 	if err != nil {
 		return true, nil
 	}

@@ -37,9 +37,15 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = 100
 	}
-	if len(cfg.Queues) == 0 {
-		cfg.Queues = map[string]int{defaultQueue: 1}
+	layoutPrefix := cfg.RepliesOptions.Prefix
+	if cfg.Replies != nil {
+		layoutPrefix = cfg.Replies.opts.Prefix
 	}
+	queues, layouts, err := workerQueues(cfg.Shards, cfg.Queues, layoutPrefix)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Queues = queues
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = 10 * time.Second
 	}
@@ -77,7 +83,8 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	if len(cfg.Ordering.Coalesce) > 0 && !cfg.Ordering.Off && cfg.Ordering.Scope != ordering.ScopeConversation {
 		return nil, errors.New("queue: Ordering.Coalesce needs the conversation scope (an agent's line mixes chats)")
 	}
-	w := &Worker{cfg: cfg, log: cfg.Logger, obs: cfg.Observer, redisConns: redisConns{conn: redisopt.Lean(cfg.Redis)}}
+	w := &Worker{cfg: cfg, log: cfg.Logger, obs: cfg.Observer, redisConns: redisConns{conn: redisopt.Lean(cfg.Redis)},
+		layouts: layouts}
 	l, err := newLetta(cfg.Letta,
 		agentclient.Config{BaseURL: cfg.LettaURL, APIKey: cfg.LettaAPIKey,
 			RequestTimeout: cfg.Budget.RequestTimeout, StreamTransport: cfg.StreamTransport},

@@ -19,6 +19,7 @@ import (
 	"github.com/lettaq/lettaq/queue/internal/health"
 	"github.com/lettaq/lettaq/queue/internal/line"
 	"github.com/lettaq/lettaq/queue/internal/store"
+	"github.com/lettaq/lettaq/queue/shard"
 )
 
 // parkingEnv is a Client and a Worker (not running) on a queue and key
@@ -51,6 +52,7 @@ func parkingEnvWith(t *testing.T, off bool) (*Client, *Worker, *asynq.Inspector,
 		_ = insp.DeleteQueue(q, true)
 		_ = insp.Close()
 		_ = c.Close()
+		rdb.Del(ctx, shard.RecordKey(q))
 		w.closeRedis()
 		iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
 		for iter.Next(ctx) {

@@ -21,6 +21,7 @@ import (
 	"github.com/lettaq/lettaq/queue/internal/claim"
 	"github.com/lettaq/lettaq/queue/internal/fence"
 	"github.com/lettaq/lettaq/queue/internal/store"
+	"github.com/lettaq/lettaq/queue/shard"
 )
 
 // takeoverEnv is a Redis with a key prefix and a queue of its own, and
@@ -44,6 +45,7 @@ func newTakeoverEnv(t *testing.T) *takeoverEnv {
 		insp := asynq.NewInspector(e.opt)
 		_ = insp.DeleteQueue(e.queue, true)
 		_ = insp.Close()
+		rdb.Del(context.Background(), shard.RecordKey(e.queue))
 		keys, _ := rdb.Keys(context.Background(), e.prefix+"*").Result()
 		if len(keys) > 0 {
 			rdb.Del(context.Background(), keys...)

@@ -19,6 +19,7 @@ import (
 	"github.com/lettaq/lettaq/queue/internal/line"
 	"github.com/lettaq/lettaq/queue/internal/progress"
 	"github.com/lettaq/lettaq/queue/internal/takeover"
+	"github.com/lettaq/lettaq/queue/shard"
 )
 
 // WorkerConfig configures a Worker: give it to NewWorker. Redis is required;
@@ -37,8 +38,15 @@ type WorkerConfig struct {
 	Budget budget.Config
 	// Concurrency: turns in flight at once (default 100).
 	Concurrency int
-	// Queues to work on, with priorities; default {"lettaq": 1}.
+	// Queues to work on, with priorities; default {"lettaq": 1}. With
+	// Shards > 1, one queue: the base name of the shards' queues.
 	Queues map[string]int
+	// Shards is the number of shards the deployment's chats are spread
+	// over (LETTAQ_SHARDS; default 1). With more than one, the worker takes
+	// turns from every shard's queue with equal weights (package
+	// queue/shard). Run refuses to start under a layout other than the
+	// deployment's recorded one (*LayoutMismatchError).
+	Shards int
 	// ShutdownTimeout: on shutdown, how long turns in flight may finish;
 	// after that they are interrupted and put back (default 10s).
 	ShutdownTimeout time.Duration
@@ -131,6 +139,7 @@ type Worker struct {
 	permanent  asynqlog.Permanent // tasks whose handler's error was permanent, until Asynq logs their archiving
 	health     health.Health      // what Ready says
 	tk         *takeover.Registry // the takeover registry (nil: off)
+	layouts    []shard.Layout     // the deployment's layouts Run claims (shards.go)
 }
 
 // oneRedis reports whether the journal and the reply streams are on one

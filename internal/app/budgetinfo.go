@@ -9,6 +9,7 @@ import (
 
 	"github.com/lettaq/lettaq/budget"
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/shard"
 )
 
 // BudgetInfo is what GET /budget answers: what a producer in another language needs to write a
@@ -23,8 +24,15 @@ type BudgetInfo struct {
 	Terms              []TermInfo     `json:"phases"`               // the budget's terms, in order (the wire keeps its first name, "phases")
 	MaxRetry           int            `json:"max_retry"`            // LETTAQ_MAX_RETRY + 1 (one kept for put-backs)
 	RetentionSeconds   int64          `json:"retention_seconds"`    // how long a finished task is kept
-	Queues             map[string]int `json:"queues"`               // LETTAQ_QUEUES, with weights
-	EnqueueQueue       string         `json:"enqueue_queue"`        // the queue /enqueue uses (highest weight)
+	Queues             map[string]int `json:"queues"`               // the queues the workers take turns from, with weights
+	EnqueueQueue       string         `json:"enqueue_queue"`        // the queue /enqueue uses (highest weight); "" with shards: the chat's shard's
+	Shards             int            `json:"shards"`               // LETTAQ_SHARDS
+	ShardFunction      string         `json:"shard_function"`       // how a chat's shard is computed
+	ShardQueues        []string       `json:"shard_queues"`         // each shard's queue, by shard
+	ShardTaskID        string         `json:"shard_task_id"`        // how a task id names its shard
+	ShardKeyPrefixes   []string       `json:"shard_key_prefixes"`   // each shard's key prefix, by shard
+	LayoutKey          string         `json:"layout_key"`           // where the deployment's layout is recorded
+	Layout             string         `json:"layout"`               // the layout recorded there
 	KeyPrefix          string         `json:"key_prefix"`           // LETTAQ_KEY_PREFIX
 	Ordering           string         `json:"ordering"`             // conversation, agent or off
 	OrderingPrefix     string         `json:"ordering_prefix"`      // where the ordering lines live
@@ -55,6 +63,7 @@ func NewBudgetInfo(cfg WorkerSettings) BudgetInfo {
 		Ordering:           cfg.Ordering,
 		OrderingPrefix:     queue.OrderingPrefix(cfg.KeyPrefix),
 	}
+	describeShards(&info, cfg)
 	for _, p := range b.Terms() {
 		info.Terms = append(info.Terms, TermInfo{Name: p.Name, Seconds: p.Max.Seconds(), Var: p.Var})
 	}
@@ -125,4 +134,32 @@ func BudgetFormula(c budget.Config) string {
 	}
 	tt := c.TaskTimeout()
 	return fmt.Sprintf("task timeout = %s%s = %ds (%s)", sum, rounded, int64(tt/time.Second), tt)
+}
+
+// describeShards fills in the shards of cfg's layout: with one (the default) its one queue,
+// the task ids as TaskIDFor makes them, keys under the key prefix.
+func describeShards(info *BudgetInfo, cfg WorkerSettings) {
+	n := max(cfg.Shards, 1)
+	l, err := shard.New(n, firstQueue(cfg.Queues), cfg.KeyPrefix)
+	if err != nil {
+		return // refused by the configuration's check before it gets here
+	}
+	info.Shards = n
+	info.ShardQueues = l.Queues()
+	for i := range n {
+		info.ShardKeyPrefixes = append(info.ShardKeyPrefixes, l.Prefix(i))
+	}
+	info.LayoutKey, info.Layout = shard.RecordKey(l.BaseQueue()), l.Record()
+	if n == 1 {
+		info.ShardFunction = "0 (one shard)"
+		info.ShardTaskID = "the id unchanged"
+		return
+	}
+	info.EnqueueQueue = ""
+	info.ShardFunction = fmt.Sprintf(`the first 4 bytes of SHA-256(integration + ":" + chat_id), big-endian, mod %d; the turn goes to shard_queues[shard]`, n)
+	info.ShardTaskID = `"<kind>:{" + shard_queues[shard] + "}:<rest>", e.g. turn:{` + l.Queue(0) + `}:web:alice:m1`
+	info.Queues = map[string]int{}
+	for _, q := range l.Queues() {
+		info.Queues[q] = 1
+	}
 }

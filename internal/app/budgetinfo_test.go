@@ -183,3 +183,28 @@ func TestDevWorkerServesBudget(t *testing.T) {
 		t.Errorf("/budget = %d %s; want %s", code, body, want)
 	}
 }
+
+// /budget names the shards a producer in another language enqueues by: N, the function, each
+// shard's queue (the one its chats' turns go to) and key prefix, and the recorded layout.
+func TestBudgetInfoSaysTheShards(t *testing.T) {
+	cfg := WorkerSettings{Budget: budget.Default(), Queues: map[string]int{"lettaq": 1}, KeyPrefix: "{lettaq}:", Shards: 4}
+	info := NewBudgetInfo(cfg)
+	want := []string{"lettaq-0-3", "lettaq-1-31", "lettaq-2-3", "lettaq-3-22"}
+	if strings.Join(info.ShardQueues, ",") != strings.Join(want, ",") || info.Shards != 4 {
+		t.Errorf("shards %d, queues %q; want 4, %q", info.Shards, info.ShardQueues, want)
+	}
+	if len(info.Queues) != 4 || info.Queues["lettaq-2-3"] != 1 || info.EnqueueQueue != "" {
+		t.Errorf("queues %v, enqueue_queue %q: want the 4 shards' queues with weight 1 and no single queue", info.Queues, info.EnqueueQueue)
+	}
+	if info.ShardKeyPrefixes[2] != "lettaq:{lettaq-2-3}:" || info.LayoutKey != "lettaq:layout:lettaq" ||
+		info.Layout != "scheme=1 shards=4 queue=lettaq prefix={lettaq}:" {
+		t.Errorf("prefixes %q, layout %s = %q", info.ShardKeyPrefixes, info.LayoutKey, info.Layout)
+	}
+	if !strings.Contains(info.ShardFunction, "SHA-256(integration + \":\" + chat_id), big-endian, mod 4") {
+		t.Errorf("function %q", info.ShardFunction)
+	}
+	one := NewBudgetInfo(WorkerSettings{Budget: budget.Default(), Queues: map[string]int{"lettaq": 1}, KeyPrefix: "lettaq:"})
+	if one.Shards != 1 || one.EnqueueQueue != "lettaq" || strings.Join(one.ShardQueues, ",") != "lettaq" || one.ShardKeyPrefixes[0] != "lettaq:" {
+		t.Errorf("one shard: %+v", one)
+	}
+}

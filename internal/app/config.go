@@ -21,6 +21,7 @@ import (
 	"github.com/lettaq/lettaq/agentclient"
 	"github.com/lettaq/lettaq/internal/hashtag"
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/shard"
 
 	"github.com/hibiken/asynq"
 
@@ -48,6 +49,7 @@ type WorkerSettings struct {
 	Budget            budget.Config
 	Concurrency       int
 	Queues            map[string]int
+	Shards            int // LETTAQ_SHARDS: the chats' shards (queue/shard)
 	StrictPriority    bool
 	TaskCheckInterval time.Duration
 	ShutdownTimeout   time.Duration
@@ -263,6 +265,9 @@ var workerSettings = []setting{
 			c.Queues = q
 			return nil
 		}},
+	{envvar.Var{Name: "LETTAQ_SHARDS", Default: "1",
+		Help: "spread the chats over this many shards, each an Asynq queue and key prefix of its own named after LETTAQ_QUEUES' one queue (16 on a 3-master Redis Cluster; see docs/operations.md); the same on every worker and producer: a worker refuses to start under another layout than the deployment's recorded one"},
+		intSetting(func(c *WorkerSettings) *int { return &c.Shards }, 1)},
 	{envvar.Var{Name: "LETTAQ_STRICT_PRIORITY", Default: "false", Bool: true,
 		Help: "drain higher-weight queues first instead of sharing by weight"},
 		boolSetting(func(c *WorkerSettings) *bool { return &c.StrictPriority })},
@@ -638,6 +643,12 @@ func (c *WorkerSettings) check() error {
 	if !c.Dev && c.Relay != "web" {
 		return fmt.Errorf("LETTAQ_RELAY (--relay) is %s without LETTAQ_DEV (--dev): the worker runs a relay only in dev mode, against a fake platform; "+
 			"the production bot is the relay command (cmd/relay) with the platform's token (docs/relay.md)", c.Relay)
+	}
+	if c.Shards > shard.MaxShards {
+		return fmt.Errorf("LETTAQ_SHARDS (--shards) is %d, more than %d: each shard is a queue every idle worker polls", c.Shards, shard.MaxShards)
+	}
+	if c.Shards > 1 && len(c.Queues) != 1 {
+		return fmt.Errorf("LETTAQ_SHARDS (--shards) is %d with %d queues in LETTAQ_QUEUES: with shards give one queue, the base name of the shards' queues", c.Shards, len(c.Queues))
 	}
 	if !c.Dev {
 		if _, err := c.RedisConnOpt(); err != nil {

@@ -32,7 +32,8 @@ var EnqueueVars = []envvar.Var{
 	{Name: "REDIS_URL", Flag: "redis-url", Default: DefaultRedisURL, Help: "Redis of the queue (as the worker's REDIS_URL)"},
 	{Name: "LETTAQ_REDIS_CLUSTER_ADDRS", Flag: "redis-cluster-addrs", Default: "", Help: "Redis Cluster seeds (as the worker's)"},
 	{Name: "LETTAQ_KEY_PREFIX", Flag: "key-prefix", Default: "lettaq:", Help: "prefix of the reply stream and journal keys (as the worker's; on Redis Cluster it must contain a hash tag such as {lettaq}:)"},
-	{Name: "LETTAQ_QUEUE", Flag: "queue", Default: DefaultQueue, Help: "queue to put the turn on"},
+	{Name: "LETTAQ_QUEUE", Flag: "queue", Default: DefaultQueue, Help: "queue to put the turn on (with shards: the base name of the shards' queues)"},
+	{Name: "LETTAQ_SHARDS", Flag: "shards", Default: "1", Help: "the chats' shards (as the worker's): the turn goes to its chat's shard's queue"},
 	{Name: "LETTAQ_AGENT_ID", Flag: "agent", Default: "", Help: "the Letta agent that answers: its id, or its name (looked up at Letta; dev mode: " + DemoAgent + ")"},
 	{Name: "LETTA_BASE_URL", Flag: "letta-base-url", Default: "http://localhost:8283", Help: "the Letta server, asked only to resolve an agent name (as the worker's)"},
 	{Name: "LETTA_API_KEY", Flag: "letta-api-key", Default: "", Secret: true, Help: "Letta API key, for resolving an agent name (as the worker's)"},
@@ -51,7 +52,7 @@ type enqueueOpts struct {
 	images                                                     []queue.Image
 	dev, jsonOut, wait, all                                    bool
 	timeout                                                    time.Duration
-	maxRetry, limit                                            int
+	maxRetry, limit, shards                                    int
 	waitCheck                                                  time.Duration
 }
 
@@ -132,6 +133,11 @@ func RunEnqueue(ctx context.Context, args []string, getenv func(string) string, 
 		return ExitUsage
 	}
 	fs.Var(countValue{&o.maxRetry}, "max-retry", "")
+	if err := (countValue{&o.shards}).Set(envOr("LETTAQ_SHARDS", "1")); err != nil {
+		fmt.Fprintf(stderr, "enqueue: LETTAQ_SHARDS=%q: %v\n", getenv("LETTAQ_SHARDS"), err)
+		return ExitUsage
+	}
+	fs.Var(countValue{&o.shards}, "shards", "")
 	if err := (durationValue{&o.waitCheck}).Set(envOr("LETTAQ_WAIT_CHECK", "10m")); err != nil {
 		fmt.Fprintf(stderr, "enqueue: LETTAQ_WAIT_CHECK=%q: %v\n", getenv("LETTAQ_WAIT_CHECK"), err)
 		return ExitUsage
@@ -327,7 +333,8 @@ Time budget: the task timeout is computed from the LETTAQ_* budget variables, as
 	cancel()
 	if err != nil {
 		var conflict *queue.MessageIDConflictError
-		if _, ok := queue.IsValidationError(err); ok || errors.As(err, &conflict) {
+		var layout *queue.LayoutMismatchError
+		if _, ok := queue.IsValidationError(err); ok || errors.As(err, &conflict) || errors.As(err, &layout) {
 			fmt.Fprintf(stderr, "enqueue: %v\n", err)
 			return ExitUsage
 		}

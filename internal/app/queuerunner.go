@@ -58,6 +58,7 @@ func newQueueRunner(cfg WorkerSettings, connOpt asynq.RedisConnOpt, rdb redis.Un
 		Budget:            cfg.Budget,
 		Concurrency:       cfg.Concurrency,
 		Queues:            cfg.Queues,
+		Shards:            cfg.Shards,
 		ShutdownTimeout:   cfg.ShutdownTimeout,
 		Logger:            logger,
 		WorkerID:          cfg.WorkerID,
@@ -84,7 +85,7 @@ func newQueueRunner(cfg WorkerSettings, connOpt asynq.RedisConnOpt, rdb redis.Un
 	q := &queueRunner{w: w, letta: letta, replies: replies}
 	// /enqueue puts turns on the worker's first queue by weight.
 	client, err := queue.NewClient(queue.ClientConfig{Redis: connOpt, Budget: cfg.Budget,
-		Queue: firstQueue(cfg.Queues), MaxRetry: maxRetry(cfg.MaxRetry), Replies: replies, Ordering: ord,
+		Queue: firstQueue(cfg.Queues), Shards: cfg.Shards, MaxRetry: maxRetry(cfg.MaxRetry), Replies: replies, Ordering: ord,
 		CancelObserver: m})
 	if err != nil {
 		return nil, err
@@ -157,10 +158,16 @@ func (q *queueRunner) close() {
 	q.letta.CloseIdleConnections()
 }
 
+// run runs the worker until ctx ends. A deployment whose recorded shard layout is not this
+// configuration's is a configuration error (exit 2: restarting changes nothing).
 func (q *queueRunner) run(ctx context.Context) error {
 	defer q.letta.CloseIdleConnections() // once the turns are over
 	defer q.client.Close()
-	return q.w.Run(ctx)
+	err := q.w.Run(ctx)
+	if me := (*queue.LayoutMismatchError)(nil); errors.As(err, &me) {
+		return &ConfigError{Errs: []error{err}}
+	}
+	return err
 }
 
 // takeoverAfter maps LETTAQ_TAKEOVER_AFTER to WorkerConfig.TakeoverAfter

@@ -26,6 +26,7 @@ import (
 	"github.com/lettaq/lettaq/budget"
 	"github.com/lettaq/lettaq/internal/envvar"
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/shard"
 	"github.com/lettaq/lettaq/relay"
 	"github.com/lettaq/lettaq/relay/fakeplatform"
 	relayslack "github.com/lettaq/lettaq/relay/slack"
@@ -38,7 +39,8 @@ type RelaySettings struct {
 	RedisURL        string
 	KeyPrefix       string
 	RelayID         string
-	Shards          int
+	Shards          int // LETTAQ_RELAY_SHARDS: the replicas' leases
+	QueueShards     int // LETTAQ_SHARDS: the workers' shards, that the turns the relay enqueues go to
 	Lease           time.Duration
 	Workers         int
 	EditEvery       time.Duration
@@ -101,6 +103,8 @@ var relaySettings = []relaySetting{
 		func(c *RelaySettings, raw string) error { c.RelayID = raw; return nil }},
 	{envvar.Var{Name: "LETTAQ_RELAY_SHARDS", Default: "64", Help: "how many shards the chats are spread over; the same on every replica; more replicas than shards leaves some idle"},
 		func(c *RelaySettings, raw string) error { return relayInt(&c.Shards, raw, 1, 4096) }},
+	{envvar.Var{Name: "LETTAQ_SHARDS", Default: "1", Help: "the workers' LETTAQ_SHARDS: the web chat's messages and the approval answers the relay enqueues go to their chat's shard (the deployment's recorded layout refuses another)"},
+		func(c *RelaySettings, raw string) error { return relayInt(&c.QueueShards, raw, 1, shard.MaxShards) }},
 	{envvar.Var{Name: "LETTAQ_RELAY_LEASE", Default: "5s", Help: "a replica that stops renewing its shards (every fifth of this) loses them this long after its last renewal: its chats are taken over by the others within about this"},
 		func(c *RelaySettings, raw string) error { return relayDur(&c.Lease, raw, time.Second) }},
 	{envvar.Var{Name: "LETTAQ_RELAY_WORKERS", Default: "32", Help: "chats one replica drains at once (platform calls wait on the network, not the CPU)"},
@@ -340,7 +344,7 @@ func runRelay(ctx context.Context, cfg RelaySettings, logger *slog.Logger) error
 	replies := queue.NewReplies(rdb, queue.RepliesOptions{Prefix: cfg.KeyPrefix})
 	// The workers' budget and ordering keys: an answer to an approval and a web chat message
 	// are turns with their task timeout, in their chat's line.
-	client, err := queue.NewClient(queue.ClientConfig{Redis: connOpt, Replies: replies, Budget: cfg.Budget,
+	client, err := queue.NewClient(queue.ClientConfig{Redis: connOpt, Replies: replies, Budget: cfg.Budget, Shards: cfg.QueueShards,
 		Ordering: queueOrdering("conversation", cfg.KeyPrefix)})
 	if err != nil {
 		return err

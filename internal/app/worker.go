@@ -179,7 +179,7 @@ func StartWorker(ctx context.Context, cfg WorkerSettings, logger *slog.Logger, s
 		h, closeMon = NewHTTPHandler(HTTPOptions{
 			Token: cfg.HTTPToken, Redis: rdb, ProbeWrite: q.w.ProbeWrite, RedisConnOpt: connOpt, MonitorWritable: cfg.MonitorWritable,
 			Metrics: metrics, Enqueue: q.enqueueHandler(), Cancel: q.cancelHandler(), Notify: q.notifyHandler(), Logger: logger, Budget: &budgetInfo,
-			Turns: turnsHandler(inspector, q.w.Journal(), queueNames(cfg.Queues), q.w.WaitingFinder()),
+			Turns: turnsHandler(inspector, q.w.Journal(), queueNames(budgetInfo.Queues), q.w.WaitingFinder()), // (the shards' queues)
 			Chat:  chat,
 			Ready: func() error {
 				if !r.ready.Load() {

@@ -1,5 +1,7 @@
-// Package hashtag reads a Redis key prefix as Redis Cluster does: the
-// worker refuses, on a cluster, a prefix whose keys would not share a slot.
+// Package hashtag reads keys as Redis Cluster does, their hash tag and
+// their slot: the worker refuses, on a cluster, a prefix whose keys would
+// not share a slot, and package queue/shard places each shard's
+// name in a slot of its own.
 package hashtag
 
 import "strings"

@@ -11,6 +11,7 @@ import (
 	"github.com/lettaq/lettaq/internal/testredis"
 	"github.com/lettaq/lettaq/ordering"
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/shard"
 )
 
 // POST /cancel (CancelHandler): a waiting turn is stopped at once (200, status
@@ -30,7 +31,12 @@ func TestCancelHTTP(t *testing.T) {
 		t.Fatal(err)
 	}
 	insp := asynq.NewInspector(opt)
-	t.Cleanup(func() { _ = insp.DeleteQueue(q, true); _ = insp.Close(); _ = c.Close() })
+	t.Cleanup(func() {
+		_ = insp.DeleteQueue(q, true)
+		_ = insp.Close()
+		_ = c.Close()
+		rdb.Del(context.Background(), shard.RecordKey(q))
+	})
 	h := CancelHandler(c)
 	ctx := context.Background()
 	conv := queue.Conversation{Integration: "cli", ChatID: "c-" + q}

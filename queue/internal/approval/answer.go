@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"strconv"
+
+	"github.com/lettaq/lettaq/internal/hashtag"
 )
 
 // Causes of an answer (Answer.Cause; queue names them AnswerByUser, AnswerExpired and
@@ -62,15 +64,25 @@ func Summary(ds []Verdict) string {
 var ErrNoRequest = errors.New("queue: no approval request")
 
 // AnswerTaskID is the task id of the answer to the request of task requestTaskID:
-// "answer:" and that id (hashed when long), so that the same answer sent twice is one
-// task.
+// "answer:" and that id (hashed when long, keeping the request's shard: see keptShard),
+// so that the same answer sent twice is one task.
 func AnswerTaskID(requestTaskID string) string {
 	id := "answer:" + requestTaskID
 	if len(id) > maxAnswerTaskID {
 		sum := sha256.Sum256([]byte(requestTaskID))
-		return "answer:h:" + hex.EncodeToString(sum[:])
+		return "answer:" + keptShard(requestTaskID) + "h:" + hex.EncodeToString(sum[:])
 	}
 	return id
+}
+
+// keptShard is "{<tag>}:" for a request whose id names its shard by a hash tag
+// (queue/shard: "turn:{lettaq-2-3}:…"), else "": an answer whose id is hashed stays in the
+// request's shard, whose queue and keys its id names.
+func keptShard(requestTaskID string) string {
+	if tag := hashtag.Of(requestTaskID); tag != "" {
+		return "{" + tag + "}:"
+	}
+	return ""
 }
 
 // AnswerTaskIDAfter is the task id of the answer to the request of task requestTaskID
@@ -86,5 +98,5 @@ func AnswerTaskIDAfter(requestTaskID string, failed int) string {
 		return id
 	}
 	sum := sha256.Sum256([]byte(requestTaskID))
-	return pre + "h:" + hex.EncodeToString(sum[:])
+	return pre + keptShard(requestTaskID) + "h:" + hex.EncodeToString(sum[:])
 }

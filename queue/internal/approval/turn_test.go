@@ -221,9 +221,13 @@ func TestAnswerTaskIDs(t *testing.T) {
 		{"turn:a", 1, "answer#2:turn:a"},
 		{long, 0, "answer:h:"},
 		{long, 2, "answer#3:h:"},
+		// A sharded request's answer stays in its shard, hashed or not.
+		{"turn:{q-1-2}:a", 0, "answer:turn:{q-1-2}:a"},
+		{"turn:{q-1-2}:" + long, 0, "answer:{q-1-2}:h:"},
+		{"turn:{q-1-2}:" + long, 1, "answer#2:{q-1-2}:h:"},
 	} {
 		got := AnswerTaskIDAfter(c.req, c.failed)
-		if !strings.HasPrefix(got, c.want) || len(got) > maxAnswerTaskID || (c.req != long && got != c.want) {
+		if !strings.HasPrefix(got, c.want) || len(got) > maxAnswerTaskID || (!strings.HasSuffix(c.req, long) && got != c.want) {
 			t.Errorf("AnswerTaskIDAfter(%.12s…, %d) = %q, want %q", c.req, c.failed, got, c.want)
 		}
 	}
