@@ -220,7 +220,7 @@ func TestCapacityTable(t *testing.T) {
 			t.Errorf("no row starting %q in\n%s", row, table)
 		}
 	}
-	for _, want := range []string{"34071 B per thinking turn", "planned at 50%", "kept 1d", "× 1.40 Redis overhead", "34.7 commands/s per shard per idle worker"} {
+	for _, want := range []string{"34071 B per thinking turn", "planned at 50%", "kept 1d", "× 1.34 Redis overhead", "34.7 commands/s per shard per idle worker"} {
 		if !strings.Contains(table, want) {
 			t.Errorf("the table does not say %q", want)
 		}
