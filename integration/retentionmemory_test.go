@@ -11,16 +11,12 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lettaq/lettaq/integration/bench/capacity"
 	"github.com/lettaq/lettaq/internal/testredis"
 	"github.com/lettaq/lettaq/queue"
 )
 
-// The capacity plan's per-turn bytes (integration/bench/capacity.go's
-// figures): what a finished turn keeps in Redis, Asynq's for the task
-// retention, lettaq's for the journal's.
 const (
-	planAsynqBytesPerTurn   = 1222
-	planLettaqBytesPerTurn  = 7514
 	retentionMemoryEnv      = "LETTAQ_BENCH_RETENTION_MEMORY"
 	retentionMemoryDefaults = "rate=20,retention=20s,periods=5"
 )
@@ -30,8 +26,9 @@ const (
 // the ordering's markers, Asynq's) is set to a few seconds, standing for
 // days, and new turns (each a new chat's: a new reply stream apiece) arrive
 // at a fixed rate for several retentions. Memory must level off at about
-// the plan's prediction (rate × retention × bytes a turn), not grow with
-// time, and fall back once the load stops. On a redis-server of its own;
+// the capacity plan's prediction (capacity.RetainedBytes, every retention
+// the scaled one), not grow with time, and fall back once the load stops;
+// the level over the prediction is the plan's RedisMemoryOverhead. On a redis-server of its own;
 // run with LETTAQ_BENCH_RETENTION_MEMORY=1 (or "rate=50,retention=30s,periods=6"):
 //
 //	LETTAQ_BENCH_RETENTION_MEMORY=1 go test -count=1 -run TestRetentionMemoryLevelsOff -v ./integration/
@@ -79,9 +76,11 @@ func TestRetentionMemoryLevelsOff(t *testing.T) {
 	keys := func() int64 { return e.rdb.DBSize(ctx).Val() }
 	time.Sleep(2 * time.Second) // the workers' own keys written
 	base, baseKeys := used(), keys()
-	predicted := rate * ret.Seconds() * (planAsynqBytesPerTurn + planLettaqBytesPerTurn)
-	t.Logf("baseline %.2f MiB, %d keys; load %.0f new turns/s (a new chat each), every retention %v, for %d retentions; plan: %.2f MiB retained (rate × retention × %d B)",
-		base/(1<<20), baseKeys, rate, ret, periods, predicted/(1<<20), planAsynqBytesPerTurn+planLettaqBytesPerTurn)
+	plan := capacity.Defaults
+	plan.TaskRetention, plan.JournalRetention, plan.MarkerRetention = ret, ret, ret
+	predicted := capacity.RetainedBytes(capacity.Measured, plan, rate)
+	t.Logf("baseline %.2f MiB, %d keys; load %.0f new turns/s (a new chat each), every retention %v, for %d retentions; plan: %.2f MiB retained (the keys' bytes, before Redis's overhead)",
+		base/(1<<20), baseKeys, rate, ret, periods, predicted/(1<<20))
 
 	tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
 	defer tick.Stop()
@@ -113,8 +112,8 @@ func TestRetentionMemoryLevelsOff(t *testing.T) {
 	for _, u := range lastPeriod {
 		level = max(level, u)
 	}
-	t.Logf("%d turns in %v; level over the last retention: at most %.2f MiB above baseline, against the plan's %.2f MiB (%.2f×)",
-		n, time.Since(start).Round(time.Second), level/(1<<20), predicted/(1<<20), level/predicted)
+	t.Logf("%d turns in %v; level over the last retention: at most %.2f MiB above baseline, against the plan's %.2f MiB: %.2f× (the plan's Redis overhead: %.2f×)",
+		n, time.Since(start).Round(time.Second), level/(1<<20), predicted/(1<<20), level/predicted, capacity.Measured.RedisMemoryOverhead)
 	// Asynq's janitor deletes a finished task up to 8 s after its retention:
 	// wait that too.
 	wait := ret + 10*time.Second

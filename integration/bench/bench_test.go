@@ -57,7 +57,7 @@ func TestBenchSmall(t *testing.T) {
 	// What a turn holds in Redis (MEMORY USAGE of the run's keys) feeds the capacity plan,
 	// which a full run prints from its own figures (this small run's RSS per turn is too
 	// small to read, so it prints none).
-	if b, k := r.TurnRedisBytes, r.ThinkRedisBytes; b.Asynq <= 0 || b.Lettaq <= 0 || k.Lettaq <= 0 || !strings.Contains(table, "Redis memory per in-flight thinking turn") {
+	if b, k := r.TurnRedisBytes, r.ThinkRedisBytes; b.Asynq <= 0 || b.Lettaq <= 0 || b.Markers <= 0 || b.Markers >= b.Lettaq || k.Lettaq <= 0 || !strings.Contains(table, "Redis memory per in-flight thinking turn") {
 		t.Errorf("Redis memory per finished turn %+v, per thinking turn %+v:\n%s", b, k, table)
 	}
 	// Asynq starts a goroutine per task it runs: the scheduler row counts at least that.

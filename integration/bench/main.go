@@ -62,6 +62,7 @@ import (
 
 	"github.com/lettaq/lettaq/agentclient"
 	"github.com/lettaq/lettaq/budget"
+	"github.com/lettaq/lettaq/integration/bench/capacity"
 	"github.com/lettaq/lettaq/integration/lettasim"
 	"github.com/lettaq/lettaq/queue"
 )
@@ -143,7 +144,7 @@ func main() {
 	flag.BoolVar(&c.Keep, "keep", false, "leave the run's keys in Redis (default: delete them when the run ends)")
 	flag.BoolVar(&c.SimInProcess, "sim-in-process", false, "run the throughput run's simulator in the benchmark's process (default: a child process, as Letta is a server of its own)")
 	perTurn, assume := capacityFlags(flag.CommandLine)
-	capacity := flag.Bool("capacity", false, "print the capacity plan past one machine from the -per-* figures (today's by default) and the -plan-* assumptions, and exit (needs no Redis)")
+	planOnly := flag.Bool("capacity", false, "print the capacity plan past one machine from the -per-* figures (today's by default) and the -plan-* assumptions, and exit (needs no Redis)")
 	var rc RelayConfig
 	relayMode := flag.Bool("relay", false, "measure the relay instead (docs/relay.md, Figures): events/s, platform calls per turn, lag, memory per in-flight chat; prints its own table and exits")
 	flag.StringVar(&rc.RedisURL, "relay-redis", "", "the relay run's Redis (default: a redis-server of its own, without persistence, on a free loopback port)")
@@ -174,12 +175,12 @@ func main() {
 		fmt.Print(res.Table())
 		return
 	}
-	if *capacity {
+	if *planOnly {
 		if assume.Target <= 0 || assume.Target > 1 {
 			fmt.Fprintln(os.Stderr, "bench: -plan-target must be in (0,1]")
 			os.Exit(2)
 		}
-		fmt.Print(CapacityTable(*perTurn, *assume, defaultLoads))
+		fmt.Print(capacity.Table(*perTurn, *assume, capacity.Loads))
 		return
 	}
 	var err error
@@ -198,8 +199,8 @@ func main() {
 		os.Exit(1)
 	}
 	fmt.Print(res.Table())
-	if f, ok := res.PerTurn(); ok {
-		fmt.Print("\nThe capacity plan past one machine, from this run's figures:\n\n" + CapacityTable(f, *assume, defaultLoads))
+	if f, ok := res.PerTurn(*perTurn); ok {
+		fmt.Print("\nThe capacity plan past one machine, from this run's figures:\n\n" + capacity.Table(f, *assume, capacity.Loads))
 	}
 }
 
@@ -406,7 +407,7 @@ func (r *Results) Table() string {
 			fmt.Fprintf(&b, "| machine CPU busy during the run (all %d CPUs) | %.0f%% | %.0f%% | |\n", runtime.NumCPU(), 100*r.TurnCPU.Busy, 100*r.NoopCPU.Busy)
 		}
 		if m := r.TurnRedisBytes; m.Total() > 0 {
-			fmt.Fprintf(&b, "| Redis memory a finished instant turn leaves (MEMORY USAGE of the run's keys; Asynq's kept 24h, lettaq's 7 days) | %d bytes (Asynq %d, lettaq %d) | | |\n", m.Total(), m.Asynq, m.Lettaq)
+			fmt.Fprintf(&b, "| Redis memory a finished instant turn leaves (MEMORY USAGE of the run's keys; Asynq's kept 24h, lettaq's the journal retention, the replies' markers 7 days) | %d bytes (Asynq %d, lettaq %d of which markers %d) | | |\n", m.Total(), m.Asynq, m.Lettaq, m.Markers)
 		}
 		if r.TurnDequeue > 0 && r.NoopDequeue > 0 {
 			fmt.Fprintf(&b, "| Asynq's dequeue round trip, mean (one at a time: it paces task starts) | %.0f µs | %.0f µs | %.1f× |\n",

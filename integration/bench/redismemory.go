@@ -9,11 +9,16 @@ import (
 
 // redisBytes is what a set of keys holds in Redis (MEMORY USAGE, every element counted), by
 // how long it stays: Asynq's keys (a finished task and its result are kept for the queue's
-// retention, 24 h by default) and lettaq's own under the key prefix (journal records, reply
-// streams, the answered markers and seq counters: 7 days; the chats' thread keys: always).
+// retention, 24 h by default) and lettaq's own under the key prefix (journal records and
+// reply streams: the journal retention; the chats' thread keys: always); Markers is the part
+// of Lettaq that the replies' markers hold (seq, emitted, answered, accepted: 7 days, the
+// replies' TTL, whatever the journal's retention).
 type redisBytes struct {
-	Asynq, Lettaq int64
+	Asynq, Lettaq, Markers int64
 }
+
+// markerKinds are the replies' markers' key kinds, under the key prefix.
+var markerKinds = []string{"seq:", "emitted:", "answered:", "accepted:"}
 
 // Total is every byte of both.
 func (b redisBytes) Total() int64 { return b.Asynq + b.Lettaq }
@@ -23,7 +28,8 @@ func (b redisBytes) per(b0 redisBytes, n int) redisBytes {
 	if n <= 0 {
 		return redisBytes{}
 	}
-	return redisBytes{Asynq: (b.Asynq - b0.Asynq) / int64(n), Lettaq: (b.Lettaq - b0.Lettaq) / int64(n)}
+	return redisBytes{Asynq: (b.Asynq - b0.Asynq) / int64(n), Lettaq: (b.Lettaq - b0.Lettaq) / int64(n),
+		Markers: (b.Markers - b0.Markers) / int64(n)}
 }
 
 // measureRedisBytes sums MEMORY USAGE … SAMPLES 0 over the keys of Asynq's queue qname and
@@ -35,8 +41,17 @@ func measureRedisBytes(ctx context.Context, rdb *redis.Client, qname, prefix str
 	if b.Asynq, err = keysBytes(ctx, rdb, "asynq:{"+qname+"}*"); err != nil {
 		return b, err
 	}
-	b.Lettaq, err = keysBytes(ctx, rdb, prefix+"*")
-	return b, err
+	if b.Lettaq, err = keysBytes(ctx, rdb, prefix+"*"); err != nil {
+		return b, err
+	}
+	for _, kind := range markerKinds {
+		n, err := keysBytes(ctx, rdb, prefix+kind+"*")
+		if err != nil {
+			return b, err
+		}
+		b.Markers += n
+	}
+	return b, nil
 }
 
 func keysBytes(ctx context.Context, rdb *redis.Client, pattern string) (int64, error) {
