@@ -203,8 +203,8 @@ func TestParkApprovalWakesItselfWhenAnsweredMeanwhile(t *testing.T) {
 	w.lines.AfterRevoke = func(store.Parked) {}             // the re-enqueue is looked at below
 	tt := &attempt.Pipeline{W: w.attempts, Rn: fence.Runner{ID: r.TaskID}, Logger: w.log, Jr: attemptJournal(w, &TurnRecord{TaskID: r.TaskID, Attempts: []Attempt{{N: 1}}}), Progress: w.writer.NewQueue(conv, func(error) {}, nil), ID: attempt.ID{TaskID: r.TaskID, Queue: q, Task: asynq.NewTask(info.Type, info.Payload), Start: time.Now()}}
 	tt.Line = w.lines.Place(line.Attempt{TaskID: r.TaskID, Queue: q, Runner: r.TaskID, Task: tt.Task, Log: w.log})
-	attempt.Assemble(tt)
-	if err := (attempt.Waiting{Completer: tt.End}).ParkApproval(ctx, w.log, &stale); !errors.Is(err, asynq.RevokeTask) {
+	attempt.ForTest(tt, false)
+	if err := tt.Waiting().ParkApproval(ctx, w.log, &stale); !errors.Is(err, asynq.RevokeTask) {
 		t.Fatalf("parkApproval: %v; want parked", err)
 	}
 	p, err := w.lines.Parking().Get(ctx, r.TaskID)

@@ -17,7 +17,7 @@ import (
 
 // Deliver emits the final event once, writes the result and journals the
 // finished turn.
-func (c *Completer) Deliver(ctx context.Context, log *slog.Logger, outcome string, ev record.ReplyEvent, answer string, approval *record.ToolEvent) error {
+func (c *completer) Deliver(ctx context.Context, log *slog.Logger, outcome string, ev record.ReplyEvent, answer string, approval *record.ToolEvent) error {
 	ev.TaskID, ev.Otid, ev.MessageID, ev.RunID = c.TaskID, c.Otid, c.Msg.MessageID, c.jr.Rec().RunID
 	if len(c.line.Followers()) > 0 {
 		ev.AnsweredBy = c.TaskID
@@ -47,7 +47,7 @@ func (c *Completer) Deliver(ctx context.Context, log *slog.Logger, outcome strin
 // written the attempt retries (and journals that); a record saying
 // answered without the event's marker is not taken for finished by the
 // next attempt (see the turn's prepare).
-func (c *Completer) deliverAtOnce(ctx context.Context, log *slog.Logger, outcome string, ev record.ReplyEvent, answer string, approval *record.ToolEvent) error {
+func (c *completer) deliverAtOnce(ctx context.Context, log *slog.Logger, outcome string, ev record.ReplyEvent, answer string, approval *record.ToolEvent) error {
 	defer c.progress.EndEvents()
 	marker := c.w.Replies.AnsweredKey(ev.TaskID)
 	pe, err := c.progress.Prepare(ev, marker)
@@ -114,15 +114,15 @@ func (c *Completer) deliverAtOnce(ctx context.Context, log *slog.Logger, outcome
 	return c.delivered(log, outcome, answer, now)
 }
 
-func (c *Completer) delivered(log *slog.Logger, outcome, answer string, now time.Time) error {
+func (c *completer) delivered(log *slog.Logger, outcome, answer string, now time.Time) error {
 	return c.deliveredBy(log, outcome, answer, now, true)
 }
 
 // deliveredBy ends a delivered attempt; count says it reports the turn
 // finished (only the attempt whose write put the final event there does).
-func (c *Completer) deliveredBy(log *slog.Logger, outcome, answer string, now time.Time, count bool) error {
+func (c *completer) deliveredBy(log *slog.Logger, outcome, answer string, now time.Time, count bool) error {
 	log.Info("turn finished", "outcome", outcome, "attempt", c.jr.Current().N, "answer_bytes", len(answer))
-	c.obs.AttemptFinished(c.Queue, "done", time.Since(c.Start))
+	c.obs.attemptFinished(c.Queue, "done", time.Since(c.Start))
 	if count {
 		c.obs.TurnFinished(c.Queue, outcome, c.jr.Latency(now), c.jr.Rec().TTFT)
 	}
@@ -130,7 +130,7 @@ func (c *Completer) deliveredBy(log *slog.Logger, outcome, answer string, now ti
 }
 
 // undelivered ends an attempt whose final event could not be written.
-func (c *Completer) undelivered(ctx context.Context, log *slog.Logger, err error) error {
+func (c *completer) undelivered(ctx context.Context, log *slog.Logger, err error) error {
 	if errors.Is(err, takeover.ErrTakenOver) || c.rn.IsFenced() {
 		return c.tk.EndTakenOver() // not written because another worker continues the turn
 	}
@@ -151,26 +151,26 @@ func (c *Completer) undelivered(ctx context.Context, log *slog.Logger, err error
 	} else {
 		_ = c.Save(ctx)
 	}
-	rerr := &RetryAfterError{Delay: time.Second, Reason: "deliver the answer", Err: err}
-	if c.NoRetryLeft(rerr) {
-		return c.Fail(ctx, log, fmt.Sprintf("gave up after %d attempts: could not deliver the answer: %s", c.Retried+1, err.Error()), "")
+	rerr := &retryAfterError{Delay: time.Second, Reason: "deliver the answer", Err: err}
+	if c.noRetryLeft(rerr) {
+		return c.fail(ctx, log, fmt.Sprintf("gave up after %d attempts: could not deliver the answer: %s", c.Retried+1, err.Error()), "")
 	}
 	log.Warn("could not deliver the answer, retrying", "outcome", record.OutcomeRetrying, "error", err.Error())
-	c.obs.AttemptFinished(c.Queue, "retry", time.Since(c.Start))
+	c.obs.attemptFinished(c.Queue, "retry", time.Since(c.Start))
 	return rerr
 }
 
-// FinishDelivered finishes a turn whose final event reached the reply
+// finishDelivered finishes a turn whose final event reached the reply
 // stream although the attempt that wrote it did not hear so (the write
 // outlasted the delivery allowance, or the worker died right after it):
 // the journal gets its outcome and finished_at, the task its result, and
 // the metrics count the turn, once — a later attempt finds the outcome
 // journaled and does nothing. Nothing is sent or emitted again.
-func (c *Completer) FinishDelivered(ctx context.Context, rec *record.TurnRecord) error {
+func (c *completer) finishDelivered(ctx context.Context, rec *record.TurnRecord) error {
 	w := c.w
 	ev, found, err := w.Replies.FinalEvent(ctx, c.Msg.Conversation, c.TaskID)
 	if err != nil {
-		return c.RetryEarly(err)
+		return c.retryEarly(err)
 	}
 	outcome, answer, reason := record.OutcomeAnswered, "", ""
 	var approval *record.ToolEvent
@@ -199,9 +199,9 @@ func (c *Completer) FinishDelivered(ctx context.Context, rec *record.TurnRecord)
 		}
 	}
 	c.jr.Unlock()
-	c.ids.SetRunID(rec.RunID)
+	c.ids.setRunID(rec.RunID)
 	if err := c.Save(ctx); err != nil {
-		return c.RetryEarly(err)
+		return c.retryEarly(err)
 	}
 	if found {
 		// Merged messages get their final events too, if that attempt
@@ -216,23 +216,23 @@ func (c *Completer) FinishDelivered(ctx context.Context, rec *record.TurnRecord)
 	c.log.Info("final event was delivered by an earlier attempt; turn finished", "outcome", outcome,
 		"attempt", len(rec.Attempts), "answer_bytes", len(answer))
 	if outcome == record.OutcomeFailed || outcome == record.OutcomeCancelled {
-		c.obs.AttemptFinished(c.Queue, "archived", time.Since(c.Start))
+		c.obs.attemptFinished(c.Queue, "archived", time.Since(c.Start))
 		c.obs.TurnFinished(c.Queue, outcome, c.jr.Latency(now), rec.TTFT)
-		c.WriteResult(outcome, "", nil)
+		c.writeResult(outcome, "", nil)
 		return fmt.Errorf("lettaq: turn failed: %s: %w", reason, asynq.SkipRetry)
 	}
-	c.WriteResult(outcome, answer, approval)
-	c.obs.AttemptFinished(c.Queue, "done", time.Since(c.Start))
+	c.writeResult(outcome, answer, approval)
+	c.obs.attemptFinished(c.Queue, "done", time.Since(c.Start))
 	c.obs.TurnFinished(c.Queue, outcome, c.jr.Latency(now), rec.TTFT)
 	return nil
 }
 
-// Coalesced ends a task whose message was merged into the turn of head:
+// coalesced ends a task whose message was merged into the turn of head:
 // the journal says so (outcome coalesced, AnsweredBy); the final reply
 // event of the message is written by head's turn when it ends (an answer
 // with answered_by and no text, or a permanent error).
-func (c *Completer) Coalesced(ctx context.Context, head string) error {
-	dctx, cancel := c.w.DeliveryCtx(ctx)
+func (c *completer) coalesced(ctx context.Context, head string) error {
+	dctx, cancel := c.w.deliveryCtx(ctx)
 	defer cancel()
 	rec, err := c.w.Journal.Get(dctx, c.TaskID)
 	if err != nil {
@@ -257,9 +257,9 @@ func (c *Completer) Coalesced(ctx context.Context, head string) error {
 		c.RedisFailed()
 		c.log.Warn("could not journal the coalesced turn", "error", err.Error())
 	}
-	c.WriteResult(record.OutcomeCoalesced, "", nil)
+	c.writeResult(record.OutcomeCoalesced, "", nil)
 	c.log.Info("message merged into an earlier turn", "answered_by", head)
-	c.obs.AttemptFinished(c.Queue, "done", time.Since(c.Start))
+	c.obs.attemptFinished(c.Queue, "done", time.Since(c.Start))
 	c.obs.TurnFinished(c.Queue, record.OutcomeCoalesced, c.jr.Latency(now), 0)
 	return nil
 }

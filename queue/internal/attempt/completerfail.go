@@ -12,7 +12,7 @@ import (
 
 // Fail ends the turn with a permanent error: one error event, the journal,
 // and SkipRetry so that Asynq archives the task.
-func (c *Completer) Fail(ctx context.Context, log *slog.Logger, reason, stop string) error {
+func (c *completer) fail(ctx context.Context, log *slog.Logger, reason, stop string) error {
 	ev := record.ReplyEvent{Type: record.EventError, TaskID: c.TaskID,
 		Otid: c.Otid, RunID: c.jr.Rec().RunID, MessageID: c.Msg.MessageID, Text: reason, StopReason: stop, Permanent: true}
 	if len(c.line.Followers()) > 0 {
@@ -42,7 +42,7 @@ func (c *Completer) Fail(ctx context.Context, log *slog.Logger, reason, stop str
 	}
 	log.Warn("turn failed", "outcome", record.OutcomeFailed, "reason", reason)
 	c.w.Permanent.Add(c.TaskID, "otid", c.Otid, "run_id", c.jr.Rec().RunID) // for the archiving's log line
-	c.obs.AttemptFinished(c.Queue, "archived", time.Since(c.Start))
+	c.obs.attemptFinished(c.Queue, "archived", time.Since(c.Start))
 	c.obs.TurnFinished(c.Queue, record.OutcomeFailed, c.jr.Latency(now), c.jr.Rec().TTFT)
 	return fmt.Errorf("lettaq: turn failed: %s: %w", reason, asynq.SkipRetry)
 }
@@ -52,12 +52,12 @@ func (c *Completer) Fail(ctx context.Context, log *slog.Logger, reason, stop str
 // else (the attempt ended before it ran: its turn never came, or Redis
 // failed it) with the final error event and a failed record of its own, and
 // the turn leaves its conversation's line.
-func (c *Completer) GiveUp(reason string) error {
-	ctx, cancel := c.w.DeliveryCtx(c.actx)
+func (c *completer) GiveUp(reason string) error {
+	ctx, cancel := c.w.deliveryCtx(c.actx)
 	defer cancel()
 	reason = fmt.Sprintf("gave up after %d attempts: %s", c.Retried+1, reason)
 	if c.jr.Rec() != nil && len(c.jr.Rec().Attempts) > c.jr.Index() {
-		return c.Fail(ctx, c.log, reason, "")
+		return c.fail(ctx, c.log, reason, "")
 	}
 	w := c.w
 	ev := record.ReplyEvent{Type: record.EventError, TaskID: c.TaskID, Otid: c.Otid, MessageID: c.Msg.MessageID, Text: reason, Permanent: true}
@@ -96,7 +96,7 @@ func (c *Completer) GiveUp(reason string) error {
 	}
 	c.log.Warn("turn failed", "outcome", record.OutcomeFailed, "reason", reason)
 	w.Permanent.Add(c.TaskID, "otid", c.Otid)
-	c.obs.AttemptFinished(c.Queue, "archived", time.Since(c.Start))
+	c.obs.attemptFinished(c.Queue, "archived", time.Since(c.Start))
 	c.obs.TurnFinished(c.Queue, record.OutcomeFailed, c.jr.Latency(now), 0)
 	return fmt.Errorf("lettaq: turn failed: %s: %w", reason, asynq.SkipRetry)
 }

@@ -58,13 +58,13 @@ type Threads struct {
 
 // Resolve returns the Letta conversation id for the turn of m ("" for the
 // agent endpoints). A conversation named in the payload wins.
-func (th *Threads) Resolve(ctx context.Context, m inbound.Message) (string, error) {
-	return th.ResolveKnown(ctx, m, "", false, nil)
+func (th *Threads) resolve(ctx context.Context, m inbound.Message) (string, error) {
+	return th.resolveKnown(ctx, m, "", false, nil)
 }
 
 // Local is resolveKnown when it needs neither Redis nor Letta (ok): an
 // explicit thread, a mode of one thread, a thread known already.
-func (th *Threads) Local(m inbound.Message, known string) (id string, ok bool) {
+func (th *Threads) local(m inbound.Message, known string) (id string, ok bool) {
 	if m.LettaConversationID != "" {
 		return m.LettaConversationID, true
 	}
@@ -87,11 +87,11 @@ func (th *Threads) Local(m inbound.Message, known string) (id string, ok bool) {
 // which is before its release of the line) instead of a round trip of its
 // own. A keep that fails costs the next turn a search (findOrCreate finds
 // the conversation by its summary).
-func (th *Threads) ResolveKnown(ctx context.Context, m inbound.Message, known string, read bool, keep func(store.Op)) (string, error) {
-	if id, ok := th.Local(m, known); ok {
+func (th *Threads) resolveKnown(ctx context.Context, m inbound.Message, known string, read bool, keep func(store.Op)) (string, error) {
+	if id, ok := th.local(m, known); ok {
 		return id, nil
 	}
-	st, hash := th.Store(), ThreadHash(m.AgentID, m.Conversation)
+	st, hash := th.store(), ThreadHash(m.AgentID, m.Conversation)
 	if !read || th.Lock {
 		if id, err := st.Known(ctx, hash); err == nil && id != "" {
 			return id, nil
@@ -155,6 +155,6 @@ func (th *Threads) findOrCreate(ctx context.Context, m inbound.Message) (string,
 }
 
 // Store is the Redis side of the threads.
-func (th *Threads) Store() store.Threads {
+func (th *Threads) store() store.Threads {
 	return store.Threads{RDB: th.RDB, Keys: store.Keys{Prefix: th.Prefix}}
 }
