@@ -15,6 +15,10 @@ import (
 	"github.com/lettaq/lettaq/queue/internal/takeover"
 )
 
+// The final event and the delivered end: an attempt whose end has an answer (or an approval
+// request) delivers it; every end writes its final event (finalEvent, with the merged
+// messages' own) and stamps its record finished here.
+
 // Deliver emits the final event once, writes the result and journals the
 // finished turn.
 func (c *completer) Deliver(ctx context.Context, log *slog.Logger, outcome string, ev record.ReplyEvent, answer string, approval *record.ToolEvent) error {
@@ -262,4 +266,49 @@ func (c *completer) coalesced(ctx context.Context, head string) error {
 	c.obs.attemptFinished(c.Queue, "done", time.Since(c.Start))
 	c.obs.TurnFinished(c.Queue, record.OutcomeCoalesced, c.jr.Latency(now), 0)
 	return nil
+}
+
+// finalEvent writes the attempt's final event once per turn (see
+// Replies.EmitAnswerOnce) after its progress, in one round trip; no
+// progress event of the attempt follows it.
+func (c *completer) finalEvent(ctx context.Context, ev record.ReplyEvent) (emitted bool, err error) {
+	if ev.Type == "" {
+		ev.Type = record.EventAnswer
+	}
+	defer c.progress.EndEvents()
+	pe, err := c.progress.Prepare(ev, c.w.Replies.AnsweredKey(ev.TaskID))
+	if err != nil {
+		return false, err
+	}
+	if err := c.progress.Do(ctx, []*progress.Event{pe}); err != nil {
+		return false, fmt.Errorf("queue: emit %s for task %s: %w", ev.Type, ev.TaskID, err)
+	}
+	return pe.Written(), nil
+}
+
+// finishFollowers writes the final event of every merged message: ev's
+// kind, naming this turn in answered_by (an answer carries no text: the
+// text is in this turn's answer).
+func (c *completer) finishFollowers(ctx context.Context, ev record.ReplyEvent) {
+	for _, f := range c.line.Followers() {
+		fe := record.ReplyEvent{Type: ev.Type, TaskID: f.TaskID, Otid: c.Otid, RunID: ev.RunID, MessageID: f.MessageID,
+			StopReason: ev.StopReason, Permanent: ev.Permanent, AnsweredBy: c.TaskID, Tool: ev.Tool}
+		if ev.Type == record.EventError {
+			fe.Text = "the turn this message was merged into failed: " + ev.Text
+		}
+		if _, err := c.w.Replies.EmitAnswerOnce(ctx, f.Conversation, fe); err != nil {
+			c.RedisFailed()
+			c.log.Warn("could not emit the merged message's final event", "merged_task", f.TaskID, "error", err.Error())
+		}
+	}
+}
+
+// finished marks the record finished with outcome.
+func (c *completer) finished(outcome, stopReason string) time.Time {
+	now := time.Now()
+	c.jr.Lock()
+	c.jr.Current().Outcome = outcome
+	c.jr.Rec().Outcome, c.jr.Rec().FinishedAt, c.jr.Rec().StopReason, c.jr.Rec().Error = outcome, now.UTC(), stopReason, ""
+	c.jr.Unlock()
+	return now
 }
