@@ -35,19 +35,6 @@ func (c *completer) retryLater(ctx context.Context, log *slog.Logger, e ending) 
 	return rerr
 }
 
-// retryEarly ends an attempt that failed before it could run (Redis
-// trouble, sequencer): Asynq retries with backoff.
-func (c *completer) retryEarly(err error) error {
-	c.RedisFailed()
-	rerr := fmt.Errorf("lettaq: turn %s: %w", c.TaskID, err)
-	if c.noRetryLeft(rerr) {
-		return c.GiveUp("could not start: " + err.Error())
-	}
-	c.log.Warn("turn attempt could not start", "error", err.Error())
-	c.obs.attemptFinished(c.Queue, "retry", time.Since(c.Start))
-	return rerr
-}
-
 // busy ends an attempt refused because the thread is busy with another
 // run: the turn is put back (not a failure, not a resend).
 func (c *completer) busy(ctx context.Context, e ending) error {

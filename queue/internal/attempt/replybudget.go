@@ -27,12 +27,12 @@ type replyBudget struct {
 	jr   *journal.Attempt // its record notes the drop
 }
 
-// Set bounds the budget at max bytes; log and jr note when it is reached.
+// set bounds the budget at max bytes; log and jr note when it is reached.
 func (b *replyBudget) set(max int64, log *slog.Logger, jr *journal.Attempt) {
 	b.max, b.log, b.jr = max, log, jr
 }
 
-// Take counts a progress event's text against the budget and returns the
+// take counts a progress event's text against the budget and returns the
 // event to write, or false to drop it. Events without text (phases)
 // always pass. The answer_delta that crosses the bound is cut to what is
 // left of it (at a rune boundary); later text events are dropped, with one

@@ -40,7 +40,7 @@ func ThreadHash(agentID string, c record.Conversation) string {
 }
 
 // ThreadLockSlack is added to the thread phase (the longest a holder may
-// Resolve a thread) for the lock's expiry: a holder never loses the lock
+// resolve a thread) for the lock's expiry: a holder never loses the lock
 // while it may still create.
 const ThreadLockSlack = 5 * time.Second
 
@@ -56,13 +56,13 @@ type Threads struct {
 	LockTTL time.Duration
 }
 
-// Resolve returns the Letta conversation id for the turn of m ("" for the
+// resolve returns the Letta conversation id for the turn of m ("" for the
 // agent endpoints). A conversation named in the payload wins.
 func (th *Threads) resolve(ctx context.Context, m inbound.Message) (string, error) {
 	return th.resolveKnown(ctx, m, "", false, nil)
 }
 
-// Local is resolveKnown when it needs neither Redis nor Letta (ok): an
+// local is resolveKnown when it needs neither Redis nor Letta (ok): an
 // explicit thread, a mode of one thread, a thread known already.
 func (th *Threads) local(m inbound.Message, known string) (id string, ok bool) {
 	if m.LettaConversationID != "" {
@@ -77,7 +77,7 @@ func (th *Threads) local(m inbound.Message, known string) (id string, ok bool) {
 	return known, known != ""
 }
 
-// ResolveKnown is resolve when the thread key was read already: known is
+// resolveKnown is resolve when the thread key was read already: known is
 // the conversation id it held ("" when none), read whether it was read.
 // Without the creation lock (ordering on) an attempt reads the key after
 // taking its chat's place in the line (turn.startRead), and no other turn
@@ -154,7 +154,7 @@ func (th *Threads) findOrCreate(ctx context.Context, m inbound.Message) (string,
 	return c.ID, nil
 }
 
-// Store is the Redis side of the threads.
+// store is the Redis side of the threads.
 func (th *Threads) store() store.Threads {
 	return store.Threads{RDB: th.RDB, Keys: store.Keys{Prefix: th.Prefix}}
 }
