@@ -3,7 +3,6 @@ package queue
 import (
 	"context"
 
-	"github.com/lettaq/lettaq/queue/internal/attempt"
 	"github.com/lettaq/lettaq/queue/internal/cancelsub"
 )
 
@@ -31,11 +30,6 @@ import (
 // A cancelled turn's attempt returns nil with its result written (outcome
 // cancelled): the task completes, never retried, and counts as processed,
 // not failed, in Asynq's metrics.
-
-// CancelObserver is an Observer that is also told of cancelled turns (the
-// phase is one of the CancelPhase… constants). A worker's Observer that
-// implements it is told.
-type CancelObserver = attempt.CancelObserver
 
 // cancelSubscriber is the worker's subscription to the cancel channel
 // (queue/internal/cancelsub): a cancel of a turn this worker runs is noted

@@ -80,16 +80,6 @@ func (c *redisConns) closeRdb() {
 	}
 }
 
-// closeRedis closes what the worker's parts made on Redis (the Client that
-// the approvals' answers go through, what the lines made, the sequencer's
-// client), then the worker's own client.
-func (w *Worker) closeRedis() {
-	_ = w.approvals.Close()
-	w.lines.Close() // (under ordering its re-enqueues use the orderer's Inspector)
-	w.ord.close()
-	w.closeRdb()
-}
-
 // orderer is the worker's side of ordering.
 type orderer struct {
 	cfg  Ordering

@@ -18,3 +18,6 @@ const defaultHeartbeatInterval = pace.DefaultHeartbeatInterval
 // (RepliesOptions.StreamTTL): the journal's default retention
 // (JournalOptions.Retention), so that a turn's events go with its record.
 const DefaultStreamTTL = 7 * 24 * time.Hour
+
+// defaultQueue is the Asynq queue turns go to unless configured otherwise.
+const defaultQueue = "lettaq"

@@ -109,7 +109,7 @@
 //	message, its chat's approval unanswered   phase awaiting_approval    – (a Wait)          parked (policy wait, deny; with or without ordering)
 //	  (ApprovalPolicy error)                  error, permanent           failed              SkipRetry → archived
 //
-// The rows from Completed to the put-back with no retry left are EndOf's
+// The rows from Completed to the put-back with no retry left are endOf's
 // (queue/internal/attempt): a pure function from the decision to the final event, the
 // journal's outcome and what Asynq is told, which the turn then applies;
 // TestEndOfTable holds it to this table row by row. The others are decided

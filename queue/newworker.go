@@ -19,7 +19,7 @@ import (
 )
 
 // Making a worker: WorkerConfig's defaults and checks, and the parts the
-// Worker is made of (worker.go has the type; lifecycle.go their start and
+// Worker is made of (worker.go has the type; run.go their start and
 // stop).
 
 // NewWorker checks cfg and returns a Worker, to Run. It does not connect

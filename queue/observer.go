@@ -21,3 +21,8 @@ func (NopObserver) Continuation(int, int)                                     {}
 func (NopObserver) Resend(string)                                             {}
 func (NopObserver) AttemptFinished(string, string, time.Duration)             {}
 func (NopObserver) TurnFinished(string, string, time.Duration, time.Duration) {}
+
+// CancelObserver is an Observer that is also told of cancelled turns (the
+// phase is one of the CancelPhase… constants). A worker's Observer that
+// implements it is told.
+type CancelObserver = attempt.CancelObserver

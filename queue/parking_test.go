@@ -152,26 +152,6 @@ func TestSweeperRestoresAParkedTaskLeftBehind(t *testing.T) {
 	_ = r1
 }
 
-// One wait per thing waited behind: looking again behind the same adds
-// nothing; the answer turn of the approval request waited for is the same
-// wait; something else closes the wait and opens another; endWaits closes
-// the last.
-func TestAddWaitMergesLooks(t *testing.T) {
-	rec := &TurnRecord{}
-	t0 := time.Now()
-	if !attempt.AddWait(rec, "approval request turn:a", "r", t0) || attempt.AddWait(rec, "approval request turn:a", "r", t0.Add(time.Minute)) ||
-		attempt.AddWait(rec, AnswerTaskID("turn:a"), "r", t0.Add(2*time.Minute)) || attempt.AddWait(rec, approval.AnswerTaskIDAfter("turn:a", 1), "r", t0.Add(3*time.Minute)) {
-		t.Fatalf("looks again added waits: %+v", rec.Waits)
-	}
-	if !attempt.AddWait(rec, "turn:b", "r", t0.Add(4*time.Minute)) || len(rec.Waits) != 2 || !rec.Waits[0].Until.Equal(t0.Add(4*time.Minute)) {
-		t.Fatalf("a new wait: %+v", rec.Waits)
-	}
-	attempt.EndWaits(rec, t0.Add(5*time.Minute))
-	if attempt.OpenWait(rec) != nil || !rec.Waits[1].Until.Equal(t0.Add(5*time.Minute).UTC()) {
-		t.Fatalf("ended: %+v", rec.Waits)
-	}
-}
-
 // Asynq's "revoke task id=…" warning, written for every turn that parks,
 // is a debug line, not a warning; its other warnings stay warnings.
 func TestRevokeIsNotAWarning(t *testing.T) {
@@ -223,8 +203,8 @@ func TestParkApprovalWakesItselfWhenAnsweredMeanwhile(t *testing.T) {
 	w.lines.AfterRevoke = func(store.Parked) {}             // the re-enqueue is looked at below
 	tt := &attempt.Pipeline{W: w.attempts, Rn: fence.Runner{ID: r.TaskID}, Logger: w.log, Jr: attemptJournal(w, &TurnRecord{TaskID: r.TaskID, Attempts: []Attempt{{N: 1}}}), Progress: w.writer.NewQueue(conv, func(error) {}, nil), ID: attempt.ID{TaskID: r.TaskID, Queue: q, Task: asynq.NewTask(info.Type, info.Payload), Start: time.Now()}}
 	tt.Line = w.lines.Place(line.Attempt{TaskID: r.TaskID, Queue: q, Runner: r.TaskID, Task: tt.Task, Log: w.log})
-	attempt.Assemble(tt)
-	if err := (attempt.Waiting{Completer: tt.End}).ParkApproval(ctx, w.log, &stale); !errors.Is(err, asynq.RevokeTask) {
+	attempt.ForTest(tt, false)
+	if err := tt.Waiting().ParkApproval(ctx, w.log, &stale); !errors.Is(err, asynq.RevokeTask) {
 		t.Fatalf("parkApproval: %v; want parked", err)
 	}
 	p, err := w.lines.Parking().Get(ctx, r.TaskID)

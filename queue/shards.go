@@ -111,31 +111,3 @@ func (s *clientShards) queueOf(id string) string {
 	}
 	return s.layout.BaseQueue()
 }
-
-// claim checks the deployment's layout once per Client (until it
-// succeeds): a Client with another layout enqueues nothing. A Client
-// without Replies knows no key prefix: it records no layout, and compares
-// the rest of it with the recorded one.
-func (c *Client) claim(ctx context.Context) error {
-	if c.shards.claimed.Load() {
-		return nil
-	}
-	rdb := c.rdb
-	if rdb == nil && c.cfg.Replies != nil {
-		rdb = c.cfg.Replies.rdb
-	}
-	if rdb == nil && c.seq != nil {
-		rdb = c.seq.Client()
-	}
-	if rdb == nil {
-		return nil // no go-redis client to read it with (a Sequencer and Replies of the caller's own are both absent)
-	}
-	switch err := c.shards.layout.Claim(ctx, rdb, c.cfg.Replies != nil); {
-	case errors.Is(err, shard.ErrNotRecorded):
-		return nil // (asked again at the next Enqueue, until a worker recorded it)
-	case err != nil:
-		return err
-	}
-	c.shards.claimed.Store(true)
-	return nil
-}

@@ -76,9 +76,7 @@ func (e *takeoverEnv) worker(id string, after time.Duration) *Worker {
 // withReg gives tr its registration, its record writer and its completer,
 // as newTurn does.
 func withReg(tr *attempt.Pipeline) *attempt.Pipeline {
-	tr.Tk = attempt.NewRegistration(tr)
-	attempt.Assemble(tr)
-	return tr
+	return attempt.ForTest(tr, true)
 }
 
 // register registers tr as prepare does: the write goes with the attempt's
@@ -410,7 +408,7 @@ func TestTakeoverFencedDeliveryReportsTakenOver(t *testing.T) {
 	defer tr.Progress.Close()
 	tr.Jr = attemptJournal(w, &TurnRecord{TaskID: id, Otid: "otid-fd", Conversation: conv,
 		Attempts: []Attempt{{N: 1, Worker: "A", Start: tr.Start}}})
-	attempt.Assemble(tr) // (with its queue and record)
+	attempt.ForTest(tr, false) // (with its queue and record)
 	tr.Obs.TaskStarted(e.queue, 1, 0)
 	// Meanwhile: B claimed A (its tombstone) and wrote the turn's answer
 	// (the final event's marker); A's last good beat is old.

@@ -161,7 +161,7 @@ func TestGiveUpWithoutALeaseWakesTheNext(t *testing.T) {
 	tt := &attempt.Pipeline{W: w.attempts, Jr: attemptJournal(w, nil), Rn: fence.Runner{ID: ids[0]}, Actx: ctx, Logger: w.log, ID: attempt.ID{TaskID: ids[0], Queue: q, Msg: msg, Task: asynq.NewTask(info.Type, info.Payload), Start: time.Now()}}
 	tt.Line = w.lines.Place(line.Attempt{Key: key, TaskID: ids[0], Queue: q, Runner: ids[0], Task: tt.Task, Log: w.log})
 	tt.Obs.Observer = w.obs
-	attempt.Assemble(tt)
+	attempt.ForTest(tt, false)
 	if err := tt.End.GiveUp("could not start: redis down"); !errors.Is(err, asynq.SkipRetry) {
 		t.Fatalf("giveUp: %v", err)
 	}

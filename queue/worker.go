@@ -128,7 +128,7 @@ type Worker struct {
 	obs        Observer
 	letta      // the agent client and the continuation runner (conns.go)
 	redisConns // the Redis option and client the worker makes and closes (conns.go)
-	lifecycle  // Run: Asynq's server, the handlers in flight, what a shutdown cancels (lifecycle.go)
+	lifecycle  // Run's once, Asynq's server, the handlers in flight, what a shutdown cancels (lifecycle.go; Run: run.go)
 	replies    *Replies
 	journal    *Journal
 	ord        *orderer       // nil: no ordering

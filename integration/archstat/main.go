@@ -14,9 +14,11 @@
 //	go run ./integration/archstat                   # every package under queue/
 //	go run ./integration/archstat -root . -top 15   # every package of the module
 //
-// Names are resolved by spelling, not by type: a method name defined by two types of the same
-// package counts as a use of both files. The figures are for comparing one tree with another
-// measured the same way, not for absolute truth.
+// Names are resolved as the compiler resolves them (go/types over the package's own source;
+// imported packages are not read and stand in as empty ones): a method counts as used where it
+// is called on a value of its own type, not where another type's method, a field, a local
+// variable or a name of another package is spelled the same. The figures are for comparing one
+// tree with another measured the same way, not for absolute truth.
 package main
 
 import (
@@ -25,6 +27,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"go/types"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -267,61 +270,65 @@ func (p *pkg) types() []typeStat {
 }
 
 // fileUses returns, for each file, the other files of the package whose top-level names or
-// methods it names.
+// methods it names. Names are resolved as the compiler does (go/types over the package's own
+// files): a name counts where it means the other file's definition, not where it is only
+// spelled the same (a local variable, a struct field, a method of another type, a name of an
+// imported package, the definition itself). Imported packages are not read: each stands in as
+// an empty package, so whatever is reached only through their types resolves to nothing.
 func (p *pkg) fileUses() map[string]map[string]bool {
-	defs := map[string]map[string]bool{} // name -> files defining it
-	add := func(name, file string) {
-		if name == "_" {
-			return
-		}
-		if defs[name] == nil {
-			defs[name] = map[string]bool{}
-		}
-		defs[name][file] = true
+	names := p.fileNames()
+	files := make([]*ast.File, 0, len(names))
+	fileOf := map[*token.File]string{}
+	for _, n := range names {
+		f := p.files[n]
+		files = append(files, f)
+		fileOf[p.fset.File(f.Pos())] = n
 	}
-	for fname, f := range p.files {
-		for _, decl := range f.Decls {
-			switch d := decl.(type) {
-			case *ast.FuncDecl:
-				if d.Name.Name != "init" {
-					add(d.Name.Name, fname)
-				}
-			case *ast.GenDecl:
-				for _, s := range d.Specs {
-					switch s := s.(type) {
-					case *ast.TypeSpec:
-						add(s.Name.Name, fname)
-					case *ast.ValueSpec:
-						for _, n := range s.Names {
-							add(n.Name, fname)
-						}
-					}
-				}
-			}
-		}
+	conf := types.Config{
+		Importer: emptyImporter{},
+		Error:    func(error) {}, // what an empty import leaves undefined is expected
 	}
+	info := &types.Info{Uses: map[*ast.Ident]types.Object{}}
+	tp, _ := conf.Check(p.dir, p.fset, files, info)
 	edges := map[string]map[string]bool{}
-	for fname, f := range p.files {
-		edges[fname] = map[string]bool{}
-		ast.Inspect(f, func(n ast.Node) bool {
-			var name string
-			switch n := n.(type) {
-			case *ast.Ident:
-				name = n.Name
-			case *ast.File:
-				return true
-			default:
-				return true
-			}
-			for to := range defs[name] {
-				if to != fname {
-					edges[fname][to] = true
-				}
-			}
-			return true
-		})
+	for _, n := range names {
+		edges[n] = map[string]bool{}
+	}
+	for id, obj := range info.Uses {
+		if obj == nil || obj.Pkg() != tp || !counted(obj, tp) {
+			continue
+		}
+		from, to := fileOf[p.fset.File(id.Pos())], fileOf[p.fset.File(obj.Pos())]
+		if from != "" && to != "" && from != to {
+			edges[from][to] = true
+		}
 	}
 	return edges
+}
+
+// counted reports whether obj is one of the names fileUses counts: a top-level name of the
+// package, or a method declared on one of its types (not an interface's method, not a field).
+func counted(obj types.Object, pkg *types.Package) bool {
+	if obj.Parent() == pkg.Scope() {
+		return true
+	}
+	fn, ok := obj.(*types.Func)
+	if !ok {
+		return false
+	}
+	recv := fn.Origin().Signature().Recv()
+	return recv != nil && !types.IsInterface(recv.Type())
+}
+
+// emptyImporter gives every import as an empty, complete package named for the last element
+// of its path: archstat reads one package's own source, never its dependencies.
+type emptyImporter struct{}
+
+func (emptyImporter) Import(path string) (*types.Package, error) {
+	name := path[strings.LastIndex(path, "/")+1:]
+	pkg := types.NewPackage(path, name)
+	pkg.MarkComplete()
+	return pkg, nil
 }
 
 // layer orders the files so that as few uses as possible run from a file to one placed above

@@ -18,15 +18,15 @@ import (
 // down with turns in flight.
 var ErrShutdown = errors.New("lettaq: worker shutting down")
 
-// RetryAfterError asks for the task to be retried after Delay (RetryDelay
+// retryAfterError asks for the task to be retried after Delay (RetryDelay
 // reads it).
-type RetryAfterError struct {
+type retryAfterError struct {
 	Delay  time.Duration
 	Reason string
 	Err    error
 }
 
-func (e *RetryAfterError) Error() string {
+func (e *retryAfterError) Error() string {
 	s := e.Reason
 	if s == "" && e.Err != nil {
 		s = e.Err.Error()
@@ -36,40 +36,40 @@ func (e *RetryAfterError) Error() string {
 	return fmt.Sprintf("%s (retry in %v)", s, e.Delay)
 }
 
-func (e *RetryAfterError) Unwrap() error { return e.Err }
+func (e *retryAfterError) Unwrap() error { return e.Err }
 
-// InterruptedError ends an attempt that was interrupted (worker shutdown,
+// interruptedError ends an attempt that was interrupted (worker shutdown,
 // deadline): the turn is not finished, and the next attempt continues it.
-type InterruptedError struct {
+type interruptedError struct {
 	Reason string
 	Err    error
 }
 
-func (e *InterruptedError) Error() string {
+func (e *interruptedError) Error() string {
 	return "lettaq: turn interrupted: " + e.Reason
 }
 
-func (e *InterruptedError) Unwrap() error { return e.Err }
+func (e *interruptedError) Unwrap() error { return e.Err }
 
 // RetryDelay is the asynq.RetryDelayFunc for turns: the delay a
-// *RetryAfterError asks for (none asked: the backoff below), a short one
+// *retryAfterError asks for (none asked: the backoff below), a short one
 // after an interruption, else
 // exponential backoff from 1s (doubling per retry, capped at 1 minute,
 // ±20% jitter).
 func RetryDelay(n int, err error, _ *asynq.Task) time.Duration {
-	var ra *RetryAfterError
+	var ra *retryAfterError
 	if errors.As(err, &ra) && ra.Delay > 0 {
 		return ra.Delay
 	}
-	var be *BusyError
+	var be *busyError
 	if errors.As(err, &be) {
 		return max(be.Delay, 0)
 	}
-	var ie *InterruptedError
+	var ie *interruptedError
 	if errors.As(err, &ie) || errors.Is(err, context.Canceled) {
 		return 100 * time.Millisecond
 	}
-	d := RetryBackoff(n)
+	d := retryBackoff(n)
 	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
 }
 
@@ -80,35 +80,35 @@ func IsFailure(err error) bool {
 	if err == nil {
 		return false
 	}
-	var be *BusyError
+	var be *busyError
 	if errors.As(err, &be) {
 		return false // the thread was busy: the turn only waits
 	}
 	return !errors.Is(err, context.Canceled) && !errors.Is(err, ErrShutdown)
 }
 
-// BusyError puts a turn back while its Letta thread is busy with another
+// busyError puts a turn back while its Letta thread is busy with another
 // run: no failure (IsFailure says false, so Asynq does not count a retry),
 // retried after Delay (RetryDelay reads it).
-type BusyError struct {
+type busyError struct {
 	Delay  time.Duration
 	Reason string
 	Err    error
 }
 
-func (e *BusyError) Error() string {
+func (e *busyError) Error() string {
 	return fmt.Sprintf("lettaq: %s (retry in %v)", e.Reason, e.Delay)
 }
 
-func (e *BusyError) Unwrap() error { return e.Err }
+func (e *busyError) Unwrap() error { return e.Err }
 
-// RetryBackoff is the least a turn waits after a failed attempt: 1 s
+// retryBackoff is the least a turn waits after a failed attempt: 1 s
 // doubling per retry already made (retried), capped at 1 minute, as the
 // package documentation promises. With the default MaxRetry the retries
 // then span about 20 minutes of waits (TestTransientRetriesBackOff prints
 // it), so that a Letta outage or restart of minutes loses no message,
 // where retries a second apart were spent in 25 s.
-func RetryBackoff(retried int) time.Duration {
+func retryBackoff(retried int) time.Duration {
 	d := time.Second
 	for i := 0; i < retried && d < time.Minute; i++ {
 		d *= 2

@@ -10,7 +10,7 @@ import (
 // ID is who an attempt is: its task, the turn it runs (task id,
 // queue, otid, message), its retries used and allowed, and when it started
 // (its hold of the conversation's key, with ordering). The turn embeds it;
-// its Completer gets a copy.
+// its completer gets a copy.
 type ID struct {
 	Task              *asynq.Task
 	TaskID, Queue     string

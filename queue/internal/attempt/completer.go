@@ -2,23 +2,21 @@ package attempt
 
 import (
 	"context"
-	"fmt"
 	"time"
 	"unicode/utf8"
 
 	"github.com/lettaq/lettaq/queue/internal/approval"
 	"github.com/lettaq/lettaq/queue/internal/cancel"
 	"github.com/lettaq/lettaq/queue/internal/line"
-	"github.com/lettaq/lettaq/queue/internal/progress"
 	"github.com/lettaq/lettaq/queue/internal/record"
 	"github.com/lettaq/lettaq/queue/internal/takeover"
 )
 
-// Completer applies the end of an attempt: the final event (and the merged
+// completer applies the end of an attempt: the final event (and the merged
 // messages' final events), the journal's record, the task's result, the
 // release of the conversation or the park in its line, the approval's
 // record and the request's news, the metrics, and what Asynq is told (the
-// handler's error). EndOf decides how a run's attempt ends (ran); the
+// handler's error). endOf decides how a run's attempt ends (ran); the
 // attempt's other ends (it could not start, it waits, it was merged or
 // cancelled, an earlier attempt delivered) are its other methods.
 //
@@ -28,11 +26,11 @@ import (
 // runner's fence, the worker's parts, the log: Save, RedisFailed), its place in its
 // line, its approvals, its cancel, its takeover registration, its ids and
 // its observer.
-type Completer struct {
+type completer struct {
 	ID
-	*RecordWriter
+	*recordWriter
 	w    *Parts
-	obs  *Observed
+	obs  *observed
 	ids  *IDs
 	line *line.Place
 	ap   *approval.Turn
@@ -40,72 +38,27 @@ type Completer struct {
 	tk   *takeover.Registration
 }
 
-// NewCompleter is the completer of the attempt id: it shares the attempt's
+// newCompleter is the completer of the attempt id: it shares the attempt's
 // record writer and holds its parts.
-func NewCompleter(p *Parts, id ID, rw *RecordWriter, obs *Observed, ids *IDs, l *line.Place, ap *approval.Turn, cx *cancel.Turn,
-	tk *takeover.Registration) *Completer {
-	return &Completer{ID: id, RecordWriter: rw, w: p, obs: obs, ids: ids, line: l, ap: ap, cx: cx, tk: tk}
+func newCompleter(p *Parts, id ID, rw *recordWriter, obs *observed, ids *IDs, l *line.Place, ap *approval.Turn, cx *cancel.Turn,
+	tk *takeover.Registration) *completer {
+	return &completer{ID: id, recordWriter: rw, w: p, obs: obs, ids: ids, line: l, ap: ap, cx: cx, tk: tk}
 }
 
-// SetStart moves the attempt's start (it holds its chat's line from then).
-func (c *Completer) SetStart(t time.Time) { c.Start = t }
+// setStart moves the attempt's start (it holds its chat's line from then).
+func (c *completer) setStart(t time.Time) { c.Start = t }
 
-// DeliveryCtx is for writes that must happen even when the attempt's
+// deliveryCtx is for writes that must happen even when the attempt's
 // context has ended (the final event, the journal), bounded by the budget's
 // delivery allowance.
-func (w *Parts) DeliveryCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+func (w *Parts) deliveryCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), w.Cfg.Budget.DeliveryAllowance)
-}
-
-// finalEvent writes the attempt's final event once per turn (see
-// Replies.EmitAnswerOnce) after its progress, in one round trip; no
-// progress event of the attempt follows it.
-func (c *Completer) finalEvent(ctx context.Context, ev record.ReplyEvent) (emitted bool, err error) {
-	if ev.Type == "" {
-		ev.Type = record.EventAnswer
-	}
-	defer c.progress.EndEvents()
-	pe, err := c.progress.Prepare(ev, c.w.Replies.AnsweredKey(ev.TaskID))
-	if err != nil {
-		return false, err
-	}
-	if err := c.progress.Do(ctx, []*progress.Event{pe}); err != nil {
-		return false, fmt.Errorf("queue: emit %s for task %s: %w", ev.Type, ev.TaskID, err)
-	}
-	return pe.Written(), nil
-}
-
-// finishFollowers writes the final event of every merged message: ev's
-// kind, naming this turn in answered_by (an answer carries no text: the
-// text is in this turn's answer).
-func (c *Completer) finishFollowers(ctx context.Context, ev record.ReplyEvent) {
-	for _, f := range c.line.Followers() {
-		fe := record.ReplyEvent{Type: ev.Type, TaskID: f.TaskID, Otid: c.Otid, RunID: ev.RunID, MessageID: f.MessageID,
-			StopReason: ev.StopReason, Permanent: ev.Permanent, AnsweredBy: c.TaskID, Tool: ev.Tool}
-		if ev.Type == record.EventError {
-			fe.Text = "the turn this message was merged into failed: " + ev.Text
-		}
-		if _, err := c.w.Replies.EmitAnswerOnce(ctx, f.Conversation, fe); err != nil {
-			c.RedisFailed()
-			c.log.Warn("could not emit the merged message's final event", "merged_task", f.TaskID, "error", err.Error())
-		}
-	}
-}
-
-// finished marks the record finished with outcome.
-func (c *Completer) finished(outcome, stopReason string) time.Time {
-	now := time.Now()
-	c.jr.Lock()
-	c.jr.Current().Outcome = outcome
-	c.jr.Rec().Outcome, c.jr.Rec().FinishedAt, c.jr.Rec().StopReason, c.jr.Rec().Error = outcome, now.UTC(), stopReason, ""
-	c.jr.Unlock()
-	return now
 }
 
 // storedRecord is the turn's journal record as stored (a new one when it
 // has none, or it cannot be read), with the turn's identity filled in: for
 // an attempt that ends the turn before it has a record of its own.
-func (c *Completer) storedRecord(ctx context.Context) *record.TurnRecord {
+func (c *completer) storedRecord(ctx context.Context) *record.TurnRecord {
 	rec, err := c.w.Journal.Get(ctx, c.TaskID)
 	if err != nil {
 		rec = &record.TurnRecord{}
@@ -118,9 +71,9 @@ func (c *Completer) storedRecord(ctx context.Context) *record.TurnRecord {
 	return rec
 }
 
-// NoRetryLeft is outOfRetries for this attempt (with the worker's
+// noRetryLeft is outOfRetries for this attempt (with the worker's
 // IsFailure, ordering's too).
-func (c *Completer) NoRetryLeft(err error) bool {
+func (c *completer) noRetryLeft(err error) bool {
 	if c.w.IsFailure(err) {
 		return c.Retried+1 >= c.MaxRetry
 	}

@@ -9,15 +9,15 @@ import (
 	"github.com/lettaq/lettaq/queue/internal/record"
 )
 
-// EndCancelled ends the turn cancelled: the final event (error, permanent,
+// endCancelled ends the turn cancelled: the final event (error, permanent,
 // stop_reason cancelled, text what the agent had said), the journal
 // (outcome cancelled, record.TurnRecord.Cancel) and the task's result (outcome
 // cancelled): the task completes, never retried. A cancel is a normal
 // ending, not a failure (an archived task counts in Asynq's failed
 // metrics). The conversation is released with the journal's save.
-func (c *Completer) EndCancelled(ctx context.Context, log *slog.Logger, cr record.CancelRecord, phase, text string) error {
+func (c *completer) endCancelled(ctx context.Context, log *slog.Logger, cr record.CancelRecord, phase, text string) error {
 	c.cx.End()
-	dctx, cancel := c.w.DeliveryCtx(ctx)
+	dctx, cancel := c.w.deliveryCtx(ctx)
 	defer cancel()
 	cr.Phase = phase
 	c.jr.Lock()
@@ -52,19 +52,19 @@ func (c *Completer) EndCancelled(ctx context.Context, log *slog.Logger, cr recor
 		log.Warn("could not journal the cancelled turn", "error", err.Error())
 	}
 	log.Info("turn cancelled", "outcome", record.OutcomeCancelled, "phase", phase, "by", cr.By, "answer_bytes", len(text))
-	c.obs.AttemptFinished(c.Queue, "done", time.Since(c.Start))
+	c.obs.attemptFinished(c.Queue, "done", time.Since(c.Start))
 	c.w.turnCancelled(c.Queue, phase)
 	c.obs.TurnFinished(c.Queue, record.OutcomeCancelled, c.jr.Latency(now), c.jr.Rec().TTFT)
 	return nil
 }
 
-// CancelWaiting ends a cancelled turn that is not its chat's turn (its
+// cancelWaiting ends a cancelled turn that is not its chat's turn (its
 // attempt holds no lease and has no record yet): never sent, it leaves the
 // line with its final event and a journal record saying cancelled.
-func (c *Completer) CancelWaiting(ctx context.Context, nyt error) error {
+func (c *completer) cancelWaiting(ctx context.Context, nyt error) error {
 	w := c.w
 	c.line.WakeAfterDeadHeads(ctx, nyt)
-	dctx, cancel := w.DeliveryCtx(ctx)
+	dctx, cancel := w.deliveryCtx(ctx)
 	defer cancel()
 	cr := *c.cx.Asked()
 	cr.Phase = record.CancelPhaseWaiting
@@ -72,7 +72,7 @@ func (c *Completer) CancelWaiting(ctx context.Context, nyt error) error {
 	ev := record.ReplyEvent{Type: record.EventError, TaskID: c.TaskID, Otid: c.Otid, MessageID: c.Msg.MessageID,
 		StopReason: StopReasonCancelled, Permanent: true}
 	if _, err := w.Replies.EmitAnswerOnce(dctx, c.Msg.Conversation, ev); err != nil {
-		return c.RetryEarly(fmt.Errorf("write the cancelled event: %w", err))
+		return c.retryEarly(fmt.Errorf("write the cancelled event: %w", err))
 	}
 	rec := c.storedRecord(dctx)
 	now := time.Now().UTC()
@@ -88,9 +88,9 @@ func (c *Completer) CancelWaiting(ctx context.Context, nyt error) error {
 		c.RedisFailed()
 		c.log.Warn("could not take the cancelled turn out of its conversation's line", "error", err.Error())
 	}
-	c.WriteResult(record.OutcomeCancelled, "", nil)
+	c.writeResult(record.OutcomeCancelled, "", nil)
 	c.log.Info("turn cancelled", "outcome", record.OutcomeCancelled, "phase", record.CancelPhaseWaiting, "by", cr.By)
-	c.obs.AttemptFinished(c.Queue, "done", time.Since(c.Start))
+	c.obs.attemptFinished(c.Queue, "done", time.Since(c.Start))
 	w.turnCancelled(c.Queue, record.CancelPhaseWaiting)
 	c.obs.TurnFinished(c.Queue, record.OutcomeCancelled, c.jr.Latency(now), 0)
 	return nil // completed with the cancelled result: a normal ending, not a failure

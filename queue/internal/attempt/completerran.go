@@ -13,11 +13,11 @@ import (
 )
 
 // ran ends the attempt whose run at Letta decided: the record gets what
-// the run left, EndOf decides how the attempt ends, and the end is applied.
-func (c *Completer) ran(ctx context.Context, r *RunEnd) error {
+// the run left, endOf decides how the attempt ends, and the end is applied.
+func (c *completer) ran(ctx context.Context, r *runEnd) error {
 	w := c.w
 	d, snap := r.D, &r.Snap
-	dctx, cancel := w.DeliveryCtx(ctx)
+	dctx, cancel := w.deliveryCtx(ctx)
 	defer cancel()
 	now := time.Now()
 
@@ -40,7 +40,7 @@ func (c *Completer) ran(ctx context.Context, r *RunEnd) error {
 	for _, id := range []string{d.RunID, snap.RunID} {
 		if id != "" {
 			c.jr.Rec().RunID = id
-			c.ids.SetRunID(id)
+			c.ids.setRunID(id)
 			break
 		}
 	}
@@ -91,12 +91,12 @@ func (c *Completer) ran(ctx context.Context, r *RunEnd) error {
 		busyInARow++
 	}
 	c.jr.Unlock()
-	in := EndingInput{D: d, RunID: snap.RunID, Retried: c.Retried, MaxRetry: c.MaxRetry, BusyInARow: busyInARow,
+	in := endingInput{D: d, RunID: snap.RunID, Retried: c.Retried, MaxRetry: c.MaxRetry, BusyInARow: busyInARow,
 		StuckRetryDelay: w.Cfg.StuckRetryDelay, Cancelled: r.Cancel != nil, Cause: r.Cause}
-	e := EndOf(in)
+	e := endOf(in)
 	if e.Outcome == record.OutcomeCancelled {
 		r.Finish(false)
-		return c.EndCancelled(dctx, log, *r.Cancel, r.CancelPhase, snap.Answer)
+		return c.endCancelled(dctx, log, *r.Cancel, r.CancelPhase, snap.Answer)
 	}
 	r.Finish(e.Final == record.EventAnswer)
 	if d.Outcome == continuation.Refused && agentclient.RetryAfter(d.Err) > MaxServerRetryAfter {
@@ -122,7 +122,7 @@ func (c *Completer) ran(ctx context.Context, r *RunEnd) error {
 		}
 		ae, err := c.ap.Ask(dctx, log, calls)
 		if err != nil {
-			return c.retryLater(dctx, log, EndRetryOf(in, time.Second, "record the approval request: "+err.Error()))
+			return c.retryLater(dctx, log, endRetryOf(in, time.Second, "record the approval request: "+err.Error()))
 		}
 		return c.Deliver(dctx, log, e.Outcome, record.ReplyEvent{Type: record.EventApprovalRequired, Tool: tool,
 			StopReason: e.StopReason, Approval: ae}, snap.Answer, tool)
@@ -131,7 +131,7 @@ func (c *Completer) ran(ctx context.Context, r *RunEnd) error {
 		return c.Deliver(dctx, log, e.Outcome, record.ReplyEvent{Type: record.EventAnswer, Text: snap.Answer,
 			StopReason: e.StopReason}, snap.Answer, nil)
 
-	case e.Asynq == EndPutBack, d.Outcome == continuation.Busy:
+	case e.Asynq == endPutBack, d.Outcome == continuation.Busy:
 		return c.busy(dctx, e)
 
 	case e.GaveUp:
@@ -155,7 +155,7 @@ func (c *Completer) ran(ctx context.Context, r *RunEnd) error {
 		if d.Outcome == continuation.Rejected {
 			e.Reason = r.ImageNote + e.Reason
 		}
-		return c.Fail(dctx, log, e.Reason, e.StopReason)
+		return c.fail(dctx, log, e.Reason, e.StopReason)
 	}
 	return c.retryLater(dctx, log, e)
 }

@@ -13,9 +13,9 @@ import (
 // save they go with, when the worker made its Redis client from Asynq's
 // connection (so Asynq's task hash is on it); else the result is written
 // through Asynq now.
-func (c *Completer) resultOps(outcome, answer string, approval *record.ToolEvent) []store.Op {
+func (c *completer) resultOps(outcome, answer string, approval *record.ToolEvent) []store.Op {
 	if !c.w.Trips.ResultWithSave {
-		c.WriteResult(outcome, answer, approval)
+		c.writeResult(outcome, answer, approval)
 		return nil
 	}
 	b, err := c.resultJSON(outcome, answer, approval)
@@ -36,7 +36,7 @@ func (c *Completer) resultOps(outcome, answer string, approval *record.ToolEvent
 	})}
 }
 
-func (c *Completer) WriteResult(outcome, answer string, approval *record.ToolEvent) {
+func (c *completer) writeResult(outcome, answer string, approval *record.ToolEvent) {
 	b, err := c.resultJSON(outcome, answer, approval)
 	if err == nil {
 		_, err = c.Task.ResultWriter().Write(b)
@@ -47,7 +47,7 @@ func (c *Completer) WriteResult(outcome, answer string, approval *record.ToolEve
 	}
 }
 
-func (c *Completer) resultJSON(outcome, answer string, approval *record.ToolEvent) ([]byte, error) {
+func (c *completer) resultJSON(outcome, answer string, approval *record.ToolEvent) ([]byte, error) {
 	r := TurnResult{TaskID: c.TaskID, Otid: c.Otid, RunID: c.jr.Rec().RunID, Outcome: outcome, Answer: answer,
 		StopReason: c.jr.Rec().StopReason, Approval: approval, Usage: c.jr.Rec().Usage, Attempts: len(c.jr.Rec().Attempts),
 		QueueWaitMS: c.jr.Rec().QueueWait.Milliseconds(), TTFTMS: c.jr.Rec().TTFT.Milliseconds(),

@@ -8,19 +8,19 @@ import (
 )
 
 // retryLater ends the attempt and leaves the turn to the next one (e, from
-// EndOf: a retry, an interruption, or a retry given up for want of retries).
-func (c *Completer) retryLater(ctx context.Context, log *slog.Logger, e Ending) error {
+// endOf: a retry, an interruption, or a retry given up for want of retries).
+func (c *completer) retryLater(ctx context.Context, log *slog.Logger, e ending) error {
 	c.progress.End(ctx)
 	if e.GaveUp {
-		return c.Fail(ctx, log, fmt.Sprintf("gave up after %d attempts: %s", c.Retried+1, e.Reason), e.StopReason)
+		return c.fail(ctx, log, fmt.Sprintf("gave up after %d attempts: %s", c.Retried+1, e.Reason), e.StopReason)
 	}
-	var rerr error = &RetryAfterError{Delay: e.Delay, Reason: e.Reason, Err: e.Err}
-	if e.Asynq == EndInterrupted {
-		rerr = &InterruptedError{Reason: e.Reason, Err: e.Err}
+	var rerr error = &retryAfterError{Delay: e.Delay, Reason: e.Reason, Err: e.Err}
+	if e.Asynq == endInterrupted {
+		rerr = &interruptedError{Reason: e.Reason, Err: e.Err}
 	}
 	c.jr.Lock()
 	c.jr.Current().Outcome, c.jr.Current().Error = e.Outcome, e.Reason
-	if e.Asynq == EndRetry {
+	if e.Asynq == endRetry {
 		c.jr.Current().RetryIn = e.Delay
 	}
 	c.jr.Unlock()
@@ -31,26 +31,13 @@ func (c *Completer) retryLater(ctx context.Context, log *slog.Logger, e Ending) 
 		log.Warn("could not journal the attempt", "error", err.Error())
 	}
 	log.Info("turn attempt ends, retrying", "outcome", e.Outcome, "reason", e.Reason, "retry_in", e.Delay.String())
-	c.obs.AttemptFinished(c.Queue, "retry", time.Since(c.Start))
-	return rerr
-}
-
-// RetryEarly ends an attempt that failed before it could run (Redis
-// trouble, sequencer): Asynq retries with backoff.
-func (c *Completer) RetryEarly(err error) error {
-	c.RedisFailed()
-	rerr := fmt.Errorf("lettaq: turn %s: %w", c.TaskID, err)
-	if c.NoRetryLeft(rerr) {
-		return c.GiveUp("could not start: " + err.Error())
-	}
-	c.log.Warn("turn attempt could not start", "error", err.Error())
-	c.obs.AttemptFinished(c.Queue, "retry", time.Since(c.Start))
+	c.obs.attemptFinished(c.Queue, "retry", time.Since(c.Start))
 	return rerr
 }
 
 // busy ends an attempt refused because the thread is busy with another
 // run: the turn is put back (not a failure, not a resend).
-func (c *Completer) busy(ctx context.Context, e Ending) error {
+func (c *completer) busy(ctx context.Context, e ending) error {
 	c.progress.End(ctx)
 	if e.GaveUp {
 		return c.GiveUp(e.Reason)
@@ -72,6 +59,6 @@ func (c *Completer) busy(ctx context.Context, e Ending) error {
 		c.log.Warn("could not journal the attempt", "error", err.Error())
 	}
 	c.log.Info("the agent's thread is busy with another run; the turn waits", "reason", e.Reason, "retry_in", e.Delay.String())
-	c.obs.AttemptFinished(c.Queue, "busy", time.Since(c.Start))
-	return &BusyError{Delay: e.Delay, Reason: e.Reason, Err: e.Err}
+	c.obs.attemptFinished(c.Queue, "busy", time.Since(c.Start))
+	return &busyError{Delay: e.Delay, Reason: e.Reason, Err: e.Err}
 }

@@ -19,7 +19,7 @@ func refusalWait(retryAfter time.Duration) (delay time.Duration, note string) {
 // backoffDelay is the delay before the next attempt of a turn refused
 // without a Retry-After (a model rate limit, a refusal naming no delay): 2 s
 // doubling per retry already made (retried), up to MaxServerRetryAfter. (A
-// *RetryAfterError with no delay would be retried at once; Asynq keeps a
+// *retryAfterError with no delay would be retried at once; Asynq keeps a
 // retry's time in whole seconds, so 2 s is at least 1.)
 func backoffDelay(retried int) time.Duration {
 	d := 2 * time.Second

@@ -15,34 +15,34 @@ import (
 // (and of a run Letta cancelled).
 const StopReasonCancelled = "cancelled"
 
-// EndAction is what the handler tells Asynq when an attempt ends.
-type EndAction int
+// endAction is what the handler tells Asynq when an attempt ends.
+type endAction int
 
 const (
-	// EndDone: nil, the task completes (its result written).
-	EndDone EndAction = iota
-	// EndArchive: a permanent error (SkipRetry): Asynq archives the task.
-	EndArchive
-	// EndRetry: *RetryAfterError after Ending.Delay (at least RetryBackoff).
-	EndRetry
-	// EndInterrupted: *InterruptedError, retried at once.
-	EndInterrupted
-	// EndPutBack: *BusyError: put back without using a retry.
-	EndPutBack
+	// endDone: nil, the task completes (its result written).
+	endDone endAction = iota
+	// endArchive: a permanent error (SkipRetry): Asynq archives the task.
+	endArchive
+	// endRetry: *retryAfterError after ending.Delay (at least retryBackoff).
+	endRetry
+	// endInterrupted: *interruptedError, retried at once.
+	endInterrupted
+	// endPutBack: *busyError: put back without using a retry.
+	endPutBack
 )
 
 var endActionNames = [...]string{"done", "archive", "retry", "interrupted", "put back"}
 
-func (a EndAction) String() string { return endActionNames[a] }
+func (a endAction) String() string { return endActionNames[a] }
 
-// EndingInput is what decides how an attempt ends (EndOf): the
+// endingInput is what decides how an attempt ends (endOf): the
 // continuation's decision and the facts of the attempt it needs.
-type EndingInput struct {
+type endingInput struct {
 	D continuation.Result
 	// RunID is the run the stream named ("" none).
 	RunID string
 	// Retried and MaxRetry are the task's retries used and allowed
-	// (Asynq's; see Completer.NoRetryLeft).
+	// (Asynq's; see completer.noRetryLeft).
 	Retried, MaxRetry int
 	// BusyInARow counts the attempts before this one that ended busy, one
 	// after the other.
@@ -57,19 +57,19 @@ type EndingInput struct {
 	Cancelled bool
 }
 
-// Ending is how an attempt ends, decided by EndOf before anything is
+// ending is how an attempt ends, decided by endOf before anything is
 // written: the final event (none while the turn goes on), the journal's
-// outcome, and what Asynq is told. The attempt's completer applies it (Completer.ran).
-type Ending struct {
+// outcome, and what Asynq is told. The attempt's completer applies it (completer.ran).
+type ending struct {
 	// Final is the final event's type: record.EventAnswer, record.EventApprovalRequired,
 	// record.EventError (permanent), or "" for none.
 	Final record.EventType
 	// Outcome is the journal's outcome of the attempt (of the turn when
 	// Final is set).
 	Outcome string
-	Asynq   EndAction
-	// Delay is the retry's delay (EndRetry: never less than RetryBackoff)
-	// or the put-back's (EndPutBack). The attempt journals it.
+	Asynq   endAction
+	// Delay is the retry's delay (endRetry: never less than retryBackoff)
+	// or the put-back's (endPutBack). The attempt journals it.
 	Delay time.Duration
 	// Reason is why (the error event's text when Final is record.EventError).
 	Reason string
@@ -86,38 +86,38 @@ type Ending struct {
 	Err error
 }
 
-// EndOf maps a continuation decision to how the attempt ends: the error
+// endOf maps a continuation decision to how the attempt ends: the error
 // mapping table of the package documentation (doc.go), row by row
 // (TestEndOfTable). It writes nothing.
-func EndOf(in EndingInput) Ending {
+func endOf(in endingInput) ending {
 	d := in.D
 	if in.Cancelled && cancelEnds(d) {
 		// A cancel is a normal ending: the task completes with the cancelled result (not
 		// archived, which counts as a failure in Asynq's metrics and asynqmon).
-		return Ending{Final: record.EventError, Outcome: record.OutcomeCancelled, Asynq: EndDone, StopReason: StopReasonCancelled,
+		return ending{Final: record.EventError, Outcome: record.OutcomeCancelled, Asynq: endDone, StopReason: StopReasonCancelled,
 			Reason: "cancelled"}
 	}
 	switch d.Outcome {
 	case continuation.Completed:
 		if d.StopReason == "requires_approval" {
-			return Ending{Final: record.EventApprovalRequired, Outcome: record.OutcomeApprovalRequired, Asynq: EndDone, StopReason: d.StopReason}
+			return ending{Final: record.EventApprovalRequired, Outcome: record.OutcomeApprovalRequired, Asynq: endDone, StopReason: d.StopReason}
 		}
-		return Ending{Final: record.EventAnswer, Outcome: record.OutcomeAnswered, Asynq: EndDone, StopReason: d.StopReason}
+		return ending{Final: record.EventAnswer, Outcome: record.OutcomeAnswered, Asynq: endDone, StopReason: d.StopReason}
 
 	case continuation.Failed:
 		if d.Sends == 0 && d.RunID == "" && in.RunID == "" && d.Err != nil && !agentclient.IsProtocolError(d.Err) {
 			// Nothing was sent (the intent could not be journaled): retry.
-			return EndRetryOf(in, 0, d.Reason)
+			return endRetryOf(in, 0, d.Reason)
 		}
 		return endFail(d.Reason, d.StopReason)
 
 	case continuation.Rejected:
-		var e Ending
+		var e ending
 		if d.Retryable {
 			// A 409 with Retry-After, the chat's conversation not resolved
 			// (Letta unreachable): the server's delay or the backoff,
 			// whichever is longer.
-			e = EndRetryOf(in, agentclient.RetryAfter(d.Err), d.Reason)
+			e = endRetryOf(in, agentclient.RetryAfter(d.Err), d.Reason)
 		} else {
 			e = endFail(d.Reason, "")
 		}
@@ -136,7 +136,7 @@ func EndOf(in EndingInput) Ending {
 		}
 		// The history or the run could not be read (Letta unreachable):
 		// a transient failure, backed off.
-		return EndRetryOf(in, in.StuckRetryDelay, d.Reason)
+		return endRetryOf(in, in.StuckRetryDelay, d.Reason)
 
 	case continuation.NotAdmitted:
 		if d.Resend == continuation.ResendForbidden {
@@ -144,9 +144,9 @@ func EndOf(in EndingInput) Ending {
 		}
 		if d.BackOff {
 			// The model is rate limited: not sent again at once.
-			return EndRetryOf(in, backoffDelay(in.Retried), d.Reason)
+			return endRetryOf(in, backoffDelay(in.Retried), d.Reason)
 		}
-		return EndRetryOf(in, 0, d.Reason)
+		return endRetryOf(in, 0, d.Reason)
 
 	case continuation.Refused:
 		// The server refused the send saying it stored nothing (a deploy's
@@ -160,18 +160,18 @@ func EndOf(in EndingInput) Ending {
 		if note != "" {
 			reason += "; " + note
 		}
-		e := EndRetryOf(in, delay, reason)
+		e := endRetryOf(in, delay, reason)
 		e.Refusal = true
 		return e
 
 	case continuation.Busy:
 		reason := "the agent's thread was busy with another run: " + d.Reason
-		if outOfRetries(&BusyError{}, in.Retried, in.MaxRetry) {
+		if outOfRetries(&busyError{}, in.Retried, in.MaxRetry) {
 			e := endFail(reason, "")
 			e.GaveUp = true
 			return e
 		}
-		return Ending{Outcome: record.OutcomeBusy, Asynq: EndPutBack, Reason: d.Reason, Err: d.Err,
+		return ending{Outcome: record.OutcomeBusy, Asynq: endPutBack, Reason: d.Reason, Err: d.Err,
 			Delay: busyRetry(agentclient.RetryAfter(d.Err), in.BusyInARow+1), Refusal: true}
 
 	case continuation.Interrupted:
@@ -184,7 +184,7 @@ func EndOf(in EndingInput) Ending {
 		}
 		return endRetryAt(in, -1, "interrupted: "+d.Reason+": "+cause.Error())
 	}
-	return EndRetryOf(in, 0, "unexpected outcome "+d.Outcome.String()+": "+d.Reason)
+	return endRetryOf(in, 0, "unexpected outcome "+d.Outcome.String()+": "+d.Reason)
 }
 
 // FinalOutcome reports whether o ends the turn with its final event.
@@ -209,26 +209,26 @@ func cancelEnds(d continuation.Result) bool {
 }
 
 // endFail ends the turn with a permanent error.
-func endFail(reason, stop string) Ending {
-	return Ending{Final: record.EventError, Outcome: record.OutcomeFailed, Asynq: EndArchive, Reason: reason, StopReason: stop}
+func endFail(reason, stop string) ending {
+	return ending{Final: record.EventError, Outcome: record.OutcomeFailed, Asynq: endArchive, Reason: reason, StopReason: stop}
 }
 
-// EndRetryOf leaves the turn to the next attempt after a transient
+// endRetryOf leaves the turn to the next attempt after a transient
 // failure: after delay (what the server asked for, or the path's own), but
-// never sooner than RetryBackoff; or gives up when the attempt has no retry
+// never sooner than retryBackoff; or gives up when the attempt has no retry
 // left.
-func EndRetryOf(in EndingInput, delay time.Duration, reason string) Ending {
-	return endRetryAt(in, max(delay, RetryBackoff(in.Retried)), reason)
+func endRetryOf(in endingInput, delay time.Duration, reason string) ending {
+	return endRetryAt(in, max(delay, retryBackoff(in.Retried)), reason)
 }
 
-// endRetryAt is EndRetryOf with delay as it is (delay < 0: an
+// endRetryAt is endRetryOf with delay as it is (delay < 0: an
 // interruption): for the attempts that end without a failure to back off
 // from.
-func endRetryAt(in EndingInput, delay time.Duration, reason string) Ending {
-	e := Ending{Outcome: record.OutcomeRetrying, Asynq: EndRetry, Delay: delay, Reason: reason, Err: in.D.Err}
-	var err error = &RetryAfterError{Delay: delay, Reason: reason, Err: in.D.Err}
+func endRetryAt(in endingInput, delay time.Duration, reason string) ending {
+	e := ending{Outcome: record.OutcomeRetrying, Asynq: endRetry, Delay: delay, Reason: reason, Err: in.D.Err}
+	var err error = &retryAfterError{Delay: delay, Reason: reason, Err: in.D.Err}
 	if delay < 0 {
-		e.Asynq, e.Delay = EndInterrupted, 0
+		e.Asynq, e.Delay = endInterrupted, 0
 		e.Err = in.Cause
 		if e.Err == nil {
 			e.Err = in.D.Err
@@ -236,7 +236,7 @@ func endRetryAt(in EndingInput, delay time.Duration, reason string) Ending {
 		if e.Err == nil {
 			e.Err = context.Canceled
 		}
-		err = &InterruptedError{Reason: reason, Err: e.Err}
+		err = &interruptedError{Reason: reason, Err: e.Err}
 	}
 	switch in.D.Outcome {
 	case continuation.StillRunning:
@@ -269,13 +269,13 @@ func outOfRetries(err error, retried, maxRetry int) bool {
 	return retried >= maxRetry
 }
 
-// ThreadUnresolved is the decision of an attempt whose thread could not be
-// resolved (LettaRun.resolveThread): a permanent Letta refusal (unknown
+// threadUnresolved is the decision of an attempt whose thread could not be
+// resolved (lettaRun.resolveThread): a permanent Letta refusal (unknown
 // agent) fails the turn; the attempt's own end (its context) interrupts
 // it; the rest (Letta unreachable, a 5xx, the resolution's own time limit
 // with Letta not answering) is a transient failure, retried after the
 // backoff.
-func ThreadUnresolved(ctx context.Context, err error) continuation.Result {
+func threadUnresolved(ctx context.Context, err error) continuation.Result {
 	reason := "could not resolve the agent's Letta conversation: " + err.Error()
 	if ctx.Err() != nil || errors.Is(err, context.Canceled) {
 		return continuation.Result{Outcome: continuation.Interrupted, Err: err, Reason: reason}

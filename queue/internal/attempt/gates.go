@@ -42,7 +42,7 @@ func (t *Pipeline) acquire(ctx context.Context) (err error, done bool) {
 		if derr := t.Progress.Do(ctx, nil, op); derr != nil {
 			// Not run, or not waited for (ctx ended): a lock it took
 			// goes to this task's next attempt (the lock knows the task).
-			return t.End.RetryEarly(fmt.Errorf("ordering: acquire: %w", derr)), true
+			return t.End.retryEarly(fmt.Errorf("ordering: acquire: %w", derr)), true
 		}
 		if pre != nil {
 			// The cancel record, read after the acquire whatever it
@@ -67,25 +67,25 @@ func (t *Pipeline) acquire(ctx context.Context) (err error, done bool) {
 	case err == nil:
 		return nil, false
 	case errors.As(err, &me):
-		return t.End.Coalesced(ctx, me.Into), true
+		return t.End.coalesced(ctx, me.Into), true
 	case errors.Is(err, ordering.ErrDone):
 		t.Logger.Info("turn already finished (duplicate delivery)")
 		return nil, true
 	case ordering.IsNotYourTurn(err) && t.Cx.Asked() != nil:
-		return t.End.CancelWaiting(ctx, err), true
+		return t.End.cancelWaiting(ctx, err), true
 	case ordering.IsNotYourTurn(err):
 		t.Line.WakeAfterDeadHeads(ctx, err)
-		if perr := (Waiting{Completer: t.End}).ParkNotYourTurn(ctx, err); perr != nil {
+		if perr := t.Waiting().parkNotYourTurn(ctx, err); perr != nil {
 			return perr, true // parked: it waits, woken by the turn ahead
 		}
 		// Put back: not a failure, no retry used (ordering.IsFailure),
 		// unless the task has none left (after a crash: see outOfRetries).
-		if t.End.NoRetryLeft(err) {
+		if t.End.noRetryLeft(err) {
 			return t.End.GiveUp("its turn did not come: " + err.Error()), true
 		}
 		return err, true
 	}
-	return t.End.RetryEarly(fmt.Errorf("ordering: %w", err)), true
+	return t.End.retryEarly(fmt.Errorf("ordering: %w", err)), true
 }
 
 // approvalGate applies the approval gate (approval.Turn.Gate): an answer
@@ -100,11 +100,11 @@ func (t *Pipeline) approvalGate(ctx context.Context) (answers []agentclient.Appr
 	}
 	switch {
 	case g.Err != nil:
-		return nil, t.End.RetryEarly(g.Err), true
+		return nil, t.End.retryEarly(g.Err), true
 	case g.Fail != "":
-		return nil, t.End.Fail(ctx, log, g.Fail, ""), true
+		return nil, t.End.fail(ctx, log, g.Fail, ""), true
 	case g.Wait:
-		return nil, Waiting{Completer: t.End}.AwaitApproval(ctx, log, g.Open), true
+		return nil, t.Waiting().awaitApproval(ctx, log, g.Open), true
 	}
 	return g.Answers, nil, false
 }

@@ -28,9 +28,9 @@ import (
 // the Go runtime only halves a goroutine's stack (at a GC) when less than
 // a quarter of it is in use. So the turn's first stream returns while it
 // has nothing to read (continuation.Runner.Run returns pending): everything
-// down to it returns ErrPending, and the goroutine waits here, right under
+// down to it returns errPending, and the goroutine waits here, right under
 // the handler, then resumes the turn's run. What must live across the wait
-// is in the turn and its run (LettaRun). integration/bench prints what a
+// is in the turn and its run (lettaRun). integration/bench prints what a
 // thinking turn holds ("one in-flight turn holds", "stacks per in-flight
 // turn").
 func (w *Parts) Process(ctx context.Context, task *asynq.Task, cancel context.CancelCauseFunc) error {
@@ -55,8 +55,8 @@ func (w *Parts) Process(ctx context.Context, task *asynq.Task, cancel context.Ca
 	} else {
 		err = t.runOrdered(ctx)
 	}
-	for err == ErrPending {
-		if err = t.LettaRun.Resume(ctx); err != ErrPending && w.OrderKey != nil {
+	for err == errPending {
+		if err = t.LettaRun.resume(ctx); err != errPending && w.OrderKey != nil {
 			t.afterRun(ctx, err) // (runOrdered's, for a run that waited)
 		}
 	}
@@ -92,14 +92,14 @@ func (w *Parts) newTurn(ctx context.Context, task *asynq.Task) (*Pipeline, error
 	}
 	ids := &IDs{TaskID: taskID, Otid: inbound.OtidFor(msg, taskID)}
 	t := &Pipeline{W: w, ID: ID{Task: task, TaskID: taskID, Queue: qname, Msg: msg, Otid: ids.Otid,
-		Retried: retried, MaxRetry: maxRetry, Start: start}, IDs: ids, Logger: NewLogger(w.Log, ids),
+		Retried: retried, MaxRetry: maxRetry, Start: start}, IDs: ids, Logger: newLogger(w.Log, ids),
 		Rn: fence.Runner{ID: runner, Retried: asynqRetried, From: from}}
 	t.Actx = ctx
-	t.RecordWriter = NewRecordWriter(w.Journal, w.Trips.OneRedis, &t.Rn, t.Logger, ctx)
-	t.Tk = NewRegistration(t)
+	t.recordWriter = newRecordWriter(w.Journal, w.Trips.OneRedis, &t.Rn, t.Logger, ctx)
+	t.Tk = newRegistration(t)
 	t.Obs.Observer = w.Obs
 	t.Jr = journal.NewAttempt(w.Stores.Saver)
-	t.TextBudget.Set(int64(w.Cfg.MaxReplyBytes), t.Logger, t.Jr)
+	t.TextBudget.set(int64(w.Cfg.MaxReplyBytes), t.Logger, t.Jr)
 	t.Progress = w.Writer.NewQueue(msg.Conversation, t.WriteFailed, t.Logger)
 	key := ""
 	if w.OrderKey != nil {
@@ -107,24 +107,24 @@ func (w *Parts) newTurn(ctx context.Context, task *asynq.Task) (*Pipeline, error
 	}
 	t.Line = w.Lines.Place(line.Attempt{Key: key, TaskID: taskID, Queue: qname, Runner: runner, Task: task, Log: t.Logger, Failed: t.RedisFailed})
 	t.Ap = newApprovalTurn(t)
-	Assemble(t)
+	assemble(t)
 	return t, nil
 }
 
-// Assemble gives the attempt's record writer its record and progress queue,
+// assemble gives the attempt's record writer its record and progress queue,
 // and makes its completer from the parts the attempt holds (newTurn, once
 // they are made).
-func Assemble(t *Pipeline) {
-	if t.RecordWriter == nil {
-		t.RecordWriter = NewRecordWriter(t.W.Journal, t.W.Trips.OneRedis, &t.Rn, t.Logger, t.Actx)
+func assemble(t *Pipeline) {
+	if t.recordWriter == nil {
+		t.recordWriter = newRecordWriter(t.W.Journal, t.W.Trips.OneRedis, &t.Rn, t.Logger, t.Actx)
 	}
-	t.RecordWriter.Use(t.Jr, t.Progress)
-	t.End = NewCompleter(t.W, t.ID, t.RecordWriter, &t.Obs, t.IDs, t.Line, &t.Ap, &t.Cx, t.Tk)
+	t.recordWriter.use(t.Jr, t.Progress)
+	t.End = newCompleter(t.W, t.ID, t.recordWriter, &t.Obs, t.IDs, t.Line, &t.Ap, &t.Cx, t.Tk)
 }
 
 // rejectPayload archives a task whose payload is unusable.
 func (w *Parts) rejectPayload(ctx context.Context, taskID, qname string, msg inbound.Message, perr error, start time.Time) error {
-	dctx, cancel := w.DeliveryCtx(ctx)
+	dctx, cancel := w.deliveryCtx(ctx)
 	defer cancel()
 	w.Log.Warn("invalid turn payload, archiving", "task_id", taskID, "error", perr.Error())
 	if msg.Conversation.Validate() == nil {
@@ -141,15 +141,15 @@ func (w *Parts) rejectPayload(ctx context.Context, taskID, qname string, msg inb
 	if err := w.Journal.Save(dctx, rec); err != nil {
 		w.Log.Warn("could not journal the invalid payload", "task_id", taskID, "error", err.Error())
 	}
-	// No attempt started (see Observed): the turn ends.
+	// No attempt started (see observed): the turn ends.
 	w.Obs.TurnFinished(qname, record.OutcomeFailed, 0, 0)
 	return fmt.Errorf("%w: %w", perr, asynq.SkipRetry)
 }
 
-// NewRegistration is the attempt's registration in its worker's registry
+// newRegistration is the attempt's registration in its worker's registry
 // (not registered yet: prepare registers it once its start read numbered
 // the runner).
-func NewRegistration(t *Pipeline) *takeover.Registration {
+func newRegistration(t *Pipeline) *takeover.Registration {
 	return t.W.Takeover.Attempt(takeover.Attempt{TaskID: t.TaskID, Queue: t.Queue, Runner: &t.Rn, Log: t.Logger,
 		Obs: &t.Obs, Start: t.Start, Ctx: t.Actx})
 }

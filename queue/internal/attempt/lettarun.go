@@ -20,7 +20,7 @@ import (
 	"github.com/lettaq/lettaq/queue/internal/takeover"
 )
 
-// LettaRun is an attempt's run at Letta: its work context (the room
+// lettaRun is an attempt's run at Letta: its work context (the room
 // delivery needs before Asynq's deadline, ended by the lease's loss), its
 // Letta conversation, the checks before each send (fenced, cancelled, the
 // intent to send journaled), the stream's state, what the chat is told
@@ -31,10 +31,10 @@ import (
 // must live while the stream waits for the agent lives here, on the heap,
 // not in a frame: the goroutine waits right under the handler (see
 // Parts.Process), and Resume goes on from this state.
-type LettaRun struct {
-	RunParts
+type lettaRun struct {
+	runParts
 
-	thread RunThread // the thread key as the start read it (until resolved)
+	thread runThread // the thread key as the start read it (until resolved)
 	spec   continuation.Turn
 	hooks  continuation.Hooks
 	dec    continuation.Result
@@ -46,18 +46,18 @@ type LettaRun struct {
 	view    live.Stream // the chat's view of the run: phases, answer text, tool calls
 }
 
-// ErrPending: the run's stream waits for the agent (see Parts.Process); the
+// errPending: the run's stream waits for the agent (see Parts.Process); the
 // run goes on with Resume.
-var ErrPending = errors.New("lettaq: the turn waits for the agent")
+var errPending = errors.New("lettaq: the turn waits for the agent")
 
-// RunParts is what a run is given when it is made: the worker's parts it
+// runParts is what a run is given when it is made: the worker's parts it
 // uses and the attempt's parts it shares (its record's saves and its
 // completer among them).
-type RunParts struct {
+type runParts struct {
 	Runner   *continuation.Runner
 	Cfg      *Config // its Budget, HeartbeatInterval, DeltaMaxAge, WorkerID
 	Threads  *Threads
-	Journal  Intents
+	Journal  intents
 	Replies  *store.Replies
 	OneRedis bool // the journal is on the replies' Redis: the intent goes with the attempt's queued writes
 
@@ -71,23 +71,23 @@ type RunParts struct {
 	Cx       *cancel.Turn
 	Ca       cancel.Attempt // the attempt as its cancel's checks see it
 	Progress *progress.Queue
-	Rec      *RecordWriter // the attempt's record saves: now (Save) or queued (SaveLater)
-	End      *Completer    // applies how the attempt ends, given what the run left (ran)
+	Rec      *recordWriter // the attempt's record saves: now (Save) or queued (saveLater)
+	End      *completer    // applies how the attempt ends, given what the run left (ran)
 }
 
-// RunThread is the chat's thread key as the attempt's start read it
+// runThread is the chat's thread key as the attempt's start read it
 // (store.StartReads.ThreadRead): known, the conversation id it held; read,
 // whether it was read.
-type RunThread struct {
+type runThread struct {
 	Known string
 	Read  bool
 }
 
-// NewLettaRun makes the run of spec on thread: its stream state (with the
+// newLettaRun makes the run of spec on thread: its stream state (with the
 // run id the journal has) and its live view, started with out (the
 // attempt's progress events, which the run gives the run id).
-func NewLettaRun(p RunParts, spec continuation.Turn, thread RunThread, runID string, out func(record.ReplyEvent, bool)) *LettaRun {
-	r := &LettaRun{RunParts: p, thread: thread, spec: spec}
+func newLettaRun(p runParts, spec continuation.Turn, thread runThread, runID string, out func(record.ReplyEvent, bool)) *lettaRun {
+	r := &lettaRun{runParts: p, thread: thread, spec: spec}
 	r.st = agentclient.NewStreamState()
 	r.st.SetRunID(runID)
 	r.view.Start(spec.Started, p.Cfg.HeartbeatInterval, p.Cfg.DeltaMaxAge, func(ev record.ReplyEvent, lazy bool) {
@@ -103,13 +103,13 @@ func NewLettaRun(p RunParts, spec continuation.Turn, thread RunThread, runID str
 	return r
 }
 
-// Execute resolves the run's Letta conversation, then runs it. ctx is the
+// execute resolves the run's Letta conversation, then runs it. ctx is the
 // attempt's context (Asynq's); with ordering, workContext ends the run
 // when the lease is lost.
-func (r *LettaRun) Execute(ctx context.Context) error {
+func (r *lettaRun) execute(ctx context.Context) error {
 	wctx, cancel := r.workContext(ctx)
 	convID, err := r.resolveThread(wctx)
-	r.thread = RunThread{} // resolved: not kept while the turn waits
+	r.thread = runThread{} // resolved: not kept while the turn waits
 	if err != nil {
 		r.view.StopHeartbeat()
 		err = r.threadFailed(ctx, err)
@@ -122,18 +122,18 @@ func (r *LettaRun) Execute(ctx context.Context) error {
 	return r.step(ctx)
 }
 
-// Resume waits for the stream that waits for the agent, then goes on:
-// ErrPending again when it waits again.
-func (r *LettaRun) Resume(ctx context.Context) error {
+// resume waits for the stream that waits for the agent, then goes on:
+// errPending again when it waits again.
+func (r *lettaRun) resume(ctx context.Context) error {
 	r.st.Wait()
 	return r.step(ctx)
 }
 
 // step runs the turn at Letta until its stream waits for the agent
-// (ErrPending) or the run is decided, then ends the
-func (r *LettaRun) step(ctx context.Context) error {
+// (errPending) or the run is decided, then ends the
+func (r *lettaRun) step(ctx context.Context) error {
 	if r.Runner.Run(r.wctx, &r.spec, r.st, &r.hooks, &r.dec) {
-		return ErrPending
+		return errPending
 	}
 	defer r.wcancel()
 	r.wctx = nil
@@ -143,22 +143,22 @@ func (r *LettaRun) step(ctx context.Context) error {
 
 // decided ends the attempt with the run's decision (its copy lives in this
 // frame, not in step's).
-func (r *LettaRun) decided(ctx context.Context) error { return r.finish(ctx, r.dec) }
+func (r *lettaRun) decided(ctx context.Context) error { return r.finish(ctx, r.dec) }
 
 // threadFailed ends the attempt whose thread could not be resolved (see
-// ThreadUnresolved; the decision lives in this frame, not in Execute's).
-func (r *LettaRun) threadFailed(ctx context.Context, err error) error {
-	return r.finish(ctx, ThreadUnresolved(ctx, err))
+// threadUnresolved; the decision lives in this frame, not in execute's).
+func (r *lettaRun) threadFailed(ctx context.Context, err error) error {
+	return r.finish(ctx, threadUnresolved(ctx, err))
 }
 
 // finish ends the attempt with the run's decision d: what the run leaves
-// (RunEnd) goes to the attempt's completer, which decides how the attempt
-// ends (EndOf) and applies it.
-func (r *LettaRun) finish(ctx context.Context, d continuation.Result) error {
+// (runEnd) goes to the attempt's completer, which decides how the attempt
+// ends (endOf) and applies it.
+func (r *lettaRun) finish(ctx context.Context, d continuation.Result) error {
 	if r.Tk.TakenOver(ctx) {
 		return r.Tk.EndTakenOver() // fenced: another worker continues the turn
 	}
-	e := RunEnd{D: d, Snap: r.st.Snapshot(), Tools: r.view.Tools(), FirstToken: r.view.FirstToken(), Finish: r.view.Finish}
+	e := runEnd{D: d, Snap: r.st.Snapshot(), Tools: r.view.Tools(), FirstToken: r.view.FirstToken(), Finish: r.view.Finish}
 	e.Cancel, e.CancelPhase = r.Cx.Decided(d, r.view.Activity())
 	if d.Outcome == continuation.Interrupted {
 		e.Cause = r.leaseCause(ctx)
@@ -172,7 +172,7 @@ func (r *LettaRun) finish(ctx context.Context, d continuation.Result) error {
 // workContext is ctx less the room that delivery needs before Asynq's
 // deadline, and, with ordering, cancelled when the turn's lease is lost
 // (leaseCause then names the loss).
-func (r *LettaRun) workContext(ctx context.Context) (context.Context, context.CancelFunc) {
+func (r *lettaRun) workContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	dl, ok := ctx.Deadline()
 	if !ok && r.Line.Lease() == nil {
 		return ctx, func() {}
@@ -198,7 +198,7 @@ func (r *LettaRun) workContext(ctx context.Context) (context.Context, context.Ca
 // leaseCause is why ctx (an attempt's context) ended: its cause, or
 // ordering.ErrLeaseLost when the turn's lease was lost (the work context
 // is cancelled then, not ctx: see workContext); nil while neither.
-func (r *LettaRun) leaseCause(ctx context.Context) error {
+func (r *lettaRun) leaseCause(ctx context.Context) error {
 	if cause := context.Cause(ctx); cause != nil {
 		return cause
 	}
@@ -212,14 +212,14 @@ func (r *LettaRun) leaseCause(ctx context.Context) error {
 // attempt journaled (a turn stays on the thread it was sent to), else the
 // one the mode gives. It journals the choice with the intent to send, at
 // the latest.
-func (r *LettaRun) resolveThread(ctx context.Context) (string, error) {
+func (r *lettaRun) resolveThread(ctx context.Context) (string, error) {
 	r.Jr.Lock()
 	prev, mode := r.Jr.Rec().LettaConversationID, r.Jr.Rec().ThreadMode
 	r.Jr.Unlock()
 	if mode != "" && (prev != "" || ThreadMode(mode) == ThreadAgent) && r.Msg.LettaConversationID == "" {
 		return prev, nil
 	}
-	id, ok := r.Threads.Local(*r.Msg, r.thread.Known)
+	id, ok := r.Threads.local(*r.Msg, r.thread.Known)
 	if !ok {
 		var err error
 		if id, err = r.resolveRemote(ctx); err != nil {
@@ -236,26 +236,26 @@ func (r *LettaRun) resolveThread(ctx context.Context) (string, error) {
 	// Journaled before the send (the queued save goes with the intent at
 	// the latest): a retry looks for the otid in this thread, whatever the
 	// mode is by then.
-	r.Rec.SaveLater()
+	r.Rec.saveLater()
 	return id, nil
 }
 
 // resolveRemote is resolveThread's call to Redis and Letta, bounded by the
 // budget's phase for it (made only then: the usual turn needs no timer).
-func (r *LettaRun) resolveRemote(ctx context.Context) (string, error) {
+func (r *lettaRun) resolveRemote(ctx context.Context) (string, error) {
 	rctx, cancel := context.WithTimeout(ctx, r.Cfg.Budget.ThreadResolution()) // a phase of the task timeout
 	defer cancel()
 	var keep func(store.Op)
 	if r.OneRedis { // the thread key is on the replies' client, the writer's
 		keep = r.Progress.PushOp
 	}
-	return r.Threads.ResolveKnown(rctx, *r.Msg, r.thread.Known, r.thread.Read, keep)
+	return r.Threads.resolveKnown(rctx, *r.Msg, r.thread.Known, r.thread.Read, keep)
 }
 
 // beforeSend is the check before every send: the attempt is not fenced,
 // the turn not cancelled, and its intent to send is journaled (with no
 // other attempt's intent since this one looked).
-func (r *LettaRun) beforeSend(ctx context.Context, resend bool) error {
+func (r *lettaRun) beforeSend(ctx context.Context, resend bool) error {
 	if r.Tk.TakenOver(ctx) {
 		return takeover.ErrTakenOver // fenced: another worker continues the turn
 	}
@@ -305,26 +305,26 @@ func (r *LettaRun) beforeSend(ctx context.Context, resend bool) error {
 
 // saveRunID journals the run id the first time it is known, so that a
 // crash from here on still leaves it for the next
-func (r *LettaRun) saveRunID() {
+func (r *lettaRun) saveRunID() {
 	id := r.st.RunID()
-	if id == "" || id == r.IDs.RunIDNow() {
+	if id == "" || id == r.IDs.runIDNow() {
 		return
 	}
-	r.IDs.SetRunID(id)
+	r.IDs.setRunID(id)
 	r.Jr.Lock()
 	r.Jr.Rec().RunID = id
 	r.Jr.Unlock()
-	r.Rec.SaveLater() // off the stream's reader, with the next progress events
+	r.Rec.saveLater() // off the stream's reader, with the next progress events
 	r.Cx.RunKnown(r.Ca, r.Log)
 }
 
-func (r *LettaRun) onPhase(p continuation.Activity) {
+func (r *lettaRun) onPhase(p continuation.Activity) {
 	r.view.OnActivity(p)
 	switch p {
 	case continuation.ActivityRecovering, continuation.ActivityContinuing, continuation.ActivityResending:
 		// Journal the way the attempt took (and the run id, once known), so
 		// that a crash from here on leaves both.
-		if id := r.st.RunID(); id != "" && id != r.IDs.RunIDNow() {
+		if id := r.st.RunID(); id != "" && id != r.IDs.runIDNow() {
 			r.saveRunID()
 			return
 		}
@@ -336,14 +336,14 @@ func (r *LettaRun) onPhase(p continuation.Activity) {
 	}
 }
 
-func (r *LettaRun) onEvent(ev agentclient.Event) {
+func (r *lettaRun) onEvent(ev agentclient.Event) {
 	r.saveRunID()
 	r.view.OnEvent(ev, r.st)
 }
 
 // imageRejected: a 400 refusing a message with images is the server
 // failing to fetch one; the error names the URLs.
-func (r *LettaRun) imageRejected(d continuation.Result, reason string) string {
+func (r *lettaRun) imageRejected(d continuation.Result, reason string) string {
 	if len(r.Msg.Images) == 0 || agentclient.StatusCode(d.Err) != 400 {
 		return reason
 	}

@@ -37,14 +37,14 @@ type Observer interface {
 	TurnFinished(queue, outcome string, latency, ttft time.Duration)
 }
 
-// Observed is the Observer as one attempt tells it: TaskStarted once,
+// observed is the Observer as one attempt tells it: TaskStarted once,
 // and AttemptFinished only after it, once. A look at a turn that ends
 // before its attempt starts (a start whose reads failed, a turn that waits
 // for its line or was merged into another: none leaves an attempt in the
 // journal either) is told neither, so that an observer counting attempts in
 // flight (started less finished) never counts one that did not start, nor
 // one twice. TurnFinished and the rest pass through.
-type Observed struct {
+type observed struct {
 	Observer
 	state atomic.Uint32 // attemptNew, attemptRunning, attemptEnded
 }
@@ -55,13 +55,13 @@ const (
 	attemptEnded
 )
 
-func (o *Observed) TaskStarted(queue string, attempt int, queueWait time.Duration) {
+func (o *observed) TaskStarted(queue string, attempt int, queueWait time.Duration) {
 	if o.state.CompareAndSwap(attemptNew, attemptRunning) {
 		o.Observer.TaskStarted(queue, attempt, queueWait)
 	}
 }
 
-func (o *Observed) AttemptFinished(queue, result string, d time.Duration) {
+func (o *observed) attemptFinished(queue, result string, d time.Duration) {
 	if o.state.CompareAndSwap(attemptRunning, attemptEnded) {
 		o.Observer.AttemptFinished(queue, result, d)
 	}

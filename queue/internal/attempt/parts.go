@@ -28,8 +28,8 @@ type Parts struct {
 	Cfg      Config
 	Log      *slog.Logger // the worker's
 	Obs      Observer
-	Replies  ReplyWriter
-	Journal  JournalWriter
+	Replies  replyWriter
+	Journal  journalWriter
 	Stores   Stores           // under the reply streams and the journal
 	Writer   *progress.Writer // the turns' progress events and queued writes
 	Runner   *continuation.Runner
@@ -62,9 +62,9 @@ type Config struct {
 	MaxReplyBytes     int           // the progress text one attempt writes
 }
 
-// ReplyWriter is the reply streams as an attempt's end writes them
+// replyWriter is the reply streams as an attempt's end writes them
 // (queue.Replies).
-type ReplyWriter interface {
+type replyWriter interface {
 	// EmitAnswerOnce writes a turn's final event once per turn.
 	EmitAnswerOnce(ctx context.Context, c record.Conversation, ev record.ReplyEvent) (emitted bool, err error)
 	// Answered reports whether the turn's final event was written.
@@ -85,5 +85,5 @@ type CancelObserver interface {
 // startStores are the stores an attempt's start reads (startRead).
 func (w *Parts) startStores() store.StartStores {
 	return store.StartStores{Journal: w.Stores.Journal, Replies: w.Stores.Replies,
-		Approvals: w.Approvals.Store().Redis(), Threads: w.Threads.Store()}
+		Approvals: w.Approvals.Store().Redis(), Threads: w.Threads.store()}
 }

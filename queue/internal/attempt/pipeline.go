@@ -20,25 +20,25 @@ func (t *Pipeline) detached() context.Context { return context.WithoutCancel(t.A
 
 // Pipeline is one attempt of one turn, as the steps it goes through: its
 // start (the reads, the gates: its line, an open approval, a cancel, the
-// takeover fence), its run at Letta (LettaRun) and its end (Completer).
+// takeover fence), its run at Letta (lettaRun) and its end (completer).
 type Pipeline struct {
 	ID
-	*RecordWriter            // its record's saves (Save, SaveLater) and its Redis failures (RedisFailed)
-	End           *Completer // applies how the attempt ends
+	*recordWriter            // its record's saves (Save, saveLater) and its Redis failures (RedisFailed)
+	End           *completer // applies how the attempt ends
 	W             *Parts
 	Logger        *slog.Logger // every line carries task_id, otid and the run_id known then
-	Obs           Observed     // the worker's Observer, as this attempt tells it
+	Obs           observed     // the worker's Observer, as this attempt tells it
 	IDs           *IDs
 	Progress      *progress.Queue // progress events, written off the stream's reader
 
 	Line       *line.Place // its place in its chat's line: the lease, the release, merged messages, the park
-	TextBudget ReplyBudget // the progress text it may write to the reply stream
+	TextBudget replyBudget // the progress text it may write to the reply stream
 
 	Pre *store.StartReads // read before the attempt runs (until it makes its run)
 	Cx  cancel.Turn       // its cancel, if one is asked for (views.go)
 	Ap  approval.Turn     // its approvals: the gate, an answer turn's request (gates.go, views.go)
 
-	LettaRun *LettaRun // its run at Letta, once prepared (kept here, not in a frame: see Parts.Process)
+	LettaRun *lettaRun // its run at Letta, once prepared (kept here, not in a frame: see Parts.Process)
 
 	Actx context.Context // the attempt's context (Asynq's): see detached
 

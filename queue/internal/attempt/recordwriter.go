@@ -13,46 +13,46 @@ import (
 	"github.com/lettaq/lettaq/queue/internal/takeover"
 )
 
-// RecordWriter journals an attempt's record (its journal.Attempt) through
+// recordWriter journals an attempt's record (its journal.Attempt) through
 // the attempt's progress queue, and notes the attempt's Redis failures
-// (see the turn's awaitRedis). The turn and its Completer share it.
-type RecordWriter struct {
-	journal  JournalWriter // where a journal with a client of its own saves
+// (see the turn's awaitRedis). The turn and its completer share it.
+type recordWriter struct {
+	journal  journalWriter // where a journal with a client of its own saves
 	oneRedis bool          // the journal is on the writer's client: saves go with its round trips
 	jr       *journal.Attempt
 	progress *progress.Queue
 	rn       *fence.Runner
 	log      *slog.Logger
-	actx     context.Context // the attempt's context: SaveLater writes without its cancellation
+	actx     context.Context // the attempt's context: saveLater writes without its cancellation
 	trouble  atomic.Bool     // a Redis read or write failed: see the turn's awaitRedis
 }
 
-// NewRecordWriter is the record writer of the attempt that runner runs
+// newRecordWriter is the record writer of the attempt that runner runs
 // (its journal record and progress queue come with Use).
-func NewRecordWriter(j JournalWriter, oneRedis bool, rn *fence.Runner, log *slog.Logger, actx context.Context) *RecordWriter {
-	return &RecordWriter{journal: j, oneRedis: oneRedis, rn: rn, log: log, actx: actx}
+func newRecordWriter(j journalWriter, oneRedis bool, rn *fence.Runner, log *slog.Logger, actx context.Context) *recordWriter {
+	return &recordWriter{journal: j, oneRedis: oneRedis, rn: rn, log: log, actx: actx}
 }
 
-// Use gives the writer the attempt's journal side and progress queue.
-func (r *RecordWriter) Use(jr *journal.Attempt, q *progress.Queue) { r.jr, r.progress = jr, q }
+// use gives the writer the attempt's journal side and progress queue.
+func (r *recordWriter) use(jr *journal.Attempt, q *progress.Queue) { r.jr, r.progress = jr, q }
 
-// SawRedisFail reports whether a Redis read or write of the attempt failed
+// sawRedisFail reports whether a Redis read or write of the attempt failed
 // since it was last asked, and forgets it.
-func (r *RecordWriter) SawRedisFail() bool { return r.trouble.Swap(false) }
+func (r *recordWriter) sawRedisFail() bool { return r.trouble.Swap(false) }
 
 // WriteFailed is told of a queued write that failed (a progress event, an
 // intermediate journal save): logged, never fatal.
-func (r *RecordWriter) WriteFailed(err error) {
+func (r *recordWriter) WriteFailed(err error) {
 	r.RedisFailed()
 	r.log.Debug("a queued write did not reach Redis", "error", err.Error())
 }
 
 // RedisFailed notes that a Redis read or write of this attempt failed.
-func (r *RecordWriter) RedisFailed() { r.trouble.Store(true) }
+func (r *recordWriter) RedisFailed() { r.trouble.Store(true) }
 
 // Save journals the record after everything the attempt queued before (and
 // runs more with it), and waits for it.
-func (r *RecordWriter) Save(ctx context.Context, more ...store.Op) error {
+func (r *recordWriter) Save(ctx context.Context, more ...store.Op) error {
 	if r.rn.IsFenced() {
 		return takeover.ErrTakenOver
 	}
@@ -79,11 +79,11 @@ func (r *RecordWriter) Save(ctx context.Context, more ...store.Op) error {
 	return err
 }
 
-// SaveLater queues a journal save of the record as it is now: it is
+// saveLater queues a journal save of the record as it is now: it is
 // written with the attempt's next writes (at the latest before its send,
 // see beforeSend; a newer save that comes first replaces it), and a failure
 // is only logged.
-func (r *RecordWriter) SaveLater() {
+func (r *recordWriter) saveLater() {
 	if r.rn.IsFenced() {
 		return
 	}
@@ -108,9 +108,9 @@ func (r *RecordWriter) SaveLater() {
 	r.progress.PushSave(progress.EncodedSave{Op: op})
 }
 
-// JournalWriter is the journal as an attempt's end writes it (queue.Journal).
-type JournalWriter interface {
-	Intents
+// journalWriter is the journal as an attempt's end writes it (queue.Journal).
+type journalWriter interface {
+	intents
 	Get(ctx context.Context, taskID string) (*record.TurnRecord, error)
 	Save(ctx context.Context, rec *record.TurnRecord) error
 	// SaveBy saves rec unless a runner newer than runner saved it.
@@ -118,8 +118,8 @@ type JournalWriter interface {
 	RecordRefusal(ctx context.Context, taskID, otid string, attempt int, worker string) error
 }
 
-// Intents journals an attempt's intent to send (queue.Journal's).
-type Intents interface {
+// intents journals an attempt's intent to send (queue.Journal's).
+type intents interface {
 	// IntentOp is the write of the intent, sent with the attempt's queued
 	// writes; prior gets the intents journaled before it.
 	IntentOp(taskID, otid string, attempt int, worker string, prior *[]record.Intent) (store.Op, error)

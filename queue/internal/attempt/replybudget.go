@@ -18,21 +18,21 @@ func progressBytes(ev record.ReplyEvent) int {
 	return n
 }
 
-// ReplyBudget is an attempt's allowance of progress text on its chat's
+// replyBudget is an attempt's allowance of progress text on its chat's
 // reply stream (MaxReplyBytes): see take.
-type ReplyBudget struct {
+type replyBudget struct {
 	max  int64
 	used atomic.Int64     // progress text counted so far
 	log  *slog.Logger     // warned once, when the bound is reached
 	jr   *journal.Attempt // its record notes the drop
 }
 
-// Set bounds the budget at max bytes; log and jr note when it is reached.
-func (b *ReplyBudget) Set(max int64, log *slog.Logger, jr *journal.Attempt) {
+// set bounds the budget at max bytes; log and jr note when it is reached.
+func (b *replyBudget) set(max int64, log *slog.Logger, jr *journal.Attempt) {
 	b.max, b.log, b.jr = max, log, jr
 }
 
-// Take counts a progress event's text against the budget and returns the
+// take counts a progress event's text against the budget and returns the
 // event to write, or false to drop it. Events without text (phases)
 // always pass. The answer_delta that crosses the bound is cut to what is
 // left of it (at a rune boundary); later text events are dropped, with one
@@ -40,7 +40,7 @@ func (b *ReplyBudget) Set(max int64, log *slog.Logger, jr *journal.Attempt) {
 // cannot fill the reply stream. The final event (deliver, fail) is not a
 // progress event: it carries the answer, which the transcript limit
 // bounds.
-func (b *ReplyBudget) Take(ev record.ReplyEvent) (record.ReplyEvent, bool) {
+func (b *replyBudget) take(ev record.ReplyEvent) (record.ReplyEvent, bool) {
 	n := progressBytes(ev)
 	if n == 0 {
 		return ev, true

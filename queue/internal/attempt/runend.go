@@ -9,9 +9,9 @@ import (
 	"github.com/lettaq/lettaq/queue/internal/tools"
 )
 
-// RunEnd is what the run at Letta leaves for its attempt's end (LettaRun.finish
+// runEnd is what the run at Letta leaves for its attempt's end (lettaRun.finish
 // gathers it): the continuation's decision and what the stream saw.
-type RunEnd struct {
+type runEnd struct {
 	D          continuation.Result
 	Snap       agentclient.Snapshot
 	Tools      []*tools.Call // the run's tool calls as the chat was told of them
@@ -24,7 +24,7 @@ type RunEnd struct {
 	// the decision's error).
 	Cause error
 	// ImageNote prefixes the reason of a rejected message with images
-	// ("" none: see LettaRun.imageRejected).
+	// ("" none: see lettaRun.imageRejected).
 	ImageNote string
 	// Finish ends the chat's live view of the run once the end is decided
 	// (live.Stream.Finish: answered flushes the answer's last deltas).

@@ -16,7 +16,7 @@ import (
 // round trip (with the ordering lock's acquire when it can: see
 // Pipeline.acquire): the attempt's record, whether its final event was written,
 // its intents, and what approvalGate (the chat's pending approval request)
-// and LettaRun.resolveThread (the chat's Letta conversation) need. The turn
+// and lettaRun.resolveThread (the chat's Letta conversation) need. The turn
 // drops what it read (turn.pre) once it has made its run (prepare).
 func (t *Pipeline) startRead() store.StartRead {
 	w := t.W

@@ -31,12 +31,12 @@ func (t *Pipeline) runOrdered(ctx context.Context) error {
 	}
 	// The lease's own context ends with prepare: while the agent thinks,
 	// the lease's loss cancels the run's work context instead
-	// (LettaRun.workContext), so that a waiting turn holds one context of
+	// (lettaRun.workContext), so that a waiting turn holds one context of
 	// its own, not two.
 	err, end = t.prepare(lctx)
 	cancel()
 	if !end {
-		if err = t.LettaRun.Execute(ctx); err == ErrPending {
+		if err = t.LettaRun.execute(ctx); err == errPending {
 			return err // Parts.Process resumes the run and does the rest
 		}
 	}
@@ -52,7 +52,7 @@ func (t *Pipeline) lead(ctx context.Context) (lctx context.Context, cancel conte
 		// An answer goes before the messages that wait for it (an expiry
 		// joins only now, when it is due).
 		if err := t.Line.JoinFront(ctx); err != nil {
-			return nil, nil, t.End.RetryEarly(err), true
+			return nil, nil, t.End.retryEarly(err), true
 		}
 	}
 	err, end = t.acquire(ctx)
@@ -62,7 +62,7 @@ func (t *Pipeline) lead(ctx context.Context) (lctx context.Context, cancel conte
 	// The wait for the conversation counts as queue wait: the attempt
 	// starts when it holds the key.
 	t.Start = time.Now()
-	t.End.SetStart(t.Start)
+	t.End.setStart(t.Start)
 	lctx, cancel = t.Line.Context(ctx)
 	return lctx, cancel, nil, false
 }
@@ -84,7 +84,7 @@ func (t *Pipeline) afterRun(ctx context.Context, err error) {
 // failed, and the next attempt would find this one with no end and no
 // outcome.
 func (t *Pipeline) awaitRedis(ctx context.Context) {
-	if !t.SawRedisFail() {
+	if !t.sawRedisFail() {
 		return
 	}
 	t0 := time.Now()
@@ -125,18 +125,18 @@ func (t *Pipeline) runUnordered(ctx context.Context) error {
 	if err, end := t.prepare(ctx); end {
 		return err
 	}
-	return t.LettaRun.Execute(ctx)
+	return t.LettaRun.execute(ctx)
 }
 
 // prepare does what comes before the attempt runs at Letta: the journal
 // record, the accepted event, approvals, merged messages, and the turn's
-// run at Letta (LettaRun). end says the attempt ends here
+// run at Letta (lettaRun). end says the attempt ends here
 // with err.
 func (t *Pipeline) prepare(ctx context.Context) (err error, end bool) {
 	w := t.W
 	rec, answered, intents, err := t.ReadStart(ctx)
 	if err != nil {
-		return t.End.RetryEarly(err), true
+		return t.End.retryEarly(err), true
 	}
 	if op := t.Tk.Register(claim.Entry{Key: t.Line.Key(), Retried: t.Retried, MaxRetry: t.MaxRetry}, t.Jr.Runner()); op != nil {
 		t.Progress.PushOp(op) // (once its start read numbered the runner)
@@ -151,7 +151,7 @@ func (t *Pipeline) prepare(ctx context.Context) (err error, end bool) {
 		rec.Outcome, rec.FinishedAt = "", time.Time{}
 	}
 	if answered && !FinalOutcome(rec.Outcome) && rec.Outcome != record.OutcomeCoalesced && rec.TaskID != "" {
-		return t.End.FinishDelivered(ctx, rec), true
+		return t.End.finishDelivered(ctx, rec), true
 	}
 	if answered || FinalOutcome(rec.Outcome) || rec.Outcome == record.OutcomeCoalesced {
 		// An earlier attempt finished the turn (and crashed before Asynq
@@ -169,7 +169,7 @@ func (t *Pipeline) prepare(ctx context.Context) (err error, end bool) {
 			return fmt.Errorf("lettaq: turn already cancelled: %w", asynq.SkipRetry), true
 		}
 		t.Jr.SetRecord(rec)
-		t.End.WriteResult(rec.Outcome, "", nil)
+		t.End.writeResult(rec.Outcome, "", nil)
 		return nil, true
 	}
 
@@ -186,7 +186,7 @@ func (t *Pipeline) prepare(ctx context.Context) (err error, end bool) {
 	rec.Attempts = append(rec.Attempts, record.Attempt{N: len(rec.Attempts) + 1, Worker: w.Cfg.WorkerID, Start: t.Start,
 		TakenOverFrom: t.Rn.From})
 	t.Jr.Begin(rec)
-	t.IDs.SetRunID(rec.RunID) // the run id the journal has
+	t.IDs.setRunID(rec.RunID) // the run id the journal has
 	var wait time.Duration
 	if !rec.EnqueuedAt.IsZero() {
 		wait = t.Start.Sub(rec.EnqueuedAt)
@@ -204,24 +204,24 @@ func (t *Pipeline) prepare(ctx context.Context) (err error, end bool) {
 		t.Progress.PushOnce(acc, w.Stores.Replies.Keys.Accepted(t.TaskID))
 	}
 	if cr, end := t.Cx.AtStart(len(journal.LiveIntents(intents)) > 0, t.Jr.Rec().RunID != "", t.Logger); end {
-		return t.End.EndCancelled(ctx, t.Logger, *cr, record.CancelPhaseWaiting, ""), true
+		return t.End.endCancelled(ctx, t.Logger, *cr, record.CancelPhaseWaiting, ""), true
 	}
 	var approvals []agentclient.ApprovalAnswer
 	if approvals, err, end = t.approvalGate(ctx); end {
 		return err, true
 	}
-	if OpenWait(rec) != nil {
+	if openWait(rec) != nil {
 		t.Jr.Lock()
-		EndWaits(rec, t.Start) // it waited (parking.go): it starts now
+		endWaits(rec, t.Start) // it waited (parking.go): it starts now
 		t.Jr.Unlock()
 	}
 	// The attempt is journaled once it is sure to run: an attempt that
 	// waits (parks) above leaves no attempt in the record, not even for
 	// the moment between a queued save and the park's own.
-	t.SaveLater()
+	t.saveLater()
 	intents = journal.LiveIntents(intents)
 	if err := t.Line.TakeFollowers(ctx, t.Msg.Conversation.Integration, len(intents) == 0 && t.Msg.Approval == nil); err != nil {
-		return t.End.RetryEarly(err), true
+		return t.End.retryEarly(err), true
 	}
 	text := t.Msg.Text
 	if fs := t.Line.Followers(); len(fs) > 0 {
@@ -235,18 +235,18 @@ func (t *Pipeline) prepare(ctx context.Context) (err error, end bool) {
 		t.Logger.Info("messages merged into this turn", "merged", len(fs))
 	}
 
-	// What the run at Letta needs lives in its LettaRun, which the turn
+	// What the run at Letta needs lives in its lettaRun, which the turn
 	// holds: the goroutine waits under Parts.Process, not in a frame of the
 	// run's (see Parts.Process).
 	known, read := t.Pre.ThreadRead()
 	t.Pre = nil // read: not kept while the turn waits
 	spec := continuation.Turn{AgentID: t.Msg.AgentID, Otid: t.Otid, Text: text, SenderID: t.Msg.SenderID,
 		Started: rec.FirstStartedAt, PriorIntent: len(intents) > 0, Images: inbound.LettaImages(t.Msg.Images), Approvals: approvals}
-	t.LettaRun = NewLettaRun(RunParts{Runner: w.Runner, Cfg: &w.Cfg, Threads: w.Threads,
+	t.LettaRun = newLettaRun(runParts{Runner: w.Runner, Cfg: &w.Cfg, Threads: w.Threads,
 		Journal: w.Journal, Replies: w.Stores.Replies, OneRedis: w.Trips.OneRedis, Msg: &t.Msg, IDs: t.IDs,
 		Log: t.Logger, Dctx: t.detached(), Line: t.Line, Jr: t.Jr, Tk: t.Tk, Cx: &t.Cx, Ca: (*cancelRun)(t),
-		Progress: t.Progress, Rec: t.RecordWriter, End: t.End},
-		spec, RunThread{Known: known, Read: read}, rec.RunID, t.emitEvent)
+		Progress: t.Progress, Rec: t.recordWriter, End: t.End},
+		spec, runThread{Known: known, Read: read}, rec.RunID, t.emitEvent)
 	return nil, false
 }
 
@@ -257,7 +257,7 @@ func (t *Pipeline) emit(ev record.ReplyEvent) { t.emitEvent(ev, false) }
 // run id: newLettaRun); a lazy one waits for whatever else is due
 // (progress.Queue.PushLazy).
 func (t *Pipeline) emitEvent(ev record.ReplyEvent, lazy bool) {
-	ev, ok := t.TextBudget.Take(ev)
+	ev, ok := t.TextBudget.take(ev)
 	if !ok {
 		return
 	}

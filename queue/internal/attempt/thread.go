@@ -40,7 +40,7 @@ func ThreadHash(agentID string, c record.Conversation) string {
 }
 
 // ThreadLockSlack is added to the thread phase (the longest a holder may
-// Resolve a thread) for the lock's expiry: a holder never loses the lock
+// resolve a thread) for the lock's expiry: a holder never loses the lock
 // while it may still create.
 const ThreadLockSlack = 5 * time.Second
 
@@ -56,15 +56,15 @@ type Threads struct {
 	LockTTL time.Duration
 }
 
-// Resolve returns the Letta conversation id for the turn of m ("" for the
+// resolve returns the Letta conversation id for the turn of m ("" for the
 // agent endpoints). A conversation named in the payload wins.
-func (th *Threads) Resolve(ctx context.Context, m inbound.Message) (string, error) {
-	return th.ResolveKnown(ctx, m, "", false, nil)
+func (th *Threads) resolve(ctx context.Context, m inbound.Message) (string, error) {
+	return th.resolveKnown(ctx, m, "", false, nil)
 }
 
-// Local is resolveKnown when it needs neither Redis nor Letta (ok): an
+// local is resolveKnown when it needs neither Redis nor Letta (ok): an
 // explicit thread, a mode of one thread, a thread known already.
-func (th *Threads) Local(m inbound.Message, known string) (id string, ok bool) {
+func (th *Threads) local(m inbound.Message, known string) (id string, ok bool) {
 	if m.LettaConversationID != "" {
 		return m.LettaConversationID, true
 	}
@@ -77,7 +77,7 @@ func (th *Threads) Local(m inbound.Message, known string) (id string, ok bool) {
 	return known, known != ""
 }
 
-// ResolveKnown is resolve when the thread key was read already: known is
+// resolveKnown is resolve when the thread key was read already: known is
 // the conversation id it held ("" when none), read whether it was read.
 // Without the creation lock (ordering on) an attempt reads the key after
 // taking its chat's place in the line (turn.startRead), and no other turn
@@ -87,11 +87,11 @@ func (th *Threads) Local(m inbound.Message, known string) (id string, ok bool) {
 // which is before its release of the line) instead of a round trip of its
 // own. A keep that fails costs the next turn a search (findOrCreate finds
 // the conversation by its summary).
-func (th *Threads) ResolveKnown(ctx context.Context, m inbound.Message, known string, read bool, keep func(store.Op)) (string, error) {
-	if id, ok := th.Local(m, known); ok {
+func (th *Threads) resolveKnown(ctx context.Context, m inbound.Message, known string, read bool, keep func(store.Op)) (string, error) {
+	if id, ok := th.local(m, known); ok {
 		return id, nil
 	}
-	st, hash := th.Store(), ThreadHash(m.AgentID, m.Conversation)
+	st, hash := th.store(), ThreadHash(m.AgentID, m.Conversation)
 	if !read || th.Lock {
 		if id, err := st.Known(ctx, hash); err == nil && id != "" {
 			return id, nil
@@ -154,7 +154,7 @@ func (th *Threads) findOrCreate(ctx context.Context, m inbound.Message) (string,
 	return c.ID, nil
 }
 
-// Store is the Redis side of the threads.
-func (th *Threads) Store() store.Threads {
+// store is the Redis side of the threads.
+func (th *Threads) store() store.Threads {
 	return store.Threads{RDB: th.RDB, Keys: store.Keys{Prefix: th.Prefix}}
 }

@@ -46,7 +46,7 @@ func TestThreadReadAtStartNotReadAgain(t *testing.T) {
 		th := &Threads{Mode: ThreadConversation, RDB: rdb, Prefix: "p:", Client: ac, Lock: c.lock, LockTTL: 10 * time.Second}
 		m := inbound.Message{AgentID: agent, Conversation: record.Conversation{Integration: "test", ChatID: string(rune('a' + i))}}
 		gets.Store(0)
-		id, err := th.ResolveKnown(ctx, m, "", c.read, nil)
+		id, err := th.resolveKnown(ctx, m, "", c.read, nil)
 		if err != nil || !agentclient.ValidConversationID(id) {
 			t.Fatalf("%+v: %q %v", c, id, err)
 		}
@@ -56,7 +56,7 @@ func TestThreadReadAtStartNotReadAgain(t *testing.T) {
 		if kept, err := rdb.Get(ctx, thread.Key("p:", agent, m.Conversation.Integration, m.Conversation.ChatID)).Result(); err != nil || kept != id {
 			t.Errorf("%+v: kept %q (%v), want %q", c, kept, err, id)
 		}
-		again, err := th.ResolveKnown(ctx, m, id, true, nil)
+		again, err := th.resolveKnown(ctx, m, id, true, nil)
 		if err != nil || again != id {
 			t.Errorf("%+v: known: %q %v", c, again, err)
 		}
@@ -101,7 +101,7 @@ func TestThreadKeptWithTheNextRoundTrip(t *testing.T) {
 		m := inbound.Message{AgentID: agent, Conversation: record.Conversation{Integration: "test", ChatID: string(rune('a' + i))}}
 		key := thread.Key("p:", agent, m.Conversation.Integration, m.Conversation.ChatID)
 		var ops []store.Op
-		id, err := th.ResolveKnown(ctx, m, "", true, func(op store.Op) { ops = append(ops, op) })
+		id, err := th.resolveKnown(ctx, m, "", true, func(op store.Op) { ops = append(ops, op) })
 		if err != nil || !agentclient.ValidConversationID(id) {
 			t.Fatalf("lock %v: %q %v", lock, id, err)
 		}

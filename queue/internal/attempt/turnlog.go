@@ -14,13 +14,13 @@ type IDs struct {
 	runID        atomic.Pointer[string]
 }
 
-func (ids *IDs) SetRunID(id string) {
+func (ids *IDs) setRunID(id string) {
 	if id != "" {
 		ids.runID.Store(&id)
 	}
 }
 
-func (ids *IDs) RunIDNow() string {
+func (ids *IDs) runIDNow() string {
 	if p := ids.runID.Load(); p != nil {
 		return *p
 	}
@@ -55,7 +55,7 @@ func keyOf(k string) turnKeys {
 	return 0
 }
 
-func NewLogger(base *slog.Logger, ids *IDs) *slog.Logger {
+func newLogger(base *slog.Logger, ids *IDs) *slog.Logger {
 	return slog.New(&turnLogHandler{inner: base.Handler(), ids: ids})
 }
 
@@ -76,7 +76,7 @@ func (h *turnLogHandler) Handle(ctx context.Context, r slog.Record) error {
 		r.AddAttrs(slog.String("otid", h.ids.Otid))
 	}
 	if has&hasRunID == 0 {
-		r.AddAttrs(slog.String("run_id", h.ids.RunIDNow()))
+		r.AddAttrs(slog.String("run_id", h.ids.runIDNow()))
 	}
 	return h.inner.Handle(ctx, r)
 }

@@ -11,9 +11,9 @@ import (
 func TestTurnLoggerStampsIDs(t *testing.T) {
 	var buf bytes.Buffer
 	ids := &IDs{TaskID: "turn:t:c:1", Otid: "otid-1"}
-	log := NewLogger(slog.New(slog.NewJSONHandler(&buf, nil)), ids)
+	log := newLogger(slog.New(slog.NewJSONHandler(&buf, nil)), ids)
 	log.Info("before the run is known")
-	ids.SetRunID("run-1")
+	ids.setRunID("run-1")
 	log.Info("after", "n", 1)
 	log.Info("explicit run id wins", "run_id", "run-explicit")
 	log.With("otid", "otid-with").Info("otid from With")

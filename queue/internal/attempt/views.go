@@ -16,7 +16,7 @@ import (
 // cancel.Attempt): (*cancelRun)(t).
 type cancelRun Pipeline
 
-func (r *cancelRun) RunID() string { return r.IDs.RunIDNow() }
+func (r *cancelRun) RunID() string { return r.IDs.runIDNow() }
 
 func (r *cancelRun) Log() *slog.Logger { return r.Logger }
 
@@ -52,7 +52,7 @@ func (r *cancelRun) CancelRun(conv, runID string) error {
 
 // approvalAttempt is what the attempt's approvals need of it
 // (approval.Attempt): its journal record's run id and approval, and the
-// note of a Redis failure (RecordWriter.RedisFailed, the pipeline's).
+// note of a Redis failure (recordWriter.RedisFailed, the pipeline's).
 type approvalAttempt Pipeline
 
 func (a *approvalAttempt) RunID() string {

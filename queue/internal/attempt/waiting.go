@@ -19,17 +19,20 @@ const approvalWaitDelay = 5 * time.Second
 // chat's open approval request, or behind the turn ahead of it in its line.
 // Such an attempt journals the wait (one record.Wait per thing waited behind),
 // tells the chat once, and parks or is put back; the rest of its end is
-// the Completer's.
-type Waiting struct{ *Completer }
+// the completer's.
+type Waiting struct{ *completer }
 
-// AwaitApproval makes the message wait until its chat's request is
+// Waiting is the end of t as an attempt that waits.
+func (t *Pipeline) Waiting() Waiting { return Waiting{t.End} }
+
+// awaitApproval makes the message wait until its chat's request is
 // answered: parked (see parkApproval), with or without ordering, or put
 // back every approvalWaitDelay when it could not park.
-func (c Waiting) AwaitApproval(ctx context.Context, log *slog.Logger, p *approval.Pending) error {
+func (c Waiting) awaitApproval(ctx context.Context, log *slog.Logger, p *approval.Pending) error {
 	if err := c.ParkApproval(ctx, log, p); err != nil {
 		return err
 	}
-	if c.NoRetryLeft(&BusyError{}) {
+	if c.noRetryLeft(&busyError{}) {
 		return c.GiveUp("waiting for the answer to approval request " + p.RequestTaskID)
 	}
 	c.jr.Lock()
@@ -46,8 +49,8 @@ func (c Waiting) AwaitApproval(ctx context.Context, log *slog.Logger, p *approva
 		log.Warn("could not journal the attempt", "error", err.Error())
 	}
 	log.Info("the message waits for the answer to the chat's approval request", "retry_in", approvalWaitDelay.String())
-	c.obs.AttemptFinished(c.Queue, "busy", time.Since(c.Start))
-	return &BusyError{Delay: approvalWaitDelay, Reason: "waiting for the answer to approval request " + p.RequestTaskID}
+	c.obs.attemptFinished(c.Queue, "busy", time.Since(c.Start))
+	return &busyError{Delay: approvalWaitDelay, Reason: "waiting for the answer to approval request " + p.RequestTaskID}
 }
 
 // awaitingPhase tells the chat that the message waits for the answer to
@@ -74,7 +77,7 @@ func (c Waiting) recordWait(ctx context.Context, rec *record.TurnRecord, behind,
 		}
 		rec = r
 	}
-	if !AddWait(rec, behind, reason, time.Now().UTC()) {
+	if !addWait(rec, behind, reason, time.Now().UTC()) {
 		return false
 	}
 	if err := c.w.Journal.Save(ctx, rec); err != nil {
@@ -93,17 +96,17 @@ func (c Waiting) logWait(first bool, msg string, attrs ...any) {
 	c.log.Log(context.Background(), lvl, msg, attrs...)
 }
 
-// ParkNotYourTurn parks an attempt that is not its conversation's turn
+// parkNotYourTurn parks an attempt that is not its conversation's turn
 // (err: a *ordering.NotYourTurnError): its journal record gets the wait;
 // nil when it could not park (it is put back as before).
-func (c Waiting) ParkNotYourTurn(ctx context.Context, err error) error {
+func (c Waiting) parkNotYourTurn(ctx context.Context, err error) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	ahead, perr := c.line.ParkBehindTurn(rctx, err)
 	if perr == nil {
 		return nil
 	}
-	c.obs.AttemptFinished(c.Queue, "busy", time.Since(c.Start))
+	c.obs.attemptFinished(c.Queue, "busy", time.Since(c.Start))
 	first := c.recordWait(rctx, nil, ahead.Head, ahead.Reason)
 	c.logWait(first, "the turn waits for the turn ahead of it", "behind", ahead.Head, "position", ahead.Position,
 		"recheck_in", c.w.Lines.Recheck().String())
@@ -128,7 +131,7 @@ func (c Waiting) ParkApproval(ctx context.Context, log *slog.Logger, p *approval
 	if perr == nil {
 		return nil
 	}
-	c.obs.AttemptFinished(c.Queue, "busy", time.Since(c.Start))
+	c.obs.attemptFinished(c.Queue, "busy", time.Since(c.Start))
 	if err := c.line.NoteApprovalWaiter(ctx, p.RequestTaskID); err != nil {
 		log.Debug("could not note the waiter on its approval request", "error", err.Error())
 	}
@@ -142,7 +145,7 @@ func (c Waiting) ParkApproval(ctx context.Context, log *slog.Logger, p *approval
 	if len(c.jr.Rec().Attempts) == 0 {
 		c.jr.Rec().FirstStartedAt = time.Time{}
 	}
-	first := AddWait(c.jr.Rec(), behind, reason, time.Now().UTC())
+	first := addWait(c.jr.Rec(), behind, reason, time.Now().UTC())
 	c.jr.Unlock()
 	if first {
 		c.awaitingPhase(p)

@@ -8,11 +8,11 @@ import (
 	"github.com/lettaq/lettaq/queue/internal/record"
 )
 
-// AddWait adds a wait behind behind to rec, closing the open one if it is
+// addWait adds a wait behind behind to rec, closing the open one if it is
 // behind something else; false when the open wait is already this one (the
 // answer turn of an approval request the turn waits behind is part of that
 // wait).
-func AddWait(rec *record.TurnRecord, behind, reason string, now time.Time) bool {
+func addWait(rec *record.TurnRecord, behind, reason string, now time.Time) bool {
 	if n := len(rec.Waits); n > 0 && rec.Waits[n-1].Until.IsZero() {
 		open := rec.Waits[n-1].Behind
 		if open == behind {
@@ -27,15 +27,15 @@ func AddWait(rec *record.TurnRecord, behind, reason string, now time.Time) bool 
 	return true
 }
 
-// EndWaits closes rec's open wait: the turn starts at now.
-func EndWaits(rec *record.TurnRecord, now time.Time) {
+// endWaits closes rec's open wait: the turn starts at now.
+func endWaits(rec *record.TurnRecord, now time.Time) {
 	if n := len(rec.Waits); n > 0 && rec.Waits[n-1].Until.IsZero() {
 		rec.Waits[n-1].Until = now.UTC()
 	}
 }
 
-// OpenWait is rec's open wait, nil when none.
-func OpenWait(rec *record.TurnRecord) *record.Wait {
+// openWait is rec's open wait, nil when none.
+func openWait(rec *record.TurnRecord) *record.Wait {
 	if n := len(rec.Waits); n > 0 && rec.Waits[n-1].Until.IsZero() {
 		return &rec.Waits[n-1]
 	}

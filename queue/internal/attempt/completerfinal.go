@@ -15,9 +15,15 @@ import (
 	"github.com/lettaq/lettaq/queue/internal/takeover"
 )
 
+// The final event and the ends that write it here: an attempt whose end has an answer (or
+// an approval request) delivers it (Deliver); one that failed for good, or is out of
+// retries, says so (fail, GiveUp, and retryEarly for an attempt that could not start); every
+// end writes its final event (finalEvent, with the merged messages' own) and stamps its
+// record finished here.
+
 // Deliver emits the final event once, writes the result and journals the
 // finished turn.
-func (c *Completer) Deliver(ctx context.Context, log *slog.Logger, outcome string, ev record.ReplyEvent, answer string, approval *record.ToolEvent) error {
+func (c *completer) Deliver(ctx context.Context, log *slog.Logger, outcome string, ev record.ReplyEvent, answer string, approval *record.ToolEvent) error {
 	ev.TaskID, ev.Otid, ev.MessageID, ev.RunID = c.TaskID, c.Otid, c.Msg.MessageID, c.jr.Rec().RunID
 	if len(c.line.Followers()) > 0 {
 		ev.AnsweredBy = c.TaskID
@@ -47,7 +53,7 @@ func (c *Completer) Deliver(ctx context.Context, log *slog.Logger, outcome strin
 // written the attempt retries (and journals that); a record saying
 // answered without the event's marker is not taken for finished by the
 // next attempt (see the turn's prepare).
-func (c *Completer) deliverAtOnce(ctx context.Context, log *slog.Logger, outcome string, ev record.ReplyEvent, answer string, approval *record.ToolEvent) error {
+func (c *completer) deliverAtOnce(ctx context.Context, log *slog.Logger, outcome string, ev record.ReplyEvent, answer string, approval *record.ToolEvent) error {
 	defer c.progress.EndEvents()
 	marker := c.w.Replies.AnsweredKey(ev.TaskID)
 	pe, err := c.progress.Prepare(ev, marker)
@@ -114,15 +120,15 @@ func (c *Completer) deliverAtOnce(ctx context.Context, log *slog.Logger, outcome
 	return c.delivered(log, outcome, answer, now)
 }
 
-func (c *Completer) delivered(log *slog.Logger, outcome, answer string, now time.Time) error {
+func (c *completer) delivered(log *slog.Logger, outcome, answer string, now time.Time) error {
 	return c.deliveredBy(log, outcome, answer, now, true)
 }
 
 // deliveredBy ends a delivered attempt; count says it reports the turn
 // finished (only the attempt whose write put the final event there does).
-func (c *Completer) deliveredBy(log *slog.Logger, outcome, answer string, now time.Time, count bool) error {
+func (c *completer) deliveredBy(log *slog.Logger, outcome, answer string, now time.Time, count bool) error {
 	log.Info("turn finished", "outcome", outcome, "attempt", c.jr.Current().N, "answer_bytes", len(answer))
-	c.obs.AttemptFinished(c.Queue, "done", time.Since(c.Start))
+	c.obs.attemptFinished(c.Queue, "done", time.Since(c.Start))
 	if count {
 		c.obs.TurnFinished(c.Queue, outcome, c.jr.Latency(now), c.jr.Rec().TTFT)
 	}
@@ -130,7 +136,7 @@ func (c *Completer) deliveredBy(log *slog.Logger, outcome, answer string, now ti
 }
 
 // undelivered ends an attempt whose final event could not be written.
-func (c *Completer) undelivered(ctx context.Context, log *slog.Logger, err error) error {
+func (c *completer) undelivered(ctx context.Context, log *slog.Logger, err error) error {
 	if errors.Is(err, takeover.ErrTakenOver) || c.rn.IsFenced() {
 		return c.tk.EndTakenOver() // not written because another worker continues the turn
 	}
@@ -151,26 +157,26 @@ func (c *Completer) undelivered(ctx context.Context, log *slog.Logger, err error
 	} else {
 		_ = c.Save(ctx)
 	}
-	rerr := &RetryAfterError{Delay: time.Second, Reason: "deliver the answer", Err: err}
-	if c.NoRetryLeft(rerr) {
-		return c.Fail(ctx, log, fmt.Sprintf("gave up after %d attempts: could not deliver the answer: %s", c.Retried+1, err.Error()), "")
+	rerr := &retryAfterError{Delay: time.Second, Reason: "deliver the answer", Err: err}
+	if c.noRetryLeft(rerr) {
+		return c.fail(ctx, log, fmt.Sprintf("gave up after %d attempts: could not deliver the answer: %s", c.Retried+1, err.Error()), "")
 	}
 	log.Warn("could not deliver the answer, retrying", "outcome", record.OutcomeRetrying, "error", err.Error())
-	c.obs.AttemptFinished(c.Queue, "retry", time.Since(c.Start))
+	c.obs.attemptFinished(c.Queue, "retry", time.Since(c.Start))
 	return rerr
 }
 
-// FinishDelivered finishes a turn whose final event reached the reply
+// finishDelivered finishes a turn whose final event reached the reply
 // stream although the attempt that wrote it did not hear so (the write
 // outlasted the delivery allowance, or the worker died right after it):
 // the journal gets its outcome and finished_at, the task its result, and
 // the metrics count the turn, once — a later attempt finds the outcome
 // journaled and does nothing. Nothing is sent or emitted again.
-func (c *Completer) FinishDelivered(ctx context.Context, rec *record.TurnRecord) error {
+func (c *completer) finishDelivered(ctx context.Context, rec *record.TurnRecord) error {
 	w := c.w
 	ev, found, err := w.Replies.FinalEvent(ctx, c.Msg.Conversation, c.TaskID)
 	if err != nil {
-		return c.RetryEarly(err)
+		return c.retryEarly(err)
 	}
 	outcome, answer, reason := record.OutcomeAnswered, "", ""
 	var approval *record.ToolEvent
@@ -199,9 +205,9 @@ func (c *Completer) FinishDelivered(ctx context.Context, rec *record.TurnRecord)
 		}
 	}
 	c.jr.Unlock()
-	c.ids.SetRunID(rec.RunID)
+	c.ids.setRunID(rec.RunID)
 	if err := c.Save(ctx); err != nil {
-		return c.RetryEarly(err)
+		return c.retryEarly(err)
 	}
 	if found {
 		// Merged messages get their final events too, if that attempt
@@ -216,23 +222,23 @@ func (c *Completer) FinishDelivered(ctx context.Context, rec *record.TurnRecord)
 	c.log.Info("final event was delivered by an earlier attempt; turn finished", "outcome", outcome,
 		"attempt", len(rec.Attempts), "answer_bytes", len(answer))
 	if outcome == record.OutcomeFailed || outcome == record.OutcomeCancelled {
-		c.obs.AttemptFinished(c.Queue, "archived", time.Since(c.Start))
+		c.obs.attemptFinished(c.Queue, "archived", time.Since(c.Start))
 		c.obs.TurnFinished(c.Queue, outcome, c.jr.Latency(now), rec.TTFT)
-		c.WriteResult(outcome, "", nil)
+		c.writeResult(outcome, "", nil)
 		return fmt.Errorf("lettaq: turn failed: %s: %w", reason, asynq.SkipRetry)
 	}
-	c.WriteResult(outcome, answer, approval)
-	c.obs.AttemptFinished(c.Queue, "done", time.Since(c.Start))
+	c.writeResult(outcome, answer, approval)
+	c.obs.attemptFinished(c.Queue, "done", time.Since(c.Start))
 	c.obs.TurnFinished(c.Queue, outcome, c.jr.Latency(now), rec.TTFT)
 	return nil
 }
 
-// Coalesced ends a task whose message was merged into the turn of head:
+// coalesced ends a task whose message was merged into the turn of head:
 // the journal says so (outcome coalesced, AnsweredBy); the final reply
 // event of the message is written by head's turn when it ends (an answer
 // with answered_by and no text, or a permanent error).
-func (c *Completer) Coalesced(ctx context.Context, head string) error {
-	dctx, cancel := c.w.DeliveryCtx(ctx)
+func (c *completer) coalesced(ctx context.Context, head string) error {
+	dctx, cancel := c.w.deliveryCtx(ctx)
 	defer cancel()
 	rec, err := c.w.Journal.Get(dctx, c.TaskID)
 	if err != nil {
@@ -257,9 +263,158 @@ func (c *Completer) Coalesced(ctx context.Context, head string) error {
 		c.RedisFailed()
 		c.log.Warn("could not journal the coalesced turn", "error", err.Error())
 	}
-	c.WriteResult(record.OutcomeCoalesced, "", nil)
+	c.writeResult(record.OutcomeCoalesced, "", nil)
 	c.log.Info("message merged into an earlier turn", "answered_by", head)
-	c.obs.AttemptFinished(c.Queue, "done", time.Since(c.Start))
+	c.obs.attemptFinished(c.Queue, "done", time.Since(c.Start))
 	c.obs.TurnFinished(c.Queue, record.OutcomeCoalesced, c.jr.Latency(now), 0)
 	return nil
+}
+
+// finalEvent writes the attempt's final event once per turn (see
+// Replies.EmitAnswerOnce) after its progress, in one round trip; no
+// progress event of the attempt follows it.
+func (c *completer) finalEvent(ctx context.Context, ev record.ReplyEvent) (emitted bool, err error) {
+	if ev.Type == "" {
+		ev.Type = record.EventAnswer
+	}
+	defer c.progress.EndEvents()
+	pe, err := c.progress.Prepare(ev, c.w.Replies.AnsweredKey(ev.TaskID))
+	if err != nil {
+		return false, err
+	}
+	if err := c.progress.Do(ctx, []*progress.Event{pe}); err != nil {
+		return false, fmt.Errorf("queue: emit %s for task %s: %w", ev.Type, ev.TaskID, err)
+	}
+	return pe.Written(), nil
+}
+
+// finishFollowers writes the final event of every merged message: ev's
+// kind, naming this turn in answered_by (an answer carries no text: the
+// text is in this turn's answer).
+func (c *completer) finishFollowers(ctx context.Context, ev record.ReplyEvent) {
+	for _, f := range c.line.Followers() {
+		fe := record.ReplyEvent{Type: ev.Type, TaskID: f.TaskID, Otid: c.Otid, RunID: ev.RunID, MessageID: f.MessageID,
+			StopReason: ev.StopReason, Permanent: ev.Permanent, AnsweredBy: c.TaskID, Tool: ev.Tool}
+		if ev.Type == record.EventError {
+			fe.Text = "the turn this message was merged into failed: " + ev.Text
+		}
+		if _, err := c.w.Replies.EmitAnswerOnce(ctx, f.Conversation, fe); err != nil {
+			c.RedisFailed()
+			c.log.Warn("could not emit the merged message's final event", "merged_task", f.TaskID, "error", err.Error())
+		}
+	}
+}
+
+// finished marks the record finished with outcome.
+func (c *completer) finished(outcome, stopReason string) time.Time {
+	now := time.Now()
+	c.jr.Lock()
+	c.jr.Current().Outcome = outcome
+	c.jr.Rec().Outcome, c.jr.Rec().FinishedAt, c.jr.Rec().StopReason, c.jr.Rec().Error = outcome, now.UTC(), stopReason, ""
+	c.jr.Unlock()
+	return now
+}
+
+// fail ends the turn with a permanent error: one error event, the journal,
+// and SkipRetry so that Asynq archives the task.
+func (c *completer) fail(ctx context.Context, log *slog.Logger, reason, stop string) error {
+	ev := record.ReplyEvent{Type: record.EventError, TaskID: c.TaskID,
+		Otid: c.Otid, RunID: c.jr.Rec().RunID, MessageID: c.Msg.MessageID, Text: reason, StopReason: stop, Permanent: true}
+	if len(c.line.Followers()) > 0 {
+		ev.AnsweredBy = c.TaskID
+	}
+	// An answer turn's request learns first: a user who reads the error
+	// and answers again finds the request answerable.
+	c.ap.Ended(ctx, log, true)
+	if _, err := c.finalEvent(ctx, ev); err != nil {
+		c.RedisFailed()
+		log.Warn("could not emit the error event", "error", err.Error())
+	}
+	c.finishFollowers(ctx, ev)
+	now := time.Now()
+	c.jr.Lock()
+	c.jr.Current().Outcome, c.jr.Current().Error = record.OutcomeFailed, reason
+	c.jr.Rec().Outcome, c.jr.Rec().Error, c.jr.Rec().StopReason, c.jr.Rec().FinishedAt = record.OutcomeFailed, reason, stop, now.UTC()
+	c.jr.Unlock()
+	if err := c.Save(ctx, c.line.ReleaseOps("")...); err != nil {
+		if c.rn.IsFenced() {
+			return c.tk.EndTakenOver() // its writes were dropped: the takeover ends the turn
+		}
+		log.Warn("could not journal the failed turn", "error", err.Error())
+	}
+	if stop != "" {
+		log = log.With("stop_reason", stop)
+	}
+	log.Warn("turn failed", "outcome", record.OutcomeFailed, "reason", reason)
+	c.w.Permanent.Add(c.TaskID, "otid", c.Otid, "run_id", c.jr.Rec().RunID) // for the archiving's log line
+	c.obs.attemptFinished(c.Queue, "archived", time.Since(c.Start))
+	c.obs.TurnFinished(c.Queue, record.OutcomeFailed, c.jr.Latency(now), c.jr.Rec().TTFT)
+	return fmt.Errorf("lettaq: turn failed: %s: %w", reason, asynq.SkipRetry)
+}
+
+// GiveUp ends a turn whose attempt is out of retries (outOfRetries) with a
+// permanent error: through fail once the attempt has its journal record,
+// else (the attempt ended before it ran: its turn never came, or Redis
+// failed it) with the final error event and a failed record of its own, and
+// the turn leaves its conversation's line.
+func (c *completer) GiveUp(reason string) error {
+	ctx, cancel := c.w.deliveryCtx(c.actx)
+	defer cancel()
+	reason = fmt.Sprintf("gave up after %d attempts: %s", c.Retried+1, reason)
+	if c.jr.Rec() != nil && len(c.jr.Rec().Attempts) > c.jr.Index() {
+		return c.fail(ctx, c.log, reason, "")
+	}
+	w := c.w
+	ev := record.ReplyEvent{Type: record.EventError, TaskID: c.TaskID, Otid: c.Otid, MessageID: c.Msg.MessageID, Text: reason, Permanent: true}
+	emitted, err := w.Replies.EmitAnswerOnce(ctx, c.Msg.Conversation, ev)
+	if err != nil {
+		c.RedisFailed()
+		c.log.Warn("could not emit the error event", "error", err.Error())
+	} else if !emitted {
+		// An earlier attempt wrote the turn's final event (and crashed
+		// before Asynq heard of it): the turn is over, and stays as it
+		// ended.
+		c.log.Info("turn already finished by an earlier attempt")
+		return nil
+	}
+	rec := c.storedRecord(ctx)
+	now := time.Now().UTC()
+	if rec.FirstStartedAt.IsZero() {
+		rec.FirstStartedAt = c.Start
+	}
+	rec.Attempts = append(rec.Attempts, record.Attempt{N: len(rec.Attempts) + 1, Worker: w.Cfg.WorkerID, Start: c.Start.UTC(),
+		End: now, Outcome: record.OutcomeFailed, Error: reason})
+	rec.Outcome, rec.Error, rec.FinishedAt = record.OutcomeFailed, reason, now
+	c.jr.SetRecord(rec)
+	if err := w.Journal.Save(ctx, rec); err != nil {
+		c.RedisFailed()
+		c.log.Warn("could not journal the failed turn", "error", err.Error())
+	}
+	if w.OrderKey != nil && c.line.Lease() == nil {
+		// Never its turn: it leaves the line (a lease, when held, is
+		// released as done by the caller), and the turn behind it is woken
+		// when it headed the line (its acquire failed at the head).
+		if err := c.line.Leave(ctx); err != nil {
+			c.RedisFailed()
+			c.log.Warn("could not take the failed turn out of its conversation's line", "error", err.Error())
+		}
+	}
+	c.log.Warn("turn failed", "outcome", record.OutcomeFailed, "reason", reason)
+	w.Permanent.Add(c.TaskID, "otid", c.Otid)
+	c.obs.attemptFinished(c.Queue, "archived", time.Since(c.Start))
+	c.obs.TurnFinished(c.Queue, record.OutcomeFailed, c.jr.Latency(now), 0)
+	return fmt.Errorf("lettaq: turn failed: %s: %w", reason, asynq.SkipRetry)
+}
+
+// retryEarly ends an attempt that failed before it could run (Redis
+// trouble, sequencer): Asynq retries with backoff.
+func (c *completer) retryEarly(err error) error {
+	c.RedisFailed()
+	rerr := fmt.Errorf("lettaq: turn %s: %w", c.TaskID, err)
+	if c.noRetryLeft(rerr) {
+		return c.GiveUp("could not start: " + err.Error())
+	}
+	c.log.Warn("turn attempt could not start", "error", err.Error())
+	c.obs.attemptFinished(c.Queue, "retry", time.Since(c.Start))
+	return rerr
 }
