@@ -64,7 +64,10 @@ func TestRelayKeyCensus(t *testing.T) {
 
 	rctx, stopRelay := context.WithCancel(ctx)
 	done := make(chan struct{}, 3)
-	go func() { _ = r.Run(rctx, relay.RunConfig{Shards: shards, LeaseTTL: 2 * time.Second}); done <- struct{}{} }()
+	go func() {
+		_ = r.Run(rctx, relay.RunConfig{Shards: shards, LeaseTTL: 2 * time.Second})
+		done <- struct{}{}
+	}()
 	go func() { _ = poller.Run(rctx); done <- struct{}{} }()
 	go func() { // relay mode's sweep, standing in for the notifications
 		defer func() { done <- struct{}{} }()
