@@ -69,6 +69,7 @@ var keyCatalog = []keyKind{
 	{"P relay:dirty:<shard>", "zset", "no TTL: the chats of a shard with reply events not yet shown (an expiry would leave them unshown until the next sweep); a chat leaves when it is drained, the key goes with the last. At most one per shard (`LETTAQ_RELAY_SHARDS`, 64)", true},
 	{"P relay:wake:<shard>", "list", "no TTL: at most one item, taken by the shard's holder's blocking read; one per shard (`LETTAQ_RELAY_SHARDS`, 64)", true},
 	{"P relay:replicas", "zset", "no TTL: one member per live relay replica, beating every fifth of `LETTAQ_RELAY_LEASE`; a replica leaves it when it stops, a silent one is removed by the next beat. Global and small", true},
+	{"P relay:ready:<replica>", "string", "10 s (relay mode's readiness probe's key)", false},
 	{"P relay:telegram:offset:lease", "string", "the long poll's timeout + 15 s (40 s), renewed by the replica that polls; deleted when it stops", false},
 	{"P relay:telegram:offset", "string", "no TTL: the next Telegram update the bot wants; without it Telegram sends again what it still holds (24 h) and the relay takes those once more. One small key per deployment", true},
 	{"P webchat:said:<integration>:<chat id>", "hash", "7 days after the chat's last message: what the user said, for the web chat page", false},
