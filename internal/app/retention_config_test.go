@@ -76,3 +76,35 @@ func TestEnqueueReplyStreamTTL(t *testing.T) {
 		t.Errorf("LETTAQ_REPLY_STREAM_TTL=weekly: exit %d, stderr %q", code, errOut.String())
 	}
 }
+
+// The relay reads the workers' stream retention for the reply events it
+// writes itself, with the same defaults; a bad value is refused naming it.
+func TestRelayReplyStreamTTL(t *testing.T) {
+	base := map[string]string{"LETTAQ_RELAY_FAKE_URL": "http://127.0.0.1:1"}
+	for _, tc := range []struct {
+		env  map[string]string
+		args []string
+		want time.Duration
+	}{
+		{nil, nil, 168 * time.Hour},
+		{map[string]string{"LETTAQ_JOURNAL_RETENTION": "24h"}, nil, 24 * time.Hour},
+		{map[string]string{"LETTAQ_REPLY_STREAM_TTL": "1h"}, []string{"--reply-stream-ttl=2h"}, 2 * time.Hour},
+		{map[string]string{"LETTAQ_REPLY_STREAM_TTL": "0"}, nil, -1},
+	} {
+		vars := map[string]string{}
+		for k, v := range base {
+			vars[k] = v
+		}
+		for k, v := range tc.env {
+			vars[k] = v
+		}
+		c, err := ParseRelaySettings(tc.args, env(vars), nil)
+		if err != nil || c.ReplyStreamTTL != tc.want {
+			t.Errorf("%v %q: ReplyStreamTTL %v, %v; want %v", tc.env, tc.args, c.ReplyStreamTTL, err, tc.want)
+		}
+	}
+	_, err := ParseRelaySettings(nil, env(map[string]string{"LETTAQ_RELAY_FAKE_URL": "http://127.0.0.1:1", "LETTAQ_JOURNAL_RETENTION": "1s"}), nil)
+	if err == nil || !strings.Contains(err.Error(), "LETTAQ_JOURNAL_RETENTION") {
+		t.Errorf("LETTAQ_JOURNAL_RETENTION=1s: %v, want refused naming it", err)
+	}
+}

@@ -47,3 +47,14 @@ func (c WorkerSettings) repliesStreamTTL() time.Duration {
 	}
 	return c.ReplyStreamTTL
 }
+
+// checkRetentionSetting checks raw as the worker's setting name (one of the
+// two above) takes it.
+func checkRetentionSetting(name, raw string) error {
+	for _, s := range workerSettings {
+		if s.Name == name {
+			return s.apply(&WorkerSettings{}, raw)
+		}
+	}
+	return fmt.Errorf("no worker setting %s", name)
+}
