@@ -7,8 +7,8 @@ import (
 
 // The reply streams' retention: LETTAQ_JOURNAL_RETENTION and
 // LETTAQ_REPLY_STREAM_TTL, read by every command that writes reply events
-// (the worker, and enqueue for the accepted, notify and cancel events it
-// writes itself) with the worker's parsing and defaults, so that a stream
+// (the worker; enqueue and the relay for the accepted, notify and cancel
+// events they write themselves) with the worker's parsing and defaults, so that a stream
 // is kept as long whoever wrote to it last.
 
 // replyStreamTTLOf reads the two settings from their raw values ("": the
