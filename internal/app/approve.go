@@ -125,7 +125,7 @@ func (o *enqueueOpts) checkOrdering() error {
 // message or an answer, with o's queue, retries and ordering (checked: checkOrdering); on a
 // bad setting it says why on stderr and returns nil and the exit code.
 func (o *enqueueOpts) newClient(connOpt asynq.RedisConnOpt, b budget.Config, rdb redis.UniversalClient, stderr io.Writer) (*queue.Client, *queue.Replies, int) {
-	replies := queue.NewReplies(rdb, queue.RepliesOptions{Prefix: o.prefix})
+	replies := queue.NewReplies(rdb, queue.RepliesOptions{Prefix: o.prefix, StreamTTL: o.streamTTL})
 	client, err := queue.NewClient(queue.ClientConfig{Redis: connOpt, Budget: b, Queue: o.queueName, Shards: o.shards,
 		MaxRetry: maxRetry(o.maxRetry), Replies: replies, Ordering: o.queueOrdering()})
 	if err != nil {

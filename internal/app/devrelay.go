@@ -80,6 +80,7 @@ func runRelayInProcess(ctx context.Context, env map[string]string, cfg WorkerSet
 	}
 	rs.Budget = cfg.Budget // the answers to approvals are turns of this worker
 	rs.sweepEvery = devRelaySweep
+	rs.ReplyStreamTTL = cfg.repliesStreamTTL() // the dev worker's own
 	listening := make(chan string, 1)
 	rs.listening = func(a string) { listening <- a }
 	done := make(chan struct{})

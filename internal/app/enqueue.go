@@ -41,6 +41,8 @@ var EnqueueVars = []envvar.Var{
 	{Name: "LETTAQ_ORDERING", Flag: "ordering", Default: "conversation", Help: "conversation, agent or off (as the worker's): the turn joins its line"},
 	{Name: "LETTAQ_MAX_RETRY", Flag: "max-retry", Default: "25", Help: "retries after the first attempt"},
 	{Name: "LETTAQ_WAIT_CHECK", Flag: "wait-check", Default: "10m", Help: "a message behind its chat's running turn waits as a task scheduled this far ahead, the safety net: the turn ahead wakes it as it ends (as the worker's)"},
+	{Name: "LETTAQ_JOURNAL_RETENTION", Flag: "journal-retention", Default: "168h", Help: "as the worker's: by default, how long the reply streams keep the events enqueue writes (accepted, notify, cancel)"},
+	{Name: "LETTAQ_REPLY_STREAM_TTL", Flag: "reply-stream-ttl", Default: replyStreamTTLJournal, Help: "as the worker's: how long a reply stream keeps the events enqueue writes, and lives after its last one (\"journal\": LETTAQ_JOURNAL_RETENTION's; 0: never)"},
 }
 
 type enqueueOpts struct {
@@ -54,6 +56,10 @@ type enqueueOpts struct {
 	timeout                                                    time.Duration
 	maxRetry, limit, shards                                    int
 	waitCheck                                                  time.Duration
+	// journalRetention and replyStreamTTL as given; streamTTL, the reply
+	// streams' TTL they make (replyStreamTTLOf).
+	journalRetention, replyStreamTTL string
+	streamTTL                        time.Duration
 }
 
 const enqueueSynopsis = `enqueue [flags] TEXT            (or the text on stdin)
@@ -143,6 +149,8 @@ func RunEnqueue(ctx context.Context, args []string, getenv func(string) string, 
 		return ExitUsage
 	}
 	fs.Var(durationValue{&o.waitCheck}, "wait-check", "")
+	fs.StringVar(&o.journalRetention, "journal-retention", envOr("LETTAQ_JOURNAL_RETENTION", ""), "")
+	fs.StringVar(&o.replyStreamTTL, "reply-stream-ttl", envOr("LETTAQ_REPLY_STREAM_TTL", ""), "")
 	o.limit = 20
 	fs.Var(intValue{&o.limit}, "limit", "")
 	usage := func() {
@@ -199,6 +207,10 @@ Time budget: the task timeout is computed from the LETTAQ_* budget variables, as
 		return ExitUsage
 	}
 	if err := o.checkOrdering(); err != nil {
+		fmt.Fprintf(stderr, "enqueue: %v\n", err)
+		return ExitUsage
+	}
+	if o.streamTTL, err = replyStreamTTLOf(o.journalRetention, o.replyStreamTTL); err != nil {
 		fmt.Fprintf(stderr, "enqueue: %v\n", err)
 		return ExitUsage
 	}

@@ -46,11 +46,7 @@ func newQueueRunner(cfg WorkerSettings, connOpt asynq.RedisConnOpt, rdb redis.Un
 	if len(ord.Coalesce) > 0 && cfg.Ordering != "conversation" {
 		return nil, &ConfigError{Errs: []error{errors.New("LETTAQ_COALESCE needs LETTAQ_ORDERING=conversation")}}
 	}
-	streamTTL := cfg.ReplyStreamTTL
-	if streamTTL == 0 {
-		streamTTL = -1 // the setting's 0 is never; the library's, its default
-	}
-	replies := queue.NewReplies(rdb, queue.RepliesOptions{Prefix: cfg.KeyPrefix, StreamTTL: streamTTL})
+	replies := queue.NewReplies(rdb, queue.RepliesOptions{Prefix: cfg.KeyPrefix, StreamTTL: cfg.repliesStreamTTL()})
 	journal := queue.NewJournal(rdb, queue.JournalOptions{Prefix: cfg.KeyPrefix, Retention: cfg.JournalRetention})
 	w, err := queue.NewWorker(queue.WorkerConfig{
 		Redis:             connOpt,

@@ -65,6 +65,12 @@ type RelaySettings struct {
 	Slack SlackSettings
 	// Telegram is the Telegram bot (relaytelegram.go).
 	Telegram TelegramSettings
+	// ReplyStreamTTL is the workers' reply stream retention, for the events
+	// the relay writes itself (accepted events of the turns it enqueues, and
+	// cancels), as queue.RepliesOptions.StreamTTL takes it (negative: never);
+	// made of journalRetention and replyStreamTTL (replyStreamTTLOf).
+	ReplyStreamTTL                   time.Duration
+	journalRetention, replyStreamTTL string
 
 	// Set by dev mode's in-process relay (devrelay.go), not by a variable:
 	// listening is told the HTTP listener's address once it listens, and
@@ -90,6 +96,16 @@ var relaySettings = []relaySetting{
 			}
 			c.RedisURL = raw
 			return nil
+		}},
+	{envvar.Var{Name: "LETTAQ_JOURNAL_RETENTION", Default: "168h", Help: "the workers': by default, how long the reply streams keep the events the relay writes itself (the accepted events of the turns it enqueues, cancels)"},
+		func(c *RelaySettings, raw string) error {
+			c.journalRetention = raw
+			return checkRetentionSetting("LETTAQ_JOURNAL_RETENTION", raw)
+		}},
+	{envvar.Var{Name: "LETTAQ_REPLY_STREAM_TTL", Default: replyStreamTTLJournal, Help: `the workers': how long a reply stream keeps the events the relay writes itself, and lives after its last one ("journal": LETTAQ_JOURNAL_RETENTION's; 0: never)`},
+		func(c *RelaySettings, raw string) error {
+			c.replyStreamTTL = raw
+			return checkRetentionSetting("LETTAQ_REPLY_STREAM_TTL", raw)
 		}},
 	{envvar.Var{Name: "LETTAQ_KEY_PREFIX", Default: "lettaq:", Help: "the workers' key prefix (reply streams); the relay's own keys go under it too"},
 		func(c *RelaySettings, raw string) error {
@@ -286,6 +302,9 @@ func ParseRelaySettings(args []string, getenv func(string) string, out io.Writer
 			errs = append(errs, varError(s.Var, raw, fromFlag, err))
 		}
 	}
+	if ttl, err := replyStreamTTLOf(c.journalRetention, c.replyStreamTTL); err == nil {
+		c.ReplyStreamTTL = ttl
+	} // else: a bad value is in errs already
 	getBudget := func(name string) string { raw, _ := l.get(name); return raw }
 	b, err := budget.FromEnv(getBudget)
 	if err != nil {
@@ -341,7 +360,7 @@ func runRelay(ctx context.Context, cfg RelaySettings, logger *slog.Logger) error
 	rdb := redis.NewClient(opt)
 	defer rdb.Close()
 	connOpt, _ := RedisConnOpt(cfg.RedisURL, nil)
-	replies := queue.NewReplies(rdb, queue.RepliesOptions{Prefix: cfg.KeyPrefix})
+	replies := queue.NewReplies(rdb, queue.RepliesOptions{Prefix: cfg.KeyPrefix, StreamTTL: cfg.ReplyStreamTTL})
 	// The workers' budget and ordering keys: an answer to an approval and a web chat message
 	// are turns with their task timeout, in their chat's line.
 	client, err := queue.NewClient(queue.ClientConfig{Redis: connOpt, Replies: replies, Budget: cfg.Budget, Shards: cfg.QueueShards,

@@ -233,6 +233,7 @@ func StartWorker(ctx context.Context, cfg WorkerSettings, logger *slog.Logger, s
 		}
 		if up {
 			logPersistence(ctx, rdb, logger, cfg.Dev)
+			logRedisVersion(ctx, rdb, logger, cfg.Dev)
 			r.ready.Store(true)
 			r.err = q.run(ctx)
 			r.ready.Store(false)
