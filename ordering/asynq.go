@@ -176,7 +176,9 @@ type Waking struct {
 // then a retry or scheduled task is moved to pending; a task between two
 // states or still active (see Waking's fields) is looked at again, backing
 // off from 2ms to 50ms, for up to Wait. Pending, archived or completed
-// tasks are left alone.
+// tasks are left alone. When Wait ends with the task last seen waiting and
+// its move to pending failed, that failure is returned (Redis failed it:
+// the caller may try again), not nil.
 func (w Waking) Wake(ctx context.Context, insp *asynq.Inspector, queue, key, taskID string) error {
 	if taskID == "" {
 		return nil
@@ -187,7 +189,9 @@ func (w Waking) Wake(ctx context.Context, insp *asynq.Inspector, queue, key, tas
 	}
 	deadline := time.Now().Add(wait)
 	backoff := 2 * time.Millisecond
+	var runErr error // the last move to pending that failed, while the task was seen waiting
 	for {
+		runErr = nil
 		if w.Parked != nil {
 			if ok, err := w.Parked(ctx, taskID); err != nil || ok {
 				return err
@@ -205,10 +209,10 @@ func (w Waking) Wake(ctx context.Context, insp *asynq.Inspector, queue, key, tas
 			queue = info.Queue // (found in another queue: look there first next time)
 			switch info.State {
 			case asynq.TaskStateRetry, asynq.TaskStateScheduled:
-				if err := insp.RunTask(queue, taskID); err == nil {
+				if runErr = insp.RunTask(queue, taskID); runErr == nil {
 					return nil
 				}
-				// It moved meanwhile: look again.
+				// It moved meanwhile, or Redis failed the move: look again.
 			case asynq.TaskStateActive:
 				if w.Seq == nil {
 					return nil
@@ -221,6 +225,9 @@ func (w Waking) Wake(ctx context.Context, insp *asynq.Inspector, queue, key, tas
 			}
 		}
 		if time.Now().After(deadline) {
+			if runErr != nil {
+				return fmt.Errorf("ordering: wake %s: %w", taskID, runErr)
+			}
 			return nil
 		}
 		t := time.NewTimer(backoff)

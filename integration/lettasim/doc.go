@@ -235,6 +235,7 @@
 //
 //	srv.CountOtid(otid)            stored user (or approval) messages with this otid: 1 per turn, always
 //	srv.WaitOtid(ctx, otid)        wait until it is stored (returns its RunID)
+//	srv.WaitOtids(ctx, n)          wait until n distinct otids are stored (a load's progress)
 //	srv.WaitRunDone(ctx, runID)    wait for a run's end; srv.WaitIdle(ctx) for all of them
 //	srv.UserMessages(agent)        Otid, Text, RunID, SenderID, At, Images of each received message
 //	srv.ApprovalMessages(agent)    each accepted approval message, with its answers

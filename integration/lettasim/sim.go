@@ -502,6 +502,25 @@ func (s *Sim) WaitOtid(ctx context.Context, otid string) (Received, error) {
 	}
 }
 
+// WaitOtids waits until user messages (or approval messages) with at least n distinct otids
+// are stored: a test's signal that a load is a given share of the way through, to inject a
+// fault there.
+func (s *Sim) WaitOtids(ctx context.Context, n int) error {
+	for {
+		s.otidMu.Lock()
+		got, sig := len(s.otids), s.userSig
+		s.otidMu.Unlock()
+		if got >= n {
+			return nil
+		}
+		select {
+		case <-sig:
+		case <-ctx.Done():
+			return fmt.Errorf("lettasim: %d of %d otids stored: %w", got, n, ctx.Err())
+		}
+	}
+}
+
 // RunInfo describes a run.
 type RunInfo struct {
 	ID         string

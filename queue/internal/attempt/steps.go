@@ -70,9 +70,13 @@ func (t *Pipeline) lead(ctx context.Context) (lctx context.Context, cancel conte
 // afterRun releases the conversation after the attempt (unless its last
 // writes did) and wakes the next turn.
 func (t *Pipeline) afterRun(ctx context.Context, err error) {
-	t.awaitRedis(ctx) // the release too must reach Redis
+	failed := t.awaitRedis(ctx) // the release too must reach Redis
 	// The turn is over unless it retries; a taken-over turn keeps its place.
 	done := (err == nil || errors.Is(err, asynq.SkipRetry)) && !t.Rn.IsFenced()
+	if !done && failed && !t.Rn.IsFenced() && t.finishedAfterAll(ctx) {
+		t.Logger.Info("the turn's final event was written after all: the turn leaves its line; its task retries and finds it finished")
+		done = true
+	}
 	if rerr := t.Line.Release(ctx, done); rerr != nil {
 		t.Logger.Warn("could not release the conversation", "key", t.Line.Key(), "error", rerr.Error())
 	}
@@ -83,9 +87,11 @@ func (t *Pipeline) afterRun(ctx context.Context, err error) {
 // record once more: how the attempt ended may be among the writes that
 // failed, and the next attempt would find this one with no end and no
 // outcome.
-func (t *Pipeline) awaitRedis(ctx context.Context) {
+//
+// It reports whether a Redis read or write had failed.
+func (t *Pipeline) awaitRedis(ctx context.Context) bool {
 	if !t.sawRedisFail() {
-		return
+		return false
 	}
 	t0 := time.Now()
 	t.W.AwaitRedis(ctx)
@@ -93,18 +99,18 @@ func (t *Pipeline) awaitRedis(ctx context.Context) {
 	if ctx.Err() != nil {
 		t.Logger.Warn("the attempt ends before Redis answers again; Asynq may only recover the task when its lease expires",
 			"waited", waited, "error", context.Cause(ctx).Error())
-		return
+		return true
 	}
 	t.Logger.Info("Redis answers again; the attempt ends", "waited", waited)
 	if !t.Jr.Ended() || t.Rn.IsFenced() {
-		return // no record or attempt of its own, not ended, or not its to write
+		return true // no record or attempt of its own, not ended, or not its to write
 	}
 	// Never over a finished record: this attempt's finish may have landed
 	// after all, or its writes said finished without the final event (the
 	// next attempt sees to that: see prepare).
 	op, err := t.Jr.SaveOp(true)
 	if err != nil {
-		return
+		return true
 	}
 	sctx, cancel := context.WithTimeout(t.detached(), progress.TripTimeout)
 	defer cancel()
@@ -117,6 +123,26 @@ func (t *Pipeline) awaitRedis(ctx context.Context) {
 	if err != nil {
 		t.Logger.Warn("could not journal how the attempt ended", "error", err.Error())
 	}
+	return true
+}
+
+// finishedAfterAll reports whether the final event of the turn is written
+// though the attempt ends with an error after a Redis failure: the write
+// reported a failure, or the attempt stopped waiting for it, and it landed
+// all the same (its answered marker exists). The turn is over then, and
+// leaves its line now, so that the next turn is woken at once, instead of
+// when this task runs again and finds the turn finished: Asynq, which may
+// not have been able to move the task to its retries either, then only
+// recovers it once its lease expired (a minute or two; Asynq v0.26's
+// syncer tries the move again with a context that is already cancelled).
+func (t *Pipeline) finishedAfterAll(ctx context.Context) bool {
+	if t.W.Stores.Replies == nil {
+		return false
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), progress.TripTimeout)
+	defer cancel()
+	ok, err := t.W.Stores.Replies.Answered(rctx, t.TaskID)
+	return err == nil && ok
 }
 
 // runUnordered runs the attempt without ordering: prepare, then its run at

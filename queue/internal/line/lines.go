@@ -102,7 +102,7 @@ type Lines struct {
 	AfterRevoke func(p store.Parked)
 	sweeps      atomic.Int64 // re-enqueues done by the sweeper (tests)
 
-	pending   sync.WaitGroup // re-enqueues in flight (drain)
+	pending   sync.WaitGroup // re-enqueues and wake-ups tried again in flight (drain)
 	closed    chan struct{}  // closed by close: re-enqueues in flight give up (the sweeper does them)
 	closeOnce sync.Once
 }
@@ -133,8 +133,9 @@ func (l *Lines) client() *asynq.Client {
 	return l.ac
 }
 
-// Drain waits up to d for the re-enqueues in flight (a worker shutting
-// down: the handlers returned, Asynq deletes their revoked tasks).
+// Drain waits up to d for the re-enqueues and the wake-ups tried again in
+// flight (a worker shutting down: the handlers returned, Asynq deletes
+// their revoked tasks).
 func (l *Lines) Drain(d time.Duration) {
 	if l == nil {
 		return
@@ -419,8 +420,6 @@ func (l *Lines) WakeApprovalWaiters(ctx context.Context, requestTaskID, key stri
 		if l.cfg.Seq != nil && wt.Key == key {
 			continue
 		}
-		if err := l.WakeTask(ctx, wt.Queue, wt.Key, wt.TaskID); err != nil {
-			l.cfg.Log.Debug("could not wake a turn that waited for the approval", "task_id", wt.TaskID, "error", err.Error())
-		}
+		l.Wake(ctx, nil, "a turn that waited for the approval", wt.Queue, wt.Key, wt.TaskID)
 	}
 }

@@ -129,9 +129,7 @@ func (p *Place) WakeAfterDeadHeads(ctx context.Context, err error) {
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if werr := p.l.WakeTask(rctx, p.a.Queue, p.a.Key, nyt.Head); werr != nil {
-		p.a.Log.Debug("could not wake the new head of the line", "next", nyt.Head, "error", werr.Error())
-	}
+	p.l.Wake(rctx, p.a.Log, "the new head of the line", p.a.Queue, p.a.Key, nyt.Head)
 }
 
 // Release ends the ordered attempt, unless its last writes did
@@ -155,6 +153,7 @@ func (p *Place) Release(ctx context.Context, done bool) error {
 	next, err := p.lease.Release(rctx, done)
 	if err != nil {
 		p.a.Failed()
+		p.l.releaseLater(p, done)
 		return err
 	}
 	if done {
@@ -172,13 +171,11 @@ func (p *Place) wake(ctx context.Context, next string) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	if next != "" {
-		if err := p.l.WakeTask(rctx, p.a.Queue, p.a.Key, next); err != nil {
-			p.a.Log.Debug("could not wake the next turn", "next", next, "error", err.Error())
-		}
+		p.l.Wake(rctx, p.a.Log, "the next turn", p.a.Queue, p.a.Key, next)
 	}
 	for _, id := range p.newFollowers {
 		// Merged tasks wait (scheduled, or put back): let them end now.
-		_ = p.l.WakeTask(rctx, p.a.Queue, p.a.Key, id)
+		p.l.Wake(rctx, p.a.Log, "a merged turn", p.a.Queue, p.a.Key, id)
 	}
 }
 
