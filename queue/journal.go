@@ -12,6 +12,7 @@ import (
 	"github.com/lettaq/lettaq/queue/internal/journal"
 	"github.com/lettaq/lettaq/queue/internal/record"
 	"github.com/lettaq/lettaq/queue/internal/store"
+	"github.com/lettaq/lettaq/queue/shard"
 )
 
 // The turn journal: key layout.
@@ -165,6 +166,13 @@ type JournalOptions struct {
 	// LookupTimeout bounds Lookup's search for the turns an id's beginning
 	// names; default 3s.
 	LookupTimeout time.Duration
+	// Shards is the deployment's layout (see RepliesOptions.Shards): with
+	// more than one shard each turn's record, intents, runners, otid key
+	// and index entries are under its shard's prefix (this Prefix without
+	// its braces, then the shard's tag), and Recent merges the shards'
+	// indexes. Zero: one shard. A Worker with shards gives its layout to a
+	// Journal made without one.
+	Shards shard.Layout
 }
 
 // defaultLookupTimeout is JournalOptions.LookupTimeout's default.
@@ -198,7 +206,12 @@ func NewJournal(rdb redis.UniversalClient, opts JournalOptions) *Journal {
 	if opts.LookupTimeout <= 0 {
 		opts.LookupTimeout = defaultLookupTimeout
 	}
-	st := store.NewJournal(rdb, store.Keys{Prefix: opts.Prefix}, opts.Retention, opts.MaxIndex, journal.IndexNames())
+	if opts.Shards.N() > 1 {
+		// The journal's own prefix, spread like the replies' (shard.New
+		// cannot fail on a layout that was made once).
+		opts.Shards, _ = shard.New(opts.Shards.N(), opts.Shards.BaseQueue(), opts.Prefix)
+	}
+	st := store.NewJournal(rdb, store.Keys{Prefix: opts.Prefix, Layout: opts.Shards}, opts.Retention, opts.MaxIndex, journal.IndexNames())
 	return &Journal{rdb: rdb, opts: opts, st: st, saver: journal.NewSaver(st, opts.Now)}
 }
 
@@ -384,6 +397,24 @@ func (j *Journal) Recent(ctx context.Context, filter Filter, limit int) ([]*Turn
 		}
 	}
 	return out, nil
+}
+
+// inLayout returns j under the layout l: j itself when it has it (or l has
+// one shard), a Journal on j's keys with l when j has none, and an error
+// when j has another.
+func (j *Journal) inLayout(l shard.Layout) (*Journal, error) {
+	have := j.st.Keys.Layout
+	switch {
+	case l.N() <= 1 && have.N() <= 1:
+		return j, nil
+	case have.N() > 1 && have.N() == l.N() && have.BaseQueue() == l.BaseQueue():
+		return j, nil
+	case have.N() > 1 || l.N() <= 1:
+		return nil, fmt.Errorf("queue: the Journal's shards (%s) are not the layout's (%s)", have.Record(), l.Record())
+	}
+	opts := j.opts
+	opts.Shards = l
+	return NewJournal(j.rdb, opts), nil
 }
 
 // journalView is the journal as an attempt writes it (attempt.JournalWriter).

@@ -20,10 +20,15 @@ func TestKeys(t *testing.T) {
 		{k.ApprovalRequest("t"), "p:approval:req:t"},
 		{k.ApprovalOtid("o"), "p:approval:otid:o"},
 		{k.ApprovalPending("a", "s"), "p:approval:pending:a:s"},
-		{k.Thread("h"), "p:thread:h"},
-		{k.ThreadLock("h"), "p:thread:h:lock"},
+		{k.Thread(ThreadOf{"tg", "42", "h"}), "p:thread:h"},
+		{k.ThreadLock(ThreadOf{"tg", "42", "h"}), "p:thread:h:lock"},
 		{k.Ready("w1"), "p:ready:w1"},
-		{Keys{}.Thread("h"), "lettaq:thread:h"},
+		{Keys{}.Thread(ThreadOf{Hash: "h"}), "lettaq:thread:h"},
+		{k.JournalOtidOf("t", "o"), "p:journal:otid:o"},
+		{k.ApprovalOtidOf("t", "o"), "p:approval:otid:o"},
+		{k.Cancel("t"), "p:cancel:t"},
+		{k.ParkKey("t"), "p:park:t"},
+		{k.ParkIndex(), "p:park:idx"},
 	} {
 		if c.got != c.want {
 			t.Errorf("key %q, want %q", c.got, c.want)
