@@ -40,6 +40,9 @@ import (
 // Each index keeps the newest MaxIndex members. An index member whose record
 // has expired is skipped by queries and removed then. On Redis Cluster use a
 // prefix with a hash tag (e.g. "{lettaq}:") so one save touches one slot.
+// With N shards (JournalOptions.Shards) every key above is under the
+// turn's shard's prefix, each shard with its own indexes (Recent merges
+// them), and a look-up by otid reads the N shards.
 
 // Turn outcomes (TurnRecord.Outcome and Attempt.Outcome).
 const (
