@@ -151,18 +151,14 @@ func NewReplies(rdb redis.UniversalClient, opts RepliesOptions) *Replies {
 	return &Replies{rdb: rdb, opts: opts, st: st}
 }
 
-// inLayout returns r under the layout l: r itself when it has it (or l
-// has one shard), a Replies on r's streams with l when r has none, and an
-// error when r has another.
+// inLayout returns r under the layout l (a Worker's or Client's): r itself
+// when it has it (or both have one shard), else a Replies on r's client
+// and options with l. (A layout other than the deployment's is refused
+// when it is claimed, before anything is written under it.)
 func (r *Replies) inLayout(l shard.Layout) (*Replies, error) {
 	have := r.keys().Layout
-	switch {
-	case l.N() <= 1 && have.N() <= 1:
+	if (l.N() <= 1 && have.N() <= 1) || (have.N() > 1 && have.Record() == l.Record()) {
 		return r, nil
-	case have.N() > 1 && have.Record() == l.Record():
-		return r, nil
-	case have.N() > 1 || l.N() <= 1:
-		return nil, fmt.Errorf("queue: the Replies' shards (%s) are not the layout's (%s)", have.Record(), l.Record())
 	}
 	opts := r.opts
 	opts.Shards = l

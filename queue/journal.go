@@ -402,18 +402,13 @@ func (j *Journal) Recent(ctx context.Context, filter Filter, limit int) ([]*Turn
 	return out, nil
 }
 
-// inLayout returns j under the layout l: j itself when it has it (or l has
-// one shard), a Journal on j's keys with l when j has none, and an error
-// when j has another.
+// inLayout returns j under the layout l (a Worker's): j itself when it has
+// it (or both have one shard), else a Journal on j's client and options
+// with l (see Replies.inLayout).
 func (j *Journal) inLayout(l shard.Layout) (*Journal, error) {
 	have := j.st.Keys.Layout
-	switch {
-	case l.N() <= 1 && have.N() <= 1:
+	if (l.N() <= 1 && have.N() <= 1) || (have.N() > 1 && have.N() == l.N() && have.BaseQueue() == l.BaseQueue()) {
 		return j, nil
-	case have.N() > 1 && have.N() == l.N() && have.BaseQueue() == l.BaseQueue():
-		return j, nil
-	case have.N() > 1 || l.N() <= 1:
-		return nil, fmt.Errorf("queue: the Journal's shards (%s) are not the layout's (%s)", have.Record(), l.Record())
 	}
 	opts := j.opts
 	opts.Shards = l
