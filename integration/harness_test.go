@@ -114,8 +114,8 @@ func newEnv(t testing.TB, opts ...envOpt) *env {
 	e.sim = lettasim.NewServer(simCfg)
 	t.Cleanup(e.sim.Close)
 	e.rdb = srv.Client(t)
-	e.replies = queue.NewReplies(e.rdb, queue.RepliesOptions{Prefix: e.prefix})
-	e.journal = queue.NewJournal(e.rdb, queue.JournalOptions{Prefix: e.prefix, Retention: time.Hour})
+	e.replies = queue.NewReplies(e.rdb, queue.RepliesOptions{Prefix: e.prefix, Shards: e.layout()})
+	e.journal = queue.NewJournal(e.rdb, queue.JournalOptions{Prefix: e.prefix, Retention: time.Hour, Shards: e.layout()})
 	c, err := queue.NewClient(queue.ClientConfig{Redis: e.redisOpt(), Budget: e.budget, Queue: e.queue, Shards: e.shards,
 		Retention: time.Hour, Replies: e.replies, Ordering: e.ordering()})
 	if err != nil {
@@ -224,12 +224,15 @@ func (e *env) startWorker(id string, mods ...func(*queue.WorkerConfig)) (stop fu
 }
 
 // queues are the env's Asynq queues: its queue, or its shards'.
-func (e *env) queues() []string {
+func (e *env) queues() []string { return e.layout().Queues() }
+
+// layout is the env's shards (one unless withShards).
+func (e *env) layout() shard.Layout {
 	l, err := shard.New(max(e.shards, 1), e.queue, e.prefix)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	return l.Queues()
+	return l
 }
 
 func (e *env) conv(name string) queue.Conversation {

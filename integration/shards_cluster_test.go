@@ -19,9 +19,8 @@ import (
 
 // TestShardsOnCluster: a 6-node Redis Cluster (3 masters, 3 replicas), 16 shards, three
 // workers, 1,000 chats × 3 messages: every turn answered once, in order per chat, and the turns'
-// Asynq tasks fall on the three masters within 33% ± 10% each. It logs each master's share of
-// all keys and of all commands: the reply streams and the journal are still under the key
-// prefix's one slot.
+// Asynq tasks, all keys and all commands fall on the three masters within 33% ± 10% each: a
+// chat's reply stream, journal and markers live in its shard's slot.
 func TestShardsOnCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 6-node Redis Cluster (skipped with -short)")
@@ -35,7 +34,8 @@ func TestShardsOnCluster(t *testing.T) {
 	sim := lettasim.NewServer(lettasim.Config{PingInterval: 40 * time.Millisecond, TimeScale: simScale})
 	t.Cleanup(sim.Close)
 	b := testBudget()
-	replies := queue.NewReplies(rdb, queue.RepliesOptions{Prefix: clusterPrefix})
+	layout, _ := shard.New(shards, base, clusterPrefix)
+	replies := queue.NewReplies(rdb, queue.RepliesOptions{Prefix: clusterPrefix, Shards: layout})
 	ord := queue.Ordering{Config: ordering.Config{Prefix: queue.OrderingPrefix(clusterPrefix)}}
 	client, err := queue.NewClient(queue.ClientConfig{Redis: conn, Budget: b, Queue: base, Shards: shards, Replies: replies, Ordering: ord})
 	if err != nil {
@@ -92,7 +92,6 @@ func TestShardsOnCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	layout, _ := shard.New(shards, base, clusterPrefix)
 	tasks := make([]int64, len(stats))
 	for i, m := range stats {
 		tasks[i] = countKeys(t, m.Addr, "asynq:{"+base+"-*}:t:*")
@@ -100,6 +99,13 @@ func TestShardsOnCluster(t *testing.T) {
 	for i, share := range rediscluster.Shares(tasks) {
 		if share < 0.23 || share > 0.43 {
 			t.Errorf("master %s holds %d of the tasks (%.0f%%), not 33%% ± 10%% (shards %q)", stats[i].Addr, tasks[i], 100*share, layout.Queues())
+		}
+	}
+	for what, shares := range map[string][]float64{"keys": rediscluster.KeyShares(stats), "commands": rediscluster.CommandShares(stats)} {
+		for i, share := range shares {
+			if share < 0.23 || share > 0.43 {
+				t.Errorf("master %s holds %.0f%% of the %s, not 33%% ± 10%%", stats[i].Addr, 100*share, what)
+			}
 		}
 	}
 	t.Logf("%d turns in %v; per master: tasks %v (shares %.2f), all keys %.2f, commands %.2f", chats*per, took.Round(time.Millisecond),

@@ -82,7 +82,7 @@ func AnswerTaskID(requestTaskID string) string { return approval.AnswerTaskID(re
 
 // newApprovals is the store of the approvals kept beside r's reply streams.
 func newApprovals(r *Replies) *approval.Store {
-	return approval.NewStore(r.rdb, r.opts.Prefix, r.opts.TTL)
+	return approval.NewStore(r.rdb, r.keys(), r.opts.TTL)
 }
 
 // ApprovalReply is an answer to an approval request, for

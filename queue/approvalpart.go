@@ -37,7 +37,11 @@ func (a *answerer) client() (*Client, error) {
 		if w.ord != nil {
 			o.Sequencer = w.ord.seq
 		}
-		a.c, a.err = NewClient(ClientConfig{Redis: w.cfg.Redis, Budget: w.cfg.Budget, Replies: w.replies, Ordering: o})
+		cfg := ClientConfig{Redis: w.cfg.Redis, Budget: w.cfg.Budget, Replies: w.replies, Ordering: o}
+		if len(w.layouts) == 1 && w.layouts[0].N() > 1 { // the answers go to their request's shard, under its layout
+			cfg.Queue, cfg.Shards = w.layouts[0].BaseQueue(), w.layouts[0].N()
+		}
+		a.c, a.err = NewClient(cfg)
 	})
 	return a.c, a.err
 }

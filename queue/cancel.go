@@ -150,7 +150,7 @@ func (c *Client) Cancel(ctx context.Context, r CancelRequest) (CancelResult, err
 
 // cancelJournal is the journal under the client's reply prefix.
 func (c *Client) cancelJournal() *Journal {
-	return NewJournal(c.cfg.Replies.rdb, JournalOptions{Prefix: c.cfg.Replies.opts.Prefix})
+	return NewJournal(c.cfg.Replies.rdb, JournalOptions{Prefix: c.cfg.Replies.opts.Prefix, Shards: c.cfg.Replies.keys().Layout})
 }
 
 // cancelTargets resolves r to task ids.

@@ -113,6 +113,11 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.Replies != nil {
+		if cfg.Replies, err = cfg.Replies.inLayout(layouts[0]); err != nil {
+			return nil, err
+		}
+	}
 	c := &Client{cfg: cfg}
 	c.shards.layout = layouts[0]
 	conn := redisopt.Lean(cfg.Redis)

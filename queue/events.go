@@ -14,6 +14,7 @@ import (
 	"github.com/lettaq/lettaq/queue/internal/codec"
 	"github.com/lettaq/lettaq/queue/internal/record"
 	"github.com/lettaq/lettaq/queue/internal/store"
+	"github.com/lettaq/lettaq/queue/shard"
 )
 
 // Reply events: the wire format is specified in docs/reply-events.md (the one copy of it).
@@ -101,6 +102,13 @@ type RepliesOptions struct {
 	PartLimits map[string]int
 	// Now is the clock for event times; default time.Now.
 	Now func() time.Time
+	// Shards is the deployment's layout (shard.New with the workers'
+	// LETTAQ_SHARDS, queue and this Prefix); the zero value is one shard.
+	// With more, each chat's stream and each turn's keys are under its
+	// shard's prefix (docs/operations.md, Shards), and Prefix is the
+	// layout's base prefix. A Worker or Client with shards gives its
+	// layout to Replies made without one.
+	Shards shard.Layout
 }
 
 // Replies writes and reads the reply streams. It is safe for concurrent use,
@@ -136,8 +144,27 @@ func NewReplies(rdb redis.UniversalClient, opts RepliesOptions) *Replies {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	st := store.NewReplies(rdb, store.Keys{Prefix: opts.Prefix}, opts.MaxLen, opts.TTL, streamTTL)
+	if opts.Shards.N() > 1 {
+		opts.Prefix = opts.Shards.BasePrefix()
+	}
+	st := store.NewReplies(rdb, store.Keys{Prefix: opts.Prefix, Layout: opts.Shards}, opts.MaxLen, opts.TTL, streamTTL)
 	return &Replies{rdb: rdb, opts: opts, st: st}
+}
+
+// inLayout returns r under the layout l (a Worker's or Client's): r itself
+// when it has it (or both have one shard), else a Replies on r's client
+// and options with l. (A layout other than the deployment's is refused
+// when it is claimed, before anything is written under it.)
+func (r *Replies) inLayout(l shard.Layout) (*Replies, error) {
+	have := r.keys().Layout
+	if (l.N() <= 1 && have.N() <= 1) || (have.N() > 1 && have.Record() == l.Record()) {
+		return r, nil
+	}
+	opts := r.opts
+	opts.Shards = l
+	st := *r.st
+	st.Keys = store.Keys{Prefix: l.BasePrefix(), Layout: l}
+	return &Replies{rdb: r.rdb, opts: opts, st: &st}, nil
 }
 
 // Key returns the stream key of c (see the wire format above). It does not

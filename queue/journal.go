@@ -12,6 +12,7 @@ import (
 	"github.com/lettaq/lettaq/queue/internal/journal"
 	"github.com/lettaq/lettaq/queue/internal/record"
 	"github.com/lettaq/lettaq/queue/internal/store"
+	"github.com/lettaq/lettaq/queue/shard"
 )
 
 // The turn journal: key layout.
@@ -39,6 +40,9 @@ import (
 // Each index keeps the newest MaxIndex members. An index member whose record
 // has expired is skipped by queries and removed then. On Redis Cluster use a
 // prefix with a hash tag (e.g. "{lettaq}:") so one save touches one slot.
+// With N shards (JournalOptions.Shards) every key above is under the
+// turn's shard's prefix, each shard with its own indexes (Recent merges
+// them), and a look-up by otid reads the N shards.
 
 // Turn outcomes (TurnRecord.Outcome and Attempt.Outcome).
 const (
@@ -165,6 +169,13 @@ type JournalOptions struct {
 	// LookupTimeout bounds Lookup's search for the turns an id's beginning
 	// names; default 3s.
 	LookupTimeout time.Duration
+	// Shards is the deployment's layout (see RepliesOptions.Shards): with
+	// more than one shard each turn's record, intents, runners, otid key
+	// and index entries are under its shard's prefix (this Prefix without
+	// its braces, then the shard's tag), and Recent merges the shards'
+	// indexes. Zero: one shard. A Worker with shards gives its layout to a
+	// Journal made without one.
+	Shards shard.Layout
 }
 
 // defaultLookupTimeout is JournalOptions.LookupTimeout's default.
@@ -198,7 +209,12 @@ func NewJournal(rdb redis.UniversalClient, opts JournalOptions) *Journal {
 	if opts.LookupTimeout <= 0 {
 		opts.LookupTimeout = defaultLookupTimeout
 	}
-	st := store.NewJournal(rdb, store.Keys{Prefix: opts.Prefix}, opts.Retention, opts.MaxIndex, journal.IndexNames())
+	if opts.Shards.N() > 1 {
+		// The journal's own prefix, spread like the replies' (shard.New
+		// cannot fail on a layout that was made once).
+		opts.Shards, _ = shard.New(opts.Shards.N(), opts.Shards.BaseQueue(), opts.Prefix)
+	}
+	st := store.NewJournal(rdb, store.Keys{Prefix: opts.Prefix, Layout: opts.Shards}, opts.Retention, opts.MaxIndex, journal.IndexNames())
 	return &Journal{rdb: rdb, opts: opts, st: st, saver: journal.NewSaver(st, opts.Now)}
 }
 
@@ -384,6 +400,19 @@ func (j *Journal) Recent(ctx context.Context, filter Filter, limit int) ([]*Turn
 		}
 	}
 	return out, nil
+}
+
+// inLayout returns j under the layout l (a Worker's): j itself when it has
+// it (or both have one shard), else a Journal on j's client and options
+// with l (see Replies.inLayout).
+func (j *Journal) inLayout(l shard.Layout) (*Journal, error) {
+	have := j.st.Keys.Layout
+	if (l.N() <= 1 && have.N() <= 1) || (have.N() > 1 && have.N() == l.N() && have.BaseQueue() == l.BaseQueue()) {
+		return j, nil
+	}
+	opts := j.opts
+	opts.Shards = l
+	return NewJournal(j.rdb, opts), nil
 }
 
 // journalView is the journal as an attempt writes it (attempt.JournalWriter).

@@ -118,6 +118,15 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	if w.journal == nil {
 		w.journal = NewJournal(w.rdb, cfg.JournalOptions)
 	}
+	if len(layouts) == 1 { // (one layout: a sharded queue, or one queue)
+		if w.replies, err = w.replies.inLayout(layouts[0]); err == nil {
+			w.journal, err = w.journal.inLayout(layouts[0])
+		}
+		if err != nil {
+			w.closeRedis()
+			return nil, err
+		}
+	}
 	if !cfg.Ordering.Off {
 		seq, rdb, err := cfg.Ordering.newSequencer(w.conn, w.rdb)
 		if err != nil {
@@ -159,7 +168,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		w.cfg.TakeoverBeat = min(w.cfg.TakeoverBeat, w.cfg.TakeoverAfter/3)
 		w.tk = newTakeover(w)
 	}
-	threads := &attempt.Threads{Mode: mode, RDB: w.replies.rdb, Prefix: w.replies.opts.Prefix, Client: w.client, Lock: w.ord == nil,
+	threads := &attempt.Threads{Mode: mode, RDB: w.replies.rdb, Keys: w.replies.keys(), Client: w.client, Lock: w.ord == nil,
 		LockTTL: w.cfg.Budget.ThreadResolution() + attempt.ThreadLockSlack}
 	w.attempts = &attempt.Parts{Cfg: attempt.Config{WorkerID: w.cfg.WorkerID, Budget: w.cfg.Budget,
 		HeartbeatInterval: w.cfg.HeartbeatInterval, DeltaMaxAge: w.cfg.DeltaMaxAge, StuckRetryDelay: w.cfg.StuckRetryDelay,

@@ -29,7 +29,11 @@ func (r *Replies) notify(ctx context.Context, n Notice) (NotifyResult, error) {
 	if err := n.Validate(); err != nil {
 		return NotifyResult{}, err
 	}
-	ev := ReplyEvent{Type: EventNotify, TaskID: NotifyTaskPrefix + n.Key, Seq: 1, Text: n.Text, Time: r.opts.Now().UTC()}
+	taskID := NotifyTaskPrefix + n.Key
+	if k := r.keys(); k.Sharded() { // named in its chat's shard, as a turn is
+		taskID = k.Layout.TaskID(k.Layout.Of(n.Chat.Integration, n.Chat.ChatID), taskID)
+	}
+	ev := ReplyEvent{Type: EventNotify, TaskID: taskID, Seq: 1, Text: n.Text, Time: r.opts.Now().UTC()}
 	at, data, err := encodeTimeData(&ev)
 	if err != nil {
 		return NotifyResult{}, err

@@ -19,7 +19,7 @@ import (
 // without ordering): parking, waking, the sweep, the attempts' places.
 func newLines(w *Worker) *line.Lines {
 	cfg := line.Config{
-		Parking:  store.Parking{RDB: w.replies.rdb, Keys: store.Keys{Prefix: w.replies.opts.Prefix}},
+		Parking:  store.Parking{RDB: w.replies.rdb, Keys: w.replies.keys()},
 		Conn:     w.conn,
 		WorkerID: w.cfg.WorkerID, Log: w.log,
 		Recheck: w.cfg.Ordering.recheck(), SweepEvery: w.cfg.ParkSweepEvery,

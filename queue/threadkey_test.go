@@ -13,7 +13,7 @@ import (
 func TestThreadKeyIsTheStores(t *testing.T) {
 	c := Conversation{Integration: "web", ChatID: "c:1"}
 	for _, prefix := range []string{"lettaq-unit:{x}:", ""} {
-		want := store.Keys{Prefix: prefix}.Thread(threadHash("agent-1", c))
+		want := store.Keys{Prefix: prefix}.Thread(store.ThreadOf{Integration: c.Integration, ChatID: c.ChatID, Hash: threadHash("agent-1", c)})
 		if got := thread.Key(prefix, "agent-1", c.Integration, c.ChatID); got != want {
 			t.Errorf("thread.Key(%q) = %q, the store writes %q", prefix, got, want)
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/lettaq/lettaq/ordering"
 	"github.com/lettaq/lettaq/queue/internal/store"
+	"github.com/lettaq/lettaq/queue/shard"
 )
 
 // WaitingTurn is what is known of a turn that waits and has not started
@@ -48,15 +49,18 @@ type WaitingFinder struct {
 	Inspector *asynq.Inspector
 	RDB       redis.UniversalClient
 	KeyPrefix string // LETTAQ_KEY_PREFIX, default "lettaq:"
-	Ordering  Ordering
-	Queues    []string
+	// Shards is the deployment's layout (zero: one shard): a parked turn's
+	// record is in its shard's keys.
+	Shards   shard.Layout
+	Ordering Ordering
+	Queues   []string
 }
 
 // WaitingFinder returns a WaitingFinder on the worker's Redis, queues and
 // ordering, to find the turns that wait (for the lettaq turns command or an
 // operator's page).
 func (w *Worker) WaitingFinder() WaitingFinder {
-	f := WaitingFinder{RDB: w.replies.rdb, KeyPrefix: w.replies.opts.Prefix, Ordering: w.cfg.Ordering}
+	f := WaitingFinder{RDB: w.replies.rdb, KeyPrefix: w.replies.opts.Prefix, Shards: w.replies.keys().Layout, Ordering: w.cfg.Ordering}
 	for q := range w.cfg.Queues {
 		f.Queues = append(f.Queues, q)
 	}
@@ -127,7 +131,7 @@ func (f WaitingFinder) parking() store.Parking {
 	if p == "" {
 		p = store.DefaultPrefix
 	}
-	return store.Parking{RDB: f.RDB, Keys: store.Keys{Prefix: p}}
+	return store.Parking{RDB: f.RDB, Keys: store.Keys{Prefix: p, Layout: f.Shards}}
 }
 
 // exact finds the waiting turn of task id taskID.

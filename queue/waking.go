@@ -28,7 +28,7 @@ func (c *Client) waker(insp *asynq.Inspector) line.Waker {
 // parking is the store of parked turns (waiting turns between their
 // revoked task and its re-enqueue: see queue/internal/line).
 func (c *Client) parking() store.Parking {
-	return store.Parking{RDB: c.cfg.Replies.rdb, Keys: store.Keys{Prefix: c.cfg.Replies.opts.Prefix}}
+	return store.Parking{RDB: c.cfg.Replies.rdb, Keys: c.cfg.Replies.keys()}
 }
 
 // parked returns the parking record of a turn that is in no Asynq queue

@@ -134,7 +134,7 @@ func (r *Relay) notified(batch []queue.Conversation, seen map[queue.Conversation
 func (r *Relay) Sweep(ctx context.Context, shards int) (marked int, err error) {
 	var cursor uint64
 	for {
-		keys, next, err := r.cfg.Redis.Scan(ctx, cursor, r.st.RepliesPrefix()+"*", 1000).Result()
+		keys, next, err := r.cfg.Redis.Scan(ctx, cursor, r.st.RepliesPattern(), 1000).Result()
 		if err != nil {
 			return marked, err
 		}

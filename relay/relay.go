@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/shard"
 	"github.com/lettaq/lettaq/relay/internal/store"
 )
 
@@ -31,6 +32,10 @@ type Config struct {
 	Redis redis.UniversalClient
 	// Prefix of every key, the workers' (default "lettaq:").
 	Prefix string
+	// Shards is the workers' layout (zero: one shard): the reply streams
+	// are in their chats' shards (queue.RepliesOptions.Shards). On one
+	// Redis only: the relay's own keys are under Prefix.
+	Shards shard.Layout
 	// Adapters by integration name; a chat of an integration without one is
 	// skipped (and logged).
 	Adapters map[string]Adapter
@@ -97,8 +102,8 @@ func New(cfg Config) *Relay {
 	}
 	return &Relay{
 		cfg:     cfg,
-		st:      store.New(cfg.Redis, cfg.Prefix, cfg.StateTTL),
-		replies: queue.NewReplies(cfg.Redis, queue.RepliesOptions{Prefix: cfg.Prefix}),
+		st:      store.New(cfg.Redis, cfg.Prefix, cfg.StateTTL).WithShards(cfg.Shards),
+		replies: queue.NewReplies(cfg.Redis, queue.RepliesOptions{Prefix: cfg.Prefix, Shards: cfg.Shards}),
 		log:     cfg.Logger,
 		chats:   map[queue.Conversation]*chat{},
 	}

@@ -14,11 +14,17 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/shard"
 )
 
 // runJournal is "enqueue journal [filter] [--limit N]" and "enqueue journal show <id>".
 func runJournal(ctx context.Context, o enqueueOpts, args []string, rdb redis.UniversalClient, connOpt asynq.RedisConnOpt, stdout, stderr io.Writer) int {
-	j := queue.NewJournal(rdb, queue.JournalOptions{Prefix: o.prefix})
+	layout, err := shard.New(o.shards, o.queueName, o.prefix)
+	if err != nil {
+		fmt.Fprintf(stderr, "enqueue: journal: %v\n", err)
+		return ExitUsage
+	}
+	j := queue.NewJournal(rdb, queue.JournalOptions{Prefix: o.prefix, Shards: layout})
 	asJSON := o.jsonOut || !IsTerminal(stdout)
 	if len(args) > 0 && args[0] == "show" {
 		if len(args) != 2 {
@@ -35,8 +41,8 @@ func runJournal(ctx context.Context, o enqueueOpts, args []string, rdb redis.Uni
 			// A turn that waits and has not started has no record yet.
 			insp := asynq.NewInspector(connOpt)
 			defer insp.Close()
-			wt, werr := queue.WaitingFinder{Inspector: insp, RDB: rdb, KeyPrefix: o.prefix,
-				Ordering: queueOrdering(o.ordering, o.prefix), Queues: []string{o.queueName}}.Find(ctx, args[1])
+			wt, werr := queue.WaitingFinder{Inspector: insp, RDB: rdb, KeyPrefix: o.prefix, Shards: layout,
+				Ordering: queueOrdering(o.ordering, o.prefix), Queues: layout.Queues()}.Find(ctx, args[1])
 			if errors.As(werr, &amb) {
 				fmt.Fprintf(stderr, "enqueue: journal show: %v\n", werr)
 				return ExitUsage

@@ -360,7 +360,11 @@ func runRelay(ctx context.Context, cfg RelaySettings, logger *slog.Logger) error
 	rdb := redis.NewClient(opt)
 	defer rdb.Close()
 	connOpt, _ := RedisConnOpt(cfg.RedisURL, nil)
-	replies := queue.NewReplies(rdb, queue.RepliesOptions{Prefix: cfg.KeyPrefix, StreamTTL: cfg.ReplyStreamTTL})
+	layout, err := shard.New(cfg.QueueShards, "", cfg.KeyPrefix) // (the relay enqueues to the default queue)
+	if err != nil {
+		return err
+	}
+	replies := queue.NewReplies(rdb, queue.RepliesOptions{Prefix: cfg.KeyPrefix, Shards: layout, StreamTTL: cfg.ReplyStreamTTL})
 	// The workers' budget and ordering keys: an answer to an approval and a web chat message
 	// are turns with their task timeout, in their chat's line.
 	client, err := queue.NewClient(queue.ClientConfig{Redis: connOpt, Replies: replies, Budget: cfg.Budget, Shards: cfg.QueueShards,
@@ -387,7 +391,7 @@ func runRelay(ctx context.Context, cfg RelaySettings, logger *slog.Logger) error
 		adapters[telegram.Integration] = tg.adapter
 	}
 	r := relay.New(relay.Config{
-		Redis: rdb, Prefix: cfg.KeyPrefix, Control: client, AgentID: cfg.AgentID, EditEvery: cfg.EditEvery,
+		Redis: rdb, Prefix: cfg.KeyPrefix, Shards: layout, Control: client, AgentID: cfg.AgentID, EditEvery: cfg.EditEvery,
 		Adapters: adapters,
 		Step:     killAt(cfg.KillAt), Metrics: relay.NewMetrics(reg), Logger: logger,
 	})

@@ -20,10 +20,10 @@ type Store struct {
 	ttl time.Duration // the replies' TTL: how long a request's keys live past its expiry
 }
 
-// NewStore is the store of the approvals under prefix (the reply streams'), whose keys live
+// NewStore is the store of the approvals under keys (the reply streams'), whose keys live
 // ttl past a request's expiry.
-func NewStore(rdb redis.UniversalClient, prefix string, ttl time.Duration) *Store {
-	return &Store{st: store.Approvals{RDB: rdb, Keys: store.Keys{Prefix: prefix}}, ttl: ttl}
+func NewStore(rdb redis.UniversalClient, keys store.Keys, ttl time.Duration) *Store {
+	return &Store{st: store.Approvals{RDB: rdb, Keys: keys}, ttl: ttl}
 }
 
 // Redis is the Redis side of the store (for an attempt's start reads).

@@ -3,6 +3,7 @@ package approval
 import (
 	"context"
 	"errors"
+	"github.com/lettaq/lettaq/queue/internal/store"
 	"io"
 	"log/slog"
 	"strings"
@@ -82,7 +83,7 @@ func newEnv(t *testing.T, pol Policy) *env {
 	rdb := srv.Client(t)
 	prefix := testkit.Prefix(t, rdb)
 	e := &env{ans: &answers{}, jr: journal{}}
-	e.part = New(NewStore(rdb, prefix, time.Hour), Config{Timeout: time.Hour, Policy: pol, ThreadConversation: true,
+	e.part = New(NewStore(rdb, store.Keys{Prefix: prefix}, time.Hour), Config{Timeout: time.Hour, Policy: pol, ThreadConversation: true,
 		Answers: e.ans, Journal: e.jr, Wake: func(_ context.Context, req, key string) { e.woken = append(e.woken, req+" "+key) }})
 	return e
 }

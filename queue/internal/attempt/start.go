@@ -25,7 +25,7 @@ func (t *Pipeline) startRead() store.StartRead {
 		r.Pending, r.AgentID, r.Scope = true, t.Msg.AgentID, w.Approvals.Scope(t.Msg.LettaConversationID, t.Msg.Conversation)
 	}
 	if w.Threads.Mode == ThreadConversation && t.Msg.LettaConversationID == "" {
-		r.ThreadHash = ThreadHash(t.Msg.AgentID, t.Msg.Conversation)
+		r.Thread = ThreadOf(t.Msg.AgentID, t.Msg.Conversation)
 	}
 	return r
 }

@@ -39,6 +39,12 @@ func ThreadHash(agentID string, c record.Conversation) string {
 	return thread.Hash(agentID, c.Integration, c.ChatID)
 }
 
+// ThreadOf names a chat's thread for the store: its hash and the chat,
+// whose shard keeps it.
+func ThreadOf(agentID string, c record.Conversation) store.ThreadOf {
+	return store.ThreadOf{Integration: c.Integration, ChatID: c.ChatID, Hash: ThreadHash(agentID, c)}
+}
+
 // ThreadLockSlack is added to the thread phase (the longest a holder may
 // resolve a thread) for the lock's expiry: a holder never loses the lock
 // while it may still create.
@@ -48,7 +54,7 @@ const ThreadLockSlack = 5 * time.Second
 type Threads struct {
 	Mode   ThreadMode
 	RDB    redis.UniversalClient
-	Prefix string
+	Keys   store.Keys
 	Client *agentclient.Client
 	// lock: serialise creation with a Redis lock (ordering off: nothing
 	// else keeps two turns of one chat apart), held at most lockTTL.
@@ -91,7 +97,7 @@ func (th *Threads) resolveKnown(ctx context.Context, m inbound.Message, known st
 	if id, ok := th.local(m, known); ok {
 		return id, nil
 	}
-	st, hash := th.store(), ThreadHash(m.AgentID, m.Conversation)
+	st, hash := th.store(), ThreadOf(m.AgentID, m.Conversation)
 	if !read || th.Lock {
 		if id, err := st.Known(ctx, hash); err == nil && id != "" {
 			return id, nil
@@ -156,5 +162,5 @@ func (th *Threads) findOrCreate(ctx context.Context, m inbound.Message) (string,
 
 // store is the Redis side of the threads.
 func (th *Threads) store() store.Threads {
-	return store.Threads{RDB: th.RDB, Keys: store.Keys{Prefix: th.Prefix}}
+	return store.Threads{RDB: th.RDB, Keys: th.Keys}
 }

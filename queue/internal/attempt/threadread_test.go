@@ -43,7 +43,7 @@ func TestThreadReadAtStartNotReadAgain(t *testing.T) {
 		{lock: false, read: false, wantGets: 1},
 		{lock: true, read: true, wantGets: 2}, // before and under the lock
 	} {
-		th := &Threads{Mode: ThreadConversation, RDB: rdb, Prefix: "p:", Client: ac, Lock: c.lock, LockTTL: 10 * time.Second}
+		th := &Threads{Mode: ThreadConversation, RDB: rdb, Keys: store.Keys{Prefix: "p:"}, Client: ac, Lock: c.lock, LockTTL: 10 * time.Second}
 		m := inbound.Message{AgentID: agent, Conversation: record.Conversation{Integration: "test", ChatID: string(rune('a' + i))}}
 		gets.Store(0)
 		id, err := th.resolveKnown(ctx, m, "", c.read, nil)
@@ -97,7 +97,7 @@ func TestThreadKeptWithTheNextRoundTrip(t *testing.T) {
 	defer rdb.Close()
 	ctx := context.Background()
 	for i, lock := range []bool{false, true} {
-		th := &Threads{Mode: ThreadConversation, RDB: rdb, Prefix: "p:", Client: ac, Lock: lock, LockTTL: 10 * time.Second}
+		th := &Threads{Mode: ThreadConversation, RDB: rdb, Keys: store.Keys{Prefix: "p:"}, Client: ac, Lock: lock, LockTTL: 10 * time.Second}
 		m := inbound.Message{AgentID: agent, Conversation: record.Conversation{Integration: "test", ChatID: string(rune('a' + i))}}
 		key := thread.Key("p:", agent, m.Conversation.Integration, m.Conversation.ChatID)
 		var ops []store.Op

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -22,13 +23,23 @@ var ErrNoRequest = errors.New("no approval request")
 // Save records a request as its chat's unanswered one, its keys living
 // ttl.
 func (a Approvals) Save(ctx context.Context, requestTaskID, otid, agentID, scope string, record []byte, ttl time.Duration) error {
+	pending := a.Keys.ApprovalPending(agentID, scope)
+	apart := !strings.HasPrefix(pending, a.Keys.TaskPrefix(requestTaskID))
 	_, err := a.RDB.TxPipelined(ctx, func(pl redis.Pipeliner) error {
 		pl.Set(ctx, a.Keys.ApprovalRequest(requestTaskID), record, ttl)
-		pl.Set(ctx, a.Keys.ApprovalOtid(otid), requestTaskID, ttl)
-		pl.Set(ctx, a.Keys.ApprovalPending(agentID, scope), requestTaskID, ttl)
+		pl.Set(ctx, a.Keys.ApprovalOtidOf(requestTaskID, otid), requestTaskID, ttl)
+		if !apart {
+			pl.Set(ctx, pending, requestTaskID, ttl)
+		}
 		return nil
 	})
-	return err
+	if err != nil || !apart {
+		return err
+	}
+	// A thread that chats share keeps its pending request under the base
+	// prefix, another slot than the request's: it is written once the
+	// request is (a pending key never names a request that is not there).
+	return a.RDB.Set(ctx, pending, requestTaskID, ttl).Err()
 }
 
 // Record returns the record of the request of task id or otid ref. With
@@ -37,7 +48,7 @@ func (a Approvals) Save(ctx context.Context, requestTaskID, otid, agentID, scope
 func (a Approvals) Record(ctx context.Context, ref string) (record []byte, byOtid bool, err error) {
 	b, err := a.RDB.Get(ctx, a.Keys.ApprovalRequest(ref)).Bytes()
 	if errors.Is(err, redis.Nil) {
-		id, ierr := a.RDB.Get(ctx, a.Keys.ApprovalOtid(ref)).Result()
+		id, ierr := a.otidTask(ctx, ref)
 		if errors.Is(ierr, redis.Nil) {
 			return nil, false, ErrNoRequest
 		}
@@ -69,4 +80,15 @@ func (a Approvals) Answered(ctx context.Context, requestTaskID, agentID, scope s
 		return err
 	}
 	return ClearPending.Run(ctx, a.RDB, []string{a.Keys.ApprovalPending(agentID, scope)}, requestTaskID).Err()
+}
+
+// otidTask returns the request task of otid (redis.Nil: none). An otid
+// does not name its shard, so with N shards it is looked for in each, in
+// one pipeline: only an answer given by the request's otid (not its task
+// id) reads it, which is rare and reads N small keys.
+func (a Approvals) otidTask(ctx context.Context, otid string) (string, error) {
+	if !a.Keys.Sharded() {
+		return a.RDB.Get(ctx, a.Keys.ApprovalOtid(otid)).Result()
+	}
+	return probeShards(ctx, a.RDB, a.Keys, func(i int) string { return a.Keys.ApprovalOtidIn(i, otid) })
 }

@@ -13,7 +13,7 @@ import (
 // acknowledged, so that a worker that dies meanwhile leaves it to the
 // attempt that recovers the turn, and lives as long as the journal's
 // records.
-func (k Keys) Cancel(taskID string) string { return k.Prefix + "cancel:" + taskID }
+func (k Keys) Cancel(taskID string) string { return k.TaskPrefix(taskID) + "cancel:" + taskID }
 
 // CancelChannel is the Pub/Sub channel on which a cancel's task id is
 // published once its record is written: the worker running the turn hears

@@ -1,9 +1,11 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -22,7 +24,7 @@ type Journal struct {
 	MaxIndex  int64
 	// What every save passes: the index keys (the order of NewJournal's
 	// indexes), and the retention in ms and MaxIndex as script arguments.
-	indexKeys     []any // boxed once
+	indexKeys     [][]any // by shard, boxed once
 	ttlArg, keepN any
 }
 
@@ -34,8 +36,11 @@ var ErrNoRecord = errors.New("no journal record")
 func NewJournal(rdb redis.UniversalClient, keys Keys, retention time.Duration, maxIndex int64, indexes []string) *Journal {
 	j := &Journal{RDB: rdb, Keys: keys, Retention: retention, MaxIndex: maxIndex,
 		ttlArg: retention.Milliseconds(), keepN: maxIndex}
-	for _, name := range indexes {
-		j.indexKeys = append(j.indexKeys, keys.JournalIndex(name))
+	j.indexKeys = make([][]any, keys.Shards())
+	for i := range j.indexKeys {
+		for _, name := range indexes {
+			j.indexKeys[i] = append(j.indexKeys[i], keys.JournalIndexIn(i, name))
+		}
 	}
 	return j
 }
@@ -51,7 +56,18 @@ func (j *Journal) Record(ctx context.Context, taskID string) ([]byte, error) {
 
 // OtidTask returns the task id of the turn with otid (ErrNoRecord: none).
 func (j *Journal) OtidTask(ctx context.Context, otid string) (string, error) {
-	taskID, err := j.RDB.Get(ctx, j.Keys.JournalOtid(otid)).Result()
+	var (
+		taskID string
+		err    error
+	)
+	if j.Keys.Sharded() {
+		// The otid key is in its turn's shard, which an otid does not
+		// name: an operator's look-up or a continuation's, rare enough to
+		// read the N shards (one round trip) rather than keep an index.
+		taskID, err = probeShards(ctx, j.RDB, j.Keys, func(i int) string { return j.Keys.JournalOtidIn(i, otid) })
+	} else {
+		taskID, err = j.RDB.Get(ctx, j.Keys.JournalOtid(otid)).Result()
+	}
 	if errors.Is(err, redis.Nil) {
 		return "", ErrNoRecord
 	}
@@ -99,16 +115,17 @@ func (j *Journal) Intents(ctx context.Context, taskID string) ([]string, error) 
 func (j *Journal) SaveArgs(taskID, otid, otidArg string, record []byte, score int64, known, keepFinished bool, runner int64) []any {
 	// The record, otid, intents and runners keys: one string, four slices
 	// of it (each boxed: an allocation apiece).
-	p := j.Keys.Prefix
+	p := j.Keys.TaskPrefix(taskID)
+	indexKeys := j.indexKeys[j.Keys.ShardOfTask(taskID)]
 	all := p + "journal:turn:" + taskID + p + "journal:otid:" + otid + p + "journal:intents:" + taskID +
 		p + "journal:runners:" + taskID
 	n1 := len(p) + len("journal:turn:") + len(taskID)
 	n2 := n1 + len(p) + len("journal:otid:") + len(otid)
 	n3 := n2 + len(p) + len("journal:intents:") + len(taskID)
-	nkeys := 4 + len(j.indexKeys)
-	args := JournalSave.Args(nkeys, 10+len(j.indexKeys))
+	nkeys := 4 + len(indexKeys)
+	args := JournalSave.Args(nkeys, 10+len(indexKeys))
 	args = append(args, all[:n1], all[n1:n2], all[n2:n3], all[n3:])
-	args = append(args, j.indexKeys...)
+	args = append(args, indexKeys...)
 	args = append(args, record, taskID, otidArg, j.ttlArg, score, boolAny(known), j.keepN, boolAny(keepFinished), runner)
 	return args
 }
@@ -243,13 +260,56 @@ func (j *Journal) plainSaveOp(args []any, taskID string, sure *atomic.Uint32, wr
 
 // IndexPage returns the task ids of index (by name) from rank start to
 // stop, newest first.
+// With N shards it merges the shards' indexes: the newest stop+1 of each,
+// in one pipeline, newest first.
 func (j *Journal) IndexPage(ctx context.Context, index string, start, stop int64) ([]string, error) {
-	return j.RDB.ZRevRange(ctx, j.Keys.JournalIndex(index), start, stop).Result()
+	if !j.Keys.Sharded() {
+		return j.RDB.ZRevRange(ctx, j.Keys.JournalIndex(index), start, stop).Result()
+	}
+	n := j.Keys.Shards()
+	cmds := make([]*redis.ZSliceCmd, n)
+	p := j.RDB.Pipeline()
+	for i := range n {
+		cmds[i] = p.ZRevRangeWithScores(ctx, j.Keys.JournalIndexIn(i, index), 0, stop)
+	}
+	_, _ = p.Exec(ctx) // each command's error is read below
+	var all []redis.Z
+	for _, c := range cmds {
+		zs, err := c.Result()
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, zs...)
+	}
+	slices.SortFunc(all, func(a, b redis.Z) int { // as ZREVRANGE: score, then member, descending
+		if c := cmp.Compare(b.Score, a.Score); c != 0 {
+			return c
+		}
+		return cmp.Compare(fmt.Sprint(b.Member), fmt.Sprint(a.Member))
+	})
+	var out []string
+	for k := start; k <= stop && k < int64(len(all)); k++ {
+		out = append(out, fmt.Sprint(all[k].Member))
+	}
+	return out, nil
 }
 
-// Unindex removes ids from index (by name).
+// Unindex removes ids from index (by name): each from its shard's.
 func (j *Journal) Unindex(ctx context.Context, index string, ids ...any) error {
-	return j.RDB.ZRem(ctx, j.Keys.JournalIndex(index), ids...).Err()
+	if !j.Keys.Sharded() {
+		return j.RDB.ZRem(ctx, j.Keys.JournalIndex(index), ids...).Err()
+	}
+	by := map[int][]any{}
+	for _, id := range ids {
+		i := j.Keys.ShardOfTask(fmt.Sprint(id))
+		by[i] = append(by[i], id)
+	}
+	p := j.RDB.Pipeline()
+	for i, ids := range by {
+		p.ZRem(ctx, j.Keys.JournalIndexIn(i, index), ids...)
+	}
+	_, err := p.Exec(ctx)
+	return err
 }
 
 // Records returns the records of taskIDs, each a string or nil (none).

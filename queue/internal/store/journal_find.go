@@ -10,10 +10,9 @@ import (
 )
 
 // TaskIDsWithPrefix returns up to limit indexed task ids that begin with p or with
-// "turn:"+p and whose record has not expired (the index keeps an entry until it is trimmed);
-// on an error, those found so far.
+// "turn:"+p (with N shards also "turn:{<shard queue>}:"+p) and whose record has not
+// expired (the index keeps an entry until it is trimmed); on an error, those found so far.
 func (j *Journal) TaskIDsWithPrefix(ctx context.Context, p string, limit int) ([]string, error) {
-	key := j.Keys.JournalIndex("recent")
 	seen := map[string]bool{}
 	var out, pending []string
 	// live moves pending ids whose record exists to out, no more than out has room for.
@@ -37,7 +36,17 @@ func (j *Journal) TaskIDsWithPrefix(ctx context.Context, p string, limit int) ([
 		}
 		return nil
 	}
-	for _, pre := range []string{p, "turn:" + p} {
+	type scan struct{ key, pre string }
+	var scans []scan
+	for i := range j.Keys.Shards() {
+		key := j.Keys.JournalIndexIn(i, "recent")
+		scans = append(scans, scan{key, p}, scan{key, "turn:" + p})
+		if j.Keys.Sharded() {
+			scans = append(scans, scan{key, j.Keys.Layout.TaskID(i, "turn:"+p)})
+		}
+	}
+	for _, sc := range scans {
+		key, pre := sc.key, sc.pre
 		iter := j.RDB.ZScan(ctx, key, 0, globEscape(pre)+"*", 1000).Iterator()
 		for i := 0; len(out) < limit && iter.Next(ctx); i++ {
 			if i%2 == 1 {
@@ -66,8 +75,6 @@ func (j *Journal) TaskIDsWithPrefix(ctx context.Context, p string, limit int) ([
 // OtidsWithPrefix returns up to limit otids with a journal key that begin with p; on an
 // error, those found so far.
 func (j *Journal) OtidsWithPrefix(ctx context.Context, p string, limit int) ([]string, error) {
-	base := j.Keys.JournalOtid("")
-	match := globEscape(base+p) + "*"
 	var (
 		mu  sync.Mutex
 		out []string
@@ -77,10 +84,20 @@ func (j *Journal) OtidsWithPrefix(ctx context.Context, p string, limit int) ([]s
 		defer mu.Unlock()
 		return len(out) >= limit
 	}
+	// With N shards one SCAN matches every shard's otid keys: the shards'
+	// prefixes differ only inside their hash tag ("lettaq:{lettaq-3-17}:").
+	match := globEscape(j.Keys.JournalOtid(p)) + "*"
+	if j.Keys.Sharded() {
+		sp := j.Keys.ShardPrefix(0)
+		brace := strings.IndexByte(sp, '{')
+		match = globEscape(sp[:brace]) + "{*}:" + globEscape("journal:otid:"+p) + "*"
+	}
 	scan := func(ctx context.Context, c redis.Cmdable) error {
 		iter := c.Scan(ctx, 0, match, 1000).Iterator()
 		for !full() && iter.Next(ctx) {
-			if k := iter.Val(); strings.HasPrefix(k, base+p) {
+			k := iter.Val()
+			base := j.Keys.JournalOtidIn(j.Keys.ShardOfKey(k), "")
+			if strings.HasPrefix(k, base+p) {
 				mu.Lock()
 				if len(out) < limit {
 					out = append(out, strings.TrimPrefix(k, base))

@@ -75,16 +75,16 @@ func TestLostReplyClaimGetsTheTurns(t *testing.T) {
 func TestLostReplyThreadLockIsOurs(t *testing.T) {
 	p, rdb, _, k := lostReply(t)
 	th := Threads{RDB: rdb, Keys: k}
-	f := p.DropReply(faultproxy.Command("set", k.ThreadLock("h1")))
+	f := p.DropReply(faultproxy.Command("set", k.ThreadLock(ThreadOf{Hash: "h1"})))
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	unlock, err := th.Lock(ctx, "h1", time.Minute)
+	unlock, err := th.Lock(ctx, ThreadOf{Hash: "h1"}, time.Minute)
 	if err != nil {
 		t.Fatalf("lock with its reply lost: %v", err)
 	}
 	fired(t, f)
 	unlock()
-	if _, err := th.Lock(ctx, "h1", time.Minute); err != nil {
+	if _, err := th.Lock(ctx, ThreadOf{Hash: "h1"}, time.Minute); err != nil {
 		t.Fatalf("lock again after unlock: %v", err)
 	}
 }

@@ -67,18 +67,21 @@ type Parked struct {
 }
 
 // ParkKey is the parking record of taskID.
-func (k Keys) ParkKey(taskID string) string { return k.Prefix + "park:" + taskID }
+func (k Keys) ParkKey(taskID string) string { return k.TaskPrefix(taskID) + "park:" + taskID }
 
 // ParkTook keeps a minute what the last Take of taskID's record found
 // (see parkTake).
-func (k Keys) ParkTook(taskID string) string { return k.Prefix + "park:took:" + taskID }
+func (k Keys) ParkTook(taskID string) string { return k.TaskPrefix(taskID) + "park:took:" + taskID }
 
 // ParkWaiters lists the turns that wait behind an approval request.
 func (k Keys) ParkWaiters(requestTaskID string) string {
-	return k.Prefix + "park:behind:" + requestTaskID
+	return k.TaskPrefix(requestTaskID) + "park:behind:" + requestTaskID
 }
 
-// ParkIndex is the index of parking records.
+// ParkIndex is the index of parking records. It stays under Prefix with
+// any number of shards: it is written in a pipeline of its own (no script
+// or MULTI spans it and a record), it holds only the turns parked now, and
+// one index costs the sweep one read, not one per shard.
 func (k Keys) ParkIndex() string { return k.Prefix + "park:idx" }
 
 // Park writes p (replacing an older record of the task) and indexes it.

@@ -16,8 +16,8 @@ type StartRead struct {
 	// Pending: read the request the chat (AgentID, Scope) waits on.
 	Pending        bool
 	AgentID, Scope string
-	// ThreadHash: read the thread kept for this hash ("": not read).
-	ThreadHash string
+	// Thread: read the thread kept for it (Hash "": not read).
+	Thread ThreadOf
 }
 
 // StartStores are the stores the start's reads go to.
@@ -51,8 +51,8 @@ func (s StartStores) QueueStartReads(ctx context.Context, jp, rp redis.Pipeliner
 	if r.Pending {
 		sr.pend = rp.Get(ctx, s.Approvals.Keys.ApprovalPending(r.AgentID, r.Scope))
 	}
-	if r.ThreadHash != "" {
-		sr.thr = rp.Get(ctx, s.Threads.Keys.Thread(r.ThreadHash))
+	if r.Thread.Hash != "" {
+		sr.thr = rp.Get(ctx, s.Threads.Keys.Thread(r.Thread))
 	}
 	return sr
 }

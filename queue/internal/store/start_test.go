@@ -22,7 +22,7 @@ func TestStartReads(t *testing.T) {
 		Approvals: Approvals{RDB: rdb, Keys: keys},
 		Threads:   Threads{RDB: rdb, Keys: keys},
 	}
-	r := StartRead{TaskID: "t1", Pending: true, AgentID: "agent-1", Scope: "chat", ThreadHash: "h1"}
+	r := StartRead{TaskID: "t1", Pending: true, AgentID: "agent-1", Scope: "chat", Thread: ThreadOf{Hash: "h1"}}
 
 	sr := s.ReadStart(ctx, r)
 	if b, found, err := sr.Record(); found || b != nil || err != nil {
@@ -51,7 +51,7 @@ func TestStartReads(t *testing.T) {
 	must(rdb.RPush(ctx, keys.JournalIntents("t1"), "a", "b").Err())
 	must(rdb.Set(ctx, keys.Answered("t1"), "1", time.Minute).Err())
 	must(rdb.Set(ctx, keys.ApprovalPending("agent-1", "chat"), "req-1", time.Minute).Err())
-	must(s.Threads.Keep(ctx, "h1", "conv-1"))
+	must(s.Threads.Keep(ctx, ThreadOf{Hash: "h1"}, "conv-1"))
 
 	sr = s.ReadStart(ctx, r)
 	if b, found, err := sr.Record(); !found || string(b) != `{"task_id":"t1"}` || err != nil {

@@ -19,8 +19,8 @@ type Threads struct {
 }
 
 // Known returns the conversation id kept for hash ("" when none).
-func (th Threads) Known(ctx context.Context, hash string) (string, error) {
-	id, err := th.RDB.Get(ctx, th.Keys.Thread(hash)).Result()
+func (th Threads) Known(ctx context.Context, c ThreadOf) (string, error) {
+	id, err := th.RDB.Get(ctx, th.Keys.Thread(c)).Result()
 	if errors.Is(err, redis.Nil) {
 		return "", nil
 	}
@@ -28,21 +28,21 @@ func (th Threads) Known(ctx context.Context, hash string) (string, error) {
 }
 
 // Keep stores the conversation id of hash; it never expires.
-func (th Threads) Keep(ctx context.Context, hash, id string) error {
-	return th.RDB.Set(ctx, th.Keys.Thread(hash), id, 0).Err()
+func (th Threads) Keep(ctx context.Context, c ThreadOf, id string) error {
+	return th.RDB.Set(ctx, th.Keys.Thread(c), id, 0).Err()
 }
 
 // KeepOp is Keep as an op, for a caller that sends it with other writes.
-func (th Threads) KeepOp(hash, id string) Op {
+func (th Threads) KeepOp(c ThreadOf, id string) Op {
 	return func(ctx context.Context, p redis.Pipeliner, _ bool) func() error {
-		return p.Set(ctx, th.Keys.Thread(hash), id, 0).Err
+		return p.Set(ctx, th.Keys.Thread(c), id, 0).Err
 	}
 }
 
 // Lock takes hash's creation lock for at most ttl, waiting for it (bounded
 // by ctx), and returns its release.
-func (th Threads) Lock(ctx context.Context, hash string, ttl time.Duration) (unlock func(), err error) {
-	key := th.Keys.ThreadLock(hash)
+func (th Threads) Lock(ctx context.Context, c ThreadOf, ttl time.Duration) (unlock func(), err error) {
+	key := th.Keys.ThreadLock(c)
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	token := hex.EncodeToString(b[:])

@@ -1,7 +1,9 @@
 package store
 
 import (
+	"cmp"
 	"context"
+	"slices"
 	"time"
 )
 
@@ -65,6 +67,32 @@ type Trip[E TripEvent, I TripItem[E], W TripWrites[E, I]] struct {
 	// turn's last op.
 	followed []bool
 	last     []int
+	shard    []int // with N shards, the shard of each event of a round
+}
+
+// byShard orders a round's events (and their refs alike) by the shard of
+// their stream, keeping each turn's order, and leaves each one's shard in
+// tr.shard.
+func (tr *Trip[E, I, W]) byShard(keys Keys, evs []E, refs []itemRef) {
+	tr.shard = tr.shard[:0]
+	sorted := true
+	for i, e := range evs {
+		h, _, _, _ := e.Encoded()
+		tr.shard = append(tr.shard, keys.ShardOfKey(h.Keys()[0].(string)))
+		sorted = sorted && (i == 0 || tr.shard[i-1] <= tr.shard[i])
+	}
+	if sorted {
+		return
+	}
+	order := make([]int, len(evs))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(tr.shard[a], tr.shard[b]) })
+	es, rs, ss := slices.Clone(evs), slices.Clone(refs), slices.Clone(tr.shard)
+	for i, o := range order {
+		evs[i], refs[i], tr.shard[i] = es[o], rs[o], ss[o]
+	}
 }
 
 // itemRef is an item of a round trip: batch[t].items[i].
@@ -140,11 +168,24 @@ func (tr *Trip[E, I, W]) Run(replies *Replies, batch []W, timeout time.Duration,
 				pos[t]++
 			}
 		}
-		for i := e0; i < len(evs); i += MaxTripEvents {
+		if replies.Keys.Sharded() {
+			tr.byShard(replies.Keys, evs[e0:], refs[r0:])
+		}
+		for i := e0; i < len(evs); {
 			j := min(len(evs), i+MaxTripEvents)
+			if replies.Keys.Sharded() {
+				// One script call per shard: its keys share one slot.
+				for k := i + 1; k < j; k++ {
+					if tr.shard[k-e0] != tr.shard[i-e0] {
+						j = k
+						break
+					}
+				}
+			}
 			ops = append(ops, EmitManyOp(replies, evs[i:j:j], &tr.args))
 			covers = append(covers, refSpan{r0 + i - e0, r0 + j - e0})
 			moved = true
+			i = j
 		}
 		for t := range batch {
 			items, errs := batch[t].Writes()

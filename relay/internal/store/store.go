@@ -25,6 +25,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/shard"
 )
 
 // ErrLeaseLost is returned by a fenced write whose lease another replica holds.
@@ -35,6 +36,7 @@ type Store struct {
 	rdb    redis.UniversalClient
 	prefix string
 	ttl    time.Duration
+	layout shard.Layout // the workers' shards (zero: one): where the reply streams are
 }
 
 // New returns a Store under prefix (default "lettaq:"); ttl is how long a
@@ -47,6 +49,14 @@ func New(rdb redis.UniversalClient, prefix string, ttl time.Duration) *Store {
 		ttl = 7 * 24 * time.Hour
 	}
 	return &Store{rdb: rdb, prefix: prefix, ttl: ttl}
+}
+
+// WithShards sets the workers' layout, under which the reply streams are
+// (each in its chat's shard's prefix: see queue.RepliesOptions.Shards); the
+// relay's own keys stay under its prefix.
+func (s *Store) WithShards(l shard.Layout) *Store {
+	s.layout = l
+	return s
 }
 
 // ChatKey is the chat's state hash.
@@ -66,14 +76,48 @@ func (s *Store) PressKey(short string) string { return s.prefix + "relay:press:"
 // NewsKey is the stream of chats with new reply events.
 func (s *Store) NewsKey() string { return s.prefix + "relay:news" }
 
-// RepliesPrefix is the prefix of every reply stream (docs/reply-events.md).
-func (s *Store) RepliesPrefix() string { return s.prefix + "replies:" }
+// RepliesPattern matches every reply stream (docs/reply-events.md), in
+// every shard: with N shards their prefixes differ only inside their hash
+// tag ("lettaq:{lettaq-3-17}:replies:…").
+func (s *Store) RepliesPattern() string {
+	if s.layout.N() <= 1 {
+		return globEscape(s.prefix+"replies:") + "*"
+	}
+	p := s.layout.Prefix(0)
+	return globEscape(p[:strings.IndexByte(p, '{')]) + "{*}:replies:*"
+}
+
+// repliesPrefix is the prefix of the reply streams of the shard key names.
+func (s *Store) repliesPrefix(key string) string {
+	if s.layout.N() <= 1 {
+		return s.prefix + "replies:"
+	}
+	i, ok := s.layout.OfTask(key) // (a key's first hash tag names its shard, as a task id's does)
+	if !ok {
+		return ""
+	}
+	return s.layout.Prefix(i) + "replies:"
+}
+
+// globEscape escapes the characters of a Redis MATCH pattern.
+func globEscape(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		switch r {
+		case '*', '?', '[', ']', '\\', '^', '-':
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
 
 // ChatOfStream names the chat of a reply stream key, or false when key is not
 // one.
 func (s *Store) ChatOfStream(key string) (queue.Conversation, bool) {
-	rest, ok := strings.CutPrefix(key, s.RepliesPrefix())
-	if !ok {
+	pre := s.repliesPrefix(key)
+	rest, ok := strings.CutPrefix(key, pre)
+	if !ok || pre == "" {
 		return queue.Conversation{}, false
 	}
 	integ, chat, ok := strings.Cut(rest, ":")
