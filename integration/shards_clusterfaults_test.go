@@ -167,7 +167,8 @@ func startClusterLoad(t *testing.T) *clusterLoad {
 	l.sim = lettasim.NewServer(lettasim.Config{PingInterval: 40 * time.Millisecond, TimeScale: simScale})
 	t.Cleanup(l.sim.Close)
 	b := testBudget()
-	replies := queue.NewReplies(rdb, queue.RepliesOptions{Prefix: clusterPrefix})
+	layout, _ := shard.New(faultShards, faultQueue, clusterPrefix)
+	replies := queue.NewReplies(rdb, queue.RepliesOptions{Prefix: clusterPrefix, Shards: layout})
 	ord := queue.Ordering{Config: ordering.Config{Prefix: queue.OrderingPrefix(clusterPrefix)}}
 	l.ord, l.rdb = ord, rdb
 	client, err := queue.NewClient(queue.ClientConfig{Redis: conn, Budget: b, Queue: faultQueue, Shards: faultShards, Replies: replies, Ordering: ord})
