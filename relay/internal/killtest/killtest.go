@@ -235,7 +235,12 @@ func killRun(t *testing.T, bin, addr string, rdb *redis.Client, sc Scenario, ste
 	exited := make(chan error, 1)
 	go func() { exited <- killed.Wait() }()
 	// The worker writes the turn while the relay runs: a streamed answer grows.
+	// The run settles only once every event is written (a notify's retried
+	// call may come after the chat already shows it).
+	written := make(chan struct{})
+	defer func() { <-written }()
 	go func() {
+		defer close(written)
 		for _, ev := range sc.Events {
 			var err error
 			switch {
@@ -266,7 +271,7 @@ func killRun(t *testing.T, bin, addr string, rdb *redis.Client, sc Scenario, ste
 			t.Fatalf("%s: relay exited with %v, want SIGKILL", step, err)
 		}
 		reached = true
-	case <-settledCh(ctx, rdb, prefix, conv, waitCh(ctx, plat, done)):
+	case <-settledCh(ctx, rdb, prefix, conv, written, waitCh(ctx, plat, done)):
 		_ = killed.Process.Signal(syscall.SIGTERM)
 		// It may have reached step (after its last write) meanwhile.
 		var ws syscall.WaitStatus
@@ -285,7 +290,7 @@ func killRun(t *testing.T, bin, addr string, rdb *redis.Client, sc Scenario, ste
 		second := start()
 		var err error
 		select {
-		case <-settledCh(ctx, rdb, prefix, conv, waitCh(ctx, plat, done)):
+		case <-settledCh(ctx, rdb, prefix, conv, written, waitCh(ctx, plat, done)):
 		case <-ctx.Done():
 			err = ctx.Err()
 		}
@@ -376,21 +381,26 @@ func texts(msgs []fakeplatform.Msg) []string {
 // Settled is closed once shown is and the relay's cursor of conv is at the
 // last entry of its stream: for a platform's own kill-point run.
 func Settled(ctx context.Context, rdb *redis.Client, prefix string, conv queue.Conversation, shown <-chan struct{}) <-chan struct{} {
-	return settledCh(ctx, rdb, prefix, conv, shown)
+	return settledCh(ctx, rdb, prefix, conv, closed, shown)
 }
 
-// settledCh is closed once shown is and the relay's cursor of conv is at
+// closed is a channel already closed: nothing left to wait for.
+var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// settledCh is closed once written and shown are and the relay's cursor of conv is at
 // the last entry of its stream (the chat's state is durable: nothing left to
 // do). Polled: the cursor's write sends no signal the test could wait on.
-func settledCh(ctx context.Context, rdb *redis.Client, prefix string, conv queue.Conversation, shown <-chan struct{}) <-chan struct{} {
+func settledCh(ctx context.Context, rdb *redis.Client, prefix string, conv queue.Conversation, written, shown <-chan struct{}) <-chan struct{} {
 	ch := make(chan struct{})
 	chatKey := store.New(rdb, prefix, 0).ChatKey(conv)
 	stream := queue.NewReplies(rdb, queue.RepliesOptions{Prefix: prefix}).Key(conv)
 	go func() {
-		select {
-		case <-shown:
-		case <-ctx.Done():
-			return
+		for _, c := range []<-chan struct{}{written, shown} {
+			select {
+			case <-c:
+			case <-ctx.Done():
+				return
+			}
 		}
 		tick := time.NewTicker(5 * time.Millisecond)
 		defer tick.Stop()
