@@ -184,7 +184,7 @@ func TestLostReplyIntentRecordedOnce(t *testing.T) {
 	lr := newLostReplyRedis(t)
 	ctx := context.Background()
 	j := NewJournal(lr.rdb, JournalOptions{Prefix: lr.prefix})
-	key := j.st.Keys.JournalIntents("t1")
+	key := j.st.Keys.Journal().Intents("t1")
 	f := lr.proxy.DropReply(faultproxy.Any(faultproxy.Command("rpush", key), scriptCall(key)))
 	prior, err := j.RecordIntent(ctx, "t1", "otid-1", 1, "w1")
 	if err != nil {

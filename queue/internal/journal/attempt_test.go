@@ -82,11 +82,11 @@ func TestAttemptSaves(t *testing.T) {
 		if task, err := st.OtidTask(ctx, rec.Otid); err != nil || task != "t1" {
 			t.Fatalf("otid key after the first save: %q %v", task, err)
 		}
-		if err := rdb.Del(ctx, st.Keys.JournalOtid(rec.Otid)).Err(); err != nil {
+		if err := rdb.Del(ctx, st.Keys.Journal().Otid(rec.Otid)).Err(); err != nil {
 			t.Fatal(err)
 		}
 		run(newer, false)
-		if n := rdb.Exists(ctx, st.Keys.JournalOtid(rec.Otid)).Val(); n != 0 {
+		if n := rdb.Exists(ctx, st.Keys.Journal().Otid(rec.Otid)).Val(); n != 0 {
 			t.Fatal("a later save wrote the otid key the first one wrote")
 		}
 

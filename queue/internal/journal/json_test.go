@@ -244,7 +244,7 @@ func TestJournalSaveArgsKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{st.Keys.JournalTurn("task:1"), st.Keys.JournalOtid("o-1"), st.Keys.JournalIntents("task:1"), "{p}:journal:runners:task:1"}
+	want := []string{st.Keys.Journal().Turn("task:1"), st.Keys.Journal().Otid("o-1"), st.Keys.Journal().Intents("task:1"), "{p}:journal:runners:task:1"}
 	for i := range numIndexes {
 		want = append(want, indexKey(st, i))
 	}

@@ -51,7 +51,7 @@ func testJournal(rdb redis.UniversalClient, prefix string, retention time.Durati
 }
 
 // indexKey is the key of index i.
-func indexKey(st *store.Journal, i Index) string { return st.Keys.JournalIndex(i.Name()) }
+func indexKey(st *store.Journal, i Index) string { return st.Keys.Journal().Index(i.Name()) }
 
 // rjRecord is a turn's record as a client's enqueue leaves it.
 func rjRecord(taskID string, enqueued time.Time) *TurnRecord {

@@ -192,7 +192,7 @@ func TestPlainSaveMatchesScript(t *testing.T) {
 		for i := range 5 {
 			task := fmt.Sprintf("t%d", i)
 			for _, st := range []*store.Journal{plainSt, scriptSt} {
-				if err := rdb.RPush(ctx, st.Keys.JournalIntents(task), "{}").Err(); err != nil {
+				if err := rdb.RPush(ctx, st.Keys.Journal().Intents(task), "{}").Err(); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -338,7 +338,7 @@ func TestJournalSaveExpiries(t *testing.T) {
 			}
 			return ttl > short
 		}
-		runners, intents := st.Keys.JournalRunners("t1"), st.Keys.JournalIntents("t1")
+		runners, intents := st.Keys.Journal().Runners("t1"), st.Keys.Journal().Intents("t1")
 		rec := rjRecord("t1", time.Now())
 		rec.Attempts = []record.Attempt{{N: 1, Start: time.Now()}}
 

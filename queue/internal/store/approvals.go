@@ -23,11 +23,11 @@ var ErrNoRequest = errors.New("no approval request")
 // Save records a request as its chat's unanswered one, its keys living
 // ttl.
 func (a Approvals) Save(ctx context.Context, requestTaskID, otid, agentID, scope string, record []byte, ttl time.Duration) error {
-	pending := a.Keys.ApprovalPending(agentID, scope)
+	pending := a.Keys.Approvals().Pending(agentID, scope)
 	apart := !strings.HasPrefix(pending, a.Keys.TaskPrefix(requestTaskID))
 	_, err := a.RDB.TxPipelined(ctx, func(pl redis.Pipeliner) error {
-		pl.Set(ctx, a.Keys.ApprovalRequest(requestTaskID), record, ttl)
-		pl.Set(ctx, a.Keys.ApprovalOtidOf(requestTaskID, otid), requestTaskID, ttl)
+		pl.Set(ctx, a.Keys.Approvals().Request(requestTaskID), record, ttl)
+		pl.Set(ctx, a.Keys.Approvals().OtidOf(requestTaskID, otid), requestTaskID, ttl)
 		if !apart {
 			pl.Set(ctx, pending, requestTaskID, ttl)
 		}
@@ -46,7 +46,7 @@ func (a Approvals) Save(ctx context.Context, requestTaskID, otid, agentID, scope
 // none, err is ErrNoRequest, and byOtid says that ref is an otid whose
 // request expired.
 func (a Approvals) Record(ctx context.Context, ref string) (record []byte, byOtid bool, err error) {
-	b, err := a.RDB.Get(ctx, a.Keys.ApprovalRequest(ref)).Bytes()
+	b, err := a.RDB.Get(ctx, a.Keys.Approvals().Request(ref)).Bytes()
 	if errors.Is(err, redis.Nil) {
 		id, ierr := a.otidTask(ctx, ref)
 		if errors.Is(ierr, redis.Nil) {
@@ -55,7 +55,7 @@ func (a Approvals) Record(ctx context.Context, ref string) (record []byte, byOti
 		if ierr != nil {
 			return nil, false, ierr
 		}
-		b, err = a.RDB.Get(ctx, a.Keys.ApprovalRequest(id)).Bytes()
+		b, err = a.RDB.Get(ctx, a.Keys.Approvals().Request(id)).Bytes()
 		if errors.Is(err, redis.Nil) {
 			return nil, true, ErrNoRequest
 		}
@@ -66,7 +66,7 @@ func (a Approvals) Record(ctx context.Context, ref string) (record []byte, byOti
 // Pending returns the task id of the request the chat (agent, scope) waits
 // on ("" for none).
 func (a Approvals) Pending(ctx context.Context, agentID, scope string) (string, error) {
-	id, err := a.RDB.Get(ctx, a.Keys.ApprovalPending(agentID, scope)).Result()
+	id, err := a.RDB.Get(ctx, a.Keys.Approvals().Pending(agentID, scope)).Result()
 	if errors.Is(err, redis.Nil) {
 		return "", nil
 	}
@@ -76,10 +76,10 @@ func (a Approvals) Pending(ctx context.Context, agentID, scope string) (string, 
 // Answered writes the answered request's record (its keys living ttl) and
 // clears its chat's pending request while it is this one.
 func (a Approvals) Answered(ctx context.Context, requestTaskID, agentID, scope string, record []byte, ttl time.Duration) error {
-	if err := a.RDB.Set(ctx, a.Keys.ApprovalRequest(requestTaskID), record, ttl).Err(); err != nil {
+	if err := a.RDB.Set(ctx, a.Keys.Approvals().Request(requestTaskID), record, ttl).Err(); err != nil {
 		return err
 	}
-	return ClearPending.Run(ctx, a.RDB, []string{a.Keys.ApprovalPending(agentID, scope)}, requestTaskID).Err()
+	return ClearPending.Run(ctx, a.RDB, []string{a.Keys.Approvals().Pending(agentID, scope)}, requestTaskID).Err()
 }
 
 // otidTask returns the request task of otid (redis.Nil: none). An otid
@@ -88,7 +88,7 @@ func (a Approvals) Answered(ctx context.Context, requestTaskID, agentID, scope s
 // id) reads it, which is rare and reads N small keys.
 func (a Approvals) otidTask(ctx context.Context, otid string) (string, error) {
 	if !a.Keys.Sharded() {
-		return a.RDB.Get(ctx, a.Keys.ApprovalOtid(otid)).Result()
+		return a.RDB.Get(ctx, a.Keys.Approvals().Otid(otid)).Result()
 	}
-	return probeShards(ctx, a.RDB, a.Keys, func(i int) string { return a.Keys.ApprovalOtidIn(i, otid) })
+	return probeShards(ctx, a.RDB, a.Keys, func(i int) string { return a.Keys.Approvals().OtidIn(i, otid) })
 }

@@ -19,7 +19,7 @@ func TestIntentPushExpiry(t *testing.T) {
 	ctx := context.Background()
 	k := Keys{Prefix: "lettaqtest:" + uuid.NewString() + ":"}
 	j := NewJournal(rdb, k, time.Hour, 100, nil)
-	key := k.JournalIntents("t1")
+	key := k.Journal().Intents("t1")
 	t.Cleanup(func() { _ = rdb.Del(context.Background(), key).Err() })
 	if err := j.AppendIntent(ctx, "t1", []byte(`{"attempt":1}`)); err != nil {
 		t.Fatal(err)

@@ -39,7 +39,7 @@ func NewJournal(rdb redis.UniversalClient, keys Keys, retention time.Duration, m
 	j.indexKeys = make([][]any, keys.Shards())
 	for i := range j.indexKeys {
 		for _, name := range indexes {
-			j.indexKeys[i] = append(j.indexKeys[i], keys.JournalIndexIn(i, name))
+			j.indexKeys[i] = append(j.indexKeys[i], keys.Journal().IndexIn(i, name))
 		}
 	}
 	return j
@@ -47,7 +47,7 @@ func NewJournal(rdb redis.UniversalClient, keys Keys, retention time.Duration, m
 
 // Record returns the record of taskID (ErrNoRecord: none).
 func (j *Journal) Record(ctx context.Context, taskID string) ([]byte, error) {
-	b, err := j.RDB.Get(ctx, j.Keys.JournalTurn(taskID)).Bytes()
+	b, err := j.RDB.Get(ctx, j.Keys.Journal().Turn(taskID)).Bytes()
 	if errors.Is(err, redis.Nil) {
 		return nil, ErrNoRecord
 	}
@@ -64,9 +64,9 @@ func (j *Journal) OtidTask(ctx context.Context, otid string) (string, error) {
 		// The otid key is in its turn's shard, which an otid does not
 		// name: an operator's look-up or a continuation's, rare enough to
 		// read the N shards (one round trip) rather than keep an index.
-		taskID, err = probeShards(ctx, j.RDB, j.Keys, func(i int) string { return j.Keys.JournalOtidIn(i, otid) })
+		taskID, err = probeShards(ctx, j.RDB, j.Keys, func(i int) string { return j.Keys.Journal().OtidIn(i, otid) })
 	} else {
-		taskID, err = j.RDB.Get(ctx, j.Keys.JournalOtid(otid)).Result()
+		taskID, err = j.RDB.Get(ctx, j.Keys.Journal().Otid(otid)).Result()
 	}
 	if errors.Is(err, redis.Nil) {
 		return "", ErrNoRecord
@@ -82,7 +82,7 @@ func (j *Journal) OtidTask(ctx context.Context, otid string) (string, error) {
 // lost, it finds b in the list and reads the intents ahead of it, not b.
 func (j *Journal) IntentOp(taskID string, b []byte, read func(prior []string) error) Op {
 	args := IntentPush.Args(1, 2)
-	args = append(args, j.Keys.JournalIntents(taskID), b, j.ttlArg)
+	args = append(args, j.Keys.Journal().Intents(taskID), b, j.ttlArg)
 	return ScriptOp(IntentPush, args, func(c *redis.Cmd) error {
 		raw, err := c.StringSlice()
 		if err != nil {
@@ -96,13 +96,13 @@ func (j *Journal) IntentOp(taskID string, b []byte, read func(prior []string) er
 // once (IntentPush).
 func (j *Journal) AppendIntent(ctx context.Context, taskID string, b []byte) error {
 	args := IntentPush.Args(1, 2)
-	args = append(args, j.Keys.JournalIntents(taskID), b, j.ttlArg)
+	args = append(args, j.Keys.Journal().Intents(taskID), b, j.ttlArg)
 	return IntentPush.Call(ctx, j.RDB, args).Err()
 }
 
 // Intents returns the intents recorded for taskID, oldest first.
 func (j *Journal) Intents(ctx context.Context, taskID string) ([]string, error) {
-	return j.RDB.LRange(ctx, j.Keys.JournalIntents(taskID), 0, -1).Result()
+	return j.RDB.LRange(ctx, j.Keys.Journal().Intents(taskID), 0, -1).Result()
 }
 
 // SaveArgs begins the command of JournalSave that writes record, the
@@ -264,13 +264,13 @@ func (j *Journal) plainSaveOp(args []any, taskID string, sure *atomic.Uint32, wr
 // in one pipeline, newest first.
 func (j *Journal) IndexPage(ctx context.Context, index string, start, stop int64) ([]string, error) {
 	if !j.Keys.Sharded() {
-		return j.RDB.ZRevRange(ctx, j.Keys.JournalIndex(index), start, stop).Result()
+		return j.RDB.ZRevRange(ctx, j.Keys.Journal().Index(index), start, stop).Result()
 	}
 	n := j.Keys.Shards()
 	cmds := make([]*redis.ZSliceCmd, n)
 	p := j.RDB.Pipeline()
 	for i := range n {
-		cmds[i] = p.ZRevRangeWithScores(ctx, j.Keys.JournalIndexIn(i, index), 0, stop)
+		cmds[i] = p.ZRevRangeWithScores(ctx, j.Keys.Journal().IndexIn(i, index), 0, stop)
 	}
 	_, _ = p.Exec(ctx) // each command's error is read below
 	var all []redis.Z
@@ -297,7 +297,7 @@ func (j *Journal) IndexPage(ctx context.Context, index string, start, stop int64
 // Unindex removes ids from index (by name): each from its shard's.
 func (j *Journal) Unindex(ctx context.Context, index string, ids ...any) error {
 	if !j.Keys.Sharded() {
-		return j.RDB.ZRem(ctx, j.Keys.JournalIndex(index), ids...).Err()
+		return j.RDB.ZRem(ctx, j.Keys.Journal().Index(index), ids...).Err()
 	}
 	by := map[int][]any{}
 	for _, id := range ids {
@@ -306,7 +306,7 @@ func (j *Journal) Unindex(ctx context.Context, index string, ids ...any) error {
 	}
 	p := j.RDB.Pipeline()
 	for i, ids := range by {
-		p.ZRem(ctx, j.Keys.JournalIndexIn(i, index), ids...)
+		p.ZRem(ctx, j.Keys.Journal().IndexIn(i, index), ids...)
 	}
 	_, err := p.Exec(ctx)
 	return err
@@ -316,7 +316,7 @@ func (j *Journal) Unindex(ctx context.Context, index string, ids ...any) error {
 func (j *Journal) Records(ctx context.Context, taskIDs []string) ([]any, error) {
 	keys := make([]string, len(taskIDs))
 	for i, id := range taskIDs {
-		keys[i] = j.Keys.JournalTurn(id)
+		keys[i] = j.Keys.Journal().Turn(id)
 	}
 	return mget(ctx, j.RDB, keys)
 }

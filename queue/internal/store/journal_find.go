@@ -23,7 +23,7 @@ func (j *Journal) TaskIDsWithPrefix(ctx context.Context, p string, limit int) ([
 			pipe := j.RDB.Pipeline()
 			exists := make([]*redis.IntCmd, len(batch))
 			for i, id := range batch {
-				exists[i] = pipe.Exists(ctx, j.Keys.JournalTurn(id))
+				exists[i] = pipe.Exists(ctx, j.Keys.Journal().Turn(id))
 			}
 			if _, err := pipe.Exec(ctx); err != nil {
 				return err
@@ -39,7 +39,7 @@ func (j *Journal) TaskIDsWithPrefix(ctx context.Context, p string, limit int) ([
 	type scan struct{ key, pre string }
 	var scans []scan
 	for i := range j.Keys.Shards() {
-		key := j.Keys.JournalIndexIn(i, "recent")
+		key := j.Keys.Journal().IndexIn(i, "recent")
 		scans = append(scans, scan{key, p}, scan{key, "turn:" + p})
 		if j.Keys.Sharded() {
 			scans = append(scans, scan{key, j.Keys.Layout.TaskID(i, "turn:"+p)})
@@ -86,7 +86,7 @@ func (j *Journal) OtidsWithPrefix(ctx context.Context, p string, limit int) ([]s
 	}
 	// With N shards one SCAN matches every shard's otid keys: the shards'
 	// prefixes differ only inside their hash tag ("lettaq:{lettaq-3-17}:").
-	match := globEscape(j.Keys.JournalOtid(p)) + "*"
+	match := globEscape(j.Keys.Journal().Otid(p)) + "*"
 	if j.Keys.Sharded() {
 		sp := j.Keys.ShardPrefix(0)
 		brace := strings.IndexByte(sp, '{')
@@ -96,7 +96,7 @@ func (j *Journal) OtidsWithPrefix(ctx context.Context, p string, limit int) ([]s
 		iter := c.Scan(ctx, 0, match, 1000).Iterator()
 		for !full() && iter.Next(ctx) {
 			k := iter.Val()
-			base := j.Keys.JournalOtidIn(j.Keys.ShardOfKey(k), "")
+			base := j.Keys.Journal().OtidIn(j.Keys.ShardOfKey(k), "")
 			if strings.HasPrefix(k, base+p) {
 				mu.Lock()
 				if len(out) < limit {

@@ -1,8 +1,6 @@
 package store
 
 import (
-	"strings"
-
 	"github.com/lettaq/lettaq/queue/shard"
 )
 
@@ -111,80 +109,14 @@ func (k Keys) Notified(integration, chatID, key string) string {
 	return k.ChatPrefix(integration, chatID) + "notified:" + integration + ":" + chatID + ":" + key
 }
 
-// JournalTurn is a task's journal record.
-func (k Keys) JournalTurn(taskID string) string {
-	return k.TaskPrefix(taskID) + "journal:turn:" + taskID
-}
+// Journal names the journal's keys.
+func (k Keys) Journal() JournalKeys { return JournalKeys{k} }
 
-// JournalIntents is the list of a task's send intents.
-func (k Keys) JournalIntents(taskID string) string {
-	return k.TaskPrefix(taskID) + "journal:intents:" + taskID
-}
+// Approvals names the keys of approval requests.
+func (k Keys) Approvals() ApprovalKeys { return ApprovalKeys{k} }
 
-// JournalRunners numbers a task's runners: field "next" the last number
-// given to a runner at its start, "saved" the highest of a runner whose
-// save wrote the record (see JournalSave).
-func (k Keys) JournalRunners(taskID string) string {
-	return k.TaskPrefix(taskID) + "journal:runners:" + taskID
-}
-
-// JournalOtid maps an otid to its task, in shard 0 (with one shard: the
-// only one); JournalOtidOf names it in the task's shard, where a save
-// writes it.
-func (k Keys) JournalOtid(otid string) string { return k.ShardPrefix(0) + "journal:otid:" + otid }
-
-// JournalOtidOf is the otid key of taskID's turn, in the task's shard.
-func (k Keys) JournalOtidOf(taskID, otid string) string {
-	return k.TaskPrefix(taskID) + "journal:otid:" + otid
-}
-
-// JournalOtidIn is otid's key in shard i.
-func (k Keys) JournalOtidIn(i int, otid string) string {
-	return k.ShardPrefix(i) + "journal:otid:" + otid
-}
-
-// JournalIndex is the journal's index of the records matching a filter
-// ("recent": all of them), in shard 0 (with one shard: the only one).
-func (k Keys) JournalIndex(filter string) string { return k.JournalIndexIn(0, filter) }
-
-// JournalIndexIn is shard i's index of filter: each shard indexes its own
-// turns, and a query merges the shards' answers.
-func (k Keys) JournalIndexIn(i int, filter string) string {
-	return k.ShardPrefix(i) + "journal:idx:" + filter
-}
-
-// ApprovalRequest is the pending approval of a request's task.
-func (k Keys) ApprovalRequest(taskID string) string {
-	return k.TaskPrefix(taskID) + "approval:req:" + taskID
-}
-
-// ApprovalOtid maps a request's otid to its task, in shard 0 (with one
-// shard: the only one); ApprovalOtidOf names it in the task's shard.
-func (k Keys) ApprovalOtid(otid string) string { return k.ApprovalOtidIn(0, otid) }
-
-// ApprovalOtidOf is the otid key of requestTaskID's request.
-func (k Keys) ApprovalOtidOf(requestTaskID, otid string) string {
-	return k.TaskPrefix(requestTaskID) + "approval:otid:" + otid
-}
-
-// ApprovalOtidIn is otid's request key in shard i.
-func (k Keys) ApprovalOtidIn(i int, otid string) string {
-	return k.ShardPrefix(i) + "approval:otid:" + otid
-}
-
-// ApprovalPending is the pending approval of an agent in a scope: in the
-// chat's shard for a chat's own conversation (scope
-// "chat:<integration>:<chat id>"), under Prefix for a thread that chats
-// share.
-func (k Keys) ApprovalPending(agentID, scope string) string {
-	p := k.Prefix
-	if rest, ok := strings.CutPrefix(scope, "chat:"); ok && k.Sharded() {
-		if integration, chatID, ok := strings.Cut(rest, ":"); ok {
-			p = k.ChatPrefix(integration, chatID)
-		}
-	}
-	return p + "approval:pending:" + agentID + ":" + scope
-}
+// Park names the keys of parked turns.
+func (k Keys) Park() ParkKeys { return ParkKeys{k} }
 
 // Thread keeps the Letta conversation id of a lettaq conversation (hash:
 // of the agent and the chat), in the chat's shard. It never expires.

@@ -18,23 +18,23 @@ func TestKeys(t *testing.T) {
 		{k.Emitted("t"), "p:emitted:t"},
 		{k.Answered("t"), "p:answered:t"},
 		{k.Accepted("t"), "p:accepted:t"},
-		{k.JournalTurn("t"), "p:journal:turn:t"},
-		{k.JournalIntents("t"), "p:journal:intents:t"},
-		{k.JournalOtid("o"), "p:journal:otid:o"},
-		{k.JournalRunners("t"), "p:journal:runners:t"},
-		{k.JournalIndex("recent"), "p:journal:idx:recent"},
-		{k.ApprovalRequest("t"), "p:approval:req:t"},
-		{k.ApprovalOtid("o"), "p:approval:otid:o"},
-		{k.ApprovalPending("a", "s"), "p:approval:pending:a:s"},
+		{k.Journal().Turn("t"), "p:journal:turn:t"},
+		{k.Journal().Intents("t"), "p:journal:intents:t"},
+		{k.Journal().Otid("o"), "p:journal:otid:o"},
+		{k.Journal().Runners("t"), "p:journal:runners:t"},
+		{k.Journal().Index("recent"), "p:journal:idx:recent"},
+		{k.Approvals().Request("t"), "p:approval:req:t"},
+		{k.Approvals().Otid("o"), "p:approval:otid:o"},
+		{k.Approvals().Pending("a", "s"), "p:approval:pending:a:s"},
 		{k.Thread(ThreadOf{"tg", "42", "h"}), "p:thread:h"},
 		{k.ThreadLock(ThreadOf{"tg", "42", "h"}), "p:thread:h:lock"},
 		{k.Ready("w1"), "p:ready:w1"},
 		{Keys{}.Thread(ThreadOf{Hash: "h"}), "lettaq:thread:h"},
-		{k.JournalOtidOf("t", "o"), "p:journal:otid:o"},
-		{k.ApprovalOtidOf("t", "o"), "p:approval:otid:o"},
+		{k.Journal().OtidOf("t", "o"), "p:journal:otid:o"},
+		{k.Approvals().OtidOf("t", "o"), "p:approval:otid:o"},
 		{k.Cancel("t"), "p:cancel:t"},
-		{k.ParkKey("t"), "p:park:t"},
-		{k.ParkIndex(), "p:park:idx"},
+		{k.Park().Record("t"), "p:park:t"},
+		{k.Park().Index(), "p:park:idx"},
 	} {
 		if c.got != c.want {
 			t.Errorf("key %q, want %q", c.got, c.want)
@@ -48,7 +48,7 @@ func TestKeys(t *testing.T) {
 func TestKeysSharded(t *testing.T) {
 	one, _ := shard.New(1, "q", "p:")
 	if a, b := (Keys{Prefix: "p:", Layout: one}), (Keys{Prefix: "p:"}); a.Replies("tg", "42") != b.Replies("tg", "42") ||
-		a.Seq("turn:tg:42:m") != b.Seq("turn:tg:42:m") || a.JournalIndexIn(0, "recent") != b.JournalIndex("recent") {
+		a.Seq("turn:tg:42:m") != b.Seq("turn:tg:42:m") || a.Journal().IndexIn(0, "recent") != b.Journal().Index("recent") {
 		t.Errorf("one shard changed a key: %q", a.Replies("tg", "42"))
 	}
 	l, err := shard.New(8, "q", "{p}:")
@@ -60,15 +60,15 @@ func TestKeysSharded(t *testing.T) {
 	task := l.TaskID(sh, "turn:tg:42:m1")
 	want := hashtag.Slot(l.Prefix(sh))
 	for _, key := range []string{k.Replies("tg", "42"), k.Notified("tg", "42", "n"), k.Thread(ThreadOf{"tg", "42", "h"}),
-		k.ApprovalPending("a", "chat:tg:42"), k.Seq(task), k.Emitted(task), k.Answered(task), k.Accepted(task),
-		k.JournalTurn(task), k.JournalIntents(task), k.JournalRunners(task), k.JournalOtidOf(task, "o"),
-		k.JournalIndexIn(sh, "recent"), k.ApprovalRequest(task), k.ApprovalOtidOf(task, "o"), k.Cancel(task),
-		k.ParkKey(task), k.ParkTook(task), k.ParkWaiters(task), k.Seq("answer:" + task)} {
+		k.Approvals().Pending("a", "chat:tg:42"), k.Seq(task), k.Emitted(task), k.Answered(task), k.Accepted(task),
+		k.Journal().Turn(task), k.Journal().Intents(task), k.Journal().Runners(task), k.Journal().OtidOf(task, "o"),
+		k.Journal().IndexIn(sh, "recent"), k.Approvals().Request(task), k.Approvals().OtidOf(task, "o"), k.Cancel(task),
+		k.Park().Record(task), k.Park().Took(task), k.Park().Waiters(task), k.Seq("answer:" + task)} {
 		if got := hashtag.Slot(key); got != want {
 			t.Errorf("%s: slot %d, not its shard's %d", key, got, want)
 		}
 	}
-	for _, key := range []string{k.ApprovalPending("a", "agent"), k.ParkIndex(), k.Ready("w"), k.Takeover().Workers()} {
+	for _, key := range []string{k.Approvals().Pending("a", "agent"), k.Park().Index(), k.Ready("w"), k.Takeover().Workers()} {
 		if !strings.HasPrefix(key, "{p}:") {
 			t.Errorf("%s: a global key not under the base prefix", key)
 		}

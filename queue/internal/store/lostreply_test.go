@@ -103,7 +103,7 @@ func TestLostReplyParkTakeSaysWoken(t *testing.T) {
 	if ok, err := st.Wake(ctx, "t1"); !ok || err != nil {
 		t.Fatalf("wake: %v %v", ok, err)
 	}
-	f := p.DropReply(scriptOn(k.ParkKey("t1")))
+	f := p.DropReply(scriptOn(k.Park().Record("t1")))
 	tk, err := st.Take(ctx, "t1", "g1")
 	if err != nil {
 		t.Fatal(err)

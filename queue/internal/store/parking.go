@@ -66,27 +66,33 @@ type Parked struct {
 	Gen string
 }
 
-// ParkKey is the parking record of taskID.
-func (k Keys) ParkKey(taskID string) string { return k.TaskPrefix(taskID) + "park:" + taskID }
+// ParkKeys names the keys of parked turns: a turn's record and what the
+// last take found, the turns waiting behind a request, the index.
+type ParkKeys struct{ keys Keys }
 
-// ParkTook keeps a minute what the last Take of taskID's record found
+// Record is the parking record of taskID.
+func (p ParkKeys) Record(taskID string) string { return p.keys.TaskPrefix(taskID) + "park:" + taskID }
+
+// Took keeps a minute what the last Take of taskID's record found
 // (see parkTake).
-func (k Keys) ParkTook(taskID string) string { return k.TaskPrefix(taskID) + "park:took:" + taskID }
-
-// ParkWaiters lists the turns that wait behind an approval request.
-func (k Keys) ParkWaiters(requestTaskID string) string {
-	return k.TaskPrefix(requestTaskID) + "park:behind:" + requestTaskID
+func (p ParkKeys) Took(taskID string) string {
+	return p.keys.TaskPrefix(taskID) + "park:took:" + taskID
 }
 
-// ParkIndex is the index of parking records. It stays under Prefix with
+// Waiters lists the turns that wait behind an approval request.
+func (p ParkKeys) Waiters(requestTaskID string) string {
+	return p.keys.TaskPrefix(requestTaskID) + "park:behind:" + requestTaskID
+}
+
+// Index is the index of parking records. It stays under Prefix with
 // any number of shards: it is written in a pipeline of its own (no script
 // or MULTI spans it and a record), it holds only the turns parked now, and
 // one index costs the sweep one read, not one per shard.
-func (k Keys) ParkIndex() string { return k.Prefix + "park:idx" }
+func (p ParkKeys) Index() string { return p.keys.Prefix + "park:idx" }
 
 // Park writes p (replacing an older record of the task) and indexes it.
 func (s Parking) Park(ctx context.Context, p Parked) error {
-	key := s.Keys.ParkKey(p.TaskID)
+	key := s.Keys.Park().Record(p.TaskID)
 	dl := int64(0)
 	if !p.Deadline.IsZero() {
 		dl = p.Deadline.Unix()
@@ -98,10 +104,10 @@ func (s Parking) Park(ctx context.Context, p Parked) error {
 			"retention_ms", p.Retention.Milliseconds(), "behind", p.Behind, "reason", p.Reason,
 			"key", p.Key, "since_ms", p.Since.UnixMilli(), "gen", p.Gen)
 		pl.PExpire(ctx, key, ParkTTL)
-		pl.ZAdd(ctx, s.Keys.ParkIndex(), redis.Z{Score: float64(p.Since.UnixMilli()), Member: p.TaskID})
+		pl.ZAdd(ctx, s.Keys.Park().Index(), redis.Z{Score: float64(p.Since.UnixMilli()), Member: p.TaskID})
 		// The index outlives its newest record: with no park for ParkTTL
 		// every record it lists has expired.
-		pl.PExpire(ctx, s.Keys.ParkIndex(), ParkTTL)
+		pl.PExpire(ctx, s.Keys.Park().Index(), ParkTTL)
 		return nil
 	})
 	return err
@@ -154,14 +160,14 @@ return r
 
 // Wake marks taskID's record woken; false when it has none.
 func (s Parking) Wake(ctx context.Context, taskID string) (bool, error) {
-	n, err := parkWake.Run(ctx, s.RDB, []string{s.Keys.ParkKey(taskID)}).Int()
+	n, err := parkWake.Run(ctx, s.RDB, []string{s.Keys.Park().Record(taskID)}).Int()
 	return n == 1, err
 }
 
 // Drop marks taskID's record dropped (its turn is cancelled); false when
 // it has none.
 func (s Parking) Drop(ctx context.Context, taskID string) (bool, error) {
-	n, err := parkDrop.Run(ctx, s.RDB, []string{s.Keys.ParkKey(taskID)}).Int()
+	n, err := parkDrop.Run(ctx, s.RDB, []string{s.Keys.Park().Record(taskID)}).Int()
 	return n == 1, err
 }
 
@@ -171,7 +177,7 @@ type Taken struct{ Found, Woken, Dropped bool }
 // Take deletes taskID's record of the park gen ("": whichever) and its
 // index entry, and says whether it was woken or dropped meanwhile.
 func (s Parking) Take(ctx context.Context, taskID, gen string) (Taken, error) {
-	n, err := parkTake.Run(ctx, s.RDB, []string{s.Keys.ParkKey(taskID), s.Keys.ParkTook(taskID)}, gen, uuid.NewString()).Int()
+	n, err := parkTake.Run(ctx, s.RDB, []string{s.Keys.Park().Record(taskID), s.Keys.Park().Took(taskID)}, gen, uuid.NewString()).Int()
 	if err != nil {
 		return Taken{}, err
 	}
@@ -179,7 +185,7 @@ func (s Parking) Take(ctx context.Context, taskID, gen string) (Taken, error) {
 		return Taken{}, nil
 	}
 	tk := Taken{Found: true, Woken: n == 1, Dropped: n == 2}
-	return tk, s.RDB.ZRem(ctx, s.Keys.ParkIndex(), taskID).Err()
+	return tk, s.RDB.ZRem(ctx, s.Keys.Park().Index(), taskID).Err()
 }
 
 // ErrNotParked: no parking record has that task id.
@@ -187,7 +193,7 @@ var ErrNotParked = errors.New("not parked")
 
 // Get reads taskID's record (ErrNotParked when there is none).
 func (s Parking) Get(ctx context.Context, taskID string) (Parked, error) {
-	m, err := s.RDB.HGetAll(ctx, s.Keys.ParkKey(taskID)).Result()
+	m, err := s.RDB.HGetAll(ctx, s.Keys.Park().Record(taskID)).Result()
 	if err != nil {
 		return Parked{}, err
 	}
@@ -208,19 +214,19 @@ func (s Parking) Get(ctx context.Context, taskID string) (Parked, error) {
 
 // Due lists up to limit task ids parked before t (oldest first).
 func (s Parking) Due(ctx context.Context, t time.Time, limit int) ([]string, error) {
-	return s.RDB.ZRangeByScore(ctx, s.Keys.ParkIndex(), &redis.ZRangeBy{
+	return s.RDB.ZRangeByScore(ctx, s.Keys.Park().Index(), &redis.ZRangeBy{
 		Min: "-inf", Max: strconv.FormatInt(t.UnixMilli(), 10), Count: int64(limit)}).Result()
 }
 
 // Unindex removes taskID from the index (its record is gone).
 func (s Parking) Unindex(ctx context.Context, taskID string) error {
-	return s.RDB.ZRem(ctx, s.Keys.ParkIndex(), taskID).Err()
+	return s.RDB.ZRem(ctx, s.Keys.Park().Index(), taskID).Err()
 }
 
 // AddWaiter notes that taskID (in queue, on line key) waits for the answer
 // to approval request requestTaskID.
 func (s Parking) AddWaiter(ctx context.Context, requestTaskID, taskID, queue, key string) error {
-	k := s.Keys.ParkWaiters(requestTaskID)
+	k := s.Keys.Park().Waiters(requestTaskID)
 	_, err := s.RDB.Pipelined(ctx, func(pl redis.Pipeliner) error {
 		pl.HSet(ctx, k, taskID, queue+"\n"+key)
 		pl.PExpire(ctx, k, ParkTTL)
@@ -235,7 +241,7 @@ type Waiter struct{ TaskID, Queue, Key string }
 // TakeWaiters returns and forgets the turns that wait for the answer to
 // approval request requestTaskID.
 func (s Parking) TakeWaiters(ctx context.Context, requestTaskID string) ([]Waiter, error) {
-	k := s.Keys.ParkWaiters(requestTaskID)
+	k := s.Keys.Park().Waiters(requestTaskID)
 	var all *redis.MapStringStringCmd
 	_, err := s.RDB.TxPipelined(ctx, func(pl redis.Pipeliner) error {
 		all = pl.HGetAll(ctx, k)

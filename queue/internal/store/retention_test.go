@@ -88,7 +88,7 @@ func TestJournalIndexTrimmedByAge(t *testing.T) {
 		k := Keys{Prefix: b.Prefix}
 		j := NewJournal(b.RDB, k, time.Hour, 100, []string{"recent"})
 		now := time.Now()
-		idx := k.JournalIndex("recent")
+		idx := k.Journal().Index("recent")
 		b.RDB.ZAdd(ctx, idx, redis.Z{Score: float64(now.Add(-2 * time.Hour).UnixMilli()), Member: "old"},
 			redis.Z{Score: float64(now.Add(-30 * time.Minute).UnixMilli()), Member: "recent"})
 		args := append(j.SaveArgs("new", "o-new", "o-new", []byte(`{}`), now.UnixMilli(), true, false, 1), "1", IntentsFlag(false))

@@ -41,15 +41,15 @@ type StartReads struct {
 // (the same pipeline when both stores are on one client).
 func (s StartStores) QueueStartReads(ctx context.Context, jp, rp redis.Pipeliner, r StartRead) *StartReads {
 	sr := &StartReads{
-		rec:     jp.Get(ctx, s.Journal.Keys.JournalTurn(r.TaskID)),
-		intents: jp.LRange(ctx, s.Journal.Keys.JournalIntents(r.TaskID), 0, -1),
-		runner:  jp.HIncrBy(ctx, s.Journal.Keys.JournalRunners(r.TaskID), "next", 1),
+		rec:     jp.Get(ctx, s.Journal.Keys.Journal().Turn(r.TaskID)),
+		intents: jp.LRange(ctx, s.Journal.Keys.Journal().Intents(r.TaskID), 0, -1),
+		runner:  jp.HIncrBy(ctx, s.Journal.Keys.Journal().Runners(r.TaskID), "next", 1),
 		ans:     rp.Exists(ctx, s.Replies.Keys.Answered(r.TaskID)),
 		cancel:  rp.Get(ctx, s.Replies.Keys.Cancel(r.TaskID)),
 	}
-	jp.PExpire(ctx, s.Journal.Keys.JournalRunners(r.TaskID), s.Journal.Retention)
+	jp.PExpire(ctx, s.Journal.Keys.Journal().Runners(r.TaskID), s.Journal.Retention)
 	if r.Pending {
-		sr.pend = rp.Get(ctx, s.Approvals.Keys.ApprovalPending(r.AgentID, r.Scope))
+		sr.pend = rp.Get(ctx, s.Approvals.Keys.Approvals().Pending(r.AgentID, r.Scope))
 	}
 	if r.Thread.Hash != "" {
 		sr.thr = rp.Get(ctx, s.Threads.Keys.Thread(r.Thread))

@@ -47,10 +47,10 @@ func TestStartReads(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	must(rdb.Set(ctx, keys.JournalTurn("t1"), `{"task_id":"t1"}`, time.Minute).Err())
-	must(rdb.RPush(ctx, keys.JournalIntents("t1"), "a", "b").Err())
+	must(rdb.Set(ctx, keys.Journal().Turn("t1"), `{"task_id":"t1"}`, time.Minute).Err())
+	must(rdb.RPush(ctx, keys.Journal().Intents("t1"), "a", "b").Err())
 	must(rdb.Set(ctx, keys.Answered("t1"), "1", time.Minute).Err())
-	must(rdb.Set(ctx, keys.ApprovalPending("agent-1", "chat"), "req-1", time.Minute).Err())
+	must(rdb.Set(ctx, keys.Approvals().Pending("agent-1", "chat"), "req-1", time.Minute).Err())
 	must(s.Threads.Keep(ctx, ThreadOf{Hash: "h1"}, "conv-1"))
 
 	sr = s.ReadStart(ctx, r)
