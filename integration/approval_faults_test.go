@@ -109,8 +109,8 @@ func TestApprovalAnsweredRecordFailsAfterTheAnswer(t *testing.T) {
 	hook := &failAnsweredWrite{key: e.prefix + "approval:req:" + queue.TaskIDFor(queue.Message{Conversation: c, MessageID: "m1"})}
 	rdb.AddHook(hook)
 	e.startWorker("w1", func(c *queue.WorkerConfig) {
-		c.Replies = queue.NewReplies(rdb, queue.RepliesOptions{Prefix: e.prefix})
-		c.Journal = queue.NewJournal(rdb, queue.JournalOptions{Prefix: e.prefix, Retention: time.Hour})
+		c.Stores.Replies = queue.NewReplies(rdb, queue.RepliesOptions{Prefix: e.prefix})
+		c.Stores.Journal = queue.NewJournal(rdb, queue.JournalOptions{Prefix: e.prefix, Retention: time.Hour})
 	})
 	req, _ := e.requestApproval(agent, c, "m1", "delete_file")
 	ans, err := e.client.Approve(context.Background(), req.TaskID, "")
@@ -174,8 +174,8 @@ func TestApprovalRequestRedeliveredAfterItsAnswer(t *testing.T) {
 	hook := &failSecondGet{key: e.prefix + "approval:req:" + queue.TaskIDFor(m1)}
 	rdb.AddHook(hook)
 	e.startWorker("w1", func(c *queue.WorkerConfig) {
-		c.Replies = queue.NewReplies(rdb, queue.RepliesOptions{Prefix: e.prefix})
-		c.Journal = queue.NewJournal(rdb, queue.JournalOptions{Prefix: e.prefix, Retention: time.Hour})
+		c.Stores.Replies = queue.NewReplies(rdb, queue.RepliesOptions{Prefix: e.prefix})
+		c.Stores.Journal = queue.NewJournal(rdb, queue.JournalOptions{Prefix: e.prefix, Retention: time.Hour})
 	})
 	req := e.enqueue(m1)
 	waitState(t, e, req.TaskID, asynq.TaskStateRetry, 20*time.Second)

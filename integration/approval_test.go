@@ -188,7 +188,7 @@ func TestApprovalAnswerAsksAgain(t *testing.T) {
 func TestApprovalPolicies(t *testing.T) {
 	for _, pol := range []queue.ApprovalPolicy{queue.ApprovalWait, queue.ApprovalDeny, queue.ApprovalError} {
 		t.Run(string(pol), func(t *testing.T) {
-			e := approvalEnv(t, func(c *queue.WorkerConfig) { c.ApprovalPolicy = pol })
+			e := approvalEnv(t, func(c *queue.WorkerConfig) { c.Approvals.Policy = pol })
 			agent := e.sim.CreateAgent("appr-pol", nil)
 			c := e.conv("pol")
 			req, _ := e.requestApproval(agent, c, "m1", "delete_file")
@@ -254,7 +254,7 @@ func TestApprovalPolicies(t *testing.T) {
 // An approval nobody answers is denied when it expires, with a reason the
 // model is told; the chat goes on.
 func TestApprovalExpires(t *testing.T) {
-	e := approvalEnv(t, func(c *queue.WorkerConfig) { c.ApprovalTimeout = 1500 * time.Millisecond })
+	e := approvalEnv(t, func(c *queue.WorkerConfig) { c.Approvals.Timeout = 1500 * time.Millisecond })
 	agent := e.sim.CreateAgent("appr-exp", nil)
 	c := e.conv("exp")
 	req, ev := e.requestApproval(agent, c, "m1", "delete_file")

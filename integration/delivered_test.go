@@ -88,8 +88,8 @@ func TestDeliveredAnswerFinishesTheTurn(t *testing.T) {
 	t.Cleanup(func() { _ = rdb.Close() })
 	obs := &turnCounter{turns: map[string]int{}}
 	e.startWorker("w1", func(c *queue.WorkerConfig) {
-		c.Replies = queue.NewReplies(rdb, queue.RepliesOptions{Prefix: e.prefix})
-		c.Journal = queue.NewJournal(rdb, queue.JournalOptions{Prefix: e.prefix, Retention: time.Hour})
+		c.Stores.Replies = queue.NewReplies(rdb, queue.RepliesOptions{Prefix: e.prefix})
+		c.Stores.Journal = queue.NewJournal(rdb, queue.JournalOptions{Prefix: e.prefix, Retention: time.Hour})
 		c.Observer = obs
 	})
 	c := e.conv("late")
@@ -205,8 +205,8 @@ func TestJournaledFinishedWithoutFinalEventGoesOn(t *testing.T) {
 	rdb.AddHook(hook)
 	t.Cleanup(func() { _ = rdb.Close() })
 	e.startWorker("w1", func(c *queue.WorkerConfig) {
-		c.Replies = queue.NewReplies(rdb, queue.RepliesOptions{Prefix: e.prefix})
-		c.Journal = queue.NewJournal(rdb, queue.JournalOptions{Prefix: e.prefix, Retention: time.Hour})
+		c.Stores.Replies = queue.NewReplies(rdb, queue.RepliesOptions{Prefix: e.prefix})
+		c.Stores.Journal = queue.NewJournal(rdb, queue.JournalOptions{Prefix: e.prefix, Retention: time.Hour})
 	})
 	c := e.conv("lost-final")
 	res := e.enqueue(queue.Message{AgentID: agent, Text: "hi", Conversation: c, MessageID: "m1"})

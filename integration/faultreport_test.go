@@ -123,9 +123,9 @@ func startWithRedisDown(e *env, hook *redisDown) *inFlight {
 	e.t.Cleanup(func() { _ = rdb.Close() })
 	obs := &inFlight{turns: map[string]int{}}
 	e.startWorker("w1", func(c *queue.WorkerConfig) {
-		c.RedisClient = rdb
-		c.Replies = queue.NewReplies(rdb, queue.RepliesOptions{Prefix: e.prefix})
-		c.Journal = queue.NewJournal(rdb, queue.JournalOptions{Prefix: e.prefix, Retention: time.Hour})
+		c.Stores.RedisClient = rdb
+		c.Stores.Replies = queue.NewReplies(rdb, queue.RepliesOptions{Prefix: e.prefix})
+		c.Stores.Journal = queue.NewJournal(rdb, queue.JournalOptions{Prefix: e.prefix, Retention: time.Hour})
 		c.Observer = obs
 	})
 	return obs

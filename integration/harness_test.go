@@ -178,16 +178,20 @@ func (e *env) workerConfig(id string) queue.WorkerConfig {
 		e.t.Fatal(err)
 	}
 	return queue.WorkerConfig{
-		Redis: e.redisOpt(), Letta: lc, Budget: e.budget, Concurrency: 50,
+		Redis: e.redisOpt(), Letta: queue.LettaConnection{Client: lc}, Budget: e.budget, Concurrency: 50,
 		Queues: map[string]int{e.queue: 1}, Shards: e.shards, ShutdownTimeout: 3 * time.Second,
 		Logger: testLogger(e.t).With("worker", id), WorkerID: id,
-		RepliesOptions:    queue.RepliesOptions{Prefix: e.prefix},
-		JournalOptions:    queue.JournalOptions{Prefix: e.prefix, Retention: time.Hour},
-		HeartbeatInterval: 200 * time.Millisecond, DeltaMaxAge: 100 * time.Millisecond,
-		StuckRetryDelay: 200 * time.Millisecond, DelayedTaskCheckInterval: 200 * time.Millisecond,
-		TaskCheckInterval: 50 * time.Millisecond,
-		Ordering:          e.ordering(),
-		ThreadMode:        e.mode(),
+		Stores: queue.WorkerStores{
+			RepliesOptions: queue.RepliesOptions{Prefix: e.prefix},
+			JournalOptions: queue.JournalOptions{Prefix: e.prefix, Retention: time.Hour},
+		},
+		Timing: queue.WorkerTiming{
+			HeartbeatInterval: 200 * time.Millisecond, DeltaMaxAge: 100 * time.Millisecond,
+			StuckRetryDelay: 200 * time.Millisecond, DelayedTaskCheckInterval: 200 * time.Millisecond,
+			TaskCheckInterval: 50 * time.Millisecond,
+		},
+		Ordering:   e.ordering(),
+		ThreadMode: e.mode(),
 	}
 }
 

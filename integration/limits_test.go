@@ -86,7 +86,7 @@ func TestOverlongLineFailsTheTurnOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.startWorker("w1", func(c *queue.WorkerConfig) { c.Letta = lc })
+	e.startWorker("w1", func(c *queue.WorkerConfig) { c.Letta.Client = lc })
 	c := e.conv("overlong")
 	res := e.enqueue(queue.Message{AgentID: "agent-x", Text: "hi", Conversation: c, MessageID: "m1"})
 	final, _ := e.waitFinal(c, res.TaskID, 20*time.Second)

@@ -98,17 +98,22 @@ func childWorker() int {
 		takeover = -1
 	}
 	w, err := queue.NewWorker(queue.WorkerConfig{
-		TakeoverAfter: takeover,
-		Redis:         asynq.RedisClientOpt{Addr: os.Getenv(envRedis), DB: db}, Letta: lc, Budget: b, Concurrency: 50,
+		Takeover: queue.FastTakeover{After: takeover},
+		Redis:    asynq.RedisClientOpt{Addr: os.Getenv(envRedis), DB: db}, Letta: queue.LettaConnection{Client: lc},
+		Budget: b, Concurrency: 50,
 		Queues: map[string]int{os.Getenv(envQueue): 1}, ShutdownTimeout: 2 * time.Second, Logger: log,
-		WorkerID:          os.Getenv(envID),
-		RepliesOptions:    queue.RepliesOptions{Prefix: prefix},
-		JournalOptions:    queue.JournalOptions{Prefix: prefix, Retention: time.Hour},
-		HeartbeatInterval: 200 * time.Millisecond, DeltaMaxAge: 100 * time.Millisecond,
-		StuckRetryDelay: 200 * time.Millisecond, DelayedTaskCheckInterval: 200 * time.Millisecond,
-		TaskCheckInterval: 50 * time.Millisecond,
-		Ordering:          ord,
-		ThreadMode:        mode,
+		WorkerID: os.Getenv(envID),
+		Stores: queue.WorkerStores{
+			RepliesOptions: queue.RepliesOptions{Prefix: prefix},
+			JournalOptions: queue.JournalOptions{Prefix: prefix, Retention: time.Hour},
+		},
+		Timing: queue.WorkerTiming{
+			HeartbeatInterval: 200 * time.Millisecond, DeltaMaxAge: 100 * time.Millisecond,
+			StuckRetryDelay: 200 * time.Millisecond, DelayedTaskCheckInterval: 200 * time.Millisecond,
+			TaskCheckInterval: 50 * time.Millisecond,
+		},
+		Ordering:   ord,
+		ThreadMode: mode,
 	})
 	if err != nil {
 		log.Error("worker config", "error", err)

@@ -22,8 +22,8 @@ func TestProgressEventsInOrder(t *testing.T) {
 		{Kind: lettasim.Assistant, Text: "Here it is."},
 	}})
 	e.startWorker("w1", func(c *queue.WorkerConfig) {
-		c.DeltaMaxAge = time.Minute // text without a newline waits for a flush
-		c.HeartbeatInterval = 100 * time.Millisecond
+		c.Timing.DeltaMaxAge = time.Minute // text without a newline waits for a flush
+		c.Timing.HeartbeatInterval = 100 * time.Millisecond
 	})
 	c := e.conv("order")
 	res := e.enqueue(queue.Message{AgentID: agent, Text: "look it up", Conversation: c})

@@ -44,7 +44,7 @@ func TestSlowRedisDoesNotStallTheStream(t *testing.T) {
 	var writes atomic.Int32
 	slow.AddHook(countHook{&writes})
 	e.startWorker("A", func(c *queue.WorkerConfig) {
-		c.Replies = queue.NewReplies(slow, queue.RepliesOptions{Prefix: e.prefix})
+		c.Stores.Replies = queue.NewReplies(slow, queue.RepliesOptions{Prefix: e.prefix})
 	})
 	agent := e.sim.CreateAgent("slow-redis", nil)
 	c := e.conv("slow-redis")

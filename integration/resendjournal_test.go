@@ -74,8 +74,8 @@ func TestResendWhoseIntentFailsIsRetried(t *testing.T) {
 	rdb.AddHook(hook)
 	t.Cleanup(func() { _ = rdb.Close() })
 	e.startWorker("w1", func(c *queue.WorkerConfig) {
-		c.Replies = queue.NewReplies(rdb, queue.RepliesOptions{Prefix: e.prefix})
-		c.Journal = queue.NewJournal(rdb, queue.JournalOptions{Prefix: e.prefix, Retention: time.Hour})
+		c.Stores.Replies = queue.NewReplies(rdb, queue.RepliesOptions{Prefix: e.prefix})
+		c.Stores.Journal = queue.NewJournal(rdb, queue.JournalOptions{Prefix: e.prefix, Retention: time.Hour})
 	})
 	e.sim.SetFault(agent, lettasim.Fault{Status5xxBeforeStore: 503})
 	c := e.conv("resend")

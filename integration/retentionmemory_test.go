@@ -56,8 +56,8 @@ func TestRetentionMemoryLevelsOff(t *testing.T) {
 	t.Cleanup(func() { _ = client.Close() })
 	for _, id := range []string{"w1", "w2"} {
 		e.startWorker(id, func(c *queue.WorkerConfig) {
-			c.RepliesOptions = ropts
-			c.JournalOptions = queue.JournalOptions{Prefix: e.prefix, Retention: ret}
+			c.Stores.RepliesOptions = ropts
+			c.Stores.JournalOptions = queue.JournalOptions{Prefix: e.prefix, Retention: ret}
 			c.Ordering = ord
 		})
 	}

@@ -113,9 +113,9 @@ func TestTurnStartIsOneRoundTrip(t *testing.T) {
 		testTurnRoundTrips(t, func(c *queue.WorkerConfig, opt hookedOpt) {
 			rdb := opt.MakeRedisClient().(*redis.Client)
 			t.Cleanup(func() { _ = rdb.Close() })
-			c.Redis, c.RedisClient = opt, rdb
-			c.Replies = queue.NewReplies(rdb, c.RepliesOptions)
-			c.Journal = queue.NewJournal(rdb, c.JournalOptions)
+			c.Redis, c.Stores.RedisClient = opt, rdb
+			c.Stores.Replies = queue.NewReplies(rdb, c.Stores.RepliesOptions)
+			c.Stores.Journal = queue.NewJournal(rdb, c.Stores.JournalOptions)
 		})
 	})
 }

@@ -50,11 +50,13 @@ func TestShardsOnCluster(t *testing.T) {
 	runCtx, stop := context.WithCancel(ctx)
 	defer func() { stop(); wg.Wait() }()
 	for i := range workers {
-		w, err := queue.NewWorker(queue.WorkerConfig{Redis: conn, RedisClient: rdb, LettaURL: sim.URL, Budget: b, Concurrency: 50,
+		w, err := queue.NewWorker(queue.WorkerConfig{Redis: conn, Letta: queue.LettaConnection{URL: sim.URL}, Budget: b, Concurrency: 50,
 			Queues: map[string]int{base: 1}, Shards: shards, ShutdownTimeout: 3 * time.Second,
 			Logger: testLogger(t).With("worker", i), WorkerID: fmt.Sprintf("w%d", i),
-			RepliesOptions: queue.RepliesOptions{Prefix: clusterPrefix}, JournalOptions: queue.JournalOptions{Prefix: clusterPrefix},
-			TaskCheckInterval: 50 * time.Millisecond, DelayedTaskCheckInterval: 200 * time.Millisecond, Ordering: ord,
+			Stores: queue.WorkerStores{RedisClient: rdb,
+				RepliesOptions: queue.RepliesOptions{Prefix: clusterPrefix}, JournalOptions: queue.JournalOptions{Prefix: clusterPrefix}},
+			Timing:     queue.WorkerTiming{TaskCheckInterval: 50 * time.Millisecond, DelayedTaskCheckInterval: 200 * time.Millisecond},
+			Ordering:   ord,
 			ThreadMode: queue.ThreadAgent})
 		if err != nil {
 			t.Fatal(err)

@@ -207,11 +207,13 @@ func startClusterLoad(t *testing.T) *clusterLoad {
 	l.stop = sync.OnceFunc(func() { cancel(); wg.Wait() })
 	t.Cleanup(l.stop)
 	for i := range faultWorkers {
-		w, err := queue.NewWorker(queue.WorkerConfig{Redis: conn, RedisClient: rdb, LettaURL: l.sim.URL, Budget: b, Concurrency: 50,
+		w, err := queue.NewWorker(queue.WorkerConfig{Redis: conn, Letta: queue.LettaConnection{URL: l.sim.URL}, Budget: b, Concurrency: 50,
 			Queues: map[string]int{faultQueue: 1}, Shards: faultShards, ShutdownTimeout: 3 * time.Second,
 			Logger: testLogger(t).With("worker", i), WorkerID: fmt.Sprintf("w%d", i),
-			RepliesOptions: queue.RepliesOptions{Prefix: clusterPrefix}, JournalOptions: queue.JournalOptions{Prefix: clusterPrefix},
-			TaskCheckInterval: 50 * time.Millisecond, DelayedTaskCheckInterval: 200 * time.Millisecond, Ordering: ord,
+			Stores: queue.WorkerStores{RedisClient: rdb,
+				RepliesOptions: queue.RepliesOptions{Prefix: clusterPrefix}, JournalOptions: queue.JournalOptions{Prefix: clusterPrefix}},
+			Timing:     queue.WorkerTiming{TaskCheckInterval: 50 * time.Millisecond, DelayedTaskCheckInterval: 200 * time.Millisecond},
+			Ordering:   ord,
 			ThreadMode: queue.ThreadAgent})
 		if err != nil {
 			t.Fatal(err)

@@ -47,8 +47,8 @@ func TestApprovalWaitCost24h(t *testing.T) {
 	e := newEnv(t, withRedis(srv), withThreadMode(queue.ThreadConversation))
 	e.startWorker("w1", func(c *queue.WorkerConfig) {
 		c.Ordering.WaitCheck = 10 * time.Minute / scale
-		c.DelayedTaskCheckInterval = 50 * time.Millisecond // (scaled too: Asynq's forwarder runs the looks)
-		c.ApprovalTimeout = day
+		c.Timing.DelayedTaskCheckInterval = 50 * time.Millisecond // (scaled too: Asynq's forwarder runs the looks)
+		c.Approvals.Timeout = day
 	})
 	agent := e.sim.CreateAgent("cost", nil)
 	c := e.conv("cost")

@@ -224,7 +224,7 @@ func TestWaitingBehindAnApprovalParks(t *testing.T) {
 			e := approvalEnv(t, func(c *queue.WorkerConfig) {
 				c.Ordering.WaitCheck = 150 * time.Millisecond
 				if how == "expired" {
-					c.ApprovalTimeout = 2 * time.Second
+					c.Approvals.Timeout = 2 * time.Second
 				}
 			})
 			agent := e.sim.CreateAgent("park-appr", nil)
@@ -285,7 +285,7 @@ func TestWaitingBehindAnApprovalParksWithoutOrdering(t *testing.T) {
 				case "answered":
 					c.Ordering.WaitCheck = 150 * time.Millisecond
 				case "expired":
-					c.ApprovalTimeout = 2 * time.Second
+					c.Approvals.Timeout = 2 * time.Second
 				}
 			}
 			e.startWorker("w1", mod)

@@ -60,7 +60,7 @@ func TestSlowParkIsWokenByTheTurnAhead(t *testing.T) {
 		rdb := redis.NewClient(&redis.Options{Addr: e.redis.Addr, DB: e.redis.DB})
 		t.Cleanup(func() { _ = rdb.Close() })
 		rdb.AddHook(hook)
-		cfg.RedisClient = rdb
+		cfg.Stores.RedisClient = rdb
 	})
 	r1 := e.enqueue(queue.Message{AgentID: agent, Conversation: c, MessageID: "m1", Text: fmt.Sprintf("[[sim think=%s]] hello m1", simDur(time.Second))})
 	r2 := e.enqueue(m2)

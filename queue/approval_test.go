@@ -187,12 +187,13 @@ func TestApprovalAndImagePayloadValidation(t *testing.T) {
 	}
 }
 
-// A worker refuses an ApprovalTimeout past MaxApprovalTimeout (the
+// A worker refuses an Approvals.Timeout past MaxApprovalTimeout (the
 // approval keys' TTL past a far expiry: approval's
 // TestApprovalKeyTTLNeverNegative).
 func TestApprovalTimeoutBounded(t *testing.T) {
-	_, err := NewWorker(WorkerConfig{Redis: asynq.RedisClientOpt{Addr: "127.0.0.1:1"}, ApprovalTimeout: MaxApprovalTimeout + time.Hour})
-	if err == nil || !strings.Contains(err.Error(), "ApprovalTimeout") {
-		t.Errorf("NewWorker with ApprovalTimeout past the maximum: %v, want an error naming it", err)
+	_, err := NewWorker(WorkerConfig{Redis: asynq.RedisClientOpt{Addr: "127.0.0.1:1"},
+		Approvals: ApprovalRules{Timeout: MaxApprovalTimeout + time.Hour}})
+	if err == nil || !strings.Contains(err.Error(), "Approvals.Timeout") {
+		t.Errorf("NewWorker with Approvals.Timeout past the maximum: %v, want an error naming it", err)
 	}
 }

@@ -69,13 +69,13 @@ func (a *answerer) Close() error {
 // its replies, journal, ordering and thread mode are set.
 func newApprovalPart(w *Worker) *approval.Part {
 	pol := approval.Wait
-	switch w.cfg.ApprovalPolicy {
+	switch w.cfg.Approvals.Policy {
 	case ApprovalDeny:
 		pol = approval.Deny
 	case ApprovalError:
 		pol = approval.Fail
 	}
-	return approval.New(newApprovals(w.replies), approval.Config{Timeout: w.cfg.ApprovalTimeout, Policy: pol,
+	return approval.New(newApprovals(w.replies), approval.Config{Timeout: w.cfg.Approvals.Timeout, Policy: pol,
 		ThreadConversation: w.cfg.ThreadMode == ThreadConversation, Answers: &answerer{w: w}, Journal: w.journal,
 		Wake: func(ctx context.Context, requestTaskID, key string) {
 			w.lines.WakeApprovalWaiters(ctx, requestTaskID, key) // set just after the approvals

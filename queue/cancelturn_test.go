@@ -19,8 +19,8 @@ import (
 func TestWatchCancels(t *testing.T) {
 	srv := testredis.New(t)
 	prefix := "lettaq-unit:watch-" + time.Now().Format("150405.000000") + ":"
-	w, err := NewWorker(WorkerConfig{Redis: asynq.RedisClientOpt{Addr: srv.Addr, DB: srv.DB}, LettaURL: "http://127.0.0.1:1",
-		RepliesOptions: RepliesOptions{Prefix: prefix}, JournalOptions: JournalOptions{Prefix: prefix}})
+	w, err := NewWorker(WorkerConfig{Redis: asynq.RedisClientOpt{Addr: srv.Addr, DB: srv.DB}, Letta: LettaConnection{URL: "http://127.0.0.1:1"},
+		Stores: WorkerStores{RepliesOptions: RepliesOptions{Prefix: prefix}, JournalOptions: JournalOptions{Prefix: prefix}}})
 	if err != nil {
 		t.Fatal(err)
 	}

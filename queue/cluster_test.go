@@ -40,7 +40,7 @@ func TestNewWorkerRefusesUntaggedPrefixOnCluster(t *testing.T) {
 		})
 	}
 	// And NewWorker itself refuses, before it touches Redis.
-	_, err := NewWorker(WorkerConfig{Redis: cluster, LettaURL: "http://127.0.0.1:1"})
+	_, err := NewWorker(WorkerConfig{Redis: cluster, Letta: LettaConnection{URL: "http://127.0.0.1:1"}})
 	if err == nil || !strings.Contains(err.Error(), "CROSSSLOT") {
 		t.Fatalf("NewWorker on a cluster with the default prefix: %v", err)
 	}

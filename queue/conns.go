@@ -14,7 +14,7 @@ import (
 
 // letta is the worker's side of Letta: the agent client, and the
 // continuation runner that runs each attempt over it. When the worker made
-// the client (from LettaURL), it closes its idle connections once it stops.
+// the client (from Letta.URL), it closes its idle connections once it stops.
 type letta struct {
 	client     *agentclient.Client
 	ownsClient bool
@@ -53,7 +53,7 @@ func (l *letta) closeIdle() {
 // Redis for its own reads and writes, which it closes when it made it.
 type redisConns struct {
 	conn    asynq.RedisConnOpt    // redisopt.Lean(cfg.Redis)
-	rdb     redis.UniversalClient // nil: Replies and Journal were given, without RedisClient
+	rdb     redis.UniversalClient // nil: Stores.Replies and Stores.Journal were given, without Stores.RedisClient
 	ownsRdb bool
 }
 

@@ -7,11 +7,11 @@ import (
 )
 
 // defaultDeltaMaxAge is how long text without a newline waits before it
-// goes out as an answer_delta event (WorkerConfig.DeltaMaxAge).
+// goes out as an answer_delta event (WorkerConfig.Timing.DeltaMaxAge).
 const defaultDeltaMaxAge = pace.DefaultDeltaMaxAge
 
 // defaultHeartbeatInterval is how often a waiting turn repeats its phase
-// (WorkerConfig.HeartbeatInterval).
+// (WorkerConfig.Timing.HeartbeatInterval).
 const defaultHeartbeatInterval = pace.DefaultHeartbeatInterval
 
 // DefaultStreamTTL is how long a reply stream keeps its events by default

@@ -55,7 +55,7 @@
 //     that it never really retries; a task whose end was lost stays active
 //     until Asynq's lease recovery, 1 to 2 minutes later.
 //   - A killed worker's turns continue on another worker within seconds
-//     (WorkerConfig.TakeoverAfter, default 5s, after its last beat), not
+//     (WorkerConfig.Takeover.After, default 5s, after its last beat), not
 //     when Asynq's lease gives them back: see takeover.go. The takeover
 //     runs the turn under its own identity (task id, otid, journal record,
 //     line) and uses none of its retries; the original task, recovered by

@@ -121,7 +121,7 @@ type Replies struct {
 }
 
 // NewReplies returns a Replies on rdb: a relay reads the chats' reply
-// streams with it; a worker makes its own unless WorkerConfig.Replies gives
+// streams with it; a worker makes its own unless WorkerConfig.Stores.Replies gives
 // one (give the same opts to both).
 func NewReplies(rdb redis.UniversalClient, opts RepliesOptions) *Replies {
 	if opts.Prefix == "" {

@@ -226,12 +226,12 @@ func followToFinal(replies *queue.Replies, chat queue.Conversation, taskID strin
 // until the returned stop is called.
 func startWorker(redisAddr, lettaURL string) (stop func()) {
 	w, err := queue.NewWorker(queue.WorkerConfig{
-		Redis:             asynq.RedisClientOpt{Addr: redisAddr},
-		LettaURL:          lettaURL,
-		Concurrency:       4,
-		ShutdownTimeout:   time.Second,
-		TaskCheckInterval: 10 * time.Millisecond,
-		Logger:            slog.New(slog.DiscardHandler),
+		Redis:           asynq.RedisClientOpt{Addr: redisAddr},
+		Letta:           queue.LettaConnection{URL: lettaURL},
+		Concurrency:     4,
+		ShutdownTimeout: time.Second,
+		Timing:          queue.WorkerTiming{TaskCheckInterval: 10 * time.Millisecond},
+		Logger:          slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
 		log.Fatal(err)
@@ -251,9 +251,9 @@ func startWorker(redisAddr, lettaURL string) (stop func()) {
 // and are put back otherwise.
 func ExampleWorker_Run() {
 	w, err := queue.NewWorker(queue.WorkerConfig{
-		Redis:    asynq.RedisClientOpt{Addr: "127.0.0.1:6379"},
-		LettaURL: "http://localhost:8283",
-		Budget:   budget.Default(),
+		Redis:  asynq.RedisClientOpt{Addr: "127.0.0.1:6379"},
+		Letta:  queue.LettaConnection{URL: "http://localhost:8283"},
+		Budget: budget.Default(),
 	})
 	if err != nil {
 		log.Fatal(err)

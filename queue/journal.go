@@ -191,7 +191,7 @@ type Journal struct {
 }
 
 // NewJournal returns a Journal on rdb: an operator's tool or a producer reads
-// turns' records with it; a worker makes its own unless WorkerConfig.Journal
+// turns' records with it; a worker makes its own unless WorkerConfig.Stores.Journal
 // gives one (give the same opts to both).
 func NewJournal(rdb redis.UniversalClient, opts JournalOptions) *Journal {
 	if opts.Prefix == "" {

@@ -47,9 +47,9 @@ const (
 	// DefaultMaxReplyBytes bounds the progress text one attempt of a turn
 	// writes to its reply stream (WorkerConfig.MaxReplyBytes).
 	DefaultMaxReplyBytes = 4 << 20
-	// DefaultTakeoverAfter is WorkerConfig.TakeoverAfter's default.
+	// DefaultTakeoverAfter is WorkerConfig.Takeover.After's default.
 	DefaultTakeoverAfter = 5 * time.Second
-	// MaxApprovalTimeout bounds WorkerConfig.ApprovalTimeout (366 days).
+	// MaxApprovalTimeout bounds WorkerConfig.Approvals.Timeout (366 days).
 	MaxApprovalTimeout = 366 * 24 * time.Hour
 	// MaxLookupCandidates bounds AmbiguousError.Candidates.
 	MaxLookupCandidates = 10

@@ -37,9 +37,9 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = 100
 	}
-	layoutPrefix := cfg.RepliesOptions.Prefix
-	if cfg.Replies != nil {
-		layoutPrefix = cfg.Replies.opts.Prefix
+	layoutPrefix := cfg.Stores.RepliesOptions.Prefix
+	if cfg.Stores.Replies != nil {
+		layoutPrefix = cfg.Stores.Replies.opts.Prefix
 	}
 	queues, layouts, err := workerQueues(cfg.Shards, cfg.Queues, layoutPrefix)
 	if err != nil {
@@ -59,23 +59,9 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	if cfg.Observer == nil {
 		cfg.Observer = NopObserver{}
 	}
-	if cfg.TaskCheckInterval <= 0 {
-		cfg.TaskCheckInterval = 100 * time.Millisecond
-	}
-	if cfg.DelayedTaskCheckInterval <= 0 {
-		cfg.DelayedTaskCheckInterval = time.Second
-	}
-	if cfg.HeartbeatInterval <= 0 {
-		cfg.HeartbeatInterval = defaultHeartbeatInterval
-	}
-	if cfg.StuckRetryDelay <= 0 {
-		cfg.StuckRetryDelay = time.Second
-	}
+	cfg.Timing = cfg.Timing.withDefaults(!cfg.Ordering.Off)
 	if cfg.MaxReplyBytes <= 0 {
 		cfg.MaxReplyBytes = DefaultMaxReplyBytes
-	}
-	if !cfg.Ordering.Off && cfg.DelayedTaskCheckInterval > time.Second {
-		cfg.DelayedTaskCheckInterval = time.Second
 	}
 	if cfg.Ordering.MaxCoalesce <= 0 {
 		cfg.Ordering.MaxCoalesce = defaultMaxCoalesce
@@ -85,38 +71,38 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	}
 	w := &Worker{cfg: cfg, log: cfg.Logger, obs: cfg.Observer, redisConns: redisConns{conn: redisopt.Lean(cfg.Redis)},
 		layouts: layouts}
-	l, err := newLetta(cfg.Letta,
-		agentclient.Config{BaseURL: cfg.LettaURL, APIKey: cfg.LettaAPIKey,
-			RequestTimeout: cfg.Budget.RequestTimeout, StreamTransport: cfg.StreamTransport},
+	l, err := newLetta(cfg.Letta.Client,
+		agentclient.Config{BaseURL: cfg.Letta.URL, APIKey: cfg.Letta.APIKey,
+			RequestTimeout: cfg.Budget.RequestTimeout, StreamTransport: cfg.Letta.StreamTransport},
 		continuation.Config{Budget: cfg.Budget, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
 	w.letta = l
-	if cfg.Replies == nil {
-		if err := checkClusterPrefix(cfg.Redis, "reply", cfg.RepliesOptions.Prefix); err != nil {
+	if cfg.Stores.Replies == nil {
+		if err := checkClusterPrefix(cfg.Redis, "reply", cfg.Stores.RepliesOptions.Prefix); err != nil {
 			return nil, err
 		}
 	}
-	if cfg.Journal == nil {
-		if err := checkClusterPrefix(cfg.Redis, "journal", cfg.JournalOptions.Prefix); err != nil {
+	if cfg.Stores.Journal == nil {
+		if err := checkClusterPrefix(cfg.Redis, "journal", cfg.Stores.JournalOptions.Prefix); err != nil {
 			return nil, err
 		}
 	}
-	if err := w.dialRedis(cfg.RedisClient, cfg.Replies == nil || cfg.Journal == nil); err != nil {
+	if err := w.dialRedis(cfg.Stores.RedisClient, cfg.Stores.Replies == nil || cfg.Stores.Journal == nil); err != nil {
 		return nil, err
 	}
-	w.replies = cfg.Replies
+	w.replies = cfg.Stores.Replies
 	if w.replies == nil {
-		o := cfg.RepliesOptions
+		o := cfg.Stores.RepliesOptions
 		if o.PartLimits == nil {
-			o.PartLimits = cfg.ReplyPartLimits
+			o.PartLimits = cfg.Stores.ReplyPartLimits
 		}
 		w.replies = NewReplies(w.rdb, o)
 	}
-	w.journal = cfg.Journal
+	w.journal = cfg.Stores.Journal
 	if w.journal == nil {
-		w.journal = NewJournal(w.rdb, cfg.JournalOptions)
+		w.journal = NewJournal(w.rdb, cfg.Stores.JournalOptions)
 	}
 	if len(layouts) == 1 { // (one layout: a sharded queue, or one queue)
 		if w.replies, err = w.replies.inLayout(layouts[0]); err == nil {
@@ -141,37 +127,32 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		return nil, fmt.Errorf("queue: %w", err)
 	}
 	w.cfg.ThreadMode = mode
-	pol, err := ParseApprovalPolicy(string(cfg.ApprovalPolicy))
+	pol, err := ParseApprovalPolicy(string(cfg.Approvals.Policy))
 	if err != nil {
 		w.closeRedis()
 		return nil, fmt.Errorf("queue: %w", err)
 	}
-	w.cfg.ApprovalPolicy = pol
-	if w.cfg.ApprovalTimeout <= 0 {
-		w.cfg.ApprovalTimeout = defaultApprovalTimeout
+	w.cfg.Approvals.Policy = pol
+	if w.cfg.Approvals.Timeout <= 0 {
+		w.cfg.Approvals.Timeout = defaultApprovalTimeout
 	}
-	if w.cfg.ApprovalTimeout > MaxApprovalTimeout {
+	if w.cfg.Approvals.Timeout > MaxApprovalTimeout {
 		w.closeRedis()
-		return nil, fmt.Errorf("queue: ApprovalTimeout %v is more than %v", w.cfg.ApprovalTimeout, MaxApprovalTimeout)
+		return nil, fmt.Errorf("queue: Approvals.Timeout %v is more than %v", w.cfg.Approvals.Timeout, MaxApprovalTimeout)
 	}
 	w.approvals = newApprovalPart(w)
 	w.lines = newLines(w)
 	w.writer = progress.NewWriter(w.replies.rdb, w.replies.st, w.replies.complete)
 	w.writer.Tripped = w.health.Tripped
-	if w.cfg.TakeoverAfter == 0 {
-		w.cfg.TakeoverAfter = DefaultTakeoverAfter
-	}
-	if w.cfg.TakeoverAfter > 0 {
-		if w.cfg.TakeoverBeat <= 0 {
-			w.cfg.TakeoverBeat = defaultTakeoverBeat
-		}
-		w.cfg.TakeoverBeat = min(w.cfg.TakeoverBeat, w.cfg.TakeoverAfter/3)
+	w.cfg.Takeover = w.cfg.Takeover.withDefaults()
+	if w.cfg.Takeover.After > 0 {
 		w.tk = newTakeover(w)
 	}
 	threads := &attempt.Threads{Mode: mode, RDB: w.replies.rdb, Keys: w.replies.keys(), Client: w.client, Lock: w.ord == nil,
 		LockTTL: w.cfg.Budget.ThreadResolution() + attempt.ThreadLockSlack}
+	tm := w.cfg.Timing
 	w.attempts = &attempt.Parts{Cfg: attempt.Config{WorkerID: w.cfg.WorkerID, Budget: w.cfg.Budget,
-		HeartbeatInterval: w.cfg.HeartbeatInterval, DeltaMaxAge: w.cfg.DeltaMaxAge, StuckRetryDelay: w.cfg.StuckRetryDelay,
+		HeartbeatInterval: tm.HeartbeatInterval, DeltaMaxAge: tm.DeltaMaxAge, StuckRetryDelay: tm.StuckRetryDelay,
 		MaxReplyBytes: w.cfg.MaxReplyBytes},
 		Log: w.log, Obs: w.obs, Replies: repliesView{w.replies}, Journal: journalView{w.journal},
 		Stores: attempt.Stores{Replies: w.replies.st, Journal: w.journal.st, JournalRDB: w.journal.rdb, Saver: w.journal.saver},

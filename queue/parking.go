@@ -22,7 +22,7 @@ func newLines(w *Worker) *line.Lines {
 		Parking:  store.Parking{RDB: w.replies.rdb, Keys: w.replies.keys()},
 		Conn:     w.conn,
 		WorkerID: w.cfg.WorkerID, Log: w.log,
-		Recheck: w.cfg.Ordering.recheck(), SweepEvery: w.cfg.ParkSweepEvery,
+		Recheck: w.cfg.Ordering.recheck(), SweepEvery: w.cfg.Timing.ParkSweepEvery,
 		Decode: func(b []byte) (line.Follower, error) {
 			m, err := DecodePayload(b)
 			return line.Follower{MessageID: m.MessageID, SenderID: m.SenderID, Text: m.Text, Conversation: m.Conversation}, err

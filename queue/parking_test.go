@@ -41,8 +41,9 @@ func parkingEnvWith(t *testing.T, off bool) (*Client, *Worker, *asynq.Inspector,
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := NewWorker(WorkerConfig{Redis: opt, RedisClient: rdb, LettaURL: "http://127.0.0.1:1", Queues: map[string]int{q: 1},
-		RepliesOptions: RepliesOptions{Prefix: prefix}, JournalOptions: JournalOptions{Prefix: prefix}, Ordering: ord})
+	w, err := NewWorker(WorkerConfig{Redis: opt, Letta: LettaConnection{URL: "http://127.0.0.1:1"}, Queues: map[string]int{q: 1},
+		Stores:   WorkerStores{RedisClient: rdb, RepliesOptions: RepliesOptions{Prefix: prefix}, JournalOptions: JournalOptions{Prefix: prefix}},
+		Ordering: ord})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,14 +8,14 @@ import (
 )
 
 // Fast takeover: a worker that dies mid-turn is found by the others' watch
-// of its beats within TakeoverAfter, and its turns are continued elsewhere
+// of its beats within Takeover.After, and its turns are continued elsewhere
 // under their own identity. The registry, its beats and claims, and each
 // attempt's registration and fencing are queue/internal/takeover's (its
 // package doc tells how); here the worker makes its registry and each
 // attempt its registration.
 
 const (
-	// defaultTakeoverBeat is WorkerConfig.TakeoverBeat's default.
+	// defaultTakeoverBeat is WorkerConfig.Takeover.Beat's default.
 	defaultTakeoverBeat = time.Second
 )
 
@@ -33,7 +33,7 @@ type TakeoverObserver interface {
 // it first and stops it last).
 func newTakeover(w *Worker) *takeover.Registry {
 	cfg := takeover.Config{Store: store.NewTakeover(w.replies.rdb, store.Keys{Prefix: w.replies.opts.Prefix}),
-		Conn: w.conn, WorkerID: w.cfg.WorkerID, After: w.cfg.TakeoverAfter, Beat: w.cfg.TakeoverBeat,
+		Conn: w.conn, WorkerID: w.cfg.WorkerID, After: w.cfg.Takeover.After, Beat: w.cfg.Takeover.Beat,
 		TaskType: TakeoverTaskType, TaskTimeout: w.cfg.Budget.TaskTimeout(), Log: w.log}
 	if o, ok := w.obs.(TakeoverObserver); ok {
 		cfg.TakenOver = o.TurnTakenOver

@@ -61,9 +61,9 @@ func randomHex(t *testing.T) string {
 // worker makes a worker whose registry is ready to tick (not running).
 func (e *takeoverEnv) worker(id string, after time.Duration) *Worker {
 	e.t.Helper()
-	w, err := NewWorker(WorkerConfig{Redis: e.opt, WorkerID: id, LettaURL: "http://127.0.0.1:1",
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), TakeoverAfter: after,
-		RepliesOptions: RepliesOptions{Prefix: e.prefix}, JournalOptions: JournalOptions{Prefix: e.prefix},
+	w, err := NewWorker(WorkerConfig{Redis: e.opt, WorkerID: id, Letta: LettaConnection{URL: "http://127.0.0.1:1"},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Takeover: FastTakeover{After: after},
+		Stores: WorkerStores{RepliesOptions: RepliesOptions{Prefix: e.prefix}, JournalOptions: JournalOptions{Prefix: e.prefix}},
 		Queues: map[string]int{e.queue: 1}})
 	if err != nil {
 		e.t.Fatal(err)
@@ -443,9 +443,9 @@ func TestTakeoverFencedDeliveryReportsTakenOver(t *testing.T) {
 // second Stop does nothing.
 func TestTakeoverStartBeatsStopLeaves(t *testing.T) {
 	e := newTakeoverEnv(t)
-	w, err := NewWorker(WorkerConfig{Redis: e.opt, WorkerID: "S", LettaURL: "http://127.0.0.1:1",
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), TakeoverAfter: 3 * time.Second,
-		RepliesOptions: RepliesOptions{Prefix: e.prefix}, JournalOptions: JournalOptions{Prefix: e.prefix},
+	w, err := NewWorker(WorkerConfig{Redis: e.opt, WorkerID: "S", Letta: LettaConnection{URL: "http://127.0.0.1:1"},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Takeover: FastTakeover{After: 3 * time.Second},
+		Stores: WorkerStores{RepliesOptions: RepliesOptions{Prefix: e.prefix}, JournalOptions: JournalOptions{Prefix: e.prefix}},
 		Queues: map[string]int{e.queue: 1}})
 	if err != nil {
 		t.Fatal(err)

@@ -9,8 +9,6 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lettaq/lettaq/agentclient"
-	"github.com/lettaq/lettaq/budget"
 	"github.com/lettaq/lettaq/ordering"
 	"github.com/lettaq/lettaq/queue/internal/approval"
 	"github.com/lettaq/lettaq/queue/internal/asynqlog"
@@ -21,104 +19,6 @@ import (
 	"github.com/lettaq/lettaq/queue/internal/takeover"
 	"github.com/lettaq/lettaq/queue/shard"
 )
-
-// WorkerConfig configures a Worker: give it to NewWorker. Redis is required;
-// the zero value of every other field takes its default.
-type WorkerConfig struct {
-	// Redis is the Asynq connection; reply events and the journal use the
-	// same Redis.
-	Redis asynq.RedisConnOpt
-	// Letta is the agent client. When nil, one is made from LettaURL,
-	// LettaAPIKey and StreamTransport.
-	Letta           *agentclient.Client
-	LettaURL        string
-	LettaAPIKey     string
-	StreamTransport agentclient.StreamTransport
-	// Budget bounds every attempt; zero value: budget.Default().
-	Budget budget.Config
-	// Concurrency: turns in flight at once (default 100).
-	Concurrency int
-	// Queues to work on, with priorities; default {"lettaq": 1}. With
-	// Shards > 1, one queue: the base name of the shards' queues.
-	Queues map[string]int
-	// Shards is the number of shards the deployment's chats are spread
-	// over (LETTAQ_SHARDS; default 1). With more than one, the worker takes
-	// turns from every shard's queue with equal weights (package
-	// queue/shard). Run refuses to start under a layout other than the
-	// deployment's recorded one (*LayoutMismatchError).
-	Shards int
-	// ShutdownTimeout: on shutdown, how long turns in flight may finish;
-	// after that they are interrupted and put back (default 10s).
-	ShutdownTimeout time.Duration
-	// Logger, default slog.Default().
-	Logger *slog.Logger
-	// WorkerID names this worker in the journal (default hostname:pid).
-	WorkerID string
-	// Replies and Journal, when nil, are made on the Asynq Redis with
-	// RepliesOptions and JournalOptions.
-	Replies        *Replies
-	RepliesOptions RepliesOptions
-	Journal        *Journal
-	JournalOptions JournalOptions
-	// RedisClient, when set, is a go-redis client on the Redis of Redis
-	// that the worker uses for its own reads and writes (Replies and
-	// Journal when nil, ordering, task results) instead of making one; it
-	// does not close it. Give the one your Replies and Journal use: a turn's
-	// writes of different kinds then share round trips (its start's reads
-	// with its ordering acquire; its final event, record, task result and
-	// release). A worker given Replies and Journal without it writes ordering
-	// and task results apart.
-	RedisClient redis.UniversalClient
-	// ReplyPartLimits sets RepliesOptions.PartLimits (per-integration answer
-	// part size) when Replies is nil.
-	ReplyPartLimits map[string]int
-	// Observer, default NopObserver.
-	Observer Observer
-	// Ordering: one turn at a time per conversation, in enqueue order (on
-	// by default; see Ordering and package ordering).
-	Ordering Ordering
-	// TaskCheckInterval: how often an idle worker polls Redis for new tasks
-	// (Asynq's TaskCheckInterval; default 100ms, the pickup latency).
-	TaskCheckInterval time.Duration
-	// DelayedTaskCheckInterval: how often retries that are due are moved
-	// back to the queue (default 1s; at most 1s under ordering, where
-	// waiting turns are put back as retries).
-	DelayedTaskCheckInterval time.Duration
-	// HeartbeatInterval repeats the phase event (default 4s).
-	HeartbeatInterval time.Duration
-	// DeltaMaxAge: how long answer text without a newline is held before an
-	// answer_delta (default 1s).
-	DeltaMaxAge time.Duration
-	// StuckRetryDelay: when to retry a turn whose run was still going when
-	// its attempt's budget ran out (default 1s).
-	StuckRetryDelay time.Duration
-	// ThreadMode: which Letta thread a chat talks to (default
-	// ThreadConversation; see thread.go).
-	ThreadMode ThreadMode
-	// ApprovalPolicy: what a message does while its chat's approval
-	// request is unanswered (default ApprovalWait; see approval.go).
-	ApprovalPolicy ApprovalPolicy
-	// ApprovalTimeout: an unanswered approval request is denied this long
-	// after it was made (default 24h).
-	ApprovalTimeout time.Duration
-	// ParkSweepEvery: how often the worker looks for waiting turns that a
-	// worker left parked in no Asynq queue (it died between the two steps
-	// of a park; see queue/internal/line), default 30s.
-	ParkSweepEvery time.Duration
-	// TakeoverAfter: a worker whose beats stop this long is taken for dead
-	// and its running turns are continued by another worker (fast
-	// takeover, see takeover.go; default DefaultTakeoverAfter). Negative:
-	// off, a dead worker's turns wait for Asynq's recovery (60 to 165 s).
-	TakeoverAfter time.Duration
-	// TakeoverBeat: how often the worker beats and watches the others'
-	// beats (default 1s, at most TakeoverAfter/3).
-	TakeoverBeat time.Duration
-	// MaxReplyBytes bounds the text (answer deltas, tool arguments and
-	// returns) one attempt of a turn writes to its reply stream as progress
-	// events; past it, progress text is dropped (the final event still
-	// carries the whole answer). Default DefaultMaxReplyBytes.
-	MaxReplyBytes int
-}
 
 // Worker runs turns from the queue: make one with NewWorker, call Run until
 // its context is done, and serve Ready as the process's readiness.
@@ -201,8 +101,8 @@ func (w *Worker) ServerConfig() asynq.Config {
 	}
 	return asynq.Config{
 		Concurrency:              w.cfg.Concurrency,
-		TaskCheckInterval:        w.cfg.TaskCheckInterval,
-		DelayedTaskCheckInterval: w.cfg.DelayedTaskCheckInterval,
+		TaskCheckInterval:        w.cfg.Timing.TaskCheckInterval,
+		DelayedTaskCheckInterval: w.cfg.Timing.DelayedTaskCheckInterval,
 		RetryDelayFunc:           retry,
 		IsFailure:                w.isFailure,
 		Queues:                   w.cfg.Queues,

@@ -544,10 +544,12 @@ func (discardAsynqLog) Fatal(...any) { os.Exit(1) }
 
 func newWorker(c Config, rco asynq.RedisConnOpt, lettaURL, qname, prefix string, concurrency int, obs queue.Observer) (*queue.Worker, error) {
 	return queue.NewWorker(queue.WorkerConfig{
-		Redis: rco, LettaURL: lettaURL, Budget: budget.Default(), Concurrency: concurrency,
+		Redis: rco, Letta: queue.LettaConnection{URL: lettaURL, StreamTransport: c.StreamTransport},
+		Budget: budget.Default(), Concurrency: concurrency,
 		Queues: map[string]int{qname: 1}, ShutdownTimeout: 5 * time.Second, Logger: quiet,
-		WorkerID: "bench", RepliesOptions: queue.RepliesOptions{Prefix: prefix}, JournalOptions: queue.JournalOptions{Prefix: prefix},
-		Observer: obs, TaskCheckInterval: c.CheckInterval, StreamTransport: c.StreamTransport,
+		WorkerID: "bench",
+		Stores:   queue.WorkerStores{RepliesOptions: queue.RepliesOptions{Prefix: prefix}, JournalOptions: queue.JournalOptions{Prefix: prefix}},
+		Observer: obs, Timing: queue.WorkerTiming{TaskCheckInterval: c.CheckInterval},
 		ThreadMode: c.ThreadMode,
 	})
 }

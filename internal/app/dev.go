@@ -37,7 +37,7 @@ const DevLettaURLKey = "lettaq:dev:letta-url"
 const DevTokenDelay = 30 * time.Millisecond
 
 // DevDeltaMaxAge is how long a dev worker holds answer text before an answer_delta event
-// (queue.WorkerConfig.DeltaMaxAge; the default, a second, would send a demo answer, which
+// (queue.WorkerConfig.Timing.DeltaMaxAge; the default, a second, would send a demo answer, which
 // streams in under a second, as one delta, and nobody would see it grow).
 const DevDeltaMaxAge = 100 * time.Millisecond
 

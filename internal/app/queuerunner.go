@@ -49,28 +49,24 @@ func newQueueRunner(cfg WorkerSettings, connOpt asynq.RedisConnOpt, rdb redis.Un
 	replies := queue.NewReplies(rdb, queue.RepliesOptions{Prefix: cfg.KeyPrefix, StreamTTL: cfg.repliesStreamTTL()})
 	journal := queue.NewJournal(rdb, queue.JournalOptions{Prefix: cfg.KeyPrefix, Retention: cfg.JournalRetention})
 	w, err := queue.NewWorker(queue.WorkerConfig{
-		Redis:             connOpt,
-		Letta:             letta,
-		Budget:            cfg.Budget,
-		Concurrency:       cfg.Concurrency,
-		Queues:            cfg.Queues,
-		Shards:            cfg.Shards,
-		ShutdownTimeout:   cfg.ShutdownTimeout,
-		Logger:            logger,
-		WorkerID:          cfg.WorkerID,
-		Replies:           replies,
-		Journal:           journal,
-		RedisClient:       rdb,
-		Observer:          m,
-		TaskCheckInterval: cfg.TaskCheckInterval,
-		HeartbeatInterval: cfg.HeartbeatInterval,
-		Ordering:          ord,
-		TakeoverAfter:     takeoverAfter(cfg.TakeoverAfter),
-		ThreadMode:        cfg.ThreadMode,
-		ApprovalPolicy:    cfg.ApprovalPolicy,
-		ApprovalTimeout:   cfg.ApprovalTimeout,
-		MaxReplyBytes:     cfg.Limits.Reply,
-		DeltaMaxAge:       deltaMaxAge(cfg.Dev),
+		Redis:           connOpt,
+		Letta:           queue.LettaConnection{Client: letta},
+		Budget:          cfg.Budget,
+		Concurrency:     cfg.Concurrency,
+		Queues:          cfg.Queues,
+		Shards:          cfg.Shards,
+		ShutdownTimeout: cfg.ShutdownTimeout,
+		Logger:          logger,
+		WorkerID:        cfg.WorkerID,
+		Stores:          queue.WorkerStores{Replies: replies, Journal: journal, RedisClient: rdb},
+		Observer:        m,
+		Timing: queue.WorkerTiming{TaskCheckInterval: cfg.TaskCheckInterval, HeartbeatInterval: cfg.HeartbeatInterval,
+			DeltaMaxAge: deltaMaxAge(cfg.Dev)},
+		Ordering:      ord,
+		Takeover:      queue.FastTakeover{After: takeoverAfter(cfg.TakeoverAfter)},
+		ThreadMode:    cfg.ThreadMode,
+		Approvals:     queue.ApprovalRules{Policy: cfg.ApprovalPolicy, Timeout: cfg.ApprovalTimeout},
+		MaxReplyBytes: cfg.Limits.Reply,
 	})
 	if err != nil {
 		return nil, err
@@ -166,7 +162,7 @@ func (q *queueRunner) run(ctx context.Context) error {
 	return err
 }
 
-// takeoverAfter maps LETTAQ_TAKEOVER_AFTER to WorkerConfig.TakeoverAfter
+// takeoverAfter maps LETTAQ_TAKEOVER_AFTER to WorkerConfig.Takeover.After
 // (0 there is the default; off is negative).
 func takeoverAfter(d time.Duration) time.Duration {
 	if d == 0 {

@@ -50,7 +50,7 @@ type endingInput struct {
 	// Cause is what interrupted an Interrupted attempt (the lease's loss,
 	// the shutdown; nil: the decision's error).
 	Cause error
-	// StuckRetryDelay is WorkerConfig.StuckRetryDelay.
+	// StuckRetryDelay is WorkerConfig.Timing.StuckRetryDelay.
 	StuckRetryDelay time.Duration
 	// Cancelled: the turn's cancel was asked for (Client.Cancel) before
 	// its run was decided.
