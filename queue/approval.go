@@ -37,16 +37,18 @@ const (
 	ApprovalError ApprovalPolicy = "error"
 )
 
-// ParseApprovalPolicy reads wait, deny or error ("" is wait): for a policy
-// given as text (an environment variable, a flag).
-func ParseApprovalPolicy(s string) (ApprovalPolicy, error) {
-	switch p := ApprovalPolicy(strings.ToLower(strings.TrimSpace(s))); p {
+// UnmarshalText reads wait, deny or error, any case ("" is wait): for a
+// policy given as text (an environment variable, a flag).
+func (p *ApprovalPolicy) UnmarshalText(b []byte) error {
+	switch v := ApprovalPolicy(strings.ToLower(strings.TrimSpace(string(b)))); v {
 	case "":
-		return ApprovalWait, nil
+		*p = ApprovalWait
 	case ApprovalWait, ApprovalDeny, ApprovalError:
-		return p, nil
+		*p = v
+	default:
+		return fmt.Errorf("approval policy %q: want wait, deny or error", b)
 	}
-	return "", fmt.Errorf("approval policy %q: want wait, deny or error", s)
+	return nil
 }
 
 // defaultApprovalTimeout is how long an approval request waits for an

@@ -119,16 +119,18 @@ const (
 	FilterFailures Filter = "failures"
 )
 
-// ParseFilter parses a filter name ("" means all): for a filter given as
+// UnmarshalText reads a filter name ("" means all): for a filter given as
 // text (a flag, a query parameter).
-func ParseFilter(s string) (Filter, error) {
-	switch f := Filter(s); f {
+func (f *Filter) UnmarshalText(b []byte) error {
+	switch v := Filter(b); v {
 	case "":
-		return FilterAll, nil
+		*f = FilterAll
 	case FilterAll, FilterStalls, FilterRetries, FilterResends, FilterFailures:
-		return f, nil
+		*f = v
+	default:
+		return fmt.Errorf("queue: unknown journal filter %q (want all, stalls, retries, resends or failures)", b)
 	}
-	return "", fmt.Errorf("queue: unknown journal filter %q (want all, stalls, retries, resends or failures)", s)
+	return nil
 }
 
 // Match reports whether rec belongs in f; Journal.Recent keeps the records
@@ -348,7 +350,7 @@ func (j *Journal) Recent(ctx context.Context, filter Filter, limit int) ([]*Turn
 	if filter == "" {
 		filter = FilterAll
 	}
-	if _, err := ParseFilter(string(filter)); err != nil {
+	if err := new(Filter).UnmarshalText([]byte(filter)); err != nil {
 		return nil, err
 	}
 	if limit <= 0 {

@@ -206,14 +206,14 @@ func TestJournalRecentFilters(t *testing.T) {
 	})
 }
 
-func TestParseFilter(t *testing.T) {
+func TestFilterUnmarshalText(t *testing.T) {
 	for _, s := range []string{"", "all", "stalls", "retries", "resends", "failures"} {
-		if _, err := ParseFilter(s); err != nil {
-			t.Errorf("ParseFilter(%q): %v", s, err)
+		if err := new(Filter).UnmarshalText([]byte(s)); err != nil {
+			t.Errorf("UnmarshalText(%q): %v", s, err)
 		}
 	}
-	if _, err := ParseFilter("stall"); err == nil {
-		t.Error("ParseFilter(stall) succeeded")
+	if err := new(Filter).UnmarshalText([]byte("stall")); err == nil {
+		t.Error("UnmarshalText(stall) succeeded")
 	}
 }
 

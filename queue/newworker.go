@@ -121,14 +121,14 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		}
 		w.ord = &orderer{cfg: cfg.Ordering, seq: seq, rdb: rdb, insp: asynq.NewInspector(w.conn)}
 	}
-	mode, err := ParseThreadMode(string(cfg.ThreadMode))
-	if err != nil {
+	var mode ThreadMode
+	if err := mode.UnmarshalText([]byte(cfg.ThreadMode)); err != nil {
 		w.closeRedis()
 		return nil, fmt.Errorf("queue: %w", err)
 	}
 	w.cfg.ThreadMode = mode
-	pol, err := ParseApprovalPolicy(string(cfg.Approvals.Policy))
-	if err != nil {
+	var pol ApprovalPolicy
+	if err := pol.UnmarshalText([]byte(cfg.Approvals.Policy)); err != nil {
 		w.closeRedis()
 		return nil, fmt.Errorf("queue: %w", err)
 	}

@@ -1,11 +1,6 @@
 package queue
 
-import (
-	"fmt"
-	"strings"
-
-	"github.com/lettaq/lettaq/queue/internal/attempt"
-)
+import "github.com/lettaq/lettaq/queue/internal/attempt"
 
 // ThreadMode says which Letta message thread a lettaq conversation (agent +
 // integration + chat) talks to.
@@ -23,14 +18,3 @@ const (
 	// deduplication.
 	ThreadAgent = attempt.ThreadAgent
 )
-
-// ParseThreadMode parses a thread mode ("" is ThreadConversation).
-func ParseThreadMode(s string) (ThreadMode, error) {
-	switch m := ThreadMode(strings.ToLower(strings.TrimSpace(s))); m {
-	case "":
-		return ThreadConversation, nil
-	case ThreadConversation, ThreadDefault, ThreadAgent:
-		return m, nil
-	}
-	return "", fmt.Errorf("unknown thread mode %q (want conversation, default or agent)", s)
-}

@@ -184,7 +184,7 @@ func main() {
 		return
 	}
 	var err error
-	if c.ThreadMode, err = queue.ParseThreadMode(*tm); err != nil {
+	if err = c.ThreadMode.UnmarshalText([]byte(*tm)); err != nil {
 		fmt.Fprintln(os.Stderr, "bench: -thread-mode:", err)
 		os.Exit(2)
 	}

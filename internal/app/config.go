@@ -336,21 +336,17 @@ var workerSettings = []setting{
 	{envvar.Var{Name: "LETTAQ_THREAD_MODE", Default: string(queue.ThreadConversation),
 		Help: `which Letta thread a chat talks to: "conversation" (each chat, i.e. agent + integration + chat id, gets a Letta conversation of its own, created on first use and kept in Redis; chats of one agent run in parallel, locked and deduplicated by Letta), "default" (all chats share the agent's default thread through the conversation endpoints: one run at a time; use LETTAQ_ORDERING=agent) or "agent" (the deprecated agent endpoints, no server lock or deduplication: the journal gate alone guards against duplicates)`},
 		func(c *WorkerSettings, raw string) error {
-			m, err := queue.ParseThreadMode(raw)
-			if err != nil {
+			if err := c.ThreadMode.UnmarshalText([]byte(raw)); err != nil {
 				return errors.New("want conversation, default or agent")
 			}
-			c.ThreadMode = m
 			return nil
 		}},
 	{envvar.Var{Name: "LETTAQ_APPROVAL_POLICY", Default: string(queue.ApprovalWait),
 		Help: `what a chat message does while the agent waits for the answer to an approval request of that chat: "wait" (it waits in its line until the request is answered or expires), "deny" (lettaq denies the pending tool calls, telling the agent the user moved on, then sends the message) or "error" (the message fails with an error event)`},
 		func(c *WorkerSettings, raw string) error {
-			p, err := queue.ParseApprovalPolicy(raw)
-			if err != nil {
+			if err := c.ApprovalPolicy.UnmarshalText([]byte(raw)); err != nil {
 				return errors.New("want wait, deny or error")
 			}
-			c.ApprovalPolicy = p
 			return nil
 		}},
 	{envvar.Var{Name: "LETTAQ_APPROVAL_TIMEOUT", Default: "24h",

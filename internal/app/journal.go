@@ -83,8 +83,8 @@ func runJournal(ctx context.Context, o enqueueOpts, args []string, rdb redis.Uni
 	if name == "recent" {
 		name = "all"
 	}
-	f, err := queue.ParseFilter(name)
-	if err != nil {
+	var f queue.Filter
+	if err := f.UnmarshalText([]byte(name)); err != nil {
 		fmt.Fprintf(stderr, "enqueue: %v (or \"recent\", or \"show <id>\")\n", err)
 		return ExitUsage
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/lettaq/lettaq/agentclient"
@@ -17,6 +18,21 @@ import (
 // ThreadMode says which Letta message thread a lettaq conversation (agent +
 // integration + chat) talks to.
 type ThreadMode string
+
+// UnmarshalText reads conversation, default or agent, any case ("" is
+// ThreadConversation): for a mode given as text (an environment variable,
+// a flag).
+func (m *ThreadMode) UnmarshalText(b []byte) error {
+	switch v := ThreadMode(strings.ToLower(strings.TrimSpace(string(b)))); v {
+	case "":
+		*m = ThreadConversation
+	case ThreadConversation, ThreadDefault, ThreadAgent:
+		*m = v
+	default:
+		return fmt.Errorf("unknown thread mode %q (want conversation, default or agent)", b)
+	}
+	return nil
+}
 
 const (
 	// ThreadConversation (the default): each lettaq conversation has a
