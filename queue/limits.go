@@ -44,6 +44,10 @@ const (
 	DefaultMaxRetry = 25
 	// DefaultRetention is how long a finished task (and its result) is kept.
 	DefaultRetention = 24 * time.Hour
+	// DefaultStreamTTL is how long a reply stream keeps its events
+	// (RepliesOptions.StreamTTL): the journal's default retention
+	// (JournalOptions.Retention), so that a turn's events go with its record.
+	DefaultStreamTTL = 7 * 24 * time.Hour
 	// DefaultMaxReplyBytes bounds the progress text one attempt of a turn
 	// writes to its reply stream (WorkerConfig.MaxReplyBytes).
 	DefaultMaxReplyBytes = 4 << 20
