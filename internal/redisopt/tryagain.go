@@ -77,7 +77,12 @@ func (tryAgain) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proces
 		}
 		retry := newTryAgainWait()
 		for len(refused) > 0 && retry.wait(ctx) {
-			_ = next(ctx, refused)
+			// One at a time, in order: go-redis sends a node's whole batch
+			// again when its first command meets TRYAGAIN, and a command
+			// of it that met ASK or MOVED then goes to two nodes at once.
+			for _, c := range refused {
+				_ = next(ctx, []redis.Cmder{c})
+			}
 			refused = notRunCmds(refused)
 		}
 		for _, c := range cmds { // the pipeline's error: its first command's that failed
