@@ -1,6 +1,7 @@
 // Package redisopt makes the Redis connection options lettaq's clients (the
 // worker's, the client's, Asynq's) are made from: lean buffers, and cluster
-// clients that find a promoted replica in seconds (Lean).
+// clients that find a promoted replica in seconds and ride out a slot
+// migration (Lean).
 package redisopt
 
 import (
@@ -54,7 +55,9 @@ const ClusterStateReload = 2 * time.Second
 // it in several reads (a bulk string straight into its own slice). The
 // worker and the client use it on the options they are given; an option of
 // a type other than Asynq's three is returned as it is. A cluster client
-// also reads the slot map again every ClusterStateReload.
+// also reads the slot map again every ClusterStateReload, and sends again
+// what a slot migration made Redis refuse with TRYAGAIN, for up to
+// TryAgainFor (tryagain.go).
 func Lean(opt asynq.RedisConnOpt) asynq.RedisConnOpt {
 	switch opt.(type) {
 	case asynq.RedisClientOpt, *asynq.RedisClientOpt, asynq.RedisFailoverClientOpt, *asynq.RedisFailoverClientOpt,
@@ -89,10 +92,12 @@ func (o leanConnOpt) MakeRedisClient() any {
 			ReadTimeout: opt.ReadTimeout, WriteTimeout: opt.WriteTimeout, PoolSize: opt.PoolSize, TLSConfig: opt.TLSConfig,
 			ReadBufferSize: n, WriteBufferSize: n, PipelineReadBufferSize: n, PipelineWriteBufferSize: pw, PipelinePoolSize: pp})
 	case asynq.RedisClusterClientOpt:
-		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: opt.Addrs, MaxRedirects: opt.MaxRedirects,
+		rc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: opt.Addrs, MaxRedirects: opt.MaxRedirects,
 			Username: opt.Username, Password: opt.Password, DialTimeout: opt.DialTimeout, ReadTimeout: opt.ReadTimeout,
 			WriteTimeout: opt.WriteTimeout, TLSConfig: opt.TLSConfig, ClusterStateReloadInterval: ClusterStateReload,
 			ReadBufferSize: n, WriteBufferSize: n, PipelineReadBufferSize: n, PipelineWriteBufferSize: pw, PipelinePoolSize: pp})
+		rc.AddHook(tryAgain{})
+		return rc
 	}
 	return o.opt.MakeRedisClient()
 }
