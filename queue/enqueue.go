@@ -10,6 +10,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/lettaq/lettaq/queue/record"
 	"github.com/lettaq/lettaq/queue/shard"
 )
 
@@ -111,7 +112,7 @@ func (c *Client) Enqueue(ctx context.Context, m Message) (EnqueueResult, error) 
 	}
 	if c.cfg.Replies != nil && !res.Duplicate {
 		// Best effort: the worker writes it at the first attempt otherwise.
-		_, _ = c.cfg.Replies.EmitAcceptedOnce(ctx, m.Conversation, ReplyEvent{
+		_, _ = c.cfg.Replies.EmitAcceptedOnce(ctx, m.Conversation, record.ReplyEvent{
 			TaskID: id, Otid: res.Otid, MessageID: m.MessageID, Position: max(res.Position, 0)})
 	}
 	return res, nil

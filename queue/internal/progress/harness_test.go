@@ -12,9 +12,9 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
-	"github.com/lettaq/lettaq/queue/internal/record"
 	"github.com/lettaq/lettaq/queue/internal/store"
 	"github.com/lettaq/lettaq/queue/internal/testkit"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // The tests speak of events and records as queue's users do.

@@ -116,6 +116,21 @@ type Attempt struct {
 	TakenOverFrom string `json:"taken_over_from,omitempty"`
 }
 
+// Which clock ended an attempt (Attempt.TimeoutClock); "" when none did.
+const (
+	TimeoutClockConnect  = "connect"
+	TimeoutClockStall    = "stall"
+	TimeoutClockTotal    = "total"
+	TimeoutClockCanceled = "canceled"
+)
+
+// Resend decisions (Attempt.ResendDecision); "" when the question never came up.
+const (
+	ResendNotNeeded = "not_needed"
+	ResendSent      = "resent"
+	ResendForbidden = "forbidden"
+)
+
 // PhaseMark is when an attempt entered a phase.
 type PhaseMark struct {
 	Phase string    `json:"phase"`
@@ -150,27 +165,3 @@ type Intent struct {
 	At      time.Time `json:"at"`
 	Refused bool      `json:"refused,omitempty"`
 }
-
-// CancelRecord is what a cancel records: who asked, when, why, and, in the
-// journal of the cancelled turn (TurnRecord.Cancel), the phase the turn was
-// in when it stopped (CancelPhase…).
-type CancelRecord struct {
-	By     string    `json:"by"`
-	At     time.Time `json:"at,omitzero"`
-	Reason string    `json:"reason,omitempty"`
-	Phase  string    `json:"phase,omitempty"`
-}
-
-// The phases a turn is cancelled in (CancelRecord.Phase).
-const (
-	// CancelPhaseWaiting: before it ran (waiting for its chat, scheduled,
-	// or between attempts): never sent.
-	CancelPhaseWaiting = "waiting"
-	// CancelPhaseBeforeSend: the attempt was about to send: never sent.
-	CancelPhaseBeforeSend = "before_send"
-	// CancelPhaseStreaming: the run was streaming.
-	CancelPhaseStreaming = "streaming"
-	// CancelPhaseContinuation: the stream was lost and the attempt was
-	// following the run (polls, resumes), or a recovering attempt found it.
-	CancelPhaseContinuation = "continuation"
-)
