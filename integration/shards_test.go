@@ -93,7 +93,7 @@ func TestShardsLayoutRefusesAnother(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	err = w.Run(ctx)
-	var me *queue.LayoutMismatchError
+	var me *shard.MismatchError
 	if !errors.As(err, &me) || me.Recorded != "scheme=1 shards=4 queue="+e.queue+" prefix="+e.prefix ||
 		me.Ours != "scheme=1 shards=1 queue="+e.queue+" prefix="+e.prefix {
 		t.Fatalf("a worker with 1 shard on a 4-shard deployment: %v", err)

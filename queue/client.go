@@ -40,7 +40,7 @@ type ClientConfig struct {
 	// to its chat's shard's queue, under a task id that names the shard
 	// (shard.Layout.TaskID). Use the workers' number: Enqueue refuses to
 	// work under a layout other than the deployment's recorded one
-	// (*LayoutMismatchError).
+	// (*shard.MismatchError).
 	Shards int
 	// MaxRetry is how many times a failed attempt is retried, default
 	// DefaultMaxRetry; negative means 0 (no retry). A put-back (the turn

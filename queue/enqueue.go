@@ -55,7 +55,7 @@ type EnqueueResult struct {
 //
 // With shards, the turn goes to its chat's shard (ClientConfig.Shards);
 // the first Enqueue of a Client checks the deployment's recorded layout
-// and refuses with a *LayoutMismatchError when it is another.
+// and refuses with a *shard.MismatchError when it is another.
 func (c *Client) Enqueue(ctx context.Context, m Message) (EnqueueResult, error) {
 	if err := c.claim(ctx); err != nil {
 		return EnqueueResult{}, err

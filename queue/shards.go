@@ -20,12 +20,8 @@ import (
 // shard; a Worker takes turns from every shard's queue, with equal weights:
 // every shard carries an equal share of the chats, so none is preferred.
 // Both refuse to work under a layout other than the deployment's recorded
-// one (LayoutMismatchError).
-
-// LayoutMismatchError is the refusal of a Worker or Client whose shards,
-// queue or key prefix are not the deployment's recorded layout: see
-// docs/operations.md (Changing the shard layout).
-type LayoutMismatchError = shard.MismatchError
+// one: they fail with a *shard.MismatchError (docs/operations.md,
+// Changing the shard layout).
 
 // shardLayouts are the layouts a worker or client works under: one per
 // configured queue with one shard (each queue a deployment of its own, as

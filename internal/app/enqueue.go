@@ -22,6 +22,7 @@ import (
 	"github.com/lettaq/lettaq/internal/envvar"
 	"github.com/lettaq/lettaq/queue"
 	"github.com/lettaq/lettaq/queue/record"
+	"github.com/lettaq/lettaq/queue/shard"
 )
 
 // ExitApproval is enqueue --wait's exit code when the agent asks for a tool approval.
@@ -346,7 +347,7 @@ Time budget: the task timeout is computed from the LETTAQ_* budget variables, as
 	cancel()
 	if err != nil {
 		var conflict *queue.MessageIDConflictError
-		var layout *queue.LayoutMismatchError
+		var layout *shard.MismatchError
 		if _, ok := queue.IsValidationError(err); ok || errors.As(err, &conflict) || errors.As(err, &layout) {
 			fmt.Fprintf(stderr, "enqueue: %v\n", err)
 			return ExitUsage
