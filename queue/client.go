@@ -128,6 +128,15 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		}
 		c.seq, c.rdb = seq, rdb
 	}
+	// The layout is checked with the first go-redis client the Client has
+	// (none: a Sequencer and Replies of the caller's own are both absent).
+	c.shards.rdb, c.shards.record = c.rdb, cfg.Replies != nil
+	if c.shards.rdb == nil && cfg.Replies != nil {
+		c.shards.rdb = cfg.Replies.rdb
+	}
+	if c.shards.rdb == nil && c.seq != nil {
+		c.shards.rdb = c.seq.Client()
+	}
 	c.insp = asynq.NewInspector(conn)
 	c.ac = asynq.NewClient(conn)
 	return c, nil

@@ -11,7 +11,6 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/lettaq/lettaq/queue/record"
-	"github.com/lettaq/lettaq/queue/shard"
 )
 
 // Enqueue: a message becomes a turn. The Client checks the deployment's shard layout once,
@@ -57,7 +56,7 @@ type EnqueueResult struct {
 // the first Enqueue of a Client checks the deployment's recorded layout
 // and refuses with a *shard.MismatchError when it is another.
 func (c *Client) Enqueue(ctx context.Context, m Message) (EnqueueResult, error) {
-	if err := c.claim(ctx); err != nil {
+	if err := c.shards.claim(ctx); err != nil {
 		return EnqueueResult{}, err
 	}
 	stamped := m.EnqueuedAt.IsZero() // the payload is this call's alone (its time)
@@ -116,34 +115,6 @@ func (c *Client) Enqueue(ctx context.Context, m Message) (EnqueueResult, error) 
 			TaskID: id, Otid: res.Otid, MessageID: m.MessageID, Position: max(res.Position, 0)})
 	}
 	return res, nil
-}
-
-// claim checks the deployment's layout once per Client (until it
-// succeeds): a Client with another layout enqueues nothing. A Client
-// without Replies knows no key prefix: it records no layout, and compares
-// the rest of it with the recorded one.
-func (c *Client) claim(ctx context.Context) error {
-	if c.shards.claimed.Load() {
-		return nil
-	}
-	rdb := c.rdb
-	if rdb == nil && c.cfg.Replies != nil {
-		rdb = c.cfg.Replies.rdb
-	}
-	if rdb == nil && c.seq != nil {
-		rdb = c.seq.Client()
-	}
-	if rdb == nil {
-		return nil // no go-redis client to read it with (a Sequencer and Replies of the caller's own are both absent)
-	}
-	switch err := c.shards.layout.Claim(ctx, rdb, c.cfg.Replies != nil); {
-	case errors.Is(err, shard.ErrNotRecorded):
-		return nil // (asked again at the next Enqueue, until a worker recorded it)
-	case err != nil:
-		return err
-	}
-	c.shards.claimed.Store(true)
-	return nil
 }
 
 // existingTask judges the task that holds id when m's enqueue (payload b)
