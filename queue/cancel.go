@@ -49,7 +49,7 @@ type CancelRequest struct {
 	Chat    *record.Conversation `json:"chat,omitempty"`
 	AgentID string               `json:"agent_id,omitempty"`
 	All     bool                 `json:"all,omitempty"`
-	// By and Reason go to the journal (TurnRecord.Cancel). Optional.
+	// By and Reason go to the journal (record.TurnRecord.Cancel). Optional.
 	By     string `json:"by,omitempty"`
 	Reason string `json:"reason,omitempty"`
 }

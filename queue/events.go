@@ -22,7 +22,7 @@ import (
 // capped with XADD MAXLEN ~ (RepliesOptions.MaxLen) and kept RepliesOptions.StreamTTL
 // (trimmed by age, XTRIM MINID ~, and expired when idle); each entry has the flat string fields
 // type, task_id, otid, run_id, message_id, seq, time and data (compact JSON, the fields of
-// ReplyEvent); a turn ends with at most one final event (answer, approval_required, or a
+// record.ReplyEvent); a turn ends with at most one final event (answer, approval_required, or a
 // permanent error), guarded by the marker <prefix>answered:<task_id>.
 
 // RepliesOptions configures Replies. Zero values take the defaults.

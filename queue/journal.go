@@ -20,8 +20,8 @@ import (
 // every write of them refreshes; a turn writes its otid key and an index
 // entry with the first save that needs them, not again: see journal.Indexed):
 //
-//	lettaq:journal:turn:<task_id>     STRING  the TurnRecord as one JSON value (SET … PX)
-//	lettaq:journal:intents:<task_id>  LIST    one JSON Intent per attempt that meant to
+//	lettaq:journal:turn:<task_id>     STRING  the record.TurnRecord as one JSON value (SET … PX)
+//	lettaq:journal:intents:<task_id>  LIST    one JSON record.Intent per attempt that meant to
 //	                                          send, oldest first (appended once each, by
 //	                                          store.IntentPush; never rewritten)
 //	lettaq:journal:otid:<otid>        STRING  the task id of the turn with that otid
@@ -204,7 +204,7 @@ func (j *Journal) intentOpOf(taskID string, b []byte, prior *[]record.Intent) st
 }
 
 // RecordRefusal withdraws attempt's latest intent: its send was refused by
-// the server before anything was stored (see Intent). Only a definitive
+// the server before anything was stored (see record.Intent). Only a definitive
 // refusal may be recorded: a later attempt then sends without first
 // looking for the otid.
 func (j *Journal) RecordRefusal(ctx context.Context, taskID, otid string, attempt int, worker string) error {
