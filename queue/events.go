@@ -2,7 +2,6 @@ package queue
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"time"
@@ -234,7 +233,7 @@ func encodeTimeData(ev *record.ReplyEvent) (at, data string, err error) {
 		s := string(d)
 		return s[:n], s[n:], nil
 	}
-	js, err := json.Marshal(record.DataOf(*ev))
+	js, err := ev.DataJSON()
 	if err != nil {
 		return "", "", fmt.Errorf("queue: encode reply event: %w", err)
 	}
@@ -254,7 +253,7 @@ func replyDataSize(ev *record.ReplyEvent) int {
 	return n
 }
 
-// appendReplyData appends ev's data field as json.Marshal(record.DataOf(*ev))
+// appendReplyData appends ev's data field as ev.DataJSON()
 // writes it; ok is false for an event with an approval (json.Marshal
 // encodes those: they are rare).
 func appendReplyData(b []byte, ev *record.ReplyEvent) (_ []byte, ok bool) {
@@ -335,10 +334,7 @@ func replyEventFromEntry(m redis.XMessage) record.ReplyEvent {
 	}
 	ev.Seq, _ = strconv.ParseInt(str("seq"), 10, 64)
 	ev.Time, _ = time.Parse(time.RFC3339Nano, str("time"))
-	var d record.Data
-	if json.Unmarshal([]byte(str("data")), &d) == nil {
-		d.Apply(&ev)
-	}
+	_ = ev.SetDataJSON([]byte(str("data"))) // lenient: an unreadable data field leaves them zero
 	return ev
 }
 

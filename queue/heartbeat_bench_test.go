@@ -2,7 +2,6 @@ package queue
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"runtime"
 	"strings"
@@ -112,7 +111,7 @@ func TestReplyDataMatchesJSON(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want, _ := json.Marshal(record.DataOf(ev))
+		want, _ := ev.DataJSON()
 		if gotData != string(want) || gotAt != at.Format(time.RFC3339Nano) {
 			t.Errorf("%+v: got %s %s, want %s %s", ev, gotAt, gotData, at.Format(time.RFC3339Nano), want)
 		}
@@ -149,7 +148,7 @@ func FuzzReplyDataMatchesJSON(f *testing.F) {
 				Return: pick(14, s1+s2), Truncated: bit(15)}
 		}
 		got, ok := appendReplyData(nil, &ev)
-		want, err := json.Marshal(record.DataOf(ev))
+		want, err := ev.DataJSON()
 		if !ok || err != nil || string(got) != string(want) {
 			t.Fatalf("%+v: got %s (%v), want %s (%v)", ev, got, ok, want, err)
 		}

@@ -39,12 +39,12 @@ type TurnRecord struct {
 	// UpdatedAt is set by Save.
 	UpdatedAt time.Time `json:"updated_at,omitzero"`
 
-	// QueueWait is from enqueue to the turn's first start; Save fills it
-	// when it is zero and both times are known.
+	// QueueWait is from enqueue to the turn's first start; Journal.Save
+	// fills it when it is zero and both times are known.
 	QueueWait time.Duration `json:"queue_wait_ns,omitempty"`
 	Attempts  []Attempt     `json:"attempts,omitempty"`
-	// Waits: the times the turn waited without being run (parked, see
-	// parking.go), one per thing it waited behind.
+	// Waits: the times the turn waited without being run (parked: see
+	// queue.Ordering), one per thing it waited behind.
 	Waits []Wait `json:"waits,omitempty"`
 
 	Outcome    string `json:"outcome,omitempty"`
@@ -54,8 +54,8 @@ type TurnRecord struct {
 	// answer (a failure stop reason after some text), that text, cut: not
 	// the agent's whole answer, never delivered as one. At most 8 KiB.
 	PartialAnswer string `json:"partial_answer,omitempty"`
-	// Latency is from enqueue to the end of the turn; Save fills it when it
-	// is zero and both times are known.
+	// Latency is from enqueue to the end of the turn; Journal.Save fills it
+	// when it is zero and both times are known.
 	Latency time.Duration `json:"latency_ns,omitempty"`
 	// TTFT is from enqueue to the first token of the answer.
 	TTFT  time.Duration `json:"ttft_ns,omitempty"`
@@ -112,7 +112,7 @@ type Attempt struct {
 	// one (a retry or a put-back); 0 when it ended the turn.
 	RetryIn time.Duration `json:"retry_in_ns,omitempty"`
 	// TakenOverFrom: the attempt continued the turn of a worker that died
-	// (its instance id; fast takeover, see takeover.go).
+	// (its instance id; fast takeover, see queue.WorkerConfig.TakeoverAfter).
 	TakenOverFrom string `json:"taken_over_from,omitempty"`
 }
 
