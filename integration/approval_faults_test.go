@@ -14,6 +14,7 @@ import (
 
 	"github.com/lettaq/lettaq/integration/lettasim"
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // TestApprovalAnswerThatGivesUpStaysAnswerable: Letta
@@ -40,7 +41,7 @@ func TestApprovalAnswerThatGivesUpStaysAnswerable(t *testing.T) {
 	if err != nil || first.Duplicate {
 		t.Fatalf("first answer: %+v, %v", first, err)
 	}
-	if f, evs := e.waitFinal(c, first.TaskID, 60*time.Second); f.Type != queue.EventError || !f.Permanent {
+	if f, evs := e.waitFinal(c, first.TaskID, 60*time.Second); f.Type != record.EventError || !f.Permanent {
 		t.Fatalf("first answer's final %+v; %s", f, summarize(evs))
 	}
 	e.sim.ClearFault(agent)
@@ -52,11 +53,11 @@ func TestApprovalAnswerThatGivesUpStaysAnswerable(t *testing.T) {
 	if err != nil || again.Duplicate || again.TaskID == first.TaskID {
 		t.Fatalf("answer after the failed one: %+v, %v; want a new answer turn", again, err)
 	}
-	if f, evs := e.waitFinal(c, again.TaskID, 30*time.Second); f.Type != queue.EventAnswer || !ranTool(evs, "delete_file") {
+	if f, evs := e.waitFinal(c, again.TaskID, 30*time.Second); f.Type != record.EventAnswer || !ranTool(evs, "delete_file") {
 		t.Fatalf("second answer's final %+v; %s", f, summarize(evs))
 	}
 	later := e.enqueue(queue.Message{AgentID: agent, Conversation: c, MessageID: "m2", Text: "[[sim answer=done]] and now?"})
-	if f, evs := e.waitFinal(c, later.TaskID, 30*time.Second); f.Type != queue.EventAnswer || f.Text != "done" {
+	if f, evs := e.waitFinal(c, later.TaskID, 30*time.Second); f.Type != record.EventAnswer || f.Text != "done" {
 		t.Fatalf("later message's final %+v; %s", f, summarize(evs))
 	}
 	if ra := e.record(req.TaskID).Approval; ra == nil || ra.AnsweredBy != again.TaskID {
@@ -117,11 +118,11 @@ func TestApprovalAnsweredRecordFailsAfterTheAnswer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f, evs := e.waitFinal(c, ans.TaskID, 20*time.Second); f.Type != queue.EventAnswer {
+	if f, evs := e.waitFinal(c, ans.TaskID, 20*time.Second); f.Type != record.EventAnswer {
 		t.Fatalf("answer's final %+v; %s", f, summarize(evs))
 	}
 	later := e.enqueue(queue.Message{AgentID: agent, Conversation: c, MessageID: "m2", Text: "[[sim answer=done]] and now?"})
-	if f, evs := e.waitFinal(c, later.TaskID, 20*time.Second); f.Type != queue.EventAnswer || f.Text != "done" {
+	if f, evs := e.waitFinal(c, later.TaskID, 20*time.Second); f.Type != record.EventAnswer || f.Text != "done" {
 		t.Fatalf("later message's final %+v; %s", f, summarize(evs))
 	}
 	if !hook.fired.Load() {
@@ -186,14 +187,14 @@ func TestApprovalRequestRedeliveredAfterItsAnswer(t *testing.T) {
 	if err != nil || ans.Duplicate {
 		t.Fatalf("answer: %+v, %v", ans, err)
 	}
-	if f, evs := e.waitFinal(c, ans.TaskID, 20*time.Second); f.Type != queue.EventAnswer {
+	if f, evs := e.waitFinal(c, ans.TaskID, 20*time.Second); f.Type != record.EventAnswer {
 		t.Fatalf("answer's final %+v; %s", f, summarize(evs))
 	}
-	if f, evs := e.waitFinal(c, req.TaskID, 20*time.Second); f.Type != queue.EventApprovalRequired {
+	if f, evs := e.waitFinal(c, req.TaskID, 20*time.Second); f.Type != record.EventApprovalRequired {
 		t.Fatalf("request's final %+v; %s", f, summarize(evs))
 	}
 	later := e.enqueue(queue.Message{AgentID: agent, Conversation: c, MessageID: "m2", Text: "[[sim answer=done]] and now?"})
-	if f, evs := e.waitFinal(c, later.TaskID, 20*time.Second); f.Type != queue.EventAnswer || f.Text != "done" {
+	if f, evs := e.waitFinal(c, later.TaskID, 20*time.Second); f.Type != record.EventAnswer || f.Text != "done" {
 		t.Fatalf("later message's final %+v; %s", f, summarize(evs))
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/lettaq/lettaq/integration/lettasim"
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // A worker killed (SIGKILL) while it streams the run of an approval answer:
@@ -32,7 +33,7 @@ func TestProcessKilledMidApprovalTurn(t *testing.T) {
 	}})
 	c := e.conv("appr-kill")
 	req := e.enqueue(queue.Message{AgentID: agent, Conversation: c, MessageID: "m1", Text: "tidy up"})
-	if final, evs := e.waitFinal(c, req.TaskID, 20*time.Second); final.Type != queue.EventApprovalRequired {
+	if final, evs := e.waitFinal(c, req.TaskID, 20*time.Second); final.Type != record.EventApprovalRequired {
 		t.Fatalf("final %+v; %s", final, summarize(evs))
 	}
 	ans, err := e.client.Approve(context.Background(), req.TaskID, "")
@@ -46,7 +47,7 @@ func TestProcessKilledMidApprovalTurn(t *testing.T) {
 	time.Sleep(2 * time.Second) // as in TestProcessKilledMidStreamAndMidContinuation: C's recovery check is due ~62s after its start
 	e.spawnWorker("C", mode)
 	final, evs := e.waitFinal(c, ans.TaskID, 150*time.Second)
-	if final.Type != queue.EventAnswer || final.Text != "deleted after the crash" {
+	if final.Type != record.EventAnswer || final.Text != "deleted after the crash" {
 		t.Fatalf("final %+v; %s", final, summarize(evs))
 	}
 	e.oneMessagePerOtid(c, req, ans)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/lettaq/lettaq/integration/lettasim"
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // Approvals end to end: two workers in conversation mode, the simulator's
@@ -24,11 +25,11 @@ func approvalEnv(t *testing.T, mods ...func(*queue.WorkerConfig)) *env {
 
 // requestApproval sends a message whose run asks approval for tools, and
 // returns its enqueue result and approval_required event.
-func (e *env) requestApproval(agent string, c queue.Conversation, id, tools string) (queue.EnqueueResult, queue.ReplyEvent) {
+func (e *env) requestApproval(agent string, c record.Conversation, id, tools string) (queue.EnqueueResult, record.ReplyEvent) {
 	e.t.Helper()
 	res := e.enqueue(queue.Message{AgentID: agent, Conversation: c, MessageID: id, Text: "[[sim approval=" + tools + "]] tidy up"})
 	final, evs := e.waitFinal(c, res.TaskID, 20*time.Second)
-	if final.Type != queue.EventApprovalRequired || final.Approval == nil {
+	if final.Type != record.EventApprovalRequired || final.Approval == nil {
 		e.t.Fatalf("final %+v; %s", final, summarize(evs))
 	}
 	return res, final
@@ -36,7 +37,7 @@ func (e *env) requestApproval(agent string, c queue.Conversation, id, tools stri
 
 // oneMessagePerOtid checks that the simulator stored each turn's message
 // once, and that each turn wrote one final event.
-func (e *env) oneMessagePerOtid(c queue.Conversation, results ...queue.EnqueueResult) {
+func (e *env) oneMessagePerOtid(c record.Conversation, results ...queue.EnqueueResult) {
 	e.t.Helper()
 	e.settled()
 	for _, r := range results {
@@ -88,10 +89,10 @@ func TestApprovalApproveAndDeny(t *testing.T) {
 		t.Fatalf("two presses: %+v", results)
 	}
 	final, evs := e.waitFinal(c, ans.TaskID, 20*time.Second)
-	if final.Type != queue.EventAnswer || strings.Contains(final.Text, "did not") || !ranTool(evs, "delete_file") {
+	if final.Type != record.EventAnswer || strings.Contains(final.Text, "did not") || !ranTool(evs, "delete_file") {
 		t.Fatalf("after approval: %+v; %s", final, summarize(evs))
 	}
-	if evs[0].Type != queue.EventAccepted || evs[0].Approval == nil || evs[0].Approval.Decision != "approved" || evs[0].Approval.RequestTaskID != req.TaskID {
+	if evs[0].Type != record.EventAccepted || evs[0].Approval == nil || evs[0].Approval.Decision != "approved" || evs[0].Approval.RequestTaskID != req.TaskID {
 		t.Errorf("the answer's accepted event %+v", evs[0])
 	}
 	if again, err := e.client.Deny(context.Background(), req.TaskID, "late"); err != nil || !again.Duplicate || again.TaskID != ans.TaskID {
@@ -109,12 +110,12 @@ func TestApprovalApproveAndDeny(t *testing.T) {
 		t.Fatal(err)
 	}
 	final, evs = e.waitFinal(c, den.TaskID, 20*time.Second)
-	if final.Type != queue.EventAnswer || !strings.Contains(final.Text, "did not run delete_file") || !strings.Contains(final.Text, "not today") {
+	if final.Type != record.EventAnswer || !strings.Contains(final.Text, "did not run delete_file") || !strings.Contains(final.Text, "not today") {
 		t.Fatalf("after denial: %+v; %s", final, summarize(evs))
 	}
 	e.oneMessagePerOtid(c, req, ans, req2, den)
 	rec := e.record(ans.TaskID)
-	if rec.Outcome != queue.OutcomeAnswered || rec.Approval == nil || rec.Approval.RequestTaskID != req.TaskID || rec.Approval.Cause != queue.AnswerByUser {
+	if rec.Outcome != record.OutcomeAnswered || rec.Approval == nil || rec.Approval.RequestTaskID != req.TaskID || rec.Approval.Cause != record.AnswerByUser {
 		t.Errorf("answer journal %+v", rec)
 	}
 	ra := e.record(req.TaskID).Approval
@@ -136,17 +137,17 @@ func TestApprovalParallelCallsAnsweredTogether(t *testing.T) {
 		t.Fatalf("calls %+v", calls)
 	}
 	_, err := e.client.AnswerApproval(context.Background(), queue.ApprovalReply{Request: req.TaskID,
-		Decisions: []queue.ApprovalVerdict{{ToolCallID: calls[0].CallID, Approve: true}}})
+		Decisions: []record.ApprovalVerdict{{ToolCallID: calls[0].CallID, Approve: true}}})
 	if ve, ok := queue.IsValidationError(err); !ok || !strings.Contains(ve.Error(), calls[1].CallID) {
 		t.Fatalf("partial answer: %v", err)
 	}
 	ans, err := e.client.AnswerApproval(context.Background(), queue.ApprovalReply{Request: req.TaskID,
-		Decisions: []queue.ApprovalVerdict{{ToolCallID: calls[1].CallID, Approve: false, Reason: "keep it"}, {ToolCallID: calls[0].CallID, Approve: true}}})
+		Decisions: []record.ApprovalVerdict{{ToolCallID: calls[1].CallID, Approve: false, Reason: "keep it"}, {ToolCallID: calls[0].CallID, Approve: true}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	final, evs := e.waitFinal(c, ans.TaskID, 20*time.Second)
-	if final.Type != queue.EventAnswer || !strings.Contains(final.Text, "did not run delete_file") {
+	if final.Type != record.EventAnswer || !strings.Contains(final.Text, "did not run delete_file") {
 		t.Fatalf("final %+v; %s", final, summarize(evs))
 	}
 	msgs := e.sim.ApprovalMessages(agent)
@@ -163,7 +164,7 @@ func TestApprovalAnswerAsksAgain(t *testing.T) {
 	agent := e.sim.CreateAgent("appr-again", nil)
 	c := e.conv("again")
 	res := e.enqueue(queue.Message{AgentID: agent, Conversation: c, MessageID: "m1", Text: "[[sim approval=a then_approval=b]] go"})
-	if final, evs := e.waitFinal(c, res.TaskID, 20*time.Second); final.Type != queue.EventApprovalRequired {
+	if final, evs := e.waitFinal(c, res.TaskID, 20*time.Second); final.Type != record.EventApprovalRequired {
 		t.Fatalf("final %+v; %s", final, summarize(evs))
 	}
 	first, err := e.client.Approve(context.Background(), res.TaskID, "")
@@ -171,14 +172,14 @@ func TestApprovalAnswerAsksAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	final, evs := e.waitFinal(c, first.TaskID, 20*time.Second)
-	if final.Type != queue.EventApprovalRequired || final.Approval.RequestTaskID != first.TaskID || final.Approval.Calls[0].Name != "b" {
+	if final.Type != record.EventApprovalRequired || final.Approval.RequestTaskID != first.TaskID || final.Approval.Calls[0].Name != "b" {
 		t.Fatalf("second request %+v; %s", final, summarize(evs))
 	}
 	second, err := e.client.Approve(context.Background(), final.Approval.RequestTaskID, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if final, evs := e.waitFinal(c, second.TaskID, 20*time.Second); final.Type != queue.EventAnswer {
+	if final, evs := e.waitFinal(c, second.TaskID, 20*time.Second); final.Type != record.EventAnswer {
 		t.Fatalf("final %+v; %s", final, summarize(evs))
 	}
 	e.oneMessagePerOtid(c, res, first, second)
@@ -196,8 +197,8 @@ func TestApprovalPolicies(t *testing.T) {
 			switch pol {
 			case queue.ApprovalWait:
 				// The message waits (its event says so) and is not sent.
-				e.waitEvent(c, msg.TaskID, func(ev queue.ReplyEvent) bool {
-					return ev.Type == queue.EventPhase && ev.Phase == queue.PhaseAwaitingApproval && ev.Approval != nil && ev.Approval.RequestTaskID == req.TaskID
+				e.waitEvent(c, msg.TaskID, func(ev record.ReplyEvent) bool {
+					return ev.Type == record.EventPhase && ev.Phase == record.PhaseAwaitingApproval && ev.Approval != nil && ev.Approval.RequestTaskID == req.TaskID
 				})
 				if n := e.sim.CountOtid(msg.Otid); n != 0 {
 					t.Fatalf("the waiting message was sent (%d)", n)
@@ -206,30 +207,30 @@ func TestApprovalPolicies(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if final, evs := e.waitFinal(c, msg.TaskID, 20*time.Second); final.Type != queue.EventAnswer || final.Text != "you said: never mind, hello" {
+				if final, evs := e.waitFinal(c, msg.TaskID, 20*time.Second); final.Type != record.EventAnswer || final.Text != "you said: never mind, hello" {
 					t.Fatalf("message after the answer: %+v; %s", final, summarize(evs))
 				}
 				af := e.finalOf(c, ans.TaskID)
-				if af.Type != queue.EventAnswer || af.ID >= e.finalOf(c, msg.TaskID).ID {
+				if af.Type != record.EventAnswer || af.ID >= e.finalOf(c, msg.TaskID).ID {
 					t.Fatalf("the answer %+v did not come before the message", af)
 				}
 				e.oneMessagePerOtid(c, req, ans, msg)
 			case queue.ApprovalDeny:
 				final, evs := e.waitFinal(c, msg.TaskID, 20*time.Second)
-				if final.Type != queue.EventAnswer || final.Text != "you said: never mind, hello" {
+				if final.Type != record.EventAnswer || final.Text != "you said: never mind, hello" {
 					t.Fatalf("message: %+v; %s", final, summarize(evs))
 				}
 				ans := queue.EnqueueResult{TaskID: queue.AnswerTaskID(req.TaskID)}
 				af, aevs := e.waitFinal(c, ans.TaskID, 5*time.Second)
-				if af.Type != queue.EventAnswer || !strings.Contains(af.Text, "did not run delete_file") || !strings.Contains(af.Text, "moved on") ||
-					aevs[0].Approval == nil || aevs[0].Approval.Cause != queue.AnswerMovedOn {
+				if af.Type != record.EventAnswer || !strings.Contains(af.Text, "did not run delete_file") || !strings.Contains(af.Text, "moved on") ||
+					aevs[0].Approval == nil || aevs[0].Approval.Cause != record.AnswerMovedOn {
 					t.Fatalf("the denial: %+v; %s", af, summarize(aevs))
 				}
 				ans.Otid = af.Otid
 				e.oneMessagePerOtid(c, req, ans, msg)
 			case queue.ApprovalError:
 				final, evs := e.waitFinal(c, msg.TaskID, 20*time.Second)
-				if final.Type != queue.EventError || !final.Permanent || !strings.Contains(final.Text, req.TaskID) {
+				if final.Type != record.EventError || !final.Permanent || !strings.Contains(final.Text, req.TaskID) {
 					t.Fatalf("message: %+v; %s", final, summarize(evs))
 				}
 				if n := e.sim.CountOtid(msg.Otid); n != 0 {
@@ -239,7 +240,7 @@ func TestApprovalPolicies(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if final, _ := e.waitFinal(c, ans.TaskID, 20*time.Second); final.Type != queue.EventAnswer {
+				if final, _ := e.waitFinal(c, ans.TaskID, 20*time.Second); final.Type != record.EventAnswer {
 					t.Fatalf("the answer: %+v", final)
 				}
 				e.settled()
@@ -263,20 +264,20 @@ func TestApprovalExpires(t *testing.T) {
 	}
 	exp := queue.EnqueueResult{TaskID: queue.AnswerTaskID(req.TaskID)}
 	final, evs := e.waitFinal(c, exp.TaskID, 20*time.Second)
-	if final.Type != queue.EventAnswer || !strings.Contains(final.Text, "did not run delete_file") || !strings.Contains(final.Text, "nobody answered") ||
-		evs[0].Approval == nil || evs[0].Approval.Cause != queue.AnswerExpired {
+	if final.Type != record.EventAnswer || !strings.Contains(final.Text, "did not run delete_file") || !strings.Contains(final.Text, "nobody answered") ||
+		evs[0].Approval == nil || evs[0].Approval.Cause != record.AnswerExpired {
 		t.Fatalf("expiry: %+v; %s", final, summarize(evs))
 	}
 	exp.Otid = final.Otid
 	e.settled()
-	if ra := e.record(req.TaskID).Approval; ra == nil || ra.Cause != queue.AnswerExpired || ra.Decision != "denied" || ra.Waited < time.Second {
+	if ra := e.record(req.TaskID).Approval; ra == nil || ra.Cause != record.AnswerExpired || ra.Decision != "denied" || ra.Waited < time.Second {
 		t.Errorf("request journal %+v", ra)
 	}
 	if late, err := e.client.Approve(context.Background(), req.TaskID, ""); err != nil || !late.Duplicate {
 		t.Errorf("an answer after the expiry: %+v %v", late, err)
 	}
 	msg := e.enqueue(queue.Message{AgentID: agent, Conversation: c, MessageID: "m2", Text: "hello again"})
-	if final, _ := e.waitFinal(c, msg.TaskID, 20*time.Second); final.Type != queue.EventAnswer {
+	if final, _ := e.waitFinal(c, msg.TaskID, 20*time.Second); final.Type != record.EventAnswer {
 		t.Fatalf("the chat is blocked: %+v", final)
 	}
 	e.oneMessagePerOtid(c, req, exp, msg)
@@ -295,7 +296,7 @@ func TestApprovalAnswerStreamLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	final, evs := e.waitFinal(c, ans.TaskID, 30*time.Second)
-	if final.Type != queue.EventAnswer || strings.Contains(final.Text, "did not") {
+	if final.Type != record.EventAnswer || strings.Contains(final.Text, "did not") {
 		t.Fatalf("final %+v; %s", final, summarize(evs))
 	}
 	rec := e.record(ans.TaskID)
@@ -306,9 +307,9 @@ func TestApprovalAnswerStreamLost(t *testing.T) {
 }
 
 // ranTool reports whether evs show the tool's successful return.
-func ranTool(evs []queue.ReplyEvent, name string) bool {
+func ranTool(evs []record.ReplyEvent, name string) bool {
 	for _, ev := range evs {
-		if ev.Type == queue.EventTool && ev.Tool.Name == name && ev.Tool.Status == queue.ToolStatusSuccess {
+		if ev.Type == record.EventTool && ev.Tool.Name == name && ev.Tool.Status == record.ToolStatusSuccess {
 			return true
 		}
 	}
@@ -316,12 +317,12 @@ func ranTool(evs []queue.ReplyEvent, name string) bool {
 }
 
 // waitEvent waits for an event of taskID that ok accepts.
-func (e *env) waitEvent(c queue.Conversation, taskID string, ok func(queue.ReplyEvent) bool) queue.ReplyEvent {
+func (e *env) waitEvent(c record.Conversation, taskID string, ok func(record.ReplyEvent) bool) record.ReplyEvent {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	last := "0"
-	var seen []queue.ReplyEvent
+	var seen []record.ReplyEvent
 	for ctx.Err() == nil {
 		got, next, err := e.replies.Read(ctx, c, last, 100, 200*time.Millisecond)
 		if err != nil && ctx.Err() == nil {
@@ -338,18 +339,18 @@ func (e *env) waitEvent(c queue.Conversation, taskID string, ok func(queue.Reply
 		}
 	}
 	e.t.Fatalf("no such event of %s: %s", taskID, summarize(seen))
-	return queue.ReplyEvent{}
+	return record.ReplyEvent{}
 }
 
 // finalOf returns the final event of taskID in c's stream.
-func (e *env) finalOf(c queue.Conversation, taskID string) queue.ReplyEvent {
+func (e *env) finalOf(c record.Conversation, taskID string) record.ReplyEvent {
 	for _, ev := range e.events(c, taskID) {
-		if ev.Type.Final() && (ev.Type != queue.EventError || ev.Permanent) {
+		if ev.Type.Final() && (ev.Type != record.EventError || ev.Permanent) {
 			return ev
 		}
 	}
 	e.t.Fatalf("no final event of %s", taskID)
-	return queue.ReplyEvent{}
+	return record.ReplyEvent{}
 }
 
 // On the agent's default thread (thread mode default), which every chat of
@@ -363,17 +364,17 @@ func TestApprovalBlocksTheSharedThread(t *testing.T) {
 	a, b := e.conv("a"), e.conv("b")
 	req, _ := e.requestApproval(agent, a, "m1", "delete_file")
 	msg := e.enqueue(queue.Message{AgentID: agent, Conversation: b, MessageID: "m1", Text: "hello from b"})
-	e.waitEvent(b, msg.TaskID, func(ev queue.ReplyEvent) bool {
-		return ev.Type == queue.EventPhase && ev.Phase == queue.PhaseAwaitingApproval && ev.Approval.RequestTaskID == req.TaskID
+	e.waitEvent(b, msg.TaskID, func(ev record.ReplyEvent) bool {
+		return ev.Type == record.EventPhase && ev.Phase == record.PhaseAwaitingApproval && ev.Approval.RequestTaskID == req.TaskID
 	})
 	ans, err := e.client.Approve(context.Background(), req.TaskID, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if final, evs := e.waitFinal(b, msg.TaskID, 20*time.Second); final.Type != queue.EventAnswer || final.Text != "you said: hello from b" {
+	if final, evs := e.waitFinal(b, msg.TaskID, 20*time.Second); final.Type != record.EventAnswer || final.Text != "you said: hello from b" {
 		t.Fatalf("chat b: %+v; %s", final, summarize(evs))
 	}
-	if final, _ := e.waitFinal(a, ans.TaskID, 20*time.Second); final.Type != queue.EventAnswer {
+	if final, _ := e.waitFinal(a, ans.TaskID, 20*time.Second); final.Type != record.EventAnswer {
 		t.Fatalf("the answer: %+v", final)
 	}
 	e.oneMessagePerOtid(a, req, ans)

@@ -9,6 +9,7 @@ import (
 	"github.com/lettaq/lettaq/integration/lettasim"
 	"github.com/lettaq/lettaq/ordering"
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // oneRunPerAgent makes the simulator refuse a send with 409 "conversation busy" while the agent
@@ -44,7 +45,7 @@ func TestBusyAgentSharedByChats(t *testing.T) {
 			e.startWorker("A")
 			agent := e.sim.CreateAgent("shared", nil)
 			const chats = 3
-			var convs []queue.Conversation
+			var convs []record.Conversation
 			var res []queue.EnqueueResult
 			for i := range chats {
 				c := e.conv(fmt.Sprintf("chat%d", i))
@@ -54,7 +55,7 @@ func TestBusyAgentSharedByChats(t *testing.T) {
 			}
 			for i, r := range res {
 				final, evs := e.waitFinal(convs[i], r.TaskID, 30*time.Second)
-				if final.Type != queue.EventAnswer || final.Text != fmt.Sprintf("a%d", i) {
+				if final.Type != record.EventAnswer || final.Text != fmt.Sprintf("a%d", i) {
 					t.Fatalf("chat %d: final %s %q; %s", i, final.Type, final.Text, summarize(evs))
 				}
 				if n := e.sim.CountOtid(r.Otid); n != 1 {
@@ -71,7 +72,7 @@ func TestBusyAgentSharedByChats(t *testing.T) {
 					retried++
 				}
 				for _, a := range rec.Attempts[1:] {
-					if a.ResendDecision == queue.ResendSent || a.ResendDecision == queue.ResendForbidden {
+					if a.ResendDecision == record.ResendSent || a.ResendDecision == record.ResendForbidden {
 						t.Errorf("task %s attempt %d: resend decision %q after a busy refusal; a refused send stored nothing, the retry just sends",
 							r.TaskID, a.N, a.ResendDecision)
 					}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/lettaq/lettaq/integration/lettasim"
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // Stopping a turn: every test runs two workers.
@@ -51,9 +52,9 @@ func (e *env) cancel(r queue.CancelRequest) queue.CancelledTurn {
 }
 
 // assertCancelledEvent checks a cancelled turn's final event.
-func assertCancelledEvent(t *testing.T, final queue.ReplyEvent, evs []queue.ReplyEvent) {
+func assertCancelledEvent(t *testing.T, final record.ReplyEvent, evs []record.ReplyEvent) {
 	t.Helper()
-	if final.Type != queue.EventError || !final.Permanent || final.StopReason != queue.StopReasonCancelled {
+	if final.Type != record.EventError || !final.Permanent || final.StopReason != record.StopReasonCancelled {
 		t.Fatalf("final event %+v, want error, permanent, stop_reason cancelled; events %s", final, summarize(evs))
 	}
 }
@@ -70,7 +71,7 @@ func TestCancelWaitingTurn(t *testing.T) {
 	first := e.enqueue(queue.Message{AgentID: agent, Conversation: c, MessageID: "m1", Text: "one"})
 	second := e.enqueue(queue.Message{AgentID: agent, Conversation: c, MessageID: "m2", Text: "two"})
 	third := e.enqueue(queue.Message{AgentID: agent, Conversation: c, MessageID: "m3", Text: "three"})
-	e.waitEvent(c, first.TaskID, func(ev queue.ReplyEvent) bool { return ev.Type == queue.EventAnswerDelta })
+	e.waitEvent(c, first.TaskID, func(ev record.ReplyEvent) bool { return ev.Type == record.EventAnswerDelta })
 
 	got := e.cancel(queue.CancelRequest{TaskID: second.TaskID, By: "test"})
 	if got.Status != queue.CancelDone {
@@ -78,10 +79,10 @@ func TestCancelWaitingTurn(t *testing.T) {
 	}
 	final, evs := e.waitFinal(c, second.TaskID, 5*time.Second)
 	assertCancelledEvent(t, final, evs)
-	if f, _ := e.waitFinal(c, first.TaskID, 30*time.Second); f.Type != queue.EventAnswer {
+	if f, _ := e.waitFinal(c, first.TaskID, 30*time.Second); f.Type != record.EventAnswer {
 		t.Fatalf("the running turn: %+v, want its answer", f)
 	}
-	if f, _ := e.waitFinal(c, third.TaskID, 30*time.Second); f.Type != queue.EventAnswer {
+	if f, _ := e.waitFinal(c, third.TaskID, 30*time.Second); f.Type != record.EventAnswer {
 		t.Fatalf("the turn after the cancelled one: %+v, want its answer", f)
 	}
 	e.settled()
@@ -95,7 +96,7 @@ func TestCancelWaitingTurn(t *testing.T) {
 		t.Errorf("the cancelled task is still in Asynq (err %v)", err)
 	}
 	rec := e.record(second.TaskID)
-	if rec.Outcome != queue.OutcomeCancelled || rec.Cancel == nil || rec.Cancel.Phase != queue.CancelPhaseWaiting || rec.Cancel.By != "test" {
+	if rec.Outcome != record.OutcomeCancelled || rec.Cancel == nil || rec.Cancel.Phase != record.CancelPhaseWaiting || rec.Cancel.By != "test" {
 		t.Errorf("journal: outcome %q cancel %+v, want cancelled in phase waiting by test", rec.Outcome, rec.Cancel)
 	}
 	if n := countFinal(e.events(c, second.TaskID)); n != 1 {
@@ -119,8 +120,8 @@ func TestCancelRunningTurn(t *testing.T) {
 			c := e.conv("cr")
 			first := e.enqueue(queue.Message{AgentID: agent, Conversation: c, MessageID: "m1", Text: "one"})
 			next := e.enqueue(queue.Message{AgentID: agent, Conversation: c, MessageID: "m2", Text: "two [[sim answer=short]]"})
-			e.waitEvent(c, first.TaskID, func(ev queue.ReplyEvent) bool {
-				return ev.Type == queue.EventAnswerDelta && !ev.Narration
+			e.waitEvent(c, first.TaskID, func(ev record.ReplyEvent) bool {
+				return ev.Type == record.EventAnswerDelta && !ev.Narration
 			})
 			got := e.cancel(queue.CancelRequest{Otid: first.Otid})
 			if got.Status != queue.CancelAsked {
@@ -131,7 +132,7 @@ func TestCancelRunningTurn(t *testing.T) {
 			if final.Text == "" || final.Text == answer || !strings.HasPrefix(answer, final.Text) {
 				t.Errorf("final text %q: want what the agent had said, a beginning of its answer", final.Text)
 			}
-			if f, _ := e.waitFinal(c, next.TaskID, 30*time.Second); f.Type != queue.EventAnswer {
+			if f, _ := e.waitFinal(c, next.TaskID, 30*time.Second); f.Type != record.EventAnswer {
 				t.Fatalf("the next message: %+v, want its answer", f)
 			}
 			e.settled()
@@ -154,7 +155,7 @@ func TestCancelRunningTurn(t *testing.T) {
 			}
 			assertCompletedCancelled(t, e, first.TaskID)
 			rec := e.record(first.TaskID)
-			if rec.Outcome != queue.OutcomeCancelled || rec.Cancel == nil || rec.Cancel.Phase != queue.CancelPhaseStreaming || len(rec.Attempts) != 1 {
+			if rec.Outcome != record.OutcomeCancelled || rec.Cancel == nil || rec.Cancel.Phase != record.CancelPhaseStreaming || len(rec.Attempts) != 1 {
 				t.Errorf("journal: outcome %q cancel %+v attempts %d: want cancelled while streaming, one attempt", rec.Outcome, rec.Cancel, len(rec.Attempts))
 			}
 			if n := countFinal(e.events(c, first.TaskID)); n != 1 {
@@ -174,8 +175,8 @@ func TestCancelInContinuation(t *testing.T) {
 	agent := e.sim.CreateAgent("cancel-cont", slowScript(answer))
 	c := e.conv("cc")
 	first := e.enqueue(queue.Message{AgentID: agent, Conversation: c, MessageID: "m1", Text: "one [[sim disconnect_after=8]]"})
-	e.waitEvent(c, first.TaskID, func(ev queue.ReplyEvent) bool {
-		return ev.Type == queue.EventPhase && (ev.Phase == queue.PhaseRecovering || ev.Phase == queue.PhaseContinuing)
+	e.waitEvent(c, first.TaskID, func(ev record.ReplyEvent) bool {
+		return ev.Type == record.EventPhase && (ev.Phase == record.PhaseRecovering || ev.Phase == record.PhaseContinuing)
 	})
 	if got := e.cancel(queue.CancelRequest{TaskID: first.TaskID}); got.Status != queue.CancelAsked {
 		t.Fatalf("cancel: %+v, want cancelling", got)
@@ -190,7 +191,7 @@ func TestCancelInContinuation(t *testing.T) {
 		t.Errorf("run %+v, want cancelled", r)
 	}
 	rec := e.record(first.TaskID)
-	if rec.Outcome != queue.OutcomeCancelled || rec.Cancel == nil || rec.Cancel.Phase != queue.CancelPhaseContinuation || rec.Resends != 0 {
+	if rec.Outcome != record.OutcomeCancelled || rec.Cancel == nil || rec.Cancel.Phase != record.CancelPhaseContinuation || rec.Resends != 0 {
 		t.Errorf("journal: outcome %q cancel %+v resends %d: want cancelled in continuation, no resend", rec.Outcome, rec.Cancel, rec.Resends)
 	}
 }
@@ -204,14 +205,14 @@ func TestCancelAfterAnswered(t *testing.T) {
 	agent := e.sim.CreateAgent("cancel-answered", nil)
 	c := e.conv("ca")
 	res := e.enqueue(queue.Message{AgentID: agent, Conversation: c, MessageID: "m1", Text: "hi"})
-	if f, _ := e.waitFinal(c, res.TaskID, 20*time.Second); f.Type != queue.EventAnswer {
+	if f, _ := e.waitFinal(c, res.TaskID, 20*time.Second); f.Type != record.EventAnswer {
 		t.Fatalf("final %+v", f)
 	}
 	e.settled()
 	before := e.record(res.TaskID)
 	nEvents := len(e.events(c, ""))
 	got := e.cancel(queue.CancelRequest{TaskID: res.TaskID})
-	if got.Status != queue.CancelAnswered || got.Outcome != queue.OutcomeAnswered {
+	if got.Status != queue.CancelAnswered || got.Outcome != record.OutcomeAnswered {
 		t.Fatalf("cancel of an answered turn: %+v, want status answered, outcome answered", got)
 	}
 	if n, _ := e.rdb.Exists(context.Background(), e.prefix+"cancel:"+res.TaskID).Result(); n != 0 {
@@ -241,7 +242,7 @@ func TestCancelRacingRunEnd(t *testing.T) {
 	for i := range 12 {
 		c := e.conv("race")
 		res := e.enqueue(queue.Message{AgentID: agent, Conversation: c, MessageID: "m", Text: "hi"})
-		e.waitEvent(c, res.TaskID, func(ev queue.ReplyEvent) bool { return ev.Type == queue.EventAnswerDelta && !ev.Narration })
+		e.waitEvent(c, res.TaskID, func(ev record.ReplyEvent) bool { return ev.Type == record.EventAnswerDelta && !ev.Narration })
 		time.Sleep(time.Duration(i) * 12 * time.Millisecond) // the run ends about 100ms after its first word
 		got := e.cancel(queue.CancelRequest{TaskID: res.TaskID})
 		final, evs := e.waitFinal(c, res.TaskID, 20*time.Second)
@@ -254,11 +255,11 @@ func TestCancelRacingRunEnd(t *testing.T) {
 		switch {
 		case run.Status == "cancelled":
 			assertCancelledEvent(t, final, evs)
-			if rec.Outcome != queue.OutcomeCancelled {
+			if rec.Outcome != record.OutcomeCancelled {
 				t.Errorf("try %d: journal %q, want cancelled", i, rec.Outcome)
 			}
 		case run.Status == "completed":
-			if final.Type != queue.EventAnswer || final.Text != answer || rec.Outcome != queue.OutcomeAnswered {
+			if final.Type != record.EventAnswer || final.Text != answer || rec.Outcome != record.OutcomeAnswered {
 				t.Errorf("try %d: run completed, final %+v journal %q: want the answer", i, final, rec.Outcome)
 			}
 		default:
@@ -284,7 +285,7 @@ func testCancelCarriedOutByRecoveringAttempt(t *testing.T, mode queue.ThreadMode
 	agent := e.sim.CreateAgent("cancel-durable", slowScript(slowAnswer(1500)))
 	c := e.conv("cd")
 	res := e.enqueue(queue.Message{AgentID: agent, Conversation: c, MessageID: "m1", Text: "one"})
-	e.waitEvent(c, res.TaskID, func(ev queue.ReplyEvent) bool { return ev.Type == queue.EventAnswerDelta && !ev.Narration })
+	e.waitEvent(c, res.TaskID, func(ev record.ReplyEvent) bool { return ev.Type == record.EventAnswerDelta && !ev.Narration })
 	stops["w2"] = e.startWorker("w2")
 	// w1 shuts down: it stops hearing cancels at once, and interrupts the turn a little
 	// before its shutdown timeout; Asynq puts it back and w2 recovers it.
@@ -306,7 +307,7 @@ func testCancelCarriedOutByRecoveringAttempt(t *testing.T, mode queue.ThreadMode
 	}
 	rec := e.record(res.TaskID)
 	last := rec.Attempts[len(rec.Attempts)-1]
-	if rec.Outcome != queue.OutcomeCancelled || rec.Cancel == nil || rec.Cancel.Phase != queue.CancelPhaseContinuation ||
+	if rec.Outcome != record.OutcomeCancelled || rec.Cancel == nil || rec.Cancel.Phase != record.CancelPhaseContinuation ||
 		len(rec.Attempts) != 2 || last.Worker != "w2" {
 		t.Errorf("journal: outcome %q cancel %+v attempts %s: want cancelled by w2's attempt in continuation", rec.Outcome, rec.Cancel, describeAttempts(rec))
 	}
@@ -331,7 +332,7 @@ func TestCancelChat(t *testing.T) {
 	c := e.conv("chat")
 	first := e.enqueue(queue.Message{AgentID: agent, Conversation: c, MessageID: "m1", Text: "one"})
 	second := e.enqueue(queue.Message{AgentID: agent, Conversation: c, MessageID: "m2", Text: "two"})
-	e.waitEvent(c, first.TaskID, func(ev queue.ReplyEvent) bool { return ev.Type == queue.EventAnswerDelta })
+	e.waitEvent(c, first.TaskID, func(ev record.ReplyEvent) bool { return ev.Type == record.EventAnswerDelta })
 	res, err := e.client.Cancel(context.Background(), queue.CancelRequest{Chat: &c, AgentID: agent, All: true})
 	if err != nil {
 		t.Fatal(err)
@@ -358,12 +359,12 @@ func TestCancelRecordEndsTheNextAttempt(t *testing.T) {
 	e := newEnv(t, withThreadMode(queue.ThreadConversation))
 	agent := e.sim.CreateAgent("cancel-record", slowScript(slowAnswer(100)))
 	ctx := context.Background()
-	record := func(taskID string) {
+	putCancel := func(taskID string) {
 		if err := e.rdb.Set(ctx, e.prefix+"cancel:"+taskID, `{"by":"by-hand"}`, time.Hour).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	check := func(c queue.Conversation, res queue.EnqueueResult) {
+	check := func(c record.Conversation, res queue.EnqueueResult) {
 		t.Helper()
 		final, evs := e.waitFinal(c, res.TaskID, 20*time.Second)
 		assertCancelledEvent(t, final, evs)
@@ -371,7 +372,7 @@ func TestCancelRecordEndsTheNextAttempt(t *testing.T) {
 			t.Errorf("%s was sent %d times, want 0", res.TaskID, n)
 		}
 		rec := e.record(res.TaskID)
-		if rec.Outcome != queue.OutcomeCancelled || rec.Cancel == nil || rec.Cancel.Phase != queue.CancelPhaseWaiting || rec.Cancel.By != "by-hand" {
+		if rec.Outcome != record.OutcomeCancelled || rec.Cancel == nil || rec.Cancel.Phase != record.CancelPhaseWaiting || rec.Cancel.By != "by-hand" {
 			t.Errorf("journal: outcome %q cancel %+v, want cancelled while waiting, by-hand", rec.Outcome, rec.Cancel)
 		}
 	}
@@ -380,11 +381,11 @@ func TestCancelRecordEndsTheNextAttempt(t *testing.T) {
 	c1 := e.conv("head")
 	head := e.enqueue(queue.Message{AgentID: agent, Conversation: c1, MessageID: "m1", Text: "one"})
 	after := e.enqueue(queue.Message{AgentID: agent, Conversation: c1, MessageID: "m2", Text: "two [[sim answer=ok]]"})
-	record(head.TaskID)
+	putCancel(head.TaskID)
 	e.startWorker("w1")
 	e.startWorker("w2")
 	check(c1, head)
-	if f, _ := e.waitFinal(c1, after.TaskID, 20*time.Second); f.Type != queue.EventAnswer {
+	if f, _ := e.waitFinal(c1, after.TaskID, 20*time.Second); f.Type != record.EventAnswer {
 		t.Fatalf("the message after: %+v", f)
 	}
 
@@ -393,21 +394,21 @@ func TestCancelRecordEndsTheNextAttempt(t *testing.T) {
 	running := e.enqueue(queue.Message{AgentID: agent, Conversation: c2, MessageID: "m1", Text: "one"})
 	waiting := e.enqueue(queue.Message{AgentID: agent, Conversation: c2, MessageID: "m2", Text: "two"})
 	last := e.enqueue(queue.Message{AgentID: agent, Conversation: c2, MessageID: "m3", Text: "three [[sim answer=ok]]"})
-	e.waitEvent(c2, running.TaskID, func(ev queue.ReplyEvent) bool { return ev.Type == queue.EventAnswerDelta })
-	record(waiting.TaskID)
+	e.waitEvent(c2, running.TaskID, func(ev record.ReplyEvent) bool { return ev.Type == record.EventAnswerDelta })
+	putCancel(waiting.TaskID)
 	if err := e.insp.RunTask(e.queue, waiting.TaskID); err != nil {
 		t.Fatal(err)
 	}
 	check(c2, waiting)
 	for _, r := range []queue.EnqueueResult{running, last} {
-		if f, _ := e.waitFinal(c2, r.TaskID, 30*time.Second); f.Type != queue.EventAnswer {
+		if f, _ := e.waitFinal(c2, r.TaskID, 30*time.Second); f.Type != record.EventAnswer {
 			t.Fatalf("%s: %+v, want its answer", r.TaskID, f)
 		}
 	}
 	// It ended at once, not when its turn came.
 	var order []string
 	for _, ev := range e.events(c2, "") {
-		if countFinal([]queue.ReplyEvent{ev}) == 1 {
+		if countFinal([]record.ReplyEvent{ev}) == 1 {
 			order = append(order, ev.TaskID)
 		}
 	}
@@ -466,7 +467,7 @@ func TestCancelBeforeSend(t *testing.T) {
 		t.Errorf("sent %d times, want 0", n)
 	}
 	rec := e.record(res.TaskID)
-	if rec.Outcome != queue.OutcomeCancelled || rec.Cancel == nil || rec.Cancel.Phase != queue.CancelPhaseBeforeSend {
+	if rec.Outcome != record.OutcomeCancelled || rec.Cancel == nil || rec.Cancel.Phase != record.CancelPhaseBeforeSend {
 		t.Errorf("journal: outcome %q cancel %+v, want cancelled before send", rec.Outcome, rec.Cancel)
 	}
 	assertCompletedCancelled(t, e, res.TaskID)
@@ -516,7 +517,7 @@ func TestProcessKilledThenCancelled(t *testing.T) {
 	}
 	rec := e.record(res.TaskID)
 	last := rec.Attempts[len(rec.Attempts)-1]
-	if rec.Outcome != queue.OutcomeCancelled || rec.Cancel == nil || rec.Cancel.Phase != queue.CancelPhaseContinuation || last.Worker == "A" {
+	if rec.Outcome != record.OutcomeCancelled || rec.Cancel == nil || rec.Cancel.Phase != record.CancelPhaseContinuation || last.Worker == "A" {
 		t.Errorf("journal: outcome %q cancel %+v attempts %s", rec.Outcome, rec.Cancel, describeAttempts(rec))
 	}
 	if n := e.sim.Requests().ByEndpoint[lettasim.EndpointCancel].Requests; n < 1 {
@@ -545,7 +546,7 @@ func TestCancelBetweenAttemptsAfterASend(t *testing.T) {
 		t.Errorf("stored %d times, want 0", n)
 	}
 	rec := e.record(res.TaskID)
-	if rec.Outcome != queue.OutcomeCancelled || rec.Cancel == nil || rec.Cancel.Phase != queue.CancelPhaseBeforeSend || len(rec.Attempts) != 2 {
+	if rec.Outcome != record.OutcomeCancelled || rec.Cancel == nil || rec.Cancel.Phase != record.CancelPhaseBeforeSend || len(rec.Attempts) != 2 {
 		t.Errorf("journal: outcome %q cancel %+v attempts %s: want cancelled before its second send", rec.Outcome, rec.Cancel, describeAttempts(rec))
 	}
 }
@@ -565,7 +566,7 @@ func assertCompletedCancelled(t *testing.T, e *env, id string) {
 		return
 	}
 	var r queue.TurnResult
-	if err := json.Unmarshal(info.Result, &r); err != nil || r.Outcome != queue.OutcomeCancelled {
+	if err := json.Unmarshal(info.Result, &r); err != nil || r.Outcome != record.OutcomeCancelled {
 		t.Errorf("task %s: result %s (%v), want outcome cancelled", id, info.Result, err)
 	}
 }

@@ -9,15 +9,16 @@ import (
 
 	"github.com/lettaq/lettaq/integration/lettasim"
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // Letta Cloud's error vocabulary (WIRE.md, "Errors Letta Cloud returns
 // today"), each answered by the simulator: the outcome at the chat, the attempts in the journal,
 // and the user messages per otid at the simulator.
 
-func hasPhaseEvent(evs []queue.ReplyEvent, phase queue.ReplyPhase) bool {
+func hasPhaseEvent(evs []record.ReplyEvent, phase record.ReplyPhase) bool {
 	for _, ev := range evs {
-		if ev.Type == queue.EventPhase && ev.Phase == phase {
+		if ev.Type == record.EventPhase && ev.Phase == phase {
 			return true
 		}
 	}
@@ -44,7 +45,7 @@ func TestCloudDeploy503IsSentAgainWithoutSearch(t *testing.T) {
 			c := e.conv("deploy")
 			res := e.enqueue(queue.Message{AgentID: agent, Conversation: c, Text: "hi"})
 			final, evs := e.waitFinal(c, res.TaskID, 30*time.Second)
-			if final.Type != queue.EventAnswer {
+			if final.Type != record.EventAnswer {
 				t.Fatalf("final %+v; %s", final, summarize(evs))
 			}
 			rec := e.record(res.TaskID)
@@ -52,7 +53,7 @@ func TestCloudDeploy503IsSentAgainWithoutSearch(t *testing.T) {
 				t.Fatalf("%d messages for the otid (want 1), %d sends (want 3), attempts: %s", n, sends, describeAttempts(rec))
 			}
 			for _, a := range rec.Attempts[:2] {
-				if a.Outcome != queue.OutcomeNotAdmitted || !strings.HasPrefix(a.Error, "not admitted (the server said so)") ||
+				if a.Outcome != record.OutcomeNotAdmitted || !strings.HasPrefix(a.Error, "not admitted (the server said so)") ||
 					!strings.Contains(a.Error, "cloud_api_shutting_down") && !strings.Contains(a.Error, "503") {
 					t.Errorf("attempt %d: %s %q", a.N, a.Outcome, a.Error)
 				}
@@ -64,8 +65,8 @@ func TestCloudDeploy503IsSentAgainWithoutSearch(t *testing.T) {
 			if n := historyReads(e.sim); n != 0 {
 				t.Errorf("%d history reads; the server said the message was not admitted", n)
 			}
-			if !hasPhaseEvent(evs, queue.PhaseLettaDeploying) {
-				t.Errorf("no %s phase: %s", queue.PhaseLettaDeploying, summarize(evs))
+			if !hasPhaseEvent(evs, record.PhaseLettaDeploying) {
+				t.Errorf("no %s phase: %s", record.PhaseLettaDeploying, summarize(evs))
 			}
 		})
 	}
@@ -85,14 +86,14 @@ func TestCloudAPIRateLimitIsSentAgainWithoutSearch(t *testing.T) {
 	c := e.conv("ratelimit")
 	res := e.enqueue(queue.Message{AgentID: agent, Conversation: c, Text: "hi"})
 	final, evs := e.waitFinal(c, res.TaskID, 30*time.Second)
-	if final.Type != queue.EventAnswer {
+	if final.Type != record.EventAnswer {
 		t.Fatalf("final %+v; %s", final, summarize(evs))
 	}
 	rec := e.record(res.TaskID)
 	if n, sends := e.sim.CountOtid(res.Otid), e.sim.SendAttempts(res.Otid); n != 1 || sends != 3 || len(rec.Attempts) != 3 {
 		t.Fatalf("%d messages for the otid (want 1), %d sends (want 3), attempts: %s", n, sends, describeAttempts(rec))
 	}
-	if !hasPhaseEvent(evs, queue.PhaseRateLimited) || hasPhaseEvent(evs, queue.PhaseRecovering) {
+	if !hasPhaseEvent(evs, record.PhaseRateLimited) || hasPhaseEvent(evs, record.PhaseRecovering) {
 		t.Errorf("phases: want rate_limited and no recovering: %s", summarize(evs))
 	}
 	if n := historyReads(e.sim); n != 0 {
@@ -142,7 +143,7 @@ func TestCloudQuota429EndsTheTurn(t *testing.T) {
 			c := e.conv("quota")
 			res := e.enqueue(queue.Message{AgentID: agent, Conversation: c, Text: "hi"})
 			final, evs := e.waitFinal(c, res.TaskID, 15*time.Second)
-			if final.Type != queue.EventError || !final.Permanent || !strings.HasPrefix(final.Text, cause) {
+			if final.Type != record.EventError || !final.Permanent || !strings.HasPrefix(final.Text, cause) {
 				t.Fatalf("final %+v; %s", final, summarize(evs))
 			}
 			rec := e.record(res.TaskID)
@@ -165,7 +166,7 @@ func TestCloudModelRateLimitBacksOff(t *testing.T) {
 	c := e.conv("llm")
 	res := e.enqueue(queue.Message{AgentID: agent, Conversation: c, Text: "hi"})
 	final, evs := e.waitFinal(c, res.TaskID, 30*time.Second)
-	if final.Type != queue.EventAnswer {
+	if final.Type != record.EventAnswer {
 		t.Fatalf("final %+v; %s", final, summarize(evs))
 	}
 	rec := e.record(res.TaskID)
@@ -175,7 +176,7 @@ func TestCloudModelRateLimitBacksOff(t *testing.T) {
 	if gap := rec.Attempts[1].Start.Sub(rec.Attempts[0].End); gap < time.Second {
 		t.Errorf("sent again %v after the model's rate limit; want a backoff of 2s (at least 1s in Asynq's whole seconds)", gap)
 	}
-	if !hasPhaseEvent(evs, queue.PhaseRateLimited) {
+	if !hasPhaseEvent(evs, record.PhaseRateLimited) {
 		t.Errorf("no rate_limited phase: %s", summarize(evs))
 	}
 }
@@ -204,7 +205,7 @@ func TestCloudNewerBusyForm(t *testing.T) {
 			c := e.conv("busy")
 			res := e.enqueue(queue.Message{AgentID: agent, Conversation: c, Text: "hi"})
 			final, evs := e.waitFinal(c, res.TaskID, 30*time.Second)
-			if final.Type != queue.EventAnswer {
+			if final.Type != record.EventAnswer {
 				t.Fatalf("final %+v; %s", final, summarize(evs))
 			}
 			rec := e.record(res.TaskID)
@@ -212,7 +213,7 @@ func TestCloudNewerBusyForm(t *testing.T) {
 				t.Fatalf("%d messages for the otid (want 1), attempts (want %d): %s", n, tc.attempts, describeAttempts(rec))
 			}
 			for _, a := range rec.Attempts[:tc.attempts-1] {
-				if a.Outcome != queue.OutcomeBusy {
+				if a.Outcome != record.OutcomeBusy {
 					t.Errorf("attempt %d: %s, want busy", a.N, a.Outcome)
 				}
 			}

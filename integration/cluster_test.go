@@ -22,6 +22,7 @@ import (
 	"github.com/lettaq/lettaq/internal/thread"
 	"github.com/lettaq/lettaq/ordering"
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 	"github.com/lettaq/lettaq/queue/shard"
 )
 
@@ -103,7 +104,7 @@ func TestClusterTurns(t *testing.T) {
 		fault string
 	}
 	agents := make([]string, convs)
-	cs := make([]queue.Conversation, convs)
+	cs := make([]record.Conversation, convs)
 	marks := make([][]string, convs)
 	var turns []turn
 	message := func(k, i int) (queue.Message, string) {
@@ -115,7 +116,7 @@ func TestClusterTurns(t *testing.T) {
 	}
 	for k := range convs {
 		agents[k] = sim.CreateAgent(fmt.Sprintf("cluster-%d", k), nil)
-		cs[k] = queue.Conversation{Integration: "test", ChatID: fmt.Sprintf("chat-%d-%s", k, randHex(3))}
+		cs[k] = record.Conversation{Integration: "test", ChatID: fmt.Sprintf("chat-%d-%s", k, randHex(3))}
 	}
 	// Rounds 0-2 through queue.Client, before any worker runs: each turn
 	// joins its line at the tail.
@@ -199,7 +200,7 @@ func TestClusterTurns(t *testing.T) {
 	// Coalescing: a long turn, then two messages while it runs; the second
 	// and third go to the agent as one message.
 	coalAgent := sim.CreateAgent("cluster-coal", nil)
-	coalConv := queue.Conversation{Integration: "coal", ChatID: "chat-" + randHex(3)}
+	coalConv := record.Conversation{Integration: "coal", ChatID: "chat-" + randHex(3)}
 	long := e.enqueue(queue.Message{AgentID: coalAgent, Conversation: coalConv, MessageID: "first",
 		Text: fmt.Sprintf("[[sim think=%s answer=one]] first", simDur(1500*time.Millisecond))})
 	wctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -218,7 +219,7 @@ func TestClusterTurns(t *testing.T) {
 	for _, tu := range turns {
 		final, evs := e.waitFinal(cs[tu.conv], tu.res.TaskID, 20*time.Second)
 		want := "a-" + strings.TrimPrefix(tu.res.TaskID, "turn:test:"+cs[tu.conv].ChatID+":")
-		if final.Type != queue.EventAnswer || final.Text != want {
+		if final.Type != record.EventAnswer || final.Text != want {
 			t.Errorf("%s (%s): final %s %q, want answer %q; %s", tu.res.TaskID, tu.fault, final.Type, final.Text, want, summarize(evs))
 		}
 	}
@@ -229,10 +230,10 @@ func TestClusterTurns(t *testing.T) {
 	e.settled() // no attempt left that could write a late second answer
 
 	// Exactly one final event per turn, in each conversation's stream.
-	finals := map[string][]queue.ReplyEvent{}
+	finals := map[string][]record.ReplyEvent{}
 	for _, c := range append(slices.Clone(cs), coalConv) {
 		for _, ev := range e.events(c, "") {
-			if countFinal([]queue.ReplyEvent{ev}) == 1 {
+			if countFinal([]record.ReplyEvent{ev}) == 1 {
 				finals[ev.TaskID] = append(finals[ev.TaskID], ev)
 			}
 		}
@@ -265,11 +266,11 @@ func TestClusterTurns(t *testing.T) {
 		t.Errorf("coalesced conversation: the agent received %+v, want first, then \"second\\n\\nthird\"", got)
 	}
 	for _, r := range []queue.EnqueueResult{second, third} {
-		if f := finals[r.TaskID]; len(f) != 1 || f[0].Type != queue.EventAnswer || f[0].AnsweredBy != second.TaskID {
+		if f := finals[r.TaskID]; len(f) != 1 || f[0].Type != record.EventAnswer || f[0].AnsweredBy != second.TaskID {
 			t.Errorf("coalesced %s: finals %+v, want one answer answered_by %s", r.TaskID, f, second.TaskID)
 		}
 	}
-	if rec := e.record(third.TaskID); rec.Outcome != queue.OutcomeCoalesced || rec.AnsweredBy != second.TaskID {
+	if rec := e.record(third.TaskID); rec.Outcome != record.OutcomeCoalesced || rec.AnsweredBy != second.TaskID {
 		t.Errorf("journal of %s: outcome %q answered_by %q", third.TaskID, rec.Outcome, rec.AnsweredBy)
 	}
 
@@ -278,7 +279,7 @@ func TestClusterTurns(t *testing.T) {
 	continued := 0
 	for _, tu := range turns {
 		rec := e.record(tu.res.TaskID)
-		if rec.Outcome != queue.OutcomeAnswered || rec.Otid != tu.res.Otid || rec.Conversation != cs[tu.conv] {
+		if rec.Outcome != record.OutcomeAnswered || rec.Otid != tu.res.Otid || rec.Conversation != cs[tu.conv] {
 			t.Errorf("journal of %s: outcome %q otid %q conversation %v", tu.res.TaskID, rec.Outcome, rec.Otid, rec.Conversation)
 		}
 		if in, err := journal.Intents(ctx, tu.res.TaskID); err != nil || len(in) == 0 {
@@ -295,7 +296,7 @@ func TestClusterTurns(t *testing.T) {
 				clock = a.TimeoutClock
 			}
 			for _, p := range a.Phases {
-				continuing = continuing || p.Phase == string(queue.PhaseContinuing)
+				continuing = continuing || p.Phase == string(record.PhaseContinuing)
 			}
 		}
 		switch {
@@ -303,7 +304,7 @@ func TestClusterTurns(t *testing.T) {
 			t.Errorf("%s (no fault): %s", tu.res.TaskID, describeAttempts(rec))
 		case tu.fault != "" && !continuing:
 			t.Errorf("%s (%s): the journal shows no continuation: %s", tu.res.TaskID, tu.fault, describeAttempts(rec))
-		case strings.HasPrefix(tu.fault, "stall=") && clock != queue.TimeoutClockStall:
+		case strings.HasPrefix(tu.fault, "stall=") && clock != record.TimeoutClockStall:
 			t.Errorf("%s (%s): no attempt ended by the stall clock: %s", tu.res.TaskID, tu.fault, describeAttempts(rec))
 		}
 		if tu.fault != "" {
@@ -327,12 +328,12 @@ func TestClusterTurns(t *testing.T) {
 		t.Errorf("journal stalls: %d records, %v", len(stalls), err)
 	}
 	out, _ := enqueueCLI("--json", "journal", "show", turns[1].res.TaskID)
-	var shown queue.TurnRecord
-	if err := json.Unmarshal([]byte(out), &shown); err != nil || shown.TaskID != turns[1].res.TaskID || shown.Outcome != queue.OutcomeAnswered {
+	var shown record.TurnRecord
+	if err := json.Unmarshal([]byte(out), &shown); err != nil || shown.TaskID != turns[1].res.TaskID || shown.Outcome != record.OutcomeAnswered {
 		t.Errorf("enqueue journal show: %v; %s", err, out)
 	}
 	out, _ = enqueueCLI("--json", "--limit", "100", "journal", "recent")
-	var listed []queue.TurnRecord
+	var listed []record.TurnRecord
 	if err := json.Unmarshal([]byte(out), &listed); err != nil || len(listed) != len(turns)+3 {
 		t.Errorf("enqueue journal recent: %d records (want %d), %v", len(listed), len(turns)+3, err)
 	}

@@ -14,14 +14,15 @@ import (
 	"github.com/lettaq/lettaq/internal/thread"
 	"github.com/lettaq/lettaq/ordering"
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // chatLoad enqueues msgs messages in each of chats chats of one agent, all
 // at once, and waits for every answer (each naming its message). It
 // returns the chats and, per chat, the enqueue results in order.
-func chatLoad(t *testing.T, e *env, agent string, chats, msgs int) ([]queue.Conversation, [][]queue.EnqueueResult) {
+func chatLoad(t *testing.T, e *env, agent string, chats, msgs int) ([]record.Conversation, [][]queue.EnqueueResult) {
 	t.Helper()
-	convs := make([]queue.Conversation, chats)
+	convs := make([]record.Conversation, chats)
 	res := make([][]queue.EnqueueResult, chats)
 	for i := range convs {
 		convs[i] = e.conv(fmt.Sprintf("chat%02d", i))
@@ -36,7 +37,7 @@ func chatLoad(t *testing.T, e *env, agent string, chats, msgs int) ([]queue.Conv
 	for i, c := range convs {
 		for j, r := range res[i] {
 			final, evs := e.waitFinal(c, r.TaskID, 120*time.Second)
-			if final.Type != queue.EventAnswer || final.Text != fmt.Sprintf("c%02dm%d", i, j) {
+			if final.Type != record.EventAnswer || final.Text != fmt.Sprintf("c%02dm%d", i, j) {
 				t.Fatalf("chat %d message %d: final %s %q; %s", i, j, final.Type, final.Text, summarize(evs))
 			}
 		}
@@ -220,7 +221,7 @@ func TestConversationKilledMidStreamResumesByOtid(t *testing.T) {
 	before := e.sim.Requests()
 	e.spawnWorker("C", mode) // Asynq's first recovery check after its start is at ~+62s
 	final, evs := e.waitFinal(c, res.TaskID, 150*time.Second)
-	if final.Type != queue.EventAnswer || final.Text != "resumed-by-otid" {
+	if final.Type != record.EventAnswer || final.Text != "resumed-by-otid" {
 		t.Fatalf("final %+v; %s", final, summarize(evs))
 	}
 	rec = e.record(res.TaskID)

@@ -16,6 +16,7 @@ import (
 	"github.com/lettaq/lettaq/integration/lettasim"
 	"github.com/lettaq/lettaq/internal/thread"
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // Two chats of one agent in conversation mode: each gets a Letta
@@ -26,14 +27,14 @@ func TestConversationModeOneThreadPerChat(t *testing.T) {
 	e := newEnv(t, withThreadMode(queue.ThreadConversation))
 	e.startWorker("w1")
 	agent := e.sim.CreateAgent("conv", nil)
-	chats := []queue.Conversation{e.conv("a"), e.conv("b")}
+	chats := []record.Conversation{e.conv("a"), e.conv("b")}
 	threads := map[string]string{}
 	for round := range 2 {
 		for i, c := range chats {
 			res := e.enqueue(queue.Message{AgentID: agent, Conversation: c, MessageID: fmt.Sprintf("m%d", round),
 				Text: fmt.Sprintf("[[sim answer=r%dc%d]] hi", round, i)})
 			final, evs := e.waitFinal(c, res.TaskID, 20*time.Second)
-			if final.Type != queue.EventAnswer || final.Text != fmt.Sprintf("r%dc%d", round, i) {
+			if final.Type != record.EventAnswer || final.Text != fmt.Sprintf("r%dc%d", round, i) {
 				t.Fatalf("final %+v; %s", final, summarize(evs))
 			}
 			rec := e.record(res.TaskID)
@@ -89,7 +90,7 @@ func TestConversationFoundAgainAfterCrash(t *testing.T) {
 	orphan := e.sim.CreateConversation(agent, thread.Summary(agent, c.Integration, c.ChatID))
 	e.startWorker("w1")
 	res := e.enqueue(queue.Message{AgentID: agent, Conversation: c, MessageID: "m1", Text: "hello"})
-	if final, evs := e.waitFinal(c, res.TaskID, 20*time.Second); final.Type != queue.EventAnswer {
+	if final, evs := e.waitFinal(c, res.TaskID, 20*time.Second); final.Type != record.EventAnswer {
 		t.Fatalf("final %+v; %s", final, summarize(evs))
 	}
 	if rec := e.record(res.TaskID); rec.LettaConversationID != orphan {
@@ -111,7 +112,7 @@ func TestConversationCreatedOnceWithoutOrdering(t *testing.T) {
 		res = append(res, e.enqueue(queue.Message{AgentID: agent, Conversation: c, MessageID: fmt.Sprintf("m%d", i), Text: "hi"}))
 	}
 	for _, r := range res {
-		if final, evs := e.waitFinal(c, r.TaskID, 40*time.Second); final.Type != queue.EventAnswer {
+		if final, evs := e.waitFinal(c, r.TaskID, 40*time.Second); final.Type != record.EventAnswer {
 			t.Fatalf("final %+v; %s", final, summarize(evs))
 		}
 	}
@@ -132,7 +133,7 @@ func TestExplicitLettaConversation(t *testing.T) {
 	conv := e.sim.CreateConversation(agent, "managed by the integration")
 	c := e.conv("explicit")
 	res := e.enqueue(queue.Message{AgentID: agent, Conversation: c, MessageID: "m1", Text: "hi", LettaConversationID: conv})
-	if final, evs := e.waitFinal(c, res.TaskID, 20*time.Second); final.Type != queue.EventAnswer {
+	if final, evs := e.waitFinal(c, res.TaskID, 20*time.Second); final.Type != record.EventAnswer {
 		t.Fatalf("final %+v; %s", final, summarize(evs))
 	}
 	if got := e.sim.ConversationUserMessages(conv); len(got) != 1 || got[0].Otid != res.Otid {
@@ -191,7 +192,7 @@ func TestPendingApprovalEndsTheTurn(t *testing.T) {
 			}})
 			c := e.conv("approval")
 			r1 := e.enqueue(queue.Message{AgentID: agent, Conversation: c, MessageID: "m1", Text: "delete it"})
-			if final, evs := e.waitFinal(c, r1.TaskID, 20*time.Second); final.Type != queue.EventApprovalRequired {
+			if final, evs := e.waitFinal(c, r1.TaskID, 20*time.Second); final.Type != record.EventApprovalRequired {
 				t.Fatalf("first turn: %+v; %s", final, summarize(evs))
 			}
 			keys, err := e.rdb.Keys(context.Background(), e.prefix+"approval:pending:*").Result()
@@ -201,7 +202,7 @@ func TestPendingApprovalEndsTheTurn(t *testing.T) {
 			e.rdb.Del(context.Background(), keys...)
 			r2 := e.enqueue(queue.Message{AgentID: agent, Conversation: c, MessageID: "m2", Text: "hello?"})
 			final, evs := e.waitFinal(c, r2.TaskID, 20*time.Second)
-			if final.Type != queue.EventError || !final.Permanent || !strings.Contains(final.Text, "waiting for approval of a tool call") {
+			if final.Type != record.EventError || !final.Permanent || !strings.Contains(final.Text, "waiting for approval of a tool call") {
 				t.Fatalf("second turn: %+v; %s", final, summarize(evs))
 			}
 			if rec := e.record(r2.TaskID); len(rec.Attempts) != 1 {
@@ -237,7 +238,7 @@ func (l *lostJournal) AttemptFinished(_, result string, _ time.Duration) {
 			key := iter.Val()
 			if strings.Contains(pat, "turn:") {
 				rec, err := l.e.journal.Get(ctx, strings.TrimPrefix(key, l.e.prefix+"journal:turn:"))
-				if err == nil && (rec.Outcome == queue.OutcomeAnswered || rec.Outcome == queue.OutcomeFailed || rec.Outcome == queue.OutcomeApprovalRequired) {
+				if err == nil && (rec.Outcome == record.OutcomeAnswered || rec.Outcome == record.OutcomeFailed || rec.Outcome == record.OutcomeApprovalRequired) {
 					continue
 				}
 			}
@@ -319,7 +320,7 @@ func TestDefaultModeBusyThreadPutsTurnsBack(t *testing.T) {
 	e.startWorker("w1")
 	agent := e.sim.CreateAgent("busy-default", nil)
 	const chats = 3
-	var convs []queue.Conversation
+	var convs []record.Conversation
 	var res []queue.EnqueueResult
 	for i := range chats {
 		c := e.conv(fmt.Sprintf("chat%d", i))
@@ -330,7 +331,7 @@ func TestDefaultModeBusyThreadPutsTurnsBack(t *testing.T) {
 	busy := 0
 	for i, r := range res {
 		final, evs := e.waitFinal(convs[i], r.TaskID, 60*time.Second)
-		if final.Type != queue.EventAnswer || final.Text != fmt.Sprintf("a%d", i) {
+		if final.Type != record.EventAnswer || final.Text != fmt.Sprintf("a%d", i) {
 			t.Fatalf("chat %d: final %s %q; %s", i, final.Type, final.Text, summarize(evs))
 		}
 		if n := e.sim.CountOtid(r.Otid); n != 1 {
@@ -338,10 +339,10 @@ func TestDefaultModeBusyThreadPutsTurnsBack(t *testing.T) {
 		}
 		rec := e.record(r.TaskID)
 		for _, a := range rec.Attempts {
-			if a.Outcome == queue.OutcomeBusy {
+			if a.Outcome == record.OutcomeBusy {
 				busy++
 			}
-			if a.ResendDecision != "" && a.ResendDecision != queue.ResendNotNeeded {
+			if a.ResendDecision != "" && a.ResendDecision != record.ResendNotNeeded {
 				t.Errorf("chat %d attempt %d: resend decision %q after busy", i, a.N, a.ResendDecision)
 			}
 		}
@@ -371,7 +372,7 @@ func TestConversationModeUnknownAgent(t *testing.T) {
 	c := e.conv("unknown")
 	res := e.enqueue(queue.Message{AgentID: "agent-00000000-0000-4000-8000-000000000000", Conversation: c, MessageID: "m", Text: "hi"})
 	final, evs := e.waitFinal(c, res.TaskID, 20*time.Second)
-	if final.Type != queue.EventError || !final.Permanent || !strings.Contains(final.Text, "Letta conversation") || !strings.Contains(final.Text, "404") {
+	if final.Type != record.EventError || !final.Permanent || !strings.Contains(final.Text, "Letta conversation") || !strings.Contains(final.Text, "404") {
 		t.Fatalf("final %+v; %s", final, summarize(evs))
 	}
 	if rec := e.record(res.TaskID); len(rec.Attempts) != 1 {
@@ -389,7 +390,7 @@ func TestPendingApprovalFromSimulator(t *testing.T) {
 			c := e.conv("pending")
 			res := e.enqueue(queue.Message{AgentID: agent, Conversation: c, MessageID: "m", Text: "[[sim pending_approval]] hi"})
 			final, evs := e.waitFinal(c, res.TaskID, 20*time.Second)
-			if final.Type != queue.EventError || !final.Permanent || !strings.Contains(final.Text, "waiting for approval of a tool call") {
+			if final.Type != record.EventError || !final.Permanent || !strings.Contains(final.Text, "waiting for approval of a tool call") {
 				t.Fatalf("final %+v; %s", final, summarize(evs))
 			}
 			if rec := e.record(res.TaskID); len(rec.Attempts) != 1 {

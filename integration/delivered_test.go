@@ -15,6 +15,7 @@ import (
 
 	"github.com/lettaq/lettaq/integration/lettasim"
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // lateFinalHook lets the first write of a final event (the emit script with
@@ -95,7 +96,7 @@ func TestDeliveredAnswerFinishesTheTurn(t *testing.T) {
 	c := e.conv("late")
 	res := e.enqueue(queue.Message{AgentID: agent, Text: "hi", Conversation: c, MessageID: "m1"})
 	final, _ := e.waitFinal(c, res.TaskID, 20*time.Second)
-	if final.Type != queue.EventAnswer || final.Text != "Delivered, late." {
+	if final.Type != record.EventAnswer || final.Text != "Delivered, late." {
 		t.Fatalf("final %+v", final)
 	}
 	e.settled()
@@ -105,8 +106,8 @@ func TestDeliveredAnswerFinishesTheTurn(t *testing.T) {
 	// The attempt that heard the timeout finds its event written (one attempt), or the next
 	// attempt finishes the turn from it (two): either way the journal says answered.
 	rec := e.record(res.TaskID)
-	if rec.Outcome != queue.OutcomeAnswered || rec.FinishedAt.IsZero() || len(rec.Attempts) == 0 ||
-		rec.Attempts[len(rec.Attempts)-1].Outcome != queue.OutcomeAnswered {
+	if rec.Outcome != record.OutcomeAnswered || rec.FinishedAt.IsZero() || len(rec.Attempts) == 0 ||
+		rec.Attempts[len(rec.Attempts)-1].Outcome != record.OutcomeAnswered {
 		t.Fatalf("journal outcome %q finished_at %v; %s", rec.Outcome, rec.FinishedAt, describeAttempts(rec))
 	}
 	info, err := e.insp.GetTaskInfo(e.queue, res.TaskID)
@@ -117,12 +118,12 @@ func TestDeliveredAnswerFinishesTheTurn(t *testing.T) {
 	if err := json.Unmarshal(info.Result, &tr); err != nil {
 		t.Fatalf("result %q: %v", info.Result, err)
 	}
-	if tr.Outcome != queue.OutcomeAnswered || tr.Answer != "Delivered, late." || tr.RunID == "" {
+	if tr.Outcome != record.OutcomeAnswered || tr.Answer != "Delivered, late." || tr.RunID == "" {
 		t.Fatalf("result %+v", tr)
 	}
 	obs.mu.Lock()
 	defer obs.mu.Unlock()
-	if len(obs.turns) != 1 || obs.turns[queue.OutcomeAnswered] != 1 {
+	if len(obs.turns) != 1 || obs.turns[record.OutcomeAnswered] != 1 {
 		t.Fatalf("turns counted %v, want answered once", obs.turns)
 	}
 	if n := countFinal(e.events(c, res.TaskID)); n != 1 {
@@ -211,7 +212,7 @@ func TestJournaledFinishedWithoutFinalEventGoesOn(t *testing.T) {
 	c := e.conv("lost-final")
 	res := e.enqueue(queue.Message{AgentID: agent, Text: "hi", Conversation: c, MessageID: "m1"})
 	final, _ := e.waitFinal(c, res.TaskID, 30*time.Second)
-	if final.Type != queue.EventAnswer || final.Text != "Here at last." {
+	if final.Type != record.EventAnswer || final.Text != "Here at last." {
 		t.Fatalf("final %+v", final)
 	}
 	e.settled()
@@ -225,7 +226,7 @@ func TestJournaledFinishedWithoutFinalEventGoesOn(t *testing.T) {
 		}
 	}
 	rec := e.record(res.TaskID)
-	if finals != 1 || rec.Outcome != queue.OutcomeAnswered || len(rec.Attempts) != 2 {
+	if finals != 1 || rec.Outcome != record.OutcomeAnswered || len(rec.Attempts) != 2 {
 		t.Fatalf("%d final events, journal outcome %q; %s", finals, rec.Outcome, describeAttempts(rec))
 	}
 	if n := len(e.sim.UserMessages(agent)); n != 1 {

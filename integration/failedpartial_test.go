@@ -7,6 +7,7 @@ import (
 
 	"github.com/lettaq/lettaq/integration/lettasim"
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // A run that said "Let me check that for you.", called a tool, then ended
@@ -27,12 +28,12 @@ func TestFailureStopReasonFailsTheTurnAndKeepsItsText(t *testing.T) {
 	c := e.conv("cut")
 	res := e.enqueue(queue.Message{AgentID: agent, Text: "weather?", Conversation: c, MessageID: "m1"})
 	final, evs := e.waitFinal(c, res.TaskID, 20*time.Second)
-	if final.Type != queue.EventError || !final.Permanent || final.StopReason != "max_tokens_exceeded" ||
+	if final.Type != record.EventError || !final.Permanent || final.StopReason != "max_tokens_exceeded" ||
 		!strings.Contains(final.Text, "max_tokens_exceeded") {
 		t.Fatalf("final %+v\n%s", final, summarize(evs))
 	}
 	rec := e.record(res.TaskID)
-	if rec.Outcome != queue.OutcomeFailed || rec.StopReason != "max_tokens_exceeded" || rec.PartialAnswer != "Let me check that for you." {
+	if rec.Outcome != record.OutcomeFailed || rec.StopReason != "max_tokens_exceeded" || rec.PartialAnswer != "Let me check that for you." {
 		t.Fatalf("journal outcome %q stop %q partial %q", rec.Outcome, rec.StopReason, rec.PartialAnswer)
 	}
 }

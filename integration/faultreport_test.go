@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // inFlight counts what an Observer hears of attempts: started less finished
@@ -159,7 +160,7 @@ func TestAttemptsInFlightAfterStartOutage(t *testing.T) {
 	c := e.conv("start-outage")
 	res := e.enqueue(queue.Message{AgentID: agent, Conversation: c, MessageID: "m1",
 		Text: fmt.Sprintf("[[sim think=%s answer=one]] hi", simDur(50*time.Millisecond))})
-	if final, _ := e.waitFinal(c, res.TaskID, 60*time.Second); final.Type != queue.EventAnswer {
+	if final, _ := e.waitFinal(c, res.TaskID, 60*time.Second); final.Type != record.EventAnswer {
 		t.Fatalf("final %+v", final)
 	}
 	e.settled()
@@ -182,7 +183,7 @@ func TestUndeliveredAttemptJournaledAfterOutage(t *testing.T) {
 	res := e.enqueue(queue.Message{AgentID: agent, Conversation: c, MessageID: "m1",
 		Text: fmt.Sprintf("[[sim think=%s answer=one]] hi", simDur(50*time.Millisecond))})
 	final, _ := e.waitFinal(c, res.TaskID, 60*time.Second)
-	if final.Type != queue.EventAnswer || final.Text != "one" {
+	if final.Type != record.EventAnswer || final.Text != "one" {
 		t.Fatalf("final %+v", final)
 	}
 	e.settled()
@@ -190,7 +191,7 @@ func TestUndeliveredAttemptJournaledAfterOutage(t *testing.T) {
 		t.Fatal("the final write never met the outage")
 	}
 	rec := e.record(res.TaskID)
-	if rec.Outcome != queue.OutcomeAnswered || len(rec.Attempts) < 2 {
+	if rec.Outcome != record.OutcomeAnswered || len(rec.Attempts) < 2 {
 		t.Fatalf("journal outcome %q; %s", rec.Outcome, describeAttempts(rec))
 	}
 	for _, a := range rec.Attempts {
@@ -198,8 +199,8 @@ func TestUndeliveredAttemptJournaledAfterOutage(t *testing.T) {
 			t.Errorf("attempt %d has end %v and outcome %q; %s", a.N, a.End, a.Outcome, describeAttempts(rec))
 		}
 	}
-	if a := rec.Attempts[0]; a.Outcome != queue.OutcomeRetrying {
-		t.Errorf("attempt 1 outcome %q, want %q", a.Outcome, queue.OutcomeRetrying)
+	if a := rec.Attempts[0]; a.Outcome != record.OutcomeRetrying {
+		t.Errorf("attempt 1 outcome %q, want %q", a.Outcome, record.OutcomeRetrying)
 	}
 	if n := countFinal(e.events(c, res.TaskID)); n != 1 {
 		t.Errorf("%d final events", n)

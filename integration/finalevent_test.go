@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // A final event that could not be written does not release its turn's place
@@ -64,7 +65,7 @@ func TestFailedFinalEventKeepsTheLine(t *testing.T) {
 		res  queue.EnqueueResult
 	}{{"A", a}, {"B", b}} {
 		final, evs := e.waitFinal(conv, tc.res.TaskID, 30*time.Second)
-		if final.Type != queue.EventAnswer || final.Text != "answer-"+tc.mark {
+		if final.Type != record.EventAnswer || final.Text != "answer-"+tc.mark {
 			t.Errorf("%s: final %s %q; events %s", tc.mark, final.Type, final.Text, summarize(evs))
 		}
 	}
@@ -77,7 +78,7 @@ func TestFailedFinalEventKeepsTheLine(t *testing.T) {
 		if n := e.sim.CountOtid(tc.Otid); n != 1 {
 			t.Errorf("task %s: otid stored %d times at the agent", tc.TaskID, n)
 		}
-		if rec := e.record(tc.TaskID); rec.Outcome != queue.OutcomeAnswered {
+		if rec := e.record(tc.TaskID); rec.Outcome != record.OutcomeAnswered {
 			t.Errorf("journal of %s: outcome %q; %s", tc.TaskID, rec.Outcome, describeAttempts(rec))
 		}
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/lettaq/lettaq/internal/testredis"
 	"github.com/lettaq/lettaq/ordering"
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 	"github.com/lettaq/lettaq/queue/shard"
 )
 
@@ -239,8 +240,8 @@ func (e *env) layout() shard.Layout {
 	return l
 }
 
-func (e *env) conv(name string) queue.Conversation {
-	return queue.Conversation{Integration: "test", ChatID: name + "-" + randHex(3)}
+func (e *env) conv(name string) record.Conversation {
+	return record.Conversation{Integration: "test", ChatID: name + "-" + randHex(3)}
 }
 
 func (e *env) enqueue(m queue.Message) queue.EnqueueResult {
@@ -254,7 +255,7 @@ func (e *env) enqueue(m queue.Message) queue.EnqueueResult {
 
 // waitFinal reads c's reply stream until the final event of taskID
 // arrives, and returns all events of that task read so far.
-func (e *env) waitFinal(c queue.Conversation, taskID string, timeout time.Duration) (final queue.ReplyEvent, evs []queue.ReplyEvent) {
+func (e *env) waitFinal(c record.Conversation, taskID string, timeout time.Duration) (final record.ReplyEvent, evs []record.ReplyEvent) {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -270,7 +271,7 @@ func (e *env) waitFinal(c queue.Conversation, taskID string, timeout time.Durati
 				continue
 			}
 			evs = append(evs, ev)
-			if ev.Type.Final() && (ev.Type != queue.EventError || ev.Permanent) {
+			if ev.Type.Final() && (ev.Type != record.EventError || ev.Permanent) {
 				return ev, evs
 			}
 		}
@@ -280,13 +281,13 @@ func (e *env) waitFinal(c queue.Conversation, taskID string, timeout time.Durati
 }
 
 // events returns every event of c's stream (of taskID, or all when "").
-func (e *env) events(c queue.Conversation, taskID string) []queue.ReplyEvent {
+func (e *env) events(c record.Conversation, taskID string) []record.ReplyEvent {
 	e.t.Helper()
 	got, _, err := e.replies.Read(context.Background(), c, "0", 0, 0)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	var out []queue.ReplyEvent
+	var out []record.ReplyEvent
 	for _, ev := range got {
 		if taskID == "" || ev.TaskID == taskID {
 			out = append(out, ev)
@@ -295,17 +296,17 @@ func (e *env) events(c queue.Conversation, taskID string) []queue.ReplyEvent {
 	return out
 }
 
-func countFinal(evs []queue.ReplyEvent) int {
+func countFinal(evs []record.ReplyEvent) int {
 	n := 0
 	for _, ev := range evs {
-		if ev.Type == queue.EventAnswer || ev.Type == queue.EventApprovalRequired || (ev.Type == queue.EventError && ev.Permanent) {
+		if ev.Type == record.EventAnswer || ev.Type == record.EventApprovalRequired || (ev.Type == record.EventError && ev.Permanent) {
 			n++
 		}
 	}
 	return n
 }
 
-func summarize(evs []queue.ReplyEvent) string {
+func summarize(evs []record.ReplyEvent) string {
 	var b strings.Builder
 	for _, ev := range evs {
 		fmt.Fprintf(&b, "[%d %s", ev.Seq, ev.Type)
@@ -358,7 +359,7 @@ func (e *env) scheduledExpiries(scheduled int) int {
 	}
 	n := 0
 	for _, ti := range tasks {
-		if queue.IsApprovalExpiry(ti.Payload) {
+		if m, err := queue.DecodePayload(ti.Payload); err == nil && m.IsApprovalExpiry() {
 			n++
 		}
 	}
@@ -366,7 +367,7 @@ func (e *env) scheduledExpiries(scheduled int) int {
 }
 
 // record waits for the journal to show the turn finished, and returns it.
-func (e *env) record(taskID string) *queue.TurnRecord {
+func (e *env) record(taskID string) *record.TurnRecord {
 	e.t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -381,7 +382,7 @@ func (e *env) record(taskID string) *queue.TurnRecord {
 	}
 }
 
-func describeAttempts(rec *queue.TurnRecord) string {
+func describeAttempts(rec *record.TurnRecord) string {
 	var b strings.Builder
 	for _, a := range rec.Attempts {
 		var ph []string

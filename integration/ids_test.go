@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // TestChatsWithSeparatorsInIDsBothAnswered: chat "<x>:2" + message "3" and
@@ -15,7 +16,7 @@ func TestChatsWithSeparatorsInIDsBothAnswered(t *testing.T) {
 	e := newEnv(t)
 	agent := e.sim.CreateAgent("ids", nil)
 	base := e.conv("ids")
-	ca := queue.Conversation{Integration: base.Integration, ChatID: base.ChatID + ":2"}
+	ca := record.Conversation{Integration: base.Integration, ChatID: base.ChatID + ":2"}
 	cb := base
 	ra := e.enqueue(queue.Message{AgentID: agent, Conversation: ca, MessageID: "3", Text: "[[sim answer=for-A]] from A"})
 	rb := e.enqueue(queue.Message{AgentID: agent, Conversation: cb, MessageID: "2:3", Text: "[[sim answer=for-B]] from B"})
@@ -24,13 +25,13 @@ func TestChatsWithSeparatorsInIDsBothAnswered(t *testing.T) {
 	}
 	e.startWorker("w1")
 	for _, tc := range []struct {
-		c      queue.Conversation
+		c      record.Conversation
 		res    queue.EnqueueResult
 		answer string
 		other  string
 	}{{ca, ra, "for-A", rb.TaskID}, {cb, rb, "for-B", ra.TaskID}} {
 		final, evs := e.waitFinal(tc.c, tc.res.TaskID, 30*time.Second)
-		if final.Type != queue.EventAnswer || final.Text != tc.answer {
+		if final.Type != record.EventAnswer || final.Text != tc.answer {
 			t.Fatalf("chat %q: final %s %q; %s", tc.c.ChatID, final.Type, final.Text, summarize(evs))
 		}
 		if other := e.events(tc.c, tc.other); len(other) != 0 {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // A message with images: the simulator receives them as content parts next
@@ -20,7 +21,7 @@ func TestImageTurns(t *testing.T) {
 	res := e.enqueue(queue.Message{AgentID: agent, Conversation: c, MessageID: "m1", Text: "look",
 		Images: []queue.Image{{URL: "https://images.example.com/cat.png"}, {MediaType: "image/png", Data: "iVBORw0KGgo="}}})
 	final, evs := e.waitFinal(c, res.TaskID, 20*time.Second)
-	if final.Type != queue.EventAnswer || !strings.Contains(final.Text, "look") {
+	if final.Type != record.EventAnswer || !strings.Contains(final.Text, "look") {
 		t.Fatalf("final %+v; %s", final, summarize(evs))
 	}
 	got := e.sim.UserMessages(agent)
@@ -32,7 +33,7 @@ func TestImageTurns(t *testing.T) {
 	res2 := e.enqueue(queue.Message{AgentID: agent, Conversation: c, MessageID: "m2", Text: "and this",
 		Images: []queue.Image{{URL: bad}}})
 	final, evs = e.waitFinal(c, res2.TaskID, 20*time.Second)
-	if final.Type != queue.EventError || !final.Permanent || !strings.HasPrefix(final.Text, "the server could not use the message's images ("+bad+")") {
+	if final.Type != record.EventError || !final.Permanent || !strings.HasPrefix(final.Text, "the server could not use the message's images ("+bad+")") {
 		t.Fatalf("bad image: %+v; %s", final, summarize(evs))
 	}
 	e.settled()
@@ -46,12 +47,12 @@ func TestImageTurns(t *testing.T) {
 	if n := len(e.sim.UserMessages(agent)); n != 1 {
 		t.Errorf("the simulator stored %d messages, want 1 (the refused one stores nothing)", n)
 	}
-	if rec := e.record(res2.TaskID); len(rec.Attempts) != 1 || rec.Outcome != queue.OutcomeFailed {
+	if rec := e.record(res2.TaskID); len(rec.Attempts) != 1 || rec.Outcome != record.OutcomeFailed {
 		t.Errorf("journal: %s", describeAttempts(rec))
 	}
 	// The chat goes on.
 	res3 := e.enqueue(queue.Message{AgentID: agent, Conversation: c, MessageID: "m3", Text: "hello"})
-	if final, _ := e.waitFinal(c, res3.TaskID, 20*time.Second); final.Type != queue.EventAnswer {
+	if final, _ := e.waitFinal(c, res3.TaskID, 20*time.Second); final.Type != record.EventAnswer {
 		t.Fatalf("after the bad image: %+v", final)
 	}
 }

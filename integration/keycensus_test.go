@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // keyKind is one key pattern lettaq (or the ordering package, or Asynq
@@ -170,7 +171,7 @@ func TestKeyCensus(t *testing.T) {
 	first := e.enqueue(queue.Message{AgentID: slow, Conversation: c1, MessageID: "m1", Text: "one"})
 	second := e.enqueue(queue.Message{AgentID: slow, Conversation: c1, MessageID: "m2", Text: "two"})
 	third := e.enqueue(queue.Message{AgentID: slow, Conversation: c1, MessageID: "m3", Text: "three"})
-	e.waitEvent(c1, first.TaskID, func(ev queue.ReplyEvent) bool { return ev.Type == queue.EventAnswerDelta })
+	e.waitEvent(c1, first.TaskID, func(ev record.ReplyEvent) bool { return ev.Type == record.EventAnswerDelta })
 	if got := e.cancel(queue.CancelRequest{TaskID: second.TaskID, By: "census"}); got.Status != queue.CancelDone {
 		t.Fatalf("cancel: %+v", got)
 	}
@@ -183,7 +184,7 @@ func TestKeyCensus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f, evs := e.waitFinal(c2, ans.TaskID, 20*time.Second); f.Type != queue.EventAnswer {
+	if f, evs := e.waitFinal(c2, ans.TaskID, 20*time.Second); f.Type != record.EventAnswer {
 		t.Fatalf("after approval: %+v; %s", f, summarize(evs))
 	}
 	c3 := e.conv("c3")
@@ -193,7 +194,7 @@ func TestKeyCensus(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, r := range []queue.EnqueueResult{first, third} {
-		if f, evs := e.waitFinal(c1, r.TaskID, 30*time.Second); f.Type != queue.EventAnswer {
+		if f, evs := e.waitFinal(c1, r.TaskID, 30*time.Second); f.Type != record.EventAnswer {
 			t.Fatalf("%s: %+v; %s", r.TaskID, f, summarize(evs))
 		}
 	}

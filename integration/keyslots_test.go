@@ -10,6 +10,7 @@ import (
 
 	"github.com/lettaq/lettaq/internal/hashtag"
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // globalPatterns are the catalog's patterns whose keys stay under the base
@@ -32,8 +33,8 @@ func TestKeySlotsSharded(t *testing.T) {
 	layout := e.layout()
 
 	// Per chat, the names that its keys carry: its chat id, its turns' task ids and otids.
-	names := map[queue.Conversation][]string{}
-	note := func(c queue.Conversation, rs ...queue.EnqueueResult) {
+	names := map[record.Conversation][]string{}
+	note := func(c record.Conversation, rs ...queue.EnqueueResult) {
 		names[c] = append(names[c], c.ChatID)
 		for _, r := range rs {
 			names[c] = append(names[c], r.TaskID, r.Otid)
@@ -43,7 +44,7 @@ func TestKeySlotsSharded(t *testing.T) {
 	c1 := e.conv("c1")
 	first := e.enqueue(queue.Message{AgentID: slow, Conversation: c1, MessageID: "m1", Text: "one"})
 	second := e.enqueue(queue.Message{AgentID: slow, Conversation: c1, MessageID: "m2", Text: "two"})
-	e.waitEvent(c1, first.TaskID, func(ev queue.ReplyEvent) bool { return ev.Type == queue.EventAnswerDelta })
+	e.waitEvent(c1, first.TaskID, func(ev record.ReplyEvent) bool { return ev.Type == record.EventAnswerDelta })
 	if got := e.cancel(queue.CancelRequest{TaskID: second.TaskID, By: "slots"}); got.Status != queue.CancelDone {
 		t.Fatalf("cancel: %+v", got)
 	}
@@ -55,7 +56,7 @@ func TestKeySlotsSharded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f, evs := e.waitFinal(c2, ans.TaskID, 20*time.Second); f.Type != queue.EventAnswer {
+	if f, evs := e.waitFinal(c2, ans.TaskID, 20*time.Second); f.Type != record.EventAnswer {
 		t.Fatalf("after approval: %+v; %s", f, summarize(evs))
 	}
 	note(c2, req, ans)
@@ -70,7 +71,7 @@ func TestKeySlotsSharded(t *testing.T) {
 	note(c4)
 	var (
 		plain      []queue.EnqueueResult
-		plainChats []queue.Conversation
+		plainChats []record.Conversation
 	)
 	for k := range 8 {
 		c := e.conv(fmt.Sprintf("p%d", k))
@@ -81,11 +82,11 @@ func TestKeySlotsSharded(t *testing.T) {
 		plainChats = append(plainChats, c)
 	}
 	for i, r := range plain {
-		if f, _ := e.waitFinal(plainChats[i], r.TaskID, 20*time.Second); f.Type != queue.EventAnswer {
+		if f, _ := e.waitFinal(plainChats[i], r.TaskID, 20*time.Second); f.Type != record.EventAnswer {
 			t.Errorf("%s: %+v", r.TaskID, f)
 		}
 	}
-	if f, evs := e.waitFinal(c1, first.TaskID, 30*time.Second); f.Type != queue.EventAnswer {
+	if f, evs := e.waitFinal(c1, first.TaskID, 30*time.Second); f.Type != record.EventAnswer {
 		t.Fatalf("%s: %+v; %s", first.TaskID, f, summarize(evs))
 	}
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
@@ -99,7 +100,7 @@ func TestKeySlotsSharded(t *testing.T) {
 
 	// Read every key under the base prefix (the shards' prefixes begin with it: it has no braces).
 	ordPrefix := queue.OrderingPrefix(e.prefix)
-	slotsOf := map[queue.Conversation]map[int][]string{}
+	slotsOf := map[record.Conversation]map[int][]string{}
 	var keys []string
 	iter := e.rdb.Scan(ctx, 0, e.prefix+"*", 500).Iterator()
 	for iter.Next(ctx) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/lettaq/lettaq/integration/lettasim"
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // TestRetriedSendNamesItsCause: a send answered 503 twice (the first send and its resend) is
@@ -32,7 +33,7 @@ func TestRetriedSendNamesItsCause(t *testing.T) {
 		!strings.Contains(info.LastErr, "not in the agent's history") || info.Retried != 1 {
 		t.Errorf("retried task: retried %d, last error %q; want the 503 named first", info.Retried, info.LastErr)
 	}
-	if final, _ := e.waitFinal(c, res.TaskID, 60*time.Second); final.Type != queue.EventAnswer {
+	if final, _ := e.waitFinal(c, res.TaskID, 60*time.Second); final.Type != record.EventAnswer {
 		t.Errorf("final event %+v, want the answer", final)
 	}
 	if n := len(e.sim.UserMessages(agent)); n != 1 {

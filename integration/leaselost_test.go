@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // TestLeaseLostMidTurn: a thinking turn whose conversation lock is taken
@@ -51,7 +52,7 @@ func TestLeaseLostMidTurn(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	final, evs := e.waitFinal(c, res.TaskID, 30*time.Second)
-	if final.Type != queue.EventAnswer || countFinal(evs) != 1 {
+	if final.Type != record.EventAnswer || countFinal(evs) != 1 {
 		t.Fatalf("final %s, %d final events: %s", final.Type, countFinal(evs), summarize(evs))
 	}
 }

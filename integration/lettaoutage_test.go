@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // A Letta outage of 40 s (nothing listens: every connection is refused)
@@ -47,7 +48,7 @@ func TestLettaOutageNewChatRidesItOut(t *testing.T) {
 
 	final, evs := e.waitFinal(c, res.TaskID, 90*time.Second)
 	rec := e.record(res.TaskID)
-	if final.Type != queue.EventAnswer {
+	if final.Type != record.EventAnswer {
 		t.Fatalf("final %+v after a %v outage; %s; attempts: %s", final, outage, summarize(evs), describeAttempts(rec))
 	}
 	if n := e.sim.CountOtid(res.Otid); n != 1 {
@@ -55,7 +56,7 @@ func TestLettaOutageNewChatRidesItOut(t *testing.T) {
 	}
 	var waits []string
 	for _, a := range rec.Attempts {
-		if a.Outcome == queue.OutcomeRetrying {
+		if a.Outcome == record.OutcomeRetrying {
 			if !strings.Contains(a.Error, "could not resolve the agent's Letta conversation") || a.RetryIn < time.Second {
 				t.Errorf("attempt %d: %q, retry in %v", a.N, a.Error, a.RetryIn)
 			}

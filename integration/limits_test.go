@@ -14,6 +14,7 @@ import (
 	"github.com/lettaq/lettaq/budget"
 	"github.com/lettaq/lettaq/integration/lettasim"
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // TestReplyStreamBound: one turn writes at most MaxReplyBytes of progress
@@ -30,13 +31,13 @@ func TestReplyStreamBound(t *testing.T) {
 	c := e.conv("big")
 	res := e.enqueue(queue.Message{AgentID: agent, Text: "talk", Conversation: c, MessageID: "m1"})
 	final, _ := e.waitFinal(c, res.TaskID, 20*time.Second)
-	if final.Type != queue.EventAnswer || final.Text != answer {
+	if final.Type != record.EventAnswer || final.Text != answer {
 		t.Fatalf("final %s with %d bytes, want the whole %d-byte answer", final.Type, len(final.Text), len(answer))
 	}
 	e.settled()
 	deltas := 0
 	for _, ev := range e.events(c, res.TaskID) {
-		if ev.Type == queue.EventAnswerDelta {
+		if ev.Type == record.EventAnswerDelta {
 			deltas += len(ev.Text)
 		}
 	}
@@ -91,7 +92,7 @@ func TestOverlongLineFailsTheTurnOnce(t *testing.T) {
 	res := e.enqueue(queue.Message{AgentID: "agent-x", Text: "hi", Conversation: c, MessageID: "m1"})
 	final, _ := e.waitFinal(c, res.TaskID, 20*time.Second)
 	e.settled()
-	if final.Type != queue.EventError || !final.Permanent || !strings.Contains(final.Text, "line too long") ||
+	if final.Type != record.EventError || !final.Permanent || !strings.Contains(final.Text, "line too long") ||
 		!strings.Contains(final.Text, "limit 8388608 bytes") {
 		t.Fatalf("final %s permanent=%v: %q", final.Type, final.Permanent, final.Text)
 	}
@@ -102,7 +103,7 @@ func TestOverlongLineFailsTheTurnOnce(t *testing.T) {
 		t.Errorf("%d lookups or polls after the violation", n)
 	}
 	rec := e.record(res.TaskID)
-	if rec.Outcome != queue.OutcomeFailed || !strings.Contains(rec.Error, "line too long") {
+	if rec.Outcome != record.OutcomeFailed || !strings.Contains(rec.Error, "line too long") {
 		t.Fatalf("journal %q: %q", rec.Outcome, rec.Error)
 	}
 	info, err := e.insp.GetTaskInfo(e.queue, res.TaskID)

@@ -15,6 +15,7 @@ import (
 	"github.com/lettaq/lettaq/integration/lettasim"
 	"github.com/lettaq/lettaq/ordering"
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // cancelAfterJoin cancels cancel once a script call touching a line key of
@@ -89,7 +90,7 @@ func TestFailedDuplicateEnqueueKeepsTheOriginalsPlace(t *testing.T) {
 		t.Errorf("m2 joined at position %d, want 1 (behind m1)", r2.Position)
 	}
 	for _, r := range []queue.EnqueueResult{r1, r2} {
-		if f, evs := e.waitFinal(c, r.TaskID, 30*time.Second); f.Type != queue.EventAnswer {
+		if f, evs := e.waitFinal(c, r.TaskID, 30*time.Second); f.Type != record.EventAnswer {
 			t.Fatalf("%s: final %+v; %s", r.TaskID, f, summarize(evs))
 		}
 	}
@@ -127,7 +128,7 @@ func TestDeadHeadCheckLooksInTheHeadsQueue(t *testing.T) {
 		t.Fatalf("m2 in queue %s: %+v, %v; want position 1", qb, r2, err)
 	}
 	for _, r := range []queue.EnqueueResult{r1, r2} {
-		if f, evs := e.waitFinal(c, r.TaskID, 40*time.Second); f.Type != queue.EventAnswer {
+		if f, evs := e.waitFinal(c, r.TaskID, 40*time.Second); f.Type != record.EventAnswer {
 			t.Fatalf("%s: final %+v; %s", r.TaskID, f, summarize(evs))
 		}
 	}
@@ -164,7 +165,7 @@ func TestPutBackOnTheLastAttemptIsNotArchived(t *testing.T) {
 		evs := e.events(c, r.TaskID)
 		if n := countFinal(evs); n > 0 {
 			final := evs[len(evs)-1]
-			if final.Type != queue.EventAnswer {
+			if final.Type != record.EventAnswer {
 				t.Fatalf("final %+v; %s", final, summarize(evs))
 			}
 			break
@@ -182,11 +183,11 @@ func TestPutBackOnTheLastAttemptIsNotArchived(t *testing.T) {
 	rec := e.record(r.TaskID)
 	busy := 0
 	for _, a := range rec.Attempts {
-		if a.Outcome == queue.OutcomeBusy {
+		if a.Outcome == record.OutcomeBusy {
 			busy++
 		}
 	}
-	if rec.Outcome != queue.OutcomeAnswered || busy != 1 {
+	if rec.Outcome != record.OutcomeAnswered || busy != 1 {
 		t.Errorf("journal outcome %q with %d busy attempts, want answered after 1; %s", rec.Outcome, busy, describeAttempts(rec))
 	}
 	if n := e.sim.CountOtid(r.Otid); n != 1 {
@@ -218,10 +219,10 @@ func TestPutBackWithNoRetryLeftEndsWithAFinalEvent(t *testing.T) {
 		t.Fatal(err)
 	}
 	final, evs := e.waitFinal(c, id, 20*time.Second)
-	if final.Type != queue.EventError || !final.Permanent || !strings.Contains(final.Text, "busy") {
+	if final.Type != record.EventError || !final.Permanent || !strings.Contains(final.Text, "busy") {
 		t.Fatalf("final %+v; %s", final, summarize(evs))
 	}
-	if rec := e.record(id); rec.Outcome != queue.OutcomeFailed {
+	if rec := e.record(id); rec.Outcome != record.OutcomeFailed {
 		t.Errorf("journal outcome %q; %s", rec.Outcome, describeAttempts(rec))
 	}
 	e.settled()
@@ -262,7 +263,7 @@ func TestDeadHeadRemovedByALaterTurnWakesTheNewHead(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, r := range []queue.EnqueueResult{r2, r3} {
-		if f, evs := e.waitFinal(c, r.TaskID, 15*time.Second); f.Type != queue.EventAnswer {
+		if f, evs := e.waitFinal(c, r.TaskID, 15*time.Second); f.Type != record.EventAnswer {
 			t.Fatalf("%s: final %+v; %s", r.TaskID, f, summarize(evs))
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // TestTwoWorkers200MixedTurns: two worker processes share one Redis; 200
@@ -27,25 +28,25 @@ func TestTwoWorkers200MixedTurns(t *testing.T) {
 
 	type mix struct {
 		directive string
-		want      queue.EventType
+		want      record.EventType
 	}
 	mixes := []mix{
-		{"", queue.EventAnswer},
-		{"stall=forever stall_after=2", queue.EventAnswer},
-		{"disconnect_after=3", queue.EventAnswer},
-		{"status_after_store=500", queue.EventAnswer},
-		{"status=503", queue.EventAnswer},
-		{fmt.Sprintf("status=429 retry_after=%s", simDur(100*time.Millisecond)), queue.EventAnswer},
-		{fmt.Sprintf("first_byte=%s", simDur(1500*time.Millisecond)), queue.EventAnswer},
-		{"drop=true", queue.EventAnswer},
-		{"end=llm_api_error end_after=1", queue.EventError},
-		{fmt.Sprintf("tools=lookup tool_delay=%s disconnect_after=4", simDur(100*time.Millisecond)), queue.EventAnswer},
-		{fmt.Sprintf("think=%s", simDur(700*time.Millisecond)), queue.EventAnswer},
-		{"approval=rm", queue.EventApprovalRequired},
+		{"", record.EventAnswer},
+		{"stall=forever stall_after=2", record.EventAnswer},
+		{"disconnect_after=3", record.EventAnswer},
+		{"status_after_store=500", record.EventAnswer},
+		{"status=503", record.EventAnswer},
+		{fmt.Sprintf("status=429 retry_after=%s", simDur(100*time.Millisecond)), record.EventAnswer},
+		{fmt.Sprintf("first_byte=%s", simDur(1500*time.Millisecond)), record.EventAnswer},
+		{"drop=true", record.EventAnswer},
+		{"end=llm_api_error end_after=1", record.EventError},
+		{fmt.Sprintf("tools=lookup tool_delay=%s disconnect_after=4", simDur(100*time.Millisecond)), record.EventAnswer},
+		{fmt.Sprintf("think=%s", simDur(700*time.Millisecond)), record.EventAnswer},
+		{"approval=rm", record.EventApprovalRequired},
 	}
 	const agents, turns = 20, 200
 	var agentIDs []string
-	var convs []queue.Conversation
+	var convs []record.Conversation
 	for i := range agents {
 		agentIDs = append(agentIDs, e.sim.CreateAgent(fmt.Sprintf("load-%d", i), nil))
 		convs = append(convs, e.conv(fmt.Sprintf("load-%d", i)))
@@ -55,7 +56,7 @@ func TestTwoWorkers200MixedTurns(t *testing.T) {
 	// gets an agent and a conversation of its own.
 	own := map[int]int{} // turn -> index in agentIDs and convs
 	for i := range turns {
-		if mixes[i%len(mixes)].want == queue.EventApprovalRequired {
+		if mixes[i%len(mixes)].want == record.EventApprovalRequired {
 			own[i] = len(agentIDs)
 			agentIDs = append(agentIDs, e.sim.CreateAgent(fmt.Sprintf("load-approval-%d", i), nil))
 			convs = append(convs, e.conv(fmt.Sprintf("load-approval-%d", i)))
@@ -63,7 +64,7 @@ func TestTwoWorkers200MixedTurns(t *testing.T) {
 	}
 	type sent struct {
 		res  queue.EnqueueResult
-		want queue.EventType
+		want record.EventType
 		conv int
 	}
 	all := make([]sent, turns)
@@ -95,11 +96,11 @@ func TestTwoWorkers200MixedTurns(t *testing.T) {
 		return
 	}
 
-	finals := func() map[string][]queue.ReplyEvent {
-		out := make(map[string][]queue.ReplyEvent)
+	finals := func() map[string][]record.ReplyEvent {
+		out := make(map[string][]record.ReplyEvent)
 		for _, c := range convs {
 			for _, ev := range e.events(c, "") {
-				if ev.Type == queue.EventAnswer || ev.Type == queue.EventApprovalRequired || (ev.Type == queue.EventError && ev.Permanent) {
+				if ev.Type == record.EventAnswer || ev.Type == record.EventApprovalRequired || (ev.Type == record.EventError && ev.Permanent) {
 					out[ev.TaskID] = append(out[ev.TaskID], ev)
 				}
 			}
@@ -108,7 +109,7 @@ func TestTwoWorkers200MixedTurns(t *testing.T) {
 	}
 	restarted := false
 	deadline := time.Now().Add(150 * time.Second)
-	var got map[string][]queue.ReplyEvent
+	var got map[string][]record.ReplyEvent
 	for {
 		got = finals()
 		if len(got) >= turns {
@@ -128,7 +129,7 @@ func TestTwoWorkers200MixedTurns(t *testing.T) {
 	took := time.Since(t0)
 	e.settled() // no attempt left that could write a late duplicate
 	got = finals()
-	kinds := map[queue.EventType]int{}
+	kinds := map[record.EventType]int{}
 	retried := 0
 	for i, s := range all {
 		evs := got[s.res.TaskID]

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // Every log line about a turn carries its task id, its otid and, once the run is known, its
@@ -23,7 +24,7 @@ func TestEveryTurnLogLineCarriesItsIDs(t *testing.T) {
 	r := e.enqueue(queue.Message{AgentID: agent, Conversation: c,
 		Text: "[[sim disconnect_after=2 answer_delay=" + simDur(200*time.Millisecond).String() + "]] hi"})
 	final, evs := e.waitFinal(c, r.TaskID, 30*time.Second)
-	if final.Type != queue.EventAnswer {
+	if final.Type != record.EventAnswer {
 		t.Fatalf("final %s; %s", final.Type, summarize(evs))
 	}
 	e.settled()

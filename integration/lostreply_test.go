@@ -12,6 +12,7 @@ import (
 	"github.com/lettaq/lettaq/integration/lettasim"
 	"github.com/lettaq/lettaq/internal/faultproxy"
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // A worker whose Redis connection closes after Redis recorded a turn's send
@@ -40,7 +41,7 @@ func TestLostReplyOfTheIntent(t *testing.T) {
 			case <-time.After(5 * time.Second):
 				t.Fatal("the intent's reply was never dropped")
 			}
-			if final.Type != queue.EventAnswer {
+			if final.Type != record.EventAnswer {
 				t.Errorf("final event %s %q, want an answer", final.Type, final.Text)
 			}
 			e.oneMessagePerOtid(c, res)
@@ -85,7 +86,7 @@ func TestLostReplyOfTheEvents(t *testing.T) {
 			t.Errorf("seq %d after %d (%s)", ev.Seq, last, ev.Type)
 		}
 		last = ev.Seq
-		if ev.Type == queue.EventAnswerDelta && !ev.Narration {
+		if ev.Type == record.EventAnswerDelta && !ev.Narration {
 			joined.WriteString(ev.Text)
 		}
 	}
@@ -117,7 +118,7 @@ func TestLostReplyOfTheTake(t *testing.T) {
 		rs = append(rs, e.enqueue(queue.Message{AgentID: agent, Conversation: c, MessageID: txt, Text: txt}))
 	}
 	e.waitFinal(c, long.TaskID, 20*time.Second)
-	finals := make([]queue.ReplyEvent, len(rs))
+	finals := make([]record.ReplyEvent, len(rs))
 	for i, r := range rs {
 		finals[i], _ = e.waitFinal(c, r.TaskID, 20*time.Second)
 	}
@@ -131,7 +132,7 @@ func TestLostReplyOfTheTake(t *testing.T) {
 		t.Fatalf("the agent received %d user messages (%+v), want 2, the second merged", len(got), got)
 	}
 	for i, fe := range finals {
-		if fe.Type != queue.EventAnswer || fe.AnsweredBy != rs[0].TaskID {
+		if fe.Type != record.EventAnswer || fe.AnsweredBy != rs[0].TaskID {
 			t.Errorf("final of %s: %+v (want an answer, answered_by %s)", rs[i].TaskID, fe, rs[0].TaskID)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/lettaq/lettaq/integration/lettasim"
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // A Letta whose resume ignores starting_after (it replays the run's stream
@@ -27,7 +28,7 @@ func TestResumeThatReplaysDeliversTheAnswerOnce(t *testing.T) {
 	c := e.conv("replay")
 	res := e.enqueue(queue.Message{AgentID: agent, Conversation: c, Text: "hi"})
 	final, evs := e.waitFinal(c, res.TaskID, 30*time.Second)
-	if final.Type != queue.EventAnswer || final.Text != "Hello world!" {
+	if final.Type != record.EventAnswer || final.Text != "Hello world!" {
 		t.Fatalf("final %s %q, want the answer once; %s; attempts: %s", final.Type, final.Text, summarize(evs), describeAttempts(e.record(res.TaskID)))
 	}
 	if rec := e.record(res.TaskID); len(rec.Attempts) != 1 || rec.Attempts[0].Resumes == 0 {
@@ -57,7 +58,7 @@ func TestPollOnMisorderedListsDeliversTheAnswerInOrder(t *testing.T) {
 	c := e.conv("misordered")
 	res := e.enqueue(queue.Message{AgentID: agent, Conversation: c, Text: "hi"})
 	final, evs := e.waitFinal(c, res.TaskID, 30*time.Second)
-	if want := "first\n\nsecond\n\nthird"; final.Type != queue.EventAnswer || final.Text != want {
+	if want := "first\n\nsecond\n\nthird"; final.Type != record.EventAnswer || final.Text != want {
 		t.Fatalf("final %s %q, want %q; %s; attempts: %s", final.Type, final.Text, want, summarize(evs), describeAttempts(e.record(res.TaskID)))
 	}
 	if n := e.sim.CountOtid(res.Otid); n != 1 {
@@ -91,7 +92,7 @@ func TestConversationDeletedMidTurnEndsTheTurn(t *testing.T) {
 	res := e.enqueue(queue.Message{AgentID: agent, Conversation: c, Text: "hi"})
 	final, evs := e.waitFinal(c, res.TaskID, 20*time.Second)
 	rec := e.record(res.TaskID)
-	if final.Type != queue.EventError || !final.Permanent || !strings.Contains(final.Text, "no longer exists") {
+	if final.Type != record.EventError || !final.Permanent || !strings.Contains(final.Text, "no longer exists") {
 		t.Fatalf("final %s %q, want a permanent error saying the thread is gone; %s; attempts: %s", final.Type, final.Text, summarize(evs), describeAttempts(rec))
 	}
 	if len(rec.Attempts) != 1 {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // finishCounter counts finished turns and closes done at want.
@@ -56,7 +57,7 @@ func BenchmarkOrderingOverhead(b *testing.B) {
 			for i := range b.N {
 				c := hot
 				if !tc.hot {
-					c = queue.Conversation{Integration: "test", ChatID: fmt.Sprintf("k%d-%s", i, randHex(3))}
+					c = record.Conversation{Integration: "test", ChatID: fmt.Sprintf("k%d-%s", i, randHex(3))}
 				}
 				if _, err := client.Enqueue(context.Background(), queue.Message{AgentID: agent, Conversation: c,
 					MessageID: fmt.Sprint(i), Text: "noop"}); err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/lettaq/lettaq/integration/lettasim"
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // checkSerialRuns fails unless the agent's runs never overlap in time and
@@ -87,10 +88,10 @@ func TestOrderingOneConversationTwoProcesses(t *testing.T) {
 	enq := time.Since(t0)
 	for i, r := range res {
 		final, evs := e.waitFinal(c, r.TaskID, 60*time.Second)
-		if final.Type != queue.EventAnswer || final.Text != fmt.Sprintf("a%02d", i) || final.MessageID != marks[i] {
+		if final.Type != record.EventAnswer || final.Text != fmt.Sprintf("a%02d", i) || final.MessageID != marks[i] {
 			t.Fatalf("message %d: final %s %q for message %q; %s", i, final.Type, final.Text, final.MessageID, summarize(evs))
 		}
-		if evs[0].Type == queue.EventAccepted && r.Position >= 0 && evs[0].Position != r.Position {
+		if evs[0].Type == record.EventAccepted && r.Position >= 0 && evs[0].Position != r.Position {
 			t.Errorf("message %d: accepted at position %d, enqueue said %d", i, evs[0].Position, r.Position)
 		}
 	}
@@ -118,7 +119,7 @@ func TestOrderingManyConversations(t *testing.T) {
 	const convs, per = 20, 10
 	const think = 150 * time.Millisecond
 	agents := make([]string, convs)
-	cs := make([]queue.Conversation, convs)
+	cs := make([]record.Conversation, convs)
 	marks := make([][]string, convs)
 	var all []queue.EnqueueResult
 	var allConv []int
@@ -139,7 +140,7 @@ func TestOrderingManyConversations(t *testing.T) {
 	}
 	for i, r := range all {
 		final, evs := e.waitFinal(cs[allConv[i]], r.TaskID, 90*time.Second)
-		if final.Type != queue.EventAnswer {
+		if final.Type != record.EventAnswer {
 			t.Fatalf("turn %d: final %+v; %s", i, final, summarize(evs))
 		}
 	}
@@ -184,10 +185,10 @@ func coalesceCase(t *testing.T, coalesce bool) {
 		}
 		rs = append(rs, r)
 	}
-	if f, evs := e.waitFinal(c, long.TaskID, 20*time.Second); f.Type != queue.EventAnswer || f.Text != "one" {
+	if f, evs := e.waitFinal(c, long.TaskID, 20*time.Second); f.Type != record.EventAnswer || f.Text != "one" {
 		t.Fatalf("first: %+v; %s", f, summarize(evs))
 	}
-	finals := make([]queue.ReplyEvent, len(rs))
+	finals := make([]record.ReplyEvent, len(rs))
 	for i, r := range rs {
 		finals[i], _ = e.waitFinal(c, r.TaskID, 20*time.Second)
 	}
@@ -197,7 +198,7 @@ func coalesceCase(t *testing.T, coalesce bool) {
 			t.Fatalf("coalescing off: the agent received %d user messages, want 4", len(got))
 		}
 		for i, f := range finals {
-			if f.Type != queue.EventAnswer || f.AnsweredBy != "" || f.MessageID != []string{"second", "third", "fourth"}[i] {
+			if f.Type != record.EventAnswer || f.AnsweredBy != "" || f.MessageID != []string{"second", "third", "fourth"}[i] {
 				t.Errorf("coalescing off: final of %s: %+v", rs[i].TaskID, f)
 			}
 		}
@@ -213,19 +214,19 @@ func coalesceCase(t *testing.T, coalesce bool) {
 	}
 	head := rs[0].TaskID
 	for i, f := range finals {
-		if f.Type != queue.EventAnswer || f.AnsweredBy != head || f.MessageID != []string{"second", "third", "fourth"}[i] {
+		if f.Type != record.EventAnswer || f.AnsweredBy != head || f.MessageID != []string{"second", "third", "fourth"}[i] {
 			t.Errorf("final of %s: %+v (want answered_by %s)", rs[i].TaskID, f, head)
 		}
 	}
 	if finals[0].Text != "later" || finals[1].Text != "" || finals[2].Text != "" {
 		t.Errorf("texts: head %q, merged %q %q", finals[0].Text, finals[1].Text, finals[2].Text)
 	}
-	if rec := e.record(head); rec.Outcome != queue.OutcomeAnswered || !slices.Equal(rec.Merged, []string{"third", "fourth"}) {
+	if rec := e.record(head); rec.Outcome != record.OutcomeAnswered || !slices.Equal(rec.Merged, []string{"third", "fourth"}) {
 		t.Errorf("head journal: outcome %s merged %v", rec.Outcome, rec.Merged)
 	}
 	for _, r := range rs[1:] {
 		rec := e.record(r.TaskID)
-		if rec.Outcome != queue.OutcomeCoalesced || rec.AnsweredBy != head {
+		if rec.Outcome != record.OutcomeCoalesced || rec.AnsweredBy != head {
 			t.Errorf("journal of %s: outcome %s answered_by %s", r.TaskID, rec.Outcome, rec.AnsweredBy)
 		}
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/lettaq/lettaq/internal/app"
 	"github.com/lettaq/lettaq/ordering"
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // The process tests run workers as child processes: the test binary
@@ -314,7 +315,7 @@ func TestProcessGracefulShutdownMidTurn(t *testing.T) {
 	victim.wait(t, 15*time.Second)
 	t.Logf("worker %s exited %v after SIGTERM", victim.id, time.Since(t0).Round(time.Millisecond))
 	final, evs := e.waitFinal(c, res.TaskID, 30*time.Second)
-	if final.Type != queue.EventAnswer || final.Text != "survived" {
+	if final.Type != record.EventAnswer || final.Text != "survived" {
 		t.Fatalf("final %+v; %s", final, summarize(evs))
 	}
 	rec := e.record(res.TaskID)
@@ -408,11 +409,11 @@ func TestProcessKilledMidStreamAndMidContinuation(t *testing.T) {
 	cw := e.spawnWorker("C") // its first recovery check after the start is at ~+62s
 	for _, tc := range []struct {
 		res    queue.EnqueueResult
-		conv   queue.Conversation
+		conv   record.Conversation
 		answer string
 	}{{stream, c, "stream-survived"}, {cont, c2, "cont-survived"}} {
 		final, evs := e.waitFinal(tc.conv, tc.res.TaskID, 150*time.Second)
-		if final.Type != queue.EventAnswer || final.Text != tc.answer {
+		if final.Type != record.EventAnswer || final.Text != tc.answer {
 			t.Fatalf("final %+v; %s", final, summarize(evs))
 		}
 		rec := e.record(tc.res.TaskID)
@@ -425,7 +426,7 @@ func TestProcessKilledMidStreamAndMidContinuation(t *testing.T) {
 		}
 		t.Logf("%s answered %v after SIGKILL: %s", tc.answer, time.Since(t0).Round(time.Millisecond), describeAttempts(rec))
 	}
-	if final, evs := e.waitFinal(c, after.TaskID, 30*time.Second); final.Type != queue.EventAnswer || final.Text != "after-answered" {
+	if final, evs := e.waitFinal(c, after.TaskID, 30*time.Second); final.Type != record.EventAnswer || final.Text != "after-answered" {
 		t.Fatalf("k-after: final %+v; %s", final, summarize(evs))
 	}
 	// Order held: the recovered turn reached the agent first and finished

@@ -7,6 +7,7 @@ import (
 
 	"github.com/lettaq/lettaq/integration/lettasim"
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // Progress events leave in the order things happen at the agent: what it said before a tool
@@ -28,10 +29,10 @@ func TestProgressEventsInOrder(t *testing.T) {
 	c := e.conv("order")
 	res := e.enqueue(queue.Message{AgentID: agent, Text: "look it up", Conversation: c})
 	final, evs := e.waitFinal(c, res.TaskID, 20*time.Second)
-	if final.Type != queue.EventAnswer {
+	if final.Type != record.EventAnswer {
 		t.Fatalf("final %+v; events %s", final, summarize(evs))
 	}
-	index := func(match func(queue.ReplyEvent) bool) int {
+	index := func(match func(record.ReplyEvent) bool) int {
 		for i, ev := range evs {
 			if match(ev) {
 				return i
@@ -39,23 +40,23 @@ func TestProgressEventsInOrder(t *testing.T) {
 		}
 		return -1
 	}
-	said := index(func(ev queue.ReplyEvent) bool {
-		return ev.Type == queue.EventAnswerDelta && ev.Narration && strings.Contains(ev.Text, "look this up")
+	said := index(func(ev record.ReplyEvent) bool {
+		return ev.Type == record.EventAnswerDelta && ev.Narration && strings.Contains(ev.Text, "look this up")
 	})
-	call := index(func(ev queue.ReplyEvent) bool {
-		return ev.Type == queue.EventTool && ev.Tool.Status == queue.ToolStatusCall
+	call := index(func(ev record.ReplyEvent) bool {
+		return ev.Type == record.EventTool && ev.Tool.Status == record.ToolStatusCall
 	})
-	ret := index(func(ev queue.ReplyEvent) bool {
-		return ev.Type == queue.EventTool && ev.Tool.Status == queue.ToolStatusSuccess
+	ret := index(func(ev record.ReplyEvent) bool {
+		return ev.Type == record.EventTool && ev.Tool.Status == record.ToolStatusSuccess
 	})
 	if said < 0 || call < 0 || ret < 0 || !(said < call && call < ret) {
 		t.Fatalf("narration %d, call %d, return %d: want them in that order; events %s", said, call, ret, summarize(evs))
 	}
 	for _, ev := range evs[call:ret] {
-		if ev.Type == queue.EventPhase && ev.Phase != queue.PhaseToolRunning {
+		if ev.Type == record.EventPhase && ev.Phase != record.PhaseToolRunning {
 			t.Errorf("phase %q announced while the tool runs; events %s", ev.Phase, summarize(evs))
 		}
-		if ev.Type == queue.EventAnswerDelta {
+		if ev.Type == record.EventAnswerDelta {
 			t.Errorf("text %q while the tool runs; events %s", ev.Text, summarize(evs))
 		}
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/lettaq/lettaq/budget"
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // slowRedis delays every command by d: a Redis that is slow (or failing over).
@@ -51,7 +52,7 @@ func TestSlowRedisDoesNotStallTheStream(t *testing.T) {
 	r := e.enqueue(queue.Message{AgentID: agent, Conversation: c,
 		Text: "[[sim tool=web_search,fetch tool_delay=" + simDur(50*time.Millisecond).String() + " answer=done]] go"})
 	final, evs := e.waitFinal(c, r.TaskID, 60*time.Second)
-	if final.Type != queue.EventAnswer || final.Text != "done" {
+	if final.Type != record.EventAnswer || final.Text != "done" {
 		t.Fatalf("final %s %q; %s", final.Type, final.Text, summarize(evs))
 	}
 	e.settled()

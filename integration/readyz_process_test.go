@@ -12,6 +12,7 @@ import (
 
 	"github.com/lettaq/lettaq/internal/testredis"
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // TestProcessReadyzAcrossRedisRestart runs a worker process wired as
@@ -66,7 +67,7 @@ func TestProcessReadyzAcrossRedisRestart(t *testing.T) {
 	agent := e.sim.CreateAgent("readyz", nil)
 	type turn struct {
 		mark string
-		conv queue.Conversation
+		conv record.Conversation
 		res  queue.EnqueueResult
 	}
 	var mu sync.Mutex
@@ -84,7 +85,7 @@ func TestProcessReadyzAcrossRedisRestart(t *testing.T) {
 	answered := func(tu turn, within time.Duration) {
 		t.Helper()
 		final, evs := e.waitFinal(tu.conv, tu.res.TaskID, within)
-		if final.Type != queue.EventAnswer || final.Text != "answer-"+tu.mark {
+		if final.Type != record.EventAnswer || final.Text != "answer-"+tu.mark {
 			t.Errorf("%s: final %s %q; events %s", tu.mark, final.Type, final.Text, summarize(evs))
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/lettaq/lettaq/internal/testredis"
 	"github.com/lettaq/lettaq/ordering"
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // TestRedisRestart checks the README's production note "run Redis with
@@ -77,7 +78,7 @@ func runRedisRestart(t *testing.T, think, outage time.Duration, answerDuringOuta
 	agent := e.sim.CreateAgent("restart", nil)
 	otherAgent := e.sim.CreateAgent("restart-other", nil)
 	conv, otherConv := e.conv("restart"), e.conv("restart-other")
-	msg := func(agent string, c queue.Conversation, mark string, think time.Duration) queue.Message {
+	msg := func(agent string, c record.Conversation, mark string, think time.Duration) queue.Message {
 		return queue.Message{AgentID: agent, Conversation: c, MessageID: mark,
 			Text: fmt.Sprintf("[[sim think=%s answer=answer-%s]] %s", simDur(think), mark, mark)}
 	}
@@ -123,7 +124,7 @@ func runRedisRestart(t *testing.T, think, outage time.Duration, answerDuringOuta
 		mark  string
 		res   queue.EnqueueResult
 		agent string
-		conv  queue.Conversation
+		conv  record.Conversation
 	}
 	turns := []turnCase{{"A", a, agent, conv}, {"Q", q, agent, conv}, {"B", b, agent, conv}, {"C", c, otherAgent, otherConv}}
 	seq, err := ordering.New(e.rdb, e.ordering().Config)
@@ -166,7 +167,7 @@ func runRedisRestart(t *testing.T, think, outage time.Duration, answerDuringOuta
 			wait += asynqRecovery
 		}
 		final, evs := e.waitFinal(tu.conv, tu.res.TaskID, wait)
-		if final.Type != queue.EventAnswer || final.Text != "answer-"+tu.mark {
+		if final.Type != record.EventAnswer || final.Text != "answer-"+tu.mark {
 			t.Errorf("%s: final %s %q, want answer %q; events %s", tu.mark, final.Type, final.Text, "answer-"+tu.mark, summarize(evs))
 		}
 		answered[tu.mark] = final.Time
@@ -185,11 +186,11 @@ func runRedisRestart(t *testing.T, think, outage time.Duration, answerDuringOuta
 
 	// Exactly one final event per turn in the whole streams, and nothing else
 	// final in them.
-	for _, cv := range []queue.Conversation{conv, otherConv} {
+	for _, cv := range []record.Conversation{conv, otherConv} {
 		all := e.events(cv, "")
 		finals := map[string]int{}
 		for _, ev := range all {
-			if countFinal([]queue.ReplyEvent{ev}) == 1 {
+			if countFinal([]record.ReplyEvent{ev}) == 1 {
 				finals[ev.TaskID]++
 			}
 		}
@@ -231,7 +232,7 @@ func runRedisRestart(t *testing.T, think, outage time.Duration, answerDuringOuta
 	// The journal survived and says answered.
 	for _, tu := range turns {
 		rec := e.record(tu.res.TaskID)
-		if rec.Outcome != queue.OutcomeAnswered || rec.Otid != tu.res.Otid || rec.Conversation != tu.conv {
+		if rec.Outcome != record.OutcomeAnswered || rec.Otid != tu.res.Otid || rec.Conversation != tu.conv {
 			t.Errorf("journal of %s: outcome %q otid %q conversation %v; %s", tu.mark, rec.Outcome, rec.Otid, rec.Conversation, describeAttempts(rec))
 		}
 		t.Logf("journal of %s: %d attempt(s): %s", tu.mark, len(rec.Attempts), describeAttempts(rec))

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 	"github.com/lettaq/lettaq/relay"
 	"github.com/lettaq/lettaq/relay/fakeplatform"
 	"github.com/lettaq/lettaq/relay/telegram"
@@ -99,15 +100,15 @@ func TestRelayKeyCensus(t *testing.T) {
 	const tgChat = 4242
 	tgFake.SendText(telegramfake.From{Chat: tgChat}, "hi there")
 	said := &webchat.RedisSaid{Redis: e.rdb, Prefix: e.prefix}
-	web := queue.Conversation{Integration: "web", ChatID: "census-" + randHex(3)}
+	web := record.Conversation{Integration: "web", ChatID: "census-" + randHex(3)}
 	if err := said.Put(ctx, web, "w1", webchat.Said1{Text: "what the user said"}); err != nil {
 		t.Fatal(err)
 	}
 	census("relaying")
 
 	e.waitFinal(c1, turn.TaskID, 30*time.Second)
-	tgConv := queue.Conversation{Integration: telegram.Integration, ChatID: strconv.Itoa(tgChat)}
-	for _, c := range []queue.Conversation{c1, c2, tgConv} {
+	tgConv := record.Conversation{Integration: telegram.Integration, ChatID: strconv.Itoa(tgChat)}
+	for _, c := range []record.Conversation{c1, c2, tgConv} {
 		e.waitRelayed(ctx, c)
 	}
 	if len(tgFake.BotMessages(tgChat)) == 0 {
@@ -135,7 +136,7 @@ func TestRelayKeyCensus(t *testing.T) {
 // waitRelayed waits until the relay has applied every event of c's stream,
 // its last turn finished: its cursor is the stream's last entry and no turn
 // is open.
-func (e *env) waitRelayed(ctx context.Context, c queue.Conversation) {
+func (e *env) waitRelayed(ctx context.Context, c record.Conversation) {
 	e.t.Helper()
 	stream := e.replies.Key(c)
 	chatKey := e.prefix + "relay:chat:" + c.Integration + ":" + c.ChatID

@@ -12,6 +12,7 @@ import (
 
 	"github.com/lettaq/lettaq/integration/lettasim"
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // resendIntentHook fails the round trip that journals the turn's second
@@ -86,13 +87,13 @@ func TestResendWhoseIntentFailsIsRetried(t *testing.T) {
 	if !hook.failed.Load() {
 		t.Fatalf("the resend's intent was never failed (%d intents); %s", hook.intents.Load(), describeAttempts(rec))
 	}
-	if final.Type != queue.EventAnswer || !strings.Contains(final.Text, "hello there") {
+	if final.Type != record.EventAnswer || !strings.Contains(final.Text, "hello there") {
 		t.Fatalf("final %+v (want the answer); %s\n%s", final, describeAttempts(rec), summarize(evs))
 	}
 	if n := e.sim.CountOtid(res.Otid); n != 1 {
 		t.Fatalf("otid stored %d times, want 1", n)
 	}
-	if len(rec.Attempts) < 2 || rec.Attempts[0].Outcome == queue.OutcomeFailed {
+	if len(rec.Attempts) < 2 || rec.Attempts[0].Outcome == record.OutcomeFailed {
 		t.Fatalf("want the first attempt retried, not failed; %s", describeAttempts(rec))
 	}
 }

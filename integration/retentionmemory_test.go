@@ -14,6 +14,7 @@ import (
 	"github.com/lettaq/lettaq/integration/bench/capacity"
 	"github.com/lettaq/lettaq/internal/testredis"
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 const (
@@ -94,7 +95,7 @@ func TestRetentionMemoryLevelsOff(t *testing.T) {
 		select {
 		case <-tick.C:
 			n++
-			m := queue.Message{AgentID: agent, Conversation: queue.Conversation{Integration: "load", ChatID: fmt.Sprintf("chat-%d", n)},
+			m := queue.Message{AgentID: agent, Conversation: record.Conversation{Integration: "load", ChatID: fmt.Sprintf("chat-%d", n)},
 				MessageID: "m", Text: "hi"}
 			if _, err := client.Enqueue(ctx, m); err != nil {
 				t.Fatalf("enqueue %d: %v", n, err)

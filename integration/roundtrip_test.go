@@ -13,6 +13,7 @@ import (
 
 	"github.com/lettaq/lettaq/internal/redisopt"
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // hookedOpt makes the worker's clients (redisopt.Lean) with hook added.
@@ -136,7 +137,7 @@ func testTurnRoundTrips(t *testing.T, setup func(*queue.WorkerConfig, hookedOpt)
 	for i := range 4 {
 		c := e.conv("trips")
 		res := e.enqueue(queue.Message{AgentID: agent, Conversation: c, MessageID: "m", Text: "hi"})
-		if final, evs := e.waitFinal(c, res.TaskID, 20*time.Second); final.Type != queue.EventAnswer {
+		if final, evs := e.waitFinal(c, res.TaskID, 20*time.Second); final.Type != record.EventAnswer {
 			t.Fatalf("turn %d: final %+v; events %s", i, final, summarize(evs))
 		}
 		recordKey := e.prefix + "journal:turn:" + res.TaskID
@@ -241,7 +242,7 @@ func TestLateFinalWriteCountsTheTurnOnce(t *testing.T) {
 	c := e.conv("late")
 	res := e.enqueue(queue.Message{AgentID: agent, Conversation: c, MessageID: "m", Text: "hi"})
 	final, evs := e.waitFinal(c, res.TaskID, 20*time.Second)
-	if final.Type != queue.EventAnswer {
+	if final.Type != record.EventAnswer {
 		t.Fatalf("final %+v; events %s", final, summarize(evs))
 	}
 	// The late write reports the turn; the retry comes a second later, finds the turn
@@ -249,12 +250,12 @@ func TestLateFinalWriteCountsTheTurnOnce(t *testing.T) {
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		info, err := e.insp.GetTaskInfo(e.queue, res.TaskID)
-		if err == nil && info.State == asynq.TaskStateCompleted && info.Retried >= 1 && obs.count(queue.OutcomeAnswered) >= 1 {
+		if err == nil && info.State == asynq.TaskStateCompleted && info.Retried >= 1 && obs.count(record.OutcomeAnswered) >= 1 {
 			break
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("task %+v (%v), answered reported %d times; journal %s", info, err,
-				obs.count(queue.OutcomeAnswered), describeAttempts(e.record(res.TaskID)))
+				obs.count(record.OutcomeAnswered), describeAttempts(e.record(res.TaskID)))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -263,14 +264,14 @@ func TestLateFinalWriteCountsTheTurnOnce(t *testing.T) {
 
 // countedAndAnsweredOnce checks that the turn was reported finished once, and answered with
 // one answer event.
-func (e *env) countedAndAnsweredOnce(obs *outcomeCounter, c queue.Conversation, taskID string) {
+func (e *env) countedAndAnsweredOnce(obs *outcomeCounter, c record.Conversation, taskID string) {
 	e.t.Helper()
-	if n := obs.count(queue.OutcomeAnswered); n != 1 {
+	if n := obs.count(record.OutcomeAnswered); n != 1 {
 		e.t.Errorf("turn reported finished %d times, want 1", n)
 	}
 	answers := 0
 	for _, ev := range e.events(c, taskID) {
-		if ev.Type == queue.EventAnswer {
+		if ev.Type == record.EventAnswer {
 			answers++
 		}
 	}
@@ -356,12 +357,12 @@ func TestRetryMeetingALateFinalWriteCountsTheTurnOnce(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		info, err := e.insp.GetTaskInfo(e.queue, res.TaskID)
-		if err == nil && info.State == asynq.TaskStateCompleted && obs.count(queue.OutcomeAnswered) >= 1 {
+		if err == nil && info.State == asynq.TaskStateCompleted && obs.count(record.OutcomeAnswered) >= 1 {
 			break
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("task %+v (%v), answered reported %d times; journal %s", info, err,
-				obs.count(queue.OutcomeAnswered), describeAttempts(e.record(res.TaskID)))
+				obs.count(record.OutcomeAnswered), describeAttempts(e.record(res.TaskID)))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -431,7 +432,7 @@ func TestTurnStartsShareTheWritersRoundTrip(t *testing.T) {
 	e.startWorker("w1", func(c *queue.WorkerConfig) { c.Redis = hookedOpt{e.redisOpt(), hook} })
 	agent := e.sim.CreateAgent("share", nil)
 	type turn struct {
-		c  queue.Conversation
+		c  record.Conversation
 		id string
 	}
 	var turns []turn
@@ -455,7 +456,7 @@ func TestTurnStartsShareTheWritersRoundTrip(t *testing.T) {
 	time.Sleep(300 * time.Millisecond) // (from running to queued at the writer: decoding the payload)
 	close(release)
 	for _, tu := range turns {
-		if final, evs := e.waitFinal(tu.c, tu.id, 20*time.Second); final.Type != queue.EventAnswer {
+		if final, evs := e.waitFinal(tu.c, tu.id, 20*time.Second); final.Type != record.EventAnswer {
 			t.Fatalf("turn %s: final %+v; events %s", tu.id, final, summarize(evs))
 		}
 	}
@@ -485,7 +486,7 @@ func TestInstantTurnSavesWithItsIntentAndItsEnd(t *testing.T) {
 		c := e.conv("saves")
 		t0 := time.Now()
 		res := e.enqueue(queue.Message{AgentID: agent, Conversation: c, MessageID: "m", Text: "hi"})
-		if final, evs := e.waitFinal(c, res.TaskID, 20*time.Second); final.Type != queue.EventAnswer {
+		if final, evs := e.waitFinal(c, res.TaskID, 20*time.Second); final.Type != record.EventAnswer {
 			t.Fatalf("turn %d: final %+v; events %s", i, final, summarize(evs))
 		}
 		took := time.Since(t0)

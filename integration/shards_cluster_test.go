@@ -14,6 +14,7 @@ import (
 	"github.com/lettaq/lettaq/integration/rediscluster"
 	"github.com/lettaq/lettaq/ordering"
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 	"github.com/lettaq/lettaq/queue/shard"
 )
 
@@ -65,12 +66,12 @@ func TestShardsOnCluster(t *testing.T) {
 		go func() { defer wg.Done(); _ = w.Run(runCtx) }()
 	}
 	agents := make([]string, chats)
-	cs := make([]queue.Conversation, chats)
+	cs := make([]record.Conversation, chats)
 	marks := make([][]string, chats)
 	res := make([][]queue.EnqueueResult, chats)
 	for k := range chats {
 		agents[k] = sim.CreateAgent(fmt.Sprintf("cl-%d", k), nil)
-		cs[k] = queue.Conversation{Integration: "test", ChatID: fmt.Sprintf("chat-%d", k)} // (a cluster of its own: the same shares every run)
+		cs[k] = record.Conversation{Integration: "test", ChatID: fmt.Sprintf("chat-%d", k)} // (a cluster of its own: the same shares every run)
 	}
 	t0 := time.Now()
 	for i := range per {
@@ -83,7 +84,7 @@ func TestShardsOnCluster(t *testing.T) {
 	}
 	for k := range chats {
 		for i, r := range res[k] {
-			if final, _ := e.waitFinal(cs[k], r.TaskID, 60*time.Second); final.Type != queue.EventAnswer || final.Text != marks[k][i] {
+			if final, _ := e.waitFinal(cs[k], r.TaskID, 60*time.Second); final.Type != record.EventAnswer || final.Text != marks[k][i] {
 				t.Fatalf("chat %d message %d: final %s %q", k, i, final.Type, final.Text)
 			}
 		}

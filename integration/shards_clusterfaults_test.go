@@ -18,6 +18,7 @@ import (
 	"github.com/lettaq/lettaq/internal/redisopt"
 	"github.com/lettaq/lettaq/ordering"
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 	"github.com/lettaq/lettaq/queue/shard"
 )
 
@@ -145,7 +146,7 @@ type clusterLoad struct {
 	insp      *asynq.Inspector
 	redirects *rediscluster.Redirects
 	agents    []string
-	convs     []queue.Conversation
+	convs     []record.Conversation
 	marks     [][]string
 	res       [][]queue.EnqueueResult
 	started   time.Time
@@ -206,12 +207,12 @@ func startClusterLoad(t *testing.T) *clusterLoad {
 	}
 
 	l.agents = make([]string, faultChats)
-	l.convs = make([]queue.Conversation, faultChats)
+	l.convs = make([]record.Conversation, faultChats)
 	l.marks = make([][]string, faultChats)
 	l.res = make([][]queue.EnqueueResult, faultChats)
 	for k := range faultChats {
 		l.agents[k] = l.sim.CreateAgent(fmt.Sprintf("cf-%d", k), nil)
-		l.convs[k] = queue.Conversation{Integration: "test", ChatID: fmt.Sprintf("chat-%d", k)}
+		l.convs[k] = record.Conversation{Integration: "test", ChatID: fmt.Sprintf("chat-%d", k)}
 	}
 	for i := range faultPer {
 		for k := range faultChats {
@@ -307,9 +308,9 @@ func (l *clusterLoad) check() faultCounts {
 	settled := l.settle(deadline)
 
 	for k := range faultChats {
-		finals := map[string][]queue.ReplyEvent{}
+		finals := map[string][]record.ReplyEvent{}
 		for _, ev := range l.e.events(l.convs[k], "") {
-			if countFinal([]queue.ReplyEvent{ev}) == 1 {
+			if countFinal([]record.ReplyEvent{ev}) == 1 {
 				finals[ev.TaskID] = append(finals[ev.TaskID], ev)
 			}
 		}
@@ -324,7 +325,7 @@ func (l *clusterLoad) check() faultCounts {
 			case n > 1 || len(f) > 1:
 				doubled = true
 				problem("%s: otid stored %d times, %d final events", r.TaskID, n, len(f))
-			case f[0].Type != queue.EventAnswer || f[0].Text != l.marks[k][i]:
+			case f[0].Type != record.EventAnswer || f[0].Text != l.marks[k][i]:
 				lost = true
 				problem("%s: final %s %q, want the answer %q", r.TaskID, f[0].Type, f[0].Text, l.marks[k][i])
 			}
@@ -417,7 +418,7 @@ func (l *clusterLoad) waitFinals(ctx context.Context, k int, deadline time.Time)
 		}
 		last = next
 		for _, ev := range got {
-			if countFinal([]queue.ReplyEvent{ev}) == 1 {
+			if countFinal([]record.ReplyEvent{ev}) == 1 {
 				delete(want, ev.TaskID)
 			}
 		}

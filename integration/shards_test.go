@@ -9,6 +9,7 @@ import (
 
 	"github.com/lettaq/lettaq/internal/hashtag"
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 	"github.com/lettaq/lettaq/queue/shard"
 )
 
@@ -29,7 +30,7 @@ func TestShardsSpreadChatsInOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	agents := make([]string, chats)
-	cs := make([]queue.Conversation, chats)
+	cs := make([]record.Conversation, chats)
 	marks := make([][]string, chats)
 	res := make([][]queue.EnqueueResult, chats)
 	for k := range chats {
@@ -55,7 +56,7 @@ func TestShardsSpreadChatsInOrder(t *testing.T) {
 				t.Errorf("chat %d message %d: task %s in queue %s, want its shard's %s, named in the id", k, i, r.TaskID, r.Queue, q)
 			}
 			final, _ := e.waitFinal(cs[k], r.TaskID, 60*time.Second)
-			if final.Type != queue.EventAnswer || final.Text != marks[k][i] {
+			if final.Type != record.EventAnswer || final.Text != marks[k][i] {
 				t.Fatalf("chat %d message %d: final %s %q", k, i, final.Type, final.Text)
 			}
 			if info, err := e.insp.GetTaskInfo(q, r.TaskID); err != nil {
@@ -92,7 +93,7 @@ func TestShardsLayoutRefusesAnother(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	err = w.Run(ctx)
-	var me *queue.LayoutMismatchError
+	var me *shard.MismatchError
 	if !errors.As(err, &me) || me.Recorded != "scheme=1 shards=4 queue="+e.queue+" prefix="+e.prefix ||
 		me.Ours != "scheme=1 shards=1 queue="+e.queue+" prefix="+e.prefix {
 		t.Fatalf("a worker with 1 shard on a 4-shard deployment: %v", err)

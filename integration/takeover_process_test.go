@@ -14,6 +14,7 @@ import (
 
 	"github.com/lettaq/lettaq/integration/lettasim"
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // takenTurn is a turn a test kills its worker under, and what it should
@@ -21,7 +22,7 @@ import (
 type takenTurn struct {
 	name   string
 	res    queue.EnqueueResult
-	conv   queue.Conversation
+	conv   record.Conversation
 	answer string
 }
 
@@ -35,7 +36,7 @@ func (e *env) checkTakenOver(tc takenTurn, dead string, t0 time.Time) (takeover,
 	e.t.Helper()
 	final, evs := e.waitFinal(tc.conv, tc.res.TaskID, 30*time.Second)
 	answered = time.Since(t0)
-	if final.Type != queue.EventAnswer || final.Text != tc.answer {
+	if final.Type != record.EventAnswer || final.Text != tc.answer {
 		e.t.Fatalf("%s: final %+v; %s", tc.name, final, summarize(evs))
 	}
 	rec := e.record(tc.res.TaskID)
@@ -119,7 +120,7 @@ func killThreeTurns(t *testing.T, takeover bool) []time.Duration {
 	}})
 	c, c2, c3 := e.conv("tk-stream"), e.conv("tk-cont"), e.conv("tk-appr")
 	req := e.enqueue(queue.Message{AgentID: agent3, Conversation: c3, MessageID: "m1", Text: "tidy up"})
-	if final, evs := e.waitFinal(c3, req.TaskID, 20*time.Second); final.Type != queue.EventApprovalRequired {
+	if final, evs := e.waitFinal(c3, req.TaskID, 20*time.Second); final.Type != record.EventApprovalRequired {
 		t.Fatalf("final %+v; %s", final, summarize(evs))
 	}
 	stream := e.enqueue(queue.Message{AgentID: agent, Conversation: c, MessageID: "k-stream",
@@ -191,7 +192,7 @@ func (e *env) checkRecovered(tc takenTurn, dead string, t0 time.Time) (recovered
 	e.t.Helper()
 	final, evs := e.waitFinal(tc.conv, tc.res.TaskID, 150*time.Second)
 	answered = time.Since(t0)
-	if final.Type != queue.EventAnswer || final.Text != tc.answer {
+	if final.Type != record.EventAnswer || final.Text != tc.answer {
 		e.t.Fatalf("%s: final %+v; %s", tc.name, final, summarize(evs))
 	}
 	rec := e.record(tc.res.TaskID)
@@ -265,14 +266,14 @@ func TestProcessTakeoverFencesPausedWorker(t *testing.T) {
 	if n := countFinal(evs); n != 1 {
 		t.Fatalf("%d final events: %s", n, summarize(evs))
 	}
-	if evs[len(evs)-1].Type != queue.EventAnswer {
+	if evs[len(evs)-1].Type != record.EventAnswer {
 		t.Fatalf("events after the final one: %s", summarize(evs))
 	}
 	if n := e.sim.CountOtid(res.Otid); n != 1 {
 		t.Fatalf("%d messages with the otid at the simulator", n)
 	}
 	after := e.record(res.TaskID)
-	if after.Outcome != queue.OutcomeAnswered || len(after.Attempts) != len(rec.Attempts) {
+	if after.Outcome != record.OutcomeAnswered || len(after.Attempts) != len(rec.Attempts) {
 		t.Fatalf("the journal changed after the takeover answered: %s → %s", describeAttempts(rec), describeAttempts(after))
 	}
 	for _, l := range strings.Split(a.out.String(), "\n") {

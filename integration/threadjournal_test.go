@@ -7,6 +7,7 @@ import (
 
 	"github.com/lettaq/lettaq/integration/lettasim"
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // The thread a turn talks to is in the journal before its message is sent
@@ -38,7 +39,7 @@ func TestThreadJournaledBeforeTheSend(t *testing.T) {
 			rec.ThreadMode, rec.LettaConversationID)
 	}
 	final, _ := e.waitFinal(c, res.TaskID, 20*time.Second)
-	if final.Type != queue.EventAnswer {
+	if final.Type != record.EventAnswer {
 		t.Fatalf("final %+v", final)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/lettaq/lettaq/budget"
 	"github.com/lettaq/lettaq/integration/lettasim"
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 func TestHappyPath(t *testing.T) {
@@ -32,7 +33,7 @@ func TestHappyPath(t *testing.T) {
 	}
 	final, evs := e.waitFinal(c, res.TaskID, 20*time.Second)
 	total := time.Since(t0)
-	if final.Type != queue.EventAnswer || final.Text != "The answer is 42.\nAnything else?" {
+	if final.Type != record.EventAnswer || final.Text != "The answer is 42.\nAnything else?" {
 		t.Fatalf("final %+v; events %s", final, summarize(evs))
 	}
 	var firstDelta time.Duration
@@ -42,18 +43,18 @@ func TestHappyPath(t *testing.T) {
 			t.Errorf("event %s carries otid %q message %q", ev.Type, ev.Otid, ev.MessageID)
 		}
 		switch ev.Type {
-		case queue.EventAccepted:
+		case record.EventAccepted:
 			sawAccepted = true
-		case queue.EventPhase:
+		case record.EventPhase:
 			sawPhase = true
-		case queue.EventTool:
-			if ev.Tool.Name == "search" && ev.Tool.Status == queue.ToolStatusCall {
+		case record.EventTool:
+			if ev.Tool.Name == "search" && ev.Tool.Status == record.ToolStatusCall {
 				sawTool = true
 			}
-			if ev.Tool.Status == queue.ToolStatusSuccess && ev.Tool.Return == "42" {
+			if ev.Tool.Status == record.ToolStatusSuccess && ev.Tool.Return == "42" {
 				sawReturn = true
 			}
-		case queue.EventAnswerDelta:
+		case record.EventAnswerDelta:
 			if !ev.Narration && firstDelta == 0 {
 				firstDelta = ev.Time.Sub(t0)
 			}
@@ -85,11 +86,11 @@ func TestHappyPath(t *testing.T) {
 	if err := json.Unmarshal(info.Result, &tr); err != nil {
 		t.Fatalf("result %q: %v", info.Result, err)
 	}
-	if tr.Answer != final.Text || tr.Otid != res.Otid || tr.RunID == "" || tr.Outcome != queue.OutcomeAnswered || tr.Usage == nil {
+	if tr.Answer != final.Text || tr.Otid != res.Otid || tr.RunID == "" || tr.Outcome != record.OutcomeAnswered || tr.Usage == nil {
 		t.Fatalf("result %+v", tr)
 	}
 	rec := e.record(res.TaskID)
-	if rec.Outcome != queue.OutcomeAnswered || len(rec.Attempts) != 1 || rec.TTFT <= 0 || len(rec.Tools) != 1 ||
+	if rec.Outcome != record.OutcomeAnswered || len(rec.Attempts) != 1 || rec.TTFT <= 0 || len(rec.Tools) != 1 ||
 		rec.Tools[0].Name != "search" || rec.Tools[0].Duration <= 0 || rec.QueueWait <= 0 {
 		t.Fatalf("journal %+v; %s", rec, describeAttempts(rec))
 	}
@@ -128,7 +129,7 @@ func TestDuplicateMessageIDOneTurn(t *testing.T) {
 	}
 	accepted := 0
 	for _, ev := range evs {
-		if ev.Type == queue.EventAccepted {
+		if ev.Type == record.EventAccepted {
 			accepted++
 		}
 	}
@@ -144,10 +145,10 @@ type faultCase struct {
 	fault  *lettasim.Fault
 	list   *lettasim.ListFault
 	// want
-	final      queue.EventType // answer, approval_required or error
-	stored     int             // user messages with the otid at the simulator
-	clock      string          // the first attempt's timeout clock, if any
-	resend     string          // a resend decision some attempt made, if any
+	final      record.EventType // answer, approval_required or error
+	stored     int              // user messages with the otid at the simulator
+	clock      string           // the first attempt's timeout clock, if any
+	resend     string           // a resend decision some attempt made, if any
 	outcome    string
 	stopReason string
 }
@@ -267,39 +268,39 @@ func faultMatrix() []faultCase {
 	}}
 	return []faultCase{
 		{name: "stall-run-continues", script: long, fault: &lettasim.Fault{StallAfter: 2, StallFor: lettasim.Forever},
-			final: queue.EventAnswer, stored: 1, clock: "stall", outcome: queue.OutcomeAnswered},
+			final: record.EventAnswer, stored: 1, clock: "stall", outcome: record.OutcomeAnswered},
 		{name: "disconnect-mid-tool-call", script: &tools, fault: &lettasim.Fault{DisconnectAfter: 4},
-			final: queue.EventAnswer, stored: 1, outcome: queue.OutcomeAnswered},
+			final: record.EventAnswer, stored: 1, outcome: record.OutcomeAnswered},
 		{name: "5xx-after-store", fault: &lettasim.Fault{Status5xxAfterStore: 500},
-			final: queue.EventAnswer, stored: 1, outcome: queue.OutcomeAnswered},
+			final: record.EventAnswer, stored: 1, outcome: record.OutcomeAnswered},
 		{name: "drop-before-response", fault: &lettasim.Fault{DropBeforeResponse: true},
-			final: queue.EventAnswer, stored: 1, outcome: queue.OutcomeAnswered},
+			final: record.EventAnswer, stored: 1, outcome: record.OutcomeAnswered},
 		{name: "5xx-before-store-resend", fault: &lettasim.Fault{Status5xxBeforeStore: 503},
-			final: queue.EventAnswer, stored: 1, resend: queue.ResendSent, outcome: queue.OutcomeAnswered},
+			final: record.EventAnswer, stored: 1, resend: record.ResendSent, outcome: record.OutcomeAnswered},
 		// Letta's API rate limit stored nothing: no search, no resend decision;
 		// the next attempt sends (it used to look, then resend).
 		{name: "429", fault: &lettasim.Fault{Status429: true, RetryAfter: simDur(100 * time.Millisecond)},
-			final: queue.EventAnswer, stored: 1, outcome: queue.OutcomeAnswered},
+			final: record.EventAnswer, stored: 1, outcome: record.OutcomeAnswered},
 		{name: "first-byte-delay", fault: &lettasim.Fault{FirstByteDelay: simDur(1500 * time.Millisecond)},
-			final: queue.EventAnswer, stored: 1, clock: "connect", outcome: queue.OutcomeAnswered},
+			final: record.EventAnswer, stored: 1, clock: "connect", outcome: record.OutcomeAnswered},
 		{name: "llm-api-error", fault: &lettasim.Fault{EndWith: "llm_api_error", EndAfter: 1},
-			final: queue.EventError, stored: 1, outcome: queue.OutcomeFailed, stopReason: "llm_api_error"},
+			final: record.EventError, stored: 1, outcome: record.OutcomeFailed, stopReason: "llm_api_error"},
 		{name: "cancelled", script: &tools, fault: &lettasim.Fault{EndWith: "cancelled", EndAfter: 2},
-			final: queue.EventError, stored: 1, outcome: queue.OutcomeFailed, stopReason: "cancelled"},
+			final: record.EventError, stored: 1, outcome: record.OutcomeFailed, stopReason: "cancelled"},
 		{name: "unhandled-exception", fault: &lettasim.Fault{UnhandledException: true, EndAfter: 1},
-			final: queue.EventError, stored: 1, outcome: queue.OutcomeFailed},
+			final: record.EventError, stored: 1, outcome: record.OutcomeFailed},
 		{name: "requires-approval", script: approval,
-			final: queue.EventApprovalRequired, stored: 1, outcome: queue.OutcomeApprovalRequired, stopReason: "requires_approval"},
+			final: record.EventApprovalRequired, stored: 1, outcome: record.OutcomeApprovalRequired, stopReason: "requires_approval"},
 		{name: "resume-refused", script: long, fault: &lettasim.Fault{StallAfter: 2, StallFor: lettasim.Forever, ResumeStatus: 410},
-			final: queue.EventAnswer, stored: 1, clock: "stall", outcome: queue.OutcomeAnswered},
+			final: record.EventAnswer, stored: 1, clock: "stall", outcome: record.OutcomeAnswered},
 		{name: "slow-failing-lists", fault: &lettasim.Fault{Status5xxAfterStore: 502},
 			list:  &lettasim.ListFault{Delay: simDur(100 * time.Millisecond), Fail: 3},
-			final: queue.EventAnswer, stored: 1, outcome: queue.OutcomeAnswered},
+			final: record.EventAnswer, stored: 1, outcome: record.OutcomeAnswered},
 		{name: "run-outlives-attempt", script: &lettasim.Script{Steps: []lettasim.Step{
 			{Kind: lettasim.Reasoning, Text: "This takes long."},
 			{Kind: lettasim.Assistant, Text: "finally", Delay: simDur(7 * time.Second)},
 		}}, fault: &lettasim.Fault{StallAfter: 1, StallFor: lettasim.Forever},
-			final: queue.EventAnswer, stored: 1, clock: "stall", outcome: queue.OutcomeAnswered},
+			final: record.EventAnswer, stored: 1, clock: "stall", outcome: record.OutcomeAnswered},
 	}
 }
 
@@ -308,9 +309,9 @@ func TestFaultsResendForbidden(t *testing.T) {
 	e.startWorker("w1")
 	runFaultCases(t, e, []faultCase{
 		{name: "5xx-before-store-no-resend", fault: &lettasim.Fault{Status5xxBeforeStore: 503},
-			final: queue.EventError, stored: 0, resend: queue.ResendForbidden, outcome: queue.OutcomeFailed},
+			final: record.EventError, stored: 0, resend: record.ResendForbidden, outcome: record.OutcomeFailed},
 		{name: "5xx-after-store-no-resend-needed", fault: &lettasim.Fault{Status5xxAfterStore: 503},
-			final: queue.EventAnswer, stored: 1, outcome: queue.OutcomeAnswered},
+			final: record.EventAnswer, stored: 1, outcome: record.OutcomeAnswered},
 	})
 }
 
@@ -358,7 +359,7 @@ func TestBadPayloadsArchived(t *testing.T) {
 				t.Fatalf("retried %d, last error %q (want %q)", info.Retried, info.LastErr, tc.wantErr)
 			}
 			evs := e.events(conv, id)
-			if tc.event && (countFinal(evs) != 1 || evs[len(evs)-1].Type != queue.EventError) {
+			if tc.event && (countFinal(evs) != 1 || evs[len(evs)-1].Type != record.EventError) {
 				t.Fatalf("events %s", summarize(evs))
 			}
 			t.Logf("archived: %s", info.LastErr)

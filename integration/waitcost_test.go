@@ -10,6 +10,7 @@ import (
 
 	"github.com/lettaq/lettaq/internal/testredis"
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // redisCommands is the Redis server's total_commands_processed.
@@ -73,7 +74,7 @@ func TestApprovalWaitCost24h(t *testing.T) {
 		n, _ := e.rdb.StrLen(context.Background(), key).Result()
 		sizes = append(sizes, n)
 	}
-	if f, evs := e.waitFinal(c, msg.TaskID, 2*day); f.Type != queue.EventAnswer {
+	if f, evs := e.waitFinal(c, msg.TaskID, 2*day); f.Type != record.EventAnswer {
 		t.Fatalf("message: %+v; %s", f, summarize(evs))
 	}
 	waited := time.Since(t0)

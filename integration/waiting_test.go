@@ -12,6 +12,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // Waiting is a state, not a retry: a turn that waits parks
@@ -100,7 +101,7 @@ func (w *stateWatch) check(t *testing.T) {
 // attempt, a closed wait behind behind (and at most one more, behind what
 // came after it: an approval's answer turn), started within a second of
 // freed (the end of what it waited for).
-func checkWaited(t *testing.T, e *env, taskID, behind string, freed time.Time) *queue.TurnRecord {
+func checkWaited(t *testing.T, e *env, taskID, behind string, freed time.Time) *record.TurnRecord {
 	t.Helper()
 	rec := e.record(taskID)
 	if len(rec.Attempts) != 1 {
@@ -160,7 +161,7 @@ func TestWaitingBehindATurnParks(t *testing.T) {
 	for _, at := range []time.Duration{time.Second, 60 * time.Second} {
 		time.Sleep(time.Until(t0.Add(at / scale)))
 		rec, _ := e.journal.Get(context.Background(), r2.TaskID)
-		var waits []queue.Wait
+		var waits []record.Wait
 		if rec != nil {
 			waits = rec.Waits
 		}
@@ -191,7 +192,7 @@ func TestWaitingBehindATurnParks(t *testing.T) {
 		}
 	}
 	for _, r := range []queue.EnqueueResult{r1, r2, r3} {
-		if f, evs := e.waitFinal(c, r.TaskID, 30*time.Second); f.Type != queue.EventAnswer {
+		if f, evs := e.waitFinal(c, r.TaskID, 30*time.Second); f.Type != record.EventAnswer {
 			t.Fatalf("%s: final %+v; %s", r.TaskID, f, summarize(evs))
 		}
 	}
@@ -232,8 +233,8 @@ func TestWaitingBehindAnApprovalParks(t *testing.T) {
 			req, _ := e.requestApproval(agent, c, "m1", "delete_file")
 			msg := e.enqueue(queue.Message{AgentID: agent, Conversation: c, MessageID: "m2", Text: "hello"})
 			w := watchStates(e, msg.TaskID)
-			e.waitEvent(c, msg.TaskID, func(ev queue.ReplyEvent) bool {
-				return ev.Type == queue.EventPhase && ev.Phase == queue.PhaseAwaitingApproval
+			e.waitEvent(c, msg.TaskID, func(ev record.ReplyEvent) bool {
+				return ev.Type == record.EventPhase && ev.Phase == record.PhaseAwaitingApproval
 			})
 			ansID := queue.AnswerTaskID(req.TaskID)
 			if how == "answered" {
@@ -244,7 +245,7 @@ func TestWaitingBehindAnApprovalParks(t *testing.T) {
 				}
 				ansID = ans.TaskID
 			}
-			if f, evs := e.waitFinal(c, msg.TaskID, 30*time.Second); f.Type != queue.EventAnswer {
+			if f, evs := e.waitFinal(c, msg.TaskID, 30*time.Second); f.Type != record.EventAnswer {
 				t.Fatalf("message: %+v; %s", f, summarize(evs))
 			}
 			e.settled()
@@ -253,7 +254,7 @@ func TestWaitingBehindAnApprovalParks(t *testing.T) {
 			checkWaited(t, e, msg.TaskID, "approval request "+req.TaskID, ans.FinishedAt)
 			n := 0
 			for _, ev := range e.events(c, msg.TaskID) {
-				if ev.Type == queue.EventPhase && ev.Phase == queue.PhaseAwaitingApproval {
+				if ev.Type == record.EventPhase && ev.Phase == record.PhaseAwaitingApproval {
 					n++
 				}
 			}
@@ -295,8 +296,8 @@ func TestWaitingBehindAnApprovalParksWithoutOrdering(t *testing.T) {
 			req, _ := e.requestApproval(agent, c, "m1", "delete_file")
 			msg := e.enqueue(queue.Message{AgentID: agent, Conversation: c, MessageID: "m2", Text: "hello"})
 			w := watchStates(e, msg.TaskID)
-			e.waitEvent(c, msg.TaskID, func(ev queue.ReplyEvent) bool {
-				return ev.Type == queue.EventPhase && ev.Phase == queue.PhaseAwaitingApproval
+			e.waitEvent(c, msg.TaskID, func(ev record.ReplyEvent) bool {
+				return ev.Type == record.EventPhase && ev.Phase == record.PhaseAwaitingApproval
 			})
 			if how != "expired" {
 				time.Sleep(time.Second) // it waits ("answered": looking again every 150 ms)
@@ -319,7 +320,7 @@ func TestWaitingBehindAnApprovalParksWithoutOrdering(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if f, evs := e.waitFinal(c, msg.TaskID, 30*time.Second); f.Type != queue.EventAnswer {
+			if f, evs := e.waitFinal(c, msg.TaskID, 30*time.Second); f.Type != record.EventAnswer {
 				t.Fatalf("message: %+v; %s", f, summarize(evs))
 			}
 			e.settled()
@@ -337,7 +338,7 @@ func TestWaitingBehindAnApprovalParksWithoutOrdering(t *testing.T) {
 			}
 			n := 0
 			for _, ev := range e.events(c, msg.TaskID) {
-				if ev.Type == queue.EventPhase && ev.Phase == queue.PhaseAwaitingApproval {
+				if ev.Type == record.EventPhase && ev.Phase == record.PhaseAwaitingApproval {
 					n++
 				}
 			}

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // slowPark holds the first write of one task's parking record until
@@ -68,14 +69,14 @@ func TestSlowParkIsWokenByTheTurnAhead(t *testing.T) {
 	if err := e.insp.RunTask(e.queue, r2.TaskID); err != nil { // m2 looks while m1 runs
 		t.Fatal(err)
 	}
-	if f, evs := e.waitFinal(c, r1.TaskID, 15*time.Second); f.Type != queue.EventAnswer {
+	if f, evs := e.waitFinal(c, r1.TaskID, 15*time.Second); f.Type != record.EventAnswer {
 		t.Fatalf("m1: final %+v; %s", f, summarize(evs))
 	}
 	if !hook.fired.Load() {
 		t.Fatal("m2 did not park while m1 ran")
 	}
 	close(hook.release)
-	if f, evs := e.waitFinal(c, r2.TaskID, waitCheck+10*time.Second); f.Type != queue.EventAnswer {
+	if f, evs := e.waitFinal(c, r2.TaskID, waitCheck+10*time.Second); f.Type != record.EventAnswer {
 		t.Fatalf("m2: final %+v; %s", f, summarize(evs))
 	}
 	rec2 := e.record(r2.TaskID)

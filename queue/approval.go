@@ -12,6 +12,7 @@ import (
 
 	"github.com/lettaq/lettaq/queue/internal/approval"
 	"github.com/lettaq/lettaq/queue/internal/inbound"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // Approvals (human in the loop; WIRE.md "Approvals"): a turn whose run stops with
@@ -55,28 +56,6 @@ func (p *ApprovalPolicy) UnmarshalText(b []byte) error {
 // answer before it is denied.
 const defaultApprovalTimeout = 24 * time.Hour
 
-// Causes of an answer (Answer.Cause): a person's answer (Client.AnswerApproval
-// sends AnswerByUser), or the worker's own denial of a request that expired or
-// that a new message of the chat moved past (ApprovalDeny).
-const (
-	AnswerByUser  = approval.ByUser  // a person answered
-	AnswerExpired = approval.Expired // nobody answered in time
-	AnswerMovedOn = approval.MovedOn // a new message came (policy deny)
-)
-
-// ApprovalVerdict answers one pending tool call: approve or deny (the
-// payload's "decisions"; continuation.Result is something else).
-type ApprovalVerdict = approval.Verdict
-
-// Answer is the payload of an approval answer turn ("approval"):
-//
-//	{"request_task_id": "turn:web:42:7", "cause": "user",
-//	 "decisions": [{"tool_call_id": "call-1", "approve": false, "reason": "not today"}]}
-//
-// RequestTaskID is the task id of the turn that asked; Cause is AnswerByUser
-// (default), AnswerExpired or AnswerMovedOn.
-type Answer = approval.Answer
-
 // AnswerTaskID is the task id of the answer to the request of task
 // requestTaskID: "answer:" and that id (hashed when long), so that the
 // same answer sent twice is one task.
@@ -97,7 +76,7 @@ type ApprovalReply struct {
 	Approve bool
 	Reason  string
 	// Decisions answer call by call; they must name every pending call.
-	Decisions []ApprovalVerdict
+	Decisions []record.ApprovalVerdict
 	// SenderID and MessageID (the integration's id of the button press)
 	// go to the journal. Optional.
 	SenderID  string
@@ -145,11 +124,11 @@ func (c *Client) AnswerApproval(ctx context.Context, r ApprovalReply) (EnqueueRe
 	}
 	cause := r.cause
 	if cause == "" {
-		cause = AnswerByUser
+		cause = record.AnswerByUser
 	}
 	m := Message{AgentID: p.AgentID, Conversation: p.Conversation, LettaConversationID: p.LettaConversationID,
 		SenderID: r.SenderID, MessageID: r.MessageID,
-		Approval: &Answer{RequestTaskID: p.RequestTaskID, Decisions: decisions, Cause: cause}}
+		Approval: &record.Answer{RequestTaskID: p.RequestTaskID, Decisions: decisions, Cause: cause}}
 	queueName := p.Queue
 	if queueName == "" {
 		queueName = c.shards.queueOf(p.RequestTaskID)
@@ -158,11 +137,11 @@ func (c *Client) AnswerApproval(ctx context.Context, r ApprovalReply) (EnqueueRe
 }
 
 // decide turns r into one decision per pending call of p.
-func decide(p *approval.Pending, r ApprovalReply) ([]ApprovalVerdict, error) {
+func decide(p *approval.Pending, r ApprovalReply) ([]record.ApprovalVerdict, error) {
 	if len(r.Decisions) == 0 {
-		out := make([]ApprovalVerdict, 0, len(p.Calls))
+		out := make([]record.ApprovalVerdict, 0, len(p.Calls))
 		for _, c := range p.Calls {
-			out = append(out, ApprovalVerdict{ToolCallID: c.CallID, Approve: r.Approve, Reason: r.Reason})
+			out = append(out, record.ApprovalVerdict{ToolCallID: c.CallID, Approve: r.Approve, Reason: r.Reason})
 		}
 		return out, nil
 	}
@@ -252,7 +231,7 @@ func (c *Client) replaceScheduled(queueName, id string) bool {
 	if err != nil || info.State != asynq.TaskStateScheduled {
 		return false
 	}
-	if m, err := DecodePayload(info.Payload); err != nil || m.Approval == nil || m.Approval.Cause != AnswerExpired {
+	if m, err := DecodePayload(info.Payload); err != nil || m.Approval == nil || m.Approval.Cause != record.AnswerExpired {
 		return false // an answer waiting for its turn: the first answer stays
 	}
 	return insp.DeleteTask(queueName, id) == nil
@@ -260,21 +239,13 @@ func (c *Client) replaceScheduled(queueName, id string) bool {
 
 // ApprovalConversation returns the chat of the approval request named by
 // its task id or otid (whose reply stream carries the answer's events).
-func (c *Client) ApprovalConversation(ctx context.Context, request string) (Conversation, error) {
+func (c *Client) ApprovalConversation(ctx context.Context, request string) (record.Conversation, error) {
 	if c.cfg.Replies == nil {
-		return Conversation{}, errors.New("queue: ApprovalConversation needs ClientConfig.Replies")
+		return record.Conversation{}, errors.New("queue: ApprovalConversation needs ClientConfig.Replies")
 	}
 	p, err := newApprovals(c.cfg.Replies).Get(ctx, request)
 	if err != nil {
-		return Conversation{}, err
+		return record.Conversation{}, err
 	}
 	return p.Conversation, nil
-}
-
-// IsApprovalExpiry reports whether a task's payload is the scheduled expiry
-// of an unanswered approval request (an answer turn with cause
-// AnswerExpired): a pending approval, not a turn waiting for its line.
-func IsApprovalExpiry(payload []byte) bool {
-	m, err := DecodePayload(payload)
-	return err == nil && m.Approval != nil && m.Approval.Cause == AnswerExpired
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/lettaq/lettaq/internal/testredis"
 	"github.com/lettaq/lettaq/ordering"
 	"github.com/lettaq/lettaq/queue/internal/approval"
+	"github.com/lettaq/lettaq/queue/record"
 	"github.com/lettaq/lettaq/queue/shard"
 )
 
@@ -41,8 +42,8 @@ func approvalClient(t *testing.T) (*Client, *Replies, *approval.Pending, string)
 		}
 	})
 	p := &approval.Pending{RequestTaskID: "turn:web:chat-1:m1", Otid: "0d6f6a3c-3f0c-5b2e-8a8e-6a3f3c2b1a00", RunID: "run-1",
-		AgentID: "agent-1", Conversation: Conversation{Integration: "web", ChatID: "chat-1"}, Queue: q,
-		Calls:       []ToolEvent{{Name: "delete_file", CallID: "call-1", Arguments: `{"path":"a"}`}, {Name: "delete_file", CallID: "call-2", Arguments: `{"path":"b"}`}},
+		AgentID: "agent-1", Conversation: record.Conversation{Integration: "web", ChatID: "chat-1"}, Queue: q,
+		Calls:       []record.ToolEvent{{Name: "delete_file", CallID: "call-1", Arguments: `{"path":"a"}`}, {Name: "delete_file", CallID: "call-2", Arguments: `{"path":"b"}`}},
 		RequestedAt: time.Now().UTC(), ExpiresAt: time.Now().Add(time.Hour).UTC()}
 	if err := newApprovals(replies).Save(context.Background(), p); err != nil {
 		t.Fatal(err)
@@ -55,12 +56,12 @@ func approvalClient(t *testing.T) (*Client, *Replies, *approval.Pending, string)
 func TestAnswerApprovalRefusesPartialAnswers(t *testing.T) {
 	c, _, p, _ := approvalClient(t)
 	ctx := context.Background()
-	_, err := c.AnswerApproval(ctx, ApprovalReply{Request: p.RequestTaskID, Decisions: []ApprovalVerdict{{ToolCallID: "call-1", Approve: true}}})
+	_, err := c.AnswerApproval(ctx, ApprovalReply{Request: p.RequestTaskID, Decisions: []record.ApprovalVerdict{{ToolCallID: "call-1", Approve: true}}})
 	ve, ok := IsValidationError(err)
 	if !ok || ve.Field != "approval.decisions" || !strings.Contains(err.Error(), "call-2") || strings.Contains(err.Error(), "call-1,") {
 		t.Fatalf("partial answer: %v, want a validation error naming call-2", err)
 	}
-	_, err = c.AnswerApproval(ctx, ApprovalReply{Request: p.RequestTaskID, Decisions: []ApprovalVerdict{
+	_, err = c.AnswerApproval(ctx, ApprovalReply{Request: p.RequestTaskID, Decisions: []record.ApprovalVerdict{
 		{ToolCallID: "call-1"}, {ToolCallID: "call-2"}, {ToolCallID: "call-9"}}})
 	if ve, ok := IsValidationError(err); !ok || !strings.Contains(ve.Error(), "call-9") {
 		t.Fatalf("unknown call: %v", err)
@@ -105,16 +106,16 @@ func TestAnswerApprovalOneTaskAtTheFront(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := m.Approval
-	if a == nil || len(a.Decisions) != 2 || a.Decisions[0].Approve || a.Decisions[1].Reason != "not today" || a.Cause != AnswerByUser {
+	if a == nil || len(a.Decisions) != 2 || a.Decisions[0].Approve || a.Decisions[1].Reason != "not today" || a.Cause != record.AnswerByUser {
 		t.Fatalf("payload %+v", a)
 	}
 	evs, _, err := replies.Read(ctx, p.Conversation, "0", 10, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got *ApprovalEvent
+	var got *record.ApprovalEvent
 	for _, ev := range evs {
-		if ev.TaskID == res.TaskID && ev.Type == EventAccepted {
+		if ev.TaskID == res.TaskID && ev.Type == record.EventAccepted {
 			got = ev.Approval
 		}
 	}
@@ -128,7 +129,7 @@ func TestAnswerApprovalOneTaskAtTheFront(t *testing.T) {
 func TestAnswerApprovalReplacesScheduledExpiry(t *testing.T) {
 	c, _, p, q := approvalClient(t)
 	ctx := context.Background()
-	exp, err := c.AnswerApproval(ctx, ApprovalReply{Request: p.RequestTaskID, Reason: "expired", cause: AnswerExpired, processAt: p.ExpiresAt})
+	exp, err := c.AnswerApproval(ctx, ApprovalReply{Request: p.RequestTaskID, Reason: "expired", cause: record.AnswerExpired, processAt: p.ExpiresAt})
 	if err != nil || exp.Duplicate {
 		t.Fatalf("expiry: %+v %v", exp, err)
 	}
@@ -146,20 +147,20 @@ func TestAnswerApprovalReplacesScheduledExpiry(t *testing.T) {
 		t.Fatalf("answer task %v %v, want pending", info, err)
 	}
 	m, _ := DecodePayload(info.Payload)
-	if m.Approval.Cause != AnswerByUser || !m.Approval.Decisions[0].Approve {
+	if m.Approval.Cause != record.AnswerByUser || !m.Approval.Decisions[0].Approve {
 		t.Fatalf("the expiry was not replaced: %+v", m.Approval)
 	}
 }
 
 func TestApprovalAndImagePayloadValidation(t *testing.T) {
-	conv := Conversation{Integration: "web", ChatID: "c"}
-	ans := &Answer{RequestTaskID: "turn:x", Decisions: []ApprovalVerdict{{ToolCallID: "call-1", Approve: true}}}
+	conv := record.Conversation{Integration: "web", ChatID: "c"}
+	ans := &record.Answer{RequestTaskID: "turn:x", Decisions: []record.ApprovalVerdict{{ToolCallID: "call-1", Approve: true}}}
 	big := strings.Repeat("A", MaxImageBytes*4/3+8)
 	for field, m := range map[string]Message{
 		"text":                               {AgentID: "a", Text: "hi", Conversation: conv, Approval: ans},
-		"approval.decisions":                 {AgentID: "a", Conversation: conv, Approval: &Answer{RequestTaskID: "turn:x"}},
-		"approval.request_task_id":           {AgentID: "a", Conversation: conv, Approval: &Answer{Decisions: ans.Decisions}},
-		"approval.decisions[1].tool_call_id": {AgentID: "a", Conversation: conv, Approval: &Answer{RequestTaskID: "r", Decisions: []ApprovalVerdict{{ToolCallID: "c"}, {ToolCallID: "c"}}}},
+		"approval.decisions":                 {AgentID: "a", Conversation: conv, Approval: &record.Answer{RequestTaskID: "turn:x"}},
+		"approval.request_task_id":           {AgentID: "a", Conversation: conv, Approval: &record.Answer{Decisions: ans.Decisions}},
+		"approval.decisions[1].tool_call_id": {AgentID: "a", Conversation: conv, Approval: &record.Answer{RequestTaskID: "r", Decisions: []record.ApprovalVerdict{{ToolCallID: "c"}, {ToolCallID: "c"}}}},
 		"images":                             {AgentID: "a", Text: "t", Conversation: conv, Images: make([]Image, MaxImages+1)},
 		"images[0].url":                      {AgentID: "a", Text: "t", Conversation: conv, Images: []Image{{URL: "file:///etc/passwd"}}},
 		"images[1].media_type":               {AgentID: "a", Conversation: conv, Images: []Image{{URL: "https://x.test/a.png"}, {MediaType: "text/html", Data: "QQ=="}}},

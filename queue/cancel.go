@@ -12,8 +12,8 @@ import (
 	"github.com/lettaq/lettaq/ordering"
 	"github.com/lettaq/lettaq/queue/internal/attempt"
 	"github.com/lettaq/lettaq/queue/internal/journal"
-	"github.com/lettaq/lettaq/queue/internal/record"
 	"github.com/lettaq/lettaq/queue/internal/store"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // Stopping a turn: Client.Cancel writes a cancel record for the
@@ -34,28 +34,6 @@ import (
 //     of its next attempt) and asks Letta to cancel the run; the turn ends
 //     with whatever Letta says happened (see cancelwatch.go and queue/internal/attempt).
 
-// CancelRecord is what a cancel records: who asked, when, why, and the
-// phase the turn was in when it stopped (CancelPhase…).
-type CancelRecord = record.CancelRecord
-
-// What a cancelled turn's records say: the phase it was cancelled in
-// (CancelRecord.Phase), and the stop reason of its final event.
-const (
-	// CancelPhaseWaiting: before it ran (waiting for its chat, scheduled,
-	// or between attempts): never sent.
-	CancelPhaseWaiting = record.CancelPhaseWaiting
-	// CancelPhaseBeforeSend: the attempt was about to send: never sent.
-	CancelPhaseBeforeSend = record.CancelPhaseBeforeSend
-	// CancelPhaseStreaming: the run was streaming.
-	CancelPhaseStreaming = record.CancelPhaseStreaming
-	// CancelPhaseContinuation: the stream was lost and the attempt was
-	// following the run (polls, resumes), or a recovering attempt found it.
-	CancelPhaseContinuation = record.CancelPhaseContinuation
-	// StopReasonCancelled is the stop reason of a cancelled turn's final
-	// event (and of a run Letta cancelled).
-	StopReasonCancelled = attempt.StopReasonCancelled
-)
-
 // cancelTTL is how long a cancel record lives: the journal's default
 // retention (a turn is not retried longer than that).
 const cancelTTL = 7 * 24 * time.Hour
@@ -66,12 +44,12 @@ const cancelTTL = 7 * 24 * time.Hour
 // under ordering): the one at the head of its line (running, or next to
 // run), and with All every turn of the chat's line.
 type CancelRequest struct {
-	TaskID  string        `json:"task_id,omitempty"`
-	Otid    string        `json:"otid,omitempty"`
-	Chat    *Conversation `json:"chat,omitempty"`
-	AgentID string        `json:"agent_id,omitempty"`
-	All     bool          `json:"all,omitempty"`
-	// By and Reason go to the journal (TurnRecord.Cancel). Optional.
+	TaskID  string               `json:"task_id,omitempty"`
+	Otid    string               `json:"otid,omitempty"`
+	Chat    *record.Conversation `json:"chat,omitempty"`
+	AgentID string               `json:"agent_id,omitempty"`
+	All     bool                 `json:"all,omitempty"`
+	// By and Reason go to the journal (record.TurnRecord.Cancel). Optional.
 	By     string `json:"by,omitempty"`
 	Reason string `json:"reason,omitempty"`
 }
@@ -133,7 +111,7 @@ func (c *Client) Cancel(ctx context.Context, r CancelRequest) (CancelResult, err
 	if err != nil {
 		return CancelResult{}, err
 	}
-	cr := CancelRecord{By: r.By, At: c.cfg.Now().UTC(), Reason: r.Reason}
+	cr := record.CancelRecord{By: r.By, At: c.cfg.Now().UTC(), Reason: r.Reason}
 	if cr.By == "" {
 		cr.By = "client"
 	}
@@ -224,7 +202,7 @@ func (c *Client) cancelTargets(ctx context.Context, r CancelRequest) ([]string, 
 
 // ofChat reports whether task id is a turn of chat (its payload, else its
 // journal record, says).
-func (c *Client) ofChat(ctx context.Context, id string, chat Conversation) bool {
+func (c *Client) ofChat(ctx context.Context, id string, chat record.Conversation) bool {
 	if info, err := ordering.FindTask(c.insp, c.shards.queueOf(id), id); err == nil {
 		m, err := DecodePayload(info.Payload)
 		return err == nil && m.Conversation == chat
@@ -234,7 +212,7 @@ func (c *Client) ofChat(ctx context.Context, id string, chat Conversation) bool 
 }
 
 // cancelTurn cancels one turn (see Cancel).
-func (c *Client) cancelTurn(ctx context.Context, id string, cr CancelRecord) (CancelledTurn, error) {
+func (c *Client) cancelTurn(ctx context.Context, id string, cr record.CancelRecord) (CancelledTurn, error) {
 	j := c.cancelJournal()
 	rec, err := j.Get(ctx, id)
 	if err != nil && !errors.Is(err, ErrNotFound) {
@@ -248,12 +226,12 @@ func (c *Client) cancelTurn(ctx context.Context, id string, cr CancelRecord) (Ca
 	if err != nil {
 		return CancelledTurn{}, err
 	}
-	if rec != nil && (attempt.FinalOutcome(rec.Outcome) || rec.Outcome == OutcomeCoalesced) {
+	if rec != nil && (attempt.FinalOutcome(rec.Outcome) || rec.Outcome == record.OutcomeCoalesced) {
 		return ended, nil
 	}
 	if answered {
-		if ended.Outcome == "" || ended.Outcome == OutcomeRetrying {
-			ended.Outcome = OutcomeAnswered
+		if ended.Outcome == "" || ended.Outcome == record.OutcomeRetrying {
+			ended.Outcome = record.OutcomeAnswered
 		}
 		return ended, nil
 	}
@@ -404,7 +382,7 @@ func (c *Client) awaitPutBack(ctx context.Context, insp *asynq.Inspector, info *
 // mayHaveReachedLetta reports whether an earlier attempt of the turn may
 // have sent its message: the journal knows its run, or holds an intent to
 // send that was not withdrawn (when in doubt: yes).
-func (c *Client) mayHaveReachedLetta(ctx context.Context, j *Journal, rec *TurnRecord) bool {
+func (c *Client) mayHaveReachedLetta(ctx context.Context, j *Journal, rec *record.TurnRecord) bool {
 	if rec == nil {
 		return false
 	}
@@ -430,14 +408,14 @@ func (c *Client) dropWaiting(insp *asynq.Inspector, info *asynq.TaskInfo) bool {
 // leaves its chat's line (waker.leave: the next turn is woken when it was
 // the head, parked or not), its final event says it was cancelled, and its
 // journal record is finished.
-func (c *Client) finishWaiting(ctx context.Context, insp *asynq.Inspector, queueName, id, otid string, m Message, rec *TurnRecord, cr CancelRecord) error {
+func (c *Client) finishWaiting(ctx context.Context, insp *asynq.Inspector, queueName, id, otid string, m Message, rec *record.TurnRecord, cr record.CancelRecord) error {
 	ctx = context.WithoutCancel(ctx) // the task is gone: finish it whatever the caller does
 	if c.seq != nil {
 		if err := c.waker(insp).Leave(ctx, queueName, c.cfg.Ordering.Key(m), id); err != nil {
 			return fmt.Errorf("queue: cancel %s: %w", id, err)
 		}
 	}
-	ev := ReplyEvent{Type: EventError, TaskID: id, Otid: otid, MessageID: m.MessageID, StopReason: StopReasonCancelled, Permanent: true}
+	ev := record.ReplyEvent{Type: record.EventError, TaskID: id, Otid: otid, MessageID: m.MessageID, StopReason: record.StopReasonCancelled, Permanent: true}
 	if rec != nil {
 		ev.RunID = rec.RunID
 	}
@@ -446,17 +424,17 @@ func (c *Client) finishWaiting(ctx context.Context, insp *asynq.Inspector, queue
 	}
 	now := c.cfg.Now().UTC()
 	if rec == nil {
-		rec = &TurnRecord{}
+		rec = &record.TurnRecord{}
 	}
 	rec.TaskID, rec.Otid, rec.AgentID = id, otid, m.AgentID
 	rec.Conversation, rec.MessageID, rec.Queue = m.Conversation, m.MessageID, queueName
 	if rec.EnqueuedAt.IsZero() {
 		rec.EnqueuedAt = m.EnqueuedAt
 	}
-	cr.Phase = CancelPhaseWaiting
-	rec.Outcome, rec.StopReason, rec.FinishedAt, rec.Error, rec.Cancel = OutcomeCancelled, StopReasonCancelled, now, "", &cr
+	cr.Phase = record.CancelPhaseWaiting
+	rec.Outcome, rec.StopReason, rec.FinishedAt, rec.Error, rec.Cancel = record.OutcomeCancelled, record.StopReasonCancelled, now, "", &cr
 	if c.cfg.CancelObserver != nil {
-		c.cfg.CancelObserver.TurnCancelled(queueName, CancelPhaseWaiting)
+		c.cfg.CancelObserver.TurnCancelled(queueName, record.CancelPhaseWaiting)
 	}
 	if err := c.cancelJournal().Save(ctx, rec); err != nil {
 		return fmt.Errorf("queue: cancel %s: the journal: %w", id, err)

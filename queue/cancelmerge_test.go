@@ -9,6 +9,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/lettaq/lettaq/queue/internal/store"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // A turn that is parked (its task revoked, in no Asynq queue until its
@@ -18,7 +19,7 @@ import (
 func TestCancelParkedTurn(t *testing.T) {
 	c, w, insp, q := parkingEnv(t)
 	ctx := context.Background()
-	conv := Conversation{Integration: "web", ChatID: "cancel-parked"}
+	conv := record.Conversation{Integration: "web", ChatID: "cancel-parked"}
 	m1 := Message{AgentID: "agent-1", Text: "first", Conversation: conv, MessageID: "m1"}
 	if _, err := c.Enqueue(ctx, m1); err != nil {
 		t.Fatal(err)
@@ -37,7 +38,7 @@ func TestCancelParkedTurn(t *testing.T) {
 		t.Fatalf("cancel of a parked turn: %+v, want cancelled", res.Turns)
 	}
 	ev, found, err := c.cfg.Replies.FinalEvent(ctx, conv, r2.TaskID)
-	if err != nil || !found || ev.StopReason != StopReasonCancelled {
+	if err != nil || !found || ev.StopReason != record.StopReasonCancelled {
 		t.Errorf("final event %+v (found %v, err %v), want cancelled", ev, found, err)
 	}
 	if pos, err := c.seq.Position(ctx, c.cfg.Ordering.Key(m1), r2.TaskID); err != nil || pos >= 0 {
@@ -59,7 +60,7 @@ func TestCancelParkedTurn(t *testing.T) {
 func TestCancelTakenOverTurn(t *testing.T) {
 	c, _, insp, q := parkingEnv(t)
 	ctx := context.Background()
-	conv := Conversation{Integration: "web", ChatID: "cancel-takeover"}
+	conv := record.Conversation{Integration: "web", ChatID: "cancel-takeover"}
 	r, err := c.Enqueue(ctx, Message{AgentID: "agent-1", Text: "hi", Conversation: conv, MessageID: "m1"})
 	if err != nil {
 		t.Fatal(err)

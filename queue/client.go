@@ -40,7 +40,7 @@ type ClientConfig struct {
 	// to its chat's shard's queue, under a task id that names the shard
 	// (shard.Layout.TaskID). Use the workers' number: Enqueue refuses to
 	// work under a layout other than the deployment's recorded one
-	// (*LayoutMismatchError).
+	// (*shard.MismatchError).
 	Shards int
 	// MaxRetry is how many times a failed attempt is retried, default
 	// DefaultMaxRetry; negative means 0 (no retry). A put-back (the turn
@@ -127,6 +127,15 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 			return nil, err
 		}
 		c.seq, c.rdb = seq, rdb
+	}
+	// The layout is checked with the first go-redis client the Client has
+	// (none: a Sequencer and Replies of the caller's own are both absent).
+	c.shards.rdb, c.shards.record = c.rdb, cfg.Replies != nil
+	if c.shards.rdb == nil && cfg.Replies != nil {
+		c.shards.rdb = cfg.Replies.rdb
+	}
+	if c.shards.rdb == nil && c.seq != nil {
+		c.shards.rdb = c.seq.Client()
 	}
 	c.insp = asynq.NewInspector(conn)
 	c.ac = asynq.NewClient(conn)

@@ -3,13 +3,14 @@ package queue
 import (
 	"context"
 	"fmt"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // FinalEvent returns the final event written for taskID's turn in c's
 // stream (the one the answered marker points at). found is false when no
 // final event was written, or when the stream no longer holds it (trimmed
 // by MaxLen or expired).
-func (r *Replies) FinalEvent(ctx context.Context, c Conversation, taskID string) (ev ReplyEvent, found bool, err error) {
+func (r *Replies) FinalEvent(ctx context.Context, c record.Conversation, taskID string) (ev record.ReplyEvent, found bool, err error) {
 	if err := c.Validate(); err != nil {
 		return ev, false, err
 	}

@@ -132,7 +132,7 @@
 // outage or restart of minutes loses no message (go test ./queue -run
 // TestTransientRetriesBackOff -v prints the figure). A run still alive
 // and an interruption are no failures: they retry after StuckRetryDelay
-// and 100ms. The attempt journals its delay (Attempt.RetryIn; journal
+// and 100ms. The attempt journals its delay (record.Attempt.RetryIn; journal
 // show prints "next attempt in"); a shutdown interruption does not count
 // as a failed try. Run configures the delays in Asynq (with ordering's
 // put-back, see ServerConfig).
@@ -147,7 +147,8 @@
 // answer_delta (line-buffered; reasoning with narration true), and one final
 // event. Each carries task_id, otid, run_id and message_id. The wire format
 // is docs/reply-events.md in the repository (see Replies); read it with XREAD
-// from any language, or with Replies.Read.
+// from any language, or with Replies.Read, as record.ReplyEvent values
+// (package queue/record holds the records lettaq writes and users read).
 //
 // Progress events (phase, tool, answer_delta) are written in order off the
 // goroutine that reads the agent's stream, so a slow or restarting Redis
@@ -165,8 +166,8 @@
 // call ids; tool calls left unanswered by a cancelled run), resends; and per
 // attempt: worker, start and end, the phase timeline, which clock fired
 // (connect, stall, total), polls and resumes, the resend decision, outcome
-// and error. Query it with Journal.Get, ByOtid or Recent (filters: stalls,
-// retries, resends, failures).
+// and error: a record.TurnRecord. Query it with Journal.Get, ByOtid or
+// Recent (filters: stalls, retries, resends, failures).
 //
 // # Tasks from other languages
 //

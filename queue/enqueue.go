@@ -10,7 +10,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
-	"github.com/lettaq/lettaq/queue/shard"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // Enqueue: a message becomes a turn. The Client checks the deployment's shard layout once,
@@ -54,9 +54,9 @@ type EnqueueResult struct {
 //
 // With shards, the turn goes to its chat's shard (ClientConfig.Shards);
 // the first Enqueue of a Client checks the deployment's recorded layout
-// and refuses with a *LayoutMismatchError when it is another.
+// and refuses with a *shard.MismatchError when it is another.
 func (c *Client) Enqueue(ctx context.Context, m Message) (EnqueueResult, error) {
-	if err := c.claim(ctx); err != nil {
+	if err := c.shards.claim(ctx); err != nil {
 		return EnqueueResult{}, err
 	}
 	stamped := m.EnqueuedAt.IsZero() // the payload is this call's alone (its time)
@@ -111,38 +111,10 @@ func (c *Client) Enqueue(ctx context.Context, m Message) (EnqueueResult, error) 
 	}
 	if c.cfg.Replies != nil && !res.Duplicate {
 		// Best effort: the worker writes it at the first attempt otherwise.
-		_, _ = c.cfg.Replies.EmitAcceptedOnce(ctx, m.Conversation, ReplyEvent{
+		_, _ = c.cfg.Replies.EmitAcceptedOnce(ctx, m.Conversation, record.ReplyEvent{
 			TaskID: id, Otid: res.Otid, MessageID: m.MessageID, Position: max(res.Position, 0)})
 	}
 	return res, nil
-}
-
-// claim checks the deployment's layout once per Client (until it
-// succeeds): a Client with another layout enqueues nothing. A Client
-// without Replies knows no key prefix: it records no layout, and compares
-// the rest of it with the recorded one.
-func (c *Client) claim(ctx context.Context) error {
-	if c.shards.claimed.Load() {
-		return nil
-	}
-	rdb := c.rdb
-	if rdb == nil && c.cfg.Replies != nil {
-		rdb = c.cfg.Replies.rdb
-	}
-	if rdb == nil && c.seq != nil {
-		rdb = c.seq.Client()
-	}
-	if rdb == nil {
-		return nil // no go-redis client to read it with (a Sequencer and Replies of the caller's own are both absent)
-	}
-	switch err := c.shards.layout.Claim(ctx, rdb, c.cfg.Replies != nil); {
-	case errors.Is(err, shard.ErrNotRecorded):
-		return nil // (asked again at the next Enqueue, until a worker recorded it)
-	case err != nil:
-		return err
-	}
-	c.shards.claimed.Store(true)
-	return nil
 }
 
 // existingTask judges the task that holds id when m's enqueue (payload b)

@@ -8,7 +8,7 @@ import (
 	"github.com/lettaq/lettaq/queue/internal/approval"
 	"github.com/lettaq/lettaq/queue/internal/inbound"
 	"github.com/lettaq/lettaq/queue/internal/journal"
-	"github.com/lettaq/lettaq/queue/internal/record"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // The errors a caller tests for with errors.Is (they come wrapped).
@@ -19,9 +19,6 @@ var (
 	// ErrNoApproval: no approval request is known by the given task id or
 	// otid (Client.AnswerApproval, Client.Approve, Client.Deny).
 	ErrNoApproval = approval.ErrNoRequest
-	// ErrInvalidEvent: a reply event or its conversation cannot be
-	// written (Replies.Emit).
-	ErrInvalidEvent = record.ErrInvalidEvent
 )
 
 // The error types a caller tests for with errors.As follow.
@@ -83,7 +80,7 @@ func (e *MessageIDConflictError) Error() string {
 // so that is a caller's bug. Nothing is written. httpapi.NotifyHandler
 // answers it 409.
 type NotifyKeyConflictError struct {
-	Chat Conversation
+	Chat record.Conversation
 	Key  string
 	// ID is the entry the key's first notify wrote.
 	ID string

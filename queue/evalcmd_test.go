@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/lettaq/lettaq/queue/internal/progress"
+	"github.com/lettaq/lettaq/queue/record"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
@@ -70,19 +71,19 @@ func TestTurnOpsAfterScriptFlush(t *testing.T) {
 			var h pipeNames
 			rdb.AddHook(&h)
 
-			conv := Conversation{Integration: "test", ChatID: "flush"}
-			final, err := r.prepareMany(conv, ReplyEvent{Type: EventAnswer, TaskID: "t", Text: "hi"}, r.answeredKey("t"))
+			conv := record.Conversation{Integration: "test", ChatID: "flush"}
+			final, err := r.prepareMany(conv, record.ReplyEvent{Type: record.EventAnswer, TaskID: "t", Text: "hi"}, r.answeredKey("t"))
 			if err != nil {
 				t.Fatal(err)
 			}
-			var prior []Intent
+			var prior []record.Intent
 			intent, err := j.intentOp("t", "o", 1, "w", &prior)
 			if err != nil {
 				t.Fatal(err)
 			}
 			// (The attempt journaled its intent: the save refreshes the intents' expiry too.)
-			save, err := j.saver.SaveOp(&TurnRecord{TaskID: "t", Otid: "o", Outcome: OutcomeAnswered,
-				Attempts: []Attempt{{N: 1, SentOtid: true}}}, false, 0, nil)
+			save, err := j.saver.SaveOp(&record.TurnRecord{TaskID: "t", Otid: "o", Outcome: record.OutcomeAnswered,
+				Attempts: []record.Attempt{{N: 1, SentOtid: true}}}, false, 0, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -122,7 +123,7 @@ func TestTurnOpsAfterScriptFlush(t *testing.T) {
 			if ins, err := j.Intents(ctx, "t"); err != nil || len(ins) != 1 || len(prior) != 0 {
 				t.Errorf("intents %v (%v), prior %v", ins, err, prior)
 			}
-			if rec, err := j.Get(ctx, "t"); err != nil || rec.Outcome != OutcomeAnswered {
+			if rec, err := j.Get(ctx, "t"); err != nil || rec.Outcome != record.OutcomeAnswered {
 				t.Errorf("journal: %v %v", rec, err)
 			}
 			if res, _ := rdb.HGet(ctx, store.AsynqTaskKey("q", "t"), "result").Result(); wrote != 1 || res != `{"ok":1}` {
@@ -183,16 +184,16 @@ func TestRunOpsAfterScriptFlush(t *testing.T) {
 		if err := b.rdb.ScriptFlush(ctx).Err(); err != nil {
 			t.Skip("SCRIPT FLUSH:", err)
 		}
-		conv := Conversation{Integration: "test", ChatID: "flush"}
+		conv := record.Conversation{Integration: "test", ChatID: "flush"}
 		var evs []*progress.Event
 		for i := range 3 {
-			pe, err := r.prepareMany(conv, ReplyEvent{Type: EventAnswerDelta, TaskID: "t", Text: fmt.Sprint(i)}, "")
+			pe, err := r.prepareMany(conv, record.ReplyEvent{Type: record.EventAnswerDelta, TaskID: "t", Text: fmt.Sprint(i)}, "")
 			if err != nil {
 				t.Fatal(err)
 			}
 			evs = append(evs, pe)
 		}
-		save, err := j.saver.SaveOp(&TurnRecord{TaskID: "t", Otid: "o"}, false, 0, nil)
+		save, err := j.saver.SaveOp(&record.TurnRecord{TaskID: "t", Otid: "o"}, false, 0, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -210,7 +211,7 @@ func TestRunOpsAfterScriptFlush(t *testing.T) {
 	})
 }
 
-func streamTexts(t *testing.T, r *Replies, c Conversation) []string {
+func streamTexts(t *testing.T, r *Replies, c record.Conversation) []string {
 	t.Helper()
 	evs, _, err := r.Read(context.Background(), c, "0", 10000, 0)
 	if err != nil {

@@ -2,7 +2,6 @@ package queue
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"time"
@@ -12,8 +11,8 @@ import (
 	"github.com/lettaq/lettaq/internal/split"
 	"github.com/lettaq/lettaq/queue/internal/attempt"
 	"github.com/lettaq/lettaq/queue/internal/codec"
-	"github.com/lettaq/lettaq/queue/internal/record"
 	"github.com/lettaq/lettaq/queue/internal/store"
+	"github.com/lettaq/lettaq/queue/record"
 	"github.com/lettaq/lettaq/queue/shard"
 )
 
@@ -22,62 +21,8 @@ import (
 // capped with XADD MAXLEN ~ (RepliesOptions.MaxLen) and kept RepliesOptions.StreamTTL
 // (trimmed by age, XTRIM MINID ~, and expired when idle); each entry has the flat string fields
 // type, task_id, otid, run_id, message_id, seq, time and data (compact JSON, the fields of
-// ReplyEvent); a turn ends with at most one final event (answer, approval_required, or a
+// record.ReplyEvent); a turn ends with at most one final event (answer, approval_required, or a
 // permanent error), guarded by the marker <prefix>answered:<task_id>.
-
-// Conversation names one chat in one integration.
-type Conversation = record.Conversation
-
-// EventType is the kind of a reply event (ReplyEvent.Type): a relay
-// switches on it to show the event.
-type EventType = record.EventType
-
-// The reply event types (see record.EventType for each one's meaning).
-const (
-	EventAccepted         = record.EventAccepted
-	EventPhase            = record.EventPhase
-	EventTool             = record.EventTool
-	EventAnswerDelta      = record.EventAnswerDelta
-	EventAnswer           = record.EventAnswer
-	EventApprovalRequired = record.EventApprovalRequired
-	EventError            = record.EventError
-	EventNotify           = record.EventNotify
-)
-
-// ReplyPhase is what a turn is doing, as its phase and accepted events say
-// (ReplyEvent.Phase) and the journal's timeline keeps (PhaseMark).
-type ReplyPhase = record.ReplyPhase
-
-// Phases carried by phase (and accepted) events.
-const (
-	PhaseQueued           = record.PhaseQueued
-	PhaseConnecting       = record.PhaseConnecting
-	PhaseStreaming        = record.PhaseStreaming
-	PhaseThinking         = record.PhaseThinking
-	PhaseToolRunning      = record.PhaseToolRunning
-	PhaseRecovering       = record.PhaseRecovering
-	PhaseContinuing       = record.PhaseContinuing
-	PhaseRateLimited      = record.PhaseRateLimited
-	PhaseLettaDeploying   = record.PhaseLettaDeploying
-	PhaseAwaitingApproval = record.PhaseAwaitingApproval
-)
-
-// Tool statuses carried by ToolEvent.Status.
-const (
-	ToolStatusCall    = record.ToolStatusCall
-	ToolStatusSuccess = record.ToolStatusSuccess
-	ToolStatusError   = record.ToolStatusError
-)
-
-// ToolEvent is a tool call, its result, or a call waiting for approval.
-type ToolEvent = record.ToolEvent
-
-// ApprovalEvent is the "approval" field of reply events.
-type ApprovalEvent = record.ApprovalEvent
-
-// ReplyEvent is one event in a conversation's reply stream; its JSON form
-// is the stream entry's fields with data as a nested object, plus "id".
-type ReplyEvent = record.ReplyEvent
 
 // RepliesOptions configures Replies. Zero values take the defaults.
 type RepliesOptions struct {
@@ -169,7 +114,7 @@ func (r *Replies) inLayout(l shard.Layout) (*Replies, error) {
 
 // Key returns the stream key of c (see the wire format above). It does not
 // validate c; Emit and Read do.
-func (r *Replies) Key(c Conversation) string {
+func (r *Replies) Key(c record.Conversation) string {
 	return r.keys().Replies(c.Integration, c.ChatID)
 }
 
@@ -184,7 +129,7 @@ func (r *Replies) acceptedKey(taskID string) string { return r.keys().Accepted(t
 // split into parts of at most 4096 UTF-16 code units, cut at paragraph,
 // line or word boundaries. Final events that must be written once per turn go
 // through EmitAnswerOnce instead.
-func (r *Replies) Emit(ctx context.Context, c Conversation, ev ReplyEvent) (ReplyEvent, error) {
+func (r *Replies) Emit(ctx context.Context, c record.Conversation, ev record.ReplyEvent) (record.ReplyEvent, error) {
 	ev, _, err := r.emit(ctx, c, ev, "")
 	return ev, err
 }
@@ -195,12 +140,12 @@ func (r *Replies) Emit(ctx context.Context, c Conversation, ev ReplyEvent) (Repl
 // TTL), the seq increment and the append are one atomic script. It reports
 // whether the event was written; a retried or recovered attempt gets false
 // and writes nothing.
-func (r *Replies) EmitAnswerOnce(ctx context.Context, c Conversation, ev ReplyEvent) (emitted bool, err error) {
+func (r *Replies) EmitAnswerOnce(ctx context.Context, c record.Conversation, ev record.ReplyEvent) (emitted bool, err error) {
 	if ev.Type == "" {
-		ev.Type = EventAnswer
+		ev.Type = record.EventAnswer
 	}
 	if !ev.Type.Final() {
-		return false, fmt.Errorf("%w: EmitAnswerOnce needs a final event type, not %q", ErrInvalidEvent, ev.Type)
+		return false, fmt.Errorf("%w: EmitAnswerOnce needs a final event type, not %q", record.ErrInvalidEvent, ev.Type)
 	}
 	_, emitted, err = r.emit(ctx, c, ev, r.answeredKey(ev.TaskID))
 	return emitted, err
@@ -210,10 +155,10 @@ func (r *Replies) EmitAnswerOnce(ctx context.Context, c Conversation, ev ReplyEv
 // one was already written (marker <prefix>accepted:<task_id>): the client
 // writes it at enqueue and the worker at the turn's first attempt, and
 // whichever comes first wins.
-func (r *Replies) EmitAcceptedOnce(ctx context.Context, c Conversation, ev ReplyEvent) (emitted bool, err error) {
-	ev.Type = EventAccepted
+func (r *Replies) EmitAcceptedOnce(ctx context.Context, c record.Conversation, ev record.ReplyEvent) (emitted bool, err error) {
+	ev.Type = record.EventAccepted
 	if ev.Phase == "" {
-		ev.Phase = PhaseQueued
+		ev.Phase = record.PhaseQueued
 	}
 	_, emitted, err = r.emit(ctx, c, ev, r.acceptedKey(ev.TaskID))
 	return emitted, err
@@ -228,7 +173,7 @@ func (r *Replies) Answered(ctx context.Context, taskID string) (bool, error) {
 	return ok, nil
 }
 
-func (r *Replies) emit(ctx context.Context, c Conversation, ev ReplyEvent, marker string) (ReplyEvent, bool, error) {
+func (r *Replies) emit(ctx context.Context, c record.Conversation, ev record.ReplyEvent, marker string) (record.ReplyEvent, bool, error) {
 	ev, at, data, err := r.complete(c, ev)
 	if err != nil {
 		return ev, false, err
@@ -248,14 +193,14 @@ func (r *Replies) emit(ctx context.Context, c Conversation, ev ReplyEvent, marke
 
 // complete validates ev and completes it (Parts, truncated tool return,
 // Time); it returns the entry's time and data fields.
-func (r *Replies) complete(c Conversation, ev ReplyEvent) (_ ReplyEvent, at, data string, err error) {
+func (r *Replies) complete(c record.Conversation, ev record.ReplyEvent) (_ record.ReplyEvent, at, data string, err error) {
 	if err := c.Validate(); err != nil {
 		return ev, "", "", err
 	}
 	if err := validateReplyEvent(ev); err != nil {
 		return ev, "", "", err
 	}
-	if ev.Type == EventAnswer && ev.Parts == nil && ev.Text != "" {
+	if ev.Type == record.EventAnswer && ev.Parts == nil && ev.Text != "" {
 		ev.Parts = split.Message(ev.Text, r.opts.PartLimits[c.Integration])
 	}
 	if ev.Tool != nil {
@@ -276,7 +221,7 @@ func (r *Replies) complete(c Conversation, ev ReplyEvent) (_ ReplyEvent, at, dat
 // json.Marshal's, TestReplyDataMatchesJSON): json.Marshal's reflection
 // was the deepest point of an instant turn's goroutine, whose stack grew
 // (a copy of the whole stack) to make room for it.
-func encodeTimeData(ev *ReplyEvent) (at, data string, err error) {
+func encodeTimeData(ev *record.ReplyEvent) (at, data string, err error) {
 	var buf [160]byte
 	b := buf[:0]
 	if n := replyDataSize(ev); n > len(buf)-40 {
@@ -288,7 +233,7 @@ func encodeTimeData(ev *ReplyEvent) (at, data string, err error) {
 		s := string(d)
 		return s[:n], s[n:], nil
 	}
-	js, err := json.Marshal(record.DataOf(*ev))
+	js, err := ev.DataJSON()
 	if err != nil {
 		return "", "", fmt.Errorf("queue: encode reply event: %w", err)
 	}
@@ -297,7 +242,7 @@ func encodeTimeData(ev *ReplyEvent) (at, data string, err error) {
 
 // replyDataSize is about the size of ev's data field (more when strings
 // need escaping).
-func replyDataSize(ev *ReplyEvent) int {
+func replyDataSize(ev *record.ReplyEvent) int {
 	n := 96 + len(ev.Phase) + len(ev.Text) + len(ev.StopReason) + len(ev.AnsweredBy)
 	for _, p := range ev.Parts {
 		n += len(p) + 3
@@ -308,10 +253,10 @@ func replyDataSize(ev *ReplyEvent) int {
 	return n
 }
 
-// appendReplyData appends ev's data field as json.Marshal(record.DataOf(*ev))
+// appendReplyData appends ev's data field as ev.DataJSON()
 // writes it; ok is false for an event with an approval (json.Marshal
 // encodes those: they are rare).
-func appendReplyData(b []byte, ev *ReplyEvent) (_ []byte, ok bool) {
+func appendReplyData(b []byte, ev *record.ReplyEvent) (_ []byte, ok bool) {
 	if ev.Approval != nil {
 		return b, false
 	}
@@ -319,16 +264,16 @@ func appendReplyData(b []byte, ev *ReplyEvent) (_ []byte, ok bool) {
 	b = append(b, '{')
 	b = codec.AppendStringField(b, `,"phase":`, string(ev.Phase))
 	b = codec.AppendIntField(b, `,"elapsed_ms":`, ev.Elapsed.Milliseconds())
-	if ev.Position != 0 || ev.Type == EventAccepted {
+	if ev.Position != 0 || ev.Type == record.EventAccepted {
 		b = strconv.AppendInt(append(b, `,"position":`...), int64(ev.Position), 10)
 	}
-	if ev.Text != "" || ev.Type == EventAnswerDelta || ev.Type == EventAnswer || ev.Type == EventError {
+	if ev.Text != "" || ev.Type == record.EventAnswerDelta || ev.Type == record.EventAnswer || ev.Type == record.EventError {
 		b = codec.AppendString(append(b, `,"text":`...), ev.Text)
 	}
 	if ev.Narration {
 		b = append(b, `,"narration":true`...)
 	}
-	if len(ev.Parts) > 0 || ev.Type == EventAnswer {
+	if len(ev.Parts) > 0 || ev.Type == record.EventAnswer {
 		b = append(b, `,"parts":[`...)
 		for i, p := range ev.Parts {
 			if i > 0 {
@@ -342,30 +287,30 @@ func appendReplyData(b []byte, ev *ReplyEvent) (_ []byte, ok bool) {
 		b = attempt.AppendToolEventJSON(append(b, `,"tool":`...), ev.Tool)
 	}
 	b = codec.AppendStringField(b, `,"stop_reason":`, ev.StopReason)
-	if ev.Permanent || ev.Type == EventError {
+	if ev.Permanent || ev.Type == record.EventError {
 		b = strconv.AppendBool(append(b, `,"permanent":`...), ev.Permanent)
 	}
 	b = codec.AppendStringField(b, `,"answered_by":`, ev.AnsweredBy)
 	return codec.CloseObject(b, open), true
 }
 
-func validateReplyEvent(ev ReplyEvent) error {
+func validateReplyEvent(ev record.ReplyEvent) error {
 	if !ev.Type.Valid() {
-		return fmt.Errorf("%w: unknown type %q", ErrInvalidEvent, ev.Type)
+		return fmt.Errorf("%w: unknown type %q", record.ErrInvalidEvent, ev.Type)
 	}
 	if ev.TaskID == "" {
-		return fmt.Errorf("%w: %s event has no task id", ErrInvalidEvent, ev.Type)
+		return fmt.Errorf("%w: %s event has no task id", record.ErrInvalidEvent, ev.Type)
 	}
 	switch ev.Type {
-	case EventNotify:
-		return fmt.Errorf("%w: a notify event is written by Client.Notify (once per key), not Emit", ErrInvalidEvent)
-	case EventPhase:
+	case record.EventNotify:
+		return fmt.Errorf("%w: a notify event is written by Client.Notify (once per key), not Emit", record.ErrInvalidEvent)
+	case record.EventPhase:
 		if ev.Phase == "" {
-			return fmt.Errorf("%w: phase event has no phase", ErrInvalidEvent)
+			return fmt.Errorf("%w: phase event has no phase", record.ErrInvalidEvent)
 		}
-	case EventTool, EventApprovalRequired:
+	case record.EventTool, record.EventApprovalRequired:
 		if ev.Tool == nil {
-			return fmt.Errorf("%w: %s event has no tool", ErrInvalidEvent, ev.Type)
+			return fmt.Errorf("%w: %s event has no tool", record.ErrInvalidEvent, ev.Type)
 		}
 	}
 	return nil
@@ -374,14 +319,14 @@ func validateReplyEvent(ev ReplyEvent) error {
 // replyEventFromEntry decodes a stream entry. It is lenient: a field that is
 // missing or malformed is left zero, so that one bad entry (or one written by
 // a newer version) never stops a consumer.
-func replyEventFromEntry(m redis.XMessage) ReplyEvent {
+func replyEventFromEntry(m redis.XMessage) record.ReplyEvent {
 	str := func(k string) string {
 		s, _ := m.Values[k].(string)
 		return s
 	}
-	ev := ReplyEvent{
+	ev := record.ReplyEvent{
 		ID:        m.ID,
-		Type:      EventType(str("type")),
+		Type:      record.EventType(str("type")),
 		TaskID:    str("task_id"),
 		Otid:      str("otid"),
 		RunID:     str("run_id"),
@@ -389,10 +334,7 @@ func replyEventFromEntry(m redis.XMessage) ReplyEvent {
 	}
 	ev.Seq, _ = strconv.ParseInt(str("seq"), 10, 64)
 	ev.Time, _ = time.Parse(time.RFC3339Nano, str("time"))
-	var d record.Data
-	if json.Unmarshal([]byte(str("data")), &d) == nil {
-		d.Apply(&ev)
-	}
+	_ = ev.SetDataJSON([]byte(str("data"))) // lenient: an unreadable data field leaves them zero
 	return ev
 }
 
@@ -406,7 +348,7 @@ func replyEventFromEntry(m redis.XMessage) ReplyEvent {
 // returned, or, when none was, after itself ("$" resolved to the stream's
 // current last id, so that looping on lastID never misses an event).
 // A wait that ends with no event is not an error.
-func (r *Replies) Read(ctx context.Context, c Conversation, after string, count int64, block time.Duration) (events []ReplyEvent, lastID string, err error) {
+func (r *Replies) Read(ctx context.Context, c record.Conversation, after string, count int64, block time.Duration) (events []record.ReplyEvent, lastID string, err error) {
 	if err := c.Validate(); err != nil {
 		return nil, after, err
 	}

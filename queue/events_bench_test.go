@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/lettaq/lettaq/queue/internal/progress"
+	"github.com/lettaq/lettaq/queue/record"
 
 	"strconv"
 	"strings"
@@ -70,16 +71,16 @@ func BenchmarkEmitScript(b *testing.B) {
 	ctx := context.Background()
 	rdb, prefix := benchRedis(b)
 	r := NewReplies(rdb, RepliesOptions{Prefix: prefix, MaxLen: 1000})
-	c := Conversation{Integration: "bench", ChatID: "emit"}
+	c := record.Conversation{Integration: "bench", ChatID: "emit"}
 	task, otid, run := "turn:bench:"+uuid.NewString(), uuid.NewString(), "run-"+uuid.NewString()
-	evs := []ReplyEvent{
-		{Type: EventPhase, Phase: "connecting"},
-		{Type: EventPhase, Phase: PhaseStreaming},
-		{Type: EventPhase, Phase: "thinking"},
-		{Type: EventAnswerDelta, Text: "The user wrote to me. I will answer.", Narration: true},
-		{Type: EventPhase, Phase: PhaseStreaming},
-		{Type: EventAnswerDelta, Text: "ok"},
-		{Type: EventAnswer, Text: "ok", StopReason: "end_turn"},
+	evs := []record.ReplyEvent{
+		{Type: record.EventPhase, Phase: "connecting"},
+		{Type: record.EventPhase, Phase: record.PhaseStreaming},
+		{Type: record.EventPhase, Phase: "thinking"},
+		{Type: record.EventAnswerDelta, Text: "The user wrote to me. I will answer.", Narration: true},
+		{Type: record.EventPhase, Phase: record.PhaseStreaming},
+		{Type: record.EventAnswerDelta, Text: "ok"},
+		{Type: record.EventAnswer, Text: "ok", StopReason: "end_turn"},
 	}
 	prepared := make([]*progress.Event, len(evs))
 	for i, ev := range evs {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/lettaq/lettaq/queue/internal/progress"
 	"github.com/lettaq/lettaq/queue/internal/store"
+	"github.com/lettaq/lettaq/queue/record"
 
 	"github.com/redis/go-redis/v9"
 
@@ -65,19 +66,19 @@ func (c *rjClock) Advance(d time.Duration) {
 	c.mu.Unlock()
 }
 
-var rjConv = Conversation{Integration: "telegram", ChatID: "-100123:45"}
+var rjConv = record.Conversation{Integration: "telegram", ChatID: "-100123:45"}
 
 func TestRepliesKey(t *testing.T) {
 	r := NewReplies(nil, RepliesOptions{})
-	if got, want := r.Key(Conversation{Integration: "slack", ChatID: "C1:T2"}), "lettaq:replies:slack:C1:T2"; got != want {
+	if got, want := r.Key(record.Conversation{Integration: "slack", ChatID: "C1:T2"}), "lettaq:replies:slack:C1:T2"; got != want {
 		t.Fatalf("Key = %q, want %q", got, want)
 	}
 	r = NewReplies(nil, RepliesOptions{Prefix: "{x}:"})
-	if got, want := r.Key(Conversation{Integration: "web", ChatID: "abc"}), "{x}:replies:web:abc"; got != want {
+	if got, want := r.Key(record.Conversation{Integration: "web", ChatID: "abc"}), "{x}:replies:web:abc"; got != want {
 		t.Fatalf("Key = %q, want %q", got, want)
 	}
-	for _, c := range []Conversation{{Integration: "", ChatID: "1"}, {Integration: "tele:gram", ChatID: "1"}, {Integration: "tele gram", ChatID: "1"}, {Integration: "telegram", ChatID: ""}} {
-		if err := c.Validate(); !errors.Is(err, ErrInvalidEvent) {
+	for _, c := range []record.Conversation{{Integration: "", ChatID: "1"}, {Integration: "tele:gram", ChatID: "1"}, {Integration: "tele gram", ChatID: "1"}, {Integration: "telegram", ChatID: ""}} {
+		if err := c.Validate(); !errors.Is(err, record.ErrInvalidEvent) {
 			t.Errorf("Validate(%+v) = %v, want ErrInvalidEvent", c, err)
 		}
 	}
@@ -101,7 +102,7 @@ func TestRepliesSeqAcrossInstances(t *testing.T) {
 			if i%2 == 1 {
 				w = w2
 			}
-			ev, err := w.Emit(ctx, rjConv, ReplyEvent{Type: EventPhase, TaskID: "t1", Phase: PhaseStreaming})
+			ev, err := w.Emit(ctx, rjConv, record.ReplyEvent{Type: record.EventPhase, TaskID: "t1", Phase: record.PhaseStreaming})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -111,7 +112,7 @@ func TestRepliesSeqAcrossInstances(t *testing.T) {
 			}
 		}
 		// Another turn in the same conversation has its own sequence.
-		if ev, err := w2.Emit(ctx, rjConv, ReplyEvent{Type: EventAccepted, TaskID: "t2", Phase: PhaseQueued}); err != nil || ev.Seq != 1 {
+		if ev, err := w2.Emit(ctx, rjConv, record.ReplyEvent{Type: record.EventAccepted, TaskID: "t2", Phase: record.PhaseQueued}); err != nil || ev.Seq != 1 {
 			t.Fatalf("other turn: seq %d, err %v; want 1", ev.Seq, err)
 		}
 
@@ -122,7 +123,7 @@ func TestRepliesSeqAcrossInstances(t *testing.T) {
 				defer wg.Done()
 				w := []*Replies{w1, w2}[g%2]
 				for range 5 {
-					if _, err := w.Emit(ctx, rjConv, ReplyEvent{Type: EventAnswerDelta, TaskID: "t1", Text: "x"}); err != nil {
+					if _, err := w.Emit(ctx, rjConv, record.ReplyEvent{Type: record.EventAnswerDelta, TaskID: "t1", Text: "x"}); err != nil {
 						t.Error(err)
 						return
 					}
@@ -167,7 +168,7 @@ func TestRepliesEmitAnswerOnceConcurrent(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				r := NewReplies(b.rdb, RepliesOptions{Prefix: b.prefix})
-				ok, err := r.EmitAnswerOnce(ctx, rjConv, ReplyEvent{TaskID: "turn", Text: fmt.Sprintf("answer from %d", g)})
+				ok, err := r.EmitAnswerOnce(ctx, rjConv, record.ReplyEvent{TaskID: "turn", Text: fmt.Sprintf("answer from %d", g)})
 				if err != nil {
 					t.Error(err)
 					return
@@ -188,7 +189,7 @@ func TestRepliesEmitAnswerOnceConcurrent(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(evs) != 1 || evs[0].Type != EventAnswer || evs[0].Seq != 1 {
+		if len(evs) != 1 || evs[0].Type != record.EventAnswer || evs[0].Seq != 1 {
 			t.Fatalf("stream = %+v, want one answer with seq 1", evs)
 		}
 		if ok, err := r.Answered(ctx, "turn"); err != nil || !ok {
@@ -198,7 +199,7 @@ func TestRepliesEmitAnswerOnceConcurrent(t *testing.T) {
 			t.Fatalf("Answered(other) = %v, %v; want false", ok, err)
 		}
 		// A late retry: no second answer, not even as an error event.
-		if ok, err := r.EmitAnswerOnce(ctx, rjConv, ReplyEvent{Type: EventError, TaskID: "turn", Text: "boom", Permanent: true}); err != nil || ok {
+		if ok, err := r.EmitAnswerOnce(ctx, rjConv, record.ReplyEvent{Type: record.EventError, TaskID: "turn", Text: "boom", Permanent: true}); err != nil || ok {
 			t.Fatalf("late EmitAnswerOnce = %v, %v; want false", ok, err)
 		}
 		// The marker expires with TTL.
@@ -210,10 +211,10 @@ func TestRepliesEmitAnswerOnceConcurrent(t *testing.T) {
 			t.Fatalf("stream has %d events after late retry, want 1", len(evs))
 		}
 		// Progress events of the turn still get the next seq.
-		if ev, err := r.Emit(ctx, rjConv, ReplyEvent{Type: EventPhase, TaskID: "turn", Phase: PhaseRecovering}); err != nil || ev.Seq != 2 {
+		if ev, err := r.Emit(ctx, rjConv, record.ReplyEvent{Type: record.EventPhase, TaskID: "turn", Phase: record.PhaseRecovering}); err != nil || ev.Seq != 2 {
 			t.Fatalf("Emit after answer: seq %d, %v; want 2", ev.Seq, err)
 		}
-		if _, err := r.EmitAnswerOnce(ctx, rjConv, ReplyEvent{Type: EventPhase, TaskID: "turn", Phase: "x"}); !errors.Is(err, ErrInvalidEvent) {
+		if _, err := r.EmitAnswerOnce(ctx, rjConv, record.ReplyEvent{Type: record.EventPhase, TaskID: "turn", Phase: "x"}); !errors.Is(err, record.ErrInvalidEvent) {
 			t.Fatalf("EmitAnswerOnce(phase) = %v, want ErrInvalidEvent", err)
 		}
 	})
@@ -225,7 +226,7 @@ func TestRepliesStreamCapped(t *testing.T) {
 		r := NewReplies(b.rdb, RepliesOptions{Prefix: b.prefix, MaxLen: 10})
 		const total = 400
 		for range total {
-			if _, err := r.Emit(ctx, rjConv, ReplyEvent{Type: EventAnswerDelta, TaskID: "t", Text: "x"}); err != nil {
+			if _, err := r.Emit(ctx, rjConv, record.ReplyEvent{Type: record.EventAnswerDelta, TaskID: "t", Text: "x"}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -256,20 +257,20 @@ func TestRepliesStreamCapped(t *testing.T) {
 	})
 }
 
-func rjAllEvents() []ReplyEvent {
-	return []ReplyEvent{
-		{Type: EventAccepted, TaskID: "t", MessageID: "m1", Phase: PhaseQueued, Position: 0},
-		{Type: EventAccepted, TaskID: "t", MessageID: "m1", Phase: PhaseQueued, Position: 3},
-		{Type: EventPhase, TaskID: "t", Otid: "o", RunID: "run-1", MessageID: "m1", Phase: PhaseThinking, Elapsed: 4200 * time.Millisecond},
-		{Type: EventTool, TaskID: "t", Otid: "o", RunID: "run-1", MessageID: "m1", Tool: &ToolEvent{Name: "web_search", CallID: "c1", Arguments: `{"q":"go"}`, Status: ToolStatusCall}},
-		{Type: EventTool, TaskID: "t", Otid: "o", RunID: "run-1", MessageID: "m1", Tool: &ToolEvent{Name: "web_search", CallID: "c1", Status: ToolStatusSuccess, Return: "found"}},
-		{Type: EventAnswerDelta, TaskID: "t", Otid: "o", RunID: "run-1", MessageID: "m1", Text: "Let me think…", Narration: true},
-		{Type: EventAnswerDelta, TaskID: "t", Otid: "o", RunID: "run-1", MessageID: "m1", Text: "Hello\n"},
-		{Type: EventAnswer, TaskID: "t", Otid: "o", RunID: "run-1", MessageID: "m1", Text: "Hello\nworld", Parts: []string{"Hello\n", "world"}, StopReason: "end_turn"},
-		{Type: EventAnswer, TaskID: "t", Otid: "o", RunID: "run-1", MessageID: "m2", Text: "", Parts: []string{}, AnsweredBy: "t0"},
-		{Type: EventApprovalRequired, TaskID: "t", Otid: "o", RunID: "run-1", MessageID: "m1", Tool: &ToolEvent{Name: "delete_file", CallID: "c2", Arguments: `{"path":"/x"}`, Status: ToolStatusCall}},
-		{Type: EventError, TaskID: "t", Otid: "o", MessageID: "m1", Text: "agent unreachable", Permanent: true, StopReason: "error"},
-		{Type: EventError, TaskID: "t", Text: "stalled; retrying"},
+func rjAllEvents() []record.ReplyEvent {
+	return []record.ReplyEvent{
+		{Type: record.EventAccepted, TaskID: "t", MessageID: "m1", Phase: record.PhaseQueued, Position: 0},
+		{Type: record.EventAccepted, TaskID: "t", MessageID: "m1", Phase: record.PhaseQueued, Position: 3},
+		{Type: record.EventPhase, TaskID: "t", Otid: "o", RunID: "run-1", MessageID: "m1", Phase: record.PhaseThinking, Elapsed: 4200 * time.Millisecond},
+		{Type: record.EventTool, TaskID: "t", Otid: "o", RunID: "run-1", MessageID: "m1", Tool: &record.ToolEvent{Name: "web_search", CallID: "c1", Arguments: `{"q":"go"}`, Status: record.ToolStatusCall}},
+		{Type: record.EventTool, TaskID: "t", Otid: "o", RunID: "run-1", MessageID: "m1", Tool: &record.ToolEvent{Name: "web_search", CallID: "c1", Status: record.ToolStatusSuccess, Return: "found"}},
+		{Type: record.EventAnswerDelta, TaskID: "t", Otid: "o", RunID: "run-1", MessageID: "m1", Text: "Let me think…", Narration: true},
+		{Type: record.EventAnswerDelta, TaskID: "t", Otid: "o", RunID: "run-1", MessageID: "m1", Text: "Hello\n"},
+		{Type: record.EventAnswer, TaskID: "t", Otid: "o", RunID: "run-1", MessageID: "m1", Text: "Hello\nworld", Parts: []string{"Hello\n", "world"}, StopReason: "end_turn"},
+		{Type: record.EventAnswer, TaskID: "t", Otid: "o", RunID: "run-1", MessageID: "m2", Text: "", Parts: []string{}, AnsweredBy: "t0"},
+		{Type: record.EventApprovalRequired, TaskID: "t", Otid: "o", RunID: "run-1", MessageID: "m1", Tool: &record.ToolEvent{Name: "delete_file", CallID: "c2", Arguments: `{"path":"/x"}`, Status: record.ToolStatusCall}},
+		{Type: record.EventError, TaskID: "t", Otid: "o", MessageID: "m1", Text: "agent unreachable", Permanent: true, StopReason: "error"},
+		{Type: record.EventError, TaskID: "t", Text: "stalled; retrying"},
 	}
 }
 
@@ -279,7 +280,7 @@ func TestRepliesReadRoundTrip(t *testing.T) {
 		ctx := context.Background()
 		clock := newRJClock()
 		r := NewReplies(b.rdb, RepliesOptions{Prefix: b.prefix, Now: clock.Now})
-		var written []ReplyEvent
+		var written []record.ReplyEvent
 		for _, ev := range rjAllEvents() {
 			clock.Advance(1500 * time.Microsecond)
 			got, err := r.Emit(ctx, rjConv, ev)
@@ -336,16 +337,16 @@ func TestRepliesWireFormat(t *testing.T) {
 		clock := newRJClock()
 		r := NewReplies(b.rdb, RepliesOptions{Prefix: b.prefix, Now: clock.Now})
 		cases := []struct {
-			ev   ReplyEvent
+			ev   record.ReplyEvent
 			data string
 		}{
-			{ReplyEvent{Type: EventAccepted, TaskID: "t", MessageID: "m", Phase: PhaseQueued}, `{"phase":"queued","position":0}`},
-			{ReplyEvent{Type: EventPhase, TaskID: "t", Otid: "o", RunID: "r", Phase: PhaseThinking, Elapsed: 1234567 * time.Microsecond}, `{"phase":"thinking","elapsed_ms":1234}`},
-			{ReplyEvent{Type: EventAnswerDelta, TaskID: "t", Text: "hm", Narration: true}, `{"text":"hm","narration":true}`},
-			{ReplyEvent{Type: EventAnswer, TaskID: "t", Text: "a b", StopReason: "end_turn"}, `{"text":"a b","parts":["a b"],"stop_reason":"end_turn"}`},
-			{ReplyEvent{Type: EventAnswer, TaskID: "t"}, `{"text":"","parts":[]}`},
-			{ReplyEvent{Type: EventTool, TaskID: "t", Tool: &ToolEvent{Name: "f", CallID: "c", Arguments: "{}", Status: ToolStatusCall}}, `{"tool":{"name":"f","call_id":"c","arguments":"{}","status":"call"}}`},
-			{ReplyEvent{Type: EventError, TaskID: "t", Text: "x"}, `{"text":"x","permanent":false}`},
+			{record.ReplyEvent{Type: record.EventAccepted, TaskID: "t", MessageID: "m", Phase: record.PhaseQueued}, `{"phase":"queued","position":0}`},
+			{record.ReplyEvent{Type: record.EventPhase, TaskID: "t", Otid: "o", RunID: "r", Phase: record.PhaseThinking, Elapsed: 1234567 * time.Microsecond}, `{"phase":"thinking","elapsed_ms":1234}`},
+			{record.ReplyEvent{Type: record.EventAnswerDelta, TaskID: "t", Text: "hm", Narration: true}, `{"text":"hm","narration":true}`},
+			{record.ReplyEvent{Type: record.EventAnswer, TaskID: "t", Text: "a b", StopReason: "end_turn"}, `{"text":"a b","parts":["a b"],"stop_reason":"end_turn"}`},
+			{record.ReplyEvent{Type: record.EventAnswer, TaskID: "t"}, `{"text":"","parts":[]}`},
+			{record.ReplyEvent{Type: record.EventTool, TaskID: "t", Tool: &record.ToolEvent{Name: "f", CallID: "c", Arguments: "{}", Status: record.ToolStatusCall}}, `{"tool":{"name":"f","call_id":"c","arguments":"{}","status":"call"}}`},
+			{record.ReplyEvent{Type: record.EventError, TaskID: "t", Text: "x"}, `{"text":"x","permanent":false}`},
 		}
 		for _, c := range cases {
 			ev, err := r.Emit(ctx, rjConv, c.ev)
@@ -377,7 +378,7 @@ func TestRepliesReadFollow(t *testing.T) {
 		if err != nil || len(evs) != 0 || last != "0-0" {
 			t.Fatalf("Read($) on empty = %v, %q, %v; want nothing, 0-0", evs, last, err)
 		}
-		old, err := r.Emit(ctx, rjConv, ReplyEvent{Type: EventPhase, TaskID: "t", Phase: PhaseConnecting})
+		old, err := r.Emit(ctx, rjConv, record.ReplyEvent{Type: record.EventPhase, TaskID: "t", Phase: record.PhaseConnecting})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -387,7 +388,7 @@ func TestRepliesReadFollow(t *testing.T) {
 			t.Fatalf("Read($) = %v, %q, %v; want nothing, %q", evs, last, err, old.ID)
 		}
 		// A blocking read wakes up for an event written meanwhile.
-		done := make(chan ReplyEvent, 1)
+		done := make(chan record.ReplyEvent, 1)
 		go func() {
 			evs, _, err := r.Read(ctx, rjConv, last, 10, 10*time.Second)
 			if err != nil || len(evs) != 1 {
@@ -397,13 +398,13 @@ func TestRepliesReadFollow(t *testing.T) {
 			}
 			done <- evs[0]
 		}()
-		var sent ReplyEvent
+		var sent record.ReplyEvent
 		// Keep emitting until the reader has its event: whether the first
 		// emit lands before or after XREAD starts blocking, the reader sees
 		// exactly the first event after last.
 	emitting:
 		for i := 0; ; i++ {
-			ev, err := r.Emit(ctx, rjConv, ReplyEvent{Type: EventAnswerDelta, TaskID: "t", Text: fmt.Sprint(i)})
+			ev, err := r.Emit(ctx, rjConv, record.ReplyEvent{Type: record.EventAnswerDelta, TaskID: "t", Text: fmt.Sprint(i)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -426,7 +427,7 @@ func TestRepliesReadFollow(t *testing.T) {
 		if err != nil || len(evs) != 0 || last != end {
 			t.Fatalf("Read timeout = %v, %q, %v; want nothing, %q", evs, last, err, end)
 		}
-		if _, _, err := r.Read(ctx, Conversation{Integration: "a:b", ChatID: "c"}, "0", 0, 0); !errors.Is(err, ErrInvalidEvent) {
+		if _, _, err := r.Read(ctx, record.Conversation{Integration: "a:b", ChatID: "c"}, "0", 0, 0); !errors.Is(err, record.ErrInvalidEvent) {
 			t.Fatalf("Read(bad conversation) = %v", err)
 		}
 	})
@@ -437,20 +438,20 @@ func TestRepliesEmitValidation(t *testing.T) {
 		ctx := context.Background()
 		r := NewReplies(b.rdb, RepliesOptions{Prefix: b.prefix})
 		bad := []struct {
-			c  Conversation
-			ev ReplyEvent
+			c  record.Conversation
+			ev record.ReplyEvent
 		}{
-			{rjConv, ReplyEvent{Type: "answered", TaskID: "t"}},
-			{rjConv, ReplyEvent{TaskID: "t"}},
-			{rjConv, ReplyEvent{Type: EventAnswer}},
-			{rjConv, ReplyEvent{Type: EventPhase, TaskID: "t"}},
-			{rjConv, ReplyEvent{Type: EventTool, TaskID: "t"}},
-			{rjConv, ReplyEvent{Type: EventApprovalRequired, TaskID: "t"}},
-			{Conversation{Integration: "telegram"}, ReplyEvent{Type: EventAnswer, TaskID: "t"}},
-			{Conversation{Integration: "tele:gram", ChatID: "1"}, ReplyEvent{Type: EventAnswer, TaskID: "t"}},
+			{rjConv, record.ReplyEvent{Type: "answered", TaskID: "t"}},
+			{rjConv, record.ReplyEvent{TaskID: "t"}},
+			{rjConv, record.ReplyEvent{Type: record.EventAnswer}},
+			{rjConv, record.ReplyEvent{Type: record.EventPhase, TaskID: "t"}},
+			{rjConv, record.ReplyEvent{Type: record.EventTool, TaskID: "t"}},
+			{rjConv, record.ReplyEvent{Type: record.EventApprovalRequired, TaskID: "t"}},
+			{record.Conversation{Integration: "telegram"}, record.ReplyEvent{Type: record.EventAnswer, TaskID: "t"}},
+			{record.Conversation{Integration: "tele:gram", ChatID: "1"}, record.ReplyEvent{Type: record.EventAnswer, TaskID: "t"}},
 		}
 		for _, c := range bad {
-			if _, err := r.Emit(ctx, c.c, c.ev); !errors.Is(err, ErrInvalidEvent) {
+			if _, err := r.Emit(ctx, c.c, c.ev); !errors.Is(err, record.ErrInvalidEvent) {
 				t.Errorf("Emit(%+v, %+v) = %v, want ErrInvalidEvent", c.c, c.ev, err)
 			}
 		}
@@ -466,22 +467,22 @@ func TestRepliesEmitShapesEvents(t *testing.T) {
 		r := NewReplies(b.rdb, RepliesOptions{Prefix: b.prefix, PartLimits: map[string]int{"telegram": 5}})
 
 		// Parts are filled in from the integration's limit.
-		ev, err := r.Emit(ctx, rjConv, ReplyEvent{Type: EventAnswer, TaskID: "t", Text: "hello world"})
+		ev, err := r.Emit(ctx, rjConv, record.ReplyEvent{Type: record.EventAnswer, TaskID: "t", Text: "hello world"})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if want := []string{"hello", " ", "world"}; !reflect.DeepEqual(ev.Parts, want) {
 			t.Fatalf("Parts = %q, want %q", ev.Parts, want)
 		}
-		web := Conversation{Integration: "web", ChatID: "1"}
-		if ev, _ := r.Emit(ctx, web, ReplyEvent{Type: EventAnswer, TaskID: "t", Text: "hello world"}); !reflect.DeepEqual(ev.Parts, []string{"hello world"}) {
+		web := record.Conversation{Integration: "web", ChatID: "1"}
+		if ev, _ := r.Emit(ctx, web, record.ReplyEvent{Type: record.EventAnswer, TaskID: "t", Text: "hello world"}); !reflect.DeepEqual(ev.Parts, []string{"hello world"}) {
 			t.Fatalf("web Parts = %q", ev.Parts)
 		}
 
 		// A long tool return is cut at a rune boundary; the caller's value is untouched.
 		ret := strings.Repeat("é", MaxToolReturnBytes) // 2 bytes each
-		tool := &ToolEvent{Name: "f", Status: ToolStatusSuccess, Return: ret + "!"}
-		ev, err = r.Emit(ctx, rjConv, ReplyEvent{Type: EventTool, TaskID: "t", Tool: tool})
+		tool := &record.ToolEvent{Name: "f", Status: record.ToolStatusSuccess, Return: ret + "!"}
+		ev, err = r.Emit(ctx, rjConv, record.ReplyEvent{Type: record.EventTool, TaskID: "t", Tool: tool})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -492,7 +493,7 @@ func TestRepliesEmitShapesEvents(t *testing.T) {
 			t.Fatalf("returned tool: %d bytes, truncated %v", len(ev.Tool.Return), ev.Tool.Truncated)
 		}
 		odd := strings.Repeat("a", MaxToolReturnBytes-1) + "é"
-		ev, _ = r.Emit(ctx, rjConv, ReplyEvent{Type: EventTool, TaskID: "t", Tool: &ToolEvent{Return: odd}})
+		ev, _ = r.Emit(ctx, rjConv, record.ReplyEvent{Type: record.EventTool, TaskID: "t", Tool: &record.ToolEvent{Return: odd}})
 		if ev.Tool.Return != odd[:MaxToolReturnBytes-1] {
 			t.Fatalf("cut inside a rune: %d bytes", len(ev.Tool.Return))
 		}
@@ -510,7 +511,7 @@ func TestReplyEventJSON(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var back ReplyEvent
+		var back record.ReplyEvent
 		if err := json.Unmarshal(b, &back); err != nil {
 			t.Fatalf("%s: %v", b, err)
 		}
@@ -518,7 +519,7 @@ func TestReplyEventJSON(t *testing.T) {
 			t.Errorf("JSON round trip:\n got %+v\nwant %+v\n via %s", back, ev, b)
 		}
 	}
-	b, _ := json.Marshal(ReplyEvent{ID: "5-0", Type: EventPhase, TaskID: "t", Seq: 3, Time: time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC), Phase: PhaseThinking, Elapsed: 2 * time.Second})
+	b, _ := json.Marshal(record.ReplyEvent{ID: "5-0", Type: record.EventPhase, TaskID: "t", Seq: 3, Time: time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC), Phase: record.PhaseThinking, Elapsed: 2 * time.Second})
 	want := `{"id":"5-0","type":"phase","task_id":"t","otid":"","run_id":"","message_id":"","seq":3,"time":"2025-01-02T03:04:05Z","data":{"phase":"thinking","elapsed_ms":2000}}`
 	if string(b) != want {
 		t.Fatalf("JSON:\n got %s\nwant %s", b, want)
@@ -547,27 +548,27 @@ func TestRepliesReadLenient(t *testing.T) {
 // head, its slice and the run id's box.
 func TestEventHeadSharesBoxes(t *testing.T) {
 	r := NewReplies(nil, RepliesOptions{Prefix: "{p}:"})
-	c := Conversation{Integration: "test", ChatID: "heads"}
-	first := ReplyEvent{Type: EventPhase, TaskID: "t1", Otid: "o1", Phase: PhaseThinking}
+	c := record.Conversation{Integration: "test", ChatID: "heads"}
+	first := record.ReplyEvent{Type: record.EventPhase, TaskID: "t1", Otid: "o1", Phase: record.PhaseThinking}
 	prev := r.newHead(c, &first, "", nil)
 	for _, tc := range []struct {
 		name   string
-		ev     ReplyEvent
+		ev     record.ReplyEvent
 		marker string
 	}{
 		{"same", first, ""},
-		{"run id", ReplyEvent{TaskID: "t1", Otid: "o1", RunID: "run-1"}, ""},
-		{"message id", ReplyEvent{TaskID: "t1", Otid: "o1", RunID: "run-1", MessageID: "m-1"}, ""},
-		{"marker", ReplyEvent{TaskID: "t1", Otid: "o1"}, r.answeredKey("t1")},
-		{"task", ReplyEvent{TaskID: "t2", Otid: "o1"}, ""},
-		{"otid", ReplyEvent{TaskID: "t1", Otid: "o2"}, ""},
+		{"run id", record.ReplyEvent{TaskID: "t1", Otid: "o1", RunID: "run-1"}, ""},
+		{"message id", record.ReplyEvent{TaskID: "t1", Otid: "o1", RunID: "run-1", MessageID: "m-1"}, ""},
+		{"marker", record.ReplyEvent{TaskID: "t1", Otid: "o1"}, r.answeredKey("t1")},
+		{"task", record.ReplyEvent{TaskID: "t2", Otid: "o1"}, ""},
+		{"otid", record.ReplyEvent{TaskID: "t1", Otid: "o2"}, ""},
 	} {
 		got := fmt.Sprintf("%#v", r.newHead(c, &tc.ev, tc.marker, prev).Args())
 		if want := fmt.Sprintf("%#v", r.newHead(c, &tc.ev, tc.marker, nil).Args()); got != want {
 			t.Errorf("%s: %s, want %s", tc.name, got, want)
 		}
 	}
-	next := ReplyEvent{Type: EventAnswerDelta, TaskID: "t1", Otid: "o1", RunID: "run-1"}
+	next := record.ReplyEvent{Type: record.EventAnswerDelta, TaskID: "t1", Otid: "o1", RunID: "run-1"}
 	var sink *store.Head
 	if n := testing.AllocsPerRun(100, func() { sink = r.newHead(c, &next, "", prev) }); n != 3 {
 		t.Errorf("%v allocations for a head whose run id changed, want 3", n)
@@ -577,7 +578,7 @@ func TestEventHeadSharesBoxes(t *testing.T) {
 
 // prepareMany encodes ev for emitManyOp with no head to share (the turns'
 // own path is progress.Queue.Prepare).
-func (r *Replies) prepareMany(c Conversation, ev ReplyEvent, marker string) (*progress.Event, error) {
+func (r *Replies) prepareMany(c record.Conversation, ev record.ReplyEvent, marker string) (*progress.Event, error) {
 	pe := &progress.Event{}
 	if err := r.prepareInto(pe, nil, c, ev, marker); err != nil {
 		return nil, err
@@ -587,7 +588,7 @@ func (r *Replies) prepareMany(c Conversation, ev ReplyEvent, marker string) (*pr
 
 // prepareInto encodes ev into pe as the writer does (progress.Encode with
 // r's completion), sharing *last when it fits.
-func (r *Replies) prepareInto(pe *progress.Event, last **store.Head, c Conversation, ev ReplyEvent, marker string) error {
+func (r *Replies) prepareInto(pe *progress.Event, last **store.Head, c record.Conversation, ev record.ReplyEvent, marker string) error {
 	return progress.Encode(r.st, r.complete, pe, last, c, ev, marker)
 }
 
@@ -599,7 +600,7 @@ func (r *Replies) emitManyOp(evs []*progress.Event, args *store.ArgArena) store.
 
 // newHead returns the head of ev with marker, for conversation c (see
 // store.Replies.NewHead: prev's boxes serve where they are the same).
-func (r *Replies) newHead(c Conversation, ev *ReplyEvent, marker string, prev *store.Head) *store.Head {
+func (r *Replies) newHead(c record.Conversation, ev *record.ReplyEvent, marker string, prev *store.Head) *store.Head {
 	return r.st.NewHead(c.Integration, c.ChatID, ev.TaskID, ev.Otid, ev.RunID, ev.MessageID, marker, prev)
 }
 

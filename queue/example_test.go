@@ -16,6 +16,7 @@ import (
 	"github.com/lettaq/lettaq/budget"
 	"github.com/lettaq/lettaq/integration/lettasim"
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // A message's task id comes from the integration's own message id, so a
@@ -23,7 +24,7 @@ import (
 // task id, the same on every attempt.
 func ExampleTaskIDFor() {
 	m := queue.Message{AgentID: "agent-1", Text: "hello",
-		Conversation: queue.Conversation{Integration: "telegram", ChatID: "123"}, MessageID: "987"}
+		Conversation: record.Conversation{Integration: "telegram", ChatID: "123"}, MessageID: "987"}
 	id := queue.TaskIDFor(m)
 	fmt.Println(id)
 	fmt.Println(queue.OtidFor(m, id) == queue.OtidFor(m, id))
@@ -34,7 +35,7 @@ func ExampleTaskIDFor() {
 
 // Validation errors name the payload field at fault.
 func ExampleMessage_Validate() {
-	m := queue.Message{AgentID: "agent-1", Conversation: queue.Conversation{Integration: "slack", ChatID: "C1"}}
+	m := queue.Message{AgentID: "agent-1", Conversation: record.Conversation{Integration: "slack", ChatID: "C1"}}
 	err := m.Validate()
 	if ve, ok := queue.IsValidationError(err); ok {
 		fmt.Println(ve.Field, "-", ve.Problem)
@@ -58,7 +59,7 @@ func ExampleClient_Enqueue() {
 	}
 	defer c.Close()
 	m := queue.Message{AgentID: "agent-1", Text: "hello",
-		Conversation: queue.Conversation{Integration: "telegram", ChatID: "123"}, MessageID: "987"}
+		Conversation: record.Conversation{Integration: "telegram", ChatID: "123"}, MessageID: "987"}
 	for range 2 { // the webhook delivered twice
 		res, err := c.Enqueue(context.Background(), m)
 		if err != nil {
@@ -95,7 +96,7 @@ func ExampleReplies_Read() {
 	}
 	defer c.Close()
 
-	chat := queue.Conversation{Integration: "web", ChatID: "42"}
+	chat := record.Conversation{Integration: "web", ChatID: "42"}
 	// The simulator's directive makes the agent call a tool before it answers.
 	res, err := c.Enqueue(context.Background(), queue.Message{AgentID: agent, Conversation: chat, MessageID: "7",
 		Text: "[[sim tool=web_search]] what is new?"})
@@ -118,15 +119,15 @@ func ExampleReplies_Read() {
 				continue // another turn of the same chat
 			}
 			switch ev.Type {
-			case queue.EventAccepted:
+			case record.EventAccepted:
 				fmt.Println("accepted:", ev.TaskID, "position", ev.Position)
-			case queue.EventPhase, queue.EventAnswerDelta:
+			case record.EventPhase, record.EventAnswerDelta:
 				// Typing indicators and partial text: how many come depends on timing.
-			case queue.EventTool:
+			case record.EventTool:
 				fmt.Println("tool:", ev.Tool.Name, ev.Tool.Status)
-			case queue.EventAnswer:
+			case record.EventAnswer:
 				fmt.Println("answer:", ev.Text)
-			case queue.EventError:
+			case record.EventError:
 				fmt.Println("error:", ev.Text, "permanent:", ev.Permanent)
 			}
 			if ev.Type.Final() {
@@ -170,7 +171,7 @@ func ExampleClient_Approve() {
 	}
 	defer c.Close()
 	ctx := context.Background()
-	chat := queue.Conversation{Integration: "web", ChatID: "42"}
+	chat := record.Conversation{Integration: "web", ChatID: "42"}
 
 	req, err := c.Enqueue(ctx, queue.Message{AgentID: agent, Conversation: chat, MessageID: "8", Text: "email bob"})
 	if err != nil {
@@ -203,7 +204,7 @@ func ExampleClient_Approve() {
 // followToFinal reads chat's reply stream from its start until the final
 // event of taskID (answer, approval_required or error), as ExampleReplies_Read
 // does, and returns it.
-func followToFinal(replies *queue.Replies, chat queue.Conversation, taskID string) queue.ReplyEvent {
+func followToFinal(replies *queue.Replies, chat record.Conversation, taskID string) record.ReplyEvent {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	after := "0"
@@ -283,7 +284,7 @@ func ExampleClient_Notify() {
 		log.Fatal(err)
 	}
 	defer c.Close()
-	chat := queue.Conversation{Integration: "telegram", ChatID: "123"}
+	chat := record.Conversation{Integration: "telegram", ChatID: "123"}
 	n := queue.Notice{Chat: chat, Text: "Your daily digest: 3 new items.", Key: "digest-2026-12-02"}
 	for range 2 {
 		res, err := c.Notify(context.Background(), n)

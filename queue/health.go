@@ -8,6 +8,7 @@ import (
 
 	"github.com/lettaq/lettaq/queue/internal/progress"
 	"github.com/lettaq/lettaq/queue/internal/store"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // Ready reports whether the worker can start and finish turns: nil, or
@@ -35,7 +36,7 @@ func (w *Worker) ProbeWrite(ctx context.Context) error {
 func (w *Worker) probe(started time.Time) {
 	ctx, cancel := context.WithTimeout(context.Background(), progress.TripTimeout)
 	defer cancel()
-	p := w.writer.NewQueue(Conversation{}, func(error) {}, nil)
+	p := w.writer.NewQueue(record.Conversation{}, func(error) {}, nil)
 	defer p.Close()
 	err := p.Do(ctx, nil, func(ctx context.Context, pl redis.Pipeliner, _ bool) func() error {
 		return store.QueueReadyProbe(ctx, pl, w.replies.keys(), w.cfg.WorkerID).Err

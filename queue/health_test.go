@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/lettaq/lettaq/queue/internal/progress"
+	"github.com/lettaq/lettaq/queue/record"
 
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
@@ -144,7 +145,7 @@ func TestReadyFollowsTheWriter(t *testing.T) {
 		if err := w.Ready(); err != nil {
 			t.Fatalf("ready at start: %v", err)
 		}
-		p := w.writer.NewQueue(Conversation{Integration: "test", ChatID: "ready"}, func(error) {}, nil)
+		p := w.writer.NewQueue(record.Conversation{Integration: "test", ChatID: "ready"}, func(error) {}, nil)
 		defer p.Close()
 		if err := p.Do(context.Background(), nil, func(ctx context.Context, pl redis.Pipeliner, _ bool) func() error {
 			return pl.Ping(ctx).Err
@@ -190,7 +191,7 @@ func TestReadyWhenRedisIsFull(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := w.writer.NewQueue(Conversation{Integration: "test", ChatID: "full"}, func(error) {}, nil)
+	p := w.writer.NewQueue(record.Conversation{Integration: "test", ChatID: "full"}, func(error) {}, nil)
 	defer p.Close()
 	werr := p.Do(ctx, nil, func(ctx context.Context, pl redis.Pipeliner, _ bool) func() error {
 		return pl.Set(ctx, prefix+"x", "y", time.Minute).Err

@@ -2,7 +2,6 @@ package queue
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"runtime"
 	"strings"
@@ -10,8 +9,8 @@ import (
 	"time"
 
 	"github.com/lettaq/lettaq/queue/internal/progress"
-	"github.com/lettaq/lettaq/queue/internal/record"
 	"github.com/lettaq/lettaq/queue/internal/store"
+	"github.com/lettaq/lettaq/queue/record"
 
 	"github.com/google/uuid"
 
@@ -45,10 +44,10 @@ func BenchmarkHeartbeat(b *testing.B) {
 	r := NewReplies(rdb, RepliesOptions{Prefix: prefix, MaxLen: 16})
 	wr := progress.NewWriter(rdb, r.st, r.complete)
 	ps := make([]*progress.Queue, turns)
-	evs := make([]ReplyEvent, turns)
+	evs := make([]record.ReplyEvent, turns)
 	for i := range ps {
-		ps[i] = wr.NewQueue(Conversation{Integration: "bench", ChatID: fmt.Sprintf("chat-%d", i)}, func(err error) { b.Error(err) }, nil)
-		evs[i] = ReplyEvent{Type: EventPhase, Phase: PhaseStreaming, TaskID: "turn:bench:" + uuid.NewString(),
+		ps[i] = wr.NewQueue(record.Conversation{Integration: "bench", ChatID: fmt.Sprintf("chat-%d", i)}, func(err error) { b.Error(err) }, nil)
+		evs[i] = record.ReplyEvent{Type: record.EventPhase, Phase: record.PhaseStreaming, TaskID: "turn:bench:" + uuid.NewString(),
 			Otid: uuid.NewString(), RunID: "run-" + uuid.NewString(), MessageID: fmt.Sprintf("m-%d", i)}
 	}
 	beat := func(k int) {
@@ -84,35 +83,35 @@ func BenchmarkHeartbeat(b *testing.B) {
 func TestReplyDataMatchesJSON(t *testing.T) {
 	at := time.Date(2026, 11, 26, 6, 0, 0, 123456789, time.UTC)
 	long := strings.Repeat("a long answer <b>&\u00e9 ", 40)
-	for _, ev := range []ReplyEvent{
-		{Type: EventPhase, Phase: PhaseThinking, Elapsed: 4 * time.Second},
-		{Type: EventPhase, Phase: PhaseStreaming},
-		{Type: EventPhase, Phase: PhaseToolRunning, Elapsed: 1500 * time.Microsecond},
-		{Type: EventPhase, Phase: PhaseContinuing, Elapsed: -3 * time.Millisecond},
-		{Type: EventPhase, Phase: "a<b>&\"c\"\\", Elapsed: time.Hour},
-		{Type: EventPhase, Phase: "\u00e9t\u00e9\n\u2028\xff", Elapsed: time.Second},
-		{Type: EventPhase, Phase: "awaiting_approval", Position: 2, StopReason: "x"},
-		{Type: EventAccepted, Phase: PhaseQueued},
-		{Type: EventAccepted, Position: 3},
-		{Type: EventAnswerDelta, Text: "hi"},
-		{Type: EventAnswerDelta},
-		{Type: EventAnswerDelta, Text: "thinking aloud", Narration: true},
-		{Type: EventAnswer, Text: "hello", Parts: []string{"hel", "lo"}, StopReason: "end_turn"},
-		{Type: EventAnswer},
-		{Type: EventAnswer, Text: long, Parts: []string{long[:500], long[500:]}, AnsweredBy: "task-1"},
-		{Type: EventTool, Tool: &ToolEvent{Name: "search", CallID: "c1", Arguments: `{"q":"x<y"}`, Status: "success", Return: long, Truncated: true}},
-		{Type: EventTool, Tool: &ToolEvent{}},
-		{Type: EventError, Text: "it broke", Permanent: true},
-		{Type: EventError},
-		{Type: EventPhase, Phase: PhaseAwaitingApproval, Approval: &ApprovalEvent{RequestTaskID: "r", Calls: []ToolEvent{{Name: "n"}}}},
-		{Type: EventApprovalRequired, Text: "approve?", Approval: &ApprovalEvent{RequestTaskID: "r", ExpiresAt: at}},
+	for _, ev := range []record.ReplyEvent{
+		{Type: record.EventPhase, Phase: record.PhaseThinking, Elapsed: 4 * time.Second},
+		{Type: record.EventPhase, Phase: record.PhaseStreaming},
+		{Type: record.EventPhase, Phase: record.PhaseToolRunning, Elapsed: 1500 * time.Microsecond},
+		{Type: record.EventPhase, Phase: record.PhaseContinuing, Elapsed: -3 * time.Millisecond},
+		{Type: record.EventPhase, Phase: "a<b>&\"c\"\\", Elapsed: time.Hour},
+		{Type: record.EventPhase, Phase: "\u00e9t\u00e9\n\u2028\xff", Elapsed: time.Second},
+		{Type: record.EventPhase, Phase: "awaiting_approval", Position: 2, StopReason: "x"},
+		{Type: record.EventAccepted, Phase: record.PhaseQueued},
+		{Type: record.EventAccepted, Position: 3},
+		{Type: record.EventAnswerDelta, Text: "hi"},
+		{Type: record.EventAnswerDelta},
+		{Type: record.EventAnswerDelta, Text: "thinking aloud", Narration: true},
+		{Type: record.EventAnswer, Text: "hello", Parts: []string{"hel", "lo"}, StopReason: "end_turn"},
+		{Type: record.EventAnswer},
+		{Type: record.EventAnswer, Text: long, Parts: []string{long[:500], long[500:]}, AnsweredBy: "task-1"},
+		{Type: record.EventTool, Tool: &record.ToolEvent{Name: "search", CallID: "c1", Arguments: `{"q":"x<y"}`, Status: "success", Return: long, Truncated: true}},
+		{Type: record.EventTool, Tool: &record.ToolEvent{}},
+		{Type: record.EventError, Text: "it broke", Permanent: true},
+		{Type: record.EventError},
+		{Type: record.EventPhase, Phase: record.PhaseAwaitingApproval, Approval: &record.ApprovalEvent{RequestTaskID: "r", Calls: []record.ToolEvent{{Name: "n"}}}},
+		{Type: record.EventApprovalRequired, Text: "approve?", Approval: &record.ApprovalEvent{RequestTaskID: "r", ExpiresAt: at}},
 	} {
 		ev.Time = at
 		gotAt, gotData, err := encodeTimeData(&ev)
 		if err != nil {
 			t.Fatal(err)
 		}
-		want, _ := json.Marshal(record.DataOf(ev))
+		want, _ := ev.DataJSON()
 		if gotData != string(want) || gotAt != at.Format(time.RFC3339Nano) {
 			t.Errorf("%+v: got %s %s, want %s %s", ev, gotAt, gotData, at.Format(time.RFC3339Nano), want)
 		}
@@ -125,7 +124,7 @@ func FuzzReplyDataMatchesJSON(f *testing.F) {
 	f.Add(uint8(4), "hello <world> & \u2028", "\xff\x00\"", int64(1500), 2, uint16(0xffff))
 	f.Add(uint8(0), "", "", int64(0), 0, uint16(0))
 	f.Fuzz(func(t *testing.T, typ uint8, s1, s2 string, elapsed int64, pos int, flags uint16) {
-		types := []EventType{EventPhase, EventAccepted, EventTool, EventAnswerDelta, EventAnswer, EventError, "other"}
+		types := []record.EventType{record.EventPhase, record.EventAccepted, record.EventTool, record.EventAnswerDelta, record.EventAnswer, record.EventError, "other"}
 		bit := func(i uint) bool { return flags&(1<<i) != 0 }
 		pick := func(i uint, s string) string {
 			if bit(i) {
@@ -133,7 +132,7 @@ func FuzzReplyDataMatchesJSON(f *testing.F) {
 			}
 			return ""
 		}
-		ev := ReplyEvent{Type: types[int(typ)%len(types)], Phase: ReplyPhase(pick(0, s1)), Elapsed: time.Duration(elapsed),
+		ev := record.ReplyEvent{Type: types[int(typ)%len(types)], Phase: record.ReplyPhase(pick(0, s1)), Elapsed: time.Duration(elapsed),
 			Text: pick(1, s2), Narration: bit(2), StopReason: pick(3, s1), Permanent: bit(4), AnsweredBy: pick(5, s2)}
 		if bit(6) {
 			ev.Position = pos
@@ -145,11 +144,11 @@ func FuzzReplyDataMatchesJSON(f *testing.F) {
 			ev.Parts = []string{}
 		}
 		if bit(9) {
-			ev.Tool = &ToolEvent{Name: pick(10, s1), CallID: pick(11, s2), Arguments: pick(12, s1), Status: pick(13, s2),
+			ev.Tool = &record.ToolEvent{Name: pick(10, s1), CallID: pick(11, s2), Arguments: pick(12, s1), Status: pick(13, s2),
 				Return: pick(14, s1+s2), Truncated: bit(15)}
 		}
 		got, ok := appendReplyData(nil, &ev)
-		want, err := json.Marshal(record.DataOf(ev))
+		want, err := ev.DataJSON()
 		if !ok || err != nil || string(got) != string(want) {
 			t.Fatalf("%+v: got %s (%v), want %s (%v)", ev, got, ok, want, err)
 		}
@@ -161,8 +160,8 @@ func FuzzReplyDataMatchesJSON(f *testing.F) {
 // interface values.
 func TestHeartbeatPrepareAllocs(t *testing.T) {
 	r := NewReplies(nil, RepliesOptions{})
-	c := Conversation{Integration: "telegram", ChatID: "42"}
-	ev := ReplyEvent{Type: EventPhase, Phase: PhaseThinking, TaskID: "turn:telegram:42:1", Otid: "otid-1", RunID: "run-1", MessageID: "m-1"}
+	c := record.Conversation{Integration: "telegram", ChatID: "42"}
+	ev := record.ReplyEvent{Type: record.EventPhase, Phase: record.PhaseThinking, TaskID: "turn:telegram:42:1", Otid: "otid-1", RunID: "run-1", MessageID: "m-1"}
 	var pe progress.Event
 	var head *store.Head
 	if err := r.prepareInto(&pe, &head, c, ev, ""); err != nil {
@@ -192,7 +191,7 @@ func TestHeartbeatPrepareAllocs(t *testing.T) {
 	// Another type of event with the same fields keeps the head: a turn's phases, deltas
 	// and tools alternate.
 	second := head
-	ev.Type, ev.Phase, ev.Text = EventAnswerDelta, "", "hel"
+	ev.Type, ev.Phase, ev.Text = record.EventAnswerDelta, "", "hel"
 	if err := r.prepareInto(&pe, &head, c, ev, ""); err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/lettaq/lettaq/internal/testredis"
 	"github.com/lettaq/lettaq/ordering"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // idStrings returns every string of up to n runes over alphabet.
@@ -41,7 +42,7 @@ func TestTaskIDInjective(t *testing.T) {
 	integrations := []string{"web", "w%3A", "w%"} // integrations cannot hold ':' (Validate)
 	ids := make(map[string][3]string)
 	keys := make(map[string][3]string)
-	streams := make(map[string]Conversation)
+	streams := make(map[string]record.Conversation)
 	replies := NewReplies(nil, RepliesOptions{Prefix: "p:"})
 	for _, in := range integrations {
 		for _, chat := range parts {
@@ -52,7 +53,7 @@ func TestTaskIDInjective(t *testing.T) {
 				if msg == "" {
 					continue
 				}
-				m := Message{AgentID: "a", Text: "t", Conversation: Conversation{Integration: in, ChatID: chat}, MessageID: msg}
+				m := Message{AgentID: "a", Text: "t", Conversation: record.Conversation{Integration: in, ChatID: chat}, MessageID: msg}
 				if chat == msg { // every part is valid; check each once
 					if err := m.Validate(); err != nil {
 						t.Fatalf("%q %q %q: %v", in, chat, msg, err)
@@ -65,13 +66,13 @@ func TestTaskIDInjective(t *testing.T) {
 				}
 				ids[id] = triple
 			}
-			conv := Conversation{Integration: in, ChatID: chat}
+			conv := record.Conversation{Integration: in, ChatID: chat}
 			if prev, ok := streams[replies.Key(conv)]; ok {
 				t.Fatalf("reply stream %q for both %q and %q", replies.Key(conv), prev, conv)
 			}
 			streams[replies.Key(conv)] = conv
 			for _, agent := range []string{"a", "a:web", "a%3A"} {
-				k := Ordering{}.Key(Message{AgentID: agent, Conversation: Conversation{Integration: in, ChatID: chat}})
+				k := Ordering{}.Key(Message{AgentID: agent, Conversation: record.Conversation{Integration: in, ChatID: chat}})
 				triple := [3]string{agent, in, chat}
 				if prev, ok := keys[k]; ok && prev != triple {
 					t.Fatalf("ordering key %q for both %q and %q", k, prev, triple)
@@ -91,8 +92,8 @@ func FuzzTaskIDInjective(f *testing.F) {
 	f.Add("w", "a:b", "c", "w:a", "b", "c")
 	f.Add("web", strings.Repeat("x", 200), "1", "web", strings.Repeat("x", 199), "x:1")
 	f.Fuzz(func(t *testing.T, i1, c1, m1, i2, c2, m2 string) {
-		a := Message{AgentID: "a", Text: "t", Conversation: Conversation{Integration: i1, ChatID: c1}, MessageID: m1}
-		b := Message{AgentID: "a", Text: "t", Conversation: Conversation{Integration: i2, ChatID: c2}, MessageID: m2}
+		a := Message{AgentID: "a", Text: "t", Conversation: record.Conversation{Integration: i1, ChatID: c1}, MessageID: m1}
+		b := Message{AgentID: "a", Text: "t", Conversation: record.Conversation{Integration: i2, ChatID: c2}, MessageID: m2}
 		if a.Validate() != nil || b.Validate() != nil || a.MessageID == "" || b.MessageID == "" {
 			return
 		}
@@ -115,13 +116,13 @@ func TestTaskIDReadable(t *testing.T) {
 		{"web", "1", "2:3", "turn:web:1:2%3A3"},
 		{"web", "50%", "a", "turn:web:50%25:a"},
 	} {
-		m := Message{AgentID: "a", Text: "t", Conversation: Conversation{Integration: tc.in, ChatID: tc.chat}, MessageID: tc.msg}
+		m := Message{AgentID: "a", Text: "t", Conversation: record.Conversation{Integration: tc.in, ChatID: tc.chat}, MessageID: tc.msg}
 		if got := TaskIDFor(m); got != tc.want {
 			t.Errorf("TaskIDFor(%s, %s, %s) = %q, want %q", tc.in, tc.chat, tc.msg, got, tc.want)
 		}
 	}
 	// The otid of an unchanged id is unchanged: the namespace and the id.
-	m := Message{AgentID: "a", Text: "t", Conversation: Conversation{Integration: "telegram", ChatID: "42"}, MessageID: "99"}
+	m := Message{AgentID: "a", Text: "t", Conversation: record.Conversation{Integration: "telegram", ChatID: "42"}, MessageID: "99"}
 	if got, want := OtidFor(m, TaskIDFor(m)), uuid.NewSHA1(otidNamespace, []byte("turn:telegram:42:99")).String(); got != want {
 		t.Errorf("otid %s, want %s", got, want)
 	}
@@ -150,8 +151,8 @@ func TestEnqueueCollidingPartsTwoTasks(t *testing.T) {
 			_ = rdb.Del(ctx, keys...).Err()
 		}
 	}()
-	a := Message{AgentID: "agent", Text: "from chat A", Conversation: Conversation{Integration: "web", ChatID: "1:2"}, MessageID: "3"}
-	b := Message{AgentID: "agent", Text: "from chat B", Conversation: Conversation{Integration: "web", ChatID: "1"}, MessageID: "2:3"}
+	a := Message{AgentID: "agent", Text: "from chat A", Conversation: record.Conversation{Integration: "web", ChatID: "1:2"}, MessageID: "3"}
+	b := Message{AgentID: "agent", Text: "from chat B", Conversation: record.Conversation{Integration: "web", ChatID: "1"}, MessageID: "2:3"}
 	ra, err := c.Enqueue(context.Background(), a)
 	if err != nil {
 		t.Fatal(err)
@@ -245,7 +246,7 @@ func TestDecodePayloadRejectsInvalidUTF8(t *testing.T) {
 			t.Errorf("%q: got %v, want an error naming %s", b, err, tc.field)
 			continue
 		}
-		if strings.HasPrefix(tc.field, "conversation.") && m.Conversation != (Conversation{}) {
+		if strings.HasPrefix(tc.field, "conversation.") && m.Conversation != (record.Conversation{}) {
 			t.Errorf("%q: the rewritten conversation %q is returned for the error event", b, m.Conversation)
 		}
 	}

@@ -8,10 +8,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lettaq/lettaq/queue/internal/attempt"
 	"github.com/lettaq/lettaq/queue/internal/journal"
-	"github.com/lettaq/lettaq/queue/internal/record"
 	"github.com/lettaq/lettaq/queue/internal/store"
+	"github.com/lettaq/lettaq/queue/record"
 	"github.com/lettaq/lettaq/queue/shard"
 )
 
@@ -21,8 +20,8 @@ import (
 // every write of them refreshes; a turn writes its otid key and an index
 // entry with the first save that needs them, not again: see journal.Indexed):
 //
-//	lettaq:journal:turn:<task_id>     STRING  the TurnRecord as one JSON value (SET … PX)
-//	lettaq:journal:intents:<task_id>  LIST    one JSON Intent per attempt that meant to
+//	lettaq:journal:turn:<task_id>     STRING  the record.TurnRecord as one JSON value (SET … PX)
+//	lettaq:journal:intents:<task_id>  LIST    one JSON record.Intent per attempt that meant to
 //	                                          send, oldest first (appended once each, by
 //	                                          store.IntentPush; never rewritten)
 //	lettaq:journal:otid:<otid>        STRING  the task id of the turn with that otid
@@ -43,69 +42,6 @@ import (
 // With N shards (JournalOptions.Shards) every key above is under the
 // turn's shard's prefix, each shard with its own indexes (Recent merges
 // them), and a look-up by otid reads the N shards.
-
-// Turn outcomes (TurnRecord.Outcome and Attempt.Outcome).
-const (
-	OutcomeAnswered         = record.OutcomeAnswered
-	OutcomeFailed           = record.OutcomeFailed
-	OutcomeApprovalRequired = record.OutcomeApprovalRequired
-	OutcomeStillRunning     = record.OutcomeStillRunning
-	OutcomeNotAdmitted      = record.OutcomeNotAdmitted
-	// OutcomeCancelled: the turn was stopped (Client.Cancel); TurnRecord.Cancel
-	// says by whom, when and in which phase.
-	OutcomeCancelled = record.OutcomeCancelled
-	// OutcomeRetrying ends an attempt that left the turn to a later attempt.
-	OutcomeRetrying = record.OutcomeRetrying
-	// OutcomeCoalesced: the message was answered by another turn (AnsweredBy).
-	OutcomeCoalesced = record.OutcomeCoalesced
-	// OutcomeBusy ends an attempt refused because the agent's thread was
-	// busy with another run (Attempt.Outcome).
-	OutcomeBusy = record.OutcomeBusy
-	// OutcomeAwaitingApproval ends an attempt of a message that waits for its
-	// chat's approval request to be answered (policy wait or deny) and could
-	// not park (queue/internal/line: its task could not be read, or a takeover runs
-	// it): it is put back like a busy turn, without a retry used.
-	OutcomeAwaitingApproval = record.OutcomeAwaitingApproval
-)
-
-// Which clock ended an attempt (Attempt.TimeoutClock); "" when none did.
-const (
-	TimeoutClockConnect  = "connect"
-	TimeoutClockStall    = "stall"
-	TimeoutClockTotal    = "total"
-	TimeoutClockCanceled = "canceled"
-)
-
-// Resend decisions (Attempt.ResendDecision); "" when the question never came up.
-const (
-	ResendNotNeeded = attempt.ResendNotNeeded
-	ResendSent      = attempt.ResendSent
-	ResendForbidden = attempt.ResendForbidden
-)
-
-// ApprovalRecord is what the journal keeps of an approval (TurnRecord.Approval).
-type ApprovalRecord = record.ApprovalRecord
-
-// TurnRecord is what the journal keeps about one turn (one task).
-type TurnRecord = record.TurnRecord
-
-// Wait is a time a turn waited without being run.
-type Wait = record.Wait
-
-// Attempt is one execution of a turn by a worker.
-type Attempt = record.Attempt
-
-// PhaseMark is when an attempt entered a phase.
-type PhaseMark = record.PhaseMark
-
-// Usage is the token usage of a turn, in its TurnRecord.
-type Usage = record.Usage
-
-// ToolSummary is one tool call of a turn, in its TurnRecord.
-type ToolSummary = record.ToolSummary
-
-// Intent records that an attempt was about to send the turn's message.
-type Intent = record.Intent
 
 // Filter selects the turns Recent returns.
 type Filter string
@@ -135,7 +71,7 @@ func (f *Filter) UnmarshalText(b []byte) error {
 
 // Match reports whether rec belongs in f; Journal.Recent keeps the records
 // that match.
-func (f Filter) Match(rec *TurnRecord) bool {
+func (f Filter) Match(rec *record.TurnRecord) bool {
 	i, ok := f.index()
 	return ok && i.Match(rec)
 }
@@ -233,11 +169,11 @@ func journalIndexName(f Filter) string {
 // that gets a non-empty prior must look for the otid in the agent's history
 // before it may send. (Durability across a Redis crash is Redis's: run it
 // with appendonly yes if intents must survive one.)
-func (j *Journal) RecordIntent(ctx context.Context, taskID, otid string, attempt int, worker string) (prior []Intent, err error) {
+func (j *Journal) RecordIntent(ctx context.Context, taskID, otid string, attempt int, worker string) (prior []record.Intent, err error) {
 	if taskID == "" || otid == "" {
 		return nil, fmt.Errorf("queue: record intent: task id and otid are required (task %q, otid %q)", taskID, otid)
 	}
-	b, err := journal.MarshalIntent(&Intent{TaskID: taskID, Otid: otid, Attempt: attempt, Worker: worker, At: j.opts.Now().UTC()})
+	b, err := journal.MarshalIntent(&record.Intent{TaskID: taskID, Otid: otid, Attempt: attempt, Worker: worker, At: j.opts.Now().UTC()})
 	if err != nil {
 		return nil, fmt.Errorf("queue: record intent: %w", err)
 	}
@@ -249,11 +185,11 @@ func (j *Journal) RecordIntent(ctx context.Context, taskID, otid string, attempt
 
 // intentOp is RecordIntent as a pipeline op: prior gets the intents
 // recorded before this one.
-func (j *Journal) intentOp(taskID, otid string, attempt int, worker string, prior *[]Intent) (store.Op, error) {
+func (j *Journal) intentOp(taskID, otid string, attempt int, worker string, prior *[]record.Intent) (store.Op, error) {
 	if taskID == "" || otid == "" {
 		return nil, fmt.Errorf("queue: record intent: task id and otid are required (task %q, otid %q)", taskID, otid)
 	}
-	b, err := journal.MarshalIntent(&Intent{TaskID: taskID, Otid: otid, Attempt: attempt, Worker: worker, At: j.opts.Now().UTC()})
+	b, err := journal.MarshalIntent(&record.Intent{TaskID: taskID, Otid: otid, Attempt: attempt, Worker: worker, At: j.opts.Now().UTC()})
 	if err != nil {
 		return nil, fmt.Errorf("queue: record intent: %w", err)
 	}
@@ -262,7 +198,7 @@ func (j *Journal) intentOp(taskID, otid string, attempt int, worker string, prio
 
 // intentOpOf appends taskID's intent b (store.Journal.IntentOp): prior
 // gets the intents recorded before it.
-func (j *Journal) intentOpOf(taskID string, b []byte, prior *[]Intent) store.Op {
+func (j *Journal) intentOpOf(taskID string, b []byte, prior *[]record.Intent) store.Op {
 	return j.st.IntentOp(taskID, b, func(raw []string) (err error) {
 		*prior, err = journal.DecodeIntents(taskID, raw)
 		return err
@@ -270,11 +206,11 @@ func (j *Journal) intentOpOf(taskID string, b []byte, prior *[]Intent) store.Op 
 }
 
 // RecordRefusal withdraws attempt's latest intent: its send was refused by
-// the server before anything was stored (see Intent). Only a definitive
+// the server before anything was stored (see record.Intent). Only a definitive
 // refusal may be recorded: a later attempt then sends without first
 // looking for the otid.
 func (j *Journal) RecordRefusal(ctx context.Context, taskID, otid string, attempt int, worker string) error {
-	b, err := journal.MarshalIntent(&Intent{TaskID: taskID, Otid: otid, Attempt: attempt, Worker: worker, At: j.opts.Now().UTC(), Refused: true})
+	b, err := journal.MarshalIntent(&record.Intent{TaskID: taskID, Otid: otid, Attempt: attempt, Worker: worker, At: j.opts.Now().UTC(), Refused: true})
 	if err != nil {
 		return fmt.Errorf("queue: record refusal: %w", err)
 	}
@@ -285,7 +221,7 @@ func (j *Journal) RecordRefusal(ctx context.Context, taskID, otid string, attemp
 }
 
 // Intents returns the intents recorded for taskID, oldest first.
-func (j *Journal) Intents(ctx context.Context, taskID string) ([]Intent, error) {
+func (j *Journal) Intents(ctx context.Context, taskID string) ([]record.Intent, error) {
 	raw, err := j.st.Intents(ctx, taskID)
 	if err != nil {
 		return nil, fmt.Errorf("queue: intents of task %s: %w", taskID, err)
@@ -297,13 +233,13 @@ func (j *Journal) Intents(ctx context.Context, taskID string) ([]Intent, error) 
 // its retention and updates the indexes, in one round trip.
 // rec is not modified; the stored copy gets UpdatedAt, and QueueWait and
 // Latency when they are zero and can be computed.
-func (j *Journal) Save(ctx context.Context, rec *TurnRecord) error {
+func (j *Journal) Save(ctx context.Context, rec *record.TurnRecord) error {
 	return j.saveBy(ctx, rec, 0)
 }
 
 // save is Save for the runner numbered runner (0: none; see
 // journal.Saver.SaveOp).
-func (j *Journal) saveBy(ctx context.Context, rec *TurnRecord, runner int64) error {
+func (j *Journal) saveBy(ctx context.Context, rec *record.TurnRecord, runner int64) error {
 	op, err := j.saver.SaveOp(rec, false, runner, nil)
 	if err != nil {
 		return err
@@ -312,7 +248,7 @@ func (j *Journal) saveBy(ctx context.Context, rec *TurnRecord, runner int64) err
 }
 
 // Get returns the record of taskID, or an error wrapping ErrNotFound.
-func (j *Journal) Get(ctx context.Context, taskID string) (*TurnRecord, error) {
+func (j *Journal) Get(ctx context.Context, taskID string) (*record.TurnRecord, error) {
 	b, err := j.st.Record(ctx, taskID)
 	if errors.Is(err, store.ErrNoRecord) {
 		return nil, fmt.Errorf("%w: task %s", ErrNotFound, taskID)
@@ -325,7 +261,7 @@ func (j *Journal) Get(ctx context.Context, taskID string) (*TurnRecord, error) {
 
 // ByOtid returns the record of the turn with otid, or an error wrapping
 // ErrNotFound.
-func (j *Journal) ByOtid(ctx context.Context, otid string) (*TurnRecord, error) {
+func (j *Journal) ByOtid(ctx context.Context, otid string) (*record.TurnRecord, error) {
 	taskID, err := j.st.OtidTask(ctx, otid)
 	if errors.Is(err, store.ErrNoRecord) {
 		return nil, fmt.Errorf("%w: otid %s", ErrNotFound, otid)
@@ -346,7 +282,7 @@ func (j *Journal) ByOtid(ctx context.Context, otid string) (*TurnRecord, error) 
 // Recent returns up to limit records (limit <= 0: 100) that match filter,
 // newest turn first. Index entries whose record has expired are skipped and
 // removed from the index.
-func (j *Journal) Recent(ctx context.Context, filter Filter, limit int) ([]*TurnRecord, error) {
+func (j *Journal) Recent(ctx context.Context, filter Filter, limit int) ([]*record.TurnRecord, error) {
 	if filter == "" {
 		filter = FilterAll
 	}
@@ -359,7 +295,7 @@ func (j *Journal) Recent(ctx context.Context, filter Filter, limit int) ([]*Turn
 	index := journalIndexName(filter)
 	page := int64(max(limit, 50))
 	var (
-		out   []*TurnRecord
+		out   []*record.TurnRecord
 		stale []any
 	)
 	for start := int64(0); len(out) < limit; start += page {
@@ -420,10 +356,10 @@ func (j *Journal) inLayout(l shard.Layout) (*Journal, error) {
 // journalView is the journal as an attempt writes it (attempt.JournalWriter).
 type journalView struct{ *Journal }
 
-func (j journalView) IntentOp(taskID, otid string, attempt int, worker string, prior *[]Intent) (store.Op, error) {
+func (j journalView) IntentOp(taskID, otid string, attempt int, worker string, prior *[]record.Intent) (store.Op, error) {
 	return j.intentOp(taskID, otid, attempt, worker, prior)
 }
 
-func (j journalView) SaveBy(ctx context.Context, rec *TurnRecord, runner int64) error {
+func (j journalView) SaveBy(ctx context.Context, rec *record.TurnRecord, runner int64) error {
 	return j.saveBy(ctx, rec, runner)
 }

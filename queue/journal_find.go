@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/lettaq/lettaq/queue/record"
 	"sort"
 	"strings"
 )
@@ -11,7 +12,7 @@ import (
 // ByIDOrOtid returns the record of the turn whose task id or otid is id,
 // exactly (Lookup also takes the beginning of one); an error wrapping
 // ErrNotFound when none.
-func (j *Journal) ByIDOrOtid(ctx context.Context, id string) (*TurnRecord, error) {
+func (j *Journal) ByIDOrOtid(ctx context.Context, id string) (*record.TurnRecord, error) {
 	if rec, err := j.Get(ctx, id); !errors.Is(err, ErrNotFound) {
 		return rec, err
 	}
@@ -28,7 +29,7 @@ func (j *Journal) ByIDOrOtid(ctx context.Context, id string) (*TurnRecord, error
 // A prefix costs at most what it shows: the search stops at MaxLookupCandidates+1 live
 // turns (the one more says there are more), reads no record but the one it returns, and
 // gives up after JournalOptions.LookupTimeout (an error saying the search was cut short).
-func (j *Journal) Lookup(ctx context.Context, id string) (*TurnRecord, error) {
+func (j *Journal) Lookup(ctx context.Context, id string) (*record.TurnRecord, error) {
 	id = strings.TrimSuffix(strings.TrimSuffix(id, "…"), "...")
 	if id == "" {
 		return nil, fmt.Errorf("%w: empty id", ErrNotFound)

@@ -12,10 +12,11 @@ import (
 	"time"
 
 	"github.com/lettaq/lettaq/queue/internal/store"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
-func rjRecord(taskID string, enqueued time.Time) *TurnRecord {
-	return &TurnRecord{
+func rjRecord(taskID string, enqueued time.Time) *record.TurnRecord {
+	return &record.TurnRecord{
 		TaskID:       taskID,
 		Otid:         "otid-" + taskID,
 		AgentID:      "agent-1",
@@ -32,22 +33,22 @@ func TestJournalSaveGet(t *testing.T) {
 		clock := newRJClock()
 		j := NewJournal(b.rdb, JournalOptions{Prefix: b.prefix, Now: clock.Now})
 		t0 := clock.Now()
-		rec := &TurnRecord{
+		rec := &record.TurnRecord{
 			TaskID: "task-1", Otid: "otid-1", AgentID: "agent-1", RunID: "run-1",
 			Conversation: rjConv, MessageID: "m1", Queue: "critical",
 			EnqueuedAt: t0, FirstStartedAt: t0.Add(250 * time.Millisecond), FinishedAt: t0.Add(9 * time.Second),
-			Attempts: []Attempt{
+			Attempts: []record.Attempt{
 				{N: 1, Worker: "w1", Start: t0.Add(250 * time.Millisecond), End: t0.Add(5 * time.Second),
-					Phases:       []PhaseMark{{Phase: string(PhaseConnecting), At: t0.Add(250 * time.Millisecond)}, {Phase: string(PhaseStreaming), At: t0.Add(time.Second)}},
-					TimeoutClock: TimeoutClockStall, SentOtid: true, Outcome: OutcomeRetrying, Error: "stream stalled"},
+					Phases:       []record.PhaseMark{{Phase: string(record.PhaseConnecting), At: t0.Add(250 * time.Millisecond)}, {Phase: string(record.PhaseStreaming), At: t0.Add(time.Second)}},
+					TimeoutClock: record.TimeoutClockStall, SentOtid: true, Outcome: record.OutcomeRetrying, Error: "stream stalled"},
 				{N: 2, Worker: "w2", Start: t0.Add(6 * time.Second), End: t0.Add(9 * time.Second),
-					Phases: []PhaseMark{{Phase: string(PhaseRecovering), At: t0.Add(6 * time.Second)}}, Polls: 3, Resumes: 1,
-					ResendDecision: ResendNotNeeded, Outcome: OutcomeAnswered},
+					Phases: []record.PhaseMark{{Phase: string(record.PhaseRecovering), At: t0.Add(6 * time.Second)}}, Polls: 3, Resumes: 1,
+					ResendDecision: record.ResendNotNeeded, Outcome: record.OutcomeAnswered},
 			},
-			Outcome: OutcomeAnswered, StopReason: "end_turn",
+			Outcome: record.OutcomeAnswered, StopReason: "end_turn",
 			TTFT:     2 * time.Second,
-			Usage:    &Usage{PromptTokens: 10, CompletionTokens: 20, TotalTokens: 30, StepCount: 2},
-			Tools:    []ToolSummary{{Name: "web_search", CallID: "c1", Duration: 1500 * time.Millisecond, Status: ToolStatusSuccess}},
+			Usage:    &record.Usage{PromptTokens: 10, CompletionTokens: 20, TotalTokens: 30, StepCount: 2},
+			Tools:    []record.ToolSummary{{Name: "web_search", CallID: "c1", Duration: 1500 * time.Millisecond, Status: record.ToolStatusSuccess}},
 			Warnings: []string{"tool_call_id c1 seen twice"},
 			Merged:   []string{"m0"},
 		}
@@ -94,7 +95,7 @@ func TestJournalSaveGet(t *testing.T) {
 				t.Fatalf("got %v, want ErrNotFound", err)
 			}
 		}
-		if err := j.Save(ctx, &TurnRecord{}); err == nil {
+		if err := j.Save(ctx, &record.TurnRecord{}); err == nil {
 			t.Fatal("Save without task id succeeded")
 		}
 		if err := j.Save(ctx, nil); err == nil {
@@ -131,7 +132,7 @@ func TestJournalByOtidStale(t *testing.T) {
 	})
 }
 
-func rjIDs(recs []*TurnRecord) []string {
+func rjIDs(recs []*record.TurnRecord) []string {
 	ids := []string{}
 	for _, r := range recs {
 		ids = append(ids, r.TaskID)
@@ -147,23 +148,23 @@ func TestJournalRecentFilters(t *testing.T) {
 		at := func(i int) time.Time { return base.Add(time.Duration(i) * time.Minute) }
 
 		plain := rjRecord("plain", at(1))
-		plain.Attempts = []Attempt{{N: 1, Outcome: OutcomeAnswered}}
-		plain.Outcome = OutcomeAnswered
+		plain.Attempts = []record.Attempt{{N: 1, Outcome: record.OutcomeAnswered}}
+		plain.Outcome = record.OutcomeAnswered
 
 		stalled := rjRecord("stalled", at(2))
-		stalled.Attempts = []Attempt{{N: 1, TimeoutClock: TimeoutClockConnect, Outcome: OutcomeFailed}}
-		stalled.Outcome = OutcomeFailed
+		stalled.Attempts = []record.Attempt{{N: 1, TimeoutClock: record.TimeoutClockConnect, Outcome: record.OutcomeFailed}}
+		stalled.Outcome = record.OutcomeFailed
 
 		retried := rjRecord("retried", at(3))
-		retried.Attempts = []Attempt{{N: 1, Outcome: OutcomeRetrying}, {N: 2, Outcome: OutcomeAnswered}}
-		retried.Outcome = OutcomeAnswered
+		retried.Attempts = []record.Attempt{{N: 1, Outcome: record.OutcomeRetrying}, {N: 2, Outcome: record.OutcomeAnswered}}
+		retried.Outcome = record.OutcomeAnswered
 
 		resent := rjRecord("resent", at(4))
-		resent.Attempts = []Attempt{{N: 1, TimeoutClock: TimeoutClockTotal}, {N: 2, ResendDecision: ResendSent}}
+		resent.Attempts = []record.Attempt{{N: 1, TimeoutClock: record.TimeoutClockTotal}, {N: 2, ResendDecision: record.ResendSent}}
 		resent.Resends = 1
-		resent.Outcome = OutcomeAnswered
+		resent.Outcome = record.OutcomeAnswered
 
-		for _, r := range []*TurnRecord{resent, plain, retried, stalled} { // save order does not matter
+		for _, r := range []*record.TurnRecord{resent, plain, retried, stalled} { // save order does not matter
 			if err := j.Save(ctx, r); err != nil {
 				t.Fatal(err)
 			}
@@ -193,7 +194,7 @@ func TestJournalRecentFilters(t *testing.T) {
 		}
 
 		// A later save that clears a flag takes the turn out of that index.
-		stalled.Outcome = OutcomeAnswered
+		stalled.Outcome = record.OutcomeAnswered
 		if err := j.Save(ctx, stalled); err != nil {
 			t.Fatal(err)
 		}
@@ -224,7 +225,7 @@ func TestJournalIndexTrimmed(t *testing.T) {
 		base := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 		for i := range 7 {
 			r := rjRecord(fmt.Sprintf("t%d", i), base.Add(time.Duration(i)*time.Second))
-			r.Attempts = []Attempt{{N: 1}, {N: 2}}
+			r.Attempts = []record.Attempt{{N: 1}, {N: 2}}
 			if err := j.Save(ctx, r); err != nil {
 				t.Fatal(err)
 			}
@@ -252,15 +253,15 @@ func TestJournalUntimedRecord(t *testing.T) {
 		ctx := context.Background()
 		clock := newRJClock()
 		j := NewJournal(b.rdb, JournalOptions{Prefix: b.prefix, Now: clock.Now})
-		if err := j.Save(ctx, &TurnRecord{TaskID: "a"}); err != nil {
+		if err := j.Save(ctx, &record.TurnRecord{TaskID: "a"}); err != nil {
 			t.Fatal(err)
 		}
 		clock.Advance(time.Minute)
-		if err := j.Save(ctx, &TurnRecord{TaskID: "b"}); err != nil {
+		if err := j.Save(ctx, &record.TurnRecord{TaskID: "b"}); err != nil {
 			t.Fatal(err)
 		}
 		clock.Advance(time.Minute)
-		if err := j.Save(ctx, &TurnRecord{TaskID: "a", Outcome: OutcomeCancelled}); err != nil {
+		if err := j.Save(ctx, &record.TurnRecord{TaskID: "a", Outcome: record.OutcomeCancelled}); err != nil {
 			t.Fatal(err)
 		}
 		got, err := j.Recent(ctx, FilterAll, 0)
@@ -293,7 +294,7 @@ func TestJournalRetention(t *testing.T) {
 		// A record that expires while the index lives on (refreshed by a
 		// later save) is skipped and removed from the index.
 		fresh := rjRecord("fresh", time.Now())
-		fresh.Outcome = OutcomeFailed
+		fresh.Outcome = record.OutcomeFailed
 		if b.srv.Mini != nil {
 			b.srv.Mini.FastForward(retention / 2)
 			if err := j.Save(ctx, fresh); err != nil {
@@ -341,17 +342,17 @@ func TestJournalIntents(t *testing.T) {
 		if got, err := j.Intents(ctx, "t"); err != nil || len(got) != 0 {
 			t.Fatalf("Intents before any = %v, %v", got, err)
 		}
-		var all []Intent
+		var all []record.Intent
 		for n := 1; n <= 3; n++ {
 			clock.Advance(time.Second)
 			prior, err := j.RecordIntent(ctx, "t", "otid-t", n, fmt.Sprintf("w%d", n))
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !reflect.DeepEqual(prior, append([]Intent{}, all...)) {
+			if !reflect.DeepEqual(prior, append([]record.Intent{}, all...)) {
 				t.Fatalf("attempt %d: prior = %+v, want %+v", n, prior, all)
 			}
-			all = append(all, Intent{TaskID: "t", Otid: "otid-t", Attempt: n, Worker: fmt.Sprintf("w%d", n), At: clock.Now()})
+			all = append(all, record.Intent{TaskID: "t", Otid: "otid-t", Attempt: n, Worker: fmt.Sprintf("w%d", n), At: clock.Now()})
 		}
 		got, err := j.Intents(ctx, "t")
 		if err != nil || !reflect.DeepEqual(got, all) {
@@ -423,7 +424,7 @@ func TestJournalSaveConcurrent(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				r := rjRecord("t", time.Now())
-				r.Attempts = make([]Attempt, 1+i%3)
+				r.Attempts = make([]record.Attempt, 1+i%3)
 				r.Error = fmt.Sprint(i)
 				if err := j.Save(ctx, r); err != nil {
 					t.Error(err)
@@ -444,20 +445,20 @@ func TestJournalSaveConcurrent(t *testing.T) {
 }
 
 func TestLiveIntents(t *testing.T) {
-	in := func(n int) Intent { return Intent{Attempt: n} }
-	refused := func(n int) Intent { return Intent{Attempt: n, Refused: true} }
+	in := func(n int) record.Intent { return record.Intent{Attempt: n} }
+	refused := func(n int) record.Intent { return record.Intent{Attempt: n, Refused: true} }
 	cases := []struct {
 		name string
-		all  []Intent
+		all  []record.Intent
 		live []int // attempts of the live intents
 	}{
 		{"none", nil, nil},
-		{"one live", []Intent{in(1)}, []int{1}},
-		{"refused", []Intent{in(1), refused(1)}, nil},
-		{"refused, then a live one", []Intent{in(1), refused(1), in(2)}, []int{2}},
-		{"a refusal withdraws only its attempt's latest intent", []Intent{in(1), in(1), refused(1)}, []int{1}},
-		{"a refusal of another attempt withdraws nothing", []Intent{in(1), refused(2)}, []int{1}},
-		{"interleaved attempts", []Intent{in(1), in(2), refused(1)}, []int{2}},
+		{"one live", []record.Intent{in(1)}, []int{1}},
+		{"refused", []record.Intent{in(1), refused(1)}, nil},
+		{"refused, then a live one", []record.Intent{in(1), refused(1), in(2)}, []int{2}},
+		{"a refusal withdraws only its attempt's latest intent", []record.Intent{in(1), in(1), refused(1)}, []int{1}},
+		{"a refusal of another attempt withdraws nothing", []record.Intent{in(1), refused(2)}, []int{1}},
+		{"interleaved attempts", []record.Intent{in(1), in(2), refused(1)}, []int{2}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -476,19 +477,19 @@ func TestLiveIntents(t *testing.T) {
 }
 
 // benchTurnRecord is an instant turn's final record.
-func benchTurnRecord() *TurnRecord {
+func benchTurnRecord() *record.TurnRecord {
 	t0 := time.Date(2026, 11, 26, 8, 42, 30, 123456789, time.UTC)
-	return &TurnRecord{
+	return &record.TurnRecord{
 		TaskID: "01JDXQ7Z8K3M4N5P6Q7R8S9T0V", Otid: "otid-01JDXQ7Z8K3M4N5P6Q7R8S9T0V", AgentID: "agent-3f1c2b7e-8d4a-4f2e-9c1d-5b6a7e8f9a0b",
-		RunID: "run-7c9e6679-7425-40de-944b-e07fc1f90ae7", Conversation: Conversation{Integration: "telegram", ChatID: "123456789"},
+		RunID: "run-7c9e6679-7425-40de-944b-e07fc1f90ae7", Conversation: record.Conversation{Integration: "telegram", ChatID: "123456789"},
 		MessageID: "msg-42", Queue: "default", ThreadMode: "agent",
 		EnqueuedAt: t0, FirstStartedAt: t0.Add(1500 * time.Microsecond), FinishedAt: t0.Add(9 * time.Millisecond), UpdatedAt: t0.Add(9 * time.Millisecond),
 		QueueWait: 1500 * time.Microsecond,
-		Attempts: []Attempt{{N: 1, Worker: "bench-host-1234", Start: t0.Add(1500 * time.Microsecond), End: t0.Add(9 * time.Millisecond),
-			Phases:         []PhaseMark{{Phase: "connecting", At: t0.Add(2 * time.Millisecond)}, {Phase: "streaming", At: t0.Add(4 * time.Millisecond)}},
-			ResendDecision: ResendNotNeeded, SentOtid: true, Outcome: OutcomeAnswered}},
-		Outcome: OutcomeAnswered, StopReason: "end_turn", Latency: 9 * time.Millisecond, TTFT: 5 * time.Millisecond,
-		Usage: &Usage{PromptTokens: 1200, CompletionTokens: 34, TotalTokens: 1234, StepCount: 1},
+		Attempts: []record.Attempt{{N: 1, Worker: "bench-host-1234", Start: t0.Add(1500 * time.Microsecond), End: t0.Add(9 * time.Millisecond),
+			Phases:         []record.PhaseMark{{Phase: "connecting", At: t0.Add(2 * time.Millisecond)}, {Phase: "streaming", At: t0.Add(4 * time.Millisecond)}},
+			ResendDecision: record.ResendNotNeeded, SentOtid: true, Outcome: record.OutcomeAnswered}},
+		Outcome: record.OutcomeAnswered, StopReason: "end_turn", Latency: 9 * time.Millisecond, TTFT: 5 * time.Millisecond,
+		Usage: &record.Usage{PromptTokens: 1200, CompletionTokens: 34, TotalTokens: 1234, StepCount: 1},
 	}
 }
 
@@ -498,7 +499,7 @@ func TestSaveKeepsFinishedRecords(t *testing.T) {
 	rjEach(t, func(t *testing.T, b rjBackend) {
 		ctx := context.Background()
 		j := NewJournal(b.rdb, JournalOptions{Prefix: b.prefix})
-		run := func(rec *TurnRecord) {
+		run := func(rec *record.TurnRecord) {
 			op, err := j.saver.SaveOp(rec, true, 0, nil)
 			if err != nil {
 				t.Fatal(err)
@@ -507,16 +508,16 @@ func TestSaveKeepsFinishedRecords(t *testing.T) {
 				t.Fatal(errs[0])
 			}
 		}
-		run(&TurnRecord{TaskID: "t", Otid: "o", Outcome: ""})
-		run(&TurnRecord{TaskID: "t", Otid: "o", Outcome: "", Error: "second"})
+		run(&record.TurnRecord{TaskID: "t", Otid: "o", Outcome: ""})
+		run(&record.TurnRecord{TaskID: "t", Otid: "o", Outcome: "", Error: "second"})
 		if rec, _ := j.Get(ctx, "t"); rec.Error != "second" {
 			t.Fatalf("an unfinished record was kept: %+v", rec)
 		}
-		if err := j.Save(ctx, &TurnRecord{TaskID: "t", Otid: "o", Outcome: OutcomeAnswered}); err != nil {
+		if err := j.Save(ctx, &record.TurnRecord{TaskID: "t", Otid: "o", Outcome: record.OutcomeAnswered}); err != nil {
 			t.Fatal(err)
 		}
-		run(&TurnRecord{TaskID: "t", Otid: "o", Outcome: "", Error: "retrying"})
-		if rec, _ := j.Get(ctx, "t"); rec.Outcome != OutcomeAnswered {
+		run(&record.TurnRecord{TaskID: "t", Otid: "o", Outcome: "", Error: "retrying"})
+		if rec, _ := j.Get(ctx, "t"); rec.Outcome != record.OutcomeAnswered {
 			t.Fatalf("the finished record was overwritten: %+v", rec)
 		}
 	})

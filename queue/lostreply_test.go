@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lettaq/lettaq/queue/internal/progress"
+	"github.com/lettaq/lettaq/queue/record"
 
 	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
@@ -71,12 +72,12 @@ func TestLostReplyEventsWrittenOnce(t *testing.T) {
 	if err := store.ReplyEmitMany.Load(ctx, lr.direct).Err(); err != nil {
 		t.Fatal(err)
 	}
-	conv := Conversation{Integration: "test", ChatID: "lostreply"}
+	conv := record.Conversation{Integration: "test", ChatID: "lostreply"}
 	wr := progress.NewWriter(lr.rdb, r.st, r.complete)
 	p := wr.NewQueue(conv, func(err error) { t.Errorf("write failed: %v", err) }, nil)
 	f := lr.proxy.DropReply(scriptCall(r.Key(conv)))
-	p.Push(ReplyEvent{Type: EventAnswerDelta, TaskID: "t1", Text: "Hel"})
-	p.Push(ReplyEvent{Type: EventAnswerDelta, TaskID: "t1", Text: "lo"})
+	p.Push(record.ReplyEvent{Type: record.EventAnswerDelta, TaskID: "t1", Text: "Hel"})
+	p.Push(record.ReplyEvent{Type: record.EventAnswerDelta, TaskID: "t1", Text: "lo"})
 	p.Flush(ctx)
 	waitFired(t, f)
 	evs, _, err := NewReplies(lr.direct, RepliesOptions{Prefix: lr.prefix}).Read(ctx, conv, "0", 100, 0)
@@ -105,10 +106,10 @@ func TestSeqGrowsAcrossLostWrites(t *testing.T) {
 	lr := newLostReplyRedis(t)
 	ctx := context.Background()
 	r := NewReplies(lr.rdb, RepliesOptions{Prefix: lr.prefix})
-	conv := Conversation{Integration: "test", ChatID: "rollback"}
+	conv := record.Conversation{Integration: "test", ChatID: "rollback"}
 	wr := progress.NewWriter(lr.rdb, r.st, r.complete)
 	p := wr.NewQueue(conv, func(err error) { t.Errorf("write failed: %v", err) }, nil)
-	p.Push(ReplyEvent{Type: EventPhase, TaskID: "t1", Phase: PhaseThinking})
+	p.Push(record.ReplyEvent{Type: record.EventPhase, TaskID: "t1", Phase: record.PhaseThinking})
 	p.Flush(ctx)
 	// What Redis had a moment before the loss.
 	key, seqKey, emittedKey := r.Key(conv), r.keys().Seq("t1"), r.keys().Emitted("t1")
@@ -118,8 +119,8 @@ func TestSeqGrowsAcrossLostWrites(t *testing.T) {
 	}
 	seqBefore, _ := lr.direct.Get(ctx, seqKey).Result()
 	emittedBefore, _ := lr.direct.HGetAll(ctx, emittedKey).Result()
-	p.Push(ReplyEvent{Type: EventAnswerDelta, TaskID: "t1", Text: "Hel"})
-	p.Push(ReplyEvent{Type: EventAnswerDelta, TaskID: "t1", Text: "lo"})
+	p.Push(record.ReplyEvent{Type: record.EventAnswerDelta, TaskID: "t1", Text: "Hel"})
+	p.Push(record.ReplyEvent{Type: record.EventAnswerDelta, TaskID: "t1", Text: "lo"})
 	p.Flush(ctx)
 	shown, err := lr.direct.XRange(ctx, key, "-", "+").Result()
 	if err != nil || len(shown) != 3 {
@@ -135,7 +136,7 @@ func TestSeqGrowsAcrossLostWrites(t *testing.T) {
 	for f, v := range emittedBefore {
 		lr.direct.HSet(ctx, emittedKey, f, v)
 	}
-	final, err := p.Prepare(ReplyEvent{Type: EventAnswer, TaskID: "t1", Text: "Hello"}, r.answeredKey("t1"))
+	final, err := p.Prepare(record.ReplyEvent{Type: record.EventAnswer, TaskID: "t1", Text: "Hello"}, r.answeredKey("t1"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,14 +159,14 @@ func TestLostReplySingleEmitWrittenOnce(t *testing.T) {
 	if err := store.ReplyEmitMany.Load(ctx, lr.direct).Err(); err != nil {
 		t.Fatal(err)
 	}
-	conv := Conversation{Integration: "test", ChatID: "single"}
+	conv := record.Conversation{Integration: "test", ChatID: "single"}
 	f := lr.proxy.DropReply(scriptCall(r.Key(conv)))
-	if _, err := r.Emit(ctx, conv, ReplyEvent{Type: EventPhase, TaskID: "t1", Phase: PhaseThinking}); err != nil {
+	if _, err := r.Emit(ctx, conv, record.ReplyEvent{Type: record.EventPhase, TaskID: "t1", Phase: record.PhaseThinking}); err != nil {
 		t.Fatal(err)
 	}
 	waitFired(t, f)
 	f = lr.proxy.DropReply(scriptCall(r.Key(conv)))
-	emitted, err := r.EmitAnswerOnce(ctx, conv, ReplyEvent{Type: EventAnswer, TaskID: "t1", Text: "hi"})
+	emitted, err := r.EmitAnswerOnce(ctx, conv, record.ReplyEvent{Type: record.EventAnswer, TaskID: "t1", Text: "hi"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +233,7 @@ func TestLostReplyEnqueueIsNotItsOwnDuplicate(t *testing.T) {
 		_ = insp.Close()
 		lr.rdb.Del(context.Background(), shard.RecordKey(q))
 	}()
-	conv := Conversation{Integration: "web", ChatID: "lost"}
+	conv := record.Conversation{Integration: "web", ChatID: "lost"}
 	// A first message loads Asynq's scripts.
 	if _, err := c.Enqueue(ctx, Message{AgentID: "agent", Text: "first", Conversation: conv, MessageID: "1"}); err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/lettaq/lettaq/internal/testredis"
 	"github.com/lettaq/lettaq/ordering"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // A message id reused with another text is refused (a client bug, as an idempotency key
@@ -29,7 +30,7 @@ func TestMessageIDReusedWithOtherText(t *testing.T) {
 		insp := asynq.NewInspector(asynq.RedisClientOpt{Addr: srv.Addr, DB: srv.DB})
 		t.Cleanup(func() { _ = insp.DeleteQueue(q, true); _ = insp.Close(); _ = c.Close() })
 		ctx := context.Background()
-		m := Message{AgentID: "agent", Text: "first text", Conversation: Conversation{Integration: "web", ChatID: "7"}, MessageID: "m-1"}
+		m := Message{AgentID: "agent", Text: "first text", Conversation: record.Conversation{Integration: "web", ChatID: "7"}, MessageID: "m-1"}
 		first, err := c.Enqueue(ctx, m)
 		if err != nil {
 			t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/lettaq/lettaq/queue/internal/payloadcheck"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // Agent-initiated messages: a scheduled job or a tool on the agent's side
@@ -18,7 +19,7 @@ import (
 // Notice is a message to write into a chat.
 type Notice struct {
 	// Chat is the conversation whose reply stream takes the message.
-	Chat Conversation `json:"chat"`
+	Chat record.Conversation `json:"chat"`
 	// Text is the message, as the chat shows it.
 	Text string `json:"text"`
 	// Key names the message (its idempotency key): 1 to 128 of the

@@ -8,6 +8,7 @@ import (
 	"fmt"
 
 	"github.com/google/uuid"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // Notify writes n into its chat's reply stream as a notify event, once per
@@ -33,7 +34,7 @@ func (r *Replies) notify(ctx context.Context, n Notice) (NotifyResult, error) {
 	if k := r.keys(); k.Sharded() { // named in its chat's shard, as a turn is
 		taskID = k.Layout.TaskID(k.Layout.Of(n.Chat.Integration, n.Chat.ChatID), taskID)
 	}
-	ev := ReplyEvent{Type: EventNotify, TaskID: taskID, Seq: 1, Text: n.Text, Time: r.opts.Now().UTC()}
+	ev := record.ReplyEvent{Type: record.EventNotify, TaskID: taskID, Seq: 1, Text: n.Text, Time: r.opts.Now().UTC()}
 	at, data, err := encodeTimeData(&ev)
 	if err != nil {
 		return NotifyResult{}, err
@@ -41,7 +42,7 @@ func (r *Replies) notify(ctx context.Context, n Notice) (NotifyResult, error) {
 	h := sha256.Sum256([]byte(n.Text))
 	sum, token := hex.EncodeToString(h[:]), uuid.NewString()
 	got, err := r.st.Notify(ctx, r.Key(n.Chat), r.keys().Notified(n.Chat.Integration, n.Chat.ChatID, n.Key), sum, token,
-		"type", string(EventNotify), "task_id", ev.TaskID, "otid", "", "run_id", "", "message_id", "",
+		"type", string(record.EventNotify), "task_id", ev.TaskID, "otid", "", "run_id", "", "message_id", "",
 		"seq", "1", "time", at, "data", data)
 	if err != nil {
 		return NotifyResult{}, fmt.Errorf("queue: notify %s in %s: %w", ev.TaskID, n.Chat, err)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/lettaq/lettaq/internal/testredis"
 	"github.com/lettaq/lettaq/queue/internal/store"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // notifyClient is a Client writing reply events under a prefix of the test's
@@ -42,7 +43,7 @@ func notifyClient(t *testing.T, srv *testredis.Server, rdb redis.UniversalClient
 func TestNotifyWritesOneEventPerKey(t *testing.T) {
 	c, r, direct := notifyClient(t, testredis.New(t), nil)
 	ctx := context.Background()
-	conv := Conversation{Integration: "web", ChatID: "c:1"}
+	conv := record.Conversation{Integration: "web", ChatID: "c:1"}
 	n := Notice{Chat: conv, Text: "Your report is ready.", Key: "report-2026-12-02"}
 	first, err := c.Notify(ctx, n)
 	if err != nil {
@@ -70,7 +71,7 @@ func TestNotifyWritesOneEventPerKey(t *testing.T) {
 		t.Errorf("time %q: %v", v["time"], err)
 	}
 	evs, _, err := r.Read(ctx, conv, "0", 10, 0)
-	if err != nil || len(evs) != 1 || evs[0].Type != EventNotify || evs[0].Text != n.Text || evs[0].Seq != 1 || evs[0].ID != first.ID {
+	if err != nil || len(evs) != 1 || evs[0].Type != record.EventNotify || evs[0].Text != n.Text || evs[0].Seq != 1 || evs[0].ID != first.ID {
 		t.Fatalf("read back: %+v, %v", evs, err)
 	}
 
@@ -86,7 +87,7 @@ func TestNotifyWritesOneEventPerKey(t *testing.T) {
 		t.Fatalf("same key, other text: %v; want a NotifyKeyConflictError naming the key and entry", err)
 	}
 	elsewhere := n
-	elsewhere.Chat = Conversation{Integration: "web", ChatID: "c"}
+	elsewhere.Chat = record.Conversation{Integration: "web", ChatID: "c"}
 	if res, err := c.Notify(ctx, elsewhere); err != nil || res.Duplicate {
 		t.Fatalf("same key in another chat: %+v, %v; want a message of its own", res, err)
 	}
@@ -109,7 +110,7 @@ func TestNotifyLostReplyWritesOnce(t *testing.T) {
 	if err := store.NotifyOnce.Load(ctx, lr.direct).Err(); err != nil {
 		t.Fatal(err)
 	}
-	conv := Conversation{Integration: "test", ChatID: "lostreply"}
+	conv := record.Conversation{Integration: "test", ChatID: "lostreply"}
 	f := lr.proxy.DropReply(scriptCall(r.Key(conv)))
 	res, err := c.Notify(ctx, Notice{Chat: conv, Text: "ping", Key: "k1"})
 	if err != nil {
@@ -128,17 +129,17 @@ func TestNotifyLostReplyWritesOnce(t *testing.T) {
 // Bad notices are refused before Redis, each naming its field.
 func TestNotifyValidation(t *testing.T) {
 	c, r, direct := notifyClient(t, testredis.New(t), nil)
-	conv := Conversation{Integration: "web", ChatID: "1"}
+	conv := record.Conversation{Integration: "web", ChatID: "1"}
 	for _, tc := range []struct {
 		name  string
 		n     Notice
 		field string
 		says  string
 	}{
-		{"no integration", Notice{Chat: Conversation{ChatID: "1"}, Text: "x", Key: "k"}, "chat", "no integration"},
-		{"no chat id", Notice{Chat: Conversation{Integration: "web"}, Text: "x", Key: "k"}, "chat", "no chat id"},
-		{"colon in integration", Notice{Chat: Conversation{Integration: "a:b", ChatID: "1"}, Text: "x", Key: "k"}, "chat", "must not contain"},
-		{"control in chat id", Notice{Chat: Conversation{Integration: "web", ChatID: "a\nb"}, Text: "x", Key: "k"}, "chat", "control character"},
+		{"no integration", Notice{Chat: record.Conversation{ChatID: "1"}, Text: "x", Key: "k"}, "chat", "no integration"},
+		{"no chat id", Notice{Chat: record.Conversation{Integration: "web"}, Text: "x", Key: "k"}, "chat", "no chat id"},
+		{"colon in integration", Notice{Chat: record.Conversation{Integration: "a:b", ChatID: "1"}, Text: "x", Key: "k"}, "chat", "must not contain"},
+		{"control in chat id", Notice{Chat: record.Conversation{Integration: "web", ChatID: "a\nb"}, Text: "x", Key: "k"}, "chat", "control character"},
 		{"empty text", Notice{Chat: conv, Key: "k"}, "text", "must not be empty"},
 		{"blank text", Notice{Chat: conv, Text: " \n\t", Key: "k"}, "text", "must not be empty"},
 		{"long text", Notice{Chat: conv, Text: strings.Repeat("a", MaxNotifyTextBytes+1), Key: "k"}, "text", "16385 bytes, more than the limit of 16384"},
@@ -162,7 +163,7 @@ func TestNotifyValidation(t *testing.T) {
 		t.Errorf("the stream holds %d entries, want the one valid notify", n)
 	}
 	// Emit does not write notify events: they go through Notify, once per key.
-	if _, err := r.Emit(context.Background(), conv, ReplyEvent{Type: EventNotify, TaskID: "notify:x", Text: "x"}); !errors.Is(err, ErrInvalidEvent) {
+	if _, err := r.Emit(context.Background(), conv, record.ReplyEvent{Type: record.EventNotify, TaskID: "notify:x", Text: "x"}); !errors.Is(err, record.ErrInvalidEvent) {
 		t.Errorf("Emit of a notify: %v, want ErrInvalidEvent", err)
 	}
 }
@@ -182,7 +183,7 @@ func TestNotifyOnCluster(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = c.Close() })
 	ctx := context.Background()
-	conv := Conversation{Integration: "telegram", ChatID: "42"}
+	conv := record.Conversation{Integration: "telegram", ChatID: "42"}
 	var ids []string
 	for i := range 2 {
 		res, err := c.Notify(ctx, Notice{Chat: conv, Text: "hello", Key: "k1"})

@@ -23,6 +23,6 @@ func (NopObserver) AttemptFinished(string, string, time.Duration)             {}
 func (NopObserver) TurnFinished(string, string, time.Duration, time.Duration) {}
 
 // CancelObserver is an Observer that is also told of cancelled turns (the
-// phase is one of the CancelPhase… constants). A worker's Observer that
+// phase is one of the record.CancelPhase… constants). A worker's Observer that
 // implements it is told.
 type CancelObserver = attempt.CancelObserver

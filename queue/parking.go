@@ -8,6 +8,7 @@ import (
 	"github.com/lettaq/lettaq/queue/internal/attempt"
 	"github.com/lettaq/lettaq/queue/internal/line"
 	"github.com/lettaq/lettaq/queue/internal/store"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // A turn that must wait parks (queue/internal/line): not its turn in its
@@ -29,7 +30,7 @@ func newLines(w *Worker) *line.Lines {
 		},
 		Finished: func(ctx context.Context, taskID string) bool {
 			rec, err := w.journal.Get(ctx, taskID)
-			return err == nil && (attempt.FinalOutcome(rec.Outcome) || rec.Outcome == OutcomeCoalesced)
+			return err == nil && (attempt.FinalOutcome(rec.Outcome) || rec.Outcome == record.OutcomeCoalesced)
 		},
 	}
 	if w.ord != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/lettaq/lettaq/queue/internal/health"
 	"github.com/lettaq/lettaq/queue/internal/line"
 	"github.com/lettaq/lettaq/queue/internal/store"
+	"github.com/lettaq/lettaq/queue/record"
 	"github.com/lettaq/lettaq/queue/shard"
 )
 
@@ -94,7 +95,7 @@ func parkAndDie(t *testing.T, w *Worker, insp *asynq.Inspector, q, id string, si
 func TestSweeperRestoresAParkedTaskLeftBehind(t *testing.T) {
 	c, w, insp, q := parkingEnv(t)
 	ctx := context.Background()
-	conv := Conversation{Integration: "web", ChatID: "park-1"}
+	conv := record.Conversation{Integration: "web", ChatID: "park-1"}
 	r1, err := c.Enqueue(ctx, Message{AgentID: "agent-1", Text: "first", Conversation: conv, MessageID: "m1"})
 	if err != nil {
 		t.Fatal(err)
@@ -181,7 +182,7 @@ func TestParkApprovalWakesItselfWhenAnsweredMeanwhile(t *testing.T) {
 	if w.ord != nil || w.lines == nil {
 		t.Fatalf("ordering off: orderer %v, lines %v; want none, one", w.ord, w.lines)
 	}
-	conv := Conversation{Integration: "web", ChatID: "park-race"}
+	conv := record.Conversation{Integration: "web", ChatID: "park-race"}
 	r, err := c.Enqueue(ctx, Message{AgentID: "agent-1", Text: "hi", Conversation: conv, MessageID: "m2"})
 	if err != nil {
 		t.Fatal(err)
@@ -191,7 +192,7 @@ func TestParkApprovalWakesItselfWhenAnsweredMeanwhile(t *testing.T) {
 		t.Fatal(err)
 	}
 	req := &approval.Pending{RequestTaskID: "turn:web:park-race:m1", AgentID: "agent-1", Conversation: conv, Queue: q,
-		Scope: "chat:" + conv.String(), Calls: []ToolEvent{{Name: "delete_file", CallID: "call-1"}},
+		Scope: "chat:" + conv.String(), Calls: []record.ToolEvent{{Name: "delete_file", CallID: "call-1"}},
 		RequestedAt: time.Now().UTC(), ExpiresAt: time.Now().Add(time.Hour).UTC()}
 	if err := w.approvals.Store().Save(ctx, req); err != nil {
 		t.Fatal(err)
@@ -202,7 +203,7 @@ func TestParkApprovalWakesItselfWhenAnsweredMeanwhile(t *testing.T) {
 	}
 	w.lines.WakeApprovalWaiters(ctx, req.RequestTaskID, "") // the answer's wake-up: nobody noted yet
 	w.lines.AfterRevoke = func(store.Parked) {}             // the re-enqueue is looked at below
-	tt := &attempt.Pipeline{W: w.attempts, Rn: fence.Runner{ID: r.TaskID}, Logger: w.log, Jr: attemptJournal(w, &TurnRecord{TaskID: r.TaskID, Attempts: []Attempt{{N: 1}}}), Progress: w.writer.NewQueue(conv, func(error) {}, nil), ID: attempt.ID{TaskID: r.TaskID, Queue: q, Task: asynq.NewTask(info.Type, info.Payload), Start: time.Now()}}
+	tt := &attempt.Pipeline{W: w.attempts, Rn: fence.Runner{ID: r.TaskID}, Logger: w.log, Jr: attemptJournal(w, &record.TurnRecord{TaskID: r.TaskID, Attempts: []record.Attempt{{N: 1}}}), Progress: w.writer.NewQueue(conv, func(error) {}, nil), ID: attempt.ID{TaskID: r.TaskID, Queue: q, Task: asynq.NewTask(info.Type, info.Payload), Start: time.Now()}}
 	tt.Line = w.lines.Place(line.Attempt{TaskID: r.TaskID, Queue: q, Runner: r.TaskID, Task: tt.Task, Log: w.log})
 	attempt.ForTest(tt, false)
 	if err := tt.Waiting().ParkApproval(ctx, w.log, &stale); !errors.Is(err, asynq.RevokeTask) {

@@ -37,7 +37,7 @@ type Message = inbound.Message
 //	  "enqueued_at": "2025-01-01T12:00:00Z",   optional, RFC 3339
 //	  "images": [{"url": "https://…"}, {"media_type": "image/png", "data": "<base64>"}],
 //	                                           optional, see image.go for the limits
-//	  "approval": {…}                          an approval answer turn (see Answer);
+//	  "approval": {…}                          an approval answer turn (see record.Answer);
 //	                                           made by Client.AnswerApproval
 //	}
 //

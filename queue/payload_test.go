@@ -2,13 +2,14 @@ package queue
 
 import (
 	"encoding/json"
+	"github.com/lettaq/lettaq/queue/record"
 	"strings"
 	"testing"
 	"time"
 )
 
 func validMessage() Message {
-	return Message{AgentID: "agent-1", Text: "hi", Conversation: Conversation{Integration: "telegram", ChatID: "42"}}
+	return Message{AgentID: "agent-1", Text: "hi", Conversation: record.Conversation{Integration: "telegram", ChatID: "42"}}
 }
 
 func TestMessageValidate(t *testing.T) {
@@ -122,7 +123,7 @@ func TestTextWithNULRefused(t *testing.T) {
 	}
 	m = validMessage()
 	m.Text = ""
-	m.Approval = &Answer{RequestTaskID: "turn:x", Decisions: []ApprovalVerdict{{ToolCallID: "call-1", Reason: "no\x00"}}}
+	m.Approval = &record.Answer{RequestTaskID: "turn:x", Decisions: []record.ApprovalVerdict{{ToolCallID: "call-1", Reason: "no\x00"}}}
 	if ve, ok := IsValidationError(m.Validate()); !ok || !strings.HasSuffix(ve.Field, ".reason") {
 		t.Errorf("a reason with a NUL: %v, want refused naming the reason", m.Validate())
 	}

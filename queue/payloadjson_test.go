@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/lettaq/lettaq/queue/internal/payloadcheck"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // TestDecodePayloadRejectsEachStringField: an unpaired surrogate escape
@@ -42,7 +43,7 @@ func TestDecodePayloadRejectsEachStringField(t *testing.T) {
 					t.Errorf("%q (whole %v): got %v, want an error naming %s", body, whole, err, f.name)
 					continue
 				}
-				if strings.HasPrefix(f.name, "conversation.") && p.Conversation != (Conversation{}) {
+				if strings.HasPrefix(f.name, "conversation.") && p.Conversation != (record.Conversation{}) {
 					t.Errorf("%q: the rewritten conversation %q is returned", body, p.Conversation)
 				}
 			}

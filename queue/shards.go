@@ -20,12 +20,8 @@ import (
 // shard; a Worker takes turns from every shard's queue, with equal weights:
 // every shard carries an equal share of the chats, so none is preferred.
 // Both refuse to work under a layout other than the deployment's recorded
-// one (LayoutMismatchError).
-
-// LayoutMismatchError is the refusal of a Worker or Client whose shards,
-// queue or key prefix are not the deployment's recorded layout: see
-// docs/operations.md (Changing the shard layout).
-type LayoutMismatchError = shard.MismatchError
+// one: they fail with a *shard.MismatchError (docs/operations.md,
+// Changing the shard layout).
 
 // shardLayouts are the layouts a worker or client works under: one per
 // configured queue with one shard (each queue a deployment of its own, as
@@ -99,8 +95,31 @@ func claimLayouts(ctx context.Context, rdb redis.Cmdable, layouts []shard.Layout
 // clientShards is the Client's side of the shards: the layout it enqueues
 // by, and whether the deployment's recorded layout was found to be it.
 type clientShards struct {
-	layout  shard.Layout
+	layout shard.Layout
+	// rdb reads the recorded layout (nil: the Client has no go-redis
+	// client, and checks nothing); record: the Client knows the key prefix
+	// (it has Replies), so it records the layout when none is.
+	rdb     redis.UniversalClient
+	record  bool
 	claimed atomic.Bool
+}
+
+// claim checks the deployment's layout once per Client (until it
+// succeeds): a Client with another layout enqueues nothing. A Client
+// without Replies knows no key prefix: it records no layout, and compares
+// the rest of it with the recorded one.
+func (s *clientShards) claim(ctx context.Context) error {
+	if s.claimed.Load() || s.rdb == nil {
+		return nil
+	}
+	switch err := s.layout.Claim(ctx, s.rdb, s.record); {
+	case errors.Is(err, shard.ErrNotRecorded):
+		return nil // (asked again at the next Enqueue, until a worker recorded it)
+	case err != nil:
+		return err
+	}
+	s.claimed.Store(true)
+	return nil
 }
 
 // queueOf returns the queue of the task id: the shard its id names, else

@@ -10,6 +10,7 @@ import (
 	"github.com/lettaq/lettaq/queue/internal/fence"
 	"github.com/lettaq/lettaq/queue/internal/journal"
 	"github.com/lettaq/lettaq/queue/internal/store"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // One runner of a turn at a time. A worker killed mid-turn while no other
@@ -29,7 +30,7 @@ func TestTakeoverRecoveredTurnNotRunTwice(t *testing.T) {
 	b.tk.Tick(ctx)
 	newRunner := func(w *Worker, runner, from string, retried int) *attempt.Pipeline {
 		tr := &attempt.Pipeline{W: w.attempts, Jr: attemptJournal(w, nil), Rn: fence.Runner{ID: runner, Retried: retried, From: from}, Logger: w.log, Actx: ctx, ID: attempt.ID{TaskID: "turn-6", Queue: e.queue}}
-		tr.Progress = w.writer.NewQueue(Conversation{Integration: "test", ChatID: "turn-6"}, func(error) {}, nil)
+		tr.Progress = w.writer.NewQueue(record.Conversation{Integration: "test", ChatID: "turn-6"}, func(error) {}, nil)
 		tr.Rn.OnFence(func(error) {})
 		return withReg(tr)
 	}
@@ -147,7 +148,7 @@ func TestTakeoverPendingRegistrationNotWrittenBack(t *testing.T) {
 		return exec(ctx, ops)
 	}
 	tr := withReg(&attempt.Pipeline{W: w.attempts, Jr: attemptJournal(w, nil), Rn: fence.Runner{ID: "turn-p"}, Logger: w.log, Actx: ctx, ID: attempt.ID{TaskID: "turn-p", Queue: e.queue}})
-	tr.Progress = w.writer.NewQueue(Conversation{Integration: "test", ChatID: "p"}, func(error) {}, nil)
+	tr.Progress = w.writer.NewQueue(record.Conversation{Integration: "test", ChatID: "p"}, func(error) {}, nil)
 	register(tr)
 	turns := e.prefix + "takeover:turns:" + w.tk.Instance()
 	w.tk.Tick(ctx)
@@ -185,19 +186,19 @@ func TestTakeoverStaleRunnerSaveKeepsNewerRecord(t *testing.T) {
 	}
 	register(newer)
 	// The newer runner finishes the turn within the stale one's last beat.
-	newer.Jr.Rec().Outcome, newer.Jr.Rec().FinishedAt = OutcomeAnswered, time.Now()
-	newer.Jr.Current().Outcome = OutcomeAnswered
+	newer.Jr.Rec().Outcome, newer.Jr.Rec().FinishedAt = record.OutcomeAnswered, time.Now()
+	newer.Jr.Current().Outcome = record.OutcomeAnswered
 	if err := newer.Save(ctx); err != nil {
 		t.Fatal(err)
 	}
 	// The stale runner, not told yet, journals its progress.
-	stale.Jr.Current().Phases = append(stale.Jr.Current().Phases, PhaseMark{Phase: "streaming", At: time.Now()})
+	stale.Jr.Current().Phases = append(stale.Jr.Current().Phases, record.PhaseMark{Phase: "streaming", At: time.Now()})
 	_ = stale.Save(ctx)
 	rec, err := b.journal.Get(ctx, "turn-j")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rec.Outcome != OutcomeAnswered || len(rec.Attempts) != 1 || rec.Attempts[0].TakenOverFrom != "D/9" {
+	if rec.Outcome != record.OutcomeAnswered || len(rec.Attempts) != 1 || rec.Attempts[0].TakenOverFrom != "D/9" {
 		t.Fatalf("the journal holds outcome %q, attempts %+v; want the newer runner's answered record", rec.Outcome, rec.Attempts)
 	}
 	// The stale runner stops at its worker's next beat; the newer one not.
@@ -230,12 +231,12 @@ func TestTakeoverLaterStartedRunnerKeepsTurn(t *testing.T) {
 	if !stale.Rn.IsFenced() || newer.Rn.IsFenced() {
 		t.Fatalf("stopped: the runner that started first %v, the later one %v; want true, false", stale.Rn.IsFenced(), newer.Rn.IsFenced())
 	}
-	newer.Jr.Rec().Outcome, newer.Jr.Rec().FinishedAt = OutcomeAnswered, time.Now()
+	newer.Jr.Rec().Outcome, newer.Jr.Rec().FinishedAt = record.OutcomeAnswered, time.Now()
 	if err := newer.Save(ctx); err != nil {
 		t.Fatal(err)
 	}
 	_ = stale.Save(ctx)
-	if rec, err := b.journal.Get(ctx, "turn-k"); err != nil || rec.Outcome != OutcomeAnswered || rec.Attempts[0].TakenOverFrom != "D/10" {
+	if rec, err := b.journal.Get(ctx, "turn-k"); err != nil || rec.Outcome != record.OutcomeAnswered || rec.Attempts[0].TakenOverFrom != "D/10" {
 		t.Fatalf("the journal holds %+v (%v); want the later runner's answered record", rec, err)
 	}
 	if h, ok, _ := e.st.LiveHolder(ctx, "turn-k", 2*time.Second); !ok || h.Runner != newer.Rn.ID {
@@ -249,7 +250,7 @@ func beginRunner(t *testing.T, w *Worker, queue, taskID, runner, from string) *a
 	t.Helper()
 	ctx := context.Background()
 	tr := &attempt.Pipeline{W: w.attempts, Rn: fence.Runner{ID: runner, From: from}, Logger: w.log, Actx: ctx, Jr: attemptJournal(w, nil), ID: attempt.ID{TaskID: taskID, Queue: queue, Start: time.Now()}}
-	tr.Progress = w.writer.NewQueue(Conversation{Integration: "test", ChatID: taskID}, func(error) {}, nil)
+	tr.Progress = w.writer.NewQueue(record.Conversation{Integration: "test", ChatID: taskID}, func(error) {}, nil)
 	tr.Rn.OnFence(func(error) {})
 	withReg(tr)
 	rec, _, _, err := tr.ReadStart(ctx)
@@ -257,7 +258,7 @@ func beginRunner(t *testing.T, w *Worker, queue, taskID, runner, from string) *a
 		t.Fatal(err)
 	}
 	rec.TaskID = taskID
-	rec.Attempts = append(rec.Attempts, Attempt{N: len(rec.Attempts) + 1, Worker: w.cfg.WorkerID, Start: tr.Start,
+	rec.Attempts = append(rec.Attempts, record.Attempt{N: len(rec.Attempts) + 1, Worker: w.cfg.WorkerID, Start: tr.Start,
 		TakenOverFrom: from})
 	tr.Jr.Begin(rec)
 	return tr
@@ -266,7 +267,7 @@ func beginRunner(t *testing.T, w *Worker, queue, taskID, runner, from string) *a
 // attemptJournal is the journal side of an attempt on w, as newTurn makes
 // it, with rec (nil: none yet) as its record whose last attempt is the
 // attempt's.
-func attemptJournal(w *Worker, rec *TurnRecord) *journal.Attempt {
+func attemptJournal(w *Worker, rec *record.TurnRecord) *journal.Attempt {
 	a := journal.NewAttempt(w.journal.saver)
 	if rec != nil {
 		a.Begin(rec)

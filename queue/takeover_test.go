@@ -21,6 +21,7 @@ import (
 	"github.com/lettaq/lettaq/queue/internal/claim"
 	"github.com/lettaq/lettaq/queue/internal/fence"
 	"github.com/lettaq/lettaq/queue/internal/store"
+	"github.com/lettaq/lettaq/queue/record"
 	"github.com/lettaq/lettaq/queue/shard"
 )
 
@@ -318,7 +319,7 @@ func TestTakeoverRegistryLostRegistersAgain(t *testing.T) {
 	ctx := context.Background()
 	w.tk.Tick(ctx)
 	tr := withReg(&attempt.Pipeline{W: w.attempts, Jr: attemptJournal(w, nil), Rn: fence.Runner{ID: "turn-r"}, Logger: w.log, Actx: ctx, ID: attempt.ID{TaskID: "turn-r", Queue: e.queue}})
-	tr.Progress = w.writer.NewQueue(Conversation{Integration: "test", ChatID: "r"}, func(error) {}, nil)
+	tr.Progress = w.writer.NewQueue(record.Conversation{Integration: "test", ChatID: "r"}, func(error) {}, nil)
 	register(tr)
 	tr.Progress.Flush(ctx) // the registration goes with the attempt's next writes
 	id := w.tk.Instance()
@@ -347,7 +348,7 @@ func TestTakeoverFinishedTurnNotRegisteredAgain(t *testing.T) {
 	ctx := context.Background()
 	w.tk.Tick(ctx)
 	tr := withReg(&attempt.Pipeline{W: w.attempts, Jr: attemptJournal(w, nil), Rn: fence.Runner{ID: "turn-done"}, Logger: w.log, Actx: ctx, ID: attempt.ID{TaskID: "turn-done", Queue: e.queue}})
-	tr.Progress = w.writer.NewQueue(Conversation{Integration: "test", ChatID: "done"}, func(error) {}, nil)
+	tr.Progress = w.writer.NewQueue(record.Conversation{Integration: "test", ChatID: "done"}, func(error) {}, nil)
 	register(tr)
 	tr.Progress.Flush(ctx)
 	turns := e.prefix + "takeover:turns:" + w.tk.Instance()
@@ -399,15 +400,15 @@ func TestTakeoverFencedDeliveryReportsTakenOver(t *testing.T) {
 	ctx := context.Background()
 	ep := w.tk.Instance()
 	id := "turn-fd"
-	conv := Conversation{Integration: "test", ChatID: "fd-" + randomHex(t)}
+	conv := record.Conversation{Integration: "test", ChatID: "fd-" + randomHex(t)}
 	tr := &attempt.Pipeline{W: w.attempts, Rn: fence.Runner{ID: id}, Logger: slog.New(c), Actx: ctx, IDs: &attempt.IDs{TaskID: id, Otid: "otid-fd"}, ID: attempt.ID{TaskID: id, Otid: "otid-fd", Queue: e.queue, Start: time.Now(), Msg: Message{AgentID: "agent-1", Conversation: conv, MessageID: "m1"}}}
 	tr.Obs.Observer = w.obs
 	withReg(tr).Tk.AsRegistered(claim.Entry{}, 0)
 	tr.Progress = w.writer.NewQueue(conv, tr.WriteFailed, nil)
 	tr.Progress.SetFence(tr.Tk.FencedNow, errTakenOver)
 	defer tr.Progress.Close()
-	tr.Jr = attemptJournal(w, &TurnRecord{TaskID: id, Otid: "otid-fd", Conversation: conv,
-		Attempts: []Attempt{{N: 1, Worker: "A", Start: tr.Start}}})
+	tr.Jr = attemptJournal(w, &record.TurnRecord{TaskID: id, Otid: "otid-fd", Conversation: conv,
+		Attempts: []record.Attempt{{N: 1, Worker: "A", Start: tr.Start}}})
 	attempt.ForTest(tr, false) // (with its queue and record)
 	tr.Obs.TaskStarted(e.queue, 1, 0)
 	// Meanwhile: B claimed A (its tombstone) and wrote the turn's answer
@@ -415,7 +416,7 @@ func TestTakeoverFencedDeliveryReportsTakenOver(t *testing.T) {
 	e.rdb.Set(ctx, e.prefix+"answered:"+id, "1", time.Hour)
 	e.rdb.Set(ctx, e.prefix+"takeover:dead:"+ep, "B", time.Hour)
 	tr.Tk.BeatAgo(2 * time.Second)
-	if err := tr.End.Deliver(ctx, tr.Logger, OutcomeAnswered, ReplyEvent{Type: EventAnswer, Text: "from A"}, "from A", nil); err != nil {
+	if err := tr.End.Deliver(ctx, tr.Logger, record.OutcomeAnswered, record.ReplyEvent{Type: record.EventAnswer, Text: "from A"}, "from A", nil); err != nil {
 		t.Errorf("deliver: %v", err)
 	}
 	obs.mu.Lock()

@@ -16,13 +16,14 @@ import (
 	"github.com/lettaq/lettaq/queue/internal/fence"
 	"github.com/lettaq/lettaq/queue/internal/line"
 	"github.com/lettaq/lettaq/queue/internal/store"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // lineOf enqueues one message per id of chat on c, in order, and returns
 // their task ids and the chat's line key.
 func lineOf(t *testing.T, c *Client, chat string, ids ...string) ([]string, string) {
 	t.Helper()
-	conv := Conversation{Integration: "web", ChatID: chat}
+	conv := record.Conversation{Integration: "web", ChatID: chat}
 	var out []string
 	for _, id := range ids {
 		r, err := c.Enqueue(context.Background(), Message{AgentID: "agent-1", Text: "hello " + id, Conversation: conv, MessageID: id})
@@ -176,14 +177,14 @@ func TestGiveUpWithoutALeaseWakesTheNext(t *testing.T) {
 func TestCancelByTaskIDMatchesExactly(t *testing.T) {
 	c, w, insp, q := parkingEnv(t)
 	ctx := context.Background()
-	conv := Conversation{Integration: "web", ChatID: "exact"}
+	conv := record.Conversation{Integration: "web", ChatID: "exact"}
 	r, err := c.Enqueue(ctx, Message{AgentID: "agent-1", Text: "hello m17", Conversation: conv, MessageID: "m17"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ids := []string{r.TaskID}
-	rec := &TurnRecord{TaskID: r.TaskID, Otid: r.Otid, AgentID: "agent-1", Conversation: conv,
-		MessageID: "m17", Queue: q, EnqueuedAt: time.Now().UTC(), Outcome: OutcomeRetrying}
+	rec := &record.TurnRecord{TaskID: r.TaskID, Otid: r.Otid, AgentID: "agent-1", Conversation: conv,
+		MessageID: "m17", Queue: q, EnqueuedAt: time.Now().UTC(), Outcome: record.OutcomeRetrying}
 	if err := w.journal.Save(ctx, rec); err != nil {
 		t.Fatal(err)
 	}

@@ -31,7 +31,7 @@ type WorkerConfig struct {
 	// over (LETTAQ_SHARDS; default 1). With more than one, the worker takes
 	// turns from every shard's queue with equal weights (package
 	// queue/shard). Run refuses to start under a layout other than the
-	// deployment's recorded one (*LayoutMismatchError).
+	// deployment's recorded one (*shard.MismatchError).
 	Shards int
 	// ShutdownTimeout: on shutdown, how long turns in flight may finish;
 	// after that they are interrupted and put back (default 10s).

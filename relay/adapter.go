@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // Adapter is a chat platform as the relay drives it. One Adapter serves every
@@ -27,14 +27,14 @@ type Adapter interface {
 	// Limits are the platform's sizes and paces.
 	Limits() Limits
 	// Send shows a new message and returns its platform id.
-	Send(ctx context.Context, chat queue.Conversation, m Message) (id string, err error)
+	Send(ctx context.Context, chat record.Conversation, m Message) (id string, err error)
 	// Edit replaces the content (text and buttons) of message id.
-	Edit(ctx context.Context, chat queue.Conversation, id string, m Message) error
+	Edit(ctx context.Context, chat record.Conversation, id string, m Message) error
 	// Delete removes message id.
-	Delete(ctx context.Context, chat queue.Conversation, id string) error
+	Delete(ctx context.Context, chat record.Conversation, id string) error
 	// Status shows an ephemeral indicator (typing, "thinking…", a tool line),
 	// or clears it; it expires by itself on the platform after Limits.StatusTTL.
-	Status(ctx context.Context, chat queue.Conversation, s Status) error
+	Status(ctx context.Context, chat record.Conversation, s Status) error
 }
 
 // Limits are a platform's sizes and paces.

@@ -9,7 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/lettaq/lettaq/internal/split"
-	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 	"github.com/lettaq/lettaq/relay/internal/store"
 )
 
@@ -21,23 +21,23 @@ type turn struct {
 	runID   string
 	from    string // stream entry id of its first event
 	lastSeq int64
-	text    string            // the answer so far (answer_delta, not narration)
-	tool    string            // the tool running now, "" when none
-	final   *queue.ReplyEvent // answer, approval_required or permanent error
-	msgs    map[string]string // slot → platform message id (durable)
-	shown   map[string]string // slot → text last put there by this process
-	status  time.Time         // when typing/tool status was last shown
-	seen    time.Time         // when this process last applied an event of it
-	pressOK bool              // the approval's button mapping is stored
+	text    string             // the answer so far (answer_delta, not narration)
+	tool    string             // the tool running now, "" when none
+	final   *record.ReplyEvent // answer, approval_required or permanent error
+	msgs    map[string]string  // slot → platform message id (durable)
+	shown   map[string]string  // slot → text last put there by this process
+	status  time.Time          // when typing/tool status was last shown
+	seen    time.Time          // when this process last applied an event of it
+	pressOK bool               // the approval's button mapping is stored
 	// answers is the approval request this turn answers (its accepted
 	// event's approval): its buttons come off when the turn is shown.
-	answers  *queue.ApprovalEvent
+	answers  *record.ApprovalEvent
 	answered bool // the request's buttons were taken off
 }
 
 // chat is one chat's state in this process.
 type chat struct {
-	conv    queue.Conversation
+	conv    record.Conversation
 	fence   store.Fence
 	until   time.Time // the lease's end (real time)
 	applied string    // last entry applied to memory
@@ -58,7 +58,7 @@ type chat struct {
 	pendingSince time.Time
 }
 
-func newChat(c queue.Conversation) *chat {
+func newChat(c record.Conversation) *chat {
 	return &chat{conv: c, turns: map[string]*turn{}, opened: map[string]string{}}
 }
 
@@ -75,7 +75,7 @@ func (c *chat) finishedRecently(task string) bool {
 
 // apply folds one event into memory; it calls nothing. An event of a turn
 // with seq at or below the last applied is ignored (docs/reply-events.md).
-func (c *chat) apply(ev queue.ReplyEvent, now time.Time) {
+func (c *chat) apply(ev record.ReplyEvent, now time.Time) {
 	c.applied = ev.ID
 	if ev.TaskID == "" || !ev.Type.Valid() || c.finishedRecently(ev.TaskID) {
 		return // an event of a type this relay does not know is passed over (docs/reply-events.md)
@@ -103,28 +103,28 @@ func (c *chat) apply(ev queue.ReplyEvent, now time.Time) {
 		t.runID = ev.RunID
 	}
 	switch ev.Type {
-	case queue.EventAccepted:
+	case record.EventAccepted:
 		if ev.Approval != nil && ev.Approval.RequestTaskID != "" && ev.Approval.Decision != "" {
 			a := *ev.Approval
 			t.answers = &a
 		}
-	case queue.EventAnswerDelta:
+	case record.EventAnswerDelta:
 		if !ev.Narration {
 			t.text += ev.Text
 		}
-	case queue.EventTool:
+	case record.EventTool:
 		t.tool = ""
 		if ev.Tool != nil && ev.Tool.Status == "call" {
 			t.tool = ev.Tool.Name
 		}
-	case queue.EventPhase:
-		if ev.Phase != queue.PhaseToolRunning {
+	case record.EventPhase:
+		if ev.Phase != record.PhaseToolRunning {
 			t.tool = ""
 		}
-	case queue.EventAnswer, queue.EventApprovalRequired, queue.EventNotify:
+	case record.EventAnswer, record.EventApprovalRequired, record.EventNotify:
 		e := ev
 		t.final = &e
-	case queue.EventError:
+	case record.EventError:
 		if ev.Permanent {
 			e := ev
 			t.final = &e
@@ -167,7 +167,7 @@ func (t *turn) view(limit int) view {
 		return view{parts: splitUnits(t.text, limit)}
 	}
 	switch f.Type {
-	case queue.EventAnswer:
+	case record.EventAnswer:
 		if f.AnsweredBy != "" && f.AnsweredBy != t.task {
 			return view{over: true, silent: true}
 		}
@@ -176,9 +176,9 @@ func (t *turn) view(limit int) view {
 			parts = splitUnits(f.Text, limit)
 		}
 		return view{parts: parts, over: true}
-	case queue.EventNotify:
+	case record.EventNotify:
 		return view{parts: split.Message(f.Text, limit), over: true, quiet: true}
-	case queue.EventApprovalRequired:
+	case record.EventApprovalRequired:
 		v := view{parts: splitUnits(t.text, limit), over: true}
 		m := approvalMessage(f)
 		v.approve = &m
@@ -189,7 +189,7 @@ func (t *turn) view(limit int) view {
 }
 
 // errorText says in plain words how a turn ended that did not answer.
-func errorText(streamed string, f *queue.ReplyEvent) string {
+func errorText(streamed string, f *record.ReplyEvent) string {
 	if f.StopReason == "cancelled" {
 		said := f.Text
 		if said == "" {
@@ -211,7 +211,7 @@ func errorText(streamed string, f *queue.ReplyEvent) string {
 }
 
 // approvalMessage is the approval request with its buttons.
-func approvalMessage(f *queue.ReplyEvent) Message {
+func approvalMessage(f *record.ReplyEvent) Message {
 	var b strings.Builder
 	b.WriteString("🔐 The agent asks to run:")
 	if f.Approval != nil {
@@ -228,7 +228,7 @@ func approvalMessage(f *queue.ReplyEvent) Message {
 	}}
 }
 
-func approvalRequest(f *queue.ReplyEvent) string {
+func approvalRequest(f *record.ReplyEvent) string {
 	if f.Approval != nil && f.Approval.RequestTaskID != "" {
 		return f.Approval.RequestTaskID
 	}

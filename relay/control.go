@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // ErrNotCommand is returned by Command for a text that is no relay command:
@@ -20,7 +21,7 @@ var ErrNotCommand = errors.New("relay: not a command")
 // turn the relay shows as open in the chat, by task id; or, with
 // Config.AgentID, the head of the chat's line) through Controller.Cancel.
 // sender goes to the journal.
-func (r *Relay) Command(ctx context.Context, c queue.Conversation, text, sender string) (queue.CancelResult, error) {
+func (r *Relay) Command(ctx context.Context, c record.Conversation, text, sender string) (queue.CancelResult, error) {
 	cmd := strings.Fields(text)
 	if len(cmd) == 0 || strings.SplitN(cmd[0], "@", 2)[0] != "/stop" {
 		return queue.CancelResult{}, ErrNotCommand
@@ -67,7 +68,7 @@ func (r *Relay) Command(ctx context.Context, c queue.Conversation, text, sender 
 // that a double press makes one answer, then takes the buttons off the
 // request's message (an edit: idempotent). It returns the answer's result
 // (Duplicate set for a second press).
-func (r *Relay) Press(ctx context.Context, c queue.Conversation, data, sender string) (queue.EnqueueResult, error) {
+func (r *Relay) Press(ctx context.Context, c record.Conversation, data, sender string) (queue.EnqueueResult, error) {
 	rest, ok := strings.CutPrefix(data, "ap:")
 	short, verdict, ok2 := strings.Cut(rest, ":")
 	if !ok || !ok2 || (verdict != "y" && verdict != "n") {
@@ -100,7 +101,7 @@ func (r *Relay) Press(ctx context.Context, c queue.Conversation, data, sender st
 	if verdict == "n" {
 		decision = "denied"
 	}
-	word := answerWord(decision, queue.AnswerByUser)
+	word := answerWord(decision, record.AnswerByUser)
 	// A second press changes nothing: the first one's edit stands.
 	if ad := r.cfg.Adapters[c.Integration]; ad != nil && pv.MsgID != "" && !res.Duplicate {
 		if err := ad.Edit(ctx, c, pv.MsgID, Message{Text: pv.Text + "\n\n" + word}); err != nil {
@@ -113,9 +114,9 @@ func (r *Relay) Press(ctx context.Context, c queue.Conversation, data, sender st
 // answerWord says how an approval request was answered, under its text.
 func answerWord(decision, cause string) string {
 	switch {
-	case cause == queue.AnswerExpired:
+	case cause == record.AnswerExpired:
 		return "⌛ Expired: denied."
-	case cause == queue.AnswerMovedOn:
+	case cause == record.AnswerMovedOn:
 		return "↪️ Denied: the conversation moved on."
 	case decision == "approved":
 		return "✅ Approved."

@@ -12,6 +12,7 @@ import (
 
 	"github.com/lettaq/lettaq/internal/testredis"
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 	"github.com/lettaq/lettaq/relay"
 	"github.com/lettaq/lettaq/relay/fakeplatform"
 )
@@ -38,7 +39,7 @@ func TestStopThroughTheQueueClientShowsStopped(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer client.Close()
-	conv := queue.Conversation{Integration: "fake", ChatID: "c1"}
+	conv := record.Conversation{Integration: "fake", ChatID: "c1"}
 	res, err := client.Enqueue(ctx, queue.Message{AgentID: "agent-1", Text: "hi", Conversation: conv, MessageID: "m1"})
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/lettaq/lettaq/internal/testredis"
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 	"github.com/lettaq/lettaq/relay"
 	"github.com/lettaq/lettaq/relay/fakeplatform"
 	"github.com/lettaq/lettaq/relay/internal/store"
@@ -91,9 +92,9 @@ func TestKeyspaceNotificationsThatCameMeanwhileAreMarkedInOneRoundTrip(t *testin
 	}
 	// The first event's mark is held at the gate: write until it is there (the
 	// subscription is live then).
-	probe := queue.Conversation{Integration: "fake", ChatID: "probe"}
+	probe := record.Conversation{Integration: "fake", ChatID: "probe"}
 	for gate.marks.Load() == 0 {
-		if _, err := replies.Emit(ctx, probe, queue.ReplyEvent{Type: queue.EventAccepted, TaskID: "tp"}); err != nil {
+		if _, err := replies.Emit(ctx, probe, record.ReplyEvent{Type: record.EventAccepted, TaskID: "tp"}); err != nil {
 			t.Fatal(err)
 		}
 		select {
@@ -103,8 +104,8 @@ func TestKeyspaceNotificationsThatCameMeanwhileAreMarkedInOneRoundTrip(t *testin
 		}
 	}
 	for i := range chats {
-		c := queue.Conversation{Integration: "fake", ChatID: fmt.Sprintf("c%d", i)}
-		if _, err := replies.Emit(ctx, c, queue.ReplyEvent{Type: queue.EventAccepted, TaskID: "t" + c.ChatID}); err != nil {
+		c := record.Conversation{Integration: "fake", ChatID: fmt.Sprintf("c%d", i)}
+		if _, err := replies.Emit(ctx, c, record.ReplyEvent{Type: record.EventAccepted, TaskID: "t" + c.ChatID}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -139,7 +140,7 @@ func TestKeyspaceNotificationsFindWhatWasWrittenWhileRedisRestarted(t *testing.T
 	defer func() { stop(); <-done }()
 	replies := queue.NewReplies(rdb, queue.RepliesOptions{Prefix: prefix})
 	st := store.New(rdb, prefix, 0)
-	isMarked := func(c queue.Conversation) bool {
+	isMarked := func(c record.Conversation) bool {
 		ds, _ := st.Dirty(ctx, store.Shard(c, shards), 1000)
 		for _, d := range ds {
 			if d.Chat == c {
@@ -148,11 +149,11 @@ func TestKeyspaceNotificationsFindWhatWasWrittenWhileRedisRestarted(t *testing.T
 		}
 		return false
 	}
-	waitMarked := func(c queue.Conversation, emit bool) {
+	waitMarked := func(c record.Conversation, emit bool) {
 		t.Helper()
 		for !isMarked(c) {
 			if emit {
-				if _, err := replies.Emit(ctx, c, queue.ReplyEvent{Type: queue.EventAccepted, TaskID: "t" + c.ChatID}); err != nil {
+				if _, err := replies.Emit(ctx, c, record.ReplyEvent{Type: record.EventAccepted, TaskID: "t" + c.ChatID}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -163,12 +164,12 @@ func TestKeyspaceNotificationsFindWhatWasWrittenWhileRedisRestarted(t *testing.T
 			}
 		}
 	}
-	waitMarked(queue.Conversation{Integration: "fake", ChatID: "before"}, true) // the subscription is live
+	waitMarked(record.Conversation{Integration: "fake", ChatID: "before"}, true) // the subscription is live
 	if err := red.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	after := queue.Conversation{Integration: "fake", ChatID: "after"}
-	if _, err := replies.Emit(ctx, after, queue.ReplyEvent{Type: queue.EventAccepted, TaskID: "t-after"}); err != nil {
+	after := record.Conversation{Integration: "fake", ChatID: "after"}
+	if _, err := replies.Emit(ctx, after, record.ReplyEvent{Type: record.EventAccepted, TaskID: "t-after"}); err != nil {
 		t.Fatal(err)
 	}
 	waitMarked(after, false)

@@ -5,7 +5,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 	"github.com/lettaq/lettaq/relay"
 	"github.com/lettaq/lettaq/relay/fakeplatform"
 	"github.com/lettaq/lettaq/relay/internal/killtest"
@@ -26,7 +26,7 @@ func TestKillAtEveryStepShowsEachMessageOnce(t *testing.T) {
 		plat := fakeplatform.New(relay.Limits{PartLimit: killtest.PartLimit})
 		srv := httptest.NewServer(plat.Handler())
 		return killtest.Platform{
-			Fake: plat, Conv: queue.Conversation{Integration: "fake", ChatID: "chat1"}, Close: srv.Close,
+			Fake: plat, Conv: record.Conversation{Integration: "fake", ChatID: "chat1"}, Close: srv.Close,
 			Env: []string{"LETTAQ_RELAY_FAKE_URL=" + srv.URL, "LETTAQ_RELAY_FAKE_PART_LIMIT=" + fmt.Sprint(killtest.PartLimit)},
 		}
 	})

@@ -7,7 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // Notify marks every chat whose reply stream gets an entry, from Redis's
@@ -43,8 +43,8 @@ func (r *Relay) Notify(ctx context.Context, shards int) error {
 	}
 	ch := sub.ChannelWithSubscriptions(redis.WithChannelSize(1024))
 	for {
-		var batch []queue.Conversation
-		seen := map[queue.Conversation]bool{}
+		var batch []record.Conversation
+		seen := map[record.Conversation]bool{}
 		resubscribed := false
 		take := func(m any) {
 			switch m := m.(type) {
@@ -118,7 +118,7 @@ func (r *Relay) notificationsOn(ctx context.Context) {
 const notifyBatch = 512
 
 // notified adds the chat of a notification to batch, once.
-func (r *Relay) notified(batch []queue.Conversation, seen map[queue.Conversation]bool, m *redis.Message) []queue.Conversation {
+func (r *Relay) notified(batch []record.Conversation, seen map[record.Conversation]bool, m *redis.Message) []record.Conversation {
 	c, ok := r.st.ChatOfStream(m.Payload)
 	if !ok || seen[c] || !r.relays(c) {
 		return batch
@@ -150,7 +150,7 @@ func (r *Relay) Sweep(ctx context.Context, shards int) (marked int, err error) {
 // sweepPage marks the chats of keys (reply streams) whose last entry is past
 // their cursor.
 func (r *Relay) sweepPage(ctx context.Context, keys []string, shards int) (int, error) {
-	var chats []queue.Conversation
+	var chats []record.Conversation
 	var streams []string
 	for _, k := range keys {
 		if c, ok := r.st.ChatOfStream(k); ok && r.relays(c) {
@@ -170,7 +170,7 @@ func (r *Relay) sweepPage(ctx context.Context, keys []string, shards int) (int, 
 	if err != nil {
 		return 0, err
 	}
-	var news []queue.Conversation
+	var news []record.Conversation
 	for i, c := range chats {
 		last, err := lasts[i].Result()
 		if err != nil || len(last) == 0 {
@@ -190,6 +190,6 @@ func (r *Relay) sweepPage(ctx context.Context, keys []string, shards int) (int, 
 // adapter for: the others' streams are read by someone else (the web chat
 // page's browsers read theirs themselves), and marking them would only make
 // Drain fail for them every second.
-func (r *Relay) relays(c queue.Conversation) bool {
+func (r *Relay) relays(c record.Conversation) bool {
 	return r.cfg.Adapters[c.Integration] != nil
 }

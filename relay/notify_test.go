@@ -12,6 +12,7 @@ import (
 
 	"github.com/lettaq/lettaq/internal/split"
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 	"github.com/lettaq/lettaq/relay"
 )
 
@@ -89,8 +90,8 @@ func TestLongNotifyIsOneMessagePerPart(t *testing.T) {
 // clears it.
 func TestNotifyDuringATurnKeepsItsTyping(t *testing.T) {
 	e := newEnv(t, relay.Limits{})
-	acc := ev(queue.EventAccepted, "t1")
-	acc.Phase = queue.PhaseQueued
+	acc := ev(record.EventAccepted, "t1")
+	acc.Phase = record.PhaseQueued
 	e.emit(acc)
 	e.drain()
 	e.notify("Your export is ready.", "export-7")
@@ -98,7 +99,7 @@ func TestNotifyDuringATurnKeepsItsTyping(t *testing.T) {
 	if s := e.lastStatus(); s.Kind != relay.StatusTyping || e.count("status") != 1 {
 		t.Fatalf("after the notify: %d status calls, last %+v; want the turn's one typing", e.count("status"), s)
 	}
-	a := ev(queue.EventAnswer, "t1")
+	a := ev(record.EventAnswer, "t1")
 	a.Text = "Done."
 	e.emit(a)
 	e.drain()
@@ -148,7 +149,7 @@ func TestUnknownEventTypeIsPassedOver(t *testing.T) {
 	if len(e.texts()) != 0 || len(e.plat.Calls()) != 0 {
 		t.Fatalf("an unknown event made calls: %+v", e.plat.Calls())
 	}
-	a := ev(queue.EventAnswer, "t1")
+	a := ev(record.EventAnswer, "t1")
 	a.Text = "Hi"
 	e.emit(a)
 	e.drain()

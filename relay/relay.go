@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 	"github.com/lettaq/lettaq/queue/shard"
 	"github.com/lettaq/lettaq/relay/internal/store"
 )
@@ -79,7 +80,7 @@ type Relay struct {
 	log     *slog.Logger
 
 	mu    sync.Mutex
-	chats map[queue.Conversation]*chat
+	chats map[record.Conversation]*chat
 	run   *runner
 }
 
@@ -105,7 +106,7 @@ func New(cfg Config) *Relay {
 		st:      store.New(cfg.Redis, cfg.Prefix, cfg.StateTTL).WithShards(cfg.Shards),
 		replies: queue.NewReplies(cfg.Redis, queue.RepliesOptions{Prefix: cfg.Prefix, Shards: cfg.Shards}),
 		log:     cfg.Logger,
-		chats:   map[queue.Conversation]*chat{},
+		chats:   map[record.Conversation]*chat{},
 	}
 }
 
@@ -135,7 +136,7 @@ var errWait = errors.New("relay: wait")
 // refresh, a 429's wait; zero: none), or with an error (the cursor stays at
 // the last entry whose effects are all on the platform). fence fences its
 // Redis writes (the zero Fence: none).
-func (r *Relay) Drain(ctx context.Context, c queue.Conversation, l Lease) (time.Time, error) {
+func (r *Relay) Drain(ctx context.Context, c record.Conversation, l Lease) (time.Time, error) {
 	ad := r.cfg.Adapters[c.Integration]
 	if ad == nil {
 		return time.Time{}, fmt.Errorf("relay: no adapter for integration %q", c.Integration)
@@ -177,7 +178,7 @@ func (r *Relay) Drain(ctx context.Context, c queue.Conversation, l Lease) (time.
 
 // chat returns c's state in memory, loading it from Redis (and replaying its
 // open turns' events) when this process does not hold it.
-func (r *Relay) chat(ctx context.Context, c queue.Conversation) (*chat, error) {
+func (r *Relay) chat(ctx context.Context, c record.Conversation) (*chat, error) {
 	r.mu.Lock()
 	ch := r.chats[c]
 	r.mu.Unlock()
@@ -253,7 +254,7 @@ func (r *Relay) chat(ctx context.Context, c queue.Conversation) (*chat, error) {
 }
 
 // drop forgets c's state in memory: the next Drain loads it from Redis.
-func (r *Relay) drop(c queue.Conversation) {
+func (r *Relay) drop(c record.Conversation) {
 	r.mu.Lock()
 	delete(r.chats, c)
 	r.mu.Unlock()
@@ -261,7 +262,7 @@ func (r *Relay) drop(c queue.Conversation) {
 
 // Release forgets c in memory when it has nothing open (the chat is idle):
 // memory is kept only for chats with a turn in flight.
-func (r *Relay) Release(c queue.Conversation) {
+func (r *Relay) Release(c record.Conversation) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if ch := r.chats[c]; ch != nil && len(ch.turns) == 0 {
@@ -480,10 +481,10 @@ func (r *Relay) call(ctx context.Context, ch *chat, method string, f func() erro
 
 // pressValue is what a button's short key maps to.
 type pressValue struct {
-	Request string             `json:"request"`
-	Chat    queue.Conversation `json:"chat"`
-	MsgID   string             `json:"msg_id"`
-	Text    string             `json:"text"`
+	Request string              `json:"request"`
+	Chat    record.Conversation `json:"chat"`
+	MsgID   string              `json:"msg_id"`
+	Text    string              `json:"text"`
 }
 
 func pressShort(request string) string {
@@ -491,7 +492,7 @@ func pressShort(request string) string {
 	return hex.EncodeToString(h[:12])
 }
 
-func (r *Relay) savePress(ctx context.Context, c queue.Conversation, t *turn, m Message) error {
+func (r *Relay) savePress(ctx context.Context, c record.Conversation, t *turn, m Message) error {
 	req := approvalRequest(t.final)
 	ttl := 7 * 24 * time.Hour
 	if a := t.final.Approval; a != nil && !a.ExpiresAt.IsZero() {

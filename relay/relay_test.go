@@ -15,6 +15,7 @@ import (
 
 	"github.com/lettaq/lettaq/internal/testredis"
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 	"github.com/lettaq/lettaq/relay"
 	"github.com/lettaq/lettaq/relay/fakeplatform"
 )
@@ -66,7 +67,7 @@ type env struct {
 	ctx     context.Context
 	rdb     *redis.Client
 	prefix  string
-	conv    queue.Conversation
+	conv    record.Conversation
 	replies *queue.Replies
 	plat    *fakeplatform.Platform
 	clock   *clock
@@ -82,7 +83,7 @@ func newEnv(t *testing.T, lim relay.Limits) *env {
 	prefix := fmt.Sprintf("relaytest%d:", rand.Int64())
 	e := &env{
 		t: t, ctx: context.Background(), rdb: rdb, prefix: prefix,
-		conv:    queue.Conversation{Integration: "fake", ChatID: "c1"},
+		conv:    record.Conversation{Integration: "fake", ChatID: "c1"},
 		replies: queue.NewReplies(rdb, queue.RepliesOptions{Prefix: prefix}),
 		plat:    fakeplatform.New(lim),
 		clock:   &clock{t: time.Date(2026, 12, 2, 6, 0, 0, 0, time.UTC)},
@@ -97,7 +98,7 @@ func newEnv(t *testing.T, lim relay.Limits) *env {
 // restart replaces the relay by a new one (a new process: nothing in memory).
 func (e *env) restart() { e.r = relay.New(e.cfg) }
 
-func (e *env) emit(ev queue.ReplyEvent) {
+func (e *env) emit(ev record.ReplyEvent) {
 	e.t.Helper()
 	if ev.Type.Final() {
 		if _, err := e.replies.EmitAnswerOnce(e.ctx, e.conv, ev); err != nil {
@@ -147,20 +148,20 @@ func (e *env) lastStatus() relay.Status {
 	return s
 }
 
-func ev(typ queue.EventType, task string) queue.ReplyEvent {
-	return queue.ReplyEvent{Type: typ, TaskID: task, Otid: "otid-" + task}
+func ev(typ record.EventType, task string) record.ReplyEvent {
+	return record.ReplyEvent{Type: typ, TaskID: task, Otid: "otid-" + task}
 }
 
 func TestQuickAnswerIsOneMessageAfterTyping(t *testing.T) {
 	e := newEnv(t, relay.Limits{})
-	acc := ev(queue.EventAccepted, "t1")
-	acc.Phase = queue.PhaseQueued
+	acc := ev(record.EventAccepted, "t1")
+	acc.Phase = record.PhaseQueued
 	e.emit(acc)
 	e.drain()
 	if s := e.lastStatus(); s.Kind != relay.StatusTyping {
 		t.Fatalf("while the turn runs the chat shows %+v, want typing", s)
 	}
-	a := ev(queue.EventAnswer, "t1")
+	a := ev(record.EventAnswer, "t1")
 	a.Text = "Hello!"
 	e.emit(a)
 	e.drain()
@@ -179,7 +180,7 @@ func TestStreamedAnswerGrowsByThrottledEdits(t *testing.T) {
 	e := newEnv(t, relay.Limits{})
 	var want strings.Builder
 	for i := range 30 {
-		d := ev(queue.EventAnswerDelta, "t1")
+		d := ev(record.EventAnswerDelta, "t1")
 		d.Text = fmt.Sprintf("word%d ", i)
 		want.WriteString(d.Text)
 		e.emit(d)
@@ -193,7 +194,7 @@ func TestStreamedAnswerGrowsByThrottledEdits(t *testing.T) {
 	if n := e.count("edit"); n > 3 {
 		t.Fatalf("%d edits in 3 s, want at most 3 (one a second)", n)
 	}
-	a := ev(queue.EventAnswer, "t1")
+	a := ev(record.EventAnswer, "t1")
 	a.Text = want.String()
 	e.emit(a)
 	// The final edit may wait for the throttle: come back when asked.
@@ -208,7 +209,7 @@ func TestStreamedAnswerGrowsByThrottledEdits(t *testing.T) {
 func TestEditsAtMostOneASecondPerChat(t *testing.T) {
 	e := newEnv(t, relay.Limits{})
 	for i := range 50 {
-		d := ev(queue.EventAnswerDelta, "t1")
+		d := ev(record.EventAnswerDelta, "t1")
 		d.Text = fmt.Sprintf("w%d ", i)
 		e.emit(d)
 		e.drain()
@@ -224,13 +225,13 @@ func TestLongAnswerIsOneMessagePerPart(t *testing.T) {
 	e := newEnv(t, relay.Limits{PartLimit: 20})
 	text := strings.Repeat("abcdefghij", 7) // 70 units: 4 parts of ≤ 20
 	for i := 0; i < len(text); i += 7 {
-		d := ev(queue.EventAnswerDelta, "t1")
+		d := ev(record.EventAnswerDelta, "t1")
 		d.Text = text[i:min(i+7, len(text))]
 		e.emit(d)
 		e.drain()
 		e.clock.Add(time.Second)
 	}
-	a := ev(queue.EventAnswer, "t1")
+	a := ev(record.EventAnswer, "t1")
 	a.Text = text
 	a.Parts = []string{text[:15], text[15:35], text[35:55], text[55:]}
 	e.emit(a)
@@ -248,8 +249,8 @@ func TestLongAnswerIsOneMessagePerPart(t *testing.T) {
 
 func TestToolUseIsAStatusLine(t *testing.T) {
 	e := newEnv(t, relay.Limits{})
-	tl := ev(queue.EventTool, "t1")
-	tl.Tool = &queue.ToolEvent{Name: "web_search", Status: "call"}
+	tl := ev(record.EventTool, "t1")
+	tl.Tool = &record.ToolEvent{Name: "web_search", Status: "call"}
 	e.emit(tl)
 	e.drain()
 	if s := e.lastStatus(); s.Kind != relay.StatusTool || !strings.Contains(s.Text, "web_search") {
@@ -262,7 +263,7 @@ func TestToolUseIsAStatusLine(t *testing.T) {
 
 func TestTypingRefreshedBeforeThePlatformForgetsIt(t *testing.T) {
 	e := newEnv(t, relay.Limits{StatusTTL: 5 * time.Second})
-	e.emit(ev(queue.EventAccepted, "t1"))
+	e.emit(ev(record.EventAccepted, "t1"))
 	next := e.drain()
 	if next.IsZero() || next.Sub(e.clock.Now()) >= 5*time.Second {
 		t.Fatalf("next refresh at %v from now, want before the 5 s expiry", next.Sub(e.clock.Now()))
@@ -276,7 +277,7 @@ func TestTypingRefreshedBeforeThePlatformForgetsIt(t *testing.T) {
 
 func TestErrorInPlainWords(t *testing.T) {
 	e := newEnv(t, relay.Limits{})
-	er := ev(queue.EventError, "t1")
+	er := ev(record.EventError, "t1")
 	er.Text, er.Permanent = "the agent was not found", true
 	e.emit(er)
 	e.drain()
@@ -287,7 +288,7 @@ func TestErrorInPlainWords(t *testing.T) {
 
 func TestNonPermanentErrorShowsNothing(t *testing.T) {
 	e := newEnv(t, relay.Limits{})
-	er := ev(queue.EventError, "t1")
+	er := ev(record.EventError, "t1")
 	er.Text = "stream cut, retrying"
 	e.emit(er)
 	e.drain()
@@ -298,12 +299,12 @@ func TestNonPermanentErrorShowsNothing(t *testing.T) {
 
 func TestCancelledTurnShowsWhatWasSaidAndStopped(t *testing.T) {
 	e := newEnv(t, relay.Limits{})
-	d := ev(queue.EventAnswerDelta, "t1")
+	d := ev(record.EventAnswerDelta, "t1")
 	d.Text = "Let me think"
 	e.emit(d)
 	e.drain()
 	e.clock.Add(2 * time.Second)
-	er := ev(queue.EventError, "t1")
+	er := ev(record.EventError, "t1")
 	er.Text, er.Permanent, er.StopReason = "Let me think", true, "cancelled"
 	e.emit(er)
 	e.drain()
@@ -314,7 +315,7 @@ func TestCancelledTurnShowsWhatWasSaidAndStopped(t *testing.T) {
 
 func TestStopCancelsTheRunningTurn(t *testing.T) {
 	e := newEnv(t, relay.Limits{})
-	e.emit(ev(queue.EventAccepted, "t1"))
+	e.emit(ev(record.EventAccepted, "t1"))
 	e.drain()
 	if _, err := e.r.Command(e.ctx, e.conv, "/stop", "u1"); err != nil {
 		t.Fatal(err)
@@ -329,9 +330,9 @@ func TestStopCancelsTheRunningTurn(t *testing.T) {
 
 func TestApprovalIsButtonsAndADoublePressOneAnswer(t *testing.T) {
 	e := newEnv(t, relay.Limits{})
-	ap := ev(queue.EventApprovalRequired, "t1")
-	ap.Tool = &queue.ToolEvent{Name: "delete_file", Arguments: `{"path":"/x"}`}
-	ap.Approval = &queue.ApprovalEvent{RequestTaskID: "t1", Calls: []queue.ToolEvent{*ap.Tool}, ExpiresAt: time.Now().Add(time.Hour)}
+	ap := ev(record.EventApprovalRequired, "t1")
+	ap.Tool = &record.ToolEvent{Name: "delete_file", Arguments: `{"path":"/x"}`}
+	ap.Approval = &record.ApprovalEvent{RequestTaskID: "t1", Calls: []record.ToolEvent{*ap.Tool}, ExpiresAt: time.Now().Add(time.Hour)}
 	e.emit(ap)
 	e.drain()
 	msgs := e.plat.Messages(e.conv)
@@ -357,7 +358,7 @@ func TestApprovalIsButtonsAndADoublePressOneAnswer(t *testing.T) {
 
 func TestRateLimitedEditWaitsAndIsMadeLater(t *testing.T) {
 	e := newEnv(t, relay.Limits{})
-	d := ev(queue.EventAnswerDelta, "t1")
+	d := ev(record.EventAnswerDelta, "t1")
 	d.Text = "one "
 	e.emit(d)
 	e.drain()
@@ -378,10 +379,10 @@ func TestRateLimitedEditWaitsAndIsMadeLater(t *testing.T) {
 
 func TestCoalescedMessageShowsOnlyTheAnsweringTurn(t *testing.T) {
 	e := newEnv(t, relay.Limits{})
-	a := ev(queue.EventAnswer, "t1")
+	a := ev(record.EventAnswer, "t1")
 	a.Text, a.AnsweredBy = "both answered", "t2"
 	e.emit(a)
-	b := ev(queue.EventAnswer, "t2")
+	b := ev(record.EventAnswer, "t2")
 	b.Text = "both answered"
 	e.emit(b)
 	e.drain()
@@ -392,7 +393,7 @@ func TestCoalescedMessageShowsOnlyTheAnsweringTurn(t *testing.T) {
 
 func TestRestartMidStreamEditsTheSameMessage(t *testing.T) {
 	e := newEnv(t, relay.Limits{})
-	d := ev(queue.EventAnswerDelta, "t1")
+	d := ev(record.EventAnswerDelta, "t1")
 	d.Text = "first half, "
 	e.emit(d)
 	e.drain()
@@ -404,7 +405,7 @@ func TestRestartMidStreamEditsTheSameMessage(t *testing.T) {
 	if got := e.texts(); len(got) != 1 || got[0] != "first half, second half" {
 		t.Fatalf("after a restart the chat shows %q, want one message with both halves", got)
 	}
-	a := ev(queue.EventAnswer, "t1")
+	a := ev(record.EventAnswer, "t1")
 	a.Text = "first half, second half"
 	e.emit(a)
 	e.restart()
@@ -425,7 +426,7 @@ func TestRestartBeforeTheCursorMovedKeepsTheMessage(t *testing.T) {
 		}
 	}
 	e.restart()
-	a := ev(queue.EventAnswer, "t1")
+	a := ev(record.EventAnswer, "t1")
 	a.Text = "Hello"
 	e.emit(a)
 	func() {
@@ -445,7 +446,7 @@ func TestMetricsCountEventsCallsAndRateLimits(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	e.cfg.Metrics = relay.NewMetrics(reg)
 	e.restart()
-	d := ev(queue.EventAnswerDelta, "t1")
+	d := ev(record.EventAnswerDelta, "t1")
 	d.Text = "hi "
 	e.emit(d)
 	e.drain()
@@ -486,7 +487,7 @@ func TestMetricsCountEventsCallsAndRateLimits(t *testing.T) {
 
 func TestTypingStopsWhenTheTurnFallsSilent(t *testing.T) {
 	e := newEnv(t, relay.Limits{StatusTTL: 5 * time.Second})
-	e.emit(ev(queue.EventAccepted, "t1"))
+	e.emit(ev(record.EventAccepted, "t1"))
 	next := e.drain()
 	for i := 0; !next.IsZero() && i < 100; i++ {
 		e.clock.Add(next.Sub(e.clock.Now()))
@@ -502,13 +503,13 @@ func TestTypingStopsWhenTheTurnFallsSilent(t *testing.T) {
 
 func TestExpiredApprovalLosesItsButtons(t *testing.T) {
 	e := newEnv(t, relay.Limits{})
-	ap := ev(queue.EventApprovalRequired, "t1")
-	ap.Tool = &queue.ToolEvent{Name: "rm"}
-	ap.Approval = &queue.ApprovalEvent{RequestTaskID: "t1", Calls: []queue.ToolEvent{{Name: "rm"}}, ExpiresAt: time.Now().Add(time.Hour)}
+	ap := ev(record.EventApprovalRequired, "t1")
+	ap.Tool = &record.ToolEvent{Name: "rm"}
+	ap.Approval = &record.ApprovalEvent{RequestTaskID: "t1", Calls: []record.ToolEvent{{Name: "rm"}}, ExpiresAt: time.Now().Add(time.Hour)}
 	e.emit(ap)
 	e.drain()
-	acc := ev(queue.EventAccepted, "answer-t1")
-	acc.Approval = &queue.ApprovalEvent{RequestTaskID: "t1", Decision: "denied", Cause: queue.AnswerExpired}
+	acc := ev(record.EventAccepted, "answer-t1")
+	acc.Approval = &record.ApprovalEvent{RequestTaskID: "t1", Decision: "denied", Cause: record.AnswerExpired}
 	e.emit(acc)
 	e.drain()
 	msgs := e.plat.Messages(e.conv)

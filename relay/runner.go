@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 	"github.com/lettaq/lettaq/relay/internal/store"
 )
 
@@ -53,7 +53,7 @@ func (rc *RunConfig) defaults() {
 // Mark records that c has new reply events, for whichever replica holds its
 // shard (Notifier calls it for every event; a caller that writes a reply
 // stream itself may call it too).
-func (r *Relay) Mark(ctx context.Context, c queue.Conversation, shards int) error {
+func (r *Relay) Mark(ctx context.Context, c record.Conversation, shards int) error {
 	if shards <= 0 {
 		shards = 64
 	}
@@ -84,8 +84,8 @@ type runner struct {
 
 	mu       sync.Mutex
 	held     map[int]*shardLease
-	inflight map[queue.Conversation]bool
-	timers   map[queue.Conversation]timer
+	inflight map[record.Conversation]bool
+	timers   map[record.Conversation]timer
 	jobs     []chan store.DirtyChat
 	kick     chan struct{}
 	healthy  atomic.Int64 // unix ns of the last successful lease round
@@ -96,8 +96,8 @@ type runner struct {
 // so that another replica takes them at once.
 func (r *Relay) Run(ctx context.Context, rc RunConfig) error {
 	rc.defaults()
-	rn := &runner{r: r, rc: rc, held: map[int]*shardLease{}, inflight: map[queue.Conversation]bool{},
-		timers: map[queue.Conversation]timer{}, kick: make(chan struct{}, 1)}
+	rn := &runner{r: r, rc: rc, held: map[int]*shardLease{}, inflight: map[record.Conversation]bool{},
+		timers: map[record.Conversation]timer{}, kick: make(chan struct{}, 1)}
 	r.mu.Lock()
 	r.run = rn
 	r.mu.Unlock()

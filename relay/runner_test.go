@@ -10,6 +10,7 @@ import (
 
 	"github.com/lettaq/lettaq/internal/testredis"
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 	"github.com/lettaq/lettaq/relay"
 	"github.com/lettaq/lettaq/relay/fakeplatform"
 )
@@ -31,8 +32,8 @@ func TestNewEventIsNotHeldBehindATypingRefresh(t *testing.T) {
 	go func() { defer close(done); _ = r.Run(runCtx, relay.RunConfig{Shards: 4}) }()
 	defer func() { stop(); <-done }()
 
-	conv := queue.Conversation{Integration: "fake", ChatID: "c1"}
-	emit := func(ev queue.ReplyEvent) {
+	conv := record.Conversation{Integration: "fake", ChatID: "c1"}
+	emit := func(ev record.ReplyEvent) {
 		t.Helper()
 		if _, err := replies.Emit(ctx, conv, ev); err != nil {
 			t.Fatal(err)
@@ -41,7 +42,7 @@ func TestNewEventIsNotHeldBehindATypingRefresh(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	emit(queue.ReplyEvent{Type: queue.EventAccepted, TaskID: "t1"})
+	emit(record.ReplyEvent{Type: record.EventAccepted, TaskID: "t1"})
 	if err := plat.Wait(ctx, func(p *fakeplatform.Platform) bool {
 		for _, c := range p.Calls() {
 			if c.Method == "status" && c.Kind == relay.StatusTyping {
@@ -52,7 +53,7 @@ func TestNewEventIsNotHeldBehindATypingRefresh(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("no typing status: %v", err)
 	}
-	emit(queue.ReplyEvent{Type: queue.EventAnswerDelta, TaskID: "t1", Text: "Hello"})
+	emit(record.ReplyEvent{Type: record.EventAnswerDelta, TaskID: "t1", Text: "Hello"})
 	if err := plat.Wait(ctx, func(p *fakeplatform.Platform) bool {
 		m := p.Messages(conv)
 		return len(m) == 1 && m[0].Text == "Hello"

@@ -3,7 +3,7 @@ package relay_test
 import (
 	"testing"
 
-	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 	"github.com/lettaq/lettaq/relay"
 )
 
@@ -11,9 +11,9 @@ import (
 // the others' (the web chat page's browsers read their streams themselves).
 func TestSweepMarksOnlyChatsItRelays(t *testing.T) {
 	e := newEnv(t, relay.Limits{})
-	e.emit(queue.ReplyEvent{Type: queue.EventAccepted, TaskID: "t1"})
-	web := queue.Conversation{Integration: "web", ChatID: "c1"}
-	if _, err := e.replies.Emit(e.ctx, web, queue.ReplyEvent{Type: queue.EventAccepted, TaskID: "t2"}); err != nil {
+	e.emit(record.ReplyEvent{Type: record.EventAccepted, TaskID: "t1"})
+	web := record.Conversation{Integration: "web", ChatID: "c1"}
+	if _, err := e.replies.Emit(e.ctx, web, record.ReplyEvent{Type: record.EventAccepted, TaskID: "t2"}); err != nil {
 		t.Fatal(err)
 	}
 	n, err := e.r.Sweep(e.ctx, 4)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/lettaq/lettaq/internal/testredis"
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 	"github.com/lettaq/lettaq/relay"
 	"github.com/lettaq/lettaq/relay/fakeplatform"
 	"github.com/lettaq/lettaq/relay/internal/store"
@@ -62,11 +63,11 @@ func TestSweepMarksTheChatsWithNews(t *testing.T) {
 	const chats, shards = 1200, 8
 	want := map[string]bool{}
 	for i := range chats {
-		c := queue.Conversation{Integration: "fake", ChatID: fmt.Sprintf("c%d", i)}
-		first, err := replies.Emit(ctx, c, queue.ReplyEvent{Type: queue.EventAccepted, TaskID: "t" + c.ChatID})
+		c := record.Conversation{Integration: "fake", ChatID: fmt.Sprintf("c%d", i)}
+		first, err := replies.Emit(ctx, c, record.ReplyEvent{Type: record.EventAccepted, TaskID: "t" + c.ChatID})
 		if i%100 == 0 { // a chat of an integration without an adapter: never marked
-			other := queue.Conversation{Integration: "web", ChatID: c.ChatID}
-			if _, err := replies.Emit(ctx, other, queue.ReplyEvent{Type: queue.EventAccepted, TaskID: "w" + c.ChatID}); err != nil {
+			other := record.Conversation{Integration: "web", ChatID: c.ChatID}
+			if _, err := replies.Emit(ctx, other, record.ReplyEvent{Type: record.EventAccepted, TaskID: "w" + c.ChatID}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -82,7 +83,7 @@ func TestSweepMarksTheChatsWithNews(t *testing.T) {
 			if err := st.Advance(ctx, c, store.Fence{}, first.ID, nil, nil); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := replies.Emit(ctx, c, queue.ReplyEvent{Type: queue.EventAnswerDelta, TaskID: "t" + c.ChatID, Text: "x"}); err != nil {
+			if _, err := replies.Emit(ctx, c, record.ReplyEvent{Type: record.EventAnswerDelta, TaskID: "t" + c.ChatID, Text: "x"}); err != nil {
 				t.Fatal(err)
 			}
 			want["fake:"+c.ChatID] = true

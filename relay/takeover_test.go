@@ -14,6 +14,7 @@ import (
 
 	"github.com/lettaq/lettaq/internal/testredis"
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 	"github.com/lettaq/lettaq/relay"
 	"github.com/lettaq/lettaq/relay/fakeplatform"
 	"github.com/lettaq/lettaq/relay/internal/killtest"
@@ -67,16 +68,16 @@ func TestDeadReplicasChatsAreTakenOver(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	const chats = 12
-	convs := make([]queue.Conversation, chats)
+	convs := make([]record.Conversation, chats)
 	for i := range convs {
-		convs[i] = queue.Conversation{Integration: "fake", ChatID: fmt.Sprintf("chat%d", i)}
+		convs[i] = record.Conversation{Integration: "fake", ChatID: fmt.Sprintf("chat%d", i)}
 	}
 	words := strings.Fields(strings.Repeat("alpha beta gamma delta ", 10))
 	emitted := make(chan error, 1)
 	go func() {
 		for w := range words {
 			for _, c := range convs {
-				d := queue.ReplyEvent{Type: queue.EventAnswerDelta, TaskID: "t-" + c.ChatID, Text: words[w] + " "}
+				d := record.ReplyEvent{Type: record.EventAnswerDelta, TaskID: "t-" + c.ChatID, Text: words[w] + " "}
 				if _, err := replies.Emit(ctx, c, d); err != nil {
 					emitted <- err
 					return
@@ -85,7 +86,7 @@ func TestDeadReplicasChatsAreTakenOver(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 		for _, c := range convs {
-			f := queue.ReplyEvent{Type: queue.EventAnswer, TaskID: "t-" + c.ChatID, Text: strings.Join(words, " ") + " "}
+			f := record.ReplyEvent{Type: record.EventAnswer, TaskID: "t-" + c.ChatID, Text: strings.Join(words, " ") + " "}
 			if _, err := replies.EmitAnswerOnce(ctx, c, f); err != nil {
 				emitted <- err
 				return

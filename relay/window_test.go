@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 	"github.com/lettaq/lettaq/relay"
 )
 
@@ -29,7 +29,7 @@ func TestWindowWidth(t *testing.T) {
 	}
 	e.restart()
 	for i := range 300 {
-		a := ev(queue.EventAnswer, fmt.Sprintf("t%d", i))
+		a := ev(record.EventAnswer, fmt.Sprintf("t%d", i))
 		a.Text = "answer"
 		e.emit(a)
 		e.drain()

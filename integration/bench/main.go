@@ -65,6 +65,7 @@ import (
 	"github.com/lettaq/lettaq/integration/bench/capacity"
 	"github.com/lettaq/lettaq/integration/lettasim"
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // Config sizes a run.
@@ -467,7 +468,7 @@ func (c *counter) TaskStarted(string, int, time.Duration) {
 }
 func (c *counter) AttemptFinished(string, string, time.Duration) { c.inFlight.Add(-1) }
 func (c *counter) TurnFinished(_ string, outcome string, _, _ time.Duration) {
-	if outcome == queue.OutcomeAnswered {
+	if outcome == record.OutcomeAnswered {
 		c.answered.Add(1)
 	} else {
 		c.failed.Add(1)
@@ -596,7 +597,7 @@ func overhead(ctx context.Context, c Config, rco asynq.RedisClientOpt, rdb *redi
 	// the simulator, and to the first answer text. It returns when the
 	// turn's final event is in the stream, so every turn meets an idle worker.
 	one := func(i int) (reach, first time.Duration, err error) {
-		conv := queue.Conversation{Integration: "bench", ChatID: fmt.Sprintf("lat-%s-%d", run, i)}
+		conv := record.Conversation{Integration: "bench", ChatID: fmt.Sprintf("lat-%s-%d", run, i)}
 		t0 := time.Now()
 		res, err := client.Enqueue(ctx, queue.Message{AgentID: benchAgent(1, 0), Text: "hi", Conversation: conv})
 		if err != nil {
@@ -617,7 +618,7 @@ func overhead(ctx context.Context, c Config, rco asynq.RedisClientOpt, rdb *redi
 			}
 			after = last
 			for _, ev := range evs {
-				if firstAt.IsZero() && ((ev.Type == queue.EventAnswerDelta && !ev.Narration) || ev.Type == queue.EventAnswer) {
+				if firstAt.IsZero() && ((ev.Type == record.EventAnswerDelta && !ev.Narration) || ev.Type == record.EventAnswer) {
 					firstAt = ev.Time
 				}
 				final = final || ev.Type.Final()
@@ -767,7 +768,7 @@ func throughput(ctx context.Context, c Config, rco asynq.RedisClientOpt, rdb *re
 	t0 := time.Now()
 	if err := parallel(c.Throughput, func(i int) error {
 		_, err := client.Enqueue(ctx, queue.Message{AgentID: benchAgent(2, i%64), Text: "hi",
-			Conversation: queue.Conversation{Integration: "bench", ChatID: fmt.Sprintf("tp-%s-%d", run, i)}})
+			Conversation: record.Conversation{Integration: "bench", ChatID: fmt.Sprintf("tp-%s-%d", run, i)}})
 		return err
 	}); err != nil {
 		stop()
@@ -1117,7 +1118,7 @@ func concurrency(ctx context.Context, c Config, rco asynq.RedisClientOpt, run st
 	t0 := time.Now()
 	if err := parallel(c.Concurrent, func(i int) error {
 		_, err := client.Enqueue(ctx, queue.Message{AgentID: benchAgent(3, i%agents), Text: "think about it",
-			Conversation: queue.Conversation{Integration: "bench", ChatID: fmt.Sprintf("c-%s-%d", run, i)}})
+			Conversation: record.Conversation{Integration: "bench", ChatID: fmt.Sprintf("c-%s-%d", run, i)}})
 		return err
 	}); err != nil {
 		close(sampling)

@@ -25,6 +25,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 	"github.com/lettaq/lettaq/relay"
 	"github.com/lettaq/lettaq/relay/fakeplatform"
 )
@@ -188,24 +189,24 @@ func (p *benchPlatform) wait(ctx context.Context) {
 	}
 }
 
-func (p *benchPlatform) Send(ctx context.Context, c queue.Conversation, m relay.Message) (string, error) {
+func (p *benchPlatform) Send(ctx context.Context, c record.Conversation, m relay.Message) (string, error) {
 	p.wait(ctx)
 	p.sends.Add(1)
 	return p.Platform.Send(ctx, c, m)
 }
 
-func (p *benchPlatform) Edit(ctx context.Context, c queue.Conversation, id string, m relay.Message) error {
+func (p *benchPlatform) Edit(ctx context.Context, c record.Conversation, id string, m relay.Message) error {
 	p.wait(ctx)
 	p.edits.Add(1)
 	return p.Platform.Edit(ctx, c, id, m)
 }
 
-func (p *benchPlatform) Delete(ctx context.Context, c queue.Conversation, id string) error {
+func (p *benchPlatform) Delete(ctx context.Context, c record.Conversation, id string) error {
 	p.wait(ctx)
 	return p.Platform.Delete(ctx, c, id)
 }
 
-func (p *benchPlatform) Status(ctx context.Context, c queue.Conversation, s relay.Status) error {
+func (p *benchPlatform) Status(ctx context.Context, c record.Conversation, s relay.Status) error {
 	p.wait(ctx)
 	if s.Kind == relay.StatusClear && !strings.HasPrefix(c.ChatID, "bg") {
 		p.cleared.Add(1)
@@ -323,9 +324,9 @@ func relayRun(ctx context.Context, c RelayConfig, n int, log io.Writer) (*RelayR
 	defer func() { _ = deletePrefix(context.WithoutCancel(ctx), rdb, prefix) }()
 	replies := queue.NewReplies(rdb, queue.RepliesOptions{Prefix: prefix})
 	out := &RelayRun{Replicas: n}
-	bg := make([]queue.Conversation, c.Chats)
+	bg := make([]record.Conversation, c.Chats)
 	for i := range bg {
-		bg[i] = queue.Conversation{Integration: "bench", ChatID: fmt.Sprintf("bg%d", i)}
+		bg[i] = record.Conversation{Integration: "bench", ChatID: fmt.Sprintf("bg%d", i)}
 	}
 
 	// The backlog: every chat's turn in flight, its answer grown to Deltas×100 characters.
@@ -333,14 +334,14 @@ func relayRun(ctx context.Context, c RelayConfig, n int, log io.Writer) (*RelayR
 	if err := each(64, func(w int) error {
 		for i := w; i < len(bg); i += 64 {
 			cv, task := bg[i], "t-"+bg[i].ChatID
-			if _, err := replies.Emit(ctx, cv, queue.ReplyEvent{Type: queue.EventAccepted, TaskID: task}); err != nil {
+			if _, err := replies.Emit(ctx, cv, record.ReplyEvent{Type: record.EventAccepted, TaskID: task}); err != nil {
 				return err
 			}
-			if _, err := replies.Emit(ctx, cv, queue.ReplyEvent{Type: queue.EventPhase, TaskID: task, Phase: queue.PhaseStreaming}); err != nil {
+			if _, err := replies.Emit(ctx, cv, record.ReplyEvent{Type: record.EventPhase, TaskID: task, Phase: record.PhaseStreaming}); err != nil {
 				return err
 			}
 			for d := range c.Deltas {
-				if _, err := replies.Emit(ctx, cv, queue.ReplyEvent{Type: queue.EventAnswerDelta, TaskID: task, Text: chunk(100, d)}); err != nil {
+				if _, err := replies.Emit(ctx, cv, record.ReplyEvent{Type: record.EventAnswerDelta, TaskID: task, Text: chunk(100, d)}); err != nil {
 					return err
 				}
 			}
@@ -466,7 +467,7 @@ func relayRun(ctx context.Context, c RelayConfig, n int, log io.Writer) (*RelayR
 	t0 = time.Now()
 	if err := each(64, func(w int) error {
 		for i := w; i < len(bg); i += 64 {
-			if _, err := replies.Emit(ctx, bg[i], queue.ReplyEvent{Type: queue.EventAnswerDelta, TaskID: "t-" + bg[i].ChatID, Text: "+"}); err != nil {
+			if _, err := replies.Emit(ctx, bg[i], record.ReplyEvent{Type: record.EventAnswerDelta, TaskID: "t-" + bg[i].ChatID, Text: "+"}); err != nil {
 				return err
 			}
 		}
@@ -494,23 +495,23 @@ func relayRun(ctx context.Context, c RelayConfig, n int, log io.Writer) (*RelayR
 		// Spread the turns' starts over StreamFor.
 		time.Sleep(time.Duration(i) * c.StreamFor / time.Duration(max(live, 1)))
 		if i < c.Quick {
-			cv := queue.Conversation{Integration: "bench", ChatID: fmt.Sprintf("q%d", i)}
+			cv := record.Conversation{Integration: "bench", ChatID: fmt.Sprintf("q%d", i)}
 			task := "t-" + cv.ChatID
-			if _, err := replies.Emit(ctx, cv, queue.ReplyEvent{Type: queue.EventAccepted, TaskID: task}); err != nil {
+			if _, err := replies.Emit(ctx, cv, record.ReplyEvent{Type: record.EventAccepted, TaskID: task}); err != nil {
 				return err
 			}
-			if _, err := replies.Emit(ctx, cv, queue.ReplyEvent{Type: queue.EventPhase, TaskID: task, Phase: queue.PhaseThinking}); err != nil {
+			if _, err := replies.Emit(ctx, cv, record.ReplyEvent{Type: record.EventPhase, TaskID: task, Phase: record.PhaseThinking}); err != nil {
 				return err
 			}
-			_, err := replies.EmitAnswerOnce(ctx, cv, queue.ReplyEvent{Type: queue.EventAnswer, TaskID: task, Text: "A quick answer."})
+			_, err := replies.EmitAnswerOnce(ctx, cv, record.ReplyEvent{Type: record.EventAnswer, TaskID: task, Text: "A quick answer."})
 			return err
 		}
-		cv := queue.Conversation{Integration: "bench", ChatID: fmt.Sprintf("s%d", i)}
+		cv := record.Conversation{Integration: "bench", ChatID: fmt.Sprintf("s%d", i)}
 		task := "t-" + cv.ChatID
-		if _, err := replies.Emit(ctx, cv, queue.ReplyEvent{Type: queue.EventAccepted, TaskID: task}); err != nil {
+		if _, err := replies.Emit(ctx, cv, record.ReplyEvent{Type: record.EventAccepted, TaskID: task}); err != nil {
 			return err
 		}
-		if _, err := replies.Emit(ctx, cv, queue.ReplyEvent{Type: queue.EventPhase, TaskID: task, Phase: queue.PhaseStreaming}); err != nil {
+		if _, err := replies.Emit(ctx, cv, record.ReplyEvent{Type: record.EventPhase, TaskID: task, Phase: record.PhaseStreaming}); err != nil {
 			return err
 		}
 		var text strings.Builder
@@ -518,11 +519,11 @@ func relayRun(ctx context.Context, c RelayConfig, n int, log io.Writer) (*RelayR
 			time.Sleep(c.StreamFor / time.Duration(c.Deltas))
 			ch := chunk(100, d)
 			text.WriteString(ch)
-			if _, err := replies.Emit(ctx, cv, queue.ReplyEvent{Type: queue.EventAnswerDelta, TaskID: task, Text: ch}); err != nil {
+			if _, err := replies.Emit(ctx, cv, record.ReplyEvent{Type: record.EventAnswerDelta, TaskID: task, Text: ch}); err != nil {
 				return err
 			}
 		}
-		_, err := replies.EmitAnswerOnce(ctx, cv, queue.ReplyEvent{Type: queue.EventAnswer, TaskID: task, Text: text.String()})
+		_, err := replies.EmitAnswerOnce(ctx, cv, record.ReplyEvent{Type: record.EventAnswer, TaskID: task, Text: text.String()})
 		return err
 	}); err != nil {
 		return nil, err
@@ -561,7 +562,7 @@ func relayRun(ctx context.Context, c RelayConfig, n int, log io.Writer) (*RelayR
 		if i >= c.Quick {
 			id = fmt.Sprintf("s%d", i)
 		}
-		cv := queue.Conversation{Integration: "bench", ChatID: id}
+		cv := record.Conversation{Integration: "bench", ChatID: id}
 		evs, _, err := replies.Read(ctx, cv, "0", 0, 0)
 		if err != nil {
 			return nil, err
@@ -574,11 +575,11 @@ func relayRun(ctx context.Context, c RelayConfig, n int, log io.Writer) (*RelayR
 			}
 			lag := cs[j].At.Sub(ev.Time)
 			switch ev.Type {
-			case queue.EventAccepted:
+			case record.EventAccepted:
 				out.LagStart = append(out.LagStart, lag)
-			case queue.EventAnswerDelta:
+			case record.EventAnswerDelta:
 				out.LagDelta = append(out.LagDelta, lag)
-			case queue.EventAnswer:
+			case record.EventAnswer:
 				out.LagFinal = append(out.LagFinal, lag)
 			}
 		}

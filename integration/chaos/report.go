@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // Report is what a chaos run found; Table prints it.
@@ -60,7 +60,7 @@ type WorkerReport struct {
 // busy and still running do not).
 func finalOutcome(o string) bool {
 	switch o {
-	case "", queue.OutcomeRetrying, queue.OutcomeStillRunning, queue.OutcomeBusy:
+	case "", record.OutcomeRetrying, record.OutcomeStillRunning, record.OutcomeBusy:
 		return false
 	}
 	return true

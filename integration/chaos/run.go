@@ -20,6 +20,7 @@ import (
 	"github.com/lettaq/lettaq/internal/testredis"
 	"github.com/lettaq/lettaq/ordering"
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // stopEvent is a worker stopped by the schedule: which, how, when.
@@ -106,7 +107,7 @@ func Run(ctx context.Context, cfg Config, log io.Writer) (*Report, error) {
 	chats := planTurns(r.rnd, cfg.Chats, cfg.Messages, cfg.Duration, simScale)
 	for _, chat := range chats {
 		agent := sim.CreateAgent(fmt.Sprintf("chaos-chat-%d", chat[0].Chat), nil)
-		conv := queue.Conversation{Integration: "chaos", ChatID: fmt.Sprintf("chat-%d-%s", chat[0].Chat, tag)}
+		conv := record.Conversation{Integration: "chaos", ChatID: fmt.Sprintf("chat-%d-%s", chat[0].Chat, tag)}
 		for _, t := range chat {
 			t.Agent, t.Conv = agent, conv
 		}
@@ -318,24 +319,24 @@ func (r *run) restartRedis(ctx context.Context) error {
 
 // turnEnd is what the reply stream and the journal say about a turn.
 type turnEnd struct {
-	final   *queue.ReplyEvent // the final event, nil when none
-	outcome string            // the journal's final outcome, "" when none
-	cause   string            // the journal's error
-	rec     *queue.TurnRecord
+	final   *record.ReplyEvent // the final event, nil when none
+	outcome string             // the journal's final outcome, "" when none
+	cause   string             // the journal's error
+	rec     *record.TurnRecord
 }
 
 func (e turnEnd) done() bool { return e.final != nil || e.outcome != "" }
 
 // end reads what is known of t's end (errors, e.g. Redis down, read as
 // nothing known yet).
-func (r *run) end(ctx context.Context, t *Turn, evs []queue.ReplyEvent) turnEnd {
+func (r *run) end(ctx context.Context, t *Turn, evs []record.ReplyEvent) turnEnd {
 	var e turnEnd
 	if t.Res.TaskID == "" {
 		return e
 	}
 	for i := range evs {
 		ev := &evs[i]
-		if ev.TaskID == t.Res.TaskID && ev.Type.Final() && (ev.Type != queue.EventError || ev.Permanent) {
+		if ev.TaskID == t.Res.TaskID && ev.Type.Final() && (ev.Type != record.EventError || ev.Permanent) {
 			e.final = ev
 			break
 		}
@@ -353,7 +354,7 @@ func (r *run) end(ctx context.Context, t *Turn, evs []queue.ReplyEvent) turnEnd 
 func (r *run) waitTurns(ctx context.Context, turns []*Turn, deadline time.Time) {
 	for {
 		open := 0
-		byConv := map[queue.Conversation][]queue.ReplyEvent{}
+		byConv := map[record.Conversation][]record.ReplyEvent{}
 		for _, t := range turns {
 			evs, ok := byConv[t.Conv]
 			if !ok {
@@ -417,11 +418,11 @@ func (r *run) count(ctx context.Context, chats [][]*Turn) {
 			switch {
 			case !e.done():
 				rep.Lost = append(rep.Lost, t.Name())
-			case e.final != nil && e.final.Type == queue.EventAnswer:
+			case e.final != nil && e.final.Type == record.EventAnswer:
 				rep.Answered++
 			case e.final != nil:
 				rep.Failed[string(e.final.Type)+": "+e.final.Text]++
-			case e.outcome == queue.OutcomeAnswered:
+			case e.outcome == record.OutcomeAnswered:
 				rep.Lost = append(rep.Lost, t.Name()+" (answered in the journal, no answer event)")
 			default:
 				rep.Failed[e.outcome+": "+e.cause]++

@@ -7,13 +7,14 @@ import (
 	"time"
 
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // Turn is one numbered message of one chat, and what became of it.
 type Turn struct {
 	Chat, N int // N: 1..K, the order the chat sent it in
 	Agent   string
-	Conv    queue.Conversation
+	Conv    record.Conversation
 	Text    string
 	At      time.Duration // when it is enqueued, from the run's start
 

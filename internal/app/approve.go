@@ -18,6 +18,7 @@ import (
 
 	"github.com/lettaq/lettaq/budget"
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // enqueue approve|deny <task-id|otid> [--reason TEXT] [--wait]: the answer
@@ -33,7 +34,7 @@ func runAnswer(ctx context.Context, o enqueueOpts, verb string, args []string, c
 	ectx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	res, err := client.AnswerApproval(ectx, r)
 	cancel()
-	var conv queue.Conversation
+	var conv record.Conversation
 	if err == nil {
 		conv, err = client.ApprovalConversation(ctx, args[0])
 	}
@@ -137,15 +138,15 @@ func (o *enqueueOpts) newClient(connOpt asynq.RedisConnOpt, b budget.Config, rdb
 
 // showApproval tells what the agent wants to run and how to answer: hint (nil: a bare
 // "enqueue …") writes the commands, runnable as printed.
-func showApproval(w io.Writer, ev queue.ReplyEvent, hint func(args ...string) string) {
+func showApproval(w io.Writer, ev record.ReplyEvent, hint func(args ...string) string) {
 	if hint == nil {
 		hint = func(args ...string) string { return "enqueue " + strings.Join(args, " ") }
 	}
-	var calls []queue.ToolEvent
+	var calls []record.ToolEvent
 	if ev.Approval != nil {
 		calls = ev.Approval.Calls
 	} else if ev.Tool != nil {
-		calls = []queue.ToolEvent{*ev.Tool}
+		calls = []record.ToolEvent{*ev.Tool}
 	}
 	fmt.Fprintf(w, "approval required: the agent wants to run:\n")
 	for _, c := range calls {

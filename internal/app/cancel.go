@@ -14,6 +14,7 @@ import (
 
 	"github.com/lettaq/lettaq/budget"
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // enqueue cancel <task-id|otid> | enqueue cancel --chat [integration:]chat_id --agent A [--all]:
@@ -42,7 +43,7 @@ func (o enqueueOpts) cancelRequest(ctx context.Context, args []string, rdb redis
 		if i, c, ok := strings.Cut(o.chat, ":"); ok {
 			integration, chat = i, c
 		}
-		conv := queue.Conversation{Integration: integration, ChatID: chat}
+		conv := record.Conversation{Integration: integration, ChatID: chat}
 		if err := conv.Validate(); err != nil {
 			return r, fmt.Errorf("--chat %q: %v", o.chat, err)
 		}

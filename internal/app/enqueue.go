@@ -21,6 +21,8 @@ import (
 	"github.com/lettaq/lettaq/budget"
 	"github.com/lettaq/lettaq/internal/envvar"
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
+	"github.com/lettaq/lettaq/queue/shard"
 )
 
 // ExitApproval is enqueue --wait's exit code when the agent asks for a tool approval.
@@ -316,7 +318,7 @@ Time budget: the task timeout is computed from the LETTAQ_* budget variables, as
 			o.chat = "local"
 		}
 	}
-	conv := queue.Conversation{Integration: o.integration, ChatID: o.chat}
+	conv := record.Conversation{Integration: o.integration, ChatID: o.chat}
 	msg := queue.Message{AgentID: o.agent, Text: text, SenderID: o.sender, Conversation: conv,
 		MessageID: o.messageID, Otid: o.otid, Images: o.images}
 	if err := msg.Validate(); err != nil {
@@ -345,7 +347,7 @@ Time budget: the task timeout is computed from the LETTAQ_* budget variables, as
 	cancel()
 	if err != nil {
 		var conflict *queue.MessageIDConflictError
-		var layout *queue.LayoutMismatchError
+		var layout *shard.MismatchError
 		if _, ok := queue.IsValidationError(err); ok || errors.As(err, &conflict) || errors.As(err, &layout) {
 			fmt.Fprintf(stderr, "enqueue: %v\n", err)
 			return ExitUsage
@@ -452,7 +454,7 @@ func enqueueBudget(dev bool, getenv func(string) string) (budget.Config, error) 
 const devRedisTries = 3
 
 // follow reads the conversation's reply events for res's turn until its final event.
-func follow(ctx context.Context, replies *queue.Replies, conv queue.Conversation, res queue.EnqueueResult, after string, o enqueueOpts, stdout, stderr io.Writer) int {
+func follow(ctx context.Context, replies *queue.Replies, conv record.Conversation, res queue.EnqueueResult, after string, o enqueueOpts, stdout, stderr io.Writer) int {
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 	tty := !o.jsonOut && IsTerminal(stdout)

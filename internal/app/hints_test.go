@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // shellWords splits a printed command line as a POSIX shell would (words, single quotes).
@@ -191,9 +192,9 @@ func TestTerminalInjectionEscaped(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: r.RedisAddr})
 	defer rdb.Close()
 	j := queue.NewJournal(rdb, queue.JournalOptions{Prefix: r.Config.KeyPrefix})
-	rec := &queue.TurnRecord{TaskID: "turn:web:" + hostile + ":1", Otid: "0b0e8c0e-1d8a-4c1e-9b1a-6a4f1b2c3d4e",
-		AgentID: DemoAgent, Conversation: queue.Conversation{Integration: "web", ChatID: hostile},
-		Outcome: queue.OutcomeFailed, Error: "agent said " + hostile, EnqueuedAt: time.Now()}
+	rec := &record.TurnRecord{TaskID: "turn:web:" + hostile + ":1", Otid: "0b0e8c0e-1d8a-4c1e-9b1a-6a4f1b2c3d4e",
+		AgentID: DemoAgent, Conversation: record.Conversation{Integration: "web", ChatID: hostile},
+		Outcome: record.OutcomeFailed, Error: "agent said " + hostile, EnqueuedAt: time.Now()}
 	if err := j.Save(context.Background(), rec); err != nil {
 		t.Fatal(err)
 	}

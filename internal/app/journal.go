@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 	"github.com/lettaq/lettaq/queue/shard"
 )
 
@@ -95,7 +96,7 @@ func runJournal(ctx context.Context, o enqueueOpts, args []string, rdb redis.Uni
 	}
 	if asJSON {
 		if recs == nil {
-			recs = []*queue.TurnRecord{}
+			recs = []*record.TurnRecord{}
 		}
 		_ = writeJSON(stdout, recs, false)
 		return ExitOK
@@ -104,7 +105,7 @@ func runJournal(ctx context.Context, o enqueueOpts, args []string, rdb redis.Uni
 	return ExitOK
 }
 
-func writeTable(w io.Writer, recs []*queue.TurnRecord) {
+func writeTable(w io.Writer, recs []*record.TurnRecord) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "WHEN\tTASK\tOUTCOME\tATTEMPTS\tCLOCKS\tPOLLS\tRESENDS\tLATENCY\tTTFT\tAGENT\tCONVERSATION")
 	for _, r := range recs {
@@ -159,7 +160,7 @@ func writeWaiting(w io.Writer, wt *queue.WaitingTurn) {
 	_ = tw.Flush()
 }
 
-func writeRecord(w io.Writer, r *queue.TurnRecord) {
+func writeRecord(w io.Writer, r *record.TurnRecord) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	row := func(k, v string) {
 		if v != "" {
@@ -231,7 +232,7 @@ func writeRecord(w io.Writer, r *queue.TurnRecord) {
 
 // waitLine summarises one wait of a turn: "1m56s behind approval request X", or "behind
 // turn:… for 3s so far" while it lasts.
-func waitLine(wt queue.Wait) string {
+func waitLine(wt record.Wait) string {
 	if wt.Until.IsZero() {
 		return fmt.Sprintf("behind %s for %s so far (%s)", wt.Behind, durStr(time.Since(wt.From)), wt.Reason)
 	}

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // journal show says when a retried attempt's next attempt was due (the
@@ -13,10 +13,10 @@ import (
 // one is not read as the other.
 func TestJournalShowPrintsTheRetryDelay(t *testing.T) {
 	t0 := time.Date(2026, 12, 2, 5, 0, 0, 0, time.UTC)
-	rec := &queue.TurnRecord{TaskID: "turn:x", Attempts: []queue.Attempt{
-		{N: 1, Worker: "w1", Start: t0, End: t0.Add(4 * time.Millisecond), Outcome: queue.OutcomeRetrying,
+	rec := &record.TurnRecord{TaskID: "turn:x", Attempts: []record.Attempt{
+		{N: 1, Worker: "w1", Start: t0, End: t0.Add(4 * time.Millisecond), Outcome: record.OutcomeRetrying,
 			Error: "could not resolve the agent's Letta conversation", RetryIn: 2 * time.Second},
-		{N: 2, Worker: "w1", Start: t0.Add(2 * time.Second), End: t0.Add(3 * time.Second), Outcome: queue.OutcomeAnswered},
+		{N: 2, Worker: "w1", Start: t0.Add(2 * time.Second), End: t0.Add(3 * time.Second), Outcome: record.OutcomeAnswered},
 	}}
 	var b strings.Builder
 	writeRecord(&b, rec)

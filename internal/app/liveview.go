@@ -7,7 +7,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // viewer shows a turn's events: on a terminal a live status line and the answer as it grows;
@@ -53,31 +53,31 @@ func newViewer(tty, jsonOut bool, out, errw io.Writer, now func() time.Time) *vi
 	return &viewer{tty: tty && !jsonOut, json: jsonOut, out: out, errw: errw, now: now, start: now()}
 }
 
-func (v *viewer) show(ev queue.ReplyEvent) (exit int, done bool) {
+func (v *viewer) show(ev record.ReplyEvent) (exit int, done bool) {
 	if v.json {
 		_ = writeJSON(v.out, ev, false)
 	}
 	// Narration streams in pieces: the status line shows it whole, until something else
 	// happens (a heartbeat's "thinking" does not end it).
-	if !(ev.Type == queue.EventAnswerDelta && ev.Narration) && !(ev.Type == queue.EventPhase && ev.Phase == queue.PhaseThinking) {
+	if !(ev.Type == record.EventAnswerDelta && ev.Narration) && !(ev.Type == record.EventPhase && ev.Phase == record.PhaseThinking) {
 		v.narration.Reset()
 	}
 	switch ev.Type {
-	case queue.EventAccepted:
+	case record.EventAccepted:
 		v.setStatus("queued", fmt.Sprintf("queued (position %d)", ev.Position), time.Time{})
-	case queue.EventPhase:
+	case record.EventPhase:
 		if t, ok := v.runningTool(); ok && !phaseOverridesTool(ev.Phase) {
 			// The heartbeat's "running a tool…" or "thinking…": the tool's line says more.
 			v.setStatus("tool", toolText(t), t.since)
 			break
 		}
 		v.setStatus(string(ev.Phase), phaseText(ev), time.Time{})
-	case queue.EventTool:
+	case record.EventTool:
 		if ev.Tool == nil {
 			break
 		}
 		switch ev.Tool.Status {
-		case queue.ToolStatusCall, "":
+		case record.ToolStatusCall, "":
 			t := runningTool{name: ev.Tool.Name, callID: ev.Tool.CallID, since: v.now()}
 			v.tools = append(v.tools, t)
 			v.setStatus("tool", toolText(t), t.since)
@@ -92,7 +92,7 @@ func (v *viewer) show(ev queue.ReplyEvent) (exit int, done bool) {
 			}
 			v.setStatus("tool", text, time.Time{})
 		}
-	case queue.EventAnswerDelta:
+	case record.EventAnswerDelta:
 		if ev.Narration {
 			if _, ok := v.runningTool(); ok && v.tty {
 				break // the tool still runs: its line stays
@@ -108,19 +108,19 @@ func (v *viewer) show(ev queue.ReplyEvent) (exit int, done bool) {
 			v.inAnswer = true
 			fmt.Fprint(v.out, termSafe(ev.Text, true))
 		}
-	case queue.EventAnswer:
+	case record.EventAnswer:
 		v.finishAnswer(ev.Text)
 		if ev.AnsweredBy != "" && !v.json {
 			fmt.Fprintf(v.errw, "(answered together with task %s)\n", ev.AnsweredBy)
 		}
 		return ExitOK, true
-	case queue.EventApprovalRequired:
+	case record.EventApprovalRequired:
 		v.clearStatus()
 		if !v.json {
 			showApproval(v.errw, ev, v.hint)
 		}
 		return ExitApproval, true
-	case queue.EventError:
+	case record.EventError:
 		if ev.Permanent {
 			v.clearStatus()
 			if v.inAnswer {
@@ -128,7 +128,7 @@ func (v *viewer) show(ev queue.ReplyEvent) (exit int, done bool) {
 			}
 			switch {
 			case v.json:
-			case ev.StopReason == queue.StopReasonCancelled:
+			case ev.StopReason == record.StopReasonCancelled:
 				// (text is what the agent had said, not an error message)
 				fmt.Fprintf(v.errw, "cancelled: the turn was stopped before it finished\n")
 			default:
@@ -143,8 +143,8 @@ func (v *viewer) show(ev queue.ReplyEvent) (exit int, done bool) {
 }
 
 // phaseOverridesTool: phases that say more than a running tool's line (the stream broke).
-func phaseOverridesTool(p queue.ReplyPhase) bool {
-	return p == queue.PhaseRecovering || p == queue.PhaseContinuing || p == queue.PhaseConnecting
+func phaseOverridesTool(p record.ReplyPhase) bool {
+	return p == record.PhaseRecovering || p == record.PhaseContinuing || p == record.PhaseConnecting
 }
 
 func toolText(t runningTool) string { return "using tool " + t.name + "…" }
@@ -157,7 +157,7 @@ func (v *viewer) runningTool() (runningTool, bool) {
 }
 
 // toolReturned removes the call that ev answers (by call id, else the oldest of that name).
-func (v *viewer) toolReturned(ev *queue.ToolEvent) (runningTool, bool) {
+func (v *viewer) toolReturned(ev *record.ToolEvent) (runningTool, bool) {
 	for i, t := range v.tools {
 		if (ev.CallID != "" && t.callID == ev.CallID) || (ev.CallID == "" && t.name == ev.Name) {
 			v.tools = append(v.tools[:i:i], v.tools[i+1:]...)
@@ -167,27 +167,27 @@ func (v *viewer) toolReturned(ev *queue.ToolEvent) (runningTool, bool) {
 	return runningTool{}, false
 }
 
-func phaseText(ev queue.ReplyEvent) string {
+func phaseText(ev record.ReplyEvent) string {
 	switch ev.Phase {
-	case queue.PhaseThinking:
+	case record.PhaseThinking:
 		return "thinking…"
-	case queue.PhaseToolRunning:
+	case record.PhaseToolRunning:
 		return "running a tool…"
-	case queue.PhaseRecovering:
+	case record.PhaseRecovering:
 		if ev.RunID != "" {
 			return "recovering: stream lost, run " + ev.RunID + " goes on"
 		}
 		return "recovering: stream lost, looking for the turn at Letta"
-	case queue.PhaseContinuing:
+	case record.PhaseContinuing:
 		if ev.RunID != "" {
 			return "recovering: continuing run " + ev.RunID
 		}
 		return "recovering: continuing"
-	case queue.PhaseConnecting:
+	case record.PhaseConnecting:
 		return "connecting to the agent…"
-	case queue.PhaseStreaming:
+	case record.PhaseStreaming:
 		return "streaming…"
-	case queue.PhaseAwaitingApproval:
+	case record.PhaseAwaitingApproval:
 		return "waiting: the agent's approval request in this conversation is not answered yet"
 	}
 	return string(ev.Phase)

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 type fakeClock struct{ t time.Time }
@@ -14,14 +14,14 @@ type fakeClock struct{ t time.Time }
 func (c *fakeClock) now() time.Time      { return c.t }
 func (c *fakeClock) add(d time.Duration) { c.t = c.t.Add(d) }
 func newFakeClock() *fakeClock           { return &fakeClock{t: time.Unix(1_700_000_000, 0)} }
-func toolEv(name, id, status string) queue.ReplyEvent {
-	return queue.ReplyEvent{Type: queue.EventTool, Tool: &queue.ToolEvent{Name: name, CallID: id, Status: status}}
+func toolEv(name, id, status string) record.ReplyEvent {
+	return record.ReplyEvent{Type: record.EventTool, Tool: &record.ToolEvent{Name: name, CallID: id, Status: status}}
 }
-func phaseEv(p queue.ReplyPhase) queue.ReplyEvent {
-	return queue.ReplyEvent{Type: queue.EventPhase, Phase: p}
+func phaseEv(p record.ReplyPhase) record.ReplyEvent {
+	return record.ReplyEvent{Type: record.EventPhase, Phase: p}
 }
-func narrEv(s string) queue.ReplyEvent {
-	return queue.ReplyEvent{Type: queue.EventAnswerDelta, Text: s, Narration: true}
+func narrEv(s string) record.ReplyEvent {
+	return record.ReplyEvent{Type: record.EventAnswerDelta, Text: s, Narration: true}
 }
 
 // On a terminal the status line tells what is happening: a called tool keeps its line until
@@ -33,25 +33,25 @@ func TestLiveViewKeepsTheToolLine(t *testing.T) {
 	v := newViewer(true, false, &out, &errw, c.now)
 	steps := []struct {
 		after time.Duration
-		ev    queue.ReplyEvent
+		ev    record.ReplyEvent
 		want  string // the status line after the event
 	}{
-		{0, queue.ReplyEvent{Type: queue.EventAccepted}, "queued (position 0) 0s · 0s in all"},
-		{time.Second, phaseEv(queue.PhaseThinking), "thinking… 0s · 1s in all"},
+		{0, record.ReplyEvent{Type: record.EventAccepted}, "queued (position 0) 0s · 0s in all"},
+		{time.Second, phaseEv(record.PhaseThinking), "thinking… 0s · 1s in all"},
 		{0, narrEv("I should look this up."), "thinking: I should look this up. 0s · 1s in all"},
-		{500 * time.Millisecond, toolEv("web_search", "call-1", queue.ToolStatusCall), "using tool web_search… 0s · 1s in all"},
-		{500 * time.Millisecond, phaseEv(queue.PhaseToolRunning), "using tool web_search… 0s · 2s in all"},
+		{500 * time.Millisecond, toolEv("web_search", "call-1", record.ToolStatusCall), "using tool web_search… 0s · 1s in all"},
+		{500 * time.Millisecond, phaseEv(record.PhaseToolRunning), "using tool web_search… 0s · 2s in all"},
 		{time.Second, narrEv("Still looking."), "using tool web_search… 1s · 3s in all"},
-		{1500 * time.Millisecond, phaseEv(queue.PhaseThinking), "using tool web_search… 3s · 4s in all"},
-		{4 * time.Second, phaseEv(queue.PhaseToolRunning), "using tool web_search… 7s · 8s in all"}, // a heartbeat
-		{500 * time.Millisecond, toolEv("web_search", "call-1", queue.ToolStatusSuccess), "tool web_search: success (took 7.5s) 0s · 9s in all"},
-		{time.Second, phaseEv(queue.PhaseThinking), "thinking… 0s · 10s in all"},
-		{2 * time.Second, phaseEv(queue.PhaseThinking), "thinking… 2s · 12s in all"}, // the heartbeat does not restart the clock
+		{1500 * time.Millisecond, phaseEv(record.PhaseThinking), "using tool web_search… 3s · 4s in all"},
+		{4 * time.Second, phaseEv(record.PhaseToolRunning), "using tool web_search… 7s · 8s in all"}, // a heartbeat
+		{500 * time.Millisecond, toolEv("web_search", "call-1", record.ToolStatusSuccess), "tool web_search: success (took 7.5s) 0s · 9s in all"},
+		{time.Second, phaseEv(record.PhaseThinking), "thinking… 0s · 10s in all"},
+		{2 * time.Second, phaseEv(record.PhaseThinking), "thinking… 2s · 12s in all"}, // the heartbeat does not restart the clock
 		// A lost stream says more than a running tool; the tool's line comes back after.
-		{0, toolEv("fetch", "call-2", queue.ToolStatusCall), "using tool fetch… 0s · 12s in all"},
-		{time.Second, phaseEv(queue.PhaseRecovering), "recovering: stream lost, looking for the turn at Letta 0s · 13s in all"},
-		{time.Second, phaseEv(queue.PhaseToolRunning), "using tool fetch… 2s · 14s in all"},
-		{0, toolEv("fetch", "call-2", queue.ToolStatusError), "tool fetch: error (took 2.0s) 0s · 14s in all"},
+		{0, toolEv("fetch", "call-2", record.ToolStatusCall), "using tool fetch… 0s · 12s in all"},
+		{time.Second, phaseEv(record.PhaseRecovering), "recovering: stream lost, looking for the turn at Letta 0s · 13s in all"},
+		{time.Second, phaseEv(record.PhaseToolRunning), "using tool fetch… 2s · 14s in all"},
+		{0, toolEv("fetch", "call-2", record.ToolStatusError), "tool fetch: error (took 2.0s) 0s · 14s in all"},
 	}
 	for i, s := range steps {
 		c.add(s.after)
@@ -62,8 +62,8 @@ func TestLiveViewKeepsTheToolLine(t *testing.T) {
 			t.Errorf("step %d (%s %s): status %q, want %q", i, s.ev.Type, s.ev.Phase, got, s.want)
 		}
 	}
-	v.show(queue.ReplyEvent{Type: queue.EventAnswerDelta, Text: "Found "})
-	code, done := v.show(queue.ReplyEvent{Type: queue.EventAnswer, Text: "Found it."})
+	v.show(record.ReplyEvent{Type: record.EventAnswerDelta, Text: "Found "})
+	code, done := v.show(record.ReplyEvent{Type: record.EventAnswer, Text: "Found it."})
 	if !done || code != ExitOK || !strings.HasSuffix(out.String(), "\r\x1b[KFound it.\n") {
 		t.Errorf("answer: exit %d done %v, output ends %q", code, done, out.String()[max(0, out.Len()-40):])
 	}
@@ -76,16 +76,16 @@ func TestLiveViewNarrationInPieces(t *testing.T) {
 	var out, errw bytes.Buffer
 	v := newViewer(true, false, &out, &errw, c.now)
 	for _, s := range []struct {
-		ev   queue.ReplyEvent
+		ev   record.ReplyEvent
 		want string
 	}{
 		{narrEv("The user wrote to "), "thinking: The user wrote to 0s · 0s in all"},
 		{narrEv("me. I will answer."), "thinking: The user wrote to me. I will answer. 0s · 0s in all"},
-		{phaseEv(queue.PhaseThinking), "thinking… 0s · 0s in all"}, // a heartbeat
+		{phaseEv(record.PhaseThinking), "thinking… 0s · 0s in all"}, // a heartbeat
 		{narrEv(" Then I will look up the weather for the mountains this weekend."),
 			"thinking: …n I will look up the weather for the mountains this weekend. 0s · 0s in all"},
-		{toolEv("web_search", "c1", queue.ToolStatusCall), "using tool web_search… 0s · 0s in all"},
-		{toolEv("web_search", "c1", queue.ToolStatusSuccess), "tool web_search: success (took 0.0s) 0s · 0s in all"},
+		{toolEv("web_search", "c1", record.ToolStatusCall), "using tool web_search… 0s · 0s in all"},
+		{toolEv("web_search", "c1", record.ToolStatusSuccess), "tool web_search: success (took 0.0s) 0s · 0s in all"},
 		{narrEv("Found it."), "thinking: Found it. 0s · 0s in all"},
 	} {
 		v.show(s.ev)
@@ -103,20 +103,20 @@ func TestLiveViewPlainLines(t *testing.T) {
 	v := newViewer(false, false, &out, &errw, c.now)
 	for _, s := range []struct {
 		after time.Duration
-		ev    queue.ReplyEvent
+		ev    record.ReplyEvent
 	}{
-		{0, phaseEv(queue.PhaseThinking)},
+		{0, phaseEv(record.PhaseThinking)},
 		{0, narrEv("I should look this up.")},
-		{time.Second, toolEv("web_search", "c1", queue.ToolStatusCall)},
-		{0, phaseEv(queue.PhaseToolRunning)},
-		{4 * time.Second, phaseEv(queue.PhaseToolRunning)},
-		{time.Second, toolEv("web_search", "c1", queue.ToolStatusSuccess)},
-		{0, phaseEv(queue.PhaseThinking)},
+		{time.Second, toolEv("web_search", "c1", record.ToolStatusCall)},
+		{0, phaseEv(record.PhaseToolRunning)},
+		{4 * time.Second, phaseEv(record.PhaseToolRunning)},
+		{time.Second, toolEv("web_search", "c1", record.ToolStatusSuccess)},
+		{0, phaseEv(record.PhaseThinking)},
 	} {
 		c.add(s.after)
 		v.show(s.ev)
 	}
-	v.show(queue.ReplyEvent{Type: queue.EventAnswer, Text: "done \x1b[2J"})
+	v.show(record.ReplyEvent{Type: record.EventAnswer, Text: "done \x1b[2J"})
 	want := "[  0.0s] thinking…\n[  0.0s] thinking: I should look this up.\n[  1.0s] using tool web_search…\n" +
 		"[  6.0s] tool web_search: success (took 5.0s)\n[  6.0s] thinking…\n"
 	if errw.String() != want {
@@ -134,16 +134,16 @@ func TestLiveViewEscapes(t *testing.T) {
 	c := newFakeClock()
 	var out, errw bytes.Buffer
 	v := newViewer(true, false, &out, &errw, c.now)
-	v.show(toolEv("x"+hostile, "c1", queue.ToolStatusCall))
-	v.show(toolEv("x"+hostile, "c1", queue.ToolStatusSuccess))
+	v.show(toolEv("x"+hostile, "c1", record.ToolStatusCall))
+	v.show(toolEv("x"+hostile, "c1", record.ToolStatusSuccess))
 	v.show(narrEv(hostile))
-	v.show(queue.ReplyEvent{Type: queue.EventAnswerDelta, Text: "a\n\tb" + hostile})
-	v.show(queue.ReplyEvent{Type: queue.EventAnswer, Text: "a\n\tb" + hostile + "!"})
+	v.show(record.ReplyEvent{Type: record.EventAnswerDelta, Text: "a\n\tb" + hostile})
+	v.show(record.ReplyEvent{Type: record.EventAnswer, Text: "a\n\tb" + hostile + "!"})
 	assertNoInjection(t, "the live view", out.String())
 	if !strings.Contains(out.String(), "a\n\tb\\x1b]0;pwned\\x07") {
 		t.Errorf("the answer keeps newline and tab and shows the rest escaped: %q", out.String())
 	}
 	v = newViewer(false, false, &out, &errw, c.now)
-	v.show(queue.ReplyEvent{Type: queue.EventError, Permanent: true, Text: hostile})
+	v.show(record.ReplyEvent{Type: record.EventError, Permanent: true, Text: hostile})
 	assertNoInjection(t, "an error", errw.String())
 }

@@ -247,7 +247,7 @@ func (q *queueCollector) expiries(queue string, scheduled int) (int, error) {
 	tasks, err := q.inspector.ListScheduledTasks(queue, asynq.PageSize(500))
 	n := 0
 	for _, t := range tasks {
-		if lqueue.IsApprovalExpiry(t.Payload) {
+		if m, err := lqueue.DecodePayload(t.Payload); err == nil && m.IsApprovalExpiry() {
 			n++
 		}
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/lettaq/lettaq/budget"
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // enqueue notify --chat [INTEGRATION:]CHAT_ID [--key KEY] TEXT: write a message into a chat of
@@ -30,7 +31,7 @@ func (o enqueueOpts) notice(args []string, stdin io.Reader) (n queue.Notice, min
 	if i, c, ok := strings.Cut(o.chat, ":"); ok {
 		integration, chat = i, c
 	}
-	n.Chat = queue.Conversation{Integration: integration, ChatID: chat}
+	n.Chat = record.Conversation{Integration: integration, ChatID: chat}
 	switch {
 	case len(args) > 0:
 		n.Text = strings.Join(args, " ")

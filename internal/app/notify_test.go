@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // enqueue notify writes one notify event per key into the chat's stream: without --key it
@@ -76,7 +77,7 @@ func TestEnqueueNotifyDev(t *testing.T) {
 
 	rdb := redis.NewClient(&redis.Options{Addr: r.RedisAddr})
 	defer rdb.Close()
-	evs, _, err := queue.NewReplies(rdb, queue.RepliesOptions{}).Read(context.Background(), queue.Conversation{Integration: "web", ChatID: "c1"}, "0", 100, 0)
+	evs, _, err := queue.NewReplies(rdb, queue.RepliesOptions{}).Read(context.Background(), record.Conversation{Integration: "web", ChatID: "c1"}, "0", 100, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/lettaq/lettaq/ordering"
 	"github.com/lettaq/lettaq/queue"
 	"github.com/lettaq/lettaq/queue/httpapi"
+	"github.com/lettaq/lettaq/queue/shard"
 )
 
 // Metrics is the queue's Observer.
@@ -156,7 +157,7 @@ func (q *queueRunner) run(ctx context.Context) error {
 	defer q.letta.CloseIdleConnections() // once the turns are over
 	defer q.client.Close()
 	err := q.w.Run(ctx)
-	if me := (*queue.LayoutMismatchError)(nil); errors.As(err, &me) {
+	if me := (*shard.MismatchError)(nil); errors.As(err, &me) {
 		return &ConfigError{Errs: []error{err}}
 	}
 	return err

@@ -11,6 +11,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // turnView is what GET /turns/{task-id} answers: lettaq's view of one turn, for an operator.
@@ -25,8 +26,8 @@ type turnView struct {
 	LastError string `json:"last_error,omitempty"`
 	// Result is the task's result (queue.TurnResult) once the turn ended.
 	Result json.RawMessage `json:"result,omitempty"`
-	// Journal is the turn's record (queue.TurnRecord): every attempt, phases, timings.
-	Journal *queue.TurnRecord `json:"journal,omitempty"`
+	// Journal is the turn's record (record.TurnRecord): every attempt, phases, timings.
+	Journal *record.TurnRecord `json:"journal,omitempty"`
 	// Waiting: for a turn that waits and has not started, what it waits
 	// behind (its line's head, or its chat's approval request).
 	Waiting *queue.WaitingTurn `json:"waiting,omitempty"`
@@ -153,7 +154,7 @@ func waitingSummary(wt *queue.WaitingTurn) string {
 }
 
 // turnSummary says what a turn without a result is doing.
-func turnSummary(info *asynq.TaskInfo, rec *queue.TurnRecord) string {
+func turnSummary(info *asynq.TaskInfo, rec *record.TurnRecord) string {
 	if info == nil {
 		s := "task no longer in Asynq (retention over)"
 		if rec.Outcome != "" {
@@ -199,7 +200,7 @@ func queueNames(qs map[string]int) []string {
 }
 
 // openWait is the record's wait that has not ended, nil when none.
-func openWait(rec *queue.TurnRecord) *queue.Wait {
+func openWait(rec *record.TurnRecord) *record.Wait {
 	if rec == nil || len(rec.Waits) == 0 || !rec.Waits[len(rec.Waits)-1].Until.IsZero() {
 		return nil
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // scrapeWaiting reads lettaq_turns_waiting{queue="lettaq"} from the worker's /metrics.
@@ -155,7 +156,7 @@ func TestWaitingTurnsAreScheduledNotRetried(t *testing.T) {
 	v := getTurn(t, r, ids[0], http.StatusOK)
 	var res queue.TurnResult
 	if err := json.Unmarshal(v.Result, &res); err != nil || res.Answer != "you said: w1" || v.State != "completed" ||
-		!strings.HasPrefix(v.Summary, "answered in ") || v.Journal == nil || v.Journal.Outcome != queue.OutcomeAnswered {
+		!strings.HasPrefix(v.Summary, "answered in ") || v.Journal == nil || v.Journal.Outcome != record.OutcomeAnswered {
 		t.Errorf("/turns/%s once answered: %+v (%v)", ids[0], v, err)
 	}
 	getTurn(t, r, "turn:cli:waiting:nope", http.StatusNotFound)

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 	"github.com/lettaq/lettaq/relay/webchat"
 )
 
@@ -36,7 +37,7 @@ func newWebChat(o webChatOptions) http.Handler {
 		Said:   &webchat.RedisSaid{Redis: o.Redis, Prefix: o.Prefix},
 		Agents: o.Agents, AnyAgent: o.AnyAgent, JournalURL: o.JournalURL,
 		Heartbeat: o.Heartbeat, Block: o.Block, Logger: o.Logger,
-		Tail: func(ctx context.Context, c queue.Conversation) (string, error) {
+		Tail: func(ctx context.Context, c record.Conversation) (string, error) {
 			last, err := o.Redis.XRevRangeN(ctx, o.Replies.Key(c), "+", "-", 1).Result()
 			if err != nil || len(last) == 0 {
 				return "", err

@@ -9,6 +9,7 @@ import (
 	"github.com/lettaq/lettaq/queue"
 	"github.com/lettaq/lettaq/queue/internal/codec"
 	"github.com/lettaq/lettaq/queue/internal/payloadcheck"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // answerBody is the HTTP form of an answer to an approval request, POSTed
@@ -20,10 +21,10 @@ import (
 //	 "message_id": "cb-77", "sender_id": "user-42"}   optional
 type answerBody struct {
 	Answer *struct {
-		Request   string                  `json:"request"`
-		Approve   bool                    `json:"approve"`
-		Reason    string                  `json:"reason,omitempty"`
-		Decisions []queue.ApprovalVerdict `json:"decisions,omitempty"`
+		Request   string                   `json:"request"`
+		Approve   bool                     `json:"approve"`
+		Reason    string                   `json:"reason,omitempty"`
+		Decisions []record.ApprovalVerdict `json:"decisions,omitempty"`
 	} `json:"answer"`
 	MessageID string `json:"message_id,omitempty"`
 	SenderID  string `json:"sender_id,omitempty"`

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // maxCancelBodyBytes bounds the body CancelHandler reads.
@@ -20,12 +21,12 @@ type cancelBody struct {
 }
 
 // parseChat parses "integration:chat_id" (the chat id may hold colons).
-func parseChat(s string) (queue.Conversation, error) {
+func parseChat(s string) (record.Conversation, error) {
 	integration, chat, ok := strings.Cut(s, ":")
 	if !ok || integration == "" || chat == "" {
-		return queue.Conversation{}, invalid("chat", "%q is not integration:chat_id", s)
+		return record.Conversation{}, invalid("chat", "%q is not integration:chat_id", s)
 	}
-	c := queue.Conversation{Integration: integration, ChatID: chat}
+	c := record.Conversation{Integration: integration, ChatID: chat}
 	return c, c.Validate()
 }
 
@@ -58,7 +59,7 @@ func CancelHandler(c *queue.Client) http.Handler {
 		if len(b.Chat) > 0 && string(b.Chat) != "null" {
 			var s string
 			var err error
-			var conv queue.Conversation
+			var conv record.Conversation
 			if json.Unmarshal(b.Chat, &s) == nil {
 				conv, err = parseChat(s)
 			} else if err = json.Unmarshal(b.Chat, &conv); err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/lettaq/lettaq/internal/testredis"
 	"github.com/lettaq/lettaq/ordering"
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 	"github.com/lettaq/lettaq/queue/shard"
 )
 
@@ -39,7 +40,7 @@ func TestCancelHTTP(t *testing.T) {
 	})
 	h := CancelHandler(c)
 	ctx := context.Background()
-	conv := queue.Conversation{Integration: "cli", ChatID: "c-" + q}
+	conv := record.Conversation{Integration: "cli", ChatID: "c-" + q}
 	m := queue.Message{AgentID: "agent-00000000-0000-4000-8000-000000000000", Conversation: conv, MessageID: "m1", Text: "hi"}
 	res, err := c.Enqueue(ctx, m)
 	if err != nil {
@@ -58,11 +59,11 @@ func TestCancelHTTP(t *testing.T) {
 		t.Error("the cancelled task is still in Asynq")
 	}
 	ev, found, err := replies.FinalEvent(ctx, conv, res.TaskID)
-	if err != nil || !found || ev.Type != queue.EventError || !ev.Permanent || ev.StopReason != queue.StopReasonCancelled {
+	if err != nil || !found || ev.Type != record.EventError || !ev.Permanent || ev.StopReason != record.StopReasonCancelled {
 		t.Errorf("final event %+v (found %v, err %v), want error, permanent, cancelled", ev, found, err)
 	}
 	rec, err := queue.NewJournal(rdb, queue.JournalOptions{Prefix: prefix}).Get(ctx, res.TaskID)
-	if err != nil || rec.Outcome != queue.OutcomeCancelled || rec.Cancel == nil || rec.Cancel.By != "ops" || rec.Cancel.Phase != queue.CancelPhaseWaiting {
+	if err != nil || rec.Outcome != record.OutcomeCancelled || rec.Cancel == nil || rec.Cancel.By != "ops" || rec.Cancel.Phase != record.CancelPhaseWaiting {
 		t.Errorf("journal %+v (err %v), want cancelled by ops while waiting", rec, err)
 	}
 	seq, err := ordering.New(rdb, ord.Config)

@@ -19,6 +19,7 @@ import (
 	"github.com/lettaq/lettaq/queue"
 	"github.com/lettaq/lettaq/queue/internal/codec"
 	"github.com/lettaq/lettaq/queue/internal/payloadcheck"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // MaxBodyBytes bounds the payload EnqueueHandler takes, decoded
@@ -40,7 +41,7 @@ var payloadFields = codec.FieldsOf(reflect.TypeFor[queue.Payload]())
 // decodePayload parses body, one JSON value, as a Payload; the error is a
 // *queue.ValidationError naming the field (as queue.DecodePayload's).
 func decodePayload(body []byte) (queue.Payload, error) {
-	p, err := payloadcheck.Decode(body, true, payloadFields, func(p *queue.Payload) *queue.Conversation { return &p.Conversation })
+	p, err := payloadcheck.Decode(body, true, payloadFields, func(p *queue.Payload) *record.Conversation { return &p.Conversation })
 	return p, validationError(err)
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/lettaq/lettaq/internal/testredis"
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // enqueueHandler is EnqueueHandler over a Client on the real Redis with a queue of the
@@ -115,7 +116,7 @@ func TestEnqueueHandlerRefusesDuplicateKey(t *testing.T) {
 func TestEnqueueHandlerMessageIDConflict(t *testing.T) {
 	for _, ord := range []queue.Ordering{{}, {Off: true}} {
 		h, q, _ := enqueueHandler(t, "idconflict", ord)
-		p := queue.Payload{AgentID: "agent-1", Text: "first", Conversation: queue.Conversation{Integration: "web", ChatID: "c-" + q}, MessageID: "m1"}
+		p := queue.Payload{AgentID: "agent-1", Text: "first", Conversation: record.Conversation{Integration: "web", ChatID: "c-" + q}, MessageID: "m1"}
 		body, _ := json.Marshal(p)
 		if code, _, raw := postEnqueue(h, "application/json", body); code != http.StatusAccepted {
 			t.Fatalf("ordered=%v: the first message: %d %s", !ord.Off, code, raw)

@@ -11,6 +11,7 @@ import (
 	"github.com/lettaq/lettaq/queue"
 	"github.com/lettaq/lettaq/queue/internal/codec"
 	"github.com/lettaq/lettaq/queue/internal/payloadcheck"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // maxNotifyBodyBytes bounds the body NotifyHandler reads: a text of
@@ -72,7 +73,7 @@ func decodeNotice(body []byte) (queue.Notice, error) {
 		if !ok {
 			return queue.Notice{}, invalid("chat", "%q is not integration:chat_id", s)
 		}
-		n.Chat = queue.Conversation{Integration: integration, ChatID: chat}
+		n.Chat = record.Conversation{Integration: integration, ChatID: chat}
 	default:
 		var raw struct {
 			Integration json.RawMessage `json:"integration"`

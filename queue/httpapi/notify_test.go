@@ -13,6 +13,7 @@ import (
 
 	"github.com/lettaq/lettaq/internal/testredis"
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // notifyClient is a Client writing reply events under a prefix of the
@@ -55,7 +56,7 @@ func TestNotifyHTTP(t *testing.T) {
 	if code != http.StatusAccepted || again["id"] != first["id"] || again["task_id"] != first["task_id"] || again["duplicate"] != true {
 		t.Fatalf("replayed POST: %d %s; want 202 naming entry %v", code, text, first["id"])
 	}
-	conv := queue.Conversation{Integration: "web", ChatID: "c-1"}
+	conv := record.Conversation{Integration: "web", ChatID: "c-1"}
 	if n, _ := direct.XLen(ctx, r.Key(conv)).Result(); n != 1 {
 		t.Errorf("stream holds %d entries after the replay, want 1", n)
 	}

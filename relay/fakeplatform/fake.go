@@ -14,7 +14,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 	"github.com/lettaq/lettaq/relay"
 )
 
@@ -87,7 +87,7 @@ func (p *Platform) notify() {
 }
 
 // Send implements relay.Adapter.
-func (p *Platform) Send(_ context.Context, chat queue.Conversation, m relay.Message) (string, error) {
+func (p *Platform) Send(_ context.Context, chat record.Conversation, m relay.Message) (string, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err := p.record(Call{Method: "send", Chat: chat.String(), Text: m.Text}); err != nil {
@@ -102,7 +102,7 @@ func (p *Platform) Send(_ context.Context, chat queue.Conversation, m relay.Mess
 
 // Edit implements relay.Adapter; editing a deleted or unknown message is an
 // error wrapping relay.ErrPermanent, as on Telegram ("message to edit not found").
-func (p *Platform) Edit(_ context.Context, chat queue.Conversation, id string, m relay.Message) error {
+func (p *Platform) Edit(_ context.Context, chat record.Conversation, id string, m relay.Message) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err := p.record(Call{Method: "edit", Chat: chat.String(), ID: id, Text: m.Text}); err != nil {
@@ -118,7 +118,7 @@ func (p *Platform) Edit(_ context.Context, chat queue.Conversation, id string, m
 }
 
 // Delete implements relay.Adapter.
-func (p *Platform) Delete(_ context.Context, chat queue.Conversation, id string) error {
+func (p *Platform) Delete(_ context.Context, chat record.Conversation, id string) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err := p.record(Call{Method: "delete", Chat: chat.String(), ID: id}); err != nil {
@@ -131,14 +131,14 @@ func (p *Platform) Delete(_ context.Context, chat queue.Conversation, id string)
 }
 
 // Status implements relay.Adapter.
-func (p *Platform) Status(_ context.Context, chat queue.Conversation, s relay.Status) error {
+func (p *Platform) Status(_ context.Context, chat record.Conversation, s relay.Status) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.record(Call{Method: "status", Chat: chat.String(), Kind: s.Kind, Text: s.Text})
 }
 
 // Messages returns the chat's visible (not deleted) messages, oldest first.
-func (p *Platform) Messages(chat queue.Conversation) []Msg {
+func (p *Platform) Messages(chat record.Conversation) []Msg {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var out []Msg

@@ -9,17 +9,17 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 	"github.com/lettaq/lettaq/relay"
 )
 
 // wireCall is one adapter call over HTTP (POST /call).
 type wireCall struct {
-	Method  string             `json:"method"`
-	Chat    queue.Conversation `json:"chat"`
-	ID      string             `json:"id,omitempty"`
-	Message relay.Message      `json:"message"`
-	Status  relay.Status       `json:"status"`
+	Method  string              `json:"method"`
+	Chat    record.Conversation `json:"chat"`
+	ID      string              `json:"id,omitempty"`
+	Message relay.Message       `json:"message"`
+	Status  relay.Status        `json:"status"`
 }
 
 // wireResult is the answer to a wireCall.
@@ -107,24 +107,24 @@ func (c *Client) call(ctx context.Context, wc wireCall) (string, error) {
 }
 
 // Send implements relay.Adapter.
-func (c *Client) Send(ctx context.Context, chat queue.Conversation, m relay.Message) (string, error) {
+func (c *Client) Send(ctx context.Context, chat record.Conversation, m relay.Message) (string, error) {
 	return c.call(ctx, wireCall{Method: "send", Chat: chat, Message: m})
 }
 
 // Edit implements relay.Adapter.
-func (c *Client) Edit(ctx context.Context, chat queue.Conversation, id string, m relay.Message) error {
+func (c *Client) Edit(ctx context.Context, chat record.Conversation, id string, m relay.Message) error {
 	_, err := c.call(ctx, wireCall{Method: "edit", Chat: chat, ID: id, Message: m})
 	return err
 }
 
 // Delete implements relay.Adapter.
-func (c *Client) Delete(ctx context.Context, chat queue.Conversation, id string) error {
+func (c *Client) Delete(ctx context.Context, chat record.Conversation, id string) error {
 	_, err := c.call(ctx, wireCall{Method: "delete", Chat: chat, ID: id})
 	return err
 }
 
 // Status implements relay.Adapter.
-func (c *Client) Status(ctx context.Context, chat queue.Conversation, s relay.Status) error {
+func (c *Client) Status(ctx context.Context, chat record.Conversation, s relay.Status) error {
 	_, err := c.call(ctx, wireCall{Method: "status", Chat: chat, Status: s})
 	return err
 }

@@ -9,7 +9,7 @@ import (
 
 	"github.com/slack-go/slack"
 
-	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 	"github.com/lettaq/lettaq/relay"
 )
 
@@ -65,7 +65,7 @@ func (a *Adapter) slack429(key string, err error) error {
 func (a *Adapter) Limits() relay.Limits { return a.limits }
 
 // Send implements relay.Adapter: chat.postMessage in the thread.
-func (a *Adapter) Send(ctx context.Context, chat queue.Conversation, m relay.Message) (string, error) {
+func (a *Adapter) Send(ctx context.Context, chat record.Conversation, m relay.Message) (string, error) {
 	channel, thread := Where(chat)
 	key := postMessage + " " + channel
 	if wait := a.pace.take(key, a.pace.pace.Post, m.Growing, "", false); wait > 0 {
@@ -87,7 +87,7 @@ func (a *Adapter) Send(ctx context.Context, chat queue.Conversation, m relay.Mes
 
 // Edit implements relay.Adapter: chat.update. Slack takes an update to the
 // same content as any other; a message gone is permanent.
-func (a *Adapter) Edit(ctx context.Context, chat queue.Conversation, id string, m relay.Message) error {
+func (a *Adapter) Edit(ctx context.Context, chat record.Conversation, id string, m relay.Message) error {
 	channel, _ := Where(chat)
 	msg := channel + "/" + id
 	if wait := a.pace.take(update, a.pace.pace.Update, m.Growing, msg, true); wait > 0 {
@@ -103,7 +103,7 @@ func (a *Adapter) Edit(ctx context.Context, chat queue.Conversation, id string, 
 
 // Delete implements relay.Adapter: chat.delete; a message already gone is
 // success.
-func (a *Adapter) Delete(ctx context.Context, chat queue.Conversation, id string) error {
+func (a *Adapter) Delete(ctx context.Context, chat record.Conversation, id string) error {
 	channel, _ := Where(chat)
 	if wait := a.pace.take(deleteMsg, a.pace.pace.Delete, false, "", false); wait > 0 {
 		return paced(wait)
@@ -118,7 +118,7 @@ func (a *Adapter) Delete(ctx context.Context, chat queue.Conversation, id string
 
 // Status implements relay.Adapter: assistant.threads.setStatus in the
 // thread ("" clears it). A DM outside a thread has no status to set.
-func (a *Adapter) Status(ctx context.Context, chat queue.Conversation, s relay.Status) error {
+func (a *Adapter) Status(ctx context.Context, chat record.Conversation, s relay.Status) error {
 	channel, thread := Where(chat)
 	if thread == "" {
 		return nil

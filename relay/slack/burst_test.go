@@ -15,6 +15,7 @@ import (
 
 	"github.com/lettaq/lettaq/internal/testredis"
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 	"github.com/lettaq/lettaq/relay/fakeplatform"
 	"github.com/lettaq/lettaq/relay/internal/killtest"
 	relayslack "github.com/lettaq/lettaq/relay/slack"
@@ -39,15 +40,15 @@ func TestSlackBurstOf50Chats(t *testing.T) {
 	long := strings.Repeat("Slack streams this answer in one message, edited as it grows. ", 33)[:2000]
 	for _, shape := range []struct {
 		name   string
-		conv   func(i int) queue.Conversation
+		conv   func(i int) record.Conversation
 		deltas []string
 		answer string
 	}{
-		{"50 DMs, 2,000 characters streamed", func(i int) queue.Conversation {
+		{"50 DMs, 2,000 characters streamed", func(i int) record.Conversation {
 			return relayslack.Conversation(fmt.Sprintf("D%02d", i), "1700000000.000001")
 		},
 			chunks(long, 40), long},
-		{"50 threads of one channel, quick answer", func(i int) queue.Conversation {
+		{"50 threads of one channel, quick answer", func(i int) record.Conversation {
 			return relayslack.Conversation("C1", fmt.Sprintf("1700000000.%06d", i))
 		},
 			nil, "Hello there!"},
@@ -78,15 +79,15 @@ func TestSlackBurstOf50Chats(t *testing.T) {
 				wg.Add(2)
 				go func() { // the worker writes the turn
 					defer wg.Done()
-					ev := func(typ queue.EventType, text string) queue.ReplyEvent {
-						return queue.ReplyEvent{Type: typ, TaskID: "turn-" + conv.ChatID, Otid: "otid", RunID: "run", Text: text, Phase: queue.PhaseStreaming}
+					ev := func(typ record.EventType, text string) record.ReplyEvent {
+						return record.ReplyEvent{Type: typ, TaskID: "turn-" + conv.ChatID, Otid: "otid", RunID: "run", Text: text, Phase: record.PhaseStreaming}
 					}
-					_, _ = replies.Emit(ctx, conv, ev(queue.EventPhase, ""))
+					_, _ = replies.Emit(ctx, conv, ev(record.EventPhase, ""))
 					for _, d := range shape.deltas {
-						_, _ = replies.Emit(ctx, conv, ev(queue.EventAnswerDelta, d))
+						_, _ = replies.Emit(ctx, conv, ev(record.EventAnswerDelta, d))
 						time.Sleep(40 * time.Millisecond)
 					}
-					if _, err := replies.EmitAnswerOnce(ctx, conv, ev(queue.EventAnswer, shape.answer)); err != nil {
+					if _, err := replies.EmitAnswerOnce(ctx, conv, ev(record.EventAnswer, shape.answer)); err != nil {
 						t.Error(err)
 					}
 				}()

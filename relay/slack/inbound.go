@@ -15,6 +15,7 @@ import (
 	"github.com/slack-go/slack/slackevents"
 
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // Enqueuer makes a Slack message a turn (queue.Client).
@@ -24,8 +25,8 @@ type Enqueuer interface {
 
 // Controls are the relay's chat commands and buttons (*relay.Relay).
 type Controls interface {
-	Command(ctx context.Context, c queue.Conversation, text, sender string) (queue.CancelResult, error)
-	Press(ctx context.Context, c queue.Conversation, data, sender string) (queue.EnqueueResult, error)
+	Command(ctx context.Context, c record.Conversation, text, sender string) (queue.CancelResult, error)
+	Press(ctx context.Context, c record.Conversation, data, sender string) (queue.EnqueueResult, error)
 }
 
 // Inbound serves Slack's requests to the app: POST /events (the Events
@@ -182,7 +183,7 @@ func isStop(text string) bool {
 	return len(f) == 1 && (f[0] == "stop" || f[0] == "/stop")
 }
 
-func (in *Inbound) stop(ctx context.Context, conv queue.Conversation, user string) {
+func (in *Inbound) stop(ctx context.Context, conv record.Conversation, user string) {
 	if _, err := in.Controls.Command(ctx, conv, "/stop", user); err != nil && !errors.Is(err, queue.ErrNotFound) {
 		in.log().Warn("slack: /stop failed", "chat", conv.String(), "err", err)
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 	relayslack "github.com/lettaq/lettaq/relay/slack"
 	"github.com/lettaq/lettaq/relay/slack/slackfake"
 )
@@ -36,14 +37,14 @@ func (r *recorder) Enqueue(_ context.Context, m queue.Message) (queue.EnqueueRes
 	return queue.EnqueueResult{TaskID: "t-" + m.MessageID}, nil
 }
 
-func (r *recorder) Command(_ context.Context, c queue.Conversation, text, sender string) (queue.CancelResult, error) {
+func (r *recorder) Command(_ context.Context, c record.Conversation, text, sender string) (queue.CancelResult, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.commands = append(r.commands, c.String()+" "+text+" by "+sender)
 	return queue.CancelResult{}, nil
 }
 
-func (r *recorder) Press(_ context.Context, c queue.Conversation, data, sender string) (queue.EnqueueResult, error) {
+func (r *recorder) Press(_ context.Context, c record.Conversation, data, sender string) (queue.EnqueueResult, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.presses = append(r.presses, c.String()+" "+data+" by "+sender)

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 	"github.com/lettaq/lettaq/relay/internal/killtest"
 	relayslack "github.com/lettaq/lettaq/relay/slack"
 	"github.com/lettaq/lettaq/relay/slack/slackfake"
@@ -61,20 +61,20 @@ func TestSlackCallsPerAnsweredTurn(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the relay binary")
 	}
-	ev := func(typ queue.EventType, f func(*queue.ReplyEvent)) queue.ReplyEvent {
-		e := queue.ReplyEvent{Type: typ, TaskID: "turn1", Otid: "otid1", RunID: "run1"}
+	ev := func(typ record.EventType, f func(*record.ReplyEvent)) record.ReplyEvent {
+		e := record.ReplyEvent{Type: typ, TaskID: "turn1", Otid: "otid1", RunID: "run1"}
 		if f != nil {
 			f(&e)
 		}
 		return e
 	}
 	long := strings.Repeat("Slack streams this answer in one message, edited as it grows. ", 33)[:2000]
-	streamed := []queue.ReplyEvent{ev(queue.EventAccepted, func(e *queue.ReplyEvent) { e.Phase = queue.PhaseQueued }),
-		ev(queue.EventPhase, func(e *queue.ReplyEvent) { e.Phase = queue.PhaseStreaming })}
+	streamed := []record.ReplyEvent{ev(record.EventAccepted, func(e *record.ReplyEvent) { e.Phase = record.PhaseQueued }),
+		ev(record.EventPhase, func(e *record.ReplyEvent) { e.Phase = record.PhaseStreaming })}
 	for i := 0; i < len(long); i += 40 { // 50 deltas, 40 ms apart
-		streamed = append(streamed, ev(queue.EventAnswerDelta, func(e *queue.ReplyEvent) { e.Text = long[i:min(i+40, len(long))] }))
+		streamed = append(streamed, ev(record.EventAnswerDelta, func(e *record.ReplyEvent) { e.Text = long[i:min(i+40, len(long))] }))
 	}
-	streamed = append(streamed, ev(queue.EventAnswer, func(e *queue.ReplyEvent) { e.Text = long }))
+	streamed = append(streamed, ev(record.EventAnswer, func(e *record.ReplyEvent) { e.Text = long }))
 	byName := map[string]killtest.Scenario{}
 	for _, sc := range killtest.Scenarios() {
 		byName[sc.Name] = sc

@@ -24,7 +24,7 @@ import (
 	"github.com/go-telegram/bot"
 	"github.com/go-telegram/bot/models"
 
-	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 	"github.com/lettaq/lettaq/relay"
 )
 
@@ -109,7 +109,7 @@ func nonBlank(s string) string {
 }
 
 // ChatOf returns the Telegram chat and forum topic of a conversation.
-func ChatOf(c queue.Conversation) (chat int64, topic int, err error) {
+func ChatOf(c record.Conversation) (chat int64, topic int, err error) {
 	id, t, hasTopic := strings.Cut(c.ChatID, "/")
 	chat, err = strconv.ParseInt(id, 10, 64)
 	if err != nil || chat == 0 {
@@ -124,12 +124,12 @@ func ChatOf(c queue.Conversation) (chat int64, topic int, err error) {
 }
 
 // Conversation is the lettaq chat of a Telegram chat and forum topic (0: none).
-func Conversation(chat int64, topic int) queue.Conversation {
+func Conversation(chat int64, topic int) record.Conversation {
 	id := strconv.FormatInt(chat, 10)
 	if topic > 0 {
 		id += "/" + strconv.Itoa(topic)
 	}
-	return queue.Conversation{Integration: Integration, ChatID: id}
+	return record.Conversation{Integration: Integration, ChatID: id}
 }
 
 func keyboard(bs []relay.Button) models.ReplyMarkup {
@@ -145,7 +145,7 @@ func keyboard(bs []relay.Button) models.ReplyMarkup {
 
 // Send implements relay.Adapter: sendMessage in HTML, again in plain text
 // when Telegram refuses the entities.
-func (a *Adapter) Send(ctx context.Context, c queue.Conversation, m relay.Message) (string, error) {
+func (a *Adapter) Send(ctx context.Context, c record.Conversation, m relay.Message) (string, error) {
 	chat, topic, err := ChatOf(c)
 	if err != nil {
 		return "", err
@@ -173,7 +173,7 @@ func (a *Adapter) Send(ctx context.Context, c queue.Conversation, m relay.Messag
 // Edit implements relay.Adapter: editMessageText (without buttons it takes
 // the inline keyboard away); "message is not modified" is success, a
 // message gone is permanent.
-func (a *Adapter) Edit(ctx context.Context, c queue.Conversation, id string, m relay.Message) error {
+func (a *Adapter) Edit(ctx context.Context, c record.Conversation, id string, m relay.Message) error {
 	chat, _, err := ChatOf(c)
 	if err != nil {
 		return err
@@ -203,7 +203,7 @@ func (a *Adapter) Edit(ctx context.Context, c queue.Conversation, id string, m r
 }
 
 // Delete implements relay.Adapter; a message already gone is success.
-func (a *Adapter) Delete(ctx context.Context, c queue.Conversation, id string) error {
+func (a *Adapter) Delete(ctx context.Context, c record.Conversation, id string) error {
 	chat, _, err := ChatOf(c)
 	if err != nil {
 		return err
@@ -222,7 +222,7 @@ func (a *Adapter) Delete(ctx context.Context, c queue.Conversation, id string) e
 // Status implements relay.Adapter: typing by sendChatAction (a tool's line
 // has no place on Telegram: typing too); clearing makes no call, as
 // Telegram ends the typing with the bot's next message or after 5 s.
-func (a *Adapter) Status(ctx context.Context, c queue.Conversation, s relay.Status) error {
+func (a *Adapter) Status(ctx context.Context, c record.Conversation, s relay.Status) error {
 	if s.Kind == relay.StatusClear {
 		return nil
 	}

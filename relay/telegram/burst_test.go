@@ -16,6 +16,7 @@ import (
 
 	"github.com/lettaq/lettaq/internal/testredis"
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 	"github.com/lettaq/lettaq/relay/internal/killtest"
 	"github.com/lettaq/lettaq/relay/telegram"
 	"github.com/lettaq/lettaq/relay/telegram/telegramfake"
@@ -62,7 +63,7 @@ func TestTelegramBurstOf50ChatsStaysUnderTheGlobalLimit(t *testing.T) {
 	const chats = 50
 	start := time.Now()
 	for i := 1; i <= chats; i++ {
-		ev := queue.ReplyEvent{Type: queue.EventAnswer, TaskID: fmt.Sprintf("turn%d", i), Otid: "o", RunID: "r", Text: "Done."}
+		ev := record.ReplyEvent{Type: record.EventAnswer, TaskID: fmt.Sprintf("turn%d", i), Otid: "o", RunID: "r", Text: "Done."}
 		if _, err := replies.EmitAnswerOnce(ctx, telegram.Conversation(int64(i), 0), ev); err != nil {
 			t.Fatal(err)
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/go-telegram/bot/models"
 
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // Enqueuer makes a message a turn (queue.Client).
@@ -25,8 +26,8 @@ type Enqueuer interface {
 
 // Commands runs a chat's /stop and its buttons (*relay.Relay).
 type Commands interface {
-	Command(ctx context.Context, c queue.Conversation, text, sender string) (queue.CancelResult, error)
-	Press(ctx context.Context, c queue.Conversation, data, sender string) (queue.EnqueueResult, error)
+	Command(ctx context.Context, c record.Conversation, text, sender string) (queue.CancelResult, error)
+	Press(ctx context.Context, c record.Conversation, data, sender string) (queue.EnqueueResult, error)
 }
 
 // InboundConfig configures Inbound.
@@ -179,7 +180,7 @@ func (in *Inbound) addressed(m *models.Message, text string, es []models.Message
 	return in.cfg.BotUsername != "" && strings.Contains(strings.ToLower(text), "@"+strings.ToLower(in.cfg.BotUsername))
 }
 
-func (in *Inbound) stop(ctx context.Context, c queue.Conversation, m *models.Message) error {
+func (in *Inbound) stop(ctx context.Context, c record.Conversation, m *models.Message) error {
 	_, err := in.cfg.Relay.Command(ctx, c, "/stop", sender(m.From))
 	if errors.Is(err, queue.ErrNotFound) {
 		chat, topic, _ := ChatOf(c)

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 	"github.com/lettaq/lettaq/relay/telegram"
 	"github.com/lettaq/lettaq/relay/telegram/telegramfake"
 )
@@ -26,7 +27,7 @@ type sink struct {
 	msgs    []queue.Message
 	tasks   map[string]bool
 	fail    int
-	stops   []queue.Conversation
+	stops   []record.Conversation
 	presses []string
 	pressed map[string]bool
 	changed chan struct{}
@@ -53,7 +54,7 @@ func (s *sink) Enqueue(_ context.Context, m queue.Message) (queue.EnqueueResult,
 	return res, nil
 }
 
-func (s *sink) Command(_ context.Context, c queue.Conversation, text, _ string) (queue.CancelResult, error) {
+func (s *sink) Command(_ context.Context, c record.Conversation, text, _ string) (queue.CancelResult, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.stops = append(s.stops, c)
@@ -61,7 +62,7 @@ func (s *sink) Command(_ context.Context, c queue.Conversation, text, _ string) 
 	return queue.CancelResult{}, nil
 }
 
-func (s *sink) Press(_ context.Context, c queue.Conversation, data, _ string) (queue.EnqueueResult, error) {
+func (s *sink) Press(_ context.Context, c record.Conversation, data, _ string) (queue.EnqueueResult, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.presses = append(s.presses, c.ChatID+" "+data)
@@ -71,10 +72,10 @@ func (s *sink) Press(_ context.Context, c queue.Conversation, data, _ string) (q
 	return queue.EnqueueResult{TaskID: "answer:x", Duplicate: dup}, nil
 }
 
-func (s *sink) snapshot() ([]queue.Message, []queue.Conversation, []string) {
+func (s *sink) snapshot() ([]queue.Message, []record.Conversation, []string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]queue.Message(nil), s.msgs...), append([]queue.Conversation(nil), s.stops...), append([]string(nil), s.presses...)
+	return append([]queue.Message(nil), s.msgs...), append([]record.Conversation(nil), s.stops...), append([]string(nil), s.presses...)
 }
 
 type inboundEnv struct {
@@ -115,7 +116,7 @@ func (e *inboundEnv) startPoll() (stop func()) {
 }
 
 // poll runs a Poller until cond holds on the sink, then stops it.
-func (e *inboundEnv) poll(t *testing.T, cond func(msgs []queue.Message, stops []queue.Conversation, presses []string) bool) {
+func (e *inboundEnv) poll(t *testing.T, cond func(msgs []queue.Message, stops []record.Conversation, presses []string) bool) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
@@ -138,10 +139,10 @@ func TestPollerTakesEachUpdateOnceAcrossRestartAndFailure(t *testing.T) {
 	e.sink.fail = 1 // the first enqueue fails: the update must come again
 	e.fake.SendText(telegramfake.From{Chat: 7}, "one")
 	e.fake.SendText(telegramfake.From{Chat: 7}, "two")
-	e.poll(t, func(m []queue.Message, _ []queue.Conversation, _ []string) bool { return len(m) == 2 })
+	e.poll(t, func(m []queue.Message, _ []record.Conversation, _ []string) bool { return len(m) == 2 })
 	// A restart: the offset in Redis makes the next poller take only the new one.
 	e.fake.SendText(telegramfake.From{Chat: 7}, "three")
-	e.poll(t, func(m []queue.Message, _ []queue.Conversation, _ []string) bool { return len(m) == 3 })
+	e.poll(t, func(m []queue.Message, _ []record.Conversation, _ []string) bool { return len(m) == 3 })
 	msgs, _, _ := e.sink.snapshot()
 	var got []string
 	for _, m := range msgs {
@@ -185,14 +186,14 @@ func TestGroupsAnswerOnlyWhenAddressed(t *testing.T) {
 	e.fake.SendText(telegramfake.From{Chat: -200}, "@"+telegramfake.BotUsername+" a chat not allowed")
 	e.fake.SendText(telegramfake.From{Chat: -100, Thread: 9}, "/stop@"+telegramfake.BotUsername)
 	e.fake.SendText(telegramfake.From{Chat: 7}, "/cancel")
-	e.poll(t, func(m []queue.Message, s []queue.Conversation, _ []string) bool { return len(m) >= 1 && len(s) == 2 })
+	e.poll(t, func(m []queue.Message, s []record.Conversation, _ []string) bool { return len(m) >= 1 && len(s) == 2 })
 	// The bot's own answer in the group, then a reply to it: addressed.
 	id, err := e.a.Send(context.Background(), telegram.Conversation(-100, 0), relayMsg("It is noon."))
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.fake.SendText(telegramfake.From{Chat: -100, ReplyTo: atoi(id)}, "thanks, and tomorrow?")
-	e.poll(t, func(m []queue.Message, _ []queue.Conversation, _ []string) bool { return len(m) == 2 })
+	e.poll(t, func(m []queue.Message, _ []record.Conversation, _ []string) bool { return len(m) == 2 })
 	msgs, stops, _ := e.sink.snapshot()
 	if msgs[0].Text != "what time is it?" || msgs[0].Conversation.ChatID != "-100" || msgs[1].Text != "thanks, and tomorrow?" {
 		t.Fatalf("enqueued %+v", msgs)
@@ -206,7 +207,7 @@ func TestPhotoBecomesImageContent(t *testing.T) {
 	e := newInbound(t, telegram.InboundConfig{})
 	jpeg := []byte("\xff\xd8\xff\xe0fake-jpeg")
 	e.fake.SendPhoto(telegramfake.From{Chat: 7}, jpeg, "what is this?")
-	e.poll(t, func(m []queue.Message, _ []queue.Conversation, _ []string) bool { return len(m) == 1 })
+	e.poll(t, func(m []queue.Message, _ []record.Conversation, _ []string) bool { return len(m) == 1 })
 	msgs, _, _ := e.sink.snapshot()
 	m := msgs[0]
 	if m.Text != "what is this?" || len(m.Images) != 1 || m.Images[0].MediaType != "image/jpeg" || m.Images[0].Data != "/9j/4GZha2UtanBlZw==" {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/lettaq/lettaq/internal/testredis"
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 	"github.com/lettaq/lettaq/relay"
 	"github.com/lettaq/lettaq/relay/internal/killtest"
 	"github.com/lettaq/lettaq/relay/telegram"
@@ -88,19 +89,19 @@ func TestTelegramCallsPerAnsweredTurn(t *testing.T) {
 	bin := killtest.Binary(t)
 	red := testredis.StartPersistent(t)
 	rdb := red.Client(t)
-	e := func(typ queue.EventType, f func(*queue.ReplyEvent)) queue.ReplyEvent {
-		ev := queue.ReplyEvent{Type: typ, TaskID: "turn1", Otid: "otid1", RunID: "run1"}
+	e := func(typ record.EventType, f func(*record.ReplyEvent)) record.ReplyEvent {
+		ev := record.ReplyEvent{Type: typ, TaskID: "turn1", Otid: "otid1", RunID: "run1"}
 		if f != nil {
 			f(&ev)
 		}
 		return ev
 	}
 	long := strings.Repeat("Forty characters of a streamed answer.. ", 50)
-	stream := []queue.ReplyEvent{e(queue.EventAccepted, nil), e(queue.EventPhase, func(ev *queue.ReplyEvent) { ev.Phase = queue.PhaseStreaming })}
+	stream := []record.ReplyEvent{e(record.EventAccepted, nil), e(record.EventPhase, func(ev *record.ReplyEvent) { ev.Phase = record.PhaseStreaming })}
 	for i := 0; i < len(long); i += 40 {
-		stream = append(stream, e(queue.EventAnswerDelta, func(ev *queue.ReplyEvent) { ev.Text = long[i : i+40] }))
+		stream = append(stream, e(record.EventAnswerDelta, func(ev *record.ReplyEvent) { ev.Text = long[i : i+40] }))
 	}
-	stream = append(stream, e(queue.EventAnswer, func(ev *queue.ReplyEvent) { ev.Text = long }))
+	stream = append(stream, e(record.EventAnswer, func(ev *record.ReplyEvent) { ev.Text = long }))
 	scs := []killtest.Scenario{{Name: "streamed-2000", Events: stream, Want: []string{strings.TrimSpace(long)}}}
 	for _, sc := range killtest.Scenarios() {
 		if sc.Name == "quick" || sc.Name == "approval" {
@@ -166,7 +167,7 @@ func telegramKillRun(t *testing.T, bin, addr string, rdb *redis.Client, sc killt
 		for _, ev := range sc.Events {
 			var err error
 			switch {
-			case ev.Type == queue.EventNotify:
+			case ev.Type == record.EventNotify:
 				_, err = client.Notify(ctx, queue.Notice{Chat: conv, Text: ev.Text, Key: strings.TrimPrefix(ev.TaskID, queue.NotifyTaskPrefix)})
 			case ev.Type.Final():
 				_, err = replies.EmitAnswerOnce(ctx, conv, ev)

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // entryID is a stream entry id as Last-Event-ID may carry it.
@@ -20,8 +20,8 @@ var entryID = regexp.MustCompile(`^[0-9]+(-[0-9]+)?$`)
 // reply-events.md) and, for an accepted event of a message sent from the
 // page, what the user said.
 type sseEvent struct {
-	Event queue.ReplyEvent `json:"event"`
-	Said  *Said1           `json:"said,omitempty"`
+	Event record.ReplyEvent `json:"event"`
+	Said  *Said1            `json:"said,omitempty"`
 }
 
 // events streams the chat's reply events as Server-Sent Events, each with
@@ -82,7 +82,7 @@ func (h *handler) events(w http.ResponseWriter, r *http.Request) {
 			var b strings.Builder
 			for _, ev := range evs {
 				se := sseEvent{Event: ev}
-				if ev.Type == queue.EventAccepted && ev.Approval == nil {
+				if ev.Type == record.EventAccepted && ev.Approval == nil {
 					se.Said = said[ev.MessageID]
 				}
 				data, err := json.Marshal(se)
@@ -111,9 +111,9 @@ func (h *handler) events(w http.ResponseWriter, r *http.Request) {
 // false): a blocking XREAD is not interrupted by its context, and a handler
 // that waited for it would hold the server's shutdown up to Config.Block. The
 // read itself then ends within Block, by itself.
-func (h *handler) read(ctx context.Context, c queue.Conversation, after string) (evs []queue.ReplyEvent, next string, ok bool, err error) {
+func (h *handler) read(ctx context.Context, c record.Conversation, after string) (evs []record.ReplyEvent, next string, ok bool, err error) {
 	type result struct {
-		evs  []queue.ReplyEvent
+		evs  []record.ReplyEvent
 		next string
 		err  error
 	}
@@ -132,13 +132,13 @@ func (h *handler) read(ctx context.Context, c queue.Conversation, after string) 
 
 // said looks up what the user said for the accepted events among evs of
 // messages sent from the page, by message id.
-func (h *handler) said(ctx context.Context, c queue.Conversation, evs []queue.ReplyEvent) map[string]*Said1 {
+func (h *handler) said(ctx context.Context, c record.Conversation, evs []record.ReplyEvent) map[string]*Said1 {
 	if h.cfg.Said == nil {
 		return nil
 	}
 	var ids []string
 	for _, ev := range evs {
-		if ev.Type == queue.EventAccepted && ev.MessageID != "" && ev.Approval == nil {
+		if ev.Type == record.EventAccepted && ev.MessageID != "" && ev.Approval == nil {
 			ids = append(ids, ev.MessageID)
 		}
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/lettaq/lettaq/agentclient"
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // Integration is the conversation integration of the page's chats: their
@@ -27,7 +28,7 @@ type Enqueuer interface {
 
 // Stream reads a chat's reply stream (queue.Replies).
 type Stream interface {
-	Read(ctx context.Context, c queue.Conversation, after string, count int64, block time.Duration) ([]queue.ReplyEvent, string, error)
+	Read(ctx context.Context, c record.Conversation, after string, count int64, block time.Duration) ([]record.ReplyEvent, string, error)
 }
 
 // Approver answers an approval request (queue.Client).
@@ -73,7 +74,7 @@ type Config struct {
 	// for an empty stream): a resume from an id above it (the stream's tail
 	// was lost, reply-events.md "Seq") reads the stream from its start again,
 	// and the page drops by seq what it has shown.
-	Tail   func(ctx context.Context, c queue.Conversation) (string, error)
+	Tail   func(ctx context.Context, c record.Conversation) (string, error)
 	Logger *slog.Logger
 }
 
@@ -149,8 +150,8 @@ func (h *handler) agentID(s string) (string, error) {
 }
 
 // chat is the conversation of a chat id from the page.
-func chat(id string) (queue.Conversation, error) {
-	c := queue.Conversation{Integration: Integration, ChatID: id}
+func chat(id string) (record.Conversation, error) {
+	c := record.Conversation{Integration: Integration, ChatID: id}
 	if id == "" {
 		return c, errors.New("chat: missing")
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 const agentA = "agent-11111111-2222-4333-8444-555555555555"
@@ -26,14 +27,14 @@ const agentA = "agent-11111111-2222-4333-8444-555555555555"
 // fakeStream is a reply stream in memory: entries "1-0", "2-0", …
 type fakeStream struct {
 	mu    sync.Mutex
-	evs   []queue.ReplyEvent
+	evs   []record.ReplyEvent
 	added chan struct{} // closed and replaced at each add
 	reads chan string   // each Read's after, when not nil
 }
 
 func newFakeStream() *fakeStream { return &fakeStream{added: make(chan struct{})} }
 
-func (s *fakeStream) add(evs ...queue.ReplyEvent) {
+func (s *fakeStream) add(evs ...record.ReplyEvent) {
 	s.mu.Lock()
 	for _, ev := range evs {
 		ev.ID = fmt.Sprintf("%d-0", len(s.evs)+1)
@@ -44,7 +45,7 @@ func (s *fakeStream) add(evs ...queue.ReplyEvent) {
 	s.mu.Unlock()
 }
 
-func (s *fakeStream) Read(ctx context.Context, c queue.Conversation, after string, count int64, block time.Duration) ([]queue.ReplyEvent, string, error) {
+func (s *fakeStream) Read(ctx context.Context, c record.Conversation, after string, count int64, block time.Duration) ([]record.ReplyEvent, string, error) {
 	if s.reads != nil {
 		s.reads <- after
 	}
@@ -52,7 +53,7 @@ func (s *fakeStream) Read(ctx context.Context, c queue.Conversation, after strin
 	defer deadline.Stop()
 	for {
 		s.mu.Lock()
-		var out []queue.ReplyEvent
+		var out []record.ReplyEvent
 		for _, ev := range s.evs {
 			if idLess(after, ev.ID) {
 				out = append(out, ev)
@@ -109,7 +110,7 @@ type fakeSaid struct {
 	m map[string]Said1
 }
 
-func (s *fakeSaid) Put(_ context.Context, c queue.Conversation, id string, v Said1) error {
+func (s *fakeSaid) Put(_ context.Context, c record.Conversation, id string, v Said1) error {
 	s.q.mu.Lock()
 	defer s.q.mu.Unlock()
 	s.q.order = append(s.q.order, "said")
@@ -117,7 +118,7 @@ func (s *fakeSaid) Put(_ context.Context, c queue.Conversation, id string, v Sai
 	return nil
 }
 
-func (s *fakeSaid) Get(_ context.Context, c queue.Conversation, ids []string) (map[string]Said1, error) {
+func (s *fakeSaid) Get(_ context.Context, c record.Conversation, ids []string) (map[string]Said1, error) {
 	s.q.mu.Lock()
 	defer s.q.mu.Unlock()
 	out := map[string]Said1{}
@@ -216,15 +217,15 @@ func (s *sse) next(t *testing.T) (id string, data sseEvent, comment string) {
 	}
 }
 
-func ev(typ queue.EventType, seq int64) queue.ReplyEvent {
-	return queue.ReplyEvent{Type: typ, TaskID: "turn:m1", MessageID: "m1", Seq: seq, Text: fmt.Sprintf("e%d", seq)}
+func ev(typ record.EventType, seq int64) record.ReplyEvent {
+	return record.ReplyEvent{Type: typ, TaskID: "turn:m1", MessageID: "m1", Seq: seq, Text: fmt.Sprintf("e%d", seq)}
 }
 
 // A stream read from Last-Event-ID (a reconnect), from ?after= or from its start gives each
 // entry once, in order, with its entry id as the SSE id; new entries follow.
 func TestEventsResumeFromTheEntryID(t *testing.T) {
 	f := newFixture(t, nil)
-	f.stream.add(ev(queue.EventAccepted, 1), ev(queue.EventPhase, 2), ev(queue.EventAnswerDelta, 3), ev(queue.EventAnswerDelta, 4))
+	f.stream.add(ev(record.EventAccepted, 1), ev(record.EventPhase, 2), ev(record.EventAnswerDelta, 3), ev(record.EventAnswerDelta, 4))
 	for _, tc := range []struct {
 		name, query, lastID string
 		want                []string
@@ -261,13 +262,13 @@ func TestEventsResumeFromTheEntryID(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	s := f.events(t, ctx, "chat=c1", "4-0")
-	f.stream.add(ev(queue.EventAnswer, 5))
+	f.stream.add(ev(record.EventAnswer, 5))
 	for {
 		id, data, _ := s.next(t)
 		if id == "" {
 			continue
 		}
-		if id != "5-0" || data.Event.Type != queue.EventAnswer || data.Event.Text != "e5" {
+		if id != "5-0" || data.Event.Type != record.EventAnswer || data.Event.Text != "e5" {
 			t.Fatalf("got %s %+v, want 5-0, the answer", id, data.Event)
 		}
 		break
@@ -281,7 +282,7 @@ func TestEventsCarryWhatTheUserSaid(t *testing.T) {
 	if code, out := f.post(t, "send", `{"chat":"c1","agent":"demo","message_id":"m1","text":"hi there"}`); code != http.StatusAccepted {
 		t.Fatalf("send: %d %v", code, out)
 	}
-	f.stream.add(ev(queue.EventAccepted, 1), ev(queue.EventAnswer, 2))
+	f.stream.add(ev(record.EventAccepted, 1), ev(record.EventAnswer, 2))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	s := f.events(t, ctx, "chat=c1", "")
@@ -292,7 +293,7 @@ func TestEventsCarryWhatTheUserSaid(t *testing.T) {
 		}
 		n++
 		switch data.Event.Type {
-		case queue.EventAccepted:
+		case record.EventAccepted:
 			if data.Said == nil || data.Said.Text != "hi there" {
 				t.Errorf("accepted: said %+v", data.Said)
 			}
@@ -359,12 +360,12 @@ func TestEventsEndWhenTheClientGoes(t *testing.T) {
 // stream again from its start.
 func TestEventsAfterALostTailReadFromTheStart(t *testing.T) {
 	f := newFixture(t, nil)
-	f.stream.add(ev(queue.EventAccepted, 1))
+	f.stream.add(ev(record.EventAccepted, 1))
 	f.stream.reads = make(chan string, 100)
 	tail := "1-0"
 	f2 := newFixture(t, func(c *Config) {
 		c.Stream = f.stream
-		c.Tail = func(context.Context, queue.Conversation) (string, error) { return tail, nil }
+		c.Tail = func(context.Context, record.Conversation) (string, error) { return tail, nil }
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -410,7 +411,7 @@ func TestSend(t *testing.T) {
 		t.Fatalf("send: %d %v", code, out)
 	}
 	m := f.q.enqueued[0]
-	want := queue.Conversation{Integration: "web", ChatID: "c1"}
+	want := record.Conversation{Integration: "web", ChatID: "c1"}
 	if m.AgentID != agentA || m.Conversation != want || m.MessageID != "m1" || m.Text != "hi" || m.SenderID != "web" || len(m.Images) != 1 {
 		t.Errorf("enqueued %+v", m)
 	}
@@ -499,7 +500,7 @@ func TestStop(t *testing.T) {
 		t.Fatalf("stop: %d %v", code, out)
 	}
 	c := f.q.cancels[0]
-	if c.Chat == nil || *c.Chat != (queue.Conversation{Integration: "web", ChatID: "c1"}) || c.AgentID != agentA || c.All || c.TaskID != "" {
+	if c.Chat == nil || *c.Chat != (record.Conversation{Integration: "web", ChatID: "c1"}) || c.AgentID != agentA || c.All || c.TaskID != "" {
 		t.Errorf("cancel %+v", c)
 	}
 	f.q.err = fmt.Errorf("x: %w", queue.ErrNotFound)
@@ -556,7 +557,7 @@ func TestRedisSaid(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer rdb.Close()
 	s := &RedisSaid{Redis: rdb, Prefix: "t:"}
-	c := queue.Conversation{Integration: "web", ChatID: "c1"}
+	c := record.Conversation{Integration: "web", ChatID: "c1"}
 	ctx := context.Background()
 	for i := 0; i < 2; i++ { // a repeated put changes nothing
 		if err := s.Put(ctx, c, "m1", Said1{Text: "hi", Images: 2}); err != nil {

@@ -7,7 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // Said keeps what the user said in a chat, by message id: the reply stream
@@ -15,8 +15,8 @@ import (
 // does not carry its text, and the page shows the conversation from the
 // stream alone.
 type Said interface {
-	Put(ctx context.Context, c queue.Conversation, messageID string, s Said1) error
-	Get(ctx context.Context, c queue.Conversation, messageIDs []string) (map[string]Said1, error)
+	Put(ctx context.Context, c record.Conversation, messageID string, s Said1) error
+	Get(ctx context.Context, c record.Conversation, messageIDs []string) (map[string]Said1, error)
 }
 
 // Said1 is one message as the user sent it.
@@ -35,12 +35,12 @@ type RedisSaid struct {
 	TTL    time.Duration // default 7 days
 }
 
-func (s *RedisSaid) key(c queue.Conversation) string {
+func (s *RedisSaid) key(c record.Conversation) string {
 	return s.Prefix + "webchat:said:" + c.Integration + ":" + c.ChatID
 }
 
 // Put keeps s as the message messageID of c.
-func (s *RedisSaid) Put(ctx context.Context, c queue.Conversation, messageID string, v Said1) error {
+func (s *RedisSaid) Put(ctx context.Context, c record.Conversation, messageID string, v Said1) error {
 	b, _ := json.Marshal(v)
 	ttl := s.TTL
 	if ttl <= 0 {
@@ -55,7 +55,7 @@ func (s *RedisSaid) Put(ctx context.Context, c queue.Conversation, messageID str
 }
 
 // Get returns the messages of c among messageIDs that are kept.
-func (s *RedisSaid) Get(ctx context.Context, c queue.Conversation, messageIDs []string) (map[string]Said1, error) {
+func (s *RedisSaid) Get(ctx context.Context, c record.Conversation, messageIDs []string) (map[string]Said1, error) {
 	out := map[string]Said1{}
 	if len(messageIDs) == 0 {
 		return out, nil

@@ -7,41 +7,14 @@ import (
 	"strconv"
 
 	"github.com/lettaq/lettaq/internal/hashtag"
-)
-
-// Causes of an answer (Answer.Cause; queue names them AnswerByUser, AnswerExpired and
-// AnswerMovedOn).
-const (
-	ByUser  = "user"     // a person answered
-	Expired = "expired"  // nobody answered in time
-	MovedOn = "moved_on" // a new message came (policy deny)
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // maxAnswerTaskID bounds an answer's task id: a longer one is hashed.
 const maxAnswerTaskID = 200
 
-// Verdict answers one pending tool call: approve or deny (the payload's "decisions";
-// continuation.Result is something else). queue names it ApprovalVerdict.
-type Verdict struct {
-	ToolCallID string `json:"tool_call_id"`
-	Approve    bool   `json:"approve"`
-	Reason     string `json:"reason,omitempty"`
-}
-
-// Answer is the payload of an approval answer turn ("approval"); queue names it Answer:
-//
-//	{"request_task_id": "turn:web:42:7", "cause": "user",
-//	 "decisions": [{"tool_call_id": "call-1", "approve": false, "reason": "not today"}]}
-type Answer struct {
-	// RequestTaskID is the task id of the turn that asked.
-	RequestTaskID string    `json:"request_task_id"`
-	Decisions     []Verdict `json:"decisions"`
-	// Cause: ByUser (default), Expired, MovedOn.
-	Cause string `json:"cause,omitempty"`
-}
-
 // Summary is what the decisions say together: "approved", "denied" or "mixed".
-func Summary(ds []Verdict) string {
+func Summary(ds []record.ApprovalVerdict) string {
 	yes, no := 0, 0
 	for _, d := range ds {
 		if d.Approve {

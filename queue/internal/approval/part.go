@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/lettaq/lettaq/agentclient"
-	"github.com/lettaq/lettaq/queue/internal/record"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // Policy is what a message does when it reaches the head of its line while an approval
@@ -27,7 +27,7 @@ const (
 // its time, and a policy's denial, at once (at zero).
 type Answerer interface {
 	// Answer answers every pending call of request requestTaskID with no, for reason,
-	// with the cause Expired or MovedOn, to be run at at (zero: now).
+	// with the cause record.AnswerExpired or record.AnswerMovedOn, to be run at at (zero: now).
 	Answer(ctx context.Context, requestTaskID, reason, cause string, at time.Time) error
 	// Close ends what Answer made, when the worker stops.
 	Close() error
@@ -106,7 +106,7 @@ func (a *Part) scheduleExpiry(ctx context.Context, p *Pending) error {
 		return nil
 	}
 	reason := fmt.Sprintf("nobody answered the approval request within %s", a.cfg.Timeout)
-	if err := a.cfg.Answers.Answer(ctx, p.RequestTaskID, reason, Expired, p.ExpiresAt); err != nil {
+	if err := a.cfg.Answers.Answer(ctx, p.RequestTaskID, reason, record.AnswerExpired, p.ExpiresAt); err != nil {
 		return fmt.Errorf("schedule the approval's expiry: %w", err)
 	}
 	return nil

@@ -4,7 +4,7 @@ import (
 	"time"
 
 	"github.com/lettaq/lettaq/agentclient"
-	"github.com/lettaq/lettaq/queue/internal/record"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // Pending is an approval request as lettaq keeps it (its JSON is what Redis holds).

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lettaq/lettaq/queue/internal/store"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // Store keeps the pending approvals in Redis (store.Approvals), as the client that
@@ -93,7 +94,7 @@ func (s *Store) pendingOf(ctx context.Context, id string, err error) (*Pending, 
 
 // Answered records that answer task answerTaskID ended the request p (ans nil: its
 // decision is not known).
-func (s *Store) Answered(ctx context.Context, p *Pending, answerTaskID string, ans *Answer, at time.Time) error {
+func (s *Store) Answered(ctx context.Context, p *Pending, answerTaskID string, ans *record.Answer, at time.Time) error {
 	p.AnsweredBy, p.AnsweredAt = answerTaskID, at.UTC()
 	if ans != nil {
 		p.Decision, p.Cause = Summary(ans.Decisions), ans.Cause

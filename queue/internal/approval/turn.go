@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/lettaq/lettaq/agentclient"
-	"github.com/lettaq/lettaq/queue/internal/record"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // Attempt is what a Turn needs of the attempt it belongs to.
@@ -34,7 +34,7 @@ type Ident struct {
 	// EnqueuedAt: when the message (an answer: when the answer came) was enqueued.
 	EnqueuedAt time.Time
 	// Answer: the message is the answer to a request (nil: a message of the chat).
-	Answer *Answer
+	Answer *record.Answer
 }
 
 // Turn is one attempt's side of approvals: it asks for one (Ask), meets its chat's open
@@ -127,7 +127,7 @@ func (t *Turn) Gate(ctx context.Context, reads Reads, first bool) Gate {
 	case Fail:
 		return Gate{Open: p, Fail: fmt.Sprintf("the agent is waiting for the answer to approval request %s; answer it before sending new messages (LETTAQ_APPROVAL_POLICY=error)", p.RequestTaskID)}
 	case Deny:
-		err := t.p.cfg.Answers.Answer(ctx, p.RequestTaskID, "the user moved on and sent a new message instead of answering", MovedOn, time.Time{})
+		err := t.p.cfg.Answers.Answer(ctx, p.RequestTaskID, "the user moved on and sent a new message instead of answering", record.AnswerMovedOn, time.Time{})
 		if err != nil {
 			return Gate{Err: fmt.Errorf("deny the pending approval: %w", err)}
 		}
@@ -192,7 +192,7 @@ func (t *Turn) Answered(ctx context.Context, log *slog.Logger) {
 	t.journalAnswer(ctx, p.RequestTaskID, ar)
 	t.p.cfg.Wake(ctx, p.RequestTaskID, t.id.Key)
 	event := "answered"
-	if a.Cause == Expired {
+	if a.Cause == record.AnswerExpired {
 		event = "expired"
 	}
 	log.Info("approval "+event, "request_task_id", a.RequestTaskID, "decision", Summary(a.Decisions), "cause", a.Cause,

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/lettaq/lettaq/internal/testredis"
-	"github.com/lettaq/lettaq/queue/internal/record"
 	"github.com/lettaq/lettaq/queue/internal/testkit"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // answers records the answers the part enqueued.
@@ -136,10 +136,10 @@ func gateFollows(t *testing.T, pol Policy, want string) {
 	case strings.Contains(g.Fail, "turn:1"):
 		got = "fail"
 	}
-	if len(e.ans.got) == 2 && e.ans.got[1] == "turn:1 "+MovedOn {
+	if len(e.ans.got) == 2 && e.ans.got[1] == "turn:1 "+record.AnswerMovedOn {
 		got += ", denied"
 	}
-	if got != want || g.Open == nil || g.Open.RequestTaskID != "turn:1" || e.ans.got[0] != "turn:1 "+Expired+" at" {
+	if got != want || g.Open == nil || g.Open.RequestTaskID != "turn:1" || e.ans.got[0] != "turn:1 "+record.AnswerExpired+" at" {
 		t.Errorf("policy %d: %q (%+v, answers %q), want %q", pol, got, g, e.ans.got, want)
 	}
 	if g := msg.Gate(context.Background(), reads(""), true); g.Wait || g.Fail != "" || g.Err != nil {
@@ -154,7 +154,7 @@ func TestAnsweredTellsTheRequest(t *testing.T) {
 	ctx := context.Background()
 	p := e.ask(t)
 	id := p.NextAnswerTaskID()
-	ans := &Answer{RequestTaskID: "turn:1", Decisions: []Verdict{{ToolCallID: "call-1", Approve: true}}, Cause: ByUser}
+	ans := &record.Answer{RequestTaskID: "turn:1", Decisions: []record.ApprovalVerdict{{ToolCallID: "call-1", Approve: true}}, Cause: record.AnswerByUser}
 	at := &attempt{runID: "run-2"}
 	ansTurn := e.part.Turn(Ident{TaskID: id, Key: "k", Answer: ans, EnqueuedAt: p.RequestedAt.Add(time.Minute)}, at, quiet)
 	if g := ansTurn.Gate(ctx, nil, true); len(g.Answers) != 1 || !g.Answers[0].Approve || g.Wait || g.Fail != "" {
@@ -189,14 +189,14 @@ func TestFailedAnswerLeavesTheRequestPending(t *testing.T) {
 	ctx := context.Background()
 	p := e.ask(t)
 	id := p.NextAnswerTaskID()
-	ans := &Answer{RequestTaskID: "turn:1", Decisions: []Verdict{{ToolCallID: "call-1"}}, Cause: ByUser}
+	ans := &record.Answer{RequestTaskID: "turn:1", Decisions: []record.ApprovalVerdict{{ToolCallID: "call-1"}}, Cause: record.AnswerByUser}
 	failed := e.part.Turn(Ident{TaskID: id, Answer: ans}, &attempt{}, quiet)
 	failed.Ended(ctx, quiet, true)
 	got, err := e.part.Store().Get(ctx, "turn:1")
 	if err != nil || got.AnsweredBy != "" || len(got.FailedAnswers) != 1 || got.NextAnswerTaskID() != AnswerTaskIDAfter("turn:1", 1) {
 		t.Fatalf("request %+v %v, want pending with one failed answer", got, err)
 	}
-	if n := len(e.ans.got); n != 2 || e.ans.got[1] != "turn:1 "+Expired+" at" {
+	if n := len(e.ans.got); n != 2 || e.ans.got[1] != "turn:1 "+record.AnswerExpired+" at" {
 		t.Errorf("answers %q, want the expiry scheduled again", e.ans.got)
 	}
 	// The next answer ended (its run known) but the request was not told.
@@ -232,7 +232,7 @@ func TestAnswerTaskIDs(t *testing.T) {
 			t.Errorf("AnswerTaskIDAfter(%.12s…, %d) = %q, want %q", c.req, c.failed, got, c.want)
 		}
 	}
-	if Summary([]Verdict{{Approve: true}, {}}) != "mixed" || Summary([]Verdict{{}}) != "denied" || Summary([]Verdict{{Approve: true}}) != "approved" {
+	if Summary([]record.ApprovalVerdict{{Approve: true}, {}}) != "mixed" || Summary([]record.ApprovalVerdict{{}}) != "denied" || Summary([]record.ApprovalVerdict{{Approve: true}}) != "approved" {
 		t.Error("Summary")
 	}
 }

@@ -8,8 +8,8 @@ import (
 	"github.com/lettaq/lettaq/queue/internal/approval"
 	"github.com/lettaq/lettaq/queue/internal/cancel"
 	"github.com/lettaq/lettaq/queue/internal/line"
-	"github.com/lettaq/lettaq/queue/internal/record"
 	"github.com/lettaq/lettaq/queue/internal/takeover"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // completer applies the end of an attempt: the final event (and the merged

@@ -6,7 +6,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/lettaq/lettaq/queue/internal/record"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // endCancelled ends the turn cancelled: the final event (error, permanent,
@@ -24,7 +24,7 @@ func (c *completer) endCancelled(ctx context.Context, log *slog.Logger, cr recor
 	runID := c.jr.Rec().RunID
 	c.jr.Unlock()
 	ev := record.ReplyEvent{Type: record.EventError, TaskID: c.TaskID, Otid: c.Otid, RunID: runID, MessageID: c.Msg.MessageID,
-		Text: text, StopReason: StopReasonCancelled, Permanent: true}
+		Text: text, StopReason: record.StopReasonCancelled, Permanent: true}
 	if len(c.line.Followers()) > 0 {
 		ev.AnsweredBy = c.TaskID
 	}
@@ -43,7 +43,7 @@ func (c *completer) endCancelled(ctx context.Context, log *slog.Logger, cr recor
 		a.End = now.UTC()
 	}
 	a.Outcome, a.Error = record.OutcomeCancelled, ""
-	c.jr.Rec().Outcome, c.jr.Rec().Error, c.jr.Rec().StopReason, c.jr.Rec().FinishedAt, c.jr.Rec().Cancel = record.OutcomeCancelled, "", StopReasonCancelled, now.UTC(), &cr
+	c.jr.Rec().Outcome, c.jr.Rec().Error, c.jr.Rec().StopReason, c.jr.Rec().FinishedAt, c.jr.Rec().Cancel = record.OutcomeCancelled, "", record.StopReasonCancelled, now.UTC(), &cr
 	if text != "" {
 		c.jr.Rec().PartialAnswer = cutText(text, maxPartialAnswer)
 	}
@@ -70,7 +70,7 @@ func (c *completer) cancelWaiting(ctx context.Context, nyt error) error {
 	cr.Phase = record.CancelPhaseWaiting
 	c.cx.End()
 	ev := record.ReplyEvent{Type: record.EventError, TaskID: c.TaskID, Otid: c.Otid, MessageID: c.Msg.MessageID,
-		StopReason: StopReasonCancelled, Permanent: true}
+		StopReason: record.StopReasonCancelled, Permanent: true}
 	if _, err := w.Replies.EmitAnswerOnce(dctx, c.Msg.Conversation, ev); err != nil {
 		return c.retryEarly(fmt.Errorf("write the cancelled event: %w", err))
 	}
@@ -78,7 +78,7 @@ func (c *completer) cancelWaiting(ctx context.Context, nyt error) error {
 	now := time.Now().UTC()
 	rec.Attempts = append(rec.Attempts, record.Attempt{N: len(rec.Attempts) + 1, Worker: w.Cfg.WorkerID, Start: c.Start.UTC(),
 		End: now, Outcome: record.OutcomeCancelled})
-	rec.Outcome, rec.StopReason, rec.FinishedAt, rec.Error, rec.Cancel = record.OutcomeCancelled, StopReasonCancelled, now, "", &cr
+	rec.Outcome, rec.StopReason, rec.FinishedAt, rec.Error, rec.Cancel = record.OutcomeCancelled, record.StopReasonCancelled, now, "", &cr
 	c.jr.SetRecord(rec)
 	if err := w.Journal.Save(dctx, rec); err != nil {
 		c.RedisFailed()

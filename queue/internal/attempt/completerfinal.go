@@ -10,9 +10,9 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/lettaq/lettaq/queue/internal/progress"
-	"github.com/lettaq/lettaq/queue/internal/record"
 	"github.com/lettaq/lettaq/queue/internal/store"
 	"github.com/lettaq/lettaq/queue/internal/takeover"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // The final event and the ends that write it here: an attempt whose end has an answer (or
@@ -183,7 +183,7 @@ func (c *completer) finishDelivered(ctx context.Context, rec *record.TurnRecord)
 	switch {
 	case !found:
 		rec.Warnings = appendUnique(rec.Warnings, "final event written but no longer in the reply stream: outcome taken as answered")
-	case ev.Type == record.EventError && ev.StopReason == StopReasonCancelled:
+	case ev.Type == record.EventError && ev.StopReason == record.StopReasonCancelled:
 		outcome = record.OutcomeCancelled
 	case ev.Type == record.EventError:
 		outcome, reason = record.OutcomeFailed, ev.Text

@@ -5,7 +5,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/lettaq/lettaq/queue/internal/record"
+	"github.com/lettaq/lettaq/queue/record"
 
 	"github.com/lettaq/lettaq/agentclient"
 	"github.com/lettaq/lettaq/continuation"
@@ -30,12 +30,12 @@ func (c *completer) ran(ctx context.Context, r *runEnd) error {
 	}
 	switch d.Resend {
 	case continuation.ResendSent:
-		a.ResendDecision = ResendSent
+		a.ResendDecision = record.ResendSent
 		c.jr.Rec().Resends++
 	case continuation.ResendForbidden:
-		a.ResendDecision = ResendForbidden
+		a.ResendDecision = record.ResendForbidden
 	case continuation.ResendNotNeeded:
-		a.ResendDecision = ResendNotNeeded
+		a.ResendDecision = record.ResendNotNeeded
 	}
 	for _, id := range []string{d.RunID, snap.RunID} {
 		if id != "" {

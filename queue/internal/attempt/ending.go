@@ -5,15 +5,11 @@ import (
 	"errors"
 	"time"
 
-	"github.com/lettaq/lettaq/queue/internal/record"
+	"github.com/lettaq/lettaq/queue/record"
 
 	"github.com/lettaq/lettaq/agentclient"
 	"github.com/lettaq/lettaq/continuation"
 )
-
-// StopReasonCancelled is the stop reason of a cancelled turn's final event
-// (and of a run Letta cancelled).
-const StopReasonCancelled = "cancelled"
 
 // endAction is what the handler tells Asynq when an attempt ends.
 type endAction int
@@ -94,7 +90,7 @@ func endOf(in endingInput) ending {
 	if in.Cancelled && cancelEnds(d) {
 		// A cancel is a normal ending: the task completes with the cancelled result (not
 		// archived, which counts as a failure in Asynq's metrics and asynqmon).
-		return ending{Final: record.EventError, Outcome: record.OutcomeCancelled, Asynq: endDone, StopReason: StopReasonCancelled,
+		return ending{Final: record.EventError, Outcome: record.OutcomeCancelled, Asynq: endDone, StopReason: record.StopReasonCancelled,
 			Reason: "cancelled"}
 	}
 	switch d.Outcome {
@@ -203,7 +199,7 @@ func cancelEnds(d continuation.Result) bool {
 	case continuation.Completed, continuation.Interrupted, continuation.StillRunning:
 		return false
 	case continuation.Failed:
-		return d.StopReason == "" || d.StopReason == StopReasonCancelled
+		return d.StopReason == "" || d.StopReason == record.StopReasonCancelled
 	}
 	return true
 }

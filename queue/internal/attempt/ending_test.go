@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lettaq/lettaq/queue/internal/record"
+	"github.com/lettaq/lettaq/queue/record"
 
 	"github.com/lettaq/lettaq/agentclient"
 	"github.com/lettaq/lettaq/continuation"
@@ -99,7 +99,7 @@ func TestEndOfTable(t *testing.T) {
 		"Cancelled (Client.Cancel), run not done": {in: cancelled(with(continuation.Result{Outcome: continuation.Failed, Sends: 1,
 			RunID: "run-1", StopReason: "cancelled", Reason: "run was cancelled"})),
 			check: func(t *testing.T, e ending) {
-				if e.StopReason != StopReasonCancelled {
+				if e.StopReason != record.StopReasonCancelled {
 					t.Errorf("stop %q", e.StopReason)
 				}
 				// A cancelled turn that was never sent (beforeSend refused,

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/lettaq/lettaq/queue/internal/record"
+	"github.com/lettaq/lettaq/queue/record"
 
 	"github.com/hibiken/asynq"
 

@@ -15,9 +15,9 @@ import (
 	"github.com/lettaq/lettaq/queue/internal/line"
 	"github.com/lettaq/lettaq/queue/internal/live"
 	"github.com/lettaq/lettaq/queue/internal/progress"
-	"github.com/lettaq/lettaq/queue/internal/record"
 	"github.com/lettaq/lettaq/queue/internal/store"
 	"github.com/lettaq/lettaq/queue/internal/takeover"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // lettaRun is an attempt's run at Letta: its work context (the room

@@ -1,13 +1,5 @@
 package attempt
 
-// Resend decisions (record.Attempt.ResendDecision); "" when the question
-// never came up.
-const (
-	ResendNotNeeded = "not_needed"
-	ResendSent      = "resent"
-	ResendForbidden = "forbidden"
-)
-
 // MaxToolReturnBytes is the most of a tool's return that an event carries
 // (queue.Replies cuts longer returns at a rune boundary and sets
 // Truncated); the attempt's reply budget counts no more of it.

@@ -8,9 +8,9 @@ import (
 	"github.com/lettaq/lettaq/queue/internal/fence"
 	"github.com/lettaq/lettaq/queue/internal/journal"
 	"github.com/lettaq/lettaq/queue/internal/progress"
-	"github.com/lettaq/lettaq/queue/internal/record"
 	"github.com/lettaq/lettaq/queue/internal/store"
 	"github.com/lettaq/lettaq/queue/internal/takeover"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // recordWriter journals an attempt's record (its journal.Attempt) through

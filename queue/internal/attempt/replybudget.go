@@ -6,7 +6,7 @@ import (
 
 	"github.com/lettaq/lettaq/queue/internal/codec"
 	"github.com/lettaq/lettaq/queue/internal/journal"
-	"github.com/lettaq/lettaq/queue/internal/record"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // progressBytes is the text a progress event carries.

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/lettaq/lettaq/queue/internal/record"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 func TestTurnResultSummary(t *testing.T) {

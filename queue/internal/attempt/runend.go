@@ -5,8 +5,8 @@ import (
 
 	"github.com/lettaq/lettaq/agentclient"
 	"github.com/lettaq/lettaq/continuation"
-	"github.com/lettaq/lettaq/queue/internal/record"
 	"github.com/lettaq/lettaq/queue/internal/tools"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // runEnd is what the run at Letta leaves for its attempt's end (lettaRun.finish

@@ -10,8 +10,8 @@ import (
 	"github.com/lettaq/lettaq/agentclient"
 	"github.com/lettaq/lettaq/internal/thread"
 	"github.com/lettaq/lettaq/queue/internal/inbound"
-	"github.com/lettaq/lettaq/queue/internal/record"
 	"github.com/lettaq/lettaq/queue/internal/store"
+	"github.com/lettaq/lettaq/queue/record"
 	"github.com/redis/go-redis/v9"
 )
 

@@ -13,8 +13,8 @@ import (
 	"github.com/lettaq/lettaq/integration/lettasim"
 	"github.com/lettaq/lettaq/internal/thread"
 	"github.com/lettaq/lettaq/queue/internal/inbound"
-	"github.com/lettaq/lettaq/queue/internal/record"
 	"github.com/lettaq/lettaq/queue/internal/store"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // A new chat's thread, its key read empty with the attempt's start (read):

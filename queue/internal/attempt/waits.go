@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/lettaq/lettaq/queue/internal/approval"
-	"github.com/lettaq/lettaq/queue/internal/record"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // addWait adds a wait behind behind to rec, closing the open one if it is

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/lettaq/lettaq/queue/internal/approval"
-	"github.com/lettaq/lettaq/queue/internal/record"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // One wait per thing waited behind: looking again behind the same adds

@@ -7,7 +7,7 @@ import (
 	"log/slog"
 
 	"github.com/lettaq/lettaq/continuation"
-	"github.com/lettaq/lettaq/queue/internal/record"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // ErrBeforeSend is BeforeSend's refusal of a cancelled turn.

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/lettaq/lettaq/continuation"
-	"github.com/lettaq/lettaq/queue/internal/record"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // fakeAttempt is an attempt whose cancel record is stored (nil: none), read by ReadCancel.

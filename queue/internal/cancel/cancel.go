@@ -19,7 +19,7 @@ import (
 	"sync"
 
 	"github.com/lettaq/lettaq/agentclient"
-	"github.com/lettaq/lettaq/queue/internal/record"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // Run is what a Turn needs of the attempt's run at Letta.

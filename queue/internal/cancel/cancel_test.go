@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/lettaq/lettaq/agentclient"
-	"github.com/lettaq/lettaq/queue/internal/record"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 type call struct{ conv, runID string }

@@ -5,16 +5,15 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/lettaq/lettaq/queue/internal/record"
-
 	"github.com/lettaq/lettaq/queue/internal/approval"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // maxReasonBytes bounds the reason of one decision of an approval answer.
 const maxReasonBytes = 1024
 
 // validateAnswer checks the answer a of message m against the payload rules.
-func validateAnswer(a *approval.Answer, m Message) error {
+func validateAnswer(a *record.Answer, m Message) error {
 	switch {
 	case m.Text != "":
 		return Invalid("text", "must be empty in an approval answer")
@@ -46,7 +45,7 @@ func validateAnswer(a *approval.Answer, m Message) error {
 		}
 	}
 	switch a.Cause {
-	case "", approval.ByUser, approval.Expired, approval.MovedOn:
+	case "", record.AnswerByUser, record.AnswerExpired, record.AnswerMovedOn:
 	default:
 		return Invalid("approval.cause", "%q: want user, expired or moved_on", a.Cause)
 	}

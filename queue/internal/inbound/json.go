@@ -5,7 +5,7 @@ import (
 
 	"github.com/lettaq/lettaq/queue/internal/codec"
 	"github.com/lettaq/lettaq/queue/internal/payloadcheck"
-	"github.com/lettaq/lettaq/queue/internal/record"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // Reading a payload from JSON: payloadcheck.Decode refuses what

@@ -11,9 +11,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/lettaq/lettaq/agentclient"
-	"github.com/lettaq/lettaq/queue/internal/approval"
 	"github.com/lettaq/lettaq/queue/internal/payloadcheck"
-	"github.com/lettaq/lettaq/queue/internal/record"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // The Asynq task types of lettaq, the prefix of a notify event's task id,
@@ -71,7 +70,7 @@ type Message struct {
 	// Approval, when set, makes the turn the answer to an approval request
 	// (see approval.go): it carries no Text or Images. Made by
 	// Client.AnswerApproval.
-	Approval *approval.Answer
+	Approval *record.Answer
 }
 
 // Payload is the JSON form of a task's payload, version 1:
@@ -107,9 +106,9 @@ type Payload struct {
 	Metadata     map[string]string   `json:"metadata,omitempty"`
 	EnqueuedAt   time.Time           `json:"enqueued_at,omitzero"`
 	// LettaConversationID: see Message.
-	LettaConversationID string           `json:"letta_conversation_id,omitempty"`
-	Images              []Image          `json:"images,omitempty"`
-	Approval            *approval.Answer `json:"approval,omitempty"`
+	LettaConversationID string         `json:"letta_conversation_id,omitempty"`
+	Images              []Image        `json:"images,omitempty"`
+	Approval            *record.Answer `json:"approval,omitempty"`
 }
 
 // Payload returns m's payload, the JSON form a task carries: for a producer
@@ -125,6 +124,14 @@ func (p Payload) Message() Message {
 	return Message{AgentID: p.AgentID, Text: p.Text, SenderID: p.SenderID, Conversation: p.Conversation,
 		MessageID: p.MessageID, Otid: p.Otid, Metadata: p.Metadata, EnqueuedAt: p.EnqueuedAt,
 		LettaConversationID: p.LettaConversationID, Images: p.Images, Approval: p.Approval}
+}
+
+// IsApprovalExpiry reports whether m is the scheduled expiry of an
+// unanswered approval request (an answer turn with cause
+// record.AnswerExpired): a pending approval, not a turn waiting for its
+// line (a scheduled task's payload, decoded with DecodePayload, says which).
+func (m Message) IsApprovalExpiry() bool {
+	return m.Approval != nil && m.Approval.Cause == record.AnswerExpired
 }
 
 // Validate checks m against the payload rules. The error is a

@@ -4,8 +4,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/lettaq/lettaq/queue/internal/record"
 	"github.com/lettaq/lettaq/queue/internal/store"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // Attempt is one attempt's side of the journal: its turn's record with this

@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lettaq/lettaq/queue/internal/record"
 	"github.com/lettaq/lettaq/queue/internal/store"
 	"github.com/lettaq/lettaq/queue/internal/testkit"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // An attempt's copy of its record has attempts of its own; Mark notes a

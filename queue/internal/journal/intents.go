@@ -3,7 +3,7 @@ package journal
 import (
 	"errors"
 
-	"github.com/lettaq/lettaq/queue/internal/record"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // LiveIntents returns the intents that may have led to a stored message:

@@ -7,7 +7,7 @@ import (
 	"sync"
 
 	"github.com/lettaq/lettaq/queue/internal/codec"
-	"github.com/lettaq/lettaq/queue/internal/record"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // The journal record's JSON (and an intent's), read by encoding/json and

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lettaq/lettaq/queue/internal/record"
 	"github.com/lettaq/lettaq/queue/internal/store"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // checkTurnRecordJSON fails t unless appendTurnRecordJSON (and

@@ -10,9 +10,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lettaq/lettaq/queue/internal/record"
 	"github.com/lettaq/lettaq/queue/internal/store"
 	"github.com/lettaq/lettaq/queue/internal/testkit"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // A turn's saves write each index entry and the otid key once: a later save of the same turn

@@ -6,8 +6,8 @@ import (
 	"github.com/lettaq/lettaq/agentclient"
 	"github.com/lettaq/lettaq/continuation"
 	"github.com/lettaq/lettaq/queue/internal/pace"
-	"github.com/lettaq/lettaq/queue/internal/record"
 	"github.com/lettaq/lettaq/queue/internal/tools"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // Stream turns what an attempt's run at Letta does into its chat's progress: the phase

@@ -22,7 +22,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/lettaq/lettaq/queue/internal/codec"
-	"github.com/lettaq/lettaq/queue/internal/record"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // Fault names the field of a payload at fault and what is wrong with it

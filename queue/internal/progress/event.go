@@ -3,8 +3,8 @@ package progress
 import (
 	"sync/atomic"
 
-	"github.com/lettaq/lettaq/queue/internal/record"
 	"github.com/lettaq/lettaq/queue/internal/store"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // Complete validates an event of conversation c and completes it (its

@@ -12,9 +12,9 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
-	"github.com/lettaq/lettaq/queue/internal/record"
 	"github.com/lettaq/lettaq/queue/internal/store"
 	"github.com/lettaq/lettaq/queue/internal/testkit"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // The tests speak of events and records as queue's users do.
@@ -71,7 +71,7 @@ func (r *Replies) complete(c Conversation, ev ReplyEvent) (_ ReplyEvent, at, dat
 		return ev, "", "", errors.New("test: an event without a task id")
 	}
 	ev.Time = time.Now().UTC()
-	js, err := json.Marshal(record.DataOf(ev))
+	js, err := ev.DataJSON()
 	if err != nil {
 		return ev, "", "", err
 	}
@@ -114,11 +114,9 @@ func (r *Replies) Read(ctx context.Context, c Conversation, after string, count 
 			RunID: str("run_id"), MessageID: str("message_id")}
 		ev.Seq, _ = strconv.ParseInt(str("seq"), 10, 64)
 		ev.Time, _ = time.Parse(time.RFC3339Nano, str("time"))
-		var d record.Data
-		if err := json.Unmarshal([]byte(str("data")), &d); err != nil {
+		if err := ev.SetDataJSON([]byte(str("data"))); err != nil {
 			return nil, "", err
 		}
-		d.Apply(&ev)
 		evs = append(evs, ev)
 		last = m.ID
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/lettaq/lettaq/internal/split"
 	"github.com/lettaq/lettaq/internal/testredis"
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 	"github.com/lettaq/lettaq/relay"
 	"github.com/lettaq/lettaq/relay/fakeplatform"
 	"github.com/lettaq/lettaq/relay/internal/store"
@@ -61,7 +62,7 @@ func Binary(t *testing.T) string {
 // in the end.
 type Scenario struct {
 	Name   string
-	Events []queue.ReplyEvent
+	Events []record.ReplyEvent
 	Want   []string // the visible messages' texts (a prefix match for the approval request)
 	// Quiet: the turn shows no status (a notify), so its end clears none.
 	Quiet bool
@@ -74,55 +75,55 @@ const PartLimit = 60
 // Scenarios are the turn kinds: a notify, a quick answer, a streamed answer
 // in three parts, a tool, an approval request, an error, a cancel.
 func Scenarios() []Scenario {
-	e := func(typ queue.EventType, f func(*queue.ReplyEvent)) queue.ReplyEvent {
-		ev := queue.ReplyEvent{Type: typ, TaskID: "turn1", Otid: "otid1", RunID: "run1"}
+	e := func(typ record.EventType, f func(*record.ReplyEvent)) record.ReplyEvent {
+		ev := record.ReplyEvent{Type: typ, TaskID: "turn1", Otid: "otid1", RunID: "run1"}
 		if f != nil {
 			f(&ev)
 		}
 		return ev
 	}
-	delta := func(s string) queue.ReplyEvent {
-		return e(queue.EventAnswerDelta, func(ev *queue.ReplyEvent) { ev.Text = s })
+	delta := func(s string) record.ReplyEvent {
+		return e(record.EventAnswerDelta, func(ev *record.ReplyEvent) { ev.Text = s })
 	}
-	accepted := e(queue.EventAccepted, func(ev *queue.ReplyEvent) { ev.Phase = queue.PhaseQueued })
-	streaming := e(queue.EventPhase, func(ev *queue.ReplyEvent) { ev.Phase = queue.PhaseStreaming })
+	accepted := e(record.EventAccepted, func(ev *record.ReplyEvent) { ev.Phase = record.PhaseQueued })
+	streaming := e(record.EventPhase, func(ev *record.ReplyEvent) { ev.Phase = record.PhaseStreaming })
 
 	long := strings.Repeat("The quick brown fox jumps. ", 6) // 162 units: 3 parts of ≤ 60
-	var longEvents []queue.ReplyEvent
+	var longEvents []record.ReplyEvent
 	longEvents = append(longEvents, accepted, streaming)
 	for i := 0; i < len(long); i += 14 {
 		longEvents = append(longEvents, delta(long[i:min(i+14, len(long))]))
 	}
 	parts := []string{long[:60], long[60:120], long[120:]}
-	longEvents = append(longEvents, e(queue.EventAnswer, func(ev *queue.ReplyEvent) { ev.Text, ev.Parts = long, parts }))
+	longEvents = append(longEvents, e(record.EventAnswer, func(ev *record.ReplyEvent) { ev.Text, ev.Parts = long, parts }))
 
-	approval := e(queue.EventApprovalRequired, func(ev *queue.ReplyEvent) {
-		ev.Tool = &queue.ToolEvent{Name: "delete_file", Arguments: `{"path":"/tmp/x"}`}
-		ev.Approval = &queue.ApprovalEvent{RequestTaskID: "turn1", Calls: []queue.ToolEvent{*ev.Tool}, ExpiresAt: time.Now().Add(time.Hour)}
+	approval := e(record.EventApprovalRequired, func(ev *record.ReplyEvent) {
+		ev.Tool = &record.ToolEvent{Name: "delete_file", Arguments: `{"path":"/tmp/x"}`}
+		ev.Approval = &record.ApprovalEvent{RequestTaskID: "turn1", Calls: []record.ToolEvent{*ev.Tool}, ExpiresAt: time.Now().Add(time.Hour)}
 	})
 	// A notify, sent twice with its key (a retried call: one event), longer
 	// than the part limit: two messages, cut at a word boundary.
 	note := "Reminder: the quarterly report is due on Friday; the draft is in the shared folder."
-	notify := queue.ReplyEvent{Type: queue.EventNotify, TaskID: queue.NotifyTaskPrefix + "report-due", Text: note}
+	notify := record.ReplyEvent{Type: record.EventNotify, TaskID: queue.NotifyTaskPrefix + "report-due", Text: note}
 	return []Scenario{
-		{Name: "notify", Events: []queue.ReplyEvent{notify, notify}, Want: split.Message(note, PartLimit), Quiet: true},
-		{"quick", []queue.ReplyEvent{accepted, streaming,
-			e(queue.EventAnswer, func(ev *queue.ReplyEvent) { ev.Text = "Hello there!" })}, []string{"Hello there!"}, false},
+		{Name: "notify", Events: []record.ReplyEvent{notify, notify}, Want: split.Message(note, PartLimit), Quiet: true},
+		{"quick", []record.ReplyEvent{accepted, streaming,
+			e(record.EventAnswer, func(ev *record.ReplyEvent) { ev.Text = "Hello there!" })}, []string{"Hello there!"}, false},
 		{"streamed-parts", longEvents, parts, false},
-		{"tool", []queue.ReplyEvent{accepted,
-			e(queue.EventTool, func(ev *queue.ReplyEvent) { ev.Tool = &queue.ToolEvent{Name: "weather", Status: "call"} }),
-			e(queue.EventTool, func(ev *queue.ReplyEvent) {
-				ev.Tool = &queue.ToolEvent{Name: "weather", Status: "success", Return: "sunny"}
+		{"tool", []record.ReplyEvent{accepted,
+			e(record.EventTool, func(ev *record.ReplyEvent) { ev.Tool = &record.ToolEvent{Name: "weather", Status: "call"} }),
+			e(record.EventTool, func(ev *record.ReplyEvent) {
+				ev.Tool = &record.ToolEvent{Name: "weather", Status: "success", Return: "sunny"}
 			}),
 			delta("It is "), delta("sunny."),
-			e(queue.EventAnswer, func(ev *queue.ReplyEvent) { ev.Text = "It is sunny." })}, []string{"It is sunny."}, false},
-		{"approval", []queue.ReplyEvent{accepted, delta("I will delete it."), approval},
+			e(record.EventAnswer, func(ev *record.ReplyEvent) { ev.Text = "It is sunny." })}, []string{"It is sunny."}, false},
+		{"approval", []record.ReplyEvent{accepted, delta("I will delete it."), approval},
 			[]string{"I will delete it.", "🔐 The agent asks to run:"}, false},
-		{"error", []queue.ReplyEvent{accepted, delta("Partial"),
-			e(queue.EventError, func(ev *queue.ReplyEvent) { ev.Text, ev.Permanent = "boom", true })},
+		{"error", []record.ReplyEvent{accepted, delta("Partial"),
+			e(record.EventError, func(ev *record.ReplyEvent) { ev.Text, ev.Permanent = "boom", true })},
 			[]string{"Partial\n\n⚠️ Sorry, this answer failed: boom"}, false},
-		{"cancelled", []queue.ReplyEvent{accepted, delta("Let me"),
-			e(queue.EventError, func(ev *queue.ReplyEvent) { ev.Text, ev.Permanent, ev.StopReason = "Let me", true, "cancelled" })},
+		{"cancelled", []record.ReplyEvent{accepted, delta("Let me"),
+			e(record.EventError, func(ev *record.ReplyEvent) { ev.Text, ev.Permanent, ev.StopReason = "Let me", true, "cancelled" })},
 			[]string{"Let me\n\n⏹ Stopped."}, false},
 	}
 }
@@ -132,7 +133,7 @@ func Scenarios() []Scenario {
 type Platform struct {
 	Fake *fakeplatform.Platform
 	Env  []string
-	Conv queue.Conversation
+	Conv record.Conversation
 	// Close, when set, stops the platform after the run.
 	Close func()
 }
@@ -244,7 +245,7 @@ func killRun(t *testing.T, bin, addr string, rdb *redis.Client, sc Scenario, ste
 		for _, ev := range sc.Events {
 			var err error
 			switch {
-			case ev.Type == queue.EventNotify: // as an agent's job sends it
+			case ev.Type == record.EventNotify: // as an agent's job sends it
 				_, err = client.Notify(ctx, queue.Notice{Chat: conv, Text: ev.Text, Key: strings.TrimPrefix(ev.TaskID, queue.NotifyTaskPrefix)})
 			case ev.Type.Final():
 				_, err = replies.EmitAnswerOnce(ctx, conv, ev)
@@ -380,7 +381,7 @@ func texts(msgs []fakeplatform.Msg) []string {
 
 // Settled is closed once shown is and the relay's cursor of conv is at the
 // last entry of its stream: for a platform's own kill-point run.
-func Settled(ctx context.Context, rdb *redis.Client, prefix string, conv queue.Conversation, shown <-chan struct{}) <-chan struct{} {
+func Settled(ctx context.Context, rdb *redis.Client, prefix string, conv record.Conversation, shown <-chan struct{}) <-chan struct{} {
 	return settledCh(ctx, rdb, prefix, conv, closed, shown)
 }
 
@@ -390,7 +391,7 @@ var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c
 // settledCh is closed once written and shown are and the relay's cursor of conv is at
 // the last entry of its stream (the chat's state is durable: nothing left to
 // do). Polled: the cursor's write sends no signal the test could wait on.
-func settledCh(ctx context.Context, rdb *redis.Client, prefix string, conv queue.Conversation, written, shown <-chan struct{}) <-chan struct{} {
+func settledCh(ctx context.Context, rdb *redis.Client, prefix string, conv record.Conversation, written, shown <-chan struct{}) <-chan struct{} {
 	ch := make(chan struct{})
 	chatKey := store.New(rdb, prefix, 0).ChatKey(conv)
 	stream := queue.NewReplies(rdb, queue.RepliesOptions{Prefix: prefix}).Key(conv)

@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // The chats are spread over a fixed number of shards; each shard is held by
@@ -25,7 +25,7 @@ import (
 // unix ms), from which each replica computes its share of the shards.
 
 // Shard returns c's shard among n.
-func Shard(c queue.Conversation, n int) int {
+func Shard(c record.Conversation, n int) int {
 	h := fnv.New32a()
 	h.Write([]byte(c.Integration))
 	h.Write([]byte{0})
@@ -41,11 +41,11 @@ func (s *Store) ShardKey(shard int) string { return s.prefix + "relay:shard:" + 
 
 func (s *Store) replicasKey() string { return s.prefix + "relay:replicas" }
 
-func member(c queue.Conversation) string { return c.Integration + ":" + c.ChatID }
+func member(c record.Conversation) string { return c.Integration + ":" + c.ChatID }
 
-func parseMember(m string) queue.Conversation {
+func parseMember(m string) record.Conversation {
 	i, c, _ := strings.Cut(m, ":")
-	return queue.Conversation{Integration: i, ChatID: c}
+	return record.Conversation{Integration: i, ChatID: c}
 }
 
 var markScript = redis.NewScript(`
@@ -57,14 +57,14 @@ return 1
 
 // Mark records that c has new events. Marking twice is harmless (one more
 // Drain that finds nothing).
-func (s *Store) Mark(ctx context.Context, c queue.Conversation, shards int) error {
+func (s *Store) Mark(ctx context.Context, c record.Conversation, shards int) error {
 	sh := Shard(c, shards)
 	return markScript.Run(ctx, s.rdb, []string{s.dirtyKey(sh), s.wakeKey(sh)}, member(c)).Err()
 }
 
 // DirtyChat is a chat with events to apply, and its mark's version.
 type DirtyChat struct {
-	Chat    queue.Conversation
+	Chat    record.Conversation
 	Version float64
 }
 
@@ -103,7 +103,7 @@ func (s *Store) DirtyAll(ctx context.Context, shards []int, n int64) (map[int][]
 
 // MarkAll is Mark for many chats in one round trip (each chat's mark, then one
 // wake-up per shard).
-func (s *Store) MarkAll(ctx context.Context, cs []queue.Conversation, shards int) error {
+func (s *Store) MarkAll(ctx context.Context, cs []record.Conversation, shards int) error {
 	if len(cs) == 0 {
 		return nil
 	}

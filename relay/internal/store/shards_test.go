@@ -8,7 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 // argsHook records the arguments of every command sent alone.
@@ -52,7 +52,7 @@ func TestWaitBelowASecondIsNotRoundedUp(t *testing.T) {
 		t.Fatalf("BLPOP sent as %v, want its timeout 0.050 (seconds)", blpop)
 	}
 	// A mark ends the wait.
-	c := queue.Conversation{Integration: "fake", ChatID: "c1"}
+	c := record.Conversation{Integration: "fake", ChatID: "c1"}
 	if err := s.Mark(ctx, c, 2); err != nil {
 		t.Fatal(err)
 	}
@@ -67,9 +67,9 @@ func TestMarkAllAndDirtyAll(t *testing.T) {
 	ctx := context.Background()
 	s := newStore(t)
 	const shards = 4
-	var cs []queue.Conversation
+	var cs []record.Conversation
 	for _, id := range []string{"a", "b", "c", "d", "e", "f"} {
-		cs = append(cs, queue.Conversation{Integration: "fake", ChatID: id})
+		cs = append(cs, record.Conversation{Integration: "fake", ChatID: id})
 	}
 	if err := s.MarkAll(ctx, cs, shards); err != nil {
 		t.Fatal(err)

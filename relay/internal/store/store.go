@@ -24,7 +24,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 	"github.com/lettaq/lettaq/queue/shard"
 )
 
@@ -60,7 +60,7 @@ func (s *Store) WithShards(l shard.Layout) *Store {
 }
 
 // ChatKey is the chat's state hash.
-func (s *Store) ChatKey(c queue.Conversation) string {
+func (s *Store) ChatKey(c record.Conversation) string {
 	return s.prefix + "relay:chat:" + c.Integration + ":" + c.ChatID
 }
 
@@ -114,17 +114,17 @@ func globEscape(s string) string {
 
 // ChatOfStream names the chat of a reply stream key, or false when key is not
 // one.
-func (s *Store) ChatOfStream(key string) (queue.Conversation, bool) {
+func (s *Store) ChatOfStream(key string) (record.Conversation, bool) {
 	pre := s.repliesPrefix(key)
 	rest, ok := strings.CutPrefix(key, pre)
 	if !ok || pre == "" {
-		return queue.Conversation{}, false
+		return record.Conversation{}, false
 	}
 	integ, chat, ok := strings.Cut(rest, ":")
 	if !ok || integ == "" {
-		return queue.Conversation{}, false
+		return record.Conversation{}, false
 	}
-	return queue.Conversation{Integration: integ, ChatID: chat}, true
+	return record.Conversation{Integration: integ, ChatID: chat}, true
 }
 
 // State is a chat's durable delivery state.
@@ -135,7 +135,7 @@ type State struct {
 }
 
 // Load reads the chat's state.
-func (s *Store) Load(ctx context.Context, c queue.Conversation) (State, error) {
+func (s *Store) Load(ctx context.Context, c record.Conversation) (State, error) {
 	h, err := s.rdb.HGetAll(ctx, s.ChatKey(c)).Result()
 	st := State{Open: map[string]string{}, Msgs: map[string]map[string]string{}}
 	if err != nil {
@@ -164,7 +164,7 @@ func (s *Store) Load(ctx context.Context, c queue.Conversation) (State, error) {
 }
 
 // Cursors returns the cursor of each chat ("" when none), in one round trip.
-func (s *Store) Cursors(ctx context.Context, cs []queue.Conversation) ([]string, error) {
+func (s *Store) Cursors(ctx context.Context, cs []record.Conversation) ([]string, error) {
 	p := s.rdb.Pipeline()
 	cmds := make([]*redis.StringCmd, len(cs))
 	for i, c := range cs {
@@ -202,7 +202,7 @@ return 1
 // SaveMsg stores the platform id of task's message in slot. The relay calls
 // it right after the platform accepted the message: until it returns, a crash
 // leaves a message the relay does not know (docs/relay.md, "The window").
-func (s *Store) SaveMsg(ctx context.Context, c queue.Conversation, f Fence, task, slot, id string) error {
+func (s *Store) SaveMsg(ctx context.Context, c record.Conversation, f Fence, task, slot, id string) error {
 	err := saveMsgScript.Run(ctx, s.rdb, []string{s.ChatKey(c), f.key(s)},
 		f.Token, s.ttl.Milliseconds(), "m:"+task+":"+slot, id).Err()
 	return leaseErr(err)
@@ -240,7 +240,7 @@ return 1
 // → first entry id; an open turn keeps its first id) and forgets the finished
 // ones (their open mark and message ids), in one script: after it, no crash can
 // make the relay show those turns again.
-func (s *Store) Advance(ctx context.Context, c queue.Conversation, f Fence, entry string, opened map[string]string, finished []string) error {
+func (s *Store) Advance(ctx context.Context, c record.Conversation, f Fence, entry string, opened map[string]string, finished []string) error {
 	args := []any{f.Token, s.ttl.Milliseconds(), entry, len(opened)}
 	for t, from := range opened {
 		args = append(args, t, from)

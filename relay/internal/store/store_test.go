@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/lettaq/lettaq/internal/testredis"
-	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 )
 
 func newStore(t *testing.T) *Store {
@@ -40,7 +40,7 @@ func passes(srv *testredis.Server, d time.Duration) {
 func TestCleanKeepsAMarkMadeDuringTheDrain(t *testing.T) {
 	ctx := context.Background()
 	s := newStore(t)
-	c := queue.Conversation{Integration: "fake", ChatID: "c1"}
+	c := record.Conversation{Integration: "fake", ChatID: "c1"}
 	if err := s.Mark(ctx, c, 4); err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +68,7 @@ func TestCleanKeepsAMarkMadeDuringTheDrain(t *testing.T) {
 func TestWritesAreFencedByTheShardLease(t *testing.T) {
 	ctx := context.Background()
 	s, srv := newStoreOn(t)
-	c := queue.Conversation{Integration: "fake", ChatID: "c1"}
+	c := record.Conversation{Integration: "fake", ChatID: "c1"}
 	sh := Shard(c, 4)
 	if ok, err := s.AcquireShard(ctx, sh, "old", 50*time.Millisecond); !ok || err != nil {
 		t.Fatalf("acquire: %v %v", ok, err)
@@ -98,7 +98,7 @@ func TestWritesAreFencedByTheShardLease(t *testing.T) {
 func TestAdvanceForgetsFinishedTurns(t *testing.T) {
 	ctx := context.Background()
 	s := newStore(t)
-	c := queue.Conversation{Integration: "fake", ChatID: "a:b"}
+	c := record.Conversation{Integration: "fake", ChatID: "a:b"}
 	_ = s.SaveMsg(ctx, c, Fence{}, "t:1", "0", "m1")
 	_ = s.SaveMsg(ctx, c, Fence{}, "t:2", "0", "m2")
 	if err := s.Advance(ctx, c, Fence{}, "5-0", map[string]string{"t:1": "1-0", "t:2": "2-0"}, nil); err != nil {

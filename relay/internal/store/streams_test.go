@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 	"github.com/lettaq/lettaq/queue/shard"
 )
 
@@ -16,7 +17,7 @@ func TestStreamsInShards(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := queue.Conversation{Integration: "tg", ChatID: "42:x"}
+	c := record.Conversation{Integration: "tg", ChatID: "42:x"}
 	for _, tc := range []struct {
 		layout shard.Layout
 		key    string

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/lettaq/lettaq/queue"
+	"github.com/lettaq/lettaq/queue/record"
 	"github.com/lettaq/lettaq/relay/fakeplatform"
 	relayslack "github.com/lettaq/lettaq/relay/slack"
 )
@@ -141,6 +141,6 @@ func (w *workspace) shown(ref msgRef) (fakeplatform.Msg, bool) {
 	return fakeplatform.Msg{}, false
 }
 
-func queueConv(chatID string) queue.Conversation {
-	return queue.Conversation{Integration: relayslack.Integration, ChatID: chatID}
+func queueConv(chatID string) record.Conversation {
+	return record.Conversation{Integration: relayslack.Integration, ChatID: chatID}
 }

@@ -54,7 +54,7 @@ const (
 	EventError EventType = "error"
 	// EventNotify: a message the agent's side writes into the chat of its
 	// own accord (Client.Notify), answering no user message; one event,
-	// its task id "notify:<key>", seq 1, Text the message (see notify.go).
+	// its task id "notify:<key>", seq 1, Text the message (queue.Client.Notify).
 	EventNotify EventType = "notify"
 )
 
@@ -158,13 +158,13 @@ type ReplyEvent struct {
 	Permanent  bool
 	AnsweredBy string
 	// Approval: the request (approval_required) or the answer (accepted
-	// event of an answer turn); see approval.go.
+	// event of an answer turn); see queue.Client.AnswerApproval.
 	Approval *ApprovalEvent
 }
 
-// Data is the wire form (the stream entry's data field) of the type-specific fields. Pointer fields are
+// data is the wire form (the stream entry's data field) of the type-specific fields. Pointer fields are
 // the ones that are always present for some types.
-type Data struct {
+type data struct {
 	Phase      ReplyPhase     `json:"phase,omitempty"`
 	ElapsedMS  int64          `json:"elapsed_ms,omitempty"`
 	Position   *int           `json:"position,omitempty"`
@@ -178,8 +178,9 @@ type Data struct {
 	Approval   *ApprovalEvent `json:"approval,omitempty"`
 }
 
-func DataOf(ev ReplyEvent) Data {
-	d := Data{
+// dataOf is ev's data field.
+func dataOf(ev ReplyEvent) data {
+	d := data{
 		Phase:      ev.Phase,
 		ElapsedMS:  ev.Elapsed.Milliseconds(),
 		Narration:  ev.Narration,
@@ -210,7 +211,8 @@ func DataOf(ev ReplyEvent) Data {
 	return d
 }
 
-func (d Data) Apply(ev *ReplyEvent) {
+// apply sets ev's type-specific fields from d.
+func (d data) apply(ev *ReplyEvent) {
 	ev.Phase = d.Phase
 	ev.Elapsed = time.Duration(d.ElapsedMS) * time.Millisecond
 	if d.Position != nil {
@@ -232,6 +234,21 @@ func (d Data) Apply(ev *ReplyEvent) {
 	ev.Approval = d.Approval
 }
 
+// DataJSON returns e's data field as a stream entry carries it: the
+// type-specific fields as compact JSON (docs/reply-events.md).
+func (e ReplyEvent) DataJSON() ([]byte, error) { return json.Marshal(dataOf(e)) }
+
+// SetDataJSON sets e's type-specific fields from a stream entry's data
+// field (what DataJSON writes); on an error e is unchanged.
+func (e *ReplyEvent) SetDataJSON(b []byte) error {
+	var d data
+	if err := json.Unmarshal(b, &d); err != nil {
+		return err
+	}
+	d.apply(e)
+	return nil
+}
+
 // replyEventJSON is the JSON form of a ReplyEvent: the wire fields, with
 // data as an object and seq as a number.
 type replyEventJSON struct {
@@ -243,7 +260,7 @@ type replyEventJSON struct {
 	MessageID string    `json:"message_id"`
 	Seq       int64     `json:"seq"`
 	Time      string    `json:"time"`
-	Data      Data      `json:"data"`
+	Data      data      `json:"data"`
 }
 
 // MarshalJSON encodes e in the same shape as a stream entry (see the wire
@@ -252,7 +269,7 @@ type replyEventJSON struct {
 func (e ReplyEvent) MarshalJSON() ([]byte, error) {
 	w := replyEventJSON{
 		ID: e.ID, Type: e.Type, TaskID: e.TaskID, Otid: e.Otid, RunID: e.RunID,
-		MessageID: e.MessageID, Seq: e.Seq, Data: DataOf(e),
+		MessageID: e.MessageID, Seq: e.Seq, Data: dataOf(e),
 	}
 	if !e.Time.IsZero() {
 		w.Time = e.Time.UTC().Format(time.RFC3339Nano)
@@ -277,6 +294,6 @@ func (e *ReplyEvent) UnmarshalJSON(b []byte) error {
 		}
 		e.Time = t
 	}
-	w.Data.Apply(e)
+	w.Data.apply(e)
 	return nil
 }

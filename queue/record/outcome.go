@@ -1,7 +1,7 @@
 package record
 
 // Turn outcomes (TurnRecord.Outcome and Attempt.Outcome): values stored in
-// Redis, never renamed. Package queue exports them as its Outcome names.
+// Redis, never renamed.
 const (
 	OutcomeAnswered         = "answered"
 	OutcomeFailed           = "failed"

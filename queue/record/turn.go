@@ -39,12 +39,12 @@ type TurnRecord struct {
 	// UpdatedAt is set by Save.
 	UpdatedAt time.Time `json:"updated_at,omitzero"`
 
-	// QueueWait is from enqueue to the turn's first start; Save fills it
-	// when it is zero and both times are known.
+	// QueueWait is from enqueue to the turn's first start; Journal.Save
+	// fills it when it is zero and both times are known.
 	QueueWait time.Duration `json:"queue_wait_ns,omitempty"`
 	Attempts  []Attempt     `json:"attempts,omitempty"`
-	// Waits: the times the turn waited without being run (parked, see
-	// parking.go), one per thing it waited behind.
+	// Waits: the times the turn waited without being run (parked: see
+	// queue.Ordering), one per thing it waited behind.
 	Waits []Wait `json:"waits,omitempty"`
 
 	Outcome    string `json:"outcome,omitempty"`
@@ -54,8 +54,8 @@ type TurnRecord struct {
 	// answer (a failure stop reason after some text), that text, cut: not
 	// the agent's whole answer, never delivered as one. At most 8 KiB.
 	PartialAnswer string `json:"partial_answer,omitempty"`
-	// Latency is from enqueue to the end of the turn; Save fills it when it
-	// is zero and both times are known.
+	// Latency is from enqueue to the end of the turn; Journal.Save fills it
+	// when it is zero and both times are known.
 	Latency time.Duration `json:"latency_ns,omitempty"`
 	// TTFT is from enqueue to the first token of the answer.
 	TTFT  time.Duration `json:"ttft_ns,omitempty"`
@@ -112,9 +112,24 @@ type Attempt struct {
 	// one (a retry or a put-back); 0 when it ended the turn.
 	RetryIn time.Duration `json:"retry_in_ns,omitempty"`
 	// TakenOverFrom: the attempt continued the turn of a worker that died
-	// (its instance id; fast takeover, see takeover.go).
+	// (its instance id; fast takeover, see queue.WorkerConfig.TakeoverAfter).
 	TakenOverFrom string `json:"taken_over_from,omitempty"`
 }
+
+// Which clock ended an attempt (Attempt.TimeoutClock); "" when none did.
+const (
+	TimeoutClockConnect  = "connect"
+	TimeoutClockStall    = "stall"
+	TimeoutClockTotal    = "total"
+	TimeoutClockCanceled = "canceled"
+)
+
+// Resend decisions (Attempt.ResendDecision); "" when the question never came up.
+const (
+	ResendNotNeeded = "not_needed"
+	ResendSent      = "resent"
+	ResendForbidden = "forbidden"
+)
 
 // PhaseMark is when an attempt entered a phase.
 type PhaseMark struct {
@@ -150,27 +165,3 @@ type Intent struct {
 	At      time.Time `json:"at"`
 	Refused bool      `json:"refused,omitempty"`
 }
-
-// CancelRecord is what a cancel records: who asked, when, why, and, in the
-// journal of the cancelled turn (TurnRecord.Cancel), the phase the turn was
-// in when it stopped (CancelPhase…).
-type CancelRecord struct {
-	By     string    `json:"by"`
-	At     time.Time `json:"at,omitzero"`
-	Reason string    `json:"reason,omitempty"`
-	Phase  string    `json:"phase,omitempty"`
-}
-
-// The phases a turn is cancelled in (CancelRecord.Phase).
-const (
-	// CancelPhaseWaiting: before it ran (waiting for its chat, scheduled,
-	// or between attempts): never sent.
-	CancelPhaseWaiting = "waiting"
-	// CancelPhaseBeforeSend: the attempt was about to send: never sent.
-	CancelPhaseBeforeSend = "before_send"
-	// CancelPhaseStreaming: the run was streaming.
-	CancelPhaseStreaming = "streaming"
-	// CancelPhaseContinuation: the stream was lost and the attempt was
-	// following the run (polls, resumes), or a recovering attempt found it.
-	CancelPhaseContinuation = "continuation"
-)
