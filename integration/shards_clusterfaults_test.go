@@ -89,7 +89,7 @@ func TestShardsClusterMasterKilled(t *testing.T) {
 // Asynq's of the shard) the migration split is refused with TRYAGAIN until
 // the last of them moved, seconds here: the workers' clients send it
 // again until it runs
-// (redisopt.TryAgainFor), so no turn waits for Asynq's recoverer and the
+// (redisopt.RefusedRetryFor), so no turn waits for Asynq's recoverer and the
 // minute's deadline holds.
 func TestShardsClusterSlotMigration(t *testing.T) {
 	l := startClusterLoad(t)
