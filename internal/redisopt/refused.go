@@ -277,7 +277,10 @@ func (nodeAttempts) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 		err := next(ctx, cmds)
 		l, ok := ctx.Value(sendLogKey{}).(*sendLog)
 		if !ok || err == nil && !anyErr(cmds) {
-			return err // all answered: go-redis sends none of them again
+			// A pipeline that ran whole, or a transaction that ran or
+			// whose EXEC was refused (go-redis sets no error on its
+			// commands then): nothing to write down.
+			return err
 		}
 		if ambiguous(err) { // written, and then the connection failed
 			for _, c := range cmds {
