@@ -67,12 +67,19 @@ func TestShardsClusterMasterKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("%s killed, %s serves its slots after %v", master, promoted, time.Since(t0).Round(time.Millisecond))
-	// A task whose move to completed or to its retries Asynq could not
-	// write while the master was down stays active until Asynq's recoverer
-	// finds its lease expired (the lease is 30s; the recoverer runs every
-	// minute and takes leases expired for 30s): Asynq v0.26's syncer, which
-	// should write the move again, does so with a context already cancelled.
-	// Such a turn ends (finished by its next attempt) up to two minutes on.
+	// The workers' clients send again what the cluster refused while the
+	// master was down (connections refused, CLUSTERDOWN:
+	// redisopt.RefusedRetryFor), so the turns have their answers within
+	// seconds of the promotion (~10s into the load, 2 minutes before). A
+	// write in flight when the master died may have run and is not sent
+	// again: a task whose move to completed or to its retries was such a
+	// write stays active until Asynq's recoverer finds its lease expired
+	// (the lease is 30s; the recoverer runs every minute and takes leases
+	// expired for 30s), as Asynq v0.26's syncer, which should write the
+	// move again, does so with a context already cancelled. Its next
+	// delivery ends it (a turn already finished, or finished by that
+	// attempt) up to two minutes on, so the queues settle that late: the
+	// deadline stays at 3 minutes.
 	l.deadline = 3 * time.Minute
 	// (No count of MOVED is required here: while the master is down its
 	// clients' commands fail to connect, and a client may read the new
@@ -88,9 +95,8 @@ func TestShardsClusterMasterKilled(t *testing.T) {
 // moved (ASK, TRYAGAIN). A script or MULTI whose keys (a turn's, or
 // Asynq's of the shard) the migration split is refused with TRYAGAIN until
 // the last of them moved, seconds here: the workers' clients send it
-// again until it runs
-// (redisopt.TryAgainFor), so no turn waits for Asynq's recoverer and the
-// minute's deadline holds.
+// again until it runs (redisopt.RefusedRetryFor), so no turn waits for
+// Asynq's recoverer and the minute's deadline holds.
 func TestShardsClusterSlotMigration(t *testing.T) {
 	l := startClusterLoad(t)
 	l.waitThird()

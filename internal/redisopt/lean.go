@@ -1,7 +1,7 @@
 // Package redisopt makes the Redis connection options lettaq's clients (the
 // worker's, the client's, Asynq's) are made from: lean buffers, and cluster
 // clients that find a promoted replica in seconds and ride out a slot
-// migration (Lean).
+// migration or a master's failover (Lean).
 package redisopt
 
 import (
@@ -55,9 +55,10 @@ const ClusterStateReload = 2 * time.Second
 // it in several reads (a bulk string straight into its own slice). The
 // worker and the client use it on the options they are given; an option of
 // a type other than Asynq's three is returned as it is. A cluster client
-// also reads the slot map again every ClusterStateReload, and sends again
-// what a slot migration made Redis refuse with TRYAGAIN, for up to
-// TryAgainFor (tryagain.go).
+// also reads the slot map again every ClusterStateReload, and sends again,
+// for up to RefusedRetryFor, what the cluster refused without running it
+// while a slot migrates (TRYAGAIN) or a dead master is replaced
+// (CLUSTERDOWN, a refused connection): refused.go.
 func Lean(opt asynq.RedisConnOpt) asynq.RedisConnOpt {
 	switch opt.(type) {
 	case asynq.RedisClientOpt, *asynq.RedisClientOpt, asynq.RedisFailoverClientOpt, *asynq.RedisFailoverClientOpt,
@@ -96,7 +97,8 @@ func (o leanConnOpt) MakeRedisClient() any {
 			Username: opt.Username, Password: opt.Password, DialTimeout: opt.DialTimeout, ReadTimeout: opt.ReadTimeout,
 			WriteTimeout: opt.WriteTimeout, TLSConfig: opt.TLSConfig, ClusterStateReloadInterval: ClusterStateReload,
 			ReadBufferSize: n, WriteBufferSize: n, PipelineReadBufferSize: n, PipelineWriteBufferSize: pw, PipelinePoolSize: pp})
-		rc.AddHook(tryAgain{})
+		rc.OnNewNode(func(n *redis.Client) { n.AddHook(nodeAttempts{}) })
+		rc.AddHook(resendRefused{})
 		return rc
 	}
 	return o.opt.MakeRedisClient()
