@@ -108,7 +108,7 @@ const (
 
 // ErrInvalidEvent is returned (wrapped) when a reply event or its
 // conversation cannot be written.
-var ErrInvalidEvent = errors.New("queue: invalid reply event")
+var ErrInvalidEvent = errors.New("record: invalid reply event")
 
 // ToolEvent is a tool call, its result, or a call waiting for approval.
 type ToolEvent struct {

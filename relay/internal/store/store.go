@@ -73,9 +73,6 @@ type Fence struct {
 // PressKey maps a button's short key to its approval request.
 func (s *Store) PressKey(short string) string { return s.prefix + "relay:press:" + short }
 
-// NewsKey is the stream of chats with new reply events.
-func (s *Store) NewsKey() string { return s.prefix + "relay:news" }
-
 // RepliesPattern matches every reply stream (docs/reply-events.md), in
 // every shard: with N shards their prefixes differ only inside their hash
 // tag ("lettaq:{lettaq-3-17}:replies:…").
