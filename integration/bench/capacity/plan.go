@@ -49,22 +49,22 @@ type PerTurn struct {
 //
 //   - the worker's and the turns': `go run ./integration/bench -latency 100 -throughput 1000
 //     -concurrent 3000 -think 20s -thread-mode conversation` on the 2-CPU VM;
-//   - a finished turn's bytes by retention class: `go run ./integration/bench -latency 10
-//     -throughput 500 -concurrent 0` ("Redis memory a finished instant turn leaves");
+//     (the larger of two runs), with a finished turn's bytes by retention class ("Redis
+//     memory a finished instant turn leaves");
 //   - the idle polls: `go run ./integration/idlecost -workers 1 -queues 1,16,64,256 -for 5s`
 //     (555.0 commands a second for 16 queues: 34.7 a queue; 256 queues measured 28.0 a queue);
 //   - the overhead: `LETTAQ_BENCH_RETENTION_MEMORY=1 go test -count=1 -run
 //     TestRetentionMemoryLevelsOff -v ./integration/` (used_memory levelled off at 4.63 MiB
 //     above its baseline, 1.34× the 3.46 MiB of the plan's RetainedBytes).
 var Measured = PerTurn{
-	WorkerRSSPerThinkingTurn:           34071,
-	WorkerCPUPerNewTurn:                662 * time.Microsecond,
-	RedisBytesPerThinkingTurn:          7746,
-	RedisAsynqBytesPerFinishedTurn:     1223,
-	RedisLettaqBytesPerFinishedTurn:    7233,
+	WorkerRSSPerThinkingTurn:           37877,
+	WorkerCPUPerNewTurn:                472 * time.Microsecond,
+	RedisBytesPerThinkingTurn:          8704,
+	RedisAsynqBytesPerFinishedTurn:     1222,
+	RedisLettaqBytesPerFinishedTurn:    7253,
 	RedisMarkerBytesPerFinishedTurn:    624,
-	RedisCommandsPerNewTurn:            70.4,
-	RedisCPUPerNewTurn:                 320 * time.Microsecond,
+	RedisCommandsPerNewTurn:            91.9,
+	RedisCPUPerNewTurn:                 271 * time.Microsecond,
 	RedisCommandsPerMinPerThinkingTurn: 0.2,
 	RedisIdleCommandsPerShard:          34.7,
 	RedisMemoryOverhead:                1.34,

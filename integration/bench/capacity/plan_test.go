@@ -220,7 +220,8 @@ func TestCapacityTable(t *testing.T) {
 			t.Errorf("no row starting %q in\n%s", row, table)
 		}
 	}
-	for _, want := range []string{"34071 B per thinking turn", "planned at 50%", "kept 1d", "× 1.34 Redis overhead", "34.7 commands/s per shard per idle worker"} {
+	for _, want := range []string{fmt.Sprintf("%.0f B per thinking turn", float64(Measured.WorkerRSSPerThinkingTurn)), "planned at 50%", "kept 1d",
+		fmt.Sprintf("× %.2f Redis overhead", Measured.RedisMemoryOverhead), fmt.Sprintf("%.1f commands/s per shard per idle worker", Measured.RedisIdleCommandsPerShard)} {
 		if !strings.Contains(table, want) {
 			t.Errorf("the table does not say %q", want)
 		}
