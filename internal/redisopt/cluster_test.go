@@ -19,18 +19,9 @@ func TestLeanClusterClientFollowsAKilledMaster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 6-node Redis Cluster")
 	}
-	c := rediscluster.Start(t, rediscluster.Config{})
-	rc := Lean(asynq.RedisClusterClientOpt{Addrs: c.Seeds()}).MakeRedisClient().(*redis.ClusterClient)
-	t.Cleanup(func() { _ = rc.Close() })
+	c, rc, victim, key := leanClusterOnAMaster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-
-	masters, err := c.Masters(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	victim := masters[0]
-	key := rediscluster.NameInSlot("lean:", victim.Slots[0][0])
 	if err := rc.Set(ctx, key, "before", 0).Err(); err != nil { // the client's map now routes the slot to victim
 		t.Fatal(err)
 	}
@@ -71,18 +62,9 @@ func TestLeanClusterClientRidesOutAKilledMaster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 6-node Redis Cluster")
 	}
-	c := rediscluster.Start(t, rediscluster.Config{})
-	rc := Lean(asynq.RedisClusterClientOpt{Addrs: c.Seeds()}).MakeRedisClient().(*redis.ClusterClient)
-	t.Cleanup(func() { _ = rc.Close() })
+	c, rc, victim, key := leanClusterOnAMaster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-
-	masters, err := c.Masters(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	victim := masters[0]
-	key := rediscluster.NameInSlot("lean:", victim.Slots[0][0])
 	if err := rc.Set(ctx, key, 0, 0).Err(); err != nil { // the client's map now routes the slot to victim
 		t.Fatal(err)
 	}
@@ -120,4 +102,21 @@ func TestLeanClusterClientRidesOutAKilledMaster(t *testing.T) {
 		t.Fatalf("INCR returned %d and the key holds %d (%v), want 1 and 1: once", n, got, err)
 	}
 	t.Logf("the INCR sent while the master was down ran %v later", took.Round(time.Millisecond))
+}
+
+// leanClusterOnAMaster starts a 6-node Cluster and a lean client on it, and
+// names a master and a key in the first slot it owns.
+func leanClusterOnAMaster(t *testing.T) (*rediscluster.Cluster, *redis.ClusterClient, rediscluster.Node, string) {
+	t.Helper()
+	c := rediscluster.Start(t, rediscluster.Config{})
+	rc := Lean(asynq.RedisClusterClientOpt{Addrs: c.Seeds()}).MakeRedisClient().(*redis.ClusterClient)
+	t.Cleanup(func() { _ = rc.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	masters, err := c.Masters(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim := masters[0]
+	return c, rc, victim, rediscluster.NameInSlot("lean:", victim.Slots[0][0])
 }
