@@ -98,6 +98,14 @@ func TestShardsClusterMasterKilled(t *testing.T) {
 // again until it runs (redisopt.RefusedRetryFor), so no turn waits for
 // Asynq's recoverer and the minute's deadline holds.
 func TestShardsClusterSlotMigration(t *testing.T) {
+	if raceDetector {
+		// go-redis v9.23 can send one pipelined command to two nodes at once while a
+		// slot migrates (a node's batch sent again after TRYAGAIN, one of its commands
+		// also redirected by ASK): their goroutines both write the command's error,
+		// which the race detector reports in any hook that reads it. .ci/run runs
+		// this case without -race.
+		t.Skip("go-redis dispatches a command to two nodes at once during a migration: run without -race (.ci/run does)")
+	}
 	l := startClusterLoad(t)
 	l.waitThird()
 	ctx := context.Background()
